@@ -1,0 +1,29 @@
+"""toolscout: pick the right tools for an LLM agent out of thousands.
+
+    from toolscout import ToolScout, load_tools
+    scout = ToolScout.from_tools(load_tools("tools.json"))
+    for hit in scout.search("book a flight to Paris", k=5):
+        print(hit.tool.name, hit.score)
+"""
+
+from .tool import TextView, Tool
+
+__version__ = "0.1.0"
+
+__all__ = ["Tool", "TextView", "ToolScout", "Hit", "load_tools", "evaluate", "__version__"]
+
+
+def __getattr__(name):  # heavy parts load on first use, so `import toolscout` stays fast
+    if name in ("ToolScout", "Hit"):
+        from . import pipeline
+
+        return getattr(pipeline, name)
+    if name == "load_tools":
+        from .ingest import load_tools
+
+        return load_tools
+    if name == "evaluate":
+        from .eval import evaluate
+
+        return evaluate
+    raise AttributeError(f"module 'toolscout' has no attribute {name!r}")

@@ -1,0 +1,147 @@
+"""Saved artefacts: a directory of plain files with a `config.json`, written atomically.
+
+Layout of an artefact directory `DIR`:
+
+    DIR/CURRENT          one line: the name of the live version folder, e.g. `v000003`
+    DIR/v000003/config.json, ...   the files of that version
+
+`write_artifact` builds a new version folder beside the live one, fsyncs it, then swaps `CURRENT` with
+one `os.replace` — a single atomic rename. A crash at any point leaves the previous version loadable;
+leftovers of an interrupted write are removed by the next successful one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping
+
+POINTER = "CURRENT"
+CONFIG = "config.json"
+
+
+class ArtifactError(Exception):
+    """A saved artefact is missing, of the wrong kind, or of a format this version cannot read."""
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(path: Path) -> None:
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            with open(os.path.join(root, name), "rb+") as fh:
+                os.fsync(fh.fileno())
+        _fsync_dir(Path(root))
+
+
+def write_json(path: Path, data: Any) -> None:
+    path.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
+
+
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ArtifactError(f"{path}: file not found") from None
+    except json.JSONDecodeError as exc:
+        raise ArtifactError(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+
+
+def current_version(root: Path) -> Path | None:
+    pointer = root / POINTER
+    if not pointer.exists():
+        return None
+    name = pointer.read_text(encoding="utf-8").strip()
+    folder = root / name
+    return folder if folder.is_dir() else None
+
+
+def resolve(root: str | os.PathLike) -> Path:
+    """The folder holding the live files of artefact `root` (also accepts a plain folder with config.json)."""
+    root = Path(root)
+    if not root.exists():
+        raise ArtifactError(f"{root}: no such directory")
+    live = current_version(root)
+    if live is not None:
+        return live
+    if (root / CONFIG).exists():
+        return root
+    raise ArtifactError(f"{root}: not a toolscout artefact (no {POINTER} file and no {CONFIG})")
+
+
+def read_config(root: str | os.PathLike, kind: str | None = None, max_format: int = 1) -> tuple[Path, dict]:
+    """Load the config of the artefact at `root`, checking its kind and format version."""
+    folder = resolve(root)
+    config = read_json(folder / CONFIG)
+    if kind is not None and config.get("kind") != kind:
+        raise ArtifactError(f"{root}: holds a {config.get('kind')!r} artefact, expected {kind!r}")
+    fmt = config.get("format_version")
+    if not isinstance(fmt, int) or fmt > max_format:
+        raise ArtifactError(
+            f"{root}: format_version {fmt!r} is not supported (this toolscout reads up to {max_format}); upgrade toolscout"
+        )
+    return folder, config
+
+
+@contextmanager
+def write_artifact(root: str | os.PathLike, config: Mapping[str, Any]) -> Iterator[Path]:
+    """Yield a fresh folder to write an artefact's files into; on success make it the live version.
+
+    `config` must name `kind` and `format_version`; it is written as `config.json`. If the body
+    raises, the new folder is removed and the previous version stays live.
+    """
+    if "kind" not in config or "format_version" not in config:
+        raise ValueError("artefact config needs 'kind' and 'format_version'")
+    root = Path(root)
+    if root.exists() and not root.is_dir():
+        raise ArtifactError(f"{root}: exists and is not a directory")
+    if root.is_dir() and not (root / POINTER).exists() and any(root.iterdir()):
+        raise ArtifactError(f"{root}: directory exists, is not empty and is not a toolscout artefact; refusing to write into it")
+    root.mkdir(parents=True, exist_ok=True)
+    number = 1 + max((int(p.name[1:]) for p in root.glob("v[0-9]*") if p.name[1:].isdigit()), default=0)
+    staging = root / f"v{number:06d}"
+    staging.mkdir()
+    try:
+        yield staging
+        write_json(staging / CONFIG, dict(config))
+        _fsync_tree(staging)
+        tmp_pointer = root / f".{POINTER}.{os.getpid()}.tmp"
+        tmp_pointer.write_text(staging.name + "\n", encoding="utf-8")
+        with open(tmp_pointer, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp_pointer, root / POINTER)  # the commit point
+        _fsync_dir(root)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    # Older versions are only removed after the pointer moved, so a reader always finds a whole one.
+    _remove_stale_versions(root, keep={staging.name})
+
+
+def _remove_stale_versions(root: Path, keep: set[str]) -> None:
+    for entry in root.iterdir():
+        if entry.name in keep or entry.name == POINTER:
+            continue
+        if entry.is_dir() and entry.name.startswith("v") and entry.name[1:].isdigit():
+            shutil.rmtree(entry, ignore_errors=True)
+        elif entry.name.startswith(f".{POINTER}.") and entry.name.endswith(".tmp"):
+            entry.unlink(missing_ok=True)
+
+
+def save_with(root: str | os.PathLike, config: Mapping[str, Any], write: Callable[[Path], None]) -> None:
+    with write_artifact(root, config) as folder:
+        write(folder)

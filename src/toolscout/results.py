@@ -1,0 +1,92 @@
+"""Batched search results and search filters, shared by retrievers, stores, rerankers and servers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Iterator, Sequence
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Filter:
+    """Restricts a search. `namespaces`: only tools in these namespaces (None = any; a tool with no
+    namespace matches only when `None`-namespace is listed as ""). `ids`: only these tool ids.
+    `exclude_ids`: never these ids. All given conditions must hold."""
+
+    namespaces: frozenset[str] | None = None
+    ids: frozenset[str] | None = None
+    exclude_ids: frozenset[str] = frozenset()
+
+    @classmethod
+    def make(cls, namespaces: Iterable[str] | None = None, ids: Iterable[str] | None = None,
+             exclude_ids: Iterable[str] = ()) -> "Filter | None":
+        if namespaces is None and ids is None and not exclude_ids:
+            return None
+        return cls(
+            namespaces=None if namespaces is None else frozenset(namespaces),
+            ids=None if ids is None else frozenset(ids),
+            exclude_ids=frozenset(exclude_ids),
+        )
+
+    def allows(self, tool_id: str, namespace: str | None) -> bool:
+        if self.namespaces is not None and (namespace or "") not in self.namespaces:
+            return False
+        if self.ids is not None and tool_id not in self.ids:
+            return False
+        return tool_id not in self.exclude_ids
+
+
+@dataclass(frozen=True)
+class Results:
+    """Ranked hits for a batch of queries: `ids[q]` (str array) and `scores[q]` (float32 array),
+    best first. Lists may be shorter than k (small catalogs, filters)."""
+
+    ids: tuple[np.ndarray, ...]
+    scores: tuple[np.ndarray, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.ids) != len(self.scores):
+            raise ValueError("Results: ids and scores must have one entry per query")
+
+    @classmethod
+    def from_lists(cls, ids: Sequence[Sequence[str]], scores: Sequence[Sequence[float]]) -> "Results":
+        return cls(
+            tuple(np.asarray(list(i), dtype=object) for i in ids),
+            tuple(np.asarray(list(s), dtype=np.float32) for s in scores),
+        )
+
+    @classmethod
+    def empty(cls, n_queries: int) -> "Results":
+        return cls.from_lists([[] for _ in range(n_queries)], [[] for _ in range(n_queries)])
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __iter__(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        return iter(zip(self.ids, self.scores))
+
+    def __getitem__(self, q: int) -> tuple[np.ndarray, np.ndarray]:
+        return self.ids[q], self.scores[q]
+
+    def top(self, k: int) -> "Results":
+        return Results(tuple(i[:k] for i in self.ids), tuple(s[:k] for s in self.scores))
+
+    def as_lists(self) -> list[list[str]]:
+        return [list(i) for i in self.ids]
+
+
+def top_k_rows(scores: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the k largest entries of each row of `scores`, best first (ties: lower index first)."""
+    n = scores.shape[1]
+    k = min(k, n)
+    if k <= 0:
+        return np.zeros((scores.shape[0], 0), dtype=np.int64)
+    if k < n:
+        part = np.argpartition(-scores, k - 1, axis=1)[:, :k]
+    else:
+        part = np.tile(np.arange(n), (scores.shape[0], 1))
+    part_scores = np.take_along_axis(scores, part, axis=1)
+    # stable sort on (-score, index) so equal scores keep catalog order: deterministic across runs
+    order = np.lexsort((part, -part_scores), axis=1)
+    return np.take_along_axis(part, order, axis=1)

@@ -1,0 +1,66 @@
+"""The retriever contract and the registry that maps names to retriever classes."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Protocol, Sequence, runtime_checkable
+
+from ..artifacts import read_config, write_json
+from ..errors import UnknownName
+from ..results import Filter, Results
+from ..tool import Tool
+
+RETRIEVER_KIND = "toolscout.retriever"
+FORMAT_VERSION = 1
+
+
+@runtime_checkable
+class Retriever(Protocol):
+    """A first stage: scores every tool of its catalog for a query.
+
+    `add` inserts or replaces tools by id (an update), re-encoding only what changed; `remove` drops ids.
+    `save(folder)` writes plain files plus a `config.json`; the class's `load(folder)` reads them back.
+    """
+
+    name: str
+
+    def index(self, tools: Sequence[Tool]) -> None: ...
+
+    def add(self, tools: Sequence[Tool]) -> None: ...
+
+    def remove(self, ids: Sequence[str]) -> None: ...
+
+    def search(self, queries: Sequence[str], k: int = 10, filter: Filter | None = None) -> Results: ...
+
+    def save(self, folder: Path) -> None: ...
+
+
+# name -> "module:Class"; imported on first use so `import toolscout` stays light.
+REGISTRY: dict[str, str] = {
+    "bm25": "toolscout.retrievers.bm25:BM25Retriever",
+    "dense": "toolscout.retrievers.dense:DenseRetriever",
+}
+
+
+def retriever_class(name: str):
+    if name not in REGISTRY:
+        raise UnknownName("retriever", name, list(REGISTRY))
+    module, _, cls = REGISTRY[name].partition(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def make_retriever(name: str, **options) -> Retriever:
+    return retriever_class(name)(**options)
+
+
+def write_retriever_config(folder: Path, name: str, **config) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    write_json(folder / "config.json", {"kind": RETRIEVER_KIND, "format_version": FORMAT_VERSION,
+                                        "retriever": name, **config})
+
+
+def load_retriever(folder: str | Path) -> Retriever:
+    """Load any saved retriever; its config names the class."""
+    path, config = read_config(folder, kind=RETRIEVER_KIND, max_format=FORMAT_VERSION)
+    return retriever_class(config["retriever"]).load(path)

@@ -1,0 +1,147 @@
+"""BM25 over each tool's text view (bm25s). Identifiers in names are split into words first."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from ..artifacts import read_json
+from ..errors import MissingDependency
+from ..results import Filter, Results, top_k_rows
+from ..rows import RowTable
+from ..tool import TextView, Tool, tool_text
+from .base import write_retriever_config
+
+_TOKEN = re.compile(r"(?u)\b\w\w+\b")
+
+
+class Tokenizer:
+    """bm25s's default scheme (lowercase, words of 2+ characters, English stopwords), plus an optional
+    Snowball stemmer. Identifiers were already split into words by the text view."""
+
+    def __init__(self, stemmer: str | None = "english", stopwords: str | None = "en"):
+        self.stemmer_name = stemmer
+        self.stopwords_name = stopwords
+        self._stem = None
+        if stemmer:
+            try:
+                import Stemmer
+            except ImportError:
+                raise MissingDependency("PyStemmer", "BM25 stemming") from None
+            self._stem = Stemmer.Stemmer(stemmer).stemWords
+        self._stop: frozenset[str] = frozenset()
+        if stopwords:
+            from bm25s.stopwords import STOPWORDS_EN
+
+            if stopwords != "en":
+                raise ValueError(f"unsupported stopword list {stopwords!r}; use 'en' or None")
+            self._stop = frozenset(STOPWORDS_EN)
+
+    def __call__(self, text: str) -> list[str]:
+        words = [w for w in _TOKEN.findall(text.lower()) if w not in self._stop]
+        return self._stem(words) if self._stem else words
+
+
+class BM25Retriever:
+    """Lexical first stage.
+
+    `add`/`remove` rebuild the inverted index from the stored token lists (no text is re-tokenised);
+    that takes about a second for 40k tools, far less than re-embedding.
+    """
+
+    name = "bm25"
+
+    def __init__(self, view: TextView | None = None, k1: float = 1.5, b: float = 0.75,
+                 method: str = "lucene", stemmer: str | None = "english", stopwords: str | None = "en"):
+        try:
+            import bm25s  # noqa: F401
+        except ImportError:
+            raise MissingDependency("bm25s", "BM25 retrieval") from None
+        self.view = view or TextView()
+        self.params = {"k1": k1, "b": b, "method": method}
+        self.tokenizer = Tokenizer(stemmer, stopwords)
+        self.rows = RowTable()
+        self.tokens: list[list[str]] = []
+        self._bm25 = None
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def index(self, tools: Sequence[Tool]) -> None:
+        self.rows = RowTable([t.id for t in tools], [t.namespace for t in tools])
+        self.tokens = [self.tokenizer(tool_text(t, self.view)) for t in tools]
+        self._rebuild()
+
+    def add(self, tools: Sequence[Tool]) -> None:
+        for tool in tools:
+            tokens = self.tokenizer(tool_text(tool, self.view))
+            row = self.rows.row_of.get(tool.id)
+            if row is None:
+                self.rows.append(tool.id, tool.namespace)
+                self.tokens.append(tokens)
+            else:
+                self.rows.set_namespace(row, tool.namespace)
+                self.tokens[row] = tokens
+        self._rebuild()
+
+    def remove(self, ids: Sequence[str]) -> None:
+        rows = [self.rows.row_of[t] for t in ids if t in self.rows.row_of]
+        if rows:
+            keep = self.rows.remove_rows(rows)
+            self.tokens = [tok for tok, k in zip(self.tokens, keep) if k]
+            self._rebuild()
+
+    def _rebuild(self) -> None:
+        import bm25s
+
+        self._bm25 = bm25s.BM25(**self.params)
+        if self.tokens:
+            # an empty document would make bm25s drop a row; a placeholder token keeps rows aligned
+            self._bm25.index([t or ["\x00"] for t in self.tokens], show_progress=False)
+
+    def scores(self, query: str) -> np.ndarray:
+        """BM25 score of every row for one query."""
+        tokens = [t for t in self.tokenizer(query) if t in self._bm25.vocab_dict]
+        if not tokens:
+            return np.zeros(len(self.rows), dtype=np.float32)
+        return self._bm25.get_scores(tokens).astype(np.float32)
+
+    def search(self, queries: Sequence[str], k: int = 10, filter: Filter | None = None) -> Results:
+        if isinstance(queries, str):
+            raise TypeError("search takes a list of queries; wrap a single query in a list")
+        if not len(self.rows):
+            return Results.empty(len(queries))
+        mask = self.rows.mask(filter)
+        ids, scores = [], []
+        for query in queries:
+            s = self.scores(query)
+            if mask is not None:
+                s = np.where(mask, s, 0.0)
+            top = top_k_rows(s[None, :], k)[0]
+            top = top[s[top] > 0]  # a tool sharing no term with the query is not a match
+            ids.append(self.rows.id_array[top])
+            scores.append(s[top])
+        return Results(tuple(ids), tuple(scores))
+
+    # persistence ---------------------------------------------------------------------------
+    def save(self, folder: Path) -> None:
+        write_retriever_config(folder, self.name, view=self.view.to_dict(), params=self.params,
+                               stemmer=self.tokenizer.stemmer_name, stopwords=self.tokenizer.stopwords_name)
+        with open(folder / "tokens.jsonl", "w", encoding="utf-8") as fh:
+            for tid, ns, tok in zip(self.rows.ids, self.rows.namespaces, self.tokens):
+                fh.write(json.dumps({"id": tid, "namespace": ns, "tokens": tok}) + "\n")
+
+    @classmethod
+    def load(cls, folder: Path) -> "BM25Retriever":
+        config = read_json(folder / "config.json")
+        retriever = cls(TextView.from_dict(config.get("view")), stemmer=config.get("stemmer"),
+                        stopwords=config.get("stopwords"), **config["params"])
+        rows = [json.loads(line) for line in (folder / "tokens.jsonl").read_text(encoding="utf-8").splitlines() if line]
+        retriever.rows = RowTable([r["id"] for r in rows], [r["namespace"] for r in rows])
+        retriever.tokens = [r["tokens"] for r in rows]
+        retriever._rebuild()
+        return retriever

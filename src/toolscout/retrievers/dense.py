@@ -1,0 +1,89 @@
+"""Dense first stage: one encoder for queries and tool texts, cosine over unit vectors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from ..artifacts import read_json, write_json
+from ..encoders import Encoder
+from ..results import Filter, Results
+from ..store.local import load_store, make_store
+from ..tool import TextView, Tool, content_hash, tool_text
+from .base import write_retriever_config
+
+
+class DenseRetriever:
+    """Embeds each tool's text view once; re-embeds a tool only when its text changes (content hash).
+
+    `model`: any sentence-transformers name or folder (default: all-MiniLM-L6-v2).
+    `store`: 'numpy' for exact search (default) or 'faiss:FACTORY', e.g. 'faiss:HNSW32'.
+    """
+
+    name = "dense"
+
+    def __init__(self, model: str | None = None, store: str = "numpy", view: TextView | None = None,
+                 batch_size: int = 64, encoder: Encoder | None = None, show_progress: bool = False):
+        self.encoder = encoder or Encoder.load(model)
+        self.store_kind = store
+        self.view = view or TextView()
+        self.batch_size = batch_size
+        self.show_progress = show_progress
+        self.store = make_store(store, self.encoder.dim)
+        self.hashes: dict[str, str] = {}
+        self.encoded_last = 0  # tools embedded by the last index/add call (re-embedding is the cost)
+
+    def __len__(self) -> int:
+        return len(self.store)
+
+    def index(self, tools: Sequence[Tool]) -> None:
+        self.store = make_store(self.store_kind, self.encoder.dim)
+        self.hashes = {}
+        self.add(tools)
+
+    def add(self, tools: Sequence[Tool]) -> None:
+        texts = {t.id: tool_text(t, self.view) for t in tools}
+        hashes = {tid: content_hash(text) for tid, text in texts.items()}
+        changed = [t for t in tools if self.hashes.get(t.id) != hashes[t.id]]
+        moved = [t for t in tools if t.id in self.hashes and self.hashes[t.id] == hashes[t.id]]
+        if changed:
+            vectors = self.encoder.encode([texts[t.id] for t in changed], batch_size=self.batch_size,
+                                          show_progress=self.show_progress)
+            self.store.upsert([t.id for t in changed], vectors, [t.namespace for t in changed])
+        if moved:  # same text, maybe a new namespace: keep the vector, refresh the metadata
+            self.store.upsert([t.id for t in moved], self.store.get([t.id for t in moved]),
+                              [t.namespace for t in moved])
+        self.hashes.update({t.id: hashes[t.id] for t in changed})
+        self.encoded_last = len(changed)
+
+    def remove(self, ids: Sequence[str]) -> None:
+        self.store.delete(ids)
+        for tid in ids:
+            self.hashes.pop(tid, None)
+
+    def search(self, queries: Sequence[str], k: int = 10, filter: Filter | None = None) -> Results:
+        if isinstance(queries, str):
+            raise TypeError("search takes a list of queries; wrap a single query in a list")
+        vectors = self.encoder.encode_queries(list(queries))
+        return self.store.search(vectors, k, filter)
+
+    # persistence ---------------------------------------------------------------------------
+    def save(self, folder: Path) -> None:
+        store_config = self.store.save(folder / "store")
+        write_retriever_config(folder, self.name, model=self.encoder.name, view=self.view.to_dict(),
+                               store=store_config, store_kind=self.store_kind, batch_size=self.batch_size)
+        write_json(folder / "hashes.json", self.hashes)
+
+    @classmethod
+    def load(cls, folder: Path) -> "DenseRetriever":
+        config = read_json(folder / "config.json")
+        retriever = cls.__new__(cls)
+        retriever.encoder = Encoder.load(config["model"])
+        retriever.store_kind = config["store_kind"]
+        retriever.view = TextView.from_dict(config.get("view"))
+        retriever.batch_size = config.get("batch_size", 64)
+        retriever.show_progress = False
+        retriever.store = load_store(folder / "store", config["store"])
+        retriever.hashes = read_json(folder / "hashes.json")
+        retriever.encoded_last = 0
+        return retriever

@@ -1,0 +1,210 @@
+"""The one tool record, and the text views every retriever reads.
+
+`Tool` is what every parser produces and every retriever, reranker and server consumes. The original
+source object stays in `raw`; everything else is normalised so that a tool from an OpenAPI spec, an MCP
+server or a Python function looks the same to the rest of the code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Iterable, Mapping, Sequence
+
+# Profile fields written by document expansion (Tool-REX). `example_usage` is kept on the tool but left
+# out of the retrieval text by default: the paper's ablation found it hurts retrieval.
+PROFILE_FIELDS = ("function", "tags", "when_to_use", "limitations", "example_usage")
+DEFAULT_PROFILE_FIELDS = ("function", "tags", "when_to_use", "limitations")
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A tool an agent can call.
+
+    `id` is unique within a catalog. `name` is what the agent calls; when the same name exists in two
+    namespaces the parsers qualify the id as `namespace.name`. `parameters` and `returns` are JSON
+    schemas (or None). `method`/`path` are set for HTTP operations. `profile` holds an LLM-written
+    expansion (see `toolscout.expand`). `usage` holds example user requests known to need the tool
+    (training queries or logs); views can append them. `raw` is the object the tool was parsed from.
+    """
+
+    id: str
+    name: str
+    description: str = ""
+    parameters: Mapping[str, Any] | None = None
+    returns: Mapping[str, Any] | None = None
+    namespace: str | None = None
+    tags: tuple[str, ...] = ()
+    category: str | None = None
+    method: str | None = None
+    path: str | None = None
+    examples: tuple[str, ...] = ()
+    limitations: str | None = None
+    profile: Mapping[str, Any] | None = None
+    usage: tuple[str, ...] = ()
+    raw: Any = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.id, str) or not self.id:
+            raise ValueError(f"tool id must be a non-empty string, got {self.id!r}")
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"tool {self.id!r}: name must be a non-empty string, got {self.name!r}")
+        # Accept lists from callers; store tuples so the record stays immutable.
+        for name in ("tags", "examples", "usage"):
+            value = getattr(self, name)
+            if not isinstance(value, tuple):
+                object.__setattr__(self, name, tuple(value or ()))
+
+    def with_changes(self, **changes: Any) -> "Tool":
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict; `from_dict(to_dict(t)) == t`."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, tuple):
+                value = list(value)
+            if value is None or value == [] or (f.name == "description" and value == ""):
+                continue
+            out[f.name] = value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Tool":
+        known = {f.name for f in fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"unknown Tool field(s) {sorted(unknown)}; known: {sorted(known)}")
+        return cls(**data)
+
+    @property
+    def qualified_name(self) -> str:
+        return f"{self.namespace}.{self.name}" if self.namespace else self.name
+
+    def input_schema(self) -> dict[str, Any]:
+        """The parameters as a JSON schema an agent can be handed (an empty object schema if none)."""
+        if self.parameters:
+            return dict(self.parameters)
+        return {"type": "object", "properties": {}}
+
+
+# --------------------------------------------------------------------------------------------- views
+
+_CAMEL_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+_NAME_SEPARATORS = re.compile(r"[_\-./:\s]+")
+
+
+def split_identifier(name: str) -> str:
+    """`getWeatherForecast` / `get_weather.forecast` / `v1/get-weather` → words separated by spaces."""
+    parts = _NAME_SEPARATORS.split(name)
+    words = []
+    for part in parts:
+        words.extend(w for w in _CAMEL_BOUNDARY.split(part) if w)
+    return " ".join(words)
+
+
+@dataclass(frozen=True)
+class TextView:
+    """Which parts of a tool go into the text that retrievers index.
+
+    One view is used for both BM25 and dense retrieval so the two see the same document. The default
+    is name + description + parameter names and descriptions, plus the retrieval-relevant profile
+    fields when a tool has been expanded.
+    """
+
+    name: bool = True
+    description: bool = True
+    parameters: bool = True
+    tags: bool = True
+    category: bool = False
+    profile_fields: tuple[str, ...] = DEFAULT_PROFILE_FIELDS
+    usage: int = 0  # append up to this many known usage queries (document-side Tool2Vec)
+    max_chars: int = 4000
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data["profile_fields"] = list(self.profile_fields)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> "TextView":
+        if not data:
+            return cls()
+        data = dict(data)
+        if "profile_fields" in data:
+            data["profile_fields"] = tuple(data["profile_fields"])
+        return cls(**data)
+
+
+def _parameter_lines(schema: Mapping[str, Any] | None) -> list[str]:
+    if not isinstance(schema, Mapping):
+        return []
+    props = schema.get("properties")
+    if not isinstance(props, Mapping):
+        return []
+    lines = []
+    for pname, spec in props.items():
+        desc = spec.get("description", "") if isinstance(spec, Mapping) else ""
+        words = split_identifier(str(pname))
+        lines.append(f"{words}: {desc}".strip().rstrip(":") if desc else words)
+    return lines
+
+
+def tool_text(tool: Tool, view: TextView | None = None) -> str:
+    """The text a retriever indexes for `tool` under `view`."""
+    view = view or TextView()
+    parts: list[str] = []
+    if view.name:
+        split = split_identifier(tool.name)
+        parts.append(split if split == tool.name else f"{tool.name} ({split})")
+    if view.description and tool.description:
+        parts.append(tool.description)
+    if view.category and tool.category:
+        parts.append(f"Category: {tool.category}")
+    if view.tags and tool.tags:
+        parts.append("Tags: " + ", ".join(tool.tags))
+    if view.parameters:
+        params = _parameter_lines(tool.parameters)
+        if params:
+            parts.append("Parameters: " + "; ".join(params))
+    if tool.profile:
+        parts.extend(_profile_parts(tool.profile, view.profile_fields))
+    if view.usage and tool.usage:
+        parts.append("Example requests: " + " | ".join(tool.usage[: view.usage]))
+    return "\n".join(parts)[: view.max_chars]
+
+
+def _profile_parts(profile: Mapping[str, Any], wanted: Sequence[str]) -> list[str]:
+    out = []
+    for key in wanted:
+        value = profile.get(key)
+        if not value:
+            continue
+        if isinstance(value, (list, tuple)):
+            value = ", ".join(str(v) for v in value)
+        out.append(f"{key.replace('_', ' ').capitalize()}: {value}")
+    return out
+
+
+def content_hash(text: str) -> str:
+    """A short stable hash of an indexed text: equal hashes mean the stored vector is still valid."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:24]
+
+
+def tool_fingerprint(tool: Tool) -> str:
+    """A hash of everything about a tool except `raw`: detects any change to the record."""
+    data = tool.to_dict()
+    data.pop("raw", None)
+    return content_hash(json.dumps(data, sort_keys=True, default=str))
+
+
+def unique_ids(tools: Iterable[Tool]) -> None:
+    """Raise if two tools share an id."""
+    seen: dict[str, Tool] = {}
+    for tool in tools:
+        if tool.id in seen:
+            raise ValueError(f"duplicate tool id {tool.id!r}")
+        seen[tool.id] = tool
