@@ -1,0 +1,230 @@
+"""Command line: `toolscout index | search | eval | demo` (DESIGN §6; scripts depend on these flags).
+
+Environment variables are read here, once, and passed down as arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from .errors import ToolScoutError
+
+EXAMPLE_TASKS = (
+    "I need to see a doctor next week, can you book me an appointment?",
+    "What's on my schedule for tomorrow?",
+    "Remind me to buy milk at 6pm",
+)
+
+
+def _add_retriever_options(p: argparse.ArgumentParser, default: str = "dense") -> None:
+    p.add_argument("--retriever", default=default,
+                   help="first-stage retriever name (bm25, dense, ...); default %(default)s")
+    p.add_argument("--model", default=None, help="encoder name or path for dense retrievers (default all-MiniLM-L6-v2)")
+    p.add_argument("--store", default="numpy",
+                   help="vector store for dense retrievers: numpy (exact) or faiss:FACTORY, e.g. faiss:HNSW32")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="toolscout", description="Pick the right tools for an LLM agent.")
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("index", help="index one or more tool catalogs into a pipeline directory")
+    p.add_argument("catalogs", nargs="+", metavar="CATALOG",
+                   help="catalog files: OpenAI/Anthropic tools, MCP tools/list, OpenAPI, Python module, benchmark JSONL")
+    p.add_argument("--out", required=True, help="pipeline directory to write (replaced atomically)")
+    p.add_argument("--format", default=None, help="catalog format, when detection is not wanted")
+    p.add_argument("--namespace", default=None, help="namespace for the tools of a single catalog")
+    p.add_argument("--lenient", action="store_true", help="skip and report malformed tools instead of failing")
+    _add_retriever_options(p)
+
+    p = sub.add_parser("search", help="search a pipeline directory with a task")
+    p.add_argument("dir", metavar="DIR")
+    p.add_argument("query", metavar="TASK", nargs="+", help="the task in plain language (several: one search each)")
+    p.add_argument("-k", type=int, default=5, help="number of tools to return (default %(default)s)")
+    p.add_argument("--namespace", action="append", default=None, help="only tools in this namespace (repeatable)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    p = sub.add_parser("eval", help="evaluate retrievers on benchmark folders")
+    p.add_argument("sets", nargs="+", metavar="SET_DIR", help="benchmark folders (tools.jsonl + queries.jsonl)")
+    p.add_argument("--retriever", action="append", default=None,
+                   help="retriever to evaluate; repeat to compare several (default dense)")
+    p.add_argument("--model", default=None, help="encoder name or path for dense retrievers")
+    p.add_argument("--store", default="numpy", help="vector store for dense retrievers")
+    p.add_argument("--rerank", default=None, metavar="DIR", help="a trained reranker directory for the second stage")
+    p.add_argument("-k", type=int, default=10, help="cut-off for the metrics (default %(default)s)")
+    p.add_argument("--pooled", action="store_true", help="search the union of all sets' tools")
+    p.add_argument("--split", default="test", help="query split to evaluate (default %(default)s)")
+    p.add_argument("--max-queries", type=int, default=None, help="evaluate at most N queries per set")
+    p.add_argument("--per-category", action="store_true", help="also print metrics per tool category")
+    p.add_argument("--json", default=None, metavar="FILE", help="write metrics and latency as JSON")
+    p.add_argument("--plot", default=None, metavar="FILE.png", help="bar chart comparing the systems")
+    p.add_argument("--bootstrap", type=int, default=10000, metavar="N",
+                   help="paired-bootstrap resamples when comparing systems (default %(default)s)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+
+    p = sub.add_parser("demo", help="index the bundled sample catalog and answer example tasks")
+    p.add_argument("--out", default="toolscout-demo-index", help="where to write the demo index")
+    p.add_argument("--retriever", default="dense")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.version:
+        from . import __version__
+
+        print(__version__)
+        return 0
+    if not args.command:
+        parser.print_help()
+        return 2
+    handler = {"index": cmd_index, "search": cmd_search, "eval": cmd_eval, "demo": cmd_demo}[args.command]
+    try:
+        return handler(args) or 0
+    except (ToolScoutError, ValueError, KeyError, FileNotFoundError, OSError) as exc:
+        message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+        print(f"toolscout {args.command}: error: {message}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"toolscout {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+def _retriever_options(args: argparse.Namespace, name: str) -> dict[str, Any]:
+    if name == "dense":
+        return {"model": args.model, "store": args.store}
+    return {}
+
+
+# ----------------------------------------------------------------------------------- commands
+def cmd_index(args: argparse.Namespace) -> int:
+    from .ingest import LoadReport, load_tools
+    from .pipeline import ToolScout
+
+    if args.namespace and len(args.catalogs) > 1:
+        raise ValueError("--namespace applies to a single catalog; index catalogs one namespace at a time")
+    tools = []
+    for catalog in args.catalogs:
+        report = LoadReport()
+        loaded = load_tools(catalog, format=args.format, lenient=args.lenient, namespace=args.namespace, report=report)
+        for position, message in report.skipped:
+            print(f"warning: {catalog}: skipped {position}: {message}", file=sys.stderr)
+        print(f"{catalog}: {len(loaded)} tools ({report.format})", file=sys.stderr)
+        tools.extend(loaded)
+    tools = _qualify_across_catalogs(tools)
+    start = time.perf_counter()
+    scout = ToolScout.from_tools(tools, retriever=args.retriever, **_retriever_options(args, args.retriever))
+    scout.save(args.out)
+    took = time.perf_counter() - start
+    print(f"indexed {len(scout)} tools with {args.retriever} in {took:.1f}s → {args.out}", file=sys.stderr)
+    return 0
+
+
+def _qualify_across_catalogs(tools: list) -> list:
+    """Two catalogs may each hold a tool with the same id: fail clearly rather than drop one."""
+    seen: dict[str, Any] = {}
+    for tool in tools:
+        if tool.id in seen:
+            raise ValueError(f"tool id {tool.id!r} appears in two catalogs; give each catalog its own --namespace "
+                             "(index them in separate runs) or rename one")
+        seen[tool.id] = tool
+    return tools
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    from .pipeline import ToolScout
+
+    scout = ToolScout.load(args.dir)
+    query_hits = scout.search(list(args.query), k=args.k, namespaces=args.namespace)
+    if args.json:
+        out = [{"query": q, "hits": [h.to_dict() for h in hits]} for q, hits in zip(args.query, query_hits)]
+        print(json.dumps(out[0] if len(out) == 1 else out, indent=2, ensure_ascii=False))
+        return 0
+    for query, hits in zip(args.query, query_hits):
+        _print_hits(query, hits)
+    return 0
+
+
+def _print_hits(query: str, hits: list) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"[bold]{query}[/bold]", title_justify="left")
+    for col in ("#", "score", "tool", "namespace", "description"):
+        table.add_column(col, overflow="fold")
+    for hit in hits:
+        tool = hit.tool
+        name = f"{tool.name}\n[dim]{tool.method} {tool.path}[/dim]" if tool.method else tool.name
+        desc = tool.description if len(tool.description) <= 100 else tool.description[:97] + "..."
+        table.add_row(str(hit.rank), f"{hit.score:.3f}", name, tool.namespace or "", desc)
+    if not hits:
+        table.add_row("", "", "(no matching tool)", "", "")
+    Console().print(table)
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from .benchmark import load_benchmark
+    from .eval import evaluate, format_table, paired_bootstrap, plot_reports
+    from .pipeline import ToolScout
+
+    if args.rerank:
+        raise ValueError("--rerank: no reranker is available in this version of toolscout yet")
+    sets = [load_benchmark(s) for s in args.sets]
+    names = args.retriever or ["dense"]
+    shared: dict[str, Any] = {}
+    if any(n == "dense" for n in names):  # load the encoder once, reuse it for every set
+        from .encoders import Encoder
+
+        shared["encoder"] = Encoder.load(args.model)
+    reports = []
+    for name in names:
+        options = {"encoder": shared["encoder"], "store": args.store} if name == "dense" else {}
+
+        def factory(tools, name=name, options=options):
+            return ToolScout.from_tools(tools, retriever=name, **options)
+
+        reports.append(evaluate(sets, factory, k=args.k, split=args.split, pooled=args.pooled, name=name,
+                                progress=not args.quiet, max_queries=args.max_queries))
+    print(format_table(reports, per_category=args.per_category))
+    comparisons = []
+    for other in reports[1:]:
+        result = paired_bootstrap(reports[0], other, metric=f"ndcg@{args.k}", n_resamples=args.bootstrap)
+        comparisons.append({"a": reports[0].name, "b": other.name, **result.to_dict()})
+        print(f"{other.name} vs {reports[0].name}: {result}")
+    if args.json:
+        data = reports[0].to_json() if len(reports) == 1 else {
+            "systems": {r.name: r.to_json() for r in reports}, "comparisons": comparisons}
+        Path(args.json).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    if args.plot:
+        plot_reports(reports, args.plot, metric=f"ndcg@{args.k}")
+        print(f"plot written to {args.plot}", file=sys.stderr)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .ingest import load_tools
+    from .pipeline import ToolScout
+
+    catalog = Path(__file__).parent / "data" / "catalogs" / "apibank_sample"
+    tools = load_tools(catalog)
+    print(f"Indexing {len(tools)} tools from the bundled sample catalog ({catalog.name}) with {args.retriever}...")
+    scout = ToolScout.from_tools(tools, retriever=args.retriever)
+    scout.save(args.out)
+    for task in EXAMPLE_TASKS:
+        _print_hits(task, scout.search(task, k=3))
+    print(f"\nSaved the index to {args.out}. Search it again with:\n"
+          f"  toolscout search {args.out} \"cancel my doctor's appointment\" -k 5")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

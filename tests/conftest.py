@@ -1,0 +1,61 @@
+import os
+from pathlib import Path
+
+import pytest
+
+# Nothing in the tests may reach a model hub: the default encoder comes from the installed package.
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    if not (SHARED_DATA / "README.md").exists():
+        pytest.skip(f"needs the shared benchmark data at {SHARED_DATA} (not present in this checkout)")
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def encoder():
+    from toolscout.encoders import Encoder
+
+    return Encoder.load(None)
+
+
+@pytest.fixture
+def tools():
+    from toolscout.tool import Tool
+
+    def obj(**props):
+        return {"type": "object", "properties": {k: {"type": "string", "description": v} for k, v in props.items()}}
+
+    return [
+        Tool("weather.get_forecast", "get_forecast", "Get the weather forecast for a city for the next days.",
+             obj(city="Name of the city", days="How many days ahead"), namespace="weather"),
+        Tool("weather.get_current", "getCurrentWeather", "Current temperature, wind and rain at a location.",
+             obj(location="City or coordinates"), namespace="weather"),
+        Tool("flights.search", "search_flights", "Search flights between two airports on a date.",
+             obj(origin="Departure airport code", destination="Arrival airport code", date="Travel date"),
+             namespace="travel"),
+        Tool("flights.book", "book_flight", "Book a seat on a flight found by search_flights.",
+             obj(flight_id="Flight identifier", passenger="Passenger full name"), namespace="travel"),
+        Tool("hotels.book", "book-hotel-room", "Reserve a hotel room in a city for given nights.",
+             obj(city="City", check_in="Arrival date", nights="Number of nights"), namespace="travel"),
+        Tool("mail.send", "send_email", "Send an email message to one or more recipients.",
+             obj(to="Recipient addresses", subject="Subject line", body="Message text"), namespace="mail"),
+        Tool("mail.search", "search_inbox", "Find emails in the inbox matching a text query.",
+             obj(query="Words to look for"), namespace="mail"),
+        Tool("calendar.create", "create_event", "Create a calendar event with a title, start time and attendees.",
+             obj(title="Event title", start="Start time", attendees="People to invite"), namespace="calendar"),
+        Tool("calendar.list", "list_events", "List the calendar events between two dates.",
+             obj(start="From date", end="To date"), namespace="calendar"),
+        Tool("math.convert_currency", "convert_currency", "Convert an amount of money from one currency to another.",
+             obj(amount="Amount", source="From currency code", target="To currency code"), namespace="finance"),
+        Tool("stocks.quote", "get_stock_quote", "Latest share price of a company by its ticker symbol.",
+             obj(ticker="Stock ticker symbol"), namespace="finance"),
+        Tool("files.read", "read_file", "Read the contents of a text file from disk.",
+             obj(path="File path"), namespace="files"),
+    ]

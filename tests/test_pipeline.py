@@ -1,0 +1,147 @@
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from toolscout import ToolScout
+from toolscout.artifacts import ArtifactError, read_config, write_artifact
+from toolscout.tool import Tool
+
+QUERIES = ["book a flight to Paris", "weather tomorrow in Oslo", "email my boss", "stock price of ACME"]
+
+
+def snapshot(scout, k=5):
+    return [[(h.tool.id, h.score) for h in hits] for hits in scout.search(QUERIES, k=k)]
+
+
+@pytest.mark.parametrize("retriever", ["bm25", "dense"])
+def test_saved_pipeline_loads_in_a_new_process_with_identical_results(tools, tmp_path, retriever):
+    scout = ToolScout.from_tools(tools, retriever=retriever)
+    scout.save(tmp_path / "idx")
+    script = textwrap.dedent(f"""
+        import json, sys
+        from toolscout import ToolScout
+        scout = ToolScout.load(sys.argv[1])
+        out = [[(h.tool.id, h.score) for h in hits] for hits in scout.search({QUERIES!r}, k=5)]
+        print(json.dumps(out))
+    """)
+    proc = subprocess.run([sys.executable, "-c", script, str(tmp_path / "idx")], capture_output=True, text=True,
+                          check=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    other = [[(tid, score) for tid, score in row] for row in json.loads(proc.stdout.strip().splitlines()[-1])]
+    assert other == snapshot(scout)  # same ids, same order, bit-identical scores
+    loaded = ToolScout.load(tmp_path / "idx")
+    assert loaded.tools == scout.tools
+
+
+def test_hits_carry_tools_and_respect_namespaces(tools):
+    scout = ToolScout.from_tools(tools, retriever="bm25")
+    hits = scout.search("book a flight", k=2)
+    assert [h.rank for h in hits] == [1, 2] and hits[0].tool.id == "flights.book"
+    assert hits[0].score >= hits[1].score
+    assert all(h.tool.namespace == "mail" for h in scout.search("book a flight send", k=5, namespaces=["mail"]))
+    d = hits[0].to_dict()
+    assert d["id"] == "flights.book" and d["namespace"] == "travel" and "method" not in d
+
+
+def test_add_update_remove(tools):
+    scout = ToolScout.from_tools(tools[:10], retriever="bm25")
+    scout.add([tools[10], tools[0].with_changes(description="Play music from a playlist")])
+    assert len(scout) == 11
+    assert scout.get("weather.get_forecast").description.startswith("Play music")
+    assert scout.search("play some music", k=1)[0].tool.id == "weather.get_forecast"
+    scout.remove(["weather.get_forecast"])
+    assert "weather.get_forecast" not in scout
+    with pytest.raises(KeyError, match="unknown tool id"):
+        scout.remove(["nope"])
+    with pytest.raises(ValueError, match="duplicate tool id"):
+        scout.add([tools[1], tools[1]])
+    with pytest.raises(ValueError, match="non-empty"):
+        scout.search("   ")
+
+
+def test_artifact_write_is_atomic_and_checks_kind(tmp_path):
+    root = tmp_path / "a"
+    with write_artifact(root, {"kind": "x", "format_version": 1}) as folder:
+        (folder / "data.txt").write_text("one")
+    with pytest.raises(RuntimeError):
+        with write_artifact(root, {"kind": "x", "format_version": 1}) as folder:
+            (folder / "data.txt").write_text("half")
+            raise RuntimeError("crash while writing")
+    folder, config = read_config(root, kind="x")
+    assert (folder / "data.txt").read_text() == "one" and config["kind"] == "x"
+    assert sorted(p.name for p in root.iterdir()) == ["CURRENT", folder.name]
+    with pytest.raises(ArtifactError, match="expected 'y'"):
+        read_config(root, kind="y")
+    with pytest.raises(ArtifactError, match="format_version 2"):
+        with write_artifact(root, {"kind": "x", "format_version": 2}):
+            pass
+        read_config(root, kind="x")
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "precious.txt").write_text("keep me")
+    with pytest.raises(ArtifactError, match="refusing"):
+        with write_artifact(tmp_path / "other", {"kind": "x", "format_version": 1}):
+            pass
+    assert (tmp_path / "other" / "precious.txt").read_text() == "keep me"
+
+
+KILL_SCRIPT = textwrap.dedent("""
+    import sys, time
+    from toolscout import ToolScout, Tool
+    from toolscout.retrievers.bm25 import BM25Retriever
+    scout = ToolScout.load(sys.argv[1])
+    scout.add([Tool(f"new{i}", f"new_tool_{i}", "brand new tool about flights") for i in range(50)])
+    original = BM25Retriever.save
+    def slow_save(self, folder):
+        original(self, folder)
+        print("HALFWAY", flush=True)
+        time.sleep(60)
+    BM25Retriever.save = slow_save
+    scout.save(sys.argv[1])
+""")
+
+
+def test_killing_the_process_mid_save_leaves_the_previous_index_loadable(tools, tmp_path):
+    root = tmp_path / "idx"
+    scout = ToolScout.from_tools(tools, retriever="bm25")
+    scout.save(root)
+    before = snapshot(scout)
+    proc = subprocess.Popen([sys.executable, "-c", KILL_SCRIPT, str(root)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "HALFWAY"  # the new version is half written
+        assert len([p for p in root.iterdir() if p.name.startswith("v")]) == 2
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    loaded = ToolScout.load(root)
+    assert len(loaded) == len(tools) and snapshot(loaded) == before
+    loaded.add([Tool("later", "later_tool", "added after the crash")])
+    loaded.save(root)  # the next save succeeds and sweeps the half-written version away
+    assert len(ToolScout.load(root)) == len(tools) + 1
+    assert len([p for p in root.iterdir() if p.name.startswith("v")]) == 1
+
+
+def test_kill_at_random_moments_always_leaves_a_whole_index(tools, tmp_path):
+    root = tmp_path / "idx"
+    ToolScout.from_tools(tools, retriever="bm25").save(root)
+    script = textwrap.dedent("""
+        import sys
+        from toolscout import ToolScout, Tool
+        scout = ToolScout.load(sys.argv[1])
+        for round in range(1000):
+            scout.add([Tool(f"r{round}", f"round_{round}", "x")])
+            scout.save(sys.argv[1])
+    """)
+    for delay in (0.3, 0.6, 0.9, 1.2, 1.5):
+        proc = subprocess.Popen([sys.executable, "-c", script, str(root)])
+        time.sleep(delay)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        loaded = ToolScout.load(root)  # never a half-written index
+        assert len(loaded) >= len(tools)
+        assert len(loaded.retriever) == len(loaded)

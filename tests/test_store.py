@@ -1,0 +1,100 @@
+import numpy as np
+import pytest
+
+from toolscout.results import Filter, top_k_rows
+from toolscout.store.local import FaissStore, NumpyStore, load_store, make_store
+
+
+def unit(rng, n, d):
+    v = rng.normal(size=(n, d)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def brute_force(matrix, ids, queries, k, allowed=None):
+    scores = queries @ matrix.T
+    out = []
+    for row in scores:
+        order = sorted(range(len(ids)), key=lambda i: (-row[i], i))
+        out.append([ids[i] for i in order if allowed is None or ids[i] in allowed][:k])
+    return out
+
+
+def test_top_k_rows_orders_and_breaks_ties_by_index():
+    scores = np.array([[0.1, 0.9, 0.5, 0.9, 0.0]])
+    assert top_k_rows(scores, 3).tolist() == [[1, 3, 2]]
+    assert top_k_rows(scores, 10).tolist() == [[1, 3, 2, 0, 4]]
+
+
+def test_numpy_store_matches_brute_force_with_upsert_delete_and_filters():
+    rng = np.random.default_rng(0)
+    vecs = unit(rng, 300, 16)
+    ids = [f"t{i}" for i in range(300)]
+    namespaces = ["a" if i % 3 == 0 else "b" for i in range(300)]
+    store = NumpyStore(16)
+    store.upsert(ids, vecs, namespaces)
+    queries = unit(rng, 5, 16)
+    assert store.search(queries, 10).as_lists() == brute_force(vecs, ids, queries, 10)
+
+    # replace 10 vectors, delete 20 tools
+    vecs[:10] = unit(rng, 10, 16)
+    store.upsert(ids[:10], vecs[:10], namespaces[:10])
+    store.delete(ids[100:120] + ["not-there"])
+    keep = [i for i in range(300) if not 100 <= i < 120]
+    expected = brute_force(vecs[keep], [ids[i] for i in keep], queries, 10)
+    assert store.search(queries, 10).as_lists() == expected
+    assert len(store) == 280
+
+    # filters: namespace, id allow-list, exclusions
+    allowed_a = {ids[i] for i in keep if namespaces[i] == "a"}
+    got = store.search(queries, 10, Filter.make(namespaces=["a"])).as_lists()
+    assert got == brute_force(vecs, ids, queries, 10, allowed_a)
+    few = {"t1", "t2", "t250"}
+    assert [set(r) for r in store.search(queries, 10, Filter.make(ids=few)).as_lists()] == [few] * 5
+    got = store.search(queries, 5, Filter.make(exclude_ids=["t1"])).as_lists()
+    assert all("t1" not in row for row in got)
+
+
+def test_numpy_store_round_trips(tmp_path):
+    rng = np.random.default_rng(1)
+    store = NumpyStore(8)
+    store.upsert(["x", "y", "z"], unit(rng, 3, 8), ["n1", None, "n2"])
+    config = store.save(tmp_path)
+    again = load_store(tmp_path, config)
+    q = unit(rng, 2, 8)
+    a, b = store.search(q, 3), again.search(q, 3)
+    assert a.as_lists() == b.as_lists()
+    assert np.array_equal(np.concatenate(a.scores), np.concatenate(b.scores))
+    assert again.search(q, 3, Filter.make(namespaces=[""])).as_lists() == [["y"], ["y"]]
+
+
+def test_faiss_hnsw_recall_and_updates(tmp_path):
+    pytest.importorskip("faiss")
+    rng = np.random.default_rng(2)
+    vecs = unit(rng, 2000, 32)
+    ids = [f"t{i}" for i in range(2000)]
+    exact, hnsw = NumpyStore(32), make_store("faiss:HNSW32", 32)
+    assert isinstance(hnsw, FaissStore)
+    for store in (exact, hnsw):
+        store.upsert(ids, vecs, ["ns"] * 2000)
+    queries = unit(rng, 50, 32)
+    truth, approx = exact.search(queries, 10).as_lists(), hnsw.search(queries, 10).as_lists()
+    recall = np.mean([len(set(a) & set(t)) / 10 for a, t in zip(approx, truth)])
+    assert recall >= 0.95
+    # deletes and replacements must never surface removed ids
+    hnsw.delete(ids[:1000])
+    exact.delete(ids[:1000])
+    assert not set(sum(hnsw.search(queries, 10).as_lists(), [])) & set(ids[:1000])
+    # a selective filter runs exactly and matches numpy
+    flt = {"t1500", "t1501", "t1999"}
+    assert hnsw.search(queries, 3, Filter.make(ids=flt)).as_lists() == exact.search(queries, 3, Filter.make(ids=flt)).as_lists()
+    config = hnsw.save(tmp_path)
+    again = load_store(tmp_path, config)
+    assert again.search(queries, 10).as_lists() == hnsw.search(queries, 10).as_lists()
+
+
+def test_store_rejects_bad_shapes():
+    store = NumpyStore(4)
+    with pytest.raises(ValueError, match=r"\(n, 4\)"):
+        store.upsert(["a"], np.zeros((1, 5), dtype=np.float32))
+    with pytest.raises(ValueError, match="duplicate"):
+        store.upsert(["a", "a"], np.zeros((2, 4), dtype=np.float32))
