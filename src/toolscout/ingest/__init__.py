@@ -1,0 +1,113 @@
+"""Tool catalogs in any common format → `list[Tool]`.
+
+    from toolscout.ingest import load_tools, LoadReport
+    tools = load_tools("petstore.yaml")                      # format detected
+    tools = load_tools("tools.json", format="anthropic")     # or named
+    report = LoadReport()
+    tools = load_tools("mcp_tools.json", lenient=True, report=report)   # bad tools skipped, listed in report
+    tools = load_tools([get_weather, send_email])            # Python callables
+
+Sources for `load_tools`: a file path (JSON, YAML, JSONL, .py), a benchmark folder holding
+`tools.jsonl`, a `"package.module:attr"` string naming Python callables, or an object already in
+memory (dict / list / callables, handed to `parse_tools`). Several catalogs: call it once per file;
+tools of different files with equal ids are the caller's to namespace.
+
+Format detection (when `format` is None), first rule that applies:
+  1. a folder or a `.jsonl` file → "jsonl" (benchmark rows); a `.py` file or `module:attr` → "python".
+  2. other files are read as JSON (`.json`, or text starting with `{`/`[`) or YAML (`.yaml`/`.yml`,
+     anything else), then the object decides:
+     - a mapping with `openapi` or `swagger` → "openapi";
+     - a mapping with `jsonrpc`, `servers`, `mcpServers`, or `result.tools` → "mcp";
+     - a mapping with a `functions` list → "openai" (legacy functions);
+     - otherwise the tool objects (the `tools` list, the list itself, or the one object) vote:
+       `function` object, `type: "function"` or an OpenAI built-in type (web_search, ...) → openai;
+       `inputSchema`, `outputSchema`, `annotations`, or a server entry with `tools` → mcp;
+       `input_schema` or a dated server-tool type (web_search_20250305) → anthropic;
+       `id` + `name` + (`doc` or `category`) → jsonl; `parameters`, or only name/description → openai;
+       a callable → python. Objects that give no sign do not vote.
+     Exactly one format must get votes; none, or two (a mixed list), fails with a message that lists
+     the formats and the `format=` argument / `--format` flag.
+
+Errors: malformed input raises `toolscout.errors.CatalogError` naming the file, the position (an index
+path such as `tools[3].function.parameters` or `paths./pets.get`, `line N` for JSONL, line and column
+for JSON/YAML syntax) and the field. `lenient=True` skips a bad tool, records `(position, message)` in
+`LoadReport.skipped` and goes on; a file that cannot be parsed at all still raises. Tools that a format
+defines but that cannot be retrieved (Anthropic server tools, OpenAI built-ins) are always skipped and
+reported.
+
+Ids: `namespace.name` when the tool has a namespace (an MCP server, an OpenAPI spec's title, the
+caller's `namespace=`), else the name; benchmark rows keep their own ids. The same name in two
+namespaces gives two tools; the same id twice in one source is an error naming both positions (in
+lenient mode the later one is skipped and reported).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+from ..errors import CatalogError
+from ..tool import Tool
+from . import anthropic, jsonl, mcp, openai, openapi, python
+from .common import Context, Entry, LoadReport, finish
+from .detect import FORMATS, detect_format, format_of_path, read_structured
+
+__all__ = ["load_tools", "parse_tools", "LoadReport", "FORMATS"]
+
+_PARSERS: dict[str, Callable[[Any, Context], list[Entry]]] = {
+    "openai": openai.parse, "anthropic": anthropic.parse, "mcp": mcp.parse, "openapi": openapi.parse,
+    "python": python.parse, "jsonl": jsonl.parse,
+}
+
+
+def _check_format(format: str | None) -> None:
+    if format is not None and format not in FORMATS:
+        raise CatalogError(f"unknown catalog format {format!r}; known: {', '.join(FORMATS)} (CLI: --format NAME)")
+
+
+def parse_tools(obj: Any, format: str | None = None, lenient: bool = False, source: str = "<object>",
+                namespace: str | None = None, report: LoadReport | None = None) -> list[Tool]:
+    """Tools from an object already in memory: parsed JSON/YAML, or a list of Python callables."""
+    _check_format(format)
+    report = report if report is not None else LoadReport()
+    ctx = Context(source=source, lenient=lenient, report=report, namespace=namespace)
+    fmt = format or detect_format(obj, source)
+    tools = finish(ctx, _PARSERS[fmt](obj, ctx))
+    report.format, report.source = fmt, source
+    return tools
+
+
+def load_tools(source: str | os.PathLike | list | dict | Callable, format: str | None = None,
+               lenient: bool = False, namespace: str | None = None,
+               report: LoadReport | None = None) -> list[Tool]:
+    """Tools from a catalog file, a benchmark folder, `module:attr`, or an object (see the module doc)."""
+    _check_format(format)
+    report = report if report is not None else LoadReport()
+    if not isinstance(source, (str, os.PathLike)):
+        return parse_tools(source, format, lenient, "<object>", namespace, report)
+    name = os.fspath(source)
+    path = Path(name)
+    if not path.exists():
+        if format in (None, "python") and (python.MODULE_ATTR.match(name) or format == "python"):
+            try:
+                callables = python.import_callables(name)
+            except CatalogError as exc:  # it may have been meant as a file name
+                raise CatalogError(f"{exc}; nor is there a file or folder of that name") from None
+            return parse_tools(callables, "python", lenient, name, namespace, report)
+        raise CatalogError(f"{name}: no such file or folder (a catalog is a JSON/YAML/JSONL/.py file, "
+                           "a benchmark folder, or 'package.module:attr')")
+    fmt = format or format_of_path(path)
+    if fmt == "python":
+        return parse_tools(python.load_file(path, name), "python", lenient, name, namespace, report)
+    if fmt == "jsonl" and (path.is_dir() or path.suffix.lower() not in (".json", ".yaml", ".yml")):
+        file = jsonl.tools_file(path, name)
+        shown = name if file == path else os.path.join(name, file.name)
+        ctx = Context(source=shown, lenient=lenient, report=report, namespace=namespace)
+        tools = finish(ctx, jsonl.parse_file(file, ctx))
+        report.format, report.source = "jsonl", shown
+        return tools
+    if path.is_dir():
+        raise CatalogError(f"{name}: is a folder; give a catalog file, or a benchmark folder with tools.jsonl")
+    obj = read_structured(path, name)
+    return parse_tools(obj, fmt, lenient, name, namespace, report)

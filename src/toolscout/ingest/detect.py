@@ -1,0 +1,152 @@
+"""Which format a catalog is in, and reading JSON/YAML files with syntax errors people can act on.
+
+The rules are listed in the package docstring (`toolscout.ingest`); keep the two in step.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from ..errors import CatalogError
+from .common import at, catalog_error, type_name
+
+FORMATS = ("openai", "anthropic", "mcp", "openapi", "python", "jsonl")
+FORMAT_HINT = f"pass format= one of {', '.join(FORMATS)} (CLI: --format NAME)"
+
+# Anthropic server tools carry a dated type, e.g. web_search_20250305, bash_20250124.
+ANTHROPIC_SERVER_TYPE = re.compile(r"^[a-z][a-z0-9_]*_\d{8}$")
+# Built-in tools of the OpenAI Responses API: no parameters of their own.
+OPENAI_BUILTIN_TYPES = frozenset({"web_search", "web_search_preview", "file_search", "code_interpreter",
+                                  "computer_use_preview", "image_generation", "local_shell", "mcp"})
+
+
+def format_of_path(path: Path) -> str | None:
+    """The format a path's kind alone decides (folder, .jsonl, .py); None means 'read it and look'."""
+    if path.is_dir():
+        return "jsonl"
+    return {".jsonl": "jsonl", ".py": "python"}.get(path.suffix.lower())
+
+
+def format_of_item(item: Any) -> str | None:
+    """The format one tool object (or MCP server entry) looks like; None when it gives no sign."""
+    if callable(item) and not isinstance(item, Mapping):
+        return "python"
+    if not isinstance(item, Mapping):
+        return None
+    kind = item.get("type")
+    if isinstance(item.get("function"), Mapping):
+        return "openai"
+    if "inputSchema" in item or "outputSchema" in item or "annotations" in item:
+        return "mcp"
+    if "tools" in item and any(k in item for k in ("server", "name", "serverInfo")):
+        return "mcp"  # one server's entry in a multi-server file
+    if "input_schema" in item:
+        return "anthropic"
+    if kind == "function" or kind in OPENAI_BUILTIN_TYPES:
+        return "openai"
+    if isinstance(kind, str) and ANTHROPIC_SERVER_TYPE.match(kind):
+        return "anthropic"
+    if "id" in item and "name" in item and ("doc" in item or "category" in item):
+        return "jsonl"  # a benchmark tools.jsonl row
+    if "parameters" in item or ("name" in item and set(item) <= {"name", "description", "strict"}):
+        return "openai"  # OpenAI function objects; parameters are optional there, unlike Anthropic and MCP
+    return None
+
+
+def detect_format(obj: Any, source: str = "<object>") -> str:
+    """The format of an already-parsed catalog object; raises CatalogError listing the formats."""
+    if isinstance(obj, Mapping):
+        if "openapi" in obj or "swagger" in obj:
+            return "openapi"
+        if "jsonrpc" in obj or "mcpServers" in obj or "servers" in obj:
+            return "mcp"
+        if isinstance(obj.get("functions"), list):
+            return "openai"
+        if isinstance(obj.get("result"), Mapping) and "tools" in obj["result"]:
+            return "mcp"
+        if "tools" in obj:
+            if not isinstance(obj["tools"], list):
+                raise catalog_error(source, "tools", f"expected a list of tools, got {type_name(obj['tools'])}")
+            items, prefix = obj["tools"], "tools"
+        else:
+            items, prefix = [obj], ""
+    elif isinstance(obj, (list, tuple)) or callable(obj):
+        items, prefix = (list(obj) if not callable(obj) else [obj]), ""
+    else:
+        raise catalog_error(source, "", f"expected a tool catalog (an object or a list), got {type_name(obj)}")
+    if not items:
+        raise catalog_error(source, prefix, "the catalog holds no tools, so its format cannot be told",
+                            FORMAT_HINT)
+    first_seen: dict[str, str] = {}
+    for i, item in enumerate(items):
+        fmt = format_of_item(item)
+        if fmt:
+            first_seen.setdefault(fmt, at(prefix, i) if prefix else f"[{i}]")
+    if len(first_seen) == 1:
+        return next(iter(first_seen))
+    if not first_seen:
+        raise catalog_error(source, "", "cannot tell which tool format this is: no tool object looks like "
+                            "OpenAI, Anthropic, MCP, OpenAPI, Python callables or benchmark JSONL rows", FORMAT_HINT)
+    mixed = ", ".join(f"{fmt} ({where})" for fmt, where in first_seen.items())
+    raise catalog_error(source, "", f"the tools look like different formats: {mixed}", FORMAT_HINT)
+
+
+# ------------------------------------------------------------------------------------ reading files
+
+class _JsonCompatibleLoader(yaml.SafeLoader):
+    """safe_load, except that dates stay strings: a schema's `default: 2024-01-01` must stay JSON."""
+
+
+_JsonCompatibleLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
+def _parse_json(text: str, source: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CatalogError(f"{source}: line {exc.lineno}, column {exc.colno}: invalid JSON ({exc.msg}); "
+                           "fix the syntax there") from None
+
+
+def _parse_yaml(text: str, source: str) -> Any:
+    try:
+        return yaml.load(text, Loader=_JsonCompatibleLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = " ".join(p for p in (exc.context, exc.problem) if p)
+        opened = exc.context_mark
+        if opened is not None and mark is not None and opened.line != mark.line:  # where the open construct began
+            problem += f", opened at line {opened.line + 1}, column {opened.column + 1}"
+        raise CatalogError(f"{source}: {where}invalid YAML ({problem}); fix the syntax there") from None
+    except yaml.YAMLError as exc:
+        raise CatalogError(f"{source}: invalid YAML ({exc})") from None
+
+
+def read_structured(path: Path, source: str | None = None) -> Any:
+    """A .json/.yaml/.yml file (or one without those suffixes: JSON first, then YAML) as Python objects."""
+    source = source or str(path)
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise CatalogError(f"{source}: not UTF-8 text (byte {exc.start}); save the catalog as UTF-8") from None
+    suffix = path.suffix.lower()
+    if suffix == ".json":
+        return _parse_json(text, source)
+    if suffix in (".yaml", ".yml"):
+        obj = _parse_yaml(text, source)
+    elif text.lstrip()[:1] in ("{", "["):
+        obj = _parse_json(text, source)
+    else:
+        obj = _parse_yaml(text, source)
+    if not isinstance(obj, (Mapping, list)):
+        raise CatalogError(f"{source}: expected a JSON or YAML object or list of tools, got {type_name(obj)}")
+    return obj

@@ -1,0 +1,209 @@
+"""OpenAPI 3.x and Swagger 2.0 specs: one tool per operation.
+
+- name: `operationId`, else `METHOD /path` (e.g. `GET /pets/{petId}`); `method` (upper case) and `path` kept.
+- description: summary + description; tags: the operation's tags (plus `deprecated` when it is).
+- parameters: one JSON object schema. Path, query, header and cookie parameters (path-level ones
+  included, operation-level ones overriding) become properties; path parameters and `required: true`
+  ones are required. The request body (JSON first, then form media types) is merged in when it is a
+  plain object whose property names do not clash with a parameter; otherwise it becomes one `body`
+  property. Local `$ref`s are inlined (see `schema.py`); `xml` and `x-*` keywords are dropped.
+- returns: the JSON schema of the lowest 2xx response that has one.
+- namespace: the caller's, else `info.title` slugified ('Swagger Petstore' → 'swagger-petstore').
+- raw: {"method", "path", "operation" (as written), "parameter_locations" (property → path|query|
+  header|cookie|body|formData)}: what an HTTP caller needs to place each argument.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping
+
+from ..errors import CatalogError
+from ..tool import Tool
+from .common import Context, Entry, at, collect, join_summary, make_tool, read_text, require_mapping, slugify
+from .schema import Budget, RefResolver, is_plain_object, object_schema
+
+HTTP_METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
+_SWAGGER2_SCHEMA_KEYS = ("type", "format", "items", "enum", "default", "minimum", "maximum", "exclusiveMinimum",
+                         "exclusiveMaximum", "minLength", "maxLength", "pattern", "minItems", "maxItems",
+                         "uniqueItems", "multipleOf")
+
+
+def parse(spec: Any, ctx: Context) -> list[Entry]:
+    spec = require_mapping(ctx, spec, "", "an OpenAPI document (an object)")
+    version = str(spec.get("openapi") or spec.get("swagger") or "")
+    if not re.match(r"^(3\.|2\.0)", version):
+        raise ctx.error("openapi" if "openapi" in spec else "swagger",
+                        f"unsupported OpenAPI version {version!r}", "OpenAPI 3.x and Swagger 2.0 are supported")
+    paths = spec.get("paths") or {}
+    paths = require_mapping(ctx, paths, "paths", "an object of paths")
+    info = spec.get("info") if isinstance(spec.get("info"), Mapping) else {}
+    title = info.get("title") if isinstance(info.get("title"), str) else ""
+    namespace = ctx.namespace or slugify(title) or None
+    resolver = RefResolver(spec, ctx)
+    parser = _OperationParser(ctx, resolver, namespace, swagger2=version.startswith("2"))
+    return collect(ctx, _operations(ctx, resolver, paths), parser.parse)
+
+
+def _operations(ctx: Context, resolver: RefResolver, paths: Mapping[str, Any]):
+    for path, item in paths.items():
+        where = at("paths", str(path))
+        item, _ = resolver.deref(item, where)
+        if not isinstance(item, Mapping):
+            raise ctx.error(where, f"a path item must be an object, got {type(item).__name__}")
+        shared = item.get("parameters") or []
+        for method, op in item.items():  # document order
+            if str(method).lower() in HTTP_METHODS:
+                yield at(where, str(method)), (str(path), str(method).lower(), op, shared, where)
+
+
+class _OperationParser:
+    def __init__(self, ctx: Context, resolver: RefResolver, namespace: str | None, swagger2: bool):
+        self.ctx, self.resolver, self.namespace, self.swagger2 = ctx, resolver, namespace, swagger2
+
+    def parse(self, position: str, work: tuple) -> Tool:
+        try:
+            return self._parse(position, *work)
+        except CatalogError as exc:  # a problem found inside components: say which operation needed it
+            if position in str(exc):
+                raise
+            raise CatalogError(f"{exc} (needed by {position})") from None
+
+    def _parse(self, position: str, path: str, method: str, op: Any, shared: Any, path_at: str) -> Tool:
+        op = require_mapping(self.ctx, op, position, "an operation object")
+        op_id = op.get("operationId")
+        if op_id is not None and (not isinstance(op_id, str) or not op_id.strip()):
+            raise self.ctx.error(at(position, "operationId"), "field 'operationId' must be a non-empty string")
+        name = op_id.strip() if op_id else f"{method.upper()} {path}"
+        budget = Budget()
+        properties, required, locations = self._parameters(position, op, shared, path_at, budget)
+        self._merge_body(position, op, properties, required, locations, budget)
+        tags = [t for t in op.get("tags") or [] if isinstance(t, str)]
+        if op.get("deprecated") is True:
+            tags.append("deprecated")
+        summary = read_text(self.ctx, op, position, "summary")
+        description = read_text(self.ctx, op, position, "description")
+        raw = {"method": method.upper(), "path": path, "operation": op, "parameter_locations": locations}
+        return make_tool(self.namespace, name, description=join_summary(summary, description),
+                         parameters=object_schema(properties, required), returns=self._returns(position, op),
+                         tags=tuple(dict.fromkeys(tags)), method=method.upper(), path=path, raw=raw)
+
+    # ------------------------------------------------------------------------------- parameters
+    def _parameters(self, position: str, op: Mapping, shared: Any, path_at: str, budget: Budget):
+        chosen: dict[tuple[str, str], tuple[Mapping, str]] = {}
+        for owner_at, params in ((path_at, shared), (position, op.get("parameters") or [])):
+            if not isinstance(params, list):
+                raise self.ctx.error(at(owner_at, "parameters"), "field 'parameters' must be a list")
+            for i, param in enumerate(params):
+                where = at(at(owner_at, "parameters"), i)
+                param, where = self.resolver.deref(param, where)
+                param = require_mapping(self.ctx, param, where, "a parameter object")
+                name, location = param.get("name"), param.get("in")
+                if not isinstance(name, str) or not name or not isinstance(location, str):
+                    raise self.ctx.error(where, "a parameter needs string fields 'name' and 'in'")
+                chosen[(name, location)] = (param, where)  # operation-level overrides path-level
+        properties: dict[str, Any] = {}
+        required: list[str] = []
+        locations: dict[str, str] = {}
+        for (name, location), (param, where) in chosen.items():
+            if location == "body":  # Swagger 2.0 body parameter: handled with the request body
+                continue
+            key = name if name not in properties else f"{location}_{name}"
+            schema = self.resolver.resolve(self._parameter_schema(param), at(where, "schema"), budget)
+            if isinstance(param.get("description"), str) and param["description"].strip():
+                schema = {**schema, "description": param["description"].strip()}
+            properties[key] = schema
+            locations[key] = location
+            if location == "path" or param.get("required") is True:
+                required.append(key)
+        return properties, required, locations
+
+    def _parameter_schema(self, param: Mapping) -> dict[str, Any]:
+        if self.swagger2:
+            schema = {k: param[k] for k in _SWAGGER2_SCHEMA_KEYS if k in param}
+            if schema.get("type") == "file":
+                schema = {"type": "string", "format": "binary"}
+            return schema
+        if isinstance(param.get("schema"), Mapping):
+            return dict(param["schema"])
+        media = _json_media(param.get("content"))
+        return dict(media) if media is not None else {}
+
+    # ------------------------------------------------------------------------------- request body
+    def _merge_body(self, position: str, op: Mapping, properties: dict, required: list, locations: dict,
+                    budget: Budget) -> None:
+        body_at = at(position, "requestBody")
+        if self.swagger2:
+            body = next((p for p in op.get("parameters") or []
+                         if isinstance(p, Mapping) and p.get("in") == "body"), None)
+            if body is None:
+                return
+            body, _ = self.resolver.deref(body, body_at)
+            schema_at, raw_schema = at(body_at, "schema"), body.get("schema")
+        else:
+            if op.get("requestBody") is None:
+                return
+            body, body_at = self.resolver.deref(op["requestBody"], body_at)
+            body = require_mapping(self.ctx, body, body_at, "a request body object")
+            media_type, raw_schema = _body_media(body.get("content"))
+            schema_at = at(at(at(body_at, "content"), media_type or "?"), "schema")
+        if raw_schema is None:
+            return
+        schema = self.resolver.resolve(raw_schema, schema_at, budget)
+        body_required = body.get("required") is True
+        if is_plain_object(schema) and not set(schema["properties"]) & set(properties):
+            for key, prop in schema["properties"].items():
+                properties[key] = prop
+                locations[key] = "body"
+            if body_required:
+                required.extend(k for k in schema.get("required") or [] if k in schema["properties"])
+            return
+        description = body.get("description")
+        if isinstance(description, str) and description.strip() and isinstance(schema, dict) \
+                and "description" not in schema:
+            schema = {**schema, "description": description.strip()}
+        key = "body" if "body" not in properties else "request_body"
+        properties[key] = schema
+        locations[key] = "body"
+        if body_required:
+            required.append(key)
+
+    # ------------------------------------------------------------------------------- responses
+    def _returns(self, position: str, op: Mapping) -> dict[str, Any] | None:
+        responses = op.get("responses")
+        if not isinstance(responses, Mapping):
+            return None
+        codes = {str(code): response for code, response in responses.items()}
+        for code in sorted(c for c in codes if re.fullmatch(r"2\d\d", c)) + [c for c in codes if c.upper() == "2XX"]:
+            where = at(at(position, "responses"), code)
+            response, where = self.resolver.deref(codes[code], where)
+            if not isinstance(response, Mapping):
+                continue
+            schema = response.get("schema") if self.swagger2 else _json_media(response.get("content"))
+            if schema is not None:
+                return self.resolver.resolve(schema, where)
+        return None
+
+
+def _json_media(content: Any) -> Any:
+    """The schema of the JSON media type in a `content` map (application/json, then any +json)."""
+    if not isinstance(content, Mapping):
+        return None
+    ordered = sorted(content, key=lambda m: (m != "application/json", "json" not in str(m)))
+    for media_type in ordered:
+        if "json" in str(media_type) and isinstance(content[media_type], Mapping):
+            return content[media_type].get("schema")
+    return None
+
+
+def _body_media(content: Any) -> tuple[str | None, Any]:
+    """(media type, schema) of a request body: JSON first, then forms, then whatever comes first."""
+    if not isinstance(content, Mapping) or not content:
+        return None, None
+    preference = lambda m: (m != "application/json", "json" not in m,  # noqa: E731
+                            m not in ("application/x-www-form-urlencoded", "multipart/form-data"))
+    for media_type in sorted((str(m) for m in content), key=preference):
+        media = content.get(media_type)
+        if isinstance(media, Mapping) and media.get("schema") is not None:
+            return media_type, media["schema"]
+    return None, None

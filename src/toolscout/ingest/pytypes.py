@@ -1,0 +1,149 @@
+"""Python type hints → JSON schema, for tools made from callables.
+
+str→string, int→integer, float→number, bool→boolean, None→null; list/set/tuple/Sequence[X]→array of X;
+dict/Mapping[str, X]→object (additionalProperties X); Optional[X] / X | None→X's schema with "null"
+added to its type (or `anyOf` with null); other unions→anyOf; Literal[...] and Enum subclasses→enum
+(with the type when all values share one); Annotated[X, "text" | Field(description=...)]→X plus that
+description; datetime/date/time/UUID→string with a format; pydantic models→their own JSON schema;
+dataclasses and TypedDicts→object schemas. Anything else (Any, no hint, unknown classes) → {} (any value).
+"""
+
+from __future__ import annotations
+
+import collections.abc as cabc
+import dataclasses
+import datetime
+import decimal
+import enum
+import inspect
+import json
+import pathlib
+import types
+import typing
+import uuid
+from typing import Any
+
+_SIMPLE = {str: {"type": "string"}, bool: {"type": "boolean"}, int: {"type": "integer"}, float: {"type": "number"},
+           type(None): {"type": "null"}, bytes: {"type": "string"}, decimal.Decimal: {"type": "number"},
+           pathlib.Path: {"type": "string"}, datetime.datetime: {"type": "string", "format": "date-time"},
+           datetime.date: {"type": "string", "format": "date"}, datetime.time: {"type": "string", "format": "time"},
+           uuid.UUID: {"type": "string", "format": "uuid"}, list: {"type": "array"}, tuple: {"type": "array"},
+           set: {"type": "array"}, frozenset: {"type": "array"}, dict: {"type": "object"}}
+_ARRAYS = (list, set, frozenset, tuple, cabc.Sequence, cabc.MutableSequence, cabc.Set, cabc.MutableSet,
+           cabc.Iterable, cabc.Collection)
+_MAPS = (dict, cabc.Mapping, cabc.MutableMapping)
+_JSON_TYPES = {str: "string", bool: "boolean", int: "integer", float: "number"}
+
+
+def type_schema(tp: Any, _seen: frozenset = frozenset()) -> dict[str, Any]:
+    if tp is Any or tp is inspect.Parameter.empty or isinstance(tp, (str, typing.ForwardRef)):
+        return {}  # no hint, or one that could not be resolved: any value
+    if tp is None:
+        return {"type": "null"}
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is typing.Annotated:
+        return _annotated(args, _seen)
+    if origin is typing.Union or origin is types.UnionType:
+        return _union(args, _seen)
+    if origin is typing.Literal:
+        return _enum(list(args))
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return _enum([member.value for member in tp])
+    if origin in _ARRAYS:
+        return _array(origin, args, _seen)
+    if origin in _MAPS:
+        schema: dict[str, Any] = {"type": "object"}
+        if len(args) == 2 and args[1] is not Any:
+            schema["additionalProperties"] = type_schema(args[1], _seen)
+        return schema
+    if tp in _SIMPLE:
+        return dict(_SIMPLE[tp])
+    if isinstance(tp, type):
+        return _class_schema(tp, _seen)
+    return {}
+
+
+def _annotated(args: tuple, seen: frozenset) -> dict[str, Any]:
+    schema = type_schema(args[0], seen)
+    for meta in args[1:]:
+        text = meta if isinstance(meta, str) else getattr(meta, "description", None)
+        if isinstance(text, str) and text.strip():
+            schema = {**schema, "description": text.strip()}
+    return schema
+
+
+def _union(args: tuple, seen: frozenset) -> dict[str, Any]:
+    nullable = type(None) in args
+    options = [type_schema(a, seen) for a in args if a is not type(None)]
+    if len(options) == 1:
+        schema = options[0]
+        if not nullable:
+            return schema
+        if isinstance(schema.get("type"), str):
+            return {**schema, "type": [schema["type"], "null"]}
+        if not schema:
+            return {}
+        return {"anyOf": [schema, {"type": "null"}]}
+    return {"anyOf": options + ([{"type": "null"}] if nullable else [])}
+
+
+def _enum(values: list) -> dict[str, Any]:
+    values = [v.value if isinstance(v, enum.Enum) else v for v in values]
+    kinds = {_JSON_TYPES.get(type(v)) for v in values}
+    schema: dict[str, Any] = {"enum": values}
+    if len(kinds) == 1 and None not in kinds:
+        schema = {"type": kinds.pop(), **schema}
+    return schema
+
+
+def _array(origin: Any, args: tuple, seen: frozenset) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "array"}
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        args = args[:1]
+    if len(args) == 1 and args[0] is not Any:
+        schema["items"] = type_schema(args[0], seen)
+    elif origin is tuple and args and args != ((),):  # fixed-length tuple[X, Y]
+        schema["prefixItems"] = [type_schema(a, seen) for a in args]
+        schema["minItems"] = schema["maxItems"] = len(args)
+    if origin in (set, frozenset, cabc.Set, cabc.MutableSet):
+        schema["uniqueItems"] = True
+    return schema
+
+
+def _class_schema(cls: type, seen: frozenset) -> dict[str, Any]:
+    if hasattr(cls, "model_json_schema"):  # pydantic v2 model
+        return dict(cls.model_json_schema())
+    if cls in seen:  # a recursive structure: stop here
+        return {"type": "object", "title": cls.__name__}
+    seen = seen | {cls}
+    if dataclasses.is_dataclass(cls):
+        hints = typing.get_type_hints(cls, include_extras=True)
+        props = {f.name: type_schema(hints.get(f.name, Any), seen) for f in dataclasses.fields(cls)}
+        required = [f.name for f in dataclasses.fields(cls)
+                    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+        return _object(cls.__name__, props, required)
+    if typing.is_typeddict(cls):
+        hints = typing.get_type_hints(cls, include_extras=True)
+        props = {name: type_schema(tp, seen) for name, tp in hints.items()}
+        return _object(cls.__name__, props, sorted(getattr(cls, "__required_keys__", props)))
+    return {}
+
+
+def _object(title: str, props: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "object", "title": title, "properties": props}
+    if required:
+        schema["required"] = list(required)
+    return schema
+
+
+def jsonable_default(value: Any) -> tuple[bool, Any]:
+    """(True, JSON value) for a default an agent can be told about; (False, None) otherwise."""
+    if isinstance(value, enum.Enum):
+        value = value.value
+    if isinstance(value, (tuple, set, frozenset)):
+        value = list(value)
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return False, None
+    return True, value

@@ -1,0 +1,167 @@
+"""Malformed catalogs: CatalogError names file, position and field; lenient mode skips exactly the bad tool."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from toolscout.errors import CatalogError
+from toolscout.ingest import LoadReport, load_tools, parse_tools
+
+FIXTURES = Path(__file__).parent / "fixtures" / "ingest"
+
+
+def error_of(name: str, **kwargs) -> str:
+    with pytest.raises(CatalogError) as info:
+        load_tools(FIXTURES / name, **kwargs)
+    return str(info.value)
+
+
+def test_json_syntax_error_has_line_and_column():
+    message = error_of("bad_syntax.json")
+    assert "bad_syntax.json: line 3, column 38: invalid JSON" in message
+
+
+def test_yaml_syntax_error_has_line_and_column():
+    message = error_of("bad_syntax.yaml")
+    assert "bad_syntax.yaml: line 7, column 1: invalid YAML" in message
+    assert "opened at line 6, column 10" in message
+
+
+def test_syntax_errors_raise_even_in_lenient_mode():
+    for name in ("bad_syntax.json", "bad_syntax.yaml"):
+        with pytest.raises(CatalogError, match="invalid (JSON|YAML)"):
+            load_tools(FIXTURES / name, lenient=True)
+
+
+def test_missing_name_names_file_position_and_field():
+    message = error_of("missing_name.json")
+    assert message.startswith(f"{FIXTURES / 'missing_name.json'}: tools[1].function: field 'name' is missing")
+
+
+def test_parameters_not_an_object():
+    message = error_of("params_not_object.json")
+    assert message.endswith("params_not_object.json: [1].input_schema: field 'input_schema' must be a JSON schema "
+                            "object, got array")
+
+
+def test_parameters_of_another_type_than_object():
+    with pytest.raises(CatalogError, match=r"t.json: tools\[0\].function.parameters: field 'parameters' must "
+                                           r"describe an object \(type 'object'\), got type 'string'"):
+        parse_tools({"tools": [{"type": "function", "function": {"name": "a", "parameters": {"type": "string"}}}]},
+                    source="t.json")
+
+
+def test_openapi_broken_ref():
+    message = error_of("broken_ref.yaml")
+    assert "broken_ref.yaml: paths./pets.post.requestBody.content.application/json.schema.$ref: " in message
+    assert "broken $ref '#/components/schemas/Missing'" in message
+
+
+def test_jsonl_bad_line_names_the_line():
+    message = error_of("bad_line.jsonl")
+    assert message == f"{FIXTURES / 'bad_line.jsonl'}:3: invalid JSON (Expecting ',' delimiter at column 58)"
+
+
+def test_undetectable_format_lists_formats_and_flag():
+    message = error_of("undetectable.json")
+    assert "undetectable.json: cannot tell which tool format this is" in message
+    assert "openai, anthropic, mcp, openapi, python, jsonl" in message and "--format" in message
+
+
+def test_mixed_formats_are_not_guessed():
+    with pytest.raises(CatalogError, match=r"look like different formats: mcp \(\[0\]\), anthropic \(\[1\]\)"):
+        parse_tools([{"name": "a", "inputSchema": {}}, {"name": "b", "input_schema": {}}])
+
+
+def test_unknown_format_name():
+    with pytest.raises(CatalogError, match=r"unknown catalog format 'yaml'; known: openai, anthropic, mcp, "
+                                           r"openapi, python, jsonl \(CLI: --format NAME\)"):
+        load_tools(FIXTURES / "openai_chat.json", format="yaml")
+
+
+def test_missing_file():
+    with pytest.raises(CatalogError, match="nope.json: no such file or folder"):
+        load_tools("nope.json")
+
+
+def test_folder_without_tools_jsonl(tmp_path):
+    with pytest.raises(CatalogError, match="a folder must hold a benchmark tools.jsonl"):
+        load_tools(tmp_path)
+
+
+# ------------------------------------------------------------------------------------ lenient mode
+
+def test_lenient_skips_exactly_the_bad_tool():
+    report = LoadReport()
+    tools = load_tools(FIXTURES / "missing_name.json", lenient=True, report=report)
+    assert [t.id for t in tools] == ["ok_tool", "another_ok_tool"]
+    assert report.loaded == 2
+    [(position, message)] = report.skipped
+    assert position == "tools[1]" and "field 'name' is missing" in message
+
+
+def test_lenient_jsonl_skips_bad_lines_and_goes_on():
+    report = LoadReport()
+    tools = load_tools(FIXTURES / "bad_line.jsonl", lenient=True, report=report)
+    assert [t.id for t in tools] == ["a", "b", "e"]
+    assert [position for position, _ in report.skipped] == ["line 3", "line 4"]
+    assert "bad_line.jsonl:4: field 'parameters' must be an object or null, got list" in report.skipped[1][1]
+
+
+def test_lenient_openapi_skips_the_operation_with_the_broken_ref():
+    report = LoadReport()
+    tools = load_tools(FIXTURES / "broken_ref.yaml", lenient=True, report=report)
+    assert [t.id for t in tools] == ["broken-refs.listPets"]
+    assert [position for position, _ in report.skipped] == ["paths./pets.post"]
+
+
+def test_lenient_anthropic_bad_schema():
+    report = LoadReport()
+    tools = load_tools(FIXTURES / "params_not_object.json", lenient=True, report=report)
+    assert [t.id for t in tools] == ["fine"] and report.skipped[0][0] == "[1]"
+
+
+def test_structure_errors_still_raise_in_lenient_mode():
+    with pytest.raises(CatalogError, match=r"x.json: tools: expected a list of tools, got string"):
+        parse_tools({"tools": "oops"}, lenient=True, source="x.json")
+
+
+# ------------------------------------------------------------------------------------ ids
+
+def test_true_duplicate_names_both_positions():
+    message = error_of("duplicate_ids.json")
+    assert "duplicate_ids.json: tools[2]: duplicate tool id 'search', already defined at tools[0]" in message
+
+
+def test_lenient_duplicate_keeps_the_first():
+    report = LoadReport()
+    tools = load_tools(FIXTURES / "duplicate_ids.json", lenient=True, report=report)
+    assert [(t.id, t.description) for t in tools] == [("search", "first"), ("fetch", "other")]
+    assert report.skipped[0][0] == "tools[2]"
+
+
+def test_duplicate_operation_ids_in_openapi():
+    spec = {"openapi": "3.0.0", "info": {"title": "Dup"}, "paths": {
+        "/a": {"get": {"operationId": "op", "responses": {}}},
+        "/b": {"get": {"operationId": "op", "responses": {}}}}}
+    with pytest.raises(CatalogError, match=r"paths\./b\.get: duplicate tool id 'dup.op', already defined at "
+                                           r"paths\./a\.get"):
+        parse_tools(spec)
+
+
+def test_same_name_in_two_namespaces_is_never_dropped():
+    servers = {"servers": {"a": [{"name": "run", "inputSchema": {}}], "b": [{"name": "run", "inputSchema": {}}]}}
+    assert [t.id for t in parse_tools(servers)] == ["a.run", "b.run"]
+
+
+def test_jsonrpc_error_response():
+    with pytest.raises(CatalogError, match=r"r.json: error: the JSON-RPC response is an error: Method not found"):
+        parse_tools({"jsonrpc": "2.0", "id": 1, "error": {"code": -32601, "message": "Method not found"}},
+                    source="r.json")
+
+
+def test_mcp_server_entry_without_a_name():
+    with pytest.raises(CatalogError, match=r"\[1\]: a server entry needs a 'server' or 'name' string"):
+        parse_tools([{"server": "a", "tools": []}, {"tools": [{"name": "x", "inputSchema": {}}]}], format="mcp")

@@ -1,0 +1,155 @@
+"""OpenAPI 3.x / Swagger 2.0: one tool per operation, merged parameter schemas, refs, cycles."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from toolscout.errors import CatalogError
+from toolscout.ingest import LoadReport, load_tools, parse_tools
+from toolscout.ingest import schema as schema_helpers
+
+FIXTURES = Path(__file__).parent / "fixtures" / "ingest"
+
+NEW_PET_PROPS = {"name": {"type": "string", "description": "The pet's name"},
+                 "species": {"type": "string", "enum": ["cat", "dog"]}}  # x-internal and xml dropped
+
+
+@pytest.fixture(scope="module")
+def pets():
+    return {t.name: t for t in load_tools(FIXTURES / "openapi_pets.yaml")}
+
+
+def test_one_tool_per_operation_with_method_path_and_namespace(pets):
+    assert list(pets) == ["listPets", "POST /owners/{ownerId}/pets", "getFamily"]
+    post = pets["POST /owners/{ownerId}/pets"]
+    assert (post.id, post.namespace, post.method, post.path) == (
+        "pet-clinic-api.POST /owners/{ownerId}/pets", "pet-clinic-api", "POST", "/owners/{ownerId}/pets")
+    assert post.description == "Add a pet" and post.tags == ("pets",)
+
+
+def test_path_param_query_param_and_reffed_body_merge_into_one_schema(pets):
+    post = pets["POST /owners/{ownerId}/pets"]
+    assert post.parameters == {
+        "type": "object",
+        "properties": {
+            "ownerId": {"type": "integer", "description": "The owner's id"},  # path-level parameter
+            "dryRun": {"type": "boolean", "default": False},                  # query parameter
+            **NEW_PET_PROPS,                                                  # $ref'd JSON body, merged
+        },
+        "required": ["ownerId", "name"],  # path params always; body's required because the body is
+    }
+    assert post.raw["parameter_locations"] == {"ownerId": "path", "dryRun": "query", "name": "body",
+                                               "species": "body"}
+    # 201 response (an unquoted YAML int key) → returns, with the allOf refs inlined
+    assert post.returns == {"allOf": [{"type": "object", "required": ["name"], "properties": NEW_PET_PROPS},
+                                      {"type": "object", "properties": {"id": {"type": "integer"}}}]}
+
+
+def test_reffed_parameter_summary_description_and_array_response(pets):
+    tool = pets["listPets"]
+    assert tool.description == "List an owner's pets. Pets are returned newest first."
+    assert tool.parameters == {
+        "type": "object",
+        "properties": {"ownerId": {"type": "integer", "description": "The owner's id"},
+                       "limit": {"type": "integer", "maximum": 100, "description": "How many pets to return"}},
+        "required": ["ownerId"]}
+    assert tool.returns["type"] == "array" and tool.returns["items"]["allOf"][0]["properties"] == NEW_PET_PROPS
+
+
+def test_recursive_schema_is_cut_with_a_placeholder(pets):
+    family = pets["getFamily"]
+    assert family.tags == ("deprecated",)
+    assert family.returns == {
+        "type": "object",
+        "properties": {"name": {"type": "string"},
+                       "children": {"type": "array", "items": {
+                           "type": "object", "title": "Node",
+                           "$comment": "recursive reference: #/components/schemas/Node"}}}}
+
+
+def test_caller_namespace_replaces_the_title():
+    tools = load_tools(FIXTURES / "openapi_pets.yaml", namespace="clinic")
+    assert tools[0].id == "clinic.listPets"
+
+
+def test_swagger2_body_parameter_and_definitions():
+    tools = load_tools(FIXTURES / "swagger2.json")
+    update, listing = tools
+    assert (update.id, update.method, update.path) == ("todo-api.updateTodo", "PUT", "/todos/{id}")
+    assert update.parameters == {"type": "object",
+                                 "properties": {"id": {"type": "integer"}, "title": {"type": "string"},
+                                                "done": {"type": "boolean"}},
+                                 "required": ["id", "title"]}
+    assert update.returns == {"type": "object", "required": ["title"],
+                              "properties": {"title": {"type": "string"}, "done": {"type": "boolean"}}}
+    assert listing.name == "GET /todos"
+    assert listing.parameters == {"type": "object",
+                                  "properties": {"tags": {"type": "array", "items": {"type": "string"}}}}
+
+
+def spec_with(op: dict, components: dict | None = None) -> dict:
+    return {"openapi": "3.0.0", "info": {"title": "T"}, "paths": {"/items/{id}": {"put": op}},
+            "components": components or {}}
+
+
+def test_body_that_clashes_with_a_parameter_is_nested_under_body():
+    op = {"operationId": "put", "parameters": [{"name": "id", "in": "path", "required": True,
+                                                "schema": {"type": "string"}}],
+          "requestBody": {"description": "The item", "content": {"application/json": {"schema": {
+              "type": "object", "properties": {"id": {"type": "string"}, "n": {"type": "integer"}}}}}}}
+    [tool] = parse_tools(spec_with(op))
+    assert tool.parameters == {"type": "object", "properties": {
+        "id": {"type": "string"},
+        "body": {"type": "object", "properties": {"id": {"type": "string"}, "n": {"type": "integer"}},
+                 "description": "The item"}}, "required": ["id"]}
+
+
+def test_non_json_body_becomes_a_body_property():
+    op = {"operationId": "upload", "requestBody": {"required": True, "content": {
+        "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}}
+    [tool] = parse_tools(spec_with(op))
+    assert tool.parameters == {"type": "object", "properties": {"body": {"type": "string", "format": "binary"}},
+                               "required": ["body"]}
+
+
+def test_size_budget_stops_exponential_inlining(monkeypatch):
+    monkeypatch.setattr(schema_helpers, "MAX_EXPANSIONS", 3)
+    components = {"schemas": {"A": {"type": "object", "properties": {"b1": {"$ref": "#/components/schemas/B"},
+                                                                     "b2": {"$ref": "#/components/schemas/B"}}},
+                              "B": {"type": "object", "properties": {"c": {"$ref": "#/components/schemas/C"}}},
+                              "C": {"type": "string"}}}
+    op = {"operationId": "get", "responses": {"200": {"description": "ok", "content": {
+        "application/json": {"schema": {"$ref": "#/components/schemas/A"}}}}}}
+    [tool] = parse_tools(spec_with(op, components))
+    # A, B (b1), C are inlined (3 expansions); b2's B is left as a placeholder
+    assert tool.returns["properties"]["b1"] == {"type": "object", "properties": {"c": {"type": "string"}}}
+    assert tool.returns["properties"]["b2"] == {
+        "type": "object", "title": "B", "$comment": "reference not expanded (size limit): #/components/schemas/B"}
+
+
+def test_external_ref_is_kept_with_a_warning():
+    op = {"operationId": "get", "responses": {"200": {"description": "ok", "content": {
+        "application/json": {"schema": {"$ref": "common.yaml#/Thing"}}}}}}
+    report = LoadReport()
+    [tool] = parse_tools(spec_with(op), report=report)
+    assert tool.returns == {"$ref": "common.yaml#/Thing"}
+    assert any("common.yaml#/Thing" in w for w in report.warnings)
+
+
+def test_broken_ref_deep_in_components_names_the_operation():
+    owner = {"$ref": "#/components/schemas/Nope"}
+    components = {"schemas": {"Pet": {"type": "object", "properties": {"owner": owner}}}}
+    op = {"operationId": "get", "responses": {"200": {"description": "ok", "content": {
+        "application/json": {"schema": {"$ref": "#/components/schemas/Pet"}}}}}}
+    with pytest.raises(CatalogError) as info:
+        parse_tools(spec_with(op, components), source="spec.json")
+    message = str(info.value)
+    assert message.startswith("spec.json: components.schemas.Pet.properties.owner.$ref: broken $ref")
+    assert "'#/components/schemas/Nope'" in message and "(needed by paths./items/{id}.put)" in message
+
+
+def test_unsupported_version_fails():
+    with pytest.raises(CatalogError, match=r"x.json: openapi: unsupported OpenAPI version '1.2'"):
+        parse_tools({"openapi": "1.2", "paths": {}}, source="x.json")
