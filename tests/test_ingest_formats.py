@@ -119,11 +119,11 @@ def test_mcp_jsonrpc_tools_list():
                     "required": ["location"]},
         returns={"type": "object", "properties": {"temperature": {"type": "number"}, "conditions": {"type": "string"}},
                  "required": ["temperature", "conditions"]},
-        tags=("read-only", "open-world"))
+        tags=("read-only", "open-world"), title="Weather Information Provider")
     assert weather.raw["title"] == "Weather Information Provider"
     assert weather.raw["annotations"]["readOnlyHint"] is True
     # no description: the title stands in; destructiveHint true → tag
-    assert (delete.description, delete.tags) == ("Delete a file", ("destructive",))
+    assert (delete.description, delete.tags, delete.title) == ("Delete a file", ("destructive",), "Delete a file")
 
 
 def test_mcp_name_collision_across_servers_gives_qualified_ids():

@@ -17,7 +17,7 @@ def test_split_identifier(name, words):
 
 def test_default_view_has_name_words_description_and_parameters(tools):
     text = tool_text(tools[0])
-    assert text == ("get_forecast (get forecast)\nGet the weather forecast for a city for the next days.\n"
+    assert text == ("get forecast\nGet the weather forecast for a city for the next days.\n"
                     "Parameters: city: Name of the city; days: How many days ahead")
 
 
@@ -49,3 +49,9 @@ def test_tool_rejects_bad_fields():
 
 def test_content_hash_changes_with_text():
     assert content_hash("a") == content_hash("a") != content_hash("b")
+
+
+def test_view_can_keep_the_raw_identifier_and_shows_titles():
+    tool = Tool("t", "get_weather", "d", title="Weather lookup")
+    assert tool_text(tool, TextView(raw_name=True, parameters=False)).startswith("Weather lookup (get_weather (get weather))")
+    assert tool_text(tool).startswith("Weather lookup (get weather)\nd")

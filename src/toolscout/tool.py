@@ -23,7 +23,7 @@ DEFAULT_PROFILE_FIELDS = ("function", "tags", "when_to_use", "limitations")
 class Tool:
     """A tool an agent can call.
 
-    `id` is unique within a catalog. `name` is what the agent calls; when the same name exists in two
+    `id` is unique within a catalog; `title` is an optional human-readable name (MCP). `name` is what the agent calls; when the same name exists in two
     namespaces the parsers qualify the id as `namespace.name`. `parameters` and `returns` are JSON
     schemas (or None). `method`/`path` are set for HTTP operations. `profile` holds an LLM-written
     expansion (see `toolscout.expand`). `usage` holds example user requests known to need the tool
@@ -38,6 +38,7 @@ class Tool:
     namespace: str | None = None
     tags: tuple[str, ...] = ()
     category: str | None = None
+    title: str | None = None
     method: str | None = None
     path: str | None = None
     examples: tuple[str, ...] = ()
@@ -116,6 +117,7 @@ class TextView:
     """
 
     name: bool = True
+    raw_name: bool = False  # also keep the identifier as written (`get_weather`), not only its words
     description: bool = True
     parameters: bool = True
     tags: bool = True
@@ -158,8 +160,12 @@ def tool_text(tool: Tool, view: TextView | None = None) -> str:
     view = view or TextView()
     parts: list[str] = []
     if view.name:
-        split = split_identifier(tool.name)
-        parts.append(split if split == tool.name else f"{tool.name} ({split})")
+        words = split_identifier(tool.name)
+        if view.raw_name and words != tool.name:
+            words = f"{tool.name} ({words})"
+        if tool.title and tool.title.lower() != words.lower():
+            words = f"{tool.title} ({words})"
+        parts.append(words)
     if view.description and tool.description:
         parts.append(tool.description)
     if view.category and tool.category:

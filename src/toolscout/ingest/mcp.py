@@ -108,6 +108,6 @@ def _tool(ctx: Context, position: str, item: Any, namespace: str | None) -> Tool
     fields["tags"] = tuple(dict.fromkeys(fields.get("tags", ()) + hint_tags))
     title = read_text(ctx, item, position, "title") or read_text(ctx, annotations, at(position, "annotations"), "title")
     return make_tool(namespace, read_name(ctx, item, position),
-                     description=read_description(ctx, item, position) or title,
+                     description=read_description(ctx, item, position) or title, title=title,
                      parameters=read_schema(ctx, item, position, _SCHEMA_KEYS, must_be_object=True),
                      raw=item, **fields)

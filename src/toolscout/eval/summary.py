@@ -1,0 +1,110 @@
+"""What an evaluation produces: per-set and whole-run reports, and their JSON form (DESIGN §6)."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .metrics import metric_keys
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-th percentile (0–100, linear interpolation); 0.0 for no values."""
+    return float(np.percentile(values, q)) if len(values) else 0.0
+
+
+@dataclass
+class SetReport:
+    """One benchmark set's results.
+
+    `metrics`: mean of each metric in points (0–100). `per_query`: each metric's 0–1 value per query,
+    in `query_ids` order (what the bootstrap resamples). `by_category`: the same means per category of
+    each query's first gold tool, plus its "queries" count. `rankings`: the top-k ids per query, kept
+    for error analysis. `build_s`: seconds to build this set's index (None when the index was shared,
+    in pooled mode).
+    """
+
+    name: str
+    n_queries: int
+    metrics: dict[str, float]
+    per_query: dict[str, np.ndarray]
+    query_ids: list[str]
+    by_category: dict[str, dict[str, float]]
+    latency_ms: list[float]
+    rankings: list[list[str]] = field(default_factory=list, repr=False)
+    build_s: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.metrics, "queries": self.n_queries}
+
+
+@dataclass
+class EvalReport:
+    """A whole evaluation run of one system: its sets, and the latency of every query in run order.
+
+    `build_s` is the total index-build time (all per-set indexes, or the one pooled index). `config`
+    records how the run was made; `warnings` lists what was skipped and why.
+    """
+
+    name: str
+    k: int
+    sets: dict[str, SetReport]
+    latency_ms: list[float]
+    build_s: float
+    config: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def metric_keys(self) -> tuple[str, ...]:
+        return metric_keys(self.k)
+
+    @property
+    def mean(self) -> dict[str, float]:
+        """Macro mean over sets of each metric (every set weighs the same, whatever its size)."""
+        if not self.sets:
+            return {}
+        return {key: float(np.mean([s.metrics[key] for s in self.sets.values()])) for key in self.metric_keys}
+
+    @property
+    def n_queries(self) -> int:
+        return sum(s.n_queries for s in self.sets.values())
+
+    @property
+    def p50_ms(self) -> float:
+        return percentile(self.latency_ms, 50)
+
+    @property
+    def p99_ms(self) -> float:
+        return percentile(self.latency_ms, 99)
+
+    @property
+    def throughput_qps(self) -> float:
+        """Queries per second answered one at a time (total queries over total query time)."""
+        total_s = sum(self.latency_ms) / 1000.0
+        return len(self.latency_ms) / total_s if total_s > 0 else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        """The `eval --json` document of DESIGN §6 (metrics in points), plus system, k, throughput, build time."""
+        return {
+            "sets": {name: s.to_json() for name, s in self.sets.items()},
+            "mean": self.mean,
+            "latency_ms": {"p50": self.p50_ms, "p99": self.p99_ms},
+            "system": self.name,
+            "k": self.k,
+            "throughput_qps": self.throughput_qps,
+            "build_s": self.build_s,
+        }
+
+    def save_json(self, path: str | os.PathLike) -> Path:
+        """Write `to_json()` to `path` atomically (write beside, then rename)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(self.to_json(), indent=2) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+        return path
