@@ -19,11 +19,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
+from .errors import ToolScoutError
+
 POINTER = "CURRENT"
 CONFIG = "config.json"
 
 
-class ArtifactError(Exception):
+class ArtifactError(ToolScoutError):
     """A saved artefact is missing, of the wrong kind, or of a format this version cannot read."""
 
 

@@ -12,7 +12,8 @@ more than in the macro mean of the report); `paired_bootstrap_per_set` tests eac
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
@@ -37,6 +38,9 @@ class BootstrapResult:
     p_value: float
     n_resamples: int
     seed: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
 
     def significant(self, alpha: float = 0.05) -> bool:
         """B beats A at level `alpha`."""

@@ -1,0 +1,94 @@
+import json
+from pathlib import Path
+
+import pytest
+
+from toolscout.cli import main
+
+CATALOGS = Path(__file__).resolve().parents[1] / "src" / "toolscout" / "data" / "catalogs"
+EVAL_SETS = Path(__file__).parent / "fixtures" / "eval"
+
+
+def run(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_index_openapi_and_mcp_then_search_json(capsys, tmp_path):
+    idx = tmp_path / "idx"
+    code, _, err = run(capsys, "index", CATALOGS / "petstore_openapi.yaml", CATALOGS / "mcp_reference_servers.json",
+                       "--out", idx, "--retriever", "bm25")
+    assert code == 0, err
+    assert "19 tools (openapi)" in err and "26 tools (mcp)" in err and "indexed 45 tools" in err
+
+    code, out, _ = run(capsys, "search", idx, "delete a pet by its id", "-k", "3", "--json")
+    hits = json.loads(out)["hits"]
+    assert hits[0]["name"] == "deletePet" and hits[0]["method"] == "DELETE" and hits[0]["path"] == "/pet/{petId}"
+    assert set(hits[0]) >= {"id", "name", "namespace", "score", "method", "path"}
+
+    code, out, _ = run(capsys, "search", idx, "read the contents of a file", "-k", "5", "--json",
+                       "--namespace", "filesystem")
+    hits = json.loads(out)["hits"]
+    assert hits and all(h["namespace"] == "filesystem" for h in hits) and "method" not in hits[0]
+    assert hits[0]["name"] in {"read_text_file", "read_file", "read_multiple_files"}
+
+    code, out, _ = run(capsys, "search", idx, "what time is it in Tokyo", "-k", "2")
+    assert code == 0 and "get_current_time" in out  # the human table
+
+
+def test_search_several_tasks_in_one_call(capsys, tmp_path):
+    run(capsys, "index", CATALOGS / "mcp_reference_servers.json", "--out", tmp_path / "i", "--retriever", "bm25")
+    code, out, _ = run(capsys, "search", tmp_path / "i", "fetch a web page", "create entities in memory", "--json")
+    data = json.loads(out)
+    assert [d["query"] for d in data] == ["fetch a web page", "create entities in memory"]
+    assert data[0]["hits"][0]["namespace"] == "fetch" and data[1]["hits"][0]["namespace"] == "memory"
+
+
+def test_errors_name_the_problem_and_exit_non_zero(capsys, tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"tools": [{"name": "x", "inputSchema": 5}]}')
+    code, _, err = run(capsys, "index", bad, "--out", tmp_path / "i", "--retriever", "bm25")
+    assert code == 1 and "bad.json" in err and "inputSchema" in err
+    assert not (tmp_path / "i").exists()
+    code, _, err = run(capsys, "search", tmp_path / "missing", "x")
+    assert code == 1 and "missing" in err
+    code, _, err = run(capsys, "index", CATALOGS / "petstore_openapi.yaml", "--out", tmp_path / "j", "--retriever", "nope")
+    assert code == 1 and "known: bm25, dense" in err
+
+
+def test_lenient_index_skips_and_reports_bad_tools(capsys, tmp_path):
+    bad = tmp_path / "mixed.json"
+    bad.write_text(json.dumps({"tools": [
+        {"name": "good", "description": "fine", "inputSchema": {"type": "object"}},
+        {"name": "bad", "inputSchema": 5}]}))
+    code, _, err = run(capsys, "index", bad, "--out", tmp_path / "i", "--retriever", "bm25", "--lenient")
+    assert code == 0 and "skipped" in err and "indexed 1 tools" in err
+
+
+def test_eval_writes_the_design_json_shape(capsys, tmp_path):
+    out_json, plot = tmp_path / "m.json", tmp_path / "p.png"
+    code, out, err = run(capsys, "eval", EVAL_SETS / "alpha", EVAL_SETS / "beta", "--retriever", "bm25",
+                         "--json", out_json, "--quiet", "-k", "5")
+    assert code == 0, err
+    data = json.loads(out_json.read_text())
+    assert set(data["sets"]) == {"alpha", "beta"}
+    assert set(data["sets"]["alpha"]) == {"ndcg@5", "recall@5", "completeness@5", "mrr@5", "queries"}
+    assert set(data["latency_ms"]) == {"p50", "p99"}
+    for key in ("ndcg@5", "recall@5", "completeness@5", "mrr@5"):
+        values = [data["sets"][s][key] for s in ("alpha", "beta")]
+        assert data["mean"][key] == pytest.approx(sum(values) / 2)
+        assert all(0 <= v <= 100 for v in values)
+
+    code, out, err = run(capsys, "eval", EVAL_SETS / "alpha", EVAL_SETS / "beta", "--retriever", "bm25",
+                         "--retriever", "dense", "--json", out_json, "--plot", plot, "--quiet", "--bootstrap", "500")
+    assert code == 0, err
+    data = json.loads(out_json.read_text())
+    assert set(data["systems"]) == {"bm25", "dense"} and data["comparisons"][0]["b"] == "dense"
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_demo_indexes_the_bundled_catalog(capsys, tmp_path):
+    code, out, _ = run(capsys, "demo", "--out", tmp_path / "demo", "--retriever", "bm25")
+    assert code == 0 and "AppointmentRegistration" in out and "AddReminder" in out
+    assert (tmp_path / "demo" / "CURRENT").exists()
