@@ -69,6 +69,26 @@ def build_parser() -> argparse.ArgumentParser:
                    help="paired-bootstrap resamples when comparing systems (default %(default)s)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 
+    p = sub.add_parser("train", help="train a retriever or reranker on benchmark folders' train splits")
+    p.add_argument("method", metavar="METHOD", help="what to train: tool2vec, mlc, toolclip, embed, ...")
+    p.add_argument("--data", nargs="+", required=True, metavar="SET_DIR", help="benchmark folders to train on")
+    p.add_argument("--out", required=True, help="model directory to write")
+    p.add_argument("--model", default=None, help="base encoder name or path (default all-MiniLM-L6-v2)")
+    p.add_argument("--epochs", type=int, default=None)
+    p.add_argument("--batch-size", type=int, default=None)
+    p.add_argument("--lr", type=float, default=None)
+    p.add_argument("--max-steps", type=int, default=None, help="stop after N optimiser steps")
+    p.add_argument("--eval-every", type=int, default=None, help="validate every N steps (default: each epoch)")
+    p.add_argument("--patience", type=int, default=None, help="validations without improvement before stopping")
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    p.add_argument("--validation-fraction", type=float, default=0.1,
+                   help="share of train queries held out for validation (default %(default)s)")
+    p.add_argument("--no-resume", action="store_true", help="ignore a checkpoint left by an interrupted run")
+    p.add_argument("--option", "-o", action="append", default=[], metavar="KEY=VALUE",
+                   help="method-specific option, VALUE parsed as JSON when it can be (repeatable)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+
     p = sub.add_parser("demo", help="index the bundled sample catalog and answer example tasks")
     p.add_argument("--out", default="toolscout-demo-index", help="where to write the demo index")
     p.add_argument("--retriever", default="dense")
@@ -87,7 +107,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.command:
         parser.print_help()
         return 2
-    handler = {"index": cmd_index, "search": cmd_search, "eval": cmd_eval, "demo": cmd_demo}[args.command]
+    handler = {"index": cmd_index, "search": cmd_search, "eval": cmd_eval, "train": cmd_train,
+               "demo": cmd_demo}[args.command]
     try:
         return handler(args) or 0
     except (ToolScoutError, ValueError, KeyError, FileNotFoundError, OSError) as exc:
@@ -100,9 +121,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _retriever_options(args: argparse.Namespace, name: str) -> dict[str, Any]:
-    if name == "dense":
-        return {"model": args.model, "store": args.store}
-    return {}
+    """Constructor options the CLI flags mean for retriever `name`."""
+    if name == "bm25":
+        return {}
+    options: dict[str, Any] = {"model": args.model}
+    if name in ("dense", "tool2vec"):
+        options["store"] = args.store
+    return options
 
 
 # ----------------------------------------------------------------------------------- commands
@@ -180,14 +205,16 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise ValueError("--rerank: no reranker is available in this version of toolscout yet")
     sets = [load_benchmark(s) for s in args.sets]
     names = args.retriever or ["dense"]
-    shared: dict[str, Any] = {}
-    if any(n == "dense" for n in names):  # load the encoder once, reuse it for every set
+    encoder = None
+    if "dense" in names:  # load the encoder once, reuse it for every set
         from .encoders import Encoder
 
-        shared["encoder"] = Encoder.load(args.model)
+        encoder = Encoder.load(args.model)
     reports = []
     for name in names:
-        options = {"encoder": shared["encoder"], "store": args.store} if name == "dense" else {}
+        options = _retriever_options(args, name)
+        if name == "dense":
+            options = {"encoder": encoder, "store": args.store}
 
         def factory(tools, name=name, options=options):
             return ToolScout.from_tools(tools, retriever=name, **options)
@@ -207,6 +234,40 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.plot:
         plot_reports(reports, args.plot, metric=f"ndcg@{args.k}")
         print(f"plot written to {args.plot}", file=sys.stderr)
+    return 0
+
+
+def _parse_options(pairs: Sequence[str]) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--option {pair!r}: expected KEY=VALUE")
+        try:
+            options[key.replace("-", "_")] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key.replace("-", "_")] = value
+    return options
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from .train import TrainConfig, load_training_data, trainer_for
+
+    fit = trainer_for(args.method)
+    data = load_training_data(args.data, validation_fraction=args.validation_fraction)
+    print(f"training {args.method} on {', '.join(data.sets)}: {len(data.train)} train and "
+          f"{len(data.validation)} validation queries, {len(data.tools)} tools", file=sys.stderr)
+    overrides = {key: getattr(args, key) for key in ("epochs", "batch_size", "lr", "max_steps", "eval_every",
+                                                     "patience", "seed", "device")
+                 if getattr(args, key) is not None}
+    config = TrainConfig(progress=not args.quiet, **overrides)
+    options = _parse_options(args.option)
+    if args.no_resume:
+        options["resume"] = False
+    summary = fit(data, args.out, model=args.model, config=config, **options)
+    best = "n/a" if summary.best_validation is None else f"{summary.best_validation:.2f}"
+    print(f"trained {args.method} in {summary.time_s:.1f}s ({summary.examples} examples, "
+          f"{summary.examples_per_s:.1f}/s); best validation nDCG@10 {best} → {args.out}", file=sys.stderr)
     return 0
 
 

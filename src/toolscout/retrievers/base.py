@@ -40,6 +40,9 @@ class Retriever(Protocol):
 REGISTRY: dict[str, str] = {
     "bm25": "toolscout.retrievers.bm25:BM25Retriever",
     "dense": "toolscout.retrievers.dense:DenseRetriever",
+    "tool2vec": "toolscout.retrievers.tool2vec:Tool2VecRetriever",
+    "mlc": "toolscout.retrievers.mlc:MLCRetriever",
+    "toolclip": "toolscout.retrievers.toolclip:ToolCLIPRetriever",
 }
 
 

@@ -47,14 +47,17 @@ class DenseRetriever:
         changed = [t for t in tools if self.hashes.get(t.id) != hashes[t.id]]
         moved = [t for t in tools if t.id in self.hashes and self.hashes[t.id] == hashes[t.id]]
         if changed:
-            vectors = self.encoder.encode([texts[t.id] for t in changed], batch_size=self.batch_size,
-                                          show_progress=self.show_progress)
+            vectors = self._tool_vectors(changed, [texts[t.id] for t in changed])
             self.store.upsert([t.id for t in changed], vectors, [t.namespace for t in changed])
         if moved:  # same text, maybe a new namespace: keep the vector, refresh the metadata
             self.store.upsert([t.id for t in moved], self.store.get([t.id for t in moved]),
                               [t.namespace for t in moved])
         self.hashes.update({t.id: hashes[t.id] for t in changed})
         self.encoded_last = len(changed)
+
+    def _tool_vectors(self, tools: Sequence[Tool], texts: list[str]):
+        """Vectors for tools whose text changed (subclasses blend in other evidence)."""
+        return self.encoder.encode(texts, batch_size=self.batch_size, show_progress=self.show_progress)
 
     def remove(self, ids: Sequence[str]) -> None:
         self.store.delete(ids)
@@ -70,9 +73,13 @@ class DenseRetriever:
     # persistence ---------------------------------------------------------------------------
     def save(self, folder: Path) -> None:
         store_config = self.store.save(folder / "store")
-        write_retriever_config(folder, self.name, model=self.encoder.name, view=self.view.to_dict(),
-                               store=store_config, store_kind=self.store_kind, batch_size=self.batch_size)
+        write_retriever_config(folder, self.name, store=store_config, **self._config())
         write_json(folder / "hashes.json", self.hashes)
+
+    def _config(self) -> dict:
+        """What `load` needs besides the store (subclasses add their own settings)."""
+        return {"model": self.encoder.name, "view": self.view.to_dict(), "store_kind": self.store_kind,
+                "batch_size": self.batch_size}
 
     @classmethod
     def load(cls, folder: Path) -> "DenseRetriever":

@@ -1,0 +1,30 @@
+"""Training: labelled queries → model directories that retrievers and rerankers load.
+
+`load_training_data` gathers train splits (with a validation split carved from them), `Trainer` runs
+the optimisation with checkpoints, resume and early stopping, and one `fit_*` per method builds a model.
+"""
+
+import importlib
+
+from ..errors import UnknownName
+from .data import TrainingData, load_training_data
+from .loop import RunSummary, TrainConfig, Trainer, validation_ndcg
+
+# method name -> "module:function"; every fit function takes (data, out, *, model=None, config=None, **options)
+TRAINERS: dict[str, str] = {
+    "tool2vec": "toolscout.train.tool2vec:fit_tool2vec",
+    "mlc": "toolscout.train.mlc:fit_mlc",
+    "toolclip": "toolscout.train.toolclip:fit_toolclip",
+    "embed": "toolscout.train.embed:fit_embed",
+}
+
+
+def trainer_for(method: str):
+    if method not in TRAINERS:
+        raise UnknownName("training method", method, list(TRAINERS))
+    module, _, func = TRAINERS[method].partition(":")
+    return getattr(importlib.import_module(module), func)
+
+
+__all__ = ["TRAINERS", "trainer_for", "TrainingData", "load_training_data", "TrainConfig", "Trainer", "RunSummary",
+           "validation_ndcg"]

@@ -1,0 +1,271 @@
+"""One training loop for every trainable model: seeds, progress, checkpoints and resume, early stopping
+on validation nDCG@10, and a run summary saved with the model.
+
+A method supplies a torch module, a function turning a batch into a loss, a function yielding the
+batches of an epoch (deterministic for a given epoch number, so a resumed run skips exactly the batches
+it already did), and optionally a validation function returning nDCG@10 in points.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+
+from ..artifacts import write_json
+from ..eval.metrics import ndcg_at_k
+from ..results import Results
+
+
+@dataclass
+class TrainConfig:
+    """Settings shared by every trainer. Defaults are sized for a 2-core CPU."""
+
+    epochs: int = 1
+    batch_size: int = 32
+    lr: float = 2e-5
+    weight_decay: float = 0.01
+    warmup_ratio: float = 0.1
+    max_steps: int | None = None  # stop after this many optimiser steps (all epochs together)
+    eval_every: int | None = None  # validate every N steps; default: at the end of each epoch
+    patience: int = 3  # stop after this many validations without improvement
+    checkpoint_every: int = 200  # steps between resumable checkpoints
+    grad_clip: float = 1.0
+    seed: int = 0
+    device: str | None = None  # None: cuda when available, else cpu
+    progress: bool = True
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class RunSummary:
+    method: str
+    steps: int = 0
+    epochs_done: float = 0.0
+    examples: int = 0
+    time_s: float = 0.0
+    best_validation: float | None = None
+    best_step: int | None = None
+    stopped_early: bool = False
+    resumed_from_step: int | None = None
+    history: list[dict] = field(default_factory=list)
+    config: dict = field(default_factory=dict)
+    data: dict = field(default_factory=dict)
+
+    @property
+    def examples_per_s(self) -> float:
+        return self.examples / self.time_s if self.time_s else 0.0
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out["examples_per_s"] = round(self.examples_per_s, 2)
+        out["validation_metric"] = "ndcg@10"
+        return out
+
+
+def set_seed(seed: int) -> None:
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def pick_device(device: str | None) -> str:
+    import torch
+
+    if device:
+        return device
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def validation_ndcg(search: Callable[[list[str], int], Results], queries: Sequence, k: int = 10,
+                    batch_size: int = 256) -> float:
+    """Mean nDCG@k (points) of `search` over labelled queries (objects with .text and .labels)."""
+    if not queries:
+        return float("nan")
+    total = 0.0
+    for start in range(0, len(queries), batch_size):
+        batch = queries[start:start + batch_size]
+        results = search([q.text for q in batch], k)
+        total += sum(ndcg_at_k(list(ids), set(q.labels), k) for q, (ids, _s) in zip(batch, results))
+    return 100.0 * total / len(queries)
+
+
+class Trainer:
+    """Runs the optimisation. `out_dir/checkpoint/` holds the resumable state while training runs."""
+
+    def __init__(self, method: str, model, loss_fn: Callable[[Any], Any],
+                 epoch_batches: Callable[[int], Sequence[Any]], config: TrainConfig, out_dir: str | Path,
+                 validate: Callable[[], float] | None = None, batch_size_of: Callable[[Any], int] = len):
+        self.method = method
+        self.model = model
+        self.loss_fn = loss_fn
+        self.epoch_batches = epoch_batches
+        self.config = config
+        self.out_dir = Path(out_dir)
+        self.validate = validate
+        self.batch_size_of = batch_size_of
+        self.checkpoint_dir = self.out_dir.with_name(self.out_dir.name + ".checkpoint")
+
+    # -------------------------------------------------------------------------------------
+    def fit(self, resume: bool = True) -> RunSummary:
+        import torch
+
+        cfg = self.config
+        set_seed(cfg.seed)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        steps_per_epoch = max(1, len(self.epoch_batches(0)))
+        total_steps = steps_per_epoch * cfg.epochs
+        if cfg.max_steps is not None:
+            total_steps = min(total_steps, cfg.max_steps)
+        warmup = int(total_steps * cfg.warmup_ratio)
+
+        def lr_factor(step: int) -> float:  # linear warm-up, then linear decay to zero
+            if step < warmup:
+                return (step + 1) / max(1, warmup)
+            return max(0.0, (total_steps - step) / max(1, total_steps - warmup))
+
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor)
+        summary = RunSummary(self.method, config=cfg.to_dict())
+        state = {"step": 0, "best": -math.inf, "bad_evals": 0, "examples": 0, "elapsed": 0.0}
+        best_state = None
+        if resume and (self.checkpoint_dir / "state.json").exists():
+            state, best_state = self._load_checkpoint(optimizer, scheduler)
+            summary.resumed_from_step = state["step"]
+            summary.history = state.get("history", [])
+        start_time = time.perf_counter() - state["elapsed"]
+        eval_every = cfg.eval_every or steps_per_epoch
+        progress = _progress(total_steps, state["step"], self.method, cfg.progress)
+        stop = False
+        try:
+            while state["step"] < total_steps and not stop:
+                epoch = state["step"] // steps_per_epoch
+                batches = self.epoch_batches(epoch)
+                for batch in batches[state["step"] - epoch * steps_per_epoch:]:
+                    self.model.train()
+                    loss = self.loss_fn(batch)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    if cfg.grad_clip:
+                        torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+                    optimizer.step()
+                    scheduler.step()
+                    state["step"] += 1
+                    state["examples"] += self.batch_size_of(batch)
+                    elapsed = time.perf_counter() - start_time
+                    progress.update(1)
+                    progress.set_postfix(loss=f"{loss.item():.4f}", ex_s=f"{state['examples'] / max(elapsed, 1e-9):.1f}")
+                    if state["step"] % 10 == 0 or state["step"] == 1:
+                        summary.history.append({"step": state["step"], "loss": round(loss.item(), 5)})
+                    if self.validate and (state["step"] % eval_every == 0 or state["step"] == total_steps):
+                        score = self.validate()
+                        summary.history.append({"step": state["step"], "validation_ndcg@10": round(score, 3)})
+                        progress.write(f"step {state['step']}: validation nDCG@10 = {score:.2f}")
+                        if score > state["best"]:
+                            state["best"], state["bad_evals"], state["best_step"] = score, 0, state["step"]
+                            best_state = _copy_state(self.model)
+                        else:
+                            state["bad_evals"] += 1
+                            if state["bad_evals"] >= cfg.patience:
+                                stop = summary.stopped_early = True
+                    if state["step"] % cfg.checkpoint_every == 0 and not stop:
+                        state["elapsed"] = time.perf_counter() - start_time
+                        state["history"] = summary.history
+                        self._save_checkpoint(state, optimizer, scheduler, best_state)
+                    if stop or state["step"] >= total_steps:
+                        break
+        finally:
+            progress.close()
+        if best_state is not None:  # keep the weights that validated best, not the last ones
+            self.model.load_state_dict(best_state)
+        summary.steps = state["step"]
+        summary.examples = state["examples"]
+        summary.epochs_done = round(state["step"] / steps_per_epoch, 3)
+        summary.time_s = round(time.perf_counter() - start_time, 2)
+        if state["best"] > -math.inf:
+            summary.best_validation, summary.best_step = round(state["best"], 3), state.get("best_step")
+        return summary
+
+    def finish(self) -> None:
+        """Remove the resumable state once the model itself has been saved."""
+        import shutil
+
+        shutil.rmtree(self.checkpoint_dir, ignore_errors=True)
+
+    # checkpoints -------------------------------------------------------------------------
+    def _save_checkpoint(self, state, optimizer, scheduler, best_state) -> None:
+        import torch
+
+        tmp = self.checkpoint_dir.with_name(self.checkpoint_dir.name + ".tmp")
+        tmp.mkdir(parents=True, exist_ok=True)
+        torch.save({"model": self.model.state_dict(), "optimizer": optimizer.state_dict(),
+                    "scheduler": scheduler.state_dict(), "best": best_state,
+                    "rng": {"python": random.getstate(), "numpy": np.random.get_state(),
+                            "torch": torch.get_rng_state()}}, tmp / "checkpoint.pt")
+        write_json(tmp / "state.json", state)
+        old = self.checkpoint_dir.with_name(self.checkpoint_dir.name + ".old")
+        if self.checkpoint_dir.exists():
+            os.replace(self.checkpoint_dir, old)
+        os.replace(tmp, self.checkpoint_dir)
+        if old.exists():
+            import shutil
+
+            shutil.rmtree(old, ignore_errors=True)
+
+    def _load_checkpoint(self, optimizer, scheduler):
+        import torch
+
+        blob = torch.load(self.checkpoint_dir / "checkpoint.pt", map_location="cpu", weights_only=False)
+        self.model.load_state_dict(blob["model"])
+        optimizer.load_state_dict(blob["optimizer"])
+        scheduler.load_state_dict(blob["scheduler"])
+        random.setstate(blob["rng"]["python"])
+        np.random.set_state(blob["rng"]["numpy"])
+        torch.set_rng_state(blob["rng"]["torch"])
+        state = json.loads((self.checkpoint_dir / "state.json").read_text())
+        return state, blob["best"]
+
+
+def _copy_state(model) -> dict:
+    return {k: v.detach().clone().cpu() for k, v in model.state_dict().items()}
+
+
+class _NoProgress:
+    def update(self, n):
+        pass
+
+    def set_postfix(self, **kw):
+        pass
+
+    def write(self, text):
+        pass
+
+    def close(self):
+        pass
+
+
+def _progress(total: int, done: int, label: str, enabled: bool):
+    if not enabled:
+        return _NoProgress()
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=done, desc=f"train {label}", unit="step", dynamic_ncols=True)
+
+
+def batched(items: Sequence, size: int, seed: int, epoch: int, shuffle: bool = True) -> list[list]:
+    """Deterministic batches for an epoch: the same (seed, epoch) always gives the same batches."""
+    order = list(range(len(items)))
+    if shuffle:
+        random.Random(seed * 100003 + epoch).shuffle(order)
+    return [[items[i] for i in order[s:s + size]] for s in range(0, len(order), size)]

@@ -1,0 +1,132 @@
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from toolscout.benchmark import BenchmarkSet, Query
+from toolscout.results import Results
+from toolscout.tool import Tool
+from toolscout.train.data import load_training_data
+from toolscout.train.loop import TrainConfig, Trainer, batched
+from toolscout.train.losses import hard_negative_loss, info_nce, multilabel_bce
+from toolscout.train.negatives import hard_negatives
+
+
+def test_info_nce_multi_positive_by_hand():
+    q = torch.tensor([[1.0, 0.0]])
+    t = torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]])
+    pos = torch.tensor([[True, False, True]])
+    tau = 0.5
+    s = [1.0 / tau, 0.0, 0.6 / tau]
+    expected = -math.log((math.exp(s[0]) + math.exp(s[2])) / sum(math.exp(x) for x in s))
+    assert info_nce(q, t, pos, tau).item() == pytest.approx(expected, rel=1e-5)
+    # single-positive: target = first positive, the other positive is masked out of the denominator
+    single = -math.log(math.exp(s[0]) / (math.exp(s[0]) + math.exp(s[1])))
+    assert info_nce(q, t, pos, tau, multi_positive=False).item() == pytest.approx(single, rel=1e-5)
+
+
+def test_hard_negative_loss_uses_only_the_hardest_negatives():
+    q = torch.tensor([[1.0, 0.0]])
+    t = torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.8, 0.6], [-1.0, 0.0]])
+    pos = torch.tensor([[True, False, False, False]])
+    tau = 1.0
+    expected = -math.log(math.exp(1.0) / (math.exp(1.0) + math.exp(0.8)))  # top-1 negative: 0.8
+    assert hard_negative_loss(q, t, pos, top_k=1, tau=tau).item() == pytest.approx(expected, rel=1e-5)
+
+
+def test_multilabel_bce_matches_formula():
+    logits, targets = torch.tensor([[0.0, 2.0]]), torch.tensor([[1, 0]])
+    expected = (math.log(2) + math.log(1 + math.exp(2))) / 2
+    assert multilabel_bce(logits, targets).item() == pytest.approx(expected, rel=1e-5)
+
+
+def test_hard_negatives_never_contain_gold():
+    queries = [Query("q1", "x", ("a", "c")), Query("q2", "y", ("b",))]
+    results = Results.from_lists([["a", "b", "c", "d", "e"], ["b", "a", "d"]], [[5, 4, 3, 2, 1], [3, 2, 1]])
+    assert hard_negatives(queries, results, per_query=2) == [["b", "d"], ["a", "d"]]
+
+
+def _bench(name, n_train=50):
+    tools = [Tool(f"{name}:{i}", f"tool{i}", f"does thing {i}") for i in range(5)]
+    queries = [Query(f"{name}-q{i}", f"request {i}", (f"{name}:{i % 5}",), "train") for i in range(n_train)]
+    queries += [Query(f"{name}-t{i}", f"test {i}", (f"{name}:0",), "test") for i in range(3)]
+    return BenchmarkSet(name, tools, queries)
+
+
+def test_validation_is_carved_from_train_deterministically_and_never_from_test():
+    a = load_training_data([_bench("s1", 200), _bench("s2", 100)], validation_fraction=0.2)
+    b = load_training_data([_bench("s1", 200), _bench("s2", 100)], validation_fraction=0.2)
+    assert [q.id for q in a.validation] == [q.id for q in b.validation]
+    assert 30 <= len(a.validation) <= 90 and len(a.train) + len(a.validation) == 300
+    assert not {q.id for q in a.train} & {q.id for q in a.validation}
+    assert all(q.split == "train" for q in a.train + a.validation)
+    assert len(a.tools) == 10 and a.usage()["s1:0"]
+
+
+def _toy_problem():
+    torch.manual_seed(0)
+    x = torch.randn(256, 8)
+    y = (x @ torch.randn(8, 1) > 0).float()
+    return list(zip(x, y))
+
+
+def _trainer(tmp_path, max_steps, model=None, validate=None, **cfg):
+    torch.manual_seed(0)
+    model = model or torch.nn.Linear(8, 1)
+    data = _toy_problem()
+
+    def loss_fn(batch):
+        xb = torch.stack([b[0] for b in batch])
+        yb = torch.stack([b[1] for b in batch])
+        return torch.nn.functional.binary_cross_entropy_with_logits(model(xb), yb)
+
+    config = TrainConfig(epochs=4, batch_size=32, lr=0.05, max_steps=max_steps, progress=False,
+                         checkpoint_every=5, warmup_ratio=0.0, **cfg)
+    return model, Trainer("toy", model, loss_fn, lambda epoch: batched(data, 32, 0, epoch), config,
+                          tmp_path / "out", validate=validate), loss_fn, data
+
+
+def test_trainer_reduces_loss_and_resumes_to_identical_weights(tmp_path):
+    model, trainer, loss_fn, data = _trainer(tmp_path / "a", None)
+    everything = batched(data, 256, 0, 0)[0]
+    before = loss_fn(everything).item()
+    summary = trainer.fit()
+    assert loss_fn(everything).item() < before * 0.7
+    assert summary.steps == 32 and summary.examples == 4 * 256 and summary.epochs_done == 4
+
+    # a run killed during step 13 (its last checkpoint is at step 10) is resumed to the end
+    model_b, trainer_b, loss_b, _ = _trainer(tmp_path / "b", None)
+    calls = []
+
+    def dying_loss(batch):
+        calls.append(1)
+        if len(calls) == 13:
+            raise KeyboardInterrupt
+        return loss_b(batch)
+
+    trainer_b.loss_fn = dying_loss
+    with pytest.raises(KeyboardInterrupt):
+        trainer_b.fit()
+    assert (trainer_b.checkpoint_dir / "state.json").exists()
+    model_c, trainer_c, _, _ = _trainer(tmp_path / "b", None)
+    summary_c = trainer_c.fit(resume=True)
+    assert summary_c.resumed_from_step == 10 and summary_c.steps == 32
+    for p, q in zip(model.parameters(), model_c.parameters()):
+        assert torch.allclose(p, q, atol=1e-6)
+
+
+def test_early_stopping_keeps_the_best_weights(tmp_path):
+    scores = iter([10.0, 30.0, 20.0, 15.0, 12.0, 11.0])
+    snapshots = []
+    model = torch.nn.Linear(8, 1)
+
+    def validate():
+        snapshots.append({k: v.clone() for k, v in model.state_dict().items()})
+        return next(scores)
+
+    model, trainer, _, _ = _trainer(tmp_path, None, model=model, validate=validate, eval_every=4, patience=2)
+    summary = trainer.fit()
+    assert summary.stopped_early and summary.best_validation == 30.0 and summary.best_step == 8
+    assert summary.steps == 16  # validations at 4, 8, 12, 16: two without improvement → stop
+    assert torch.equal(model.weight, snapshots[1]["weight"])
