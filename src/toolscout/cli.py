@@ -125,7 +125,7 @@ def _retriever_options(args: argparse.Namespace, name: str) -> dict[str, Any]:
     if name == "bm25":
         return {}
     options: dict[str, Any] = {"model": args.model}
-    if name in ("dense", "tool2vec"):
+    if name in ("dense", "tool2vec", "hybrid"):
         options["store"] = args.store
     return options
 
@@ -206,14 +206,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
     sets = [load_benchmark(s) for s in args.sets]
     names = args.retriever or ["dense"]
     encoder = None
-    if "dense" in names:  # load the encoder once, reuse it for every set
+    if {"dense", "hybrid"} & set(names):  # load the encoder once, reuse it for every set
         from .encoders import Encoder
 
         encoder = Encoder.load(args.model)
     reports = []
     for name in names:
         options = _retriever_options(args, name)
-        if name == "dense":
+        if name in ("dense", "hybrid"):
             options = {"encoder": encoder, "store": args.store}
 
         def factory(tools, name=name, options=options):

@@ -43,6 +43,7 @@ REGISTRY: dict[str, str] = {
     "tool2vec": "toolscout.retrievers.tool2vec:Tool2VecRetriever",
     "mlc": "toolscout.retrievers.mlc:MLCRetriever",
     "toolclip": "toolscout.retrievers.toolclip:ToolCLIPRetriever",
+    "hybrid": "toolscout.retrievers.hybrid:HybridRetriever",
 }
 
 

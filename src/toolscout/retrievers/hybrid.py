@@ -1,0 +1,100 @@
+"""Hybrid first stage: fuse the rankings of several retrievers (e.g. BM25 + dense).
+
+`fusion="rrf"` — reciprocal-rank fusion: score(t) = Σ_r w_r / (rrf_k + rank_r(t)), ranks from 1; robust
+because it ignores the retrievers' incomparable score scales. `fusion="score"` — each retriever's
+scores are min–max normalised per query over its top `depth`, then summed with weights; a tool a
+retriever did not return gets 0 from it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..artifacts import read_json
+from ..results import Filter, Results
+from .base import Retriever, load_retriever, make_retriever, write_retriever_config
+
+FUSIONS = ("rrf", "score")
+
+
+class HybridRetriever:
+    name = "hybrid"
+
+    def __init__(self, components: Sequence[str | Retriever] = ("bm25", "dense"),
+                 weights: Sequence[float] | None = None, fusion: str = "rrf", rrf_k: int = 60, depth: int = 100,
+                 component_options: dict[str, dict[str, Any]] | None = None, **shared_options: Any):
+        if fusion not in FUSIONS:
+            raise ValueError(f"unknown fusion {fusion!r}; use one of {', '.join(FUSIONS)}")
+        if len(components) < 2:
+            raise ValueError("a hybrid retriever needs at least two components")
+        component_options = component_options or {}
+        self.components: list[Retriever] = []
+        for comp in components:
+            if isinstance(comp, str):
+                options = dict(component_options.get(comp, {}))
+                if comp != "bm25":  # encoder-based components share e.g. --model / encoder=
+                    options = {**shared_options, **options}
+                comp = make_retriever(comp, **options)
+            self.components.append(comp)
+        self.weights = list(weights) if weights is not None else [1.0] * len(self.components)
+        if len(self.weights) != len(self.components):
+            raise ValueError(f"{len(self.weights)} weights for {len(self.components)} components")
+        self.fusion, self.rrf_k, self.depth = fusion, rrf_k, depth
+
+    def __len__(self) -> int:
+        return len(self.components[0])
+
+    def index(self, tools) -> None:
+        for comp in self.components:
+            comp.index(tools)
+
+    def add(self, tools) -> None:
+        for comp in self.components:
+            comp.add(tools)
+
+    def remove(self, ids) -> None:
+        for comp in self.components:
+            comp.remove(ids)
+
+    def search(self, queries: Sequence[str], k: int = 10, filter: Filter | None = None) -> Results:
+        if isinstance(queries, str):
+            raise TypeError("search takes a list of queries; wrap a single query in a list")
+        depth = max(k, self.depth)
+        per_component = [comp.search(list(queries), depth, filter) for comp in self.components]
+        ids_out, scores_out = [], []
+        for q in range(len(queries)):
+            fused: dict[str, float] = {}
+            for weight, results in zip(self.weights, per_component):
+                ids, scores = results[q]
+                for tid, contribution in zip(ids, self._contributions(scores)):
+                    fused[tid] = fused.get(tid, 0.0) + weight * contribution
+            ranked = sorted(fused.items(), key=lambda item: -item[1])[:k]
+            ids_out.append(np.asarray([tid for tid, _ in ranked], dtype=object))
+            scores_out.append(np.asarray([s for _, s in ranked], dtype=np.float32))
+        return Results(tuple(ids_out), tuple(scores_out))
+
+    def _contributions(self, scores: np.ndarray) -> np.ndarray:
+        if self.fusion == "rrf":
+            return 1.0 / (self.rrf_k + np.arange(1, len(scores) + 1))
+        if len(scores) == 0:
+            return scores
+        low, high = float(scores.min()), float(scores.max())
+        return np.ones_like(scores) if high == low else (scores - low) / (high - low)
+
+    def save(self, folder: Path) -> None:
+        names = []
+        for i, comp in enumerate(self.components):
+            comp.save(folder / f"component{i}")
+            names.append(comp.name)
+        write_retriever_config(folder, self.name, components=names, weights=self.weights, fusion=self.fusion,
+                               rrf_k=self.rrf_k, depth=self.depth)
+
+    @classmethod
+    def load(cls, folder: Path) -> "HybridRetriever":
+        config = read_json(folder / "config.json")
+        components = [load_retriever(folder / f"component{i}") for i in range(len(config["components"]))]
+        return cls(components, weights=config["weights"], fusion=config["fusion"], rrf_k=config["rrf_k"],
+                   depth=config["depth"])
