@@ -48,7 +48,8 @@ def tool_from_row(row: Mapping[str, Any], where: str = "") -> Tool:
     return Tool(
         id=row["id"], name=row["name"], description=description, parameters=params,
         category=row.get("category") or None, namespace=row.get("namespace") or None,
-        tags=tuple(row.get("tags") or ()), profile=row.get("profile") or None, raw=row.get("doc", row),
+        tags=tuple(row.get("tags") or ()), profile=row.get("profile") or None,
+        usage=tuple(u for u in row.get("usage") or () if isinstance(u, str)), raw=row.get("doc", row),
     )
 
 
@@ -115,6 +116,8 @@ def write_benchmark(folder: str | Path, tools: Sequence[Tool], queries: Sequence
                 row["namespace"] = t.namespace
             if t.profile:
                 row["profile"] = dict(t.profile)
+            if t.usage:
+                row["usage"] = list(t.usage)
             fh.write(json.dumps(row, ensure_ascii=False) + "\n")
     with open(folder / "queries.jsonl", "w", encoding="utf-8") as fh:
         for q in queries:

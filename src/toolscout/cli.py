@@ -31,6 +31,10 @@ def _add_retriever_options(p: argparse.ArgumentParser, default: str = "dense") -
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .expand.cli import add_expand_parser
+    from .expand.views import add_view_options
+    from .generate.cli import add_generate_parser
+
     parser = argparse.ArgumentParser(prog="toolscout", description="Pick the right tools for an LLM agent.")
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -43,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--namespace", default=None, help="namespace for the tools of a single catalog")
     p.add_argument("--lenient", action="store_true", help="skip and report malformed tools instead of failing")
     _add_retriever_options(p)
+    add_view_options(p)
 
     p = sub.add_parser("search", help="search a pipeline directory with a task")
     p.add_argument("dir", metavar="DIR")
@@ -68,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bootstrap", type=int, default=10000, metavar="N",
                    help="paired-bootstrap resamples when comparing systems (default %(default)s)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    add_view_options(p)
 
     p = sub.add_parser("train", help="train a retriever or reranker on benchmark folders' train splits")
     p.add_argument("method", metavar="METHOD", help="what to train: tool2vec, mlc, toolclip, embed, ...")
@@ -89,6 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="method-specific option, VALUE parsed as JSON when it can be (repeatable)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 
+    add_expand_parser(sub)
+    add_generate_parser(sub)
+
     p = sub.add_parser("demo", help="index the bundled sample catalog and answer example tasks")
     p.add_argument("--out", default="toolscout-demo-index", help="where to write the demo index")
     p.add_argument("--retriever", default="dense")
@@ -107,8 +116,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.command:
         parser.print_help()
         return 2
+    from .expand.cli import cmd_expand
+    from .generate.cli import cmd_generate
+
     handler = {"index": cmd_index, "search": cmd_search, "eval": cmd_eval, "train": cmd_train,
-               "demo": cmd_demo}[args.command]
+               "demo": cmd_demo, "expand": cmd_expand, "generate": cmd_generate}[args.command]
     try:
         return handler(args) or 0
     except (ToolScoutError, ValueError, KeyError, FileNotFoundError, OSError) as exc:
@@ -120,11 +132,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+def _view_option(args: argparse.Namespace, name: str) -> dict[str, Any]:
+    """{"view": TextView} when --profile-fields / --usage were given (for retrievers that index a text view)."""
+    import inspect
+
+    from .expand.views import view_from_args
+    from .retrievers.base import retriever_class
+
+    view = view_from_args(args)
+    if view is None:
+        return {}
+    if "view" not in inspect.signature(retriever_class(name)).parameters:
+        raise ValueError(f"--profile-fields / --usage: the {name} retriever does not index a text view")
+    return {"view": view}
+
+
 def _retriever_options(args: argparse.Namespace, name: str) -> dict[str, Any]:
     """Constructor options the CLI flags mean for retriever `name`."""
+    extra = _view_option(args, name)
     if name == "bm25":
-        return {}
-    options: dict[str, Any] = {"model": args.model}
+        return extra
+    options: dict[str, Any] = {"model": args.model, **extra}
     if name in ("dense", "tool2vec", "hybrid"):
         options["store"] = args.store
     return options
@@ -214,7 +242,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     for name in names:
         options = _retriever_options(args, name)
         if name in ("dense", "hybrid"):
-            options = {"encoder": encoder, "store": args.store}
+            options = {"encoder": encoder, "store": args.store, **_view_option(args, name)}
 
         def factory(tools, name=name, options=options):
             return ToolScout.from_tools(tools, retriever=name, **options)

@@ -15,6 +15,7 @@ import numpy as np
 
 from ..artifacts import read_json
 from ..results import Filter, Results
+from ..tool import TextView
 from .base import Retriever, load_retriever, make_retriever, write_retriever_config
 
 FUSIONS = ("rrf", "score")
@@ -25,7 +26,8 @@ class HybridRetriever:
 
     def __init__(self, components: Sequence[str | Retriever] = ("bm25", "dense"),
                  weights: Sequence[float] | None = None, fusion: str = "rrf", rrf_k: int = 60, depth: int = 100,
-                 component_options: dict[str, dict[str, Any]] | None = None, **shared_options: Any):
+                 component_options: dict[str, dict[str, Any]] | None = None, view: TextView | None = None,
+                 **shared_options: Any):
         if fusion not in FUSIONS:
             raise ValueError(f"unknown fusion {fusion!r}; use one of {', '.join(FUSIONS)}")
         if len(components) < 2:
@@ -35,6 +37,8 @@ class HybridRetriever:
         for comp in components:
             if isinstance(comp, str):
                 options = dict(component_options.get(comp, {}))
+                if view is not None:  # every component reads the same text view
+                    options.setdefault("view", view)
                 if comp != "bm25":  # encoder-based components share e.g. --model / encoder=
                     options = {**shared_options, **options}
                 comp = make_retriever(comp, **options)

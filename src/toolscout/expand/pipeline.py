@@ -1,0 +1,389 @@
+"""Document expansion (Tool-REX): expand → rule checks → judge → regenerate failures with a stronger model.
+
+    result = expand_tools(tools, client, ExpandConfig(model="qwen3-32b", strong_model="gpt-4o"),
+                          journal="out/expand-journal.jsonl")
+    result.tools      # the same tools, each with `profile` set where expansion succeeded
+    result.report     # counts, LLM calls, tokens, cache hits
+
+Per tool: the expansion model writes a profile from the tool's document alone; `check_profile` applies
+the rules; the judge model says whether the profile is faithful to the document. A draft that fails
+either is written again by `strong_model` (told why the first was rejected) and checked the same way.
+A tool whose profile still fails, or whose LLM calls fail, keeps its original document: nothing is lost.
+
+Resuming: every finished tool is appended to the journal (one JSON line, flushed and fsynced) under a
+key hashed from its document and the prompt version. A later run with the same journal skips tools
+already expanded with no LLM call, and retries the ones that failed (their replies, if the LLM answered,
+come from the client's cache at no cost).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from ..llm import LLMClient, LLMError, parse_json_reply
+from ..tool import Tool, content_hash
+from .profile import ProfileParseError, ProfileRules, check_profile, parse_profile, problem_kind
+from .prompts import PROMPT_VERSION, expansion_messages, judge_messages
+
+DONE = ("expanded", "regenerated")
+_DOC_SKIP_KEYS = {"profile", "tool_profile", "usage", "raw"}
+
+
+@dataclass(frozen=True)
+class ExpandConfig:
+    """Models and limits of one expansion run. `judge_model` defaults to `model`; without
+    `strong_model` a failed draft is not regenerated (the tool keeps its document)."""
+
+    model: str
+    strong_model: str | None = None
+    judge_model: str | None = None
+    judge: bool = True
+    rules: ProfileRules = ProfileRules()
+    temperature: float = 0.0
+    max_tokens: int | None = None
+    max_document_chars: int = 6000
+
+
+@dataclass(frozen=True)
+class Verdict:
+    faithful: bool | None  # None: the judge's reply could not be read
+    reason: str = ""
+
+
+@dataclass
+class Draft:
+    """One attempt by one model: the profile it wrote (if readable) and what was wrong with it."""
+
+    model: str
+    profile: dict[str, Any] | None = None
+    problems: list[str] = field(default_factory=list)
+    verdict: Verdict | None = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.profile is not None and not self.problems and self.error is None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"model": self.model, "problems": self.problems}
+        if self.verdict is not None:
+            out["verdict"] = {"faithful": self.verdict.faithful, "reason": self.verdict.reason}
+        if self.error:
+            out["error"] = self.error
+        return out
+
+
+@dataclass
+class ToolOutcome:
+    tool_id: str
+    key: str
+    status: str  # expanded | regenerated | failed
+    profile: dict[str, Any] | None
+    drafts: list[Draft]
+
+    def to_record(self) -> dict[str, Any]:
+        return {"key": self.key, "tool_id": self.tool_id, "status": self.status, "profile": self.profile,
+                "drafts": [d.to_dict() for d in self.drafts], "prompt_version": PROMPT_VERSION,
+                "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
+# ------------------------------------------------------------------------------------------ document
+
+def tool_document(tool: Tool, max_chars: int = 6000) -> str:
+    """The tool's documentation as the expansion model sees it: its source object when that is plain
+    JSON (without earlier profiles or usage), else the normalised fields; truncated to `max_chars`."""
+    doc: dict[str, Any] | None = None
+    if isinstance(tool.raw, Mapping):
+        candidate = {k: v for k, v in tool.raw.items() if k not in _DOC_SKIP_KEYS}
+        try:
+            json.dumps(candidate)
+            doc = candidate
+        except (TypeError, ValueError):
+            doc = None
+    if doc is None or not doc:
+        doc = {"name": tool.name, "description": tool.description, "parameters": tool.parameters,
+               "returns": tool.returns, "method": tool.method, "path": tool.path, "category": tool.category,
+               "tags": list(tool.tags), "examples": list(tool.examples), "limitations": tool.limitations}
+        doc = {k: v for k, v in doc.items() if v not in (None, "", [], {})}
+    elif "name" not in doc:
+        doc = {"name": tool.name, **doc}
+    text = json.dumps(doc, ensure_ascii=False, default=str)
+    if len(text) > max_chars:
+        text = text[: max_chars - 16] + " ...(truncated)"
+    return text
+
+
+def expansion_key(document: str) -> str:
+    """Journal key of a tool: its document and the prompt wording, hashed."""
+    return content_hash(f"{PROMPT_VERSION}\x00{document}")
+
+
+# ------------------------------------------------------------------------------------------ one tool
+
+def parse_verdict(text: str) -> Verdict:
+    """The judge's reply → Verdict. JSON `{"faithful": bool|"yes"|"no", "reason": ...}`, or a bare
+    yes/no/true/false/pass/fail word."""
+    try:
+        data = parse_json_reply(text)
+    except LLMError:
+        data = None
+    if isinstance(data, Mapping):
+        reason = str(data.get("reason") or data.get("explanation") or "")
+        for key in ("faithful", "consistent", "verdict", "answer", "pass"):
+            if key in data:
+                return Verdict(_truth(data[key]), reason)
+        return Verdict(None, reason or f"no 'faithful' key in {text[:80]!r}")
+    first = text.strip().split(maxsplit=1)
+    return Verdict(_truth(first[0]) if first else None, first[1] if len(first) > 1 else "")
+
+
+def _truth(value: Any) -> bool | None:
+    if isinstance(value, bool):
+        return value
+    word = str(value).strip().strip(".,!\"'").lower()
+    if word in ("yes", "true", "pass", "faithful", "consistent"):
+        return True
+    if word in ("no", "false", "fail", "unfaithful", "inconsistent"):
+        return False
+    return None
+
+
+def write_draft(client: LLMClient, document: str, config: ExpandConfig, model: str,
+                rejected_because: Sequence[str] = ()) -> Draft:
+    """One model writes a profile; rule checks, then the judge."""
+    draft = Draft(model)
+    try:
+        reply = client.chat(expansion_messages(document, rejected_because), model=model, json_mode=True,
+                            temperature=config.temperature, max_tokens=config.max_tokens)
+    except LLMError as exc:
+        draft.error = str(exc)
+        return draft
+    try:
+        draft.profile = parse_profile(reply.text)
+    except ProfileParseError as exc:
+        draft.problems.append(f"json: {exc}")
+        return draft
+    draft.problems = check_profile(draft.profile, config.rules)
+    if draft.problems or not config.judge:
+        return draft
+    try:
+        answer = client.chat(judge_messages(document, draft.profile), model=config.judge_model or config.model,
+                             json_mode=True, temperature=0.0, max_tokens=config.max_tokens)
+    except LLMError as exc:
+        draft.error = f"judge: {exc}"
+        return draft
+    draft.verdict = parse_verdict(answer.text)
+    if draft.verdict.faithful is None:
+        draft.problems.append(f"judge: unreadable verdict ({answer.text[:120]!r})")
+    elif not draft.verdict.faithful:
+        draft.problems.append(f"judge: unfaithful ({draft.verdict.reason or 'no reason given'})")
+    return draft
+
+
+def expand_tool(tool: Tool, client: LLMClient, config: ExpandConfig) -> ToolOutcome:
+    document = tool_document(tool, config.max_document_chars)
+    key = expansion_key(document)
+    first = write_draft(client, document, config, config.model)
+    drafts = [first]
+    if first.ok:
+        return ToolOutcome(tool.id, key, "expanded", first.profile, drafts)
+    if config.strong_model:
+        # the strong model is told what was wrong with the draft (not about failed HTTP calls)
+        second = write_draft(client, document, config, config.strong_model, rejected_because=first.problems)
+        drafts.append(second)
+        if second.ok:
+            return ToolOutcome(tool.id, key, "regenerated", second.profile, drafts)
+    return ToolOutcome(tool.id, key, "failed", None, drafts)
+
+
+# ------------------------------------------------------------------------------------------ journal
+
+class Journal:
+    """Append-only JSON lines, one per finished tool; a torn last line (a crash mid-write) is ignored."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+
+    def load(self) -> dict[str, dict[str, Any]]:
+        records: dict[str, dict[str, Any]] = {}
+        if not self.path.exists():
+            return records
+        with open(self.path, encoding="utf-8") as fh:
+            for line in fh:
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if isinstance(record, dict) and isinstance(record.get("key"), str):
+                    records[record["key"]] = record  # the latest record of a key wins
+        return records
+
+    def append(self, record: Mapping[str, Any]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a+b") as fh:
+            # a torn last line (no newline) must not swallow this record: end it first
+            fh.seek(0, os.SEEK_END)
+            torn = False
+            if fh.tell() > 0:
+                fh.seek(-1, os.SEEK_END)
+                torn = fh.read(1) != b"\n"
+            line = json.dumps(record, ensure_ascii=False) + "\n"
+            fh.write((b"\n" if torn else b"") + line.encode("utf-8"))
+            fh.flush()
+            os.fsync(fh.fileno())
+
+
+# ------------------------------------------------------------------------------------------ many tools
+
+@dataclass
+class ExpandReport:
+    """What a run did. Counts are for this run; `resumed` tools were done by an earlier one."""
+
+    tools: int = 0
+    resumed: int = 0
+    expanded: int = 0
+    regenerated: int = 0
+    failed: int = 0
+    not_attempted: int = 0
+    rule_failures: int = 0
+    judged_unfaithful: int = 0
+    judge_unreadable: int = 0
+    llm_errors: int = 0
+    problems: Counter = field(default_factory=Counter)
+    llm: dict[str, Any] = field(default_factory=dict)
+    elapsed_s: float = 0.0
+
+    def count(self, outcome: ToolOutcome) -> None:
+        setattr(self, outcome.status, getattr(self, outcome.status) + 1)
+        for draft in outcome.drafts:
+            if draft.error:
+                self.llm_errors += 1
+            if draft.verdict is not None and draft.verdict.faithful is False:
+                self.judged_unfaithful += 1
+            if draft.verdict is not None and draft.verdict.faithful is None:
+                self.judge_unreadable += 1
+            rule_problems = [p for p in draft.problems if not p.startswith("judge:")]
+            if rule_problems:
+                self.rule_failures += 1
+            self.problems.update(problem_kind(p) for p in rule_problems)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {k: getattr(self, k) for k in ("tools", "resumed", "expanded", "regenerated", "failed",
+                                              "not_attempted", "rule_failures", "judged_unfaithful",
+                                              "judge_unreadable", "llm_errors", "elapsed_s")}
+        data["problems"] = dict(self.problems.most_common())
+        data["llm"] = self.llm
+        return data
+
+    def format(self) -> str:
+        llm = self.llm or {}
+        lines = [
+            f"tools: {self.tools} ({self.resumed} already done, {self.not_attempted} not attempted)",
+            f"expanded: {self.expanded}   regenerated by the strong model: {self.regenerated}   "
+            f"failed (kept original document): {self.failed}",
+            f"drafts breaking rules: {self.rule_failures}   judged unfaithful: {self.judged_unfaithful}   "
+            f"unreadable verdicts: {self.judge_unreadable}   LLM errors: {self.llm_errors}",
+            f"LLM: {llm.get('calls', 0)} calls, {llm.get('cache_hits', 0)} cache hits, "
+            f"{llm.get('http_requests', 0)} HTTP requests ({llm.get('retries', 0)} retries), "
+            f"{llm.get('prompt_tokens', 0)} prompt + {llm.get('completion_tokens', 0)} completion tokens",
+        ]
+        for model, counts in (llm.get("by_model") or {}).items():
+            lines.append(f"  {model}: {counts['calls']} calls, {counts['cache_hits']} cached, "
+                         f"{counts['prompt_tokens']} + {counts['completion_tokens']} tokens")
+        if self.problems:
+            lines.append("rule problems: " + ", ".join(f"{k} ×{n}" for k, n in self.problems.most_common(8)))
+        lines.append(f"time: {self.elapsed_s:.1f}s")
+        return "\n".join(lines)
+
+
+@dataclass
+class ExpandResult:
+    tools: list[Tool]
+    report: ExpandReport
+    outcomes: dict[str, dict[str, Any]]  # tool id → journal record (this run's and resumed ones)
+
+
+def expand_tools(tools: Sequence[Tool], client: LLMClient, config: ExpandConfig, *,
+                 journal: str | os.PathLike | None = None, progress: bool = True, limit: int | None = None,
+                 on_outcome: Callable[[ToolOutcome], None] | None = None) -> ExpandResult:
+    """Expand every tool (up to `limit` new ones this run); return the tools with profiles merged.
+
+    Tools are processed `client.concurrency` at a time. Ctrl-C stops the run; what finished is in the
+    journal, so the next run with the same journal picks up where this one stopped.
+    """
+    start = time.perf_counter()
+    store = Journal(journal) if journal is not None else None
+    previous = store.load() if store is not None else {}
+    keys = {t.id: expansion_key(tool_document(t, config.max_document_chars)) for t in tools}
+    report = ExpandReport(tools=len(tools))
+    records: dict[str, dict[str, Any]] = {}
+    todo = []
+    for tool in tools:
+        record = previous.get(keys[tool.id])
+        if record is not None and record.get("status") in DONE and isinstance(record.get("profile"), Mapping):
+            records[tool.id] = record
+            report.resumed += 1
+        else:
+            todo.append(tool)
+    if limit is not None and len(todo) > limit:
+        report.not_attempted = len(todo) - limit
+        todo = todo[:limit]
+
+    with _progress(progress, len(todo)) as advance:
+        for _index, outcome in client.map(lambda t: expand_tool(t, client, config), todo):
+            if isinstance(outcome, BaseException):
+                raise outcome
+            record = outcome.to_record()
+            if store is not None:
+                store.append(record)
+            records[outcome.tool_id] = record
+            report.count(outcome)
+            if on_outcome is not None:
+                on_outcome(outcome)
+            advance(outcome.status)
+
+    merged = [merge_profile(t, records.get(t.id)) for t in tools]
+    report.llm = client.stats.to_dict()
+    report.elapsed_s = round(time.perf_counter() - start, 2)
+    return ExpandResult(merged, report, records)
+
+
+def merge_profile(tool: Tool, record: Mapping[str, Any] | None) -> Tool:
+    """The tool with its new profile; unchanged when expansion failed (its document stays as it was)."""
+    if record is None or record.get("status") not in DONE or not isinstance(record.get("profile"), Mapping):
+        return tool
+    return tool.with_changes(profile=dict(record["profile"]))
+
+
+class _progress:
+    """A rich progress bar counting finished tools by status."""
+
+    def __init__(self, enabled: bool, total: int):
+        self.enabled, self.total = enabled, total
+        self.counts: Counter = Counter()
+
+    def __enter__(self) -> Callable[[str], None]:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.bar = Progress(TextColumn("expanding"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                            TextColumn("{task.fields[status]}"), disable=not self.enabled or not self.total,
+                            transient=True)
+        self.bar.__enter__()
+        self.task = self.bar.add_task("expand", total=self.total, status="")
+
+        def advance(status: str) -> None:
+            self.counts[status] += 1
+            text = " ".join(f"{k} {v}" for k, v in sorted(self.counts.items()))
+            self.bar.update(self.task, advance=1, status=text)
+
+        return advance
+
+    def __exit__(self, *exc: Any) -> None:
+        self.bar.__exit__(*exc)
+

@@ -1,0 +1,303 @@
+"""Synthetic labelled queries from a catalog (ToolBank, seed 001 §3).
+
+    result = generate_queries(tools, client, GenerateConfig(n=500))
+    result.queries   # Query objects, split "train", labels = the tools the LLM picked
+    result.report    # attempts, accepted, rejections by reason, LLM calls and tokens
+
+One attempt: sample T tools (default 10); the LLM picks M ∈ [2, 5] of them that fit one task and writes
+the request (shown a few earlier accepted requests as examples); a polish pass rewrites step-by-step or
+conditional phrasing. The picked tools are the labels. An attempt is rejected, and counted by reason,
+when the reply is not JSON, names a tool that is not in the sample (hallucinated, or from elsewhere in
+the catalog), repeats a tool, picks too few or too many, has an empty request, spells out a tool's
+identifier, or is a near duplicate of an accepted request.
+
+Attempts run in rounds of `batch` in parallel; within a round results are taken in submission order, so
+a run is reproducible from its seed, and a rerun with the same settings is answered by the LLM cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from ..benchmark import Query
+from ..llm import LLMClient, LLMError, parse_json_reply
+from ..tool import Tool
+from .dedupe import NearDuplicateIndex
+from .prompts import generation_messages, polish_messages, tool_line
+
+REJECT_REASONS = ("invalid_json", "unknown_tool", "not_offered", "duplicate_tool", "wrong_count", "empty_query",
+                  "mentions_tool_name", "near_duplicate", "llm_error")
+_TOOL_KEYS = ("tools", "functions", "selected_tools", "tool_names", "selected_functions")
+_QUERY_KEYS = ("query", "instruction", "request", "user_query", "task")
+
+
+@dataclass(frozen=True)
+class GenerateConfig:
+    n: int
+    sample_size: int = 10
+    min_tools: int = 2
+    max_tools: int = 5
+    examples: int = 3
+    polish: bool = True
+    model: str | None = None          # default: the client's model
+    polish_model: str | None = None   # default: `model`
+    temperature: float = 0.8
+    dedupe_threshold: float = 0.7
+    max_attempts: int | None = None   # default: 3 n + 10
+    batch: int = 16
+    seed: int = 0
+    test_fraction: float = 0.0
+    max_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.n < 1:
+            raise ValueError(f"n must be at least 1, got {self.n}")
+        if not 1 <= self.min_tools <= self.max_tools:
+            raise ValueError(f"need 1 <= min_tools <= max_tools, got {self.min_tools} and {self.max_tools}")
+        if self.sample_size <= self.min_tools:
+            raise ValueError(f"sample_size ({self.sample_size}) must exceed min_tools ({self.min_tools})")
+        if not 0 <= self.test_fraction < 1:
+            raise ValueError(f"test_fraction must be in [0, 1), got {self.test_fraction}")
+
+
+@dataclass
+class GenerateReport:
+    attempts: int = 0
+    accepted: int = 0
+    rejected: Counter = field(default_factory=Counter)
+    polished: int = 0        # accepted requests the polish pass rewrote
+    polish_failed: int = 0   # polish replies unusable: the unpolished request was kept
+    labels_per_query: float = 0.0
+    llm: dict[str, Any] = field(default_factory=dict)
+    elapsed_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"attempts": self.attempts, "accepted": self.accepted,
+                "rejected": {r: self.rejected.get(r, 0) for r in REJECT_REASONS},
+                "polished": self.polished, "polish_failed": self.polish_failed,
+                "labels_per_query": round(self.labels_per_query, 3), "llm": self.llm, "elapsed_s": self.elapsed_s}
+
+    def format(self) -> str:
+        rejected = ", ".join(f"{r} {n}" for r, n in self.rejected.most_common()) or "none"
+        llm = self.llm or {}
+        return "\n".join([
+            f"attempts: {self.attempts}   accepted: {self.accepted} ({self.labels_per_query:.2f} tools per query)",
+            f"rejected: {rejected}",
+            f"polish: {self.polished} rewritten, {self.polish_failed} unusable polish replies (kept the draft)",
+            f"LLM: {llm.get('calls', 0)} calls, {llm.get('cache_hits', 0)} cache hits, "
+            f"{llm.get('http_requests', 0)} HTTP requests ({llm.get('retries', 0)} retries), "
+            f"{llm.get('prompt_tokens', 0)} prompt + {llm.get('completion_tokens', 0)} completion tokens",
+            f"time: {self.elapsed_s:.1f}s",
+        ])
+
+
+@dataclass
+class GeneratedQuery:
+    text: str
+    labels: tuple[str, ...]
+    draft: str
+    names: tuple[str, ...]
+
+
+@dataclass
+class GenerateResult:
+    queries: list[Query]
+    details: list[GeneratedQuery]
+    report: GenerateReport
+
+
+@dataclass
+class _Job:
+    sample: list[Tool]
+    names: dict[str, str]  # shown name → tool id
+    examples: list[dict[str, Any]]
+
+
+@dataclass
+class _Outcome:
+    reason: str | None = None            # rejection reason, None when valid
+    labels: tuple[str, ...] = ()
+    names: tuple[str, ...] = ()
+    draft: str = ""
+    text: str = ""
+    polished: bool = False
+    polish_failed: bool = False
+
+
+# ------------------------------------------------------------------------------------------ helpers
+
+def shown_names(sample: Sequence[Tool]) -> dict[str, str]:
+    """Name shown to the LLM → tool id: the tool's name, or its id where two sampled names collide."""
+    counts = Counter(t.name for t in sample)
+    return {(t.name if counts[t.name] == 1 else t.id): t.id for t in sample}
+
+
+def _parameter_names(tool: Tool) -> list[str]:
+    props = (tool.parameters or {}).get("properties") if isinstance(tool.parameters, Mapping) else None
+    return [str(k) for k in props] if isinstance(props, Mapping) else []
+
+
+def _first(data: Mapping[str, Any], keys: Sequence[str]) -> Any:
+    return next((data[k] for k in keys if k in data), None)
+
+
+def check_pick(reply_text: str, names: Mapping[str, str], catalog_names: set[str], low: int,
+               high: int) -> tuple[str | None, tuple[str, ...], tuple[str, ...], str]:
+    """Validate a generation reply → (rejection reason or None, labels, picked names, query text)."""
+    try:
+        data = parse_json_reply(reply_text)
+    except LLMError:
+        return "invalid_json", (), (), ""
+    if not isinstance(data, Mapping):
+        return "invalid_json", (), (), ""
+    picked, query = _first(data, _TOOL_KEYS), _first(data, _QUERY_KEYS)
+    if not isinstance(picked, list) or not all(isinstance(p, str) for p in picked):
+        return "invalid_json", (), (), ""
+    if not isinstance(query, str) or not query.strip():
+        return "empty_query", (), tuple(picked), ""
+    lookup = {k.lower(): v for k, v in names.items()}
+    lookup.update({v.lower(): v for v in names.values()})
+    labels = []
+    for name in picked:
+        key = name.strip().strip("`").lower()
+        if key not in lookup:
+            return ("not_offered" if key in catalog_names else "unknown_tool"), (), tuple(picked), query
+        labels.append(lookup[key])
+    if len(set(labels)) != len(labels):
+        return "duplicate_tool", (), tuple(picked), query
+    if not low <= len(labels) <= high:
+        return "wrong_count", (), tuple(picked), query
+    query = " ".join(query.split())
+    for name in names:
+        if re.search(r"[_.]|[a-z][A-Z]", name) and name.lower() in query.lower():
+            return "mentions_tool_name", tuple(labels), tuple(picked), query
+    return None, tuple(labels), tuple(picked), query
+
+
+def parse_polish(reply_text: str) -> tuple[str | None, bool]:
+    """Polish reply → (request text or None if unusable, whether the model says it changed it)."""
+    try:
+        data = parse_json_reply(reply_text)
+    except LLMError:
+        return None, False
+    if not isinstance(data, Mapping):
+        return None, False
+    query = _first(data, _QUERY_KEYS + ("refined_instruction", "refined_query", "rewritten"))
+    if not isinstance(query, str) or not query.strip():
+        return None, False
+    return " ".join(query.split()), bool(data.get("changed", False))
+
+
+def _split_of(query_id: str, seed: int, test_fraction: float) -> str:
+    if test_fraction <= 0:
+        return "train"
+    digest = hashlib.sha256(f"{seed}\x00{query_id}".encode()).digest()
+    return "test" if int.from_bytes(digest[:8], "big") / 2**64 < test_fraction else "train"
+
+
+# ------------------------------------------------------------------------------------------ the run
+
+class _Generator:
+    def __init__(self, tools: Sequence[Tool], client: LLMClient, config: GenerateConfig):
+        if len(tools) < config.sample_size:
+            raise ValueError(f"the catalog has {len(tools)} tools; sampling {config.sample_size} per attempt needs "
+                             f"at least that many (lower --sample-size)")
+        self.tools, self.client, self.config = list(tools), client, config
+        self.catalog_names = {t.name.lower() for t in tools} | {t.id.lower() for t in tools}
+        self.model = config.model or client.model
+        self.polish_model = config.polish_model or self.model
+
+    def job(self, rng: random.Random, accepted: Sequence[GeneratedQuery]) -> _Job:
+        sample = rng.sample(self.tools, self.config.sample_size)
+        shown = rng.sample(list(accepted), min(self.config.examples, len(accepted))) if self.config.examples else []
+        return _Job(sample, shown_names(sample), [{"tools": list(g.names), "query": g.text} for g in shown])
+
+    def run(self, job: _Job) -> _Outcome:
+        by_id = {t.id: t for t in job.sample}
+        lines = [tool_line(name, by_id[tid].description, _parameter_names(by_id[tid])) for name, tid in job.names.items()]
+        try:
+            reply = self.client.chat(generation_messages(lines, self.config.min_tools, self.config.max_tools,
+                                                         job.examples),
+                                     model=self.model, json_mode=True, temperature=self.config.temperature,
+                                     max_tokens=self.config.max_tokens)
+        except LLMError:
+            return _Outcome("llm_error")
+        reason, labels, names, text = check_pick(reply.text, job.names, self.catalog_names,
+                                                 self.config.min_tools, self.config.max_tools)
+        outcome = _Outcome(reason, labels, names, text, text)
+        if reason is None and self.config.polish:
+            try:
+                answer = self.client.chat(polish_messages(text), model=self.polish_model, json_mode=True,
+                                          temperature=0.0, max_tokens=self.config.max_tokens)
+                polished, _changed = parse_polish(answer.text)
+            except LLMError:
+                polished = None
+            if polished is None:
+                outcome.polish_failed = True
+            else:
+                outcome.polished = polished != text
+                outcome.text = polished
+        return outcome
+
+
+def generate_queries(tools: Sequence[Tool], client: LLMClient, config: GenerateConfig, *,
+                     progress: bool = True) -> GenerateResult:
+    start = time.perf_counter()
+    gen = _Generator(tools, client, config)
+    rng = random.Random(config.seed)
+    dedupe = NearDuplicateIndex(config.dedupe_threshold)
+    max_attempts = config.max_attempts if config.max_attempts is not None else 3 * config.n + 10
+    report = GenerateReport()
+    accepted: list[GeneratedQuery] = []
+    with _progress(progress, config.n) as advance:
+        while len(accepted) < config.n and report.attempts < max_attempts:
+            size = min(config.batch, config.n - len(accepted), max_attempts - report.attempts)
+            jobs = [gen.job(rng, accepted) for _ in range(size)]
+            outcomes: list[_Outcome | None] = [None] * size
+            for index, outcome in client.map(gen.run, jobs):
+                if isinstance(outcome, BaseException):
+                    raise outcome
+                outcomes[index] = outcome
+            for outcome in outcomes:  # submission order: reproducible
+                report.attempts += 1
+                if outcome.reason is None and not dedupe.add(outcome.text):
+                    outcome.reason = "near_duplicate"
+                if outcome.reason is not None:
+                    report.rejected[outcome.reason] += 1
+                    continue
+                accepted.append(GeneratedQuery(outcome.text, outcome.labels, outcome.draft, outcome.names))
+                report.polished += outcome.polished
+                report.polish_failed += outcome.polish_failed
+                advance()
+    queries = []
+    for i, g in enumerate(accepted, 1):
+        qid = f"gen-{i:06d}"
+        queries.append(Query(qid, g.text, g.labels, _split_of(qid, config.seed, config.test_fraction)))
+    report.accepted = len(accepted)
+    report.labels_per_query = sum(len(g.labels) for g in accepted) / len(accepted) if accepted else 0.0
+    report.llm = client.stats.to_dict()
+    report.elapsed_s = round(time.perf_counter() - start, 2)
+    return GenerateResult(queries, accepted, report)
+
+
+class _progress:
+    def __init__(self, enabled: bool, total: int):
+        self.enabled, self.total = enabled, total
+
+    def __enter__(self):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.bar = Progress(TextColumn("generating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                            disable=not self.enabled, transient=True)
+        self.bar.__enter__()
+        task = self.bar.add_task("generate", total=self.total)
+        return lambda: self.bar.update(task, advance=1)
+
+    def __exit__(self, *exc: Any) -> None:
+        self.bar.__exit__(*exc)

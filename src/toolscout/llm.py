@@ -1,0 +1,583 @@
+"""One client for every LLM feature: the OpenAI chat-completions protocol, to a URL the user gives.
+
+    client = LLMClient("http://localhost:8000/v1", model="qwen3-32b", api_key=key, cache_dir="~/.cache/x")
+    reply = client.chat([{"role": "user", "content": "..."}], json_mode=True)
+    data = reply.json()                       # the reply parsed as JSON (LLMReplyError if it is not)
+    client.stats.to_dict()                    # calls, HTTP requests, retries, cache hits, tokens
+
+Works with OpenAI, vLLM, Ollama, llama.cpp server, LiteLLM and anything else that speaks
+`POST {base_url}/chat/completions`.
+
+- Timeouts and retries: connection errors, timeouts, 429 and 5xx are retried with exponential backoff;
+  a `Retry-After` header (seconds or an HTTP date) is honoured. Other 4xx fail at once.
+- Concurrency: `map(fn, items)` runs `fn` over a thread pool; a semaphore bounds the requests in
+  flight to `concurrency` however many threads call `chat`.
+- JSON mode: `json_mode=True` sends `response_format={"type": "json_object"}`; a server that rejects
+  the field (HTTP 400/422) is asked again without it, and the client stops sending it to that model.
+- Log-probabilities: `logprobs=True, top_logprobs=N` → `ChatResult.logprobs`, one entry per token.
+- Cache: with `cache_dir`, each successful reply is stored under a hash of (model, messages,
+  parameters), one JSON file per reply, written atomically; a rerun answers from disk with no HTTP call.
+- Errors: `LLMError` subclasses whose message names the URL, the HTTP status and the start of the body.
+
+The client reads no environment variables; the CLI passes the key in.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import hashlib
+import json
+import os
+import random
+import re
+import tempfile
+import threading
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
+
+from .errors import MissingDependency, ToolScoutError
+
+Message = Mapping[str, Any]
+T = TypeVar("T")
+R = TypeVar("R")
+
+RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 520, 522, 524, 529})
+CACHE_FORMAT = 1
+_SNIPPET = 300
+
+
+# ------------------------------------------------------------------------------------------ errors
+
+class LLMError(ToolScoutError):
+    """An LLM request failed; the message says where and why."""
+
+
+class LLMHTTPError(LLMError):
+    """The server answered with an HTTP error status."""
+
+    def __init__(self, url: str, status: int, body: str, attempts: int = 1, hint: str = ""):
+        self.url, self.status, self.body, self.attempts = url, status, body, attempts
+        tries = f" after {attempts} attempts" if attempts > 1 else ""
+        message = f"POST {url} → HTTP {status}{tries}: {_snippet(body) or '(empty body)'}"
+        super().__init__(message + (f" ({hint})" if hint else ""))
+
+
+class LLMTimeoutError(LLMError):
+    """No complete reply within the timeout, on every attempt."""
+
+
+class LLMConnectionError(LLMError):
+    """The server could not be reached."""
+
+
+class LLMReplyError(LLMError):
+    """The server answered 200 but the reply is unusable (no choices, or not the JSON that was asked for)."""
+
+
+def _snippet(text: str, limit: int = _SNIPPET) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _status_hint(status: int) -> str:
+    return {
+        400: "the server rejected the request; check the model name and parameters",
+        401: "check the API key (--api-key-env names the environment variable that holds it)",
+        403: "the API key may not have access to this model",
+        404: "check the base URL (usually ends in /v1) and the model name",
+        413: "the prompt is too long for this server",
+        422: "the server rejected the request parameters",
+    }.get(status, "")
+
+
+# ------------------------------------------------------------------------------------------ results
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """One generated token, its log-probability and the most likely alternatives at that position."""
+
+    token: str
+    logprob: float
+    top: tuple[tuple[str, float], ...] = ()
+
+
+@dataclass(frozen=True)
+class ChatResult:
+    text: str
+    model: str
+    finish_reason: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    logprobs: tuple[TokenLogprob, ...] | None = None
+    cached: bool = False
+
+    def json(self) -> Any:
+        """The reply parsed as JSON (code fences and text around one object are tolerated)."""
+        return parse_json_reply(self.text)
+
+
+def parse_json_reply(text: str) -> Any:
+    """Parse a model's reply as JSON: plain, inside a ``` fence, or the outermost {...} in the text."""
+    stripped = re.sub(r"^\s*<think>.*?</think>", "", text, flags=re.DOTALL).strip()  # reasoning models
+    fence = re.match(r"^```[a-zA-Z]*\s*\n?(.*?)\n?```$", stripped, re.DOTALL)
+    if fence:
+        stripped = fence.group(1).strip()
+    try:
+        return json.loads(stripped)
+    except json.JSONDecodeError as exc:
+        first, last = stripped.find("{"), stripped.rfind("}")
+        if 0 <= first < last:
+            try:
+                return json.loads(stripped[first: last + 1])
+            except json.JSONDecodeError:
+                pass
+        raise LLMReplyError(f"reply is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}): "
+                            f"{_snippet(text, 200)!r}") from None
+
+
+def parse_logprobs(choice: Mapping[str, Any]) -> tuple[TokenLogprob, ...] | None:
+    """`choices[i].logprobs` in the chat shape (`content: [{token, logprob, top_logprobs}]`) or the legacy
+    completions shape (`tokens`, `token_logprobs`, `top_logprobs: [{token: logprob}]`)."""
+    data = choice.get("logprobs")
+    if not isinstance(data, Mapping):
+        return None
+    content = data.get("content")
+    if isinstance(content, list):
+        out = []
+        for item in content:
+            top = tuple((str(t.get("token", "")), float(t.get("logprob", float("-inf"))))
+                        for t in item.get("top_logprobs") or ())
+            out.append(TokenLogprob(str(item.get("token", "")), float(item.get("logprob", float("-inf"))), top))
+        return tuple(out)
+    tokens, values = data.get("tokens"), data.get("token_logprobs")
+    if isinstance(tokens, list) and isinstance(values, list):
+        tops = data.get("top_logprobs") or [None] * len(tokens)
+        return tuple(
+            TokenLogprob(str(tok), float(lp if lp is not None else float("-inf")),
+                         tuple((str(k), float(v)) for k, v in (top or {}).items()))
+            for tok, lp, top in zip(tokens, values, tops))
+    return None
+
+
+def choice_probability(result: ChatResult, yes: str = "true", no: str = "false") -> float | None:
+    """P(yes) from the first token's alternatives: exp(l_yes) / (exp(l_yes) + exp(l_no)).
+
+    Tokens are compared case-insensitively, without surrounding spaces. None when the reply carries
+    no log-probabilities or neither word is among the first token's alternatives.
+    """
+    import math
+
+    if not result.logprobs:
+        return None
+    first = result.logprobs[0]
+    options = {first.token.strip().lower(): first.logprob}
+    for token, logprob in first.top:
+        options.setdefault(token.strip().lower(), logprob)
+    l_yes, l_no = options.get(yes.lower()), options.get(no.lower())
+    if l_yes is None and l_no is None:
+        return None
+    if l_no is None:
+        return 1.0
+    if l_yes is None:
+        return 0.0
+    top = max(l_yes, l_no)
+    e_yes, e_no = math.exp(l_yes - top), math.exp(l_no - top)
+    return e_yes / (e_yes + e_no)
+
+
+# ------------------------------------------------------------------------------------------ stats
+
+_COUNTERS = ("calls", "http_requests", "retries", "cache_hits", "errors", "json_mode_fallbacks",
+             "prompt_tokens", "completion_tokens")
+
+
+class LLMStats:
+    """Thread-safe counts for a cost report, in total and per model.
+
+    `calls`: chat() calls; `http_requests`: requests sent (retries included); `cache_hits`: calls
+    answered from the cache; tokens are those the server reported in `usage` (cache hits cost none).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_model: dict[str, dict[str, int]] = {}
+
+    def add(self, model: str, **counts: int) -> None:
+        with self._lock:
+            row = self._by_model.setdefault(model, dict.fromkeys(_COUNTERS, 0))
+            for key, value in counts.items():
+                row[key] += value
+
+    def to_dict(self) -> dict[str, Any]:
+        with self._lock:
+            by_model = {m: dict(c) for m, c in self._by_model.items()}
+        total = {key: sum(c[key] for c in by_model.values()) for key in _COUNTERS}
+        return {**total, "by_model": by_model}
+
+    def summary(self) -> str:
+        d = self.to_dict()
+        return (f"{d['calls']} LLM calls ({d['cache_hits']} from cache, {d['http_requests']} HTTP requests, "
+                f"{d['retries']} retries, {d['errors']} failed), {d['prompt_tokens']} prompt + "
+                f"{d['completion_tokens']} completion tokens")
+
+
+# ------------------------------------------------------------------------------------------ cache
+
+class ResponseCache:
+    """One JSON file per reply under `folder/ab/abcdef....json`, written beside then renamed."""
+
+    def __init__(self, folder: str | os.PathLike):
+        self.folder = Path(folder).expanduser()
+        self.folder.mkdir(parents=True, exist_ok=True)
+
+    @staticmethod
+    def key(model: str, messages: Sequence[Message], params: Mapping[str, Any]) -> str:
+        blob = json.dumps({"format": CACHE_FORMAT, "model": model, "messages": list(messages), "params": dict(params)},
+                          sort_keys=True, ensure_ascii=False, default=str)
+        return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+    def _path(self, key: str) -> Path:
+        return self.folder / key[:2] / f"{key}.json"
+
+    def get(self, key: str) -> dict | None:
+        path = self._path(key)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
+            return None  # missing, or damaged by something else: a miss, rewritten on the next success
+        return data.get("response") if isinstance(data, dict) else None
+
+    def put(self, key: str, request: Mapping[str, Any], response: Mapping[str, Any]) -> None:
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                json.dump({"request": request, "response": response}, fh, ensure_ascii=False)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+
+# ------------------------------------------------------------------------------------------ client
+
+@dataclass
+class LLMSettings:
+    """Everything needed to build a client, e.g. from a config file (`LLMSettings.from_file`).
+
+    `model` is the working model; `strong_model` and `judge_model` are optional second names that
+    pipelines use for regeneration and judging (document expansion). The key is not read from the
+    environment here: the CLI resolves `api_key_env` once and fills `api_key`.
+    """
+
+    base_url: str = ""
+    model: str = ""
+    api_key: str | None = None
+    api_key_env: str | None = None
+    strong_model: str | None = None
+    judge_model: str | None = None
+    timeout: float = 60.0
+    max_retries: int = 4
+    backoff: float = 1.0
+    max_backoff: float = 60.0
+    concurrency: int = 4
+    cache_dir: str | None = None
+    json_mode: str = "auto"
+    temperature: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike) -> "LLMSettings":
+        """A JSON or YAML mapping with any of the field names; unknown keys are an error."""
+        path = Path(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise LLMError(f"{path}: LLM config file not found") from None
+        try:
+            if path.suffix.lower() == ".json":
+                data = json.loads(text)
+            else:
+                import yaml
+
+                data = yaml.safe_load(text)
+        except Exception as exc:  # JSON or YAML syntax
+            raise LLMError(f"{path}: cannot parse the LLM config: {exc}") from None
+        if not isinstance(data, Mapping):
+            raise LLMError(f"{path}: the LLM config must be a mapping of settings, got {type(data).__name__}")
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise LLMError(f"{path}: unknown LLM setting(s) {unknown}; known: {sorted(known)}")
+        return cls(**data)
+
+    def client(self, **overrides: Any) -> "LLMClient":
+        if not self.base_url:
+            raise LLMError("no LLM base URL given (--base-url, or base_url in the --llm-config file)")
+        if not self.model:
+            raise LLMError("no LLM model given (--model, or model in the --llm-config file)")
+        options = dict(timeout=self.timeout, max_retries=self.max_retries, backoff=self.backoff,
+                       max_backoff=self.max_backoff, concurrency=self.concurrency, cache_dir=self.cache_dir,
+                       json_mode=self.json_mode, extra_body=self.extra)
+        options.update(overrides)
+        return LLMClient(self.base_url, self.model, self.api_key, **options)
+
+
+class LLMClient:
+    """An OpenAI-compatible chat-completions client with retries, a bounded pool, JSON mode and a cache.
+
+    `model`: the default model name (each call may name another). `timeout`: seconds per request.
+    `max_retries`: extra attempts after the first for retryable failures. Backoff before retry n
+    (0-based) is `backoff * 2**n` seconds (capped at `max_backoff`, ± `jitter` share), or the
+    server's `Retry-After` when it sends one (capped at `max_retry_after`). `json_mode`: "auto"
+    (ask, fall back if rejected), "always" (never fall back), "never". `sleep` is injectable for tests.
+    """
+
+    def __init__(self, base_url: str, model: str, api_key: str | None = None, *, timeout: float = 60.0,
+                 max_retries: int = 4, backoff: float = 1.0, max_backoff: float = 60.0, jitter: float = 0.1,
+                 max_retry_after: float = 300.0, concurrency: int = 4, cache_dir: str | os.PathLike | None = None,
+                 json_mode: str = "auto", extra_body: Mapping[str, Any] | None = None,
+                 headers: Mapping[str, str] | None = None, sleep: Callable[[float], None] = time.sleep,
+                 seed: int | None = None):
+        try:
+            import httpx
+        except ImportError:
+            raise MissingDependency("httpx", "LLM features", extra="llm") from None
+        if json_mode not in ("auto", "always", "never"):
+            raise ValueError(f"json_mode must be auto, always or never, got {json_mode!r}")
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+        if max_retries < 0:
+            raise ValueError(f"max_retries must be 0 or more, got {max_retries}")
+        self.url = chat_url(base_url)
+        self.model = model
+        self.timeout = float(timeout)
+        self.max_retries = int(max_retries)
+        self.backoff, self.max_backoff, self.jitter = float(backoff), float(max_backoff), float(jitter)
+        self.max_retry_after = float(max_retry_after)
+        self.concurrency = int(concurrency)
+        self.json_mode = json_mode
+        self.extra_body = dict(extra_body or {})
+        self.cache = ResponseCache(cache_dir) if cache_dir else None
+        self.stats = LLMStats()
+        self._sleep = sleep
+        self._random = random.Random(seed)
+        self._slots = threading.BoundedSemaphore(self.concurrency)
+        self._no_json_mode: set[str] = set()  # models whose server rejected response_format
+        self._state_lock = threading.Lock()
+        request_headers = {"Content-Type": "application/json", **(headers or {})}
+        if api_key:
+            request_headers["Authorization"] = f"Bearer {api_key}"
+        # plain-http URLs (local servers) use no TLS, so skip loading CA certificates (~0.5 s per client)
+        tls = {} if self.url.startswith("https://") else {"verify": False}
+        self._http = httpx.Client(timeout=httpx.Timeout(self.timeout), headers=request_headers,
+                                  limits=httpx.Limits(max_connections=self.concurrency + 2), **tls)
+        self._httpx = httpx
+
+    # lifecycle ---------------------------------------------------------------------------
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> "LLMClient":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # one call ----------------------------------------------------------------------------
+    def chat(self, messages: Sequence[Message], *, model: str | None = None, temperature: float | None = 0.0,
+             max_tokens: int | None = None, json_mode: bool = False, logprobs: bool = False,
+             top_logprobs: int | None = None, stop: Sequence[str] | None = None, seed: int | None = None,
+             use_cache: bool = True, **extra: Any) -> ChatResult:
+        """Send one chat request (or answer it from the cache) and return the first choice."""
+        model = model or self.model
+        messages = [dict(m) for m in messages]
+        params: dict[str, Any] = {**self.extra_body, **extra}
+        for key, value in (("temperature", temperature), ("max_tokens", max_tokens), ("stop", list(stop or ()) or None),
+                           ("seed", seed)):
+            if value is not None:
+                params[key] = value
+        if logprobs:
+            params["logprobs"] = True
+            if top_logprobs:
+                params["top_logprobs"] = int(top_logprobs)
+        logical = {**params, "json_mode": bool(json_mode)}  # the cache key: what was asked, not how it was sent
+        key = ResponseCache.key(model, messages, logical) if self.cache is not None else None
+        if key is not None and use_cache:  # use_cache=False asks the server again and refreshes the entry
+            hit = self.cache.get(key)
+            if hit is not None:
+                self.stats.add(model, calls=1, cache_hits=1)
+                return _result(hit, model, self.url, cached=True)
+        body = {"model": model, "messages": messages, **params}
+        want_json = json_mode and self.json_mode != "never"
+        with self._slots:
+            data = self._post_with_json_mode(body, model, want_json)
+        result = _result(data, model, self.url, cached=False)
+        self.stats.add(model, calls=1, prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens)
+        if key is not None:
+            self.cache.put(key, {"model": model, "messages": messages, "params": logical}, _cacheable(data))
+        return result
+
+    def _post_with_json_mode(self, body: dict, model: str, want_json: bool) -> dict:
+        with self._state_lock:
+            use_json = want_json and model not in self._no_json_mode
+        if not use_json:
+            return self._post(body, model)
+        try:
+            return self._post({**body, "response_format": {"type": "json_object"}}, model)
+        except LLMHTTPError as exc:
+            if self.json_mode == "always" or exc.status not in (400, 415, 422):
+                raise
+            data = self._post(body, model)  # asked again without response_format: the server rejected it
+            with self._state_lock:
+                self._no_json_mode.add(model)
+            self.stats.add(model, json_mode_fallbacks=1)
+            return data
+
+    def _post(self, body: dict, model: str) -> dict:
+        httpx = self._httpx
+        attempts = self.max_retries + 1
+        for attempt in range(attempts):
+            last = attempt == attempts - 1
+            self.stats.add(model, http_requests=1, retries=1 if attempt else 0)
+            try:
+                response = self._http.post(self.url, json=body)
+            except httpx.TimeoutException:
+                if last:
+                    self.stats.add(model, errors=1)
+                    raise LLMTimeoutError(
+                        f"POST {self.url}: no reply within {self.timeout:g} s on {attempts} attempt(s) "
+                        f"(model {model!r}); raise the timeout (--timeout) or check the server") from None
+                self._sleep(self._backoff(attempt))
+                continue
+            except httpx.TransportError as exc:
+                if last:
+                    self.stats.add(model, errors=1)
+                    raise LLMConnectionError(
+                        f"POST {self.url}: cannot reach the server on {attempts} attempt(s): {exc}; "
+                        "check --base-url and that the server is running") from None
+                self._sleep(self._backoff(attempt))
+                continue
+            if response.status_code == 200:
+                try:
+                    data = response.json()
+                except ValueError:
+                    self.stats.add(model, errors=1)
+                    raise LLMReplyError(f"POST {self.url} → HTTP 200 but the body is not JSON: "
+                                        f"{_snippet(response.text)}") from None
+                if not isinstance(data, dict):
+                    self.stats.add(model, errors=1)
+                    raise LLMReplyError(f"POST {self.url} → HTTP 200 but the body is not a JSON object: "
+                                        f"{_snippet(response.text)}")
+                return data
+            status = response.status_code
+            if status in RETRY_STATUSES and not last:
+                self._sleep(self._retry_wait(response, attempt))
+                continue
+            self.stats.add(model, errors=1)
+            raise LLMHTTPError(self.url, status, response.text, attempt + 1, _status_hint(status))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _backoff(self, attempt: int) -> float:
+        wait_s = min(self.max_backoff, self.backoff * (2 ** attempt))
+        if self.jitter:
+            wait_s *= 1 + self.jitter * (2 * self._random.random() - 1)
+        return max(0.0, wait_s)
+
+    def _retry_wait(self, response: Any, attempt: int) -> float:
+        after = parse_retry_after(response.headers.get("retry-after"))
+        if after is not None:
+            return min(after, self.max_retry_after)
+        return self._backoff(attempt)
+
+    # many calls --------------------------------------------------------------------------
+    def map(self, fn: Callable[[T], R], items: Iterable[T],
+            workers: int | None = None) -> Iterator[tuple[int, R | BaseException]]:
+        """Run `fn(item)` on a thread pool; yield `(index, result or exception)` as each one finishes.
+
+        At most `workers` (default: `concurrency`) items are in flight, so a long input is consumed
+        lazily. Closing the generator early (or Ctrl-C) cancels what has not started.
+        """
+        workers = workers or self.concurrency
+        yield from run_parallel(fn, items, workers)
+
+
+def run_parallel(fn: Callable[[T], R], items: Iterable[T],
+                 workers: int) -> Iterator[tuple[int, R | BaseException]]:
+    """`LLMClient.map` without a client: bounded thread-pool map, results in completion order."""
+    source = iter(enumerate(items))
+    pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="toolscout-llm")
+    pending: dict[Future, int] = {}
+    try:
+        for index, item in source:
+            pending[pool.submit(fn, item)] = index
+            if len(pending) >= workers:
+                break
+        while pending:
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for future in done:
+                index = pending.pop(future)
+                exc = future.exception()
+                yield index, (exc if exc is not None else future.result())
+                nxt = next(source, None)
+                if nxt is not None:
+                    pending[pool.submit(fn, nxt[1])] = nxt[0]
+    except BaseException:  # Ctrl-C, or the caller stopped early: do not wait for requests in flight
+        for future in pending:
+            future.cancel()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+
+
+def chat_url(base_url: str) -> str:
+    """`http://host/v1` → `http://host/v1/chat/completions` (a full endpoint URL is kept as is)."""
+    url = (base_url or "").strip().rstrip("/")
+    if not re.match(r"^https?://", url):
+        raise LLMError(f"LLM base URL must start with http:// or https://, got {base_url!r} "
+                       "(e.g. http://localhost:8000/v1 or https://api.openai.com/v1)")
+    return url if url.endswith("/chat/completions") else url + "/chat/completions"
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """Seconds to wait from a `Retry-After` header: a number of seconds or an HTTP date."""
+    if value is None:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when is None:
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def _cacheable(data: Mapping[str, Any]) -> dict:
+    """The parts of a reply worth keeping: choices, usage, model."""
+    return {key: data[key] for key in ("id", "model", "choices", "usage") if key in data}
+
+
+def _result(data: Mapping[str, Any], model: str, url: str, cached: bool) -> ChatResult:
+    choices = data.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
+        raise LLMReplyError(f"POST {url}: reply has no choices: {_snippet(json.dumps(data, default=str))}")
+    choice = choices[0]
+    message = choice.get("message") if isinstance(choice.get("message"), Mapping) else {}
+    text = message.get("content")
+    if text is None:
+        text = choice.get("text", "")  # completions-style servers
+    usage = data.get("usage") if isinstance(data.get("usage"), Mapping) else {}
+    return ChatResult(
+        text=str(text or ""), model=str(data.get("model") or model), finish_reason=choice.get("finish_reason"),
+        prompt_tokens=0 if cached else int(usage.get("prompt_tokens") or 0),
+        completion_tokens=0 if cached else int(usage.get("completion_tokens") or 0),
+        logprobs=parse_logprobs(choice), cached=cached)

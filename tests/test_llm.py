@@ -1,0 +1,245 @@
+"""The LLM client against a real HTTP server on loopback (tests/fakellm.py)."""
+
+import json
+import math
+import threading
+import time
+
+import pytest
+
+from fakellm import FakeLLM, Reply, mentions
+from toolscout.llm import (ChatResult, LLMClient, LLMConnectionError, LLMHTTPError, LLMReplyError, LLMSettings,
+                           LLMTimeoutError, TokenLogprob, chat_url, choice_probability, parse_json_reply,
+                           parse_retry_after)
+
+MSG = [{"role": "user", "content": "say hi to the test"}]
+
+
+class Waits(list):
+    """Records the client's backoff sleeps instead of sleeping."""
+
+    def __call__(self, seconds):
+        self.append(round(seconds, 6))
+
+
+@pytest.fixture
+def fake():
+    with FakeLLM(responder=lambda req: Reply('{"ok": true}')) as server:
+        yield server
+
+
+def client_for(fake, **kw):
+    kw.setdefault("jitter", 0.0)
+    kw.setdefault("backoff", 0.01)
+    kw.setdefault("timeout", 5.0)
+    return LLMClient(fake.url, "small", **kw)
+
+
+def test_chat_returns_text_usage_and_sends_key_and_model(fake):
+    with client_for(fake, api_key="sk-test") as client:
+        result = client.chat(MSG, max_tokens=20)
+    assert result.text == '{"ok": true}' and result.json() == {"ok": True} and not result.cached
+    # the fake counts words: 5 in the prompt, 2 in the reply
+    assert (result.prompt_tokens, result.completion_tokens) == (5, 2)
+    request = fake.requests[0]
+    assert request["model"] == "small" and request["max_tokens"] == 20 and request["temperature"] == 0.0
+    assert request["_headers"]["authorization"] == "Bearer sk-test"
+    stats = client.stats.to_dict()
+    assert (stats["calls"], stats["http_requests"], stats["prompt_tokens"], stats["completion_tokens"]) == (1, 1, 5, 2)
+
+
+def test_retries_5xx_with_exponential_backoff(fake):
+    fake.script(Reply(status=500, content="boom"), Reply(status=502), Reply(status=503))
+    waits = Waits()
+    with client_for(fake, max_retries=3, sleep=waits) as client:
+        result = client.chat(MSG)
+    assert result.text == '{"ok": true}'
+    assert waits == [0.01, 0.02, 0.04]  # backoff * 2**attempt
+    stats = client.stats.to_dict()
+    assert stats["http_requests"] == 4 and stats["retries"] == 3 and stats["errors"] == 0
+
+
+def test_429_honours_retry_after_over_backoff(fake):
+    fake.script(Reply(status=429, headers={"Retry-After": "0.25"}), Reply(status=429, headers={"Retry-After": "2"}))
+    waits = Waits()
+    with client_for(fake, max_retries=2, sleep=waits, max_retry_after=1.5) as client:
+        client.chat(MSG)
+    assert waits == [0.25, 1.5]  # the header's value, capped at max_retry_after
+
+
+def test_retry_after_really_waits():
+    with FakeLLM(responder=lambda req: Reply("fine")) as fake:
+        fake.script(Reply(status=429, headers={"Retry-After": "0.2"}))
+        start = time.perf_counter()
+        with LLMClient(fake.url, "m", backoff=0.0, jitter=0.0) as client:
+            assert client.chat(MSG).text == "fine"
+        assert time.perf_counter() - start >= 0.2
+
+
+def test_parse_retry_after_seconds_and_http_date():
+    assert parse_retry_after("3") == 3.0 and parse_retry_after("0.5") == 0.5 and parse_retry_after(None) is None
+    future = time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(time.time() + 30))
+    assert 27 <= parse_retry_after(future) <= 30
+    assert parse_retry_after("soon") is None
+
+
+def test_gives_up_with_url_status_and_body(fake):
+    fake.script(*[Reply(status=503, content="model is overloaded, try later")] * 3)
+    with client_for(fake, max_retries=2, sleep=Waits()) as client:
+        with pytest.raises(LLMHTTPError) as info:
+            client.chat(MSG)
+    message = str(info.value)
+    assert fake.url + "/chat/completions" in message and "HTTP 503" in message
+    assert "model is overloaded" in message and "after 3 attempts" in message
+    assert info.value.status == 503 and client.stats.to_dict()["errors"] == 1
+
+
+def test_client_errors_are_not_retried_and_say_what_to_check(fake):
+    fake.script(Reply(status=401, content="invalid api key"))
+    with client_for(fake, max_retries=4, sleep=Waits()) as client:
+        with pytest.raises(LLMHTTPError) as info:
+            client.chat(MSG)
+    assert fake.calls == 1 and "HTTP 401" in str(info.value) and "API key" in str(info.value)
+
+
+def test_timeout_then_success_and_timeout_every_time(fake):
+    fake.script(Reply("late", delay=0.6))
+    with client_for(fake, timeout=0.2, max_retries=1, sleep=Waits()) as client:
+        assert client.chat(MSG).text == '{"ok": true}'
+        assert client.stats.to_dict()["retries"] == 1
+        fake.script(Reply("late", delay=0.6), Reply("late", delay=0.6))
+        with pytest.raises(LLMTimeoutError) as info:
+            client.chat([{"role": "user", "content": "another"}])
+    assert "0.2 s" in str(info.value) and fake.url in str(info.value) and "--timeout" in str(info.value)
+
+
+def test_connection_refused_names_the_url():
+    with FakeLLM() as fake:
+        url = fake.url
+    with LLMClient(url, "m", max_retries=1, backoff=0.0, jitter=0.0) as client:
+        with pytest.raises(LLMConnectionError) as info:
+            client.chat(MSG)
+    assert url in str(info.value) and "--base-url" in str(info.value)
+
+
+def test_cache_answers_reruns_with_zero_http_calls(fake, tmp_path):
+    with client_for(fake, cache_dir=tmp_path / "cache") as client:
+        first = client.chat(MSG, json_mode=True)
+        second = client.chat(MSG, json_mode=True)
+    assert fake.calls == 1 and not first.cached and second.cached and second.text == first.text
+    assert second.prompt_tokens == 0  # a cache hit costs nothing
+    with client_for(fake, cache_dir=tmp_path / "cache") as rerun:  # a new process, same folder
+        assert rerun.chat(MSG, json_mode=True).cached
+        assert fake.calls == 1
+        rerun.chat(MSG, json_mode=True, temperature=0.7)  # other parameters: another entry
+        rerun.chat(MSG, json_mode=False)
+        assert fake.calls == 3
+        assert rerun.stats.to_dict()["cache_hits"] == 1
+    files = list((tmp_path / "cache").rglob("*"))
+    assert not [f for f in files if ".tmp" in f.name]
+    assert len([f for f in files if f.suffix == ".json"]) == 3
+
+
+def test_damaged_cache_file_is_a_miss(fake, tmp_path):
+    with client_for(fake, cache_dir=tmp_path) as client:
+        client.chat(MSG)
+        entry = next(tmp_path.rglob("*.json"))
+        entry.write_text("{ torn")
+        assert not client.chat(MSG).cached and fake.calls == 2
+        assert client.chat(MSG).cached and fake.calls == 2
+
+
+def test_json_mode_falls_back_when_server_rejects_response_format(tmp_path):
+    with FakeLLM(responder=lambda req: Reply('{"a": 1}'), reject_json_mode=True) as fake:
+        with LLMClient(fake.url, "m", backoff=0.0) as client:
+            assert client.chat(MSG, json_mode=True).json() == {"a": 1}
+            assert "response_format" in fake.requests[0] and "response_format" not in fake.requests[1]
+            client.chat([{"role": "user", "content": "second"}], json_mode=True)
+            assert fake.calls == 3 and "response_format" not in fake.requests[2]  # remembered
+            assert client.stats.to_dict()["json_mode_fallbacks"] == 1
+        with LLMClient(fake.url, "m", json_mode="always") as strict:
+            with pytest.raises(LLMHTTPError, match="response_format is not supported"):
+                strict.chat(MSG, json_mode=True)
+
+
+def test_json_mode_sent_when_supported(fake):
+    with client_for(fake) as client:
+        client.chat(MSG, json_mode=True)
+        client.chat(MSG)
+    assert fake.requests[0]["response_format"] == {"type": "json_object"}
+    assert "response_format" not in fake.requests[1]
+
+
+def test_logprobs_are_requested_and_parsed(fake):
+    fake.script(Reply("true", logprobs=[{"token": "true", "logprob": -0.2, "bytes": None,
+                                         "top_logprobs": [{"token": "true", "logprob": -0.2},
+                                                          {"token": " False", "logprob": -1.9}]}]))
+    with client_for(fake) as client:
+        result = client.chat(MSG, logprobs=True, top_logprobs=2, max_tokens=1)
+        assert fake.requests[0]["logprobs"] is True and fake.requests[0]["top_logprobs"] == 2
+        assert result.logprobs == (TokenLogprob("true", -0.2, (("true", -0.2), (" False", -1.9))),)
+        # P(true) = e^-0.2 / (e^-0.2 + e^-1.9) = 1 / (1 + e^-1.7)
+        assert choice_probability(result) == pytest.approx(1 / (1 + math.exp(-1.7)))
+        generic = client.chat([{"role": "user", "content": "more"}], logprobs=True, top_logprobs=3)
+    assert [t.token for t in generic.logprobs] == ['{"ok":', " ", "true}"]
+    assert len(generic.logprobs[0].top) == 3 and generic.logprobs[0].top[1] == ("<alt1>", -4.0)
+
+
+def test_choice_probability_edge_cases():
+    assert choice_probability(ChatResult("x", "m")) is None
+    only_yes = ChatResult("true", "m", logprobs=(TokenLogprob("true", -0.1, (("maybe", -2.0),)),))
+    assert choice_probability(only_yes) == 1.0
+
+
+def test_parse_json_reply_tolerates_fences_thinking_and_prose():
+    assert parse_json_reply('```json\n{"a": 1}\n```') == {"a": 1}
+    assert parse_json_reply('<think>maybe {x}</think>\n{"a": 2}') == {"a": 2}
+    assert parse_json_reply('Sure! Here it is: {"a": 3} Hope it helps.') == {"a": 3}
+    with pytest.raises(LLMReplyError, match="not valid JSON"):
+        parse_json_reply("no json here")
+
+
+def test_map_bounds_requests_in_flight():
+    state = {"now": 0, "peak": 0}
+    lock = threading.Lock()
+
+    def slow(req):
+        with lock:
+            state["now"] += 1
+            state["peak"] = max(state["peak"], state["now"])
+        time.sleep(0.05)
+        with lock:
+            state["now"] -= 1
+        return Reply(json.dumps({"echo": req["messages"][0]["content"]}))
+
+    with FakeLLM(responder=slow) as fake, LLMClient(fake.url, "m", concurrency=3) as client:
+        items = [f"q{i}" for i in range(9)]
+        results = dict(client.map(lambda text: client.chat([{"role": "user", "content": text}]).json(), items))
+    assert [results[i]["echo"] for i in range(9)] == items
+    assert 2 <= state["peak"] <= 3
+
+
+def test_map_returns_exceptions_per_item(fake):
+    fake.script(Reply(status=400, content="bad"), when=mentions("poison"))
+    with client_for(fake) as client:
+        out = dict(client.map(lambda t: client.chat([{"role": "user", "content": t}]).text, ["ok", "poison"]))
+    assert out[0] == '{"ok": true}' and isinstance(out[1], LLMHTTPError)
+
+
+def test_settings_from_yaml_file_and_errors(tmp_path, fake):
+    config = tmp_path / "llm.yaml"
+    config.write_text(f"base_url: {fake.url}\nmodel: small\nstrong_model: big\nconcurrency: 2\n")
+    settings = LLMSettings.from_file(config)
+    assert (settings.model, settings.strong_model, settings.concurrency) == ("small", "big", 2)
+    with settings.client() as client:
+        assert client.chat(MSG).text == '{"ok": true}'
+    (tmp_path / "bad.yaml").write_text("base_url: x\nmodle: typo\n")
+    with pytest.raises(Exception, match="unknown LLM setting.*modle"):
+        LLMSettings.from_file(tmp_path / "bad.yaml")
+
+
+def test_chat_url():
+    assert chat_url("http://h:1/v1/") == "http://h:1/v1/chat/completions"
+    assert chat_url("https://x/v1/chat/completions") == "https://x/v1/chat/completions"
+    with pytest.raises(Exception, match="http://"):
+        chat_url("localhost:8000")
