@@ -1,4 +1,5 @@
-"""Command line: `toolscout index | search | eval | demo` (DESIGN §6; scripts depend on these flags).
+"""Command line: `toolscout index | search | eval | train | expand | generate | serve | demo` (DESIGN §6;
+scripts depend on these flags).
 
 Environment variables are read here, once, and passed down as arguments.
 """
@@ -101,6 +102,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="index the bundled sample catalog and answer example tasks")
     p.add_argument("--out", default="toolscout-demo-index", help="where to write the demo index")
     p.add_argument("--retriever", default="dense")
+
+    from .serve.cli import add_serve_parser  # argparse only; server dependencies load in cmd_serve
+
+    add_serve_parser(sub)
     return parser
 
 
@@ -120,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .generate.cli import cmd_generate
 
     handler = {"index": cmd_index, "search": cmd_search, "eval": cmd_eval, "train": cmd_train,
-               "demo": cmd_demo, "expand": cmd_expand, "generate": cmd_generate}[args.command]
+               "demo": cmd_demo, "expand": cmd_expand, "generate": cmd_generate, "serve": cmd_serve}[args.command]
     try:
         return handler(args) or 0
     except (ToolScoutError, ValueError, KeyError, FileNotFoundError, OSError) as exc:
@@ -299,6 +304,12 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from .serve.cli import cmd_serve as serve
+
+    return serve(args)
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from .ingest import load_tools
     from .pipeline import ToolScout
@@ -310,8 +321,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     scout.save(args.out)
     for task in EXAMPLE_TASKS:
         _print_hits(task, scout.search(task, k=3))
-    print(f"\nSaved the index to {args.out}. Search it again with:\n"
-          f"  toolscout search {args.out} \"cancel my doctor's appointment\" -k 5")
+    print(f"\nSaved the index to {args.out}. Search it again, or serve it over HTTP and MCP:\n"
+          f"  toolscout search {args.out} \"cancel my doctor's appointment\" -k 5\n"
+          f"  toolscout serve {args.out} --port 8080        # HTTP: POST /search, tool CRUD, /metrics\n"
+          f"  toolscout serve {args.out} --mcp              # MCP server (stdio) with a search_tools tool")
     return 0
 
 

@@ -8,8 +8,9 @@
     tools = load_tools([get_weather, send_email])            # Python callables
 
 Sources for `load_tools`: a file path (JSON, YAML, JSONL, .py), a benchmark folder holding
-`tools.jsonl`, a `"package.module:attr"` string naming Python callables, or an object already in
-memory (dict / list / callables, handed to `parse_tools`). Several catalogs: call it once per file;
+`tools.jsonl`, a `"package.module:attr"` string naming Python callables, a running MCP server
+(`"mcp:COMMAND ARGS"` over stdio, or an `http(s)://` streamable-HTTP URL; see `live_mcp`), or an
+object already in memory (dict / list / callables, handed to `parse_tools`). Several catalogs: call it once per file;
 tools of different files with equal ids are the caller's to namespace.
 
 Format detection (when `format` is None), first rule that applies:
@@ -49,7 +50,7 @@ from typing import Any, Callable
 
 from ..errors import CatalogError
 from ..tool import Tool
-from . import anthropic, jsonl, mcp, openai, openapi, python
+from . import anthropic, jsonl, live_mcp, mcp, openai, openapi, python
 from .common import Context, Entry, LoadReport, finish
 from .detect import FORMATS, detect_format, format_of_path, read_structured
 
@@ -89,6 +90,8 @@ def load_tools(source: str | os.PathLike | list | dict | Callable, format: str |
     name = os.fspath(source)
     path = Path(name)
     if not path.exists():
+        if format in (None, "mcp") and isinstance(source, str) and live_mcp.is_live_source(name):
+            return live_mcp.load_live_tools(name, namespace=namespace, lenient=lenient, report=report)
         if format in (None, "python") and (python.MODULE_ATTR.match(name) or format == "python"):
             try:
                 callables = python.import_callables(name)

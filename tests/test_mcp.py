@@ -1,0 +1,175 @@
+"""MCP end to end with the official SDK: the `search_tools` server over stdio and streamable HTTP, and
+indexing the tools of running MCP servers (`toolscout index mcp:COMMAND` / an MCP URL)."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+import anyio
+import httpx
+import pytest
+
+from toolscout import Tool, ToolScout, load_tools
+from toolscout.cli import main as cli
+
+mcp = pytest.importorskip("mcp")
+from mcp import Client, StdioServerParameters  # noqa: E402
+
+FIXTURE_SERVER = textwrap.dedent("""
+    import sys
+    from mcp.server import MCPServer
+
+    server = MCPServer(sys.argv[1], log_level="WARNING")
+
+    @server.tool(description="Search the documents of " + sys.argv[1])
+    def search(query: str) -> str:
+        return "nothing"
+
+    @server.tool(description="Get the weather forecast for a city for the next days")
+    def get_forecast(city: str, days: int = 3) -> str:
+        return "sunny"
+
+    server.run("stdio")
+""")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def catalog():
+    def obj(**props):
+        return {"type": "object", "properties": {k: {"type": "string", "description": v} for k, v in props.items()}}
+
+    return [
+        Tool("weather.get_forecast", "get_forecast", "Get the weather forecast for a city for the next days.",
+             obj(city="Name of the city"), namespace="weather"),
+        Tool("flights.book", "book_flight", "Book a seat on a flight.", obj(flight_id="Flight"), namespace="travel"),
+        Tool("hotels.book", "book_hotel", "Reserve a hotel room in a city.", obj(city="City"), namespace="travel"),
+        Tool("mail.send", "send_email", "Send an email message to recipients.", obj(to="Addresses"), namespace="mail"),
+        Tool("mail.search", "search_inbox", "Find emails in the inbox.", obj(query="Words"), namespace="mail"),
+        Tool("calendar.create", "create_event", "Create a calendar event and invite people by email.",
+             obj(title="Title"), namespace="calendar"),
+    ]
+
+
+@pytest.fixture(scope="module")
+def index_dir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("mcp") / "idx"
+    ToolScout.from_tools(catalog(), retriever="bm25").save(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def http_server(index_dir, tmp_path_factory):
+    """`python -m toolscout.serve` over HTTP (API + /mcp) with a token limited to the mail namespace."""
+    tokens = tmp_path_factory.mktemp("tokens") / "tokens.json"
+    tokens.write_text(json.dumps({"tokens": [{"token": "mail-only-1", "namespaces": ["mail"]},
+                                             {"token": "everything-1"}]}))
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "toolscout.serve", str(index_dir), "--port", str(port),
+                             "--tokens", str(tokens), "--require-read-token", "--no-fsync"],
+                            env={**os.environ, "HF_HUB_OFFLINE": "1"}, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(900):
+        if proc.poll() is not None:
+            raise AssertionError(proc.stderr.read().decode()[-2000:])
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    yield url
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=60)
+
+
+def test_sdk_client_lists_and_calls_search_tools_over_stdio(index_dir, tmp_path):
+    # the served directory is locked by one server at a time: serve a copy
+    copy = tmp_path / "idx"
+    ToolScout.load(index_dir).save(copy)
+    params = StdioServerParameters(command=sys.executable,
+                                   args=["-m", "toolscout.serve", str(copy), "--mcp", "--min-score", "1.0"],
+                                   env={"HF_HUB_OFFLINE": "1"})
+
+    async def session():
+        async with Client(params) as client:
+            assert client.server_info.name == "toolscout"
+            listed = (await client.list_tools()).tools
+            assert [t.name for t in listed] == ["search_tools"]
+            schema = listed[0].input_schema
+            assert schema["required"] == ["task"] and {"task", "k", "namespaces"} <= set(schema["properties"])
+            assert listed[0].output_schema is not None
+
+            result = await client.call_tool("search_tools", {"task": "weather forecast for a city", "k": 2})
+            assert not result.is_error
+            found = result.structured_content["tools"]
+            assert found[0]["name"] == "get_forecast" and found[0]["namespace"] == "weather"
+            assert found[0]["input_schema"]["properties"]["city"]["type"] == "string"
+            assert json.loads(result.content[0].text)["tools"][0]["id"] == "weather.get_forecast"
+
+            result = await client.call_tool("search_tools", {"task": "send an email", "namespaces": ["calendar"]})
+            assert all(t["namespace"] == "calendar" for t in result.structured_content["tools"])
+            result = await client.call_tool("search_tools", {"task": "lattice chromodynamics on a supercomputer"})
+            assert result.structured_content == {"tools": [], "abstained": True}
+            bad = await client.call_tool("search_tools", {"task": "x", "k": 0})
+            assert bad.is_error
+
+    anyio.run(session)
+
+
+def test_streamable_http_endpoint_applies_the_callers_token(http_server):
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    async def search(token):
+        transport = streamable_http_client(f"{http_server}/mcp", http_client=httpx2.AsyncClient(
+            headers={"authorization": f"Bearer {token}"}))
+        async with Client(transport) as client:
+            result = await client.call_tool("search_tools", {"task": "book a flight and send an email", "k": 12})
+            return {t["namespace"] for t in result.structured_content["tools"]}
+
+    assert anyio.run(search, "mail-only-1") == {"mail"}
+    assert {"mail", "travel"} <= anyio.run(search, "everything-1")
+    r = httpx.post(f"{http_server}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+    assert r.status_code == 401
+
+
+def test_index_tools_of_live_stdio_servers_under_their_names(tmp_path, capsys):
+    script = tmp_path / "server.py"
+    script.write_text(FIXTURE_SERVER)
+    out = tmp_path / "live"
+    code = cli(["index", f"mcp:{sys.executable} {script} alpha", f"mcp:{sys.executable} {script} beta",
+                "--out", str(out), "--retriever", "bm25"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "2 tools (mcp)" in err
+    scout = ToolScout.load(out)
+    assert sorted(t.id for t in scout.tools) == ["alpha.get_forecast", "alpha.search", "beta.get_forecast",
+                                                  "beta.search"]
+    alpha = scout.get("alpha.search")
+    assert alpha.namespace == "alpha" and alpha.parameters["properties"]["query"]["type"] == "string"
+    hits = scout.search("search", k=4)
+    assert {h.tool.id for h in hits[:2]} == {"alpha.search", "beta.search"} and hits[0].match == "name"
+    tools = load_tools(f"mcp:{sys.executable} {script} gamma", namespace="docs")
+    assert sorted(t.id for t in tools) == ["docs.get_forecast", "docs.search"]
+
+
+def test_index_tools_of_an_mcp_url(http_server):
+    from toolscout.errors import CatalogError
+    from toolscout.ingest.live_mcp import load_live_tools
+
+    tools = load_live_tools(f"{http_server}/mcp", headers={"authorization": "Bearer everything-1"})
+    assert [t.id for t in tools] == ["toolscout.search_tools"]
+    assert tools[0].parameters["required"] == ["task"] and tools[0].returns is not None
+    with pytest.raises(CatalogError, match="could not list"):
+        load_tools(f"{http_server}/mcp")  # this server wants a token
+    with pytest.raises(CatalogError, match="No such file|not found|could not list"):
+        load_tools("mcp:/nonexistent/mcp-server --flag")

@@ -1,0 +1,111 @@
+"""A server killed (SIGKILL) in the middle of a stream of writes restarts with every acknowledged write;
+a server stopped with SIGTERM saves a snapshot and leaves an empty journal. Real subprocesses."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+
+from toolscout import ToolScout
+from toolscout.serve.journal import JOURNAL, Journal
+
+TOKEN = "crash-test-token"
+AUTH = {"authorization": f"Bearer {TOKEN}"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(folder, port):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOOLSCOUT_TOKEN": TOKEN}
+    proc = subprocess.Popen([sys.executable, "-m", "toolscout.serve", str(folder), "--port", str(port)],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 90
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"server exited: {proc.stderr.read().decode()[-2000:]}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    proc.kill()
+    raise AssertionError("server did not start")
+
+
+def crash_state(port):
+    r = httpx.get(f"http://127.0.0.1:{port}/tools", params={"namespace": "crash", "limit": 1000}, timeout=10)
+    return {t["id"]: t["description"] for t in r.json()["tools"]}
+
+
+def test_sigkill_during_writes_keeps_every_acknowledged_write(tmp_path, tools):
+    folder = tmp_path / "idx"
+    ToolScout.from_tools(tools, retriever="bm25").save(folder)
+    port = free_port()
+    server = start_server(folder, port)
+    acknowledged: dict[str, str | None] = {}  # id -> description (None: deleted), acknowledged ops only
+    in_flight: list[tuple[str, str | None]] = []
+    count = [0]
+
+    def writer():
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=AUTH, timeout=10) as client:
+            i = 0
+            while True:
+                if i % 3 == 2:  # delete the tool written two steps before
+                    op = (f"crash.t{i - 2}", None)
+                else:
+                    op = (f"crash.t{i}", f"Crash test tool number {i} that counts sheep")
+                in_flight[:] = [op]
+                try:
+                    if op[1] is None:
+                        r = client.delete(f"/tools/{op[0]}")
+                    else:
+                        r = client.put(f"/tools/{op[0]}", json={"name": f"t{i}", "namespace": "crash",
+                                                                "description": op[1]})
+                except httpx.HTTPError:
+                    return  # the server died with this request in flight
+                assert r.status_code == 200, r.text
+                acknowledged[op[0]] = op[1]
+                count[0] += 1
+                i += 1
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    while count[0] < 20 and thread.is_alive():
+        time.sleep(0.01)
+    server.send_signal(signal.SIGKILL)  # while the writer keeps writing
+    server.wait()
+    thread.join()
+    assert count[0] >= 20
+
+    expected = {tid: desc for tid, desc in acknowledged.items() if desc is not None}
+    restarted = start_server(folder, port)
+    try:
+        state = crash_state(port)
+        tid, desc = in_flight[0]  # the write in flight at the kill may or may not have been made durable
+        maybe = dict(expected)
+        if desc is None:
+            maybe.pop(tid, None)
+        else:
+            maybe[tid] = desc
+        assert state in (expected, maybe)
+        last = max(expected, key=lambda t: int(t.rsplit("t", 1)[1]))
+        r = httpx.post(f"http://127.0.0.1:{port}/search", json={"query": f"crash test tool number {last[7:]}"})
+        assert last in [h["id"] for h in r.json()["results"][0]["hits"]]
+    finally:
+        restarted.send_signal(signal.SIGTERM)  # graceful: writes a snapshot, empties the journal
+        restarted.wait(timeout=60)
+    records = list(Journal(folder).replay())
+    assert [r["op"] for r in records] == ["base"]
+    snapshot = ToolScout.load(folder)
+    assert {t.id: t.description for t in snapshot.tools if t.namespace == "crash"} == state
+    assert snapshot.saved_config["journal_seq"] == records[0]["seq"]
+    assert (folder / JOURNAL).stat().st_size < 100

@@ -1,0 +1,212 @@
+"""The HTTP API: every endpoint, its errors, tokens and namespace restrictions (BM25, in-process)."""
+
+import json
+import re
+
+import pytest
+from starlette.testclient import TestClient
+
+from toolscout import ToolScout
+from toolscout.serve import ToolService, create_app
+from toolscout.serve.auth import AuthConfig
+
+ADMIN = {"authorization": "Bearer admin-secret"}
+MAIL = {"authorization": "Bearer mail-team-1"}  # read+write, namespace "mail" only
+READER = {"authorization": "Bearer reader-123"}  # read only, every namespace
+
+
+@pytest.fixture
+def served(tmp_path, tools):
+    folder = tmp_path / "idx"
+    ToolScout.from_tools(tools, retriever="bm25").save(folder)
+    tokens = tmp_path / "tokens.json"
+    tokens.write_text(json.dumps({"tokens": [
+        {"token": "mail-team-1", "name": "mail", "namespaces": ["mail"], "write": True},
+        {"token": "reader-123", "name": "reader"}]}))
+
+    def start(require_read_token=False, max_body_bytes=4096, **options):
+        service = ToolService.open(folder, fsync=False, **options)
+        auth = AuthConfig.build("admin-secret", tokens, require_read_token)
+        return TestClient(create_app(service, auth, max_body_bytes=max_body_bytes))
+
+    return start
+
+
+def test_search_single_batch_filters_and_formats(served):
+    with served() as client:
+        r = client.post("/search", json={"query": "book a flight to Paris", "k": 2})
+        assert r.status_code == 200
+        body = r.json()
+        hits = body["results"][0]["hits"]
+        assert [h["id"] for h in hits][:1] == ["flights.book"] and [h["rank"] for h in hits] == [1, 2]
+        assert set(hits[0]) >= {"id", "name", "namespace", "score", "match", "description", "input_schema"}
+        assert hits[0]["input_schema"]["properties"]["flight_id"]["type"] == "string"
+
+        r = client.post("/search", json={"queries": ["send an email", "weather in Oslo"], "k": 3,
+                                         "namespaces": ["mail", "calendar"]})
+        results = r.json()["results"]
+        assert [x["query"] for x in results] == ["send an email", "weather in Oslo"]
+        assert all(h["namespace"] in ("mail", "calendar") for x in results for h in x["hits"])
+
+        r = client.post("/search", json={"query": "read a file", "k": 1, "format": "anthropic",
+                                         "always_include": ["mail.send"]})
+        result = r.json()["results"][0]
+        assert [t["name"] for t in result["tools"]] == ["read_file", "send_email"]
+        assert result["tools"][0]["input_schema"]["type"] == "object" and result["hits"][1]["match"] == "always"
+        r = client.post("/search", json={"query": "read a file", "k": 1, "format": "openai"})
+        assert r.json()["results"][0]["tools"][0]["function"]["name"] == "read_file"
+
+        r = client.post("/search", json={"query": "search_inbox", "k": 3})
+        assert r.json()["results"][0]["hits"][0]["match"] == "name"
+
+        r = client.post("/search", json={"query": "reserve a seat on a flight", "min_score": 1000.0})
+        assert r.json()["results"][0] == {"query": "reserve a seat on a flight", "abstained": True, "hits": []}
+
+
+def test_server_threshold_abstains_unless_the_request_turns_it_off(served):
+    with served(min_score=1000.0) as client:
+        assert client.post("/search", json={"query": "reserve a seat on a flight"}).json()["results"][0]["abstained"]
+        r = client.post("/search", json={"query": "reserve a seat on a flight", "abstain": False})
+        assert r.json()["results"][0]["hits"][0]["id"] == "flights.book"
+
+
+def test_tool_crud_and_versions(served, tools):
+    with served() as client:
+        new = {"name": "translate", "namespace": "lang", "description": "Translate text into another language",
+               "parameters": {"type": "object", "properties": {"text": {"type": "string"}}}}
+        r = client.put("/tools/lang.translate", json=new, headers=ADMIN)
+        assert r.status_code == 200 and r.json()["created"] == ["lang.translate"] and r.json()["version"] == 1
+        assert client.put("/tools/lang.translate", json=new, headers=ADMIN).json()["unchanged"] == ["lang.translate"]
+        assert client.get("/tools/lang.translate").json() == {"id": "lang.translate", **new}
+        hit = client.post("/search", json={"query": "translate this text to French", "k": 1}).json()["results"][0]
+        assert hit["hits"][0]["id"] == "lang.translate"
+
+        r = client.post("/tools", headers=ADMIN, json={"tools": [
+            {"name": "ocr", "namespace": "lang", "description": "Read text in an image"},
+            {"id": "mail.send", "name": "send_email", "namespace": "mail", "description": "Send a letter by post"}]})
+        assert r.json()["created"] == ["lang.ocr"] and r.json()["updated"] == ["mail.send"]
+        catalog = [{"type": "function", "function": {"name": "get_time", "description": "Current time in a city",
+                                                     "parameters": {"type": "object", "properties": {}}}}]
+        r = client.post("/tools", headers=ADMIN, json={"catalog": catalog, "namespace": "clock"})
+        assert r.json()["created"] == ["clock.get_time"]
+
+        page = client.get("/tools", params={"limit": 5, "offset": 10}).json()
+        assert page["total"] == len(tools) + 3 and len(page["tools"]) == 5 and page["offset"] == 10
+        assert [t["id"] for t in client.get("/tools", params={"namespace": "lang"}).json()["tools"]] == \
+            ["lang.translate", "lang.ocr"]
+        assert client.get("/namespaces").json()["namespaces"]["lang"] == 2
+
+        assert client.delete("/tools/lang.ocr", headers=ADMIN).json()["deleted"] == ["lang.ocr"]
+        r = client.post("/tools/delete", headers=ADMIN, json={"ids": ["clock.get_time", "lang.translate"]})
+        assert r.json()["deleted"] == ["clock.get_time", "lang.translate"] and r.json()["version"] == 5
+        assert client.get("/tools/lang.ocr").status_code == 404
+        r = client.delete("/tools/lang.ocr", headers=ADMIN)
+        assert r.status_code == 404 and r.json()["error"]["type"] == "not_found"
+        r = client.post("/tools/delete", headers=ADMIN, json={"ids": ["mail.search", "nope"]})
+        assert r.status_code == 404 and "nope" in r.json()["error"]["message"]
+        assert client.get("/tools/mail.search").status_code == 200  # all or nothing
+
+        health = client.get("/health").json()
+        assert health["status"] == "ok" and health["version"] == 5 and health["tools"] == len(tools)
+        compacted = client.post("/admin/compact", headers=ADMIN).json()
+        assert compacted["compacted"] and compacted["journal_records"] == 0
+
+
+def test_malformed_requests_get_clear_4xx_json_errors(served):
+    with served(max_body_bytes=2048) as client:
+        def error(r, status):
+            assert r.status_code == status, r.text
+            return r.json()["error"]
+
+        e = error(client.post("/search", content=b'{"query": "x",', headers={"content-type": "application/json"}), 400)
+        assert e["type"] == "invalid_json"
+        e = error(client.post("/search", json={"query": "x", "top_k": 3}), 422)
+        assert e["message"] == "top_k: unknown field (not allowed)"
+        e = error(client.put("/tools/a.b", json={"name": "b", "nmespace": "a"}, headers=ADMIN), 422)
+        assert e["details"][0]["field"] == "nmespace"
+        assert "exactly one of" in error(client.post("/search", json={"k": 3}), 422)["message"]
+        assert "exactly one of" in error(client.post("/search", json={"query": "a", "queries": ["b"]}), 422)["message"]
+        assert error(client.post("/search", json={"query": "a", "k": 1000}), 422)["details"][0]["field"] == "k"
+        assert error(client.post("/search", json={"query": ""}), 422)["details"][0]["field"] == "query"
+        assert error(client.post("/search", json=["x"]), 422)["type"] == "invalid_request"
+        e = error(client.put("/tools/a.b", json={"id": "c.d", "name": "b"}, headers=ADMIN), 422)
+        assert "differs" in e["message"]
+        big = {"query": "x" * 3000}
+        assert error(client.post("/search", json=big), 413)["type"] == "payload_too_large"
+
+        def chunks():  # no Content-Length: the limit is enforced while reading
+            for _ in range(10):
+                yield b" " * 500
+        e = error(client.post("/search", content=chunks(), headers={"content-type": "application/json"}), 413)
+        assert "2048 bytes" in e["message"]
+        e = error(client.post("/search", content=b"query=x", headers={"content-type": "text/plain"}), 415)
+        assert "application/json" in e["message"]
+        assert error(client.get("/nope"), 404)["type"] == "not_found"
+        assert error(client.delete("/search"), 405)["type"] == "method_not_allowed"
+        assert error(client.get("/tools", params={"limit": 0}), 422)["details"][0]["field"] == "query.limit"
+
+
+def test_tokens_guard_writes_and_restrict_namespaces(served):
+    with served() as client:
+        tool = {"name": "x1", "namespace": "mail", "description": "Archive an email"}
+        r = client.put("/tools/mail.x1", json=tool)
+        assert r.status_code == 401 and r.headers["www-authenticate"].startswith("Bearer")
+        r = client.put("/tools/mail.x1", json=tool, headers={"authorization": "Bearer wrong-token"})
+        assert r.status_code == 401 and r.json()["error"]["message"] == "invalid bearer token"
+        r = client.put("/tools/mail.x1", json=tool, headers={"authorization": "Basic abc"})
+        assert r.status_code == 401
+        assert client.put("/tools/mail.x1", json=tool, headers=READER).status_code == 403
+        assert client.put("/tools/mail.x1", json=tool, headers=MAIL).status_code == 200
+        r = client.put("/tools/travel.x2", json={**tool, "namespace": "travel"}, headers=MAIL)
+        assert r.status_code == 403 and r.json()["error"]["type"] == "forbidden"
+        assert client.delete("/tools/flights.book", headers=MAIL).status_code == 404
+        assert client.post("/admin/compact", headers=MAIL).status_code == 403
+
+        # the mail token never sees another namespace's tools, however it asks
+        for body in ({"query": "book a flight to Paris", "k": 10},
+                     {"query": "book_flight", "k": 10},
+                     {"query": "book a flight", "namespaces": ["travel"]},
+                     {"query": "book a flight", "ids": ["flights.book"], "always_include": ["flights.book"]}):
+            hits = client.post("/search", json=body, headers=MAIL).json()["results"][0]["hits"]
+            assert all(h["namespace"] == "mail" for h in hits), body
+        assert client.post("/search", json={"query": "book a flight", "k": 3}, headers=READER).json()[
+            "results"][0]["hits"][0]["id"] == "flights.book"
+        assert client.get("/tools/flights.book", headers=MAIL).status_code == 404
+        assert {t["namespace"] for t in client.get("/tools", headers=MAIL).json()["tools"]} == {"mail"}
+        assert client.get("/namespaces", headers=MAIL).json() == {"namespaces": {"mail": 3}}
+
+
+def test_reads_can_require_a_token(served):
+    with served(require_read_token=True) as client:
+        assert client.post("/search", json={"query": "x"}).status_code == 401
+        assert client.get("/tools").status_code == 401
+        assert client.post("/mcp", json={}).status_code == 401
+        assert client.post("/search", json={"query": "book a flight"}, headers=READER).status_code == 200
+        assert client.get("/health").status_code == 200 and client.get("/metrics").status_code == 200
+
+
+PROM_LINE = re.compile(r'^[a-z_]+(\{([a-z_]+="[^"]*",?)*\})? [0-9.e+-]+$')
+
+
+def test_metrics_openapi_and_health(served):
+    with served() as client:
+        for _ in range(3):
+            client.post("/search", json={"query": "book a flight"})
+        client.post("/search", json={"query": "x", "bogus": 1})
+        text = client.get("/metrics").text
+        lines = [line for line in text.splitlines() if line and not line.startswith("#")]
+        assert all(PROM_LINE.match(line) for line in lines), [x for x in lines if not PROM_LINE.match(x)]
+        assert 'toolscout_http_requests_total{method="POST",route="/search",status="200"} 3' in lines
+        assert 'toolscout_http_requests_total{method="POST",route="/search",status="422"} 1' in lines
+        assert 'toolscout_http_request_duration_seconds_count{method="POST",route="/search"} 4' in lines
+        assert any(line.startswith('toolscout_http_request_duration_seconds_bucket{method="POST",route="/search",'
+                                   'le="+Inf"} 4') for line in lines)
+        assert 'toolscout_search_events_total{event="queries"} 3' in lines and "toolscout_tools 12" in lines
+
+        spec = client.get("/openapi.json").json()
+        assert {"/search", "/tools", "/tools/{tool_id}", "/tools/delete", "/health", "/metrics"} <= set(spec["paths"])
+        schemas = spec["components"]["schemas"]
+        assert schemas["SearchRequest"]["additionalProperties"] is False
+        assert schemas["ToolIn"]["additionalProperties"] is False
+        assert "401" in spec["paths"]["/tools/{tool_id}"]["put"]["responses"]
+        assert client.get("/docs").status_code == 200

@@ -1,0 +1,261 @@
+"""The service core: journal, replay, compaction, permissions, concurrency; and the pipeline's search
+policies the servers rely on (name matches, always_include, abstention threshold)."""
+
+import threading
+
+import pytest
+
+from toolscout import Tool, ToolScout
+from toolscout.serve import ADMIN, Principal, ServiceError, ToolService
+from toolscout.serve.journal import JOURNAL, Journal, JournalError, encode_record
+
+
+def make_dir(tmp_path, tools, retriever="bm25"):
+    folder = tmp_path / "idx"
+    ToolScout.from_tools(tools, retriever=retriever).save(folder)
+    return folder
+
+
+def state(service):
+    return {t.id: t for t in service.scout.tools}
+
+
+def new_tool(i, ns="extra", text="Translate text between languages"):
+    return Tool(f"{ns}.t{i}", f"t{i}", f"{text} (variant {i})", namespace=ns)
+
+
+# ----------------------------------------------------------------------------- journal, replay
+
+def test_writes_survive_a_restart_without_compaction(tmp_path, tools):
+    folder = make_dir(tmp_path, tools)
+    svc = ToolService.open(folder)
+    r1 = svc.upsert([new_tool(1), tools[0].with_changes(description="Play music from a playlist")])
+    r2 = svc.delete(["mail.send"])
+    assert (r1.created, r1.updated, r2.deleted) == (["extra.t1"], ["weather.get_forecast"], ["mail.send"])
+    assert (r1.seq, r2.seq) == (1, 2)
+    expected = state(svc)
+    svc.close(compact=False)  # as if killed: the snapshot is the old one, the journal holds both writes
+    again = ToolService.open(folder)
+    assert state(again) == expected and again.seq == 2
+    assert again.search("play some music", k=1)[0].tool.id == "weather.get_forecast"
+    assert "mail.send" not in again.scout
+    again.close()
+
+
+def test_unchanged_upsert_is_not_journalled(tmp_path, tools):
+    svc = ToolService.open(make_dir(tmp_path, tools))
+    result = svc.upsert([tools[0], tools[1]])
+    assert result.unchanged == [tools[0].id, tools[1].id] and result.seq == 0 and svc.journal.records == 0
+    svc.close()
+
+
+def test_compaction_writes_a_snapshot_and_empties_the_journal(tmp_path, tools):
+    folder = make_dir(tmp_path, tools)
+    svc = ToolService.open(folder, compact_every=3)
+    for i in range(3):
+        svc.upsert([new_tool(i)])
+    svc._compactor.join()  # the third write started a background compaction
+    assert svc.compactions == 1 and svc.journal.records == 0
+    svc.upsert([new_tool(9)])
+    expected = state(svc)
+    svc.close()  # compacts the last write too
+    loaded = ToolScout.load(folder)
+    assert {t.id: t for t in loaded.tools} == expected and loaded.saved_config["journal_seq"] == 4
+    again = ToolService.open(folder)
+    assert again.seq == 4 and state(again) == expected
+    again.close()
+
+
+def test_crash_between_snapshot_and_journal_reset_replays_nothing_twice(tmp_path, tools):
+    folder = make_dir(tmp_path, tools)
+    svc = ToolService.open(folder)
+    svc.upsert([new_tool(1)])
+    svc.delete(["extra.t1"])
+    svc.upsert([new_tool(2)])
+    expected = state(svc)
+    # the snapshot is committed but the process dies before the journal is reset
+    svc.scout.save(folder, extra_config={"journal_seq": svc.seq})
+    svc.close(compact=False)
+    again = ToolService.open(folder)
+    assert state(again) == expected and again.seq == 3
+    again.close()
+
+
+def test_torn_last_record_is_dropped_and_a_damaged_middle_record_stops_the_start(tmp_path, tools):
+    folder = make_dir(tmp_path, tools)
+    svc = ToolService.open(folder)
+    svc.upsert([new_tool(1)])
+    svc.close(compact=False)
+    journal = folder / JOURNAL
+    good = journal.read_bytes()
+    half = encode_record({"seq": 2, "op": "delete", "ids": ["extra.t1"]})[:-7]
+    journal.write_bytes(good + half)  # a write that was in flight when the process died
+    svc = ToolService.open(folder)
+    assert "extra.t1" in svc.scout and svc.seq == 1
+    assert journal.read_bytes() == good  # the torn tail is cut off before new appends
+    svc.upsert([new_tool(2)])
+    svc.close(compact=False)
+    damaged = bytearray(journal.read_bytes())
+    damaged[12] ^= 0x20  # flip a bit inside the first record: its CRC no longer matches
+    journal.write_bytes(bytes(damaged))
+    with pytest.raises(JournalError, match=r"journal.log:1: damaged"):
+        ToolService.open(folder)
+
+
+def test_journal_record_framing():
+    line = encode_record({"seq": 1, "op": "upsert", "tools": [{"id": "a", "name": "x\ny"}]})
+    assert line.endswith(b"\n") and line.count(b"\n") == 1 and line[8:9] == b" "
+
+
+def test_a_failed_apply_is_aborted_in_the_journal(tmp_path, tools, monkeypatch):
+    folder = make_dir(tmp_path, tools)
+    svc = ToolService.open(folder)
+
+    def broken(_tools):
+        raise RuntimeError("encoder crashed")
+
+    monkeypatch.setattr(svc.scout, "add", broken)
+    with pytest.raises(RuntimeError):
+        svc.upsert([new_tool(1)])
+    monkeypatch.undo()
+    svc.upsert([new_tool(2)])  # the failed write's number is not reused
+    assert svc.seq == 2
+    svc.close(compact=False)
+    again = ToolService.open(folder)
+    assert "extra.t1" not in again.scout and "extra.t2" in again.scout
+    again.close()
+
+
+def test_one_server_per_directory(tmp_path, tools):
+    folder = make_dir(tmp_path, tools)
+    svc = ToolService.open(folder)
+    with pytest.raises(ServiceError, match="another toolscout server"):
+        ToolService.open(folder)
+    svc.close()
+    ToolService.open(folder).close()
+    with pytest.raises(ServiceError, match="not a pipeline directory"):
+        ToolService.open(tmp_path)
+
+
+# ------------------------------------------------------------------------------ permissions
+
+def test_a_restricted_principal_sees_and_writes_only_its_namespaces(tmp_path, tools):
+    svc = ToolService.open(make_dir(tmp_path, tools))
+    mail = Principal("mail-team", frozenset({"mail"}), write=True)
+    reader = Principal("reader", frozenset({"mail"}), write=False)
+    hits = svc.search("book a flight and send an email", k=12, principal=mail)
+    assert hits and {h.tool.namespace for h in hits} == {"mail"}
+    # asking for another namespace does not widen the restriction
+    assert svc.search("book a flight", k=5, principal=mail, namespaces=["travel"]) == []
+    assert svc.search("book_flight", k=5, principal=mail) == []  # name matches obey it too
+    assert svc.search("send email", k=5, principal=mail, always_include=["flights.book"])[-1].tool.namespace == "mail"
+    with pytest.raises(KeyError):
+        svc.get("flights.book", mail)
+    assert svc.list(mail)[0] == 2 and svc.namespaces(mail) == {"mail": 2}
+    with pytest.raises(PermissionError):
+        svc.upsert([new_tool(1, ns="travel")], mail)
+    with pytest.raises(PermissionError):  # replacing another namespace's tool by id
+        svc.upsert([tools[2].with_changes(namespace="mail")], mail)
+    with pytest.raises(KeyError):
+        svc.delete(["flights.book"], mail)
+    with pytest.raises(PermissionError):
+        svc.upsert([new_tool(1, ns="mail")], reader)
+    assert svc.upsert([new_tool(1, ns="mail")], mail).created == ["mail.t1"]
+    svc.close()
+
+
+# --------------------------------------------------------------------------- search policies
+
+def test_a_query_naming_a_tool_ranks_it_first(tools):
+    scout = ToolScout.from_tools(tools, retriever="bm25")
+    for query in ("getCurrentWeather", "get_current_weather", "get current weather", "weather.get_current",
+                  "getCurentWeather"):  # exact forms and one typo
+        hits = scout.search(query, k=3)
+        assert hits[0].tool.id == "weather.get_current" and hits[0].match == "name", query
+    assert scout.search("what is the temperature outside", k=1)[0].match == "retrieval"
+    assert scout.search("get current weather", k=3, match_names=False)[0].match == "retrieval"
+
+
+def test_same_name_on_two_servers_returns_both_first(tools):
+    extra = [Tool("github.search", "search", "Search code in repositories.", namespace="github"),
+             Tool("jira.search", "search", "Search issues in a tracker.", namespace="jira")]
+    scout = ToolScout.from_tools(tools + extra, retriever="bm25")
+    hits = scout.search("search", k=3)
+    assert {h.tool.id for h in hits[:2]} == {"github.search", "jira.search"} and hits[0].match == "name"
+    assert [h.tool.id for h in scout.search("jira.search", k=1)] == ["jira.search"]
+
+
+def test_min_score_abstains_and_always_include_is_added(tools):
+    scout = ToolScout.from_tools(tools, retriever="bm25")
+    weak = scout.search("quantum chromodynamics lattice simulation", k=3)
+    strong = scout.search("weather forecast for a city", k=3)
+    assert strong[0].score > 1.0
+    assert scout.search("weather forecast for a city", k=3, min_score=1.0) == strong
+    assert scout.search("weather forecast for a city", k=3, min_score=strong[0].score + 0.01) == []
+    assert weak == [] or weak[0].score < 1.0
+    hits = scout.search("weather forecast for a city", k=2, always_include=["files.read", "nope"])
+    assert [h.match for h in hits] == ["retrieval", "retrieval", "always"] and hits[-1].tool.id == "files.read"
+    abstained = scout.search("weather forecast", k=2, min_score=99.0, always_include=["files.read"])
+    assert [(h.tool.id, h.match) for h in abstained] == [("files.read", "always")]
+
+
+# ----------------------------------------------------------------------------- concurrency
+
+def test_searches_run_while_tools_are_added_and_removed(tmp_path, tools):
+    svc = ToolService.open(make_dir(tmp_path, tools), fsync=False)
+    errors, searches = [], [0]
+    stop = threading.Event()
+
+    def reader():
+        while not stop.is_set():
+            try:
+                for hits in svc.search(["weather in Oslo", "send an email", "translate text"], k=5):
+                    assert all(h.tool.id in {hh.tool.id for hh in hits} for h in hits)
+                    assert len({h.tool.id for h in hits}) == len(hits)
+                searches[0] += 1
+            except Exception as exc:  # pragma: no cover - a failure is reported below
+                errors.append(exc)
+
+    threads = [threading.Thread(target=reader) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for i in range(25):
+        svc.upsert([new_tool(i)])
+        if i % 2:
+            svc.delete([f"extra.t{i - 1}"])
+    stop.set()
+    for t in threads:
+        t.join()
+    assert not errors and searches[0] > 0
+    assert sorted(t.id for t in svc.scout.tools if t.namespace == "extra") == sorted(
+        [f"extra.t{i}" for i in range(25) if i % 2 or i == 24])
+    svc.close()
+
+
+def test_journal_append_and_replay_roundtrip(tmp_path):
+    journal = Journal(tmp_path)
+    journal.append({"seq": 1, "op": "delete", "ids": ["a"]})
+    journal.reset(1)
+    journal.append({"seq": 2, "op": "delete", "ids": ["b"]})
+    journal.close()
+    records = list(Journal(tmp_path).replay())
+    assert [(r["seq"], r["op"]) for r in records] == [(1, "base"), (2, "delete")]
+
+
+def test_abstention_threshold_keeps_the_asked_share_of_recall():
+    from toolscout.serve.abstain import Scored, choose_threshold, evaluate
+
+    # set a: recall 1 at top scores .9 .8 .7 .6; set b: recall 1 at .5, recall 0 at .4; no-match tops below
+    rows = [Scored("a", "train", s, 1.0, n) for s, n in ((.9, .3), (.8, .65), (.7, .2), (.6, .55))]
+    rows += [Scored("b", "train", .5, 1.0, .1), Scored("b", "train", .4, 0.0, .45)]
+    # macro recall without abstention: (1 + 0.5) / 2 = 0.75. At t=.6: a keeps 1, b keeps 0 -> 0.5 (67%);
+    # at t=.5: a 1, b 0.5 -> 0.75 (100%). keep=0.9 -> the highest threshold with >= 0.675 is 0.5.
+    assert choose_threshold(rows, keep=0.9) == 0.5
+    assert choose_threshold(rows, keep=0.6) == 0.6
+    report = evaluate(rows, 0.5)
+    assert report["queries"] == 6
+    assert report["nomatch_abstained"] == pytest.approx(100 * 4 / 6)  # .3 .2 .1 .45 are below .5; .65 .55 not
+    assert report["normal_answered"] == pytest.approx(100 * 5 / 6)  # all but the .4
+    assert report["recall_without_abstention"] == pytest.approx(100 * 5 / 6)
+    assert report["recall"] == pytest.approx(100 * 5 / 6)  # the query dropped (.4) had recall 0 anyway
+    assert evaluate(rows, 0.75)["recall"] == pytest.approx(100 * 2 / 6)
