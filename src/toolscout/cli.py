@@ -240,14 +240,17 @@ def cmd_eval(args: argparse.Namespace) -> int:
     names = args.retriever or ["dense"]
     encoder = None
     if {"dense", "hybrid"} & set(names):  # load the encoder once, reuse it for every set
-        from .encoders import Encoder
+        from .retrievers.dense import encoder_for
 
-        encoder = Encoder.load(args.model)
+        encoder = encoder_for(args.model)  # a name, a folder, or a `toolscout train embed` directory
     reports = []
     for name in names:
         options = _retriever_options(args, name)
         if name in ("dense", "hybrid"):
-            options = {"encoder": encoder, "store": args.store, **_view_option(args, name)}
+            from .retrievers.dense import trained_view
+
+            view = _view_option(args, name) or ({"view": trained_view(args.model)} if trained_view(args.model) else {})
+            options = {"encoder": encoder, "store": args.store, **view}
 
         def factory(tools, name=name, options=options):
             return ToolScout.from_tools(tools, retriever=name, **options)

@@ -7,16 +7,40 @@ from typing import Sequence
 
 from ..artifacts import read_json, write_json
 from ..encoders import Encoder
+from ..models import model_config
 from ..results import Filter, Results
 from ..store.local import load_store, make_store
 from ..tool import TextView, Tool, content_hash, tool_text
 from .base import write_retriever_config
 
 
+def encoder_for(model: str | Path | None, **options) -> Encoder:
+    """The Encoder for `model`: a sentence-transformers name or folder, or a model directory written by
+    `toolscout train embed` (its fine-tuned `encoder/` folder). `options` go to `Encoder.load`.
+
+    For a model directory the encoder's `name` is the directory's absolute path, so a saved index
+    records the directory (not one version folder inside it) and reloads whatever version is live.
+    """
+    trained = model_config(model, method="embed")
+    if trained is None:
+        return Encoder.load(None if model is None else str(model), **options)
+    folder, config = trained
+    encoder = Encoder.load(str(folder / config.get("encoder", "encoder")), **options)
+    encoder.name = str(Path(model).resolve())
+    return encoder
+
+
+def trained_view(model: str | Path | None) -> TextView | None:
+    """The text view a `toolscout train embed` directory was trained with (None for a plain encoder)."""
+    trained = model_config(model, method="embed")
+    return None if trained is None else TextView.from_dict(trained[1].get("view"))
+
+
 class DenseRetriever:
     """Embeds each tool's text view once; re-embeds a tool only when its text changes (content hash).
 
-    `model`: any sentence-transformers name or folder (default: all-MiniLM-L6-v2).
+    `model`: any sentence-transformers name or folder (default: all-MiniLM-L6-v2), or a model directory
+    written by `toolscout train embed` (its fine-tuned encoder and, unless `view` is given, its text view).
     `store`: 'numpy' for exact search (default) or 'faiss:FACTORY', e.g. 'faiss:HNSW32'.
     """
 
@@ -24,9 +48,9 @@ class DenseRetriever:
 
     def __init__(self, model: str | None = None, store: str = "numpy", view: TextView | None = None,
                  batch_size: int = 64, encoder: Encoder | None = None, show_progress: bool = False):
-        self.encoder = encoder or Encoder.load(model)
+        self.encoder = encoder or encoder_for(model)
         self.store_kind = store
-        self.view = view or TextView()
+        self.view = view or (trained_view(model) if encoder is None else None) or TextView()
         self.batch_size = batch_size
         self.show_progress = show_progress
         self.store = make_store(store, self.encoder.dim)
@@ -85,7 +109,7 @@ class DenseRetriever:
     def load(cls, folder: Path) -> "DenseRetriever":
         config = read_json(folder / "config.json")
         retriever = cls.__new__(cls)
-        retriever.encoder = Encoder.load(config["model"])
+        retriever.encoder = encoder_for(config["model"])
         retriever.store_kind = config["store_kind"]
         retriever.view = TextView.from_dict(config.get("view"))
         retriever.batch_size = config.get("batch_size", 64)

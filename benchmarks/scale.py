@@ -1,0 +1,399 @@
+"""Scale benchmark: BM25, exact dense and FAISS-HNSW dense over a ~43k-tool catalog (a script, not a test).
+
+    python benchmarks/scale.py [--tools 43000] [--queries 300] [--only bm25,dense,hnsw]
+                               [--reuse-embeddings] [--json FILE]
+
+The catalog is every tool in ../shared/data/*/tools.jsonl (ids prefixed by their set), plus copies of the
+same tools re-namespaced `mirror1`, `mirror2`, ... (ids prefixed `mirrorN/`) until `--tools` is reached.
+Copies have the same text, so the dense sections embed each distinct text once (a content-hash cache
+in front of the encoder) and say so; `--no-dedupe` embeds every row through `DenseRetriever` as is.
+The distinct-text vectors are cached in `--embeddings-file` (under /tmp); `--reuse-embeddings` loads
+them instead of re-embedding, and a section run after `dense` in the same invocation reuses the file
+its predecessor wrote (embedding cost belongs to the encoder, not to the store).
+
+Each section runs in a fresh subprocess so its peak RSS (getrusage high-water mark) is its own. Queries
+are ~300 real test queries from the shared sets, issued one at a time (k=10); dense latency includes
+query encoding. HNSW recall@10 is measured against exact search on the same vectors.
+
+Add a section by writing `section_NAME(ctx) -> dict` and listing it in SECTIONS (a later "rerank" section
+will time top-20 / top-64 reranking of first-stage candidates the same way).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import DEFAULT_DATA, latency_ms, load_sets, machine_line, peak_rss_mb, sample_queries, write_json  # noqa: E402
+
+TARGETS = {"bm25": ("p50_ms", 5.0), "dense": ("p50_ms", 12.0), "hnsw_recall": ("recall_at_10", 0.98)}
+DEFAULT_EMBEDDINGS = Path(tempfile.gettempdir()) / "toolscout-scale" / "embeddings.npz"
+
+
+# ------------------------------------------------------------------------------------ catalog
+
+
+def build_catalog(data_dir: Path, n_tools: int):
+    """(tools, queries-by-set, description): the real tools, then mirrored copies up to `n_tools`."""
+    sets = load_sets(data_dir)
+    originals = [t.with_changes(id=f"{s.name}/{t.id}", namespace=s.name) for s in sets for t in s.tools]
+    tools = list(originals[:n_tools])
+    copy = 0
+    while len(tools) < n_tools:
+        copy += 1
+        ns = f"mirror{copy}"
+        need = n_tools - len(tools)
+        tools.extend(t.with_changes(id=f"{ns}/{t.id}", namespace=ns) for t in originals[:need])
+    note = (f"{len(tools):,} tools = {min(len(originals), n_tools):,} real tools from {len(sets)} sets"
+            + (f" + {len(tools) - len(originals):,} re-namespaced copies (mirror1..mirror{copy})" if copy else ""))
+    return tools, sets, note
+
+
+@dataclass
+class Context:
+    args: argparse.Namespace
+    tools: list
+    queries: list[str]
+    note: str
+
+
+# ----------------------------------------------------------------------------- dense helpers
+
+
+class DedupingEncoder:
+    """An Encoder stand-in for DenseRetriever that embeds each distinct text once.
+
+    Vectors are kept by content hash; `preload` fills them from a saved file. Query encoding goes
+    straight to the real encoder (it is what the latency numbers measure).
+    """
+
+    def __init__(self, encoder):
+        self.inner = encoder
+        self.name, self.path, self.dim = encoder.name, encoder.path, encoder.dim
+        self.vectors: dict[str, np.ndarray] = {}
+        self.rows_seen = self.unique_seen = self.embedded = 0
+        self.embed_seconds = 0.0
+
+    def encode(self, texts, batch_size: int = 64, show_progress: bool = False) -> np.ndarray:
+        from toolscout.tool import content_hash
+
+        hashes = [content_hash(t) for t in texts]
+        missing = {h: t for h, t in zip(hashes, texts) if h not in self.vectors}
+        self.rows_seen += len(texts)
+        self.unique_seen += len(set(hashes))
+        if missing:
+            start = time.perf_counter()
+            vectors = self.inner.encode(list(missing.values()), batch_size=batch_size, show_progress=show_progress)
+            self.embed_seconds += time.perf_counter() - start
+            self.embedded += len(missing)
+            self.vectors.update(zip(missing, vectors))
+        return np.stack([self.vectors[h] for h in hashes]) if hashes else np.zeros((0, self.dim), np.float32)
+
+    def encode_queries(self, queries) -> np.ndarray:
+        return self.inner.encode_queries(queries)
+
+    def save(self, path: Path, key: str, seconds_per_text: float) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp.npz")
+        np.savez(tmp, hashes=np.array(list(self.vectors)), vectors=np.stack(list(self.vectors.values())),
+                 meta=np.array(json.dumps({"key": key, "seconds_per_text": seconds_per_text})))
+        os.replace(tmp, path)
+
+    def preload(self, path: Path, key: str) -> dict | None:
+        if not path.exists():
+            return None
+        data = np.load(path)
+        meta = json.loads(str(data["meta"]))
+        if meta.get("key") != key:
+            print(f"  (embeddings file {path} is for another model/backend: ignored)", file=sys.stderr)
+            return None
+        self.vectors.update(zip(data["hashes"].tolist(), data["vectors"]))
+        return meta
+
+
+def encoder_key(encoder) -> str:
+    """Which model and backend made a set of vectors (the embeddings file is only reused for the same)."""
+    from toolscout.encoders import _folder_fingerprint
+
+    folder = Path(encoder.path)
+    source = _folder_fingerprint(folder) if folder.is_dir() else encoder.path
+    return hashlib.sha256(f"{encoder.backend_in_use}\n{source}".encode()).hexdigest()[:16]
+
+
+def dense_section(ctx: Context, store: str) -> dict:
+    from toolscout.encoders import Encoder
+    from toolscout.retrievers.dense import DenseRetriever
+    from toolscout.tool import tool_text
+
+    args = ctx.args
+    encoder = Encoder.load(args.model, backend=args.backend)
+    out: dict = {"backend": encoder.backend_in_use, "store": store}
+    texts = [tool_text(t) for t in ctx.tools]
+    out["distinct_texts"] = len(set(texts))
+    reuse = args.reuse_embeddings or args.reuse_within_run
+    if args.no_dedupe:
+        wrapped = encoder
+        out["dedupe"] = "off: every row embedded"
+    else:
+        wrapped = DedupingEncoder(encoder)
+        key = encoder_key(encoder)
+        meta = wrapped.preload(Path(args.embeddings_file), key) if reuse else None
+        out["dedupe"] = (f"on: {len(texts):,} rows, {out['distinct_texts']:,} distinct texts embedded once"
+                         + (f"; vectors loaded from {args.embeddings_file}" if meta else ""))
+        if meta:
+            out["cached_seconds_per_text"] = meta["seconds_per_text"]
+    rss_before = peak_rss_mb()
+    retriever = DenseRetriever(encoder=wrapped, store=store, batch_size=64)
+    start = time.perf_counter()
+    retriever.index(ctx.tools)
+    if hasattr(retriever.store, "build"):
+        retriever.store.build()  # FAISS builds its graph lazily; count it in the build
+    build = time.perf_counter() - start
+    out.update(rows=len(retriever), build_s=build, tools_per_s=len(ctx.tools) / build,
+               rss_before_build_mb=rss_before)
+    if isinstance(wrapped, DedupingEncoder):
+        out["embedded_now"] = wrapped.embedded
+        out["embed_s"] = wrapped.embed_seconds
+        out["store_build_s"] = build - wrapped.embed_seconds
+        if wrapped.embedded:
+            per_text = wrapped.embed_seconds / wrapped.embedded
+            out["embed_texts_per_s"] = 1.0 / per_text
+            wrapped.save(Path(args.embeddings_file), encoder_key(encoder), per_text)
+        elif args.rate_sample > 0:  # vectors came from the file: time the encoder on a sample, now
+            sample = sorted(set(texts))[:: max(1, len(set(texts)) // args.rate_sample)][: args.rate_sample]
+            start = time.perf_counter()
+            encoder.encode(sample, batch_size=64)
+            out["embed_texts_per_s"] = len(sample) / (time.perf_counter() - start)
+            out["rate_sample"] = len(sample)
+        elif "cached_seconds_per_text" in out:
+            out["embed_texts_per_s"] = 1.0 / out["cached_seconds_per_text"]
+        if out.get("embed_texts_per_s"):
+            rate = out["embed_texts_per_s"]
+            out["projected_embed_s_distinct"] = out["distinct_texts"] / rate
+            out["projected_embed_s_all_rows"] = len(texts) / rate
+    else:
+        out["embed_texts_per_s"] = len(texts) / build
+
+    queries = ctx.queries
+    out.update(latency_ms(lambda q: retriever.search([q], k=10), queries))
+    # where a query's time goes: encoding vs the store's search
+    vectors = {q: encoder.encode_queries([q]) for q in queries}
+    out["encode"] = latency_ms(lambda q: encoder.encode_queries([q]), queries)
+    out["store_search"] = latency_ms(lambda q: retriever.store.search(vectors[q], 10), queries)
+    if store != "numpy":
+        matrix = np.concatenate([vectors[q] for q in queries])
+        out.update(hnsw_recall(retriever.store, matrix, k=10))
+        out["ef_sweep"] = ef_sweep(retriever.store, matrix, vectors, queries, ctx.args.ef_sweep)
+    out["peak_rss_mb"] = peak_rss_mb()
+    return out
+
+
+def hnsw_recall(store, query_vectors: np.ndarray, k: int) -> dict:
+    """Recall@k of the approximate store against exact inner-product search on the same matrix.
+
+    `recall_at_10`: fraction of the exact top-k ids the approximate search returns. Mirrored copies have
+    identical vectors, so exact top-k is ambiguous among ties; `recall_at_10_ties_ok` also counts a
+    returned id whose exact score reaches the exact k-th score (an equally good answer).
+    """
+    from toolscout.results import top_k_rows
+
+    approx = store.search(query_vectors, k)
+    scores = query_vectors @ store.matrix.T
+    exact_rows = top_k_rows(scores, k)
+    id_array = store.rows.id_array
+    row_of = store.rows.row_of
+    strict, ties_ok = [], []
+    for q in range(len(query_vectors)):
+        exact_ids = set(id_array[exact_rows[q]].tolist())
+        got = approx.ids[q].tolist()
+        strict.append(len(exact_ids & set(got)) / len(exact_ids))
+        kth = scores[q, exact_rows[q][-1]]
+        good = sum(1 for tid in got if scores[q, row_of[tid]] >= kth - 1e-6)
+        ties_ok.append(min(good, len(exact_ids)) / len(exact_ids))
+    return {"recall_at_10": float(np.mean(strict)), "recall_at_10_ties_ok": float(np.mean(ties_ok)),
+            "ef_search": getattr(store, "ef_search", None)}
+
+
+def ef_sweep(store, matrix: np.ndarray, vectors: dict, queries: list[str], efs: str) -> list[dict]:
+    """Recall and search latency of the HNSW graph at other efSearch values (restored afterwards)."""
+    index = store._ensure_index()
+    hnsw = getattr(index, "hnsw", None)
+    if hnsw is None or not efs:
+        return []
+    original = store.ef_search
+    rows = []
+    for ef in [int(x) for x in efs.split(",") if x.strip()]:
+        store.ef_search = hnsw.efSearch = ef
+        timing = latency_ms(lambda q: store.search(vectors[q], 10), queries)
+        rows.append({"ef_search": ef, **hnsw_recall(store, matrix, 10), "search_p50_ms": timing["p50_ms"],
+                     "search_cpu_p50_ms": timing["cpu_p50_ms"]})
+    store.ef_search = hnsw.efSearch = original
+    return rows
+
+
+# ---------------------------------------------------------------------------------- sections
+
+
+def section_bm25(ctx: Context) -> dict:
+    from toolscout.retrievers.bm25 import BM25Retriever
+
+    rss_before = peak_rss_mb()
+    retriever = BM25Retriever()
+    start = time.perf_counter()
+    retriever.index(ctx.tools)
+    build = time.perf_counter() - start
+    out = {"rows": len(retriever), "build_s": build, "tools_per_s": len(ctx.tools) / build,
+           "rss_before_build_mb": rss_before}
+    out.update(latency_ms(lambda q: retriever.search([q], k=10), ctx.queries))
+    out["peak_rss_mb"] = peak_rss_mb()
+    return out
+
+
+def section_dense(ctx: Context) -> dict:
+    return dense_section(ctx, "numpy")
+
+
+def section_hnsw(ctx: Context) -> dict:
+    return dense_section(ctx, ctx.args.hnsw_store)
+
+
+SECTIONS = {"bm25": section_bm25, "dense": section_dense, "hnsw": section_hnsw}
+
+
+# ------------------------------------------------------------------------------------ driver
+
+
+def run_child(args) -> None:
+    tools, sets, note = build_catalog(args.data, args.tools)
+    queries = sample_queries(sets, args.queries)
+    result = SECTIONS[args.child](Context(args, tools, queries, note))
+    Path(args.child_out).write_text(json.dumps(result, default=float))
+
+
+def run_section(name: str, argv: list[str], reuse_within_run: bool) -> dict:
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as fh:
+        out_file = fh.name
+    cmd = [sys.executable, str(Path(__file__).resolve()), *argv, "--child", name, "--child-out", out_file]
+    if reuse_within_run:
+        cmd.append("--reuse-within-run")
+    env = {**os.environ, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")}
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, env=env)
+    if proc.returncode != 0:
+        raise SystemExit(f"section {name} failed (exit {proc.returncode})")
+    result = json.loads(Path(out_file).read_text())
+    os.unlink(out_file)
+    result["section_wall_s"] = time.perf_counter() - start
+    return result
+
+
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "MISS"
+
+
+def print_report(note: str, n_queries: int, results: dict) -> None:
+    print(f"\ncatalog: {note}")
+    print(f"queries: {n_queries} real test queries, one at a time, k=10   ({machine_line()})\n")
+    print(f"{'retriever':22s} {'build s':>9s} {'tools/s':>9s} {'RSS before':>11s} {'peak RSS':>9s} "
+          f"{'p50 ms':>8s} {'p99 ms':>8s} {'cpu p50':>8s}  target")
+    for name, r in results.items():
+        label = name if name != "hnsw" else f"hnsw ({r.get('store')})"
+        target = ""
+        if name == "bm25":
+            target = f"p50 <= 5 ms: {verdict(r['p50_ms'] <= 5.0)}"
+        elif name == "dense":
+            target = f"p50 <= 12 ms: {verdict(r['p50_ms'] <= 12.0)}"
+        elif name == "hnsw":
+            target = (f"recall@10 >= 0.98: {verdict(r['recall_at_10_ties_ok'] >= 0.98)} counting equal-score "
+                      f"copies, {verdict(r['recall_at_10'] >= 0.98)} by id")
+        print(f"{label:22s} {r['build_s']:9.1f} {r['tools_per_s']:9.0f} {r['rss_before_build_mb']:9.0f}MB "
+              f"{r['peak_rss_mb']:7.0f}MB {r['p50_ms']:8.2f} {r['p99_ms']:8.2f} {r['cpu_p50_ms']:8.2f}  {target}")
+    print("(p50/p99: wall clock per query; cpu p50: process CPU time per query, all threads, which other "
+          "processes on the machine inflate far less)")
+    for name, r in results.items():
+        if name == "bm25":
+            continue
+        print(f"\n{name}: encoder backend {r['backend']}; {r['dedupe']}")
+        if r.get("embedded_now"):
+            print(f"  embedded {r['embedded_now']:,} texts in {r['embed_s']:.1f}s ({r['embed_texts_per_s']:.0f} texts/s); "
+                  f"store/index build {r['store_build_s']:.2f}s")
+        elif "store_build_s" in r:
+            rate = r.get("embed_texts_per_s")
+            how = (f"; encoder timed now on {r['rate_sample']} distinct texts: {rate:.0f} texts/s" if r.get("rate_sample")
+                   else f", measured when they were made: {rate:.0f} texts/s" if rate else "")
+            print(f"  embedding skipped (cached vectors{how}); store/index build {r['store_build_s']:.2f}s")
+        if r.get("projected_embed_s_all_rows"):
+            print(f"  at that rate: {r['distinct_texts']:,} distinct texts = {r['projected_embed_s_distinct']:.0f}s "
+                  f"vs all {r['rows']:,} rows = {r['projected_embed_s_all_rows']:.0f}s without dedupe")
+        e, s = r["encode"], r["store_search"]
+        print(f"  per query: encode p50 {e['p50_ms']:.2f} ms / p99 {e['p99_ms']:.2f} ms (cpu p50 {e['cpu_p50_ms']:.2f}); "
+              f"store search p50 {s['p50_ms']:.2f} ms / p99 {s['p99_ms']:.2f} ms (cpu p50 {s['cpu_p50_ms']:.2f})")
+        if "recall_at_10" in r:
+            print(f"  recall@10 vs exact: {r['recall_at_10']:.4f} by id; {r['recall_at_10_ties_ok']:.4f} counting "
+                  f"equal-score copies as hits (efSearch={r['ef_search']})")
+        for row in r.get("ef_sweep", []):
+            print(f"    efSearch {row['ef_search']:4d}: recall@10 {row['recall_at_10']:.4f} by id, "
+                  f"{row['recall_at_10_ties_ok']:.4f} ties ok; search p50 {row['search_p50_ms']:.2f} ms "
+                  f"(cpu {row['search_cpu_p50_ms']:.2f} ms)")
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="folder of benchmark sets (default ../shared/data)")
+    ap.add_argument("--tools", type=int, default=43000, help="catalog size (default 43000)")
+    ap.add_argument("--queries", type=int, default=300, help="real test queries to time (default 300)")
+    ap.add_argument("--only", default=",".join(SECTIONS), help=f"comma list of sections: {','.join(SECTIONS)}")
+    ap.add_argument("--model", default=None, help="encoder name or folder (default all-MiniLM-L6-v2)")
+    ap.add_argument("--backend", default="auto", help="encoder backend: auto, torch, onnx, onnx-int8")
+    ap.add_argument("--hnsw-store", default="faiss:HNSW32", help="store spec for the hnsw section")
+    ap.add_argument("--ef-sweep", default="32,64,128,256,512", help="efSearch values to also try in the hnsw section")
+    ap.add_argument("--embeddings-file", default=str(DEFAULT_EMBEDDINGS))
+    ap.add_argument("--reuse-embeddings", action="store_true", help="load tool vectors from --embeddings-file")
+    ap.add_argument("--rate-sample", type=int, default=512,
+                    help="with cached vectors, time the encoder on this many distinct texts (0: skip)")
+    ap.add_argument("--no-dedupe", action="store_true", help="embed every catalog row (slow: ~3.4x the texts)")
+    ap.add_argument("--json", default=None, help="write all numbers to this file")
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--child-out", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--reuse-within-run", action="store_true", help=argparse.SUPPRESS)
+    return ap.parse_args(argv)
+
+
+def main(argv=None) -> dict:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    if args.child:
+        run_child(args)
+        return {}
+    names = [n.strip() for n in args.only.split(",") if n.strip()]
+    unknown = [n for n in names if n not in SECTIONS]
+    if unknown:
+        raise SystemExit(f"unknown section(s) {unknown}; known: {', '.join(SECTIONS)}")
+    _, sets, note = build_catalog(args.data, args.tools)
+    print(f"catalog: {note}; sections: {', '.join(names)} (each in a fresh process)", flush=True)
+    results, embedded = {}, False
+    for name in names:
+        print(f"\n== {name} ==", flush=True)
+        results[name] = run_section(name, argv, reuse_within_run=embedded)
+        embedded = embedded or (name in ("dense", "hnsw") and not args.no_dedupe)
+        print(f"   done in {results[name]['section_wall_s']:.0f}s", flush=True)
+    print_report(note, args.queries, results)
+    write_json(args.json, {"catalog": note, "queries": args.queries, "machine": machine_line(),
+                           "args": {k: v for k, v in vars(args).items() if not k.startswith("child")},
+                           "results": results})
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,309 @@
+"""fit_toolclip: contrastive task–tool training of ToolCLIP's two towers (seed 000 §4.4–4.6).
+
+Loss per batch (scores are cosines of unit vectors, τ the temperature):
+
+    L = InfoNCE(batch)                         stage 1 (plain contrastive)
+    L = InfoNCE(batch ∪ extra) + λ·L_hard      stage 2 (hard negatives)
+
+- InfoNCE is in-batch: the tools of a batch are the gold tools of its tasks. `multi_positive=True`
+  (default, eq. 12): one row per task, all its gold tools share the numerator. `multi_positive=False`
+  (the Table 7 "single-positive" ablation, eq. 11): one row per (task, gold tool) pair; the pair's tool is
+  the target and the task's other gold tools are left out of its denominator (never pushed away).
+- L_hard (eq. 14) contrasts each row's positives with only its K highest-scoring negatives among the
+  batch's tools, i.e. in-batch plus the `extra` negatives (`toolscout.train.losses.hard_negative_loss`).
+- `extra` negatives in stage 2: `negatives="hard"` (default) appends, per task, the top non-gold tools of
+  a first-stage retriever (`miner`: the untrained dense encoder or BM25; gold tools never count);
+  `negatives="random"` (the Table 7 ablation) appends the same number of tools drawn uniformly from the
+  catalog instead. Everything else, the loss included, is identical between the two.
+- Two stages: the first `stage1_fraction` of the optimiser steps use the plain loss, the rest the full
+  one (the paper: InfoNCE pre-training, then hard-negative fine-tuning).
+
+τ = 0.07 by default (the paper's); `learn_tau=True` learns it CLIP-style (log 1/τ, kept in [0.01, 1]).
+λ = 0.5 and K = 7: the paper's "hard negative ratio α = 0.5 with 7 hard negatives per query", read as the
+weight of L_hard and its number of negatives.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any, Sequence
+
+from ..benchmark import Query
+from ..models import model_config
+from .data import TrainingData
+from .loop import RunSummary, TrainConfig, Trainer, batched, pick_device, validation_ndcg
+from .negatives import mine_hard_negatives
+from .toolclip_model import ToolCLIPConfig, ToolCLIPEncoder, load_model, new_model, save_model
+
+NEGATIVE_MODES = ("hard", "random")
+MINERS = ("dense", "bm25")
+
+
+@dataclass
+class ToolCLIPOptions:
+    """Training options (`toolscout train toolclip -o KEY=VALUE`). Architecture options go to ToolCLIPConfig."""
+
+    # Table 7 ablations
+    shared_towers: bool = False
+    negatives: str = "hard"  # extra stage-2 negatives: "hard" (mined) | "random" (uniform from the catalog)
+    multi_positive: bool = True
+    # loss
+    tau: float = 0.07
+    learn_tau: bool = False
+    hard_weight: float = 0.5  # λ
+    hard_k: int = 7  # K: hardest negatives per row in L_hard
+    extra_per_query: int = 1  # stage-2 negatives appended per task (mined or random)
+    stage1_fraction: float = 0.5  # share of the steps trained with the plain loss
+    miner: str = "dense"  # first stage that mines hard negatives: "dense" (untrained encoder) | "bm25"
+    mine_depth: int = 30
+    # architecture (see ToolCLIPConfig)
+    max_query_length: int = 64
+    max_name_length: int = 32
+    max_description_length: int = 64
+    max_param_length: int = 32
+    max_params: int = 8
+    pool_heads: int = 1
+    head_lr_mult: float = 20.0
+    dim: int | None = None
+    param_grad: bool = False  # backpropagate through parameter texts (slower; see ToolCLIPConfig)
+    train_layers: int | None = None  # train only the top N transformer layers of each tower
+    # validation
+    validate: bool = True  # nDCG@10 on the validation queries over the training catalog
+    validate_at_start: bool = False  # also score the untrained model (one more pass over the catalog)
+
+    def __post_init__(self) -> None:
+        if self.negatives not in NEGATIVE_MODES:
+            raise ValueError(f"toolclip option negatives={self.negatives!r}; choose one of {', '.join(NEGATIVE_MODES)}")
+        if self.miner not in MINERS:
+            raise ValueError(f"toolclip option miner={self.miner!r}; choose one of {', '.join(MINERS)}")
+        if not 0.0 <= self.stage1_fraction <= 1.0:
+            raise ValueError(f"toolclip option stage1_fraction={self.stage1_fraction} must be in [0, 1]")
+        if self.tau <= 0:
+            raise ValueError(f"toolclip option tau={self.tau} must be positive")
+        for name in ("hard_k", "extra_per_query", "max_params"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"toolclip option {name}={getattr(self, name)} must be >= 0")
+
+    @classmethod
+    def make(cls, **options: Any) -> "ToolCLIPOptions":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise ValueError(f"unknown toolclip option(s) {unknown}; known: {', '.join(sorted(known))}")
+        return cls(**options)
+
+    def architecture(self, base_model: str) -> ToolCLIPConfig:
+        keys = {f.name for f in fields(ToolCLIPConfig)}
+        return ToolCLIPConfig(base_model=base_model, **{k: v for k, v in asdict(self).items() if k in keys})
+
+
+@dataclass
+class Batch:
+    """One optimiser step's rows: (task, target tool or None for all gold tools), and its stage."""
+
+    rows: list[tuple[Query, str | None]]
+    step: int
+    stage: int
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+# ----------------------------------------------------------------------------------- the loss
+
+
+def pair_nce(logits, positives, targets):
+    """Single-positive InfoNCE over logits (R, T): row r's target column `targets[r]` against every
+    non-gold column; the row's other gold columns (`positives`) are left out of the denominator.
+    Equals `losses.info_nce(multi_positive=False)` when the target is the row's first positive."""
+    import torch
+    import torch.nn.functional as F
+
+    others = positives.clone()
+    others[torch.arange(len(targets)), targets] = False
+    return F.cross_entropy(logits.masked_fill(others, float("-inf")), targets)
+
+
+def pair_hard_nce(logits, positives, targets, top_k: int):
+    """L_hard for single-positive rows: the target against the row's `top_k` highest-scoring non-gold columns."""
+    import torch
+
+    negatives = logits.masked_fill(positives, float("-inf"))
+    hardest = negatives.topk(min(top_k, logits.shape[1]), dim=1).values
+    target = logits.gather(1, targets[:, None])
+    return (torch.logsumexp(torch.cat([target, hardest], dim=1), dim=1) - target[:, 0]).mean()
+
+
+class ToolCLIPObjective:
+    """Turns a Batch into tensors and a loss (called by the Trainer once per step)."""
+
+    def __init__(self, model, featurizer, data: TrainingData, options: ToolCLIPOptions, device: str, seed: int,
+                 miner=None):
+        self.model = model
+        self.featurizer = featurizer
+        self.tools = data.tools
+        self.tool_ids = list(data.tools)
+        self.options = options
+        self.device = device
+        self.seed = seed
+        self.miner = miner
+        self._parts: dict[str, Any] = {}
+        self._mined: dict[str, list[str]] = {}
+
+    def parts(self, tool_id: str):
+        if tool_id not in self._parts:
+            self._parts[tool_id] = self.featurizer.parts(self.tools[tool_id])
+        return self._parts[tool_id]
+
+    def extra_negatives(self, batch: Batch) -> list[str]:
+        """Stage-2 negatives to append: mined (hard) or uniform from the catalog (random), never gold."""
+        opts = self.options
+        if batch.stage < 2 or opts.extra_per_query == 0:
+            return []
+        queries = list(dict.fromkeys(q for q, _ in batch.rows))
+        if opts.negatives == "random":
+            rng = random.Random(self.seed * 1_000_003 + batch.step)
+            out = []
+            for q in queries:
+                gold = set(q.labels)
+                pool = [t for t in rng.sample(self.tool_ids, min(len(self.tool_ids), opts.extra_per_query + len(gold)))
+                        if t not in gold]
+                out.extend(pool[:opts.extra_per_query])
+            return out
+        todo = [q for q in queries if q.id not in self._mined]
+        if todo:
+            mined = mine_hard_negatives(self.miner, todo, per_query=opts.extra_per_query, depth=opts.mine_depth)
+            self._mined.update({q.id: ids for q, ids in zip(todo, mined)})
+        return [t for q in queries for t in self._mined[q.id]]
+
+    def tensors(self, batch: Batch):
+        import torch
+
+        gold_columns = [t for q, target in batch.rows for t in ((target,) if target else q.labels) if t in self.tools]
+        columns = list(dict.fromkeys(gold_columns + self.extra_negatives(batch)))
+        col = {t: i for i, t in enumerate(columns)}
+        positives = torch.zeros(len(batch.rows), len(columns), dtype=torch.bool)
+        for r, (q, _target) in enumerate(batch.rows):
+            for label in q.labels:
+                if label in col:
+                    positives[r, col[label]] = True
+        targets = torch.tensor([col[t] for _q, t in batch.rows], dtype=torch.long) \
+            if not self.options.multi_positive else None
+        tasks = {k: v.to(self.device) for k, v in self.featurizer.tasks([q.text for q, _ in batch.rows]).items()}
+        tools = self.featurizer.tools([self.parts(t) for t in columns]).to(self.device)
+        return tasks, tools, positives.to(self.device), None if targets is None else targets.to(self.device)
+
+    def __call__(self, batch: Batch):
+        from .losses import hard_negative_loss, info_nce
+
+        opts = self.options
+        tasks, tools, positives, targets = self.tensors(batch)
+        q = self.model.encode_tasks(tasks)
+        t = self.model.encode_tools(tools)
+        tau = self.model.tau()
+        if opts.multi_positive:
+            loss = info_nce(q, t, positives, tau=tau, multi_positive=True)
+            if batch.stage == 2 and opts.hard_weight:
+                loss = loss + opts.hard_weight * hard_negative_loss(q, t, positives, top_k=opts.hard_k, tau=tau)
+            return loss
+        logits = q @ t.T / tau
+        loss = pair_nce(logits, positives, targets)
+        if batch.stage == 2 and opts.hard_weight:
+            loss = loss + opts.hard_weight * pair_hard_nce(logits, positives, targets, opts.hard_k)
+        return loss
+
+
+# ----------------------------------------------------------------------------------- batches
+
+
+def training_rows(data: TrainingData, multi_positive: bool) -> list[tuple[Query, str | None]]:
+    """One row per task (multi-positive), or one per (task, gold tool) pair (single-positive)."""
+    queries = [q for q in data.train if any(label in data.tools for label in q.labels)]
+    if multi_positive:
+        return [(q, None) for q in queries]
+    return [(q, label) for q in queries for label in dict.fromkeys(q.labels) if label in data.tools]
+
+
+def _build_miner(kind: str, base_model: str, tools: Sequence):
+    if kind == "bm25":
+        from ..retrievers.bm25 import BM25Retriever
+
+        miner = BM25Retriever()
+    else:
+        from ..retrievers.dense import DenseRetriever
+
+        miner = DenseRetriever(model=base_model)
+    miner.index(list(tools))
+    return miner
+
+
+# ------------------------------------------------------------------------------------------ fit
+
+
+def fit_toolclip(data: TrainingData, out: str | Path, *, model: str | None = None, config: TrainConfig | None = None,
+                 resume: bool = True, **options: Any) -> RunSummary:
+    """Train ToolCLIP on `data` and write a model directory to `out` (see the module doc for the loss).
+
+    `model`: the base encoder both towers start from (name or path; default all-MiniLM-L6-v2), or a
+    toolclip model directory to continue training. `options`: see `ToolCLIPOptions`.
+    """
+    opts = ToolCLIPOptions.make(**options)
+    cfg = config or TrainConfig()
+    device = pick_device(cfg.device)
+    from .loop import set_seed
+
+    set_seed(cfg.seed)  # the heads' initialisation (non-square projections) depends on it
+    if model_config(model, method="toolclip") is not None:
+        net, featurizer, meta = load_model(model, device)
+        base_model = net.config.base_model
+    else:
+        base_model = str(model) if model else "default"
+        net, featurizer = new_model(opts.architecture(base_model))
+    net.to(device)
+
+    rows = training_rows(data, opts.multi_positive)
+    if not rows:
+        raise ValueError("no training query has a gold tool in the training catalog; nothing to train on")
+    steps_per_epoch = len(batched(rows, cfg.batch_size, cfg.seed, 0))
+    total_steps = steps_per_epoch * cfg.epochs if cfg.max_steps is None else min(steps_per_epoch * cfg.epochs,
+                                                                                  cfg.max_steps)
+    stage2_from = int(round(total_steps * opts.stage1_fraction))  # steps with index >= this are stage 2
+
+    def epoch_batches(epoch: int) -> list[Batch]:
+        out_batches = []
+        for i, chunk in enumerate(batched(rows, cfg.batch_size, cfg.seed, epoch)):
+            step = epoch * steps_per_epoch + i
+            out_batches.append(Batch(chunk, step, 2 if step >= stage2_from else 1))
+        return out_batches
+
+    miner = None
+    if opts.negatives == "hard" and stage2_from < total_steps and opts.extra_per_query > 0:
+        miner = _build_miner(opts.miner, base_model, list(data.tools.values()))
+    objective = ToolCLIPObjective(net, featurizer, data, opts, device, cfg.seed, miner)
+
+    encoder = ToolCLIPEncoder(net, featurizer, "training", device)
+    catalog = list(data.tools.values())
+
+    def validate() -> float:
+        from ..retrievers.toolclip import ToolCLIPRetriever
+
+        retriever = ToolCLIPRetriever(encoder=encoder, batch_size=64)
+        retriever.index(catalog)
+        return validation_ndcg(retriever.search, data.validation)
+
+    use_validation = opts.validate and bool(data.validation)
+    before = validate() if use_validation and opts.validate_at_start else None
+    trainer = Trainer("toolclip", net, objective, epoch_batches, cfg, out,
+                      validate=validate if use_validation else None)
+    summary = trainer.fit(resume=resume)
+    summary.data = data.summary()
+    summary.config = {**summary.config, **asdict(opts), "base_model": base_model, "stage2_from_step": stage2_from,
+                      "total_steps": total_steps, "rows": len(rows), "device": device}
+    if before is not None:
+        summary.history.insert(0, {"step": 0, "validation_ndcg@10": round(before, 3)})
+    net.eval()
+    save_model(out, net, featurizer, summary=summary.to_dict(), training=asdict(opts))
+    trainer.finish()
+    return summary

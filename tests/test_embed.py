@@ -1,0 +1,233 @@
+"""Tool-Embed (`toolscout train embed`): sampler, batching, a tiny real fine-tuning run, saved model dirs."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from toolscout.benchmark import Query
+from toolscout.cli import main
+from toolscout.encoders import Encoder
+from toolscout.train.data import TrainingData, load_training_data
+from toolscout.train.embed import (BatchLoss, RandomNegatives, epoch_examples, fit_embed, make_batches,
+                                   tool_sets, training_pairs)
+from toolscout.train.loop import TrainConfig
+
+SAMPLE = Path(__file__).resolve().parents[1] / "src" / "toolscout" / "data" / "catalogs" / "apibank_sample"
+TINY = {"max_query_length": 24, "max_doc_length": 24, "validate_start": False, "negatives": 2}
+
+
+@pytest.fixture(autouse=True)
+def torch_encoders(monkeypatch):
+    """Encode with torch: an ONNX export of every freshly trained model would only cost time here
+    (the export itself is tested in test_encoders.py)."""
+    load = Encoder.load.__func__
+
+    def load_torch(cls, name_or_path=None, device=None, max_seq_length=None, backend="torch", cache_dir=None):
+        return load(cls, name_or_path, device=device, max_seq_length=max_seq_length, backend=backend,
+                    cache_dir=cache_dir)
+
+    monkeypatch.setattr(Encoder, "load", classmethod(load_torch))
+
+
+@pytest.fixture(scope="module")
+def sample_data() -> TrainingData:
+    return load_training_data([SAMPLE], validation_fraction=0.2)
+
+
+def test_random_negatives_never_include_a_gold_tool():
+    ids = [f"t{i}" for i in range(20)]
+    sampler = RandomNegatives(ids)
+    rng = random.Random(0)
+    gold = {"t0", "t3", "t7"}
+    draws = [sampler.sample(gold, 5, rng) for _ in range(500)]
+    assert all(len(d) == 5 and len(set(d)) == 5 and not set(d) & gold for d in draws)
+    assert set().union(*draws) == set(ids) - gold  # every other tool does get drawn
+    # a catalog with fewer non-gold tools than asked for: all of them, still no gold
+    assert sorted(RandomNegatives(["a", "b", "c"]).sample({"a"}, 5, rng)) == ["b", "c"]
+    assert RandomNegatives(["a"]).sample({"a"}, 3, rng) == []
+    # the same seed gives the same draws (resumed runs redo exactly the same batches)
+    assert sampler.sample(gold, 5, random.Random(3)) == sampler.sample(gold, 5, random.Random(3))
+
+
+def test_batches_pair_each_gold_tool_and_never_use_a_gold_tool_as_negative():
+    queries = [Query("q0", "a", ("x", "y")), Query("q1", "b", ("z",)), Query("q2", "c", ("x", "ghost"))]
+    tools = ["x", "y", "z", "n1", "n2", "n3"]
+    pairs = training_pairs(queries, frozenset(tools))
+    assert pairs == [(0, "x"), (0, "y"), (1, "z"), (2, "x")]  # labels outside the catalog are skipped
+    examples = epoch_examples(pairs, ["s"] * len(pairs), "size", seed=0, epoch=0)
+    assert sorted(examples) == sorted(pairs)
+    batches = make_batches(examples, queries, RandomNegatives(tools), negatives=3, batch_size=3, seed=0, epoch=0)
+    assert [len(b) for b in batches] == [3, 1]
+    for ex in (ex for b in batches for ex in b):
+        assert len(ex.negatives) == 3 and not set(ex.negatives) & set(queries[ex.query].labels)
+    again = make_batches(examples, queries, RandomNegatives(tools), negatives=3, batch_size=3, seed=0, epoch=0)
+    assert again == batches
+
+
+def test_set_balance_gives_each_set_the_same_share():
+    pairs = [(i, f"big{i % 7}") for i in range(90)] + [(90 + i, f"small{i}") for i in range(10)]
+    groups = ["big"] * 90 + ["small"] * 10
+    examples = epoch_examples(pairs, groups, "sets", seed=1, epoch=0)
+    assert len(examples) == 100
+    small = [e for e in examples if e[1].startswith("small")]
+    assert len(small) == 50 and all(small.count(p) == 5 for p in pairs[90:])
+    big = [e for e in examples if e[1].startswith("big")]
+    assert len(big) == 50 and len(set(big)) == 50  # a subset of the big set, no repeats
+    assert epoch_examples(pairs, groups, "sets", seed=1, epoch=1) != examples  # a fresh subset each epoch
+
+
+def test_tool_sets_from_set_prefixes():
+    data = TrainingData({"apibank::A": None, "apibank_x::B": None, "other": None}, [], [], ["apibank", "apibank_x"])
+    assert tool_sets(data) == {"apibank::A": "apibank", "apibank_x::B": "apibank_x", "other": ""}
+
+
+def test_multi_positive_loss_does_not_push_away_other_gold_tools():
+    """The InfoNCE of a batch equals the formula computed by hand from the embeddings."""
+    model = Encoder.load(None, backend="torch").model
+    model.eval()
+    queries = [Query("q0", "book a flight and a hotel", ("f", "h")), Query("q1", "weather in Paris", ("w",))]
+    docs = {"f": "book flight", "h": "reserve hotel room", "w": "weather forecast", "n": "send an email"}
+    loss = BatchLoss(model, queries, docs, loss="infonce", tau=0.1, margin=0.3, max_query_length=32,
+                     max_doc_length=32, device="cpu")
+    from toolscout.train.embed import Example
+
+    batch = [Example(0, "f", ("n",)), Example(0, "h", ("w",)), Example(1, "w", ("n",))]
+    with torch.no_grad():
+        got = loss(batch).item()
+    def embed(texts):
+        return model.encode(texts, normalize_embeddings=True, convert_to_numpy=True)
+
+    q = embed([queries[0].text, queries[1].text])
+    t = embed([docs["f"], docs["h"], docs["w"], docs["n"]])  # columns: pairs' tools first, then negatives
+    s = q @ t.T / 0.1
+    row0 = -np.log(np.exp(s[0, :2]).sum() / np.exp(s[0]).sum())  # f and h both positive for q0
+    row1 = -np.log(np.exp(s[1, 2]) / np.exp(s[1]).sum())
+    assert got == pytest.approx((row0 + row1) / 2, rel=1e-3)
+
+
+@pytest.fixture(scope="module")
+def trained(sample_data, tmp_path_factory):
+    """A tiny real run: 5 steps of 4 pairs on the bundled API-Bank sample."""
+    out = tmp_path_factory.mktemp("embed") / "model"
+    config = TrainConfig(batch_size=4, lr=2e-4, epochs=1, max_steps=5, warmup_ratio=0.0, progress=False)
+    encoder = Encoder.load(None, backend="torch")
+    model = encoder.model
+    docs = {tid: tool_text_of(t) for tid, t in sample_data.tools.items()}
+    probe = make_batches(training_pairs(sample_data.train, frozenset(docs))[:8], sample_data.train,
+                         RandomNegatives(list(docs)), 2, 8, seed=5, epoch=0)[0]
+
+    def probe_loss(st_model) -> float:
+        st_model.eval()
+        fn = BatchLoss(st_model, sample_data.train, docs, loss="infonce", tau=0.05, margin=0.3, max_query_length=24,
+                       max_doc_length=24, device="cpu")
+        with torch.no_grad():
+            return fn(probe).item()
+
+    before = probe_loss(model)
+    summary = fit_embed(sample_data, out, config=config, resume=False, **TINY)
+    from sentence_transformers import SentenceTransformer
+
+    reloaded = SentenceTransformer(str(_encoder_folder(out)), device="cpu")
+    return {"out": out, "summary": summary, "before": before, "after": probe_loss(reloaded), "model": reloaded}
+
+
+def tool_text_of(tool):
+    from toolscout.tool import tool_text
+
+    return tool_text(tool)
+
+
+def _encoder_folder(out: Path) -> Path:
+    from toolscout.models import model_config
+
+    folder, config = model_config(out, method="embed")
+    return folder / config["encoder"]
+
+
+def test_training_lowers_the_loss_and_writes_a_model_dir(trained):
+    summary = trained["summary"]
+    assert summary.steps == 5 and summary.examples == 5 * 4
+    assert trained["after"] < trained["before"] * 0.8, (trained["before"], trained["after"])
+    losses = [h["loss"] for h in summary.history if "loss" in h]
+    assert losses and all(np.isfinite(losses))
+    assert summary.best_validation is not None and summary.data["pairs"] > 0
+    out = trained["out"]
+    assert not out.with_name(out.name + ".checkpoint").exists()  # the resumable state is gone once saved
+    config = json.loads((_encoder_folder(out).parent / "config.json").read_text())
+    assert config["kind"] == "toolscout.model" and config["method"] == "embed" and config["loss"] == "infonce"
+
+
+def test_dense_retriever_loads_the_model_dir_and_survives_a_pipeline_save(trained, sample_data, tmp_path):
+    from toolscout.pipeline import ToolScout
+    from toolscout.retrievers.dense import DenseRetriever
+
+    out = trained["out"]
+    tools = list(sample_data.tools.values())
+    retriever = DenseRetriever(model=str(out))
+    # the fine-tuned weights, not the base model's
+    text = sample_data.train[0].text
+    want = trained["model"].encode([text], normalize_embeddings=True, convert_to_numpy=True)
+    np.testing.assert_allclose(retriever.encoder.encode([text]), want, atol=1e-5)
+    base = Encoder.load(None).encode([text])
+    assert float(np.sum(base * want)) < 0.9999
+
+    scout = ToolScout.from_tools(tools, retriever="dense", model=str(out))
+    queries = [q.text for q in sample_data.train[:5]]
+    before = scout.retriever.search(queries, k=5)
+    scout.save(tmp_path / "pipe")
+    loaded = ToolScout.load(tmp_path / "pipe")
+    after = loaded.retriever.search(queries, k=5)
+    for (ids_a, s_a), (ids_b, s_b) in zip(before, after):
+        assert list(ids_a) == list(ids_b)
+        np.testing.assert_allclose(s_a, s_b, atol=1e-6)
+
+
+def test_cli_train_embed_writes_a_loadable_dir_and_eval_uses_it(tmp_path, capsys):
+    from sentence_transformers import SentenceTransformer
+
+    from toolscout.retrievers.dense import DenseRetriever
+
+    out = tmp_path / "m"
+    code = main(["train", "embed", "--data", str(SAMPLE), "--out", str(out), "--max-steps", "2", "--batch-size", "4",
+                 "--quiet", "-o", "max_query_length=16", "-o", "max_doc_length=16", "-o", "validate_start=false",
+                 "-o", "negatives=2"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "trained embed" in err
+    SentenceTransformer(str(_encoder_folder(out)), device="cpu")
+    hits = DenseRetriever(model=str(out))
+    hits.index(list(load_training_data([SAMPLE]).tools.values()))
+    assert len(hits.search(["check my appointment"], k=3).ids[0]) == 3
+
+    # eval on a set the model never saw: its tools are encoded at eval time
+    report = tmp_path / "eval.json"
+    code = main(["eval", str(Path(__file__).parent / "fixtures" / "eval" / "alpha"), "--retriever", "dense",
+                 "--model", str(out), "--json", str(report), "--quiet"])
+    assert code == 0, capsys.readouterr().err
+    assert json.loads(report.read_text())["mean"]["ndcg@10"] >= 0
+
+
+def test_tool2vec_finetune_saves_its_encoder(sample_data, tmp_path):
+    from toolscout.retrievers.tool2vec import Tool2VecRetriever
+    from toolscout.train.tool2vec import fit_tool2vec
+
+    out = tmp_path / "t2v"
+    config = TrainConfig(batch_size=4, lr=1e-4, progress=False)
+    summary = fit_tool2vec(sample_data, out, config=config, finetune=True, finetune_steps=2, priors=(1.0,),
+                           finetune_options=TINY)
+    assert summary.data["finetune"]["steps"] == 2 and summary.config["finetune_loss"] == "infonce"
+    assert not out.with_name("t2v.finetune").exists()
+    retriever = Tool2VecRetriever(model=str(out))
+    folder = Path(retriever.encoder.path)
+    assert folder.name == "encoder" and (folder / "modules.json").exists()
+    config_json = json.loads((folder.parent / "config.json").read_text())
+    assert config_json["finetuned"] is True
+    retriever.index(list(sample_data.tools.values()))
+    ids, _ = retriever.search([sample_data.train[0].text], k=5)[0]
+    assert len(ids) == 5

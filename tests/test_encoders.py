@@ -1,0 +1,213 @@
+"""Encoder backends: the ONNX export must give sentence-transformers' embeddings, batched or not."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnxruntime")
+pytest.importorskip("onnx")
+
+from toolscout.encoders import Encoder, OnnxUnavailable, _folder_fingerprint, pooling_spec  # noqa: E402
+from toolscout.errors import MissingDependency  # noqa: E402
+
+LONG = " ".join(f"Parameter number {i} controls the {i}th option of the request and must be an integer." for i in range(60))
+
+TEXTS = [
+    "book a flight to Paris next Tuesday",
+    "what's the weather in Zürich tomorrow?",
+    "Convert 250 USD to EUR",
+    "send_email(to, subject, body)",
+    "getCurrentWeather (get Current Weather)\nCurrent temperature, wind and rain at a location.",
+    "",
+    "x",
+    "列出我所有的日历事件",
+    "Find emails in the inbox matching a text query. Parameters: query: Words to look for",
+    "🙂 can you help me?",
+    "search_flights (search flights)\nSearch flights between two airports on a date.\n"
+    "Parameters: origin: Departure airport code; destination: Arrival airport code; date: Travel date",
+    "Reserve a hotel room in a city for given nights.",
+    "List the calendar events between 2024-01-01 and 2024-02-01.",
+    "How do I compute the inverse of a matrix with numpy?",
+    "read the file /etc/hosts and show me its contents",
+    "Latest share price of AAPL",
+    "translate 'good morning' into Japanese and French",
+    LONG,  # far past max_seq_length (256 tokens): truncation must match too
+    LONG.upper(),
+    "Create a calendar event titled 'Standup' at 9:30 with Ann, Bob and Chen.",
+]
+
+
+@pytest.fixture(autouse=True)
+def offline(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("onnx-cache")
+
+
+@pytest.fixture(scope="module")
+def onnx_encoder(cache_dir):
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    return Encoder.load(None, backend="onnx", cache_dir=cache_dir)
+
+
+@pytest.fixture(scope="module")
+def torch_encoder():
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    return Encoder.load(None, backend="torch")
+
+
+def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.sum(a * b, axis=1)
+
+
+def test_onnx_matches_sentence_transformers(onnx_encoder, torch_encoder):
+    assert onnx_encoder.backend_in_use == "onnx"
+    assert onnx_encoder.dim == torch_encoder.dim == 384
+    got = onnx_encoder.encode(TEXTS)
+    want = torch_encoder.model.encode(TEXTS, convert_to_numpy=True, normalize_embeddings=True)
+    assert got.dtype == np.float32 and got.shape == (len(TEXTS), 384)
+    np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
+    assert cosines(got, want).min() >= 0.9999
+    # the two long texts were really truncated: their tokens exceed the limit
+    assert len(torch_encoder.model.tokenizer(LONG)["input_ids"]) > 256
+
+
+def test_padding_and_batching_do_not_change_vectors(onnx_encoder):
+    one_by_one = np.concatenate([onnx_encoder.encode([t]) for t in TEXTS])
+    for batch_size in (1, 3, 7, 64):
+        batched = onnx_encoder.encode(TEXTS, batch_size=batch_size)
+        assert cosines(batched, one_by_one).min() >= 0.99999, batch_size
+    order = np.random.default_rng(0).permutation(len(TEXTS))
+    shuffled = onnx_encoder.encode([TEXTS[i] for i in order])
+    assert cosines(shuffled, one_by_one[order]).min() >= 0.99999
+
+
+def test_encode_queries_and_empty_input(onnx_encoder):
+    assert onnx_encoder.encode([]).shape == (0, 384)
+    q = onnx_encoder.encode_queries(["book a flight"])
+    assert q.shape == (1, 384) and q.dtype == np.float32
+    with pytest.raises(TypeError):
+        onnx_encoder.encode("a bare string")
+
+
+def test_onnx_encoder_is_thread_safe(onnx_encoder):
+    want = np.concatenate([onnx_encoder.encode([t]) for t in TEXTS])
+    errors, results = [], {}
+
+    def work(worker: int):
+        try:
+            for rep in range(3):
+                for i in range(worker, len(TEXTS), 4):
+                    results[(worker, rep, i)] = onnx_encoder.encode([TEXTS[i]])[0]
+                results[(worker, rep, "batch")] = onnx_encoder.encode(TEXTS, batch_size=5)
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(w,)) for w in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    for key, vec in results.items():
+        if key[2] == "batch":
+            assert cosines(vec, want).min() >= 0.99999
+        else:
+            assert float(vec @ want[key[2]]) >= 0.99999
+
+
+def test_cache_file_is_reused_on_second_load(onnx_encoder, cache_dir, monkeypatch):
+    folders = [p for p in cache_dir.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    assert len(folders) == 1
+    model_file = folders[0] / "model.onnx"
+    before = model_file.stat().st_mtime_ns
+
+    import toolscout.encoders as encoders
+
+    def no_export(*args, **kwargs):
+        raise AssertionError("a cached export must not be redone")
+
+    monkeypatch.setattr(encoders, "export_onnx", no_export)
+    again = Encoder.load(None, backend="auto", cache_dir=cache_dir)
+    assert again.backend_in_use == "onnx"
+    assert again._model is None  # a cache hit does not even load the torch model
+    assert model_file.stat().st_mtime_ns == before
+    assert [p for p in cache_dir.iterdir() if p.is_dir() and not p.name.startswith(".")] == folders
+    np.testing.assert_allclose(again.encode(TEXTS[:3]), onnx_encoder.encode(TEXTS[:3]), atol=1e-6)
+
+
+def test_falls_back_to_torch_when_onnxruntime_is_missing(monkeypatch, tmp_path, caplog, torch_encoder):
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # makes `import onnxruntime` raise ImportError
+    with caplog.at_level(logging.INFO, logger="toolscout.encoders"):
+        enc = Encoder.load(None, backend="auto", cache_dir=tmp_path)
+    assert enc.backend_in_use == "torch"
+    assert "onnxruntime" in enc.fallback_reason
+    assert any("onnxruntime" in r.getMessage() for r in caplog.records)
+    assert not any(tmp_path.iterdir())  # nothing was exported
+    np.testing.assert_allclose(enc.encode(TEXTS[:4]), torch_encoder.encode(TEXTS[:4]), atol=1e-6)
+    with pytest.raises(MissingDependency, match="onnxruntime"):
+        Encoder.load(None, backend="onnx", cache_dir=tmp_path)
+
+
+def test_in_place_weight_changes_switch_encoding_to_torch(cache_dir):
+    import torch
+
+    enc = Encoder.load(None, backend="auto", cache_dir=cache_dir)
+    assert enc.backend_in_use == "onnx"
+    before = enc.encode(["book a flight"])
+    model = enc.model  # e.g. handed to a trainer
+    with torch.no_grad():
+        model[0].auto_model.embeddings.word_embeddings.weight.mul_(1.5)
+    after = enc.encode(["book a flight"])
+    assert enc.backend_in_use == "torch"
+    want = model.encode(["book a flight"], convert_to_numpy=True, normalize_embeddings=True)
+    np.testing.assert_allclose(after, want, atol=1e-6)
+    assert float(after[0] @ before[0]) < 0.9999
+
+
+def test_cache_key_follows_the_model_files(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "model.safetensors").write_bytes(b"0" * 10)
+    first = _folder_fingerprint(tmp_path)
+    assert _folder_fingerprint(tmp_path) == first
+    stat = (tmp_path / "model.safetensors").stat()
+    os.utime(tmp_path / "model.safetensors", ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+    assert _folder_fingerprint(tmp_path) != first
+
+
+def test_unsupported_pooling_is_refused_with_a_reason(torch_encoder):
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.models import Pooling
+
+    st = torch_encoder.model
+    weighted = SentenceTransformer(modules=[st[0], Pooling(384, pooling_mode="weightedmean")], device="cpu")
+    with pytest.raises(OnnxUnavailable, match="weightedmean"):
+        pooling_spec(weighted)
+    assert pooling_spec(st)["pooling"] == ["mean"]
+
+
+@pytest.mark.slow
+def test_cls_pooling_model_exports_exactly(torch_encoder, tmp_path):
+    """A model whose pooling config says CLS: the export reads it instead of assuming mean pooling."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.models import Normalize, Pooling
+
+    st = torch_encoder.model
+    cls_model = SentenceTransformer(modules=[st[0], Pooling(384, pooling_mode="cls"), Normalize()], device="cpu")
+    folder = tmp_path / "cls-model"
+    cls_model.save(str(folder))
+    fast = Encoder.load(str(folder), backend="onnx", cache_dir=tmp_path / "cache")
+    slow = Encoder.load(str(folder), backend="torch")
+    assert fast.backend_in_use == "onnx"
+    assert cosines(fast.encode(TEXTS), slow.encode(TEXTS)).min() >= 0.9999
+    mean_vectors = torch_encoder.encode(TEXTS[:3])
+    assert cosines(fast.encode(TEXTS[:3]), mean_vectors).max() < 0.999  # really CLS, not mean
