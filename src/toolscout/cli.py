@@ -158,7 +158,7 @@ def _retriever_options(args: argparse.Namespace, name: str) -> dict[str, Any]:
     if name == "bm25":
         return extra
     options: dict[str, Any] = {"model": args.model, **extra}
-    if name in ("dense", "tool2vec", "hybrid"):
+    if name in ("dense", "tool2vec", "hybrid", "toolclip"):
         options["store"] = args.store
     return options
 
