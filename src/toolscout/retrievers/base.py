@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 from typing import Protocol, Sequence, runtime_checkable
 
 from ..artifacts import read_config, write_json
-from ..errors import UnknownName
+from ..registry import lookup
 from ..results import Filter, Results
 from ..tool import Tool
 
@@ -48,10 +47,7 @@ REGISTRY: dict[str, str] = {
 
 
 def retriever_class(name: str):
-    if name not in REGISTRY:
-        raise UnknownName("retriever", name, list(REGISTRY))
-    module, _, cls = REGISTRY[name].partition(":")
-    return getattr(importlib.import_module(module), cls)
+    return lookup("retriever", name, REGISTRY)
 
 
 def make_retriever(name: str, **options) -> Retriever:

@@ -4,9 +4,7 @@
 the optimisation with checkpoints, resume and early stopping, and one `fit_*` per method builds a model.
 """
 
-import importlib
-
-from ..errors import UnknownName
+from ..registry import lookup
 from .data import TrainingData, load_training_data
 from .loop import RunSummary, TrainConfig, Trainer, validation_ndcg
 
@@ -20,10 +18,7 @@ TRAINERS: dict[str, str] = {
 
 
 def trainer_for(method: str):
-    if method not in TRAINERS:
-        raise UnknownName("training method", method, list(TRAINERS))
-    module, _, func = TRAINERS[method].partition(":")
-    return getattr(importlib.import_module(module), func)
+    return lookup("training method", method, TRAINERS)
 
 
 __all__ = ["TRAINERS", "trainer_for", "TrainingData", "load_training_data", "TrainConfig", "Trainer", "RunSummary",
