@@ -211,3 +211,12 @@ def test_cls_pooling_model_exports_exactly(torch_encoder, tmp_path):
     assert cosines(fast.encode(TEXTS), slow.encode(TEXTS)).min() >= 0.9999
     mean_vectors = torch_encoder.encode(TEXTS[:3])
     assert cosines(fast.encode(TEXTS[:3]), mean_vectors).max() < 0.999  # really CLS, not mean
+
+
+def test_max_seq_length_override_truncates_like_torch(onnx_encoder, cache_dir):
+    short_onnx = Encoder.load(None, backend="onnx", cache_dir=cache_dir, max_seq_length=32)
+    short_torch = Encoder.load(None, backend="torch", max_seq_length=32)
+    texts = [LONG, TEXTS[10], "book a flight"]
+    got = short_onnx.encode(texts)
+    assert cosines(got, short_torch.encode(texts)).min() >= 0.9999
+    assert float(got[0] @ onnx_encoder.encode([LONG])[0]) < 0.9999  # really cut at 32, not 256
