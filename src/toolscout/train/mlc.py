@@ -295,7 +295,12 @@ def _probe(net, examples, validation, tool_ids, config: TrainConfig, head_lr: fl
     trainer = Trainer("mlc-probe", head, loss_fn, lambda epoch: batched(items, config.batch_size, config.seed, epoch),
                       probe_config, out.with_name(out.name + ".probe"),
                       validate=(lambda: validation_ndcg(search, validation)) if validation else None)
-    summary = trainer.fit(resume=resume)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # steps this small are several times faster on one thread than on two
+    try:
+        summary = trainer.fit(resume=resume)
+    finally:
+        torch.set_num_threads(threads)
     summary.data = {"embed_s": round(embed_s, 2), "embedded": len(examples) + len(cached)}
     trainer.finish()
     net.set_head(head.weight.detach().numpy(), head.bias.detach().numpy())
