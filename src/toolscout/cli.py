@@ -31,6 +31,14 @@ def _add_retriever_options(p: argparse.ArgumentParser, default: str = "dense") -
                    help="vector store for dense retrievers: numpy (exact) or faiss:FACTORY, e.g. faiss:HNSW32")
 
 
+def _add_rerank_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--rerank", default=None, metavar="DIR",
+                   help="second stage: a `toolscout train cross|refiner` directory, or llm:CONFIG.yaml for the LLM "
+                        "reranker (an OpenAI-compatible endpoint, settings as for `expand --llm-config`)")
+    p.add_argument("--rerank-depth", type=int, default=None, metavar="N",
+                   help="first-stage candidates handed to the reranker (default: the reranker's own, 20 unless trained otherwise)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .expand.cli import add_expand_parser
     from .expand.views import add_view_options
@@ -47,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", default=None, help="catalog format, when detection is not wanted")
     p.add_argument("--namespace", default=None, help="namespace for the tools of a single catalog")
     p.add_argument("--lenient", action="store_true", help="skip and report malformed tools instead of failing")
+    _add_rerank_options(p)
     _add_retriever_options(p)
     add_view_options(p)
 
@@ -63,7 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="retriever to evaluate; repeat to compare several (default dense)")
     p.add_argument("--model", default=None, help="encoder name or path for dense retrievers")
     p.add_argument("--store", default="numpy", help="vector store for dense retrievers")
-    p.add_argument("--rerank", default=None, metavar="DIR", help="a trained reranker directory for the second stage")
+    _add_rerank_options(p)
+    p.add_argument("--with-first-stage", action="store_true",
+                   help="with --rerank: also evaluate each first stage alone, and compare the two (paired bootstrap)")
     p.add_argument("-k", type=int, default=10, help="cut-off for the metrics (default %(default)s)")
     p.add_argument("--pooled", action="store_true", help="search the union of all sets' tools")
     p.add_argument("--split", default="test", help="query split to evaluate (default %(default)s)")
@@ -163,6 +174,24 @@ def _retriever_options(args: argparse.Namespace, name: str) -> dict[str, Any]:
     return options
 
 
+def _reranker_from_args(args: argparse.Namespace):
+    """The reranker --rerank names (None without it); --rerank-depth overrides its depth."""
+    if args.rerank_depth is not None and args.rerank_depth < 1:
+        raise ValueError(f"--rerank-depth must be at least 1, got {args.rerank_depth}")
+    if not args.rerank:
+        if args.rerank_depth is not None:
+            raise ValueError("--rerank-depth needs --rerank")
+        return None
+    options = {} if args.rerank_depth is None else {"depth": args.rerank_depth}
+    if args.rerank.startswith("llm:"):
+        from .rerank.llm import LLMReranker
+
+        return LLMReranker.from_settings_file(args.rerank[4:], **options)
+    from .rerank.base import load_reranker
+
+    return load_reranker(args.rerank, **options)
+
+
 # ----------------------------------------------------------------------------------- commands
 def cmd_index(args: argparse.Namespace) -> int:
     from .ingest import LoadReport, load_tools
@@ -180,7 +209,8 @@ def cmd_index(args: argparse.Namespace) -> int:
         tools.extend(loaded)
     tools = _qualify_across_catalogs(tools)
     start = time.perf_counter()
-    scout = ToolScout.from_tools(tools, retriever=args.retriever, **_retriever_options(args, args.retriever))
+    scout = ToolScout.from_tools(tools, retriever=args.retriever, reranker=_reranker_from_args(args),
+                                 **_retriever_options(args, args.retriever))
     scout.save(args.out)
     took = time.perf_counter() - start
     print(f"indexed {len(scout)} tools with {args.retriever} in {took:.1f}s → {args.out}", file=sys.stderr)
@@ -234,8 +264,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from .eval import evaluate, format_table, paired_bootstrap, plot_reports
     from .pipeline import ToolScout
 
-    if args.rerank:
-        raise ValueError("--rerank: no reranker is available in this version of toolscout yet")
+    reranker = _reranker_from_args(args)
     sets = [load_benchmark(s) for s in args.sets]
     names = args.retriever or ["dense"]
     encoder = None
@@ -252,11 +281,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
             view = _view_option(args, name) or ({"view": trained_view(args.model)} if trained_view(args.model) else {})
             options = {"encoder": encoder, "store": args.store, **view}
 
-        def factory(tools, name=name, options=options):
-            return ToolScout.from_tools(tools, retriever=name, **options)
+        stages = [None, reranker] if reranker is not None and args.with_first_stage else [reranker]
+        for second in stages:
+            def factory(tools, name=name, options=options, second=second):
+                return ToolScout.from_tools(tools, retriever=name, reranker=second, **options)
 
-        reports.append(evaluate(sets, factory, k=args.k, split=args.split, pooled=args.pooled, name=name,
-                                progress=not args.quiet, max_queries=args.max_queries))
+            label = f"{name}+{second.name}@{second.depth}" if second is not None else name
+            reports.append(evaluate(sets, factory, k=args.k, split=args.split, pooled=args.pooled, name=label,
+                                    progress=not args.quiet, max_queries=args.max_queries))
     print(format_table(reports, per_category=args.per_category))
     comparisons = []
     for other in reports[1:]:

@@ -1,4 +1,5 @@
-"""`ToolScout`: the one public facade. A catalog, a first-stage retriever, saved as one directory.
+"""`ToolScout`: the one public facade. A catalog, a first-stage retriever and an optional second-stage
+reranker, saved as one directory.
 
 The CLI, the evaluation harness and the servers are thin layers over this class.
 """
@@ -19,6 +20,7 @@ from .artifacts import read_config, write_artifact
 from .benchmark import read_jsonl
 from .errors import ToolScoutError
 from .results import Filter, Results
+from .rerank.base import Reranker, load_reranker
 from .retrievers.base import Retriever, load_retriever, make_retriever
 from .tool import Tool, split_identifier
 
@@ -98,13 +100,18 @@ class ToolScout:
         scout = ToolScout.from_tools(tools, retriever="dense")
         hits = scout.search("book a flight to Paris", k=5)
 
+    With a `reranker` (see `toolscout.rerank`), the retriever's top `reranker.depth` candidates (or k,
+    when larger) go to the reranker, whose order and scores are the answer; it never adds or drops a tool.
+
     Writes (`add`, `remove`) and reads may come from different threads: searches run concurrently
     under a shared lock, a write takes it exclusively, and each search sees the catalog either before
     or after a write, never half of one.
     """
 
-    def __init__(self, retriever: Retriever, tools: Sequence[Tool] = (), *, indexed: bool = False):
+    def __init__(self, retriever: Retriever, tools: Sequence[Tool] = (), *, indexed: bool = False,
+                 reranker: Reranker | None = None):
         self.retriever = retriever
+        self.reranker = reranker
         self._tools: dict[str, Tool] = {}
         self._lock = ReadWriteLock()
         if tools:
@@ -116,16 +123,21 @@ class ToolScout:
 
     # construction ------------------------------------------------------------------------
     @classmethod
-    def from_tools(cls, tools: Iterable[Tool], retriever: str = "dense", **options: Any) -> "ToolScout":
-        """Index `tools` with the retriever registered as `retriever` (options go to its constructor)."""
-        return cls(make_retriever(retriever, **options), list(tools))
+    def from_tools(cls, tools: Iterable[Tool], retriever: str = "dense", *, reranker: Reranker | str | Path | None = None,
+                   **options: Any) -> "ToolScout":
+        """Index `tools` with the retriever registered as `retriever` (options go to its constructor).
+        `reranker`: a Reranker, or the path of a trained reranker / saved reranker folder."""
+        if isinstance(reranker, (str, Path)):
+            reranker = load_reranker(reranker)
+        return cls(make_retriever(retriever, **options), list(tools), reranker=reranker)
 
     @classmethod
     def load(cls, path: str | Path) -> "ToolScout":
         folder, config = read_config(path, kind=PIPELINE_KIND, max_format=FORMAT_VERSION)
         tools = [Tool.from_dict(row) for _n, row in read_jsonl(folder / "tools.jsonl")]
         retriever = load_retriever(folder / "retriever")
-        scout = cls(retriever, tools, indexed=True)
+        reranker = load_reranker(folder / "reranker") if (folder / "reranker").exists() else None
+        scout = cls(retriever, tools, indexed=True, reranker=reranker)
         if len(retriever) != len(tools):  # a hand-edited or mismatched directory
             raise ToolScoutError(f"{path}: retriever holds {len(retriever)} tools but tools.jsonl has {len(tools)}")
         scout.saved_config = config
@@ -139,12 +151,15 @@ class ToolScout:
             config = {**(extra_config or {}),
                       "kind": PIPELINE_KIND, "format_version": FORMAT_VERSION, "toolscout": __version__,
                       "retriever": self.retriever.name, "tools": len(self._tools),
+                      "reranker": self.reranker.name if self.reranker is not None else None,
                       "saved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
             with write_artifact(path, config) as folder:
                 with open(folder / "tools.jsonl", "w", encoding="utf-8") as fh:
                     for tool in self._tools.values():
                         fh.write(json.dumps(_tool_row(tool), ensure_ascii=False) + "\n")
                 self.retriever.save(folder / "retriever")
+                if self.reranker is not None:
+                    self.reranker.save(folder / "reranker")
 
     # catalog -----------------------------------------------------------------------------
     @property
@@ -194,7 +209,14 @@ class ToolScout:
         if k < 1:
             raise ValueError(f"k must be at least 1, got {k}")
         with self._lock.read():
-            return self.retriever.search(list(queries), k, filter)
+            return self._ranked(list(queries), k, filter)
+
+    def _ranked(self, queries: list[str], k: int, filter: Filter | None) -> Results:
+        """First stage, then the reranker over its top `depth` (caller holds the read lock)."""
+        if self.reranker is None:
+            return self.retriever.search(queries, k, filter)
+        candidates = self.retriever.search(queries, max(k, self.reranker.depth), filter)
+        return self.reranker.rerank(queries, candidates, self._tools, self.retriever).top(k)
 
     def search(self, query: str | Sequence[str], k: int = 5, *, namespaces: Iterable[str] | None = None,
                filter: Filter | None = None, min_score: float | None = None,
@@ -223,7 +245,7 @@ class ToolScout:
                                                          filter.ids, filter.exclude_ids)
         always = list(dict.fromkeys(always_include))
         with self._lock.read():
-            results = self.retriever.search(queries, k, filter)
+            results = self._ranked(queries, k, filter)
             hits = [self._hits(q, ids, scores, k, filter, min_score, always, match_names)
                     for q, (ids, scores) in zip(queries, results)]
         return hits[0] if single else hits

@@ -14,6 +14,8 @@ TRAINERS: dict[str, str] = {
     "mlc": "toolscout.train.mlc:fit_mlc",
     "toolclip": "toolscout.train.toolclip:fit_toolclip",
     "embed": "toolscout.train.embed:fit_embed",
+    "cross": "toolscout.train.cross:fit_cross",
+    "refiner": "toolscout.train.refiner:fit_refiner",
 }
 
 

@@ -3,7 +3,8 @@ on validation nDCG@10, and a run summary saved with the model.
 
 A method supplies a torch module, a function turning a batch into a loss, a function yielding the
 batches of an epoch (deterministic for a given epoch number, so a resumed run skips exactly the batches
-it already did), and optionally a validation function returning nDCG@10 in points.
+it already did), and optionally a validation function returning nDCG@10 in points. A module with a
+`param_groups(lr)` method gets those optimiser groups (e.g. a higher rate for a freshly initialised head).
 """
 
 from __future__ import annotations
@@ -124,7 +125,9 @@ class Trainer:
         cfg = self.config
         set_seed(cfg.seed)
         params = [p for p in self.model.parameters() if p.requires_grad]
-        optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        # a model may give parts their own learning rate (a fresh head next to a pretrained encoder)
+        groups = self.model.param_groups(cfg.lr) if hasattr(self.model, "param_groups") else [{"params": params}]
+        optimizer = torch.optim.AdamW(groups, lr=cfg.lr, weight_decay=cfg.weight_decay)
         steps_per_epoch = max(1, len(self.epoch_batches(0)))
         total_steps = steps_per_epoch * cfg.epochs
         if cfg.max_steps is not None:

@@ -1,0 +1,96 @@
+"""The second-stage contract: a reranker reorders a first stage's candidates for each query.
+
+A reranker never adds or drops a tool: for every query it returns exactly the candidate ids it was
+given, reordered, with its own scores (higher is better). `ToolScout` hands it the first stage's top
+`depth` candidates and cuts the reranked list to k.
+
+Three rerankers are registered:
+  `cross`   — a cross-encoder (Tool-Rank) fine-tuned by `toolscout train cross`;
+  `refiner` — ToolRefiner (seed 001 §4.3), trained by `toolscout train refiner`;
+  `llm`     — an OpenAI-compatible chat model asked "does this tool meet the task?" (P(true)).
+
+Saved rerankers: `save(folder)` writes a `config.json` of kind `toolscout.reranker` naming the class;
+a trained model directory (kind `toolscout.model`, method `cross` or `refiner`) loads directly too.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+from ..artifacts import ArtifactError, read_config, write_json
+from ..models import MODEL_KIND, model_config
+from ..registry import lookup
+from ..results import Results
+from ..tool import Tool
+
+RERANKER_KIND = "toolscout.reranker"
+FORMAT_VERSION = 1
+DEFAULT_DEPTH = 20
+
+REGISTRY: dict[str, str] = {
+    "cross": "toolscout.rerank.cross:CrossEncoderReranker",
+    "refiner": "toolscout.rerank.refiner:ToolRefinerReranker",
+    "llm": "toolscout.rerank.llm:LLMReranker",
+}
+
+
+@runtime_checkable
+class Reranker(Protocol):
+    name: str
+    depth: int  # how many first-stage candidates it wants per query
+
+    def rerank(self, queries: Sequence[str], candidates: Results, tools: Mapping[str, Tool],
+               first_stage: Any = None) -> Results:
+        """Reorder each query's candidates. `tools` maps every candidate id to its Tool; `first_stage`
+        is the retriever that produced them (a reranker may reuse its vectors)."""
+        ...
+
+    def save(self, folder: Path) -> None: ...
+
+
+def reranker_class(name: str):
+    return lookup("reranker", name, REGISTRY)
+
+
+def write_reranker_config(folder: Path, name: str, **config: Any) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    write_json(folder / "config.json", {"kind": RERANKER_KIND, "format_version": FORMAT_VERSION,
+                                        "reranker": name, **config})
+
+
+def load_reranker(path: str | Path, **options: Any) -> Reranker:
+    """A reranker from a `toolscout train cross|refiner` model directory, or from a saved reranker folder.
+    `options` (e.g. depth=32) override the saved settings."""
+    trained = model_config(path)
+    if trained is not None:
+        method = trained[1].get("method")
+        if method not in REGISTRY:
+            raise ArtifactError(f"{path}: is a {method!r} model, which is a first stage, not a reranker; "
+                                f"rerankers: {', '.join(REGISTRY)}")
+        return reranker_class(method)(model=str(Path(path).resolve()), **options)
+    folder, config = read_config(path, kind=RERANKER_KIND, max_format=FORMAT_VERSION)
+    return reranker_class(config["reranker"]).load(folder, **options)
+
+
+def check_candidates(queries: Sequence[str], candidates: Results) -> None:
+    if len(queries) != len(candidates):
+        raise ValueError(f"{len(queries)} queries but candidates for {len(candidates)}")
+
+
+def reorder(ids: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sort one query's candidates by score, best first; ties keep the first stage's order (stable)."""
+    scores = np.asarray(scores, dtype=np.float32)
+    order = np.argsort(-scores, kind="stable")
+    return np.asarray(ids, dtype=object)[order], scores[order]
+
+
+def reordered(per_query: Sequence[tuple[np.ndarray, np.ndarray]]) -> Results:
+    pairs = [reorder(ids, scores) for ids, scores in per_query]
+    return Results(tuple(p[0] for p in pairs), tuple(p[1] for p in pairs))
+
+
+__all__ = ["Reranker", "REGISTRY", "RERANKER_KIND", "DEFAULT_DEPTH", "reranker_class", "load_reranker",
+           "write_reranker_config", "check_candidates", "reorder", "reordered", "MODEL_KIND"]

@@ -1,0 +1,310 @@
+"""The LLM reranker: an OpenAI-compatible chat model judges each (query, candidate tool) pair.
+
+This is the LLM variant of Tool-Rank (seed 002): for every first-stage candidate the model is asked
+whether the tool's document meets the user's task and must answer with one word, `true` or `false`.
+The score is not the word but the model's confidence in it,
+
+    P(true) = exp(l_true) / (exp(l_true) + exp(l_false))
+
+from the log-probabilities of the first generated token (`max_tokens=1`, `temperature=0`,
+`logprobs=True`). A graded score is what makes this a *ranker*: a bare yes/no would leave most
+candidates tied. Endpoints that return no log-probabilities still work: the answer text is read as
+1.0 / 0.0 (one warning per reranker says so) and ties keep the first stage's order.
+
+    reranker = LLMReranker(LLMSettings(base_url="http://localhost:8000/v1", model="qwen3-32b",
+                                       cache_dir="~/.cache/toolscout-llm"))
+    results = reranker.rerank(queries, candidates, tools)
+    reranker.stats.to_dict()        # pairs, asked, logprob_scored, text_fallbacks, errors, cached, ...
+
+Batching: all pairs of all queries go through the client's bounded thread pool at once; a pair that
+occurs twice in one call (same query text, same tool text) is asked once; the client's response cache
+(`cache_dir`) answers repeated pairs across runs without an HTTP request.
+
+Errors (timeout, HTTP error, unreachable server, unusable reply) are per pair. `on_error="fallback"`
+(default) keeps the first-stage order for every query that lost a pair — a half-judged list would mix
+LLM scores with missing ones — and warns once per call; `on_error="raise"` raises the `LLMError`,
+its message naming the query index and the tool id.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import re
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ..artifacts import read_config
+from ..llm import ChatResult, LLMClient, LLMError, LLMReplyError, LLMSettings, choice_probability
+from ..results import Results
+from ..tool import TextView, Tool, tool_text
+from .base import DEFAULT_DEPTH, RERANKER_KIND, FORMAT_VERSION, check_candidates, reordered, write_reranker_config
+
+ON_ERROR = ("fallback", "raise")
+
+SYSTEM_PROMPT = ("You decide whether a software tool can carry out a user's task. You are shown the task "
+                 "and the tool's documentation. Answer with exactly one word: true if the tool meets the "
+                 "task, false if it does not. Write nothing else.")
+USER_TEMPLATE = ("Task:\n{query}\n\nTool documentation:\n{document}\n\n"
+                 "Does this tool meet the task? Answer true or false.")
+
+_TRUE_WORDS = frozenset({"true", "yes"})
+_FALSE_WORDS = frozenset({"false", "no"})
+
+
+@dataclass
+class LLMRerankStats:
+    """Counts over the reranker's life (all calls).
+
+    `pairs`: (query, candidate) pairs reranked; `asked`: distinct pairs put to the client (duplicates
+    within a call are asked once), each ending as exactly one of `logprob_scored`, `text_fallbacks`
+    or `errors`; `cached`: asked pairs the client answered from its cache; `failed_queries`: queries
+    that kept their first-stage order because a pair failed.
+    """
+
+    calls: int = 0
+    queries: int = 0
+    pairs: int = 0
+    asked: int = 0
+    logprob_scored: int = 0
+    text_fallbacks: int = 0
+    errors: int = 0
+    cached: int = 0
+    failed_queries: int = 0
+
+    def to_dict(self) -> dict[str, int]:
+        return dataclasses.asdict(self)
+
+
+def answer_score(text: str) -> float | None:
+    """1.0 for true/yes, 0.0 for false/no (case, spaces and punctuation ignored), None otherwise."""
+    word = re.sub(r"[\W_]+", "", text or "").lower()
+    if word in _TRUE_WORDS:
+        return 1.0
+    if word in _FALSE_WORDS:
+        return 0.0
+    return None
+
+
+def settings_from_client(client: LLMClient) -> LLMSettings:
+    """Settings that rebuild `client` (without its key, which the client does not expose)."""
+    return LLMSettings(base_url=client.url, model=client.model, timeout=client.timeout,
+                       max_retries=client.max_retries, backoff=client.backoff, max_backoff=client.max_backoff,
+                       concurrency=client.concurrency,
+                       cache_dir=str(client.cache.folder) if client.cache is not None else None,
+                       json_mode=client.json_mode, extra=dict(client.extra_body))
+
+
+def api_key_from_env(settings: LLMSettings, environ: Mapping[str, str] | None = None) -> LLMSettings:
+    """Fill `settings.api_key` from the variable named by `api_key_env`, when it is set."""
+    environ = os.environ if environ is None else environ
+    name = settings.api_key_env
+    if name and environ.get(name):
+        settings.api_key = environ[name]
+    elif name and not settings.api_key:
+        warnings.warn(f"LLM reranker: environment variable {name} is not set; sending no API key", stacklevel=3)
+    return settings
+
+
+class LLMReranker:
+    """Reorders candidates by an LLM's P(true) that the tool meets the task (see the module docstring).
+
+    `settings` builds the client (or pass a ready `client`; both: the client is used, the settings
+    are what `save` writes). `depth`: first-stage candidates wanted per query. `view`: which parts
+    of a tool make its document, cut to `max_doc_chars`. `on_error`: "fallback" or "raise".
+    `top_logprobs`: alternatives asked for at the answer token (both words must be among them).
+    """
+
+    name = "llm"
+
+    def __init__(self, settings: LLMSettings | None = None, *, client: LLMClient | None = None,
+                 depth: int = DEFAULT_DEPTH, view: TextView | None = None, max_doc_chars: int = 1500,
+                 on_error: str = "fallback", top_logprobs: int = 5):
+        if on_error not in ON_ERROR:
+            raise ValueError(f"on_error must be one of {', '.join(ON_ERROR)}, got {on_error!r}")
+        if int(depth) < 1:
+            raise ValueError(f"depth must be at least 1, got {depth}")
+        if int(max_doc_chars) < 1:
+            raise ValueError(f"max_doc_chars must be at least 1, got {max_doc_chars}")
+        if not 0 <= int(top_logprobs) <= 20:  # the OpenAI API accepts 0..20
+            raise ValueError(f"top_logprobs must be between 0 and 20, got {top_logprobs}")
+        if settings is None and client is None:
+            raise ValueError("LLMReranker needs LLM settings (base_url, model) or a client")
+        self._owns_client = client is None
+        self.client = client if client is not None else settings.client()
+        self.settings = settings if settings is not None else settings_from_client(client)
+        self.depth = int(depth)
+        self.view = view or TextView()
+        self.max_doc_chars = int(max_doc_chars)
+        self.on_error = on_error
+        self.top_logprobs = int(top_logprobs)
+        self.stats = LLMRerankStats()
+        self._warned_no_logprobs = False
+
+    # lifecycle ---------------------------------------------------------------------------
+    def close(self) -> None:
+        if self._owns_client:
+            self.client.close()
+
+    def __enter__(self) -> "LLMReranker":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # prompting ---------------------------------------------------------------------------
+    def document(self, tool: Tool) -> str:
+        return tool_text(tool, self.view)[: self.max_doc_chars]
+
+    @staticmethod
+    def messages(query: str, document: str) -> list[dict[str, str]]:
+        return [{"role": "system", "content": SYSTEM_PROMPT},
+                {"role": "user", "content": USER_TEMPLATE.format(query=query.strip(), document=document)}]
+
+    def _ask(self, pair: tuple[str, str]) -> ChatResult:
+        query, document = pair
+        # One token is all the answer needs; its log-probabilities carry the score.
+        return self.client.chat(self.messages(query, document), temperature=0.0, max_tokens=1,
+                                logprobs=True, top_logprobs=self.top_logprobs or None)
+
+    def score_reply(self, result: ChatResult) -> tuple[float, bool]:
+        """(score, from_logprobs). Raises LLMReplyError when the answer is neither true nor false."""
+        p = choice_probability(result, "true", "false")
+        if p is not None:
+            return float(p), True
+        p = answer_score(result.text)
+        if p is None:
+            raise LLMReplyError(f"the model answered {result.text[:80]!r}, expected true or false")
+        return p, False
+
+    # reranking ---------------------------------------------------------------------------
+    def rerank(self, queries: Sequence[str], candidates: Results, tools: Mapping[str, Tool],
+               first_stage: Any = None) -> Results:
+        check_candidates(queries, candidates)
+        # Every (query, candidate) pair, mapped to a distinct prompt: equal pairs are asked once.
+        docs: dict[str, str] = {}
+        unique: dict[tuple[str, str], int] = {}
+        where: list[tuple[int, str]] = []  # the first (query index, tool id) of each distinct pair
+        slots: list[list[int]] = []        # per query, per candidate: index into `unique`
+        for q, (ids, _scores) in enumerate(candidates):
+            row = []
+            for tool_id in ids:
+                tool_id = str(tool_id)
+                if tool_id not in docs:
+                    if tool_id not in tools:
+                        raise KeyError(f"candidate {tool_id!r} of query {q} is not in the tools given to the reranker")
+                    docs[tool_id] = self.document(tools[tool_id])
+                key = (str(queries[q]), docs[tool_id])
+                if key not in unique:
+                    unique[key] = len(unique)
+                    where.append((q, tool_id))
+                row.append(unique[key])
+            slots.append(row)
+
+        scores: list[float | None] = [None] * len(unique)
+        failures: dict[int, LLMError] = {}
+        no_logprobs = 0
+        self.stats.calls += 1
+        self.stats.queries += len(queries)
+        self.stats.pairs += sum(len(r) for r in slots)
+        self.stats.asked += len(unique)
+        # Results are scored here, on the caller's thread, so the counters need no lock.
+        outcomes = self.client.map(self._ask, list(unique))
+        with contextlib.closing(outcomes):  # raising early cancels requests not yet started
+            for index, outcome in outcomes:
+                if isinstance(outcome, ChatResult):
+                    self.stats.cached += outcome.cached
+                    try:
+                        score, from_logprobs = self.score_reply(outcome)
+                    except LLMReplyError as exc:
+                        outcome = exc
+                    else:
+                        scores[index] = score
+                        self.stats.logprob_scored += from_logprobs
+                        self.stats.text_fallbacks += not from_logprobs
+                        no_logprobs += not from_logprobs
+                        continue
+                if not isinstance(outcome, LLMError):
+                    raise outcome  # a bug, not a server problem: never hidden behind the fallback
+                self.stats.errors += 1
+                if self.on_error == "raise":
+                    q, tool_id = where[index]
+                    # Same exception type and attributes (e.g. an HTTP status), with the pair named.
+                    outcome.args = (f"LLM reranker: query {q}, tool {tool_id!r}: {outcome}",)
+                    raise outcome
+                failures[index] = outcome
+
+        if no_logprobs and not self._warned_no_logprobs:
+            self._warned_no_logprobs = True
+            warnings.warn(
+                f"LLM reranker: the endpoint {self.client.url} (model {self.client.model!r}) gives no "
+                f"log-probabilities for true/false ({no_logprobs} of {len(unique)} pairs), so those scores are "
+                "0/1 from the answer text and ties keep the first-stage order", stacklevel=2)
+
+        per_query = []
+        failed_queries = 0
+        for q, (ids, _first_scores) in enumerate(candidates):
+            ids = np.asarray([str(i) for i in ids], dtype=object)
+            if any(s in failures for s in slots[q]):
+                # Fallback: -1, -2, ... keeps the first-stage order (candidates come best first) and
+                # sits below every LLM score (0..1), so a failed list is never taken as judged.
+                failed_queries += 1
+                values = -np.arange(1, len(ids) + 1, dtype=np.float32)
+            else:
+                values = np.asarray([scores[s] for s in slots[q]], dtype=np.float32)
+            per_query.append((ids, values))
+        if failures:
+            self.stats.failed_queries += failed_queries
+            first = failures[min(failures)]
+            q, tool_id = where[min(failures)]
+            warnings.warn(
+                f"LLM reranker: {len(failures)} of {len(unique)} pairs failed, so {failed_queries} of "
+                f"{len(queries)} queries keep their first-stage order; first error (query {q}, tool "
+                f"{tool_id!r}): {first}", stacklevel=2)
+        return reordered(per_query)
+
+    # saving ------------------------------------------------------------------------------
+    def config(self) -> dict[str, Any]:
+        settings = dataclasses.asdict(self.settings)
+        settings.pop("api_key", None)  # never on disk: `api_key_env` names where to find it
+        return {"settings": settings, "depth": self.depth, "max_doc_chars": self.max_doc_chars,
+                "on_error": self.on_error, "top_logprobs": self.top_logprobs, "view": self.view.to_dict()}
+
+    def save(self, folder: Path) -> None:
+        write_reranker_config(Path(folder), self.name, **self.config())
+
+    @classmethod
+    def load(cls, folder: str | Path, **options: Any) -> "LLMReranker":
+        """Rebuild a saved reranker. `options` override saved values: the constructor's arguments
+        (depth=..., on_error=..., client=..., settings=...) or single LLM settings (model=..., cache_dir=...)."""
+        _folder, config = read_config(folder, kind=RERANKER_KIND, max_format=FORMAT_VERSION)
+        fields = set(LLMSettings.__dataclass_fields__)
+        if "settings" in options:
+            settings = options.pop("settings")
+        else:
+            saved = {k: v for k, v in (config.get("settings") or {}).items() if k in fields}
+            saved.update({k: options.pop(k) for k in list(options) if k in fields})
+            settings = LLMSettings(**saved)
+            if not settings.api_key:
+                api_key_from_env(settings)
+        args: dict[str, Any] = {key: config[key] for key in ("depth", "max_doc_chars", "on_error", "top_logprobs")
+                                if key in config}
+        args["view"] = TextView.from_dict(config.get("view"))
+        args.update(options)
+        if isinstance(args.get("view"), Mapping):
+            args["view"] = TextView.from_dict(args["view"])
+        return cls(settings, **args)
+
+    @classmethod
+    def from_settings_file(cls, path: str | os.PathLike, **options: Any) -> "LLMReranker":
+        """A reranker from an LLM config file (JSON/YAML with base_url, model, api_key_env, ...)."""
+        settings = api_key_from_env(LLMSettings.from_file(path))
+        return cls(settings, **options)
+
+
+__all__ = ["LLMReranker", "LLMRerankStats", "answer_score", "SYSTEM_PROMPT", "USER_TEMPLATE"]

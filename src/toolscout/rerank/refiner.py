@@ -1,0 +1,197 @@
+"""ToolRefiner (seed 001 §4.3): rerank all of a query's candidates in one forward pass.
+
+The input sequence is the query's word pieces followed by one extra position per candidate tool:
+
+    [CLS] query tokens [SEP] | c_1 c_2 ... c_N
+                               c_i = LayerNorm-ed( P · v_i ) + position(cap + i) + type(1)
+
+`v_i` is the candidate's vector (its Tool2Vec vector when the first stage is Tool2Vec, else its
+description embedding) and `P` a learned projection into the transformer's embedding space. Every
+position attends to every other, so a candidate is judged against the query *and* against its rivals.
+A linear head gives one logit per candidate position; training is binary cross-entropy against "this
+tool is needed". The transformer starts from the default encoder's weights (all-MiniLM-L6-v2; the paper
+used DeBERTa-v3-xsmall, which is not available offline here).
+
+Candidate positions use position ids `cap + i` (cap = the query length limit), so a candidate's slot
+never depends on how long the query is, and the rank order of the first stage is visible to the model.
+
+Where candidate vectors come from at search time (`vectors` setting, saved with the model):
+  "first_stage" — the first stage's stored vectors (`retriever.store.get(ids)`, e.g. Tool2Vec vectors),
+                  when it has them with the dimension the refiner was trained on; otherwise the tool's
+                  description embedding, computed with the refiner's description encoder (and a
+                  warning, because the refiner was trained on other vectors);
+  "description" — always the description embedding.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ..artifacts import ArtifactError, read_config
+from ..models import model_config
+from ..results import Results
+from ..tool import TextView, Tool, content_hash, tool_text
+from .base import DEFAULT_DEPTH, check_candidates, reordered, write_reranker_config
+
+VECTOR_SOURCES = ("first_stage", "description")
+HEADS_FILE = "heads.pt"
+
+
+def build_refiner_net(transformer, vector_dim: int, query_cap: int):
+    """The torch module: `transformer` is a BERT-style HF model (word, position and type embeddings)."""
+    import torch
+    from torch import nn
+
+    class RefinerNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.transformer = transformer
+            hidden = transformer.config.hidden_size
+            self.project = nn.Linear(vector_dim, hidden)
+            self.head = nn.Linear(hidden, 1)
+            self.query_cap = query_cap
+            limit = transformer.config.max_position_embeddings
+            self.max_candidates = limit - query_cap
+
+        def forward(self, input_ids, attention_mask, vectors, candidate_mask):
+            """input_ids/attention_mask: [B, L] (L <= query_cap); vectors [B, N, D]; candidate_mask [B, N].
+            Returns logits [B, N]."""
+            batch, length = input_ids.shape
+            n = vectors.shape[1]
+            if n > self.max_candidates:
+                raise ValueError(f"ToolRefiner takes at most {self.max_candidates} candidates, got {n}")
+            words = self.transformer.embeddings.word_embeddings(input_ids)
+            tools = self.project(vectors)
+            embeds = torch.cat([words, tools], dim=1)
+            mask = torch.cat([attention_mask, candidate_mask.to(attention_mask.dtype)], dim=1)
+            device = input_ids.device
+            positions = torch.cat([torch.arange(length, device=device),
+                                   self.query_cap + torch.arange(n, device=device)]).expand(batch, -1)
+            types = torch.cat([torch.zeros(length, dtype=torch.long, device=device),
+                               torch.ones(n, dtype=torch.long, device=device)]).expand(batch, -1)
+            states = self.transformer(inputs_embeds=embeds, attention_mask=mask, position_ids=positions,
+                                      token_type_ids=types).last_hidden_state
+            return self.head(states[:, length:, :]).squeeze(-1)
+
+    return RefinerNet()
+
+
+def load_transformer(path: str):
+    """The HF transformer and tokenizer of a sentence-transformers folder (or a plain HF folder)."""
+    from transformers import AutoModel, AutoTokenizer
+
+    return AutoModel.from_pretrained(path), AutoTokenizer.from_pretrained(path)
+
+
+class ToolRefinerReranker:
+    """A trained ToolRefiner (`toolscout train refiner --out DIR`) as a pipeline's second stage.
+
+    `depth`: candidates per query (default: the N it was trained with).
+    """
+
+    name = "refiner"
+
+    def __init__(self, model: str, depth: int | None = None, vectors: str | None = None, batch_size: int = 16,
+                 device: str = "cpu"):
+        import torch
+
+        trained = model_config(model, method="refiner")
+        if trained is None:
+            raise ArtifactError(f"{model}: not a ToolRefiner model directory (write one with `toolscout train refiner`)")
+        folder, config = trained
+        self.model_dir = str(Path(model).resolve())
+        self.config = config
+        self.depth = int(depth or config.get("depth", DEFAULT_DEPTH))
+        self.vectors = vectors or config.get("vectors", "first_stage")
+        if self.vectors not in VECTOR_SOURCES:
+            raise ValueError(f"vectors must be one of {', '.join(VECTOR_SOURCES)}, got {self.vectors!r}")
+        self.batch_size = batch_size
+        self.device = device
+        self.vector_dim = int(config["vector_dim"])
+        self.query_cap = int(config["max_query_length"])
+        self.view = TextView.from_dict(config.get("view"))
+        self.description_encoder_name = config.get("description_encoder")
+        transformer, self.tokenizer = load_transformer(str(folder / "transformer"))
+        self.net = build_refiner_net(transformer, self.vector_dim, self.query_cap)
+        heads = torch.load(folder / HEADS_FILE, map_location="cpu", weights_only=True)
+        self.net.project.load_state_dict(heads["project"])
+        self.net.head.load_state_dict(heads["head"])
+        self.net.to(device).eval()
+        self._descriptions: dict[str, np.ndarray] = {}  # content hash -> description vector
+        self._encoder = None
+        self._warned = False
+
+    # vectors -----------------------------------------------------------------------------
+    def candidate_vectors(self, ids: Sequence[str], tools: Mapping[str, Tool], first_stage: Any) -> np.ndarray:
+        """[len(ids), D] vectors for the candidates (see the module doc for where they come from)."""
+        if self.vectors == "first_stage":
+            store = getattr(first_stage, "store", None)
+            if store is not None and getattr(store, "dim", None) == self.vector_dim and hasattr(store, "get"):
+                return np.asarray(store.get(list(ids)), dtype=np.float32)
+            if not self._warned:
+                self._warned = True
+                warnings.warn("ToolRefiner: the first stage has no stored tool vectors of dimension "
+                              f"{self.vector_dim}; using description embeddings, which it was not trained on",
+                              stacklevel=3)
+        return self.description_vectors([tools[i] for i in ids])
+
+    def description_vectors(self, tools: Sequence[Tool]) -> np.ndarray:
+        texts = [tool_text(t, self.view) for t in tools]
+        keys = [content_hash(text) for text in texts]
+        missing = {key: text for key, text in zip(keys, texts) if key not in self._descriptions}
+        if missing:
+            if self._encoder is None:
+                from ..retrievers.dense import encoder_for
+
+                self._encoder = encoder_for(self.description_encoder_name)
+            vectors = self._encoder.encode(list(missing.values()))
+            self._descriptions.update(zip(missing, vectors))
+        return np.stack([self._descriptions[key] for key in keys]) if keys else np.zeros((0, self.vector_dim), np.float32)
+
+    # scoring -----------------------------------------------------------------------------
+    def scores(self, queries: Sequence[str], vectors: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """P(needed) for each query's candidate vectors (one array per query)."""
+        import torch
+
+        out: list[np.ndarray] = []
+        for start in range(0, len(queries), self.batch_size):
+            chunk_q = list(queries[start:start + self.batch_size])
+            chunk_v = vectors[start:start + self.batch_size]
+            tokens = self.tokenizer(chunk_q, padding=True, truncation=True, max_length=self.query_cap,
+                                    return_tensors="pt")
+            n = max(1, max(len(v) for v in chunk_v))
+            batch_vectors = np.zeros((len(chunk_q), n, self.vector_dim), dtype=np.float32)
+            mask = np.zeros((len(chunk_q), n), dtype=np.int64)
+            for i, v in enumerate(chunk_v):
+                batch_vectors[i, :len(v)] = v
+                mask[i, :len(v)] = 1
+            with torch.inference_mode():
+                logits = self.net(tokens["input_ids"].to(self.device), tokens["attention_mask"].to(self.device),
+                                  torch.from_numpy(batch_vectors).to(self.device), torch.from_numpy(mask).to(self.device))
+                probs = torch.sigmoid(logits).float().cpu().numpy()
+            out.extend(probs[i, :len(v)] for i, v in enumerate(chunk_v))
+        return out
+
+    def rerank(self, queries: Sequence[str], candidates: Results, tools: Mapping[str, Tool],
+               first_stage: Any = None) -> Results:
+        check_candidates(queries, candidates)
+        vectors = [self.candidate_vectors(list(ids), tools, first_stage) if len(ids) else
+                   np.zeros((0, self.vector_dim), np.float32) for ids in candidates.ids]
+        probs = self.scores(queries, vectors)
+        return reordered([(ids, p) for ids, p in zip(candidates.ids, probs)])
+
+    # persistence -------------------------------------------------------------------------
+    def save(self, folder: Path) -> None:
+        write_reranker_config(folder, self.name, model=self.model_dir, depth=self.depth, vectors=self.vectors,
+                              batch_size=self.batch_size)
+
+    @classmethod
+    def load(cls, folder: Path, **options: Any) -> "ToolRefinerReranker":
+        _folder, config = read_config(folder)
+        settings = {"depth": config.get("depth"), "vectors": config.get("vectors"),
+                    "batch_size": config.get("batch_size", 16), **options}
+        return cls(config["model"], **settings)

@@ -1,0 +1,285 @@
+"""`toolscout train refiner`: fit ToolRefiner (see `toolscout.rerank.refiner`) on a real first stage's
+candidates, so its negatives are exactly the mistakes that first stage makes.
+
+First stages (`first_stage`):
+  "tool2vec" (default) — usage vectors from the training queries (prior-blended with descriptions, as
+        `train tool2vec` does), or the vectors of an existing `train tool2vec` directory
+        (`first_stage_model`). Leave-one-out: a training query's own embedding is taken out of its gold
+        tools' vectors before ranking and before those vectors enter the refiner. Without this the first
+        stage would find the gold tools of training queries far more easily than it does for new
+        queries (each gold vector contains the query), and the refiner would learn to trust a signal
+        that is absent at search time. (Applied to a given directory only when its usage table was
+        built from exactly these training queries; otherwise the run says so in its summary.)
+  "dense" — description vectors (no leakage to remove);
+  any other registered retriever (bm25, hybrid, ...) — its rankings, with description vectors.
+
+Candidates for a query come from its own training set's tools (the test protocol). Validation reranks
+the first stage's top `depth` for the held-out queries and measures nDCG@10; early stopping and the
+best-weights rule come from `Trainer`. The model directory holds `transformer/` (HF weights and
+tokenizer), `heads.pt` (projection and output head) and the settings the reranker needs.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from ..artifacts import write_artifact, write_json
+from ..eval.metrics import ndcg_at_k
+from ..models import model_base, model_config
+from ..rerank.refiner import HEADS_FILE, VECTOR_SOURCES, build_refiner_net, load_transformer
+from ..tool import TextView, tool_text
+from .data import TrainingData
+from .embed import tool_sets
+from .loop import RunSummary, TrainConfig, Trainer, batched, pick_device
+
+
+@dataclass
+class Candidates:
+    """One query's first-stage candidates: tool ids, their vectors (leave-one-out applied) and labels."""
+
+    ids: list[str]
+    vectors: np.ndarray  # [n, D]
+    labels: np.ndarray  # [n] 1.0 = gold
+
+
+def _unit(v: np.ndarray) -> np.ndarray:
+    return v / np.maximum(np.linalg.norm(v, axis=-1, keepdims=True), 1e-12)
+
+
+class CandidateBuilder:
+    """Ranks each query's own set's tools with the chosen first stage and keeps the top `depth`."""
+
+    def __init__(self, data: TrainingData, first_stage: str, first_stage_model: str | None, model: str | None,
+                 view: TextView, prior: float, depth: int, progress: bool):
+        from ..retrievers.dense import encoder_for
+
+        self.data, self.first_stage, self.depth, self.view = data, first_stage, depth, view
+        self.set_of = tool_sets(data)
+        self.notes: dict = {}
+        trained = model_config(first_stage_model, method="tool2vec") if first_stage_model else None
+        if first_stage_model and trained is None:
+            raise ValueError(f"first_stage_model {first_stage_model!r} is not a `toolscout train tool2vec` directory")
+        if trained is not None:
+            folder, config = trained
+            self.encoder_name = str(folder / "encoder") if config.get("finetuned") else config.get("encoder")
+            self.prior = float(config.get("prior", prior))
+            self.view = TextView.from_dict(config.get("view")) if config.get("view") else view
+        else:
+            self.encoder_name, self.prior = model, prior
+        self.encoder = encoder_for(self.encoder_name)
+        ids = list(data.tools)
+        self.row = {tid: i for i, tid in enumerate(ids)}
+        self.ids = ids
+        self.descriptions = self.encoder.encode([tool_text(data.tools[t], self.view) for t in ids],
+                                                batch_size=64, show_progress=progress)
+        self.train_vectors = self.encoder.encode([q.text for q in data.train], batch_size=128, show_progress=progress)
+        self.validation_vectors = self.encoder.encode([q.text for q in data.validation], batch_size=128)
+        dim = self.descriptions.shape[1]
+        self.sums = np.zeros((len(ids), dim), np.float32)
+        self.counts = np.zeros(len(ids), np.int64)
+        self.leave_one_out = False
+        if first_stage == "tool2vec":
+            self._usage(trained)
+        self.vectors = self._blend(self.sums, self.counts)
+
+    def _usage(self, trained) -> None:
+        for q, vec in zip(self.data.train, self.train_vectors):
+            for label in q.labels:
+                if label in self.row:
+                    self.sums[self.row[label]] += vec
+                    self.counts[self.row[label]] += 1
+        self.leave_one_out = True
+        if trained is not None:  # use the directory's table; leave-one-out only if it is the same usage
+            from ..retrievers.tool2vec import UsageTable
+
+            table = UsageTable.load(trained[0] / "usage.npz", self.descriptions.shape[1])
+            same = all(table.counts.get(t, 0) == int(self.counts[i]) for i, t in enumerate(self.ids))
+            self.sums[:] = 0
+            self.counts[:] = 0
+            for tid, total in table.sums.items():
+                if tid in self.row:
+                    self.sums[self.row[tid]], self.counts[self.row[tid]] = total, table.counts[tid]
+            self.leave_one_out = same
+            self.notes["leave_one_out"] = same
+            if not same:
+                self.notes["warning"] = ("the tool2vec directory's usage differs from these training queries: "
+                                         "no leave-one-out, so training candidates are easier than real ones")
+
+    def _blend(self, sums: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        blended = _unit(sums + self.prior * self.descriptions)
+        return np.where((counts > 0)[:, None], blended, self.descriptions).astype(np.float32)
+
+    def build(self, queries, query_vectors: np.ndarray, leave_one_out: bool) -> list[Candidates]:
+        if self.first_stage in ("tool2vec", "dense"):
+            return self._by_vectors(queries, query_vectors, leave_one_out and self.leave_one_out)
+        return self._by_retriever(queries)
+
+    def _set_rows(self) -> dict[str, np.ndarray]:
+        groups: dict[str, list[int]] = {}
+        for tid, i in self.row.items():
+            groups.setdefault(self.set_of.get(tid, ""), []).append(i)
+        return {name: np.asarray(rows) for name, rows in groups.items()}
+
+    def _by_vectors(self, queries, query_vectors: np.ndarray, leave_one_out: bool) -> list[Candidates]:
+        set_rows = self._set_rows()
+        by_set: dict[str, list[int]] = {}
+        for i, q in enumerate(queries):
+            known = [t for t in q.labels if t in self.row]
+            by_set.setdefault(self.set_of.get(known[0], "") if known else "", []).append(i)
+        out: list[Candidates | None] = [None] * len(queries)
+        for name, members in by_set.items():
+            rows = set_rows.get(name, np.arange(len(self.ids)))
+            where = {int(r): j for j, r in enumerate(rows)}
+            set_vectors = self.vectors[rows]
+            scores = query_vectors[members] @ set_vectors.T  # [queries of the set, its tools]
+            for m, i in enumerate(members):
+                q, e = queries[i], query_vectors[i]
+                gold = {self.row[t] for t in q.labels if t in self.row}
+                own: dict[int, np.ndarray] = {}  # column -> the gold tool's vector without this query
+                if leave_one_out:
+                    for g in gold:
+                        if g in where and self.counts[g] > 0:
+                            own[where[g]] = (self.descriptions[g] if self.counts[g] == 1 else
+                                             _unit(self.sums[g] - e + self.prior * self.descriptions[g]))
+                            scores[m, where[g]] = float(own[where[g]] @ e)
+                top = np.argsort(-scores[m], kind="stable")[: self.depth]
+                vectors = set_vectors[top].copy()
+                for j, col in enumerate(top):
+                    if int(col) in own:
+                        vectors[j] = own[int(col)]
+                ids = [self.ids[rows[col]] for col in top]
+                labels = np.asarray([1.0 if self.row[t] in gold else 0.0 for t in ids], np.float32)
+                out[i] = Candidates(ids, vectors, labels)
+        return out  # type: ignore[return-value]
+
+    def _by_retriever(self, queries) -> list[Candidates]:
+        from ..retrievers.base import make_retriever
+
+        by_set: dict[str, list[int]] = {}
+        for i, q in enumerate(queries):
+            by_set.setdefault(self.set_of.get(q.labels[0], "") if q.labels else "", []).append(i)
+        out: list[Candidates | None] = [None] * len(queries)
+        for name, members in by_set.items():
+            tools = [self.data.tools[t] for t in self.ids if self.set_of.get(t, "") == name]
+            retriever = make_retriever(self.first_stage)
+            retriever.index(tools)
+            results = retriever.search([queries[i].text for i in members], self.depth)
+            for i, (ids, _scores) in zip(members, results):
+                ids = list(ids)
+                gold = set(queries[i].labels)
+                out[i] = Candidates(ids, self.descriptions[[self.row[t] for t in ids]],
+                                    np.asarray([1.0 if t in gold else 0.0 for t in ids], np.float32))
+        return out  # type: ignore[return-value]
+
+
+def fit_refiner(data: TrainingData, out: str | Path, *, model: str | None = None, config: TrainConfig | None = None,
+                resume: bool = True, first_stage: str = "tool2vec", first_stage_model: str | None = None,
+                depth: int = 32, prior: float = 1.0, max_query_length: int = 64, head_lr: float = 1e-3,
+                max_validation: int | None = 500, validate_start: bool = True,
+                view: TextView | dict | None = None) -> RunSummary:
+    """Train ToolRefiner on `data.train` over `first_stage`'s top `depth` candidates; write a model dir.
+
+    `model`: the transformer to start from and the encoder of queries and descriptions (default
+    all-MiniLM-L6-v2). `prior`: the Tool2Vec description blend when the usage is built here.
+    `head_lr`: learning rate of the fresh projection and output head (the transformer uses `config.lr`).
+    """
+    import torch
+
+    from ..encoders import resolve_model
+
+    if depth < 1:
+        raise ValueError(f"depth must be at least 1, got {depth}")
+    config = config or TrainConfig()
+    view = TextView.from_dict(view) if isinstance(view, dict) else (view or TextView())
+    device = pick_device(config.device)
+    start = time.perf_counter()
+    builder = CandidateBuilder(data, first_stage, first_stage_model, model, view, prior, depth, config.progress)
+    train = builder.build(data.train, builder.train_vectors, leave_one_out=True)
+    validation_queries = data.validation[:max_validation] if max_validation else data.validation
+    validation = builder.build(validation_queries, builder.validation_vectors[:len(validation_queries)],
+                               leave_one_out=False)
+    prepare_s = time.perf_counter() - start
+
+    base_path = resolve_model(builder.encoder_name if first_stage_model else model)
+    transformer, tokenizer = load_transformer(base_path)
+    dim = builder.descriptions.shape[1]
+    net = build_refiner_net(transformer, dim, max_query_length).to(device)
+    net.param_groups = lambda lr: [  # the fresh layers learn fast, the pretrained transformer slowly
+        {"params": list(net.transformer.parameters()), "lr": lr},
+        {"params": list(net.project.parameters()) + list(net.head.parameters()), "lr": head_lr}]
+    texts = [q.text for q in data.train]
+    usable = [i for i, c in enumerate(train) if len(c.ids)]
+
+    def tensors(indices: Sequence[int], cands: list[Candidates], query_texts: Sequence[str]):
+        tokens = tokenizer([query_texts[i] for i in indices], padding=True, truncation=True,
+                           max_length=max_query_length, return_tensors="pt")
+        n = max(len(cands[i].ids) for i in indices)
+        vectors = np.zeros((len(indices), n, dim), np.float32)
+        labels = np.zeros((len(indices), n), np.float32)
+        mask = np.zeros((len(indices), n), np.int64)
+        for row, i in enumerate(indices):
+            c = cands[i]
+            vectors[row, :len(c.ids)], labels[row, :len(c.ids)], mask[row, :len(c.ids)] = c.vectors, c.labels, 1
+        return (tokens["input_ids"].to(device), tokens["attention_mask"].to(device),
+                torch.from_numpy(vectors).to(device), torch.from_numpy(mask).to(device),
+                torch.from_numpy(labels).to(device))
+
+    def loss_fn(batch: list[int]):
+        input_ids, attention, vectors, mask, labels = tensors(batch, train, texts)
+        logits = net(input_ids, attention, vectors, mask)
+        per_position = torch.nn.functional.binary_cross_entropy_with_logits(logits, labels, reduction="none")
+        weights = mask.float()
+        return (per_position * weights).sum() / weights.sum().clamp(min=1.0)
+
+    validation_texts = [q.text for q in validation_queries]
+
+    def validate() -> float:
+        net.eval()
+        total = 0.0
+        with torch.inference_mode():
+            for chunk in batched(list(range(len(validation))), 64, 0, 0, shuffle=False):
+                chunk = [i for i in chunk if len(validation[i].ids)]
+                if not chunk:
+                    continue
+                input_ids, attention, vectors, mask, _labels = tensors(chunk, validation, validation_texts)
+                probs = torch.sigmoid(net(input_ids, attention, vectors, mask)).cpu().numpy()
+                for row, i in enumerate(chunk):
+                    ids = validation[i].ids
+                    order = np.argsort(-probs[row, :len(ids)], kind="stable")
+                    total += ndcg_at_k([ids[j] for j in order], set(validation_queries[i].labels), 10)
+        return 100.0 * total / max(1, len(validation))
+
+    def first_stage_ndcg() -> float:
+        return 100.0 * sum(ndcg_at_k(c.ids, set(q.labels), 10) for c, q in zip(validation, validation_queries)) \
+            / max(1, len(validation))
+
+    trainer = Trainer("refiner", net, loss_fn,
+                      lambda epoch: batched(usable, config.batch_size, config.seed, epoch), config, out,
+                      validate=validate if validation else None)
+    summary = trainer.fit(resume=resume)
+    net.eval()
+    recall = sum(c.labels.sum() / max(1, len(q.labels)) for c, q in zip(train, data.train)) / max(1, len(train))
+    summary.data = {**data.summary(), "prepare_s": round(prepare_s, 2), "first_stage": first_stage,
+                    "train_candidate_recall": round(100.0 * float(recall), 2), **builder.notes}
+    if validation and validate_start:
+        summary.data["first_stage_validation"] = round(first_stage_ndcg(), 3)
+    summary.config = {**summary.config, "depth": depth, "head_lr": head_lr, "max_query_length": max_query_length,
+                      "first_stage": first_stage, "first_stage_model": first_stage_model, "prior": builder.prior}
+    vectors = "first_stage" if first_stage in ("tool2vec", "dense") else "description"
+    assert vectors in VECTOR_SOURCES
+    model_config_out = model_base("refiner", base_model=base_path, depth=depth, vectors=vectors, vector_dim=dim,
+                                  max_query_length=max_query_length, view=builder.view.to_dict(),
+                                  description_encoder=builder.encoder_name, first_stage=first_stage,
+                                  summary=summary.to_dict())
+    with write_artifact(out, model_config_out) as folder:
+        transformer.save_pretrained(str(folder / "transformer"))
+        tokenizer.save_pretrained(str(folder / "transformer"))
+        torch.save({"project": net.project.state_dict(), "head": net.head.state_dict()}, folder / HEADS_FILE)
+        write_json(folder / "summary.json", summary.to_dict())
+    trainer.finish()
+    return summary

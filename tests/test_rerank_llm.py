@@ -1,0 +1,307 @@
+"""The LLM reranker against a real OpenAI-compatible server on loopback (tests/fakellm.py)."""
+
+import json
+import math
+import threading
+import time
+import warnings
+
+import numpy as np
+import pytest
+
+from fakellm import FakeLLM, Reply, mentions, message_text
+from toolscout.llm import LLMClient, LLMHTTPError, LLMReplyError, LLMSettings, LLMTimeoutError
+from toolscout.rerank.base import Reranker, load_reranker
+from toolscout.rerank.llm import LLMReranker, answer_score
+from toolscout.results import Results
+from toolscout.tool import TextView, Tool, tool_text
+
+TOOLS = {t.id: t for t in [
+    Tool("w", "get_weather", "Weather forecast for a city."),
+    Tool("f", "search_flights", "Search flights between two airports."),
+    Tool("h", "book_hotel", "Reserve a hotel room in a city."),
+    Tool("m", "send_email", "Send an email message to a recipient."),
+]}
+QUERY = "will it rain in Paris tomorrow"
+
+
+def lp(l_true, l_false, first=None):
+    """Chat-shape log-probabilities for a one-token answer with both words among the alternatives."""
+    first = first or ("true" if l_true >= l_false else "false")
+    return [{"token": first, "logprob": max(l_true, l_false), "bytes": None,
+             "top_logprobs": [{"token": "true", "logprob": l_true}, {"token": "false", "logprob": l_false},
+                              {"token": "maybe", "logprob": -9.0}]}]
+
+
+def p_true(l_true, l_false):
+    return 1.0 / (1.0 + math.exp(l_false - l_true))
+
+
+def plain_body(text):
+    """A 200 reply carrying no log-probabilities at all (like a server that ignores `logprobs`)."""
+    return json.dumps({"id": "x", "model": "m", "choices": [{"index": 0, "finish_reason": "stop",
+                                                            "message": {"role": "assistant", "content": text}}]})
+
+
+def by_tool(table):
+    """A responder answering by which tool's name (as tool_text writes it) the prompt mentions."""
+    def respond(request):
+        text = message_text(request)
+        for words, reply in table.items():
+            if words in text:
+                return reply
+        return Reply("false", logprobs=lp(-5.0, -0.01))
+    return respond
+
+
+def settings_for(llm, **kw):
+    kw.setdefault("timeout", 5.0)
+    kw.setdefault("max_retries", 0)
+    return LLMSettings(base_url=llm.url, model="m", **kw)
+
+
+def candidates(*lists):
+    return Results.from_lists(lists, [[10.0 - i for i in range(len(ids))] for ids in lists])
+
+
+def test_score_is_p_true_from_the_first_tokens_logprobs():
+    with FakeLLM(responder=lambda req: Reply("true", logprobs=lp(-0.1, -2.3))) as llm, \
+            LLMReranker(settings_for(llm)) as reranker:
+        out = reranker.rerank([QUERY], candidates(["w"]), TOOLS)
+        # exp(-0.1) / (exp(-0.1) + exp(-2.3)) = 1 / (1 + e^-2.2) = 0.90025
+        assert list(out.ids[0]) == ["w"]
+        assert out.scores[0][0] == pytest.approx(0.90025, abs=1e-4)
+        request = llm.requests[0]
+    assert request["max_tokens"] == 1 and request["temperature"] == 0.0
+    assert request["logprobs"] is True and request["top_logprobs"] == 5
+    prompt = message_text(request)
+    assert QUERY in prompt and tool_text(TOOLS["w"]) in prompt and "true" in prompt and "false" in prompt
+    assert reranker.stats.to_dict() == {"calls": 1, "queries": 1, "pairs": 1, "asked": 1, "logprob_scored": 1,
+                                        "text_fallbacks": 0, "errors": 0, "cached": 0, "failed_queries": 0}
+    assert isinstance(reranker, Reranker) and reranker.name == "llm"
+
+
+def test_reorders_each_query_by_p_true_and_keeps_exactly_its_candidates():
+    table = {"get weather": Reply("true", logprobs=lp(-0.1, -2.3)),            # 0.9002
+             "search flights": Reply("false", logprobs=lp(-1.0, -0.5)),        # 1/(1+e^0.5) = 0.3775
+             "book hotel": Reply("true", logprobs=lp(-0.2, -1.8, first=" True")),  # 1/(1+e^-1.6) = 0.8320
+             "send email": Reply("false", logprobs=lp(-1.0, -0.5))}            # 0.3775, ties with flights
+    with FakeLLM(responder=by_tool(table)) as llm, LLMReranker(settings_for(llm)) as reranker:
+        cands = candidates(["m", "f", "w", "h"], ["f", "m", "w"], [])
+        out = reranker.rerank([QUERY, "weather please", "nothing"], cands, TOOLS)
+        assert len(llm.requests) == 7
+    assert list(out.ids[0]) == ["w", "h", "m", "f"]  # m before f: a tie keeps the first-stage order
+    assert np.allclose(out.scores[0], [p_true(-0.1, -2.3), p_true(-0.2, -1.8), p_true(-1, -0.5), p_true(-1, -0.5)],
+                       atol=1e-6)
+    assert out.scores[0][1] == pytest.approx(0.8320, abs=1e-4) and out.scores[0][2] == pytest.approx(0.3775, abs=1e-4)
+    assert list(out.ids[1]) == ["w", "f", "m"]
+    assert len(out.ids[2]) == 0 and len(out) == 3
+    assert reranker.stats.pairs == 7 and reranker.stats.logprob_scored == 7
+
+
+def test_document_is_the_tool_text_cut_to_max_doc_chars():
+    view = TextView(parameters=False, tags=False)
+    with FakeLLM(responder=lambda req: Reply("true", logprobs=lp(-0.1, -2.3))) as llm, \
+            LLMReranker(settings_for(llm), max_doc_chars=12, view=view, top_logprobs=2) as reranker:
+        reranker.rerank([QUERY], candidates(["f"]), TOOLS)
+        prompt = message_text(llm.requests[0])
+        assert llm.requests[0]["top_logprobs"] == 2
+    full = tool_text(TOOLS["f"], view)  # "search flights\nSearch flights between two airports."
+    assert full[:12] == "search fligh" and full[:12] in prompt and full[:13] not in prompt
+
+
+def test_identical_pairs_in_one_call_are_asked_once():
+    with FakeLLM(responder=lambda req: Reply("true", logprobs=lp(-0.1, -2.3))) as llm, \
+            LLMReranker(settings_for(llm)) as reranker:
+        out = reranker.rerank([QUERY, QUERY, "other"], candidates(["w", "f"], ["f", "w"], ["w"]), TOOLS)
+        assert len(llm.requests) == 3  # (QUERY, w), (QUERY, f), (other, w)
+    assert [list(i) for i in out.ids] == [["w", "f"], ["f", "w"], ["w"]]  # all equal scores: first-stage order
+    assert reranker.stats.pairs == 5 and reranker.stats.asked == 3
+
+
+def test_pairs_run_concurrently_on_the_clients_pool():
+    state = {"now": 0, "max": 0}
+    lock = threading.Lock()
+
+    def slow(req):
+        with lock:
+            state["now"] += 1
+            state["max"] = max(state["max"], state["now"])
+        time.sleep(0.15)
+        with lock:
+            state["now"] -= 1
+        return Reply("true", logprobs=lp(-0.1, -2.3))
+
+    with FakeLLM(responder=slow) as llm, LLMReranker(settings_for(llm, concurrency=3)) as reranker:
+        reranker.rerank([QUERY, "q2"], candidates(["w", "f", "h"], ["m", "w", "f"]), TOOLS)
+    assert 2 <= state["max"] <= 3  # overlapping requests, never more than the client's concurrency
+
+
+def test_no_logprobs_scores_from_the_answer_text_and_warns_once():
+    table = {"get weather": Reply(body=plain_body("True.")), "search flights": Reply(body=plain_body(" no")),
+             "book hotel": Reply(body=plain_body("YES")), "send email": Reply(body=plain_body("false"))}
+    with FakeLLM(responder=by_tool(table)) as llm, LLMReranker(settings_for(llm)) as reranker:
+        with pytest.warns(UserWarning, match="no log-probabilities") as caught:
+            out = reranker.rerank([QUERY], candidates(["f", "m", "w", "h"]), TOOLS)
+        assert len([w for w in caught if "log-probabilities" in str(w.message)]) == 1
+        assert list(out.ids[0]) == ["w", "h", "f", "m"] and list(out.scores[0]) == [1.0, 1.0, 0.0, 0.0]
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # a second call on the same reranker warns no more
+            again = reranker.rerank(["another query"], candidates(["m", "w"]), TOOLS)
+    assert list(again.ids[0]) == ["w", "m"]
+    stats = reranker.stats
+    assert (stats.text_fallbacks, stats.logprob_scored, stats.errors) == (6, 0, 0)
+
+
+def test_logprobs_without_either_word_fall_back_to_the_text():
+    # the model answered "Yes": log-probabilities exist, but neither "true" nor "false" is among them
+    yes = [{"token": "Yes", "logprob": -0.01, "top_logprobs": [{"token": "No", "logprob": -4.0}]}]
+    with FakeLLM(responder=lambda req: Reply("Yes", logprobs=yes)) as llm, LLMReranker(settings_for(llm)) as reranker:
+        with pytest.warns(UserWarning, match="0/1 from the answer text"):
+            out = reranker.rerank([QUERY], candidates(["w"]), TOOLS)
+    assert out.scores[0][0] == 1.0 and (reranker.stats.text_fallbacks, reranker.stats.logprob_scored) == (1, 0)
+
+
+def test_timeout_keeps_the_first_stage_order_for_that_query_only():
+    table = {"get weather": Reply("true", logprobs=lp(-0.1, -2.3)),
+             "search flights": Reply("false", logprobs=lp(-3.0, -0.1))}
+    with FakeLLM(responder=by_tool(table)) as llm:
+        llm.script(Reply("true", logprobs=lp(-0.1, -2.3), delay=1.0), when=mentions("slow query", "get weather"))
+        with LLMReranker(settings_for(llm, timeout=0.3)) as reranker:
+            with pytest.warns(UserWarning, match=r"1 of 4 pairs failed, so 1 of 2 queries keep their first-stage "
+                                                 r"order; first error \(query 0, tool 'w'\).*no reply within") as rec:
+                out = reranker.rerank(["slow query", QUERY], candidates(["f", "w"], ["f", "w"]), TOOLS)
+    assert len([w for w in rec if "pairs failed" in str(w.message)]) == 1
+    assert list(out.ids[0]) == ["f", "w"] and list(out.scores[0]) == [-1.0, -2.0]  # first-stage order, below 0
+    assert list(out.ids[1]) == ["w", "f"] and out.scores[1][0] == pytest.approx(0.9002, abs=1e-4)
+    assert (reranker.stats.errors, reranker.stats.failed_queries, reranker.stats.logprob_scored) == (1, 1, 3)
+
+
+def test_on_error_raise_names_the_query_index_and_tool_id():
+    with FakeLLM(responder=lambda req: Reply("true", logprobs=lp(-0.1, -2.3))) as llm:
+        llm.script(Reply(status=500, content="kaput"), when=mentions("second", "book hotel"))
+        with LLMReranker(settings_for(llm), on_error="raise") as reranker:
+            with pytest.raises(LLMHTTPError, match=r"query 1, tool 'h'.*HTTP 500.*kaput") as info:
+                reranker.rerank(["first", "second"], candidates(["w", "f"], ["f", "h", "w"]), TOOLS)
+    assert info.value.status == 500 and reranker.stats.errors == 1
+
+
+def test_timeout_with_on_error_raise():
+    with FakeLLM(responder=lambda req: Reply("true", logprobs=lp(-0.1, -2.3), delay=1.0)) as llm, \
+            LLMReranker(settings_for(llm, timeout=0.2), on_error="raise") as reranker:
+        with pytest.raises(LLMTimeoutError, match=r"query 0, tool 'm'"):
+            reranker.rerank([QUERY], candidates(["m"]), TOOLS)
+
+
+def test_http_500_without_retries_falls_back():
+    with FakeLLM(responder=lambda req: Reply("true", logprobs=lp(-0.1, -2.3))) as llm:
+        llm.script(Reply(status=500), when=mentions("send email"))
+        with LLMReranker(settings_for(llm)) as reranker, pytest.warns(UserWarning, match="HTTP 500"):
+            out = reranker.rerank([QUERY, "q2"], candidates(["f", "m", "w"], ["h", "w"]), TOOLS)
+        assert len(llm.requests) == 5  # max_retries=0: the failed pair was sent once
+        assert reranker.client.stats.to_dict()["retries"] == 0
+    assert list(out.ids[0]) == ["f", "m", "w"] and list(out.scores[0]) == [-1.0, -2.0, -3.0]
+    assert list(out.ids[1]) == ["h", "w"] and list(out.scores[1]) == pytest.approx([0.9002] * 2, abs=1e-4)
+    assert (reranker.stats.errors, reranker.stats.failed_queries) == (1, 1)
+
+
+def test_malformed_answer_is_a_failed_pair():
+    with FakeLLM(responder=lambda req: Reply("false", logprobs=lp(-2.3, -0.1))) as llm:
+        llm.script(Reply(body=plain_body("maybe")), when=mentions("book hotel"))
+        with LLMReranker(settings_for(llm)) as reranker, pytest.warns(UserWarning, match="'maybe'"):
+            out = reranker.rerank([QUERY], candidates(["h", "w"]), TOOLS)
+        assert list(out.ids[0]) == ["h", "w"] and list(out.scores[0]) == [-1.0, -2.0]
+        assert (reranker.stats.errors, reranker.stats.text_fallbacks) == (1, 0)
+        llm.script(Reply(body=plain_body("maybe")))
+        with LLMReranker(settings_for(llm), on_error="raise") as strict:
+            with pytest.raises(LLMReplyError, match=r"query 0, tool 'h'.*'maybe'.*true or false"):
+                strict.rerank(["fresh"], candidates(["h"]), TOOLS)
+
+
+def test_cache_answers_a_second_run_without_http(tmp_path):
+    table = {"get weather": Reply("true", logprobs=lp(-0.1, -2.3)),
+             "search flights": Reply("false", logprobs=lp(-1.0, -0.5))}
+    with FakeLLM(responder=by_tool(table)) as llm:
+        settings = settings_for(llm, cache_dir=str(tmp_path / "cache"))
+        cands = candidates(["f", "w"], ["w", "f"])
+        with LLMReranker(settings) as first:
+            out1 = first.rerank([QUERY, "q2"], cands, TOOLS)
+        assert len(llm.requests) == 4 and first.stats.cached == 0
+        with LLMReranker(settings) as second:  # a new client: only the disk cache is shared
+            out2 = second.rerank([QUERY, "q2"], cands, TOOLS)
+        assert len(llm.requests) == 4  # no new HTTP request
+    assert second.stats.cached == 4 and second.stats.logprob_scored == 4
+    assert second.client.stats.to_dict()["cache_hits"] == 4
+    assert out1.as_lists() == out2.as_lists() == [["w", "f"], ["w", "f"]]
+    assert np.allclose(out1.scores[0], out2.scores[0])
+
+
+def test_save_load_round_trip_never_writes_the_key(tmp_path, monkeypatch):
+    view = TextView(tags=False, max_chars=900)
+    with FakeLLM(responder=lambda req: Reply("true", logprobs=lp(-0.1, -2.3))) as llm:
+        settings = settings_for(llm, api_key="sk-secret-123", api_key_env="TS_TEST_RERANK_KEY", concurrency=2)
+        with LLMReranker(settings, depth=12, view=view, max_doc_chars=300, top_logprobs=3) as reranker:
+            reranker.save(tmp_path / "rr")
+        text = (tmp_path / "rr" / "config.json").read_text()
+        assert "sk-secret-123" not in text and "api_key_env" in text
+        config = json.loads(text)
+        assert config["kind"] == "toolscout.reranker" and config["reranker"] == "llm"
+        assert config["depth"] == 12 and config["max_doc_chars"] == 300 and config["on_error"] == "fallback"
+
+        monkeypatch.setenv("TS_TEST_RERANK_KEY", "sk-from-env")
+        with load_reranker(tmp_path / "rr", depth=7, on_error="raise") as loaded:
+            assert isinstance(loaded, LLMReranker)
+            assert (loaded.depth, loaded.max_doc_chars, loaded.on_error, loaded.top_logprobs) == (7, 300, "raise", 3)
+            assert loaded.view == view and loaded.settings.concurrency == 2 and loaded.settings.base_url == llm.url
+            assert loaded.settings.api_key == "sk-from-env"
+            out = loaded.rerank([QUERY], candidates(["w"]), TOOLS)
+        assert out.scores[0][0] == pytest.approx(0.9002, abs=1e-4)
+        assert llm.requests[-1]["_headers"]["authorization"] == "Bearer sk-from-env"
+        with LLMReranker.load(tmp_path / "rr", model="other") as renamed:
+            assert renamed.settings.model == "other" and renamed.depth == 12
+
+
+def test_from_settings_file_reads_the_key_from_the_env(tmp_path, monkeypatch):
+    with FakeLLM(responder=lambda req: Reply("true", logprobs=lp(-0.1, -2.3))) as llm:
+        path = tmp_path / "llm.json"
+        path.write_text(json.dumps({"base_url": llm.url, "model": "judge", "api_key_env": "TS_TEST_RERANK_KEY2",
+                                    "max_retries": 0, "timeout": 5}))
+        monkeypatch.setenv("TS_TEST_RERANK_KEY2", "sk-file-env")
+        with LLMReranker.from_settings_file(path, depth=5) as reranker:
+            reranker.rerank([QUERY], candidates(["w"]), TOOLS)
+        assert reranker.depth == 5
+        assert llm.requests[0]["model"] == "judge"
+        assert llm.requests[0]["_headers"]["authorization"] == "Bearer sk-file-env"
+
+
+def test_a_given_client_is_used_and_saved_without_a_key(tmp_path):
+    with FakeLLM(responder=lambda req: Reply("true", logprobs=lp(-0.1, -2.3))) as llm, \
+            LLMClient(llm.url, "m", api_key="sk-client", max_retries=0) as client:
+        reranker = LLMReranker(client=client)
+        reranker.rerank([QUERY], candidates(["w"]), TOOLS)
+        reranker.save(tmp_path / "c")
+        assert llm.requests[0]["_headers"]["authorization"] == "Bearer sk-client"
+    text = (tmp_path / "c" / "config.json").read_text()
+    assert "sk-client" not in text and json.loads(text)["settings"]["model"] == "m"
+
+
+def test_bad_arguments_are_clear_errors():
+    settings = LLMSettings(base_url="http://127.0.0.1:9/v1", model="m")
+    with pytest.raises(ValueError, match="on_error must be one of fallback, raise, got 'ignore'"):
+        LLMReranker(settings, on_error="ignore")
+    with pytest.raises(ValueError, match="settings"):
+        LLMReranker()
+    with pytest.raises(ValueError, match="depth"):
+        LLMReranker(settings, depth=0)
+    reranker = LLMReranker(settings)
+    with pytest.raises(ValueError, match="2 queries but candidates for 1"):
+        reranker.rerank(["a", "b"], candidates(["w"]), TOOLS)
+    with pytest.raises(KeyError, match="'zz' of query 0"):
+        reranker.rerank(["a"], candidates(["zz"]), TOOLS)
+    reranker.close()
+
+
+def test_answer_score_ignores_case_spaces_and_punctuation():
+    assert [answer_score(t) for t in ("true", " True.", "YES!", "yes", "False", "no.", " NO\n")] == \
+        [1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0]
+    assert answer_score("maybe") is None and answer_score("") is None and answer_score("not true") is None

@@ -1,0 +1,155 @@
+"""ToolRefiner: leave-one-out candidates, a tiny real training run, reload, and the pipeline second stage."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from toolscout.benchmark import Query
+from toolscout.cli import main
+from toolscout.encoders import Encoder
+from toolscout.pipeline import ToolScout
+from toolscout.rerank.base import load_reranker
+from toolscout.rerank.refiner import ToolRefinerReranker, build_refiner_net, load_transformer
+from toolscout.results import Results
+from toolscout.tool import TextView, Tool
+from toolscout.train.data import TrainingData, load_training_data
+from toolscout.train.loop import TrainConfig
+from toolscout.train.refiner import CandidateBuilder, fit_refiner
+
+SAMPLE = Path(__file__).resolve().parents[1] / "src" / "toolscout" / "data" / "catalogs" / "apibank_sample"
+
+
+@pytest.fixture(autouse=True)
+def torch_encoders(monkeypatch):
+    """Encode with torch (an ONNX export per test run would only cost time; export is tested elsewhere)."""
+    load = Encoder.load.__func__
+
+    def load_torch(cls, name_or_path=None, device=None, max_seq_length=None, backend="torch", cache_dir=None):
+        return load(cls, name_or_path, device=device, max_seq_length=max_seq_length, backend=backend,
+                    cache_dir=cache_dir)
+
+    monkeypatch.setattr(Encoder, "load", classmethod(load_torch))
+
+
+@pytest.fixture(scope="module")
+def sample_data() -> TrainingData:
+    return load_training_data([SAMPLE], validation_fraction=0.2)
+
+
+def test_leave_one_out_removes_the_query_from_its_gold_tool_vectors():
+    tools = {f"s::t{i}": Tool(f"s::t{i}", f"tool{i}", f"does thing number {i}") for i in range(4)}
+    train = [Query("a", "first request", ("s::t0",)), Query("b", "second request", ("s::t0",)),
+             Query("c", "third request", ("s::t1",))]
+    data = TrainingData(tools, train, [], ["s"])
+    builder = CandidateBuilder(data, "tool2vec", None, None, TextView(), prior=1.0, depth=4, progress=False)
+    e = builder.train_vectors
+    d = builder.descriptions
+    cands = builder.build(train, e, leave_one_out=True)
+
+    def unit(v):
+        return v / np.linalg.norm(v)
+
+    # query a: t0's vector without a is unit(e_b + d_0) (one other usage query plus the description prior)
+    row = cands[0].ids.index("s::t0")
+    np.testing.assert_allclose(cands[0].vectors[row], unit(e[1] + d[0]), atol=1e-5)
+    # query c is t1's only usage: without it, t1 is its description vector
+    row = cands[2].ids.index("s::t1")
+    np.testing.assert_allclose(cands[2].vectors[row], d[1], atol=1e-6)
+    # a non-gold tool keeps its full Tool2Vec vector: t1 for query a is unit(e_c + d_1)
+    np.testing.assert_allclose(cands[0].vectors[cands[0].ids.index("s::t1")], unit(e[2] + d[1]), atol=1e-5)
+    # the ranking uses the same vectors: candidates are sorted by cosine to the query
+    sims = cands[0].vectors @ e[0]
+    assert list(sims) == sorted(sims, reverse=True)
+    assert cands[0].labels.tolist() == [1.0 if t == "s::t0" else 0.0 for t in cands[0].ids]
+    # without leave-one-out the gold vector contains the query itself
+    plain = builder.build(train, e, leave_one_out=False)
+    np.testing.assert_allclose(plain[2].vectors[plain[2].ids.index("s::t1")], unit(e[2] + d[1]), atol=1e-5)
+
+
+def test_net_is_one_logit_per_candidate_and_padding_does_not_change_scores():
+    transformer, tokenizer = load_transformer(str(Encoder.load(None).path))
+    torch.manual_seed(0)
+    net = build_refiner_net(transformer, 384, 16).eval()
+    tokens = tokenizer(["book a table"], return_tensors="pt")
+    vectors = torch.randn(1, 3, 384)
+    with torch.inference_mode():
+        logits = net(tokens["input_ids"], tokens["attention_mask"], vectors, torch.ones(1, 3, dtype=torch.long))
+        padded = net(tokens["input_ids"], tokens["attention_mask"], torch.cat([vectors, torch.randn(1, 2, 384)], 1),
+                     torch.tensor([[1, 1, 1, 0, 0]]))
+    assert logits.shape == (1, 3)
+    torch.testing.assert_close(padded[:, :3], logits, atol=1e-5, rtol=1e-4)  # masked slots are invisible
+
+
+@pytest.fixture(scope="module")
+def trained(sample_data, tmp_path_factory):
+    out = tmp_path_factory.mktemp("refiner") / "model"
+    config = TrainConfig(batch_size=4, lr=1e-4, epochs=3, warmup_ratio=0.0, progress=False)
+    summary = fit_refiner(sample_data, out, config=config, resume=False, depth=8, max_query_length=24)
+    return out, summary
+
+
+def test_training_lowers_the_loss_and_reloads_to_identical_scores(trained, sample_data):
+    out, summary = trained
+    losses = [h["loss"] for h in summary.history if "loss" in h]
+    assert summary.steps == 15 and len(losses) >= 2 and losses[-1] < losses[0], summary.history
+    assert summary.data["train_candidate_recall"] > 0 and summary.best_validation is not None
+    config = json.loads((out / (out / "CURRENT").read_text().strip() / "config.json").read_text())
+    assert config["method"] == "refiner" and config["depth"] == 8 and config["vectors"] == "first_stage"
+
+    a, b = load_reranker(out), ToolRefinerReranker(str(out))
+    assert isinstance(a, ToolRefinerReranker) and a.depth == 8
+    tools = sample_data.tools
+    ids = list(tools)[:6]
+    candidates = Results.from_lists([ids, ids[::-1]], [[1.0] * 6, [1.0] * 6])
+    queries = ["check my appointment", "what is the weather"]
+    with pytest.warns(UserWarning, match="using description embeddings"):  # no first stage: said, not hidden
+        ra, rb = a.rerank(queries, candidates, tools), b.rerank(queries, candidates, tools)
+    for (ia, sa), (ib, sb), given in zip(ra, rb, candidates.ids):
+        assert sorted(ia) == sorted(given) and len(ia) == len(given)  # exactly the candidates, reordered
+        assert list(ia) == list(ib)
+        np.testing.assert_allclose(sa, sb, atol=1e-6)
+        assert np.all((sa >= 0) & (sa <= 1)) and list(sa) == sorted(sa, reverse=True)
+
+
+def test_pipeline_with_refiner_saves_and_loads_as_one_directory(trained, sample_data, tmp_path):
+    out, _ = trained
+    tools = list(sample_data.tools.values())
+    scout = ToolScout.from_tools(tools, retriever="dense", reranker=out)
+    hits = scout.search("set an alarm for 7am", k=3)
+    assert len(hits) == 3 and scout.reranker.name == "refiner"
+    plain = ToolScout.from_tools(tools, retriever="dense").retrieve(["set an alarm for 7am"], k=8)
+    assert {h.tool.id for h in hits} <= set(plain.ids[0])  # the reranker only reorders the first stage's top 8
+    scout.save(tmp_path / "p")
+    again = ToolScout.load(tmp_path / "p")
+    assert again.reranker is not None and again.reranker.depth == 8
+    assert [(h.tool.id, round(h.score, 5)) for h in again.search("set an alarm for 7am", k=3)] == \
+        [(h.tool.id, round(h.score, 5)) for h in hits]
+
+
+def test_wrong_model_dir_is_a_clear_error(tmp_path, trained):
+    from toolscout.artifacts import ArtifactError
+
+    with pytest.raises(ArtifactError, match="not a ToolRefiner model directory"):
+        ToolRefinerReranker(str(tmp_path))
+    with pytest.raises(ValueError, match="vectors must be one of"):
+        ToolRefinerReranker(str(trained[0]), vectors="bogus")
+
+
+def test_cli_train_refiner_and_eval_with_rerank(tmp_path, capsys):
+    out = tmp_path / "r"
+    code = main(["train", "refiner", "--data", str(SAMPLE), "--out", str(out), "--max-steps", "2",
+                 "--batch-size", "4", "--quiet", "-o", "depth=6", "-o", "max_query_length=16",
+                 "--validation-fraction", "0.2"])
+    assert code == 0, capsys.readouterr().err
+    report = tmp_path / "eval.json"
+    code = main(["eval", str(SAMPLE), "--split", "train", "--retriever", "dense", "--rerank", str(out),
+                 "--with-first-stage", "--json", str(report), "--quiet", "--bootstrap", "200"])
+    assert code == 0, capsys.readouterr().err
+    data = json.loads(report.read_text())
+    assert set(data["systems"]) == {"dense", "dense+refiner@6"}
+    assert data["comparisons"][0]["b"] == "dense+refiner@6"
