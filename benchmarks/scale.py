@@ -15,8 +15,13 @@ Each section runs in a fresh subprocess so its peak RSS (getrusage high-water ma
 are ~300 real test queries from the shared sets, issued one at a time (k=10); dense latency includes
 query encoding. HNSW recall@10 is measured against exact search on the same vectors.
 
-Add a section by writing `section_NAME(ctx) -> dict` and listing it in SECTIONS (a later "rerank" section
-will time top-20 / top-64 reranking of first-stage candidates the same way).
+The `rerank` section times each second stage given with `--cross DIR` / `--refiner DIR` (trained model
+directories) on the top-20 and top-64 BM25 candidates of each query over the same catalog, one query at a
+time; the first stage's own time is not included (it is the sections above). Candidate vectors for the
+refiner are its description embeddings, computed once before timing (with a Tool2Vec first stage they
+come from its store). The LLM reranker is not timed: its latency is the endpoint's.
+
+Add a section by writing `section_NAME(ctx) -> dict` and listing it in SECTIONS.
 """
 
 from __future__ import annotations
@@ -267,7 +272,36 @@ def section_hnsw(ctx: Context) -> dict:
     return dense_section(ctx, ctx.args.hnsw_store)
 
 
-SECTIONS = {"bm25": section_bm25, "dense": section_dense, "hnsw": section_hnsw}
+def section_rerank(ctx: Context) -> dict:
+    from toolscout.rerank.base import load_reranker
+    from toolscout.results import Results
+    from toolscout.retrievers.bm25 import BM25Retriever
+
+    models = {"cross": ctx.args.cross, "refiner": ctx.args.refiner}
+    if not any(models.values()):
+        return {"skipped": "give --cross DIR and/or --refiner DIR (trained model directories)"}
+    retriever = BM25Retriever()
+    retriever.index(ctx.tools)
+    tools = {t.id: t for t in ctx.tools}
+    candidates = {q: retriever.search([q], k=64) for q in ctx.queries}
+    out: dict = {"rss_before_build_mb": peak_rss_mb(), "build_s": 0.0, "tools_per_s": 0.0}
+    for name, path in models.items():
+        if not path:
+            continue
+        start = time.perf_counter()
+        reranker = load_reranker(path)
+        out[f"{name}_load_s"] = time.perf_counter() - start
+        for depth in (20, 64):
+            top = {q: candidates[q].top(depth) for q in ctx.queries}
+            if name == "refiner":  # description vectors once, as a first stage's store would hold them
+                reranker.description_vectors([tools[t] for q in ctx.queries for t in top[q].ids[0]])
+            out[f"{name}@{depth}"] = latency_ms(lambda q: reranker.rerank([q], top[q], tools), ctx.queries)
+    out["peak_rss_mb"] = peak_rss_mb()
+    out["p50_ms"] = out["p99_ms"] = out["cpu_p50_ms"] = float("nan")
+    return out
+
+
+SECTIONS = {"bm25": section_bm25, "dense": section_dense, "hnsw": section_hnsw, "rerank": section_rerank}
 
 
 # ------------------------------------------------------------------------------------ driver
@@ -307,6 +341,8 @@ def print_report(note: str, n_queries: int, results: dict) -> None:
     print(f"{'retriever':22s} {'build s':>9s} {'tools/s':>9s} {'embed s':>9s} {'RSS before':>11s} {'peak RSS':>9s} "
           f"{'p50 ms':>8s} {'p99 ms':>8s} {'cpu p50':>8s}  target")
     for name, r in results.items():
+        if name == "rerank":
+            continue
         label = name if name != "hnsw" else f"hnsw ({r.get('store')})"
         target = ""
         if name == "bm25":
@@ -328,8 +364,16 @@ def print_report(note: str, n_queries: int, results: dict) -> None:
           "cache;\n embed s: embedding the distinct texts, measured now, or ~projected from the encoder's rate when "
           "the vectors came from the cache;\n p50/p99: wall clock per query; cpu p50: process CPU time per query, "
           "all threads, which other processes on the machine inflate far less)")
+    rerank = results.get("rerank")
+    if rerank is not None:
+        print("\nsecond stages (reranking BM25's top-N for one query at a time; first stage not included):")
+        if "skipped" in rerank:
+            print(f"  skipped: {rerank['skipped']}")
+        for key, r in rerank.items():
+            if isinstance(r, dict) and "p50_ms" in r:
+                print(f"  {key:12s} p50 {r['p50_ms']:8.2f} ms   p99 {r['p99_ms']:8.2f} ms   cpu p50 {r['cpu_p50_ms']:8.2f} ms")
     for name, r in results.items():
-        if name == "bm25":
+        if name in ("bm25", "rerank"):
             continue
         print(f"\n{name}: encoder backend {r['backend']}; {r['dedupe']}")
         if r.get("embedded_now"):
@@ -371,6 +415,8 @@ def parse_args(argv=None):
     ap.add_argument("--rate-sample", type=int, default=512,
                     help="with cached vectors, time the encoder on this many distinct texts (0: skip)")
     ap.add_argument("--no-dedupe", action="store_true", help="embed every catalog row (slow: ~3.4x the texts)")
+    ap.add_argument("--cross", default=None, help="rerank section: a `toolscout train cross` directory")
+    ap.add_argument("--refiner", default=None, help="rerank section: a `toolscout train refiner` directory")
     ap.add_argument("--json", default=None, help="write all numbers to this file")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--child-out", default=None, help=argparse.SUPPRESS)
@@ -385,6 +431,9 @@ def main(argv=None) -> dict:
         run_child(args)
         return {}
     names = [n.strip() for n in args.only.split(",") if n.strip()]
+    if "rerank" in names and not (args.cross or args.refiner):
+        names.remove("rerank")  # nothing to time without a trained second stage
+        print("rerank section skipped: give --cross DIR and/or --refiner DIR", flush=True)
     unknown = [n for n in names if n not in SECTIONS]
     if unknown:
         raise SystemExit(f"unknown section(s) {unknown}; known: {', '.join(SECTIONS)}")
