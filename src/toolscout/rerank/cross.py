@@ -8,10 +8,16 @@ sigmoid(ℓ) = P(relevant), the two-class softmax of the paper written with one 
 `toolscout train cross` fine-tunes it (see `toolscout.train.cross`).
 
 Unlike a bi-encoder, nothing can be precomputed per tool: every candidate costs one forward pass with the
-query, which is why the reranker only sees the first stage's top `depth` candidates. To keep that cheap:
+query, which is why the reranker only sees the first stage's top `depth` candidates. The cost is plain
+arithmetic: MiniLM-L6 does ~21 MFLOP per token, so 20 pairs of ~150 tokens are ~60 GFLOP, several hundred
+ms on two CPU cores (measured p50 ≈ 1.5 s for 20 API-Bank candidates at max_length 192 on a 2-core box
+shared with other jobs, ≈ 1.0 s at max_length 128; int8 dynamic quantisation gained under 10% there
+and changed the scores, so it is not offered). `depth`, `max_length` and `device` are the latency
+knobs. What the code does to avoid waste on top of that:
 
-- pairs are tokenised once per call (the Rust tokenizer), sorted by length and cut into batches, so
-  short pairs are not padded to the longest one;
+- all pairs of a call (every query's candidates) are tokenised once by the Rust tokenizer, sorted by
+  length and run in as few forward passes as `batch_size` and `MAX_BATCH_TOKENS` allow: padding only
+  to the batch's longest pair (splitting 20 candidates into smaller batches measured slower, not faster);
 - tool texts are cached by tool id and checked against the tool (an edited tool gets a fresh text);
 - inference runs under `torch.inference_mode()`.
 
@@ -32,7 +38,7 @@ import numpy as np
 from ..artifacts import ArtifactError, read_config
 from ..models import model_config
 from ..results import Results
-from ..tool import TextView, Tool, content_hash, tool_text
+from ..tool import TextView, Tool, tool_text
 from .base import DEFAULT_DEPTH, RERANKER_KIND, check_candidates, reordered, write_reranker_config
 
 METHOD = "cross"
@@ -102,7 +108,8 @@ class PairScorer:
     def __init__(self, tokenizer, model, max_length: int = DEFAULT_MAX_LENGTH, batch_size: int = 32,
                  max_batch_tokens: int = MAX_BATCH_TOKENS):
         self.tokenizer, self.model = tokenizer, model
-        self.max_length, self.batch_size, self.max_batch_tokens = int(max_length), int(batch_size), int(max_batch_tokens)
+        self.max_length, self.batch_size = int(max_length), int(batch_size)
+        self.max_batch_tokens = int(max_batch_tokens)
         self._lock = threading.Lock()  # torch modules are not safe to call from several threads at once
 
     def logits(self, queries: Sequence[str], documents: Sequence[str]) -> np.ndarray:
@@ -202,16 +209,17 @@ class CrossEncoderReranker:
         self.device = device or default_device()
         tokenizer, net = load_pair_model(folder / config.get("model", "model"), device=self.device)
         self.scorer = PairScorer(tokenizer, net, max_length=self.max_length, batch_size=self.batch_size)
-        self._texts: dict[str, tuple[Tool, str, str]] = {}  # id -> (tool, text, content hash)
+        self._texts: dict[str, tuple[Tool, str]] = {}  # id -> (the tool it was made from, its text)
 
     # texts -------------------------------------------------------------------------------
     def tool_text(self, tool: Tool) -> str:
-        """The tool's text under the view, cached: recomputed only when the tool given differs."""
+        """The tool's text under the view, cached by id and checked against the tool's content (a tool
+        edited under the same id gets a fresh text)."""
         hit = self._texts.get(tool.id)
         if hit is not None and (hit[0] is tool or hit[0] == tool):
             return hit[1]
         text = tool_text(tool, self.view)
-        self._texts[tool.id] = (tool, text, content_hash(text))
+        self._texts[tool.id] = (tool, text)
         return text
 
     # reranking ---------------------------------------------------------------------------

@@ -131,6 +131,8 @@ def first_stage_runs(data: TrainingData, first_stage: str | Path, sets_of_tools:
     Returns (hard-negative pool per train query index: its top-`depth` non-gold tools; per set, the
     top-`rerank_depth` candidate ids of each of `validation[set]`'s queries, in first-stage order).
     """
+    if not mine and not validation:
+        return {}, {}
     retriever = make_first_stage(first_stage)
     train_by_set = queries_by_set(data.train, sets_of_tools) if mine else {}
     members: dict[str, list] = {}
