@@ -141,7 +141,7 @@ class TextView:
         return cls(**data)
 
 
-def _parameter_lines(schema: Mapping[str, Any] | None) -> list[str]:
+def parameter_lines(schema: Mapping[str, Any] | None) -> list[str]:
     if not isinstance(schema, Mapping):
         return []
     props = schema.get("properties")
@@ -173,7 +173,7 @@ def tool_text(tool: Tool, view: TextView | None = None) -> str:
     if view.tags and tool.tags:
         parts.append("Tags: " + ", ".join(tool.tags))
     if view.parameters:
-        params = _parameter_lines(tool.parameters)
+        params = parameter_lines(tool.parameters)
         if params:
             parts.append("Parameters: " + "; ".join(params))
     if tool.profile:

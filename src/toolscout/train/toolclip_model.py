@@ -51,7 +51,7 @@ import numpy as np
 from ..artifacts import ArtifactError, write_artifact, write_json
 from ..encoders import resolve_model
 from ..models import model_base, model_config
-from ..tool import TextView, Tool, _parameter_lines, split_identifier, tool_text
+from ..tool import TextView, Tool, parameter_lines, split_identifier, tool_text
 
 COMPONENTS = ("name", "description", "parameters")
 ARCHITECTURE_VERSION = 1
@@ -125,7 +125,7 @@ def tool_parts(tool: Tool, view: TextView | None = None, max_params: int = 8) ->
     desc_view = TextView(**{**view.to_dict(), "name": False, "parameters": False, "usage": 0,
                             "profile_fields": tuple(view.profile_fields)})
     description = tool_text(tool, desc_view).strip()
-    params = tuple(p for p in _parameter_lines(tool.parameters) if p)[:max_params]
+    params = tuple(p for p in parameter_lines(tool.parameters) if p)[:max_params]
     return ToolParts(name, description, params)
 
 
