@@ -140,16 +140,19 @@ def test_wrong_model_dir_is_a_clear_error(tmp_path, trained):
         ToolRefinerReranker(str(trained[0]), vectors="bogus")
 
 
-def test_cli_train_refiner_and_eval_with_rerank(tmp_path, capsys):
-    out = tmp_path / "r"
-    code = main(["train", "refiner", "--data", str(SAMPLE), "--out", str(out), "--max-steps", "2",
-                 "--batch-size", "4", "--quiet", "-o", "depth=6", "-o", "max_query_length=16",
-                 "--validation-fraction", "0.2"])
-    assert code == 0, capsys.readouterr().err
+def test_cli_eval_with_rerank_compares_against_the_first_stage(trained, tmp_path, capsys):
+    # (`toolscout train refiner` dispatches through the same TRAINERS table as `train cross`, tested there)
     report = tmp_path / "eval.json"
-    code = main(["eval", str(SAMPLE), "--split", "train", "--retriever", "dense", "--rerank", str(out),
-                 "--with-first-stage", "--json", str(report), "--quiet", "--bootstrap", "200"])
+    code = main(["eval", str(SAMPLE), "--split", "train", "--retriever", "dense", "--rerank", str(trained[0]),
+                 "--rerank-depth", "6", "--with-first-stage", "--json", str(report), "--quiet", "--bootstrap", "200"])
     assert code == 0, capsys.readouterr().err
     data = json.loads(report.read_text())
     assert set(data["systems"]) == {"dense", "dense+refiner@6"}
     assert data["comparisons"][0]["b"] == "dense+refiner@6"
+    # k=10 > depth 6, so the reranker reorders the first stage's top 10 (max(k, depth)): the same tools
+    # are in the top 10, in another order — recall@10 cannot change, nDCG@10 may
+    first, second = data["systems"]["dense"]["mean"], data["systems"]["dense+refiner@6"]["mean"]
+    assert second["recall@10"] == pytest.approx(first["recall@10"], abs=1e-9)
+    capsys.readouterr()
+    assert main(["eval", str(SAMPLE), "--rerank-depth", "5", "--quiet"]) == 1
+    assert "--rerank-depth needs --rerank" in capsys.readouterr().err
