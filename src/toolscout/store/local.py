@@ -233,7 +233,13 @@ STORES = {"numpy": NumpyStore, "faiss": FaissStore}
 
 
 def make_store(kind: str, dim: int, **options) -> NumpyStore:
-    """`kind` is 'numpy', 'faiss' or 'faiss:FACTORY' (e.g. 'faiss:HNSW32', 'faiss:IVF1024,Flat')."""
+    """`kind` is 'numpy', 'faiss' or 'faiss:FACTORY' (e.g. 'faiss:HNSW32', 'faiss:IVF1024,Flat'), or a
+    PostgreSQL DSN `postgresql://...` for the shared pgvector store (store/pgvector.py): a new index for
+    its tenant, which its first write replaces atomically."""
+    if kind.startswith(("postgresql://", "postgres://")):
+        from .pgvector import PgVectorStore
+
+        return PgVectorStore.from_spec(kind, dim, fresh=True, **options)
     name, _, factory = kind.partition(":")
     if name not in STORES:
         raise UnknownName("store", kind, list(STORES))
@@ -244,6 +250,10 @@ def make_store(kind: str, dim: int, **options) -> NumpyStore:
 
 def load_store(folder: Path, config: dict) -> NumpyStore:
     name = config.get("store", "numpy")
+    if name == "pgvector":  # rows live in PostgreSQL; the config holds the DSN (no password)
+        from .pgvector import PgVectorStore
+
+        return PgVectorStore.load(folder, config)
     if name not in STORES:
         raise UnknownName("store", name, list(STORES))
     return STORES[name].load(folder, config)

@@ -1,0 +1,210 @@
+"""The PostgreSQL schema of the pgvector store, created and upgraded by versioned migrations.
+
+One *index table* (default `toolscout_tools`) holds every tenant's tools, LIST-partitioned by tenant: each
+tenant's rows live in their own partition with its own HNSW graph, so a tenant's search walks only its
+own graph (no post-filtered recall loss, no cross-tenant scan) and a whole tenant catalog can be
+replaced by building a new partition and swapping it in. Columns:
+
+    tenant text, id text, namespace text ('' = none), text text (the tool's text view), content_hash text,
+    doc jsonb (the Tool), embedding vector(dim), tsv tsvector (generated from text), updated_at timestamptz
+
+Shared bookkeeping tables (one set per database):
+
+    toolscout_schema_migrations(tbl, version, description, applied_at)   what has been applied, per index table
+    toolscout_indexes(tbl, dim, config, updated_at)                        encoder / text view / search mode
+    toolscout_versions(tbl, tenant, version)                               bumped by every committed write
+    toolscout_changes(tbl, tenant, version, ids, at)                       which ids each version touched
+
+Migrations run in one transaction under an advisory lock, so concurrent processes starting against a
+fresh database apply them exactly once. A database migrated by a newer toolscout is refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+from ..errors import ToolScoutError
+
+DEFAULT_TABLE = "toolscout_tools"
+TEXT_SEARCH_CONFIG = "english"
+HNSW_M = 16
+HNSW_EF_CONSTRUCTION = 64
+MIGRATION_LOCK = 0x746F6F6C73636F75  # advisory lock key ("toolscou"), held while migrating
+_TABLE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,31}$")
+
+
+class SchemaError(ToolScoutError):
+    """The database's toolscout schema is missing, newer than this toolscout, or does not fit."""
+
+
+def check_table_name(table: str) -> str:
+    if not _TABLE_NAME.match(table):
+        raise ValueError(f"invalid index table name {table!r}: use 1-32 lowercase letters, digits and '_', "
+                         "starting with a letter or '_'")
+    return table
+
+
+def partition_name(table: str, tenant: str) -> str:
+    """The partition holding `tenant`'s rows (a digest: tenant keys may hold any characters)."""
+    return f"{table}_t{hashlib.sha256(tenant.encode('utf-8')).hexdigest()[:12]}"
+
+
+def index_ddl(table: str, target: str) -> list[str]:
+    """CREATE INDEX statements for `target` (the partitioned table itself, or a table about to be attached
+    as one of its partitions: the definitions must match so ATTACH adopts them instead of rebuilding)."""
+    return [
+        f"CREATE INDEX {target}_ns ON {target} (tenant, namespace)",
+        f"CREATE INDEX {target}_hnsw ON {target} USING hnsw (embedding vector_ip_ops) "
+        f"WITH (m = {HNSW_M}, ef_construction = {HNSW_EF_CONSTRUCTION})",
+    ]
+
+
+def text_index_ddl(target: str) -> str:
+    return f"CREATE INDEX {target}_tsv ON {target} USING gin (tsv)"
+
+
+def partition_ddl(table: str, name: str, dim: int, tenant: str, indexes: bool = True) -> list:
+    """Statements creating table `name`, ready to be attached as `tenant`'s partition of `table` at the
+    latest schema version: the same columns as `table` (keep in step with MIGRATIONS), a CHECK on the
+    tenant (so ATTACH need not scan it) and, with `indexes`, the indexes ATTACH expects."""
+    from psycopg import sql
+
+    create = sql.SQL(
+        "CREATE TABLE {name} ("
+        " tenant text NOT NULL CHECK (tenant = {tenant}),"
+        " id text NOT NULL,"
+        " namespace text NOT NULL DEFAULT '',"
+        " text text NOT NULL DEFAULT '',"
+        " content_hash text NOT NULL DEFAULT '',"
+        " doc jsonb,"
+        " embedding vector({dim}) NOT NULL,"
+        " updated_at timestamptz NOT NULL DEFAULT now(),"
+        " tsv tsvector GENERATED ALWAYS AS (to_tsvector({cfg}::regconfig, text)) STORED)"
+    ).format(name=sql.Identifier(name), tenant=sql.Literal(tenant), dim=sql.Literal(int(dim)),
+             cfg=sql.Literal(TEXT_SEARCH_CONFIG))
+    return [create, *(partition_indexes(table, name) if indexes else [])]
+
+
+def partition_indexes(table: str, name: str) -> list[str]:
+    """The primary key and indexes of a partition-to-be (built after a bulk load: much faster)."""
+    check_table_name(table)
+    return [f"ALTER TABLE {name} ADD CONSTRAINT {name}_pkey PRIMARY KEY (tenant, id)",
+            *index_ddl(table, name), text_index_ddl(name)]
+
+
+def attach_sql(table: str, name: str, tenant: str):
+    from psycopg import sql
+
+    return sql.SQL("ALTER TABLE {table} ATTACH PARTITION {name} FOR VALUES IN ({tenant})").format(
+        table=sql.Identifier(table), name=sql.Identifier(name), tenant=sql.Literal(tenant))
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    description: str
+    statements: Callable[[str, int], list[str]]  # (table, dim) -> SQL
+
+
+def _v1(table: str, dim: int) -> list[str]:
+    return [
+        f"""CREATE TABLE {table} (
+              tenant text NOT NULL,
+              id text NOT NULL,
+              namespace text NOT NULL DEFAULT '',
+              text text NOT NULL DEFAULT '',
+              content_hash text NOT NULL DEFAULT '',
+              doc jsonb,
+              embedding vector({dim}) NOT NULL,
+              updated_at timestamptz NOT NULL DEFAULT now(),
+              PRIMARY KEY (tenant, id)
+            ) PARTITION BY LIST (tenant)""",
+        *index_ddl(table, table),
+        """CREATE TABLE IF NOT EXISTS toolscout_indexes (
+              tbl text PRIMARY KEY, dim integer NOT NULL, config jsonb NOT NULL DEFAULT '{}',
+              updated_at timestamptz NOT NULL DEFAULT now())""",
+        """CREATE TABLE IF NOT EXISTS toolscout_versions (
+              tbl text NOT NULL, tenant text NOT NULL, version bigint NOT NULL, PRIMARY KEY (tbl, tenant))""",
+        """CREATE TABLE IF NOT EXISTS toolscout_changes (
+              tbl text NOT NULL, tenant text NOT NULL, version bigint NOT NULL, ids text[],
+              at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (tbl, tenant, version))""",
+        f"INSERT INTO toolscout_indexes (tbl, dim) VALUES ('{table}', {int(dim)})",
+    ]
+
+
+def _v2(table: str, dim: int) -> list[str]:
+    return [
+        f"ALTER TABLE {table} ADD COLUMN tsv tsvector "
+        f"GENERATED ALWAYS AS (to_tsvector('{TEXT_SEARCH_CONFIG}'::regconfig, text)) STORED",
+        text_index_ddl(table),
+    ]
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "tools table partitioned by tenant, HNSW (inner product) index, versions and change log", _v1),
+    Migration(2, "lexical search: generated tsvector column over the text view, GIN index", _v2),
+)
+LATEST = MIGRATIONS[-1].version
+
+
+def applied_versions(conn, table: str) -> list[int]:
+    exists = conn.execute("SELECT to_regclass('toolscout_schema_migrations')").fetchone()[0]
+    if exists is None:
+        return []
+    rows = conn.execute("SELECT version FROM toolscout_schema_migrations WHERE tbl = %s ORDER BY version",
+                        [table]).fetchall()
+    return [r[0] for r in rows]
+
+
+def migrate(conn, table: str, dim: int, target: int = LATEST) -> list[int]:
+    """Bring index table `table` up to schema version `target`; return the versions applied now.
+
+    `conn` must be in autocommit mode; everything runs in one transaction under an advisory lock, so a
+    failure applies nothing and concurrent callers wait for one another."""
+    check_table_name(table)
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", [MIGRATION_LOCK])
+        _create_extension(conn)
+        conn.execute("""CREATE TABLE IF NOT EXISTS toolscout_schema_migrations (
+                          tbl text NOT NULL, version integer NOT NULL, description text NOT NULL,
+                          applied_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (tbl, version))""")
+        done = set(applied_versions(conn, table))
+        newer = [v for v in done if v > LATEST]
+        if newer:
+            raise SchemaError(f"index table {table!r} is at schema version {max(newer)}, newer than this toolscout "
+                              f"understands ({LATEST}); upgrade toolscout")
+        applied = []
+        for migration in MIGRATIONS:
+            if migration.version in done or migration.version > target:
+                continue
+            for statement in migration.statements(table, dim):
+                conn.execute(statement)
+            conn.execute("INSERT INTO toolscout_schema_migrations (tbl, version, description) VALUES (%s, %s, %s)",
+                         [table, migration.version, migration.description])
+            applied.append(migration.version)
+    return applied
+
+
+def _create_extension(conn) -> None:
+    import psycopg
+
+    installed = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
+    if installed is not None:
+        return
+    try:
+        with conn.transaction():
+            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+    except psycopg.Error as exc:
+        raise SchemaError(f"the pgvector extension is not installed in this database and could not be created "
+                          f"({exc.diag.message_primary or exc}); install pgvector on the server and run "
+                          "`CREATE EXTENSION vector` as a superuser, then retry") from None
+
+
+def table_dim(conn, table: str) -> int | None:
+    """The dimension of `table`'s embedding column (None if the table does not exist)."""
+    row = conn.execute("SELECT a.atttypmod FROM pg_attribute a WHERE a.attrelid = to_regclass(%s) "
+                       "AND a.attname = 'embedding' AND NOT a.attisdropped", [table]).fetchone()
+    return None if row is None else int(row[0])

@@ -1,0 +1,53 @@
+"""A real PostgreSQL with pgvector for the test_pg* files: the `pgserver` package's server, started once per
+test process in a temporary directory and removed at exit. Nothing is installed here; without pgserver,
+psycopg or pgvector the tests that need a database skip, saying why."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import os
+import tempfile
+import warnings
+
+import pytest
+
+_tables = itertools.count()
+
+
+@functools.cache
+def _server():
+    import pgserver
+
+    with warnings.catch_warnings():  # platformdirs warns when XDG_RUNTIME_DIR is unset
+        warnings.simplefilter("ignore")
+        return pgserver.get_server(tempfile.mkdtemp(prefix="toolscout-pg-"), cleanup_mode="delete")
+
+
+def postgres_uri() -> str:
+    """The server's URI (a unix socket in its temporary directory), or skip the test."""
+    try:
+        import pgserver  # noqa: F401
+        import pgvector.psycopg  # noqa: F401
+        import psycopg
+        import psycopg_pool  # noqa: F401
+    except ImportError as exc:
+        pytest.skip(f"needs PostgreSQL + pgvector from the pgserver package and the postgres extra "
+                    f"(pip install 'toolscout[postgres]' pgserver): {exc}")
+    try:
+        uri = _server().get_uri()
+        with psycopg.connect(uri, autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+    except Exception as exc:  # no usable server: say so instead of failing every test
+        pytest.skip(f"could not start PostgreSQL with pgvector from pgserver: {exc}")
+    return uri
+
+
+def new_table() -> str:
+    """A table name no other test uses (each test gets its own index table in the shared server)."""
+    return f"ts{os.getpid()}_{next(_tables)}"
+
+
+def spec(uri: str, table: str, tenant: str | None = None) -> str:
+    extra = f"&table={table}" + (f"&tenant={tenant}" if tenant else "")
+    return uri + (extra if "?" in uri else "?" + extra[1:])

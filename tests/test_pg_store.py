@@ -1,0 +1,276 @@
+"""The pgvector store against a real PostgreSQL (pgserver): parity with the local numpy store, filters,
+full-text and hybrid search (RRF worked out by hand), tenants, migrations, crash safety of writes."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from pgtest import new_table, postgres_uri, spec
+
+from toolscout.results import Filter
+from toolscout.store.local import NumpyStore, load_store, make_store
+
+
+@pytest.fixture(scope="session")
+def pg():
+    return postgres_uri()
+
+
+def unit(rng, n, d):
+    v = rng.normal(size=(n, d)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def pg_store(uri, dim, tenant=None, **options):
+    from toolscout.store.pgvector import PgVectorStore
+
+    return PgVectorStore.from_spec(spec(uri, new_table(), tenant), dim, **options)
+
+
+def assert_same(pg_results, local_results):
+    assert pg_results.as_lists() == local_results.as_lists()
+    for a, b in zip(pg_results.scores, local_results.scores):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+# ------------------------------------------------------------------------------ no database needed
+
+def test_spec_parsing_keeps_libpq_parameters_and_never_records_the_password():
+    from toolscout.store.pgvector import PgSpec, redact
+
+    s = PgSpec.parse("postgresql://bob:s3cret@db.example:5433/tools?sslmode=require&tenant=acme%20co&table=tools_v2")
+    assert s.dsn == "postgresql://bob:s3cret@db.example:5433/tools?sslmode=require"
+    assert (s.tenant, s.table) == ("acme co", "tools_v2")
+    assert str(s) == "postgresql://bob@db.example:5433/tools?sslmode=require&tenant=acme%20co&table=tools_v2"
+    assert PgSpec.parse(str(s)).tenant == "acme co"
+    assert redact("postgres://u:p@h/db?password=x&host=/tmp/s") == "postgres://u@h/db?host=/tmp/s"
+    assert PgSpec.parse("postgresql:///db").tenant == "default"
+    with pytest.raises(ValueError, match="invalid index table name"):
+        PgSpec.parse("postgresql:///db?table=Robert');DROP")
+    with pytest.raises(Exception, match="expected postgresql://"):
+        PgSpec.parse("mysql://h/db")
+
+
+def test_or_query_keeps_only_words():
+    from toolscout.store.pgvector import or_query
+
+    assert or_query("Book a flight: NYC -> Paris (2 adults)!") == "book | a | flight | nyc | paris | 2 | adults"
+    assert or_query("get_weather & 'x' | !y") == "get | weather | x | y"
+    assert or_query("   ") == ""
+
+
+# ---------------------------------------------------------------------------------------- parity
+
+def test_exact_search_matches_the_local_store_through_upserts_deletes_and_filters(pg):
+    rng = np.random.default_rng(0)
+    n, dim = 400, 24
+    vecs, ids = unit(rng, n, dim), [f"t{i}" for i in range(n)]
+    namespaces = ["a" if i % 4 == 0 else ("b" if i % 4 == 1 else None) for i in range(n)]
+    local, store = NumpyStore(dim), pg_store(pg, dim, exact=True)
+    for s in (local, store):
+        s.upsert(ids, vecs, namespaces)
+    queries = unit(rng, 12, dim)
+    assert len(store) == n
+    assert_same(store.search(queries, 10), local.search(queries, 10))
+
+    changed = unit(rng, 30, dim)  # replace 30 vectors (one namespace changes too), delete 40 tools
+    for s in (local, store):
+        s.upsert(ids[:30], changed, ["b"] + namespaces[1:30])
+        s.delete(ids[200:240] + ["never-there"])
+    assert len(store) == len(local) == n - 40
+    np.testing.assert_array_equal(store.get(["t0", "t5", "t399"]), local.get(["t0", "t5", "t399"]))
+    with pytest.raises(KeyError):
+        store.get(["t210"])
+    assert_same(store.search(queries, 10), local.search(queries, 10))
+    for flt in (Filter.make(namespaces=["a"]), Filter.make(namespaces=[""]), Filter.make(namespaces=["a", "b"]),
+                Filter.make(ids=["t1", "t2", "t3", "t210", "t300"]), Filter.make(exclude_ids=ids[:150]),
+                Filter.make(namespaces=["b"], exclude_ids=["t1"])):
+        assert_same(store.search(queries, 10, flt), local.search(queries, 10, flt))
+    assert store.search(queries[:1], 10, Filter.make(ids=[])).as_lists() == [[]]
+
+
+def test_hnsw_search_is_close_to_exact_and_filtered_searches_come_back_full(pg):
+    rng = np.random.default_rng(1)
+    n, dim = 1500, 32
+    vecs, ids = unit(rng, n, dim), [f"t{i}" for i in range(n)]
+    namespaces = ["rare" if i % 100 == 0 else "common" for i in range(n)]  # 15 rare tools
+    local, store = NumpyStore(dim), pg_store(pg, dim)
+    for s in (local, store):
+        s.upsert(ids, vecs, namespaces)
+    queries = unit(rng, 20, dim)
+    approx, exact = store.search(queries, 10).as_lists(), local.search(queries, 10).as_lists()
+    recall = np.mean([len(set(a) & set(e)) / 10 for a, e in zip(approx, exact)])
+    assert recall >= 0.9
+    rare = Filter.make(namespaces=["rare"])  # 1% of the rows: a graph walk filtered afterwards finds few
+    assert store.search(queries, 10, rare).as_lists() == local.search(queries, 10, rare).as_lists()
+
+
+def test_store_made_by_make_store_replaces_the_tenant_catalog_with_its_first_write(pg, tmp_path):
+    uri_spec = spec(pg, new_table(), "acme")
+    rng = np.random.default_rng(2)
+    old = make_store(uri_spec, 8)
+    old.upsert(["x", "y", "z"], unit(rng, 3, 8), ["n", "n", None])
+    new = make_store(uri_spec, 8)
+    assert len(new) == 0 and new.search(unit(rng, 1, 8), 5).as_lists() == [[]]  # a new, empty index
+    assert len(old) == 3  # ... while the old catalog is still served
+    new.upsert(["y", "w"], unit(rng, 2, 8), [None, None])
+    assert len(old) == 2 and sorted(old.search(unit(rng, 1, 8), 5).as_lists()[0]) == ["w", "y"]
+    config = new.save(tmp_path / "store")
+    assert config["store"] == "pgvector" and config["tenant"] == "acme" and "postgres:@" not in config["dsn"]
+    again = load_store(tmp_path / "store", config)
+    assert len(again) == 2 and again.tenant == "acme"
+
+
+# ----------------------------------------------------------------------------- lexical + hybrid
+
+def test_lexical_and_hybrid_rankings_worked_out_by_hand(pg):
+    store = pg_store(pg, 2, exact=True)
+    q = np.array([[1.0, 0.0]], dtype=np.float32)
+    # dense ranks for q: A 1, B 2, C 3, D 4 (cosines 1, .8, .6, 0)
+    vecs = np.array([[1, 0], [0.8, 0.6], [0.6, 0.8], [0, 1]], dtype=np.float32)
+    texts = ["weather report for today", "fly a kite", "kite kite", "nothing at all"]
+    store.upsert(list("ABCD"), vecs, ["x", "x", "y", "x"], texts=texts)
+    lexical = store.lexical_search(["where can I buy a kite"], 10)
+    # ts_rank, normalisation 1, over the query 'buy' | 'kite' (2 terms; the rest are stop words). A term
+    # found at positions 1..n of weight 0.1 contributes 0.1 * sum(1/j^2) / (pi^2/6); the sum is divided by
+    # the number of terms and by log2(1 + document length). Both B and C have length 2; A, D do not match.
+    per_term = lambda occurrences: 0.1 * sum(1 / j**2 for j in range(1, occurrences + 1)) / (np.pi**2 / 6)
+    assert lexical.as_lists() == [["C", "B"]]
+    np.testing.assert_allclose(lexical.scores[0], [per_term(2) / 2 / np.log2(3), per_term(1) / 2 / np.log2(3)],
+                               rtol=1e-5)
+    # RRF (k=60): A 1/61; B 1/62 + 1/62; C 1/63 + 1/61; D 1/64  ->  C > B > A > D
+    hybrid = store.hybrid_search(q, ["where can I buy a kite"], 4)
+    assert hybrid.as_lists() == [["C", "B", "A", "D"]]
+    np.testing.assert_allclose(hybrid.scores[0], [1 / 63 + 1 / 61, 2 / 62, 1 / 61, 1 / 64], rtol=1e-6)
+    # the filter applies inside both lists before ranking: without C, dense ranks A 1, B 2, D 3 and
+    # lexical ranks B 1: B 1/62 + 1/61, A 1/61, D 1/63
+    hybrid = store.hybrid_search(q, ["where can I buy a kite"], 4, Filter.make(namespaces=["x"]))
+    assert hybrid.as_lists() == [["B", "A", "D"]]
+    np.testing.assert_allclose(hybrid.scores[0], [1 / 62 + 1 / 61, 1 / 61, 1 / 63], rtol=1e-6)
+    assert store.lexical_search(["kite"], 10, Filter.make(exclude_ids=["C"])).as_lists() == [["B"]]
+
+
+# ------------------------------------------------------------------------------------- tenants
+
+def test_tenants_share_a_table_but_never_each_others_rows(pg):
+    from toolscout.store.pgvector import PgVectorStore
+
+    rng = np.random.default_rng(3)
+    a = PgVectorStore.from_spec(spec(pg, new_table(), "a"), 8)
+    b = a.for_tenant("b")
+    va, vb = unit(rng, 3, 8), unit(rng, 4, 8)
+    a.upsert(["t1", "t2", "t3"], va, ["ns"] * 3, texts=["alpha"] * 3)
+    b.upsert(["t1", "t2", "b3", "b4"], vb, ["ns", "other", "other", "other"], texts=["beta"] * 4)
+    assert (len(a), len(b)) == (3, 4)
+    np.testing.assert_array_equal(a.get(["t1"]), va[:1])
+    np.testing.assert_array_equal(b.get(["t1"]), vb[:1])
+    with pytest.raises(KeyError):
+        a.get(["b3"])
+    assert sorted(a.search(vb, 10).as_lists()[0]) == ["t1", "t2", "t3"]
+    assert a.lexical_search(["beta"], 10).as_lists() == [[]]
+    assert a.namespace_counts() == {"ns": 3} and b.namespace_counts() == {"ns": 1, "other": 3}
+    assert a.page(namespace="other") == (0, [])
+    version_b = b.version()
+    a.delete(["t1", "t2"])
+    assert len(a) == 1 and len(b) == 4 and b.version() == version_b
+    assert a.changes_since(a.version() - 1) == (a.version(), ["t1", "t2"])
+
+
+# ----------------------------------------------------------------------------------- migrations
+
+def test_schema_migrations_are_versioned_and_upgrade_existing_rows(pg):
+    import psycopg
+
+    from toolscout.store import pg_schema
+    from toolscout.store.pgvector import PgVectorStore
+
+    table = new_table()
+    with psycopg.connect(pg, autocommit=True) as conn:
+        assert pg_schema.migrate(conn, table, 3, target=1) == [1]  # a database left at version 1
+        conn.execute(f"CREATE TABLE {table}_p PARTITION OF {table} FOR VALUES IN ('default')")
+        conn.execute(f"INSERT INTO {table} (tenant, id, text, embedding) VALUES ('default', 'old', "
+                     "'translate text between languages', '[1,0,0]')")
+    store = PgVectorStore.from_spec(spec(pg, table), 3)
+    assert store.lexical_search(["translate"], 5).as_lists() == [["old"]]  # v2 indexed the existing row
+    assert store.database.migrated == [2]
+    with psycopg.connect(pg, autocommit=True) as conn:
+        rows = conn.execute("SELECT version FROM toolscout_schema_migrations WHERE tbl = %s ORDER BY 1",
+                            [table]).fetchall()
+        assert rows == [(1,), (2,)]
+        assert pg_schema.migrate(conn, table, 3) == []  # up to date: nothing to do
+    with pytest.raises(Exception, match="3-dimensional vectors, not 5"):
+        len(PgVectorStore.from_spec(spec(pg, table), 5))
+    with psycopg.connect(pg, autocommit=True) as conn:
+        conn.execute("INSERT INTO toolscout_schema_migrations VALUES (%s, 99, 'from the future')", [table])
+        with pytest.raises(pg_schema.SchemaError, match="newer than this toolscout"):
+            pg_schema.migrate(conn, table, 3)
+
+
+# ---------------------------------------------------------------------------------- crash safety
+
+CRASHING_WRITER = """
+import os, signal, sys
+import numpy as np
+from toolscout.store.pgvector import PgRow, PgVectorStore
+
+store = PgVectorStore.from_spec(sys.argv[1], 8)
+store.before_commit = lambda: os.kill(os.getpid(), signal.SIGKILL)  # die between the writes and COMMIT
+vectors = np.full((2, 8), 1 / np.sqrt(8), dtype=np.float32)
+if sys.argv[2] == "upsert":
+    store.write([PgRow("t0", "moved", vectors[0]), PgRow("new", None, vectors[1])], ["t1"])
+else:
+    store.write([PgRow("only", None, vectors[0])], replace=True)
+"""
+
+
+def snapshot(store):
+    ids = sorted(store.hashes())
+    return ids, store.get(ids).tolist(), store.namespace_counts(), store.version()
+
+
+def wait_for_no_open_transactions(uri, timeout=10.0):
+    import psycopg
+
+    deadline = time.time() + timeout
+    with psycopg.connect(uri, autocommit=True) as conn:
+        while time.time() < deadline:
+            busy = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE state LIKE 'idle in transaction%%' "
+                                "AND pid <> pg_backend_pid()").fetchone()[0]
+            if not busy:
+                return
+            time.sleep(0.05)
+    raise AssertionError("a killed writer's transaction is still open")
+
+
+@pytest.mark.parametrize("mode", ["upsert", "replace"])
+def test_a_writer_killed_before_commit_leaves_the_previous_state(pg, tmp_path, mode):
+    from toolscout.store.pgvector import PgVectorStore
+
+    store_spec = spec(pg, new_table())
+    store = PgVectorStore.from_spec(store_spec, 8)
+    rng = np.random.default_rng(4)
+    store.upsert([f"t{i}" for i in range(5)], unit(rng, 5, 8), ["ns"] * 5)
+    before = snapshot(store)
+    script = tmp_path / "writer.py"
+    script.write_text(CRASHING_WRITER)
+    proc = subprocess.run([sys.executable, str(script), store_spec, mode], capture_output=True, timeout=60)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-2000:]
+    wait_for_no_open_transactions(pg)
+    assert snapshot(store) == before
+    # the store is usable at once: no lock held, versions continue, a later replace drops the dead one's table
+    store.write([], ["t4"])
+    assert store.version() == before[3] + 1 and len(store) == 4
+    store.upsert(["t0"], unit(rng, 1, 8), ["ns"])
+    fresh = make_store(store_spec, 8)
+    fresh.upsert(["z"], unit(rng, 1, 8), [None])
+    assert sorted(store.hashes()) == ["z"]
+    import psycopg
+
+    with psycopg.connect(pg, autocommit=True) as conn:
+        tables = conn.execute("SELECT count(*) FROM pg_class WHERE relname LIKE %s AND relkind = 'r'",
+                              [store.table + "\\_t%"]).fetchone()[0]
+    assert tables == 1  # the live partition only
