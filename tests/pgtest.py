@@ -19,13 +19,17 @@ _tables = itertools.count()
 def _server():
     import pgserver
 
-    with warnings.catch_warnings():  # platformdirs warns when XDG_RUNTIME_DIR is unset
-        warnings.simplefilter("ignore")
-        return pgserver.get_server(tempfile.mkdtemp(prefix="toolscout-pg-"), cleanup_mode="delete")
+    return pgserver.get_server(tempfile.mkdtemp(prefix="toolscout-pg-"), cleanup_mode="delete")
 
 
 def postgres_uri() -> str:
     """The server's URI (a unix socket in its temporary directory), or skip the test."""
+    with warnings.catch_warnings():  # pgserver's platformdirs warns when XDG_RUNTIME_DIR is unset
+        warnings.simplefilter("ignore")
+        return _postgres_uri()
+
+
+def _postgres_uri() -> str:
     try:
         import pgserver  # noqa: F401
         import pgvector.psycopg  # noqa: F401

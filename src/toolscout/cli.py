@@ -28,7 +28,8 @@ def _add_retriever_options(p: argparse.ArgumentParser, default: str = "dense") -
                    help="first-stage retriever name (bm25, dense, ...); default %(default)s")
     p.add_argument("--model", default=None, help="encoder name or path for dense retrievers (default all-MiniLM-L6-v2)")
     p.add_argument("--store", default="numpy",
-                   help="vector store for dense retrievers: numpy (exact) or faiss:FACTORY, e.g. faiss:HNSW32")
+                   help="vector store for dense retrievers: numpy (exact) or faiss:FACTORY, e.g. faiss:HNSW32, "
+                        "or a PostgreSQL DSN postgresql://... (pgvector; docs/postgres.md)")
 
 
 def _add_rerank_options(p: argparse.ArgumentParser) -> None:
@@ -117,6 +118,15 @@ def build_parser() -> argparse.ArgumentParser:
     from .serve.cli import add_serve_parser  # argparse only; server dependencies load in cmd_serve
 
     add_serve_parser(sub)
+
+    p = sub.add_parser("migrate", help="apply the PostgreSQL schema migrations; copy a local index directory in",
+                       description="Bring the PostgreSQL store's schema up to date and, given DIR (a local index "
+                                   "directory), make its catalog the tenant's catalog: tools, text views and vectors "
+                                   "as they are, no re-embedding.")
+    p.add_argument("dir", metavar="DIR", nargs="?", default=None, help="local index directory to copy in")
+    p.add_argument("--store", required=True, metavar="DSN", help="postgresql://... (?tenant=T&table=NAME)")
+    p.add_argument("--search", choices=["dense", "hybrid"], default=None,
+                   help="how servers rank this catalog (default: hybrid for a hybrid index, else dense)")
     return parser
 
 
@@ -136,7 +146,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .generate.cli import cmd_generate
 
     handler = {"index": cmd_index, "search": cmd_search, "eval": cmd_eval, "train": cmd_train,
-               "demo": cmd_demo, "expand": cmd_expand, "generate": cmd_generate, "serve": cmd_serve}[args.command]
+               "demo": cmd_demo, "expand": cmd_expand, "generate": cmd_generate, "serve": cmd_serve,
+               "migrate": cmd_migrate}[args.command]
     try:
         return handler(args) or 0
     except (ToolScoutError, ValueError, KeyError, FileNotFoundError, OSError) as exc:
@@ -208,6 +219,10 @@ def cmd_index(args: argparse.Namespace) -> int:
         print(f"{catalog}: {len(loaded)} tools ({report.format})", file=sys.stderr)
         tools.extend(loaded)
     tools = _qualify_across_catalogs(tools)
+    if args.store.startswith(("postgresql://", "postgres://")):  # the shared PostgreSQL index
+        from .store.pg_cli import index_into_postgres
+
+        return index_into_postgres(args, tools)
     start = time.perf_counter()
     scout = ToolScout.from_tools(tools, retriever=args.retriever, reranker=_reranker_from_args(args),
                                  **_retriever_options(args, args.retriever))
@@ -231,8 +246,15 @@ def _qualify_across_catalogs(tools: list) -> list:
 def cmd_search(args: argparse.Namespace) -> int:
     from .pipeline import ToolScout
 
-    scout = ToolScout.load(args.dir)
-    query_hits = scout.search(list(args.query), k=args.k, namespaces=args.namespace)
+    from .store.pg_catalog import recorded_spec
+
+    if recorded_spec(args.dir):  # indexed into PostgreSQL: search the database, not the snapshot
+        from .store.pg_cli import open_postgres_service
+
+        with open_postgres_service(recorded_spec(args.dir)) as service:
+            query_hits = service.search(list(args.query), k=args.k, namespaces=args.namespace, min_score=None)
+    else:
+        query_hits = ToolScout.load(args.dir).search(list(args.query), k=args.k, namespaces=args.namespace)
     if args.json:
         out = [{"query": q, "hits": [h.to_dict() for h in hits]} for q, hits in zip(args.query, query_hits)]
         print(json.dumps(out[0] if len(out) == 1 else out, indent=2, ensure_ascii=False))
@@ -343,6 +365,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from .serve.cli import cmd_serve as serve
 
     return serve(args)
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from .store.pg_cli import migrate_command
+
+    return migrate_command(args)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

@@ -84,7 +84,10 @@ def load_transformer(path: str):
     """The HF transformer and tokenizer of a sentence-transformers folder (or a plain HF folder)."""
     from transformers import AutoModel, AutoTokenizer
 
-    return AutoModel.from_pretrained(path), AutoTokenizer.from_pretrained(path)
+    from .cross import quiet_transformers
+
+    with quiet_transformers():  # no load report or progress bars: loading a known model is not news
+        return AutoModel.from_pretrained(path), AutoTokenizer.from_pretrained(path)
 
 
 class ToolRefinerReranker:

@@ -6,7 +6,8 @@
 - `--tokens FILE`: per-token permissions, JSON
   `{"tokens": [{"token": "...", "name": "team-a", "namespaces": ["github", "jira"], "write": false}]}`.
   `namespaces` (omitted or null: all) restricts everything the token sees and writes; `""` stands for
-  tools with no namespace.
+  tools with no namespace. With the PostgreSQL store (`--store postgresql://...`) an entry may name a
+  `"tenant"`: that token works on that tenant's catalog only (default: the store's default tenant).
 
 Anonymous readers (when reads are open) see every namespace: use `--require-read-token` when the
 namespace restrictions must hold for everyone. Tokens are kept as SHA-256 digests only.
@@ -58,6 +59,11 @@ class AuthConfig:
     def enabled(self) -> bool:
         return bool(self.principals)
 
+    @property
+    def tenants(self) -> set[str]:
+        """The tenants tokens are bound to (only the PostgreSQL store serves several)."""
+        return {p.tenant for p in self.principals.values() if p.tenant is not None}
+
     def authenticate(self, authorization: str | None, *, write: bool) -> Principal:
         """The caller's principal, or AuthError 401 (no or unknown token) / 403 (may not write)."""
         if not authorization:
@@ -93,16 +99,20 @@ def read_tokens_file(path: str | Path) -> dict[str, Principal]:
         where = f"{path}: tokens[{i}]"
         if not isinstance(entry, dict) or not isinstance(entry.get("token"), str) or len(entry["token"]) < 8:
             raise ToolScoutError(f"{where}: needs a 'token' string of at least 8 characters")
-        unknown = set(entry) - {"token", "name", "namespaces", "write"}
+        unknown = set(entry) - {"token", "name", "namespaces", "write", "tenant"}
         if unknown:
             raise ToolScoutError(f"{where}: unknown field(s) {sorted(unknown)}")
         namespaces = entry.get("namespaces")
         if namespaces is not None and (not isinstance(namespaces, list)
                                        or not all(isinstance(n, str) for n in namespaces)):
             raise ToolScoutError(f"{where}: 'namespaces' must be a list of strings or null")
+        tenant = entry.get("tenant")
+        if tenant is not None and (not isinstance(tenant, str) or not tenant or len(tenant) > 200):
+            raise ToolScoutError(f"{where}: 'tenant' must be a non-empty string of at most 200 characters")
         digest = _digest(entry["token"])
         if digest in out:
             raise ToolScoutError(f"{where}: the same token appears twice")
         out[digest] = Principal(str(entry.get("name") or f"token{i}"),
-                                None if namespaces is None else frozenset(namespaces), bool(entry.get("write")))
+                                None if namespaces is None else frozenset(namespaces), bool(entry.get("write")),
+                                tenant)
     return out

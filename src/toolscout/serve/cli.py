@@ -26,7 +26,12 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
 
 
 def add_serve_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("dir", metavar="DIR", help="pipeline directory; writes are journalled beside its snapshot")
+    p.add_argument("dir", metavar="DIR", nargs="?", default=None,
+                   help="pipeline directory; writes are journalled beside its snapshot (optional with --store)")
+    p.add_argument("--store", default=None, metavar="DSN",
+                   help="serve the shared PostgreSQL index at DSN (postgresql://...; ?tenant=T: the default tenant): "
+                        "any number of servers on one DSN serve one catalog (docs/postgres.md). A DIR indexed with "
+                        "--store postgresql://... is served from its database without this flag")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default %(default)s)")
     p.add_argument("--port", type=int, default=8080, help="port to listen on (default %(default)s)")
     p.add_argument("--mcp", nargs="?", const="stdio", choices=["stdio", "http"], default=None,
@@ -59,18 +64,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
         os.environ.setdefault(var, "1")
     _check_dependencies(args)
     from .auth import AuthConfig
-    from .service import Principal, ToolService
+    from .service import Principal
 
     token = args.token if args.token is not None else os.environ.get("TOOLSCOUT_TOKEN") or None
     auth = AuthConfig.build(token, args.tokens, args.require_read_token)
-    service = ToolService.open(args.dir, fsync=not args.no_fsync, min_score=args.min_score,
-                               always_include=args.always_include, compact_every=args.compact_every)
+    service, where = _open_service(args, auth)
     try:
         if args.mcp == "stdio":
             from .mcp import build_mcp_server
 
             principal = Principal("stdio", None if args.namespace is None else frozenset(args.namespace), False)
-            print(f"toolscout: MCP over stdio, {len(service)} tools from {args.dir}", file=sys.stderr)
+            print(f"toolscout: MCP over stdio, {len(service)} tools from {where}", file=sys.stderr)
             build_mcp_server(service, stdio_principal=principal).run("stdio")
             return 0
         if args.namespace:
@@ -81,14 +85,43 @@ def cmd_serve(args: argparse.Namespace) -> int:
         app = _app(service, auth, args)
         import uvicorn
 
-        where = f"http://{args.host}:{args.port}"
+        source, where = where, f"http://{args.host}:{args.port}"
         what = "MCP at /mcp" if args.mcp == "http" else "API docs at /docs, MCP at /mcp"
-        print(f"toolscout: serving {len(service)} tools from {args.dir} at {where} ({what})", file=sys.stderr)
+        print(f"toolscout: serving {len(service)} tools from {source} at {where} ({what})", file=sys.stderr)
         uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False,
                     timeout_graceful_shutdown=10)
         return 0
     finally:
         service.close()
+
+
+def _open_service(args: argparse.Namespace, auth) -> tuple:
+    """(the service, what it serves): the PostgreSQL service for --store postgresql://... or a directory
+    indexed into PostgreSQL; else the local directory's service."""
+    from ..store.pg_catalog import recorded_spec
+    from ..store.pgvector import PgSpec, is_postgres_spec
+    from .service import ToolService
+
+    if args.store is not None and not is_postgres_spec(args.store):
+        raise ValueError(f"--store takes a PostgreSQL DSN (postgresql://...), not {args.store!r}; a local index "
+                         "is served from its directory")
+    spec = args.store or recorded_spec(args.dir)
+    if spec is not None:
+        from .pg_service import PgToolService
+
+        if auth.tenants and not auth.require_read_token:
+            print("toolscout: warning: tokens are bound to tenants but reads are open: requests without a token "
+                  "read the default tenant (add --require-read-token)", file=sys.stderr)
+        service = PgToolService.open(spec, min_score=args.min_score, always_include=args.always_include)
+        return service, str(PgSpec.parse(spec))
+    if args.dir is None:
+        raise ValueError("give the pipeline directory to serve (DIR) or --store postgresql://...")
+    if auth.tenants:
+        raise ValueError("tokens bound to tenants need the PostgreSQL store (--store postgresql://...); a local "
+                         "index holds one catalog")
+    service = ToolService.open(args.dir, fsync=not args.no_fsync, min_score=args.min_score,
+                               always_include=args.always_include, compact_every=args.compact_every)
+    return service, args.dir
 
 
 def _check_dependencies(args: argparse.Namespace) -> None:

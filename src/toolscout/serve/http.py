@@ -389,12 +389,12 @@ def create_app(service: ToolService, auth: AuthConfig | None = None, *, max_body
             abstained = not any(h.match != "always" for h in query_hits)
             entry: dict[str, Any] = {"query": query, "abstained": abstained, "hits": [_hit_dict(h) for h in query_hits]}
             if body.format != "toolscout":
-                entry["tools"] = _definitions(service, query_hits, body.format)
+                entry["tools"] = _definitions(service, query_hits, body.format, principal)
             results.append(entry)
             metrics.count("queries")
             metrics.count("abstained", abstained)
             metrics.count("name_match", any(h.match == "name" for h in query_hits))
-        return JSONResponse({"results": results, "version": service.seq})
+        return JSONResponse({"results": results, "version": service.version(principal)})
 
     # catalog reads --------------------------------------------------------------------------
     @app.get("/tools", responses=ERRORS, tags=["catalog"])
@@ -479,10 +479,10 @@ def create_app(service: ToolService, auth: AuthConfig | None = None, *, max_body
     return Observe(BodyLimit(app, max_body_bytes), metrics)
 
 
-def _definitions(service: ToolService, hits: list, fmt: str) -> list[dict[str, Any]]:
+def _definitions(service: ToolService, hits: list, fmt: str, principal: Principal) -> list[dict[str, Any]]:
     from ..adapters import AgentNames, to_anthropic, to_openai
 
-    names = AgentNames(service.name_is_shared)
+    names = AgentNames(lambda name: service.name_is_shared(name, principal))
     if fmt == "anthropic":
         return to_anthropic(hits, names=names)
     return to_openai(hits, style="responses" if fmt == "openai_responses" else "chat", names=names)

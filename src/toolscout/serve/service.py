@@ -55,11 +55,14 @@ class ServiceUnavailable(ServiceError):
 
 @dataclass(frozen=True)
 class Principal:
-    """Who is calling: `namespaces` None means every namespace; `write` allows upserts and deletes."""
+    """Who is calling: `namespaces` None means every namespace; `write` allows upserts and deletes.
+    `tenant`: whose catalog the caller works on (None: the service's default); only the PostgreSQL
+    service (`pg_service.py`) holds several tenants' catalogs."""
 
     name: str = "anonymous"
     namespaces: frozenset[str] | None = None
     write: bool = False
+    tenant: str | None = None
 
     def sees(self, tool: Tool) -> bool:
         return self.namespaces is None or (tool.namespace or "") in self.namespaces
@@ -170,11 +173,7 @@ class ToolService:
                always_include: Iterable[str] = (), match_names: bool = True) -> list[Hit] | list[list[Hit]]:
         """`ToolScout.search` within what `principal` may see. `min_score` defaults to the service's
         abstention threshold (pass None for none); `always_include` adds to the service's list."""
-        flt = Filter.make(namespaces=principal.namespaces, ids=ids, exclude_ids=exclude_ids)
-        if namespaces is not None:  # folded into the filter: an intersection with the principal's
-            allowed = frozenset(namespaces)
-            flt = Filter(allowed if flt is None or flt.namespaces is None else allowed & flt.namespaces,
-                         None if flt is None else flt.ids, frozenset() if flt is None else flt.exclude_ids)
+        flt = search_filter(principal, namespaces, ids, exclude_ids)
         threshold = self.min_score if min_score is _UNSET else min_score
         options = (k, flt, threshold, self.always_include + tuple(always_include), bool(match_names))
         if isinstance(query, str) and self._batcher is not None and not self._closed:
@@ -211,9 +210,13 @@ class ToolService:
         """Every tool in the catalog (whatever the principal: filter with `Principal.sees`)."""
         return self.scout.tools
 
-    def name_is_shared(self, name: str) -> bool:
+    def name_is_shared(self, name: str, principal: Principal = ADMIN) -> bool:
         """True when more than one tool in the catalog has this name (agents need a qualified one)."""
         return self._names.get(name, 0) > 1
+
+    def version(self, principal: Principal = ADMIN) -> int:
+        """The catalog version (the journal position) the caller's next read sees."""
+        return self.seq
 
     def __len__(self) -> int:
         return len(self.scout)
@@ -357,6 +360,17 @@ class ToolService:
                 "writes": "failed: " + self.failed if self.failed else "ok",
                 "search_batches": self._batcher.batches if self._batcher else None,
                 "batched_queries": self._batcher.queries if self._batcher else None}
+
+
+def search_filter(principal: Principal, namespaces: Iterable[str] | None = None, ids: Iterable[str] | None = None,
+                  exclude_ids: Iterable[str] = ()) -> Filter | None:
+    """The filter of one search: the request's conditions within the principal's namespaces."""
+    flt = Filter.make(namespaces=principal.namespaces, ids=ids, exclude_ids=exclude_ids)
+    if namespaces is not None:  # folded into the filter: an intersection with the principal's
+        allowed = frozenset(namespaces)
+        flt = Filter(allowed if flt is None or flt.namespaces is None else allowed & flt.namespaces,
+                     None if flt is None else flt.ids, frozenset() if flt is None else flt.exclude_ids)
+    return flt
 
 
 class SearchBatcher:
