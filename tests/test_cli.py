@@ -92,3 +92,25 @@ def test_demo_indexes_the_bundled_catalog(capsys, tmp_path):
     code, out, _ = run(capsys, "demo", "--out", tmp_path / "demo", "--retriever", "bm25")
     assert code == 0 and "AppointmentRegistration" in out and "AddReminder" in out
     assert (tmp_path / "demo" / "CURRENT").exists()
+
+
+def test_eval_model_dir_goes_only_to_the_retriever_it_trained(tmp_path):
+    """`eval --retriever mlc --model MLC_DIR --retriever dense`: dense keeps its default encoder, and a
+    trained dir given to retrievers none of which it trained is an error naming the right one."""
+    from toolscout.cli import _model_for
+    from toolscout.models import model_base
+    from toolscout.artifacts import write_artifact
+
+    out = tmp_path / "mlcdir"
+    with write_artifact(out, model_base("mlc")):
+        pass
+    assert _model_for(str(out), "mlc") == str(out)
+    assert _model_for(str(out), "dense") is None and _model_for(str(out), "bm25") is None
+    assert _model_for("sentence-transformers/foo", "dense") == "sentence-transformers/foo"  # a plain name: everyone
+    embed = tmp_path / "embeddir"
+    with write_artifact(embed, model_base("embed")):
+        pass
+    assert _model_for(str(embed), "dense") == str(embed) and _model_for(str(embed), "hybrid") == str(embed)
+    assert _model_for(str(embed), "tool2vec") is None
+    fixture = Path(__file__).parent / "fixtures" / "eval" / "alpha"
+    assert main(["eval", str(fixture), "--retriever", "bm25", "--model", str(out), "--quiet"]) == 1

@@ -281,6 +281,20 @@ def _print_hits(query: str, hits: list) -> None:
     Console().print(table)
 
 
+def _model_for(model: str | None, retriever: str) -> str | None:
+    """--model for one of several compared retrievers: a trained model directory goes only to the
+    retriever its method trains (an `embed` dir to the encoder-based dense and hybrid); the others use
+    their defaults. A plain encoder name or folder goes to every encoder-based retriever."""
+    from .models import model_config
+
+    trained = model_config(model)
+    if trained is None:
+        return model
+    method = trained[1].get("method")
+    wants = {"dense": "embed", "hybrid": "embed"}.get(retriever, retriever)
+    return model if method == wants else None
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     from .benchmark import load_benchmark
     from .eval import evaluate, format_table, paired_bootstrap, plot_reports
@@ -290,17 +304,23 @@ def cmd_eval(args: argparse.Namespace) -> int:
     sets = [load_benchmark(s) for s in args.sets]
     names = args.retriever or ["dense"]
     encoder = None
+    dense_model = _model_for(args.model, "dense")
+    if args.model and not any(_model_for(args.model, name) for name in names):
+        from .models import model_config
+
+        method = model_config(args.model)[1].get("method")
+        raise ValueError(f"--model {args.model} is a {method!r} model; evaluate it with --retriever {method}")
     if {"dense", "hybrid"} & set(names):  # load the encoder once, reuse it for every set
         from .retrievers.dense import encoder_for
 
-        encoder = encoder_for(args.model)  # a name, a folder, or a `toolscout train embed` directory
+        encoder = encoder_for(dense_model)  # a name, a folder, or a `toolscout train embed` directory
     reports = []
     for name in names:
-        options = _retriever_options(args, name)
+        options = _retriever_options(argparse.Namespace(**{**vars(args), "model": _model_for(args.model, name)}), name)
         if name in ("dense", "hybrid"):
             from .retrievers.dense import trained_view
 
-            view = _view_option(args, name) or ({"view": trained_view(args.model)} if trained_view(args.model) else {})
+            view = _view_option(args, name) or ({"view": trained_view(dense_model)} if trained_view(dense_model) else {})
             options = {"encoder": encoder, "store": args.store, **view}
 
         stages = [None, reranker] if reranker is not None and args.with_first_stage else [reranker]
