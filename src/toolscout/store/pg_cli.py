@@ -1,0 +1,79 @@
+"""What the CLI does with a PostgreSQL store: `toolscout index ... --store postgresql://...`,
+`toolscout search DIR` on a directory indexed that way, and `toolscout migrate [DIR] --store DSN`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Sequence
+
+from ..tool import Tool
+from .pg_catalog import index_catalog, migrate_directory, set_search_mode
+from .pgvector import PgSpec, PgVectorStore
+
+
+def index_into_postgres(args: argparse.Namespace, tools: Sequence[Tool]) -> int:
+    """Make `tools` the tenant's catalog in the database (re-embedding only changed texts), then write
+    `--out` as a pipeline directory that records the store (no password) and holds a snapshot of the
+    catalog: `toolscout search/serve DIR` then work on the database."""
+    from ..expand.views import view_from_args
+    from ..pipeline import ToolScout
+    from ..retrievers.dense import DenseRetriever, encoder_for, trained_view
+    from ..tool import TextView, content_hash, tool_text
+
+    if args.retriever not in ("dense", "hybrid"):
+        raise ValueError(f"--store postgresql://... indexes with --retriever dense or hybrid (dense + PostgreSQL "
+                         f"full-text search), not {args.retriever!r}")
+    if args.rerank:
+        raise ValueError("--rerank is not supported with the PostgreSQL store yet")
+    spec = PgSpec.parse(args.store)
+    start = time.perf_counter()
+    encoder = encoder_for(args.model)
+    view = view_from_args(args) or trained_view(args.model) or TextView()
+    store = PgVectorStore.from_spec(spec, encoder.dim)
+    try:
+        report = index_catalog(store, tools, encoder, view, search="dense" if args.retriever == "dense" else "hybrid",
+                               progress=True)
+        retriever = DenseRetriever(encoder=encoder, store="numpy", view=view)
+        retriever.store, retriever.store_kind = store, spec.to_string()  # the DSN as recorded: no password
+        retriever.hashes = {t.id: content_hash(tool_text(t, view)) for t in tools}
+        scout = ToolScout(retriever, list(tools), indexed=True)
+        scout.save(args.out, extra_config={"postgres": spec.to_string()})
+    finally:
+        store.close()
+    took = time.perf_counter() - start
+    print(f"indexed {report.tools} tools ({report.embedded} embedded, the rest unchanged) into {spec} "
+          f"version {report.version} in {took:.1f}s → {args.out}", file=sys.stderr)
+    return 0
+
+
+def open_postgres_service(spec: str):
+    """A PgToolService on `spec` without background search threads (for one-off CLI searches)."""
+    from ..serve.pg_service import PgToolService
+
+    return PgToolService.open(spec, batch_workers=0)
+
+
+def migrate_command(args: argparse.Namespace) -> int:
+    spec = PgSpec.parse(args.store)
+    if args.dir is None:
+        from .pgvector import PgDatabase
+
+        database = PgDatabase(spec.dsn, spec.table)
+        try:
+            database.dim  # connects and migrates (the table must exist: its dimension is not known here)
+            if args.search:
+                set_search_mode(database, args.search)
+        finally:
+            database.close()
+        applied = ", ".join(map(str, database.migrated)) or "none (up to date)"
+        print(f"{spec}: schema migrations applied: {applied}"
+              + (f"; served with {args.search} search from the next server start" if args.search else ""),
+              file=sys.stderr)
+        return 0
+    start = time.perf_counter()
+    report = migrate_directory(args.dir, spec, search=args.search)
+    print(f"migrated {report.tools} tools from {args.dir} into {spec} (version {report.version}) in "
+          f"{time.perf_counter() - start:.1f}s", file=sys.stderr)
+    return 0

@@ -1,0 +1,251 @@
+"""The PostgreSQL store under the pipeline, the CLI and the servers: top-10 parity with the local index,
+`toolscout index/search/migrate --store`, tenant isolation over HTTP, and two server processes on one DSN
+seeing each other's writes at once."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+from pgtest import new_table, postgres_uri, spec
+
+from toolscout import ToolScout
+from toolscout.tool import Tool
+
+QUERIES = ["what is the weather tomorrow in Paris", "book me a flight to Rome", "send an email to my boss",
+           "how much is 100 dollars in euros", "schedule a meeting with Ann on Monday", "open the notes file"]
+
+
+@pytest.fixture(scope="session")
+def pg():
+    return postgres_uri()
+
+
+def exact_store(store_spec):
+    from toolscout.store.pgvector import PgVectorStore
+
+    return PgVectorStore.from_spec(store_spec, exact=True)
+
+
+def test_a_local_index_migrated_to_postgres_gives_identical_top10(pg, tmp_path, tools, encoder):
+    from toolscout.store.pg_catalog import migrate_directory
+
+    local = ToolScout.from_tools(tools, retriever="dense", encoder=encoder)
+    local.save(tmp_path / "local")
+    store_spec = spec(pg, new_table())
+    report = migrate_directory(tmp_path / "local", store_spec)
+    assert (report.tools, report.embedded) == (len(tools), 0)  # vectors copied, nothing re-embedded
+    store = exact_store(store_spec)
+    vectors = encoder.encode_queries(QUERIES)
+    expected = local.retrieve(QUERIES, 10)
+    got = store.search(vectors, 10)
+    assert got.as_lists() == expected.as_lists()
+    for a, b in zip(got.scores, expected.scores):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+    assert store.hashes() == local.retriever.hashes  # the same content hashes: later edits re-embed the same
+    # the same after the same edits on both sides: one tool changed, one removed, one added
+    edited = Tool("mail.send", "send_email", "Send a text message (SMS) to a phone number.", namespace="mail")
+    added = Tool("notes.open", "open_note", "Open a note from the notes file.", namespace="files")
+    local.add([edited, added])
+    local.remove(["files.read"])
+    from toolscout.serve.pg_service import PgToolService
+
+    with PgToolService.open(store_spec, encoder=encoder, batch_workers=0) as service:
+        service.upsert([edited, added])
+        service.delete(["files.read"])
+    assert store.search(vectors, 10).as_lists() == local.retrieve(QUERIES, 10).as_lists()
+
+
+def test_cli_index_search_and_migrate_with_a_postgres_store(pg, tmp_path, tools, encoder, capsys):
+    from toolscout.cli import main
+
+    catalog = tmp_path / "tools.json"
+    catalog.write_text(json.dumps([{"type": "function", "function": {"name": t.name, "description": t.description,
+                                                                     "parameters": t.parameters}} for t in tools]))
+    from toolscout.store.pgvector import PgSpec
+
+    table = new_table()
+    store_spec = spec(pg, table, "team-a")
+    assert main(["index", str(catalog), "--out", str(tmp_path / "idx"), "--store", store_spec]) == 0
+    assert main(["index", str(catalog), "--out", str(tmp_path / "local")]) == 0
+    capsys.readouterr()
+    config = json.loads(next((tmp_path / "idx").glob("v*/config.json")).read_text())
+    recorded = PgSpec.parse(config["postgres"])  # recorded without the password
+    assert ":@" not in config["postgres"] and (recorded.tenant, recorded.table) == ("team-a", table)
+    found = []
+    for folder in ("idx", "local"):
+        assert main(["search", str(tmp_path / folder), QUERIES[1], "-k", "3", "--json"]) == 0
+        found.append([h["id"] for h in json.loads(capsys.readouterr().out)["hits"]])
+    assert found[0] == found[1] and len(found[0]) == 3
+    # re-indexing an unchanged catalog embeds nothing; the table's search mode can be switched
+    assert main(["index", str(catalog), "--out", str(tmp_path / "idx"), "--store", store_spec]) == 0
+    assert f"indexed {len(tools)} tools (0 embedded" in capsys.readouterr().err
+    assert main(["migrate", "--store", store_spec, "--search", "hybrid"]) == 0
+    assert main(["index", str(catalog), "--out", str(tmp_path / "idx"), "--store", store_spec]) == 1
+    assert "is served with hybrid search" in capsys.readouterr().err
+
+
+def test_tenants_are_isolated_on_every_http_path(pg, tmp_path, tools, encoder):
+    from starlette.testclient import TestClient
+
+    from toolscout.serve.auth import AuthConfig
+    from toolscout.serve.http import create_app
+    from toolscout.serve.pg_service import PgToolService
+    from toolscout.store.pg_catalog import index_catalog
+    from toolscout.store.pgvector import PgVectorStore
+
+    table = new_table()
+    store_a = PgVectorStore.from_spec(spec(pg, table, "a"), encoder.dim)
+    index_catalog(store_a, tools, encoder)
+    secret = Tool("vault.open", "open_vault", "Open the secret bank vault with the launch codes.", namespace="vault")
+    b_tools = [Tool("mail.send", "send_email", "Tenant B's own mail sender.", namespace="mail"), secret]
+    index_catalog(store_a.for_tenant("b"), b_tools, encoder)
+    tokens = tmp_path / "tokens.json"
+    tokens.write_text(json.dumps({"tokens": [
+        {"token": "token-of-a", "name": "a", "tenant": "a", "write": True},
+        {"token": "token-of-b", "name": "b", "tenant": "b", "write": True}]}))
+    service = PgToolService.open(spec(pg, table, "a"), encoder=encoder)
+    client = TestClient(create_app(service, AuthConfig.build(tokens_file=tokens, require_read_token=True)))
+    A, B = ({"authorization": f"Bearer token-of-{t}"} for t in "ab")
+
+    r = client.post("/search", json={"query": "open the secret bank vault", "k": 20}, headers=A).json()
+    assert "vault.open" not in {h["id"] for h in r["results"][0]["hits"]}
+    assert len(r["results"][0]["hits"]) == len(tools)
+    r = client.post("/search", json={"query": "open_vault", "k": 3}, headers=A).json()  # a name in B only
+    assert all(h["match"] != "name" for h in r["results"][0]["hits"])
+    r = client.post("/search", json={"query": "open_vault", "k": 3}, headers=B).json()
+    assert r["results"][0]["hits"][0]["id"] == "vault.open" and r["results"][0]["hits"][0]["match"] == "name"
+    assert client.get("/tools/vault.open", headers=A).status_code == 404
+    assert client.get("/tools/vault.open", headers=B).status_code == 200
+    assert client.get("/tools/mail.send", headers=A).json()["description"] == tools[5].description
+    assert client.get("/tools/mail.send", headers=B).json()["description"] == "Tenant B's own mail sender."
+    assert client.get("/tools", headers=A).json()["total"] == len(tools)
+    assert client.get("/tools", params={"namespace": "vault"}, headers=A).json() == {"total": 0, "offset": 0,
+                                                                                      "tools": []}
+    assert "vault" not in client.get("/namespaces", headers=A).json()["namespaces"]
+    assert client.get("/namespaces", headers=B).json()["namespaces"] == {"mail": 1, "vault": 1}
+    version_b = client.post("/search", json={"query": "x y", "k": 1}, headers=B).json()["version"]
+    # writes: A creating an id B holds creates A's own; A cannot delete B's tool; B's version is untouched
+    r = client.put("/tools/vault.open", json={"name": "open_vault", "description": "A's vault."}, headers=A)
+    assert r.status_code == 200 and r.json()["created"] == ["vault.open"]
+    assert client.delete("/tools/b-only", headers=A).status_code == 404
+    assert client.get("/tools/vault.open", headers=B).json()["description"] == secret.description
+    assert client.delete("/tools/vault.open", headers=A).status_code == 200
+    assert client.get("/tools/vault.open", headers=B).status_code == 200
+    assert client.post("/search", json={"query": "x y", "k": 1}, headers=B).json()["version"] == version_b
+    assert client.post("/search", json={"query": "x"}).status_code == 401
+    service.close()
+
+
+# ------------------------------------------------------------------------------ two server processes
+
+TOKEN = "pg-replica-token"
+AUTH = {"authorization": f"Bearer {TOKEN}"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_servers(store_spec, n):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOOLSCOUT_TOKEN": TOKEN}
+    servers = []
+    for _ in range(n):
+        port = free_port()
+        proc = subprocess.Popen([sys.executable, "-m", "toolscout.serve", "--store", store_spec, "--port", str(port)],
+                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        servers.append((proc, f"http://127.0.0.1:{port}"))
+    import httpx
+
+    deadline = time.time() + 120
+    for proc, url in servers:
+        while True:
+            if proc.poll() is not None:
+                raise AssertionError(f"server exited: {proc.stderr.read().decode()[-2000:]}")
+            try:
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.time() > deadline:
+                raise AssertionError("server did not start")
+            time.sleep(0.1)
+    return servers
+
+
+def listen(uri, received, ready, stop):
+    import psycopg
+
+    with psycopg.connect(uri, autocommit=True) as conn:
+        conn.execute("LISTEN toolscout")
+        ready.set()
+        while not stop.is_set():
+            received.extend(json.loads(note.payload) for note in conn.notifies(timeout=0.2))
+
+
+def test_two_servers_on_one_dsn_see_each_others_writes_at_once(pg, tools, encoder):
+    import httpx
+
+    from toolscout.store.pg_catalog import index_catalog
+    from toolscout.store.pgvector import PgVectorStore
+
+    store_spec = spec(pg, new_table())
+    index_catalog(PgVectorStore.from_spec(store_spec, encoder.dim), tools, encoder)
+    received, ready, stop = [], threading.Event(), threading.Event()
+    listener = threading.Thread(target=listen, args=(pg, received, ready, stop), daemon=True)
+    listener.start()
+    ready.wait(10)
+    servers = start_servers(store_spec, 2)
+    (_p1, one), (_p2, two) = servers
+    try:
+        with httpx.Client(timeout=30, headers=AUTH) as http:
+            kite = {"name": "fly_kite", "namespace": "fun", "description": "Fly a kite in the park on a windy day."}
+            w1 = http.put(f"{one}/tools/fun.kite", json=kite).json()
+            # no waiting: the next request to the other server sees the committed write
+            assert http.get(f"{two}/tools/fun.kite").json()["description"] == kite["description"]
+            hits = http.post(f"{two}/search", json={"query": "fly_kite", "k": 3}).json()["results"][0]["hits"]
+            assert (hits[0]["id"], hits[0]["match"]) == ("fun.kite", "name")  # its name index caught up too
+            hits = http.post(f"{two}/search", json={"query": "go kiting when it is windy",
+                                                    "k": 1}).json()["results"][0]["hits"]
+            assert hits[0]["id"] == "fun.kite"
+            # an update through the second, a delete through the first
+            kite["description"] = "Launch a kite on the beach."
+            w2 = http.put(f"{two}/tools/fun.kite", json=kite).json()
+            assert w2["updated"] == ["fun.kite"] and w2["version"] == w1["version"] + 1
+            assert http.get(f"{one}/tools/fun.kite").json()["description"] == "Launch a kite on the beach."
+            w3 = http.delete(f"{one}/tools/fun.kite").json()
+            assert http.get(f"{two}/tools/fun.kite").status_code == 404
+            hits = http.post(f"{two}/search", json={"query": "fly_kite", "k": 3}).json()["results"][0]["hits"]
+            assert "fun.kite" not in {h["id"] for h in hits}
+            # concurrent writers on both servers: every write lands once, with its own version
+            def write(url, i):
+                return http.put(f"{url}/tools/fun.t{i}", json={"name": f"t{i}", "namespace": "fun",
+                                                               "description": f"Tool number {i}."}).json()["version"]
+            results = []
+            threads = [threading.Thread(target=lambda u=u, i=i: results.append(write(u, i)))
+                       for i, u in enumerate([one, two] * 4)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert sorted(results) == list(range(w3["version"] + 1, w3["version"] + 9))
+            for url in (one, two):
+                assert http.get(f"{url}/tools", params={"namespace": "fun"}).json()["total"] == 8
+        deadline = time.time() + 10
+        while len(received) < 11 and time.time() < deadline:
+            time.sleep(0.05)
+        stop.set()
+        versions = [n["version"] for n in received if n["table"] == store_spec.split("table=")[1]]
+        assert versions[:3] == [w1["version"], w2["version"], w3["version"]]
+    finally:
+        for proc, _url in servers:
+            proc.terminate()
+        for proc, _url in servers:
+            proc.wait(timeout=30)
