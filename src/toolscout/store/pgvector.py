@@ -529,8 +529,8 @@ class PgVectorStore:
 
     def _run_search(self, statement, params: dict, exact: bool, ef: int) -> tuple[list, int]:
         with self.database.connection() as conn:
-            if exact or ef != self.database.ef_search:
-                with conn.transaction():
+            if exact or ef != self.database.ef_search:  # a setting for this query only: SET LOCAL in a
+                with conn.pipeline(), conn.transaction():  # transaction, sent with the query in one go
                     if exact:
                         conn.execute("SET LOCAL enable_indexscan = off")
                     else:
@@ -779,27 +779,30 @@ class _CatalogMoved(Exception):
 _VERSION_ROW = ("SELECT 0::bigint AS ord, NULL::text AS id, coalesce(max(version), 0)::float8 AS score{docnull} "
                 "FROM toolscout_versions WHERE tbl = %(tbl)s AND tenant = %(tenant)s UNION ALL ")
 
+# The query texts become tsqueries once per query (a MATERIALIZED CTE), not once per row scanned.
+_QUERIES_TSQ = ("WITH q AS MATERIALIZED (SELECT ord, {vec}to_tsquery(%(cfg)s::regconfig, tq) AS tsq "
+                "FROM unnest({arrays}) WITH ORDINALITY AS u({cols}ord)) ")
+
 _SEARCH_SQL = {
     "dense": _VERSION_ROW + (
-        "SELECT q.ord, t.id, t.score{doc} FROM unnest(%(vecs)s::vector[]) WITH ORDINALITY AS q(vec, ord) "
+        "SELECT q.ord, t.id, t.score{doc} FROM unnest(%(vecs)b::vector[]) WITH ORDINALITY AS q(vec, ord) "
         "CROSS JOIN LATERAL (SELECT id, doc, (embedding <#> q.vec) * -1 AS score FROM {{t}} "
         "WHERE {where} ORDER BY embedding <#> q.vec LIMIT %(k)s) t"),
-    "lexical": _VERSION_ROW + (
-        "SELECT q.ord, t.id, t.score{doc} FROM unnest(%(tqs)s::text[]) WITH ORDINALITY AS q(tq, ord) "
-        "CROSS JOIN LATERAL (SELECT id, doc, ts_rank(tsv, to_tsquery(%(cfg)s::regconfig, q.tq), 1)::float8 AS score "
-        "FROM {{t}} WHERE {where} AND tsv @@ to_tsquery(%(cfg)s::regconfig, q.tq) "
-        "ORDER BY score DESC, id LIMIT %(k)s) t"),
-    "hybrid": _VERSION_ROW + (
-        "SELECT q.ord, f.id, f.score{doc} FROM unnest(%(vecs)s::vector[], %(tqs)s::text[]) "
-        "WITH ORDINALITY AS q(vec, tq, ord) "
+    "lexical": _QUERIES_TSQ.format(vec="", arrays="%(tqs)s::text[]", cols="tq, ") + _VERSION_ROW + (
+        "SELECT q.ord, t.id, t.score{doc} FROM q "
+        "CROSS JOIN LATERAL (SELECT id, doc, ts_rank(tsv, q.tsq, 1)::float8 AS score "
+        "FROM {{t}} WHERE {where} AND tsv @@ q.tsq ORDER BY score DESC, id LIMIT %(k)s) t"),
+    "hybrid": _QUERIES_TSQ.format(vec="vec, ", arrays="%(vecs)b::vector[], %(tqs)s::text[]", cols="vec, tq, ")
+    + _VERSION_ROW + (
+        "SELECT q.ord, f.id, f.score{doc} FROM q "
         "CROSS JOIN LATERAL (SELECT u.id, sum(1.0 / (%(rrf_k)s + u.r))::float8 AS score FROM ("
         " SELECT d.id, row_number() OVER (ORDER BY d.dist, d.id) AS r FROM ("
         "  SELECT id, embedding <#> q.vec AS dist FROM {{t}} WHERE {where} "
         "  ORDER BY embedding <#> q.vec LIMIT %(depth)s) d"
         " UNION ALL"
         " SELECT l.id, row_number() OVER (ORDER BY l.rank DESC, l.id) AS r FROM ("
-        "  SELECT id, ts_rank(tsv, to_tsquery(%(cfg)s::regconfig, q.tq), 1) AS rank FROM {{t}} "
-        "  WHERE {where} AND tsv @@ to_tsquery(%(cfg)s::regconfig, q.tq) "
+        "  SELECT id, ts_rank(tsv, q.tsq, 1) AS rank FROM {{t}} "
+        "  WHERE {where} AND tsv @@ q.tsq "
         "  ORDER BY rank DESC, id LIMIT %(depth)s) l"
         ") u GROUP BY u.id ORDER BY score DESC, u.id LIMIT %(k)s) f{docjoin}"),
 }
@@ -835,7 +838,7 @@ def _allows_nothing(flt: Filter | None) -> bool:
 
 
 _WORD = re.compile(r"[^\W_]+")
-MAX_QUERY_WORDS = 64
+MAX_QUERY_WORDS = 32  # long dialogues: the first 32 distinct words
 
 
 def or_query(text: str) -> str:
