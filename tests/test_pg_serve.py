@@ -249,3 +249,43 @@ def test_two_servers_on_one_dsn_see_each_others_writes_at_once(pg, tools, encode
             proc.terminate()
         for proc, _url in servers:
             proc.wait(timeout=30)
+
+
+def test_the_python_pipeline_runs_on_a_postgres_store(pg, tmp_path, tools, encoder):
+    store_spec = spec(pg, new_table())
+    local = ToolScout.from_tools(tools, retriever="dense", encoder=encoder)
+    scout = ToolScout.from_tools(tools, retriever="dense", encoder=encoder, store=store_spec)
+    assert scout.retrieve(QUERIES, 5).as_lists() == local.retrieve(QUERIES, 5).as_lists()
+    scout.remove(["files.read"])
+    local.remove(["files.read"])
+    assert scout.retrieve(QUERIES, 5).as_lists() == local.retrieve(QUERIES, 5).as_lists()
+    scout.save(tmp_path / "idx")
+    again = ToolScout.load(tmp_path / "idx")  # reconnects from the saved config
+    assert again.retrieve(QUERIES, 5).as_lists() == local.retrieve(QUERIES, 5).as_lists()
+    # a second pipeline indexed into the same tenant replaces the catalog the first one wrote
+    ToolScout.from_tools(tools[:3], retriever="dense", encoder=encoder, store=store_spec)
+    assert sorted(exact_store(store_spec).hashes()) == sorted(t.id for t in tools[:3])
+
+
+def test_a_replica_name_cache_is_never_staler_than_its_bound(pg, tools, encoder):
+    from toolscout.serve.pg_service import PgToolService
+    from toolscout.store.pg_catalog import index_catalog
+    from toolscout.store.pgvector import PgVectorStore
+
+    store_spec = spec(pg, new_table())
+    index_catalog(PgVectorStore.from_spec(store_spec, encoder.dim), tools, encoder)
+    writer = PgToolService.open(store_spec, encoder=encoder, batch_workers=0)
+    reader = PgToolService.open(store_spec, encoder=encoder, batch_workers=0, max_stale_s=0.3)
+    assert not reader.name_is_shared("send_email")
+    writer.upsert([Tool("mail2.send", "send_email", "Send an email from the second account.", namespace="mail2")])
+    # a search reads the catalog version with its ranking and catches the name index up first: no delay
+    hits = reader.search("send_email", 3, min_score=None)
+    assert {h.tool.id for h in hits if h.match == "name"} == {"mail.send", "mail2.send"}
+    writer.delete(["mail2.send"])
+    time.sleep(0.35)  # without a search in between, name_is_shared re-checks once its index is 0.3 s old
+    assert not reader.name_is_shared("send_email")
+    writer.upsert([Tool("mail3.send", "send_email", "Send an email from a third account.", namespace="mail3")])
+    time.sleep(0.35)
+    assert reader.name_is_shared("send_email")
+    writer.close()
+    reader.close()

@@ -512,7 +512,8 @@ class PgVectorStore:
         ef = max(self.ef_search, k, params["depth"] if mode == "hybrid" else 0)
         rows, version = self._run_search(statement, params, exact, ef)
         per_query = _group(rows, n)
-        if mode == "dense" and not exact:  # a filtered graph walk may come back short: redo those exactly
+        if mode == "dense" and not exact:  # a graph walk filtered afterwards (or through rows deleted but not
+            # yet vacuumed) may come back short: redo those queries exactly (cheap when few rows qualify)
             short = [q for q in range(n) if len(per_query[q][0]) < k]
             if short:
                 params["vecs"] = [vectors[q] for q in short]
@@ -591,12 +592,20 @@ class PgVectorStore:
             if delete or inspect is not None:
                 raise ValueError("replace=True writes a whole catalog: no delete ids or inspect callback")
             return self._replace(rows, config)
+        import psycopg
+
         with self.database.connection() as conn:
-            self.database.ensure_partition(conn, self.tenant)
-            try:
-                return self._write(conn, rows, list(dict.fromkeys(delete)), inspect)
-            except _NothingToWrite:
-                return WriteOutcome(self._version(conn))
+            for attempt in range(2):
+                self.database.ensure_partition(conn, self.tenant)
+                try:
+                    return self._write(conn, rows, list(dict.fromkeys(delete)), inspect)
+                except _NothingToWrite:
+                    return WriteOutcome(self._version(conn))
+                except psycopg.errors.CheckViolation as exc:  # the partition went away (tenant dropped elsewhere)
+                    if attempt or "no partition" not in str(exc):
+                        raise
+                    self.database.forget_partition(self.tenant)
+        raise AssertionError("unreachable")
 
     def _write(self, conn, rows: list[PgRow], delete: list[str], inspect: Inspect | None) -> WriteOutcome:
         from psycopg.types.json import Jsonb
@@ -644,13 +653,19 @@ class PgVectorStore:
     def _replace(self, rows: list[PgRow], config: dict[str, Any] | None, attempts: int = 3) -> WriteOutcome:
         """Build the tenant's new partition beside the live one (committed, not attached: invisible), then
         swap it in with one short transaction. A write that lands in between makes the swap retry."""
-        for _attempt in range(attempts):
-            with self.database.connection() as conn:
-                seen, staging = self._build_partition(conn, rows)
-                try:
-                    return self._swap(conn, staging, seen, len(rows), config)
-                except _CatalogMoved:
-                    conn.execute(self._sql("DROP TABLE IF EXISTS {s}", s=staging))
+        canonical = schema.partition_name(self.table, self.tenant)
+        with self.database.connection() as conn:
+            # one replace per tenant at a time (session lock: released if this process dies)
+            conn.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", [f"toolscout.replace.{canonical}"])
+            try:
+                for _attempt in range(attempts):
+                    seen, staging = self._build_partition(conn, rows)
+                    try:
+                        return self._swap(conn, staging, seen, [r.id for r in rows], config)
+                    except _CatalogMoved:
+                        conn.execute(self._sql("DROP TABLE IF EXISTS {s}", s=staging))
+            finally:
+                conn.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", [f"toolscout.replace.{canonical}"])
         raise PgStoreError(f"tenant {self.tenant!r}: the catalog kept changing while it was being replaced "
                            f"({attempts} attempts); retry when writes are quieter")
 
@@ -696,7 +711,7 @@ class PgVectorStore:
             conn.execute(f"ANALYZE {staging}")
         return seen, staging
 
-    def _swap(self, conn, staging: str, seen: int, n_rows: int, config: dict[str, Any] | None) -> WriteOutcome:
+    def _swap(self, conn, staging: str, seen: int, ids: list[str], config: dict[str, Any] | None) -> WriteOutcome:
         canonical = schema.partition_name(self.table, self.tenant)
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", [REPLACE_LOCK])
@@ -712,7 +727,7 @@ class PgVectorStore:
             if self.before_commit is not None:
                 self.before_commit()
         self.database._partitions.add(self.tenant)
-        return WriteOutcome(version, written=[f"{n_rows} rows"])
+        return WriteOutcome(version, written=ids)
 
     def _drop_orphans(self, conn, canonical: str) -> None:
         """Drop staging tables left by a replace that died before its swap (never attached)."""
@@ -813,7 +828,7 @@ def _search_sql(mode: str, where: str, docs: bool) -> str:
     return _SEARCH_SQL[mode].format(
         where=where, doc=", t.doc" if docs else "", docnull=", NULL::jsonb AS doc" if docs else "",
         docjoin=" LEFT JOIN {{t}} t ON t.tenant = %(tenant)s AND t.id = f.id" if hybrid_docs else "",
-    ).replace("{{t}}", "{t}") + " ORDER BY 1, 3 DESC, 2"
+    ) + " ORDER BY 1, 3 DESC, 2"
 
 
 def _filter_sql(flt: Filter | None, params: dict[str, Any]) -> str:
