@@ -1,7 +1,6 @@
 """The pgvector store against a real PostgreSQL (pgserver): parity with the local numpy store, filters,
 full-text and hybrid search (RRF worked out by hand), tenants, migrations, crash safety of writes."""
 
-import os
 import signal
 import subprocess
 import sys

@@ -192,19 +192,22 @@ class PgToolService:
         state.seen = max(state.seen, outcome.version)
         if match_names:
             self._refresh(state, outcome.version)
+        named = [[] for _ in queries]
+        if match_names and state.names is not None:
+            with state.lock:  # a refresh for another request may be changing the index
+                named = [[tid for tid in state.names.lookup(q)
+                          if flt is None or flt.allows(tid, state.slim[tid].namespace)] for q in queries]
         hits = []
         for i, (q, (ids, scores)) in enumerate(zip(queries, outcome.results)):
-            named = state.names.lookup(q) if match_names and state.names is not None else []
-            hits.append(self._hits(state, q, vectors[i], ids, scores, outcome.docs, k, flt, threshold,
-                                   list(dict.fromkeys(always)), named))
+            hits.append(self._hits(state, q, vectors[i], ids, scores, outcome.docs, k, threshold,
+                                   list(dict.fromkeys(always)), named[i][:k], flt))
         return hits[0] if single else hits
 
-    def _hits(self, state: _Tenant, query: str, vector, ids, scores, docs: dict, k: int, flt: Filter | None,
-              min_score: float | None, always: list[str], named: list[str]) -> list[Hit]:
-        """As `ToolScout._hits`: name matches first, the threshold, then always_include."""
+    def _hits(self, state: _Tenant, query: str, vector, ids, scores, docs: dict, k: int, min_score: float | None,
+              always: list[str], named: list[str], flt: Filter | None) -> list[Hit]:
+        """As `ToolScout._hits`: name matches first, the threshold, then always_include. `named`: the
+        ids the query names, already within the filter."""
         retrieved = {tid: float(s) for tid, s in zip(ids, scores)}
-        named = [tid for tid in named if tid in state.slim
-                 and (flt is None or flt.allows(tid, state.slim[tid].namespace))][:k]
         abstain = min_score is not None and (not len(scores) or float(scores[0]) < min_score)
         wanted = [tid for tid in dict.fromkeys(named + always) if tid not in retrieved]
         extra = self._score_extra(state, query, vector, wanted, flt) if wanted else {}
