@@ -82,6 +82,14 @@ def test_cli_index_search_and_migrate_with_a_postgres_store(pg, tmp_path, tools,
         assert main(["search", str(tmp_path / folder), QUERIES[1], "-k", "3", "--json"]) == 0
         found.append([h["id"] for h in json.loads(capsys.readouterr().out)["hits"]])
     assert found[0] == found[1] and len(found[0]) == 3
+    # `toolscout serve DIR` on that directory serves the database (not the snapshot beside it)
+    from toolscout.cli import build_parser
+    from toolscout.serve.auth import AuthConfig
+    from toolscout.serve.cli import _open_service
+
+    service, where = _open_service(build_parser().parse_args(["serve", str(tmp_path / "idx")]), AuthConfig())
+    assert type(service).__name__ == "PgToolService" and "tenant=team-a" in where and len(service) == len(tools)
+    service.close()
     # re-indexing an unchanged catalog embeds nothing; the table's search mode can be switched
     assert main(["index", str(catalog), "--out", str(tmp_path / "idx"), "--store", store_spec]) == 0
     assert f"indexed {len(tools)} tools (0 embedded" in capsys.readouterr().err
