@@ -71,17 +71,27 @@ def test_leave_one_out_removes_the_query_from_its_gold_tool_vectors():
     np.testing.assert_allclose(plain[2].vectors[plain[2].ids.index("s::t1")], unit(e[2] + d[1]), atol=1e-5)
 
 
-def test_net_is_one_logit_per_candidate_and_padding_does_not_change_scores():
+def test_net_starts_as_the_first_stage_and_padding_does_not_change_scores():
     transformer, tokenizer = load_transformer(str(Encoder.load(None).path))
     torch.manual_seed(0)
     net = build_refiner_net(transformer, 384, 16).eval()
     tokens = tokenizer(["book a table"], return_tensors="pt")
     vectors = torch.randn(1, 3, 384)
+    first_stage = torch.tensor([[0.9, 0.5, 0.7]])
     with torch.inference_mode():
-        logits = net(tokens["input_ids"], tokens["attention_mask"], vectors, torch.ones(1, 3, dtype=torch.long))
+        logits = net(tokens["input_ids"], tokens["attention_mask"], vectors, torch.ones(1, 3, dtype=torch.long),
+                     first_stage)
+    # untrained: logit = 2 · z - 2, z the scores standardised over the list (mean 0.7, population sd 0.1633)
+    z = (first_stage - 0.7) / first_stage.std(unbiased=False)
+    torch.testing.assert_close(logits, 2.0 * z - 2.0, atol=1e-4, rtol=1e-4)
+    torch.nn.init.normal_(net.head.weight, std=0.5)  # as if trained: the transformer's states now count
+    with torch.inference_mode():
+        logits = net(tokens["input_ids"], tokens["attention_mask"], vectors, torch.ones(1, 3, dtype=torch.long),
+                     first_stage)
         padded = net(tokens["input_ids"], tokens["attention_mask"], torch.cat([vectors, torch.randn(1, 2, 384)], 1),
-                     torch.tensor([[1, 1, 1, 0, 0]]))
+                     torch.tensor([[1, 1, 1, 0, 0]]), torch.tensor([[0.9, 0.5, 0.7, 5.0, -3.0]]))
     assert logits.shape == (1, 3)
+    assert not torch.allclose(logits, 2.0 * z - 2.0, atol=1e-3)
     torch.testing.assert_close(padded[:, :3], logits, atol=1e-5, rtol=1e-4)  # masked slots are invisible
 
 

@@ -5,6 +5,12 @@ The input sequence is the query's word pieces followed by one extra position per
     [CLS] query tokens [SEP] | c_1 c_2 ... c_N
                                c_i = LayerNorm-ed( P · v_i ) + position(cap + i) + type(1)
 
+plus z_i · s, with z_i the candidate's first-stage score standardised within the query's list and s a
+learned vector. The output is a residual over the first stage: logit_i = head(h_i) + a · z_i + b, with the
+head initialised to zero, so an untrained (or briefly trained) refiner ranks exactly as the first stage
+did and training only has to learn corrections (without this, short CPU runs ranked slightly worse than
+Tool2Vec alone: rotbench validation 88.08 vs 88.22 after one epoch).
+
 `v_i` is the candidate's vector (its Tool2Vec vector when the first stage is Tool2Vec, else its
 description embedding) and `P` a learned projection into the transformer's embedding space. Every
 position attends to every other, so a candidate is judged against the query *and* against its rivals.
@@ -41,6 +47,18 @@ VECTOR_SOURCES = ("first_stage", "description")
 HEADS_FILE = "heads.pt"
 
 
+def standardise(scores, mask):
+    """Per-query z-scores of the first stage's scores over the real (unmasked) candidates: the refiner
+    sees how far ahead each candidate is, not the first stage's own scale (cosine, BM25, RRF...)."""
+    import torch
+
+    weights = mask.to(scores.dtype)
+    count = weights.sum(dim=1, keepdim=True).clamp(min=1.0)
+    mean = (scores * weights).sum(dim=1, keepdim=True) / count
+    var = (((scores - mean) * weights) ** 2).sum(dim=1, keepdim=True) / count
+    return torch.where(mask.bool(), (scores - mean) / (var.sqrt() + 1e-6), torch.zeros_like(scores))
+
+
 def build_refiner_net(transformer, vector_dim: int, query_cap: int):
     """The torch module: `transformer` is a BERT-style HF model (word, position and type embeddings)."""
     import torch
@@ -52,20 +70,29 @@ def build_refiner_net(transformer, vector_dim: int, query_cap: int):
             self.transformer = transformer
             hidden = transformer.config.hidden_size
             self.project = nn.Linear(vector_dim, hidden)
+            self.score_embedding = nn.Parameter(torch.zeros(hidden))  # how the first-stage z-score enters
             self.head = nn.Linear(hidden, 1)
+            # Start as the first stage: logit = prior_weight · z + bias, the head's part zero. Training then
+            # learns corrections, so a short run cannot rank worse than the candidates arrived.
+            nn.init.zeros_(self.head.weight)
+            nn.init.zeros_(self.head.bias)
+            self.prior_weight = nn.Parameter(torch.tensor(2.0))
+            self.prior_bias = nn.Parameter(torch.tensor(-2.0))
             self.query_cap = query_cap
             limit = transformer.config.max_position_embeddings
             self.max_candidates = limit - query_cap
 
-        def forward(self, input_ids, attention_mask, vectors, candidate_mask):
-            """input_ids/attention_mask: [B, L] (L <= query_cap); vectors [B, N, D]; candidate_mask [B, N].
-            Returns logits [B, N]."""
+        def forward(self, input_ids, attention_mask, vectors, candidate_mask, scores=None):
+            """input_ids/attention_mask: [B, L] (L <= query_cap); vectors [B, N, D]; candidate_mask [B, N];
+            scores [B, N]: the first stage's scores (None: no prior). Returns logits [B, N]."""
             batch, length = input_ids.shape
             n = vectors.shape[1]
             if n > self.max_candidates:
                 raise ValueError(f"ToolRefiner takes at most {self.max_candidates} candidates, got {n}")
+            z = (standardise(scores, candidate_mask) if scores is not None
+                 else torch.zeros(vectors.shape[:2], dtype=vectors.dtype, device=vectors.device))
             words = self.transformer.embeddings.word_embeddings(input_ids)
-            tools = self.project(vectors)
+            tools = self.project(vectors) + z.unsqueeze(-1) * self.score_embedding
             embeds = torch.cat([words, tools], dim=1)
             mask = torch.cat([attention_mask, candidate_mask.to(attention_mask.dtype)], dim=1)
             device = input_ids.device
@@ -75,7 +102,7 @@ def build_refiner_net(transformer, vector_dim: int, query_cap: int):
                                torch.ones(n, dtype=torch.long, device=device)]).expand(batch, -1)
             states = self.transformer(inputs_embeds=embeds, attention_mask=mask, position_ids=positions,
                                       token_type_ids=types).last_hidden_state
-            return self.head(states[:, length:, :]).squeeze(-1)
+            return self.head(states[:, length:, :]).squeeze(-1) + self.prior_weight * z + self.prior_bias
 
     return RefinerNet()
 
@@ -121,8 +148,10 @@ class ToolRefinerReranker:
         transformer, self.tokenizer = load_transformer(str(folder / "transformer"))
         self.net = build_refiner_net(transformer, self.vector_dim, self.query_cap)
         heads = torch.load(folder / HEADS_FILE, map_location="cpu", weights_only=True)
-        self.net.project.load_state_dict(heads["project"])
-        self.net.head.load_state_dict(heads["head"])
+        missing, unexpected = self.net.load_state_dict(heads, strict=False)
+        if unexpected or any(not k.startswith("transformer.") for k in missing):
+            raise ArtifactError(f"{model}: {HEADS_FILE} does not match this version's ToolRefiner "
+                                f"(unexpected {unexpected[:3]}, missing {[k for k in missing if not k.startswith('transformer.')][:3]})")
         self.net.to(device).eval()
         self._descriptions: dict[str, np.ndarray] = {}  # content hash -> description vector
         self._encoder = None
@@ -156,25 +185,30 @@ class ToolRefinerReranker:
         return np.stack([self._descriptions[key] for key in keys]) if keys else np.zeros((0, self.vector_dim), np.float32)
 
     # scoring -----------------------------------------------------------------------------
-    def scores(self, queries: Sequence[str], vectors: Sequence[np.ndarray]) -> list[np.ndarray]:
-        """P(needed) for each query's candidate vectors (one array per query)."""
+    def scores(self, queries: Sequence[str], vectors: Sequence[np.ndarray],
+               prior: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """P(needed) for each query's candidates, from their vectors and first-stage scores (one array per query)."""
         import torch
 
         out: list[np.ndarray] = []
         for start in range(0, len(queries), self.batch_size):
             chunk_q = list(queries[start:start + self.batch_size])
             chunk_v = vectors[start:start + self.batch_size]
+            chunk_s = prior[start:start + self.batch_size]
             tokens = self.tokenizer(chunk_q, padding=True, truncation=True, max_length=self.query_cap,
                                     return_tensors="pt")
             n = max(1, max(len(v) for v in chunk_v))
             batch_vectors = np.zeros((len(chunk_q), n, self.vector_dim), dtype=np.float32)
             mask = np.zeros((len(chunk_q), n), dtype=np.int64)
-            for i, v in enumerate(chunk_v):
+            batch_scores = np.zeros((len(chunk_q), n), dtype=np.float32)
+            for i, (v, sc) in enumerate(zip(chunk_v, chunk_s)):
                 batch_vectors[i, :len(v)] = v
                 mask[i, :len(v)] = 1
+                batch_scores[i, :len(v)] = sc
             with torch.inference_mode():
                 logits = self.net(tokens["input_ids"].to(self.device), tokens["attention_mask"].to(self.device),
-                                  torch.from_numpy(batch_vectors).to(self.device), torch.from_numpy(mask).to(self.device))
+                                  torch.from_numpy(batch_vectors).to(self.device), torch.from_numpy(mask).to(self.device),
+                                  torch.from_numpy(batch_scores).to(self.device))
                 probs = torch.sigmoid(logits).float().cpu().numpy()
             out.extend(probs[i, :len(v)] for i, v in enumerate(chunk_v))
         return out
@@ -184,7 +218,7 @@ class ToolRefinerReranker:
         check_candidates(queries, candidates)
         vectors = [self.candidate_vectors(list(ids), tools, first_stage) if len(ids) else
                    np.zeros((0, self.vector_dim), np.float32) for ids in candidates.ids]
-        probs = self.scores(queries, vectors)
+        probs = self.scores(queries, vectors, list(candidates.scores))
         return reordered([(ids, p) for ids, p in zip(candidates.ids, probs)])
 
     # persistence -------------------------------------------------------------------------

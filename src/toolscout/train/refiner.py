@@ -16,7 +16,7 @@ First stages (`first_stage`):
 Candidates for a query come from its own training set's tools (the test protocol). Validation reranks
 the first stage's top `depth` for the held-out queries and measures nDCG@10; early stopping and the
 best-weights rule come from `Trainer`. The model directory holds `transformer/` (HF weights and
-tokenizer), `heads.pt` (projection and output head) and the settings the reranker needs.
+tokenizer), `heads.pt` (projection, score embedding, output head and prior weights) and the settings the reranker needs.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ class Candidates:
     ids: list[str]
     vectors: np.ndarray  # [n, D]
     labels: np.ndarray  # [n] 1.0 = gold
+    scores: np.ndarray  # [n] the first stage's scores
 
 
 def _unit(v: np.ndarray) -> np.ndarray:
@@ -154,7 +155,7 @@ class CandidateBuilder:
                         vectors[j] = own[int(col)]
                 ids = [self.ids[rows[col]] for col in top]
                 labels = np.asarray([1.0 if self.row[t] in gold else 0.0 for t in ids], np.float32)
-                out[i] = Candidates(ids, vectors, labels)
+                out[i] = Candidates(ids, vectors, labels, scores[m, top].astype(np.float32))
         return out  # type: ignore[return-value]
 
     def _by_retriever(self, queries) -> list[Candidates]:
@@ -169,11 +170,12 @@ class CandidateBuilder:
             retriever = make_retriever(self.first_stage)
             retriever.index(tools)
             results = retriever.search([queries[i].text for i in members], self.depth)
-            for i, (ids, _scores) in zip(members, results):
+            for i, (ids, scores) in zip(members, results):
                 ids = list(ids)
                 gold = set(queries[i].labels)
                 out[i] = Candidates(ids, self.descriptions[[self.row[t] for t in ids]],
-                                    np.asarray([1.0 if t in gold else 0.0 for t in ids], np.float32))
+                                    np.asarray([1.0 if t in gold else 0.0 for t in ids], np.float32),
+                                    np.asarray(scores, np.float32))
         return out  # type: ignore[return-value]
 
 
@@ -211,7 +213,7 @@ def fit_refiner(data: TrainingData, out: str | Path, *, model: str | None = None
     net = build_refiner_net(transformer, dim, max_query_length).to(device)
     net.param_groups = lambda lr: [  # the fresh layers learn fast, the pretrained transformer slowly
         {"params": list(net.transformer.parameters()), "lr": lr},
-        {"params": list(net.project.parameters()) + list(net.head.parameters()), "lr": head_lr}]
+        {"params": [p for name, p in net.named_parameters() if not name.startswith("transformer.")], "lr": head_lr}]
     texts = [q.text for q in data.train]
     usable = [i for i, c in enumerate(train) if len(c.ids)]
 
@@ -221,17 +223,18 @@ def fit_refiner(data: TrainingData, out: str | Path, *, model: str | None = None
         n = max(len(cands[i].ids) for i in indices)
         vectors = np.zeros((len(indices), n, dim), np.float32)
         labels = np.zeros((len(indices), n), np.float32)
+        scores = np.zeros((len(indices), n), np.float32)
         mask = np.zeros((len(indices), n), np.int64)
         for row, i in enumerate(indices):
-            c = cands[i]
-            vectors[row, :len(c.ids)], labels[row, :len(c.ids)], mask[row, :len(c.ids)] = c.vectors, c.labels, 1
+            c, m = cands[i], len(cands[i].ids)
+            vectors[row, :m], labels[row, :m], scores[row, :m], mask[row, :m] = c.vectors, c.labels, c.scores, 1
         return (tokens["input_ids"].to(device), tokens["attention_mask"].to(device),
                 torch.from_numpy(vectors).to(device), torch.from_numpy(mask).to(device),
-                torch.from_numpy(labels).to(device))
+                torch.from_numpy(scores).to(device), torch.from_numpy(labels).to(device))
 
     def loss_fn(batch: list[int]):
-        input_ids, attention, vectors, mask, labels = tensors(batch, train, texts)
-        logits = net(input_ids, attention, vectors, mask)
+        input_ids, attention, vectors, mask, scores, labels = tensors(batch, train, texts)
+        logits = net(input_ids, attention, vectors, mask, scores)
         per_position = torch.nn.functional.binary_cross_entropy_with_logits(logits, labels, reduction="none")
         weights = mask.float()
         return (per_position * weights).sum() / weights.sum().clamp(min=1.0)
@@ -246,8 +249,8 @@ def fit_refiner(data: TrainingData, out: str | Path, *, model: str | None = None
                 chunk = [i for i in chunk if len(validation[i].ids)]
                 if not chunk:
                     continue
-                input_ids, attention, vectors, mask, _labels = tensors(chunk, validation, validation_texts)
-                probs = torch.sigmoid(net(input_ids, attention, vectors, mask)).cpu().numpy()
+                input_ids, attention, vectors, mask, scores, _labels = tensors(chunk, validation, validation_texts)
+                probs = torch.sigmoid(net(input_ids, attention, vectors, mask, scores)).cpu().numpy()
                 for row, i in enumerate(chunk):
                     ids = validation[i].ids
                     order = np.argsort(-probs[row, :len(ids)], kind="stable")
@@ -279,7 +282,7 @@ def fit_refiner(data: TrainingData, out: str | Path, *, model: str | None = None
     with write_artifact(out, model_config_out) as folder:
         transformer.save_pretrained(str(folder / "transformer"))
         tokenizer.save_pretrained(str(folder / "transformer"))
-        torch.save({"project": net.project.state_dict(), "head": net.head.state_dict()}, folder / HEADS_FILE)
+        torch.save({k: v for k, v in net.state_dict().items() if not k.startswith("transformer.")}, folder / HEADS_FILE)
         write_json(folder / "summary.json", summary.to_dict())
     trainer.finish()
     return summary
