@@ -98,3 +98,16 @@ def test_store_rejects_bad_shapes():
         store.upsert(["a"], np.zeros((1, 5), dtype=np.float32))
     with pytest.raises(ValueError, match="duplicate"):
         store.upsert(["a", "a"], np.zeros((2, 4), dtype=np.float32))
+
+
+def test_numpy_store_answers_a_few_queries_and_many_alike():
+    # a few queries (a server's batch) and many use different matrix orientations: the same results
+    rng = np.random.default_rng(3)
+    vecs = unit(rng, 500, 32)
+    store = NumpyStore(32)
+    store.upsert([f"t{i}" for i in range(500)], vecs)
+    queries = unit(rng, 40, 32)
+    many = store.search(queries, 7)
+    few = [store.search(queries[s:s + 4], 7) for s in range(0, 40, 4)]
+    assert many.as_lists() == [row for r in few for row in r.as_lists()]
+    np.testing.assert_allclose(np.stack(many.scores), np.stack([s for r in few for s in r.scores]), atol=1e-6)
