@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
 
-from toolscout.encoders import Encoder, OnnxUnavailable, _folder_fingerprint, pooling_spec  # noqa: E402
+from toolscout.encoders import Encoder, OnnxEncoder, OnnxUnavailable, _folder_fingerprint, pooling_spec  # noqa: E402
 from toolscout.errors import MissingDependency  # noqa: E402
 
 LONG = " ".join(f"Parameter number {i} controls the {i}th option of the request and must be an integer." for i in range(60))
@@ -89,6 +89,20 @@ def test_padding_and_batching_do_not_change_vectors(onnx_encoder):
     order = np.random.default_rng(0).permutation(len(TEXTS))
     shuffled = onnx_encoder.encode([TEXTS[i] for i in order])
     assert cosines(shuffled, one_by_one[order]).min() >= 0.99999
+
+
+def test_a_small_call_of_mixed_lengths_is_cut_where_padding_costs_more_than_a_run():
+    planner = OnnxEncoder.__new__(OnnxEncoder)
+    planner.max_batch_tokens = 4096
+    lengths = [250, 12, 30, 31, 29, 80, 9, 40]
+    runs = [[lengths[i] for i in run] for run in planner._batches(lengths, 64)]
+    assert runs == [[250], [80], [40], [31, 30, 29], [12, 9]]  # longest first, similar lengths together
+    assert [len(run) for run in planner._batches([5] * 8, 64)] == [8]  # equal lengths: one run
+    assert [len(run) for run in planner._batches([5] * 8, 3)] == [3, 3, 2]  # batch_size still bounds a run
+    long_runs = [len(run) for run in planner._batches([300] * 20, 64)]
+    assert sum(long_runs) == 20 and max(long_runs) == 4096 // 300  # and so do max_batch_tokens
+    rows = sorted(int(i) for run in planner._batches(lengths, 64) for i in run)
+    assert rows == list(range(len(lengths)))
 
 
 def test_encode_queries_and_empty_input(onnx_encoder):
