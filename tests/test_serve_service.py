@@ -232,6 +232,41 @@ def test_searches_run_while_tools_are_added_and_removed(tmp_path, tools):
     svc.close()
 
 
+def test_queries_queued_during_a_batch_form_the_next_batch_and_cancelled_ones_are_dropped():
+    from toolscout.serve.service import SearchBatcher
+
+    calls, first_started, release = [], threading.Event(), threading.Event()
+
+    def search_many(options, queries):
+        calls.append((options, list(queries)))
+        first_started.set()
+        release.wait(10)
+        return [[f"{options}:{q}"] for q in queries]
+
+    batcher = SearchBatcher(search_many)
+    first = batcher.submit_future(5, "q0")
+    assert first_started.wait(10)  # the worker is busy with q0: the next queries queue up
+    queued = [batcher.submit_future(5 if i != 2 else 10, f"q{i}") for i in range(1, 5)]
+    dropped = batcher.submit_future(5, "gone")
+    assert dropped.cancel()
+    release.set()
+    assert first.result(10) == ["5:q0"]
+    assert [f.result(10) for f in queued] == [["5:q1"], ["10:q2"], ["5:q3"], ["5:q4"]]
+    assert calls == [(5, ["q0"]), (5, ["q1", "q3", "q4"]), (10, ["q2"])]  # one call per options, "gone" skipped
+    batcher.close()
+
+
+def test_search_future_answers_like_search(tmp_path, tools):
+    svc = ToolService.open(make_dir(tmp_path, tools), fsync=False)
+    want = [(h.tool.id, h.score, h.match) for h in svc.search("weather in Oslo", k=3)]
+    future = svc.search_future("weather in Oslo", k=3)
+    assert [(h.tool.id, h.score, h.match) for h in future.result(10)] == want
+    with pytest.raises(ValueError):
+        svc.search_future("   ")
+    svc.close()
+    assert svc.search_future("weather in Oslo") is None  # closed: the caller falls back to search()
+
+
 def test_journal_append_and_replay_roundtrip(tmp_path):
     journal = Journal(tmp_path)
     journal.append({"seq": 1, "op": "delete", "ids": ["a"]})

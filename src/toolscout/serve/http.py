@@ -21,6 +21,7 @@ Writes are acknowledged only once journalled and fsync'd (see `service.py`).
 
 # No `from __future__ import annotations`: FastAPI reads the endpoints' annotations at run time and
 # they refer to names local to create_app (Reader, Writer).
+import asyncio
 import contextlib
 import json
 import logging
@@ -31,6 +32,7 @@ from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import __version__
@@ -368,22 +370,35 @@ def create_app(service: ToolService, auth: AuthConfig | None = None, *, max_body
     def writer(request: Request) -> Principal:
         return auth.authenticate(request.headers.get("authorization"), write=True)
 
+    async def reader_in_loop(request: Request) -> Principal:  # a digest and a dict lookup: no thread needed
+        return reader(request)
+
     Reader = Annotated[Principal, Depends(reader)]
     Writer = Annotated[Principal, Depends(writer)]
 
     # search ---------------------------------------------------------------------------------
     @app.post("/search", response_model=SearchResponse, responses=ERRORS, tags=["search"])
-    def search(body: SearchRequest, principal: Reader) -> Response:
+    async def search(body: SearchRequest, principal: Annotated[Principal, Depends(reader_in_loop)]) -> Response:
         """The best tools for one task or several, within the namespaces the caller may see."""
-        queries = [body.query] if body.query is not None else list(body.queries or [])
+        # One query goes to the service's batcher and is awaited here, in the event loop (no thread
+        # per request: two thread hops cost more CPU than the response itself). Several queries, and a
+        # service that does not batch, are answered in a worker thread.
         min_score = body.min_score if body.min_score is not None else (service.min_score if body.abstain else None)
+        options = dict(principal=principal, namespaces=body.namespaces, ids=body.ids, exclude_ids=body.exclude_ids,
+                       min_score=min_score, always_include=body.always_include, match_names=body.match_names)
+        submit = getattr(service, "search_future", None)
+        future = submit(body.query, body.k, **options) if body.query is not None and submit is not None else None
+        if future is None:
+            return await run_in_threadpool(search_in_thread, body, principal, options)
+        return search_response(body, principal, [body.query], [await asyncio.wrap_future(future)])
+
+    def search_in_thread(body: SearchRequest, principal: Principal, options: dict) -> Response:
+        queries = [body.query] if body.query is not None else list(body.queries or [])
         # one query goes in as a string: the service batches it with other clients' concurrent queries
-        hits = service.search(body.query if body.query is not None else queries, body.k, principal=principal,
-                              namespaces=body.namespaces, ids=body.ids, exclude_ids=body.exclude_ids,
-                              min_score=min_score, always_include=body.always_include,
-                              match_names=body.match_names)
-        if body.query is not None:
-            hits = [hits]
+        hits = service.search(body.query if body.query is not None else queries, body.k, **options)
+        return search_response(body, principal, queries, [hits] if body.query is not None else hits)
+
+    def search_response(body: SearchRequest, principal: Principal, queries: list[str], hits: list) -> Response:
         results = []
         for query, query_hits in zip(queries, hits):
             abstained = not any(h.match != "always" for h in query_hits)
