@@ -105,6 +105,25 @@ def test_a_small_call_of_mixed_lengths_is_cut_where_padding_costs_more_than_a_ru
     assert rows == list(range(len(lengths)))
 
 
+def test_fused_skip_layer_norm_runs_as_add_and_layer_norm(onnx_encoder):
+    import onnx
+    import onnxruntime as ort
+
+    from toolscout.encoders import _runtime_graph
+
+    encoder = onnx_encoder._onnx
+    path = encoder.folder / "model.onnx"
+    if not any(n.op_type == "SkipLayerNormalization" for n in onnx.load(str(path)).graph.node):
+        pytest.skip("the export is not a fused graph")
+    graph = _runtime_graph(path)
+    ops = {n.op_type for n in onnx.load_from_string(graph).graph.node}
+    assert "SkipLayerNormalization" not in ops and "LayerNormalization" in ops
+    as_saved = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    feeds = encoder._feeds(encoder.tokenizer.encode_batch(TEXTS[:8]))
+    want = as_saved.run(["embedding"], feeds)[0]
+    np.testing.assert_allclose(encoder.session.run(["embedding"], feeds)[0], want, atol=1e-6)
+
+
 def test_encode_queries_and_empty_input(onnx_encoder):
     assert onnx_encoder.encode([]).shape == (0, 384)
     q = onnx_encoder.encode_queries(["book a flight"])

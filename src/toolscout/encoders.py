@@ -8,7 +8,8 @@ Two backends compute the same embeddings:
 - `torch`: the SentenceTransformer itself (always available; used on GPUs and for training).
 - `onnx`: the model's transformer + pooling + L2 normalisation exported once to ONNX, fused with
   onnxruntime's transformer optimizer, and run with onnxruntime: about 2.5-3.5x less CPU per query
-  than sentence-transformers, and far steadier when other processes share the cores.
+  than sentence-transformers, and far steadier when other processes share the cores. Its fused
+  SkipLayerNormalization nodes run as Add + LayerNormalization (`_runtime_graph`: ~10% less CPU).
   The export is checked against the torch model on probe texts (cosine >= 0.9999 each, also in a padded
   batch) before it is cached; a model that fails the check, or an unsupported pipeline (modules other
   than Transformer/Pooling/Normalize, a default prompt, a slow tokenizer), stays on torch.
@@ -326,7 +327,7 @@ class OnnxEncoder:
         # 2-core box); without the arena, memory taken by a large indexing batch goes back to the OS.
         options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
         options.enable_cpu_mem_arena = arena
-        self.session = ort.InferenceSession(str(folder / "model.onnx"), options,
+        self.session = ort.InferenceSession(_runtime_graph(folder / "model.onnx"), options,
                                             providers=["CPUExecutionProvider"])
         self.input_names = list(self.meta["inputs"])
 
@@ -405,6 +406,46 @@ class OnnxEncoder:
             batches.append(order[cut[j]:j])
             j = cut[j]
         return batches[::-1]
+
+
+def _runtime_graph(path: Path) -> str | bytes:
+    """The graph onnxruntime runs for an exported `model.onnx`: the file itself, or, for a graph fused by
+    the transformer optimizer, the same graph with each SkipLayerNormalization node split back into
+    Add (+ Add bias) + LayerNormalization. The sums are the same float additions in the same order; the
+    normalisation differs by float rounding only (embeddings within 2e-7). onnxruntime's fused CPU
+    kernel costs 3x the pair (measured: 323 vs 106 us on 43k values), 7-12% of a query's encoding time
+    on a 2-core Xeon. The file on disk is left as it is; without the `onnx` package the file is run."""
+    try:
+        import onnx
+        from onnx import helper
+    except ImportError:
+        return str(path)
+    model = onnx.load(str(path))
+    opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
+    if opset < 17 or not any(n.op_type == "SkipLayerNormalization" for n in model.graph.node):
+        return str(path)
+    nodes = []
+    for node in model.graph.node:
+        outputs = [o for o in node.output if o]
+        if node.op_type != "SkipLayerNormalization" or node.domain != "com.microsoft" \
+                or len(outputs) != 1 or node.output[0] != outputs[0]:
+            nodes.append(node)
+            continue
+        x, skip, gamma = node.input[:3]
+        beta = node.input[3] if len(node.input) > 3 else ""
+        bias = node.input[4] if len(node.input) > 4 else ""
+        epsilon = next((a.f for a in node.attribute if a.name == "epsilon"), 1e-12)  # the contrib op's default
+        total = f"{node.name}/skip_sum"
+        nodes.append(helper.make_node("Add", [x, skip], [total], name=f"{node.name}/add_skip"))
+        if bias:
+            nodes.append(helper.make_node("Add", [total, bias], [f"{total}_bias"], name=f"{node.name}/add_bias"))
+            total = f"{total}_bias"
+        norm_inputs = [total, gamma] + ([beta] if beta else [])
+        nodes.append(helper.make_node("LayerNormalization", norm_inputs, outputs, name=f"{node.name}/layer_norm",
+                                      axis=-1, epsilon=epsilon))
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    return model.SerializeToString()
 
 
 # -------------------------------------------------------------------------------- ONNX export
