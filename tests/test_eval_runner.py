@@ -184,3 +184,27 @@ def test_errors_say_what_to_do(tmp_path):
 def test_progress_bar_runs(capsys):
     report = evaluate(SETS[:1], BM25System, k=2, progress=True)
     assert isinstance(report, EvalReport) and report.sets["alpha"].n_queries == 8
+
+
+def test_also_at_adds_smaller_cutoffs_from_the_same_rankings():
+    """recall@2 and recall@3 from one top-3 ranking: gold {a, c}, ranking [a, b, c] → 1/2 and 2/2."""
+    from toolscout.benchmark import BenchmarkSet, Query
+    from toolscout.eval.runner import evaluate
+    from toolscout.results import Results
+    from toolscout.tool import Tool
+
+    tools = [Tool(t, t, f"tool {t}") for t in "abcd"]
+    bench = BenchmarkSet("tiny", tools, [Query("q1", "task", ("a", "c"), split="test")])
+
+    class Fixed:
+        def retrieve(self, queries, k):
+            return Results.from_lists([["a", "b", "c"][:k]], [[3.0, 2.0, 1.0][:k]])
+
+    report = evaluate([bench], lambda _tools: Fixed(), k=3, also_at=[2], progress=False, warmup=0)
+    metrics = report.sets["tiny"].metrics
+    assert metrics["recall@3"] == 100.0 and metrics["recall@2"] == 50.0
+    assert metrics["completeness@2"] == 0.0 and metrics["mrr@2"] == 100.0
+    assert report.metric_keys[:4] == ("ndcg@3", "recall@3", "completeness@3", "mrr@3")
+    assert "recall@2" in report.mean and report.mean["recall@2"] == 50.0
+    with pytest.raises(ValueError, match="between 1 and k"):
+        evaluate([bench], lambda _tools: Fixed(), k=3, also_at=[5], progress=False)

@@ -74,6 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default=None, help="encoder name or path for dense retrievers")
     p.add_argument("--store", default="numpy", help="vector store for dense retrievers")
     _add_rerank_options(p)
+    p.add_argument("--also-k", default="", metavar="K,K",
+                   help="also report the metrics at these smaller cut-offs, e.g. 5 (from the same rankings)")
     p.add_argument("--with-first-stage", action="store_true",
                    help="with --rerank: also evaluate each first stage alone, and compare the two (paired bootstrap)")
     p.add_argument("-k", type=int, default=10, help="cut-off for the metrics (default %(default)s)")
@@ -330,7 +332,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
             label = f"{name}+{second.name}@{second.depth}" if second is not None else name
             reports.append(evaluate(sets, factory, k=args.k, split=args.split, pooled=args.pooled, name=label,
-                                    progress=not args.quiet, max_queries=args.max_queries))
+                                    progress=not args.quiet, max_queries=args.max_queries,
+                                    also_at=[int(c) for c in args.also_k.split(",") if c.strip()]))
     print(format_table(reports, per_category=args.per_category))
     comparisons = []
     for other in reports[1:]:

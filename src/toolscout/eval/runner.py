@@ -43,6 +43,7 @@ def evaluate(
     progress: bool = True,
     max_queries: int | None = None,
     warmup: int = 1,
+    also_at: Sequence[int] = (),
 ) -> EvalReport:
     """Evaluate the systems `system_factory(tools)` builds on the `split` queries of each set.
 
@@ -50,10 +51,14 @@ def evaluate(
     set (the first ones of the split, so runs are comparable). `warmup`: untimed queries run on each
     new index first, so lazy loading does not land in the latency of the first timed query.
     A set without queries in the split is skipped (noted in `report.warnings`); in pooled mode its
-    tools still join the corpus, so corpus-only folders act as distractors.
+    tools still join the corpus, so corpus-only folders act as distractors. `also_at`: smaller cut-offs
+    whose metrics are added too (e.g. (5,) adds recall@5 …), computed from the same top-k rankings.
     """
     if k < 1:
         raise ValueError(f"k must be at least 1, got {k}")
+    also_at = sorted({int(c) for c in also_at} - {k})
+    if any(c < 1 or c > k for c in also_at):
+        raise ValueError(f"extra cut-offs must be between 1 and k={k}, got {also_at}")
     if max_queries is not None and max_queries < 1:
         raise ValueError(f"max_queries must be at least 1 (or None for all), got {max_queries}")
     bench = [s if isinstance(s, BenchmarkSet) else load_benchmark(s) for s in sets]
@@ -82,7 +87,7 @@ def evaluate(
                 total_build_s += set_build_s
                 categories = _categories(bset.tools)
                 _warm_up(system, k, warmup)
-            report = _run_set(system, bset.name, queries, k, categories, bar)
+            report = _run_set(system, bset.name, queries, k, categories, bar, also_at)
             report.build_s = set_build_s
             set_reports[bset.name] = report
 
@@ -161,7 +166,7 @@ def _top_ids(results: Results, k: int, query: Query) -> list[str]:
 
 
 def _run_set(system: SearchSystem, name: str, queries: list[Query], k: int,
-             categories: dict[str, str], bar) -> SetReport:
+             categories: dict[str, str], bar, also_at: Sequence[int] = ()) -> SetReport:
     task = bar.add_task(name, total=len(queries))
     rankings, latency = [], []
     for query in queries:
@@ -171,12 +176,17 @@ def _run_set(system: SearchSystem, name: str, queries: list[Query], k: int,
         rankings.append(_top_ids(results, k, query))
         bar.advance(task)
     bar.remove_task(task)
-    return _score_set(name, queries, rankings, latency, k, categories)
+    return _score_set(name, queries, rankings, latency, k, categories, also_at)
 
 
 def _score_set(name: str, queries: list[Query], rankings: list[list[str]], latency: list[float], k: int,
-               categories: dict[str, str]) -> SetReport:
-    rows = [query_metrics(ranked, set(q.labels), k) for ranked, q in zip(rankings, queries)]
+               categories: dict[str, str], also_at: Sequence[int] = ()) -> SetReport:
+    rows = []
+    for ranked, q in zip(rankings, queries):
+        row = query_metrics(ranked, set(q.labels), k)
+        for cut in also_at:
+            row.update(query_metrics(ranked, set(q.labels), cut))
+        rows.append(row)
     per_query = {key: np.array([r[key] for r in rows], dtype=np.float64) for key in rows[0]}
     query_categories = np.array([categories.get(q.labels[0], "unknown") for q in queries], dtype=object)
     by_category = {}

@@ -61,7 +61,10 @@ class EvalReport:
 
     @property
     def metric_keys(self) -> tuple[str, ...]:
-        return metric_keys(self.k)
+        """The metrics at k, then those at any extra cut-off the run also computed (`also_at`)."""
+        keys = metric_keys(self.k)
+        extra = [key for s in list(self.sets.values())[:1] for key in s.metrics if key not in keys]
+        return keys + tuple(extra)
 
     @property
     def mean(self) -> dict[str, float]:
