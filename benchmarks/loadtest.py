@@ -96,9 +96,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(index: Path, port: int, token: str, nice: int) -> subprocess.Popen:
+def start_server(index: Path, port: int, token: str, nice: int, batch_workers: int = 2) -> subprocess.Popen:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOOLSCOUT_TOKEN": token, "TOKENIZERS_PARALLELISM": "false"}
-    cmd = [sys.executable, "-m", "toolscout.serve", str(index), "--port", str(port)]
+    cmd = [sys.executable, "-m", "toolscout.serve", str(index), "--port", str(port),
+           "--batch-workers", str(batch_workers)]
     if nice:
         cmd = ["nice", "-n", str(nice)] + cmd
     proc = subprocess.Popen(cmd, env=env)
@@ -231,6 +232,7 @@ def main() -> int:
     parser.add_argument("--writer-rate", type=float, default=4.0, help="writes/s in the mixed phase (default %(default)s)")
     parser.add_argument("-k", type=int, default=5)
     parser.add_argument("--phases", default="read,mixed", help="comma-separated: read, mixed")
+    parser.add_argument("--batch-workers", type=int, default=2, help="the server's --batch-workers (default %(default)s)")
     parser.add_argument("--server-nice", type=int, default=0, help="niceness of the server process")
     parser.add_argument("--warmup", type=int, default=50, help="requests before measuring")
     parser.add_argument("--json", default=None, metavar="FILE")
@@ -243,7 +245,7 @@ def main() -> int:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     t0 = time.perf_counter()
-    server = start_server(index, port, token, args.server_nice)
+    server = start_server(index, port, token, args.server_nice, args.batch_workers)
     report: dict = {"tools": args.tools, "retriever": args.retriever, "cpus": os.cpu_count(),
                     "server_start_s": round(time.perf_counter() - t0, 1), "phases": {}}
     try:

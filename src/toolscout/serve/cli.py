@@ -54,6 +54,8 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                    help="write a full snapshot after N journalled writes (default %(default)s)")
     p.add_argument("--no-fsync", action="store_true",
                    help="do not fsync the journal (tests and benchmarks only: a power cut may lose acknowledged writes)")
+    p.add_argument("--batch-workers", type=int, default=2, metavar="N",
+                   help="threads that run batched searches (default %(default)s; 0: no batching)")
     p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
 
 
@@ -120,7 +122,8 @@ def _open_service(args: argparse.Namespace, auth) -> tuple:
         raise ValueError("tokens bound to tenants need the PostgreSQL store (--store postgresql://...); a local "
                          "index holds one catalog")
     service = ToolService.open(args.dir, fsync=not args.no_fsync, min_score=args.min_score,
-                               always_include=args.always_include, compact_every=args.compact_every)
+                               always_include=args.always_include, compact_every=args.compact_every,
+                               batch_workers=args.batch_workers)
     return service, args.dir
 
 

@@ -103,7 +103,7 @@ class ToolService:
     def __init__(self, scout: ToolScout, folder: str | os.PathLike, *, journal: Journal,
                  seq: int = 0, min_score: float | None = None, always_include: Sequence[str] = (),
                  compact_every: int = 10_000, compact_bytes: int = 64 << 20, lock_fd: int | None = None,
-                 batch_workers: int = 1):
+                 batch_workers: int = 2):
         self.scout = scout
         self.folder = Path(folder)
         self.journal = journal
@@ -396,12 +396,14 @@ class SearchBatcher:
     one encoder call (the ONNX encoder splits a batch of mixed lengths into runs where padding costs
     least), one matrix product. There is no waiting window: at low load a batch is one request (no
     added latency); under load, requests that arrive while a batch is computed form the next one.
-    One worker by default: the encoder's own threads use every core for a batch, and a second worker
-    would only take the next requests one or two at a time (measured on 2 cores with 8 clients: mean
-    batch 2.2 with two workers, 4.0 with one, and 6% more CPU per request). A failing batch is retried
+    Two workers by default. One worker makes bigger batches (on 2 busy cores with 8 clients: mean batch
+    4.0 against 2.2, and 6% less CPU per request), but it leaves cores idle while it runs the
+    single-threaded parts of a batch (the matrix product, building hits): on 2 idle cores with 8 clients
+    and 20k tools it served 99.9 req/s with the server at 1.59 cores, and two workers served 110.8 req/s
+    at 1.90 cores (`benchmarks/loadtest.py --batch-workers 1|2`). A failing batch is retried
     query by query, so one bad request cannot fail the others."""
 
-    def __init__(self, search_many: Any, workers: int = 1, max_batch: int = 32):
+    def __init__(self, search_many: Any, workers: int = 2, max_batch: int = 32):
         self._search_many = search_many
         self.max_batch = max_batch
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
