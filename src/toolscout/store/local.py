@@ -113,12 +113,16 @@ class FaissStore(NumpyStore):
     index is rebuilt lazily after deletes or updates, and added to incrementally on inserts. Searches
     whose filter allows only a small share of the catalog run exactly on that share, where graph
     search would lose recall.
+
+    efSearch 256 by default: on the 43k-tool scale benchmark, recall@10 against exact search (tools
+    with identical vectors counted as equal) was 0.975 at 128, 0.992 at 256 and 0.997 at 512, for a
+    search of 0.45, 0.75 and 1.3 ms p50; the query encoding (~7 ms) dominates either way.
     """
 
     kind = "faiss"
     EXACT_FILTER_SHARE = 0.2
 
-    def __init__(self, dim: int, factory: str = "HNSW32", ef_search: int = 128, ef_construction: int = 80):
+    def __init__(self, dim: int, factory: str = "HNSW32", ef_search: int = 256, ef_construction: int = 80):
         super().__init__(dim)
         try:
             import faiss  # noqa: F401
