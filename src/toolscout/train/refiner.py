@@ -279,7 +279,9 @@ def fit_refiner(data: TrainingData, out: str | Path, *, model: str | None = None
                                   max_query_length=max_query_length, view=builder.view.to_dict(),
                                   description_encoder=builder.encoder_name, first_stage=first_stage,
                                   summary=summary.to_dict())
-    with write_artifact(out, model_config_out) as folder:
+    from ..rerank.cross import quiet_transformers
+
+    with write_artifact(out, model_config_out) as folder, quiet_transformers():
         transformer.save_pretrained(str(folder / "transformer"))
         tokenizer.save_pretrained(str(folder / "transformer"))
         torch.save({k: v for k, v in net.state_dict().items() if not k.startswith("transformer.")}, folder / HEADS_FILE)
