@@ -18,6 +18,21 @@ def shared_data() -> Path:
     return SHARED_DATA
 
 
+@pytest.fixture
+def torch_encoders(monkeypatch):
+    """Make `Encoder.load` default to the torch backend. Tests that train models use it: an ONNX export of
+    every freshly trained model would only cost time (the export itself is tested in test_encoders.py)."""
+    from toolscout.encoders import Encoder
+
+    load = Encoder.load.__func__
+
+    def load_torch(cls, name_or_path=None, device=None, max_seq_length=None, backend="torch", cache_dir=None):
+        return load(cls, name_or_path, device=device, max_seq_length=max_seq_length, backend=backend,
+                    cache_dir=cache_dir)
+
+    monkeypatch.setattr(Encoder, "load", classmethod(load_torch))
+
+
 @pytest.fixture(scope="session")
 def encoder():
     from toolscout.encoders import Encoder

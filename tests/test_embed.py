@@ -21,17 +21,7 @@ SAMPLE = Path(__file__).resolve().parents[1] / "src" / "toolscout" / "data" / "c
 TINY = {"max_query_length": 24, "max_doc_length": 24, "validate_start": False, "negatives": 2}
 
 
-@pytest.fixture(autouse=True)
-def torch_encoders(monkeypatch):
-    """Encode with torch: an ONNX export of every freshly trained model would only cost time here
-    (the export itself is tested in test_encoders.py)."""
-    load = Encoder.load.__func__
-
-    def load_torch(cls, name_or_path=None, device=None, max_seq_length=None, backend="torch", cache_dir=None):
-        return load(cls, name_or_path, device=device, max_seq_length=max_seq_length, backend=backend,
-                    cache_dir=cache_dir)
-
-    monkeypatch.setattr(Encoder, "load", classmethod(load_torch))
+pytestmark = pytest.mark.usefixtures("torch_encoders")  # trained models encode with torch (conftest)
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,6 @@ import torch
 from toolscout.artifacts import ArtifactError, write_artifact
 from toolscout.benchmark import Query, load_benchmark
 from toolscout.cli import main
-from toolscout.encoders import Encoder
 from toolscout.models import model_base
 from toolscout.rerank.base import RERANKER_KIND, load_reranker
 from toolscout.rerank.cross import CrossEncoderReranker, encode_pairs, load_pair_model
@@ -30,16 +29,7 @@ SAMPLE = Path(__file__).resolve().parents[1] / "src" / "toolscout" / "data" / "c
 TINY = {"first_stage": "bm25", "max_length": 64, "max_validation": 8, "rerank_depth": 10}
 
 
-@pytest.fixture(autouse=True)
-def torch_encoders(monkeypatch):
-    """Dense first stages encode with torch: an ONNX export would only cost time here."""
-    load = Encoder.load.__func__
-
-    def load_torch(cls, name_or_path=None, device=None, max_seq_length=None, backend="torch", cache_dir=None):
-        return load(cls, name_or_path, device=device, max_seq_length=max_seq_length, backend=backend,
-                    cache_dir=cache_dir)
-
-    monkeypatch.setattr(Encoder, "load", classmethod(load_torch))
+pytestmark = pytest.mark.usefixtures("torch_encoders")  # trained models encode with torch (conftest)
 
 
 @pytest.fixture(scope="module")

@@ -24,16 +24,7 @@ from toolscout.train.refiner import CandidateBuilder, fit_refiner
 SAMPLE = Path(__file__).resolve().parents[1] / "src" / "toolscout" / "data" / "catalogs" / "apibank_sample"
 
 
-@pytest.fixture(autouse=True)
-def torch_encoders(monkeypatch):
-    """Encode with torch (an ONNX export per test run would only cost time; export is tested elsewhere)."""
-    load = Encoder.load.__func__
-
-    def load_torch(cls, name_or_path=None, device=None, max_seq_length=None, backend="torch", cache_dir=None):
-        return load(cls, name_or_path, device=device, max_seq_length=max_seq_length, backend=backend,
-                    cache_dir=cache_dir)
-
-    monkeypatch.setattr(Encoder, "load", classmethod(load_torch))
+pytestmark = pytest.mark.usefixtures("torch_encoders")  # trained models encode with torch (conftest)
 
 
 @pytest.fixture(scope="module")
