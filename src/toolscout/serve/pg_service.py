@@ -35,7 +35,7 @@ from ..results import Filter
 from ..store.pg_catalog import IndexConfig, tool_doc
 from ..store.pgvector import NeedVectors, PgSpec, PgStoreError, PgVectorStore, StoredRow
 from ..tool import TextView, Tool, content_hash, tool_text
-from .service import ADMIN, Principal, SearchBatcher, ServiceError, WriteResult, search_filter
+from .service import ADMIN, Principal, SearchBatcher, ServiceError, WriteResult, request_tools, search_filter
 
 _UNSET: Any = object()
 WRITE_ATTEMPTS = 3
@@ -273,14 +273,7 @@ class PgToolService:
     # writes --------------------------------------------------------------------------------
     def upsert(self, tools: Iterable[Tool], principal: Principal = ADMIN) -> WriteResult:
         """Insert or replace tools by id in the caller's tenant; committed when this returns."""
-        tools = list(tools)
-        seen: set[str] = set()
-        for tool in tools:
-            if not isinstance(tool, Tool):
-                raise TypeError(f"expected Tool objects, got {type(tool).__name__}")
-            if tool.id in seen:
-                raise ValueError(f"duplicate tool id {tool.id!r} in one request")
-            seen.add(tool.id)
+        tools = request_tools(tools)
         self._check_can_write(principal)
         state = self._tenant(principal)
         texts = {t.id: tool_text(t, self.view) for t in tools}

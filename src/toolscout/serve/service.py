@@ -90,6 +90,19 @@ class WriteResult:
                 "unchanged": self.unchanged, "deleted": self.deleted}
 
 
+def request_tools(tools: Iterable[Tool]) -> list[Tool]:
+    """The tools of one write request, checked: Tool objects only, no id twice."""
+    tools = list(tools)
+    seen: set[str] = set()
+    for tool in tools:
+        if not isinstance(tool, Tool):
+            raise TypeError(f"expected Tool objects, got {type(tool).__name__}")
+        if tool.id in seen:
+            raise ValueError(f"duplicate tool id {tool.id!r} in one request")
+        seen.add(tool.id)
+    return tools
+
+
 def tool_row(tool: Tool) -> dict[str, Any]:
     """A Tool as a JSON object for the journal (a non-JSON `raw` is kept as its repr, as `save` does)."""
     from ..pipeline import _tool_row
@@ -241,14 +254,7 @@ class ToolService:
     # writes --------------------------------------------------------------------------------
     def upsert(self, tools: Iterable[Tool], principal: Principal = ADMIN) -> WriteResult:
         """Insert or replace tools by id; durable when this returns. Unchanged tools cost nothing."""
-        tools = list(tools)
-        seen: set[str] = set()
-        for tool in tools:
-            if not isinstance(tool, Tool):
-                raise TypeError(f"expected Tool objects, got {type(tool).__name__}")
-            if tool.id in seen:
-                raise ValueError(f"duplicate tool id {tool.id!r} in one request")
-            seen.add(tool.id)
+        tools = request_tools(tools)
         self._check_can_write(principal)
         with self._writer:
             self._check_open()
