@@ -14,13 +14,13 @@ from toolscout.artifacts import ArtifactError, write_artifact
 from toolscout.benchmark import Query, load_benchmark
 from toolscout.cli import main
 from toolscout.models import model_base
-from toolscout.rerank.base import RERANKER_KIND, load_reranker
+from toolscout.rerank.base import RERANKER_KIND, fuse_with_first_stage, load_reranker, zscores
 from toolscout.rerank.cross import CrossEncoderReranker, encode_pairs, load_pair_model
 from toolscout.results import Results
 from toolscout.retrievers.base import make_retriever
 from toolscout.tool import Tool
-from toolscout.train.cross import (PairLoss, base_model_path, first_stage_runs, fit_cross, group_batches, hard_count,
-                                   make_groups)
+from toolscout.train.cross import (FUSION_WEIGHTS, PairLoss, base_model_path, first_stage_runs, fit_cross, group_batches,
+                                   hard_count, make_groups)
 from toolscout.train.data import TrainingData, load_training_data
 from toolscout.train.embed import RandomNegatives, epoch_examples, tool_sets, training_pairs
 from toolscout.train.loop import TrainConfig, set_seed
@@ -75,8 +75,10 @@ def test_hard_negatives_come_from_the_own_set_and_are_never_gold():
         assert pool and not set(pool) & set(query.labels)  # gold tools never count as negatives
         assert all(sets[t] == own for t in pool)  # indexed per set: only tools the query is ranked against
         assert len(pool) <= 6 - len(query.labels)  # BM25 returns only tools sharing a word with the query
-    assert all(t.startswith("a::") for t in candidates["a"][0]) and 0 < len(candidates["a"][0]) <= 4
-    assert all(t.startswith("b::") for t in candidates["b"][0])
+    ids_a, scores_a = candidates["a"][0]
+    assert all(t.startswith("a::") for t in ids_a) and 0 < len(ids_a) <= 4 and len(scores_a) == len(ids_a)
+    assert scores_a == sorted(scores_a, reverse=True)  # first-stage scores, best first
+    assert all(t.startswith("b::") for t in candidates["b"][0][0])
 
     pairs = training_pairs(data.train, frozenset(data.tools))
     sampler = RandomNegatives(list(data.tools), groups=sets)
@@ -164,18 +166,52 @@ QUERIES = ["User: Can you check my health data from last week?",
            "User: What's the weather tomorrow?"]
 
 
+def test_training_picks_the_fusion_weight_on_validation(trained):
+    data, config = trained["summary"].data, trained["config"]
+    by_weight = data["validation_by_first_stage_weight"]
+    assert set(by_weight) == {str(w) for w in FUSION_WEIGHTS}
+    best = max(by_weight.values())
+    chosen = min(float(w) for w, v in by_weight.items() if v == best)  # ties go to the smaller weight
+    assert config["first_stage_weight"] == data["first_stage_weight"] == chosen
+    assert data["reranker_alone_validation"] == by_weight["0.0"]
+
+
+def test_fusion_mixes_standardised_scores():
+    own, first = np.array([2.0, 0.0, -2.0]), np.array([0.1, 0.3, 0.2])
+    # z(own) = [1.2247, 0, -1.2247]; z(first) = [-1.2247, 1.2247, 0]
+    np.testing.assert_allclose(zscores(own), [1.224745, 0.0, -1.224745], atol=1e-6)
+    np.testing.assert_allclose(fuse_with_first_stage(own, first, 0.25),
+                               [0.75 * 1.224745 - 0.25 * 1.224745, 0.25 * 1.224745, -0.75 * 1.224745], atol=1e-6)
+    np.testing.assert_array_equal(fuse_with_first_stage(own, first, 0.0), own)  # weight 0: untouched
+    np.testing.assert_array_equal(zscores([3.0, 3.0]), [0.0, 0.0])  # no spread: no information
+    with pytest.raises(ValueError, match="first_stage_weight"):
+        fuse_with_first_stage(own, first, 1.5)
+
+
 def test_saved_model_reloads_with_the_same_scores(trained, sample_tools, tmp_path):
     reranker = load_reranker(trained["out"])
     assert isinstance(reranker, CrossEncoderReranker) and reranker.depth == 10 and reranker.max_length == 64
+    assert reranker.first_stage_weight == trained["config"]["first_stage_weight"]
+    pure = load_reranker(trained["out"], first_stage_weight=0.0)
+    fused = load_reranker(trained["out"], first_stage_weight=0.5)
     candidates = _candidates(sample_tools, QUERIES)
     got = reranker.rerank(QUERIES, candidates, sample_tools)
     # the in-memory model, pair by pair, without the reranker's batching
     tokenizer, net = trained["tokenizer"], trained["net"]
-    for query, (ids, scores) in zip(QUERIES, got):
+    for query, (ids, scores), (fused_ids, fused_scores), (first_ids, first_scores) in zip(
+            QUERIES, pure.rerank(QUERIES, candidates, sample_tools), fused.rerank(QUERIES, candidates, sample_tools),
+            candidates):
         docs = [reranker.tool_text(sample_tools[t]) for t in ids]
         with torch.no_grad():
-            logits = net(**encode_pairs(tokenizer, [query] * len(ids), docs, 64)).logits[:, 0]
-        np.testing.assert_allclose(scores, torch.sigmoid(logits).numpy(), atol=1e-5)
+            logits = net(**encode_pairs(tokenizer, [query] * len(ids), docs, 64)).logits[:, 0].numpy()
+        np.testing.assert_allclose(scores, 1 / (1 + np.exp(-logits)), atol=1e-5)  # weight 0: P(relevant)
+        # weight 0.5: half the z-scored logit, half the z-scored BM25 score, for the same tool
+        first = dict(zip(first_ids, first_scores))
+        z_logit = (logits - logits.mean()) / logits.std()
+        bm25 = np.array([first[t] for t in ids])
+        expected = dict(zip(ids, 0.5 * z_logit + 0.5 * (bm25 - bm25.mean()) / bm25.std()))
+        np.testing.assert_allclose(fused_scores, [expected[t] for t in fused_ids], atol=1e-4)
+        assert list(fused_scores) == sorted(fused_scores, reverse=True)
     # a saved reranker folder references the model directory and gives the same answer
     reranker.save(tmp_path / "rr")
     saved = json.loads((tmp_path / "rr" / "config.json").read_text())
@@ -189,7 +225,7 @@ def test_saved_model_reloads_with_the_same_scores(trained, sample_tools, tmp_pat
 
 
 def test_rerank_keeps_exactly_the_candidates_sorted_by_probability(trained, sample_tools):
-    reranker = load_reranker(trained["out"], depth=20)
+    reranker = load_reranker(trained["out"], depth=20, first_stage_weight=0.0)
     first = _candidates(sample_tools, QUERIES, k=20)
     candidates = Results(first.ids + (np.asarray([], dtype=object),), first.scores + (np.asarray([], np.float32),))
     got = reranker.rerank(QUERIES + ["no candidates"], candidates, sample_tools)

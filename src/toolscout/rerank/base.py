@@ -87,10 +87,32 @@ def reorder(ids: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return np.asarray(ids, dtype=object)[order], scores[order]
 
 
+def zscores(scores) -> np.ndarray:
+    """Scores standardised within one query's list (mean 0, std 1; all-equal scores give zeros), so that
+    scores on different scales (a logit, a cosine, BM25, RRF) can be mixed."""
+    scores = np.asarray(scores, dtype=np.float64)
+    if scores.size == 0:
+        return scores
+    std = scores.std()
+    return (scores - scores.mean()) / std if std > 1e-12 else np.zeros_like(scores)
+
+
+def fuse_with_first_stage(own: np.ndarray, first_stage: np.ndarray, weight: float) -> np.ndarray:
+    """(1 − weight)·z(own) + weight·z(first stage), per query. weight 0 keeps the reranker's order; the
+    first stage's score carries evidence the reranker does not see (lexical overlap, usage vectors), so
+    a small weight often helps a reranker that has seen little training data."""
+    if not 0.0 <= weight <= 1.0:
+        raise ValueError(f"first_stage_weight must be in [0, 1], got {weight}")
+    if weight == 0.0:
+        return np.asarray(own, dtype=np.float64)
+    return (1.0 - weight) * zscores(own) + weight * zscores(first_stage)
+
+
 def reordered(per_query: Sequence[tuple[np.ndarray, np.ndarray]]) -> Results:
     pairs = [reorder(ids, scores) for ids, scores in per_query]
     return Results(tuple(p[0] for p in pairs), tuple(p[1] for p in pairs))
 
 
 __all__ = ["Reranker", "REGISTRY", "RERANKER_KIND", "DEFAULT_DEPTH", "reranker_class", "load_reranker",
-           "write_reranker_config", "check_candidates", "reorder", "reordered", "MODEL_KIND"]
+           "write_reranker_config", "check_candidates", "reorder", "reordered", "zscores", "fuse_with_first_stage",
+           "MODEL_KIND"]

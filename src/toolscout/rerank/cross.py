@@ -39,7 +39,8 @@ from ..artifacts import ArtifactError, read_config
 from ..models import model_config
 from ..results import Results
 from ..tool import TextView, Tool, tool_text
-from .base import DEFAULT_DEPTH, RERANKER_KIND, check_candidates, reordered, write_reranker_config
+from .base import (DEFAULT_DEPTH, RERANKER_KIND, check_candidates, fuse_with_first_stage, reordered,
+                   write_reranker_config)
 
 METHOD = "cross"
 DEFAULT_MAX_LENGTH = 192  # query + tool text tokens; API-Bank/ToolBench pairs rarely need more
@@ -184,13 +185,16 @@ class CrossEncoderReranker:
     directory is picked up on the next load). `depth`: first-stage candidates per query (default: the
     depth the model was validated at, else 20). `view`: the tool text view (default: the one trained
     with). `max_length`: tokens per pair (default: the trained one). `device`: default cuda when
-    available.
+    available. `first_stage_weight` w: the returned score is (1 − w)·z(logit) + w·z(first-stage score)
+    per query (`fuse_with_first_stage`); default: the weight `train cross` picked on validation data
+    (0 for models trained before it did). With w = 0 the score is P(relevant).
     """
 
     name = METHOD
 
     def __init__(self, model: str | Path, depth: int | None = None, batch_size: int = 32,
-                 view: TextView | dict | None = None, max_length: int | None = None, device: str | None = None):
+                 view: TextView | dict | None = None, max_length: int | None = None, device: str | None = None,
+                 first_stage_weight: float | None = None):
         from ..encoders import default_device
 
         if model is None:
@@ -207,6 +211,11 @@ class CrossEncoderReranker:
         self.max_length = int(max_length or config.get("max_length") or DEFAULT_MAX_LENGTH)
         self._max_length_override = max_length
         self.device = device or default_device()
+        self._weight_override = first_stage_weight
+        self.first_stage_weight = float(config.get("first_stage_weight", 0.0) if first_stage_weight is None
+                                        else first_stage_weight)
+        if not 0.0 <= self.first_stage_weight <= 1.0:
+            raise ValueError(f"first_stage_weight must be in [0, 1], got {self.first_stage_weight}")
         tokenizer, net = load_pair_model(folder / config.get("model", "model"), device=self.device)
         self.scorer = PairScorer(tokenizer, net, max_length=self.max_length, batch_size=self.batch_size)
         self._texts: dict[str, tuple[Tool, str]] = {}  # id -> (the tool it was made from, its text)
@@ -243,8 +252,13 @@ class CrossEncoderReranker:
                 pair_texts.append(self.tool_text(tool))
             spans.append((start, len(pair_texts)))
         # One call for the whole batch of queries: pairs of every query share length-sorted batches.
-        probs = self.scorer.probabilities(pair_queries, pair_texts)
-        return reordered([(ids, probs[a:b]) for (ids, _s), (a, b) in zip(candidates, spans)])
+        logits = self.scorer.logits(pair_queries, pair_texts)
+        w = self.first_stage_weight
+        if w == 0.0:
+            probs = sigmoid(logits)
+            return reordered([(ids, probs[a:b]) for (ids, _s), (a, b) in zip(candidates, spans)])
+        return reordered([(ids, fuse_with_first_stage(logits[a:b], scores, w))
+                          for (ids, scores), (a, b) in zip(candidates, spans)])
 
     # persistence -------------------------------------------------------------------------
     def save(self, folder: Path) -> None:
@@ -255,6 +269,8 @@ class CrossEncoderReranker:
             extra["view"] = self._view_override.to_dict()
         if self._max_length_override is not None:
             extra["max_length"] = int(self._max_length_override)
+        if self._weight_override is not None:
+            extra["first_stage_weight"] = float(self._weight_override)
         write_reranker_config(Path(folder), METHOD, model=self.model_dir, depth=self.depth,
                               batch_size=self.batch_size, **extra)
 
@@ -263,7 +279,8 @@ class CrossEncoderReranker:
         _folder, config = read_config(folder, kind=RERANKER_KIND)
         if config.get("reranker") != METHOD:
             raise ArtifactError(f"{folder}: holds a {config.get('reranker')!r} reranker, not {METHOD!r}")
-        settings = {key: config[key] for key in ("model", "depth", "batch_size", "view", "max_length")
+        settings = {key: config[key] for key in ("model", "depth", "batch_size", "view", "max_length",
+                                                          "first_stage_weight")
                     if config.get(key) is not None}
         settings.update(options)
         if "model" not in settings:

@@ -23,6 +23,12 @@ judgements. This is the same pointwise recipe at CPU scale:
   reranked, and the macro nDCG@10 over the sets is the score. The first stage's candidates are fixed,
   so they are computed once. With `validate_start` the first stage alone is scored too, so the summary
   shows what reranking adds (`summary.data['first_stage_validation']`).
+- Score fusion: each validation pass also tries mixing the first stage's score into the reranker's,
+  (1 − w)·z(logit) + w·z(first stage) for w in `fusion_weights`, and scores the best w. After training
+  the best weights are scored once more and the winning w is saved as the model's `first_stage_weight`
+  (the reranker's default). Why: a small cross-encoder trained for minutes on a CPU knows less than a
+  first stage built on the whole catalog; fusing keeps what each gets right, and the weight is chosen
+  on held-out training queries, never on test data. `fusion_weights=(0,)` trains a pure reranker.
 
 The model directory holds the fine-tuned model and tokenizer in `model/` (plain Hugging Face files),
 the text view, `max_length`, the rerank depth it was validated at, and the run summary;
@@ -37,10 +43,13 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Mapping, Sequence
 
+import numpy as np
+
 from ..artifacts import ArtifactError, write_artifact, write_json
 from ..benchmark import Query
 from ..eval.metrics import ndcg_at_k
 from ..models import model_base, model_config
+from ..rerank.base import fuse_with_first_stage
 from ..rerank.cross import DEFAULT_MAX_LENGTH, PairScorer, quiet_transformers, encode_pairs, load_pair_model
 from ..tool import TextView, tool_text
 from .data import TrainingData
@@ -125,11 +134,12 @@ def cap_validation(queries: Sequence[Query], sets_of_tools: Mapping[str, str], m
 
 def first_stage_runs(data: TrainingData, first_stage: str | Path, sets_of_tools: Mapping[str, str], *,
                      depth: int, rerank_depth: int, validation: Mapping[str, Sequence[Query]],
-                     mine: bool = True) -> tuple[dict[int, list[str]], dict[str, list[list[str]]]]:
+                     mine: bool = True) -> tuple[dict[int, list[str]], dict[str, list[tuple[list[str], list[float]]]]]:
     """Run the first stage once per training set, over that set's tools only (the test protocol).
 
     Returns (hard-negative pool per train query index: its top-`depth` non-gold tools; per set, the
-    top-`rerank_depth` candidate ids of each of `validation[set]`'s queries, in first-stage order).
+    top-`rerank_depth` (candidate ids, first-stage scores) of each of `validation[set]`'s queries, in
+    first-stage order).
     """
     if not mine and not validation:
         return {}, {}
@@ -139,7 +149,7 @@ def first_stage_runs(data: TrainingData, first_stage: str | Path, sets_of_tools:
     for tid, tool in data.tools.items():
         members.setdefault(sets_of_tools.get(tid, ""), []).append(tool)
     pools: dict[int, list[str]] = {}
-    candidates: dict[str, list[list[str]]] = {}
+    candidates: dict[str, list[tuple[list[str], list[float]]]] = {}
     for name in sorted(set(train_by_set) | set(validation)):
         tools = members.get(name, [])
         if not tools:
@@ -152,7 +162,7 @@ def first_stage_runs(data: TrainingData, first_stage: str | Path, sets_of_tools:
         val = list(validation.get(name, ()))
         if val:
             results = retriever.search([q.text for q in val], rerank_depth)
-            candidates[name] = [list(ids) for ids, _scores in results]
+            candidates[name] = [(list(ids), [float(x) for x in scores]) for ids, scores in results]
     return pools, candidates
 
 
@@ -233,40 +243,63 @@ def ranked_ndcg(candidates: Sequence[Sequence[str]], queries: Sequence[Query], k
     return 100.0 * sum(ndcg_at_k(list(ids), set(q.labels), k) for ids, q in zip(candidates, queries)) / len(queries)
 
 
+FUSION_WEIGHTS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
+
+
 class RerankValidation:
-    """Macro nDCG@10 over the sets of the first stage's top candidates reranked by the live model."""
+    """Macro nDCG@10 over the sets of the first stage's top candidates reranked by the live model.
+
+    Each call scores every weight of `fusion_weights` (see `fuse_with_first_stage`) from one pass of the
+    model and returns the best; `weight`, `per_set` and `pure` (the unfused score) describe that call.
+    Ties go to the smaller weight: the reranker's own order is preferred when fusion adds nothing.
+    """
 
     def __init__(self, scorer: PairScorer, validation: Mapping[str, Sequence[Query]],
-                 candidates: Mapping[str, Sequence[Sequence[str]]], documents: Mapping[str, str]):
+                 candidates: Mapping[str, Sequence[tuple[Sequence[str], Sequence[float]]]],
+                 documents: Mapping[str, str], fusion_weights: Sequence[float] = FUSION_WEIGHTS):
         self.scorer, self.documents = scorer, documents
         self.queries = {s: list(validation[s]) for s in candidates}
-        self.candidates = {s: [list(c) for c in candidates[s]] for s in candidates}
+        self.candidates = {s: [(list(ids), np.asarray(scores, dtype=np.float64)) for ids, scores in candidates[s]]
+                           for s in candidates}
+        self.fusion_weights = sorted({float(w) for w in fusion_weights}) or [0.0]
         self.per_set: dict[str, float] = {}
+        self.weight = 0.0
+        self.pure: float | None = None
+        self.by_weight: dict[float, float] = {}
 
     def __len__(self) -> int:
         return sum(len(q) for q in self.queries.values())
 
     def first_stage(self) -> tuple[float, dict[str, float]]:
-        per_set = {s: ranked_ndcg(self.candidates[s], self.queries[s]) for s in self.queries}
+        per_set = {s: ranked_ndcg([ids for ids, _ in self.candidates[s]], self.queries[s]) for s in self.queries}
         return _macro(per_set), per_set
 
     def __call__(self) -> float:
-        import numpy as np
-
         pairs_q, pairs_d, spans = [], [], []
         for name in self.queries:
-            for q, ids in zip(self.queries[name], self.candidates[name]):
+            for q, (ids, scores) in zip(self.queries[name], self.candidates[name]):
                 start = len(pairs_d)
                 pairs_q.extend([q.text] * len(ids))
                 pairs_d.extend(self.documents[t] for t in ids)
-                spans.append((name, ids, start, len(pairs_d)))
+                spans.append((name, ids, scores, start, len(pairs_d)))
         logits = self.scorer.logits(pairs_q, pairs_d)  # one pass over every pair: length-sorted batches
-        ranked: dict[str, list[list[str]]] = {name: [] for name in self.queries}
-        for name, ids, a, b in spans:
-            order = np.argsort(-logits[a:b], kind="stable")  # ties keep the first stage's order
-            ranked[name].append([ids[i] for i in order])
-        self.per_set = {s: ranked_ndcg(ranked[s], self.queries[s]) for s in self.queries}
-        return _macro(self.per_set)
+        best = None
+        self.by_weight = {}
+        for weight in self.fusion_weights:
+            ranked: dict[str, list[list[str]]] = {name: [] for name in self.queries}
+            for name, ids, scores, a, b in spans:
+                fused = fuse_with_first_stage(logits[a:b], scores, weight)
+                order = np.argsort(-fused, kind="stable")  # ties keep the first stage's order
+                ranked[name].append([ids[i] for i in order])
+            per_set = {s: ranked_ndcg(ranked[s], self.queries[s]) for s in self.queries}
+            score = _macro(per_set)
+            self.by_weight[weight] = round(score, 3)
+            if weight == 0.0:
+                self.pure = score
+            if best is None or score > best[0] + 1e-9:
+                best = (score, weight, per_set)
+        score, self.weight, self.per_set = best
+        return score
 
 
 def _macro(per_set: Mapping[str, float]) -> float:
@@ -280,7 +313,7 @@ def fit_cross(data: TrainingData, out: str | Path, *, model: str | None = None, 
               resume: bool = True, first_stage: str = "dense", negatives: int = 3, hard_fraction: float = 0.5,
               depth: int = 30, max_length: int = DEFAULT_MAX_LENGTH, balance: str = "sets",
               max_validation: int | None = 300, rerank_depth: int = 20, view: TextView | dict | None = None,
-              validate_start: bool = True) -> RunSummary:
+              validate_start: bool = True, fusion_weights: Sequence[float] = FUSION_WEIGHTS) -> RunSummary:
     """Fine-tune a cross-encoder reranker on `data.train` and write a model directory to `out`.
 
     `model`: starting weights (default all-MiniLM-L6-v2; see `base_model_path`). `first_stage`: the
@@ -290,7 +323,8 @@ def fit_cross(data: TrainingData, out: str | Path, *, model: str | None = None, 
     per (query, tool text) pair. `balance`: 'sets' or 'size' (as in `fit_embed`). Validation reranks the
     first stage's top `rerank_depth` for at most `max_validation` queries; `rerank_depth` is also the
     depth the saved reranker uses by default. `view`: the tool text view. `validate_start`: also score
-    the first stage alone (summary.data['first_stage_validation']).
+    the first stage alone (summary.data['first_stage_validation']). `fusion_weights`: the first-stage
+    weights tried on validation (module docstring); the best is saved as `first_stage_weight`.
     `config.batch_size` counts (query, tool) pairs.
     """
     if balance not in BALANCES:
@@ -332,13 +366,17 @@ def fit_cross(data: TrainingData, out: str | Path, *, model: str | None = None, 
     validate = None
     if candidates:
         scorer = PairScorer(tokenizer, net, max_length=max_length, batch_size=max(32, config.batch_size))
-        validate = RerankValidation(scorer, validation, candidates, documents)
+        validate = RerankValidation(scorer, validation, candidates, documents, fusion_weights)
     loss = PairLoss(net, tokenizer, queries, documents, max_length, device)
     trainer = Trainer("cross", net, loss, epoch_batches, config, out, validate=validate, batch_size_of=pair_count)
 
     start_score, start_per_set = (validate.first_stage() if validate is not None and validate_start else (None, {}))
     summary = trainer.fit(resume=resume)
     net.eval()
+    first_stage_weight = 0.0
+    if validate is not None and summary.best_validation is not None:
+        validate()  # the best weights are back in `net`: pick the fusion weight for them
+        first_stage_weight = validate.weight
     summary.data = {**data.summary(), "pairs": len(pairs), "balance": balance,
                     "examples_per_epoch": sum(pair_count(b) for b in epoch_batches(0)),
                     "hard_negatives_per_pair": hard_count(negatives, hard_fraction),
@@ -350,14 +388,18 @@ def fit_cross(data: TrainingData, out: str | Path, *, model: str | None = None, 
         if summary.best_validation is not None:
             summary.data["reranking_gain"] = round(summary.best_validation - start_score, 3)
     if validate is not None and validate.per_set:
-        summary.data["last_validation_per_set"] = {k: round(v, 3) for k, v in validate.per_set.items()}
+        summary.data["best_validation_per_set"] = {k: round(v, 3) for k, v in validate.per_set.items()}
+        summary.data["validation_by_first_stage_weight"] = {str(w): v for w, v in validate.by_weight.items()}
+        summary.data["first_stage_weight"] = first_stage_weight
+        summary.data["reranker_alone_validation"] = round(validate.pure, 3) if validate.pure is not None else None
     summary.config = {**summary.config, "base_model": base_name, "first_stage": str(first_stage),
                       "negatives": negatives, "hard_fraction": hard_fraction, "depth": depth,
                       "max_length": max_length, "balance": balance, "rerank_depth": rerank_depth,
-                      "max_validation": max_validation}
+                      "max_validation": max_validation, "fusion_weights": list(fusion_weights)}
 
     config_out = model_base("cross", base_model=base_name, model="model", view=view.to_dict(),
                             max_length=max_length, depth=rerank_depth, first_stage=str(first_stage),
+                            first_stage_weight=first_stage_weight,
                             summary=summary.to_dict())
     with write_artifact(out, config_out) as folder, quiet_transformers():
         net.save_pretrained(str(folder / "model"))
@@ -368,4 +410,4 @@ def fit_cross(data: TrainingData, out: str | Path, *, model: str | None = None, 
 
 
 __all__ = ["fit_cross", "base_model_path", "make_first_stage", "first_stage_runs", "make_groups", "group_batches",
-           "PairLoss", "RerankValidation", "hard_count"]
+           "PairLoss", "RerankValidation", "hard_count", "FUSION_WEIGHTS"]
