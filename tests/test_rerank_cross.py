@@ -277,3 +277,22 @@ def test_cli_trains_a_cross_encoder(tmp_path):
     summary = json.loads((out / (out / "CURRENT").read_text().strip() / "summary.json").read_text())
     assert summary["steps"] == 3 and summary["config"]["first_stage"] == "dense"
     assert isinstance(load_reranker(out), CrossEncoderReranker)
+
+
+def test_cli_rerank_options_reach_the_reranker(trained, tmp_path, capsys):
+    # first_stage_weight=1 mixes in nothing of the cross-encoder: the reranked run must equal the first stage
+    report = tmp_path / "eval.json"
+    code = main(["eval", str(SAMPLE), "--split", "train", "--retriever", "bm25", "--rerank", str(trained["out"]),
+                 "--rerank-option", "first_stage_weight=1", "--with-first-stage", "--json", str(report), "--quiet",
+                 "--bootstrap", "100"])
+    assert code == 0, capsys.readouterr().err
+    systems = json.loads(report.read_text())["systems"]
+    first, second = systems["bm25"]["mean"], systems[next(s for s in systems if s != "bm25")]["mean"]
+    for metric in ("ndcg@10", "recall@10", "mrr@10"):
+        assert second[metric] == pytest.approx(first[metric], abs=1e-9)
+    capsys.readouterr()
+    assert main(["eval", str(SAMPLE), "--rerank", str(trained["out"]), "--rerank-option", "temperature=2",
+                 "--quiet"]) == 1
+    assert "--rerank-option temperature: not a setting of the reranker" in capsys.readouterr().err
+    assert main(["eval", str(SAMPLE), "--rerank-option", "first_stage_weight=0", "--quiet"]) == 1
+    assert "need --rerank" in capsys.readouterr().err

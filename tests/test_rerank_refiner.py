@@ -156,4 +156,4 @@ def test_cli_eval_with_rerank_compares_against_the_first_stage(trained, tmp_path
     assert second["recall@10"] == pytest.approx(first["recall@10"], abs=1e-9)
     capsys.readouterr()
     assert main(["eval", str(SAMPLE), "--rerank-depth", "5", "--quiet"]) == 1
-    assert "--rerank-depth needs --rerank" in capsys.readouterr().err
+    assert "--rerank-depth and --rerank-option need --rerank" in capsys.readouterr().err

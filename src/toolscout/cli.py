@@ -38,6 +38,9 @@ def _add_rerank_options(p: argparse.ArgumentParser) -> None:
                         "reranker (an OpenAI-compatible endpoint, settings as for `expand --llm-config`)")
     p.add_argument("--rerank-depth", type=int, default=None, metavar="N",
                    help="first-stage candidates handed to the reranker (default: the reranker's own, 20 unless trained otherwise)")
+    p.add_argument("--rerank-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="reranker setting, VALUE parsed as JSON when it can be (repeatable), e.g. "
+                        "first_stage_weight=0 for a cross-encoder's own order")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -192,17 +195,25 @@ def _reranker_from_args(args: argparse.Namespace):
     if args.rerank_depth is not None and args.rerank_depth < 1:
         raise ValueError(f"--rerank-depth must be at least 1, got {args.rerank_depth}")
     if not args.rerank:
-        if args.rerank_depth is not None:
-            raise ValueError("--rerank-depth needs --rerank")
+        if args.rerank_depth is not None or args.rerank_option:
+            raise ValueError("--rerank-depth and --rerank-option need --rerank")
         return None
-    options = {} if args.rerank_depth is None else {"depth": args.rerank_depth}
-    if args.rerank.startswith("llm:"):
-        from .rerank.llm import LLMReranker
+    options = _parse_options(args.rerank_option, flag="--rerank-option")
+    if args.rerank_depth is not None:
+        options["depth"] = args.rerank_depth
+    try:
+        if args.rerank.startswith("llm:"):
+            from .rerank.llm import LLMReranker
 
-        return LLMReranker.from_settings_file(args.rerank[4:], **options)
-    from .rerank.base import load_reranker
+            return LLMReranker.from_settings_file(args.rerank[4:], **options)
+        from .rerank.base import load_reranker
 
-    return load_reranker(args.rerank, **options)
+        return load_reranker(args.rerank, **options)
+    except TypeError as exc:  # an option the reranker does not take: name it, not a Python signature
+        if "unexpected keyword argument" not in str(exc):
+            raise
+        name = str(exc).rsplit("argument", 1)[-1].strip(" '")
+        raise ValueError(f"--rerank-option {name}: not a setting of the reranker {args.rerank}") from None
 
 
 # ----------------------------------------------------------------------------------- commands
@@ -350,12 +361,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _parse_options(pairs: Sequence[str]) -> dict[str, Any]:
+def _parse_options(pairs: Sequence[str], flag: str = "--option") -> dict[str, Any]:
     options: dict[str, Any] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise ValueError(f"--option {pair!r}: expected KEY=VALUE")
+            raise ValueError(f"{flag} {pair!r}: expected KEY=VALUE")
         try:
             options[key.replace("-", "_")] = json.loads(value)
         except json.JSONDecodeError:
