@@ -5,15 +5,17 @@ and its score is P(relevant) = softmax over the logits of the answer tokens "tru
 pointwise design runs on a CPU: a MiniLM-L6 encoder (the weights of the default dense encoder) reads
 `[CLS] query [SEP] tool text [SEP]` and a one-logit classification head gives ℓ; the score is
 sigmoid(ℓ) = P(relevant), the two-class softmax of the paper written with one logit (ℓ = ℓ_true − ℓ_false).
-`toolscout train cross` fine-tunes it (see `toolscout.train.cross`).
+`toolscout train cross` fine-tunes it (see `toolscout.train.cross`) and picks on validation data how much
+of the first stage's score to mix in (`first_stage_weight`; the paper's reranker replaces the first
+stage's order outright, which a small CPU-trained model does not earn).
 
 Unlike a bi-encoder, nothing can be precomputed per tool: every candidate costs one forward pass with the
 query, which is why the reranker only sees the first stage's top `depth` candidates. The cost is plain
-arithmetic: MiniLM-L6 does ~21 MFLOP per token, so 20 pairs of ~150 tokens are ~60 GFLOP, several hundred
-ms on two CPU cores (measured p50 ≈ 1.5 s for 20 API-Bank candidates at max_length 192 on a 2-core box
-shared with other jobs, ≈ 1.0 s at max_length 128; int8 dynamic quantisation gained under 10% there
-and changed the scores, so it is not offered). `depth`, `max_length` and `device` are the latency
-knobs. What the code does to avoid waste on top of that:
+arithmetic: MiniLM-L6 does ~21 MFLOP per token, so 20 pairs of ~100–128 tokens are ~40–55 GFLOP, several
+hundred ms on two CPU cores (measured on an idle 2-core machine at max_length 128: p50 354 ms for 20
+candidates of the 43k-tool catalog, 423 ms for BFCL's longer tool texts; int8 dynamic quantisation gained
+under 10% and changed the scores, so it is not offered). `depth`, `max_length` and `device` are the
+latency knobs. What the code does to avoid waste on top of that:
 
 - all pairs of a call (every query's candidates) are tokenised once by the Rust tokenizer, sorted by
   length and run in as few forward passes as `batch_size` and `MAX_BATCH_TOKENS` allow: padding only
