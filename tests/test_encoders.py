@@ -253,3 +253,25 @@ def test_max_seq_length_override_truncates_like_torch(onnx_encoder, cache_dir):
     got = short_onnx.encode(texts)
     assert cosines(got, short_torch.encode(texts)).min() >= 0.9999
     assert float(got[0] @ onnx_encoder.encode([LONG])[0]) < 0.9999  # really cut at 32, not 256
+
+
+def test_few_torch_threads_uses_one_thread_for_small_cpu_batches_and_restores():
+    torch = pytest.importorskip("torch")
+    from toolscout.encoders import few_torch_threads
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with few_torch_threads(1):
+            assert torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 2  # restored
+        with few_torch_threads(64):  # a real batch keeps every thread
+            assert torch.get_num_threads() == 2
+        with few_torch_threads(1, device="cuda"):  # GPU forwards are not ours to throttle
+            assert torch.get_num_threads() == 2
+        with pytest.raises(RuntimeError):
+            with few_torch_threads(1):
+                raise RuntimeError("forward failed")
+        assert torch.get_num_threads() == 2  # restored after an error too
+    finally:
+        torch.set_num_threads(before)

@@ -37,6 +37,7 @@ import shutil
 import tempfile
 import threading
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -81,6 +82,52 @@ def default_onnx_cache() -> Path:
 
 class OnnxUnavailable(Exception):
     """Why the ONNX backend cannot be used for a model (the message is logged on fallback)."""
+
+
+@contextmanager
+def quiet_transformers():
+    """Silence transformers' load report ("newly initialized: classifier...") and its progress bars
+    ("Loading weights", "Writing model shards"): loading or saving a known model is not news, and a
+    fresh head is the point when training starts."""
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+_TORCH_THREADS_LOCK = threading.Lock()  # torch's thread count is process-wide: one changer at a time
+SMALL_TORCH_BATCH = 4  # rows up to which a torch forward runs on one thread
+
+
+@contextmanager
+def few_torch_threads(rows: int, device: str = "cpu", limit: int = SMALL_TORCH_BATCH):
+    """Run a torch forward over `rows` ≤ `limit` inputs on one thread, then restore the thread count.
+
+    Why: for one short sequence the work per matrix product is tiny, and splitting it over two threads
+    costs more in handoffs than it saves; on cores that are also busy with other work (a server's
+    batcher, an indexing job) the second thread waits for a core, and the forward takes 5-10× longer
+    (measured: ToolCLIP's task tower, one query, 2 busy cores: 29 ms on one thread, 265 ms on two).
+    Larger batches, and forwards on a GPU, keep every thread."""
+    if rows > limit or device != "cpu":
+        yield
+        return
+    import torch
+
+    with _TORCH_THREADS_LOCK:
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(threads)
 
 
 @dataclass
@@ -142,7 +189,8 @@ class Encoder:
         except ImportError:
             raise MissingDependency("sentence-transformers", "dense retrieval") from None
         try:
-            model = SentenceTransformer(self.path, device=self.device)
+            with quiet_transformers():
+                model = SentenceTransformer(self.path, device=self.device)
         except Exception as exc:  # the library raises many kinds; name the model in one message
             raise OSError(
                 f"could not load encoder {self.name!r} from {self.path!r}: {exc}. Give a local "

@@ -31,13 +31,13 @@ the text view and `max_length` it was trained with, and the rerank depth it was 
 from __future__ import annotations
 
 import threading
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from ..artifacts import ArtifactError, read_config
+from ..encoders import quiet_transformers
 from ..models import model_config
 from ..results import Results
 from ..tool import TextView, Tool, tool_text
@@ -50,24 +50,6 @@ MAX_BATCH_TOKENS = 8192  # padded tokens per forward pass: bounds memory for lon
 
 
 # ------------------------------------------------------------------------------------- HF model
-
-
-@contextmanager
-def quiet_transformers():
-    """Silence transformers' load report ("newly initialized: classifier...") and progress bars: a fresh
-    head is the point when training starts, and noise when a saved model loads."""
-    from transformers.utils import logging as hf_logging
-
-    level = hf_logging.get_verbosity()
-    bars = hf_logging.is_progress_bar_enabled()
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        hf_logging.set_verbosity(level)
-        if bars:
-            hf_logging.enable_progress_bar()
 
 
 def load_pair_model(path: str | Path, device: str = "cpu"):

@@ -112,7 +112,7 @@ def load_transformer(path: str):
     """The HF transformer and tokenizer of a sentence-transformers folder (or a plain HF folder)."""
     from transformers import AutoModel, AutoTokenizer
 
-    from .cross import quiet_transformers
+    from ..encoders import quiet_transformers
 
     with quiet_transformers():  # no load report or progress bars: loading a known model is not news
         return AutoModel.from_pretrained(path), AutoTokenizer.from_pretrained(path)
@@ -190,17 +190,12 @@ class ToolRefinerReranker:
     def scores(self, queries: Sequence[str], vectors: Sequence[np.ndarray],
                prior: Sequence[np.ndarray]) -> list[np.ndarray]:
         """P(needed) for each query's candidates, from their vectors and first-stage scores (one array per query)."""
-        import torch
+        from ..encoders import few_torch_threads
 
         out: list[np.ndarray] = []
-        with self._lock:  # the thread setting is process-wide: one scoring call at a time changes it
-            threads = torch.get_num_threads()
-            if len(queries) <= 4:  # one short sequence: a second thread costs more in handoffs than it saves
-                torch.set_num_threads(1)  # (measured: 27 ms vs 54-280 ms p50 for top-16 on 2 busy cores)
-            try:
-                self._score_batches(queries, vectors, prior, out)
-            finally:
-                torch.set_num_threads(threads)
+        # a few queries: one torch thread (measured: 27 ms vs 54-280 ms p50 for top-16 on 2 busy cores)
+        with self._lock, few_torch_threads(len(queries)):
+            self._score_batches(queries, vectors, prior, out)
         return out
 
     def _score_batches(self, queries, vectors, prior, out: list) -> None:

