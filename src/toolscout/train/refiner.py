@@ -89,27 +89,31 @@ class CandidateBuilder:
         self.vectors = self._blend(self.sums, self.counts)
 
     def _usage(self, trained) -> None:
+        """Tool2Vec usage sums: from the training queries, or from the `train tool2vec` directory's table.
+        Leave-one-out (subtracting a query from its gold tools' vectors) is only right when the usage
+        is exactly these training queries, so a directory's table is compared against them first."""
         for q, vec in zip(self.data.train, self.train_vectors):
             for label in q.labels:
                 if label in self.row:
                     self.sums[self.row[label]] += vec
                     self.counts[self.row[label]] += 1
         self.leave_one_out = True
-        if trained is not None:  # use the directory's table; leave-one-out only if it is the same usage
-            from ..retrievers.tool2vec import UsageTable
+        if trained is None:
+            return
+        from ..retrievers.tool2vec import UsageTable
 
-            table = UsageTable.load(trained[0] / "usage.npz", self.descriptions.shape[1])
-            same = all(table.counts.get(t, 0) == int(self.counts[i]) for i, t in enumerate(self.ids))
-            self.sums[:] = 0
-            self.counts[:] = 0
-            for tid, total in table.sums.items():
-                if tid in self.row:
-                    self.sums[self.row[tid]], self.counts[self.row[tid]] = total, table.counts[tid]
-            self.leave_one_out = same
-            self.notes["leave_one_out"] = same
-            if not same:
-                self.notes["warning"] = ("the tool2vec directory's usage differs from these training queries: "
-                                         "no leave-one-out, so training candidates are easier than real ones")
+        table = UsageTable.load(trained[0] / "usage.npz", self.descriptions.shape[1])
+        own_counts = self.counts.copy()
+        self.sums[:] = 0
+        self.counts[:] = 0
+        for tid, total in table.sums.items():
+            if tid in self.row:
+                self.sums[self.row[tid]], self.counts[self.row[tid]] = total, table.counts[tid]
+        self.leave_one_out = bool(np.array_equal(own_counts, self.counts))
+        self.notes["leave_one_out"] = self.leave_one_out
+        if not self.leave_one_out:
+            self.notes["warning"] = ("the tool2vec directory's usage differs from these training queries: "
+                                     "no leave-one-out, so training candidates are easier than real ones")
 
     def _blend(self, sums: np.ndarray, counts: np.ndarray) -> np.ndarray:
         blended = _unit(sums + self.prior * self.descriptions)
@@ -279,7 +283,7 @@ def fit_refiner(data: TrainingData, out: str | Path, *, model: str | None = None
                                   max_query_length=max_query_length, view=builder.view.to_dict(),
                                   description_encoder=builder.encoder_name, first_stage=first_stage,
                                   summary=summary.to_dict())
-    from ..rerank.cross import quiet_transformers
+    from ..encoders import quiet_transformers
 
     with write_artifact(out, model_config_out) as folder, quiet_transformers():
         transformer.save_pretrained(str(folder / "transformer"))
