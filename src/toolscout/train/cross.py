@@ -52,9 +52,9 @@ from ..models import model_base, model_config
 from ..rerank.base import fuse_with_first_stage
 from ..encoders import quiet_transformers
 from ..rerank.cross import DEFAULT_MAX_LENGTH, PairScorer, encode_pairs, load_pair_model
-from ..tool import TextView, tool_text
+from ..tool import TextView
 from .data import TrainingData
-from .embed import BALANCES, Example, RandomNegatives, epoch_examples, query_set, tool_sets, training_pairs
+from .embed import BALANCES, Example, PairSetup, RandomNegatives, epoch_examples, query_set
 from .loop import RunSummary, TrainConfig, Trainer, pick_device, set_seed
 from .negatives import mine_hard_negatives
 
@@ -345,12 +345,9 @@ def fit_cross(data: TrainingData, out: str | Path, *, model: str | None = None, 
     tokenizer, net = load_pair_model(base_path, device=device)
 
     queries = data.train
-    documents = {tid: tool_text(tool, view) for tid, tool in data.tools.items()}
-    pairs = training_pairs(queries, frozenset(data.tools))
-    if not pairs:
-        raise ValueError("no (query, tool) pairs: the training queries' labels name no tool of the catalog")
-    sets_of_tools = tool_sets(data)
-    groups_of_pairs = [sets_of_tools.get(tool, "") for _qi, tool in pairs]
+    setup = PairSetup.of(data, view)
+    pairs, sets_of_tools, groups_of_pairs, documents = (setup.pairs, setup.sets_of_tools, setup.pair_groups,
+                                                        setup.documents)
     sampler = RandomNegatives(list(data.tools), groups=sets_of_tools)  # random negatives from the pair's own set
 
     validation = cap_validation(data.validation, sets_of_tools, max_validation, config.seed)

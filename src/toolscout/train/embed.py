@@ -129,6 +129,26 @@ def training_pairs(queries: Sequence[Query], tool_ids: set[str] | frozenset[str]
     return pairs
 
 
+@dataclass(frozen=True)
+class PairSetup:
+    """What the pair trainers (`fit_embed`, `fit_cross`) start from: every (query, gold tool) pair, the
+    training set of each tool and of each pair (for balancing), and the tool texts."""
+
+    pairs: list[tuple[int, str]]
+    sets_of_tools: dict[str, str]
+    pair_groups: list[str]
+    documents: dict[str, str]
+
+    @classmethod
+    def of(cls, data: TrainingData, view: TextView) -> "PairSetup":
+        pairs = training_pairs(data.train, frozenset(data.tools))
+        if not pairs:
+            raise ValueError("no (query, tool) pairs: the training queries' labels name no tool of the catalog")
+        sets_of_tools = tool_sets(data)
+        return cls(pairs, sets_of_tools, [sets_of_tools.get(tool, "") for _qi, tool in pairs],
+                   {tid: tool_text(tool, view) for tid, tool in data.tools.items()})
+
+
 def epoch_examples(pairs: Sequence[tuple[int, str]], groups: Sequence[str], balance: str, seed: int,
                    epoch: int) -> list[tuple[int, str]]:
     """The pairs of one epoch, shuffled; deterministic for (seed, epoch).
@@ -326,12 +346,8 @@ def fit_embed(data: TrainingData, out: str | Path, *, model: str | None = None, 
     base_name = base.name
 
     queries = data.train
-    documents = {tid: tool_text(tool, view) for tid, tool in data.tools.items()}
-    pairs = training_pairs(queries, frozenset(data.tools))
-    if not pairs:
-        raise ValueError("no (query, tool) pairs: the training queries' labels name no tool of the catalog")
-    sets_of_tools = tool_sets(data)
-    groups = [sets_of_tools.get(tool, "") for _qi, tool in pairs]
+    setup = PairSetup.of(data, view)
+    pairs, sets_of_tools, groups, documents = setup.pairs, setup.sets_of_tools, setup.pair_groups, setup.documents
     sampler = RandomNegatives(list(data.tools), groups=sets_of_tools if negatives_from == "set" else None)
 
     @lru_cache(maxsize=2)
