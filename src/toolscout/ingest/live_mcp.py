@@ -14,6 +14,7 @@ listings are followed to the end. `headers` (e.g. an Authorization header) go wi
 
 from __future__ import annotations
 
+import builtins
 import re
 import shlex
 from pathlib import Path
@@ -113,8 +114,11 @@ def _fallback_name(source: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]+", "_", name) or "mcp"
 
 
+_EXCEPTION_GROUP = getattr(builtins, "BaseExceptionGroup", ())  # Python 3.11+; `isinstance(x, ())` is False
+
+
 def _reason(exc: BaseException) -> str:
     """The innermost useful message of an exception (task groups wrap the real error)."""
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+    while isinstance(exc, _EXCEPTION_GROUP) and exc.exceptions:
         exc = exc.exceptions[0]
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
