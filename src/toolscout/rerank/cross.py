@@ -263,9 +263,8 @@ class CrossEncoderReranker:
         _folder, config = read_config(folder, kind=RERANKER_KIND)
         if config.get("reranker") != METHOD:
             raise ArtifactError(f"{folder}: holds a {config.get('reranker')!r} reranker, not {METHOD!r}")
-        settings = {key: config[key] for key in ("model", "depth", "batch_size", "view", "max_length",
-                                                          "first_stage_weight")
-                    if config.get(key) is not None}
+        keys = ("model", "depth", "batch_size", "view", "max_length", "first_stage_weight")
+        settings = {key: config[key] for key in keys if config.get(key) is not None}
         settings.update(options)
         if "model" not in settings:
             raise ArtifactError(f"{folder}: the cross reranker config names no model directory")

@@ -39,6 +39,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..artifacts import ArtifactError, read_config
+from ..encoders import few_torch_threads, quiet_transformers
 from ..models import model_config
 from ..results import Results
 from ..tool import TextView, Tool, content_hash, tool_text
@@ -112,8 +113,6 @@ def load_transformer(path: str):
     """The HF transformer and tokenizer of a sentence-transformers folder (or a plain HF folder)."""
     from transformers import AutoModel, AutoTokenizer
 
-    from ..encoders import quiet_transformers
-
     with quiet_transformers():  # no load report or progress bars: loading a known model is not news
         return AutoModel.from_pretrained(path), AutoTokenizer.from_pretrained(path)
 
@@ -157,7 +156,7 @@ class ToolRefinerReranker:
         self._descriptions: dict[str, np.ndarray] = {}  # content hash -> description vector
         self._encoder = None
         self._warned = False
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # one forward at a time (as PairScorer): torch modules are not thread-safe
 
     # vectors -----------------------------------------------------------------------------
     def candidate_vectors(self, ids: Sequence[str], tools: Mapping[str, Tool], first_stage: Any) -> np.ndarray:
@@ -190,17 +189,14 @@ class ToolRefinerReranker:
     def scores(self, queries: Sequence[str], vectors: Sequence[np.ndarray],
                prior: Sequence[np.ndarray]) -> list[np.ndarray]:
         """P(needed) for each query's candidates, from their vectors and first-stage scores (one array per query)."""
-        from ..encoders import few_torch_threads
-
-        out: list[np.ndarray] = []
         # a few queries: one torch thread (measured: 27 ms vs 54-280 ms p50 for top-16 on 2 busy cores)
         with self._lock, few_torch_threads(len(queries)):
-            self._score_batches(queries, vectors, prior, out)
-        return out
+            return self._score_batches(queries, vectors, prior)
 
-    def _score_batches(self, queries, vectors, prior, out: list) -> None:
+    def _score_batches(self, queries, vectors, prior) -> list[np.ndarray]:
         import torch
 
+        out: list[np.ndarray] = []
         for start in range(0, len(queries), self.batch_size):
             chunk_q = list(queries[start:start + self.batch_size])
             chunk_v = vectors[start:start + self.batch_size]
@@ -221,6 +217,7 @@ class ToolRefinerReranker:
                                   torch.from_numpy(batch_scores).to(self.device))
                 probs = torch.sigmoid(logits).float().cpu().numpy()
             out.extend(probs[i, :len(v)] for i, v in enumerate(chunk_v))
+        return out
 
     def rerank(self, queries: Sequence[str], candidates: Results, tools: Mapping[str, Tool],
                first_stage: Any = None) -> Results:

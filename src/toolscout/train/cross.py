@@ -47,10 +47,10 @@ import numpy as np
 
 from ..artifacts import ArtifactError, write_artifact, write_json
 from ..benchmark import Query
+from ..encoders import quiet_transformers
 from ..eval.metrics import ndcg_at_k
 from ..models import model_base, model_config
 from ..rerank.base import fuse_with_first_stage
-from ..encoders import quiet_transformers
 from ..rerank.cross import DEFAULT_MAX_LENGTH, PairScorer, encode_pairs, load_pair_model
 from ..tool import TextView
 from .data import TrainingData
@@ -285,7 +285,7 @@ class RerankValidation:
                 spans.append((name, ids, scores, start, len(pairs_d)))
         logits = self.scorer.logits(pairs_q, pairs_d)  # one pass over every pair: length-sorted batches
         best = None
-        self.by_weight = {}
+        self.by_weight, self.pure = {}, None
         for weight in self.fusion_weights:
             ranked: dict[str, list[list[str]]] = {name: [] for name in self.queries}
             for name, ids, scores, a, b in spans:

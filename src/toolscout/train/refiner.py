@@ -29,6 +29,7 @@ from typing import Sequence
 import numpy as np
 
 from ..artifacts import write_artifact, write_json
+from ..encoders import quiet_transformers
 from ..eval.metrics import ndcg_at_k
 from ..models import model_base, model_config
 from ..rerank.refiner import HEADS_FILE, VECTOR_SOURCES, build_refiner_net, load_transformer
@@ -283,8 +284,6 @@ def fit_refiner(data: TrainingData, out: str | Path, *, model: str | None = None
                                   max_query_length=max_query_length, view=builder.view.to_dict(),
                                   description_encoder=builder.encoder_name, first_stage=first_stage,
                                   summary=summary.to_dict())
-    from ..encoders import quiet_transformers
-
     with write_artifact(out, model_config_out) as folder, quiet_transformers():
         transformer.save_pretrained(str(folder / "transformer"))
         tokenizer.save_pretrained(str(folder / "transformer"))

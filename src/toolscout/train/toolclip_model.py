@@ -49,7 +49,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..artifacts import ArtifactError, write_artifact, write_json
-from ..encoders import few_torch_threads, resolve_model
+from ..encoders import few_torch_threads, quiet_transformers, resolve_model
 from ..models import model_base, model_config
 from ..tool import TextView, Tool, parameter_lines, split_identifier, tool_text
 
@@ -411,8 +411,6 @@ class Featurizer:
 
 def _load_transformer(path: str):
     from transformers import AutoModel
-
-    from ..encoders import quiet_transformers
 
     try:
         with quiet_transformers():
