@@ -23,6 +23,11 @@ def test_top_k_rows_orders_and_breaks_ties_by_index():
     scores = np.array([[0.1, 0.9, 0.5, 0.9, 0.0]])
     assert top_k_rows(scores, 3).tolist() == [[1, 3, 2]]
     assert top_k_rows(scores, 10).tolist() == [[1, 3, 2, 0, 4]]
+    # ties that straddle the k-th place: the lowest indices win (argpartition alone keeps [984, 985, ...])
+    many = np.zeros((2, 1000))
+    many[0, 700] = 1.0
+    many[1, 500:] = 2.0
+    assert top_k_rows(many, 5).tolist() == [[700, 0, 1, 2, 3], [500, 501, 502, 503, 504]]
 
 
 def test_numpy_store_matches_brute_force_with_upsert_delete_and_filters():
@@ -111,3 +116,56 @@ def test_numpy_store_answers_a_few_queries_and_many_alike():
     few = [store.search(queries[s:s + 4], 7) for s in range(0, 40, 4)]
     assert many.as_lists() == [row for r in few for row in r.as_lists()]
     np.testing.assert_allclose(np.stack(many.scores), np.stack([s for r in few for s in r.scores]), atol=1e-6)
+
+
+def _prefilter_pair(vecs, ids, namespaces=None):
+    """The same rows in a store that always prefilters and in one that never does."""
+    fast, plain = NumpyStore(vecs.shape[1]), NumpyStore(vecs.shape[1])
+    fast.PREFILTER_MIN_ROWS, plain.PREFILTER_MIN_ROWS = 0, 10**9
+    for store in (fast, plain):
+        store.upsert(ids, vecs, namespaces)
+    return fast, plain
+
+
+def test_bfloat_prefilter_returns_the_exact_top_k_even_among_near_duplicates():
+    # 40 clusters of 50 vectors each 1e-4 apart: bfloat16 cannot tell a cluster's members apart (its
+    # error is ~1e-3), so only a correct margin keeps the whole cluster for exact rescoring
+    rng = np.random.default_rng(7)
+    centres = unit(rng, 40, 64)
+    vecs = np.repeat(centres, 50, axis=0) + 1e-4 * rng.normal(size=(2000, 64)).astype(np.float32)
+    vecs[::97] = vecs[1]  # exact copies too: ties must keep catalog order
+    ids = [f"t{i}" for i in range(2000)]
+    namespaces = ["even" if i % 2 == 0 else "odd" for i in range(2000)]
+    fast, plain = _prefilter_pair(vecs, ids, namespaces)
+    queries = np.vstack([centres[:6] + 0.05 * unit(rng, 6, 64), unit(rng, 6, 64), vecs[1:2]])
+    for k in (1, 10, 120, 5000):
+        for flt in (None, Filter.make(namespaces=["odd"]), Filter.make(ids=["t3", "t4", "nope"]),
+                    Filter.make(namespaces=["none-such"])):
+            for q in queries:
+                got, want = fast.search(q[None], k, flt), plain.search(q[None], k, flt)
+                assert got.as_lists() == want.as_lists(), (k, flt)
+                np.testing.assert_allclose(got.scores[0], want.scores[0], rtol=0, atol=1e-6)
+    assert fast.prefilter() is not None and plain.prefilter() is None
+    # it does narrow the scan: a query near one cluster keeps about that cluster, not the catalog
+    assert 50 <= len(fast.prefilter().candidates(queries[0], 10, None)) < 200
+
+
+def test_bfloat_prefilter_follows_updates_and_steps_aside_when_its_bound_fails(monkeypatch):
+    from toolscout.store import prefilter as prefilter_module
+
+    rng = np.random.default_rng(8)
+    vecs = 3.0 * unit(rng, 500, 32)  # not unit length: the bound scales with the norms
+    ids = [f"t{i}" for i in range(500)]
+    fast, plain = _prefilter_pair(vecs, ids)
+    q = unit(rng, 3, 32)
+    assert fast.search(q, 5).as_lists() == plain.search(q, 5).as_lists()
+    moved = -vecs[:5]  # the old best rows become the worst: a stale copy would still rank them
+    for store in (fast, plain):
+        store.upsert(ids[:5], moved)
+        store.delete(ids[5:10])
+    assert fast.search(q, 5).as_lists() == plain.search(q, 5).as_lists()
+
+    monkeypatch.setattr(prefilter_module, "RELATIVE_BOUND", 1e-9)  # no bfloat16 copy can meet this
+    fast._matrix_changed()
+    assert fast.prefilter() is None
+    assert fast.search(q, 5).as_lists() == plain.search(q, 5).as_lists()

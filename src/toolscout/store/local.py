@@ -11,17 +11,26 @@ import numpy as np
 from ..errors import MissingDependency, UnknownName
 from ..results import Filter, Results, top_k_rows
 from ..rows import RowTable
+from .prefilter import BfloatPrefilter
 
 
 class NumpyStore:
-    """Exact inner-product search over a dense float32 matrix. Fast enough for ~100k tools on a CPU."""
+    """Exact inner-product search over a dense float32 matrix. Fast enough for ~100k tools on a CPU.
+
+    Large stores answer a few queries at a time through a bfloat16 prefilter (`store.prefilter`): half
+    the memory read per query, same exact top-k, at the price of a half-size copy of the matrix.
+    """
 
     kind = "numpy"
+    PREFILTER_MIN_ROWS = 16384  # smaller matrices scan in float32 in ~1.5 ms or less
+    PREFILTER_MAX_QUERIES = 4  # bigger batches do more arithmetic per byte read; plain BLAS wins
 
     def __init__(self, dim: int):
         self.dim = int(dim)
         self.rows = RowTable()
         self.matrix = np.zeros((0, self.dim), dtype=np.float32)
+        self._prefilter: BfloatPrefilter | None = None
+        self._prefilter_checked = False  # built (or found unusable) for the current matrix
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -54,20 +63,35 @@ class NumpyStore:
                 self.rows.set_namespace(row, ns)
         if new_rows:
             self.matrix = np.concatenate([self.matrix, vectors[new_rows]], axis=0)
+        self._matrix_changed()
 
     def delete(self, ids: Sequence[str]) -> None:
         rows = [self.rows.row_of[t] for t in ids if t in self.rows.row_of]
         if rows:
             keep = self.rows.remove_rows(rows)
             self.matrix = self.matrix[keep]
+            self._matrix_changed()
 
     def get(self, ids: Sequence[str]) -> np.ndarray:
         return self.matrix[[self.rows.row_of[t] for t in ids]]
+
+    def _matrix_changed(self) -> None:
+        self._prefilter, self._prefilter_checked = None, False
+
+    def prefilter(self) -> BfloatPrefilter | None:
+        """The bfloat16 prefilter when this store is large enough to gain from it (built on first use)."""
+        if len(self.rows) < self.PREFILTER_MIN_ROWS:
+            return None
+        if not self._prefilter_checked:
+            self._prefilter, self._prefilter_checked = BfloatPrefilter.build(self.matrix), True
+        return self._prefilter
 
     def search(self, vectors: np.ndarray, k: int, filter: Filter | None = None) -> Results:
         vectors = np.atleast_2d(np.asarray(vectors, dtype=np.float32))
         if len(self.rows) == 0:
             return Results.empty(len(vectors))
+        if len(vectors) <= self.PREFILTER_MAX_QUERIES and (prefilter := self.prefilter()) is not None:
+            return self._search_prefiltered(prefilter, vectors, k, self.rows.mask(filter))
         if len(vectors) <= 32:  # the same dot products (bitwise); OpenBLAS runs this orientation 1.5-3.4x
             # faster for a few queries (a server's batch of 2-32), the other one faster for many
             scores = np.ascontiguousarray((self.matrix @ vectors.T).T)
@@ -86,6 +110,18 @@ class NumpyStore:
                 rows, s = rows[np.isfinite(s)], s[np.isfinite(s)]
             out_ids.append(id_array[rows])
             out_scores.append(s.astype(np.float32))
+        return Results(tuple(out_ids), tuple(out_scores))
+
+    def _search_prefiltered(self, prefilter: BfloatPrefilter, vectors: np.ndarray, k: int,
+                            mask: np.ndarray | None) -> Results:
+        id_array = self.rows.id_array
+        out_ids, out_scores = [], []
+        for vector in vectors:
+            rows = prefilter.candidates(vector, k, mask)
+            scores = self.matrix[rows] @ vector  # exact float32 scores of the candidates
+            top = top_k_rows(scores[None, :], k)[0]  # candidates ascend by row: same tie order as a full scan
+            out_ids.append(id_array[rows[top]])
+            out_scores.append(scores[top].astype(np.float32))
         return Results(tuple(out_ids), tuple(out_scores))
 
     # persistence ---------------------------------------------------------------------------
