@@ -19,8 +19,10 @@ from toolscout.retrievers.toolclip import ToolCLIPRetriever
 from toolscout.tool import Tool
 from toolscout.train import TrainConfig, load_training_data
 from toolscout.train.losses import hard_negative_loss, info_nce
+from toolscout.results import Filter
+from toolscout.train.data import TrainingData
 from toolscout.train.toolclip import (Batch, ToolCLIPObjective, ToolCLIPOptions, fit_toolclip, pair_hard_nce,
-                                      pair_nce, training_rows)
+                                      pair_nce, row_batches, training_rows)
 from toolscout.train.toolclip_model import ToolCLIPConfig, load_model, modules, new_model, tool_parts
 
 TINY = dict(max_query_length=16, max_name_length=8, max_description_length=16, max_param_length=8, max_params=2)
@@ -225,11 +227,50 @@ def test_rows_stages_and_extra_negatives(tools, fresh):
         assert objective.extra_negatives(Batch(rows, 3, 2)) == extra  # deterministic (resume-safe)
 
 
+def _two_sets(tools):
+    """Set 'a' (the fixture's tools, 16 tasks) and a small set 'b' (two tools, 2 tasks) with the same words."""
+    a_tools = {f"a::{t.id}": t.with_changes(id=f"a::{t.id}") for t in tools}
+    b_tools = {f"b::{n}": Tool(id=f"b::{n}", name=n, description=d) for n, d in
+               [("forecast", "weather forecast for a city this weekend"), ("flights", "find flights between cities, e.g. from Oslo")]}
+    a_queries = [Query(f"a{i}", text, tuple(f"a::{x}" for x in labels), "train") for i, (text, labels) in enumerate(QUERIES)]
+    b_queries = [Query("b0", "weather in Oslo this weekend", ("b::forecast",), "train"),
+                 Query("b1", "flights from Oslo to Rome", ("b::flights",), "train")]
+    return TrainingData({**a_tools, **b_tools}, a_queries + b_queries, [], ["a", "b"])
+
+
+def test_several_sets_get_equal_shares_and_mine_negatives_within_their_own_set(tools, fresh):
+    data = _two_sets(tools)
+    rows = training_rows(data, True)
+    groups = [q.id[0] for q, _ in rows]
+    balanced = [r for batch in row_batches(rows, groups, "sets", 4, seed=0, epoch=0) for r in batch]
+    assert len(balanced) == len(rows)  # an epoch keeps its size, split evenly: 9 tasks of each set
+    assert sum(q.id.startswith("b") for q, _ in balanced) == 9
+    by_size = [r for batch in row_batches(rows, groups, "size", 4, seed=0, epoch=0) for r in batch]
+    assert sorted(q.id for q, _ in by_size) == sorted(q.id for q, _ in rows)  # every task once
+
+    from toolscout.retrievers.bm25 import BM25Retriever
+
+    miner = BM25Retriever()
+    miner.index(list(data.tools.values()))
+    filters = {name: Filter.make(ids=[t for t in data.tools if t.startswith(name + "::")]) for name in ("a", "b")}
+    model, featurizer = fresh
+    options = ToolCLIPOptions.make(extra_per_query=3, miner="bm25", **TINY)
+    own_set = ToolCLIPObjective(model, featurizer, data, options, "cpu", 0, miner, filters)
+    pooled = ToolCLIPObjective(model, featurizer, data, options, "cpu", 0, miner)
+    b_row = [r for r in rows if r[0].id == "b0"]
+    assert any(t.startswith("a::") for t in pooled.extra_negatives(Batch(b_row, 9, 2)))  # pooled: other set's tools
+    assert own_set.extra_negatives(Batch(b_row, 9, 2)) == ["b::flights"]  # within set b: its one non-gold tool
+    a_rows = [r for r in rows if r[0].id.startswith("a")][:4]
+    assert all(t.startswith("a::") for t in own_set.extra_negatives(Batch(a_rows, 9, 2)))
+
+
 def test_unknown_options_are_named():
     with pytest.raises(ValueError, match="unknown toolclip option.*'lamda'.*known:"):
         ToolCLIPOptions.make(lamda=1.0)
     with pytest.raises(ValueError, match="negatives='semi'"):
         ToolCLIPOptions.make(negatives="semi")
+    with pytest.raises(ValueError, match="balance='even'"):
+        ToolCLIPOptions.make(balance="even")
 
 
 # ---------------------------------------------------------------------------------- training

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..benchmark import Query
-from ..results import Results
+from ..results import Filter, Results
 
 
 def hard_negatives(queries: Sequence[Query], results: Results, per_query: int) -> list[list[str]]:
@@ -18,11 +18,12 @@ def hard_negatives(queries: Sequence[Query], results: Results, per_query: int) -
 
 
 def mine_hard_negatives(retriever, queries: Sequence[Query], per_query: int = 7, depth: int = 30,
-                        batch_size: int = 256) -> list[list[str]]:
-    """Run `retriever` (already indexed) over the queries and keep its top non-gold tools."""
+                        batch_size: int = 256, filter: Filter | None = None) -> list[list[str]]:
+    """Run `retriever` (already indexed) over the queries and keep its top non-gold tools (among the
+    tools `filter` allows, e.g. the queries' own training set)."""
     out: list[list[str]] = []
     for start in range(0, len(queries), batch_size):
         batch = queries[start:start + batch_size]
-        results = retriever.search([q.text for q in batch], depth)
+        results = retriever.search([q.text for q in batch], depth, filter=filter)
         out.extend(hard_negatives(batch, results, per_query))
     return out
