@@ -16,7 +16,7 @@ from toolscout.artifacts import ArtifactError
 from toolscout.benchmark import BenchmarkSet, Query
 from toolscout.models import model_config
 from toolscout.retrievers.toolclip import ToolCLIPRetriever
-from toolscout.tool import Tool
+from toolscout.tool import Tool, tool_text
 from toolscout.train import TrainConfig, load_training_data
 from toolscout.train.losses import hard_negative_loss, info_nce
 from toolscout.results import Filter
@@ -137,6 +137,29 @@ def test_tool_parts_split_name_description_and_parameters(tools):
     assert parts.parameters == ("location: City or coordinates",)
     assert tool_parts(tools[2], max_params=2).parameters == ("origin: Departure airport code",
                                                             "destination: Arrival airport code")
+    # "document": the description component reads the whole text view, as the dense retriever embeds it
+    document = tool_parts(tools[1], max_params=8, description_text="document")
+    assert document.description == tool_text(tools[1]) == ("get Current Weather\n"
+                                                           "Current temperature, wind and rain at a location.\n"
+                                                           "Parameters: location: City or coordinates")
+    assert (document.name, document.parameters) == (parts.name, parts.parameters)
+
+
+def test_document_option_reaches_the_saved_architecture(tools, tmp_path):
+    options = ToolCLIPOptions.make(description_text="document", gate_bias=[-2, 3, -2], **TINY)
+    config = options.architecture("default")
+    assert (config.description_text, config.gate_bias) == ("document", (-2.0, 3.0, -2.0))
+    assert ToolCLIPConfig.from_dict(config.to_dict()) == config
+    assert ToolCLIPConfig.from_dict({k: v for k, v in config.to_dict().items() if k != "description_text"}
+                                    ).description_text == "description"  # models saved before the option
+    with pytest.raises(ValueError, match="description_text='all'"):
+        ToolCLIPOptions.make(description_text="all")
+    with pytest.raises(ValueError, match="gate_bias=.*three numbers"):
+        ToolCLIPOptions.make(gate_bias=[1, 2])
+    model, featurizer = new_model(config)
+    gates = torch.sigmoid(model.gates.bias * model.gates.mult)[:, 0]
+    assert torch.allclose(gates, torch.sigmoid(torch.tensor([-2.0, 3.0, -2.0])))
+    assert featurizer.parts(tools[1]).description.startswith("get Current Weather\n")
 
 
 def test_attention_pool_starts_as_masked_mean_and_follows_its_query():

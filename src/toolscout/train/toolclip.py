@@ -44,7 +44,7 @@ from .data import TrainingData
 from .embed import BALANCES, epoch_examples, query_set, tool_sets
 from .loop import RunSummary, TrainConfig, Trainer, batched, pick_device, validation_ndcg
 from .negatives import mine_hard_negatives
-from .toolclip_model import ToolCLIPConfig, ToolCLIPEncoder, load_model, new_model, save_model
+from .toolclip_model import DESCRIPTION_TEXTS, ToolCLIPConfig, ToolCLIPEncoder, load_model, new_model, save_model
 
 NEGATIVE_MODES = ("hard", "random")
 MINERS = ("dense", "bm25")
@@ -74,6 +74,8 @@ class ToolCLIPOptions:
     max_description_length: int = 64
     max_param_length: int = 32
     max_params: int = 8
+    description_text: str = "description"  # or "document" (see ToolCLIPConfig)
+    gate_bias: tuple[float, float, float] | None = None  # initial gate biases (None: ToolCLIPConfig's)
     pool_heads: int = 1
     head_lr_mult: float = 20.0
     dim: int | None = None
@@ -86,6 +88,14 @@ class ToolCLIPOptions:
     def __post_init__(self) -> None:
         if self.negatives not in NEGATIVE_MODES:
             raise ValueError(f"toolclip option negatives={self.negatives!r}; choose one of {', '.join(NEGATIVE_MODES)}")
+        if self.description_text not in DESCRIPTION_TEXTS:
+            raise ValueError(f"toolclip option description_text={self.description_text!r}; "
+                             f"choose one of {', '.join(DESCRIPTION_TEXTS)}")
+        if self.gate_bias is not None:
+            if len(self.gate_bias) != 3:
+                raise ValueError(f"toolclip option gate_bias={self.gate_bias!r}: give three numbers "
+                                 "(name, description, parameters)")
+            self.gate_bias = tuple(float(x) for x in self.gate_bias)
         if self.balance not in BALANCES:
             raise ValueError(f"toolclip option balance={self.balance!r}; choose one of {', '.join(BALANCES)}")
         if self.miner not in MINERS:
@@ -108,7 +118,8 @@ class ToolCLIPOptions:
 
     def architecture(self, base_model: str) -> ToolCLIPConfig:
         keys = {f.name for f in fields(ToolCLIPConfig)}
-        return ToolCLIPConfig(base_model=base_model, **{k: v for k, v in asdict(self).items() if k in keys})
+        chosen = {k: v for k, v in asdict(self).items() if k in keys and v is not None}
+        return ToolCLIPConfig(base_model=base_model, **chosen)
 
 
 @dataclass

@@ -54,6 +54,7 @@ from ..models import model_base, model_config
 from ..tool import TextView, Tool, parameter_lines, split_identifier, tool_text
 
 COMPONENTS = ("name", "description", "parameters")
+DESCRIPTION_TEXTS = ("description", "document")
 ARCHITECTURE_VERSION = 1
 WEIGHTS_FILE = "model.safetensors"
 
@@ -73,6 +74,10 @@ class ToolCLIPConfig:
     max_params: int = 8
     head_lr_mult: float = 20.0
     gate_bias: tuple[float, float, float] = (0.0, 1.0, -1.0)  # initial gate bias: name, description, parameters
+    # what the description component reads: "description" (the paper: the description, tags and profile)
+    # or "document" (the tool's whole text view, name and parameters included, as the dense retriever
+    # embeds it; the name and parameter components then add field-level evidence through their gates)
+    description_text: str = "description"
     # training cost knobs (no effect at inference): parameter texts pass through the tool tower without
     # gradient unless `param_grad` (the parameter query and gates still learn); only the top
     # `train_layers` transformer layers of each tower learn (None: all, embeddings included)
@@ -95,6 +100,9 @@ class ToolCLIPConfig:
         if unknown:
             raise ArtifactError(f"toolclip architecture: unknown field(s) {sorted(unknown)}; a newer toolscout wrote it")
         data = dict(data)
+        if data.get("description_text", "description") not in DESCRIPTION_TEXTS:
+            raise ArtifactError(f"toolclip architecture: description_text={data['description_text']!r}; "
+                                f"known: {', '.join(DESCRIPTION_TEXTS)}")
         if "gate_bias" in data:
             data["gate_bias"] = tuple(float(x) for x in data["gate_bias"])
         return cls(**data)
@@ -116,13 +124,16 @@ class ToolParts:
     parameters: tuple[str, ...]
 
 
-def tool_parts(tool: Tool, view: TextView | None = None, max_params: int = 8) -> ToolParts:
-    """Split a tool into ToolCLIP's components; the description part uses `view` minus name and parameters."""
+def tool_parts(tool: Tool, view: TextView | None = None, max_params: int = 8,
+               description_text: str = "description") -> ToolParts:
+    """Split a tool into ToolCLIP's components. The description part uses `view` minus name and
+    parameters, or, with `description_text="document"`, the whole view (see ToolCLIPConfig)."""
     view = view or TextView()
     name = split_identifier(tool.name) or tool.name
     if tool.title and tool.title.lower() != name.lower():
         name = f"{tool.title} ({name})"
-    desc_view = TextView(**{**view.to_dict(), "name": False, "parameters": False, "usage": 0,
+    whole = description_text == "document"
+    desc_view = TextView(**{**view.to_dict(), "name": whole, "parameters": whole, "usage": 0,
                             "profile_fields": tuple(view.profile_fields)})
     description = tool_text(tool, desc_view).strip()
     params = tuple(p for p in parameter_lines(tool.parameters) if p)[:max_params]
@@ -384,7 +395,7 @@ class Featurizer:
         return self._tokens(texts, self.config.max_query_length)
 
     def parts(self, tool: Tool) -> ToolParts:
-        return tool_parts(tool, self.view, self.config.max_params)
+        return tool_parts(tool, self.view, self.config.max_params, self.config.description_text)
 
     def tools(self, parts: Sequence[ToolParts]) -> ToolTensors:
         torch = _torch()
