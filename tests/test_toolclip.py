@@ -152,6 +152,10 @@ def test_document_option_reaches_the_saved_architecture(tools, tmp_path):
     assert ToolCLIPConfig.from_dict(config.to_dict()) == config
     assert ToolCLIPConfig.from_dict({k: v for k, v in config.to_dict().items() if k != "description_text"}
                                     ).description_text == "description"  # models saved before the option
+    default = ToolCLIPOptions.make().architecture("default")  # the defaults chosen on validation
+    assert (default.description_text, default.gate_bias) == ("document", (-2.0, 3.0, -2.0))
+    paper = ToolCLIPOptions.make(description_text="description", gate_bias=None).architecture("default")
+    assert (paper.description_text, paper.gate_bias) == ("description", ToolCLIPConfig().gate_bias)
     with pytest.raises(ValueError, match="description_text='all'"):
         ToolCLIPOptions.make(description_text="all")
     with pytest.raises(ValueError, match="gate_bias=.*three numbers"):
