@@ -92,10 +92,11 @@ def top_k_rows(scores: np.ndarray, k: int) -> np.ndarray:
         # left out, redo that query's selection so the lower indices win the tie
         kth = part_scores.min(axis=1, keepdims=True)
         split = np.flatnonzero((scores == kth).sum(axis=1) > (part_scores == kth).sum(axis=1))
-        for q in split:
-            tied_or_better = np.flatnonzero(scores[q] >= kth[q, 0])
-            best = tied_or_better[np.lexsort((tied_or_better, -scores[q, tied_or_better]))[:k]]
-            part[q], part_scores[q] = best, scores[q, best]
+        for q in split:  # no sort needed here: the lexsort below orders the chosen k
+            better = np.flatnonzero(scores[q] > kth[q, 0])
+            tied = np.flatnonzero(scores[q] == kth[q, 0])[: k - len(better)]
+            part[q] = np.concatenate([better, tied])
+            part_scores[q] = scores[q, part[q]]
     # stable sort on (-score, index) so equal scores keep catalog order: deterministic across runs
     order = np.lexsort((part, -part_scores), axis=1)
     return np.take_along_axis(part, order, axis=1)
