@@ -10,7 +10,7 @@ not an approximation.
 Error bound: rounding an input to bfloat16 changes it by at most 2^-9 of its magnitude (8-bit
 significand, round to nearest), and torch accumulates bfloat16 products in float32 before rounding the
 sum once more. So |approx - exact| <= 3 * 2^-9 * ||row|| * ||query|| plus float32 accumulation noise;
-we use DELTA = 2^-7 * max ||row|| * ||query|| (25% headroom above 3 * 2^-9, far above the noise), and
+we use DELTA = 2^-7 * max ||row|| * ||query|| (= 4 * 2^-9: a third above the bound, far above the noise), and
 check it on the stored rows when the copy is built: a build (or CPU kernel) whose measured error comes
 within half of the bound is not used (`BfloatPrefilter.build` returns None and search stays plain).
 
