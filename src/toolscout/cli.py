@@ -97,7 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("method", metavar="METHOD", help="what to train: tool2vec, mlc, toolclip, embed, ...")
     p.add_argument("--data", nargs="+", required=True, metavar="SET_DIR", help="benchmark folders to train on")
     p.add_argument("--out", required=True, help="model directory to write")
-    p.add_argument("--model", default=None, help="base encoder name or path (default all-MiniLM-L6-v2)")
+    p.add_argument("--model", default=None,
+                   help="base encoder name or path (default all-MiniLM-L6-v2), or a model directory that an "
+                        "earlier `train` of the same method (toolclip, embed, cross) wrote, to continue training it")
     p.add_argument("--epochs", type=int, default=None)
     p.add_argument("--batch-size", type=int, default=None)
     p.add_argument("--lr", type=float, default=None)
