@@ -44,6 +44,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .conversation import LATEST_TURN_WEIGHT, emphasise_latest_turn
 from .errors import MissingDependency
 
 logger = logging.getLogger(__name__)
@@ -147,6 +148,7 @@ class Encoder:
     max_seq_length: int | None = None
     backend: str = "auto"
     cache_dir: str | Path | None = None
+    latest_turn_weight: float = LATEST_TURN_WEIGHT
     fallback_reason: str | None = field(default=None, init=False)
     _model: object = field(default=None, repr=False)
     _weights_version: int | None = field(default=None, init=False, repr=False)
@@ -335,7 +337,11 @@ class Encoder:
         return np.ascontiguousarray(vectors, dtype=np.float32)
 
     def encode_queries(self, queries: Sequence[str]) -> np.ndarray:
-        return self.encode(queries, batch_size=64)
+        """Unit vectors of tasks. A task written as a chat transcript also weighs in its latest user
+        turn (`toolscout.conversation`; `latest_turn_weight` = 0 turns this off)."""
+        vectors = self.encode(queries, batch_size=64)
+        return emphasise_latest_turn(vectors, queries, lambda texts: self.encode(texts, batch_size=64),
+                                     self.latest_turn_weight)
 
 
 # ------------------------------------------------------------------------------- ONNX runtime

@@ -49,6 +49,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..artifacts import ArtifactError, write_artifact, write_json
+from ..conversation import emphasise_latest_turn
 from ..encoders import few_torch_threads, quiet_transformers, resolve_model
 from ..models import model_base, model_config
 from ..tool import TextView, Tool, parameter_lines, split_identifier, tool_text
@@ -549,8 +550,14 @@ class ToolCLIPEncoder:
                 self.model.train(was_training)
 
     def encode_queries(self, queries: Sequence[str], batch_size: int = 64) -> np.ndarray:
+        """Unit task vectors; a chat transcript also weighs in its latest user turn, as the plain
+        encoder does (`toolscout.conversation`)."""
         if isinstance(queries, str):
             raise TypeError("encode_queries takes a list of texts")
+        vectors = self._encode_tasks(queries, batch_size)
+        return emphasise_latest_turn(vectors, queries, lambda texts: self._encode_tasks(texts, batch_size))
+
+    def _encode_tasks(self, queries: Sequence[str], batch_size: int) -> np.ndarray:
         if not queries:
             return np.zeros((0, self.dim), dtype=np.float32)
 

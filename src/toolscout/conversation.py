@@ -1,0 +1,62 @@
+"""Tasks written as chat transcripts: find the latest user turn, and give it weight in the query vector.
+
+An agent often hands toolscout the conversation so far rather than one request:
+
+    User: Can you move my appointment with Dr. Kim to March 26th?
+    AI: Done.
+    User: Can you also check my health data for the past week?
+    AI: Sure, what is your user ID?
+
+The tool needed is the one for the latest request (here: health data), but a single embedding of the
+whole transcript is dominated by whatever the earlier turns talked about. The latest turn alone is not
+enough either: it is often a follow-up ("My user ID is J46801") whose meaning lives in the earlier
+turns. So an encoder's query vector for a transcript is the normalised sum of two unit vectors, the
+whole transcript and its tail (the last user turn and the replies after it):
+q = (e(text) + w·e(tail)) / ‖e(text) + w·e(tail)‖, with w = `LATEST_TURN_WEIGHT` = 1 (equal weight:
+no tuned constant). A text that is not a transcript with at least two turns is encoded as before.
+
+A transcript is recognised by lines that start with a speaker label (`User:`, `Human:`, `AI:`,
+`Assistant:`, `System:`, `Bot:`, `Agent:`, `Tool:`), case-insensitive.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Callable, Sequence
+
+import numpy as np
+
+LATEST_TURN_WEIGHT = 1.0
+
+_USER = r"user|human|customer"
+_OTHER = r"ai|assistant|system|bot|agent|tool|function"
+_TURN = re.compile(rf"^[ \t]*(?:{_USER}|{_OTHER})[ \t]*:", re.IGNORECASE | re.MULTILINE)
+_USER_TURN = re.compile(rf"^[ \t]*(?:{_USER})[ \t]*:", re.IGNORECASE | re.MULTILINE)
+
+
+def latest_turn(text: str) -> str | None:
+    """The last user turn and everything after it, when `text` is a transcript of two or more turns
+    with a user turn that is not the first line; otherwise None (the text is one request)."""
+    if len(_TURN.findall(text)) < 2:
+        return None
+    starts = [m.start() for m in _USER_TURN.finditer(text)]
+    if not starts or starts[-1] == _TURN.search(text).start():
+        return None  # no user turn, or the only user turn opens the text: the tail would be the whole text
+    return text[starts[-1]:].strip()
+
+
+def emphasise_latest_turn(vectors: np.ndarray, queries: Sequence[str], encode: Callable[[list[str]], np.ndarray],
+                          weight: float = LATEST_TURN_WEIGHT) -> np.ndarray:
+    """Query vectors with each transcript's latest turn mixed in (module doc). `vectors` are the unit
+    vectors of `queries`; `encode` embeds a list of texts to unit rows. Other rows are returned as they are."""
+    if weight <= 0 or len(queries) == 0:
+        return vectors
+    tails = [(i, tail) for i, text in enumerate(queries) if (tail := latest_turn(text)) is not None]
+    if not tails:
+        return vectors
+    rows = [i for i, _ in tails]
+    mixed = vectors[rows] + weight * encode([tail for _, tail in tails])
+    norms = np.linalg.norm(mixed, axis=1, keepdims=True)
+    out = np.array(vectors, dtype=np.float32, copy=True)
+    out[rows] = mixed / np.maximum(norms, 1e-12)
+    return out

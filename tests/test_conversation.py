@@ -1,0 +1,65 @@
+"""Chat-transcript tasks: the latest user turn is found and weighed into the query vector."""
+
+import numpy as np
+import pytest
+
+from toolscout.conversation import emphasise_latest_turn, latest_turn
+from toolscout.retrievers.dense import DenseRetriever
+from toolscout.tool import Tool
+
+DIALOGUE = ("User: Can you move my dentist appointment to Friday?\n"
+            "AI: Done, it is on Friday at 10.\n"
+            "User: Also, what will the weather be in Paris tomorrow?\n"
+            "AI: Let me look that up.")
+
+
+def test_latest_turn_is_the_last_user_turn_and_the_replies_after_it():
+    assert latest_turn(DIALOGUE) == "User: Also, what will the weather be in Paris tomorrow?\nAI: Let me look that up."
+    assert latest_turn("system: be brief\nHUMAN: hi there") == "HUMAN: hi there"  # labels in any case
+
+
+@pytest.mark.parametrize("text", [
+    "What will the weather be in Paris tomorrow?",  # one request
+    "User: book a table for two\nAI: For when?",  # the only user turn opens the text: its tail is the text
+    "Find a tool: something for weather",  # a colon, but no speaker label at a line start
+    "AI: hello\nAssistant: anything else?",  # no user turn
+])
+def test_texts_that_are_not_multi_turn_transcripts_have_no_latest_turn(text):
+    assert latest_turn(text) is None
+
+
+def test_emphasis_adds_the_tail_vector_and_renormalises():
+    vectors = np.array([[1.0, 0.0], [0.6, 0.8]], dtype=np.float32)
+    calls = []
+
+    def encode(texts):
+        calls.append(texts)
+        return np.array([[0.0, 1.0]], dtype=np.float32)
+
+    out = emphasise_latest_turn(vectors, [DIALOGUE, "plain request"], encode)
+    assert calls == [[latest_turn(DIALOGUE)]]  # only the transcript's tail is encoded
+    np.testing.assert_allclose(out[0], [2 ** -0.5, 2 ** -0.5], atol=1e-6)  # (1,0)+(0,1), unit length
+    np.testing.assert_array_equal(out[1], vectors[1])  # a plain request is untouched
+    np.testing.assert_array_equal(vectors[0], [1.0, 0.0])  # the input is not modified
+    assert emphasise_latest_turn(vectors, [DIALOGUE, "x"], encode, weight=0) is vectors
+
+
+def test_the_encoder_mixes_the_latest_turn_into_transcript_queries(encoder):
+    full, tail = encoder.encode([DIALOGUE, latest_turn(DIALOGUE)])
+    expected = (full + tail) / np.linalg.norm(full + tail)
+    got = encoder.encode_queries([DIALOGUE, "weather in Paris"])
+    np.testing.assert_allclose(got[0], expected, atol=1e-5)
+    np.testing.assert_allclose(got[1], encoder.encode(["weather in Paris"])[0], atol=1e-6)
+
+
+def test_dense_search_on_a_transcript_ranks_the_tool_for_the_latest_request_first(encoder):
+    tools = [Tool(id="reschedule", name="reschedule_appointment", description="Move a booked doctor or dentist appointment to another date."),
+             Tool(id="weather", name="get_weather_forecast", description="Weather forecast for a city for the coming days.")]
+    retriever = DenseRetriever(encoder=encoder)
+    retriever.index(tools)
+    assert retriever.search([DIALOGUE], k=2).as_lists()[0] == ["weather", "reschedule"]
+    encoder.latest_turn_weight = 0  # the whole transcript alone leans to the first request
+    try:
+        assert retriever.search([DIALOGUE], k=2).as_lists()[0] == ["reschedule", "weather"]
+    finally:
+        encoder.latest_turn_weight = 1.0
