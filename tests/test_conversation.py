@@ -63,3 +63,24 @@ def test_dense_search_on_a_transcript_ranks_the_tool_for_the_latest_request_firs
         assert retriever.search([DIALOGUE], k=2).as_lists()[0] == ["reschedule", "weather"]
     finally:
         encoder.latest_turn_weight = 1.0
+
+
+def test_bm25_scores_a_transcript_as_the_transcript_plus_its_latest_turn():
+    from toolscout.retrievers.bm25 import BM25Retriever
+
+    tools = [Tool(id="reschedule", name="reschedule_appointment", description="Move a dentist appointment to another day."),
+             Tool(id="weather", name="get_weather_forecast", description="Weather forecast for a city, like Paris."),
+             Tool(id="mail", name="send_mail", description="Send an email.")]
+    retriever = BM25Retriever()
+    retriever.index(tools)
+    tail = latest_turn(DIALOGUE)
+    # each query token adds its term score, so these two texts' scores add up
+    expected = _plain_scores(retriever, DIALOGUE) + _plain_scores(retriever, tail)
+    np.testing.assert_allclose(retriever.scores(DIALOGUE), expected, rtol=1e-5)
+    assert retriever.search([DIALOGUE], k=1).as_lists()[0] == ["weather"]
+
+
+def _plain_scores(retriever, text):
+    """BM25 scores of `text` with no transcript handling (the retriever's bm25s index, queried directly)."""
+    tokens = [t for t in retriever.tokenizer(text) if t in retriever._bm25.vocab_dict]
+    return retriever._bm25.get_scores(tokens)

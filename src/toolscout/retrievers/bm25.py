@@ -10,6 +10,7 @@ from typing import Sequence
 import numpy as np
 
 from ..artifacts import read_json
+from ..conversation import latest_turn
 from ..errors import MissingDependency
 from ..results import Filter, Results, top_k_rows
 from ..rows import RowTable
@@ -104,8 +105,12 @@ class BM25Retriever:
             self._bm25.index([t or ["\x00"] for t in self.tokens], show_progress=False)
 
     def scores(self, query: str) -> np.ndarray:
-        """BM25 score of every row for one query."""
-        tokens = [t for t in self.tokenizer(query) if t in self._bm25.vocab_dict]
+        """BM25 score of every row for one query. A chat transcript scores as the transcript plus its
+        latest user turn (`toolscout.conversation`), as dense retrieval embeds it: each query token adds
+        its term score, so the latest turn's tokens count twice."""
+        tail = latest_turn(query)
+        tokens = [t for t in self.tokenizer(query if tail is None else f"{query}\n{tail}")
+                  if t in self._bm25.vocab_dict]
         if not tokens:
             return np.zeros(len(self.rows), dtype=np.float32)
         return self._bm25.get_scores(tokens).astype(np.float32)
