@@ -61,6 +61,30 @@ def test_a_local_index_migrated_to_postgres_gives_identical_top10(pg, tmp_path, 
     assert store.search(vectors, 10).as_lists() == local.retrieve(QUERIES, 10).as_lists()
 
 
+def test_index_catalog_records_the_summary_weight_and_refuses_to_mix_weights(pg, tools, encoder):
+    from toolscout.retrievers.dense import SUMMARY_VIEW, SUMMARY_WEIGHT
+    from toolscout.store.pg_catalog import IndexConfig, index_catalog
+    from toolscout.store.pgvector import PgStoreError, PgVectorStore
+    from toolscout.tool import tool_text
+
+    store_spec = spec(pg, new_table())
+    store = PgVectorStore.from_spec(store_spec, encoder.dim)
+    try:
+        index_catalog(store, tools, encoder)
+        assert IndexConfig.from_dict(store.database.config()).summary_weight == SUMMARY_WEIGHT
+        full, summary = (encoder.encode([tool_text(tools[0], view)]) for view in (None, SUMMARY_VIEW))
+        q = encoder.encode_queries([QUERIES[0]])
+        found = exact_store(store_spec).search(q, len(tools))
+        scores = dict(zip(found.ids[0], found.scores[0]))
+        assert scores[tools[0].id] == pytest.approx(float((full + SUMMARY_WEIGHT * summary)[0] @ q[0]), abs=1e-4)
+        with pytest.raises(PgStoreError, match="summary weight"):
+            index_catalog(store, tools, encoder, summary_weight=0.0)  # vectors of another kind: refused
+    finally:
+        store.close()
+    # a table written before the summary existed reads as weight 0
+    assert IndexConfig.from_dict({"model": "m", "view": {}}).summary_weight == 0.0
+
+
 def test_cli_index_search_and_migrate_with_a_postgres_store(pg, tmp_path, tools, encoder, capsys):
     from toolscout.cli import main
 

@@ -1,3 +1,4 @@
+import json
 import math
 
 import numpy as np
@@ -71,17 +72,42 @@ def test_bm25_add_update_remove_and_reload(tools, tmp_path):
         assert list(a.ids[0]) == list(b.ids[0]) and np.array_equal(a.scores[0], b.scores[0])
 
 
-def test_dense_ranks_by_cosine_of_the_encoder(tools, encoder):
-    r = make_retriever("dense", encoder=encoder)
-    r.index(tools)
+def test_dense_scores_are_cosines_of_the_text_view_plus_a_weighted_summary(tools, encoder):
+    from toolscout.retrievers.dense import SUMMARY_VIEW, SUMMARY_WEIGHT
+
+    assert SUMMARY_WEIGHT == 0.3
     query = "what's the temperature outside right now in Lyon?"
-    res = r.search([query], 3)
     q = encoder.encode([query])[0]
-    docs = encoder.encode([tool_text(t) for t in tools])
-    expected = sorted(range(len(tools)), key=lambda i: -float(docs[i] @ q))[:3]
-    assert list(res.ids[0]) == [tools[i].id for i in expected]
-    assert res.scores[0] == pytest.approx([float(docs[i] @ q) for i in expected], abs=1e-5)
-    assert res.ids[0][0] == "weather.get_current"
+    full = encoder.encode([tool_text(t) for t in tools]) @ q
+    summary = encoder.encode([tool_text(t, SUMMARY_VIEW) for t in tools]) @ q
+    assert tool_text(tools[0], SUMMARY_VIEW) == "\n".join(tool_text(tools[0]).split("\n")[:2])  # name, description
+    for weight, expected_scores in ((None, full + 0.3 * summary), (0.0, full), (2.0, full + 2.0 * summary)):
+        r = make_retriever("dense", encoder=encoder, summary_weight=weight)
+        r.index(tools)
+        res = r.search([query], 3)
+        expected = sorted(range(len(tools)), key=lambda i: -float(expected_scores[i]))[:3]
+        assert list(res.ids[0]) == [tools[i].id for i in expected]
+        assert res.scores[0] == pytest.approx([float(expected_scores[i]) for i in expected], abs=1e-5)
+        assert res.ids[0][0] == "weather.get_current"
+    with pytest.raises(ValueError, match="summary_weight"):
+        make_retriever("dense", encoder=encoder, summary_weight=-1)
+
+
+def test_dense_index_saved_before_summaries_keeps_its_vectors(tools, encoder, tmp_path):
+    r = make_retriever("dense", encoder=encoder, summary_weight=0.0)
+    r.index(tools)
+    r.save(tmp_path / "old")
+    config = json.loads((tmp_path / "old" / "config.json").read_text())
+    config.pop("summary_weight")  # what indexes written before the summary existed look like
+    (tmp_path / "old" / "config.json").write_text(json.dumps(config))
+    again = load_retriever(tmp_path / "old")
+    assert again.summary_weight == 0.0
+    again.add(tools)
+    assert again.encoded_last == 0  # same hashes: nothing re-embedded
+    summarised = make_retriever("dense", encoder=encoder)
+    summarised.hashes, summarised.store = again.hashes, again.store
+    summarised.add(tools)
+    assert summarised.encoded_last == len(tools)  # a new weight means new vectors: all re-embedded
 
 
 def test_dense_re_embeds_only_changed_tools(tools, encoder, tmp_path):

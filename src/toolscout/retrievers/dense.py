@@ -30,10 +30,40 @@ def encoder_for(model: str | Path | None, **options) -> Encoder:
     return encoder
 
 
+# The short second text embedded for each tool (see DenseRetriever): what the tool is, without its
+# parameter list, which dominates the full text of tools with many parameters.
+SUMMARY_VIEW = TextView(parameters=False, tags=False, profile_fields=())
+SUMMARY_WEIGHT = 0.3  # the best on train-split validation queries (benchmarks/views.py --summary-weight)
+
+
 def trained_view(model: str | Path | None) -> TextView | None:
     """The text view a `toolscout train embed` directory was trained with (None for a plain encoder)."""
     trained = model_config(model, method="embed")
     return None if trained is None else TextView.from_dict(trained[1].get("view"))
+
+
+def default_summary_weight(model: str | Path | None) -> float:
+    """`SUMMARY_WEIGHT` for a pretrained encoder; 0 for a `train embed` directory (trained on one view)."""
+    return 0.0 if trained_view(model) is not None else SUMMARY_WEIGHT
+
+
+def vector_hash(tool: Tool, text: str, summary_weight: float) -> str:
+    """Content hash of everything a tool's dense vector is made from (`text`: its text view): equal
+    hashes mean a stored vector is still valid. Without a summary it is the hash of the text alone, as
+    before summaries existed, so older indexes keep their vectors."""
+    if not summary_weight:
+        return content_hash(text)
+    return content_hash(f"{text}\x00summary {summary_weight:g}\x00{tool_text(tool, SUMMARY_VIEW)}")
+
+
+def embed_tools(encoder, tools: Sequence[Tool], texts: Sequence[str], summary_weight: float, batch_size: int = 64,
+                show_progress: bool = False):
+    """Dense vectors of `tools` (`texts`: their text views): e(text) + summary_weight·e(summary)."""
+    vectors = encoder.encode(list(texts), batch_size=batch_size, show_progress=show_progress)
+    if summary_weight:
+        summaries = [tool_text(t, SUMMARY_VIEW) for t in tools]
+        vectors = vectors + summary_weight * encoder.encode(summaries, batch_size=batch_size)
+    return vectors
 
 
 class DenseRetriever:
@@ -42,15 +72,30 @@ class DenseRetriever:
     `model`: any sentence-transformers name or folder (default: all-MiniLM-L6-v2), or a model directory
     written by `toolscout train embed` (its fine-tuned encoder and, unless `view` is given, its text view).
     `store`: 'numpy' for exact search (default) or 'faiss:FACTORY', e.g. 'faiss:HNSW32'.
+
+    `summary_weight` w: a tool's vector is e(full text) + w·e(summary), the unit vectors of its text
+    view and of a short summary (name and description only, `SUMMARY_VIEW`), so a query scores
+    cos(full) + w·cos(summary). Why: for a tool with many parameters the parameter list dominates one
+    embedding of the whole text, and a task usually names what the tool does, not its arguments. The sum
+    is one vector per tool, so search costs the same; indexing embeds the short text too. Default
+    `SUMMARY_WEIGHT` (0.3, chosen on validation) for a pretrained encoder; 0 for a `train embed`
+    directory, whose encoder was trained on the single view.
     """
 
     name = "dense"
 
     def __init__(self, model: str | None = None, store: str = "numpy", view: TextView | None = None,
-                 batch_size: int = 64, encoder: Encoder | None = None, show_progress: bool = False):
+                 batch_size: int = 64, encoder: Encoder | None = None, show_progress: bool = False,
+                 summary_weight: float | None = None):
         self.encoder = encoder or encoder_for(model)
         self.store_kind = store
-        self.view = view or (trained_view(model) if encoder is None else None) or TextView()
+        source = model if encoder is None else encoder.name
+        self.view = view or trained_view(source) or TextView()
+        if summary_weight is None:
+            summary_weight = default_summary_weight(source)
+        if not summary_weight >= 0:
+            raise ValueError(f"summary_weight must be >= 0, got {summary_weight}")
+        self.summary_weight = float(summary_weight)
         self.batch_size = batch_size
         self.show_progress = show_progress
         self.store = make_store(store, self.encoder.dim)
@@ -67,7 +112,7 @@ class DenseRetriever:
 
     def add(self, tools: Sequence[Tool]) -> None:
         texts = {t.id: tool_text(t, self.view) for t in tools}
-        hashes = {tid: content_hash(text) for tid, text in texts.items()}
+        hashes = {t.id: vector_hash(t, texts[t.id], self.summary_weight) for t in tools}
         changed = [t for t in tools if self.hashes.get(t.id) != hashes[t.id]]
         moved = [t for t in tools if t.id in self.hashes and self.hashes[t.id] == hashes[t.id]]
         if changed:
@@ -81,7 +126,7 @@ class DenseRetriever:
 
     def _tool_vectors(self, tools: Sequence[Tool], texts: list[str]):
         """Vectors for tools whose text changed (subclasses blend in other evidence)."""
-        return self.encoder.encode(texts, batch_size=self.batch_size, show_progress=self.show_progress)
+        return embed_tools(self.encoder, tools, texts, self.summary_weight, self.batch_size, self.show_progress)
 
     def remove(self, ids: Sequence[str]) -> None:
         self.store.delete(ids)
@@ -103,7 +148,7 @@ class DenseRetriever:
     def _config(self) -> dict:
         """What `load` needs besides the store (subclasses add their own settings)."""
         return {"model": self.encoder.name, "view": self.view.to_dict(), "store_kind": self.store_kind,
-                "batch_size": self.batch_size}
+                "batch_size": self.batch_size, "summary_weight": self.summary_weight}
 
     @classmethod
     def load(cls, folder: Path) -> "DenseRetriever":
@@ -113,6 +158,7 @@ class DenseRetriever:
         retriever.store_kind = config["store_kind"]
         retriever.view = TextView.from_dict(config.get("view"))
         retriever.batch_size = config.get("batch_size", 64)
+        retriever.summary_weight = float(config.get("summary_weight", 0.0))  # indexes saved before it: none
         retriever.show_progress = False
         retriever.store = load_store(folder / "store", config["store"])
         retriever.hashes = read_json(folder / "hashes.json")

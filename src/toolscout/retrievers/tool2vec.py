@@ -83,7 +83,8 @@ class Tool2VecRetriever(DenseRetriever):
             prior = config.get("prior", 1.0) if prior is None else prior
             view = view or TextView.from_dict(config.get("view"))
         super().__init__(model=None if encoder else encoder_name, store=store, view=view,
-                         batch_size=batch_size, encoder=encoder, show_progress=show_progress)
+                         batch_size=batch_size, encoder=encoder, show_progress=show_progress,
+                         summary_weight=0.0)  # the prior was chosen against single-view description vectors
         self.prior = 1.0 if prior is None else float(prior)
         self.usage = UsageTable.load(table_file, self.encoder.dim) if table_file else UsageTable(self.encoder.dim)
         self.descriptions: dict[str, np.ndarray] = {}

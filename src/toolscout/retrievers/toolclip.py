@@ -32,7 +32,7 @@ class ToolCLIPRetriever(DenseRetriever):
         encoder = encoder or ToolCLIPEncoder.load(model, device=device)
         # the view only feeds content hashes: it covers every text the tool tower reads
         super().__init__(store=store, view=hash_view(encoder.config), batch_size=batch_size, encoder=encoder,
-                         show_progress=show_progress)
+                         show_progress=show_progress, summary_weight=0.0)  # the tool tower makes the vectors
 
     def _tool_vectors(self, tools: Sequence[Tool], texts: list[str]) -> np.ndarray:
         return self.encoder.encode_tools(tools, batch_size=self.batch_size, show_progress=self.show_progress)

@@ -32,10 +32,19 @@ from typing import Any, Iterable, Sequence
 
 from ..pipeline import Hit, NameIndex
 from ..results import Filter
-from ..store.pg_catalog import IndexConfig, tool_doc
+from ..retrievers.dense import vector_hash
+from ..store.pg_catalog import IndexConfig, encode_rows, tool_doc
 from ..store.pgvector import NeedVectors, PgSpec, PgStoreError, PgVectorStore, StoredRow
-from ..tool import TextView, Tool, content_hash, tool_text
-from .service import ADMIN, Principal, SearchBatcher, ServiceError, WriteResult, request_tools, search_filter
+from ..tool import TextView, Tool, tool_text
+from .service import (
+    ADMIN,
+    Principal,
+    SearchBatcher,
+    ServiceError,
+    WriteResult,
+    request_tools,
+    search_filter,
+)
 
 _UNSET: Any = object()
 WRITE_ATTEMPTS = 3
@@ -277,9 +286,10 @@ class PgToolService:
         self._check_can_write(principal)
         state = self._tenant(principal)
         texts = {t.id: tool_text(t, self.view) for t in tools}
-        hashes = {tid: content_hash(text) for tid, text in texts.items()}
+        hashes = {t.id: vector_hash(t, texts[t.id], self.config.summary_weight) for t in tools}
         stored = state.store.hashes(list(texts))
-        vectors = self._encode([t.id for t in tools if stored.get(t.id) != hashes[t.id]], texts)
+        by_id = {t.id: t for t in tools}
+        vectors = self._encode([by_id[i] for i in by_id if stored.get(i) != hashes[i]], texts)
         for _attempt in range(WRITE_ATTEMPTS):
             result = WriteResult(0)
 
@@ -304,7 +314,7 @@ class PgToolService:
             try:
                 outcome = state.store.write(rows, inspect=inspect)
             except NeedVectors as exc:  # another replica changed a text meanwhile: embed it and retry
-                vectors.update(self._encode([i for i in exc.ids if i not in vectors], texts))
+                vectors.update(self._encode([by_id[i] for i in exc.ids if i not in vectors], texts))
                 continue
             result.seq = state.seen = max(state.seen, outcome.version)
             return result
@@ -335,10 +345,9 @@ class PgToolService:
         return False
 
     # internals -----------------------------------------------------------------------------
-    def _encode(self, ids: list[str], texts: dict[str, str]) -> dict:
-        if not ids:
-            return {}
-        return dict(zip(ids, self.encoder.encode([texts[i] for i in ids])))
+    def _encode(self, tools: list[Tool], texts: dict[str, str]) -> dict:
+        """id -> vector, made as the table's other vectors were (its summary weight)."""
+        return encode_rows(self.encoder, tools, texts, self.config.summary_weight)
 
     def _check_can_write(self, principal: Principal) -> None:
         if not principal.write:

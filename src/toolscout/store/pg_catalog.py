@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..artifacts import read_config, read_json
-from ..tool import TextView, Tool, content_hash, tool_text
+from ..retrievers.dense import default_summary_weight, embed_tools, vector_hash
+from ..tool import TextView, Tool, tool_text
 from .pgvector import NeedVectors, PgRow, PgSpec, PgStoreError, PgVectorStore
 
 SEARCH_MODES = ("dense", "hybrid")
@@ -23,14 +24,17 @@ PIPELINE_KIND = "toolscout.pipeline"
 @dataclass(frozen=True)
 class IndexConfig:
     """What every process serving an index table must agree on. `model`: the encoder name or path
-    (resolved by `encoder_for`); `view`: the text view (TextView.to_dict); `search`: dense or hybrid."""
+    (resolved by `encoder_for`); `view`: the text view (TextView.to_dict); `search`: dense or hybrid;
+    `summary_weight`: how much of the name + description summary is in each vector (DenseRetriever;
+    0 for tables written before it existed)."""
 
     model: str
     view: dict
     search: str = "dense"
+    summary_weight: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"model": self.model, "view": self.view, "search": self.search}
+        return {"model": self.model, "view": self.view, "search": self.search, "summary_weight": self.summary_weight}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "IndexConfig":
@@ -38,7 +42,8 @@ class IndexConfig:
             raise PgStoreError("this index table has no catalog configuration yet: index a catalog into it "
                                "(toolscout index CATALOG --out DIR --store postgresql://...) or migrate a local "
                                "index directory (toolscout migrate DIR --store postgresql://...)")
-        return cls(data["model"], dict(data.get("view") or {}), data.get("search", "dense"))
+        return cls(data["model"], dict(data.get("view") or {}), data.get("search", "dense"),
+                   float(data.get("summary_weight", 0.0)))
 
 
 def check_compatible(store: PgVectorStore, config: IndexConfig) -> None:
@@ -48,10 +53,12 @@ def check_compatible(store: PgVectorStore, config: IndexConfig) -> None:
     stored = store.database.config()
     if not stored.get("model"):
         return
-    if stored["model"] != config.model or TextView.from_dict(stored.get("view")) != TextView.from_dict(config.view):
+    if (stored["model"] != config.model or TextView.from_dict(stored.get("view")) != TextView.from_dict(config.view)
+            or float(stored.get("summary_weight", 0.0)) != config.summary_weight):
         raise PgStoreError(f"index table {store.table!r} holds vectors of model {stored['model']!r} (view "
-                           f"{stored.get('view')}); this catalog uses {config.model!r} (view {config.view}). "
-                           "Use another table for it: add ?table=NAME to the store spec")
+                           f"{stored.get('view')}, summary weight {stored.get('summary_weight', 0.0)}); this "
+                           f"catalog uses {config.model!r} (view {config.view}, summary weight "
+                           f"{config.summary_weight}). Use another table for it: add ?table=NAME to the store spec")
     if stored.get("search", "dense") != config.search:
         raise PgStoreError(f"index table {store.table!r} is served with {stored.get('search', 'dense')} search, "
                            f"this index asks for {config.search}: index with --retriever "
@@ -83,35 +90,44 @@ def tool_doc(tool: Tool) -> dict[str, Any]:
 
 
 def index_catalog(store: PgVectorStore, tools: Sequence[Tool], encoder, view: TextView | None = None, *,
-                  search: str = "dense", batch_size: int = 64, progress: bool = False) -> CatalogReport:
-    """Make `tools` the tenant's whole catalog. Tools whose text view is unchanged keep their stored vector."""
+                  search: str = "dense", batch_size: int = 64, progress: bool = False,
+                  summary_weight: float | None = None) -> CatalogReport:
+    """Make `tools` the tenant's whole catalog. Tools whose text view is unchanged keep their stored vector.
+    `summary_weight`: as `DenseRetriever`'s (default: its default for `encoder`)."""
     view = view or TextView()
-    config = IndexConfig(encoder.name, view.to_dict(), search)
+    if summary_weight is None:
+        summary_weight = default_summary_weight(encoder.name)
+    config = IndexConfig(encoder.name, view.to_dict(), search, float(summary_weight))
     check_compatible(store, config)
-    ids = [t.id for t in tools]
-    if len(set(ids)) != len(ids):
+    by_id = {t.id: t for t in tools}
+    if len(by_id) != len(tools):
         raise ValueError("duplicate tool ids in the catalog")
     texts = {t.id: tool_text(t, view) for t in tools}
-    hashes = {tid: content_hash(text) for tid, text in texts.items()}
+    hashes = {t.id: vector_hash(t, texts[t.id], config.summary_weight) for t in tools}
     stored = store.hashes()
-    embed = [tid for tid in ids if stored.get(tid) != hashes[tid]]
-    vectors = _encode(encoder, embed, [texts[i] for i in embed], batch_size, progress)
+    embed = [tid for tid in by_id if stored.get(tid) != hashes[tid]]
+
+    def encode(ids: list[str], show_progress: bool) -> dict:
+        return encode_rows(encoder, [by_id[i] for i in ids], texts, config.summary_weight, batch_size, show_progress)
+
+    vectors = encode(embed, progress)
     for _attempt in range(2):
         rows = [PgRow(t.id, t.namespace, vectors.get(t.id), texts[t.id], hashes[t.id], tool_doc(t)) for t in tools]
         try:
             outcome = store.write(rows, replace=True, config=config.to_dict())
             return CatalogReport(len(tools), len(vectors), outcome.version)
         except NeedVectors as exc:  # a stored vector changed or vanished meanwhile: embed those too
-            more = [i for i in exc.ids if i not in vectors]
-            vectors.update(_encode(encoder, more, [texts[i] for i in more], batch_size, False))
+            vectors.update(encode([i for i in exc.ids if i not in vectors], False))
     raise PgStoreError("the catalog kept changing while it was being indexed; retry")
 
 
-def _encode(encoder, ids: list[str], texts: list[str], batch_size: int, progress: bool) -> dict:
-    """id -> unit vector for `texts` (nothing to do for none)."""
-    if not texts:
+def encode_rows(encoder, tools: Sequence[Tool], texts: dict[str, str], summary_weight: float, batch_size: int = 64,
+                progress: bool = False) -> dict:
+    """id -> dense vector of each tool (`texts`: id -> text view), as `DenseRetriever` makes it."""
+    if not tools:
         return {}
-    return dict(zip(ids, encoder.encode(texts, batch_size=batch_size, show_progress=progress)))
+    vectors = embed_tools(encoder, tools, [texts[t.id] for t in tools], summary_weight, batch_size, progress)
+    return dict(zip([t.id for t in tools], vectors))
 
 
 def index_catalog_vectors(store: PgVectorStore, tools: Sequence[Tool], vectors, config: IndexConfig,
@@ -122,7 +138,8 @@ def index_catalog_vectors(store: PgVectorStore, tools: Sequence[Tool], vectors, 
     for tool, vector in zip(tools, vectors):
         text = tool_text(tool, view)
         rows.append(PgRow(tool.id, tool.namespace, vector, text,
-                          (hashes or {}).get(tool.id) or content_hash(text), tool_doc(tool)))
+                          (hashes or {}).get(tool.id) or vector_hash(tool, text, config.summary_weight),
+                          tool_doc(tool)))
     outcome = store.write(rows, replace=True, config=config.to_dict())
     return CatalogReport(len(tools), 0, outcome.version)
 
@@ -160,7 +177,8 @@ def migrate_directory(folder: str | Path, spec: str | PgSpec, *, search: str | N
     hashes_file = retriever_dir / "hashes.json"
     hashes = read_json(hashes_file) if hashes_file.exists() else None
     view = TextView.from_dict(rconf.get("view"))
-    index_config = IndexConfig(rconf["model"], view.to_dict(), search or default_search)
+    index_config = IndexConfig(rconf["model"], view.to_dict(), search or default_search,
+                               float(rconf.get("summary_weight", 0.0)))
     spec = spec if isinstance(spec, PgSpec) else PgSpec.parse(spec)
     store = PgVectorStore.from_spec(spec, int(vectors.shape[1]))
     try:

@@ -19,8 +19,8 @@ def index_into_postgres(args: argparse.Namespace, tools: Sequence[Tool]) -> int:
     catalog: `toolscout search/serve DIR` then work on the database."""
     from ..expand.views import view_from_args
     from ..pipeline import ToolScout
-    from ..retrievers.dense import DenseRetriever, encoder_for, trained_view
-    from ..tool import TextView, content_hash, tool_text
+    from ..retrievers.dense import DenseRetriever, encoder_for, trained_view, vector_hash
+    from ..tool import TextView, tool_text
 
     if args.retriever not in ("dense", "hybrid"):
         raise ValueError(f"--store postgresql://... indexes with --retriever dense or hybrid (dense + PostgreSQL "
@@ -35,9 +35,9 @@ def index_into_postgres(args: argparse.Namespace, tools: Sequence[Tool]) -> int:
     try:
         report = index_catalog(store, tools, encoder, view, search="dense" if args.retriever == "dense" else "hybrid",
                                progress=True)
-        retriever = DenseRetriever(encoder=encoder, store="numpy", view=view)
+        retriever = DenseRetriever(encoder=encoder, store="numpy", view=view)  # the same default summary weight
         retriever.store, retriever.store_kind = store, spec.to_string()  # the DSN as recorded: no password
-        retriever.hashes = {t.id: content_hash(tool_text(t, view)) for t in tools}
+        retriever.hashes = {t.id: vector_hash(t, tool_text(t, view), retriever.summary_weight) for t in tools}
         scout = ToolScout(retriever, list(tools), indexed=True)
         scout.save(args.out, extra_config={"postgres": spec.to_string()})
     finally:

@@ -300,7 +300,7 @@ class SetValidation:
         self.model.max_seq_length = self.doc_length  # cheap and close to what training sees
         try:
             retriever = DenseRetriever(encoder=_training_encoder(self.model, "training"), view=self.view,
-                                       batch_size=64)
+                                       batch_size=64, summary_weight=0.0)  # the single view being trained
             retriever.index(self.tools)
         finally:
             self.model.max_seq_length = old

@@ -286,7 +286,7 @@ def _build_miner(kind: str, base_model: str, tools: Sequence):
     else:
         from ..retrievers.dense import DenseRetriever
 
-        miner = DenseRetriever(model=base_model)
+        miner = DenseRetriever(model=base_model, summary_weight=0.0)  # the miner the recorded runs used
     miner.index(list(tools))
     return miner
 
