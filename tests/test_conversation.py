@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from toolscout.conversation import emphasise_latest_turn, latest_turn
+from toolscout.conversation import emphasise_latest_turn, latest_turn, without_speaker_labels
 from toolscout.retrievers.dense import DenseRetriever
 from toolscout.tool import Tool
 
@@ -16,6 +16,8 @@ DIALOGUE = ("User: Can you move my dentist appointment to Friday?\n"
 def test_latest_turn_is_the_last_user_turn_and_the_replies_after_it():
     assert latest_turn(DIALOGUE) == "User: Also, what will the weather be in Paris tomorrow?\nAI: Let me look that up."
     assert latest_turn("system: be brief\nHUMAN: hi there") == "HUMAN: hi there"  # labels in any case
+    assert latest_turn("User: a\r\nAI: b\r\nUser: c\r\n") == "User: c"  # Windows line ends
+    assert latest_turn("User: a\nAI: b\nUser: c\nAI: d\nUser:") == "User: c\nAI: d\nUser:"  # last turn with words
 
 
 @pytest.mark.parametrize("text", [
@@ -23,6 +25,8 @@ def test_latest_turn_is_the_last_user_turn_and_the_replies_after_it():
     "User: book a table for two\nAI: For when?",  # the only user turn opens the text: its tail is the text
     "Find a tool: something for weather",  # a colon, but no speaker label at a line start
     "AI: hello\nAssistant: anything else?",  # no user turn
+    "User: book a flight to Paris\nAI: When?\nUser:",  # a template's open `User:` line is not a turn
+    "User: book a flight\nAI: When?\nUser:   \nAI: hello?",  # nor is a user turn of blanks
 ])
 def test_texts_that_are_not_multi_turn_transcripts_have_no_latest_turn(text):
     assert latest_turn(text) is None
@@ -75,7 +79,7 @@ def test_bm25_scores_a_transcript_as_the_transcript_plus_its_latest_turn():
     retriever.index(tools)
     tail = latest_turn(DIALOGUE)
     # each query token adds its term score, so these two texts' scores add up
-    expected = _plain_scores(retriever, DIALOGUE) + _plain_scores(retriever, tail)
+    expected = _plain_scores(retriever, DIALOGUE) + _plain_scores(retriever, without_speaker_labels(tail))
     np.testing.assert_allclose(retriever.scores(DIALOGUE), expected, rtol=1e-5)
     assert retriever.search([DIALOGUE], k=1).as_lists()[0] == ["weather"]
 

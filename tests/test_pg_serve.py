@@ -62,7 +62,8 @@ def test_a_local_index_migrated_to_postgres_gives_identical_top10(pg, tmp_path, 
 
 
 def test_index_catalog_records_the_summary_weight_and_refuses_to_mix_weights(pg, tools, encoder):
-    from toolscout.retrievers.dense import SUMMARY_VIEW, SUMMARY_WEIGHT
+    from toolscout.retrievers.dense import SUMMARY_WEIGHT, summary_view
+    from toolscout.tool import TextView
     from toolscout.store.pg_catalog import IndexConfig, index_catalog
     from toolscout.store.pgvector import PgStoreError, PgVectorStore
     from toolscout.tool import tool_text
@@ -72,17 +73,25 @@ def test_index_catalog_records_the_summary_weight_and_refuses_to_mix_weights(pg,
     try:
         index_catalog(store, tools, encoder)
         assert IndexConfig.from_dict(store.database.config()).summary_weight == SUMMARY_WEIGHT
-        full, summary = (encoder.encode([tool_text(tools[0], view)]) for view in (None, SUMMARY_VIEW))
+        full, summary = (encoder.encode([tool_text(tools[0], view)]) for view in (None, summary_view(TextView())))
         q = encoder.encode_queries([QUERIES[0]])
         found = exact_store(store_spec).search(q, len(tools))
         scores = dict(zip(found.ids[0], found.scores[0]))
-        assert scores[tools[0].id] == pytest.approx(float((full + SUMMARY_WEIGHT * summary)[0] @ q[0]), abs=1e-4)
+        blended = (full + SUMMARY_WEIGHT * summary) / (1 + SUMMARY_WEIGHT)
+        assert scores[tools[0].id] == pytest.approx(float(blended[0] @ q[0]), abs=1e-4)
         with pytest.raises(PgStoreError, match="summary weight"):
             index_catalog(store, tools, encoder, summary_weight=0.0)  # vectors of another kind: refused
     finally:
         store.close()
-    # a table written before the summary existed reads as weight 0
+    # a table written before the summary existed reads as weight 0, and re-indexing it keeps its weight
     assert IndexConfig.from_dict({"model": "m", "view": {}}).summary_weight == 0.0
+    older = PgVectorStore.from_spec(spec(pg, new_table()), encoder.dim)
+    try:
+        assert index_catalog(older, tools, encoder, summary_weight=0.0).summary_weight == 0.0
+        report = index_catalog(older, tools, encoder)  # no weight given: the table's, not the default
+        assert (report.summary_weight, report.embedded) == (0.0, 0)
+    finally:
+        older.close()
 
 
 def test_cli_index_search_and_migrate_with_a_postgres_store(pg, tmp_path, tools, encoder, capsys):

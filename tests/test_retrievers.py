@@ -8,7 +8,7 @@ from toolscout.errors import UnknownName
 from toolscout.results import Filter
 from toolscout.retrievers import load_retriever, make_retriever
 from toolscout.retrievers.bm25 import BM25Retriever, Tokenizer
-from toolscout.tool import TextView, Tool, tool_text
+from toolscout.tool import TextView, Tool, content_hash, tool_text
 
 
 def test_unknown_retriever_lists_known_names():
@@ -73,15 +73,19 @@ def test_bm25_add_update_remove_and_reload(tools, tmp_path):
 
 
 def test_dense_scores_are_cosines_of_the_text_view_plus_a_weighted_summary(tools, encoder):
-    from toolscout.retrievers.dense import SUMMARY_VIEW, SUMMARY_WEIGHT
+    from toolscout.retrievers.dense import SUMMARY_WEIGHT, summary_view
 
     assert SUMMARY_WEIGHT == 0.3
     query = "what's the temperature outside right now in Lyon?"
     q = encoder.encode([query])[0]
+    short = summary_view(TextView())
     full = encoder.encode([tool_text(t) for t in tools]) @ q
-    summary = encoder.encode([tool_text(t, SUMMARY_VIEW) for t in tools]) @ q
-    assert tool_text(tools[0], SUMMARY_VIEW) == "\n".join(tool_text(tools[0]).split("\n")[:2])  # name, description
-    for weight, expected_scores in ((None, full + 0.3 * summary), (0.0, full), (2.0, full + 2.0 * summary)):
+    summary = encoder.encode([tool_text(t, short) for t in tools]) @ q
+    assert tool_text(tools[0], short) == "\n".join(tool_text(tools[0]).split("\n")[:2])  # name, description
+    assert summary_view(TextView(description=False, category=True)) == TextView(  # never more than the view shows
+        description=False, parameters=False, tags=False, profile_fields=())
+    for weight, expected_scores in ((None, (full + 0.3 * summary) / 1.3), (0.0, full),
+                                    (2.0, (full + 2.0 * summary) / 3.0)):
         r = make_retriever("dense", encoder=encoder, summary_weight=weight)
         r.index(tools)
         res = r.search([query], 3)
@@ -102,12 +106,28 @@ def test_dense_index_saved_before_summaries_keeps_its_vectors(tools, encoder, tm
     (tmp_path / "old" / "config.json").write_text(json.dumps(config))
     again = load_retriever(tmp_path / "old")
     assert again.summary_weight == 0.0
+    assert again.hashes == {t.id: content_hash(tool_text(t)) for t in tools}  # the hash format of older indexes
     again.add(tools)
     assert again.encoded_last == 0  # same hashes: nothing re-embedded
     summarised = make_retriever("dense", encoder=encoder)
     summarised.hashes, summarised.store = again.hashes, again.store
     summarised.add(tools)
     assert summarised.encoded_last == len(tools)  # a new weight means new vectors: all re-embedded
+
+
+def test_a_pipeline_keeps_its_summary_weight_through_save_and_load(tools, encoder, tmp_path):
+    from toolscout import ToolScout
+    from toolscout.retrievers.dense import DenseRetriever
+
+    scout = ToolScout(DenseRetriever(encoder=encoder, summary_weight=0.5), list(tools))
+    scout.save(tmp_path / "idx")
+    again = ToolScout.load(tmp_path / "idx")
+    assert again.retriever.summary_weight == 0.5
+    again.add(list(tools))
+    assert again.retriever.encoded_last == 0  # same weight, same hashes: nothing re-embedded
+    a, b = scout.retrieve(["send a mail"], 5), again.retrieve(["send a mail"], 5)
+    assert a.as_lists() == b.as_lists()
+    np.testing.assert_allclose(a.scores[0], b.scores[0], atol=1e-6)
 
 
 def test_dense_re_embeds_only_changed_tools(tools, encoder, tmp_path):

@@ -15,8 +15,10 @@ whole transcript and its tail (the last user turn and the replies after it):
 q = (e(text) + w·e(tail)) / ‖e(text) + w·e(tail)‖, with w = `LATEST_TURN_WEIGHT` = 1 (equal weight:
 no tuned constant). A text that is not a transcript with at least two turns is encoded as before.
 
-A transcript is recognised by lines that start with a speaker label (`User:`, `Human:`, `AI:`,
-`Assistant:`, `System:`, `Bot:`, `Agent:`, `Tool:`), case-insensitive.
+A transcript is recognised by lines that start with a speaker label, case-insensitive: `User:`,
+`Human:`, `Customer:` for the user; `AI:`, `Assistant:`, `System:`, `Bot:`, `Agent:`, `Tool:`,
+`Function:` for the rest. A user turn with nothing after its label (a prompt template's open
+`User:` line) is not the latest turn; the last one with words is.
 """
 
 from __future__ import annotations
@@ -35,14 +37,25 @@ _USER_TURN = re.compile(rf"^[ \t]*(?:{_USER})[ \t]*:", re.IGNORECASE | re.MULTIL
 
 
 def latest_turn(text: str) -> str | None:
-    """The last user turn and everything after it, when `text` is a transcript of two or more turns
-    with a user turn that is not the first line; otherwise None (the text is one request)."""
+    """The last user turn that says something, and everything after it, when `text` is a transcript of
+    two or more turns and that turn is not its first line; otherwise None (the text is one request)."""
     if len(_TURN.findall(text)) < 2:
         return None
-    starts = [m.start() for m in _USER_TURN.finditer(text)]
-    if not starts or starts[-1] == _TURN.search(text).start():
-        return None  # no user turn, or the only user turn opens the text: the tail would be the whole text
-    return text[starts[-1]:].strip()
+    spoken = [m for m in _USER_TURN.finditer(text) if _turn_words(text, m.end())]
+    if not spoken or spoken[-1].start() == _TURN.search(text).start():
+        return None  # no user turn, or the only one opens the text: the tail would be the whole text
+    return text[spoken[-1].start():].strip()
+
+
+def _turn_words(text: str, after_label: int) -> str:
+    """What a turn says: from its label to the next speaker label (or the end), stripped."""
+    following = _TURN.search(text, after_label)
+    return text[after_label:following.start() if following else len(text)].strip()
+
+
+def without_speaker_labels(text: str) -> str:
+    """`text` with the speaker labels at its line starts removed (for lexical scoring)."""
+    return _TURN.sub("", text)
 
 
 def emphasise_latest_turn(vectors: np.ndarray, queries: Sequence[str], encode: Callable[[list[str]], np.ndarray],

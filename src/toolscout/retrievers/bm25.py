@@ -10,7 +10,7 @@ from typing import Sequence
 import numpy as np
 
 from ..artifacts import read_json
-from ..conversation import latest_turn
+from ..conversation import latest_turn, without_speaker_labels
 from ..errors import MissingDependency
 from ..results import Filter, Results, top_k_rows
 from ..rows import RowTable
@@ -107,10 +107,10 @@ class BM25Retriever:
     def scores(self, query: str) -> np.ndarray:
         """BM25 score of every row for one query. A chat transcript scores as the transcript plus its
         latest user turn (`toolscout.conversation`), as dense retrieval embeds it: each query token adds
-        its term score, so the latest turn's tokens count twice."""
+        its term score, so the latest turn's words count twice (its speaker labels do not)."""
         tail = latest_turn(query)
-        tokens = [t for t in self.tokenizer(query if tail is None else f"{query}\n{tail}")
-                  if t in self._bm25.vocab_dict]
+        text = query if tail is None else f"{query}\n{without_speaker_labels(tail)}"
+        tokens = [t for t in self.tokenizer(text) if t in self._bm25.vocab_dict]
         if not tokens:
             return np.zeros(len(self.rows), dtype=np.float32)
         return self._bm25.get_scores(tokens).astype(np.float32)

@@ -1,9 +1,13 @@
-"""Dense first stage: one encoder for queries and tool texts, cosine over unit vectors."""
+"""Dense first stage: one encoder for queries and tool texts; a score is a cosine (or, with the
+summary blend, a weighted mean of two cosines)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
+
+import numpy as np
 
 from ..artifacts import read_json, write_json
 from ..encoders import Encoder
@@ -30,10 +34,13 @@ def encoder_for(model: str | Path | None, **options) -> Encoder:
     return encoder
 
 
-# The short second text embedded for each tool (see DenseRetriever): what the tool is, without its
-# parameter list, which dominates the full text of tools with many parameters.
-SUMMARY_VIEW = TextView(parameters=False, tags=False, profile_fields=())
 SUMMARY_WEIGHT = 0.3  # the best on train-split validation queries (benchmarks/views.py --summary-weight)
+
+
+def summary_view(view: TextView) -> TextView:
+    """The short second text embedded for each tool (see DenseRetriever): the parts of `view` that say
+    what the tool is (name, description), without the parameter list, tags, category, profile or usage."""
+    return replace(view, parameters=False, tags=False, category=False, profile_fields=(), usage=0)
 
 
 def trained_view(model: str | Path | None) -> TextView | None:
@@ -47,23 +54,35 @@ def default_summary_weight(model: str | Path | None) -> float:
     return 0.0 if trained_view(model) is not None else SUMMARY_WEIGHT
 
 
-def vector_hash(tool: Tool, text: str, summary_weight: float) -> str:
-    """Content hash of everything a tool's dense vector is made from (`text`: its text view): equal
-    hashes mean a stored vector is still valid. Without a summary it is the hash of the text alone, as
-    before summaries existed, so older indexes keep their vectors."""
+def vector_hash(tool: Tool, view: TextView, text: str, summary_weight: float) -> str:
+    """Content hash of everything a tool's dense vector is made from (`text`: its text under `view`):
+    equal hashes mean a stored vector is still valid. Without a summary it is the hash of the text
+    alone, as before summaries existed, so older indexes keep their vectors."""
     if not summary_weight:
         return content_hash(text)
-    return content_hash(f"{text}\x00summary {summary_weight:g}\x00{tool_text(tool, SUMMARY_VIEW)}")
+    summary = tool_text(tool, summary_view(view))
+    return content_hash(f"{text}\x00summary {float(summary_weight)!r}\x00{summary}")
 
 
-def embed_tools(encoder, tools: Sequence[Tool], texts: Sequence[str], summary_weight: float, batch_size: int = 64,
-                show_progress: bool = False):
-    """Dense vectors of `tools` (`texts`: their text views): e(text) + summary_weight·e(summary)."""
+def embed_tools(encoder, tools: Sequence[Tool], view: TextView, texts: Sequence[str], summary_weight: float,
+                batch_size: int = 64, show_progress: bool = False):
+    """Dense vectors of `tools` (`texts`: their text under `view`): (e(text) + w·e(summary)) / (1 + w).
+
+    Dividing by 1 + w keeps a score a weighted mean of two cosines, in [−1, 1] like a plain cosine
+    (`min_score` thresholds keep their meaning); it does not change any ranking. A tool whose summary
+    is its whole text (no parameters, tags or profile) keeps its one embedding.
+    """
     vectors = encoder.encode(list(texts), batch_size=batch_size, show_progress=show_progress)
-    if summary_weight:
-        summaries = [tool_text(t, SUMMARY_VIEW) for t in tools]
-        vectors = vectors + summary_weight * encoder.encode(summaries, batch_size=batch_size)
-    return vectors
+    if not summary_weight or not len(tools):
+        return vectors
+    short = summary_view(view)
+    summaries = [tool_text(t, short) for t in tools]
+    differ = [i for i, (summary, text) in enumerate(zip(summaries, texts)) if summary != text]
+    blended = np.array(vectors, dtype=np.float32, copy=True)
+    if differ:
+        extra = encoder.encode([summaries[i] for i in differ], batch_size=batch_size)
+        blended[differ] = (vectors[differ] + summary_weight * extra) / (1.0 + summary_weight)
+    return blended
 
 
 class DenseRetriever:
@@ -73,16 +92,17 @@ class DenseRetriever:
     written by `toolscout train embed` (its fine-tuned encoder and, unless `view` is given, its text view).
     `store`: 'numpy' for exact search (default) or 'faiss:FACTORY', e.g. 'faiss:HNSW32'.
 
-    `summary_weight` w: a tool's vector is e(full text) + w·e(summary), the unit vectors of its text
-    view and of a short summary (name and description only, `SUMMARY_VIEW`), so a query scores
-    cos(full) + w·cos(summary). Why: for a tool with many parameters the parameter list dominates one
-    embedding of the whole text, and a task usually names what the tool does, not its arguments. The sum
-    is one vector per tool, so search costs the same; indexing embeds the short text too. Default
-    `SUMMARY_WEIGHT` (0.3, chosen on validation) for a pretrained encoder; 0 for a `train embed`
-    directory, whose encoder was trained on the single view.
+    `summary_weight` w: a tool's vector is (e(full text) + w·e(summary)) / (1 + w), from the unit
+    vectors of its text view and of a short summary (the view's name and description, `summary_view`),
+    so a query scores (cos(full) + w·cos(summary)) / (1 + w). Why: for a tool with many parameters the
+    parameter list dominates one embedding of the whole text, and a task usually names what the tool
+    does, not its arguments. It is one vector per tool, so search costs the same; indexing embeds the
+    short text too. Default `SUMMARY_WEIGHT` (0.3, chosen on validation) for a pretrained encoder; 0 for
+    a `train embed` directory, whose encoder was trained on the single view.
     """
 
     name = "dense"
+    summary_weight = 0.0  # what subclasses that make their own vectors (and their `load`) rely on
 
     def __init__(self, model: str | None = None, store: str = "numpy", view: TextView | None = None,
                  batch_size: int = 64, encoder: Encoder | None = None, show_progress: bool = False,
@@ -112,7 +132,7 @@ class DenseRetriever:
 
     def add(self, tools: Sequence[Tool]) -> None:
         texts = {t.id: tool_text(t, self.view) for t in tools}
-        hashes = {t.id: vector_hash(t, texts[t.id], self.summary_weight) for t in tools}
+        hashes = {t.id: vector_hash(t, self.view, texts[t.id], self.summary_weight) for t in tools}
         changed = [t for t in tools if self.hashes.get(t.id) != hashes[t.id]]
         moved = [t for t in tools if t.id in self.hashes and self.hashes[t.id] == hashes[t.id]]
         if changed:
@@ -126,7 +146,8 @@ class DenseRetriever:
 
     def _tool_vectors(self, tools: Sequence[Tool], texts: list[str]):
         """Vectors for tools whose text changed (subclasses blend in other evidence)."""
-        return embed_tools(self.encoder, tools, texts, self.summary_weight, self.batch_size, self.show_progress)
+        return embed_tools(self.encoder, tools, self.view, texts, self.summary_weight, self.batch_size,
+                           self.show_progress)
 
     def remove(self, ids: Sequence[str]) -> None:
         self.store.delete(ids)

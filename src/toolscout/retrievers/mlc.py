@@ -194,7 +194,8 @@ class MLCRetriever:
     # search --------------------------------------------------------------------------------
     def logits(self, queries: Sequence[str]) -> np.ndarray:
         """(n_queries × n_rows) log-odds that each catalog tool is needed; -inf for unscored tools."""
-        vectors = self.encoder.encode_queries(list(queries))
+        # plain embeddings, as `train mlc` fitted the head on (not encode_queries' transcript emphasis)
+        vectors = self.encoder.encode(list(queries), batch_size=64)
         out = vectors @ self._weights.T + self._biases
         out[:, ~self._scored] = -np.inf
         return out

@@ -57,6 +57,7 @@ class ToolCLIPRetriever(DenseRetriever):
         retriever = cls.__new__(cls)
         retriever.encoder = encoder
         retriever.store_kind = config["store_kind"]
+        retriever.summary_weight = 0.0  # the tool tower makes the vectors
         retriever.view = hash_view(encoder.config)
         retriever.batch_size = config.get("batch_size", 32)
         retriever.show_progress = False

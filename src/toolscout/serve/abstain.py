@@ -12,7 +12,8 @@ train-split queries as the highest threshold that keeps at least `--keep` (defau
 recall@k on normal queries, and reported on test-split queries: the share of no-match queries answered
 with nothing, and recall@k on normal queries with and without abstention.
 
-Scores are the retriever's own (cosine for dense): a threshold belongs to one retriever + model. Tool
+Scores are the retriever's own (for dense, a weighted mean of the cosines of a tool's text and its
+summary): a threshold belongs to one retriever + model + summary weight. Tool
 and query embeddings are cached under `--cache` so reruns are quick.
 """
 
@@ -74,7 +75,11 @@ class CachingEncoder:
         return self._vectors[[self._index[k] for k in keys]]
 
     def encode_queries(self, queries: Sequence[str]) -> np.ndarray:
-        return self.encode(queries)
+        """As the wrapped encoder's: transcripts weigh in their latest turn (`toolscout.conversation`)."""
+        from ..conversation import LATEST_TURN_WEIGHT, emphasise_latest_turn
+
+        weight = getattr(self.encoder, "latest_turn_weight", LATEST_TURN_WEIGHT)
+        return emphasise_latest_turn(self.encode(queries), queries, self.encode, weight)
 
     def flush(self) -> None:
         """Write the cache (one file, replaced atomically: concurrent runs cannot leave it half written)."""

@@ -286,7 +286,7 @@ class PgToolService:
         self._check_can_write(principal)
         state = self._tenant(principal)
         texts = {t.id: tool_text(t, self.view) for t in tools}
-        hashes = {t.id: vector_hash(t, texts[t.id], self.config.summary_weight) for t in tools}
+        hashes = {t.id: vector_hash(t, self.view, texts[t.id], self.config.summary_weight) for t in tools}
         stored = state.store.hashes(list(texts))
         by_id = {t.id: t for t in tools}
         vectors = self._encode([by_id[i] for i in by_id if stored.get(i) != hashes[i]], texts)
@@ -347,7 +347,7 @@ class PgToolService:
     # internals -----------------------------------------------------------------------------
     def _encode(self, tools: list[Tool], texts: dict[str, str]) -> dict:
         """id -> vector, made as the table's other vectors were (its summary weight)."""
-        return encode_rows(self.encoder, tools, texts, self.config.summary_weight)
+        return encode_rows(self.encoder, tools, self.view, texts, self.config.summary_weight)
 
     def _check_can_write(self, principal: Principal) -> None:
         if not principal.write:

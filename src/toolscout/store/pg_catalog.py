@@ -81,6 +81,7 @@ class CatalogReport:
     tools: int
     embedded: int
     version: int
+    summary_weight: float = 0.0
 
 
 def tool_doc(tool: Tool) -> dict[str, Any]:
@@ -93,40 +94,46 @@ def index_catalog(store: PgVectorStore, tools: Sequence[Tool], encoder, view: Te
                   search: str = "dense", batch_size: int = 64, progress: bool = False,
                   summary_weight: float | None = None) -> CatalogReport:
     """Make `tools` the tenant's whole catalog. Tools whose text view is unchanged keep their stored vector.
-    `summary_weight`: as `DenseRetriever`'s (default: its default for `encoder`)."""
+    `summary_weight`: as `DenseRetriever`'s (default: the table's, for a table that has a catalog
+    already, else the retriever's default for `encoder`)."""
     view = view or TextView()
     if summary_weight is None:
-        summary_weight = default_summary_weight(encoder.name)
+        stored_config = store.database.config()
+        summary_weight = (float(stored_config.get("summary_weight", 0.0)) if stored_config.get("model")
+                          else default_summary_weight(encoder.name))
+    if not summary_weight >= 0:
+        raise ValueError(f"summary_weight must be >= 0, got {summary_weight}")
     config = IndexConfig(encoder.name, view.to_dict(), search, float(summary_weight))
     check_compatible(store, config)
     by_id = {t.id: t for t in tools}
     if len(by_id) != len(tools):
         raise ValueError("duplicate tool ids in the catalog")
     texts = {t.id: tool_text(t, view) for t in tools}
-    hashes = {t.id: vector_hash(t, texts[t.id], config.summary_weight) for t in tools}
+    hashes = {t.id: vector_hash(t, view, texts[t.id], config.summary_weight) for t in tools}
     stored = store.hashes()
     embed = [tid for tid in by_id if stored.get(tid) != hashes[tid]]
 
     def encode(ids: list[str], show_progress: bool) -> dict:
-        return encode_rows(encoder, [by_id[i] for i in ids], texts, config.summary_weight, batch_size, show_progress)
+        return encode_rows(encoder, [by_id[i] for i in ids], view, texts, config.summary_weight, batch_size,
+                           show_progress)
 
     vectors = encode(embed, progress)
     for _attempt in range(2):
         rows = [PgRow(t.id, t.namespace, vectors.get(t.id), texts[t.id], hashes[t.id], tool_doc(t)) for t in tools]
         try:
             outcome = store.write(rows, replace=True, config=config.to_dict())
-            return CatalogReport(len(tools), len(vectors), outcome.version)
+            return CatalogReport(len(tools), len(vectors), outcome.version, config.summary_weight)
         except NeedVectors as exc:  # a stored vector changed or vanished meanwhile: embed those too
             vectors.update(encode([i for i in exc.ids if i not in vectors], False))
     raise PgStoreError("the catalog kept changing while it was being indexed; retry")
 
 
-def encode_rows(encoder, tools: Sequence[Tool], texts: dict[str, str], summary_weight: float, batch_size: int = 64,
-                progress: bool = False) -> dict:
-    """id -> dense vector of each tool (`texts`: id -> text view), as `DenseRetriever` makes it."""
+def encode_rows(encoder, tools: Sequence[Tool], view: TextView, texts: dict[str, str], summary_weight: float,
+                batch_size: int = 64, progress: bool = False) -> dict:
+    """id -> dense vector of each tool (`texts`: id -> its text under `view`), as `DenseRetriever` makes it."""
     if not tools:
         return {}
-    vectors = embed_tools(encoder, tools, [texts[t.id] for t in tools], summary_weight, batch_size, progress)
+    vectors = embed_tools(encoder, tools, view, [texts[t.id] for t in tools], summary_weight, batch_size, progress)
     return dict(zip([t.id for t in tools], vectors))
 
 
@@ -138,10 +145,10 @@ def index_catalog_vectors(store: PgVectorStore, tools: Sequence[Tool], vectors, 
     for tool, vector in zip(tools, vectors):
         text = tool_text(tool, view)
         rows.append(PgRow(tool.id, tool.namespace, vector, text,
-                          (hashes or {}).get(tool.id) or vector_hash(tool, text, config.summary_weight),
+                          (hashes or {}).get(tool.id) or vector_hash(tool, view, text, config.summary_weight),
                           tool_doc(tool)))
     outcome = store.write(rows, replace=True, config=config.to_dict())
-    return CatalogReport(len(tools), 0, outcome.version)
+    return CatalogReport(len(tools), 0, outcome.version, config.summary_weight)
 
 
 def migrate_directory(folder: str | Path, spec: str | PgSpec, *, search: str | None = None) -> CatalogReport:

@@ -35,9 +35,9 @@ def index_into_postgres(args: argparse.Namespace, tools: Sequence[Tool]) -> int:
     try:
         report = index_catalog(store, tools, encoder, view, search="dense" if args.retriever == "dense" else "hybrid",
                                progress=True)
-        retriever = DenseRetriever(encoder=encoder, store="numpy", view=view)  # the same default summary weight
+        retriever = DenseRetriever(encoder=encoder, store="numpy", view=view, summary_weight=report.summary_weight)
         retriever.store, retriever.store_kind = store, spec.to_string()  # the DSN as recorded: no password
-        retriever.hashes = {t.id: vector_hash(t, tool_text(t, view), retriever.summary_weight) for t in tools}
+        retriever.hashes = {t.id: vector_hash(t, view, tool_text(t, view), report.summary_weight) for t in tools}
         scout = ToolScout(retriever, list(tools), indexed=True)
         scout.save(args.out, extra_config={"postgres": spec.to_string()})
     finally:

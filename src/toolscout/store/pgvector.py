@@ -9,7 +9,7 @@ config records the DSN without its password, and libpq finds it at connect time 
 in PGPASSWORD or in ~/.pgpass.
 
 What is stored, per tenant and tool id: the namespace, the tool's text view and its content hash, the
-Tool itself as JSON (`doc`), its unit vector and a tsvector generated from the text (see `pg_schema`).
+Tool itself as JSON (`doc`), its dense vector and a tsvector generated from the text (see `pg_schema`).
 Scores are inner products (`<#>` negated), the same numbers as the local stores give.
 
 - Every statement names the store's tenant: a store object sees one tenant's rows and nothing else;

@@ -32,7 +32,12 @@ from ..artifacts import write_artifact, write_json
 from ..encoders import quiet_transformers
 from ..eval.metrics import ndcg_at_k
 from ..models import model_base, model_config
-from ..rerank.refiner import HEADS_FILE, VECTOR_SOURCES, build_refiner_net, load_transformer
+from ..rerank.refiner import (
+    HEADS_FILE,
+    VECTOR_SOURCES,
+    build_refiner_net,
+    load_transformer,
+)
 from ..tool import TextView, tool_text
 from .data import TrainingData
 from .embed import tool_sets
@@ -58,7 +63,7 @@ class CandidateBuilder:
 
     def __init__(self, data: TrainingData, first_stage: str, first_stage_model: str | None, model: str | None,
                  view: TextView, prior: float, depth: int, progress: bool):
-        from ..retrievers.dense import encoder_for
+        from ..retrievers.dense import default_summary_weight, embed_tools, encoder_for
 
         self.data, self.first_stage, self.depth, self.view = data, first_stage, depth, view
         self.set_of = tool_sets(data)
@@ -77,8 +82,13 @@ class CandidateBuilder:
         ids = list(data.tools)
         self.row = {tid: i for i, tid in enumerate(ids)}
         self.ids = ids
-        self.descriptions = self.encoder.encode([tool_text(data.tools[t], self.view) for t in ids],
-                                                batch_size=64, show_progress=progress)
+        tools = [data.tools[t] for t in ids]
+        # a dense first stage's stored vectors blend in the summary (DenseRetriever); Tool2Vec's do not
+        self.summary_weight = default_summary_weight(self.encoder_name) if first_stage == "dense" else 0.0
+        if self.summary_weight:
+            self.notes["summary_weight"] = self.summary_weight
+        self.descriptions = embed_tools(self.encoder, tools, self.view, [tool_text(t, self.view) for t in tools],
+                                        self.summary_weight, batch_size=64, show_progress=progress)
         self.train_vectors = self.encoder.encode([q.text for q in data.train], batch_size=128, show_progress=progress)
         self.validation_vectors = self.encoder.encode([q.text for q in data.validation], batch_size=128)
         dim = self.descriptions.shape[1]
