@@ -36,15 +36,7 @@ from ..retrievers.dense import vector_hash
 from ..store.pg_catalog import IndexConfig, encode_rows, tool_doc
 from ..store.pgvector import NeedVectors, PgSpec, PgStoreError, PgVectorStore, StoredRow
 from ..tool import TextView, Tool, tool_text
-from .service import (
-    ADMIN,
-    Principal,
-    SearchBatcher,
-    ServiceError,
-    WriteResult,
-    request_tools,
-    search_filter,
-)
+from .service import ADMIN, Principal, SearchBatcher, ServiceError, WriteResult, request_tools, search_filter
 
 _UNSET: Any = object()
 WRITE_ATTEMPTS = 3

@@ -46,11 +46,12 @@ class IndexConfig:
                    float(data.get("summary_weight", 0.0)))
 
 
-def check_compatible(store: PgVectorStore, config: IndexConfig) -> None:
-    """Refuse to mix encoders or text views in one index table (their vectors are not comparable)."""
+def check_compatible(store: PgVectorStore, config: IndexConfig, stored: dict[str, Any] | None = None) -> None:
+    """Refuse to mix encoders, text views or summary weights in one index table (their vectors are not
+    comparable). `stored`: the table's configuration when the caller has just read it."""
     if config.search not in SEARCH_MODES:
         raise ValueError(f"unknown search mode {config.search!r}; use one of {', '.join(SEARCH_MODES)}")
-    stored = store.database.config()
+    stored = store.database.config() if stored is None else stored
     if not stored.get("model"):
         return
     if (stored["model"] != config.model or TextView.from_dict(stored.get("view")) != TextView.from_dict(config.view)
@@ -97,14 +98,14 @@ def index_catalog(store: PgVectorStore, tools: Sequence[Tool], encoder, view: Te
     `summary_weight`: as `DenseRetriever`'s (default: the table's, for a table that has a catalog
     already, else the retriever's default for `encoder`)."""
     view = view or TextView()
+    stored_config = store.database.config()
     if summary_weight is None:
-        stored_config = store.database.config()
         summary_weight = (float(stored_config.get("summary_weight", 0.0)) if stored_config.get("model")
                           else default_summary_weight(encoder.name))
     if not summary_weight >= 0:
         raise ValueError(f"summary_weight must be >= 0, got {summary_weight}")
     config = IndexConfig(encoder.name, view.to_dict(), search, float(summary_weight))
-    check_compatible(store, config)
+    check_compatible(store, config, stored_config)
     by_id = {t.id: t for t in tools}
     if len(by_id) != len(tools):
         raise ValueError("duplicate tool ids in the catalog")
