@@ -7,17 +7,20 @@
 """
 
 from .tool import TextView, Tool
-
-__version__ = "0.1.0"
+from .version import __version__
 
 __all__ = ["Tool", "TextView", "ToolScout", "Hit", "load_tools", "evaluate", "__version__"]
 
 
 def __getattr__(name):  # heavy parts load on first use, so `import toolscout` stays fast
-    if name in ("ToolScout", "Hit"):
-        from . import pipeline
+    if name == "ToolScout":
+        from .pipeline import ToolScout
 
-        return getattr(pipeline, name)
+        return ToolScout
+    if name == "Hit":
+        from .hits import Hit
+
+        return Hit
     if name == "load_tools":
         from .ingest import load_tools
 

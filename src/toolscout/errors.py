@@ -1,4 +1,11 @@
-"""Exceptions users see. Each message says what was wrong, where, and what to do."""
+"""Exceptions users see. Each message says what was wrong, where, and what to do.
+
+The servers map these types, and only these, to HTTP statuses (`serve/http.py`): `NotFound` 404,
+`Forbidden` 403, `InvalidRequest` and `CatalogError` 422, `ServiceUnavailable` 503. Any other exception
+is a bug inside toolscout and becomes a logged 500. Each type also derives from the built-in exception
+Python callers would expect (`KeyError`, `ValueError`, `PermissionError`), so `except KeyError` keeps
+working in code that uses the library directly.
+"""
 
 
 class ToolScoutError(Exception):
@@ -7,6 +14,21 @@ class ToolScoutError(Exception):
 
 class CatalogError(ToolScoutError, ValueError):
     """A catalog file or object could not be read as tools."""
+
+
+class InvalidRequest(ToolScoutError, ValueError):
+    """An argument or request field is wrong (a blank query, k < 1, a duplicate id in one write)."""
+
+
+class NotFound(ToolScoutError, KeyError):
+    """The thing asked for does not exist, or the caller may not see it (the two are not told apart)."""
+
+    def __str__(self) -> str:  # KeyError's str() would quote the message
+        return str(self.args[0]) if self.args else "not found"
+
+
+class Forbidden(ToolScoutError, PermissionError):
+    """The caller is known but may not do this (write outside its namespaces, compact without admin)."""
 
 
 class MissingDependency(ToolScoutError, ImportError):

@@ -6,50 +6,27 @@ The CLI, the evaluation harness and the servers are thin layers over this class.
 
 from __future__ import annotations
 
-import difflib
 import json
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
-from . import __version__
 from .artifacts import read_config, write_artifact
 from .benchmark import read_jsonl
-from .errors import ToolScoutError
-from .results import Filter, Results
+from .defaults import DEFAULT_INTENTS, DEFAULT_RETRIEVER
+from .errors import NotFound, ToolScoutError
+from .hits import Hit, HitPolicy, NameIndex, assemble_hits, checked_k, checked_queries
+from .intents import IntentMerge
 from .rerank.base import Reranker, load_reranker
+from .results import Filter, Results
 from .retrievers.base import Retriever, load_retriever, make_retriever
-from .tool import Tool, split_identifier
+from .tool import Tool, tools_by_id
+from .version import __version__
 
 PIPELINE_KIND = "toolscout.pipeline"
 FORMAT_VERSION = 1
-
-
-@dataclass(frozen=True)
-class Hit:
-    """One search result: the tool, its score (higher is better) and its 1-based rank.
-
-    `match` says why the tool is there: "retrieval" (ranked by the retriever), "name" (the query named
-    the tool, so it ranks first) or "always" (listed in `always_include`).
-    """
-
-    tool: Tool
-    score: float
-    rank: int
-    match: str = "retrieval"
-
-    def to_dict(self) -> dict[str, Any]:
-        out = {"rank": self.rank, "id": self.tool.id, "name": self.tool.name,
-               "namespace": self.tool.namespace, "score": round(float(self.score), 6),
-               "description": self.tool.description}
-        if self.tool.method:
-            out["method"], out["path"] = self.tool.method, self.tool.path
-        if self.match != "retrieval":
-            out["match"] = self.match
-        return out
 
 
 class ReadWriteLock:
@@ -100,7 +77,9 @@ class ToolScout:
         scout = ToolScout.from_tools(tools, retriever="dense")
         hits = scout.search("book a flight to Paris", k=5)
 
-    With a `reranker` (see `toolscout.rerank`), the retriever's top `reranker.depth` candidates (or k,
+    With `intents` (an `IntentMerge`, see `toolscout.intents`), a task that holds several requests is also
+    searched request by request and the rankings merged; a one-request task is searched as without it.
+    With a `reranker` (see `toolscout.rerank`), the first stage's top `reranker.depth` candidates (or k,
     when larger) go to the reranker, whose order and scores are the answer; it never adds or drops a tool.
 
     Writes (`add`, `remove`) and reads may come from different threads: searches run concurrently
@@ -109,13 +88,14 @@ class ToolScout:
     """
 
     def __init__(self, retriever: Retriever, tools: Sequence[Tool] = (), *, indexed: bool = False,
-                 reranker: Reranker | None = None):
+                 reranker: Reranker | None = None, intents: IntentMerge | None = None):
         self.retriever = retriever
         self.reranker = reranker
+        self.intents = intents
         self._tools: dict[str, Tool] = {}
         self._lock = ReadWriteLock()
         if tools:
-            self._tools = _catalog(tools)
+            self._tools = tools_by_id(tools, "the catalog")
             if not indexed:
                 self.retriever.index(list(self._tools.values()))
         self._names = NameIndex(self._tools.values())
@@ -123,13 +103,18 @@ class ToolScout:
 
     # construction ------------------------------------------------------------------------
     @classmethod
-    def from_tools(cls, tools: Iterable[Tool], retriever: str = "dense", *, reranker: Reranker | str | Path | None = None,
+    def from_tools(cls, tools: Iterable[Tool], retriever: str = DEFAULT_RETRIEVER, *,
+                   reranker: Reranker | str | Path | None = None, intents: IntentMerge | None | str = "default",
                    **options: Any) -> "ToolScout":
-        """Index `tools` with the retriever registered as `retriever` (options go to its constructor).
-        `reranker`: a Reranker, or the path of a trained reranker / saved reranker folder."""
+        """Index `tools` with the retriever registered as `retriever` (default: toolscout's default
+        pipeline, `toolscout.defaults.DEFAULT_RETRIEVER`; options go to its constructor).
+        `reranker`: a Reranker, or the path of a trained reranker / saved reranker folder. `intents`: how
+        multi-request tasks are split and merged ("default": `toolscout.defaults.DEFAULT_INTENTS`; None: never)."""
         if isinstance(reranker, (str, Path)):
             reranker = load_reranker(reranker)
-        return cls(make_retriever(retriever, **options), list(tools), reranker=reranker)
+        if intents == "default":
+            intents = IntentMerge.from_dict(DEFAULT_INTENTS)
+        return cls(make_retriever(retriever, **options), list(tools), reranker=reranker, intents=intents)
 
     @classmethod
     def load(cls, path: str | Path) -> "ToolScout":
@@ -137,7 +122,8 @@ class ToolScout:
         tools = [Tool.from_dict(row) for _n, row in read_jsonl(folder / "tools.jsonl")]
         retriever = load_retriever(folder / "retriever")
         reranker = load_reranker(folder / "reranker") if (folder / "reranker").exists() else None
-        scout = cls(retriever, tools, indexed=True, reranker=reranker)
+        scout = cls(retriever, tools, indexed=True, reranker=reranker,
+                    intents=IntentMerge.from_dict(config.get("intents")))  # older directories: none
         if len(retriever) != len(tools):  # a hand-edited or mismatched directory
             raise ToolScoutError(f"{path}: retriever holds {len(retriever)} tools but tools.jsonl has {len(tools)}")
         scout.saved_config = config
@@ -152,11 +138,12 @@ class ToolScout:
                       "kind": PIPELINE_KIND, "format_version": FORMAT_VERSION, "toolscout": __version__,
                       "retriever": self.retriever.name, "tools": len(self._tools),
                       "reranker": self.reranker.name if self.reranker is not None else None,
+                      "intents": self.intents.to_dict() if self.intents is not None else None,
                       "saved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
             with write_artifact(path, config) as folder:
                 with open(folder / "tools.jsonl", "w", encoding="utf-8") as fh:
                     for tool in self._tools.values():
-                        fh.write(json.dumps(_tool_row(tool), ensure_ascii=False) + "\n")
+                        fh.write(json.dumps(tool.to_record(), ensure_ascii=False) + "\n")
                 self.retriever.save(folder / "retriever")
                 if self.reranker is not None:
                     self.reranker.save(folder / "reranker")
@@ -173,15 +160,19 @@ class ToolScout:
     def __contains__(self, tool_id: str) -> bool:
         return tool_id in self._tools
 
+    def find(self, tool_id: str) -> Tool | None:
+        """The tool with this id, or None (one dict read: safe while writes go on)."""
+        return self._tools.get(tool_id)
+
     def get(self, tool_id: str) -> Tool:
         try:
             return self._tools[tool_id]
         except KeyError:
-            raise KeyError(f"no tool with id {tool_id!r} in this catalog") from None
+            raise NotFound(f"no tool with id {tool_id!r} in this catalog") from None
 
     def add(self, tools: Iterable[Tool]) -> None:
         """Insert new tools or replace tools with the same id; only changed tools are re-encoded."""
-        batch = _catalog(tools)
+        batch = tools_by_id(tools)
         with self._lock.write():
             self.retriever.add(list(batch.values()))
             for tool in batch.values():
@@ -196,7 +187,7 @@ class ToolScout:
         with self._lock.write():
             unknown = [i for i in ids if i not in self._tools]
             if unknown:
-                raise KeyError(f"cannot remove unknown tool id(s) {unknown[:5]}")
+                raise NotFound(f"cannot remove unknown tool id(s) {unknown[:5]}")
             self.retriever.remove(ids)
             for tool_id in ids:
                 self._names.remove(self._tools.pop(tool_id))
@@ -206,16 +197,20 @@ class ToolScout:
         """Raw batched results (ids and scores), as the evaluation harness wants them."""
         if isinstance(queries, str):
             raise TypeError("retrieve takes a list of queries")
-        if k < 1:
-            raise ValueError(f"k must be at least 1, got {k}")
+        k = checked_k(k)
         with self._lock.read():
             return self._ranked(list(queries), k, filter)
 
     def _ranked(self, queries: list[str], k: int, filter: Filter | None) -> Results:
-        """First stage, then the reranker over its top `depth` (caller holds the read lock)."""
+        """First stage (request by request for multi-request tasks), then the reranker over its top
+        `depth` (caller holds the read lock)."""
+        depth = k if self.reranker is None else max(k, self.reranker.depth)
+        if self.intents is None:
+            candidates = self.retriever.search(queries, depth, filter)
+        else:
+            candidates = self.intents.search(queries, depth, lambda qs, n: self.retriever.search(qs, n, filter))
         if self.reranker is None:
-            return self.retriever.search(queries, k, filter)
-        candidates = self.retriever.search(queries, max(k, self.reranker.depth), filter)
+            return candidates
         return self.reranker.rerank(queries, candidates, self._tools, self.retriever).top(k)
 
     def search(self, query: str | Sequence[str], k: int = 5, *, namespaces: Iterable[str] | None = None,
@@ -229,162 +224,43 @@ class ToolScout:
         `match_names`: a query that is a tool's name, exactly or nearly (`get_weather`, `getWeather`,
         `weather.get_weather`, one typo), ranks that tool first, whatever the threshold (`match="name"`).
         `always_include`: tool ids returned after the ranked ones, not counted in k (`match="always"`);
-        filters still apply to them. Unknown ids there are ignored.
+        filters still apply to them. Unknown ids there are ignored. (`toolscout.hits` has the policy.)
         """
-        single = isinstance(query, str)
-        queries = [query] if single else list(query)
-        for q in queries:
-            if not isinstance(q, str) or not q.strip():
-                raise ValueError("each query must be a non-empty string")
-        if k < 1:
-            raise ValueError(f"k must be at least 1, got {k}")
-        if namespaces is not None:
-            extra = Filter.make(namespaces=namespaces)
-            filter = extra if filter is None else Filter(extra.namespaces if filter.namespaces is None
-                                                         else extra.namespaces & filter.namespaces,
-                                                         filter.ids, filter.exclude_ids)
-        always = list(dict.fromkeys(always_include))
+        queries = checked_queries(query)
+        policy = HitPolicy(checked_k(k), min_score, tuple(dict.fromkeys(always_include)), bool(match_names))
+        hits = self.hits(queries, Filter.restrict(filter, namespaces), policy)
+        return hits[0] if isinstance(query, str) else hits
+
+    def hits(self, queries: Sequence[str], filter: Filter | None, policy: HitPolicy) -> list[list[Hit]]:
+        """`search` of checked queries: the ranking, name matches and tools all from one read of the catalog."""
         with self._lock.read():
-            results = self._ranked(queries, k, filter)
-            hits = [self._hits(q, ids, scores, k, filter, min_score, always, match_names)
-                    for q, (ids, scores) in zip(queries, results)]
-        return hits[0] if single else hits
+            results = self._ranked(list(queries), policy.k, filter)
+            source = _CatalogSource(self, filter)
+            return [assemble_hits(q, ids, scores, self._named(q, filter) if policy.match_names else [], policy,
+                                  source) for q, (ids, scores) in zip(queries, results)]
 
-    def _hits(self, query: str, ids, scores, k: int, filter: Filter | None, min_score: float | None,
-              always: list[str], match_names: bool) -> list[Hit]:
-        """Hits for one query from its retrieved (ids, scores): name matches, threshold, always_include."""
-        retrieved = {tid: float(s) for tid, s in zip(ids, scores)}
-        named = [tid for tid in (self._names.lookup(query) if match_names else [])
-                 if filter is None or filter.allows(tid, self._tools[tid].namespace)]
-        out = [(tid, retrieved.get(tid, self._score_of(query, tid)), "name") for tid in named[:k]]
-        abstain = min_score is not None and (not len(scores) or float(scores[0]) < min_score)
-        if not abstain:
-            taken = set(named)
-            out += [(tid, s, "retrieval") for tid, s in retrieved.items() if tid not in taken][: k - len(out)]
-        taken = {tid for tid, _s, _m in out}
-        for tid in always:
-            tool = self._tools.get(tid)
-            if tool is None or tid in taken or (filter is not None and not filter.allows(tid, tool.namespace)):
-                continue
-            out.append((tid, retrieved.get(tid, self._score_of(query, tid)), "always"))
-            taken.add(tid)
-        return [Hit(self._tools[tid], s, rank, match) for rank, (tid, s, match) in enumerate(out, 1)]
-
-    def _score_of(self, query: str, tool_id: str) -> float:
-        """The retriever's score of one tool for `query` (0.0 if it does not match at all)."""
-        res = self.retriever.search([query], 1, Filter.make(ids=[tool_id]))
-        return float(res.scores[0][0]) if len(res.scores[0]) else 0.0
+    def _named(self, query: str, filter: Filter | None) -> list[str]:
+        return [tid for tid in self._names.lookup(query)
+                if filter is None or filter.allows(tid, self._tools[tid].namespace)]
 
 
-class NameIndex:
-    """Finds the tools a short query names: exactly (after normalising case, `_`, `-`, `.`, camelCase and
-    spaces) a tool's name, title, id or `namespace.name`; or nearly its name or title (a typo or two:
-    similarity >= `NEAR` between the squashed forms, candidates found through character trigrams)."""
+class _CatalogSource:
+    """`HitSource` over a pipeline's own catalog (its caller holds the read lock)."""
 
-    NEAR = 0.88
-    MAX_WORDS = 6
+    def __init__(self, scout: ToolScout, filter: Filter | None):
+        self.scout, self.filter = scout, filter
 
-    def __init__(self, tools: Iterable[Tool] = ()):
-        self._exact: dict[str, dict[str, None]] = {}  # squashed key -> ids
-        self._near: dict[str, dict[str, None]] = {}  # squashed name/title -> ids
-        self._grams: dict[str, set[str]] = {}  # trigram -> squashed names/titles
-        for tool in tools:
-            self.add(tool)
+    def tools(self, ids: Sequence[str]) -> dict[str, Tool]:
+        found = {tid: self.scout._tools.get(tid) for tid in ids}
+        return {tid: tool for tid, tool in found.items()
+                if tool is not None and (self.filter is None or self.filter.allows(tid, tool.namespace))}
 
-    @staticmethod
-    def squash(text: str) -> str:
-        return "".join(split_identifier(text).lower().split())
-
-    @staticmethod
-    def _keys(tool: Tool) -> tuple[set[str], set[str]]:
-        near = {NameIndex.squash(k) for k in (tool.name, tool.title) if k} - {""}
-        exact = near | ({NameIndex.squash(k) for k in (tool.id, tool.qualified_name)} - {""})
-        return exact, near
-
-    @staticmethod
-    def _trigrams(key: str) -> set[str]:
-        padded = f"^{key}$"
-        return {padded[i:i + 3] for i in range(len(padded) - 2)}
-
-    def add(self, tool: Tool) -> None:
-        exact, near = self._keys(tool)
-        for key in exact:
-            self._exact.setdefault(key, {})[tool.id] = None
-        for key in near:
-            self._near.setdefault(key, {})[tool.id] = None
-            for gram in self._trigrams(key):
-                self._grams.setdefault(gram, set()).add(key)
-
-    def remove(self, tool: Tool) -> None:
-        exact, near = self._keys(tool)
-        for key in exact:
-            _discard(self._exact, key, tool.id)
-        for key in near:
-            if _discard(self._near, key, tool.id):
-                for gram in self._trigrams(key):
-                    keys = self._grams.get(gram)
-                    if keys is not None:
-                        keys.discard(key)
-                        if not keys:
-                            del self._grams[gram]
-
-    def lookup(self, query: str) -> list[str]:
-        """Ids of the tools `query` names (best match first), or [] when it names none."""
-        if len(query) > 200 or len(query.split()) > self.MAX_WORDS:  # a sentence, not a name: skip the work
-            return []
-        words = split_identifier(query).split()
-        if not words or len(words) > self.MAX_WORDS:
-            return []
-        key = "".join(words).lower()
-        if key in self._exact:
-            return list(self._exact[key])
-        if len(key) < 5:
-            return []
-        grams = self._trigrams(key)
-        counts: dict[str, int] = {}
-        for gram in grams:
-            for candidate in self._grams.get(gram, ()):
-                counts[candidate] = counts.get(candidate, 0) + 1
-        best, best_ratio = [], self.NEAR
-        for candidate, shared in counts.items():
-            if shared * 2 < len(grams):
-                continue
-            ratio = difflib.SequenceMatcher(None, key, candidate).ratio()
-            if ratio > best_ratio + 1e-9:
-                best, best_ratio = [candidate], ratio
-            elif abs(ratio - best_ratio) <= 1e-9:
-                best.append(candidate)
-        return list(dict.fromkeys(tid for candidate in sorted(best) for tid in self._near[candidate]))
+    def scores(self, query: str, ids: Sequence[str]) -> dict[str, float]:
+        """Each tool's score alone (a filter of its id only), as the retriever would rank it."""
+        out = {}
+        for tid in ids:
+            res = self.scout.retriever.search([query], 1, Filter.make(ids=[tid]))
+            out[tid] = float(res.scores[0][0]) if len(res.scores[0]) else 0.0
+        return out
 
 
-def _discard(index: dict[str, dict[str, None]], key: str, tool_id: str) -> bool:
-    """Remove `tool_id` under `key`; True when the key is left with no ids (and was dropped)."""
-    ids = index.get(key)
-    if ids is None:
-        return False
-    ids.pop(tool_id, None)
-    if ids:
-        return False
-    del index[key]
-    return True
-
-
-def _catalog(tools: Iterable[Tool]) -> dict[str, Tool]:
-    out: dict[str, Tool] = {}
-    for tool in tools:
-        if not isinstance(tool, Tool):
-            raise TypeError(f"expected Tool objects, got {type(tool).__name__}; use toolscout.load_tools to parse catalogs")
-        if tool.id in out:
-            raise ValueError(f"duplicate tool id {tool.id!r} in one batch")
-        out[tool.id] = tool
-    return out
-
-
-def _tool_row(tool: Tool) -> dict[str, Any]:
-    row = tool.to_dict()
-    if "raw" in row:  # keep the original object when it is plain JSON (a Python callable is not)
-        try:
-            json.dumps(row["raw"])
-        except (TypeError, ValueError):
-            row["raw"] = repr(row["raw"])
-    return row

@@ -29,6 +29,17 @@ class Filter:
             exclude_ids=frozenset(exclude_ids),
         )
 
+    @classmethod
+    def restrict(cls, flt: "Filter | None", namespaces: Iterable[str] | None) -> "Filter | None":
+        """`flt` further limited to `namespaces` (None: no further limit); namespaces intersect, so a caller
+        restricted to some namespaces cannot widen its view by asking for others."""
+        if namespaces is None:
+            return flt
+        allowed = frozenset(namespaces)
+        if flt is None:
+            return cls(allowed)
+        return cls(allowed if flt.namespaces is None else allowed & flt.namespaces, flt.ids, flt.exclude_ids)
+
     def allows(self, tool_id: str, namespace: str | None) -> bool:
         if self.namespaces is not None and (namespace or "") not in self.namespaces:
             return False

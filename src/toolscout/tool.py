@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Iterable, Mapping, Sequence
 
+from .errors import InvalidRequest
+
 # Profile fields written by document expansion (Tool-REX). `example_usage` is kept on the tool but left
 # out of the retrieval text by default: the paper's ablation found it hurts retrieval.
 PROFILE_FIELDS = ("function", "tags", "when_to_use", "limitations", "example_usage")
@@ -49,9 +51,9 @@ class Tool:
 
     def __post_init__(self) -> None:
         if not isinstance(self.id, str) or not self.id:
-            raise ValueError(f"tool id must be a non-empty string, got {self.id!r}")
+            raise InvalidRequest(f"tool id must be a non-empty string, got {self.id!r}")
         if not isinstance(self.name, str) or not self.name:
-            raise ValueError(f"tool {self.id!r}: name must be a non-empty string, got {self.name!r}")
+            raise InvalidRequest(f"tool {self.id!r}: name must be a non-empty string, got {self.name!r}")
         # Accept lists from callers; store tuples so the record stays immutable.
         for name in ("tags", "examples", "usage"):
             value = getattr(self, name)
@@ -60,6 +62,10 @@ class Tool:
 
     def with_changes(self, **changes: Any) -> "Tool":
         return replace(self, **changes)
+
+    def same_as(self, other: "Tool | None") -> bool:
+        """Equal in every field, `raw` included: writing `other` over `self` would change nothing."""
+        return other is not None and self == other and self.raw == other.raw
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict; `from_dict(to_dict(t)) == t`."""
@@ -73,12 +79,23 @@ class Tool:
             out[f.name] = value
         return out
 
+    def to_record(self) -> dict[str, Any]:
+        """`to_dict` made storable as JSON: a `raw` that is not plain JSON (a Python callable) becomes its repr.
+        What index directories, the journal and the PostgreSQL store keep of a tool."""
+        row = self.to_dict()
+        if "raw" in row:
+            try:
+                json.dumps(row["raw"])
+            except (TypeError, ValueError):
+                row["raw"] = repr(row["raw"])
+        return row
+
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Tool":
         known = {f.name for f in fields(cls)}
         unknown = set(data) - known
         if unknown:
-            raise ValueError(f"unknown Tool field(s) {sorted(unknown)}; known: {sorted(known)}")
+            raise InvalidRequest(f"unknown Tool field(s) {sorted(unknown)}; known: {sorted(known)}")
         return cls(**data)
 
     @property
@@ -200,17 +217,14 @@ def content_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:24]
 
 
-def tool_fingerprint(tool: Tool) -> str:
-    """A hash of everything about a tool except `raw`: detects any change to the record."""
-    data = tool.to_dict()
-    data.pop("raw", None)
-    return content_hash(json.dumps(data, sort_keys=True, default=str))
-
-
-def unique_ids(tools: Iterable[Tool]) -> None:
-    """Raise if two tools share an id."""
-    seen: dict[str, Tool] = {}
+def tools_by_id(tools: Iterable[Tool], what: str = "one batch") -> dict[str, Tool]:
+    """The tools of one catalog or write, keyed by id: Tool objects only, no id twice."""
+    out: dict[str, Tool] = {}
     for tool in tools:
-        if tool.id in seen:
-            raise ValueError(f"duplicate tool id {tool.id!r}")
-        seen[tool.id] = tool
+        if not isinstance(tool, Tool):
+            raise TypeError(f"expected Tool objects, got {type(tool).__name__}; use toolscout.load_tools to "
+                            "parse catalogs")
+        if tool.id in out:
+            raise InvalidRequest(f"duplicate tool id {tool.id!r} in {what}")
+        out[tool.id] = tool
+    return out

@@ -1,0 +1,206 @@
+"""What a search returns, and the one policy that turns a ranking into that answer.
+
+A ranking (ids and scores from a retriever or a database) becomes the hits a caller sees in three steps,
+the same for the Python API, the local server and the PostgreSQL server:
+
+1. tools the query *names* (`NameIndex`: `get_weather`, `getWeather`, one typo) come first, `match="name"`;
+2. then the ranked tools, unless the best score is below the abstention threshold `min_score` (a task no
+   tool fits gets no ranked tools rather than k weak ones), up to k hits in all;
+3. then the `always_include` ids, after the k (`match="always"`).
+
+Where the tools and the scores of tools the ranking did not return come from is the storage's business
+(`HitSource`); the order of the steps is decided here only.
+"""
+
+from __future__ import annotations
+
+import difflib
+import operator
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Protocol, Sequence
+
+from .errors import InvalidRequest
+from .tool import Tool, split_identifier
+
+MATCHES = ("retrieval", "name", "always")
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One search result: the tool, its score (higher is better) and its 1-based rank.
+
+    `match` says why the tool is there: "retrieval" (ranked by the retriever), "name" (the query named
+    the tool, so it ranks first) or "always" (listed in `always_include`).
+    """
+
+    tool: Tool
+    score: float
+    rank: int
+    match: str = "retrieval"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The hit as JSON, as every interface shows it (HTTP, MCP, `toolscout search --json`)."""
+        tool = self.tool
+        out = {"rank": self.rank, "id": tool.id, "name": tool.name, "namespace": tool.namespace,
+               "score": round(float(self.score), 6), "match": self.match, "description": tool.description,
+               "input_schema": tool.input_schema()}
+        if tool.method:
+            out["method"], out["path"] = tool.method, tool.path
+        return out
+
+
+@dataclass(frozen=True)
+class HitPolicy:
+    """What one search asks for beyond its ranking (see the module doc)."""
+
+    k: int
+    min_score: float | None = None
+    always_include: tuple[str, ...] = ()
+    match_names: bool = True
+
+
+class HitSource(Protocol):
+    """What the storage behind one search provides to `assemble_hits`, as of the read that ranked it."""
+
+    def tools(self, ids: Sequence[str]) -> Mapping[str, Tool]:
+        """The tools of those `ids` the search may return (they exist and pass its filter)."""
+        ...
+
+    def scores(self, query: str, ids: Sequence[str]) -> Mapping[str, float]:
+        """The retriever's scores of tools the ranking did not return (0.0 for one it does not match)."""
+        ...
+
+
+def assemble_hits(query: str, ids: Sequence[str], scores: Sequence[float], named: Sequence[str],
+                  policy: HitPolicy, source: HitSource) -> list[Hit]:
+    """The hits of one query from its ranking (`ids`, `scores`, best first) and the ids it names (`named`,
+    already within the search's filter)."""
+    retrieved = {tid: float(s) for tid, s in zip(ids, scores)}
+    chosen: dict[str, str] = dict.fromkeys(named[: policy.k], "name")
+    abstain = policy.min_score is not None and (not len(scores) or float(scores[0]) < policy.min_score)
+    if not abstain:
+        ranked = [tid for tid in retrieved if tid not in chosen][: policy.k - len(chosen)]
+        chosen.update(dict.fromkeys(ranked, "retrieval"))
+    for tid in policy.always_include:
+        chosen.setdefault(tid, "always")
+    tools = source.tools(list(chosen))
+    unranked = [tid for tid in chosen if tid in tools and tid not in retrieved]
+    extra = source.scores(query, unranked) if unranked else {}
+    present = [(tid, match) for tid, match in chosen.items() if tid in tools]
+    return [Hit(tools[tid], retrieved[tid] if tid in retrieved else float(extra.get(tid, 0.0)), rank, match)
+            for rank, (tid, match) in enumerate(present, 1)]
+
+
+class NameIndex:
+    """Finds the tools a short query names: exactly (after normalising case, `_`, `-`, `.`, camelCase and
+    spaces) a tool's name, title, id or `namespace.name`; or nearly its name or title (a typo or two:
+    similarity >= `NEAR` between the squashed forms, candidates found through character trigrams)."""
+
+    NEAR = 0.88
+    MAX_WORDS = 6
+
+    def __init__(self, tools: Iterable[Tool] = ()):
+        self._exact: dict[str, dict[str, None]] = {}  # squashed key -> ids
+        self._near: dict[str, dict[str, None]] = {}  # squashed name/title -> ids
+        self._grams: dict[str, set[str]] = {}  # trigram -> squashed names/titles
+        for tool in tools:
+            self.add(tool)
+
+    @staticmethod
+    def squash(text: str) -> str:
+        return "".join(split_identifier(text).lower().split())
+
+    @staticmethod
+    def _keys(tool: Tool) -> tuple[set[str], set[str]]:
+        near = {NameIndex.squash(k) for k in (tool.name, tool.title) if k} - {""}
+        exact = near | ({NameIndex.squash(k) for k in (tool.id, tool.qualified_name)} - {""})
+        return exact, near
+
+    @staticmethod
+    def _trigrams(key: str) -> set[str]:
+        padded = f"^{key}$"
+        return {padded[i:i + 3] for i in range(len(padded) - 2)}
+
+    def add(self, tool: Tool) -> None:
+        exact, near = self._keys(tool)
+        for key in exact:
+            self._exact.setdefault(key, {})[tool.id] = None
+        for key in near:
+            self._near.setdefault(key, {})[tool.id] = None
+            for gram in self._trigrams(key):
+                self._grams.setdefault(gram, set()).add(key)
+
+    def remove(self, tool: Tool) -> None:
+        exact, near = self._keys(tool)
+        for key in exact:
+            _discard(self._exact, key, tool.id)
+        for key in near:
+            if _discard(self._near, key, tool.id):
+                for gram in self._trigrams(key):
+                    keys = self._grams.get(gram)
+                    if keys is not None:
+                        keys.discard(key)
+                        if not keys:
+                            del self._grams[gram]
+
+    def lookup(self, query: str) -> list[str]:
+        """Ids of the tools `query` names (best match first), or [] when it names none."""
+        if len(query) > 200 or len(query.split()) > self.MAX_WORDS:  # a sentence, not a name: skip the work
+            return []
+        words = split_identifier(query).split()
+        if not words or len(words) > self.MAX_WORDS:
+            return []
+        key = "".join(words).lower()
+        if key in self._exact:
+            return list(self._exact[key])
+        if len(key) < 5:
+            return []
+        return self._near_matches(key)
+
+    def _near_matches(self, key: str) -> list[str]:
+        grams = self._trigrams(key)
+        counts: dict[str, int] = {}
+        for gram in grams:
+            for candidate in self._grams.get(gram, ()):
+                counts[candidate] = counts.get(candidate, 0) + 1
+        best, best_ratio = [], self.NEAR
+        for candidate, shared in counts.items():
+            if shared * 2 < len(grams):
+                continue
+            ratio = difflib.SequenceMatcher(None, key, candidate).ratio()
+            if ratio > best_ratio + 1e-9:
+                best, best_ratio = [candidate], ratio
+            elif abs(ratio - best_ratio) <= 1e-9:
+                best.append(candidate)
+        return list(dict.fromkeys(tid for candidate in sorted(best) for tid in self._near[candidate]))
+
+
+def _discard(index: dict[str, dict[str, None]], key: str, tool_id: str) -> bool:
+    """Remove `tool_id` under `key`; True when the key is left with no ids (and was dropped)."""
+    ids = index.get(key)
+    if ids is None:
+        return False
+    ids.pop(tool_id, None)
+    if ids:
+        return False
+    del index[key]
+    return True
+
+
+def checked_queries(query: str | Sequence[str]) -> list[str]:
+    """The tasks of one search as a list: each a non-blank string."""
+    queries = [query] if isinstance(query, str) else list(query)
+    for q in queries:
+        if not isinstance(q, str) or not q.strip():
+            raise InvalidRequest("each query must be a non-empty string")
+    return queries
+
+
+def checked_k(k: int) -> int:
+    try:
+        k = operator.index(k)
+    except TypeError:
+        raise InvalidRequest(f"k must be a whole number, got {k!r}") from None
+    if k < 1:
+        raise InvalidRequest(f"k must be at least 1, got {k}")
+    return k
