@@ -1,6 +1,9 @@
-"""A real PostgreSQL with pgvector for the test_pg* files: the `pgserver` package's server, started once per
-test process in a temporary directory and removed at exit. Nothing is installed here; without pgserver,
-psycopg or pgvector the tests that need a database skip, saying why."""
+"""A real PostgreSQL with pgvector for the tests of the PostgreSQL store and of the servers on it: the
+`pgserver` package's server, started once per test process in a temporary directory and removed at exit.
+
+pgserver, psycopg and pgvector are test dependencies (`pip install -e ".[all]"`, which scripts/setup.sh
+runs): a missing package or a server that will not start is a broken install, and the tests that need
+the database fail saying so. They never skip: CI must not pass without them."""
 
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ def _server():
 
 
 def postgres_uri() -> str:
-    """The server's URI (a unix socket in its temporary directory), or skip the test."""
+    """The server's URI (a unix socket in its temporary directory); fails the test when there is none."""
     with warnings.catch_warnings():  # pgserver's platformdirs warns when XDG_RUNTIME_DIR is unset
         warnings.simplefilter("ignore")
         return _postgres_uri()
@@ -36,14 +39,14 @@ def _postgres_uri() -> str:
         import psycopg
         import psycopg_pool  # noqa: F401
     except ImportError as exc:
-        pytest.skip(f"needs PostgreSQL + pgvector from the pgserver package and the postgres extra "
-                    f"(pip install 'toolscout[postgres]' pgserver): {exc}")
+        pytest.fail(f"the PostgreSQL tests need pgserver, psycopg and pgvector (pip install -e '.[all]', as "
+                    f"scripts/setup.sh does): {exc}", pytrace=False)
     try:
         uri = _server().get_uri()
         with psycopg.connect(uri, autocommit=True) as conn:
             conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
-    except Exception as exc:  # no usable server: say so instead of failing every test
-        pytest.skip(f"could not start PostgreSQL with pgvector from pgserver: {exc}")
+    except Exception as exc:
+        pytest.fail(f"could not start PostgreSQL with pgvector from pgserver: {exc}", pytrace=False)
     return uri
 
 

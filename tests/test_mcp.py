@@ -60,21 +60,40 @@ def catalog():
     ]
 
 
-@pytest.fixture(scope="module")
-def index_dir(tmp_path_factory):
+@pytest.fixture(scope="module", params=["directory", "postgresql"])
+def served(request, tmp_path_factory, encoder):
+    """What `toolscout serve` is pointed at, for each store the service core serves: the arguments that
+    name it, and a function giving arguments for one more server of the same catalog."""
+    if request.param == "postgresql":
+        from pgtest import new_table, postgres_uri, spec
+
+        from toolscout.postgres import index_catalog
+        from toolscout.store.pgvector import PgVectorStore
+
+        store_spec = spec(postgres_uri(), new_table())
+        store = PgVectorStore.from_spec(store_spec, encoder.dim)
+        index_catalog(store, catalog(), encoder)
+        store.close()
+        return lambda: ["--store", store_spec]  # every replica serves the same database
     folder = tmp_path_factory.mktemp("mcp") / "idx"
-    ToolScout.from_tools(catalog(), retriever="bm25").save(folder)
-    return folder
+    ToolScout.from_tools(catalog(), retriever="dense", encoder=encoder).save(folder)
+
+    def copy():  # a directory is locked by one server at a time: each server gets a copy
+        target = tmp_path_factory.mktemp("copy") / "idx"
+        ToolScout.load(folder).save(target)
+        return [str(target)]
+
+    return copy
 
 
 @pytest.fixture(scope="module")
-def http_server(index_dir, tmp_path_factory):
+def http_server(served, tmp_path_factory):
     """`python -m toolscout.serve` over HTTP (API + /mcp) with a token limited to the mail namespace."""
     tokens = tmp_path_factory.mktemp("tokens") / "tokens.json"
     tokens.write_text(json.dumps({"tokens": [{"token": "mail-only-1", "namespaces": ["mail"]},
                                              {"token": "everything-1"}]}))
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "toolscout.serve", str(index_dir), "--port", str(port),
+    proc = subprocess.Popen([sys.executable, "-m", "toolscout.serve", *served(), "--port", str(port),
                              "--tokens", str(tokens), "--require-read-token", "--no-fsync"],
                             env={**os.environ, "HF_HUB_OFFLINE": "1"}, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"
@@ -91,13 +110,10 @@ def http_server(index_dir, tmp_path_factory):
     proc.wait(timeout=60)
 
 
-def test_sdk_client_lists_and_calls_search_tools_over_stdio(index_dir, tmp_path):
-    # the served directory is locked by one server at a time: serve a copy
-    copy = tmp_path / "idx"
-    ToolScout.load(index_dir).save(copy)
+def test_sdk_client_lists_and_calls_search_tools_over_stdio(served):
     params = StdioServerParameters(command=sys.executable,
-                                   args=["-m", "toolscout.serve", str(copy), "--mcp", "--min-score", "1.0"],
-                                   env={"HF_HUB_OFFLINE": "1"})
+                                   args=["-m", "toolscout.serve", *served(), "--mcp", "--min-score", "0.3"],
+                                   env={"HF_HUB_OFFLINE": "1", "PATH": os.environ.get("PATH", "")})
 
     async def session():
         async with Client(params) as client:
@@ -116,7 +132,7 @@ def test_sdk_client_lists_and_calls_search_tools_over_stdio(index_dir, tmp_path)
             assert json.loads(result.content[0].text)["tools"][0]["id"] == "weather.get_forecast"
 
             result = await client.call_tool("search_tools", {"task": "send an email", "namespaces": ["calendar"]})
-            assert all(t["namespace"] == "calendar" for t in result.structured_content["tools"])
+            assert [t["namespace"] for t in result.structured_content["tools"]] == ["calendar"]
             result = await client.call_tool("search_tools", {"task": "lattice chromodynamics on a supercomputer"})
             assert result.structured_content == {"tools": [], "abstained": True}
             bad = await client.call_tool("search_tools", {"task": "x", "k": 0})

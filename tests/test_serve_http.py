@@ -1,9 +1,13 @@
-"""The HTTP API: every endpoint, its errors, tokens and namespace restrictions (BM25, in-process)."""
+"""The HTTP API: every endpoint, its errors, tokens and namespace restrictions. One suite, run against
+both catalogs the service core serves: a pipeline directory and the PostgreSQL store (a real server from
+pgserver), each with the same dense index of the same tools."""
 
 import json
+import logging
 import re
 
 import pytest
+from pgtest import new_table, postgres_uri, spec
 from starlette.testclient import TestClient
 
 from toolscout import ToolScout
@@ -15,20 +19,39 @@ MAIL = {"authorization": "Bearer mail-team-1"}  # read+write, namespace "mail" o
 READER = {"authorization": "Bearer reader-123"}  # read only, every namespace
 
 
-@pytest.fixture
-def served(tmp_path, tools):
+def directory_target(tmp_path, tools, encoder):
     folder = tmp_path / "idx"
-    ToolScout.from_tools(tools, retriever="bm25").save(folder)
+    ToolScout.from_tools(tools, retriever="dense", encoder=encoder).save(folder)
+    return str(folder), {"fsync": False}
+
+
+def postgres_target(tmp_path, tools, encoder):
+    from toolscout.postgres import index_catalog
+    from toolscout.store.pgvector import PgVectorStore
+
+    store_spec = spec(postgres_uri(), new_table())
+    store = PgVectorStore.from_spec(store_spec, encoder.dim)
+    index_catalog(store, tools, encoder)
+    store.close()
+    return store_spec, {"encoder": encoder}
+
+
+@pytest.fixture(params=["directory", "postgresql"])
+def served(request, tmp_path, tools, encoder):
+    """start(**options) -> a TestClient of the HTTP API over a fresh catalog of `tools` in this store."""
+    make = directory_target if request.param == "directory" else postgres_target
+    target, open_options = make(tmp_path, tools, encoder)
     tokens = tmp_path / "tokens.json"
     tokens.write_text(json.dumps({"tokens": [
         {"token": "mail-team-1", "name": "mail", "namespaces": ["mail"], "write": True},
         {"token": "reader-123", "name": "reader"}]}))
 
     def start(require_read_token=False, max_body_bytes=4096, **options):
-        service = ToolService.open(folder, fsync=False, **options)
+        service = ToolService.open(target, **open_options, **options)
         auth = AuthConfig.build("admin-secret", tokens, require_read_token)
         return TestClient(create_app(service, auth, max_body_bytes=max_body_bytes))
 
+    start.store = request.param
     return start
 
 
@@ -72,10 +95,11 @@ def test_server_threshold_abstains_unless_the_request_turns_it_off(served):
 
 def test_tool_crud_and_versions(served, tools):
     with served() as client:
+        start = client.get("/health").json()["version"]
         new = {"name": "translate", "namespace": "lang", "description": "Translate text into another language",
                "parameters": {"type": "object", "properties": {"text": {"type": "string"}}}}
         r = client.put("/tools/lang.translate", json=new, headers=ADMIN)
-        assert r.status_code == 200 and r.json()["created"] == ["lang.translate"] and r.json()["version"] == 1
+        assert r.status_code == 200 and r.json()["created"] == ["lang.translate"] and r.json()["version"] == start + 1
         assert client.put("/tools/lang.translate", json=new, headers=ADMIN).json()["unchanged"] == ["lang.translate"]
         assert client.get("/tools/lang.translate").json() == {"id": "lang.translate", **new}
         hit = client.post("/search", json={"query": "translate this text to French", "k": 1}).json()["results"][0]
@@ -91,14 +115,16 @@ def test_tool_crud_and_versions(served, tools):
         assert r.json()["created"] == ["clock.get_time"]
 
         page = client.get("/tools", params={"limit": 5, "offset": 10}).json()
-        assert page["total"] == len(tools) + 3 and len(page["tools"]) == 5 and page["offset"] == 10
+        every_id = sorted([t.id for t in tools] + ["lang.translate", "lang.ocr", "clock.get_time"])
+        assert page["total"] == len(tools) + 3 and page["offset"] == 10
+        assert [t["id"] for t in page["tools"]] == every_id[10:15]  # pages are ordered by id on every store
         assert [t["id"] for t in client.get("/tools", params={"namespace": "lang"}).json()["tools"]] == \
-            ["lang.translate", "lang.ocr"]
+            ["lang.ocr", "lang.translate"]
         assert client.get("/namespaces").json()["namespaces"]["lang"] == 2
 
         assert client.delete("/tools/lang.ocr", headers=ADMIN).json()["deleted"] == ["lang.ocr"]
         r = client.post("/tools/delete", headers=ADMIN, json={"ids": ["clock.get_time", "lang.translate"]})
-        assert r.json()["deleted"] == ["clock.get_time", "lang.translate"] and r.json()["version"] == 5
+        assert r.json()["deleted"] == ["clock.get_time", "lang.translate"] and r.json()["version"] == start + 5
         assert client.get("/tools/lang.ocr").status_code == 404
         r = client.delete("/tools/lang.ocr", headers=ADMIN)
         assert r.status_code == 404 and r.json()["error"]["type"] == "not_found"
@@ -107,9 +133,12 @@ def test_tool_crud_and_versions(served, tools):
         assert client.get("/tools/mail.search").status_code == 200  # all or nothing
 
         health = client.get("/health").json()
-        assert health["status"] == "ok" and health["version"] == 5 and health["tools"] == len(tools)
+        assert health["status"] == "ok" and health["version"] == start + 5 and health["tools"] == len(tools)
         compacted = client.post("/admin/compact", headers=ADMIN).json()
-        assert compacted["compacted"] and compacted["journal_records"] == 0
+        if served.store == "directory":  # the journal's writes go into a new snapshot
+            assert compacted["compacted"] and compacted["journal_records"] == 0
+        else:  # the database holds every write: nothing to compact
+            assert not compacted["compacted"] and "journal_records" not in compacted
 
 
 def test_malformed_requests_get_clear_4xx_json_errors(served):
@@ -128,9 +157,13 @@ def test_malformed_requests_get_clear_4xx_json_errors(served):
         assert "exactly one of" in error(client.post("/search", json={"query": "a", "queries": ["b"]}), 422)["message"]
         assert error(client.post("/search", json={"query": "a", "k": 1000}), 422)["details"][0]["field"] == "k"
         assert error(client.post("/search", json={"query": ""}), 422)["details"][0]["field"] == "query"
+        assert error(client.post("/search", json={"query": "   "}), 422)["type"] == "invalid_request"
         assert error(client.post("/search", json=["x"]), 422)["type"] == "invalid_request"
         e = error(client.put("/tools/a.b", json={"id": "c.d", "name": "b"}, headers=ADMIN), 422)
         assert "differs" in e["message"]
+        nameless = [{"type": "function", "function": {"description": "no name"}}]
+        e = error(client.post("/tools", json={"catalog": nameless}, headers=ADMIN), 422)
+        assert e["type"] == "invalid_request" and "name" in e["message"]
         big = {"query": "x" * 3000}
         assert error(client.post("/search", json=big), 413)["type"] == "payload_too_large"
 
@@ -146,6 +179,24 @@ def test_malformed_requests_get_clear_4xx_json_errors(served):
         assert error(client.get("/tools", params={"limit": 0}), 422)["details"][0]["field"] == "query.limit"
 
 
+@pytest.mark.parametrize("bug", [KeyError("a slip"), ValueError("a slip"), RuntimeError("a slip")])
+def test_a_bug_inside_toolscout_is_a_logged_500_not_a_404_or_422(served, bug, caplog):
+    with served() as client:
+        catalog = client.app.app.app.app.state.service.catalog  # Observe > InternalErrors > BodyLimit > FastAPI
+
+        def broken(*_args, **_kwargs):
+            raise bug
+
+        tenant = catalog.tenant(None)
+        tenant.get = broken
+        with caplog.at_level(logging.ERROR, logger="toolscout.serve"):
+            r = client.get("/tools/mail.send")
+        assert r.status_code == 500 and r.json()["error"]["type"] == "internal_error"
+        assert "a slip" not in r.text  # the details go to the log, not to the client
+        logged = [rec for rec in caplog.records if rec.name == "toolscout.serve" and rec.exc_info]
+        assert logged and logged[0].exc_info[1] is bug and "GET /tools/mail.send" in logged[0].getMessage()
+
+
 def test_tokens_guard_writes_and_restrict_namespaces(served):
     with served() as client:
         tool = {"name": "x1", "namespace": "mail", "description": "Archive an email"}
@@ -159,6 +210,9 @@ def test_tokens_guard_writes_and_restrict_namespaces(served):
         assert client.put("/tools/mail.x1", json=tool, headers=MAIL).status_code == 200
         r = client.put("/tools/travel.x2", json={**tool, "namespace": "travel"}, headers=MAIL)
         assert r.status_code == 403 and r.json()["error"]["type"] == "forbidden"
+        r = client.put("/tools/flights.book", json={**tool, "name": "book_flight"}, headers=MAIL)
+        assert r.status_code == 403  # taking over another namespace's tool by id
+        assert client.get("/tools/flights.book").json()["namespace"] == "travel"
         assert client.delete("/tools/flights.book", headers=MAIL).status_code == 404
         assert client.post("/admin/compact", headers=MAIL).status_code == 403
 
@@ -188,7 +242,7 @@ def test_reads_can_require_a_token(served):
 PROM_LINE = re.compile(r'^[a-z_]+(\{([a-z_]+="[^"]*",?)*\})? [0-9.e+-]+$')
 
 
-def test_metrics_openapi_and_health(served):
+def test_metrics_openapi_and_health(served, tools):
     with served() as client:
         for _ in range(3):
             client.post("/search", json={"query": "book a flight"})
@@ -201,12 +255,15 @@ def test_metrics_openapi_and_health(served):
         assert 'toolscout_http_request_duration_seconds_count{method="POST",route="/search"} 4' in lines
         assert any(line.startswith('toolscout_http_request_duration_seconds_bucket{method="POST",route="/search",'
                                    'le="+Inf"} 4') for line in lines)
-        assert 'toolscout_search_events_total{event="queries"} 3' in lines and "toolscout_tools 12" in lines
+        assert 'toolscout_search_events_total{event="queries"} 3' in lines and f"toolscout_tools {len(tools)}" in lines
+        assert any(line.startswith("toolscout_journal_records ") for line in lines) == (served.store == "directory")
 
-        spec = client.get("/openapi.json").json()
-        assert {"/search", "/tools", "/tools/{tool_id}", "/tools/delete", "/health", "/metrics"} <= set(spec["paths"])
-        schemas = spec["components"]["schemas"]
+        spec_doc = client.get("/openapi.json").json()
+        assert {"/search", "/tools", "/tools/{tool_id}", "/tools/delete", "/health", "/metrics"} <= set(spec_doc["paths"])
+        schemas = spec_doc["components"]["schemas"]
         assert schemas["SearchRequest"]["additionalProperties"] is False
         assert schemas["ToolIn"]["additionalProperties"] is False
-        assert "401" in spec["paths"]["/tools/{tool_id}"]["put"]["responses"]
+        assert "401" in spec_doc["paths"]["/tools/{tool_id}"]["put"]["responses"]
         assert client.get("/docs").status_code == 200
+        health = client.get("/health").json()
+        assert health["storage"] == served.store and health["tools"] == len(tools)

@@ -6,7 +6,7 @@ import threading
 import pytest
 
 from toolscout import Tool, ToolScout
-from toolscout.serve import ADMIN, Principal, ServiceError, ToolService
+from toolscout.serve import Principal, ServiceError, ToolService
 from toolscout.serve.journal import JOURNAL, Journal, JournalError, encode_record
 
 
@@ -17,7 +17,7 @@ def make_dir(tmp_path, tools, retriever="bm25"):
 
 
 def state(service):
-    return {t.id: t for t in service.scout.tools}
+    return {t.id: t for t in service.catalog.scout.tools}
 
 
 def new_tool(i, ns="extra", text="Translate text between languages"):
@@ -36,16 +36,16 @@ def test_writes_survive_a_restart_without_compaction(tmp_path, tools):
     expected = state(svc)
     svc.close(compact=False)  # as if killed: the snapshot is the old one, the journal holds both writes
     again = ToolService.open(folder)
-    assert state(again) == expected and again.seq == 2
+    assert state(again) == expected and again.version() == 2
     assert again.search("play some music", k=1)[0].tool.id == "weather.get_forecast"
-    assert "mail.send" not in again.scout
+    assert "mail.send" not in again.catalog.scout
     again.close()
 
 
 def test_unchanged_upsert_is_not_journalled(tmp_path, tools):
     svc = ToolService.open(make_dir(tmp_path, tools))
     result = svc.upsert([tools[0], tools[1]])
-    assert result.unchanged == [tools[0].id, tools[1].id] and result.seq == 0 and svc.journal.records == 0
+    assert result.unchanged == [tools[0].id, tools[1].id] and result.seq == 0 and svc.catalog.journal.records == 0
     svc.close()
 
 
@@ -54,15 +54,15 @@ def test_compaction_writes_a_snapshot_and_empties_the_journal(tmp_path, tools):
     svc = ToolService.open(folder, compact_every=3)
     for i in range(3):
         svc.upsert([new_tool(i)])
-    svc._compactor.join()  # the third write started a background compaction
-    assert svc.compactions == 1 and svc.journal.records == 0
+    svc.catalog._compactor.join()  # the third write started a background compaction
+    assert svc.catalog.compactions == 1 and svc.catalog.journal.records == 0
     svc.upsert([new_tool(9)])
     expected = state(svc)
     svc.close()  # compacts the last write too
     loaded = ToolScout.load(folder)
     assert {t.id: t for t in loaded.tools} == expected and loaded.saved_config["journal_seq"] == 4
     again = ToolService.open(folder)
-    assert again.seq == 4 and state(again) == expected
+    assert again.version() == 4 and state(again) == expected
     again.close()
 
 
@@ -74,10 +74,10 @@ def test_crash_between_snapshot_and_journal_reset_replays_nothing_twice(tmp_path
     svc.upsert([new_tool(2)])
     expected = state(svc)
     # the snapshot is committed but the process dies before the journal is reset
-    svc.scout.save(folder, extra_config={"journal_seq": svc.seq})
+    svc.catalog.scout.save(folder, extra_config={"journal_seq": svc.version()})
     svc.close(compact=False)
     again = ToolService.open(folder)
-    assert state(again) == expected and again.seq == 3
+    assert state(again) == expected and again.version() == 3
     again.close()
 
 
@@ -91,7 +91,7 @@ def test_torn_last_record_is_dropped_and_a_damaged_middle_record_stops_the_start
     half = encode_record({"seq": 2, "op": "delete", "ids": ["extra.t1"]})[:-7]
     journal.write_bytes(good + half)  # a write that was in flight when the process died
     svc = ToolService.open(folder)
-    assert "extra.t1" in svc.scout and svc.seq == 1
+    assert "extra.t1" in svc.catalog.scout and svc.version() == 1
     assert journal.read_bytes() == good  # the torn tail is cut off before new appends
     svc.upsert([new_tool(2)])
     svc.close(compact=False)
@@ -114,15 +114,15 @@ def test_a_failed_apply_is_aborted_in_the_journal(tmp_path, tools, monkeypatch):
     def broken(_tools):
         raise RuntimeError("encoder crashed")
 
-    monkeypatch.setattr(svc.scout, "add", broken)
+    monkeypatch.setattr(svc.catalog.scout, "add", broken)
     with pytest.raises(RuntimeError):
         svc.upsert([new_tool(1)])
     monkeypatch.undo()
     svc.upsert([new_tool(2)])  # the failed write's number is not reused
-    assert svc.seq == 2
+    assert svc.version() == 2
     svc.close(compact=False)
     again = ToolService.open(folder)
-    assert "extra.t1" not in again.scout and "extra.t2" in again.scout
+    assert "extra.t1" not in again.catalog.scout and "extra.t2" in again.catalog.scout
     again.close()
 
 
@@ -201,35 +201,51 @@ def test_min_score_abstains_and_always_include_is_added(tools):
 
 # ----------------------------------------------------------------------------- concurrency
 
-def test_searches_run_while_tools_are_added_and_removed(tmp_path, tools):
+def test_each_search_sees_one_whole_catalog_state_while_writes_go_on(tmp_path, tools):
+    """Readers search while a writer adds and removes tools. Oracle: every answer (a batch of three
+    queries, ids, scores and match kinds) equals the answer of a fresh index of one of the states the
+    writer passed through, the same state for all three queries: never half of a write."""
     svc = ToolService.open(make_dir(tmp_path, tools), fsync=False)
-    errors, searches = [], [0]
+    queries = ["weather in Oslo", "send an email", "translate text"]
+    answers, errors = [], []
     stop = threading.Event()
 
     def reader():
         while not stop.is_set():
             try:
-                for hits in svc.search(["weather in Oslo", "send an email", "translate text"], k=5):
-                    assert all(h.tool.id in {hh.tool.id for hh in hits} for h in hits)
-                    assert len({h.tool.id for h in hits}) == len(hits)
-                searches[0] += 1
+                answers.append([[(h.tool.id, h.score, h.match) for h in hits] for hits in svc.search(queries, k=5)])
             except Exception as exc:  # pragma: no cover - a failure is reported below
                 errors.append(exc)
 
+    catalog = {t.id: t for t in tools}
+    states = [list(catalog.values())]
     threads = [threading.Thread(target=reader) for _ in range(4)]
     for t in threads:
         t.start()
     for i in range(25):
         svc.upsert([new_tool(i)])
+        catalog[f"extra.t{i}"] = new_tool(i)
+        states.append(list(catalog.values()))
         if i % 2:
             svc.delete([f"extra.t{i - 1}"])
+            del catalog[f"extra.t{i - 1}"]
+            states.append(list(catalog.values()))
     stop.set()
     for t in threads:
         t.join()
-    assert not errors and searches[0] > 0
-    assert sorted(t.id for t in svc.scout.tools if t.namespace == "extra") == sorted(
-        [f"extra.t{i}" for i in range(25) if i % 2 or i == 24])
     svc.close()
+    assert not errors and answers
+    expected = [[[(h.tool.id, h.score, h.match) for h in hits]
+                 for hits in ToolScout.from_tools(state, retriever="bm25").search(queries, k=5)] for state in states]
+    for answer in answers:
+        assert any(_same_hits(answer, candidate) for candidate in expected), answer
+    assert sorted(t.id for t in states[-1] if t.namespace == "extra") == sorted(
+        [f"extra.t{i}" for i in range(25) if i % 2 or i == 24])
+
+
+def _same_hits(got, want) -> bool:
+    return all([(i, m) for i, _s, m in g] == [(i, m) for i, _s, m in w]
+               and all(abs(a[1] - b[1]) < 1e-5 for a, b in zip(g, w)) for g, w in zip(got, want))
 
 
 def test_queries_queued_during_a_batch_form_the_next_batch_and_cancelled_ones_are_dropped():

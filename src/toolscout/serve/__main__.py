@@ -2,6 +2,6 @@
 
 import sys
 
-from .cli import main
+from ..cli.serve import main
 
 sys.exit(main())

@@ -17,7 +17,8 @@ from typing import Annotated, Any, Optional
 
 from pydantic import BaseModel, Field
 
-from .. import __version__
+from ..errors import Forbidden, InvalidRequest
+from ..version import __version__
 from .auth import AuthConfig, AuthError
 from .service import ADMIN, Principal, ToolService
 
@@ -72,20 +73,21 @@ def build_mcp_server(service: ToolService, *, auth: AuthConfig | None = None, st
     ) -> SearchToolsResult:
         principal = _principal(ctx, auth, stdio_principal)
         if not task.strip():
-            raise ValueError("task must not be blank")
+            raise InvalidRequest("task must not be blank")
         hits = service.search(task, k, principal=principal, namespaces=namespaces)
         if metrics is not None:
             metrics.count("queries")
             metrics.count("abstained", not hits)
-        return SearchToolsResult(
-            tools=[FoundTool(name=h.tool.name, description=h.tool.description, input_schema=h.tool.input_schema(),
-                             namespace=h.tool.namespace, id=h.tool.id, score=round(h.score, 6), match=h.match)
-                   for h in hits],
-            abstained=not hits)
+        return SearchToolsResult(tools=[FoundTool(**_found(h.to_dict())) for h in hits], abstained=not hits)
 
     server.add_tool(search_tools, name="search_tools", title="Search tools", description=SEARCH_DESCRIPTION,
                     structured_output=True)
     return server
+
+
+def _found(hit: dict[str, Any]) -> dict[str, Any]:
+    """The fields of a hit's JSON (`Hit.to_dict`) that `search_tools` returns."""
+    return {key: hit[key] for key in FoundTool.model_fields}
 
 
 def _principal(ctx: Any, auth: AuthConfig | None, stdio_principal: Principal) -> Principal:
@@ -95,7 +97,7 @@ def _principal(ctx: Any, auth: AuthConfig | None, stdio_principal: Principal) ->
     try:
         return auth.authenticate(request.headers.get("authorization"), write=False)
     except AuthError as exc:  # the HTTP route checked the token already; this only guards misuse
-        raise PermissionError(exc.message) from None
+        raise Forbidden(exc.message) from None
 
 
 def mcp_http_app(server: Any, *, host: str = "127.0.0.1", path: str = "/mcp", max_body_bytes: int = 1 << 20):

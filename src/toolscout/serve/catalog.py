@@ -1,0 +1,102 @@
+"""The storage behind the one service core: what varies between a local pipeline directory
+(`serve/local.py`) and the shared PostgreSQL index (`serve/postgres.py`).
+
+`ToolService` (`serve/service.py`) holds every policy: who may see and write what, search filters,
+abstention, name matches, always-include, batching. A `Catalog` only stores and ranks: it answers for
+one tenant at a time (`Catalog.tenant`), and every method of a `TenantCatalog` is a plain storage
+operation with no notion of callers. Checks that depend on the stored state (may this caller overwrite
+this existing tool?) are handed in as callbacks that the storage runs at the moment it reads that state,
+so a check and the write it guards see the same catalog.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol, Sequence
+
+from ..hits import Hit, HitPolicy
+from ..results import Filter
+from ..tool import Tool
+
+# authorize(new tool, the stored tool it replaces or None): raises Forbidden to refuse the write.
+Authorize = Callable[[Tool, "Tool | None"], None]
+# visible(namespace of a stored tool): False makes a delete of that tool fail as unknown.
+Visible = Callable[["str | None"], bool]
+
+
+@dataclass
+class WriteResult:
+    """What one write did. `seq` is the catalog version after it."""
+
+    seq: int
+    created: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"version": self.seq, "created": self.created, "updated": self.updated,
+                "unchanged": self.unchanged, "deleted": self.deleted}
+
+
+class TenantCatalog(Protocol):
+    """One tenant's tools, searchable and editable."""
+
+    def search(self, queries: Sequence[str], filter: Filter | None, policy: HitPolicy) -> list[list[Hit]]:
+        """One list of hits per query (`toolscout.hits.assemble_hits` over this storage's ranking)."""
+        ...
+
+    def get(self, tool_id: str) -> Tool | None: ...
+
+    def page(self, namespace: str | None, namespaces: frozenset[str] | None, offset: int,
+             limit: int) -> tuple[int, list[Tool]]:
+        """(tools matching, one page of them, ordered by id): in `namespace` when given, within `namespaces`
+        (None: all)."""
+        ...
+
+    def namespace_counts(self, namespaces: frozenset[str] | None) -> dict[str, int]: ...
+
+    def name_count(self, name: str) -> int:
+        """How many tools carry this name (more than one: agents need a qualified name)."""
+        ...
+
+    def version(self) -> int:
+        """The catalog version a read made now would see (bumped by every write)."""
+        ...
+
+    def upsert(self, tools: Sequence[Tool], authorize: Authorize) -> WriteResult:
+        """Insert or replace tools by id, durably; unchanged tools are reported and cost nothing."""
+        ...
+
+    def delete(self, ids: Sequence[str], visible: Visible) -> WriteResult:
+        """Remove tools by id, durably; all or none (NotFound names an unknown or invisible id)."""
+        ...
+
+    def __len__(self) -> int: ...
+
+
+class Catalog(Protocol):
+    """Every tenant's catalog in one storage."""
+
+    kind: str  # "directory" or "postgresql"
+    failed: str | None  # set when writes are refused after a storage failure (health reads it)
+
+    def tenant(self, name: str | None) -> TenantCatalog:
+        """The catalog of tenant `name` (None: the storage's default tenant)."""
+        ...
+
+    def describe(self) -> str:
+        """Where the catalog lives, for people (a directory, a DSN without its password)."""
+        ...
+
+    def compact(self) -> bool:
+        """Fold pending writes into a snapshot now; False when there is nothing to do."""
+        ...
+
+    def stats(self) -> dict[str, Any]:
+        """Storage-specific figures for /health and /metrics (journal size, search mode, ...)."""
+        ...
+
+    def close(self, compact: bool = True) -> None:
+        """Release the storage; `compact=False` skips the final snapshot (tests of crash recovery)."""
+        ...

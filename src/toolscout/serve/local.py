@@ -1,0 +1,288 @@
+"""A pipeline directory as the service's catalog: `toolscout serve DIR`.
+
+`DirectoryCatalog.open(DIR)` loads the pipeline directory (written by `toolscout index` or
+`ToolScout.save`), takes its lock (one server per directory) and replays the journal of writes
+acknowledged since its last snapshot.
+
+Concurrency: searches and reads run in parallel (the pipeline's shared lock); a write is applied under
+the pipeline's exclusive lock, so a search sees the catalog before or after a write, never half of one.
+Writers queue on one mutex, which also orders the journal.
+
+Durability: a write is appended to `DIR/journal.log` and fsync'd *before* it is applied and
+acknowledged (see `journal.py`); only the changed tools are re-embedded (`ToolScout.add`). When the
+journal grows past `compact_every` records or `compact_bytes`, and at `close`, the whole pipeline is
+saved atomically (`ToolScout.save`, searches keep running, writers wait) with the journal position in
+its config, and the journal starts afresh. On `open`, the journal's net effect (last write per id wins)
+is applied in one batch, so a long journal replays in one re-embedding pass.
+
+One directory holds one catalog: tenants need the PostgreSQL store.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any, Sequence
+
+from ..artifacts import POINTER
+from ..errors import InvalidRequest, NotFound, ToolScoutError
+from ..hits import Hit, HitPolicy
+from ..pipeline import ToolScout
+from ..results import Filter
+from ..tool import Tool
+from .catalog import Authorize, Visible, WriteResult
+from .errors import ServiceError, ServiceUnavailable
+from .journal import Journal
+
+LOCK_FILE = "serve.lock"
+logger = logging.getLogger(__name__)
+
+
+class DirectoryCatalog:
+    """The catalog of one pipeline directory, safely from many threads. See the module doc."""
+
+    kind = "directory"
+
+    def __init__(self, scout: ToolScout, folder: str | os.PathLike, *, journal: Journal, seq: int = 0,
+                 compact_every: int = 10_000, compact_bytes: int = 64 << 20, lock_fd: int | None = None):
+        self.scout = scout
+        self.folder = Path(folder)
+        self.journal = journal
+        self.seq = seq
+        self.compact_every = compact_every
+        self.compact_bytes = compact_bytes
+        self.compactions = 0
+        self.last_compaction_s: float | None = None
+        self.failed: str | None = None  # set when a write could not be recorded; writes are refused
+        self._writer = threading.Lock()
+        self._compactor: threading.Thread | None = None
+        self._lock_fd = lock_fd
+        self._closed = False
+        self._names = Counter(t.name for t in scout.tools)
+
+    # lifecycle -----------------------------------------------------------------------------
+    @classmethod
+    def open(cls, folder: str | os.PathLike, *, fsync: bool = True, **options: Any) -> "DirectoryCatalog":
+        """Load `folder`, take its lock (one server per directory) and replay its journal."""
+        folder = Path(folder)
+        if not (folder / POINTER).is_file():
+            raise ServiceError(f"{folder}: not a pipeline directory written by `toolscout index` or ToolScout.save "
+                               f"(no {POINTER} file); index a catalog into it first")
+        lock_fd = _lock_directory(folder)
+        try:
+            scout = ToolScout.load(folder)
+            journal = Journal(folder, fsync=fsync)
+            seq = _replay(scout, journal, int(scout.saved_config.get("journal_seq", 0)))
+            return cls(scout, folder, journal=journal, seq=seq, lock_fd=lock_fd, **options)
+        except BaseException:
+            os.close(lock_fd)
+            raise
+
+    def close(self, compact: bool = True) -> None:
+        """Save a snapshot if the journal holds writes (unless `compact=False` or a write failed: then the
+        directory is left as a crash would leave it), and release the directory."""
+        if self._closed:
+            return
+        compactor = self._compactor
+        if compactor is not None:
+            compactor.join()
+        if compact and self.failed is None:
+            self.compact()
+        with self._writer:
+            self._closed = True
+            self.journal.close()
+            if self._lock_fd is not None:
+                os.close(self._lock_fd)
+                self._lock_fd = None
+
+    def tenant(self, name: str | None) -> "DirectoryCatalog":
+        if name is not None:
+            raise InvalidRequest(f"tenant {name!r}: a pipeline directory holds one catalog; tenants need the "
+                                 "PostgreSQL store (--store postgresql://...)")
+        return self
+
+    def describe(self) -> str:
+        return str(self.folder)
+
+    # reads ---------------------------------------------------------------------------------
+    def search(self, queries: Sequence[str], filter: Filter | None, policy: HitPolicy) -> list[list[Hit]]:
+        return self.scout.hits(queries, filter, policy)
+
+    def get(self, tool_id: str) -> Tool | None:
+        return self.scout.find(tool_id)
+
+    def page(self, namespace: str | None, namespaces: frozenset[str] | None, offset: int,
+             limit: int) -> tuple[int, list[Tool]]:
+        tools = [t for t in self.scout.tools if (namespaces is None or (t.namespace or "") in namespaces)
+                 and (namespace is None or (t.namespace or "") == namespace)]
+        tools.sort(key=lambda t: t.id)
+        return len(tools), tools[offset:offset + limit]
+
+    def namespace_counts(self, namespaces: frozenset[str] | None) -> dict[str, int]:
+        counts = Counter((t.namespace or "") for t in self.scout.tools)
+        return {ns: n for ns, n in sorted(counts.items()) if namespaces is None or ns in namespaces}
+
+    def name_count(self, name: str) -> int:
+        return self._names.get(name, 0)
+
+    def version(self) -> int:
+        return self.seq
+
+    def __len__(self) -> int:
+        return len(self.scout)
+
+    # writes --------------------------------------------------------------------------------
+    def upsert(self, tools: Sequence[Tool], authorize: Authorize) -> WriteResult:
+        with self._writer:
+            self._check_open()
+            result = WriteResult(self.seq)
+            changed = []
+            for tool in tools:
+                old = self.scout.find(tool.id)
+                authorize(tool, old)
+                if tool.same_as(old):
+                    result.unchanged.append(tool.id)
+                    continue
+                (result.created if old is None else result.updated).append(tool.id)
+                changed.append((tool, old))
+            if changed:
+                self._apply({"op": "upsert", "tools": [t.to_record() for t, _old in changed]},
+                            lambda: self.scout.add([t for t, _old in changed]))
+                self._count_names(added=[t for t, _old in changed], removed=[o for _t, o in changed if o])
+            result.seq = self.seq
+        self._maybe_compact()
+        return result
+
+    def delete(self, ids: Sequence[str], visible: Visible) -> WriteResult:
+        with self._writer:
+            self._check_open()
+            tools = [self.scout.find(i) for i in ids]
+            unknown = [i for i, t in zip(ids, tools) if t is None or not visible(t.namespace)]
+            if unknown:
+                raise NotFound(f"no tool with id {unknown[0]!r}" if len(unknown) == 1
+                               else f"no tools with ids {unknown[:5]}")
+            if ids:
+                self._apply({"op": "delete", "ids": list(ids)}, lambda: self.scout.remove(ids))
+                self._count_names(added=[], removed=tools)
+            result = WriteResult(self.seq, deleted=list(ids))
+        self._maybe_compact()
+        return result
+
+    def _apply(self, record: dict[str, Any], apply) -> None:
+        """Journal `record` as the next write (durable first), then apply it. A write that fails to apply
+        is marked aborted in the journal, and its number stays spent."""
+        seq = self.seq + 1
+        self._record({"seq": seq, **record})
+        try:
+            apply()
+        except BaseException:
+            self._abort(seq)
+            raise
+        finally:
+            self.seq = seq
+
+    def _count_names(self, added: Sequence[Tool], removed: Sequence[Tool]) -> None:
+        for tool in removed:
+            self._names[tool.name] -= 1
+        for tool in added:
+            self._names[tool.name] += 1
+
+    def compact(self) -> bool:
+        """Save a full snapshot and empty the journal (searches go on; writes wait). False if nothing to do."""
+        with self._writer:
+            if self._closed or self.journal.records == 0:
+                return False
+            start = time.perf_counter()
+            self.scout.save(self.folder, extra_config={"journal_seq": self.seq})
+            self.journal.reset(self.seq)
+            self.compactions += 1
+            self.last_compaction_s = time.perf_counter() - start
+            return True
+
+    def stats(self) -> dict[str, Any]:
+        return {"retriever": self.scout.retriever.name, "journal_records": self.journal.records,
+                "journal_bytes": self.journal.bytes, "compactions": self.compactions,
+                "last_compaction_s": self.last_compaction_s}
+
+    # internals -----------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ServiceError("the service is closed")
+        if self.failed is not None:
+            raise ServiceUnavailable(f"writes are disabled: {self.failed}; restart the server")
+
+    def _record(self, record: dict[str, Any]) -> None:
+        try:
+            self.journal.append(record)
+        except OSError as exc:  # nothing applied, nothing acknowledged; the file may hold a torn tail
+            self.failed = f"could not append to {self.journal.path}: {exc}"
+            raise ServiceUnavailable(self.failed) from exc
+
+    def _abort(self, seq: int) -> None:
+        """A journalled write failed to apply: record that it must be skipped on replay."""
+        try:
+            self.journal.append({"seq": seq, "op": "abort"})
+        except OSError as exc:
+            self.failed = f"write {seq} failed and its abort could not be journalled: {exc}"
+
+    def _maybe_compact(self) -> None:
+        if self.journal.records < self.compact_every and self.journal.bytes < self.compact_bytes:
+            return
+        with self._writer:
+            running = self._compactor is not None and self._compactor.is_alive()
+            if running or self._closed:
+                return
+            self._compactor = threading.Thread(target=self._compact_in_background, name="toolscout-compact",
+                                               daemon=True)
+            self._compactor.start()
+
+    def _compact_in_background(self) -> None:
+        try:
+            self.compact()
+        except Exception as exc:  # the journal still holds every write; the next trigger retries
+            logger.error("compaction of %s failed: %s", self.folder, exc)
+
+
+def _lock_directory(folder: Path) -> int:
+    fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise ServiceError(f"{folder}: another toolscout server is serving this directory "
+                           f"(it holds {folder / LOCK_FILE}); stop it first") from None
+    return fd
+
+
+def _replay(scout: ToolScout, journal: Journal, snapshot_seq: int) -> int:
+    """Apply the journal's records newer than the snapshot; return the last sequence number."""
+    records = list(journal.replay())
+    aborted = {r["seq"] for r in records if r.get("op") == "abort"}
+    seq = snapshot_seq
+    final: dict[str, Tool | None] = {}  # id -> its last written state (None: deleted)
+    for record in records:
+        op = record.get("op")
+        seq = max(seq, record["seq"])
+        if op in ("base", "abort") or record["seq"] <= snapshot_seq or record["seq"] in aborted:
+            continue
+        if op == "upsert":
+            for row in record["tools"]:
+                tool = Tool.from_dict(row)
+                final[tool.id] = tool
+        elif op == "delete":
+            for tool_id in record["ids"]:
+                final[tool_id] = None
+        else:
+            raise ToolScoutError(f"{journal.path}: unknown journal record type {op!r} (written by a newer toolscout?)")
+    upserts = [t for t in final.values() if t is not None]
+    deletes = [i for i, t in final.items() if t is None and i in scout]
+    if upserts:
+        scout.add(upserts)
+    if deletes:
+        scout.remove(deletes)
+    return seq

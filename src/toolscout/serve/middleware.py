@@ -1,0 +1,144 @@
+"""ASGI layers around the HTTP API: body limits and media types, request metrics, bearer tokens for the
+MCP endpoint, and the last line of defence that turns an unexpected exception into a logged 500."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import JSONResponse
+
+from .auth import AuthConfig, AuthError
+from .metrics import Metrics
+
+logger = logging.getLogger("toolscout.serve")
+
+KINDS = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found", 405: "method_not_allowed",
+         413: "payload_too_large", 415: "unsupported_media_type", 422: "invalid_request", 500: "internal_error",
+         503: "unavailable"}
+
+
+def error_response(status: int, message: str, details: list | None = None, headers: dict[str, str] | None = None,
+                   kind: str | None = None) -> JSONResponse:
+    """The one error shape: `{"error": {"type", "message", "details"?}}`."""
+    body: dict[str, Any] = {"type": kind or KINDS.get(status, "error"), "message": message}
+    if details:
+        body["details"] = details
+    return JSONResponse({"error": body}, status_code=status, headers=headers)
+
+
+class _TooLarge(StarletteHTTPException):
+    def __init__(self, limit: int):
+        super().__init__(413, f"request body is larger than the limit of {limit} bytes")
+
+
+class BodyLimit:
+    """Refuses bodies over `max_bytes` with 413 (by Content-Length up front, else while reading) and
+    bodies that are not JSON with 415 (on the API's own routes; /mcp checks its own)."""
+
+    def __init__(self, app: Any, max_bytes: int):
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS", "DELETE"):
+            return await self.app(scope, receive, send)
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", ())}
+        length = headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_bytes:
+            return await error_response(413, f"request body is larger than the limit of {self.max_bytes} bytes")(
+                scope, receive, send)
+        media = headers.get("content-type", "").split(";")[0].strip().lower()
+        if not scope["path"].startswith("/mcp") and (length is None or length != "0") and media \
+                and media != "application/json" and not media.endswith("+json"):
+            return await error_response(415, f"expected Content-Type application/json, got {media!r}")(
+                scope, receive, send)
+        received = 0
+        limit = self.max_bytes
+
+        async def limited() -> dict:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    raise _TooLarge(limit)
+            return message
+
+        await self.app(scope, limited, send)
+
+
+class Observe:
+    """Records each request's route template, status and duration in `metrics`."""
+
+    def __init__(self, app: Any, metrics: Metrics):
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        start = time.perf_counter()
+        status = 500
+
+        async def record_status(message: dict) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, record_status)
+        finally:
+            route = scope.get("route")
+            template = getattr(route, "path", None) or ("/mcp" if scope["path"].startswith("/mcp") else "unmatched")
+            self.metrics.observe(scope["method"], template, status, time.perf_counter() - start)
+
+
+class BearerGate:
+    """Lets a request through to `app` only with a token `auth` accepts for reading (401 otherwise)."""
+
+    def __init__(self, app: Any, auth: AuthConfig):
+        self.app = app
+        self.auth = auth
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", ())}
+        try:
+            self.auth.authenticate(headers.get("authorization"), write=False)
+        except AuthError as exc:
+            response = error_response(exc.status, exc.message, headers={"WWW-Authenticate": "Bearer"})
+            return await response(scope, receive, send)
+        await self.app(scope, receive, send)
+
+
+class InternalErrors:
+    """A bug inside toolscout must read as one: an exception no handler mapped is logged with its
+    traceback, and the client gets a 500 JSON error (FastAPI's own handler sends it; this layer logs the
+    exception it re-raises, and answers itself when nothing was sent yet)."""
+
+    def __init__(self, app: Any):
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started = False
+
+        async def watch(message: dict) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watch)
+        except Exception:
+            logger.exception("internal error answering %s %s", scope.get("method"), scope.get("path"))
+            if not started:
+                await internal_error_response()(scope, receive, send)
+
+
+def internal_error_response() -> JSONResponse:
+    return error_response(500, "internal error in toolscout; the server log has the details")
