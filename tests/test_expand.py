@@ -10,11 +10,12 @@ from fakellm import FakeLLM, Reply, all_of, mentions, model_is
 from toolscout.benchmark import Query, load_benchmark
 from toolscout.expand import (ExpandConfig, ProfileRules, check_profile, expand_tools, expand_usage, parse_profile,
                               tool_document)
-from toolscout.expand.cli import add_expand_parser, cmd_expand, journal_path
+from toolscout.cli.expand import add_parsers as add_expand_parsers, cmd_expand, journal_path
 from toolscout.expand.pipeline import Journal, parse_verdict
 from toolscout.expand.profile import ProfileParseError, problem_kind
 from toolscout.expand.usage import UsageReport
-from toolscout.expand.views import ablation_views, parse_profile_fields, view_from_args
+from toolscout.cli.options import view_from_args
+from toolscout.expand.views import ablation_views, parse_profile_fields
 from toolscout.llm import LLMClient
 from toolscout.tool import TextView, Tool, tool_text
 
@@ -230,7 +231,7 @@ def test_expand_usage_uses_only_train_queries_most_specific_first():
 
 def parse(argv):
     parser = argparse.ArgumentParser()
-    add_expand_parser(parser.add_subparsers(dest="command"))
+    add_expand_parsers(parser.add_subparsers(dest="command"))
     return parser.parse_args(["expand", *map(str, argv)])
 
 

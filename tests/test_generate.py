@@ -9,7 +9,7 @@ import pytest
 from fakellm import FakeLLM, Reply, mentions
 from toolscout.benchmark import load_benchmark
 from toolscout.generate import GenerateConfig, NearDuplicateIndex, check_pick, generate_queries, similarity
-from toolscout.generate.cli import add_generate_parser, cmd_generate
+from toolscout.cli.generate import add_parsers as add_generate_parsers, cmd_generate
 from toolscout.generate.dedupe import shingles
 from toolscout.generate.pipeline import parse_polish, shown_names
 from toolscout.llm import LLMClient
@@ -159,7 +159,7 @@ def _sample_tools():
 
 def parse(argv):
     parser = argparse.ArgumentParser()
-    add_generate_parser(parser.add_subparsers(dest="command"))
+    add_generate_parsers(parser.add_subparsers(dest="command"))
     return parser.parse_args(["generate", *map(str, argv)])
 
 

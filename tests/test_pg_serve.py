@@ -33,7 +33,7 @@ def exact_store(store_spec):
 
 
 def test_a_local_index_migrated_to_postgres_gives_identical_top10(pg, tmp_path, tools, encoder):
-    from toolscout.store.pg_catalog import migrate_directory
+    from toolscout.postgres import migrate_directory
 
     local = ToolScout.from_tools(tools, retriever="dense", encoder=encoder)
     local.save(tmp_path / "local")
@@ -53,9 +53,9 @@ def test_a_local_index_migrated_to_postgres_gives_identical_top10(pg, tmp_path, 
     added = Tool("notes.open", "open_note", "Open a note from the notes file.", namespace="files")
     local.add([edited, added])
     local.remove(["files.read"])
-    from toolscout.serve.pg_service import PgToolService
+    from toolscout.serve import ToolService
 
-    with PgToolService.open(store_spec, encoder=encoder, batch_workers=0) as service:
+    with ToolService.open(store_spec, encoder=encoder, batch_workers=0) as service:
         service.upsert([edited, added])
         service.delete(["files.read"])
     assert store.search(vectors, 10).as_lists() == local.retrieve(QUERIES, 10).as_lists()
@@ -64,7 +64,8 @@ def test_a_local_index_migrated_to_postgres_gives_identical_top10(pg, tmp_path, 
 def test_index_catalog_records_the_summary_weight_and_refuses_to_mix_weights(pg, tools, encoder):
     from toolscout.retrievers.dense import SUMMARY_WEIGHT, summary_view
     from toolscout.tool import TextView
-    from toolscout.store.pg_catalog import IndexConfig, index_catalog
+    from toolscout.postgres import index_catalog
+    from toolscout.store.pg_config import IndexConfig
     from toolscout.store.pgvector import PgStoreError, PgVectorStore
     from toolscout.tool import tool_text
 
@@ -118,10 +119,11 @@ def test_cli_index_search_and_migrate_with_a_postgres_store(pg, tmp_path, tools,
     # `toolscout serve DIR` on that directory serves the database (not the snapshot beside it)
     from toolscout.cli import build_parser
     from toolscout.serve.auth import AuthConfig
-    from toolscout.serve.cli import _open_service
+    from toolscout.cli.serve import _open_service
 
-    service, where = _open_service(build_parser().parse_args(["serve", str(tmp_path / "idx")]), AuthConfig())
-    assert type(service).__name__ == "PgToolService" and "tenant=team-a" in where and len(service) == len(tools)
+    service = _open_service(build_parser().parse_args(["serve", str(tmp_path / "idx")]), AuthConfig())
+    assert service.catalog.kind == "postgresql" and "tenant=team-a" in service.describe()
+    assert len(service) == len(tools)
     service.close()
     # re-indexing an unchanged catalog embeds nothing; the table's search mode can be switched
     assert main(["index", str(catalog), "--out", str(tmp_path / "idx"), "--store", store_spec]) == 0
@@ -136,8 +138,8 @@ def test_tenants_are_isolated_on_every_http_path(pg, tmp_path, tools, encoder):
 
     from toolscout.serve.auth import AuthConfig
     from toolscout.serve.http import create_app
-    from toolscout.serve.pg_service import PgToolService
-    from toolscout.store.pg_catalog import index_catalog
+    from toolscout.serve import ToolService
+    from toolscout.postgres import index_catalog
     from toolscout.store.pgvector import PgVectorStore
 
     table = new_table()
@@ -150,7 +152,7 @@ def test_tenants_are_isolated_on_every_http_path(pg, tmp_path, tools, encoder):
     tokens.write_text(json.dumps({"tokens": [
         {"token": "token-of-a", "name": "a", "tenant": "a", "write": True},
         {"token": "token-of-b", "name": "b", "tenant": "b", "write": True}]}))
-    service = PgToolService.open(spec(pg, table, "a"), encoder=encoder)
+    service = ToolService.open(spec(pg, table, "a"), encoder=encoder)
     client = TestClient(create_app(service, AuthConfig.build(tokens_file=tokens, require_read_token=True)))
     A, B = ({"authorization": f"Bearer token-of-{t}"} for t in "ab")
 
@@ -234,7 +236,7 @@ def listen(uri, received, ready, stop):
 def test_two_servers_on_one_dsn_see_each_others_writes_at_once(pg, tools, encoder):
     import httpx
 
-    from toolscout.store.pg_catalog import index_catalog
+    from toolscout.postgres import index_catalog
     from toolscout.store.pgvector import PgVectorStore
 
     store_spec = spec(pg, new_table())
@@ -309,14 +311,14 @@ def test_the_python_pipeline_runs_on_a_postgres_store(pg, tmp_path, tools, encod
 
 
 def test_a_replica_name_cache_is_never_staler_than_its_bound(pg, tools, encoder):
-    from toolscout.serve.pg_service import PgToolService
-    from toolscout.store.pg_catalog import index_catalog
+    from toolscout.serve import ToolService
+    from toolscout.postgres import index_catalog
     from toolscout.store.pgvector import PgVectorStore
 
     store_spec = spec(pg, new_table())
     index_catalog(PgVectorStore.from_spec(store_spec, encoder.dim), tools, encoder)
-    writer = PgToolService.open(store_spec, encoder=encoder, batch_workers=0)
-    reader = PgToolService.open(store_spec, encoder=encoder, batch_workers=0, max_stale_s=0.3)
+    writer = ToolService.open(store_spec, encoder=encoder, batch_workers=0)
+    reader = ToolService.open(store_spec, encoder=encoder, batch_workers=0, max_stale_s=0.3)
     assert not reader.name_is_shared("send_email")
     writer.upsert([Tool("mail2.send", "send_email", "Send an email from the second account.", namespace="mail2")])
     # a search reads the catalog version with its ranking and catches the name index up first: no delay

@@ -1,4 +1,4 @@
-"""Choosing which expansion fields go into the text retrievers index (`TextView`), from the CLI or code.
+"""Choosing which expansion fields go into the text retrievers index (`TextView`).
 
     --profile-fields function,tags        only these profile fields (in this order)
     --profile-fields default              function, tags, when_to_use, limitations (the Tool-REX choice)
@@ -13,7 +13,6 @@ full expansion and removes one.
 
 from __future__ import annotations
 
-import argparse
 from typing import Any
 
 from ..tool import DEFAULT_PROFILE_FIELDS, PROFILE_FIELDS, TextView
@@ -54,25 +53,6 @@ def make_view(profile_fields: tuple[str, ...] | None = None, usage: int | None =
             raise ValueError(f"usage must be 0 or more, got {usage}")
         data["usage"] = int(usage)
     return TextView.from_dict(data)
-
-
-def add_view_options(parser: argparse.ArgumentParser) -> None:
-    """The two text-view flags for `toolscout eval` / `toolscout index`."""
-    parser.add_argument("--profile-fields", default=None, metavar="FIELDS",
-                        help="profile fields in the indexed text: comma list of "
-                             f"{', '.join(PROFILE_FIELDS)}, or default / all / none "
-                             "(default: function,tags,when_to_use,limitations)")
-    parser.add_argument("--usage", type=int, default=None, metavar="N",
-                        help="append up to N known requests per tool (tools.jsonl 'usage'; see toolscout expand --usage)")
-
-
-def view_from_args(args: argparse.Namespace) -> TextView | None:
-    """The TextView the flags ask for, or None when neither flag was given (retriever default)."""
-    fields = getattr(args, "profile_fields", None)
-    usage = getattr(args, "usage", None)
-    if fields is None and usage is None:
-        return None
-    return make_view(parse_profile_fields(fields) if fields is not None else None, usage)
 
 
 def ablation_views(protocol: str, fields: tuple[str, ...] = PROFILE_FIELDS) -> dict[str, TextView]:

@@ -21,6 +21,7 @@ from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 import numpy as np
 
 from ..artifacts import ArtifactError, read_config, write_json
+from ..errors import InvalidRequest
 from ..models import MODEL_KIND, model_config
 from ..registry import lookup
 from ..results import Results
@@ -41,6 +42,7 @@ REGISTRY: dict[str, str] = {
 class Reranker(Protocol):
     name: str
     depth: int  # how many first-stage candidates it wants per query
+    settings: tuple[str, ...]  # the keyword settings `load(folder, **settings)` accepts (checked by `load_reranker`)
 
     def rerank(self, queries: Sequence[str], candidates: Results, tools: Mapping[str, Tool],
                first_stage: Any = None) -> Results:
@@ -63,16 +65,28 @@ def write_reranker_config(folder: Path, name: str, **config: Any) -> None:
 
 def load_reranker(path: str | Path, **options: Any) -> Reranker:
     """A reranker from a `toolscout train cross|refiner` model directory, or from a saved reranker folder.
-    `options` (e.g. depth=32) override the saved settings."""
+    `options` (e.g. depth=32) override the saved settings; a setting the reranker does not have is an
+    error that lists the ones it has."""
     trained = model_config(path)
     if trained is not None:
         method = trained[1].get("method")
         if method not in REGISTRY:
             raise ArtifactError(f"{path}: is a {method!r} model, which is a first stage, not a reranker; "
                                 f"rerankers: {', '.join(REGISTRY)}")
-        return reranker_class(method)(model=str(Path(path).resolve()), **options)
+        cls = reranker_class(method)
+        return cls(model=str(Path(path).resolve()), **checked_settings(cls, options, path))
     folder, config = read_config(path, kind=RERANKER_KIND, max_format=FORMAT_VERSION)
-    return reranker_class(config["reranker"]).load(folder, **options)
+    cls = reranker_class(config["reranker"])
+    return cls.load(folder, **checked_settings(cls, options, path))
+
+
+def checked_settings(cls: Any, options: dict[str, Any], where: Any) -> dict[str, Any]:
+    """`options` when every key is one of `cls.settings`; else InvalidRequest naming the stranger."""
+    unknown = sorted(set(options) - set(cls.settings))
+    if unknown:
+        raise InvalidRequest(f"{where}: {', '.join(unknown)} is not a setting of the {cls.name} reranker "
+                             f"(its settings: {', '.join(cls.settings)})")
+    return options
 
 
 def check_candidates(queries: Sequence[str], candidates: Results) -> None:
@@ -114,5 +128,5 @@ def reordered(per_query: Sequence[tuple[np.ndarray, np.ndarray]]) -> Results:
 
 
 __all__ = ["Reranker", "REGISTRY", "RERANKER_KIND", "DEFAULT_DEPTH", "reranker_class", "load_reranker",
-           "write_reranker_config", "check_candidates", "reorder", "reordered", "zscores", "fuse_with_first_stage",
+           "write_reranker_config", "checked_settings", "check_candidates", "reorder", "reordered", "zscores", "fuse_with_first_stage",
            "MODEL_KIND"]

@@ -175,6 +175,7 @@ class CrossEncoderReranker:
     """
 
     name = METHOD
+    settings = ("depth", "batch_size", "view", "max_length", "device", "first_stage_weight")
 
     def __init__(self, model: str | Path, depth: int | None = None, batch_size: int = 32,
                  view: TextView | dict | None = None, max_length: int | None = None, device: str | None = None,

@@ -43,7 +43,8 @@ from ..artifacts import read_config
 from ..llm import ChatResult, LLMClient, LLMError, LLMReplyError, LLMSettings, choice_probability
 from ..results import Results
 from ..tool import TextView, Tool, tool_text
-from .base import DEFAULT_DEPTH, RERANKER_KIND, FORMAT_VERSION, check_candidates, reordered, write_reranker_config
+from .base import (DEFAULT_DEPTH, FORMAT_VERSION, RERANKER_KIND, check_candidates, checked_settings, reordered,
+                   write_reranker_config)
 
 ON_ERROR = ("fallback", "raise")
 
@@ -121,6 +122,9 @@ class LLMReranker:
     """
 
     name = "llm"
+    # constructor arguments, then single LLM settings (model=..., cache_dir=...) that override the saved ones
+    settings = ("depth", "view", "max_doc_chars", "on_error", "top_logprobs", "client", "settings",
+                *LLMSettings.__dataclass_fields__)
 
     def __init__(self, settings: LLMSettings | None = None, *, client: LLMClient | None = None,
                  depth: int = DEFAULT_DEPTH, view: TextView | None = None, max_doc_chars: int = 1500,
@@ -303,7 +307,10 @@ class LLMReranker:
     @classmethod
     def from_settings_file(cls, path: str | os.PathLike, **options: Any) -> "LLMReranker":
         """A reranker from an LLM config file (JSON/YAML with base_url, model, api_key_env, ...)."""
-        settings = api_key_from_env(LLMSettings.from_file(path))
+        options = dict(checked_settings(cls, options, path))
+        fields = set(LLMSettings.__dataclass_fields__)
+        overrides = {key: options.pop(key) for key in list(options) if key in fields}
+        settings = api_key_from_env(dataclasses.replace(LLMSettings.from_file(path), **overrides))
         return cls(settings, **options)
 
 

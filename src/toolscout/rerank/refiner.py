@@ -124,6 +124,7 @@ class ToolRefinerReranker:
     """
 
     name = "refiner"
+    settings = ("depth", "vectors", "batch_size", "device")
 
     def __init__(self, model: str, depth: int | None = None, vectors: str | None = None, batch_size: int = 16,
                  device: str = "cpu"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, Sequence, runtime_checkable
 
@@ -14,6 +15,23 @@ RETRIEVER_KIND = "toolscout.retriever"
 FORMAT_VERSION = 1
 
 
+@dataclass(frozen=True)
+class Accepts:
+    """The settings a retriever's constructor takes, so that the CLI (and anything else that builds
+    retrievers by name) passes each one only what it understands.
+
+    `model`: a `model=` encoder name or path, or a model directory; `trained_by`: the `toolscout train`
+    method whose directories `model=` may name (None: plain encoders only); `store`: `store=` (numpy,
+    faiss:..., a PostgreSQL DSN); `view`: `view=` (a TextView); `encoder`: an already loaded `encoder=`,
+    so one encoder can serve many indexes (an evaluation over several sets loads it once)."""
+
+    model: bool = False
+    trained_by: str | None = None
+    store: bool = False
+    view: bool = False
+    encoder: bool = False
+
+
 @runtime_checkable
 class Retriever(Protocol):
     """A first stage: scores every tool of its catalog for a query.
@@ -23,6 +41,7 @@ class Retriever(Protocol):
     """
 
     name: str
+    accepts: Accepts
 
     def index(self, tools: Sequence[Tool]) -> None: ...
 

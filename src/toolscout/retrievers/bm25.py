@@ -15,7 +15,7 @@ from ..errors import MissingDependency
 from ..results import Filter, Results, top_k_rows
 from ..rows import RowTable
 from ..tool import TextView, Tool, tool_text
-from .base import write_retriever_config
+from .base import Accepts, write_retriever_config
 
 _TOKEN = re.compile(r"(?u)\b\w\w+\b")
 
@@ -55,6 +55,7 @@ class BM25Retriever:
     """
 
     name = "bm25"
+    accepts = Accepts(view=True)
 
     def __init__(self, view: TextView | None = None, k1: float = 1.5, b: float = 0.75,
                  method: str = "lucene", stemmer: str | None = "english", stopwords: str | None = "en"):

@@ -15,7 +15,7 @@ from ..models import model_config
 from ..results import Filter, Results
 from ..store.local import load_store, make_store
 from ..tool import TextView, Tool, content_hash, tool_text
-from .base import write_retriever_config
+from .base import Accepts, write_retriever_config
 
 
 def encoder_for(model: str | Path | None, **options) -> Encoder:
@@ -102,6 +102,7 @@ class DenseRetriever:
     """
 
     name = "dense"
+    accepts = Accepts(model=True, trained_by="embed", store=True, view=True, encoder=True)
     summary_weight = 0.0  # what subclasses that make their own vectors (and their `load`) rely on
 
     def __init__(self, model: str | None = None, store: str = "numpy", view: TextView | None = None,

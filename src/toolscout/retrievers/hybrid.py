@@ -16,13 +16,14 @@ import numpy as np
 from ..artifacts import read_json
 from ..results import Filter, Results
 from ..tool import TextView
-from .base import Retriever, load_retriever, make_retriever, write_retriever_config
+from .base import Accepts, Retriever, load_retriever, make_retriever, write_retriever_config
 
 FUSIONS = ("rrf", "score")
 
 
 class HybridRetriever:
     name = "hybrid"
+    accepts = Accepts(model=True, trained_by="embed", store=True, view=True, encoder=True)
 
     def __init__(self, components: Sequence[str | Retriever] = ("bm25", "dense"),
                  weights: Sequence[float] | None = None, fusion: str = "rrf", rrf_k: int = 60, depth: int = 100,

@@ -45,7 +45,7 @@ from ..models import model_config
 from ..results import Filter, Results, top_k_rows
 from ..rows import RowTable
 from ..tool import TextView, Tool, content_hash, tool_text
-from .base import write_retriever_config
+from .base import Accepts, write_retriever_config
 
 logger = logging.getLogger(__name__)
 
@@ -91,6 +91,7 @@ class MLCRetriever:
     """
 
     name = "mlc"
+    accepts = Accepts(model=True, trained_by="mlc", view=True)
 
     def __init__(self, model: str | Path | None = None, fallback: str | None = "dense", view: TextView | None = None,
                  batch_size: int = 64, backend: str = "auto", device: str | None = None,

@@ -21,6 +21,7 @@ from ..artifacts import read_json
 from ..encoders import Encoder
 from ..models import model_config
 from ..tool import TextView, Tool
+from .base import Accepts
 from .dense import DenseRetriever
 
 
@@ -69,6 +70,7 @@ class Tool2VecRetriever(DenseRetriever):
     """
 
     name = "tool2vec"
+    accepts = Accepts(model=True, trained_by="tool2vec", store=True, view=True)
 
     def __init__(self, model: str | None = None, usage: Mapping[str, Sequence[str]] | None = None,
                  prior: float | None = None, store: str = "numpy", view: TextView | None = None,

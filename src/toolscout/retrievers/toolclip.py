@@ -18,12 +18,13 @@ import numpy as np
 from ..artifacts import ArtifactError, read_json, write_json
 from ..store.local import load_store
 from ..tool import Tool
-from .base import write_retriever_config
+from .base import Accepts, write_retriever_config
 from .dense import DenseRetriever
 
 
 class ToolCLIPRetriever(DenseRetriever):
     name = "toolclip"
+    accepts = Accepts(model=True, trained_by="toolclip", store=True)
 
     def __init__(self, model: str | Path | None = None, store: str = "numpy", batch_size: int = 32,
                  encoder=None, show_progress: bool = False, device: str | None = None):

@@ -1,6 +1,6 @@
 """Whole tool catalogs in the PostgreSQL store: index one (re-embedding only tools whose text changed),
-copy a local index directory in (no re-embedding), and the index table's configuration that servers
-read back (encoder, text view, search mode).
+copy a local pipeline directory in (no re-embedding), and find the store a pipeline directory was
+indexed into. The table's configuration itself is `store/pg_config.py`.
 
 Both write the tenant's catalog as one replace (`PgVectorStore.write(replace=True)`): readers see the old
 catalog until the new one is complete, and a crash leaves the old one.
@@ -10,71 +10,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
-from ..artifacts import read_config, read_json
-from ..retrievers.dense import default_summary_weight, embed_tools, vector_hash
-from ..tool import TextView, Tool, tool_text
-from .pgvector import NeedVectors, PgRow, PgSpec, PgStoreError, PgVectorStore
-
-SEARCH_MODES = ("dense", "hybrid")
-PIPELINE_KIND = "toolscout.pipeline"
-
-
-@dataclass(frozen=True)
-class IndexConfig:
-    """What every process serving an index table must agree on. `model`: the encoder name or path
-    (resolved by `encoder_for`); `view`: the text view (TextView.to_dict); `search`: dense or hybrid;
-    `summary_weight`: how much of the name + description summary is in each vector (DenseRetriever;
-    0 for tables written before it existed)."""
-
-    model: str
-    view: dict
-    search: str = "dense"
-    summary_weight: float = 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"model": self.model, "view": self.view, "search": self.search, "summary_weight": self.summary_weight}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "IndexConfig":
-        if not data.get("model"):
-            raise PgStoreError("this index table has no catalog configuration yet: index a catalog into it "
-                               "(toolscout index CATALOG --out DIR --store postgresql://...) or migrate a local "
-                               "index directory (toolscout migrate DIR --store postgresql://...)")
-        return cls(data["model"], dict(data.get("view") or {}), data.get("search", "dense"),
-                   float(data.get("summary_weight", 0.0)))
-
-
-def check_compatible(store: PgVectorStore, config: IndexConfig, stored: dict[str, Any] | None = None) -> None:
-    """Refuse to mix encoders, text views or summary weights in one index table (their vectors are not
-    comparable). `stored`: the table's configuration when the caller has just read it."""
-    if config.search not in SEARCH_MODES:
-        raise ValueError(f"unknown search mode {config.search!r}; use one of {', '.join(SEARCH_MODES)}")
-    stored = store.database.config() if stored is None else stored
-    if not stored.get("model"):
-        return
-    if (stored["model"] != config.model or TextView.from_dict(stored.get("view")) != TextView.from_dict(config.view)
-            or float(stored.get("summary_weight", 0.0)) != config.summary_weight):
-        raise PgStoreError(f"index table {store.table!r} holds vectors of model {stored['model']!r} (view "
-                           f"{stored.get('view')}, summary weight {stored.get('summary_weight', 0.0)}); this "
-                           f"catalog uses {config.model!r} (view {config.view}, summary weight "
-                           f"{config.summary_weight}). Use another table for it: add ?table=NAME to the store spec")
-    if stored.get("search", "dense") != config.search:
-        raise PgStoreError(f"index table {store.table!r} is served with {stored.get('search', 'dense')} search, "
-                           f"this index asks for {config.search}: index with --retriever "
-                           f"{'hybrid' if stored.get('search') == 'hybrid' else 'dense'}, use another table "
-                           f"(?table=NAME), or switch the table: toolscout migrate --store DSN --search {config.search}")
-
-
-def set_search_mode(database, search: str) -> None:
-    """Switch how every server of an index table ranks (dense or hybrid); takes effect on restart."""
-    if search not in SEARCH_MODES:
-        raise ValueError(f"unknown search mode {search!r}; use one of {', '.join(SEARCH_MODES)}")
-    config = database.config()
-    if not config.get("model"):
-        IndexConfig.from_dict(config)  # raises: nothing indexed yet
-    database.set_config({**config, "search": search})
+from .artifacts import read_config, read_json
+from .defaults import DEFAULT_INTENTS
+from .errors import ToolScoutError
+from .pipeline import PIPELINE_KIND
+from .retrievers.dense import default_summary_weight, embed_tools, vector_hash
+from .store.pg_config import IndexConfig, check_compatible
+from .store.pgvector import NeedVectors, PgRow, PgSpec, PgStoreError, PgVectorStore
+from .tool import TextView, Tool, tool_text, tools_by_id
 
 
 @dataclass
@@ -85,30 +30,26 @@ class CatalogReport:
     summary_weight: float = 0.0
 
 
-def tool_doc(tool: Tool) -> dict[str, Any]:
-    from ..pipeline import _tool_row
-
-    return _tool_row(tool)
-
-
 def index_catalog(store: PgVectorStore, tools: Sequence[Tool], encoder, view: TextView | None = None, *,
                   search: str = "dense", batch_size: int = 64, progress: bool = False,
-                  summary_weight: float | None = None) -> CatalogReport:
+                  summary_weight: float | None = None, intents: dict | None | str = "default") -> CatalogReport:
     """Make `tools` the tenant's whole catalog. Tools whose text view is unchanged keep their stored vector.
     `summary_weight`: as `DenseRetriever`'s (default: the table's, for a table that has a catalog
-    already, else the retriever's default for `encoder`)."""
+    already, else the retriever's default for `encoder`). `intents`: how servers treat multi-request
+    tasks (`IntentMerge` settings; "default": the table's, else `toolscout.defaults.DEFAULT_INTENTS`)."""
     view = view or TextView()
     stored_config = store.database.config()
+    indexed = bool(stored_config.get("model"))
     if summary_weight is None:
-        summary_weight = (float(stored_config.get("summary_weight", 0.0)) if stored_config.get("model")
-                          else default_summary_weight(encoder.name))
+        summary_weight = float(stored_config.get("summary_weight", 0.0)) if indexed \
+            else default_summary_weight(encoder.name)
     if not summary_weight >= 0:
         raise ValueError(f"summary_weight must be >= 0, got {summary_weight}")
-    config = IndexConfig(encoder.name, view.to_dict(), search, float(summary_weight))
+    if intents == "default":
+        intents = stored_config.get("intents") if indexed else DEFAULT_INTENTS
+    config = IndexConfig(encoder.name, view.to_dict(), search, float(summary_weight), intents)
     check_compatible(store, config, stored_config)
-    by_id = {t.id: t for t in tools}
-    if len(by_id) != len(tools):
-        raise ValueError("duplicate tool ids in the catalog")
+    by_id = tools_by_id(tools, "the catalog")
     texts = {t.id: tool_text(t, view) for t in tools}
     hashes = {t.id: vector_hash(t, view, texts[t.id], config.summary_weight) for t in tools}
     stored = store.hashes()
@@ -120,7 +61,7 @@ def index_catalog(store: PgVectorStore, tools: Sequence[Tool], encoder, view: Te
 
     vectors = encode(embed, progress)
     for _attempt in range(2):
-        rows = [PgRow(t.id, t.namespace, vectors.get(t.id), texts[t.id], hashes[t.id], tool_doc(t)) for t in tools]
+        rows = [PgRow(t.id, t.namespace, vectors.get(t.id), texts[t.id], hashes[t.id], t.to_record()) for t in tools]
         try:
             outcome = store.write(rows, replace=True, config=config.to_dict())
             return CatalogReport(len(tools), len(vectors), outcome.version, config.summary_weight)
@@ -147,7 +88,7 @@ def index_catalog_vectors(store: PgVectorStore, tools: Sequence[Tool], vectors, 
         text = tool_text(tool, view)
         rows.append(PgRow(tool.id, tool.namespace, vector, text,
                           (hashes or {}).get(tool.id) or vector_hash(tool, view, text, config.summary_weight),
-                          tool_doc(tool)))
+                          tool.to_record()))
     outcome = store.write(rows, replace=True, config=config.to_dict())
     return CatalogReport(len(tools), 0, outcome.version, config.summary_weight)
 
@@ -157,8 +98,8 @@ def migrate_directory(folder: str | Path, spec: str | PgSpec, *, search: str | N
     the PostgreSQL store `spec`: its tools, text views, content hashes and the vectors as they are (no
     re-embedding), replacing the tenant's catalog. Dense and hybrid (BM25 + dense) pipelines migrate;
     a hybrid one is served with PostgreSQL full-text search in place of BM25 (`search="hybrid"`)."""
-    from ..benchmark import read_jsonl
-    from .local import load_store
+    from .benchmark import read_jsonl
+    from .store.local import load_store
 
     live, config = read_config(folder, kind=PIPELINE_KIND)
     retriever_dir = live / "retriever"
@@ -186,7 +127,7 @@ def migrate_directory(folder: str | Path, spec: str | PgSpec, *, search: str | N
     hashes = read_json(hashes_file) if hashes_file.exists() else None
     view = TextView.from_dict(rconf.get("view"))
     index_config = IndexConfig(rconf["model"], view.to_dict(), search or default_search,
-                               float(rconf.get("summary_weight", 0.0)))
+                               float(rconf.get("summary_weight", 0.0)), config.get("intents"))
     spec = spec if isinstance(spec, PgSpec) else PgSpec.parse(spec)
     store = PgVectorStore.from_spec(spec, int(vectors.shape[1]))
     try:
@@ -199,8 +140,6 @@ def recorded_spec(folder: str | Path | None) -> str | None:
     """The PostgreSQL store spec a pipeline directory was indexed into (None for a local index)."""
     if folder is None:
         return None
-    from ..errors import ToolScoutError
-
     try:
         _live, config = read_config(folder, kind=PIPELINE_KIND)
     except ToolScoutError:  # not (yet) a pipeline directory: the local service says what is wrong

@@ -8,16 +8,29 @@ import sys
 import time
 from typing import Sequence
 
+from ..postgres import index_catalog, migrate_directory
+from ..store.pg_config import set_search_mode
+from ..store.pgvector import PgSpec, PgVectorStore
 from ..tool import Tool
-from .pg_catalog import index_catalog, migrate_directory, set_search_mode
-from .pgvector import PgSpec, PgVectorStore
+from .options import view_from_args
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("migrate", help="apply the PostgreSQL schema migrations; copy a local index directory in",
+                       description="Bring the PostgreSQL store's schema up to date and, given DIR (a local index "
+                                   "directory), make its catalog the tenant's catalog: tools, text views and vectors "
+                                   "as they are, no re-embedding.")
+    p.add_argument("dir", metavar="DIR", nargs="?", default=None, help="local index directory to copy in")
+    p.add_argument("--store", required=True, metavar="DSN", help="postgresql://... (?tenant=T&table=NAME)")
+    p.add_argument("--search", choices=["dense", "hybrid"], default=None,
+                   help="how servers rank this catalog (default: hybrid for a hybrid index, else dense)")
+    p.set_defaults(handler=migrate_command)
 
 
 def index_into_postgres(args: argparse.Namespace, tools: Sequence[Tool]) -> int:
     """Make `tools` the tenant's catalog in the database (re-embedding only changed texts), then write
     `--out` as a pipeline directory that records the store (no password) and holds a snapshot of the
     catalog: `toolscout search/serve DIR` then work on the database."""
-    from ..expand.views import view_from_args
     from ..pipeline import ToolScout
     from ..retrievers.dense import DenseRetriever, encoder_for, trained_view, vector_hash
     from ..tool import TextView, tool_text
@@ -49,16 +62,16 @@ def index_into_postgres(args: argparse.Namespace, tools: Sequence[Tool]) -> int:
 
 
 def open_postgres_service(spec: str):
-    """A PgToolService on `spec` without background search threads (for one-off CLI searches)."""
-    from ..serve.pg_service import PgToolService
+    """The service on `spec` without background search threads (for one-off CLI searches)."""
+    from ..serve.service import ToolService
 
-    return PgToolService.open(spec, batch_workers=0)
+    return ToolService.open(spec, batch_workers=0)
 
 
 def migrate_command(args: argparse.Namespace) -> int:
     spec = PgSpec.parse(args.store)
     if args.dir is None:
-        from .pgvector import PgDatabase
+        from ..store.pgvector import PgDatabase
 
         database = PgDatabase(spec.dsn, spec.table)
         try:

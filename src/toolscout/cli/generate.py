@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .options import add_llm_options, llm_settings, wants_llm
 
-def add_generate_parser(sub: Any) -> argparse.ArgumentParser:
-    from ..expand.cli import add_llm_options
 
+def add_parsers(sub: Any) -> None:
     p = sub.add_parser("generate", help="generate labelled training queries for a catalog with an LLM (ToolBank)",
                        description="Sample --sample-size tools, let the LLM pick 2–5 that fit one task and write the "
                                    "request, polish it, reject invalid picks and near duplicates. Output: a benchmark "
@@ -38,13 +38,12 @@ def add_generate_parser(sub: Any) -> argparse.ArgumentParser:
     g.add_argument("--max-tokens", type=int, default=None, help="cap on reply tokens per call")
     p.add_argument("--report", default=None, metavar="FILE.json", help="also write the run report here")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    return p
+    p.set_defaults(handler=cmd_generate)
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
     from ..expand.catalog import atomic_write_text, is_folder_output, jsonl_text, read_catalog, write_catalog
-    from ..expand.cli import llm_settings, wants_llm
-    from .pipeline import GenerateConfig, generate_queries
+    from ..generate.pipeline import GenerateConfig, generate_queries
 
     if not is_folder_output(args.out):
         raise ValueError(f"--out {args.out}: give a folder; generation writes tools.jsonl and queries.jsonl into it")

@@ -1,11 +1,11 @@
-"""`toolscout expand`, and the LLM connection flags that `toolscout generate` shares.
+"""`toolscout expand`: Tool-REX profiles written by an LLM, and/or known requests appended to tool documents.
 
     toolscout expand CATALOG --out OUT --base-url URL --model NAME [--strong-model NAME] [--judge-model NAME]
     toolscout expand SET_DIR --out OUT --usage N            (no LLM: append train queries to the documents)
     toolscout expand CATALOG --out OUT --llm-config llm.yaml
 
-The API key is read here, once, from the environment variable `--api-key-env` names (default
-TOOLSCOUT_LLM_API_KEY), unless `--api-key` or the config file gives it.
+The API key is read once (`cli/options.py: llm_settings`) from the environment variable `--api-key-env`
+names (default TOOLSCOUT_LLM_API_KEY), unless `--api-key` or the config file gives it.
 """
 
 from __future__ import annotations
@@ -15,73 +15,13 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
-DEFAULT_KEY_ENV = "TOOLSCOUT_LLM_API_KEY"
-
-
-def default_cache_dir() -> Path:
-    return Path.home() / ".cache" / "toolscout" / "llm"
-
-
-# ------------------------------------------------------------------------------------------ LLM flags
-
-def add_llm_options(parser: argparse.ArgumentParser) -> None:
-    g = parser.add_argument_group("LLM connection (any OpenAI-compatible chat-completions server)")
-    g.add_argument("--llm-config", default=None, metavar="FILE",
-                   help="JSON/YAML file with base_url, model, strong_model, judge_model, api_key_env, timeout, "
-                        "max_retries, concurrency, cache_dir, json_mode, temperature; flags override it")
-    g.add_argument("--base-url", default=None, metavar="URL", help="e.g. http://localhost:8000/v1 or https://api.openai.com/v1")
-    g.add_argument("--model", default=None, metavar="NAME", help="the LLM that does the work")
-    g.add_argument("--api-key", default=None, metavar="KEY",
-                   help="API key (prefer --api-key-env: a flag shows in the process list)")
-    g.add_argument("--api-key-env", default=None, metavar="VAR",
-                   help=f"environment variable holding the API key (default {DEFAULT_KEY_ENV})")
-    g.add_argument("--timeout", type=float, default=None, help="seconds per request (default 60)")
-    g.add_argument("--max-retries", type=int, default=None, help="retries on timeouts, 429 and 5xx (default 4)")
-    g.add_argument("--concurrency", type=int, default=None, help="requests in flight (default 4)")
-    g.add_argument("--cache-dir", default=None, metavar="DIR",
-                   help=f"reply cache: reruns cost nothing (default {default_cache_dir()})")
-    g.add_argument("--no-cache", action="store_true", help="do not read or write the reply cache")
-    g.add_argument("--json-mode", choices=("auto", "always", "never"), default=None,
-                   help="send response_format=json_object: auto falls back when the server rejects it (default auto)")
-    g.add_argument("--temperature", type=float, default=None, help="sampling temperature")
-
-
-def wants_llm(args: argparse.Namespace) -> bool:
-    return bool(args.llm_config or args.base_url or args.model)
-
-
-def llm_settings(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> "Any":
-    """LLMSettings from the config file (if any), then the flags, then the key from the environment."""
-    from ..llm import LLMSettings
-
-    environ = os.environ if environ is None else environ
-    settings = LLMSettings.from_file(args.llm_config) if args.llm_config else LLMSettings()
-    for flag, name in (("base_url", "base_url"), ("model", "model"), ("timeout", "timeout"),
-                       ("max_retries", "max_retries"), ("concurrency", "concurrency"), ("cache_dir", "cache_dir"),
-                       ("json_mode", "json_mode"), ("temperature", "temperature"),
-                       ("strong_model", "strong_model"), ("judge_model", "judge_model")):
-        value = getattr(args, flag, None)
-        if value is not None:
-            setattr(settings, name, value)
-    key_env = args.api_key_env or settings.api_key_env or DEFAULT_KEY_ENV
-    if args.api_key:
-        settings.api_key = args.api_key
-    elif environ.get(key_env):
-        settings.api_key = environ[key_env]
-    elif args.api_key_env:
-        print(f"warning: environment variable {key_env} is not set; sending no API key", file=sys.stderr)
-    if args.no_cache:
-        settings.cache_dir = None
-    elif not settings.cache_dir:
-        settings.cache_dir = str(default_cache_dir())
-    return settings
-
+from .options import add_llm_options, llm_settings, wants_llm
 
 # ------------------------------------------------------------------------------------------ expand
 
-def add_expand_parser(sub: Any) -> argparse.ArgumentParser:
+def add_parsers(sub: Any) -> None:
     p = sub.add_parser("expand", help="add LLM-written tool profiles (Tool-REX) and/or known requests to tool documents",
                        description="Write a tool_profile per tool with an LLM (checked by rules and a judge; failures "
                                    "regenerated by --strong-model), and/or append train-split queries (--usage N). "
@@ -105,21 +45,21 @@ def add_expand_parser(sub: Any) -> argparse.ArgumentParser:
                    help="store up to N train-split queries per tool in its row's 'usage' (index with --usage N)")
     p.add_argument("--report", default=None, metavar="FILE.json", help="write the run report as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    return p
+    p.set_defaults(handler=cmd_expand)
 
 
 def journal_path(out: str | os.PathLike, given: str | None = None) -> Path:
     if given:
         return Path(given)
-    from .catalog import is_folder_output
+    from ..expand.catalog import is_folder_output
 
     out = Path(out)
     return out / "expand-journal.jsonl" if is_folder_output(out) else out.with_name(out.stem + ".journal.jsonl")
 
 
 def cmd_expand(args: argparse.Namespace) -> int:
-    from .catalog import is_folder_output, read_catalog, write_catalog
-    from .usage import expand_usage, UsageReport
+    from ..expand.catalog import is_folder_output, read_catalog, write_catalog
+    from ..expand.usage import UsageReport, expand_usage
 
     if not wants_llm(args) and args.usage is None:
         raise ValueError("nothing to do: give an LLM (--base-url and --model, or --llm-config) for profiles, "
@@ -155,7 +95,7 @@ def cmd_expand(args: argparse.Namespace) -> int:
 
 
 def _run_llm_expansion(args: argparse.Namespace, tools: list) -> tuple[list, dict]:
-    from .pipeline import ExpandConfig, expand_tools
+    from ..expand.pipeline import ExpandConfig, expand_tools
 
     settings = llm_settings(args)
     config = ExpandConfig(model=settings.model, strong_model=settings.strong_model,

@@ -1,0 +1,55 @@
+"""Command line: `toolscout index | search | eval | train | expand | generate | demo | serve | migrate`
+(DESIGN §6; scripts depend on these flags). One module per group of commands, each adding its parsers
+(`add_parsers`) with the function that runs them as the parser's `handler`.
+
+Environment variables are read here, in the CLI, once, and passed down as arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from typing import Sequence
+
+from ..errors import ToolScoutError
+
+# modules whose commands `toolscout --help` lists, in this order
+COMMAND_MODULES = ("catalog", "evaluate", "training", "expand", "generate", "serve", "postgres")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="toolscout", description="Pick the right tools for an LLM agent.")
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:  # each module imports only argparse-level code until its command runs
+        importlib.import_module(f"{__name__}.{name}").add_parsers(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.version:
+        from ..version import __version__
+
+        print(__version__)
+        return 0
+    if not args.command:
+        parser.print_help()
+        return 2
+    try:
+        return args.handler(args) or 0
+    except (ToolScoutError, ValueError, KeyError, FileNotFoundError, OSError) as exc:
+        message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+        print(f"toolscout {args.command}: error: {message}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"toolscout {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,139 @@
+"""`toolscout index`, `toolscout search` and `toolscout demo`: build a pipeline directory from catalogs,
+search one, and show both on the bundled sample catalog."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from ..defaults import DEFAULT_RETRIEVER
+from .options import add_rerank_options, add_retriever_options, reranker_from_args, retriever_options
+
+EXAMPLE_TASKS = (
+    "I need to see a doctor next week, can you book me an appointment?",
+    "What's on my schedule for tomorrow?",
+    "Remind me to buy milk at 6pm",
+)
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("index", help="index one or more tool catalogs into a pipeline directory")
+    p.add_argument("catalogs", nargs="+", metavar="CATALOG",
+                   help="catalog files: OpenAI/Anthropic tools, MCP tools/list, OpenAPI, Python module, benchmark JSONL")
+    p.add_argument("--out", required=True, help="pipeline directory to write (replaced atomically)")
+    p.add_argument("--format", default=None, help="catalog format, when detection is not wanted")
+    p.add_argument("--namespace", default=None, help="namespace for the tools of a single catalog")
+    p.add_argument("--lenient", action="store_true", help="skip and report malformed tools instead of failing")
+    add_rerank_options(p)
+    add_retriever_options(p)
+    p.set_defaults(handler=cmd_index)
+
+    p = sub.add_parser("search", help="search a pipeline directory with a task")
+    p.add_argument("dir", metavar="DIR")
+    p.add_argument("query", metavar="TASK", nargs="+", help="the task in plain language (several: one search each)")
+    p.add_argument("-k", type=int, default=5, help="number of tools to return (default %(default)s)")
+    p.add_argument("--namespace", action="append", default=None, help="only tools in this namespace (repeatable)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(handler=cmd_search)
+
+    p = sub.add_parser("demo", help="index the bundled sample catalog and answer example tasks")
+    p.add_argument("--out", default="toolscout-demo-index", help="where to write the demo index")
+    p.add_argument("--retriever", default=DEFAULT_RETRIEVER)
+    p.set_defaults(handler=cmd_demo)
+
+
+def cmd_index(args: argparse.Namespace) -> int:
+    from ..pipeline import ToolScout
+    from ..store.pgvector import is_postgres_spec
+
+    tools = _load_catalogs(args)
+    if is_postgres_spec(args.store):  # the shared PostgreSQL index
+        from .postgres import index_into_postgres
+
+        return index_into_postgres(args, tools)
+    start = time.perf_counter()
+    scout = ToolScout.from_tools(tools, retriever=args.retriever, reranker=reranker_from_args(args),
+                                 **retriever_options(args, args.retriever, args.model))
+    scout.save(args.out)
+    took = time.perf_counter() - start
+    print(f"indexed {len(scout)} tools with {args.retriever} in {took:.1f}s → {args.out}", file=sys.stderr)
+    return 0
+
+
+def _load_catalogs(args: argparse.Namespace) -> list:
+    """Every catalog's tools, reporting what --lenient skipped; an id in two catalogs fails clearly."""
+    from ..ingest import LoadReport, load_tools
+    from ..tool import tools_by_id
+
+    if args.namespace and len(args.catalogs) > 1:
+        raise ValueError("--namespace applies to a single catalog; index catalogs one namespace at a time")
+    tools = []
+    for catalog in args.catalogs:
+        report = LoadReport()
+        loaded = load_tools(catalog, format=args.format, lenient=args.lenient, namespace=args.namespace, report=report)
+        for position, message in report.skipped:
+            print(f"warning: {catalog}: skipped {position}: {message}", file=sys.stderr)
+        print(f"{catalog}: {len(loaded)} tools ({report.format})", file=sys.stderr)
+        tools.extend(loaded)
+    tools_by_id(tools, "two catalogs: give each catalog its own --namespace (index them in separate runs) or "
+                       "rename one")
+    return tools
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    from ..pipeline import ToolScout
+    from ..postgres import recorded_spec
+
+    spec = recorded_spec(args.dir)
+    if spec:  # indexed into PostgreSQL: search the database, not the snapshot
+        from .postgres import open_postgres_service
+
+        with open_postgres_service(spec) as service:
+            query_hits = service.search(list(args.query), k=args.k, namespaces=args.namespace, min_score=None)
+    else:
+        query_hits = ToolScout.load(args.dir).search(list(args.query), k=args.k, namespaces=args.namespace)
+    if args.json:
+        out = [{"query": q, "hits": [h.to_dict() for h in hits]} for q, hits in zip(args.query, query_hits)]
+        print(json.dumps(out[0] if len(out) == 1 else out, indent=2, ensure_ascii=False))
+        return 0
+    for query, hits in zip(args.query, query_hits):
+        print_hits(query, hits)
+    return 0
+
+
+def print_hits(query: str, hits: list) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"[bold]{query}[/bold]", title_justify="left")
+    for col in ("#", "score", "tool", "namespace", "description"):
+        table.add_column(col, overflow="fold")
+    for hit in hits:
+        tool = hit.tool
+        name = f"{tool.name}\n[dim]{tool.method} {tool.path}[/dim]" if tool.method else tool.name
+        desc = tool.description if len(tool.description) <= 100 else tool.description[:97] + "..."
+        table.add_row(str(hit.rank), f"{hit.score:.3f}", name, tool.namespace or "", desc)
+    if not hits:
+        table.add_row("", "", "(no matching tool)", "", "")
+    Console().print(table)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from ..ingest import load_tools
+    from ..pipeline import ToolScout
+
+    catalog = Path(__file__).resolve().parents[1] / "data" / "catalogs" / "apibank_sample"
+    tools = load_tools(catalog)
+    print(f"Indexing {len(tools)} tools from the bundled sample catalog ({catalog.name}) with {args.retriever}...")
+    scout = ToolScout.from_tools(tools, retriever=args.retriever)
+    scout.save(args.out)
+    for task in EXAMPLE_TASKS:
+        print_hits(task, scout.search(task, k=3))
+    print(f"\nSaved the index to {args.out}. Search it again, or serve it over HTTP and MCP:\n"
+          f"  toolscout search {args.out} \"cancel my doctor's appointment\" -k 5\n"
+          f"  toolscout serve {args.out} --port 8080        # HTTP: POST /search, tool CRUD, /metrics\n"
+          f"  toolscout serve {args.out} --mcp              # MCP server (stdio) with a search_tools tool")
+    return 0

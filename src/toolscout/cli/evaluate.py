@@ -1,0 +1,109 @@
+"""`toolscout eval SET_DIR...`: evaluate retrievers (and rerankers) on benchmark folders, compare them with
+a paired bootstrap, write the DESIGN §6 JSON and a chart."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..defaults import DEFAULT_RETRIEVER
+from .options import add_rerank_options, add_retriever_options, model_for, reranker_from_args, retriever_options
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("eval", help="evaluate retrievers on benchmark folders")
+    p.add_argument("sets", nargs="+", metavar="SET_DIR", help="benchmark folders (tools.jsonl + queries.jsonl)")
+    add_retriever_options(p, many=True)
+    add_rerank_options(p)
+    p.add_argument("--also-k", default="", metavar="K,K",
+                   help="also report the metrics at these smaller cut-offs, e.g. 5 (from the same rankings)")
+    p.add_argument("--with-first-stage", action="store_true",
+                   help="with --rerank: also evaluate each first stage alone, and compare the two (paired bootstrap)")
+    p.add_argument("-k", type=int, default=10, help="cut-off for the metrics (default %(default)s)")
+    p.add_argument("--pooled", action="store_true", help="search the union of all sets' tools")
+    p.add_argument("--split", default="test", help="query split to evaluate (default %(default)s)")
+    p.add_argument("--max-queries", type=int, default=None, help="evaluate at most N queries per set")
+    p.add_argument("--per-category", action="store_true", help="also print metrics per tool category")
+    p.add_argument("--json", default=None, metavar="FILE", help="write metrics and latency as JSON")
+    p.add_argument("--plot", default=None, metavar="FILE.png", help="bar chart comparing the systems")
+    p.add_argument("--bootstrap", type=int, default=10000, metavar="N",
+                   help="paired-bootstrap resamples when comparing systems (default %(default)s)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(handler=cmd_eval)
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from ..benchmark import load_benchmark
+    from ..eval import evaluate, format_table, plot_reports
+
+    reranker = reranker_from_args(args)
+    sets = [load_benchmark(s) for s in args.sets]
+    reports = []
+    for name, options in system_options(args).items():
+        stages = [None, reranker] if reranker is not None and args.with_first_stage else [reranker]
+        for second in stages:
+            label = f"{name}+{second.name}@{second.depth}" if second is not None else name
+            reports.append(evaluate(sets, _factory(name, options, second), k=args.k, split=args.split,
+                                    pooled=args.pooled, name=label, progress=not args.quiet,
+                                    max_queries=args.max_queries,
+                                    also_at=[int(c) for c in args.also_k.split(",") if c.strip()]))
+    print(format_table(reports, per_category=args.per_category))
+    comparisons = _compare(reports, args)
+    if args.json:
+        data = reports[0].to_json() if len(reports) == 1 else {
+            "systems": {r.name: r.to_json() for r in reports}, "comparisons": comparisons}
+        Path(args.json).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    if args.plot:
+        plot_reports(reports, args.plot, metric=f"ndcg@{args.k}")
+        print(f"plot written to {args.plot}", file=sys.stderr)
+    return 0
+
+
+def system_options(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """Constructor options of each retriever to evaluate, exactly as `toolscout index` would build it;
+    an encoder several sets (or retrievers) share is loaded once."""
+    names = list(dict.fromkeys(args.retriever or [DEFAULT_RETRIEVER]))
+    models = {name: model_for(args.model, name) for name in names}
+    if args.model and not any(models.values()):
+        from ..models import model_config
+
+        method = model_config(args.model)[1].get("method")
+        raise ValueError(f"--model {args.model} is a {method!r} model; evaluate it with --retriever {method}")
+    encoders: dict[str | None, Any] = {}
+    systems = {}
+    for name in names:
+        options = retriever_options(args, name, models[name])
+        from ..retrievers.base import retriever_class
+
+        if retriever_class(name).accepts.encoder:
+            from ..retrievers.dense import encoder_for
+
+            model = options.pop("model", None)
+            if model not in encoders:
+                encoders[model] = encoder_for(model)  # a name, a folder, or a `toolscout train embed` directory
+            options["encoder"] = encoders[model]
+        systems[name] = options
+    return systems
+
+
+def _factory(name: str, options: dict[str, Any], reranker: Any):
+    def build(tools):
+        from ..pipeline import ToolScout
+
+        return ToolScout.from_tools(tools, retriever=name, reranker=reranker, **options)
+
+    return build
+
+
+def _compare(reports: list, args: argparse.Namespace) -> list[dict[str, Any]]:
+    from ..eval import paired_bootstrap
+
+    comparisons = []
+    for other in reports[1:]:
+        result = paired_bootstrap(reports[0], other, metric=f"ndcg@{args.k}", n_resamples=args.bootstrap)
+        comparisons.append({"a": reports[0].name, "b": other.name, **result.to_dict()})
+        print(f"{other.name} vs {reports[0].name}: {result}")
+    return comparisons

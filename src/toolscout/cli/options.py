@@ -1,0 +1,200 @@
+"""Flags several commands share, and what they mean for the objects they build: retriever and
+reranker options (from each class's declared settings: `Retriever.accepts`, `Reranker.settings`), the
+text-view flags, `-o KEY=VALUE` options, and the LLM connection flags of `expand` and `generate`.
+
+Environment variables are read here (the LLM API key), once, and passed down as values.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from ..defaults import DEFAULT_RETRIEVER
+from ..tool import PROFILE_FIELDS, TextView
+
+# ------------------------------------------------------------------------------------ retrievers
+
+def add_retriever_options(p: argparse.ArgumentParser, *, many: bool = False) -> None:
+    if many:
+        p.add_argument("--retriever", action="append", default=None,
+                       help=f"retriever to evaluate; repeat to compare several (default: {DEFAULT_RETRIEVER}, "
+                            "what `toolscout index` builds)")
+    else:
+        p.add_argument("--retriever", default=DEFAULT_RETRIEVER,
+                       help="first-stage retriever name (bm25, dense, hybrid, ...); default %(default)s")
+    p.add_argument("--model", default=None,
+                   help="encoder name or path for encoder-based retrievers, or a `toolscout train` model directory")
+    p.add_argument("--store", default="numpy",
+                   help="vector store for dense retrievers: numpy (exact) or faiss:FACTORY, e.g. faiss:HNSW32, "
+                        "or a PostgreSQL DSN postgresql://... (pgvector; docs/postgres.md)")
+    add_view_options(p)
+
+
+def model_for(model: str | None, name: str) -> str | None:
+    """--model for retriever `name` among several compared ones: a trained model directory goes only to
+    the retriever its method trains; a plain encoder name or folder to every retriever that takes a model."""
+    from ..models import model_config
+    from ..retrievers.base import retriever_class
+
+    accepts = retriever_class(name).accepts
+    if model is None or not accepts.model:
+        return None
+    trained = model_config(model)
+    return model if trained is None or trained[1].get("method") == accepts.trained_by else None
+
+
+def retriever_options(args: argparse.Namespace, name: str, model: str | None) -> dict[str, Any]:
+    """Constructor options the flags mean for retriever `name` (`model`: the --model it gets, or None)."""
+    from ..retrievers.base import retriever_class
+
+    accepts = retriever_class(name).accepts
+    options: dict[str, Any] = {}
+    view = view_from_args(args)
+    if view is not None:
+        if not accepts.view:
+            raise ValueError(f"--profile-fields / --usage: the {name} retriever does not index a text view")
+        options["view"] = view
+    if accepts.store:
+        options["store"] = args.store
+    if accepts.model and model is not None:
+        options["model"] = model
+    return options
+
+
+# ------------------------------------------------------------------------------------ rerankers
+
+def add_rerank_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--rerank", default=None, metavar="DIR",
+                   help="second stage: a `toolscout train cross|refiner` directory, or llm:CONFIG.yaml for the LLM "
+                        "reranker (an OpenAI-compatible endpoint, settings as for `expand --llm-config`)")
+    p.add_argument("--rerank-depth", type=int, default=None, metavar="N",
+                   help="first-stage candidates handed to the reranker (default: the reranker's own, 20 unless trained otherwise)")
+    p.add_argument("--rerank-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="reranker setting, VALUE parsed as JSON when it can be (repeatable), e.g. "
+                        "first_stage_weight=0 for a cross-encoder's own order")
+
+
+def reranker_from_args(args: argparse.Namespace):
+    """The reranker --rerank names (None without it); --rerank-depth overrides its depth."""
+    if args.rerank_depth is not None and args.rerank_depth < 1:
+        raise ValueError(f"--rerank-depth must be at least 1, got {args.rerank_depth}")
+    if not args.rerank:
+        if args.rerank_depth is not None or args.rerank_option:
+            raise ValueError("--rerank-depth and --rerank-option need --rerank")
+        return None
+    options = parse_options(args.rerank_option, flag="--rerank-option")
+    if args.rerank_depth is not None:
+        options["depth"] = args.rerank_depth
+    if args.rerank.startswith("llm:"):
+        from ..rerank.llm import LLMReranker
+
+        return LLMReranker.from_settings_file(args.rerank[4:], **options)
+    from ..rerank.base import load_reranker
+
+    return load_reranker(args.rerank, **options)
+
+
+def parse_options(pairs: Sequence[str], flag: str = "--option") -> dict[str, Any]:
+    """KEY=VALUE flags as a dict; VALUE parsed as JSON when it can be, else kept as text."""
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"{flag} {pair!r}: expected KEY=VALUE")
+        try:
+            options[key.replace("-", "_")] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key.replace("-", "_")] = value
+    return options
+
+
+# ------------------------------------------------------------------------------------ text views
+
+def add_view_options(parser: argparse.ArgumentParser) -> None:
+    """The two text-view flags for `toolscout eval` / `toolscout index`."""
+    parser.add_argument("--profile-fields", default=None, metavar="FIELDS",
+                        help="profile fields in the indexed text: comma list of "
+                             f"{', '.join(PROFILE_FIELDS)}, or default / all / none "
+                             "(default: function,tags,when_to_use,limitations)")
+    parser.add_argument("--usage", type=int, default=None, metavar="N",
+                        help="append up to N known requests per tool (tools.jsonl 'usage'; see toolscout expand --usage)")
+
+
+def view_from_args(args: argparse.Namespace) -> TextView | None:
+    """The TextView the flags ask for, or None when neither flag was given (retriever default)."""
+    from ..expand.views import make_view, parse_profile_fields
+
+    fields = getattr(args, "profile_fields", None)
+    usage = getattr(args, "usage", None)
+    if fields is None and usage is None:
+        return None
+    return make_view(parse_profile_fields(fields) if fields is not None else None, usage)
+
+
+# ------------------------------------------------------------------------------------ LLM connection
+
+DEFAULT_KEY_ENV = "TOOLSCOUT_LLM_API_KEY"
+
+
+def default_cache_dir() -> Path:
+    return Path.home() / ".cache" / "toolscout" / "llm"
+
+
+# ------------------------------------------------------------------------------------------ LLM flags
+
+def add_llm_options(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("LLM connection (any OpenAI-compatible chat-completions server)")
+    g.add_argument("--llm-config", default=None, metavar="FILE",
+                   help="JSON/YAML file with base_url, model, strong_model, judge_model, api_key_env, timeout, "
+                        "max_retries, concurrency, cache_dir, json_mode, temperature; flags override it")
+    g.add_argument("--base-url", default=None, metavar="URL", help="e.g. http://localhost:8000/v1 or https://api.openai.com/v1")
+    g.add_argument("--model", default=None, metavar="NAME", help="the LLM that does the work")
+    g.add_argument("--api-key", default=None, metavar="KEY",
+                   help="API key (prefer --api-key-env: a flag shows in the process list)")
+    g.add_argument("--api-key-env", default=None, metavar="VAR",
+                   help=f"environment variable holding the API key (default {DEFAULT_KEY_ENV})")
+    g.add_argument("--timeout", type=float, default=None, help="seconds per request (default 60)")
+    g.add_argument("--max-retries", type=int, default=None, help="retries on timeouts, 429 and 5xx (default 4)")
+    g.add_argument("--concurrency", type=int, default=None, help="requests in flight (default 4)")
+    g.add_argument("--cache-dir", default=None, metavar="DIR",
+                   help=f"reply cache: reruns cost nothing (default {default_cache_dir()})")
+    g.add_argument("--no-cache", action="store_true", help="do not read or write the reply cache")
+    g.add_argument("--json-mode", choices=("auto", "always", "never"), default=None,
+                   help="send response_format=json_object: auto falls back when the server rejects it (default auto)")
+    g.add_argument("--temperature", type=float, default=None, help="sampling temperature")
+
+
+def wants_llm(args: argparse.Namespace) -> bool:
+    return bool(args.llm_config or args.base_url or args.model)
+
+
+def llm_settings(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> "Any":
+    """LLMSettings from the config file (if any), then the flags, then the key from the environment."""
+    from ..llm import LLMSettings
+
+    environ = os.environ if environ is None else environ
+    settings = LLMSettings.from_file(args.llm_config) if args.llm_config else LLMSettings()
+    for flag, name in (("base_url", "base_url"), ("model", "model"), ("timeout", "timeout"),
+                       ("max_retries", "max_retries"), ("concurrency", "concurrency"), ("cache_dir", "cache_dir"),
+                       ("json_mode", "json_mode"), ("temperature", "temperature"),
+                       ("strong_model", "strong_model"), ("judge_model", "judge_model")):
+        value = getattr(args, flag, None)
+        if value is not None:
+            setattr(settings, name, value)
+    key_env = args.api_key_env or settings.api_key_env or DEFAULT_KEY_ENV
+    if args.api_key:
+        settings.api_key = args.api_key
+    elif environ.get(key_env):
+        settings.api_key = environ[key_env]
+    elif args.api_key_env:
+        print(f"warning: environment variable {key_env} is not set; sending no API key", file=sys.stderr)
+    if args.no_cache:
+        settings.cache_dir = None
+    elif not settings.cache_dir:
+        settings.cache_dir = str(default_cache_dir())
+    return settings

@@ -1,0 +1,181 @@
+"""`toolscout serve DIR`: the HTTP API (with MCP at /mcp), or an MCP server over stdio / HTTP.
+
+`python -m toolscout.serve` runs the same command on its own (`main`). Environment variables are read
+here, once: TOOLSCOUT_TOKEN is the default for --token.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Sequence
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+DESCRIPTION = ("Serve DIR (written by `toolscout index`). Default: the HTTP API on --host:--port with the MCP "
+               "endpoint at /mcp. --mcp: an MCP server only, over stdio (what MCP hosts launch) or streamable "
+               "HTTP (--mcp http).")
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("serve", help="serve a pipeline directory: HTTP API + MCP, or MCP over stdio",
+                       description=DESCRIPTION)
+    add_serve_arguments(p)
+    p.set_defaults(handler=cmd_serve)
+
+
+def add_serve_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dir", metavar="DIR", nargs="?", default=None,
+                   help="pipeline directory; writes are journalled beside its snapshot (optional with --store)")
+    p.add_argument("--store", default=None, metavar="DSN",
+                   help="serve the shared PostgreSQL index at DSN (postgresql://...; ?tenant=T: the default tenant): "
+                        "any number of servers on one DSN serve one catalog (docs/postgres.md). A DIR indexed with "
+                        "--store postgresql://... is served from its database without this flag")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default %(default)s)")
+    p.add_argument("--port", type=int, default=8080, help="port to listen on (default %(default)s)")
+    p.add_argument("--mcp", nargs="?", const="stdio", choices=["stdio", "http"], default=None,
+                   help="serve MCP only: over stdio (the default with --mcp) or streamable HTTP at /mcp")
+    p.add_argument("--token", default=None,
+                   help="bearer token that may read and write (default: $TOOLSCOUT_TOKEN); writes need it")
+    p.add_argument("--tokens", default=None, metavar="FILE",
+                   help='per-token permissions, JSON {"tokens": [{"token", "name", "namespaces", "write"}]}')
+    p.add_argument("--require-read-token", action="store_true", help="searches and reads need a token too")
+    p.add_argument("--min-score", type=float, default=None,
+                   help="abstention threshold: return no tool when the best scores below it "
+                        "(calibrate with `python -m toolscout.serve.abstain`)")
+    p.add_argument("--always-include", action="append", default=[], metavar="ID",
+                   help="a tool id returned with every search (repeatable)")
+    p.add_argument("--namespace", action="append", default=None,
+                   help="MCP over stdio: only tools of this namespace (repeatable)")
+    p.add_argument("--max-body", type=int, default=1 << 20, metavar="BYTES",
+                   help="largest request body accepted (default %(default)s)")
+    p.add_argument("--compact-every", type=int, default=10_000, metavar="N",
+                   help="write a full snapshot after N journalled writes (default %(default)s)")
+    p.add_argument("--no-fsync", action="store_true",
+                   help="do not fsync the journal (tests and benchmarks only: a power cut may lose acknowledged writes)")
+    p.add_argument("--batch-workers", type=int, default=2, metavar="N",
+                   help="threads that run batched searches (default %(default)s; 0: no batching)")
+    p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    # Concurrent requests already keep the cores busy: a multi-threaded BLAS per vector scan only adds
+    # spinning threads (measured: 2x the CPU per search on 2 cores). Set before numpy loads; overridable.
+    for var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
+    _check_dependencies(args)
+    from ..serve.auth import AuthConfig
+    from ..serve.service import Principal
+
+    token = args.token if args.token is not None else os.environ.get("TOOLSCOUT_TOKEN") or None
+    auth = AuthConfig.build(token, args.tokens, args.require_read_token)
+    service = _open_service(args, auth)
+    where = service.describe()
+    try:
+        if args.mcp == "stdio":
+            from ..serve.mcp import build_mcp_server
+
+            principal = Principal("stdio", None if args.namespace is None else frozenset(args.namespace), False)
+            print(f"toolscout: MCP over stdio, {len(service)} tools from {where}", file=sys.stderr)
+            build_mcp_server(service, stdio_principal=principal).run("stdio")
+            return 0
+        if args.namespace:
+            raise ValueError("--namespace applies to MCP over stdio; over HTTP, restrict namespaces per token (--tokens)")
+        if args.host not in LOOPBACK and not auth.enabled:
+            print(f"toolscout: warning: listening on {args.host} with no token: anyone who can reach it may change "
+                  "the catalog (give --token or --tokens)", file=sys.stderr)
+        app = _app(service, auth, args)
+        import uvicorn
+
+        source, where = where, f"http://{args.host}:{args.port}"
+        what = "MCP at /mcp" if args.mcp == "http" else "API docs at /docs, MCP at /mcp"
+        print(f"toolscout: serving {len(service)} tools from {source} at {where} ({what})", file=sys.stderr)
+        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False,
+                    timeout_graceful_shutdown=10)
+        return 0
+    finally:
+        service.close()
+
+
+def _open_service(args: argparse.Namespace, auth):
+    """The service for --store postgresql://..., for a directory indexed into PostgreSQL (it recorded its
+    store), or for the local directory DIR."""
+    from ..postgres import recorded_spec
+    from ..serve.service import ToolService
+    from ..store.pgvector import is_postgres_spec
+
+    if args.store is not None and not is_postgres_spec(args.store):
+        raise ValueError(f"--store takes a PostgreSQL DSN (postgresql://...), not {args.store!r}; a local index "
+                         "is served from its directory")
+    target = args.store or recorded_spec(args.dir) or args.dir
+    if target is None:
+        raise ValueError("give the pipeline directory to serve (DIR) or --store postgresql://...")
+    if is_postgres_spec(target):
+        if auth.tenants and not auth.require_read_token:
+            print("toolscout: warning: tokens are bound to tenants but reads are open: requests without a token "
+                  "read the default tenant (add --require-read-token)", file=sys.stderr)
+    elif auth.tenants:
+        raise ValueError("tokens bound to tenants need the PostgreSQL store (--store postgresql://...); a local "
+                         "index holds one catalog")
+    return ToolService.open(target, fsync=not args.no_fsync, compact_every=args.compact_every,
+                            min_score=args.min_score, always_include=args.always_include,
+                            batch_workers=args.batch_workers)
+
+
+def _check_dependencies(args: argparse.Namespace) -> None:
+    from ..errors import MissingDependency
+
+    needed = ["mcp"] if args.mcp == "stdio" else ["fastapi", "uvicorn", "mcp"]
+    for module in needed:
+        try:
+            __import__(module)
+        except ImportError:
+            raise MissingDependency(module, "toolscout serve", extra="serve") from None
+    try:
+        from mcp.server import MCPServer  # noqa: F401  (the v2 SDK)
+    except ImportError:
+        raise MissingDependency("mcp>=2.0", "toolscout serve (the MCP server)", extra="serve") from None
+
+
+def _app(service, auth, args):
+    if args.mcp != "http":
+        from ..serve.http import create_app
+
+        return create_app(service, auth, max_body_bytes=args.max_body, host=args.host)
+    import contextlib
+
+    from starlette.applications import Starlette
+    from starlette.routing import Route
+
+    from ..serve.mcp import build_mcp_server, mcp_http_app
+    from ..serve.metrics import Metrics
+    from ..serve.middleware import BearerGate, BodyLimit, InternalErrors, Observe
+
+    metrics = Metrics()
+    inner = mcp_http_app(build_mcp_server(service, auth=auth, metrics=metrics), host=args.host,
+                         max_body_bytes=args.max_body)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app):
+        async with inner.router.lifespan_context(inner):
+            yield
+
+    app = Starlette(routes=[Route("/mcp", endpoint=BearerGate(inner.router.routes[0].endpoint, auth),
+                                  methods=["GET", "POST", "DELETE"])], lifespan=lifespan)
+    return Observe(InternalErrors(BodyLimit(app, args.max_body)), metrics)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    parser = argparse.ArgumentParser(prog="python -m toolscout.serve", description=DESCRIPTION)
+    add_serve_arguments(parser)
+    args = parser.parse_args(argv)
+    from ..errors import ToolScoutError
+
+    try:
+        return cmd_serve(args) or 0
+    except (ToolScoutError, ValueError, OSError) as exc:
+        print(f"toolscout serve: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,54 @@
+"""`toolscout train METHOD --data SET_DIR... --out DIR`: the CPU trainers (`toolscout.train`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .options import parse_options
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("train", help="train a retriever or reranker on benchmark folders' train splits")
+    p.add_argument("method", metavar="METHOD", help="what to train: tool2vec, mlc, toolclip, embed, ...")
+    p.add_argument("--data", nargs="+", required=True, metavar="SET_DIR", help="benchmark folders to train on")
+    p.add_argument("--out", required=True, help="model directory to write")
+    p.add_argument("--model", default=None,
+                   help="base encoder name or path (default all-MiniLM-L6-v2), or a model directory that an "
+                        "earlier `train` of the same method (toolclip, embed, cross) wrote, to continue training it")
+    p.add_argument("--epochs", type=int, default=None)
+    p.add_argument("--batch-size", type=int, default=None)
+    p.add_argument("--lr", type=float, default=None)
+    p.add_argument("--max-steps", type=int, default=None, help="stop after N optimiser steps")
+    p.add_argument("--eval-every", type=int, default=None, help="validate every N steps (default: each epoch)")
+    p.add_argument("--patience", type=int, default=None, help="validations without improvement before stopping")
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    p.add_argument("--validation-fraction", type=float, default=0.1,
+                   help="share of train queries held out for validation (default %(default)s)")
+    p.add_argument("--no-resume", action="store_true", help="ignore a checkpoint left by an interrupted run")
+    p.add_argument("--option", "-o", action="append", default=[], metavar="KEY=VALUE",
+                   help="method-specific option, VALUE parsed as JSON when it can be (repeatable)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(handler=cmd_train)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from ..train import TrainConfig, load_training_data, trainer_for
+
+    fit = trainer_for(args.method)
+    data = load_training_data(args.data, validation_fraction=args.validation_fraction)
+    print(f"training {args.method} on {', '.join(data.sets)}: {len(data.train)} train and "
+          f"{len(data.validation)} validation queries, {len(data.tools)} tools", file=sys.stderr)
+    overrides = {key: getattr(args, key) for key in ("epochs", "batch_size", "lr", "max_steps", "eval_every",
+                                                     "patience", "seed", "device")
+                 if getattr(args, key) is not None}
+    config = TrainConfig(progress=not args.quiet, **overrides)
+    options = parse_options(args.option)
+    if args.no_resume:
+        options["resume"] = False
+    summary = fit(data, args.out, model=args.model, config=config, **options)
+    best = "n/a" if summary.best_validation is None else f"{summary.best_validation:.2f}"
+    print(f"trained {args.method} in {summary.time_s:.1f}s ({summary.examples} examples, "
+          f"{summary.examples_per_s:.1f}/s); best validation nDCG@10 {best} → {args.out}", file=sys.stderr)
+    return 0

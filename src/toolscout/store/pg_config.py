@@ -1,0 +1,71 @@
+"""How a PostgreSQL index table is configured: the encoder, text view, search mode and summary weight
+every process serving it must agree on (kept in the table's row of `toolscout_indexes`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..tool import TextView
+from .pgvector import PgStoreError, PgVectorStore
+
+SEARCH_MODES = ("dense", "hybrid")
+
+
+@dataclass(frozen=True)
+class IndexConfig:
+    """What every process serving an index table must agree on. `model`: the encoder name or path
+    (resolved by `encoder_for`); `view`: the text view (TextView.to_dict); `search`: dense or hybrid;
+    `summary_weight`: how much of the name + description summary is in each vector (DenseRetriever;
+    0 for tables written before it existed); `intents`: how servers split and merge multi-request tasks
+    (`IntentMerge` settings; None: they do not; tables written before it existed: None)."""
+
+    model: str
+    view: dict
+    search: str = "dense"
+    summary_weight: float = 0.0
+    intents: dict | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": self.model, "view": self.view, "search": self.search, "summary_weight": self.summary_weight,
+                "intents": self.intents}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "IndexConfig":
+        if not data.get("model"):
+            raise PgStoreError("this index table has no catalog configuration yet: index a catalog into it "
+                               "(toolscout index CATALOG --out DIR --store postgresql://...) or migrate a local "
+                               "index directory (toolscout migrate DIR --store postgresql://...)")
+        return cls(data["model"], dict(data.get("view") or {}), data.get("search", "dense"),
+                   float(data.get("summary_weight", 0.0)), data.get("intents"))
+
+
+def check_compatible(store: PgVectorStore, config: IndexConfig, stored: dict[str, Any] | None = None) -> None:
+    """Refuse to mix encoders, text views or summary weights in one index table (their vectors are not
+    comparable). `stored`: the table's configuration when the caller has just read it."""
+    if config.search not in SEARCH_MODES:
+        raise ValueError(f"unknown search mode {config.search!r}; use one of {', '.join(SEARCH_MODES)}")
+    stored = store.database.config() if stored is None else stored
+    if not stored.get("model"):
+        return
+    if (stored["model"] != config.model or TextView.from_dict(stored.get("view")) != TextView.from_dict(config.view)
+            or float(stored.get("summary_weight", 0.0)) != config.summary_weight):
+        raise PgStoreError(f"index table {store.table!r} holds vectors of model {stored['model']!r} (view "
+                           f"{stored.get('view')}, summary weight {stored.get('summary_weight', 0.0)}); this "
+                           f"catalog uses {config.model!r} (view {config.view}, summary weight "
+                           f"{config.summary_weight}). Use another table for it: add ?table=NAME to the store spec")
+    if stored.get("search", "dense") != config.search:
+        raise PgStoreError(f"index table {store.table!r} is served with {stored.get('search', 'dense')} search, "
+                           f"this index asks for {config.search}: index with --retriever "
+                           f"{'hybrid' if stored.get('search') == 'hybrid' else 'dense'}, use another table "
+                           f"(?table=NAME), or switch the table: toolscout migrate --store DSN --search {config.search}")
+
+
+def set_search_mode(database, search: str) -> None:
+    """Switch how every server of an index table ranks (dense or hybrid); takes effect on restart."""
+    if search not in SEARCH_MODES:
+        raise ValueError(f"unknown search mode {search!r}; use one of {', '.join(SEARCH_MODES)}")
+    config = database.config()
+    if not config.get("model"):
+        IndexConfig.from_dict(config)  # raises: nothing indexed yet
+    database.set_config({**config, "search": search})
