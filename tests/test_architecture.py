@@ -1,0 +1,151 @@
+"""The structure the README's layout section promises, checked from the source itself:
+
+- layers only look down: no module imports (at its top or inside a function) from a layer above its own;
+- functions are short enough to read at once: none over 80 lines without a stated reason.
+"""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+# The layer order, lowest first (README "Layout"). A package name covers its submodules unless a more
+# specific entry says otherwise; a package's own __init__ is listed by its name with "/__init__".
+LAYERS = [
+    ("foundation", ["toolscout.errors", "toolscout.registry", "toolscout.defaults", "toolscout.version",
+                    "toolscout.artifacts", "toolscout.results", "toolscout.rows", "toolscout.tool",
+                    "toolscout.conversation", "toolscout.benchmark", "toolscout.models", "toolscout.llm"]),
+    ("storage, encoders, parsing, measurement", ["toolscout.store", "toolscout.encoders", "toolscout.ingest",
+                                                 "toolscout.eval"]),
+    ("retrievers", ["toolscout.retrievers"]),
+    ("rerankers", ["toolscout.rerank"]),
+    ("pipeline", ["toolscout.pipeline", "toolscout.hits", "toolscout.postgres", "toolscout.adapters"]),
+    ("training and data", ["toolscout.train", "toolscout.expand", "toolscout.generate", "toolscout.data"]),
+    ("service", ["toolscout.serve"]),
+    ("interfaces", ["toolscout.cli", "toolscout.serve.http", "toolscout.serve.mcp", "toolscout.serve.middleware",
+                    "toolscout.serve.schemas", "toolscout.serve.__main__", "toolscout.serve/__init__",
+                    "toolscout/__init__"]),
+]
+LAYER_OF = {name: rank for rank, (_label, names) in enumerate(LAYERS) for name in names}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC).with_suffix("").parts)
+    return ".".join(parts[:-1]) + "/__init__" if parts[-1] == "__init__" else ".".join(parts)
+
+
+def layer(module: str) -> int:
+    """The layer of a module ("a.b.c") or package init ("a.b/__init__"): the most specific entry."""
+    if module in LAYER_OF:
+        return LAYER_OF[module]
+    name = module.removesuffix("/__init__")
+    while name:
+        if name in LAYER_OF:
+            return LAYER_OF[name]
+        name = name.rpartition(".")[0]
+    raise AssertionError(f"{module} is in no layer: add it to LAYERS here and to the README's layout")
+
+
+def imports(path: Path) -> list[tuple[int, str]]:
+    """(line, imported toolscout module or package init) for every import in the file, nested ones too."""
+    module = module_name(path)
+    package = module.removesuffix("/__init__") if module.endswith("/__init__") else module.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+            target = ".".join(base + ([node.module] if node.module else []))
+            if node.module:
+                found.append((node.lineno, target))
+            else:  # `from . import x`: x is a module of the package
+                found += [(node.lineno, f"{target}.{alias.name}") for alias in node.names]
+    return [(line, _resolve(name)) for line, name in found if name.split(".")[0] == "toolscout"]
+
+
+def _resolve(name: str) -> str:
+    """An import target as a module file's name: a package resolves to its __init__."""
+    path = SRC.joinpath(*name.split("."))
+    return f"{name}/__init__" if path.is_dir() else name
+
+
+SOURCES = sorted((SRC / "toolscout").rglob("*.py"))
+
+
+def test_every_module_has_a_layer():
+    assert [module_name(p) for p in SOURCES if not _has_layer(module_name(p))] == []
+
+
+def _has_layer(module: str) -> bool:
+    try:
+        layer(module)
+    except AssertionError:
+        return False
+    return True
+
+
+def test_no_module_imports_from_a_layer_above_its_own():
+    upward = []
+    for path in SOURCES:
+        module = module_name(path)
+        for line, target in imports(path):
+            if layer(target) > layer(module):
+                upward.append(f"{path.relative_to(SRC)}:{line} ({LAYERS[layer(module)][0]}) imports {target} "
+                              f"({LAYERS[layer(target)][0]})")
+    assert upward == []
+
+
+def test_the_layer_check_sees_nested_and_relative_imports(tmp_path, monkeypatch):
+    """The check itself must catch an upward import written inside a function, relative or absolute."""
+    fake = tmp_path / "toolscout" / "store"
+    fake.mkdir(parents=True)
+    (fake / "bad.py").write_text("def f():\n    from ..serve.service import ToolService\n"
+                                 "def g():\n    import toolscout.cli\n")
+    monkeypatch.setattr(__import__(__name__), "SRC", tmp_path)
+    found = imports(fake / "bad.py")
+    assert [(line, name) for line, name in found] == [(2, "toolscout.serve.service"), (4, "toolscout.cli")]
+    assert all(layer(name) > layer("toolscout.store.bad") for _line, name in found)
+
+
+MAX_LINES = 80
+REASON = "# long:"  # on the line above a function (or its first decorator): why it is allowed to be long
+
+
+def long_functions(path: Path) -> list[str]:
+    lines = path.read_text(encoding="utf-8").splitlines()
+    out = []
+    for node in ast.walk(ast.parse("\n".join(lines))):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            start = min([node.lineno] + [d.lineno for d in node.decorator_list])
+            length = node.end_lineno - node.lineno + 1
+            stated = start >= 2 and lines[start - 2].strip().startswith(REASON)
+            if length > MAX_LINES and not stated:
+                out.append(f"{path.relative_to(SRC)}:{node.lineno} {node.name} ({length} lines)")
+    return out
+
+
+def test_no_function_is_over_80_lines_without_a_stated_reason():
+    assert [entry for path in SOURCES for entry in long_functions(path)] == []
+
+
+@pytest.mark.parametrize("reason", [True, False])
+def test_the_length_check_counts_lines_and_honours_a_reason(tmp_path, reason):
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_LINES))
+    source = (f"{REASON} a generated table\n" if reason else "") + f"def big():\n{body}\n"
+    path = tmp_path / "toolscout" / "m.py"
+    path.parent.mkdir()
+    path.write_text(source)
+    found = [line.split(" ", 1)[1] for line in _long_in(tmp_path, path)]
+    assert found == ([] if reason else [f"big ({MAX_LINES + 1} lines)"])
+
+
+def _long_in(root: Path, path: Path) -> list[str]:
+    global SRC
+    saved, SRC = SRC, root
+    try:
+        return long_functions(path)
+    finally:
+        SRC = saved
