@@ -293,6 +293,6 @@ def test_cli_rerank_options_reach_the_reranker(trained, tmp_path, capsys):
     capsys.readouterr()
     assert main(["eval", str(SAMPLE), "--rerank", str(trained["out"]), "--rerank-option", "temperature=2",
                  "--quiet"]) == 1
-    assert "--rerank-option temperature: not a setting of the reranker" in capsys.readouterr().err
+    assert "temperature is not a setting of the cross reranker (its settings: depth" in capsys.readouterr().err
     assert main(["eval", str(SAMPLE), "--rerank-option", "first_stage_weight=0", "--quiet"]) == 1
     assert "need --rerank" in capsys.readouterr().err
