@@ -46,7 +46,7 @@ from typing import Sequence
 import numpy as np
 
 from ..artifacts import write_artifact, write_json
-from ..encoders import Encoder, quiet_transformers
+from ..encoders import Encoder, quiet_transformers, st_dimension
 from ..models import model_base
 from ..results import Results
 from ..retrievers.mlc import ENCODER_FOLDER, HEAD_FILE
@@ -72,7 +72,7 @@ def _network_class():
         def __init__(self, st_model, n_tools: int, head_scale: float):
             super().__init__()
             self.encoder = st_model
-            dim = _dimension(st_model)
+            dim = st_dimension(st_model)
             self.head_scale = float(head_scale)
             self.head_weight = torch.nn.Parameter(torch.zeros(n_tools, dim))
             self.head_bias = torch.nn.Parameter(torch.zeros(n_tools))
@@ -117,11 +117,6 @@ def _network_class():
             return np.concatenate(out).astype(np.float32) if out else np.zeros((0, self.head_weight.shape[1]), np.float32)
 
     return MLCNetwork
-
-
-def _dimension(st_model) -> int:
-    getter = getattr(st_model, "get_embedding_dimension", None) or st_model.get_sentence_embedding_dimension
-    return int(getter())
 
 
 def fit_mlc(data: TrainingData, out: str | Path, *, model: str | None = None, config: TrainConfig | None = None,
