@@ -5,7 +5,7 @@ Everything else is the dense machinery: vectors in a store (numpy or FAISS), fil
 tool tower like any other: adding them needs no retraining, and a catalog of unseen tools works (zero-shot).
 
 `model`: a directory written by `toolscout train toolclip`, or a base encoder name/path (an untrained
-ToolCLIP whose towers both start from that encoder; see `toolscout.train.toolclip_model`).
+ToolCLIP whose towers both start from that encoder; see `toolclip_model`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ class ToolCLIPRetriever(DenseRetriever):
 
     def __init__(self, model: str | Path | None = None, store: str = "numpy", batch_size: int = 32,
                  encoder=None, show_progress: bool = False, device: str | None = None):
-        from ..train.toolclip_model import ToolCLIPEncoder, hash_view
+        from .toolclip_model import ToolCLIPEncoder, hash_view
 
         encoder = encoder or ToolCLIPEncoder.load(model, device=device)
         # the view only feeds content hashes: it covers every text the tool tower reads
@@ -47,7 +47,7 @@ class ToolCLIPRetriever(DenseRetriever):
 
     @classmethod
     def load(cls, folder: Path, device: str | None = None) -> "ToolCLIPRetriever":
-        from ..train.toolclip_model import ToolCLIPEncoder, hash_view
+        from .toolclip_model import ToolCLIPEncoder, hash_view
 
         config = read_json(folder / "config.json")
         encoder = ToolCLIPEncoder.load(config["model"], device=device)

@@ -21,6 +21,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..artifacts import write_json
+from ..encoders import default_device
 from ..eval.metrics import ndcg_at_k
 from ..results import Results
 
@@ -82,11 +83,8 @@ def set_seed(seed: int) -> None:
 
 
 def pick_device(device: str | None) -> str:
-    import torch
-
-    if device:
-        return device
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    """`device`, or the default one (a GPU when torch sees one)."""
+    return device or default_device()
 
 
 def validation_ndcg(search: Callable[[list[str], int], Results], queries: Sequence, k: int = 10,
