@@ -89,38 +89,6 @@ def pooling_spec(st_model) -> dict[str, Any]:
     }
 
 
-def _embedding_module(transformer, input_names: list[str], modes: list[str]):
-    """A torch module: token ids -> transformer -> pooling -> L2 normalise (what gets exported)."""
-    import torch
-
-    class EmbeddingGraph(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.transformer = transformer
-
-        def forward(self, *tensors):
-            features = dict(zip(input_names, tensors))
-            mask = features["attention_mask"]
-            hidden = self.transformer(**features).last_hidden_state
-            weights = mask.unsqueeze(-1).to(hidden.dtype)
-            pooled = []
-            for mode in modes:
-                if mode == "cls":
-                    first = mask.to(torch.int32).argmax(dim=1)  # first real token (left padding too)
-                    index = first.view(-1, 1, 1).expand(-1, 1, hidden.shape[-1])
-                    pooled.append(torch.gather(hidden, 1, index).squeeze(1))
-                elif mode == "max":
-                    pooled.append(hidden.masked_fill(weights == 0, float("-inf")).max(dim=1).values)
-                else:
-                    count = torch.clamp(weights.sum(dim=1), min=1e-9)
-                    total = (hidden * weights).sum(dim=1)
-                    pooled.append(total / (count if mode == "mean" else torch.sqrt(count)))
-            vector = torch.cat(pooled, dim=-1) if len(pooled) > 1 else pooled[0]
-            return torch.nn.functional.normalize(vector, p=2.0, dim=1)
-
-    return EmbeddingGraph().eval()
-
-
 def export_onnx(st_model, folder: Path, variant: str = "onnx", fuse: bool = True,
                 max_seq_length: int | None = None) -> dict[str, Any]:
     """Write `model.onnx`, `tokenizer.json` and `meta.json` for `st_model` into `folder`.
@@ -147,7 +115,9 @@ def export_onnx(st_model, folder: Path, variant: str = "onnx", fuse: bool = True
             transformer.set_attn_implementation("eager")
         except Exception:  # older transformers: the config attribute is what counts
             transformer.config._attn_implementation = "eager"
-    graph = _embedding_module(transformer, spec["inputs"], spec["pooling"])
+    from .onnx_graph import EmbeddingGraph
+
+    graph = EmbeddingGraph(transformer, spec["inputs"], spec["pooling"]).eval()
     # a padded batch of two different lengths, so nothing about the mask is constant while tracing
     dummy = st_model.tokenizer(["a short probe", "a somewhat longer probe sentence for tracing the export"],
                                padding=True, return_tensors="pt")

@@ -37,6 +37,7 @@ from ..rerank.refiner import (
     VECTOR_SOURCES,
     build_refiner_net,
     load_transformer,
+    padded_candidates,
 )
 from ..tool import TextView, tool_text
 from .data import TrainingData
@@ -270,14 +271,11 @@ class RefinerInputs:
 
         tokens = self.tokenizer([query_texts[i] for i in indices], padding=True, truncation=True,
                                 max_length=self.max_query_length, return_tensors="pt")
-        n = max(len(cands[i].ids) for i in indices)
-        vectors = np.zeros((len(indices), n, self.dim), np.float32)
-        labels = np.zeros((len(indices), n), np.float32)
-        scores = np.zeros((len(indices), n), np.float32)
-        mask = np.zeros((len(indices), n), np.int64)
+        vectors, mask, scores = padded_candidates([cands[i].vectors for i in indices],
+                                                  [cands[i].scores for i in indices], self.dim)
+        labels = np.zeros(mask.shape, np.float32)
         for row, i in enumerate(indices):
-            c, m = cands[i], len(cands[i].ids)
-            vectors[row, :m], labels[row, :m], scores[row, :m], mask[row, :m] = c.vectors, c.labels, c.scores, 1
+            labels[row, :len(cands[i].ids)] = cands[i].labels
         device = self.device
         return (tokens["input_ids"].to(device), tokens["attention_mask"].to(device),
                 torch.from_numpy(vectors).to(device), torch.from_numpy(mask).to(device),
