@@ -19,6 +19,7 @@ from pathlib import Path
 from ..errors import MissingDependency
 from .onnx_export import MIN_PROBE_COSINE, ONNX_EXPORT_FORMAT, OnnxUnavailable, check_onnx_export, export_onnx
 from .onnx_runtime import OnnxEncoder
+from .torch_utils import state_digest
 
 logger = logging.getLogger(__name__)
 
@@ -38,11 +39,7 @@ def folder_fingerprint(folder: Path) -> str:
 
 
 def weights_digest(st_model) -> str:
-    digest = hashlib.sha256()
-    for name, tensor in sorted(st_model.state_dict().items()):
-        digest.update(name.encode())
-        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
-    return digest.hexdigest()
+    return state_digest(st_model.state_dict())
 
 
 def cache_key(key_source: str, variant: str) -> str:

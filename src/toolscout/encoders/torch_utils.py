@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from contextlib import contextmanager
 
@@ -55,6 +56,15 @@ def few_torch_threads(rows: int, device: str = "cpu", limit: int = SMALL_TORCH_B
 def weights_version(model) -> int:
     """Sum of the parameters' in-place modification counters: changes when training updates weights."""
     return sum(int(p._version) for p in model.parameters())
+
+
+def state_digest(state) -> str:
+    """SHA-256 (hex) of a state dict's names and tensor bytes, in name order: equal weights, equal digest."""
+    digest = hashlib.sha256()
+    for name in sorted(state):
+        digest.update(name.encode())
+        digest.update(state[name].detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()
 
 
 def st_dimension(st_model) -> int:

@@ -3,22 +3,19 @@ and a parameter count for reports."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any, Mapping
 
 from ..artifacts import write_artifact, write_json
+from ..encoders.torch_utils import state_digest
 from ..models import model_base
 from ..retrievers.toolclip_model import ARCHITECTURE_VERSION, WEIGHTS_FILE, Featurizer
 
 
 def weights_digest(state: Mapping[str, Any]) -> str:
-    digest = hashlib.sha256()
-    for name in sorted(state):
-        digest.update(name.encode())
-        digest.update(state[name].detach().cpu().contiguous().numpy().tobytes())
-    return digest.hexdigest()[:24]
+    """The digest a model directory records (and an index built on it checks) of its weights."""
+    return state_digest(state)[:24]
 
 
 def save_model(out: str | Path, model, featurizer: Featurizer, summary: Mapping[str, Any] | None = None,
