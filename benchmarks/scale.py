@@ -128,10 +128,10 @@ class DedupingEncoder:
 
 def encoder_key(encoder) -> str:
     """Which model and backend made a set of vectors (the embeddings file is only reused for the same)."""
-    from toolscout.encoders import _folder_fingerprint
+    from toolscout.encoders.cache import folder_fingerprint
 
     folder = Path(encoder.path)
-    source = _folder_fingerprint(folder) if folder.is_dir() else encoder.path
+    source = folder_fingerprint(folder) if folder.is_dir() else encoder.path
     return hashlib.sha256(f"{encoder.backend_in_use}\n{source}".encode()).hexdigest()[:16]
 
 

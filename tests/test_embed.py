@@ -181,12 +181,23 @@ def test_dense_retriever_loads_the_model_dir_and_survives_a_pipeline_save(traine
 
 
 def test_cli_eval_encodes_unseen_tools_with_the_trained_dir(trained, tmp_path, capsys):
+    from toolscout import evaluate
+    from toolscout.pipeline import ToolScout
+
+    alpha = Path(__file__).parent / "fixtures" / "eval" / "alpha"  # tools the model never saw in training
     report = tmp_path / "eval.json"
-    code = main(["eval", str(Path(__file__).parent / "fixtures" / "eval" / "alpha"), "--retriever", "dense",
-                 "--model", str(trained["out"]), "--json", str(report), "--quiet"])
+    code = main(["eval", str(alpha), "--retriever", "dense", "--model", str(trained["out"]), "--json", str(report),
+                 "--quiet"])
     assert code == 0, capsys.readouterr().err
-    result = json.loads(report.read_text())
-    assert result["sets"]["alpha"]["queries"] > 0 and 0 <= result["mean"]["ndcg@10"] <= 100
+    got = json.loads(report.read_text())["sets"]["alpha"]
+
+    def figures(model):  # the same set through the Python API, the model given directly
+        return evaluate([alpha], lambda tools: ToolScout.from_tools(tools, retriever="dense", model=model),
+                        progress=False).to_json()["sets"]["alpha"]
+
+    assert got["queries"] == 8 and got == pytest.approx(figures(str(trained["out"])), abs=1e-9)
+    untrained = figures(None)
+    assert abs(got["ndcg@10"] - untrained["ndcg@10"]) > 0.5  # only the trained encoder ranks like this
 
 
 def test_tool2vec_finetune_saves_its_encoder(sample_data, tmp_path):

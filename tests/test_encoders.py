@@ -13,7 +13,8 @@ import pytest
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
 
-from toolscout.encoders import Encoder, OnnxEncoder, OnnxUnavailable, _folder_fingerprint, pooling_spec  # noqa: E402
+from toolscout.encoders import Encoder, OnnxEncoder, OnnxUnavailable, pooling_spec  # noqa: E402
+from toolscout.encoders.cache import folder_fingerprint  # noqa: E402
 from toolscout.errors import MissingDependency  # noqa: E402
 
 LONG = " ".join(f"Parameter number {i} controls the {i}th option of the request and must be an integer." for i in range(60))
@@ -109,13 +110,13 @@ def test_fused_skip_layer_norm_runs_as_add_and_layer_norm(onnx_encoder):
     import onnx
     import onnxruntime as ort
 
-    from toolscout.encoders import _runtime_graph
+    from toolscout.encoders.onnx_runtime import runtime_graph
 
     encoder = onnx_encoder._onnx
     path = encoder.folder / "model.onnx"
     if not any(n.op_type == "SkipLayerNormalization" for n in onnx.load(str(path)).graph.node):
         pytest.skip("the export is not a fused graph")
-    graph = _runtime_graph(path)
+    graph = runtime_graph(path)
     ops = {n.op_type for n in onnx.load_from_string(graph).graph.node}
     assert "SkipLayerNormalization" not in ops and "LayerNormalization" in ops
     as_saved = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
@@ -164,12 +165,12 @@ def test_cache_file_is_reused_on_second_load(onnx_encoder, cache_dir, monkeypatc
     model_file = folders[0] / "model.onnx"
     before = model_file.stat().st_mtime_ns
 
-    import toolscout.encoders as encoders
+    import toolscout.encoders.cache as export_cache
 
     def no_export(*args, **kwargs):
         raise AssertionError("a cached export must not be redone")
 
-    monkeypatch.setattr(encoders, "export_onnx", no_export)
+    monkeypatch.setattr(export_cache, "export_onnx", no_export)
     again = Encoder.load(None, backend="auto", cache_dir=cache_dir)
     assert again.backend_in_use == "onnx"
     assert again._model is None  # a cache hit does not even load the torch model
@@ -210,11 +211,11 @@ def test_in_place_weight_changes_switch_encoding_to_torch(cache_dir):
 def test_cache_key_follows_the_model_files(tmp_path):
     (tmp_path / "config.json").write_text("{}")
     (tmp_path / "model.safetensors").write_bytes(b"0" * 10)
-    first = _folder_fingerprint(tmp_path)
-    assert _folder_fingerprint(tmp_path) == first
+    first = folder_fingerprint(tmp_path)
+    assert folder_fingerprint(tmp_path) == first
     stat = (tmp_path / "model.safetensors").stat()
     os.utime(tmp_path / "model.safetensors", ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
-    assert _folder_fingerprint(tmp_path) != first
+    assert folder_fingerprint(tmp_path) != first
 
 
 def test_unsupported_pooling_is_refused_with_a_reason(torch_encoder):

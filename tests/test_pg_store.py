@@ -124,6 +124,52 @@ def test_store_made_by_make_store_replaces_the_tenant_catalog_with_its_first_wri
     assert len(again) == 2 and again.tenant == "acme"
 
 
+def test_update_vectors_replaces_embeddings_in_one_logged_write_and_refuses_unknown_ids(pg):
+    rng = np.random.default_rng(5)
+    dim, ids = 8, [f"t{i}" for i in range(20)]
+    vecs = unit(rng, 20, dim)
+    namespaces = ["a" if i % 2 else None for i in range(20)]
+    local, store = NumpyStore(dim), pg_store(pg, dim, exact=True)
+    store.upsert(ids, vecs, namespaces, texts=[f"text {i}" for i in range(20)], hashes=[f"h{i}" for i in range(20)])
+    local.upsert(ids, vecs, namespaces)
+    version = store.version()
+
+    moved = unit(rng, 2, dim)
+    for s in (local, store):
+        s.update_vectors(["t3", "t4"], moved)
+    assert store.version() == version + 1 and store.changes_since(version) == (version + 1, ["t3", "t4"])
+    np.testing.assert_allclose(store.get(["t3", "t4"]), moved, atol=1e-6)
+    assert store.hashes(["t3", "t4"]) == {"t3": "h3", "t4": "h4"}  # text and hash stay with the row
+    assert store.namespace_counts() == {"": 10, "a": 10}
+    queries = np.vstack([moved, unit(rng, 3, dim)])
+    for flt in (None, Filter.make(namespaces=["a"]), Filter.make(namespaces=[""])):
+        assert_same(store.search(queries, 5, flt), local.search(queries, 5, flt))
+
+    with pytest.raises(KeyError):
+        store.update_vectors(["t5", "nope"], unit(rng, 2, dim))
+    assert store.version() == version + 1  # rolled back: no version, no change
+    np.testing.assert_allclose(store.get(["t5"]), vecs[[5]], atol=1e-6)
+    with pytest.raises(KeyError):  # a store made by make_store is a new, empty index until its first write
+        make_store(spec(pg, store.table), dim).update_vectors(["t1"], unit(rng, 1, dim))
+
+
+def test_tool2vec_learns_usage_on_the_postgresql_store_as_on_the_local_one(pg, tools, encoder):
+    from toolscout.retrievers import make_retriever
+
+    local = make_retriever("tool2vec", encoder=encoder, prior=0.5)
+    shared = make_retriever("tool2vec", encoder=encoder, prior=0.5, store=spec(pg, new_table()))
+    usage = ["what's on my agenda tomorrow", "what does my week look like", "do I have anything on Friday"]
+    for r in (local, shared):
+        r.index(tools)
+        r.add_usage("calendar.list", usage)
+    blend = encoder.encode(usage).sum(axis=0) + 0.5 * shared.descriptions["calendar.list"]  # the Tool2Vec formula
+    np.testing.assert_allclose(shared.store.get(["calendar.list"])[0], blend / np.linalg.norm(blend), atol=1e-5)
+    np.testing.assert_allclose(shared.store.get(["calendar.list"]), local.store.get(["calendar.list"]), atol=1e-5)
+    query = ["what does my day look like on Thursday"]
+    assert list(shared.search(query, 3).ids[0]) == list(local.search(query, 3).ids[0])
+    assert shared.store.namespace_counts()["calendar"] == 2  # the namespace stayed
+
+
 # ----------------------------------------------------------------------------- lexical + hybrid
 
 def test_lexical_and_hybrid_rankings_worked_out_by_hand(pg):

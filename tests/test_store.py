@@ -97,6 +97,39 @@ def test_faiss_hnsw_recall_and_updates(tmp_path):
     assert again.search(queries, 10).as_lists() == hnsw.search(queries, 10).as_lists()
 
 
+@pytest.mark.parametrize("kind", ["numpy", "faiss:HNSW32"])
+def test_update_vectors_replaces_vectors_keeps_namespaces_and_refuses_unknown_ids(kind, tmp_path):
+    if kind.startswith("faiss"):
+        pytest.importorskip("faiss")
+    rng = np.random.default_rng(5)
+    vecs, ids = unit(rng, 200, 16), [f"t{i}" for i in range(200)]
+    namespaces = ["a" if i % 2 else "b" for i in range(200)]
+    store = make_store(kind, 16)
+    store.upsert(ids, vecs, namespaces)
+    queries = unit(rng, 4, 16)
+    store.search(queries, 5)  # a FAISS graph now exists: the update must not be answered from it
+
+    vecs[[3, 8]] = queries[:2]  # t3 and t8 move onto the first two queries
+    store.update_vectors(["t3", "t8"], vecs[[3, 8]])
+    np.testing.assert_array_equal(store.get(["t3", "t8"]), queries[:2])
+    got = store.search(queries[:2], 1)
+    assert got.as_lists() == [["t3"], ["t8"]]
+    np.testing.assert_allclose(np.concatenate(got.scores), [1.0, 1.0], atol=1e-5)
+    a_only = Filter.make(namespaces=["a"])  # t3 is still in "a", t8 still in "b"
+    assert store.search(queries[:2], 1, a_only).as_lists()[0] == ["t3"]
+    assert "t8" not in store.search(queries[1:2], 200, a_only).as_lists()[0]
+    assert len(store) == 200
+
+    with pytest.raises(KeyError):
+        store.update_vectors(["t5", "nope"], unit(rng, 2, 16))
+    np.testing.assert_array_equal(store.get(["t5"]), vecs[[5]])  # nothing changed, not even t5
+    with pytest.raises(ValueError, match="duplicate"):
+        store.update_vectors(["t5", "t5"], unit(rng, 2, 16))
+
+    again = load_store(tmp_path, store.save(tmp_path))
+    assert again.search(queries, 10).as_lists() == brute_force(vecs, ids, queries, 10)
+
+
 def test_store_rejects_bad_shapes():
     store = NumpyStore(4)
     with pytest.raises(ValueError, match=r"\(n, 4\)"):

@@ -68,9 +68,28 @@ def test_fit_tool2vec_writes_a_model_that_eval_loads(tmp_path, encoder):
     assert code == 0 and (tmp_path / "m.json").exists()
 
 
-def test_cli_train_tool2vec(tmp_path, capsys):
+def test_cli_train_tool2vec_keeps_the_prior_that_validates_best(tmp_path, capsys):
+    from toolscout.eval.metrics import ndcg_at_k
+    from toolscout.models import model_config
+
+    priors = [8.0, 1.0, 0.0]  # the best is neither the first nor the last
     code = main(["train", "tool2vec", "--data", str(SAMPLE), "--out", str(tmp_path / "m"), "--quiet",
-                 "--option", "priors=[0.0, 1.0]"])
+                 "--validation-fraction", "0.3", "--option", f"priors={priors}"])
     assert code == 0
     assert "trained tool2vec" in capsys.readouterr().err
-    assert Tool2VecRetriever(model=str(tmp_path / "m")).prior in (0.0, 1.0)
+    # recompute each prior's validation nDCG@10 from the saved model, on the same held-out queries
+    data = load_training_data([SAMPLE], validation_fraction=0.3)
+    assert data.validation
+    recomputed = []
+    for prior in priors:
+        r = Tool2VecRetriever(model=str(tmp_path / "m"), prior=prior)
+        r.index(list(data.tools.values()))
+        ranked = r.search([q.text for q in data.validation], 10)
+        recomputed.append(100 * np.mean([ndcg_at_k(list(ids), set(q.labels), 10)
+                                         for q, (ids, _s) in zip(data.validation, ranked)]))
+    summary = model_config(tmp_path / "m", method="tool2vec")[1]["summary"]
+    assert [h["prior"] for h in summary["history"]] == priors
+    np.testing.assert_allclose([h["validation_ndcg@10"] for h in summary["history"]], recomputed, atol=1e-3)
+    best = priors[int(np.argmax(recomputed))]  # the first of equal bests, as the trainer keeps it
+    assert len(set(np.round(recomputed, 6))) > 1  # the priors do rank differently: the choice means something
+    assert Tool2VecRetriever(model=str(tmp_path / "m")).prior == best == summary["config"]["prior"]

@@ -23,7 +23,7 @@ from toolscout.results import Filter
 from toolscout.train.data import TrainingData
 from toolscout.train.toolclip import (Batch, ToolCLIPObjective, ToolCLIPOptions, fit_toolclip, pair_hard_nce,
                                       pair_nce, row_batches, training_rows)
-from toolscout.train.toolclip_model import ToolCLIPConfig, load_model, modules, new_model, tool_parts
+from toolscout.retrievers.toolclip_model import ToolCLIPConfig, load_model, new_model, tool_parts
 
 TINY = dict(max_query_length=16, max_name_length=8, max_description_length=16, max_param_length=8, max_params=2)
 
@@ -167,7 +167,9 @@ def test_document_option_reaches_the_saved_architecture(tools, tmp_path):
 
 
 def test_attention_pool_starts_as_masked_mean_and_follows_its_query():
-    pool = modules()["AttentionPool"](4, 1, mult=1.0)
+    from toolscout.retrievers.toolclip_nn import AttentionPool
+
+    pool = AttentionPool(4, 1, mult=1.0)
     states = torch.tensor([[[1.0, 0, 0, 0], [0, 1.0, 0, 0], [9.0, 9, 9, 9]]])
     mask = torch.tensor([[True, True, False]])
     assert pool(states, mask).tolist() == [[0.5, 0.5, 0.0, 0.0]]  # the padded row is ignored

@@ -50,7 +50,12 @@ class Reranker(Protocol):
         is the retriever that produced them (a reranker may reuse its vectors)."""
         ...
 
-    def save(self, folder: Path) -> None: ...
+    def save(self, folder: Path) -> None:
+        """Write a `config.json` of kind `toolscout.reranker` (and whatever else it needs) into `folder`."""
+
+    @classmethod
+    def load(cls, folder: Path, **options: Any) -> "Reranker":
+        """The reranker `save` wrote into `folder`; `options` (e.g. depth=32) override saved settings."""
 
 
 def reranker_class(name: str):

@@ -33,7 +33,7 @@ import dataclasses
 import os
 import re
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -110,6 +110,36 @@ def api_key_from_env(settings: LLMSettings, environ: Mapping[str, str] | None = 
     elif name and not settings.api_key:
         warnings.warn(f"LLM reranker: environment variable {name} is not set; sending no API key", stacklevel=3)
     return settings
+
+
+@dataclass
+class _Pairs:
+    """The distinct (query text, tool document) prompts of a rerank call: `prompts` maps each to its index,
+    `first_asker[i]` is the first (query index, tool id) that asks prompt i, and `slots[q][j]` is the
+    prompt of query q's j-th candidate."""
+
+    prompts: dict[tuple[str, str], int] = field(default_factory=dict)
+    first_asker: list[tuple[int, str]] = field(default_factory=list)
+    slots: list[list[int]] = field(default_factory=list)
+
+
+def _scored_lists(candidates: Results, slots: list[list[int]], scores: list[float | None],
+                  failures: Mapping[int, LLMError]) -> tuple[list[tuple[np.ndarray, np.ndarray]], int]:
+    """Each query's candidate ids with their LLM scores, and how many queries lost a pair. Such a query
+    keeps its first-stage order: a half-judged list would mix LLM scores with missing ones."""
+    per_query = []
+    failed_queries = 0
+    for q, (ids, _first_scores) in enumerate(candidates):
+        ids = np.asarray([str(i) for i in ids], dtype=object)
+        if any(s in failures for s in slots[q]):
+            # Fallback: -1, -2, ... keeps the first-stage order (candidates come best first) and
+            # sits below every LLM score (0..1), so a failed list is never taken as judged.
+            failed_queries += 1
+            values = -np.arange(1, len(ids) + 1, dtype=np.float32)
+        else:
+            values = np.asarray([scores[s] for s in slots[q]], dtype=np.float32)
+        per_query.append((ids, values))
+    return per_query, failed_queries
 
 
 class LLMReranker:
@@ -190,11 +220,32 @@ class LLMReranker:
     def rerank(self, queries: Sequence[str], candidates: Results, tools: Mapping[str, Tool],
                first_stage: Any = None) -> Results:
         check_candidates(queries, candidates)
-        # Every (query, candidate) pair, mapped to a distinct prompt: equal pairs are asked once.
+        pairs = self._distinct_pairs(queries, candidates, tools)
+        self.stats.calls += 1
+        self.stats.queries += len(queries)
+        self.stats.pairs += sum(len(r) for r in pairs.slots)
+        self.stats.asked += len(pairs.prompts)
+        scores, failures, no_logprobs = self._judge(pairs)
+        if no_logprobs and not self._warned_no_logprobs:
+            self._warned_no_logprobs = True
+            warnings.warn(
+                f"LLM reranker: the endpoint {self.client.url} (model {self.client.model!r}) gives no "
+                f"log-probabilities for true/false ({no_logprobs} of {len(pairs.prompts)} pairs), so those scores "
+                "are 0/1 from the answer text and ties keep the first-stage order", stacklevel=2)
+        per_query, failed_queries = _scored_lists(candidates, pairs.slots, scores, failures)
+        if failures:
+            self.stats.failed_queries += failed_queries
+            q, tool_id = pairs.first_asker[min(failures)]
+            warnings.warn(
+                f"LLM reranker: {len(failures)} of {len(pairs.prompts)} pairs failed, so {failed_queries} of "
+                f"{len(queries)} queries keep their first-stage order; first error (query {q}, tool "
+                f"{tool_id!r}): {failures[min(failures)]}", stacklevel=2)
+        return reordered(per_query)
+
+    def _distinct_pairs(self, queries: Sequence[str], candidates: Results, tools: Mapping[str, Tool]) -> "_Pairs":
+        """Every (query, candidate) pair, mapped to a distinct prompt: equal pairs are asked once."""
         docs: dict[str, str] = {}
-        unique: dict[tuple[str, str], int] = {}
-        where: list[tuple[int, str]] = []  # the first (query index, tool id) of each distinct pair
-        slots: list[list[int]] = []        # per query, per candidate: index into `unique`
+        pairs = _Pairs()
         for q, (ids, _scores) in enumerate(candidates):
             row = []
             for tool_id in ids:
@@ -204,21 +255,21 @@ class LLMReranker:
                         raise KeyError(f"candidate {tool_id!r} of query {q} is not in the tools given to the reranker")
                     docs[tool_id] = self.document(tools[tool_id])
                 key = (str(queries[q]), docs[tool_id])
-                if key not in unique:
-                    unique[key] = len(unique)
-                    where.append((q, tool_id))
-                row.append(unique[key])
-            slots.append(row)
+                if key not in pairs.prompts:
+                    pairs.prompts[key] = len(pairs.prompts)
+                    pairs.first_asker.append((q, tool_id))
+                row.append(pairs.prompts[key])
+            pairs.slots.append(row)
+        return pairs
 
-        scores: list[float | None] = [None] * len(unique)
+    def _judge(self, pairs: "_Pairs") -> tuple[list[float | None], dict[int, LLMError], int]:
+        """Ask the model about every distinct pair: (score per pair, None where it failed; the failures;
+        how many scores came from the answer text for want of log-probabilities)."""
+        scores: list[float | None] = [None] * len(pairs.prompts)
         failures: dict[int, LLMError] = {}
         no_logprobs = 0
-        self.stats.calls += 1
-        self.stats.queries += len(queries)
-        self.stats.pairs += sum(len(r) for r in slots)
-        self.stats.asked += len(unique)
         # Results are scored here, on the caller's thread, so the counters need no lock.
-        outcomes = self.client.map(self._ask, list(unique))
+        outcomes = self.client.map(self._ask, list(pairs.prompts))
         with contextlib.closing(outcomes):  # raising early cancels requests not yet started
             for index, outcome in outcomes:
                 if isinstance(outcome, ChatResult):
@@ -237,40 +288,12 @@ class LLMReranker:
                     raise outcome  # a bug, not a server problem: never hidden behind the fallback
                 self.stats.errors += 1
                 if self.on_error == "raise":
-                    q, tool_id = where[index]
+                    q, tool_id = pairs.first_asker[index]
                     # Same exception type and attributes (e.g. an HTTP status), with the pair named.
                     outcome.args = (f"LLM reranker: query {q}, tool {tool_id!r}: {outcome}",)
                     raise outcome
                 failures[index] = outcome
-
-        if no_logprobs and not self._warned_no_logprobs:
-            self._warned_no_logprobs = True
-            warnings.warn(
-                f"LLM reranker: the endpoint {self.client.url} (model {self.client.model!r}) gives no "
-                f"log-probabilities for true/false ({no_logprobs} of {len(unique)} pairs), so those scores are "
-                "0/1 from the answer text and ties keep the first-stage order", stacklevel=2)
-
-        per_query = []
-        failed_queries = 0
-        for q, (ids, _first_scores) in enumerate(candidates):
-            ids = np.asarray([str(i) for i in ids], dtype=object)
-            if any(s in failures for s in slots[q]):
-                # Fallback: -1, -2, ... keeps the first-stage order (candidates come best first) and
-                # sits below every LLM score (0..1), so a failed list is never taken as judged.
-                failed_queries += 1
-                values = -np.arange(1, len(ids) + 1, dtype=np.float32)
-            else:
-                values = np.asarray([scores[s] for s in slots[q]], dtype=np.float32)
-            per_query.append((ids, values))
-        if failures:
-            self.stats.failed_queries += failed_queries
-            first = failures[min(failures)]
-            q, tool_id = where[min(failures)]
-            warnings.warn(
-                f"LLM reranker: {len(failures)} of {len(unique)} pairs failed, so {failed_queries} of "
-                f"{len(queries)} queries keep their first-stage order; first error (query {q}, tool "
-                f"{tool_id!r}): {first}", stacklevel=2)
-        return reordered(per_query)
+        return scores, failures, no_logprobs
 
     # saving ------------------------------------------------------------------------------
     def config(self) -> dict[str, Any]:

@@ -49,64 +49,26 @@ VECTOR_SOURCES = ("first_stage", "description")
 HEADS_FILE = "heads.pt"
 
 
-def standardise(scores, mask):
-    """Per-query z-scores of the first stage's scores over the real (unmasked) candidates: the refiner
-    sees how far ahead each candidate is, not the first stage's own scale (cosine, BM25, RRF...)."""
-    import torch
-
-    weights = mask.to(scores.dtype)
-    count = weights.sum(dim=1, keepdim=True).clamp(min=1.0)
-    mean = (scores * weights).sum(dim=1, keepdim=True) / count
-    var = (((scores - mean) * weights) ** 2).sum(dim=1, keepdim=True) / count
-    return torch.where(mask.bool(), (scores - mean) / (var.sqrt() + 1e-6), torch.zeros_like(scores))
-
-
 def build_refiner_net(transformer, vector_dim: int, query_cap: int):
     """The torch module: `transformer` is a BERT-style HF model (word, position and type embeddings)."""
-    import torch
-    from torch import nn
+    from .refiner_net import RefinerNet
 
-    class RefinerNet(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.transformer = transformer
-            hidden = transformer.config.hidden_size
-            self.project = nn.Linear(vector_dim, hidden)
-            self.score_embedding = nn.Parameter(torch.zeros(hidden))  # how the first-stage z-score enters
-            self.head = nn.Linear(hidden, 1)
-            # Start as the first stage: logit = prior_weight · z + bias, the head's part zero. Training then
-            # learns corrections, so a short run cannot rank worse than the candidates arrived.
-            nn.init.zeros_(self.head.weight)
-            nn.init.zeros_(self.head.bias)
-            self.prior_weight = nn.Parameter(torch.tensor(2.0))
-            self.prior_bias = nn.Parameter(torch.tensor(-2.0))
-            self.query_cap = query_cap
-            limit = transformer.config.max_position_embeddings
-            self.max_candidates = limit - query_cap
+    return RefinerNet(transformer, vector_dim, query_cap)
 
-        def forward(self, input_ids, attention_mask, vectors, candidate_mask, scores=None):
-            """input_ids/attention_mask: [B, L] (L <= query_cap); vectors [B, N, D]; candidate_mask [B, N];
-            scores [B, N]: the first stage's scores (None: no prior). Returns logits [B, N]."""
-            batch, length = input_ids.shape
-            n = vectors.shape[1]
-            if n > self.max_candidates:
-                raise ValueError(f"ToolRefiner takes at most {self.max_candidates} candidates, got {n}")
-            z = (standardise(scores, candidate_mask) if scores is not None
-                 else torch.zeros(vectors.shape[:2], dtype=vectors.dtype, device=vectors.device))
-            words = self.transformer.embeddings.word_embeddings(input_ids)
-            tools = self.project(vectors) + z.unsqueeze(-1) * self.score_embedding
-            embeds = torch.cat([words, tools], dim=1)
-            mask = torch.cat([attention_mask, candidate_mask.to(attention_mask.dtype)], dim=1)
-            device = input_ids.device
-            positions = torch.cat([torch.arange(length, device=device),
-                                   self.query_cap + torch.arange(n, device=device)]).expand(batch, -1)
-            types = torch.cat([torch.zeros(length, dtype=torch.long, device=device),
-                               torch.ones(n, dtype=torch.long, device=device)]).expand(batch, -1)
-            states = self.transformer(inputs_embeds=embeds, attention_mask=mask, position_ids=positions,
-                                      token_type_ids=types).last_hidden_state
-            return self.head(states[:, length:, :]).squeeze(-1) + self.prior_weight * z + self.prior_bias
 
-    return RefinerNet()
+def padded_candidates(vectors: Sequence[np.ndarray], scores: Sequence[np.ndarray],
+                      dim: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(vectors [B, N, dim], mask [B, N], first-stage scores [B, N]) of B queries' candidates, padded to the
+    most candidates N (at least 1); the mask is 0 on padded slots."""
+    n = max(1, max((len(v) for v in vectors), default=0))
+    batch_vectors = np.zeros((len(vectors), n, dim), dtype=np.float32)
+    mask = np.zeros((len(vectors), n), dtype=np.int64)
+    batch_scores = np.zeros((len(vectors), n), dtype=np.float32)
+    for i, (v, sc) in enumerate(zip(vectors, scores)):
+        batch_vectors[i, :len(v)] = v
+        mask[i, :len(v)] = 1
+        batch_scores[i, :len(v)] = sc
+    return batch_vectors, mask, batch_scores
 
 
 def load_transformer(path: str):
@@ -204,14 +166,7 @@ class ToolRefinerReranker:
             chunk_s = prior[start:start + self.batch_size]
             tokens = self.tokenizer(chunk_q, padding=True, truncation=True, max_length=self.query_cap,
                                     return_tensors="pt")
-            n = max(1, max(len(v) for v in chunk_v))
-            batch_vectors = np.zeros((len(chunk_q), n, self.vector_dim), dtype=np.float32)
-            mask = np.zeros((len(chunk_q), n), dtype=np.int64)
-            batch_scores = np.zeros((len(chunk_q), n), dtype=np.float32)
-            for i, (v, sc) in enumerate(zip(chunk_v, chunk_s)):
-                batch_vectors[i, :len(v)] = v
-                mask[i, :len(v)] = 1
-                batch_scores[i, :len(v)] = sc
+            batch_vectors, mask, batch_scores = padded_candidates(chunk_v, chunk_s, self.vector_dim)
             with torch.inference_mode():
                 logits = self.net(tokens["input_ids"].to(self.device), tokens["attention_mask"].to(self.device),
                                   torch.from_numpy(batch_vectors).to(self.device), torch.from_numpy(mask).to(self.device),

@@ -43,15 +43,27 @@ class Retriever(Protocol):
     name: str
     accepts: Accepts
 
-    def index(self, tools: Sequence[Tool]) -> None: ...
+    def index(self, tools: Sequence[Tool]) -> None:
+        """Make `tools` the whole catalog (what was indexed before is dropped)."""
 
-    def add(self, tools: Sequence[Tool]) -> None: ...
+    def add(self, tools: Sequence[Tool]) -> None:
+        """Insert tools, or replace those whose id is already indexed."""
 
-    def remove(self, ids: Sequence[str]) -> None: ...
+    def remove(self, ids: Sequence[str]) -> None:
+        """Drop `ids` from the catalog; unknown ids are ignored."""
 
-    def search(self, queries: Sequence[str], k: int = 10, filter: Filter | None = None) -> Results: ...
+    def search(self, queries: Sequence[str], k: int = 10, filter: Filter | None = None) -> Results:
+        """The k best tools for each query, best first, restricted by `filter`."""
 
-    def save(self, folder: Path) -> None: ...
+    def __len__(self) -> int:
+        """How many tools are indexed."""
+
+    def save(self, folder: Path) -> None:
+        """Write the index into `folder` (plain files and a `config.json` naming the retriever)."""
+
+    @classmethod
+    def load(cls, folder: Path) -> "Retriever":
+        """The retriever `save` wrote into `folder`."""
 
 
 # name -> "module:Class"; imported on first use so `import toolscout` stays light.

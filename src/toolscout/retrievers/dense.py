@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -13,6 +13,7 @@ from ..artifacts import read_json, write_json
 from ..encoders import Encoder
 from ..models import model_config
 from ..results import Filter, Results
+from ..store.base import VectorStore
 from ..store.local import load_store, make_store
 from ..tool import TextView, Tool, content_hash, tool_text
 from .base import Accepts, write_retriever_config
@@ -107,7 +108,10 @@ class DenseRetriever:
 
     def __init__(self, model: str | None = None, store: str = "numpy", view: TextView | None = None,
                  batch_size: int = 64, encoder: Encoder | None = None, show_progress: bool = False,
-                 summary_weight: float | None = None):
+                 summary_weight: float | None = None, *, vectors: VectorStore | None = None,
+                 hashes: Mapping[str, str] | None = None):
+        """`vectors` and `hashes`: an index already built (a loaded store of kind `store` and the content
+        hash of each of its tools); without them the index starts empty."""
         self.encoder = encoder or encoder_for(model)
         self.store_kind = store
         source = model if encoder is None else encoder.name
@@ -119,8 +123,8 @@ class DenseRetriever:
         self.summary_weight = float(summary_weight)
         self.batch_size = batch_size
         self.show_progress = show_progress
-        self.store = make_store(store, self.encoder.dim)
-        self.hashes: dict[str, str] = {}
+        self.store = vectors if vectors is not None else make_store(store, self.encoder.dim)
+        self.hashes: dict[str, str] = dict(hashes or {})
         self.encoded_last = 0  # tools embedded by the last index/add call (re-embedding is the cost)
 
     def __len__(self) -> int:
@@ -175,14 +179,13 @@ class DenseRetriever:
     @classmethod
     def load(cls, folder: Path) -> "DenseRetriever":
         config = read_json(folder / "config.json")
-        retriever = cls.__new__(cls)
-        retriever.encoder = encoder_for(config["model"])
-        retriever.store_kind = config["store_kind"]
-        retriever.view = TextView.from_dict(config.get("view"))
-        retriever.batch_size = config.get("batch_size", 64)
-        retriever.summary_weight = float(config.get("summary_weight", 0.0))  # indexes saved before it: none
-        retriever.show_progress = False
-        retriever.store = load_store(folder / "store", config["store"])
-        retriever.hashes = read_json(folder / "hashes.json")
-        retriever.encoded_last = 0
-        return retriever
+        return cls(encoder=encoder_for(config["model"]), view=TextView.from_dict(config.get("view")),
+                   summary_weight=float(config.get("summary_weight", 0.0)),  # indexes saved before it: none
+                   **saved_index(folder, config, default_batch_size=64))
+
+
+def saved_index(folder: Path, config: Mapping, default_batch_size: int) -> dict:
+    """The constructor arguments that restore what a dense-style retriever saved in `folder` (`config`:
+    its config.json): the store kind, the filled store, its tools' content hashes and the batch size."""
+    return {"store": config["store_kind"], "vectors": load_store(folder / "store", config["store"]),
+            "hashes": read_json(folder / "hashes.json"), "batch_size": config.get("batch_size", default_batch_size)}

@@ -20,9 +20,10 @@ import numpy as np
 from ..artifacts import read_json
 from ..encoders import Encoder
 from ..models import model_config
+from ..store.base import VectorStore
 from ..tool import TextView, Tool
 from .base import Accepts
-from .dense import DenseRetriever
+from .dense import DenseRetriever, encoder_for, saved_index
 
 
 def _unit(v: np.ndarray) -> np.ndarray:
@@ -66,7 +67,8 @@ class Tool2VecRetriever(DenseRetriever):
     """Usage-driven tool vectors over the dense machinery (stores, filters, content hashes).
 
     `model`: an encoder name/path, or a directory written by `toolscout train tool2vec` (its encoder,
-    possibly fine-tuned, and the usage it learned from training queries).
+    possibly fine-tuned, and the usage it learned from training queries). `usage`: more requests per tool
+    id to learn from. `usage_table`, `descriptions`, `vectors`, `hashes`: a saved index's state (`load`).
     """
 
     name = "tool2vec"
@@ -74,7 +76,9 @@ class Tool2VecRetriever(DenseRetriever):
 
     def __init__(self, model: str | None = None, usage: Mapping[str, Sequence[str]] | None = None,
                  prior: float | None = None, store: str = "numpy", view: TextView | None = None,
-                 batch_size: int = 64, encoder: Encoder | None = None, show_progress: bool = False):
+                 batch_size: int = 64, encoder: Encoder | None = None, show_progress: bool = False, *,
+                 usage_table: UsageTable | None = None, descriptions: Mapping[str, np.ndarray] | None = None,
+                 vectors: VectorStore | None = None, hashes: Mapping[str, str] | None = None):
         trained = model_config(model, method="tool2vec")
         encoder_name = model
         table_file = None
@@ -86,10 +90,13 @@ class Tool2VecRetriever(DenseRetriever):
             view = view or TextView.from_dict(config.get("view"))
         super().__init__(model=None if encoder else encoder_name, store=store, view=view,
                          batch_size=batch_size, encoder=encoder, show_progress=show_progress,
-                         summary_weight=0.0)  # the prior was chosen against single-view description vectors
+                         summary_weight=0.0,  # the prior was chosen against single-view description vectors
+                         vectors=vectors, hashes=hashes)
         self.prior = 1.0 if prior is None else float(prior)
-        self.usage = UsageTable.load(table_file, self.encoder.dim) if table_file else UsageTable(self.encoder.dim)
-        self.descriptions: dict[str, np.ndarray] = {}
+        if usage_table is None:
+            usage_table = UsageTable.load(table_file, self.encoder.dim) if table_file else UsageTable(self.encoder.dim)
+        self.usage = usage_table
+        self.descriptions: dict[str, np.ndarray] = dict(descriptions or {})  # tool id -> its description vector
         if usage:
             for tool_id, queries in usage.items():
                 self.usage.add(tool_id, self.encoder.encode(list(queries), batch_size=batch_size))
@@ -115,9 +122,14 @@ class Tool2VecRetriever(DenseRetriever):
         if tool_id not in self.descriptions:
             raise KeyError(f"no tool with id {tool_id!r} in this index")
         self.usage.add(tool_id, self.encoder.encode(list(queries), batch_size=self.batch_size))
-        row = self.store.rows.row_of[tool_id]
-        vector = self._blend(tool_id, self.descriptions[tool_id])
-        self.store.upsert([tool_id], vector[None, :], [self.store.rows.namespaces[row] or None])
+        self.store.update_vectors([tool_id], self._blend(tool_id, self.descriptions[tool_id])[None, :])
+
+    def reblend(self, prior: float) -> None:
+        """Use `prior` from now on and recompute every stored vector with it (nothing is re-encoded)."""
+        self.prior = float(prior)
+        ids = list(self.descriptions)
+        if ids:
+            self.store.update_vectors(ids, np.stack([self._blend(i, self.descriptions[i]) for i in ids]))
 
     # persistence ---------------------------------------------------------------------------
     def _config(self) -> dict:
@@ -132,13 +144,10 @@ class Tool2VecRetriever(DenseRetriever):
 
     @classmethod
     def load(cls, folder: Path) -> "Tool2VecRetriever":
-        base = DenseRetriever.load(folder)
         config = read_json(folder / "config.json")
-        retriever = cls.__new__(cls)
-        retriever.__dict__.update(base.__dict__)
-        retriever.prior = config.get("prior", 1.0)
-        retriever.usage = UsageTable.load(folder / "usage.npz", retriever.encoder.dim)
+        encoder = encoder_for(config["model"])
         data = np.load(folder / "descriptions.npz")
-        retriever.descriptions = {str(i): v.astype(np.float32) for i, v in zip(data["ids"], data["vectors"])}
-        return retriever
-
+        return cls(encoder=encoder, prior=config.get("prior", 1.0), view=TextView.from_dict(config.get("view")),
+                   usage_table=UsageTable.load(folder / "usage.npz", encoder.dim),
+                   descriptions={str(i): v.astype(np.float32) for i, v in zip(data["ids"], data["vectors"])},
+                   **saved_index(folder, config, default_batch_size=64))

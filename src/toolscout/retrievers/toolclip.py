@@ -5,21 +5,21 @@ Everything else is the dense machinery: vectors in a store (numpy or FAISS), fil
 tool tower like any other: adding them needs no retraining, and a catalog of unseen tools works (zero-shot).
 
 `model`: a directory written by `toolscout train toolclip`, or a base encoder name/path (an untrained
-ToolCLIP whose towers both start from that encoder; see `toolscout.train.toolclip_model`).
+ToolCLIP whose towers both start from that encoder; see `toolclip_model`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
-from ..artifacts import ArtifactError, read_json, write_json
-from ..store.local import load_store
+from ..artifacts import ArtifactError, read_json
+from ..store.base import VectorStore
 from ..tool import Tool
-from .base import Accepts, write_retriever_config
-from .dense import DenseRetriever
+from .base import Accepts
+from .dense import DenseRetriever, saved_index
 
 
 class ToolCLIPRetriever(DenseRetriever):
@@ -27,42 +27,31 @@ class ToolCLIPRetriever(DenseRetriever):
     accepts = Accepts(model=True, trained_by="toolclip", store=True)
 
     def __init__(self, model: str | Path | None = None, store: str = "numpy", batch_size: int = 32,
-                 encoder=None, show_progress: bool = False, device: str | None = None):
-        from ..train.toolclip_model import ToolCLIPEncoder, hash_view
+                 encoder=None, show_progress: bool = False, device: str | None = None, *,
+                 vectors: VectorStore | None = None, hashes: Mapping[str, str] | None = None):
+        from .toolclip_model import ToolCLIPEncoder, hash_view
 
         encoder = encoder or ToolCLIPEncoder.load(model, device=device)
         # the view only feeds content hashes: it covers every text the tool tower reads
         super().__init__(store=store, view=hash_view(encoder.config), batch_size=batch_size, encoder=encoder,
-                         show_progress=show_progress, summary_weight=0.0)  # the tool tower makes the vectors
+                         show_progress=show_progress, summary_weight=0.0,  # the tool tower makes the vectors
+                         vectors=vectors, hashes=hashes)
 
     def _tool_vectors(self, tools: Sequence[Tool], texts: list[str]) -> np.ndarray:
         return self.encoder.encode_tools(tools, batch_size=self.batch_size, show_progress=self.show_progress)
 
     # persistence ---------------------------------------------------------------------------
-    def save(self, folder: Path) -> None:
-        store_config = self.store.save(folder / "store")
-        write_retriever_config(folder, self.name, store=store_config, model=self.encoder.name,
-                               weights_sha=self.encoder.weights_sha, store_kind=self.store_kind,
-                               batch_size=self.batch_size)
-        write_json(folder / "hashes.json", self.hashes)
+    def _config(self) -> dict:
+        return {"model": self.encoder.name, "weights_sha": self.encoder.weights_sha, "store_kind": self.store_kind,
+                "batch_size": self.batch_size}
 
     @classmethod
     def load(cls, folder: Path, device: str | None = None) -> "ToolCLIPRetriever":
-        from ..train.toolclip_model import ToolCLIPEncoder, hash_view
+        from .toolclip_model import ToolCLIPEncoder
 
         config = read_json(folder / "config.json")
         encoder = ToolCLIPEncoder.load(config["model"], device=device)
         if config.get("weights_sha") != encoder.weights_sha:
             raise ArtifactError(f"{folder}: the index was built with model {config['model']} whose weights have "
                                 "changed since (it was retrained or replaced); rebuild the index with the current model")
-        retriever = cls.__new__(cls)
-        retriever.encoder = encoder
-        retriever.store_kind = config["store_kind"]
-        retriever.summary_weight = 0.0  # the tool tower makes the vectors
-        retriever.view = hash_view(encoder.config)
-        retriever.batch_size = config.get("batch_size", 32)
-        retriever.show_progress = False
-        retriever.store = load_store(folder / "store", config["store"])
-        retriever.hashes = read_json(folder / "hashes.json")
-        retriever.encoded_last = 0
-        return retriever
+        return cls(encoder=encoder, **saved_index(folder, config, default_batch_size=32))

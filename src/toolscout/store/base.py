@@ -1,4 +1,6 @@
-"""The store contract. A pgvector (or any database) backend implements the same methods."""
+"""The store contract: everything a retriever asks of the vectors it keeps. Local stores (numpy, FAISS)
+and the PostgreSQL store implement it; the PostgreSQL store adds catalog calls of its own for the
+PostgreSQL service (documents, versions, change log), which are not part of this contract."""
 
 from __future__ import annotations
 
@@ -19,8 +21,12 @@ class VectorStore(Protocol):
 
     dim: int
 
-    def upsert(self, ids: Sequence[str], vectors: np.ndarray, namespaces: Sequence[str | None]) -> None:
-        """Insert or replace the vectors of `ids`."""
+    def upsert(self, ids: Sequence[str], vectors: np.ndarray, namespaces: Sequence[str | None] | None = None) -> None:
+        """Insert or replace the vectors of `ids` with their namespaces (None: no namespace)."""
+
+    def update_vectors(self, ids: Sequence[str], vectors: np.ndarray) -> None:
+        """Replace the vectors of ids already stored, keeping their namespaces; KeyError (and nothing
+        changed) when an id is not stored."""
 
     def delete(self, ids: Sequence[str]) -> None:
         """Remove `ids`; unknown ids are ignored."""
@@ -31,7 +37,25 @@ class VectorStore(Protocol):
     def get(self, ids: Sequence[str]) -> np.ndarray:
         """The stored vectors of `ids`, in order (KeyError for an unknown id)."""
 
-    def __len__(self) -> int: ...
+    def __len__(self) -> int:
+        """How many vectors are stored."""
 
     def save(self, folder: Path) -> dict:
         """Write the store's files into `folder`; return the config entries needed to load it."""
+
+    @classmethod
+    def load(cls, folder: Path, config: dict) -> "VectorStore":
+        """The store `save` wrote into `folder`, given the config entries it returned."""
+
+
+def checked_vectors(ids: Sequence[str], vectors: np.ndarray, dim: int, action: str) -> np.ndarray:
+    """`vectors` as a contiguous float32 (len(ids), dim) array; ValueError for a wrong shape, a count that
+    does not match `ids`, or an id given twice (`action` names the call in the message)."""
+    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    if vectors.ndim != 2 or vectors.shape[1] != dim:
+        raise ValueError(f"expected vectors of shape (n, {dim}), got {vectors.shape}")
+    if len(ids) != len(vectors):
+        raise ValueError(f"{len(ids)} ids but {len(vectors)} vectors")
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"{action}: duplicate ids in one call")
+    return vectors

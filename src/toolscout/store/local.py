@@ -11,6 +11,7 @@ import numpy as np
 from ..errors import MissingDependency, UnknownName
 from ..results import Filter, Results, top_k_rows
 from ..rows import RowTable
+from .base import VectorStore, checked_vectors
 from .prefilter import BfloatPrefilter
 
 
@@ -39,18 +40,8 @@ class NumpyStore:
     def ids(self) -> list[str]:
         return self.rows.ids
 
-    def _check(self, ids: Sequence[str], vectors: np.ndarray) -> np.ndarray:
-        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-        if vectors.ndim != 2 or vectors.shape[1] != self.dim:
-            raise ValueError(f"expected vectors of shape (n, {self.dim}), got {vectors.shape}")
-        if len(ids) != len(vectors):
-            raise ValueError(f"{len(ids)} ids but {len(vectors)} vectors")
-        if len(set(ids)) != len(ids):
-            raise ValueError("upsert: duplicate ids in one call")
-        return vectors
-
     def upsert(self, ids: Sequence[str], vectors: np.ndarray, namespaces: Sequence[str | None] | None = None) -> None:
-        vectors = self._check(ids, vectors)
+        vectors = checked_vectors(ids, vectors, self.dim, "upsert")
         namespaces = list(namespaces) if namespaces is not None else [None] * len(ids)
         new_rows = []
         for i, (tid, ns) in enumerate(zip(ids, namespaces)):
@@ -64,6 +55,13 @@ class NumpyStore:
         if new_rows:
             self.matrix = np.concatenate([self.matrix, vectors[new_rows]], axis=0)
         self._matrix_changed()
+
+    def update_vectors(self, ids: Sequence[str], vectors: np.ndarray) -> None:
+        vectors = checked_vectors(ids, vectors, self.dim, "update_vectors")
+        rows = [self.rows.row_of[t] for t in ids]  # KeyError before anything changes
+        if rows:
+            self.matrix[rows] = vectors
+            self._matrix_changed()
 
     def delete(self, ids: Sequence[str]) -> None:
         rows = [self.rows.row_of[t] for t in ids if t in self.rows.row_of]
@@ -186,6 +184,11 @@ class FaissStore(NumpyStore):
         if replaced:
             self._index = None  # an existing row's vector changed: graph must be rebuilt
 
+    def update_vectors(self, ids, vectors) -> None:
+        super().update_vectors(ids, vectors)
+        if len(ids):
+            self._index = None  # existing rows' vectors changed: the graph must be rebuilt
+
     def delete(self, ids) -> None:
         before = len(self.rows)
         super().delete(ids)
@@ -276,7 +279,7 @@ class FaissStore(NumpyStore):
 STORES = {"numpy": NumpyStore, "faiss": FaissStore}
 
 
-def make_store(kind: str, dim: int, **options) -> NumpyStore:
+def make_store(kind: str, dim: int, **options) -> VectorStore:
     """`kind` is 'numpy', 'faiss' or 'faiss:FACTORY' (e.g. 'faiss:HNSW32', 'faiss:IVF1024,Flat'), or a
     PostgreSQL DSN `postgresql://...` for the shared pgvector store (store/pgvector.py): a new index for
     its tenant, which its first write replaces atomically."""
@@ -292,7 +295,7 @@ def make_store(kind: str, dim: int, **options) -> NumpyStore:
     return STORES[name](dim, **options)
 
 
-def load_store(folder: Path, config: dict) -> NumpyStore:
+def load_store(folder: Path, config: dict) -> VectorStore:
     name = config.get("store", "numpy")
     if name == "pgvector":  # rows live in PostgreSQL; the config holds the DSN (no password)
         from .pgvector import PgVectorStore

@@ -46,6 +46,7 @@ import numpy as np
 from ..errors import MissingDependency, ToolScoutError
 from ..results import Filter, Results
 from . import pg_schema as schema
+from .base import checked_vectors
 
 SCHEMES = ("postgresql://", "postgres://")
 KIND = "pgvector"
@@ -554,13 +555,7 @@ class PgVectorStore:
                docs: Sequence[dict | None] | None = None) -> int:
         """Insert or replace rows (one transaction); returns the tenant's new version. A store made by
         `make_store` replaces the tenant's whole catalog with its first write."""
-        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-        if vectors.ndim != 2 or vectors.shape[1] != self.dim:
-            raise ValueError(f"expected vectors of shape (n, {self.dim}), got {vectors.shape}")
-        if len(ids) != len(vectors):
-            raise ValueError(f"{len(ids)} ids but {len(vectors)} vectors")
-        if len(set(ids)) != len(ids):
-            raise ValueError("upsert: duplicate ids in one call")
+        vectors = checked_vectors(ids, vectors, self.dim, "upsert")
         n = len(ids)
         namespaces = list(namespaces) if namespaces is not None else [None] * n
         texts = list(texts) if texts is not None else [""] * n
@@ -578,6 +573,31 @@ class PgVectorStore:
         if self._fresh or not ids:
             return
         self.write((), list(ids))
+
+    def update_vectors(self, ids: Sequence[str], vectors: np.ndarray) -> None:
+        """Replace the embeddings of stored rows (namespace, text, content hash and doc stay) in one write
+        transaction that bumps the tenant's version and logs the ids; KeyError, and nothing written,
+        when an id is not stored."""
+        vectors = checked_vectors(ids, vectors, self.dim, "update_vectors")
+        if not len(ids):
+            return
+        if self._fresh:  # a new index reads as empty until its first write
+            raise KeyError(ids[0])
+        with self.database.connection() as conn, conn.transaction():
+            version = self._bump(conn)  # locks the tenant's version row: writers queue here
+            stored = {r[0] for r in conn.execute(
+                self._sql("SELECT id FROM {t} WHERE tenant = %s AND id = ANY(%s) FOR UPDATE"),
+                [self.tenant, list(ids)]).fetchall()}
+            missing = [t for t in ids if t not in stored]
+            if missing:
+                raise KeyError(missing[0])  # leaving the transaction by an exception rolls it back
+            with conn.cursor() as cur:
+                cur.executemany(self._sql("UPDATE {t} SET embedding = %s, updated_at = now() "
+                                          "WHERE tenant = %s AND id = %s"),
+                                [(_vector(v, self.dim), self.tenant, tid) for tid, v in zip(ids, vectors)])
+            self._log(conn, version, list(ids))
+            if self.before_commit is not None:
+                self.before_commit()
 
     def write(self, rows: Sequence[PgRow] = (), delete: Sequence[str] = (), *, replace: bool = False,
               inspect: Inspect | None = None, config: dict[str, Any] | None = None) -> WriteOutcome:

@@ -328,6 +328,74 @@ def fit_cross(data: TrainingData, out: str | Path, *, model: str | None = None, 
     weights tried on validation (module docstring); the best is saved as `first_stage_weight`.
     `config.batch_size` counts (query, tool) pairs.
     """
+    _check_cross_options(balance, negatives, hard_fraction, depth, rerank_depth, max_length)
+    config = config or TrainConfig()
+    view = TextView.from_dict(view) if isinstance(view, dict) else (view or TextView())
+    device = pick_device(config.device)
+    base_name, base_path = base_model_path(model)
+    set_seed(config.seed)  # the fresh classification head is drawn here: same seed, same start
+    tokenizer, net = load_pair_model(base_path, device=device)
+
+    setup = PairSetup.of(data, view)
+    sampler = RandomNegatives(list(data.tools), groups=setup.sets_of_tools)  # random negatives from the pair's own set
+    validation = cap_validation(data.validation, setup.sets_of_tools, max_validation, config.seed)
+    pools, candidates = first_stage_runs(data, first_stage, setup.sets_of_tools, depth=depth,
+                                         rerank_depth=rerank_depth, validation=validation,
+                                         mine=hard_count(negatives, hard_fraction) > 0)
+
+    @lru_cache(maxsize=2)
+    def epoch_batches(epoch: int):
+        examples = epoch_examples(setup.pairs, setup.pair_groups, balance, config.seed, epoch)
+        groups = make_groups(examples, data.train, pools, sampler, negatives, hard_fraction, config.seed, epoch)
+        return group_batches(groups, config.batch_size, negatives)
+
+    validate = None
+    if candidates:  # PairScorer: the very inputs the reranker will see
+        scorer = PairScorer(tokenizer, net, max_length=max_length, batch_size=max(32, config.batch_size))
+        validate = RerankValidation(scorer, validation, candidates, setup.documents, fusion_weights)
+    trainer = Trainer("cross", net, PairLoss(net, tokenizer, data.train, setup.documents, max_length, device),
+                      epoch_batches, config, out, validate=validate, batch_size_of=pair_count)
+
+    start_score, start_per_set = (validate.first_stage() if validate is not None and validate_start else (None, {}))
+    summary = trainer.fit(resume=resume)
+    net.eval()
+    first_stage_weight = _best_fusion_weight(validate, summary)
+    summary.data = {**data.summary(), "pairs": len(setup.pairs), "balance": balance,
+                    "examples_per_epoch": sum(pair_count(b) for b in epoch_batches(0)),
+                    "hard_negatives_per_pair": hard_count(negatives, hard_fraction),
+                    "queries_with_mined_negatives": sum(1 for p in pools.values() if p),
+                    "validation_queries": len(validate) if validate is not None else 0,
+                    **_validation_record(summary, validate, start_score, start_per_set, first_stage_weight)}
+    summary.config = {**summary.config, "base_model": base_name, "first_stage": str(first_stage),
+                      "negatives": negatives, "hard_fraction": hard_fraction, "depth": depth,
+                      "max_length": max_length, "balance": balance, "rerank_depth": rerank_depth,
+                      "max_validation": max_validation, "fusion_weights": list(fusion_weights)}
+    _save_cross(out, net, tokenizer, summary, base_model=base_name, model="model", view=view.to_dict(),
+                max_length=max_length, depth=rerank_depth, first_stage=str(first_stage),
+                first_stage_weight=first_stage_weight)
+    trainer.finish()
+    return summary
+
+
+def _best_fusion_weight(validate: RerankValidation | None, summary: RunSummary) -> float:
+    """The first-stage weight that validates best with the trained weights (0 without validation)."""
+    if validate is None or summary.best_validation is None:
+        return 0.0
+    validate()  # the best weights are back in the model: pick the fusion weight for them
+    return validate.weight
+
+
+def _save_cross(out: str | Path, net, tokenizer, summary: RunSummary, **config) -> None:
+    """The model directory: `model/` (Hugging Face files), the summary, and `config` in config.json."""
+    with write_artifact(out, model_base("cross", **config, summary=summary.to_dict())) as folder, \
+            quiet_transformers():
+        net.save_pretrained(str(folder / "model"))
+        tokenizer.save_pretrained(str(folder / "model"))
+        write_json(folder / "summary.json", summary.to_dict())
+
+
+def _check_cross_options(balance: str, negatives: int, hard_fraction: float, depth: int, rerank_depth: int,
+                         max_length: int) -> None:
     if balance not in BALANCES:
         raise ValueError(f"balance must be one of {', '.join(BALANCES)}, got {balance!r}")
     if negatives < 1:
@@ -337,74 +405,23 @@ def fit_cross(data: TrainingData, out: str | Path, *, model: str | None = None, 
     if depth < 1 or rerank_depth < 1 or max_length < 8:
         raise ValueError(f"need depth >= 1, rerank_depth >= 1 and max_length >= 8; got {depth}, {rerank_depth}, "
                          f"{max_length}")
-    config = config or TrainConfig()
-    view = TextView.from_dict(view) if isinstance(view, dict) else (view or TextView())
-    device = pick_device(config.device)
-    base_name, base_path = base_model_path(model)
-    set_seed(config.seed)  # the fresh classification head is drawn here: same seed, same start
-    tokenizer, net = load_pair_model(base_path, device=device)
 
-    queries = data.train
-    setup = PairSetup.of(data, view)
-    pairs, sets_of_tools, groups_of_pairs, documents = (setup.pairs, setup.sets_of_tools, setup.pair_groups,
-                                                        setup.documents)
-    sampler = RandomNegatives(list(data.tools), groups=sets_of_tools)  # random negatives from the pair's own set
 
-    validation = cap_validation(data.validation, sets_of_tools, max_validation, config.seed)
-    mine = hard_count(negatives, hard_fraction) > 0
-    pools, candidates = first_stage_runs(data, first_stage, sets_of_tools, depth=depth, rerank_depth=rerank_depth,
-                                         validation=validation, mine=mine)
-
-    @lru_cache(maxsize=2)
-    def epoch_batches(epoch: int):
-        examples = epoch_examples(pairs, groups_of_pairs, balance, config.seed, epoch)
-        groups = make_groups(examples, queries, pools, sampler, negatives, hard_fraction, config.seed, epoch)
-        return group_batches(groups, config.batch_size, negatives)
-
-    validate = None
-    if candidates:
-        scorer = PairScorer(tokenizer, net, max_length=max_length, batch_size=max(32, config.batch_size))
-        validate = RerankValidation(scorer, validation, candidates, documents, fusion_weights)
-    loss = PairLoss(net, tokenizer, queries, documents, max_length, device)
-    trainer = Trainer("cross", net, loss, epoch_batches, config, out, validate=validate, batch_size_of=pair_count)
-
-    start_score, start_per_set = (validate.first_stage() if validate is not None and validate_start else (None, {}))
-    summary = trainer.fit(resume=resume)
-    net.eval()
-    first_stage_weight = 0.0
-    if validate is not None and summary.best_validation is not None:
-        validate()  # the best weights are back in `net`: pick the fusion weight for them
-        first_stage_weight = validate.weight
-    summary.data = {**data.summary(), "pairs": len(pairs), "balance": balance,
-                    "examples_per_epoch": sum(pair_count(b) for b in epoch_batches(0)),
-                    "hard_negatives_per_pair": hard_count(negatives, hard_fraction),
-                    "queries_with_mined_negatives": sum(1 for p in pools.values() if p),
-                    "validation_queries": len(validate) if validate is not None else 0}
+def _validation_record(summary: RunSummary, validate: RerankValidation | None, start_score: float | None,
+                       start_per_set: Mapping[str, float], first_stage_weight: float) -> dict:
+    """What validation found, for the run summary: the first stage alone, the gain, the fusion weights."""
+    out: dict = {}
     if start_score is not None:
-        summary.data["first_stage_validation"] = round(start_score, 3)
-        summary.data["first_stage_validation_per_set"] = {k: round(v, 3) for k, v in start_per_set.items()}
+        out["first_stage_validation"] = round(start_score, 3)
+        out["first_stage_validation_per_set"] = {k: round(v, 3) for k, v in start_per_set.items()}
         if summary.best_validation is not None:
-            summary.data["reranking_gain"] = round(summary.best_validation - start_score, 3)
+            out["reranking_gain"] = round(summary.best_validation - start_score, 3)
     if validate is not None and validate.per_set:
-        summary.data["best_validation_per_set"] = {k: round(v, 3) for k, v in validate.per_set.items()}
-        summary.data["validation_by_first_stage_weight"] = {str(w): v for w, v in validate.by_weight.items()}
-        summary.data["first_stage_weight"] = first_stage_weight
-        summary.data["reranker_alone_validation"] = round(validate.pure, 3) if validate.pure is not None else None
-    summary.config = {**summary.config, "base_model": base_name, "first_stage": str(first_stage),
-                      "negatives": negatives, "hard_fraction": hard_fraction, "depth": depth,
-                      "max_length": max_length, "balance": balance, "rerank_depth": rerank_depth,
-                      "max_validation": max_validation, "fusion_weights": list(fusion_weights)}
-
-    config_out = model_base("cross", base_model=base_name, model="model", view=view.to_dict(),
-                            max_length=max_length, depth=rerank_depth, first_stage=str(first_stage),
-                            first_stage_weight=first_stage_weight,
-                            summary=summary.to_dict())
-    with write_artifact(out, config_out) as folder, quiet_transformers():
-        net.save_pretrained(str(folder / "model"))
-        tokenizer.save_pretrained(str(folder / "model"))
-        write_json(folder / "summary.json", summary.to_dict())
-    trainer.finish()
-    return summary
+        out["best_validation_per_set"] = {k: round(v, 3) for k, v in validate.per_set.items()}
+        out["validation_by_first_stage_weight"] = {str(w): v for w, v in validate.by_weight.items()}
+        out["first_stage_weight"] = first_stage_weight
+        out["reranker_alone_validation"] = round(validate.pure, 3) if validate.pure is not None else None
+    return out
 
 
 __all__ = ["fit_cross", "base_model_path", "make_first_stage", "first_stage_runs", "make_groups", "group_batches",

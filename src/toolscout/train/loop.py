@@ -21,6 +21,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..artifacts import write_json
+from ..encoders import default_device
 from ..eval.metrics import ndcg_at_k
 from ..results import Results
 
@@ -82,11 +83,8 @@ def set_seed(seed: int) -> None:
 
 
 def pick_device(device: str | None) -> str:
-    import torch
-
-    if device:
-        return device
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    """`device`, or the default one (a GPU when torch sees one)."""
+    return device or default_device()
 
 
 def validation_ndcg(search: Callable[[list[str], int], Results], queries: Sequence, k: int = 10,
@@ -132,73 +130,84 @@ class Trainer:
         total_steps = steps_per_epoch * cfg.epochs
         if cfg.max_steps is not None:
             total_steps = min(total_steps, cfg.max_steps)
-        warmup = int(total_steps * cfg.warmup_ratio)
+        schedule = warmup_then_decay(total_steps, int(total_steps * cfg.warmup_ratio))
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+        run = self._start_run(resume, optimizer, scheduler)
+        progress = _progress(total_steps, run.state["step"], self.method, cfg.progress)
+        try:
+            self._train(run, _Steps(params, optimizer, scheduler, steps_per_epoch, total_steps), progress)
+        finally:
+            progress.close()
+        if run.best_state is not None:  # keep the weights that validated best, not the last ones
+            self.model.load_state_dict(run.best_state)
+        return run.summarise(steps_per_epoch)
 
-        def lr_factor(step: int) -> float:  # linear warm-up, then linear decay to zero
-            if step < warmup:
-                return (step + 1) / max(1, warmup)
-            return max(0.0, (total_steps - step) / max(1, total_steps - warmup))
-
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor)
-        summary = RunSummary(self.method, config=cfg.to_dict())
+    def _start_run(self, resume: bool, optimizer, scheduler) -> "_Run":
+        """A fresh run, or the one the checkpoint folder holds (model, optimiser and RNG states restored)."""
+        summary = RunSummary(self.method, config=self.config.to_dict())
         state = {"step": 0, "best": -math.inf, "bad_evals": 0, "examples": 0, "elapsed": 0.0}
         best_state = None
         if resume and (self.checkpoint_dir / "state.json").exists():
             state, best_state = self._load_checkpoint(optimizer, scheduler)
             summary.resumed_from_step = state["step"]
             summary.history = state.get("history", [])
-        start_time = time.perf_counter() - state["elapsed"]
-        eval_every = cfg.eval_every or steps_per_epoch
-        progress = _progress(total_steps, state["step"], self.method, cfg.progress)
-        stop = False
-        try:
-            while state["step"] < total_steps and not stop:
-                epoch = state["step"] // steps_per_epoch
-                batches = self.epoch_batches(epoch)
-                for batch in batches[state["step"] - epoch * steps_per_epoch:]:
-                    self.model.train()
-                    loss = self.loss_fn(batch)
-                    optimizer.zero_grad()
-                    loss.backward()
-                    if cfg.grad_clip:
-                        torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
-                    optimizer.step()
-                    scheduler.step()
-                    state["step"] += 1
-                    state["examples"] += self.batch_size_of(batch)
-                    elapsed = time.perf_counter() - start_time
-                    progress.update(1)
-                    progress.set_postfix(loss=f"{loss.item():.4f}", ex_s=f"{state['examples'] / max(elapsed, 1e-9):.1f}")
-                    if state["step"] % 10 == 0 or state["step"] == 1:
-                        summary.history.append({"step": state["step"], "loss": round(loss.item(), 5)})
-                    if self.validate and (state["step"] % eval_every == 0 or state["step"] == total_steps):
-                        score = self.validate()
-                        summary.history.append({"step": state["step"], "validation_ndcg@10": round(score, 3)})
-                        progress.write(f"step {state['step']}: validation nDCG@10 = {score:.2f}")
-                        if score > state["best"]:
-                            state["best"], state["bad_evals"], state["best_step"] = score, 0, state["step"]
-                            best_state = _copy_state(self.model)
-                        else:
-                            state["bad_evals"] += 1
-                            if state["bad_evals"] >= cfg.patience:
-                                stop = summary.stopped_early = True
-                    if state["step"] % cfg.checkpoint_every == 0 and not stop:
-                        state["elapsed"] = time.perf_counter() - start_time
-                        state["history"] = summary.history
-                        self._save_checkpoint(state, optimizer, scheduler, best_state)
-                    if stop or state["step"] >= total_steps:
-                        break
-        finally:
-            progress.close()
-        if best_state is not None:  # keep the weights that validated best, not the last ones
-            self.model.load_state_dict(best_state)
-        summary.steps = state["step"]
-        summary.examples = state["examples"]
-        summary.epochs_done = round(state["step"] / steps_per_epoch, 3)
-        summary.time_s = round(time.perf_counter() - start_time, 2)
-        if state["best"] > -math.inf:
-            summary.best_validation, summary.best_step = round(state["best"], 3), state.get("best_step")
-        return summary
+        return _Run(summary, state, best_state, time.perf_counter() - state["elapsed"])
+
+    def _train(self, run: "_Run", steps: "_Steps", progress) -> None:
+        """Optimiser steps until the last one or early stopping, validating and checkpointing on the way."""
+        cfg, state = self.config, run.state
+        eval_every = cfg.eval_every or steps.per_epoch
+        while state["step"] < steps.total and not run.stop:
+            epoch = state["step"] // steps.per_epoch
+            batches = self.epoch_batches(epoch)
+            for batch in batches[state["step"] - epoch * steps.per_epoch:]:  # a resumed epoch skips what it did
+                loss = self._step(batch, steps)
+                state["step"] += 1
+                state["examples"] += self.batch_size_of(batch)
+                self._report(run, loss, progress)
+                if self.validate and (state["step"] % eval_every == 0 or state["step"] == steps.total):
+                    self._validate(run, progress)
+                if state["step"] % cfg.checkpoint_every == 0 and not run.stop:
+                    state["elapsed"] = time.perf_counter() - run.start_time
+                    state["history"] = run.summary.history
+                    self._save_checkpoint(state, steps.optimizer, steps.scheduler, run.best_state)
+                if run.stop or state["step"] >= steps.total:
+                    break
+
+    def _step(self, batch, steps: "_Steps"):
+        import torch
+
+        self.model.train()
+        loss = self.loss_fn(batch)
+        steps.optimizer.zero_grad()
+        loss.backward()
+        if self.config.grad_clip:
+            torch.nn.utils.clip_grad_norm_(steps.params, self.config.grad_clip)
+        steps.optimizer.step()
+        steps.scheduler.step()
+        return loss
+
+    def _report(self, run: "_Run", loss, progress) -> None:
+        step, examples = run.state["step"], run.state["examples"]
+        elapsed = time.perf_counter() - run.start_time
+        progress.update(1)
+        progress.set_postfix(loss=f"{loss.item():.4f}", ex_s=f"{examples / max(elapsed, 1e-9):.1f}")
+        if step % 10 == 0 or step == 1:
+            run.summary.history.append({"step": step, "loss": round(loss.item(), 5)})
+
+    def _validate(self, run: "_Run", progress) -> None:
+        """Score the model; keep its weights when they are the best so far, else count towards patience."""
+        state = run.state
+        score = self.validate()
+        run.summary.history.append({"step": state["step"], "validation_ndcg@10": round(score, 3)})
+        progress.write(f"step {state['step']}: validation nDCG@10 = {score:.2f}")
+        if score > state["best"]:
+            state["best"], state["bad_evals"], state["best_step"] = score, 0, state["step"]
+            run.best_state = _copy_state(self.model)
+        else:
+            state["bad_evals"] += 1
+            if state["bad_evals"] >= self.config.patience:
+                run.stop = run.summary.stopped_early = True
 
     def finish(self) -> None:
         """Remove the resumable state once the model itself has been saved."""
@@ -238,6 +247,49 @@ class Trainer:
         torch.set_rng_state(blob["rng"]["torch"])
         state = json.loads((self.checkpoint_dir / "state.json").read_text())
         return state, blob["best"]
+
+
+def warmup_then_decay(total_steps: int, warmup: int) -> Callable[[int], float]:
+    """The learning-rate factor per step: linear warm-up over `warmup` steps, then linear decay to zero."""
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / max(1, warmup)
+        return max(0.0, (total_steps - step) / max(1, total_steps - warmup))
+
+    return factor
+
+
+@dataclass
+class _Steps:
+    """What every optimiser step of a run uses."""
+
+    params: list
+    optimizer: Any
+    scheduler: Any
+    per_epoch: int
+    total: int
+
+
+@dataclass
+class _Run:
+    """A run in progress: the summary it fills, the resumable `state` (step, examples, best score...),
+    the best weights so far, and when it (virtually, counting resumed time) started."""
+
+    summary: RunSummary
+    state: dict
+    best_state: dict | None
+    start_time: float
+    stop: bool = False
+
+    def summarise(self, steps_per_epoch: int) -> RunSummary:
+        summary, state = self.summary, self.state
+        summary.steps = state["step"]
+        summary.examples = state["examples"]
+        summary.epochs_done = round(state["step"] / steps_per_epoch, 3)
+        summary.time_s = round(time.perf_counter() - self.start_time, 2)
+        if state["best"] > -math.inf:
+            summary.best_validation, summary.best_step = round(state["best"], 3), state.get("best_step")
+        return summary
 
 
 def _copy_state(model) -> dict:

@@ -60,70 +60,6 @@ HEAD_INITS = ("description", "random")
 CALIBRATION_QUERIES = 2000
 
 
-def _network_class():
-    import torch
-    import torch.nn.functional as F
-
-    class MLCNetwork(torch.nn.Module):
-        """Sentence-transformers encoder + linear head over the unit sentence embedding.
-
-        The head parameters hold weight / `head_scale` (see the module doc on `head_lr`)."""
-
-        def __init__(self, st_model, n_tools: int, head_scale: float):
-            super().__init__()
-            self.encoder = st_model
-            dim = _dimension(st_model)
-            self.head_scale = float(head_scale)
-            self.head_weight = torch.nn.Parameter(torch.zeros(n_tools, dim))
-            self.head_bias = torch.nn.Parameter(torch.zeros(n_tools))
-
-        @property
-        def device(self):
-            return self.head_weight.device
-
-        def embed(self, texts: Sequence[str]):
-            prepare = getattr(self.encoder, "preprocess", None) or self.encoder.tokenize  # ST >= 6 / older
-            features = prepare(list(texts))
-            features = {key: value.to(self.device) if torch.is_tensor(value) else value
-                        for key, value in features.items()}
-            return F.normalize(self.encoder(features)["sentence_embedding"], p=2.0, dim=-1)
-
-        def head(self, embeddings):
-            return embeddings @ (self.head_scale * self.head_weight).T + self.head_scale * self.head_bias
-
-        def forward(self, texts: Sequence[str]):
-            return self.head(self.embed(texts))
-
-        def set_head(self, weight: np.ndarray, bias: np.ndarray) -> None:
-            with torch.no_grad():
-                self.head_weight.copy_(torch.as_tensor(weight, dtype=torch.float32) / self.head_scale)
-                self.head_bias.copy_(torch.as_tensor(bias, dtype=torch.float32) / self.head_scale)
-
-        def head_arrays(self) -> tuple[np.ndarray, np.ndarray]:
-            with torch.no_grad():
-                weight = (self.head_scale * self.head_weight).detach().cpu().numpy().astype(np.float32)
-                bias = (self.head_scale * self.head_bias).detach().cpu().numpy().astype(np.float32)
-            return weight, bias
-
-        def encode(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
-            """Unit embeddings, no gradients, eval mode (dropout off)."""
-            was_training = self.training
-            self.eval()
-            out = []
-            with torch.no_grad():
-                for start in range(0, len(texts), batch_size):
-                    out.append(self.embed(texts[start:start + batch_size]).cpu().numpy())
-            self.train(was_training)
-            return np.concatenate(out).astype(np.float32) if out else np.zeros((0, self.head_weight.shape[1]), np.float32)
-
-    return MLCNetwork
-
-
-def _dimension(st_model) -> int:
-    getter = getattr(st_model, "get_embedding_dimension", None) or st_model.get_sentence_embedding_dimension
-    return int(getter())
-
-
 def fit_mlc(data: TrainingData, out: str | Path, *, model: str | None = None, config: TrainConfig | None = None,
             resume: bool = True, head_init: str = "description", init_scale: float = 10.0, head_lr: float = 1e-2,
             probe_epochs: int = 20, max_seq_length: int = 128, validation_queries: int | None = 500,
@@ -136,32 +72,29 @@ def fit_mlc(data: TrainingData, out: str | Path, *, model: str | None = None, co
     `config.max_steps=0` keeps only that probe. `validation_queries` caps the validation queries used
     for early stopping and calibration (a fixed hash-ordered subset; None = all). See the module doc.
     """
+    from .mlc_net import MLCNetwork
+
     if head_init not in HEAD_INITS:
         raise ValueError(f"head_init must be one of {', '.join(HEAD_INITS)}, got {head_init!r}")
     config = config or TrainConfig(lr=5e-5)
     view = view or TextView()
     device = pick_device(config.device)
     start = time.perf_counter()
-
     tool_ids = data.labelled_tool_ids
     column = {tid: i for i, tid in enumerate(tool_ids)}
     examples = [(q.text, [column[label] for label in q.labels]) for q in data.train]
     validation = _subset(data.validation, validation_queries)
     descriptions = [tool_text(data.tools[tid], view) for tid in tool_ids]
     encoder = Encoder.load(model, device=device, max_seq_length=max_seq_length, backend="torch")
-    st_model = encoder.model
     set_seed(config.seed)
-    net = _network_class()(st_model, len(tool_ids), head_scale=head_lr / config.lr).to(device)
-
+    net = MLCNetwork(encoder.model, len(tool_ids), head_scale=head_lr / config.lr).to(device)
     validate = (lambda: validation_ndcg(_head_search(net, tool_ids, eval_batch_size), validation)) \
         if validation else None
     trainer = Trainer("mlc", net, _bce_loss(net), lambda epoch: batched(examples, config.batch_size, config.seed, epoch),
                       config, out, validate=validate)
     history: list[dict] = []
     probe_summary = None
-    fine_tune = not (config.max_steps == 0 or config.epochs == 0)
-    resuming = resume and (trainer.checkpoint_dir / "state.json").exists()
-    if not resuming:  # a resumed run finds its head (and probe) in the checkpoint
+    if not (resume and (trainer.checkpoint_dir / "state.json").exists()):  # a resumed run's head is in its checkpoint
         prior = sum(len(labels) for _t, labels in examples) / (len(examples) * len(tool_ids))
         net.set_head(*_initial_head(net, head_init, init_scale, prior, descriptions,
                                     [text for text, _ in examples], config.seed, eval_batch_size))
@@ -174,9 +107,34 @@ def fit_mlc(data: TrainingData, out: str | Path, *, model: str | None = None, co
                                    resume, lambda texts: fast.encode(texts, batch_size=eval_batch_size))
             del fast
             history.extend({"phase": "probe", **entry} for entry in probe_summary.history)
+    summary, kept = _fine_tune(trainer, net, validate, probe_summary, history, resume)
+    probe_embedding = dict(probe_summary.data) if probe_summary is not None else {}
+    summary.history = history + summary.history
+    summary.data = data.summary()
+    summary.config = {**config.to_dict(), "model": encoder.name, "head_init": head_init, "init_scale": init_scale,
+                      "head_lr": head_lr, "probe_epochs": probe_epochs, "max_seq_length": max_seq_length,
+                      "tools": len(tool_ids), "validation_queries": len(validation), "kept": kept}
+    if probe_summary is not None:
+        summary.config["probe"] = {"steps": probe_summary.steps, "time_s": probe_summary.time_s,
+                                   "examples": probe_summary.examples, **probe_embedding,
+                                   "best_validation": probe_summary.best_validation}
+    calibration = _calibrate_fallback(net, validation, data.train, tool_ids, descriptions, eval_batch_size)
+    _save_mlc(out, net, tool_ids, summary, encoder=encoder.name, tools=len(tool_ids), view=view.to_dict(),
+              max_seq_length=max_seq_length, head_init=head_init, fallback_calibration=calibration,
+              wall_s=round(time.perf_counter() - start, 2))
+    trainer.finish()
+    return summary
+
+
+def _fine_tune(trainer: Trainer, net, validate, probe_summary: RunSummary | None, history: list[dict],
+               resume: bool) -> tuple[RunSummary, str]:
+    """Train encoder and head together (unless `max_steps` or `epochs` is 0); fine-tuning must beat the probe
+    it starts from on validation, or the probe's weights are kept. Returns the run summary and which
+    weights the model keeps; appends the validation of the starting point to `history`."""
+    config = trainer.config
+    fine_tune = not (config.max_steps == 0 or config.epochs == 0)
     before = None
     if fine_tune and probe_summary is not None and validate:
-        # fine-tuning must beat the probe it starts from, or the probe's weights are kept
         before = (validate(), _copy_state(net))
         history.append({"phase": "fine-tune", "step": 0, "validation_ndcg@10": round(before[0], 3)})
     if fine_tune:
@@ -190,30 +148,18 @@ def fit_mlc(data: TrainingData, out: str | Path, *, model: str | None = None, co
         net.load_state_dict(before[1])
         kept = "probe (fine-tuning did not improve validation)"
         summary.best_validation, summary.best_step = round(before[0], 3), 0
-    probe_embedding = dict(probe_summary.data) if probe_summary is not None else {}
-    summary.history = history + summary.history
-    summary.data = data.summary()
-    summary.config = {**config.to_dict(), "model": encoder.name, "head_init": head_init, "init_scale": init_scale,
-                      "head_lr": head_lr, "probe_epochs": probe_epochs, "max_seq_length": max_seq_length,
-                      "tools": len(tool_ids), "validation_queries": len(validation), "kept": kept}
-    if probe_summary is not None:
-        summary.config["probe"] = {"steps": probe_summary.steps, "time_s": probe_summary.time_s,
-                                   "examples": probe_summary.examples, **probe_embedding,
-                                   "best_validation": probe_summary.best_validation}
+    return summary, kept
 
-    calibration = _calibrate_fallback(net, validation, data.train, tool_ids, descriptions, eval_batch_size)
+
+def _save_mlc(out: str | Path, net, tool_ids: list[str], summary: RunSummary, **config) -> None:
+    """The model directory: the fine-tuned encoder, the head with its tool ids, and `config` in config.json."""
     weight, bias = net.head_arrays()
     net.eval()
-    model_cfg = model_base("mlc", encoder=encoder.name, tools=len(tool_ids), view=view.to_dict(),
-                           max_seq_length=max_seq_length, head_init=head_init, fallback_calibration=calibration,
-                           wall_s=round(time.perf_counter() - start, 2), summary=summary.to_dict())
-    with write_artifact(out, model_cfg) as folder, quiet_transformers():
-        st_model.save(str(folder / ENCODER_FOLDER))
+    with write_artifact(out, model_base("mlc", **config, summary=summary.to_dict())) as folder, quiet_transformers():
+        net.encoder.save(str(folder / ENCODER_FOLDER))
         np.savez(folder / HEAD_FILE, ids=np.asarray(tool_ids, dtype=str), weight=weight, bias=bias)
         write_json(folder / "tools.json", tool_ids)
         write_json(folder / "summary.json", summary.to_dict())
-    trainer.finish()
-    return summary
 
 
 def _copy_state(net) -> dict:

@@ -37,6 +37,7 @@ from ..rerank.refiner import (
     VECTOR_SOURCES,
     build_refiner_net,
     load_transformer,
+    padded_candidates,
 )
 from ..tool import TextView, tool_text
 from .data import TrainingData
@@ -205,8 +206,6 @@ def fit_refiner(data: TrainingData, out: str | Path, *, model: str | None = None
     all-MiniLM-L6-v2). `prior`: the Tool2Vec description blend when the usage is built here.
     `head_lr`: learning rate of the fresh projection and output head (the transformer uses `config.lr`).
     """
-    import torch
-
     from ..encoders import resolve_model
 
     if depth < 1:
@@ -225,36 +224,83 @@ def fit_refiner(data: TrainingData, out: str | Path, *, model: str | None = None
     base_path = resolve_model(builder.encoder_name if first_stage_model else model)
     transformer, tokenizer = load_transformer(base_path)
     dim = builder.descriptions.shape[1]
+    net = _refiner_net(transformer, dim, max_query_length, head_lr, device)
+    inputs = RefinerInputs(tokenizer, dim, max_query_length, device)
+    usable = [i for i, c in enumerate(train) if len(c.ids)]
+    trainer = Trainer("refiner", net, _bce_loss(net, inputs, train, [q.text for q in data.train]),
+                      lambda epoch: batched(usable, config.batch_size, config.seed, epoch), config, out,
+                      validate=_reranked_ndcg(net, inputs, validation, validation_queries) if validation else None)
+    summary = trainer.fit(resume=resume)
+    net.eval()
+    recall = sum(c.labels.sum() / max(1, len(q.labels)) for c, q in zip(train, data.train)) / max(1, len(train))
+    summary.data = {**data.summary(), "prepare_s": round(prepare_s, 2), "first_stage": first_stage,
+                    "train_candidate_recall": round(100.0 * float(recall), 2), **builder.notes}
+    if validation and validate_start:
+        summary.data["first_stage_validation"] = round(_first_stage_ndcg(validation, validation_queries), 3)
+    summary.config = {**summary.config, "depth": depth, "head_lr": head_lr, "max_query_length": max_query_length,
+                      "first_stage": first_stage, "first_stage_model": first_stage_model, "prior": builder.prior}
+    vectors = "first_stage" if first_stage in ("tool2vec", "dense") else "description"
+    config_out = model_base("refiner", base_model=base_path, depth=depth, vectors=vectors, vector_dim=dim,
+                            max_query_length=max_query_length, view=builder.view.to_dict(),
+                            description_encoder=builder.encoder_name, first_stage=first_stage,
+                            summary=summary.to_dict())
+    _save_refiner(out, config_out, net, transformer, tokenizer, summary)
+    trainer.finish()
+    return summary
+
+
+def _refiner_net(transformer, dim: int, max_query_length: int, head_lr: float, device: str):
+    """A fresh ToolRefiner on `transformer`; its fresh layers learn at `head_lr`, the transformer at the
+    trainer's rate."""
     net = build_refiner_net(transformer, dim, max_query_length).to(device)
-    net.param_groups = lambda lr: [  # the fresh layers learn fast, the pretrained transformer slowly
+    net.param_groups = lambda lr: [
         {"params": list(net.transformer.parameters()), "lr": lr},
         {"params": [p for name, p in net.named_parameters() if not name.startswith("transformer.")], "lr": head_lr}]
-    texts = [q.text for q in data.train]
-    usable = [i for i, c in enumerate(train) if len(c.ids)]
+    return net
 
-    def tensors(indices: Sequence[int], cands: list[Candidates], query_texts: Sequence[str]):
-        tokens = tokenizer([query_texts[i] for i in indices], padding=True, truncation=True,
-                           max_length=max_query_length, return_tensors="pt")
-        n = max(len(cands[i].ids) for i in indices)
-        vectors = np.zeros((len(indices), n, dim), np.float32)
-        labels = np.zeros((len(indices), n), np.float32)
-        scores = np.zeros((len(indices), n), np.float32)
-        mask = np.zeros((len(indices), n), np.int64)
+
+class RefinerInputs:
+    """The network's tensors for some queries and their candidates, padded to the most candidates."""
+
+    def __init__(self, tokenizer, dim: int, max_query_length: int, device: str):
+        self.tokenizer, self.dim, self.max_query_length, self.device = tokenizer, dim, max_query_length, device
+
+    def __call__(self, indices: Sequence[int], cands: list[Candidates], query_texts: Sequence[str]):
+        """(input_ids, attention_mask, vectors, candidate_mask, first-stage scores, labels) of `indices`."""
+        import torch
+
+        tokens = self.tokenizer([query_texts[i] for i in indices], padding=True, truncation=True,
+                                max_length=self.max_query_length, return_tensors="pt")
+        vectors, mask, scores = padded_candidates([cands[i].vectors for i in indices],
+                                                  [cands[i].scores for i in indices], self.dim)
+        labels = np.zeros(mask.shape, np.float32)
         for row, i in enumerate(indices):
-            c, m = cands[i], len(cands[i].ids)
-            vectors[row, :m], labels[row, :m], scores[row, :m], mask[row, :m] = c.vectors, c.labels, c.scores, 1
+            labels[row, :len(cands[i].ids)] = cands[i].labels
+        device = self.device
         return (tokens["input_ids"].to(device), tokens["attention_mask"].to(device),
                 torch.from_numpy(vectors).to(device), torch.from_numpy(mask).to(device),
                 torch.from_numpy(scores).to(device), torch.from_numpy(labels).to(device))
 
+
+def _bce_loss(net, inputs: RefinerInputs, train: list[Candidates], texts: Sequence[str]):
+    """The training loss of a batch of query indices: binary cross-entropy over real candidate slots."""
+    import torch
+
     def loss_fn(batch: list[int]):
-        input_ids, attention, vectors, mask, scores, labels = tensors(batch, train, texts)
+        input_ids, attention, vectors, mask, scores, labels = inputs(batch, train, texts)
         logits = net(input_ids, attention, vectors, mask, scores)
         per_position = torch.nn.functional.binary_cross_entropy_with_logits(logits, labels, reduction="none")
         weights = mask.float()
         return (per_position * weights).sum() / weights.sum().clamp(min=1.0)
 
-    validation_texts = [q.text for q in validation_queries]
+    return loss_fn
+
+
+def _reranked_ndcg(net, inputs: RefinerInputs, validation: list[Candidates], queries: Sequence):
+    """Validation: mean nDCG@10 (points) of each query's candidates reordered by the live network."""
+    import torch
+
+    texts = [q.text for q in queries]
 
     def validate() -> float:
         net.eval()
@@ -264,40 +310,29 @@ def fit_refiner(data: TrainingData, out: str | Path, *, model: str | None = None
                 chunk = [i for i in chunk if len(validation[i].ids)]
                 if not chunk:
                     continue
-                input_ids, attention, vectors, mask, scores, _labels = tensors(chunk, validation, validation_texts)
+                input_ids, attention, vectors, mask, scores, _labels = inputs(chunk, validation, texts)
                 probs = torch.sigmoid(net(input_ids, attention, vectors, mask, scores)).cpu().numpy()
                 for row, i in enumerate(chunk):
                     ids = validation[i].ids
                     order = np.argsort(-probs[row, :len(ids)], kind="stable")
-                    total += ndcg_at_k([ids[j] for j in order], set(validation_queries[i].labels), 10)
+                    total += ndcg_at_k([ids[j] for j in order], set(queries[i].labels), 10)
         return 100.0 * total / max(1, len(validation))
 
-    def first_stage_ndcg() -> float:
-        return 100.0 * sum(ndcg_at_k(c.ids, set(q.labels), 10) for c, q in zip(validation, validation_queries)) \
-            / max(1, len(validation))
+    return validate
 
-    trainer = Trainer("refiner", net, loss_fn,
-                      lambda epoch: batched(usable, config.batch_size, config.seed, epoch), config, out,
-                      validate=validate if validation else None)
-    summary = trainer.fit(resume=resume)
-    net.eval()
-    recall = sum(c.labels.sum() / max(1, len(q.labels)) for c, q in zip(train, data.train)) / max(1, len(train))
-    summary.data = {**data.summary(), "prepare_s": round(prepare_s, 2), "first_stage": first_stage,
-                    "train_candidate_recall": round(100.0 * float(recall), 2), **builder.notes}
-    if validation and validate_start:
-        summary.data["first_stage_validation"] = round(first_stage_ndcg(), 3)
-    summary.config = {**summary.config, "depth": depth, "head_lr": head_lr, "max_query_length": max_query_length,
-                      "first_stage": first_stage, "first_stage_model": first_stage_model, "prior": builder.prior}
-    vectors = "first_stage" if first_stage in ("tool2vec", "dense") else "description"
-    assert vectors in VECTOR_SOURCES
-    model_config_out = model_base("refiner", base_model=base_path, depth=depth, vectors=vectors, vector_dim=dim,
-                                  max_query_length=max_query_length, view=builder.view.to_dict(),
-                                  description_encoder=builder.encoder_name, first_stage=first_stage,
-                                  summary=summary.to_dict())
-    with write_artifact(out, model_config_out) as folder, quiet_transformers():
+
+def _first_stage_ndcg(validation: list[Candidates], queries: Sequence) -> float:
+    """Mean nDCG@10 (points) of the candidates in the first stage's own order."""
+    return 100.0 * sum(ndcg_at_k(c.ids, set(q.labels), 10) for c, q in zip(validation, queries)) \
+        / max(1, len(validation))
+
+
+def _save_refiner(out: str | Path, config: dict, net, transformer, tokenizer, summary: RunSummary) -> None:
+    import torch
+
+    assert config["vectors"] in VECTOR_SOURCES
+    with write_artifact(out, config) as folder, quiet_transformers():
         transformer.save_pretrained(str(folder / "transformer"))
         tokenizer.save_pretrained(str(folder / "transformer"))
         torch.save({k: v for k, v in net.state_dict().items() if not k.startswith("transformer.")}, folder / HEADS_FILE)
         write_json(folder / "summary.json", summary.to_dict())
-    trainer.finish()
-    return summary

@@ -17,8 +17,6 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-import numpy as np
-
 from ..artifacts import write_artifact, write_json
 from ..encoders import Encoder
 from ..models import model_base, model_config
@@ -67,14 +65,13 @@ def fit_tool2vec(data: TrainingData, out: str | Path, model: str | None = None, 
         for label in q.labels:
             usage.add(label, vec[None, :])
 
-    retriever = Tool2VecRetriever(encoder=encoder, view=view, prior=priors[0])
-    retriever.usage = usage
+    retriever = Tool2VecRetriever(encoder=encoder, view=view, prior=priors[0], usage_table=usage)
     retriever.index(list(data.tools.values()))
     summary = RunSummary("tool2vec", examples=len(texts), data=data.summary())
     best_prior, best_score = priors[0], -1.0
     if data.validation and len(priors) > 1:
         for prior in priors:
-            _reblend(retriever, prior)
+            retriever.reblend(prior)
             score = validation_ndcg(retriever.search, data.validation)
             summary.history.append({"prior": prior, "validation_ndcg@10": round(score, 3)})
             if score > best_score:
@@ -117,12 +114,3 @@ def _finetune(data: TrainingData, out: Path, model: str | None, config: TrainCon
     summary = fit_embed(data, tuned_dir, model=model, config=training_config(config, max_steps=steps),
                         resume=resume, loss=loss, view=view, **options)
     return tuned_dir, summary
-
-
-def _reblend(retriever: Tool2VecRetriever, prior: float) -> None:
-    """Recompute every stored vector for a new prior (descriptions are kept, nothing is re-encoded)."""
-    retriever.prior = prior
-    ids = list(retriever.descriptions)
-    vectors = np.stack([retriever._blend(i, retriever.descriptions[i]) for i in ids])
-    namespaces = [retriever.store.rows.namespaces[retriever.store.rows.row_of[i]] or None for i in ids]
-    retriever.store.upsert(ids, vectors, namespaces)

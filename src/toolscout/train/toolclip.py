@@ -55,7 +55,8 @@ from .data import TrainingData
 from .embed import BALANCES, epoch_examples, query_set, tool_sets
 from .loop import RunSummary, TrainConfig, Trainer, batched, pick_device, validation_ndcg
 from .negatives import mine_hard_negatives
-from .toolclip_model import DESCRIPTION_TEXTS, ToolCLIPConfig, ToolCLIPEncoder, load_model, new_model, save_model
+from ..retrievers.toolclip_model import DESCRIPTION_TEXTS, ToolCLIPConfig, ToolCLIPEncoder, load_model, new_model
+from .toolclip_save import save_model
 
 NEGATIVE_MODES = ("hard", "random")
 MINERS = ("dense", "bm25")
@@ -304,56 +305,91 @@ def fit_toolclip(data: TrainingData, out: str | Path, *, model: str | None = Non
     opts = ToolCLIPOptions.make(**options)
     cfg = config or TrainConfig()
     device = pick_device(cfg.device)
+    net, featurizer, base_model = _start_model(model, opts, device, cfg.seed)
+    rows = training_rows(data, opts.multi_positive)
+    if not rows:
+        raise ValueError("no training query has a gold tool in the training catalog; nothing to train on")
+    sets_of_tools = tool_sets(data)
+    schedule = StageSchedule(rows, [query_set(q, sets_of_tools) for q, _target in rows], opts, cfg)
+    set_filters = _set_filters(sets_of_tools)
+    miner = None
+    if opts.negatives == "hard" and schedule.stage2_from < schedule.total_steps and opts.extra_per_query > 0:
+        miner = _build_miner(opts.miner, base_model, list(data.tools.values()))
+    objective = ToolCLIPObjective(net, featurizer, data, opts, device, cfg.seed, miner, set_filters)
+    encoder = ToolCLIPEncoder(net, featurizer, "training", device)
+    validate = _macro_validation(encoder, data, sets_of_tools, set_filters)
+    use_validation = opts.validate and bool(data.validation)
+    before = validate() if use_validation and opts.validate_at_start else None
+    trainer = Trainer("toolclip", net, objective, schedule.epoch_batches, cfg, out,
+                      validate=validate if use_validation else None)
+    summary = trainer.fit(resume=resume)
+    summary.data = data.summary()
+    summary.config = {**summary.config, **asdict(opts), "base_model": base_model,
+                      "stage2_from_step": schedule.stage2_from, "total_steps": schedule.total_steps,
+                      "rows": len(rows), "device": device}
+    if before is not None:
+        summary.history.insert(0, {"step": 0, "validation_ndcg@10": round(before, 3)})
+    net.eval()
+    save_model(out, net, featurizer, summary=summary.to_dict(), training=asdict(opts))
+    trainer.finish()
+    return summary
+
+
+def _start_model(model: str | None, opts: ToolCLIPOptions, device: str, seed: int):
+    """(network on `device`, featurizer, base model name): a toolclip model directory to continue, or a
+    fresh ToolCLIP whose towers start from the encoder `model`."""
     from .loop import set_seed
 
-    set_seed(cfg.seed)  # the heads' initialisation (non-square projections) depends on it
+    set_seed(seed)  # the heads' initialisation (non-square projections) depends on it
     if model_config(model, method="toolclip") is not None:
-        net, featurizer, meta = load_model(model, device)
+        net, featurizer, _meta = load_model(model, device)
         base_model = net.config.base_model
     else:
         base_model = str(model) if model else "default"
         net, featurizer = new_model(opts.architecture(base_model))
     net.to(device)
+    return net, featurizer, base_model
 
-    rows = training_rows(data, opts.multi_positive)
-    if not rows:
-        raise ValueError("no training query has a gold tool in the training catalog; nothing to train on")
-    sets_of_tools = tool_sets(data)
-    groups = [query_set(q, sets_of_tools) for q, _target in rows]
 
-    def epoch_rows(epoch: int) -> list[list[tuple[Query, str | None]]]:
-        return row_batches(rows, groups, opts.balance, cfg.batch_size, cfg.seed, epoch)
+class StageSchedule:
+    """The batches of each epoch, every one marked with its optimiser step and stage: steps before
+    `stage2_from` (the first `stage1_fraction` of all `total_steps`) are stage 1, the rest stage 2."""
 
-    steps_per_epoch = len(epoch_rows(0))
-    total_steps = steps_per_epoch * cfg.epochs if cfg.max_steps is None else min(steps_per_epoch * cfg.epochs,
-                                                                                  cfg.max_steps)
-    stage2_from = int(round(total_steps * opts.stage1_fraction))  # steps with index >= this are stage 2
+    def __init__(self, rows: list, groups: list[str], opts: ToolCLIPOptions, cfg: TrainConfig):
+        self.rows, self.groups, self.opts, self.cfg = rows, groups, opts, cfg
+        self.steps_per_epoch = len(self.epoch_rows(0))
+        self.total_steps = self.steps_per_epoch * cfg.epochs if cfg.max_steps is None \
+            else min(self.steps_per_epoch * cfg.epochs, cfg.max_steps)
+        self.stage2_from = int(round(self.total_steps * opts.stage1_fraction))  # steps with index >= this: stage 2
 
-    def epoch_batches(epoch: int) -> list[Batch]:
+    def epoch_rows(self, epoch: int) -> list[list[tuple[Query, str | None]]]:
+        return row_batches(self.rows, self.groups, self.opts.balance, self.cfg.batch_size, self.cfg.seed, epoch)
+
+    def epoch_batches(self, epoch: int) -> list[Batch]:
         out_batches = []
-        for i, chunk in enumerate(epoch_rows(epoch)):
-            step = epoch * steps_per_epoch + i
-            out_batches.append(Batch(chunk, step, 2 if step >= stage2_from else 1))
+        for i, chunk in enumerate(self.epoch_rows(epoch)):
+            step = epoch * self.steps_per_epoch + i
+            out_batches.append(Batch(chunk, step, 2 if step >= self.stage2_from else 1))
         return out_batches
 
-    # each set's tools (one set: no filter needed, the catalog is the set)
+
+def _set_filters(sets_of_tools: dict[str, str]) -> dict[str, Filter]:
+    """Set name → a filter to its own tools (none with a single set: the catalog is the set)."""
     members: dict[str, list[str]] = {}
     for tool_id, set_name in sets_of_tools.items():
         members.setdefault(set_name, []).append(tool_id)
-    set_filters = {name: Filter.make(ids=ids) for name, ids in members.items()} if len(members) > 1 else {}
-    miner = None
-    if opts.negatives == "hard" and stage2_from < total_steps and opts.extra_per_query > 0:
-        miner = _build_miner(opts.miner, base_model, list(data.tools.values()))
-    objective = ToolCLIPObjective(net, featurizer, data, opts, device, cfg.seed, miner, set_filters)
+    return {name: Filter.make(ids=ids) for name, ids in members.items()} if len(members) > 1 else {}
 
-    encoder = ToolCLIPEncoder(net, featurizer, "training", device)
+
+def _macro_validation(encoder: ToolCLIPEncoder, data: TrainingData, sets_of_tools: dict[str, str],
+                      set_filters: dict[str, Filter]):
+    """Validation: the macro nDCG@10 over the sets, each set's validation tasks ranked among its own tools."""
     catalog = list(data.tools.values())
     validation_sets: dict[str, list[Query]] = {}
     for q in data.validation:
         validation_sets.setdefault(query_set(q, sets_of_tools), []).append(q)
 
     def validate() -> float:
-        """Macro nDCG@10 over the sets, each set's tasks ranked among its own tools."""
         from ..retrievers.toolclip import ToolCLIPRetriever
 
         retriever = ToolCLIPRetriever(encoder=encoder, batch_size=64)
@@ -362,17 +398,4 @@ def fit_toolclip(data: TrainingData, out: str | Path, *, model: str | None = Non
                                   queries) for name, queries in sorted(validation_sets.items())]
         return sum(scores) / len(scores)
 
-    use_validation = opts.validate and bool(data.validation)
-    before = validate() if use_validation and opts.validate_at_start else None
-    trainer = Trainer("toolclip", net, objective, epoch_batches, cfg, out,
-                      validate=validate if use_validation else None)
-    summary = trainer.fit(resume=resume)
-    summary.data = data.summary()
-    summary.config = {**summary.config, **asdict(opts), "base_model": base_model, "stage2_from_step": stage2_from,
-                      "total_steps": total_steps, "rows": len(rows), "device": device}
-    if before is not None:
-        summary.history.insert(0, {"step": 0, "validation_ndcg@10": round(before, 3)})
-    net.eval()
-    save_model(out, net, featurizer, summary=summary.to_dict(), training=asdict(opts))
-    trainer.finish()
-    return summary
+    return validate

