@@ -274,7 +274,6 @@ def section_hnsw(ctx: Context) -> dict:
 
 def section_rerank(ctx: Context) -> dict:
     from toolscout.rerank.base import load_reranker
-    from toolscout.results import Results
     from toolscout.retrievers.bm25 import BM25Retriever
 
     models = {"cross": ctx.args.cross, "refiner": ctx.args.refiner}

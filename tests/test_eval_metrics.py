@@ -5,8 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from toolscout.eval import (completeness_at_k, mrr_at_k, ndcg_at_k, precision_at_k, query_metrics,
-                            recall_at_k)
+from toolscout.eval import completeness_at_k, mrr_at_k, ndcg_at_k, precision_at_k, query_metrics, recall_at_k
 
 D2, D3 = 1 / math.log2(3), 1 / math.log2(4)  # discounts of ranks 2 and 3
 

@@ -5,16 +5,24 @@ import json
 from pathlib import Path
 
 import pytest
-
 from fakellm import FakeLLM, Reply, all_of, mentions, model_is
+
 from toolscout.benchmark import Query, load_benchmark
-from toolscout.expand import (ExpandConfig, ProfileRules, check_profile, expand_tools, expand_usage, parse_profile,
-                              tool_document)
-from toolscout.cli.expand import add_parsers as add_expand_parsers, cmd_expand, journal_path
+from toolscout.cli.expand import add_parsers as add_expand_parsers
+from toolscout.cli.expand import cmd_expand, journal_path
+from toolscout.cli.options import view_from_args
+from toolscout.expand import (
+    ExpandConfig,
+    ProfileRules,
+    check_profile,
+    expand_tools,
+    expand_usage,
+    parse_profile,
+    tool_document,
+)
 from toolscout.expand.pipeline import Journal, parse_verdict
 from toolscout.expand.profile import ProfileParseError, problem_kind
 from toolscout.expand.usage import UsageReport
-from toolscout.cli.options import view_from_args
 from toolscout.expand.views import ablation_views, parse_profile_fields
 from toolscout.llm import LLMClient
 from toolscout.tool import TextView, Tool, tool_text

@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 from fakellm import FakeLLM
+
 from toolscout.cli import main
 from toolscout.expand.ablation import compare_views, load_sets
 from toolscout.tool import TextView

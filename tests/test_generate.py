@@ -5,11 +5,12 @@ import json
 from pathlib import Path
 
 import pytest
-
 from fakellm import FakeLLM, Reply, mentions
+
 from toolscout.benchmark import load_benchmark
+from toolscout.cli.generate import add_parsers as add_generate_parsers
+from toolscout.cli.generate import cmd_generate
 from toolscout.generate import GenerateConfig, NearDuplicateIndex, check_pick, generate_queries, similarity
-from toolscout.cli.generate import add_parsers as add_generate_parsers, cmd_generate
 from toolscout.generate.dedupe import shingles
 from toolscout.generate.pipeline import parse_polish, shown_names
 from toolscout.llm import LLMClient

@@ -6,11 +6,22 @@ import threading
 import time
 
 import pytest
-
 from fakellm import FakeLLM, Reply, mentions
-from toolscout.llm import (ChatResult, LLMClient, LLMConnectionError, LLMHTTPError, LLMReplyError, LLMSettings,
-                           LLMTimeoutError, TokenLogprob, chat_url, choice_probability, parse_json_reply,
-                           parse_retry_after)
+
+from toolscout.llm import (
+    ChatResult,
+    LLMClient,
+    LLMConnectionError,
+    LLMHTTPError,
+    LLMReplyError,
+    LLMSettings,
+    LLMTimeoutError,
+    TokenLogprob,
+    chat_url,
+    choice_probability,
+    parse_json_reply,
+    parse_retry_after,
+)
 
 MSG = [{"role": "user", "content": "say hi to the test"}]
 

@@ -62,12 +62,11 @@ def test_a_local_index_migrated_to_postgres_gives_identical_top10(pg, tmp_path, 
 
 
 def test_index_catalog_records_the_summary_weight_and_refuses_to_mix_weights(pg, tools, encoder):
-    from toolscout.retrievers.dense import SUMMARY_WEIGHT, summary_view
-    from toolscout.tool import TextView
     from toolscout.postgres import index_catalog
+    from toolscout.retrievers.dense import SUMMARY_WEIGHT, summary_view
     from toolscout.store.pg_config import IndexConfig
     from toolscout.store.pgvector import PgStoreError, PgVectorStore
-    from toolscout.tool import tool_text
+    from toolscout.tool import TextView, tool_text
 
     store_spec = spec(pg, new_table())
     store = PgVectorStore.from_spec(store_spec, encoder.dim)
@@ -118,8 +117,8 @@ def test_cli_index_search_and_migrate_with_a_postgres_store(pg, tmp_path, tools,
     assert found[0] == found[1] and len(found[0]) == 3
     # `toolscout serve DIR` on that directory serves the database (not the snapshot beside it)
     from toolscout.cli import build_parser
-    from toolscout.serve.auth import AuthConfig
     from toolscout.cli.serve import _open_service
+    from toolscout.serve.auth import AuthConfig
 
     service = _open_service(build_parser().parse_args(["serve", str(tmp_path / "idx")]), AuthConfig())
     assert service.catalog.kind == "postgresql" and "tenant=team-a" in service.describe()
@@ -136,10 +135,10 @@ def test_cli_index_search_and_migrate_with_a_postgres_store(pg, tmp_path, tools,
 def test_tenants_are_isolated_on_every_http_path(pg, tmp_path, tools, encoder):
     from starlette.testclient import TestClient
 
+    from toolscout.postgres import index_catalog
+    from toolscout.serve import ToolService
     from toolscout.serve.auth import AuthConfig
     from toolscout.serve.http import create_app
-    from toolscout.serve import ToolService
-    from toolscout.postgres import index_catalog
     from toolscout.store.pgvector import PgVectorStore
 
     table = new_table()
@@ -311,8 +310,8 @@ def test_the_python_pipeline_runs_on_a_postgres_store(pg, tmp_path, tools, encod
 
 
 def test_a_replica_name_cache_is_never_staler_than_its_bound(pg, tools, encoder):
-    from toolscout.serve import ToolService
     from toolscout.postgres import index_catalog
+    from toolscout.serve import ToolService
     from toolscout.store.pgvector import PgVectorStore
 
     store_spec = spec(pg, new_table())

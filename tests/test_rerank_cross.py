@@ -19,8 +19,16 @@ from toolscout.rerank.cross import CrossEncoderReranker, encode_pairs, load_pair
 from toolscout.results import Results
 from toolscout.retrievers.base import make_retriever
 from toolscout.tool import Tool
-from toolscout.train.cross import (FUSION_WEIGHTS, PairLoss, base_model_path, first_stage_runs, fit_cross, group_batches,
-                                   hard_count, make_groups)
+from toolscout.train.cross import (
+    FUSION_WEIGHTS,
+    PairLoss,
+    base_model_path,
+    first_stage_runs,
+    fit_cross,
+    group_batches,
+    hard_count,
+    make_groups,
+)
 from toolscout.train.data import TrainingData, load_training_data
 from toolscout.train.embed import RandomNegatives, epoch_examples, tool_sets, training_pairs
 from toolscout.train.loop import TrainConfig, set_seed

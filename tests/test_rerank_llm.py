@@ -8,8 +8,8 @@ import warnings
 
 import numpy as np
 import pytest
-
 from fakellm import FakeLLM, Reply, mentions, message_text
+
 from toolscout.llm import LLMClient, LLMHTTPError, LLMReplyError, LLMSettings, LLMTimeoutError
 from toolscout.rerank.base import Reranker, load_reranker
 from toolscout.rerank.llm import LLMReranker, answer_score

@@ -15,15 +15,23 @@ from toolscout import ToolScout
 from toolscout.artifacts import ArtifactError
 from toolscout.benchmark import BenchmarkSet, Query
 from toolscout.models import model_config
+from toolscout.results import Filter
 from toolscout.retrievers.toolclip import ToolCLIPRetriever
+from toolscout.retrievers.toolclip_model import ToolCLIPConfig, load_model, new_model, tool_parts
 from toolscout.tool import Tool, tool_text
 from toolscout.train import TrainConfig, load_training_data
-from toolscout.train.losses import hard_negative_loss, info_nce
-from toolscout.results import Filter
 from toolscout.train.data import TrainingData
-from toolscout.train.toolclip import (Batch, ToolCLIPObjective, ToolCLIPOptions, fit_toolclip, pair_hard_nce,
-                                      pair_nce, row_batches, training_rows)
-from toolscout.retrievers.toolclip_model import ToolCLIPConfig, load_model, new_model, tool_parts
+from toolscout.train.losses import hard_negative_loss, info_nce
+from toolscout.train.toolclip import (
+    Batch,
+    ToolCLIPObjective,
+    ToolCLIPOptions,
+    fit_toolclip,
+    pair_hard_nce,
+    pair_nce,
+    row_batches,
+    training_rows,
+)
 
 TINY = dict(max_query_length=16, max_name_length=8, max_description_length=16, max_param_length=8, max_params=2)
 

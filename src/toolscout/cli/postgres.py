@@ -48,9 +48,9 @@ def index_into_postgres(args: argparse.Namespace, tools: Sequence[Tool]) -> int:
     try:
         report = index_catalog(store, tools, encoder, view, search="dense" if args.retriever == "dense" else "hybrid",
                                progress=True)
-        retriever = DenseRetriever(encoder=encoder, store="numpy", view=view, summary_weight=report.summary_weight)
-        retriever.store, retriever.store_kind = store, spec.to_string()  # the DSN as recorded: no password
-        retriever.hashes = {t.id: vector_hash(t, view, tool_text(t, view), report.summary_weight) for t in tools}
+        hashes = {t.id: vector_hash(t, view, tool_text(t, view), report.summary_weight) for t in tools}
+        retriever = DenseRetriever(encoder=encoder, store=spec.to_string(), view=view,  # the DSN without password
+                                   summary_weight=report.summary_weight, vectors=store, hashes=hashes)
         scout = ToolScout(retriever, list(tools), indexed=True)
         scout.save(args.out, extra_config={"postgres": spec.to_string()})
     finally:

@@ -42,7 +42,14 @@ import numpy as np
 
 from ..conversation import LATEST_TURN_WEIGHT, emphasise_latest_turn
 from ..errors import MissingDependency
-from .cache import default_onnx_cache, export_folder, export_into_cache, failed_marker, folder_fingerprint, weights_digest
+from .cache import (
+    default_onnx_cache,
+    export_folder,
+    export_into_cache,
+    failed_marker,
+    folder_fingerprint,
+    weights_digest,
+)
 from .onnx_export import (
     MIN_PROBE_COSINE,
     ONNX_EXPORT_FORMAT,

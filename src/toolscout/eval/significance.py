@@ -12,7 +12,6 @@ more than in the macro mean of the report); `paired_bootstrap_per_set` tests eac
 
 from __future__ import annotations
 
-
 from dataclasses import asdict, dataclass
 
 import numpy as np

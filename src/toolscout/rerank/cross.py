@@ -41,8 +41,14 @@ from ..encoders import quiet_transformers
 from ..models import model_config
 from ..results import Results
 from ..tool import TextView, Tool, tool_text
-from .base import (DEFAULT_DEPTH, RERANKER_KIND, check_candidates, fuse_with_first_stage, reordered,
-                   write_reranker_config)
+from .base import (
+    DEFAULT_DEPTH,
+    RERANKER_KIND,
+    check_candidates,
+    fuse_with_first_stage,
+    reordered,
+    write_reranker_config,
+)
 
 METHOD = "cross"
 DEFAULT_MAX_LENGTH = 192  # query + tool text tokens; API-Bank/ToolBench pairs rarely need more

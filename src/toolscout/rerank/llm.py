@@ -43,8 +43,15 @@ from ..artifacts import read_config
 from ..llm import ChatResult, LLMClient, LLMError, LLMReplyError, LLMSettings, choice_probability
 from ..results import Results
 from ..tool import TextView, Tool, tool_text
-from .base import (DEFAULT_DEPTH, FORMAT_VERSION, RERANKER_KIND, check_candidates, checked_settings, reordered,
-                   write_reranker_config)
+from .base import (
+    DEFAULT_DEPTH,
+    FORMAT_VERSION,
+    RERANKER_KIND,
+    check_candidates,
+    checked_settings,
+    reordered,
+    write_reranker_config,
+)
 
 ON_ERROR = ("fallback", "raise")
 

@@ -146,9 +146,9 @@ def redact(dsn: str) -> str:
 
 def _require_psycopg():
     try:
+        import pgvector.psycopg  # noqa: F401
         import psycopg  # noqa: F401
         import psycopg_pool  # noqa: F401
-        import pgvector.psycopg  # noqa: F401
     except ImportError as exc:
         raise MissingDependency(exc.name or "psycopg", "the PostgreSQL store", extra="postgres") from None
 

@@ -58,7 +58,6 @@ from .embed import BALANCES, Example, PairSetup, RandomNegatives, epoch_examples
 from .loop import RunSummary, TrainConfig, Trainer, pick_device, set_seed
 from .negatives import mine_hard_negatives
 
-
 # ------------------------------------------------------------------------------------- base model
 
 

@@ -51,11 +51,11 @@ from typing import Any, Sequence
 from ..benchmark import Query
 from ..models import model_config
 from ..results import Filter
+from ..retrievers.toolclip_model import DESCRIPTION_TEXTS, ToolCLIPConfig, ToolCLIPEncoder, load_model, new_model
 from .data import TrainingData
 from .embed import BALANCES, epoch_examples, query_set, tool_sets
 from .loop import RunSummary, TrainConfig, Trainer, batched, pick_device, validation_ndcg
 from .negatives import mine_hard_negatives
-from ..retrievers.toolclip_model import DESCRIPTION_TEXTS, ToolCLIPConfig, ToolCLIPEncoder, load_model, new_model
 from .toolclip_save import save_model
 
 NEGATIVE_MODES = ("hard", "random")
