@@ -241,11 +241,14 @@ def test_schema_migrations_are_versioned_and_upgrade_existing_rows(pg):
                      "'translate text between languages', '[1,0,0]')")
     store = PgVectorStore.from_spec(spec(pg, table), 3)
     assert store.lexical_search(["translate"], 5).as_lists() == [["old"]]  # v2 indexed the existing row
-    assert store.database.migrated == [2]
+    assert store.database.migrated == [2, 3]
     with psycopg.connect(pg, autocommit=True) as conn:
         rows = conn.execute("SELECT version FROM toolscout_schema_migrations WHERE tbl = %s ORDER BY 1",
                             [table]).fetchall()
-        assert rows == [(1,), (2,)]
+        assert rows == [(1,), (2,), (3,)]
+        # v3: the existing row is untaught (its own vector, no usage words) and still found by its text
+        assert conn.execute(f"SELECT usage, base_embedding, reported FROM {table} WHERE id = 'old'").fetchone() == \
+            ("", None, 0)
         assert pg_schema.migrate(conn, table, 3) == []  # up to date: nothing to do
     with pytest.raises(Exception, match="3-dimensional vectors, not 5"):
         len(PgVectorStore.from_spec(spec(pg, table), 5))

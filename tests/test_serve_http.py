@@ -44,7 +44,8 @@ def served(request, tmp_path, tools, encoder):
     tokens = tmp_path / "tokens.json"
     tokens.write_text(json.dumps({"tokens": [
         {"token": "mail-team-1", "name": "mail", "namespaces": ["mail"], "write": True},
-        {"token": "reader-123", "name": "reader"}]}))
+        {"token": "reader-123", "name": "reader"},
+        {"token": "agent-7-feedback", "name": "agent-7", "feedback": True}]}))
 
     def start(require_read_token=False, max_body_bytes=4096, **options):
         service = ToolService.open(target, **open_options, **options)
@@ -101,7 +102,8 @@ def test_tool_crud_and_versions(served, tools):
         r = client.put("/tools/lang.translate", json=new, headers=ADMIN)
         assert r.status_code == 200 and r.json()["created"] == ["lang.translate"] and r.json()["version"] == start + 1
         assert client.put("/tools/lang.translate", json=new, headers=ADMIN).json()["unchanged"] == ["lang.translate"]
-        assert client.get("/tools/lang.translate").json() == {"id": "lang.translate", **new}
+        assert client.get("/tools/lang.translate").json() == {
+            "id": "lang.translate", **new, "feedback": {"learned": 0, "sources": 0, "reported": 0}}
         hit = client.post("/search", json={"query": "translate this text to French", "k": 1}).json()["results"][0]
         assert hit["hits"][0]["id"] == "lang.translate"
 
@@ -267,3 +269,64 @@ def test_metrics_openapi_and_health(served, tools):
         assert client.get("/docs").status_code == 200
         health = client.get("/health").json()
         assert health["storage"] == served.store and health["tools"] == len(tools)
+
+
+AGENT = {"authorization": "Bearer agent-7-feedback"}  # read + feedback, every namespace, source "agent-7"
+
+
+def test_feedback_is_learned_at_once_counted_and_taken_back_exactly(served):
+    with served() as client:
+        task = {"query": "will it rain in Bergen tomorrow", "k": 3}
+        before = client.post("/search", json=task).json()["results"][0]["hits"]
+        assert before[0]["id"] != "stocks.quote"
+        r = client.post("/feedback", headers=AGENT, json={"events": [
+            {"query": "is it going to rain in Bergen tomorrow", "tool_ids": ["stocks.quote"]},
+            {"query": "rain forecast for Bergen tomorrow please", "tool_ids": ["stocks.quote", "nope.nothing"]},
+            {"query": "is it going to rain in Bergen tomorrow", "tool_ids": ["stocks.quote"]},  # a repeat
+            {"query": "it did not work", "tool_ids": ["files.read"], "outcome": "failure"}]})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert (body["events"], body["learned"], body["duplicates"], body["failures"]) == (4, 2, 1, 1)
+        assert body["unknown_tools"] == ["nope.nothing"]
+        after = client.post("/search", json=task).json()["results"][0]["hits"]
+        assert after[0]["id"] == "stocks.quote"  # learned at once, no retraining
+        assert client.get("/tools/stocks.quote").json()["feedback"] == {"learned": 2, "sources": 1, "reported": 3}
+        metrics = client.get("/metrics").text
+        assert "toolscout_feedback_events 4" in metrics and "toolscout_feedback_learned 2" in metrics
+        assert 'toolscout_search_events_total{event="feedback_events"} 4' in metrics
+        single = client.post("/feedback", headers=AGENT, json={"query": "umbrella needed?", "tool_ids": ["weather.get_current"],
+                                                                 "source": "agent-7", "outcome": "success"})
+        assert single.json()["learned"] == 1
+        r = client.delete("/feedback", params={"source": "agent-7"}, headers=AGENT)
+        assert r.status_code == 200 and r.json()["tools"] == 2
+        restored = client.post("/search", json=task).json()["results"][0]["hits"]
+        assert [(h["id"], h["score"]) for h in restored] == [(h["id"], h["score"]) for h in before]
+        assert client.get("/tools/stocks.quote").json()["feedback"]["learned"] == 0
+
+
+def test_feedback_needs_permission_and_stays_within_what_the_caller_sees(served):
+    with served() as client:
+        event = {"query": "send the quarterly report", "tool_ids": ["mail.send"]}
+        assert client.post("/feedback", json=event, headers=READER).status_code == 403  # no feedback permission
+        r = client.post("/feedback", json={**event, "source": "someone-else"}, headers=AGENT)
+        assert r.status_code == 403 and "agent-7" in r.json()["error"]["message"]
+        r = client.post("/feedback", json={"query": "book it", "tool_ids": ["flights.book"]}, headers=MAIL)
+        assert r.status_code == 200 and r.json()["unknown_tools"] == ["flights.book"]  # outside its namespaces
+        assert client.get("/tools/flights.book").json()["feedback"]["learned"] == 0
+        assert client.post("/feedback", json=event, headers=MAIL).json()["learned"] == 1
+        assert client.delete("/feedback", params={"source": "agent-7"}, headers=MAIL).status_code == 403
+        assert client.delete("/feedback", params={"source": "mail"}, headers=MAIL).json()["tools"] == 1
+        assert client.post("/feedback", json={"query": "x", "tool_ids": []}, headers=ADMIN).status_code == 422
+        assert client.post("/feedback", json={"query": "x", "tool_ids": ["a"], "extra": 1}, headers=ADMIN).status_code == 422
+
+
+def test_feedback_over_its_rate_is_refused_with_retry_after(served):
+    from toolscout.serve.limits import FeedbackLimits
+
+    with served(limits=FeedbackLimits(rate=1.0, burst=3, volume=None)) as client:
+        events = [{"query": f"send report number {i}", "tool_ids": ["mail.send"]} for i in range(3)]
+        assert client.post("/feedback", json={"events": events}, headers=AGENT).status_code == 200
+        r = client.post("/feedback", json={"query": "one more report", "tool_ids": ["mail.send"]}, headers=AGENT)
+        assert r.status_code == 429 and r.json()["error"]["type"] == "rate_limited"
+        assert int(r.headers["retry-after"]) >= 1
+        assert client.get("/tools/mail.send").json()["feedback"]["learned"] == 3  # nothing of the refused batch

@@ -1,7 +1,7 @@
 """Exceptions users see. Each message says what was wrong, where, and what to do.
 
 The servers map these types, and only these, to HTTP statuses (`serve/http.py`): `NotFound` 404,
-`Forbidden` 403, `InvalidRequest` and `CatalogError` 422, `ServiceUnavailable` 503. Any other exception
+`Forbidden` 403, `InvalidRequest` and `CatalogError` 422, `RateLimited` 429, `ServiceUnavailable` 503. Any other exception
 is a bug inside toolscout and becomes a logged 500. Each type also derives from the built-in exception
 Python callers would expect (`KeyError`, `ValueError`, `PermissionError`), so `except KeyError` keeps
 working in code that uses the library directly.
@@ -29,6 +29,15 @@ class NotFound(ToolScoutError, KeyError):
 
 class Forbidden(ToolScoutError, PermissionError):
     """The caller is known but may not do this (write outside its namespaces, compact without admin)."""
+
+
+class RateLimited(ToolScoutError):
+    """The caller sent more than its limits allow (feedback events per second, or in all); `retry_after`:
+    seconds until it may send again (None: not by waiting)."""
+
+    def __init__(self, message: str, retry_after: float | None = None):
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class MissingDependency(ToolScoutError, ImportError):

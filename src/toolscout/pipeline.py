@@ -11,12 +11,13 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from .artifacts import read_config, write_artifact
 from .benchmark import read_jsonl
 from .defaults import DEFAULT_INTENTS, DEFAULT_RETRIEVER
 from .errors import NotFound, ToolScoutError
+from .feedback import FeedbackEvent, LearnResult, Usage, UsageLedger
 from .hits import Hit, HitPolicy, NameIndex, assemble_hits, checked_k, checked_queries
 from .intents import IntentMerge
 from .rerank.base import Reranker, load_reranker
@@ -26,6 +27,7 @@ from .tool import Tool, tools_by_id
 from .version import __version__
 
 PIPELINE_KIND = "toolscout.pipeline"
+FEEDBACK_FILE = "feedback.json"
 FORMAT_VERSION = 1
 
 
@@ -88,10 +90,12 @@ class ToolScout:
     """
 
     def __init__(self, retriever: Retriever, tools: Sequence[Tool] = (), *, indexed: bool = False,
-                 reranker: Reranker | None = None, intents: IntentMerge | None = None):
+                 reranker: Reranker | None = None, intents: IntentMerge | None = None,
+                 ledger: UsageLedger | None = None):
         self.retriever = retriever
         self.reranker = reranker
         self.intents = intents
+        self.ledger = ledger if ledger is not None else UsageLedger()  # what it learned from use
         self._tools: dict[str, Tool] = {}
         self._lock = ReadWriteLock()
         if tools:
@@ -122,7 +126,8 @@ class ToolScout:
         tools = [Tool.from_dict(row) for _n, row in read_jsonl(folder / "tools.jsonl")]
         retriever = load_retriever(folder / "retriever")
         reranker = load_reranker(folder / "reranker") if (folder / "reranker").exists() else None
-        scout = cls(retriever, tools, indexed=True, reranker=reranker,
+        ledger = UsageLedger.load(folder / FEEDBACK_FILE) if (folder / FEEDBACK_FILE).exists() else None
+        scout = cls(retriever, tools, indexed=True, reranker=reranker, ledger=ledger,
                     intents=IntentMerge.from_dict(config.get("intents")))  # older directories: none
         if len(retriever) != len(tools):  # a hand-edited or mismatched directory
             raise ToolScoutError(f"{path}: retriever holds {len(retriever)} tools but tools.jsonl has {len(tools)}")
@@ -147,6 +152,8 @@ class ToolScout:
                 self.retriever.save(folder / "retriever")
                 if self.reranker is not None:
                     self.reranker.save(folder / "reranker")
+                if self.ledger.events:
+                    self.ledger.save(folder / FEEDBACK_FILE)
 
     # catalog -----------------------------------------------------------------------------
     @property
@@ -191,6 +198,31 @@ class ToolScout:
             self.retriever.remove(ids)
             for tool_id in ids:
                 self._names.remove(self._tools.pop(tool_id))
+                self.ledger.drop_tool(tool_id)  # a deleted tool's feedback goes with it
+
+    # learning from use ---------------------------------------------------------------------
+    def learn(self, events: Iterable[FeedbackEvent | Mapping[str, Any]]) -> LearnResult:
+        """Fold tool-use feedback into the index at once, with no retraining (`toolscout.feedback`):
+        each event is a task and the ids of the tools that served it (a FeedbackEvent, or a dict with
+        query, tool_ids, source, outcome). Unknown tool ids are ignored and reported. Searches go on
+        while the requests are embedded; the index changes under the write lock, in one step."""
+        events = [e if isinstance(e, FeedbackEvent) else FeedbackEvent.from_dict(e) for e in events]
+        candidates = [Usage(t, e.source, e.query) for e in events if e.teaches for t in e.tool_ids]
+        prepared = self.retriever.prepare_learning(candidates) if candidates else None
+        with self._lock.write():
+            result = self.ledger.add(events, known=self._tools)
+            if result.learned:
+                self.retriever.learn(result.learned, prepared=prepared)
+        return result
+
+    def forget(self, source: str) -> list[str]:
+        """Take back everything feedback from `source` taught: every tool is as if it had never posted.
+        Returns the ids of the tools it had taught."""
+        with self._lock.write():
+            touched = self.ledger.forget(source)
+            if touched:
+                self.retriever.learn(forgotten=[(tool_id, source) for tool_id in touched])
+        return touched
 
     # search ------------------------------------------------------------------------------
     def retrieve(self, queries: Sequence[str], k: int = 10, filter: Filter | None = None) -> Results:

@@ -4,20 +4,24 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
-from ..artifacts import read_json
+from ..artifacts import read_json, write_json
 from ..conversation import latest_turn, without_speaker_labels
 from ..errors import MissingDependency
+from ..feedback import Usage
 from ..results import Filter, Results, top_k_rows
 from ..rows import RowTable
 from ..tool import TextView, Tool, tool_text
 from .base import Accepts, write_retriever_config
 
 _TOKEN = re.compile(r"(?u)\b\w\w+\b")
+USAGE_FILE = "usage.json"
+USAGE_WEIGHT = 1.0  # chosen on validation (benchmarks/learn_replay.py; docs/learning.md)
 
 
 class Tokenizer:
@@ -47,6 +51,79 @@ class Tokenizer:
         return self._stem(words) if self._stem else words
 
 
+class UsageField:
+    """The words of the requests that taught each tool (`toolscout.feedback`), searched as a second field
+    of the tool's document with the same BM25 formula (Lucene idf over the whole catalog, k1, b; lengths
+    against the mean length of the taught tools' fields). Kept per (tool, source), so a source can be
+    taken back exactly; updated per tool, so one event costs the words of one tool's requests."""
+
+    def __init__(self, k1: float, b: float):
+        self.k1, self.b = k1, b
+        self.requests: dict[str, dict[str, list[list[str]]]] = {}  # tool -> source -> token lists
+        self.postings: dict[str, dict[str, int]] = {}  # term -> tool -> term frequency
+        self.terms: dict[str, set[str]] = {}  # tool -> the terms it is indexed under
+        self.lengths: dict[str, int] = {}  # tool -> words in its field
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def add(self, tool_id: str, source: str, tokens: list[str]) -> None:
+        self.requests.setdefault(tool_id, {}).setdefault(source, []).append(tokens)
+        self._reindex(tool_id)
+
+    def forget(self, tool_id: str, source: str) -> None:
+        if self.requests.get(tool_id, {}).pop(source, None) is not None:
+            self._reindex(tool_id)
+
+    def drop(self, tool_id: str) -> None:
+        self.requests.pop(tool_id, None)
+        self._reindex(tool_id)
+
+    def _reindex(self, tool_id: str) -> None:
+        for term in self.terms.pop(tool_id, ()):
+            tools = self.postings[term]
+            tools.pop(tool_id, None)
+            if not tools:
+                del self.postings[term]
+        self.lengths.pop(tool_id, None)
+        words = Counter(w for source in sorted(self.requests.get(tool_id, {}))
+                        for tokens in self.requests[tool_id][source] for w in tokens)
+        if not words:
+            self.requests.pop(tool_id, None)
+            return
+        for term, tf in words.items():
+            self.postings.setdefault(term, {})[tool_id] = tf
+        self.terms[tool_id] = set(words)
+        self.lengths[tool_id] = sum(words.values())
+
+    def scores(self, tokens: list[str], rows: RowTable) -> np.ndarray:
+        """This field's BM25 score of every row for the query words `tokens`."""
+        out = np.zeros(len(rows), dtype=np.float32)
+        n, avgdl = len(rows), sum(self.lengths.values()) / len(self.lengths)
+        for term in tokens:
+            tools = self.postings.get(term)
+            if not tools:
+                continue
+            idf = np.log(1.0 + (n - len(tools) + 0.5) / (len(tools) + 0.5))
+            for tool_id, tf in tools.items():
+                row = rows.row_of.get(tool_id)
+                if row is not None:
+                    norm = tf + self.k1 * (1 - self.b + self.b * self.lengths[tool_id] / avgdl)
+                    out[row] += idf * tf * (self.k1 + 1) / norm
+        return out
+
+    def to_dict(self) -> dict:
+        return self.requests
+
+    @classmethod
+    def from_dict(cls, data: dict, k1: float, b: float) -> "UsageField":
+        field = cls(k1, b)
+        for tool_id, sources in data.items():
+            field.requests[tool_id] = {s: [list(t) for t in tokens] for s, tokens in sources.items()}
+            field._reindex(tool_id)
+        return field
+
+
 class BM25Retriever:
     """Lexical first stage.
 
@@ -58,7 +135,8 @@ class BM25Retriever:
     accepts = Accepts(view=True)
 
     def __init__(self, view: TextView | None = None, k1: float = 1.5, b: float = 0.75,
-                 method: str = "lucene", stemmer: str | None = "english", stopwords: str | None = "en"):
+                 method: str = "lucene", stemmer: str | None = "english", stopwords: str | None = "en",
+                 usage_weight: float = USAGE_WEIGHT):
         try:
             import bm25s  # noqa: F401
         except ImportError:
@@ -68,6 +146,8 @@ class BM25Retriever:
         self.tokenizer = Tokenizer(stemmer, stopwords)
         self.rows = RowTable()
         self.tokens: list[list[str]] = []
+        self.usage = UsageField(k1, b)
+        self.usage_weight = float(usage_weight)
         self._bm25 = None
 
     def __len__(self) -> int:
@@ -96,6 +176,25 @@ class BM25Retriever:
             keep = self.rows.remove_rows(rows)
             self.tokens = [tok for tok, k in zip(self.tokens, keep) if k]
             self._rebuild()
+        for tool_id in ids:
+            self.usage.drop(tool_id)  # a deleted tool's feedback goes with it
+
+    def prepare_learning(self, usages: Sequence[Usage]) -> dict[Usage, list[str]]:
+        return {u: self.tokenizer(without_speaker_labels(u.query)) for u in usages}
+
+    def learn(self, added: Sequence[Usage] = (), forgotten: Sequence[tuple[str, str]] = (),
+              prepared: Mapping[Usage, list[str]] | None = None) -> None:
+        """The words of requests that used a tool join its usage field; `forgotten` (tool, source) pairs
+        leave it. Nothing else is re-indexed."""
+        prepared = prepared or {}
+        for usage in added:
+            if usage.tool_id in self.rows.row_of:
+                tokens = prepared.get(usage)
+                if tokens is None:
+                    tokens = self.tokenizer(without_speaker_labels(usage.query))
+                self.usage.add(usage.tool_id, usage.source, tokens)
+        for tool_id, source in forgotten:
+            self.usage.forget(tool_id, source)
 
     def _rebuild(self) -> None:
         import bm25s
@@ -111,10 +210,13 @@ class BM25Retriever:
         its term score, so the latest turn's words count twice (its speaker labels do not)."""
         tail = latest_turn(query)
         text = query if tail is None else f"{query}\n{without_speaker_labels(tail)}"
-        tokens = [t for t in self.tokenizer(text) if t in self._bm25.vocab_dict]
-        if not tokens:
-            return np.zeros(len(self.rows), dtype=np.float32)
-        return self._bm25.get_scores(tokens).astype(np.float32)
+        words = self.tokenizer(text)
+        tokens = [t for t in words if t in self._bm25.vocab_dict]
+        scores = self._bm25.get_scores(tokens).astype(np.float32) if tokens else \
+            np.zeros(len(self.rows), dtype=np.float32)
+        if len(self.usage):  # what tools learned from use, as a second field (toolscout.feedback)
+            scores = scores + self.usage_weight * self.usage.scores(words, self.rows)
+        return scores
 
     def search(self, queries: Sequence[str], k: int = 10, filter: Filter | None = None) -> Results:
         if isinstance(queries, str):
@@ -136,18 +238,25 @@ class BM25Retriever:
     # persistence ---------------------------------------------------------------------------
     def save(self, folder: Path) -> None:
         write_retriever_config(folder, self.name, view=self.view.to_dict(), params=self.params,
-                               stemmer=self.tokenizer.stemmer_name, stopwords=self.tokenizer.stopwords_name)
+                               stemmer=self.tokenizer.stemmer_name, stopwords=self.tokenizer.stopwords_name,
+                               usage_weight=self.usage_weight)
         with open(folder / "tokens.jsonl", "w", encoding="utf-8") as fh:
             for tid, ns, tok in zip(self.rows.ids, self.rows.namespaces, self.tokens):
                 fh.write(json.dumps({"id": tid, "namespace": ns, "tokens": tok}) + "\n")
+        if len(self.usage):
+            write_json(folder / USAGE_FILE, self.usage.to_dict())
 
     @classmethod
     def load(cls, folder: Path) -> "BM25Retriever":
         config = read_json(folder / "config.json")
         retriever = cls(TextView.from_dict(config.get("view")), stemmer=config.get("stemmer"),
-                        stopwords=config.get("stopwords"), **config["params"])
+                        stopwords=config.get("stopwords"), usage_weight=config.get("usage_weight", USAGE_WEIGHT),
+                        **config["params"])
         rows = [json.loads(line) for line in (folder / "tokens.jsonl").read_text(encoding="utf-8").splitlines() if line]
         retriever.rows = RowTable([r["id"] for r in rows], [r["namespace"] for r in rows])
         retriever.tokens = [r["tokens"] for r in rows]
         retriever._rebuild()
+        if (folder / USAGE_FILE).exists():
+            params = config["params"]
+            retriever.usage = UsageField.from_dict(read_json(folder / USAGE_FILE), params["k1"], params["b"])
         return retriever

@@ -14,6 +14,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..artifacts import read_json
+from ..feedback import Usage
 from ..results import Filter, Results
 from ..tool import TextView
 from .base import Accepts, Retriever, load_retriever, make_retriever, write_retriever_config
@@ -63,6 +64,15 @@ class HybridRetriever:
     def remove(self, ids) -> None:
         for comp in self.components:
             comp.remove(ids)
+
+    def prepare_learning(self, usages: Sequence[Usage]) -> list:
+        return [comp.prepare_learning(usages) for comp in self.components]
+
+    def learn(self, added: Sequence[Usage] = (), forgotten: Sequence[tuple[str, str]] = (),
+              prepared: Sequence | None = None) -> None:
+        """Every component learns from the same feedback (BM25 the requests' words, dense their vectors)."""
+        for i, comp in enumerate(self.components):
+            comp.learn(added, forgotten, None if prepared is None else prepared[i])
 
     def search(self, queries: Sequence[str], k: int = 10, filter: Filter | None = None) -> Results:
         if isinstance(queries, str):

@@ -24,6 +24,7 @@ from ..store.base import VectorStore
 from ..tool import TextView, Tool
 from .base import Accepts
 from .dense import DenseRetriever, encoder_for, saved_index
+from .learned import LearnedVectors
 
 
 def _unit(v: np.ndarray) -> np.ndarray:
@@ -78,7 +79,8 @@ class Tool2VecRetriever(DenseRetriever):
                  prior: float | None = None, store: str = "numpy", view: TextView | None = None,
                  batch_size: int = 64, encoder: Encoder | None = None, show_progress: bool = False, *,
                  usage_table: UsageTable | None = None, descriptions: Mapping[str, np.ndarray] | None = None,
-                 vectors: VectorStore | None = None, hashes: Mapping[str, str] | None = None):
+                 vectors: VectorStore | None = None, hashes: Mapping[str, str] | None = None,
+                 learned: LearnedVectors | None = None):
         trained = model_config(model, method="tool2vec")
         encoder_name = model
         table_file = None
@@ -91,7 +93,7 @@ class Tool2VecRetriever(DenseRetriever):
         super().__init__(model=None if encoder else encoder_name, store=store, view=view,
                          batch_size=batch_size, encoder=encoder, show_progress=show_progress,
                          summary_weight=0.0,  # the prior was chosen against single-view description vectors
-                         vectors=vectors, hashes=hashes)
+                         vectors=vectors, hashes=hashes, learned=learned)
         self.prior = 1.0 if prior is None else float(prior)
         if usage_table is None:
             usage_table = UsageTable.load(table_file, self.encoder.dim) if table_file else UsageTable(self.encoder.dim)
@@ -122,14 +124,16 @@ class Tool2VecRetriever(DenseRetriever):
         if tool_id not in self.descriptions:
             raise KeyError(f"no tool with id {tool_id!r} in this index")
         self.usage.add(tool_id, self.encoder.encode(list(queries), batch_size=self.batch_size))
-        self.store.update_vectors([tool_id], self._blend(tool_id, self.descriptions[tool_id])[None, :])
+        blended = self._blend(tool_id, self.descriptions[tool_id])[None, :]
+        self.store.update_vectors([tool_id], self._with_learning([tool_id], blended))
 
     def reblend(self, prior: float) -> None:
         """Use `prior` from now on and recompute every stored vector with it (nothing is re-encoded)."""
         self.prior = float(prior)
         ids = list(self.descriptions)
         if ids:
-            self.store.update_vectors(ids, np.stack([self._blend(i, self.descriptions[i]) for i in ids]))
+            blended = np.stack([self._blend(i, self.descriptions[i]) for i in ids])
+            self.store.update_vectors(ids, self._with_learning(ids, blended))
 
     # persistence ---------------------------------------------------------------------------
     def _config(self) -> dict:

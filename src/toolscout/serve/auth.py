@@ -4,10 +4,13 @@
 - `--token T` (or TOOLSCOUT_TOKEN, read by the CLI): T may read and write everything; writes without
   a token are refused (401). Reads stay open unless `--require-read-token`.
 - `--tokens FILE`: per-token permissions, JSON
-  `{"tokens": [{"token": "...", "name": "team-a", "namespaces": ["github", "jira"], "write": false}]}`.
+  `{"tokens": [{"token": "...", "name": "team-a", "namespaces": ["github", "jira"], "write": false,
+  "feedback": true, "source": "agent-7"}]}`.
   `namespaces` (omitted or null: all) restricts everything the token sees and writes; `""` stands for
-  tools with no namespace. With the PostgreSQL store (`--store postgresql://...`) an entry may name a
-  `"tenant"`: that token works on that tenant's catalog only (default: the store's default tenant).
+  tools with no namespace. `feedback` lets a read-only token post tool-use feedback (a write token may
+  anyway); it posts as feedback source `source` (default: its name). With the PostgreSQL store
+  (`--store postgresql://...`) an entry may name a `"tenant"`: that token works on that tenant's
+  catalog only (default: the store's default tenant).
 
 Anonymous readers (when reads are open) see every namespace: use `--require-read-token` when the
 namespace restrictions must hold for everyone. Tokens are kept as SHA-256 digests only.
@@ -64,12 +67,13 @@ class AuthConfig:
         """The tenants tokens are bound to (only the PostgreSQL store serves several)."""
         return {p.tenant for p in self.principals.values() if p.tenant is not None}
 
-    def authenticate(self, authorization: str | None, *, write: bool) -> Principal:
-        """The caller's principal, or AuthError 401 (no or unknown token) / 403 (may not write)."""
+    def authenticate(self, authorization: str | None, *, write: bool, feedback: bool = False) -> Principal:
+        """The caller's principal, or AuthError 401 (no or unknown token) / 403 (may not write, or may
+        not post feedback when `feedback`)."""
         if not authorization:
             if not self.enabled:
                 return ADMIN
-            if write or self.require_read_token:
+            if write or feedback or self.require_read_token:
                 raise AuthError(401, "this request needs a bearer token (Authorization: Bearer TOKEN)")
             return ANONYMOUS
         scheme, _, token = authorization.partition(" ")
@@ -80,6 +84,8 @@ class AuthConfig:
             raise AuthError(401, "invalid bearer token")
         if write and not principal.write:
             raise AuthError(403, f"token {principal.name!r} may read but not change the catalog")
+        if feedback and not (principal.write or principal.feedback):
+            raise AuthError(403, f"token {principal.name!r} may not post tool-use feedback")
         return principal
 
 
@@ -99,7 +105,7 @@ def read_tokens_file(path: str | Path) -> dict[str, Principal]:
         where = f"{path}: tokens[{i}]"
         if not isinstance(entry, dict) or not isinstance(entry.get("token"), str) or len(entry["token"]) < 8:
             raise ToolScoutError(f"{where}: needs a 'token' string of at least 8 characters")
-        unknown = set(entry) - {"token", "name", "namespaces", "write", "tenant"}
+        unknown = set(entry) - {"token", "name", "namespaces", "write", "tenant", "feedback", "source"}
         if unknown:
             raise ToolScoutError(f"{where}: unknown field(s) {sorted(unknown)}")
         namespaces = entry.get("namespaces")
@@ -109,10 +115,13 @@ def read_tokens_file(path: str | Path) -> dict[str, Principal]:
         tenant = entry.get("tenant")
         if tenant is not None and (not isinstance(tenant, str) or not tenant or len(tenant) > 200):
             raise ToolScoutError(f"{where}: 'tenant' must be a non-empty string of at most 200 characters")
+        source = entry.get("source")
+        if source is not None and (not isinstance(source, str) or not source or len(source) > 200):
+            raise ToolScoutError(f"{where}: 'source' must be a non-empty string of at most 200 characters")
         digest = _digest(entry["token"])
         if digest in out:
             raise ToolScoutError(f"{where}: the same token appears twice")
         out[digest] = Principal(str(entry.get("name") or f"token{i}"),
                                 None if namespaces is None else frozenset(namespaces), bool(entry.get("write")),
-                                tenant)
+                                tenant, bool(entry.get("feedback")), source)
     return out

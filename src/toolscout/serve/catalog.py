@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
+from ..feedback import FeedbackEvent, LearnResult
 from ..hits import Hit, HitPolicy
 from ..results import Filter
 from ..tool import Tool
@@ -70,6 +71,26 @@ class TenantCatalog(Protocol):
 
     def delete(self, ids: Sequence[str], visible: Visible) -> WriteResult:
         """Remove tools by id, durably; all or none (NotFound names an unknown or invisible id)."""
+        ...
+
+    def learn(self, events: Sequence[FeedbackEvent]) -> LearnResult:
+        """Record tool-use feedback durably and fold it into the ranking at once (`toolscout.feedback`)."""
+        ...
+
+    def forget(self, source: str) -> list[str]:
+        """Take back, durably and exactly, everything feedback from `source` taught; the tools it had taught."""
+        ...
+
+    def namespaces_of(self, ids: Sequence[str]) -> dict[str, str | None]:
+        """id -> namespace of each of `ids` in the catalog (unknown ids left out)."""
+        ...
+
+    def feedback_of(self, tool_id: str) -> dict[str, int]:
+        """What feedback taught one tool: {"learned", "sources", "reported"}."""
+        ...
+
+    def feedback_totals(self) -> dict[str, Any]:
+        """Feedback over the whole catalog: events, failures, learned requests, requests per source."""
         ...
 
     def __len__(self) -> int: ...

@@ -9,14 +9,16 @@
     DELETE /tools/{id}
     POST   /tools/delete        {"ids": [...]}
     GET    /namespaces
+    POST   /feedback            {"query", "tool_ids", "source"?, "outcome"?} or {"events": [...]}: tool use, learned at once
+    DELETE /feedback?source=S   take back everything source S taught
     POST   /admin/compact       snapshot now (admin token)
     GET    /health, GET /metrics (Prometheus text), GET /openapi.json, GET /docs
     POST   /mcp                 the MCP endpoint (streamable HTTP, `search_tools`)
 
 Errors are JSON `{"error": {"type", "message", "details"?}}`: 400 malformed JSON, 401 missing or
 invalid token, 403 not allowed, 404 unknown tool or route, 405, 413 body over the limit, 415 not JSON,
-422 a field is wrong or unknown (every model forbids extra fields), 503 writes disabled or storage
-unavailable, 500 a bug inside toolscout (logged with its traceback). Only toolscout's own error types
+422 a field is wrong or unknown (every model forbids extra fields), 429 feedback over its source's limits
+(with Retry-After when waiting helps), 503 writes disabled or storage unavailable, 500 a bug inside toolscout (logged with its traceback). Only toolscout's own error types
 are mapped to 4xx (`toolscout.errors`): a stray KeyError or ValueError is a bug, and reads as one.
 """
 
@@ -34,17 +36,31 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..errors import CatalogError, Forbidden, InvalidRequest, NotFound
+from ..errors import CatalogError, Forbidden, InvalidRequest, NotFound, RateLimited
 from ..version import __version__
 from .auth import AuthConfig, AuthError
 from .errors import ServiceError
 from .metrics import Metrics
 from .middleware import BearerGate, BodyLimit, InternalErrors, Observe, error_response, internal_error_response
-from .schemas import ERRORS, DeleteRequest, SearchRequest, SearchResponse, ToolIn, UpsertRequest, WriteResponse
+from .schemas import (
+    ERRORS,
+    FEEDBACK_ERRORS,
+    DeleteRequest,
+    FeedbackBatchIn,
+    FeedbackIn,
+    FeedbackResponse,
+    ForgetResponse,
+    SearchRequest,
+    SearchResponse,
+    ToolIn,
+    UpsertRequest,
+    WriteResponse,
+)
 from .service import Principal, ToolService
 
 MAX_BODY_BYTES = 1 << 20
-GAUGES = ("tools", "version", "journal_records", "journal_bytes", "compactions")
+GAUGES = ("tools", "version", "journal_records", "journal_bytes", "compactions", "feedback_events",
+          "feedback_failures", "feedback_learned", "feedback_sources")
 
 
 @dataclass
@@ -75,6 +91,7 @@ def create_app(service: ToolService, auth: AuthConfig | None = None, *, max_body
     _add_error_handlers(app)
     _add_search_routes(app, api)
     _add_catalog_routes(app, api)
+    _add_feedback_routes(app, api)
     _add_operation_routes(app, api)
     if mcp_app is not None:
         from starlette.routing import Route
@@ -118,6 +135,7 @@ def _add_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(AuthError, _auth_error)
+    app.add_exception_handler(RateLimited, _rate_limited)
     for kind, status in STATUS_OF:
         app.add_exception_handler(kind, _mapped(status))
     app.add_exception_handler(Exception, lambda _request, _exc: internal_error_response())
@@ -150,6 +168,11 @@ async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONRes
     if exc.status_code == 404 and message == "Not Found":
         message = "no such route; see /docs for the API"
     return error_response(exc.status_code, message, headers=exc.headers)
+
+
+async def _rate_limited(_request: Request, exc: RateLimited) -> JSONResponse:
+    headers = {"Retry-After": str(max(1, int(exc.retry_after + 0.999)))} if exc.retry_after is not None else None
+    return error_response(429, str(exc), headers=headers, kind="rate_limited")
 
 
 async def _auth_error(_request: Request, exc: AuthError) -> JSONResponse:
@@ -230,8 +253,10 @@ def _add_catalog_routes(app: FastAPI, api: Api) -> None:
 
     @app.get("/tools/{tool_id:path}", responses=ERRORS, tags=["catalog"])
     def get_tool(tool_id: str, principal: Reader) -> Response:
-        """One tool by id (404 for a tool outside the caller's namespaces, too)."""
-        return JSONResponse(tool_dict(service.get(tool_id, principal)))
+        """One tool by id (404 for a tool outside the caller's namespaces, too), with how much tool-use
+        feedback taught it (`feedback`: requests learned, sources, events that named it)."""
+        tool = service.get(tool_id, principal)
+        return JSONResponse({**tool_dict(tool), "feedback": service.feedback_of(tool_id, principal)})
 
     @app.get("/namespaces", responses=ERRORS, tags=["catalog"])
     def namespaces(principal: Reader) -> Response:
@@ -266,6 +291,33 @@ def _add_catalog_routes(app: FastAPI, api: Api) -> None:
     def delete_tools(body: DeleteRequest, principal: Writer) -> Response:
         """Remove several tools at once (all or none: an unknown id fails the request)."""
         return JSONResponse(service.delete(body.ids, principal).to_dict())
+
+
+# ------------------------------------------------------------------------------------ feedback
+
+def _add_feedback_routes(app: FastAPI, api: Api) -> None:
+    service, metrics = api.service, api.metrics
+
+    def giver(request: Request) -> Principal:
+        return api.auth.authenticate(request.headers.get("authorization"), write=False, feedback=True)
+
+    Giver = Annotated[Principal, Depends(giver)]
+
+    @app.post("/feedback", response_model=FeedbackResponse, responses=FEEDBACK_ERRORS, tags=["feedback"])
+    def post_feedback(body: FeedbackIn | FeedbackBatchIn, principal: Giver) -> Response:
+        """Report which tools served a task (one event, or `{"events": [...]}`); the index learns from it
+        at once, durably. Tools the caller may not see count as unknown."""
+        events = body.events if isinstance(body, FeedbackBatchIn) else [body]
+        result = service.feedback([e.model_dump(exclude_none=True) for e in events], principal)
+        metrics.count("feedback_events", result.events)
+        metrics.count("feedback_learned", len(result.learned))
+        return JSONResponse({**result.to_dict(), "version": service.version(principal)})
+
+    @app.delete("/feedback", response_model=ForgetResponse, responses=ERRORS, tags=["feedback"])
+    def delete_feedback(source: Annotated[str, Query(min_length=1, max_length=200)], principal: Giver) -> Response:
+        """Take back everything feedback from `source` taught, exactly (a trusted token, or the source's own)."""
+        touched = service.forget(source, principal)
+        return JSONResponse({"source": source, "tools": len(touched), "version": service.version(principal)})
 
 
 # ---------------------------------------------------------------------------------- operations

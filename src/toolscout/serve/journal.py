@@ -10,10 +10,11 @@ when the process died (never acknowledged) and is cut off; a bad line *before* t
 file was damaged, and reading stops with an error naming the line rather than dropping acknowledged
 writes.
 
-Records: `{"seq": N, "op": "upsert", "tools": [Tool rows]}`, `{"seq": N, "op": "delete", "ids": [...]}`
-and, first in a file written by a compaction, `{"seq": N, "op": "base"}` (sequence numbers continue
-across compactions). Records are absolute (set a tool / drop a tool), so replaying a record the snapshot
-already holds leaves the same state: a crash between a snapshot and the journal's reset is harmless.
+Records: `{"seq": N, "op": "upsert", "tools": [Tool rows]}`, `{"seq": N, "op": "delete", "ids": [...]}`,
+tool-use feedback `{"seq": N, "op": "feedback", "events": [...]}` and `{"seq": N, "op": "forget",
+"source": S}`, and, first in a file written by a compaction, `{"seq": N, "op": "base"}` (sequence
+numbers continue across compactions). A snapshot records the last sequence number it holds, and replay
+skips every record up to it, so a crash between a snapshot and the journal's reset applies nothing twice.
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ from typing import Any, Sequence
 
 from ..artifacts import POINTER
 from ..errors import InvalidRequest, NotFound, ToolScoutError
+from ..feedback import FeedbackEvent, LearnResult
 from ..hits import Hit, HitPolicy
 from ..pipeline import ToolScout
 from ..results import Filter
@@ -173,6 +174,36 @@ class DirectoryCatalog:
         self._maybe_compact()
         return result
 
+    # feedback ------------------------------------------------------------------------------
+    def learn(self, events: Sequence[FeedbackEvent]) -> LearnResult:
+        """Journal the events (durable first), then fold them in (`ToolScout.learn`)."""
+        with self._writer:
+            self._check_open()
+            result: list[LearnResult] = []
+            self._apply({"op": "feedback", "events": [e.to_dict() for e in events]},
+                        lambda: result.append(self.scout.learn(events)))
+        self._maybe_compact()
+        return result[0]
+
+    def forget(self, source: str) -> list[str]:
+        with self._writer:
+            self._check_open()
+            touched: list[list[str]] = []
+            self._apply({"op": "forget", "source": source}, lambda: touched.append(self.scout.forget(source)))
+        self._maybe_compact()
+        return touched[0]
+
+    def namespaces_of(self, ids: Sequence[str]) -> dict[str, str | None]:
+        found = {tid: self.scout.find(tid) for tid in ids}
+        return {tid: tool.namespace for tid, tool in found.items() if tool is not None}
+
+    def feedback_of(self, tool_id: str) -> dict[str, int]:
+        return self.scout.ledger.summary(tool_id)
+
+    def feedback_totals(self) -> dict[str, Any]:
+        ledger = self.scout.ledger
+        return {"events": ledger.events, "failures": ledger.failures, "sources": ledger.sources()}
+
     def _apply(self, record: dict[str, Any], apply) -> None:
         """Journal `record` as the next write (durable first), then apply it. A write that fails to apply
         is marked aborted in the journal, and its number stays spent."""
@@ -260,29 +291,39 @@ def _lock_directory(folder: Path) -> int:
 
 
 def _replay(scout: ToolScout, journal: Journal, snapshot_seq: int) -> int:
-    """Apply the journal's records newer than the snapshot; return the last sequence number."""
+    """Apply the journal's records newer than the snapshot, in order; return the last sequence number.
+    Runs of tool writes are applied as one batch (their net effect: last write per id wins), so a long
+    journal re-embeds in one pass; feedback records are applied where they stand between them."""
     records = list(journal.replay())
     aborted = {r["seq"] for r in records if r.get("op") == "abort"}
     seq = snapshot_seq
-    final: dict[str, Tool | None] = {}  # id -> its last written state (None: deleted)
+    pending: dict[str, Tool | None] = {}  # id -> its last written state in the current run (None: deleted)
     for record in records:
         op = record.get("op")
         seq = max(seq, record["seq"])
         if op in ("base", "abort") or record["seq"] <= snapshot_seq or record["seq"] in aborted:
             continue
         if op == "upsert":
-            for row in record["tools"]:
-                tool = Tool.from_dict(row)
-                final[tool.id] = tool
+            pending.update({row["id"]: Tool.from_dict(row) for row in record["tools"]})
         elif op == "delete":
-            for tool_id in record["ids"]:
-                final[tool_id] = None
+            pending.update(dict.fromkeys(record["ids"]))
+        elif op in ("feedback", "forget"):
+            _write_tools(scout, pending)
+            pending = {}
+            if op == "feedback":
+                scout.learn([FeedbackEvent.from_dict(e) for e in record["events"]])
+            else:
+                scout.forget(record["source"])
         else:
             raise ToolScoutError(f"{journal.path}: unknown journal record type {op!r} (written by a newer toolscout?)")
+    _write_tools(scout, pending)
+    return seq
+
+
+def _write_tools(scout: ToolScout, final: dict[str, Tool | None]) -> None:
     upserts = [t for t in final.values() if t is not None]
     deletes = [i for i, t in final.items() if t is None and i in scout]
     if upserts:
         scout.add(upserts)
     if deletes:
         scout.remove(deletes)
-    return seq

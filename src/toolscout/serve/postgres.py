@@ -26,11 +26,13 @@ from collections import Counter
 from typing import Any, Sequence
 
 from ..errors import NotFound
+from ..feedback import FeedbackEvent, LearnResult, Usage
 from ..hits import Hit, HitPolicy, NameIndex, assemble_hits
 from ..intents import IntentMerge
 from ..postgres import encode_rows
 from ..results import Filter
 from ..retrievers.dense import encoder_for, vector_hash
+from ..store import pg_feedback
 from ..store.pg_config import IndexConfig
 from ..store.pgvector import NeedVectors, PgRow, PgSpec, PgStoreError, PgVectorStore, StoredRow
 from ..tool import TextView, Tool, tool_text
@@ -183,6 +185,29 @@ class PostgresTenant:
             self.slim[tool_id] = tool
             self.names.add(tool)
             self.counts[name] += 1
+
+    # feedback ------------------------------------------------------------------------------
+    def learn(self, events: Sequence[FeedbackEvent]) -> LearnResult:
+        """Embed the requests (outside any transaction), then record and fold them in one transaction."""
+        usages = list(dict.fromkeys(Usage(t, e.source, e.query) for e in events if e.teaches for t in e.tool_ids))
+        vectors = self.catalog.encoder.encode_queries([u.query for u in usages]) if usages else []
+        result, version = self.store.learn(events, dict(zip(usages, vectors)))
+        self.seen = max(self.seen, version)
+        return result
+
+    def forget(self, source: str) -> list[str]:
+        touched, version = self.store.forget(source)
+        self.seen = max(self.seen, version)
+        return touched
+
+    def namespaces_of(self, ids: Sequence[str]) -> dict[str, str | None]:
+        return {tid: doc.get("namespace") for tid, doc in self.store.docs(list(ids)).items() if doc is not None}
+
+    def feedback_of(self, tool_id: str) -> dict[str, int]:
+        return pg_feedback.summary(self.store, tool_id)
+
+    def feedback_totals(self) -> dict[str, Any]:
+        return pg_feedback.totals(self.store)
 
     # writes --------------------------------------------------------------------------------
     def upsert(self, tools: Sequence[Tool], authorize: Authorize) -> WriteResult:

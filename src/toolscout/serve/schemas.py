@@ -84,6 +84,38 @@ class DeleteRequest(_Strict):
     ids: list[Ident] = Field(min_length=1, max_length=10000)
 
 
+class FeedbackIn(_Strict):
+    """One report of tool use: the task and the tools that served it."""
+
+    query: Annotated[str, StringConstraints(min_length=1, max_length=20000)] = Field(
+        description="The task the agent was given (as it searched for it).")
+    tool_ids: list[Ident] = Field(min_length=1, max_length=64, description="The tools that served it.")
+    source: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = Field(
+        None, description="Who reports it (default: the caller's own source; only a trusted token names another).")
+    outcome: Literal["success", "failure"] | None = Field(
+        None, description="Whether the tools served the task (default success; a failure teaches nothing).")
+
+
+class FeedbackBatchIn(_Strict):
+    events: list[FeedbackIn] = Field(min_length=1, max_length=10000)
+
+
+class FeedbackResponse(BaseModel):
+    events: int
+    learned: int
+    duplicates: int
+    capped: int
+    failures: int
+    unknown_tools: list[str]
+    version: int
+
+
+class ForgetResponse(BaseModel):
+    source: str
+    tools: int
+    version: int
+
+
 class HitOut(BaseModel):
     rank: int
     id: str
@@ -128,6 +160,8 @@ class ErrorResponse(BaseModel):
 
 
 ERRORS = {code: {"model": ErrorResponse} for code in (400, 401, 403, 404, 413, 415, 422)}
+FEEDBACK_ERRORS = {**ERRORS, 429: {"model": ErrorResponse}}
 
 
 ERRORS = {code: {"model": ErrorResponse} for code in (400, 401, 403, 404, 413, 415, 422)}
+FEEDBACK_ERRORS = {**ERRORS, 429: {"model": ErrorResponse}}

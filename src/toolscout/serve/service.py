@@ -19,17 +19,19 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from ..errors import Forbidden, NotFound
+from ..feedback import DEFAULT_SOURCE, FeedbackEvent, LearnResult
 from ..hits import Hit, HitPolicy, checked_k, checked_queries
 from ..results import Filter
 from ..tool import Tool, tools_by_id
 from .batcher import SearchBatcher
 from .catalog import Catalog, TenantCatalog, WriteResult
 from .errors import ServiceError, ServiceUnavailable
+from .limits import FeedbackLimits
 
 _UNSET: Any = object()
 
@@ -46,6 +48,18 @@ class Principal:
     namespaces: frozenset[str] | None = None
     write: bool = False
     tenant: str | None = None
+    feedback: bool = False  # may post tool-use feedback (write implies it)
+    source: str | None = None  # the feedback source this caller posts as (None: its name)
+
+    @property
+    def trusted(self) -> bool:
+        """May write every namespace: an operator or the agent platform itself, which may label feedback
+        with any source (everyone else posts as its own)."""
+        return self.write and self.namespaces is None
+
+    @property
+    def feedback_source(self) -> str:
+        return self.source or (DEFAULT_SOURCE if self.trusted else self.name)
 
     def sees_namespace(self, namespace: str | None) -> bool:
         return self.namespaces is None or (namespace or "") in self.namespaces
@@ -70,8 +84,9 @@ class ToolService:
     """Search and edit a catalog, safely from many threads. See the module doc."""
 
     def __init__(self, catalog: Catalog, *, min_score: float | None = None, always_include: Sequence[str] = (),
-                 batch_workers: int = 2):
+                 batch_workers: int = 2, limits: FeedbackLimits | None = None):
         self.catalog = catalog
+        self.limits = limits or FeedbackLimits()
         self.min_score = min_score
         self.always_include = tuple(always_include)
         self.started_at = time.time()
@@ -199,6 +214,49 @@ class ToolService:
         self._check_can_write(principal)
         return self._tenant(principal).delete(ids, principal.sees_namespace)
 
+    # feedback ------------------------------------------------------------------------------
+    def feedback(self, events: Iterable[FeedbackEvent | Mapping[str, Any]], principal: Principal = ADMIN) -> LearnResult:
+        """Record tool-use feedback and learn from it at once (`toolscout.feedback`), within what the
+        caller may do: it needs feedback (or write) permission, may name only tools it can see (others
+        count as unknown), posts as its own source unless trusted, and within the per-source limits."""
+        if not (principal.write or principal.feedback):
+            raise Forbidden(f"token {principal.name!r} may not post feedback")
+        events = [self._feedback_event(e, principal) for e in events]
+        if not events:
+            return LearnResult()
+        tenant = self._tenant(principal)
+        self.limits.admit(principal.tenant, events, tenant.feedback_totals()["sources"])
+        namespaces = tenant.namespaces_of(list({t for e in events for t in e.tool_ids}))
+        visible = {t for t, ns in namespaces.items() if principal.sees_namespace(ns)}
+        kept = [replace(e, tool_ids=ids) for e in events if (ids := tuple(t for t in e.tool_ids if t in visible))]
+        result = tenant.learn(kept) if kept else LearnResult()
+        result.events = len(events)
+        result.unknown = [t for e in events for t in e.tool_ids if t not in visible] + result.unknown
+        return result
+
+    @staticmethod
+    def _feedback_event(event: FeedbackEvent | Mapping[str, Any], principal: Principal) -> FeedbackEvent:
+        """The event as `principal` may post it: without a source it is the caller's; only a trusted
+        caller names another."""
+        if not isinstance(event, FeedbackEvent):
+            event = FeedbackEvent.from_dict(event)
+        if event.source == DEFAULT_SOURCE:
+            event = replace(event, source=principal.feedback_source)
+        if event.source != principal.feedback_source and not principal.trusted:
+            raise Forbidden(f"token {principal.name!r} posts feedback as source {principal.feedback_source!r}, "
+                            f"not {event.source!r}")
+        return event
+
+    def forget(self, source: str, principal: Principal = ADMIN) -> list[str]:
+        """Take back everything feedback from `source` taught (a trusted caller, or the source itself)."""
+        if not (principal.trusted or (principal.feedback or principal.write) and source == principal.feedback_source):
+            raise Forbidden(f"token {principal.name!r} may not delete the feedback of source {source!r}")
+        return self._tenant(principal).forget(source)
+
+    def feedback_of(self, tool_id: str, principal: Principal = ADMIN) -> dict[str, int]:
+        self.get(tool_id, principal)  # NotFound unless the caller may see it
+        return self._tenant(principal).feedback_of(tool_id)
+
     def compact(self) -> bool:
         """Fold the writes so far into a snapshot now (a directory); False when there is nothing to do."""
         return self.catalog.compact()
@@ -220,8 +278,11 @@ class ToolService:
 
     def stats(self) -> dict[str, Any]:
         """Figures for /health and /metrics: the catalog's size and version, and the storage's own."""
+        feedback = self.catalog.tenant(None).feedback_totals()
         return {"tools": len(self), "version": self.version(), "storage": self.catalog.kind,
                 **self.catalog.stats(), "uptime_s": round(time.time() - self.started_at, 3),
+                "feedback_events": feedback["events"], "feedback_failures": feedback["failures"],
+                "feedback_learned": sum(feedback["sources"].values()), "feedback_sources": len(feedback["sources"]),
                 "min_score": self.min_score, "writes": "failed: " + self.failed if self.failed else "ok",
                 "search_batches": self._batcher.batches if self._batcher else None,
                 "batched_queries": self._batcher.queries if self._batcher else None}

@@ -6,7 +6,10 @@ own graph (no post-filtered recall loss, no cross-tenant scan) and a whole tenan
 replaced by building a new partition and swapping it in. Columns:
 
     tenant text, id text, namespace text ('' = none), text text (the tool's text view), content_hash text,
-    doc jsonb (the Tool), embedding vector(dim), tsv tsvector (generated from text), updated_at timestamptz
+    doc jsonb (the Tool), embedding vector(dim), updated_at timestamptz, usage text (the words of the
+    requests that taught the tool), base_embedding vector(dim) (its own vector while feedback moves
+    `embedding`; NULL when nothing taught it), reported integer (feedback events that named it),
+    tsv tsvector (generated from text and usage)
 
 Shared bookkeeping tables (one set per database):
 
@@ -14,6 +17,12 @@ Shared bookkeeping tables (one set per database):
     toolscout_indexes(tbl, dim, config, updated_at)                        encoder / text view / search mode
     toolscout_versions(tbl, tenant, version)                               bumped by every committed write
     toolscout_changes(tbl, tenant, version, ids, at)                       which ids each version touched
+    toolscout_feedback(tbl, tenant, source, tool_id, query_key, query, learned, seq, at)
+                                                                           tool-use feedback, one row per
+                                                                           (source, tool, task): repeats count once
+    toolscout_usage(tbl, tenant, tool_id, source, n, vsum)                 per tool and source, the sum of the
+                                                                           taught requests' embeddings
+    toolscout_feedback_totals(tbl, tenant, events, failures)               events reported, all outcomes
 
 Migrations run in one transaction under an advisory lock, so concurrent processes starting against a
 fresh database apply them exactly once. A database migrated by a newer toolscout is refused.
@@ -82,7 +91,10 @@ def partition_ddl(table: str, name: str, dim: int, tenant: str, indexes: bool = 
         " doc jsonb,"
         " embedding vector({dim}) NOT NULL,"
         " updated_at timestamptz NOT NULL DEFAULT now(),"
-        " tsv tsvector GENERATED ALWAYS AS (to_tsvector({cfg}::regconfig, text)) STORED)"
+        " usage text NOT NULL DEFAULT '',"
+        " base_embedding vector({dim}),"
+        " reported integer NOT NULL DEFAULT 0,"
+        " tsv tsvector GENERATED ALWAYS AS (to_tsvector({cfg}::regconfig, text || ' ' || usage)) STORED)"
     ).format(name=sql.Identifier(name), tenant=sql.Literal(tenant), dim=sql.Literal(int(dim)),
              cfg=sql.Literal(TEXT_SEARCH_CONFIG))
     return [create, *(partition_indexes(table, name) if indexes else [])]
@@ -143,9 +155,34 @@ def _v2(table: str, dim: int) -> list[str]:
     ]
 
 
+def _v3(table: str, dim: int) -> list[str]:
+    return [
+        f"ALTER TABLE {table} ADD COLUMN usage text NOT NULL DEFAULT ''",
+        f"ALTER TABLE {table} ADD COLUMN base_embedding vector({int(dim)})",
+        f"ALTER TABLE {table} ADD COLUMN reported integer NOT NULL DEFAULT 0",
+        f"ALTER TABLE {table} DROP COLUMN tsv",  # regenerated over the text and what feedback taught
+        f"ALTER TABLE {table} ADD COLUMN tsv tsvector "
+        f"GENERATED ALWAYS AS (to_tsvector('{TEXT_SEARCH_CONFIG}'::regconfig, text || ' ' || usage)) STORED",
+        text_index_ddl(table),
+        """CREATE TABLE IF NOT EXISTS toolscout_feedback (
+              tbl text NOT NULL, tenant text NOT NULL, source text NOT NULL, tool_id text NOT NULL,
+              query_key text NOT NULL, query text NOT NULL, learned boolean NOT NULL,
+              seq bigserial NOT NULL, at timestamptz NOT NULL DEFAULT now(),
+              PRIMARY KEY (tbl, tenant, source, tool_id, query_key))""",
+        "CREATE INDEX IF NOT EXISTS toolscout_feedback_tool ON toolscout_feedback (tbl, tenant, tool_id)",
+        """CREATE TABLE IF NOT EXISTS toolscout_usage (
+              tbl text NOT NULL, tenant text NOT NULL, tool_id text NOT NULL, source text NOT NULL,
+              n integer NOT NULL, vsum vector NOT NULL, PRIMARY KEY (tbl, tenant, tool_id, source))""",
+        """CREATE TABLE IF NOT EXISTS toolscout_feedback_totals (
+              tbl text NOT NULL, tenant text NOT NULL, events bigint NOT NULL DEFAULT 0,
+              failures bigint NOT NULL DEFAULT 0, PRIMARY KEY (tbl, tenant))""",
+    ]
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "tools table partitioned by tenant, HNSW (inner product) index, versions and change log", _v1),
     Migration(2, "lexical search: generated tsvector column over the text view, GIN index", _v2),
+    Migration(3, "learning from use: feedback and per-source usage tables, usage words in the tsvector", _v3),
 )
 LATEST = MIGRATIONS[-1].version
 

@@ -38,13 +38,15 @@ import secrets
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 
 from ..errors import MissingDependency, ToolScoutError
+from ..feedback import FeedbackEvent, LearnResult, Usage
 from ..results import Filter, Results
+from . import pg_feedback
 from . import pg_schema as schema
 from .base import checked_vectors
 
@@ -599,6 +601,28 @@ class PgVectorStore:
             if self.before_commit is not None:
                 self.before_commit()
 
+    # feedback -----------------------------------------------------------------------------
+    def learn(self, events: Sequence[FeedbackEvent], vectors: Mapping[Usage, np.ndarray]) -> tuple[LearnResult, int]:
+        """Record tool-use feedback and fold it into the vectors and words of the tools it teaches, in one
+        write transaction (`store/pg_feedback.py`); (what it did, the version after it)."""
+        return self._feedback_write(lambda conn: pg_feedback.learn(self, conn, events, vectors),
+                                    lambda result: sorted({u.tool_id for u in result.learned}))
+
+    def forget(self, source: str) -> tuple[list[str], int]:
+        """Take back everything feedback from `source` taught, in one write transaction."""
+        return self._feedback_write(lambda conn: pg_feedback.forget(self, conn, source), list)
+
+    def _feedback_write(self, change, changed_ids):
+        if self._fresh:
+            raise PgStoreError("this index is new: write its catalog before feedback")
+        with self.database.connection() as conn, conn.transaction():
+            version = self._bump(conn)  # writers of this tenant queue here
+            outcome = change(conn)
+            self._log(conn, version, changed_ids(outcome))
+            if self.before_commit is not None:
+                self.before_commit()
+        return outcome, version
+
     def write(self, rows: Sequence[PgRow] = (), delete: Sequence[str] = (), *, replace: bool = False,
               inspect: Inspect | None = None, config: dict[str, Any] | None = None) -> WriteOutcome:
         """Upsert `rows` and delete `delete` in one transaction; or, with `replace`, make `rows` the
@@ -651,7 +675,8 @@ class PgVectorStore:
                         "INSERT INTO {t} (tenant, id, namespace, text, content_hash, doc, embedding) "
                         "VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (tenant, id) DO UPDATE SET "
                         "namespace = EXCLUDED.namespace, text = EXCLUDED.text, content_hash = EXCLUDED.content_hash, "
-                        "doc = EXCLUDED.doc, embedding = EXCLUDED.embedding, updated_at = now()"),
+                        "doc = EXCLUDED.doc, embedding = EXCLUDED.embedding, base_embedding = NULL, "
+                        "updated_at = now()"),
                         [(self.tenant, r.id, r.namespace or "", r.text, r.content_hash, _jsonb(r.doc, Jsonb),
                           _vector(r.vector, self.dim)) for r in full])
                 if keep:
@@ -665,6 +690,9 @@ class PgVectorStore:
                     [self.tenant, delete]).fetchall()]
                 if not rows and not deleted:
                     raise _NothingToWrite
+            pg_feedback.drop_tools(self, conn, deleted)  # a deleted tool's feedback goes with it
+            # an edited tool keeps its feedback: its new vector is its own, blended again
+            pg_feedback.reblend(self, conn, [r.id for r in full if r.id in set(pg_feedback.taught_ids(self, conn))])
             self._log(conn, version, [r.id for r in rows] + deleted)
             if self.before_commit is not None:
                 self.before_commit()
@@ -711,14 +739,14 @@ class PgVectorStore:
             live = conn.execute("SELECT to_regclass(%s)", [canonical]).fetchone()[0] is not None
             old = self._sql("LEFT JOIN {p} o ON o.id = i.id", p=canonical) if live else self._sql(
                 "LEFT JOIN (SELECT NULL::text AS id, NULL::text AS text, NULL::text AS content_hash, "
-                f"NULL::vector({self.dim}) AS embedding) o ON false")
+                f"NULL::vector({self.dim}) AS embedding, NULL::vector({self.dim}) AS base_embedding) o ON false")
             from psycopg import sql
 
             conn.execute(sql.SQL(
                 "INSERT INTO {s} (tenant, id, namespace, text, content_hash, doc, embedding) "
                 "SELECT %s, i.id, i.namespace, CASE WHEN i.embedding IS NULL THEN o.text ELSE i.text END, "
                 "CASE WHEN i.embedding IS NULL THEN o.content_hash ELSE i.content_hash END, i.doc, "
-                "coalesce(i.embedding, o.embedding) FROM toolscout_incoming i {old} "
+                "coalesce(i.embedding, o.base_embedding, o.embedding) FROM toolscout_incoming i {old} "
                 "WHERE i.embedding IS NOT NULL OR o.content_hash = i.content_hash").format(
                     s=sql.Identifier(staging), old=old), [self.tenant])
             missing = conn.execute(sql.SQL(
@@ -743,6 +771,7 @@ class PgVectorStore:
             conn.execute(self._sql("ALTER TABLE {s} RENAME TO {p}", s=staging, p=canonical))
             if config is not None:
                 self.database.set_config(config, conn)
+            pg_feedback.after_replace(self, conn)  # the new rows hold own vectors: blend the taught again
             self._log(conn, version, None)
             if self.before_commit is not None:
                 self.before_commit()
