@@ -91,7 +91,8 @@ def http_server(served, tmp_path_factory):
     """`python -m toolscout.serve` over HTTP (API + /mcp) with a token limited to the mail namespace."""
     tokens = tmp_path_factory.mktemp("tokens") / "tokens.json"
     tokens.write_text(json.dumps({"tokens": [{"token": "mail-only-1", "namespaces": ["mail"]},
-                                             {"token": "everything-1"}]}))
+                                             {"token": "everything-1"},
+                                             {"token": "feedback-mail-1", "namespaces": ["mail"], "feedback": True}]}))
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "toolscout.serve", *served(), "--port", str(port),
                              "--tokens", str(tokens), "--require-read-token", "--no-fsync"],
@@ -119,7 +120,7 @@ def test_sdk_client_lists_and_calls_search_tools_over_stdio(served):
         async with Client(params) as client:
             assert client.server_info.name == "toolscout"
             listed = (await client.list_tools()).tools
-            assert [t.name for t in listed] == ["search_tools"]
+            assert [t.name for t in listed] == ["search_tools", "record_tool_use"]
             schema = listed[0].input_schema
             assert schema["required"] == ["task"] and {"task", "k", "namespaces"} <= set(schema["properties"])
             assert listed[0].output_schema is not None
@@ -138,6 +139,19 @@ def test_sdk_client_lists_and_calls_search_tools_over_stdio(served):
             bad = await client.call_tool("search_tools", {"task": "x", "k": 0})
             assert bad.is_error
 
+            # reporting use teaches the index at once: a task close to no tool (so nothing passes the 0.3
+            # threshold) finds the tool that served three phrasings of it
+            task = "zyzzyva quark frobnicate"
+            assert (await client.call_tool("search_tools", {"task": task})).structured_content["abstained"]
+            recorded = await client.call_tool("record_tool_use", {"task": task, "tool_ids": ["hotels.book", "x.y"]})
+            assert recorded.structured_content == {"learned": 1, "duplicate": False, "unknown_tools": ["x.y"]}
+            again = await client.call_tool("record_tool_use", {"task": task, "tool_ids": ["hotels.book"]})
+            assert again.structured_content["duplicate"] is True
+            for phrasing in ("quark zyzzyva frobnication", "frobnicate the zyzzyva quarks"):
+                await client.call_tool("record_tool_use", {"task": phrasing, "tool_ids": ["hotels.book"]})
+            found = (await client.call_tool("search_tools", {"task": task, "k": 1})).structured_content["tools"]
+            assert [t["id"] for t in found] == ["hotels.book"]
+
     anyio.run(session)
 
 
@@ -154,6 +168,16 @@ def test_streamable_http_endpoint_applies_the_callers_token(http_server):
 
     assert anyio.run(search, "mail-only-1") == {"mail"}
     assert {"mail", "travel"} <= anyio.run(search, "everything-1")
+
+    async def record(token):
+        transport = streamable_http_client(f"{http_server}/mcp", http_client=httpx2.AsyncClient(
+            headers={"authorization": f"Bearer {token}"}))
+        async with Client(transport) as client:
+            result = await client.call_tool("record_tool_use", {"task": "archive old mail", "tool_ids": ["mail.search"]})
+            return result.is_error, result.structured_content
+
+    assert anyio.run(record, "everything-1")[0]  # a read-only token without feedback permission
+    assert anyio.run(record, "feedback-mail-1") == (False, {"learned": 1, "duplicate": False, "unknown_tools": []})
     r = httpx.post(f"{http_server}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
     assert r.status_code == 401
 
@@ -183,8 +207,9 @@ def test_index_tools_of_an_mcp_url(http_server):
     from toolscout.ingest.live_mcp import load_live_tools
 
     tools = load_live_tools(f"{http_server}/mcp", headers={"authorization": "Bearer everything-1"})
-    assert [t.id for t in tools] == ["toolscout.search_tools"]
+    assert [t.id for t in tools] == ["toolscout.search_tools", "toolscout.record_tool_use"]
     assert tools[0].parameters["required"] == ["task"] and tools[0].returns is not None
+    assert tools[1].parameters["required"] == ["task", "tool_ids"]
     with pytest.raises(CatalogError, match="could not list"):
         load_tools(f"{http_server}/mcp")  # this server wants a token
     with pytest.raises(CatalogError, match="No such file|not found|could not list"):

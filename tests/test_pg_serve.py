@@ -331,3 +331,29 @@ def test_a_replica_name_cache_is_never_staler_than_its_bound(pg, tools, encoder)
     assert reader.name_is_shared("send_email")
     writer.close()
     reader.close()
+
+
+def test_feedback_through_one_replica_changes_the_others_rankings_at_once(pg, tools, encoder):
+    """Staleness bound: none. Both replicas rank in the database, which holds the feedback once committed."""
+    from toolscout.postgres import index_catalog
+    from toolscout.serve import ToolService
+    from toolscout.store.pgvector import PgVectorStore
+
+    store_spec = spec(pg, new_table())
+    index_catalog(PgVectorStore.from_spec(store_spec, encoder.dim), tools, encoder)
+    one = ToolService.open(store_spec, encoder=encoder, batch_workers=0)
+    two = ToolService.open(store_spec, encoder=encoder, batch_workers=0)
+    try:
+        task = "zyzzyva quark frobnicate"
+        before = [(h.tool.id, h.score) for h in two.search(task, 5, min_score=None)]
+        assert before[0][0] != "hotels.book"
+        phrasings = [task, "quark zyzzyva frobnication", "frobnicate the zyzzyva quarks"]
+        result = one.feedback([{"query": q, "tool_ids": ["hotels.book"]} for q in phrasings])
+        assert len(result.learned) == 3
+        assert two.search(task, 1, min_score=None)[0].tool.id == "hotels.book"  # the very next search
+        assert two.feedback_of("hotels.book") == {"learned": 3, "sources": 1, "reported": 3}
+        two.forget("default")  # taken back through the other replica: exactly as before
+        assert [(h.tool.id, h.score) for h in one.search(task, 5, min_score=None)] == before
+    finally:
+        one.close()
+        two.close()

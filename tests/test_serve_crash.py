@@ -109,3 +109,48 @@ def test_sigkill_during_writes_keeps_every_acknowledged_write(tmp_path, tools):
     assert {t.id: t.description for t in snapshot.tools if t.namespace == "crash"} == state
     assert snapshot.saved_config["journal_seq"] == records[0]["seq"]
     assert (folder / JOURNAL).stat().st_size < 100
+
+
+def test_sigkill_during_feedback_keeps_every_acknowledged_event_once(tmp_path, tools):
+    folder = tmp_path / "idx"
+    ToolScout.from_tools(tools, retriever="bm25").save(folder)
+    port = free_port()
+    server = start_server(folder, port)
+    targets = ["mail.send", "files.read", "stocks.quote"]
+    acknowledged: list[tuple[str, str]] = []  # (tool id, task) of every acknowledged event, in order
+    in_flight: list[tuple[str, str]] = []
+
+    def reporter():
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=AUTH, timeout=10) as client:
+            for i in range(100_000):
+                event = (targets[i % 3], f"crash feedback task number {i} about sheep")
+                in_flight[:] = [event]
+                try:
+                    r = client.post("/feedback", json={"query": event[1], "tool_ids": [event[0]]})
+                except httpx.HTTPError:
+                    return  # the server died with this event in flight
+                assert r.status_code == 200 and r.json()["learned"] == 1, r.text
+                acknowledged.append(event)
+
+    thread = threading.Thread(target=reporter)
+    thread.start()
+    while len(acknowledged) < 30 and thread.is_alive():
+        time.sleep(0.01)
+    server.send_signal(signal.SIGKILL)  # while the reporter keeps reporting
+    server.wait()
+    thread.join()
+    assert len(acknowledged) >= 30
+    restarted = start_server(folder, port)
+    try:
+        learned = {t: httpx.get(f"http://127.0.0.1:{port}/tools/{t}").json()["feedback"]["learned"] for t in targets}
+    finally:
+        restarted.send_signal(signal.SIGTERM)
+        restarted.wait(timeout=60)
+    ledger = ToolScout.load(folder).ledger
+    for tool_id in targets:
+        want = [task for t, task in acknowledged if t == tool_id]
+        got = [task for _source, tasks in ledger.usage(tool_id) for task in tasks]
+        # every acknowledged event, in order, once; the one in flight at the kill may have landed
+        assert got in (want, want + [in_flight[0][1]] if in_flight[0][0] == tool_id else want), tool_id
+        assert learned[tool_id] == len(got)
+    assert ledger.events in (len(acknowledged), len(acknowledged) + 1)

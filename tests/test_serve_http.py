@@ -45,7 +45,8 @@ def served(request, tmp_path, tools, encoder):
     tokens.write_text(json.dumps({"tokens": [
         {"token": "mail-team-1", "name": "mail", "namespaces": ["mail"], "write": True},
         {"token": "reader-123", "name": "reader"},
-        {"token": "agent-7-feedback", "name": "agent-7", "feedback": True}]}))
+        {"token": "agent-7-feedback", "name": "agent-7", "feedback": True},
+        {"token": "mallory-feedback", "name": "mallory", "feedback": True}]}))
 
     def start(require_read_token=False, max_body_bytes=4096, **options):
         service = ToolService.open(target, **open_options, **options)
@@ -330,3 +331,39 @@ def test_feedback_over_its_rate_is_refused_with_retry_after(served):
         assert r.status_code == 429 and r.json()["error"]["type"] == "rate_limited"
         assert int(r.headers["retry-after"]) >= 1
         assert client.get("/tools/mail.send").json()["feedback"]["learned"] == 3  # nothing of the refused batch
+
+
+def test_one_source_cannot_shift_a_task_further_than_the_limits_allow(served, tools, encoder):
+    """10,000 events from one source tie a popular task to the wrong tool. The burst limit admits 2,000 of
+    them, the per-tool cap lets 5 teach: the wrong tool's score for the task stays under what 5 copies of
+    the task itself could give it, the right tool drops by at most that one place, and deleting the
+    source gives back the rankings exactly."""
+    from toolscout import ToolScout
+    from toolscout.feedback import blend
+    from toolscout.serve.limits import FeedbackLimits
+
+    mallory = {"authorization": "Bearer mallory-feedback"}
+    task = "send an email to my team"
+    limits = FeedbackLimits(rate=0.01, burst=2000, volume=None)  # bursts of 2,000, then next to nothing
+    with served(feedback_cap=5, limits=limits, max_body_bytes=1 << 20) as client:
+        def ranking():
+            hits = client.post("/search", json={"query": task, "k": 12, "abstain": False,
+                                                "match_names": False}).json()["results"][0]["hits"]
+            return [(h["id"], h["score"]) for h in hits]
+
+        before = ranking()
+        assert before[0][0] == "mail.send"
+        events = [{"query": f"{task}, variant {i}", "tool_ids": ["files.read"]} for i in range(10_000)]
+        statuses = [client.post("/feedback", json={"events": events[i:i + 1000]}, headers=mallory).status_code
+                    for i in range(0, len(events), 1000)]
+        assert statuses[:2] == [200, 200] and set(statuses[2:]) == {429}  # the burst of 2,000, then refused
+        assert client.get("/tools/files.read").json()["feedback"]["learned"] == 5
+        after = ranking()
+        own = ToolScout.from_tools(tools, retriever="dense", encoder=encoder).retriever.store.get(["files.read"])[0]
+        q = encoder.encode_queries([task])[0]
+        bound = float(blend(own, [5 * q]) @ q)  # the most 5 taught requests could do: all of them the task
+        assert dict(after)["files.read"] <= bound + 1e-5
+        assert [t for t, _s in after].index("mail.send") <= 1  # one tool moved: one place at most
+        assert [p for p in after if p[0] != "files.read"] == [p for p in before if p[0] != "files.read"]
+        assert client.delete("/feedback", params={"source": "mallory"}, headers=mallory).status_code == 200
+        assert ranking() == before

@@ -53,6 +53,15 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                    help="write a full snapshot after N journalled writes (default %(default)s)")
     p.add_argument("--no-fsync", action="store_true",
                    help="do not fsync the journal (tests and benchmarks only: a power cut may lose acknowledged writes)")
+    p.add_argument("--feedback-rate", type=float, default=200.0, metavar="EVENTS_PER_S",
+                   help="tool-use feedback a source may post per second on average (default %(default)s; 0: no limit)")
+    p.add_argument("--feedback-burst", type=float, default=2000.0, metavar="EVENTS",
+                   help="feedback events a source may post at once (default %(default)s)")
+    p.add_argument("--feedback-volume", type=int, default=200_000, metavar="REQUESTS",
+                   help="requests one source may have teaching the index at once (default %(default)s; 0: no limit)")
+    p.add_argument("--feedback-cap", type=int, default=None, metavar="N",
+                   help="requests one feedback source may teach one tool (kept with the index; default "
+                        "the index's own, 200 for a new one)")
     p.add_argument("--batch-workers", type=int, default=2, metavar="N",
                    help="threads that run batched searches (default %(default)s; 0: no batching)")
     p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
@@ -75,7 +84,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if args.mcp == "stdio":
             from ..serve.mcp import build_mcp_server
 
-            principal = Principal("stdio", None if args.namespace is None else frozenset(args.namespace), False)
+            principal = Principal("stdio", None if args.namespace is None else frozenset(args.namespace), False,
+                                  feedback=True)
             print(f"toolscout: MCP over stdio, {len(service)} tools from {where}", file=sys.stderr)
             build_mcp_server(service, stdio_principal=principal).run("stdio")
             return 0
@@ -101,6 +111,7 @@ def _open_service(args: argparse.Namespace, auth):
     """The service for --store postgresql://..., for a directory indexed into PostgreSQL (it recorded its
     store), or for the local directory DIR."""
     from ..postgres import recorded_spec
+    from ..serve.limits import FeedbackLimits
     from ..serve.service import ToolService
     from ..store.pgvector import is_postgres_spec
 
@@ -117,9 +128,11 @@ def _open_service(args: argparse.Namespace, auth):
     elif auth.tenants:
         raise ValueError("tokens bound to tenants need the PostgreSQL store (--store postgresql://...); a local "
                          "index holds one catalog")
+    limits = FeedbackLimits(rate=args.feedback_rate or None, burst=args.feedback_burst,
+                            volume=args.feedback_volume or None)
     return ToolService.open(target, fsync=not args.no_fsync, compact_every=args.compact_every,
                             min_score=args.min_score, always_include=args.always_include,
-                            batch_workers=args.batch_workers)
+                            batch_workers=args.batch_workers, limits=limits, feedback_cap=args.feedback_cap)
 
 
 def _check_dependencies(args: argparse.Namespace) -> None:

@@ -114,6 +114,10 @@ class Catalog(Protocol):
         """Fold pending writes into a snapshot now; False when there is nothing to do."""
         ...
 
+    def set_feedback_cap(self, cap: int) -> None:
+        """From now on, one feedback source teaches one tool at most `cap` requests (kept with the catalog)."""
+        ...
+
     def stats(self) -> dict[str, Any]:
         """Storage-specific figures for /health and /metrics (journal size, search mode, ...)."""
         ...

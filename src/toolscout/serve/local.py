@@ -110,6 +110,12 @@ class DirectoryCatalog:
     def describe(self) -> str:
         return str(self.folder)
 
+    def set_feedback_cap(self, cap: int) -> None:
+        if cap < 1:
+            raise InvalidRequest(f"the feedback cap must be at least 1, got {cap}")
+        with self._writer:
+            self.scout.ledger.per_source_cap = int(cap)  # saved with the next snapshot
+
     # reads ---------------------------------------------------------------------------------
     def search(self, queries: Sequence[str], filter: Filter | None, policy: HitPolicy) -> list[list[Hit]]:
         return self.scout.hits(queries, filter, policy)

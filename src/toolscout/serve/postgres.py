@@ -25,7 +25,7 @@ import time
 from collections import Counter
 from typing import Any, Sequence
 
-from ..errors import NotFound
+from ..errors import InvalidRequest, NotFound
 from ..feedback import FeedbackEvent, LearnResult, Usage
 from ..hits import Hit, HitPolicy, NameIndex, assemble_hits
 from ..intents import IntentMerge
@@ -87,6 +87,13 @@ class PostgresCatalog:
 
     def describe(self) -> str:
         return str(self.store.spec)
+
+    def set_feedback_cap(self, cap: int) -> None:
+        if cap < 1:
+            raise InvalidRequest(f"the feedback cap must be at least 1, got {cap}")
+        config = self.store.database.config()
+        self.store.database.set_config({**config, "feedback_cap": int(cap)})  # every replica's next feedback
+        self.config = IndexConfig.from_dict({**config, "feedback_cap": int(cap)})
 
     def compact(self) -> bool:
         """Nothing to compact: the database holds every write."""
