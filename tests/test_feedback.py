@@ -135,3 +135,100 @@ def test_mlc_refuses_live_learning_clearly():
 
     with pytest.raises(InvalidRequest, match="does not learn from feedback live"):
         MLCRetriever.learn(object.__new__(MLCRetriever), [Usage("t", "s", "q")])
+
+
+# ------------------------------------------------------------------------- heavier learning (opt-in)
+
+SAMPLE = __import__("pathlib").Path(__file__).resolve().parents[1] / "src" / "toolscout" / "data" / "catalogs" / \
+    "apibank_sample"
+
+
+def sample_with_feedback(encoder, retriever="hybrid"):
+    from toolscout.benchmark import load_benchmark
+
+    bench = load_benchmark(SAMPLE)
+    options = {} if retriever == "bm25" else {"encoder": encoder}
+    scout = ToolScout.from_tools(bench.tools, retriever=retriever, **options)
+    scout.learn([FeedbackEvent(q.text, q.labels, "app") for q in bench.queries if q.labels])
+    return scout
+
+
+@pytest.mark.usefixtures("torch_encoders")
+def test_retraining_scores_both_pipelines_on_held_back_feedback_and_swaps_only_a_better_one(encoder, tmp_path):
+    from toolscout.train.feedback import feedback_queries, held_back, retrain
+    from toolscout.train.loop import TrainConfig, validation_ndcg
+
+    scout = sample_with_feedback(encoder)
+    before = scout.retrieve(["check my calendar for tomorrow"], 5).as_lists()
+    result = retrain(scout, "mlc", tmp_path / "work", config=TrainConfig(max_steps=3, batch_size=8, progress=False),
+                     probe_epochs=2, max_seq_length=32, validate_at_start=False)
+    queries = feedback_queries(scout)
+    test = [q for q in queries if held_back(q, 0.2)]
+    assert (result.train_queries, result.holdout_queries) == (len(queries) - len(test), len(test))
+    # oracle for the baseline: a fresh pipeline that learned only the requests not held back
+    fresh = ToolScout.from_tools(scout.tools, retriever="hybrid", encoder=encoder)
+    held = {q.text for q in test}
+    fresh.learn([FeedbackEvent(u.query, (u.tool_id,), u.source) for u in scout.ledger.taught() if u.query not in held])
+    assert result.baseline == pytest.approx(validation_ndcg(lambda t, k: fresh.retrieve(t, k), test), abs=1e-9)
+    assert result.improved == (result.candidate > result.baseline)
+    assert scout.retrieve(["check my calendar for tomorrow"], 5).as_lists() == before  # the original is untouched
+    if result.improved:  # the swapped-in pipeline learned every request, under the original sources
+        assert result.scout.ledger.taught() == scout.ledger.taught()
+        assert result.scout.retriever.components[1].name == "mlc"
+
+
+def test_a_retraining_is_swapped_in_with_the_writes_made_while_it_trained(encoder, tmp_path, monkeypatch):
+    """The swap itself, with a stand-in trainer: a candidate that scores better replaces the pipeline, and
+    a tool written (and feedback given) while it trained is in the new pipeline too; a worse one changes
+    nothing."""
+    import toolscout.train.feedback as heavy
+    from toolscout.serve import ToolService
+    from toolscout.tool import Tool
+
+    folder = tmp_path / "idx"
+    sample_with_feedback(encoder, retriever="bm25").save(folder)
+    service = ToolService.open(folder, fsync=False)
+    other = sample_with_feedback(encoder, retriever="bm25")  # "the trained pipeline": a distinct object
+
+    def fake(scout, method, workdir=None, **options):  # writes land while "training" runs
+        tool_id = f"late.tool{int(score)}"
+        service.upsert([Tool(tool_id, "late_tool", "Arrived while the model trained.", namespace="late")])
+        service.feedback([{"query": "a late request about zebras", "tool_ids": [tool_id]}])
+        return heavy.Retrained(method, 50.0, score, 10, 3, str(tmp_path / "m"), other if score > 50 else None)
+
+    monkeypatch.setattr(heavy, "retrain", fake)
+    score = 40.0
+    assert service.retrain("mlc")["state"] == "kept" and service.catalog.scout is not other
+    score = 60.0
+    state = service.retrain("mlc")
+    assert state["state"] == "swapped" and service.catalog.scout is other
+    assert other.find("late.tool60") is not None and other.ledger.summary("late.tool60")["learned"] == 1
+    service.close()
+    again = ToolService.open(folder)  # the swap was saved
+    assert again.get("late.tool60").name == "late_tool" and again.feedback_of("late.tool60")["learned"] == 1
+    again.close()
+
+
+def test_cli_learn_imports_logs_forgets_sources_and_refuses_a_served_directory(encoder, tmp_path, capsys):
+    import json
+
+    from toolscout.cli import main
+
+    folder = tmp_path / "idx"
+    ToolScout.from_tools(sample_with_feedback(encoder, "bm25").tools, retriever="bm25").save(folder)
+    log = tmp_path / "log.jsonl"
+    log.write_text("\n".join(json.dumps(e) for e in [
+        {"query": "put a meeting with Ann in my calendar", "tool_ids": ["apibank::AddMeeting"]},
+        {"query": "put a meeting with Ann in my calendar", "tool_ids": ["apibank::AddMeeting"]},
+        {"query": "remind me of the dentist", "tool_ids": ["apibank::AddReminder"], "source": "app-2"}]) + "\n")
+    assert main(["learn", str(folder), str(log)]) == 0
+    assert "3 events: 2 (tool, request) pairs learned, 1 repeats" in capsys.readouterr().err
+    scout = ToolScout.load(folder)
+    assert scout.ledger.sources() == {"app-2": 1, "import": 1}
+    assert main(["learn", str(folder), "--forget", "app-2"]) == 0
+    assert ToolScout.load(folder).ledger.sources() == {"import": 1}
+    from toolscout.serve import ToolService
+
+    with ToolService.open(folder):
+        assert main(["learn", str(folder), str(log)]) == 1
+    assert "another toolscout server is serving this directory" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""Command line: `toolscout index | search | eval | train | expand | generate | demo | serve | migrate`
+"""Command line: `toolscout index | search | eval | train | learn | expand | generate | demo | serve | migrate`
 (DESIGN §6; scripts depend on these flags). One module per group of commands, each adding its parsers
 (`add_parsers`) with the function that runs them as the parser's `handler`.
 
@@ -16,7 +16,7 @@ from typing import Sequence
 from ..errors import ToolScoutError
 
 # modules whose commands `toolscout --help` lists, in this order
-COMMAND_MODULES = ("catalog", "evaluate", "training", "expand", "generate", "serve", "postgres")
+COMMAND_MODULES = ("catalog", "evaluate", "training", "learn", "expand", "generate", "serve", "postgres")
 
 
 def build_parser() -> argparse.ArgumentParser:

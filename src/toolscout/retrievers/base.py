@@ -23,13 +23,16 @@ class Accepts:
     `model`: a `model=` encoder name or path, or a model directory; `trained_by`: the `toolscout train`
     method whose directories `model=` may name (None: plain encoders only); `store`: `store=` (numpy,
     faiss:..., a PostgreSQL DSN); `view`: `view=` (a TextView); `encoder`: an already loaded `encoder=`,
-    so one encoder can serve many indexes (an evaluation over several sets loads it once)."""
+    so one encoder can serve many indexes (an evaluation over several sets loads it once); `learns`: it
+    learns from tool-use feedback live (`learn`); one that does not raises on `learn`, and a hybrid leaves
+    it out of what it learns."""
 
     model: bool = False
     trained_by: str | None = None
     store: bool = False
     view: bool = False
     encoder: bool = False
+    learns: bool = True
 
 
 @runtime_checkable

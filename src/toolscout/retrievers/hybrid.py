@@ -66,13 +66,15 @@ class HybridRetriever:
             comp.remove(ids)
 
     def prepare_learning(self, usages: Sequence[Usage]) -> list:
-        return [comp.prepare_learning(usages) for comp in self.components]
+        return [comp.prepare_learning(usages) if comp.accepts.learns else None for comp in self.components]
 
     def learn(self, added: Sequence[Usage] = (), forgotten: Sequence[tuple[str, str]] = (),
               prepared: Sequence | None = None) -> None:
-        """Every component learns from the same feedback (BM25 the requests' words, dense their vectors)."""
+        """Every component that learns live learns from the same feedback (BM25 the requests' words, dense
+        their vectors); one that does not (MLC, which learns by retraining) keeps its ranking."""
         for i, comp in enumerate(self.components):
-            comp.learn(added, forgotten, None if prepared is None else prepared[i])
+            if comp.accepts.learns:
+                comp.learn(added, forgotten, None if prepared is None else prepared[i])
 
     def search(self, queries: Sequence[str], k: int = 10, filter: Filter | None = None) -> Results:
         if isinstance(queries, str):

@@ -93,7 +93,7 @@ class MLCRetriever:
     """
 
     name = "mlc"
-    accepts = Accepts(model=True, trained_by="mlc", view=True)
+    accepts = Accepts(model=True, trained_by="mlc", view=True, learns=False)
 
     def __init__(self, model: str | Path | None = None, fallback: str | None = "dense", view: TextView | None = None,
                  batch_size: int = 64, backend: str = "auto", device: str | None = None,

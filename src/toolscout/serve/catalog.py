@@ -114,6 +114,11 @@ class Catalog(Protocol):
         """Fold pending writes into a snapshot now; False when there is nothing to do."""
         ...
 
+    def retrain(self, method: str, workdir: Any = None, **options: Any) -> Any:
+        """Heavier learning from the feedback so far (`toolscout.train.feedback`), swapped in only when it
+        ranks held-back feedback better; a storage that cannot raises InvalidRequest saying so."""
+        ...
+
     def set_feedback_cap(self, cap: int) -> None:
         """From now on, one feedback source teaches one tool at most `cap` requests (kept with the catalog)."""
         ...

@@ -11,6 +11,8 @@
     GET    /namespaces
     POST   /feedback            {"query", "tool_ids", "source"?, "outcome"?} or {"events": [...]}: tool use, learned at once
     DELETE /feedback?source=S   take back everything source S taught
+    POST   /admin/learn         {"train": "mlc"|"refiner"|"embed"}: retrain from the feedback in the background
+    GET    /admin/learn         how the last retraining went
     POST   /admin/compact       snapshot now (admin token)
     GET    /health, GET /metrics (Prometheus text), GET /openapi.json, GET /docs
     POST   /mcp                 the MCP endpoint (streamable HTTP, `search_tools`)
@@ -298,6 +300,8 @@ def _add_catalog_routes(app: FastAPI, api: Api) -> None:
 def _add_feedback_routes(app: FastAPI, api: Api) -> None:
     service, metrics = api.service, api.metrics
 
+    Writer = Annotated[Principal, Depends(api.writer)]
+
     def giver(request: Request) -> Principal:
         return api.auth.authenticate(request.headers.get("authorization"), write=False, feedback=True)
 
@@ -312,6 +316,18 @@ def _add_feedback_routes(app: FastAPI, api: Api) -> None:
         metrics.count("feedback_events", result.events)
         metrics.count("feedback_learned", len(result.learned))
         return JSONResponse({**result.to_dict(), "version": service.version(principal)})
+
+    @app.post("/admin/learn", status_code=202, responses=ERRORS, tags=["feedback"])
+    def start_retraining(body: RetrainRequest, principal: Writer) -> Response:
+        """Train `train` (mlc, refiner or embed) on the feedback so far, in the background; it is swapped in
+        only if it ranks held-back feedback better. A token allowed every namespace. Poll GET /admin/learn."""
+        state = service.retrain(body.train, principal, background=True, **body.options)
+        return JSONResponse(state, status_code=202)
+
+    @app.get("/admin/learn", tags=["feedback"])
+    def retraining_state(principal: Writer) -> Response:
+        """How the last retraining went: running, swapped (it ranked better), kept (it did not), failed."""
+        return JSONResponse(service.retraining())
 
     @app.delete("/feedback", response_model=ForgetResponse, responses=ERRORS, tags=["feedback"])
     def delete_feedback(source: Annotated[str, Query(min_length=1, max_length=200)], principal: Giver) -> Response:

@@ -101,6 +101,14 @@ class Journal:
             yield record
         self.bytes = offset
 
+    def records_after(self, seq: int) -> list[dict[str, Any]]:
+        """The intact records after `seq`, read from the file as it is now (nothing changed: the caller
+        holds the writers' lock, so no append is half done)."""
+        if not self.path.exists():
+            return []
+        records = [_decode_line(line + b"\n") for line in self.path.read_bytes().split(b"\n") if line]
+        return [r for r in records if r is not None and r["seq"] > seq]
+
     def _truncate(self, size: int) -> None:
         with open(self.path, "rb+") as fh:
             fh.truncate(size)

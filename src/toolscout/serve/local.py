@@ -36,6 +36,7 @@ from ..hits import Hit, HitPolicy
 from ..pipeline import ToolScout
 from ..results import Filter
 from ..tool import Tool
+from ..train.feedback import Retrained
 from .catalog import Authorize, Visible, WriteResult
 from .errors import ServiceError, ServiceUnavailable
 from .journal import Journal
@@ -64,6 +65,7 @@ class DirectoryCatalog:
         self._compactor: threading.Thread | None = None
         self._lock_fd = lock_fd
         self._closed = False
+        self._retraining = False
         self._names = Counter(t.name for t in scout.tools)
 
     # lifecycle -----------------------------------------------------------------------------
@@ -78,7 +80,8 @@ class DirectoryCatalog:
         try:
             scout = ToolScout.load(folder)
             journal = Journal(folder, fsync=fsync)
-            seq = _replay(scout, journal, int(scout.saved_config.get("journal_seq", 0)))
+            records = list(journal.replay())
+            seq = _replay(scout, records, int(scout.saved_config.get("journal_seq", 0)), journal.path)
             return cls(scout, folder, journal=journal, seq=seq, lock_fd=lock_fd, **options)
         except BaseException:
             os.close(lock_fd)
@@ -199,6 +202,30 @@ class DirectoryCatalog:
         self._maybe_compact()
         return touched[0]
 
+    def retrain(self, method: str, workdir: str | os.PathLike | None = None, **options: Any) -> Retrained:
+        """Heavier learning (`toolscout.train.feedback`): train `method` on the feedback so far while searches
+        and writes go on; when held-back feedback says the result ranks better, swap it in, in one step,
+        with every write made meanwhile, and save a snapshot. Otherwise nothing changes."""
+        from ..train.feedback import retrain
+
+        with self._writer:
+            self._check_open()
+            if self._retraining:
+                raise ServiceError("a retraining is already running on this index")
+            self._retraining, since = True, self.seq
+        try:
+            result = retrain(self.scout, method, workdir, **options)
+            if result.improved:
+                with self._writer:  # writes made while it trained go into the new pipeline too
+                    _replay(result.scout, self.journal.records_after(since), since, self.journal.path)
+                    self.scout = result.scout
+                    self._names = Counter(t.name for t in self.scout.tools)
+        finally:
+            self._retraining = False
+        if result.improved:
+            self.compact()
+        return result
+
     def namespaces_of(self, ids: Sequence[str]) -> dict[str, str | None]:
         found = {tid: self.scout.find(tid) for tid in ids}
         return {tid: tool.namespace for tid, tool in found.items() if tool is not None}
@@ -230,9 +257,10 @@ class DirectoryCatalog:
             self._names[tool.name] += 1
 
     def compact(self) -> bool:
-        """Save a full snapshot and empty the journal (searches go on; writes wait). False if nothing to do."""
+        """Save a full snapshot and empty the journal (searches go on; writes wait). False if nothing to do,
+        and while a retraining runs (it needs the journal's records since it began)."""
         with self._writer:
-            if self._closed or self.journal.records == 0:
+            if self._closed or self.journal.records == 0 or self._retraining:
                 return False
             start = time.perf_counter()
             self.scout.save(self.folder, extra_config={"journal_seq": self.seq})
@@ -296,11 +324,10 @@ def _lock_directory(folder: Path) -> int:
     return fd
 
 
-def _replay(scout: ToolScout, journal: Journal, snapshot_seq: int) -> int:
-    """Apply the journal's records newer than the snapshot, in order; return the last sequence number.
+def _replay(scout: ToolScout, records: list[dict[str, Any]], snapshot_seq: int, where: Path) -> int:
+    """Apply the journal records newer than the snapshot, in order; return the last sequence number.
     Runs of tool writes are applied as one batch (their net effect: last write per id wins), so a long
     journal re-embeds in one pass; feedback records are applied where they stand between them."""
-    records = list(journal.replay())
     aborted = {r["seq"] for r in records if r.get("op") == "abort"}
     seq = snapshot_seq
     pending: dict[str, Tool | None] = {}  # id -> its last written state in the current run (None: deleted)
@@ -321,7 +348,7 @@ def _replay(scout: ToolScout, journal: Journal, snapshot_seq: int) -> int:
             else:
                 scout.forget(record["source"])
         else:
-            raise ToolScoutError(f"{journal.path}: unknown journal record type {op!r} (written by a newer toolscout?)")
+            raise ToolScoutError(f"{where}: unknown journal record type {op!r} (written by a newer toolscout?)")
     _write_tools(scout, pending)
     return seq
 

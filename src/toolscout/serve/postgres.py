@@ -88,6 +88,11 @@ class PostgresCatalog:
     def describe(self) -> str:
         return str(self.store.spec)
 
+    def retrain(self, method: str, workdir: Any = None, **options: Any) -> Any:
+        raise InvalidRequest("heavier learning (--train) works on a pipeline directory: the PostgreSQL store keeps "
+                             "one encoder per index table. Export the feedback, train with `toolscout train`, and "
+                             "index the catalog into a new table with the trained model")
+
     def set_feedback_cap(self, cap: int) -> None:
         if cap < 1:
             raise InvalidRequest(f"the feedback cap must be at least 1, got {cap}")

@@ -100,6 +100,12 @@ class FeedbackBatchIn(_Strict):
     events: list[FeedbackIn] = Field(min_length=1, max_length=10000)
 
 
+class RetrainRequest(_Strict):
+    train: Literal["mlc", "refiner", "embed"] = Field(description="What to train on the feedback so far.")
+    options: dict[str, Any] = Field(default_factory=dict, description="The trainer's settings (as `toolscout "
+                                                                      "train METHOD -o KEY=VALUE`).")
+
+
 class FeedbackResponse(BaseModel):
     events: int
     learned: int

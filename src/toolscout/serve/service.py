@@ -17,6 +17,8 @@ every replica). The storage is the only thing that differs (`serve/catalog.py`);
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
@@ -34,6 +36,7 @@ from .errors import ServiceError, ServiceUnavailable
 from .limits import FeedbackLimits
 
 _UNSET: Any = object()
+logger = logging.getLogger(__name__)
 
 __all__ = ["ToolService", "Principal", "ADMIN", "WriteResult", "ServiceError", "ServiceUnavailable"]
 
@@ -87,6 +90,8 @@ class ToolService:
                  batch_workers: int = 2, limits: FeedbackLimits | None = None):
         self.catalog = catalog
         self.limits = limits or FeedbackLimits()
+        self._retrain_lock = threading.Lock()
+        self._retrain_state: dict[str, Any] = {"state": "never"}
         self.min_score = min_score
         self.always_include = tuple(always_include)
         self.started_at = time.time()
@@ -261,6 +266,45 @@ class ToolService:
     def feedback_of(self, tool_id: str, principal: Principal = ADMIN) -> dict[str, int]:
         self.get(tool_id, principal)  # NotFound unless the caller may see it
         return self._tenant(principal).feedback_of(tool_id)
+
+    def retrain(self, method: str, principal: Principal = ADMIN, *, background: bool = False,
+                **options: Any) -> dict[str, Any]:
+        """Heavier learning from the feedback so far (`toolscout.train.feedback`): train `method` (mlc,
+        refiner or embed) and swap it in only when held-back feedback ranks better. A trusted caller only.
+        `background`: return at once; `retraining()` reports how it went."""
+        if not principal.trusted:
+            raise Forbidden("retraining needs a token that may write every namespace")
+        with self._retrain_lock:
+            if self._retrain_state.get("state") == "running":
+                raise ServiceError("a retraining is already running")
+            self._retrain_state = {"state": "running", "method": method, "started_at": time.time()}
+        if not background:
+            return self._run_retraining(method, options, raise_errors=True)
+        threading.Thread(target=self._run_retraining, args=(method, options, False), name="toolscout-retrain",
+                         daemon=True).start()
+        return dict(self._retrain_state)
+
+    def _run_retraining(self, method: str, options: dict[str, Any], raise_errors: bool) -> dict[str, Any]:
+        try:
+            result = self.catalog.retrain(method, **options)
+            state = {"state": "swapped" if result.improved else "kept", **result.to_dict()}
+        except Exception as exc:  # the pipeline is unchanged; the error is the caller's, or in retraining()
+            state = {"state": "failed", "method": method, "error": str(exc)}
+            if raise_errors:
+                self._finish_retraining(state)
+                raise
+            logger.exception("retraining with %s failed", method)
+        return self._finish_retraining(state)
+
+    def _finish_retraining(self, state: dict[str, Any]) -> dict[str, Any]:
+        with self._retrain_lock:
+            self._retrain_state = {**state, "finished_at": time.time()}
+            return dict(self._retrain_state)
+
+    def retraining(self) -> dict[str, Any]:
+        """How the last retraining went: state running / swapped / kept / failed, with its scores."""
+        with self._retrain_lock:
+            return dict(self._retrain_state)
 
     def compact(self) -> bool:
         """Fold the writes so far into a snapshot now (a directory); False when there is nothing to do."""

@@ -1,0 +1,152 @@
+"""Heavier learning from use, opt-in: train a model on the feedback a pipeline has accumulated, and keep
+it only when held-back feedback says it ranks better.
+
+    result = retrain(scout, "mlc", workdir)        # or "refiner", "embed"
+    if result.improved:
+        scout = result.scout                         # the same catalog and feedback, with the new model
+
+The taught requests (`ToolScout.ledger`) become labelled queries: each request with the tools it taught.
+A hash of the request holds `holdout` of them back. Two pipelines learn live from the rest, the same way:
+the baseline (the pipeline as it is) and the candidate (the pipeline with the trained model:
+
+- `embed`: its encoder fine-tuned on the requests (`fit_embed`), every tool embedded again;
+- `mlc`: a multi-label classifier over the taught tools (`fit_mlc`) in place of its dense retriever;
+- `refiner`: a ToolRefiner (`fit_refiner`) as its second stage).
+
+Both are scored on the held-back requests (nDCG@10, their tools as the gold). Only a candidate that
+beats the baseline is rebuilt to learn from every request and returned for swapping in; otherwise the
+pipeline stays as it is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from ..benchmark import Query
+from ..pipeline import ToolScout
+from ..retrievers.base import make_retriever
+from .data import TrainingData
+from .loop import TrainConfig, validation_ndcg
+
+METHODS = ("mlc", "refiner", "embed")
+HOLDOUT = 0.2
+MIN_QUERIES = 20  # below this there is too little to train on or to judge by
+
+
+@dataclass
+class Retrained:
+    """What one round of heavier learning found. `scout` is the pipeline to swap in (None unless improved)."""
+
+    method: str
+    baseline: float
+    candidate: float
+    train_queries: int
+    holdout_queries: int
+    model_dir: str
+    scout: ToolScout | None = field(default=None, repr=False)
+
+    @property
+    def improved(self) -> bool:
+        return self.scout is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"method": self.method, "baseline_ndcg@10": round(self.baseline, 3),
+                "candidate_ndcg@10": round(self.candidate, 3), "improved": self.improved,
+                "train_queries": self.train_queries, "holdout_queries": self.holdout_queries,
+                "model_dir": self.model_dir}
+
+
+def feedback_queries(scout: ToolScout) -> list[Query]:
+    """Each taught request with every tool it taught (all sources together), as a labelled query."""
+    labels: dict[str, dict[str, None]] = {}
+    for usage in scout.ledger.taught():
+        labels.setdefault(usage.query, {})[usage.tool_id] = None
+    return [Query(hashlib.sha256(text.encode()).hexdigest()[:16], text, tuple(tools), "train")
+            for text, tools in labels.items()]
+
+
+def held_back(query: Query, fraction: float) -> bool:
+    return int(query.id, 16) / 16 ** len(query.id) < fraction
+
+
+def retrain(scout: ToolScout, method: str, workdir: str | Path | None = None, *, holdout: float = HOLDOUT,
+            config: TrainConfig | None = None, **options: Any) -> Retrained:
+    """One round of heavier learning on `scout`'s feedback (module doc); `scout` itself is not changed."""
+    if method not in METHODS:
+        raise ValueError(f"unknown training method {method!r} for feedback; use one of {', '.join(METHODS)}")
+    queries = feedback_queries(scout)
+    train = [q for q in queries if not held_back(q, holdout)]
+    test = [q for q in queries if held_back(q, holdout)]
+    if len(train) < MIN_QUERIES or len(test) < max(5, MIN_QUERIES // 4):
+        raise ValueError(f"too little feedback to train on and judge by: {len(train)} requests to train on and "
+                         f"{len(test)} held back (at least {MIN_QUERIES} and {max(5, MIN_QUERIES // 4)} needed)")
+    workdir = Path(workdir or tempfile.mkdtemp(prefix="toolscout-retrain-"))
+    config = config or TrainConfig(progress=False)
+    data = TrainingData({t.id: t for t in scout.tools}, train, [], ["feedback"])
+    model_dir = workdir / method
+    _train(method, data, model_dir, scout, config, options)
+    trained = {q.text for q in train}
+    baseline = _learned_copy(scout, workdir / "baseline", trained.__contains__, None, None)
+    candidate = _learned_copy(scout, workdir / "candidate", trained.__contains__, method, model_dir)
+    scores = [validation_ndcg(lambda texts, k, s=s: s.retrieve(texts, k), test) for s in (baseline, candidate)]
+    result = Retrained(method, scores[0], scores[1], len(train), len(test), str(model_dir))
+    if scores[1] > scores[0]:
+        result.scout = _learned_copy(scout, workdir / "final", lambda _text: True, method, model_dir)
+    return result
+
+
+def _train(method: str, data: TrainingData, out: Path, scout: ToolScout, config: TrainConfig, options: dict) -> None:
+    from . import trainer_for
+
+    encoder = _dense_encoder_name(scout)
+    if method == "refiner":
+        trainer_for(method)(data, out, config=config, **options)
+    else:
+        trainer_for(method)(data, out, model=encoder, config=config, **options)
+
+
+def _learned_copy(scout: ToolScout, folder: Path, keep: Callable[[str], bool], method: str | None,
+                  model_dir: Path | None) -> ToolScout:
+    """The pipeline (with `method`'s model from `model_dir`, or as it is) having learned live from the
+    taught requests `keep` accepts, each from its own source. A copy through its saved directory, so the
+    vectors it holds are not made again; its ledger is the original's (what it was taught, all of it)."""
+    scout.save(folder)
+    copy = ToolScout.load(folder)
+    taught = copy.ledger.taught()
+    if method in ("embed", "mlc"):  # a new first stage: nothing learned yet
+        copy = ToolScout(_first_stage_with(copy.retriever, method, str(model_dir)), copy.tools,
+                         reranker=copy.reranker, intents=copy.intents, ledger=copy.ledger)
+    else:
+        copy.retriever.learn(forgotten=list(dict.fromkeys((u.tool_id, u.source) for u in taught)))
+        if method == "refiner":
+            from ..rerank.base import load_reranker
+
+            copy.reranker = load_reranker(model_dir)
+    if copy.retriever.accepts.learns:  # a classifier alone learns only by training
+        copy.retriever.learn([u for u in taught if keep(u.query)])
+    return copy
+
+
+def _first_stage_with(retriever: Any, method: str, model_dir: str):
+    """A first stage like `retriever` whose dense part is the trained model: a fine-tuned encoder (embed)
+    or a classifier (mlc); BM25 parts are kept as they are."""
+    name = "dense" if method == "embed" else "mlc"
+    if retriever.name == "hybrid":
+        parts = [c if c.name == "bm25" else make_retriever(name, model=model_dir) for c in retriever.components]
+        return make_retriever("hybrid", components=parts, weights=retriever.weights, fusion=retriever.fusion,
+                              rrf_k=retriever.rrf_k, depth=retriever.depth)
+    if retriever.name in ("dense", "mlc"):
+        return make_retriever(name, model=model_dir)
+    raise ValueError(f"--train {method} needs a dense or hybrid pipeline, not {retriever.name!r}")
+
+
+def _dense_encoder_name(scout: ToolScout) -> str | None:
+    """The encoder the pipeline's dense part uses (what training starts from)."""
+    retriever = scout.retriever
+    parts = retriever.components if retriever.name == "hybrid" else [retriever]
+    dense = next((p for p in parts if hasattr(p, "encoder")), None)
+    return None if dense is None else dense.encoder.name
