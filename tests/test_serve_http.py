@@ -367,3 +367,20 @@ def test_one_source_cannot_shift_a_task_further_than_the_limits_allow(served, to
         assert [p for p in after if p[0] != "files.read"] == [p for p in before if p[0] != "files.read"]
         assert client.delete("/feedback", params={"source": "mallory"}, headers=mallory).status_code == 200
         assert ranking() == before
+
+
+def test_retraining_is_for_trusted_tokens_and_reports_its_state(served):
+    with served() as client:
+        assert client.get("/admin/learn", headers=ADMIN).json() == {"state": "never"}
+        assert client.post("/admin/learn", json={"train": "mlc"}, headers=MAIL).status_code == 403
+        assert client.post("/admin/learn", json={"train": "tool2vec"}, headers=ADMIN).status_code == 422
+        r = client.post("/admin/learn", json={"train": "mlc"}, headers=ADMIN)  # no feedback yet: fails, reported
+        assert r.status_code == 202 and r.json()["state"] == "running"
+        for _ in range(200):
+            state = client.get("/admin/learn", headers=ADMIN).json()
+            if state["state"] != "running":
+                break
+            __import__("time").sleep(0.05)
+        assert state["state"] == "failed"
+        assert ("too little feedback" in state["error"]) == (served.store == "directory")
+        assert ("pipeline directory" in state["error"]) == (served.store == "postgresql")

@@ -52,6 +52,7 @@ from .schemas import (
     FeedbackIn,
     FeedbackResponse,
     ForgetResponse,
+    RetrainRequest,
     SearchRequest,
     SearchResponse,
     ToolIn,
