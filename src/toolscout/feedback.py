@@ -43,7 +43,7 @@ DEFAULT_SOURCE = "default"
 MAX_QUERY_CHARS = 20_000
 MAX_TOOLS_PER_EVENT = 64
 PER_SOURCE_CAP = 200  # requests one source may add to one tool (see the module doc)
-USAGE_PRIOR = 4.0  # how many requests a tool's description is worth in `blend` (chosen on validation: docs/learning.md)
+USAGE_PRIOR = 2.0  # how many requests a tool's description is worth in `blend` (chosen on validation: docs/learning.md)
 _SPACES = re.compile(r"\s+")
 
 

@@ -21,7 +21,7 @@ from .base import Accepts, write_retriever_config
 
 _TOKEN = re.compile(r"(?u)\b\w\w+\b")
 USAGE_FILE = "usage.json"
-USAGE_WEIGHT = 1.0  # chosen on validation (benchmarks/learn_replay.py; docs/learning.md)
+USAGE_WEIGHT = 0.5  # chosen on validation (benchmarks/learn_replay.py; docs/learning.md)
 
 
 class Tokenizer:
