@@ -93,9 +93,9 @@ def test_bm25_usage_field_scores_by_hand(tools):
     def term(tf, length, word):
         return idf[word] * tf * (k1 + 1) / (tf + k1 * (1 - b + b * length / avgdl))
 
-    rows = scout.retriever.rows.row_of
-    assert got[rows["files.read"]] == pytest.approx(term(1, 4, "umbrella") + term(2, 4, "drizzl"), rel=1e-5)
-    assert got[rows["mail.send"]] == pytest.approx(term(1, 1, "umbrella"), rel=1e-5)
+    rows, weight = scout.retriever.rows.row_of, scout.retriever.usage_weight
+    assert got[rows["files.read"]] == pytest.approx(weight * (term(1, 4, "umbrella") + term(2, 4, "drizzl")), rel=1e-5)
+    assert got[rows["mail.send"]] == pytest.approx(weight * term(1, 1, "umbrella"), rel=1e-5)
     assert np.count_nonzero(got) == 2
     scout.forget("a")
     assert np.array_equal(scout.retriever.scores("umbrella drizzle"), plain)
