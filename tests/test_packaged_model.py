@@ -1,0 +1,54 @@
+"""Models that ship with toolscout: stored as trained layers over an installed base, assembled on first use."""
+
+import numpy as np
+import pytest
+
+from toolscout.encoders import Encoder
+from toolscout.encoders import packaged as packaging
+
+
+@pytest.fixture
+def trained_dir(tmp_path):
+    """A `toolscout train embed` directory whose model differs from MiniLM in one tensor."""
+    from sentence_transformers import SentenceTransformer
+
+    from toolscout.artifacts import write_artifact
+    from toolscout.encoders import resolve_model
+    from toolscout.models import model_base
+
+    model = SentenceTransformer(resolve_model("minilm"), device="cpu")
+    layer = model[0].auto_model.encoder.layer[5].output.dense
+    layer.weight.data.mul_(0.5)  # a big enough change to move every embedding
+    out = tmp_path / "trained"
+    with write_artifact(out, model_base("embed", encoder="encoder", summary={"steps": 1}, view={})) as folder:
+        model.save(str(folder / "encoder"))
+    return out
+
+
+def test_a_packaged_model_is_the_trained_layers_and_assembles_to_the_trained_vectors(trained_dir, tmp_path,
+                                                                                      monkeypatch):
+    package = tmp_path / "models" / "mini-test"
+    info = packaging.package(trained_dir, package, name="mini-test", probes=("book a flight", "send an email"))
+    assert info["tensors"] == 1 and info["trained"] == {"steps": 1}
+    assert (package / packaging.LAYERS).stat().st_size < 2 * 384 * 1536 + 4096  # one float16 matrix, not the model
+    monkeypatch.setattr(packaging, "MODELS_DIR", tmp_path / "models")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # the assembly cache
+    encoder = Encoder.load("mini-test", backend="torch")
+    assert encoder.name == "mini-test" and str(tmp_path / "home") in encoder.path
+    reference = np.load(package / packaging.REFERENCE)
+    got = encoder.encode(list(reference["texts"]))
+    np.testing.assert_allclose(got, reference["vectors"], atol=1e-6)
+    minilm = Encoder.load("minilm", backend="torch").encode(list(reference["texts"]))
+    assert float(np.min(np.sum(got * minilm, axis=1))) < 0.999  # the trained layer is in, not the base's
+    assert packaging.assemble(package) == packaging.assemble(package)  # assembled once, then reused
+
+
+def test_a_base_other_than_the_one_trained_on_is_refused(trained_dir, tmp_path):
+    import json
+
+    package = tmp_path / "mini-test"
+    packaging.package(trained_dir, package, name="mini-test", probes=("x",))
+    manifest = json.loads((package / packaging.MANIFEST).read_text())
+    (package / packaging.MANIFEST).write_text(json.dumps({**manifest, "base_sha256": "0" * 64}))
+    with pytest.raises(packaging.PackagedModelError, match="different 'minilm' than the one installed"):
+        packaging.assemble(package, tmp_path / "cache")
