@@ -88,3 +88,18 @@ def _plain_scores(retriever, text):
     """BM25 scores of `text` with no transcript handling (the retriever's bm25s index, queried directly)."""
     tokens = [t for t in retriever.tokenizer(text) if t in retriever._bm25.vocab_dict]
     return retriever._bm25.get_scores(tokens)
+
+
+def test_focus_keeps_what_search_reads_of_a_long_task():
+    from toolscout.conversation import focus
+
+    assert focus("book a flight to Rome") == ("book a flight to Rome", False)
+    blob = "A" * 500
+    assert focus(f"here is my file {blob} please translate it") == ("here is my file   please translate it", True)
+    words = " ".join(f"word{i}" for i in range(1000))  # 8,890 characters
+    head, cut = focus(words, limit=60)
+    assert cut and head == "word0 word1 word2 word3 word4 word5 word6 word7 word8 word9"  # whole words, from the start
+    turns = "\n".join(f"User: request number {i} about {'x' * 40}\nAI: done" for i in range(50))
+    tail, cut = focus(turns + "\nUser: now book a hotel in Oslo", limit=200)
+    assert cut and tail.endswith("User: now book a hotel in Oslo") and tail.startswith(("User:", "AI:"))  # whole turns
+    assert len(tail) <= 200 and "request number 49" in tail and "request number 45" not in tail

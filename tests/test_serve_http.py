@@ -85,7 +85,8 @@ def test_search_single_batch_filters_and_formats(served):
         assert r.json()["results"][0]["hits"][0]["match"] == "name"
 
         r = client.post("/search", json={"query": "reserve a seat on a flight", "min_score": 1000.0})
-        assert r.json()["results"][0] == {"query": "reserve a seat on a flight", "abstained": True, "hits": []}
+        assert r.json()["results"][0] == {"query": "reserve a seat on a flight", "abstained": True,
+                                          "truncated": False, "hits": []}
 
 
 def test_server_threshold_abstains_unless_the_request_turns_it_off(served):
@@ -168,7 +169,7 @@ def test_malformed_requests_get_clear_4xx_json_errors(served):
         e = error(client.post("/tools", json={"catalog": nameless}, headers=ADMIN), 422)
         assert e["type"] == "invalid_request" and "name" in e["message"]
         big = {"query": "x" * 3000}
-        assert error(client.post("/search", json=big), 413)["type"] == "payload_too_large"
+        assert error(client.post("/search", json=big), 413)["type"] == "payload_too_large"  # the body limit, not the task
 
         def chunks():  # no Content-Length: the limit is enforced while reading
             for _ in range(10):
@@ -384,3 +385,17 @@ def test_retraining_is_for_trusted_tokens_and_reports_its_state(served):
         assert state["state"] == "failed"
         assert ("too little feedback" in state["error"]) == (served.store == "directory")
         assert ("pipeline directory" in state["error"]) == (served.store == "postgresql")
+
+
+def test_a_task_longer_than_search_reads_is_answered_and_says_it_was_cut(served):
+    with served(max_body_bytes=1 << 20) as client:
+        image = "data:image/png;base64," + "iVBORw0KGgoAAAANSUhEUgAA" * 2000  # 48,000 characters of blob
+        task = f"Here is a picture of my trip {image} - book me a flight to Paris for the same dates"
+        r = client.post("/search", json={"query": task, "k": 3})
+        assert r.status_code == 200, r.text
+        result = r.json()["results"][0]
+        assert result["truncated"] is True
+        # the blob dropped: the same answer as the task without it
+        read = client.post("/search", json={"query": task.replace(image, " "), "k": 3}).json()["results"][0]
+        assert read["truncated"] is False and {h["id"] for h in read["hits"]} >= {"flights.book"}
+        assert [(h["id"], h["score"]) for h in result["hits"]] == [(h["id"], h["score"]) for h in read["hits"]]

@@ -73,3 +73,38 @@ def emphasise_latest_turn(vectors: np.ndarray, queries: Sequence[str], encode: C
     out = np.array(vectors, dtype=np.float32, copy=True)
     out[rows] = mixed / np.maximum(norms, 1e-12)
     return out
+
+
+# --------------------------------------------------------------------------------- long tasks
+
+FOCUS_CHARS = 2000  # what a search reads of a task at most: MiniLM reads 256 word pieces (~1,000-1,500
+# characters), and BM25 reads the same text, so a longer task only costs time
+_BLOB = re.compile(r"\S{200,}")  # base64 images, encoded files, minified code: no words to search by
+
+
+def focus(text: str, limit: int = FOCUS_CHARS) -> tuple[str, bool]:
+    """The part of a long task that search reads, and whether anything was cut.
+
+    Runs of 200 or more characters without white space (an image in base64, an encoded file) are dropped.
+    What is left, if longer than `limit`: a chat transcript keeps its latest turns (the latest user turn
+    and what follows it, then earlier turns while they fit), since the tool needed is the newest
+    request's; any other text keeps its beginning, cut at a word boundary."""
+    if len(text) <= limit and not _BLOB.search(text):
+        return text, False
+    text = _BLOB.sub(" ", text).strip()
+    if len(text) <= limit:
+        return text, True
+    starts = [m.start() for m in _TURN.finditer(text)]
+    if latest_turn(text) is not None and len(starts) > 1:
+        kept = len(text)
+        for start in reversed(starts):  # whole turns from the end, while they fit
+            if len(text) - start > limit and kept < len(text):
+                break
+            kept = start
+        text = text[kept:]
+        if len(text) <= limit:
+            return text.strip(), True
+    head = text[:limit]
+    if not (text[limit].isspace() or head[-1].isspace()) and any(c.isspace() for c in head):  # no half word
+        head = head.rsplit(None, 1)[0]
+    return head.strip(), True

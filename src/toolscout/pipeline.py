@@ -15,6 +15,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from .artifacts import read_config, write_artifact
 from .benchmark import read_jsonl
+from .conversation import focus
 from .defaults import DEFAULT_INTENTS, DEFAULT_RETRIEVER
 from .errors import NotFound, ToolScoutError
 from .feedback import FeedbackEvent, LearnResult, Usage, UsageLedger
@@ -237,6 +238,7 @@ class ToolScout:
         """First stage (request by request for multi-request tasks), then the reranker over its top
         `depth` (caller holds the read lock)."""
         depth = k if self.reranker is None else max(k, self.reranker.depth)
+        queries = [focus(q)[0] for q in queries]  # a long task: the part search reads (conversation.focus)
         if self.intents is None:
             candidates = self.retriever.search(queries, depth, filter)
         else:
@@ -291,7 +293,7 @@ class _CatalogSource:
         """Each tool's score alone (a filter of its id only), as the retriever would rank it."""
         out = {}
         for tid in ids:
-            res = self.scout.retriever.search([query], 1, Filter.make(ids=[tid]))
+            res = self.scout.retriever.search([focus(query)[0]], 1, Filter.make(ids=[tid]))
             out[tid] = float(res.scores[0][0]) if len(res.scores[0]) else 0.0
         return out
 

@@ -38,6 +38,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from ..conversation import focus
 from ..errors import CatalogError, Forbidden, InvalidRequest, NotFound, RateLimited
 from ..version import __version__
 from .auth import AuthConfig, AuthError
@@ -215,7 +216,8 @@ def _add_search_routes(app: FastAPI, api: Api) -> None:
         results = []
         for query, query_hits in zip(queries, hits):
             abstained = not any(h.match != "always" for h in query_hits)
-            entry: dict[str, Any] = {"query": query, "abstained": abstained, "hits": [h.to_dict() for h in query_hits]}
+            entry: dict[str, Any] = {"query": query, "abstained": abstained, "truncated": focus(query)[1],
+                                     "hits": [h.to_dict() for h in query_hits]}
             if body.format != "toolscout":
                 entry["tools"] = _definitions(service, query_hits, body.format, principal)
             results.append(entry)

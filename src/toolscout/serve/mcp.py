@@ -76,8 +76,9 @@ def build_mcp_server(service: ToolService, *, auth: AuthConfig | None = None, st
             root.removeHandler(guard)
 
     def search_tools(
-        task: Annotated[str, Field(min_length=1, max_length=4000,
-                                   description="The task in plain language, or a tool's name.")],
+        task: Annotated[str, Field(min_length=1, max_length=1 << 20,
+                                   description="The task in plain language (a whole conversation is fine), or a "
+                                               "tool's name.")],
         ctx: Context,
         k: Annotated[int, Field(ge=1, le=max_k, description="How many tools to return at most.")] = default_k,
         namespaces: Annotated[Optional[list[str]],

@@ -25,6 +25,7 @@ import time
 from collections import Counter
 from typing import Any, Sequence
 
+from ..conversation import focus
 from ..errors import InvalidRequest, NotFound
 from ..feedback import FeedbackEvent, LearnResult, Usage
 from ..hits import Hit, HitPolicy, NameIndex, assemble_hits
@@ -129,12 +130,13 @@ class PostgresTenant:
     def search(self, queries: Sequence[str], filter: Filter | None, policy: HitPolicy) -> list[list[Hit]]:
         ranking = _Ranking(self, filter)
         intents = self.catalog.intents
-        results = intents.search(queries, policy.k, ranking) if intents else ranking(list(queries), policy.k)
+        texts = [focus(q)[0] for q in queries]  # a long task: the part search reads (conversation.focus)
+        results = intents.search(texts, policy.k, ranking) if intents else ranking(texts, policy.k)
         self.seen = max(self.seen, ranking.version)
         named = self._named(queries, filter, ranking.version) if policy.match_names else [[] for _ in queries]
         return [assemble_hits(q, ids, scores, named[i], policy,
-                              _RowSource(self, q, ranking.docs, ranking.vectors[q], filter))
-                for i, (q, (ids, scores)) in enumerate(zip(queries, results))]
+                              _RowSource(self, text, ranking.docs, ranking.vectors[text], filter))
+                for i, (q, text, (ids, scores)) in enumerate(zip(queries, texts, results))]
 
     def _named(self, queries: Sequence[str], filter: Filter | None, version: int) -> list[list[str]]:
         self._refresh(version)

@@ -8,7 +8,9 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_vali
 
 from ..tool import Tool
 
-Text = Annotated[str, StringConstraints(min_length=1, max_length=4000)]
+# a task may be as long as the body allows (a whole conversation, an image in it): search reads the part
+# that matters and says when it cut the rest (`truncated`, toolscout.conversation.focus)
+Text = Annotated[str, StringConstraints(min_length=1, max_length=1 << 20)]
 Ident = Annotated[str, StringConstraints(min_length=1, max_length=512)]
 
 
@@ -138,6 +140,8 @@ class HitOut(BaseModel):
 class QueryResult(BaseModel):
     query: str
     abstained: bool
+    truncated: bool = Field(description="True when the task was longer than search reads: it read the latest turns "
+                                        "of a conversation, or the beginning of other text, without blobs.")
     hits: list[HitOut]
     tools: list[dict[str, Any]] | None = Field(None, description="The hits as tool definitions (when 'format' asks).")
 
