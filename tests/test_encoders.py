@@ -276,3 +276,32 @@ def test_few_torch_threads_uses_one_thread_for_small_cpu_batches_and_restores():
         assert torch.get_num_threads() == 2  # restored after an error too
     finally:
         torch.set_num_threads(before)
+
+
+def test_query_vectors_are_cached_and_a_changed_encoder_empties_the_cache():
+    from toolscout.encoders.query_cache import QueryCache
+
+    calls = []
+
+    def compute(texts):
+        calls.append(list(texts))
+        return np.array([[float(len(t)), 1.0] for t in texts], dtype=np.float32)
+
+    cache = QueryCache(size=2)
+    first = cache.vectors(["ab", "abc", "ab"], "k1", compute)
+    assert calls == [["ab", "abc"]] and first.tolist() == [[2, 1], [3, 1], [2, 1]]
+    cache.vectors(["abc", "abcd"], "k1", compute)  # "abc" is a hit; "abcd" pushes out "ab" (least recent)
+    assert calls[-1] == ["abcd"] and (cache.hits, cache.misses) == (1, 4)  # a repeat within one call is a miss
+    cache.vectors(["ab"], "k1", compute)
+    assert calls[-1] == ["ab"]
+    cache.vectors(["ab"], "k2", compute)  # another encoder state: nothing cached counts
+    assert calls[-1] == ["ab"] and len(calls) == 4
+
+
+def test_the_encoder_answers_repeated_queries_from_its_cache(encoder):
+    queries = ["book a flight to Oslo", "send an email to Ann"]
+    fresh = encoder._encode_queries(queries)
+    hits = encoder.query_cache.hits
+    np.testing.assert_array_equal(encoder.encode_queries(queries), fresh)
+    np.testing.assert_array_equal(encoder.encode_queries(queries[::-1]), fresh[::-1])
+    assert encoder.query_cache.hits == hits + 2  # the second call was served from the cache

@@ -310,3 +310,17 @@ def test_abstention_threshold_keeps_the_asked_share_of_recall():
     assert report["recall_without_abstention"] == pytest.approx(100 * 5 / 6)
     assert report["recall"] == pytest.approx(100 * 5 / 6)  # the query dropped (.4) had recall 0 anyway
     assert evaluate(rows, 0.75)["recall"] == pytest.approx(100 * 2 / 6)
+
+
+def test_answers_are_cached_per_catalog_version_and_never_served_after_a_write(tmp_path, tools):
+    svc = ToolService.open(make_dir(tmp_path, tools), fsync=False)
+    first = svc.search("translate text between languages", k=3)
+    again = svc.search("translate text between languages", k=3)
+    assert again == first and svc.answers.hits == 1  # the second came from the cache
+    svc.upsert([new_tool(1)])  # a tool that fits the task: written, then searched at once
+    after = svc.search("translate text between languages", k=3)
+    assert after[0].tool.id == "extra.t1" and after != first
+    svc.feedback([{"query": "translate text between languages", "tool_ids": ["files.read"]}])
+    learned = svc.search("translate text between languages", k=3)  # feedback is a new version too
+    assert learned != after and svc.answers.hits == 1
+    svc.close()

@@ -60,6 +60,7 @@ from .onnx_export import (
     pooling_spec,
 )
 from .onnx_runtime import OnnxEncoder, runtime_graph
+from .query_cache import QueryCache
 from .resolve import DEFAULT_MODEL, default_device, default_encoder_name, local_model_folder, resolve_model
 from .torch_utils import SMALL_TORCH_BATCH, few_torch_threads, quiet_transformers, st_dimension, weights_version
 
@@ -93,6 +94,7 @@ class Encoder:
     backend: str = "auto"
     cache_dir: str | Path | None = None
     latest_turn_weight: float = LATEST_TURN_WEIGHT
+    query_cache: QueryCache = field(default_factory=QueryCache, repr=False)
     fallback_reason: str | None = field(default=None, init=False)
     _model: object = field(default=None, repr=False)
     _weights_version: int | None = field(default=None, init=False, repr=False)
@@ -244,7 +246,16 @@ class Encoder:
 
     def encode_queries(self, queries: Sequence[str]) -> np.ndarray:
         """Unit vectors of tasks. A task written as a chat transcript also weighs in its latest user
-        turn (`toolscout.conversation`; `latest_turn_weight` = 0 turns this off)."""
+        turn (`toolscout.conversation`; `latest_turn_weight` = 0 turns this off). Recent tasks' vectors
+        come from `query_cache` (repeats skip the encoder)."""
+        if len(queries) == 0:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        # what a vector depends on besides the text (weights trained in place change the version)
+        live = weights_version(self._model) if self._model is not None else None
+        key = (self.backend_in_use, live, self.latest_turn_weight, self.max_seq_length)
+        return self.query_cache.vectors(queries, key, self._encode_queries)
+
+    def _encode_queries(self, queries: list[str]) -> np.ndarray:
         vectors = self.encode(queries, batch_size=64)
         return emphasise_latest_turn(vectors, queries, lambda texts: self.encode(texts, batch_size=64),
                                      self.latest_turn_weight)

@@ -62,7 +62,11 @@ class TenantCatalog(Protocol):
         ...
 
     def version(self) -> int:
-        """The catalog version a read made now would see (bumped by every write)."""
+        """The catalog version as of this process's last read or write (cheap; may lag other replicas)."""
+        ...
+
+    def current_version(self) -> int:
+        """The catalog version now, whoever wrote last (what a cached answer must be keyed by)."""
         ...
 
     def upsert(self, tools: Sequence[Tool], authorize: Authorize) -> WriteResult:
@@ -101,6 +105,7 @@ class Catalog(Protocol):
 
     kind: str  # "directory" or "postgresql"
     failed: str | None  # set when writes are refused after a storage failure (health reads it)
+    versions_are_local: bool  # this process sees every write (a directory): its version is current for free
 
     def tenant(self, name: str | None) -> TenantCatalog:
         """The catalog of tenant `name` (None: the storage's default tenant)."""

@@ -49,6 +49,7 @@ class DirectoryCatalog:
     """The catalog of one pipeline directory, safely from many threads. See the module doc."""
 
     kind = "directory"
+    versions_are_local = True
 
     def __init__(self, scout: ToolScout, folder: str | os.PathLike, *, journal: Journal, seq: int = 0,
                  compact_every: int = 10_000, compact_bytes: int = 64 << 20, lock_fd: int | None = None):
@@ -142,6 +143,9 @@ class DirectoryCatalog:
 
     def version(self) -> int:
         return self.seq
+
+    def current_version(self) -> int:
+        return self.seq  # one process owns the directory: what it knows is current
 
     def __len__(self) -> int:
         return len(self.scout)

@@ -47,6 +47,7 @@ class PostgresCatalog:
     """Every tenant's catalog in one PostgreSQL index table. Open with `PostgresCatalog.open(spec)`."""
 
     kind = "postgresql"
+    versions_are_local = False  # other replicas write too: a version read is a round trip
 
     def __init__(self, store: PgVectorStore, encoder: Any, config: IndexConfig, *, max_stale_s: float = 1.0):
         self.store = store
@@ -166,6 +167,12 @@ class PostgresTenant:
         if self.seen < 0:
             self.seen = max(self.seen, self.store.version())
         return self.seen
+
+    def current_version(self) -> int:
+        """Read from the database: another replica may have written since this one last looked."""
+        version = self.store.version()
+        self.seen = max(self.seen, version)
+        return version
 
     def __len__(self) -> int:
         return len(self.store)

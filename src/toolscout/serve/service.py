@@ -28,6 +28,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from ..errors import Forbidden, NotFound
 from ..feedback import DEFAULT_SOURCE, FeedbackEvent, LearnResult
 from ..hits import Hit, HitPolicy, checked_k, checked_queries
+from ..lru import LRU
 from ..results import Filter
 from ..tool import Tool, tools_by_id
 from .batcher import SearchBatcher
@@ -87,8 +88,11 @@ class ToolService:
     """Search and edit a catalog, safely from many threads. See the module doc."""
 
     def __init__(self, catalog: Catalog, *, min_score: float | None = None, always_include: Sequence[str] = (),
-                 batch_workers: int = 2, limits: FeedbackLimits | None = None):
+                 batch_workers: int = 2, limits: FeedbackLimits | None = None, cache_size: int = 10_000):
         self.catalog = catalog
+        # answers by (catalog version, options, task): a write or feedback bumps the version, so an answer
+        # from before it is never served after it
+        self.answers = LRU(cache_size)
         self.limits = limits or FeedbackLimits()
         self._retrain_lock = threading.Lock()
         self._retrain_state: dict[str, Any] = {"state": "never"}
@@ -144,10 +148,9 @@ class ToolService:
         abstention threshold (pass None for none); `always_include` adds to the service's list."""
         queries = checked_queries(query)
         options = self._options(k, principal, namespaces, ids, exclude_ids, min_score, always_include, match_names)
-        if isinstance(query, str) and self._batcher is not None and not self._closed:
-            return self._batcher.submit(options, query)
-        hits = self._search_many(options, queries)
-        return hits[0] if isinstance(query, str) else hits
+        if isinstance(query, str):
+            return self._answer(options, query).result()
+        return self._search_many(options, queries)
 
     def search_future(self, query: str, k: int = 5, *, principal: Principal = ADMIN,
                       namespaces: Iterable[str] | None = None, ids: Iterable[str] | None = None,
@@ -160,7 +163,31 @@ class ToolService:
             return None
         checked_queries([query] if isinstance(query, str) else query)
         options = self._options(k, principal, namespaces, ids, exclude_ids, min_score, always_include, match_names)
-        return self._batcher.submit_future(options, query)
+        return self._answer(options, query)
+
+    def _answer(self, options: tuple, query: str) -> Future:
+        """A Future of one query's hits: from the answers cache when this catalog version answered it
+        before, else from the batcher (or computed here when there is none), then cached."""
+        key = None
+        if self.catalog.versions_are_local:  # else reading the version costs a round trip: no answer cache
+            key = (self.catalog.tenant(options[0]).current_version(), options, query)
+            cached = self.answers.get(key)
+            if cached is not None:
+                future: Future = Future()
+                future.set_result(cached)
+                return future
+        if self._batcher is not None and not self._closed:
+            future = self._batcher.submit_future(options, query)
+        else:
+            future = Future()
+            future.set_result(self._search_many(options, [query])[0])
+        if key is not None:
+            future.add_done_callback(lambda done: self._remember(key, done))
+        return future
+
+    def _remember(self, key: tuple, done: Future) -> None:
+        if not done.cancelled() and done.exception() is None:
+            self.answers.put(key, done.result())
 
     def _options(self, k, principal, namespaces, ids, exclude_ids, min_score, always_include, match_names) -> tuple:
         """Everything one search asks, as a hashable key (searches with equal keys are batched together)."""
@@ -277,12 +304,12 @@ class ToolService:
         with self._retrain_lock:
             if self._retrain_state.get("state") == "running":
                 raise ServiceError("a retraining is already running")
-            self._retrain_state = {"state": "running", "method": method, "started_at": time.time()}
+            self._retrain_state = started = {"state": "running", "method": method, "started_at": time.time()}
         if not background:
             return self._run_retraining(method, options, raise_errors=True)
         threading.Thread(target=self._run_retraining, args=(method, options, False), name="toolscout-retrain",
                          daemon=True).start()
-        return dict(self._retrain_state)
+        return dict(started)
 
     def _run_retraining(self, method: str, options: dict[str, Any], raise_errors: bool) -> dict[str, Any]:
         try:
@@ -334,4 +361,5 @@ class ToolService:
                 "feedback_learned": sum(feedback["sources"].values()), "feedback_sources": len(feedback["sources"]),
                 "min_score": self.min_score, "writes": "failed: " + self.failed if self.failed else "ok",
                 "search_batches": self._batcher.batches if self._batcher else None,
-                "batched_queries": self._batcher.queries if self._batcher else None}
+                "batched_queries": self._batcher.queries if self._batcher else None,
+                "answer_cache_hits": self.answers.hits, "answer_cache_misses": self.answers.misses}
