@@ -44,7 +44,7 @@ from ..version import __version__
 from .auth import AuthConfig, AuthError
 from .errors import ServiceError
 from .metrics import Metrics
-from .middleware import BearerGate, BodyLimit, InternalErrors, Observe, error_response, internal_error_response
+from .middleware import JSON, BearerGate, BodyLimit, InternalErrors, Observe, error_response, internal_error_response
 from .schemas import (
     ERRORS,
     FEEDBACK_ERRORS,
@@ -224,7 +224,7 @@ def _add_search_routes(app: FastAPI, api: Api) -> None:
             metrics.count("queries")
             metrics.count("abstained", abstained)
             metrics.count("name_match", any(h.match == "name" for h in query_hits))
-        return JSONResponse({"results": results, "version": service.version(principal)})
+        return JSON({"results": results, "version": service.version(principal)})
 
 
 def _definitions(service: ToolService, hits: list, fmt: str, principal: Principal) -> list[dict[str, Any]]:
@@ -254,19 +254,19 @@ def _add_catalog_routes(app: FastAPI, api: Api) -> None:
                    limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> Response:
         """One page of the tools the caller may see, ordered by id."""
         total, tools = service.list(principal, namespace=namespace, offset=offset, limit=limit)
-        return JSONResponse({"total": total, "offset": offset, "tools": [tool_dict(t) for t in tools]})
+        return JSON({"total": total, "offset": offset, "tools": [tool_dict(t) for t in tools]})
 
     @app.get("/tools/{tool_id:path}", responses=ERRORS, tags=["catalog"])
     def get_tool(tool_id: str, principal: Reader) -> Response:
         """One tool by id (404 for a tool outside the caller's namespaces, too), with how much tool-use
         feedback taught it (`feedback`: requests learned, sources, events that named it)."""
         tool = service.get(tool_id, principal)
-        return JSONResponse({**tool_dict(tool), "feedback": service.feedback_of(tool_id, principal)})
+        return JSON({**tool_dict(tool), "feedback": service.feedback_of(tool_id, principal)})
 
     @app.get("/namespaces", responses=ERRORS, tags=["catalog"])
     def namespaces(principal: Reader) -> Response:
         """Namespaces the caller may see, with their tool counts ("" = tools with no namespace)."""
-        return JSONResponse({"namespaces": service.namespaces(principal)})
+        return JSON({"namespaces": service.namespaces(principal)})
 
     @app.put("/tools/{tool_id:path}", response_model=WriteResponse, responses=ERRORS, tags=["catalog"])
     def put_tool(tool_id: str, body: ToolIn, principal: Writer) -> Response:
@@ -274,7 +274,7 @@ def _add_catalog_routes(app: FastAPI, api: Api) -> None:
         if body.id is not None and body.id != tool_id:
             raise InvalidRequest(f"the body's id {body.id!r} differs from the path's {tool_id!r}")
         tool = body.model_copy(update={"id": tool_id}).to_tool()
-        return JSONResponse(service.upsert([tool], principal).to_dict())
+        return JSON(service.upsert([tool], principal).to_dict())
 
     @app.post("/tools", response_model=WriteResponse, responses=ERRORS, tags=["catalog"])
     def upsert_tools(body: UpsertRequest, principal: Writer) -> Response:
@@ -285,17 +285,17 @@ def _add_catalog_routes(app: FastAPI, api: Api) -> None:
             from ..ingest import parse_tools
 
             tools = parse_tools(body.catalog, format=body.format, namespace=body.namespace, source="catalog")
-        return JSONResponse(service.upsert(tools, principal).to_dict())
+        return JSON(service.upsert(tools, principal).to_dict())
 
     @app.delete("/tools/{tool_id:path}", response_model=WriteResponse, responses=ERRORS, tags=["catalog"])
     def delete_tool(tool_id: str, principal: Writer) -> Response:
         """Remove one tool. Durable when answered."""
-        return JSONResponse(service.delete([tool_id], principal).to_dict())
+        return JSON(service.delete([tool_id], principal).to_dict())
 
     @app.post("/tools/delete", response_model=WriteResponse, responses=ERRORS, tags=["catalog"])
     def delete_tools(body: DeleteRequest, principal: Writer) -> Response:
         """Remove several tools at once (all or none: an unknown id fails the request)."""
-        return JSONResponse(service.delete(body.ids, principal).to_dict())
+        return JSON(service.delete(body.ids, principal).to_dict())
 
 
 # ------------------------------------------------------------------------------------ feedback
@@ -318,25 +318,25 @@ def _add_feedback_routes(app: FastAPI, api: Api) -> None:
         result = service.feedback([e.model_dump(exclude_none=True) for e in events], principal)
         metrics.count("feedback_events", result.events)
         metrics.count("feedback_learned", len(result.learned))
-        return JSONResponse({**result.to_dict(), "version": service.version(principal)})
+        return JSON({**result.to_dict(), "version": service.version(principal)})
 
     @app.post("/admin/learn", status_code=202, responses=ERRORS, tags=["feedback"])
     def start_retraining(body: RetrainRequest, principal: Writer) -> Response:
         """Train `train` (mlc, refiner or embed) on the feedback so far, in the background; it is swapped in
         only if it ranks held-back feedback better. A token allowed every namespace. Poll GET /admin/learn."""
         state = service.retrain(body.train, principal, background=True, **body.options)
-        return JSONResponse(state, status_code=202)
+        return JSON(state, status_code=202)
 
     @app.get("/admin/learn", tags=["feedback"])
     def retraining_state(principal: Writer) -> Response:
         """How the last retraining went: running, swapped (it ranked better), kept (it did not), failed."""
-        return JSONResponse(service.retraining())
+        return JSON(service.retraining())
 
     @app.delete("/feedback", response_model=ForgetResponse, responses=ERRORS, tags=["feedback"])
     def delete_feedback(source: Annotated[str, Query(min_length=1, max_length=200)], principal: Giver) -> Response:
         """Take back everything feedback from `source` taught, exactly (a trusted token, or the source's own)."""
         touched = service.forget(source, principal)
-        return JSONResponse({"source": source, "tools": len(touched), "version": service.version(principal)})
+        return JSON({"source": source, "tools": len(touched), "version": service.version(principal)})
 
 
 # ---------------------------------------------------------------------------------- operations
@@ -351,14 +351,14 @@ def _add_operation_routes(app: FastAPI, api: Api) -> None:
         if principal.namespaces is not None:
             raise Forbidden("compaction needs a token that may write every namespace")
         did = service.compact()
-        return JSONResponse({"compacted": did, **service.stats()})
+        return JSON({"compacted": did, **service.stats()})
 
     @app.get("/health", tags=["operations"])
     def health() -> Response:
         """Liveness and catalog state (no token needed). 503 when writes are disabled after a failure."""
         stats = service.stats()
         ok = service.failed is None
-        return JSONResponse({"status": "ok" if ok else "degraded", **stats}, status_code=200 if ok else 503)
+        return JSON({"status": "ok" if ok else "degraded", **stats}, status_code=200 if ok else 503)
 
     @app.get("/metrics", response_class=PlainTextResponse, tags=["operations"])
     def prometheus() -> Response:
