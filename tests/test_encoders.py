@@ -305,3 +305,40 @@ def test_the_encoder_answers_repeated_queries_from_its_cache(encoder):
     np.testing.assert_array_equal(encoder.encode_queries(queries), fresh)
     np.testing.assert_array_equal(encoder.encode_queries(queries[::-1]), fresh[::-1])
     assert encoder.query_cache.hits == hits + 2  # the second call was served from the cache
+
+
+def test_int8_is_used_only_for_a_model_whose_recorded_quality_check_passed(tmp_path):
+    """auto picks onnx-int8 for a model folder whose recorded check passed, float32 otherwise (no record,
+    a failed check, or a recorded delta beyond the tolerance); an index searches with what built it."""
+    import shutil
+
+    from toolscout.encoders import Encoder, resolve_model
+    from toolscout.encoders.quality import TOLERANCE, record, verdict
+
+    folder = tmp_path / "model"
+    shutil.copytree(resolve_model("minilm"), folder)
+    cache = tmp_path / "onnx"
+    assert Encoder.load(str(folder), cache_dir=cache).backend_in_use == "onnx"  # never checked
+    failed = verdict({"a": 50.0, "b": 60.0}, {"a": 49.0, "b": 60.2})  # macro moves by -0.4
+    assert failed["passed"] is False and failed["macro_delta"] == pytest.approx(-0.4)
+    record(folder, failed)
+    assert Encoder.load(str(folder), cache_dir=cache).backend_in_use == "onnx"
+    passed = verdict({"a": 50.0, "b": 60.0}, {"a": 49.9, "b": 60.2})  # +0.05
+    assert passed["passed"] is True and abs(passed["macro_delta"]) < TOLERANCE
+    record(folder, passed)
+    assert Encoder.load(str(folder), cache_dir=cache).backend_in_use == "onnx-int8"
+    assert Encoder.load(str(folder), cache_dir=cache, backend="exact").backend_in_use == "onnx"
+    # an index built with int8 records it, and is searched with int8 whatever the model's record says later
+    from toolscout.retrievers.dense import DenseRetriever
+    from toolscout.tool import Tool
+
+    int8 = Encoder.load(str(folder), cache_dir=cache)
+    retriever = DenseRetriever(encoder=int8, summary_weight=0.0)
+    retriever.index([Tool("a", "send_email", "Send an email"), Tool("b", "get_weather", "Weather forecast")])
+    retriever.save(tmp_path / "index")
+    forged = {**passed, "macro_delta": 0.31}  # a record claiming "passed" beyond the tolerance is not trusted
+    record(folder, forged)
+    assert Encoder.load(str(folder), cache_dir=cache).backend_in_use == "onnx"
+    reloaded = DenseRetriever.load(tmp_path / "index")
+    assert reloaded.encoder.backend_in_use == "onnx-int8"
+    assert reloaded.search(["mail to Bob"], 1).ids[0][0] == "a"

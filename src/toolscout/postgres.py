@@ -16,7 +16,7 @@ from .artifacts import read_config, read_json
 from .defaults import DEFAULT_INTENTS
 from .errors import ToolScoutError
 from .pipeline import PIPELINE_KIND
-from .retrievers.dense import default_summary_weight, embed_tools, vector_hash
+from .retrievers.dense import default_summary_weight, embed_tools, encoding_of, vector_hash
 from .store.pg_config import IndexConfig, check_compatible
 from .store.pgvector import NeedVectors, PgRow, PgSpec, PgStoreError, PgVectorStore
 from .tool import TextView, Tool, tool_text, tools_by_id
@@ -47,7 +47,8 @@ def index_catalog(store: PgVectorStore, tools: Sequence[Tool], encoder, view: Te
         raise ValueError(f"summary_weight must be >= 0, got {summary_weight}")
     if intents == "default":
         intents = stored_config.get("intents") if indexed else DEFAULT_INTENTS
-    config = IndexConfig(encoder.name, view.to_dict(), search, float(summary_weight), intents)
+    config = IndexConfig(encoder.name, view.to_dict(), search, float(summary_weight), intents,
+                         encoding=encoding_of(encoder))
     check_compatible(store, config, stored_config)
     by_id = tools_by_id(tools, "the catalog")
     texts = {t.id: tool_text(t, view) for t in tools}
@@ -127,7 +128,8 @@ def migrate_directory(folder: str | Path, spec: str | PgSpec, *, search: str | N
     hashes = read_json(hashes_file) if hashes_file.exists() else None
     view = TextView.from_dict(rconf.get("view"))
     index_config = IndexConfig(rconf["model"], view.to_dict(), search or default_search,
-                               float(rconf.get("summary_weight", 0.0)), config.get("intents"))
+                               float(rconf.get("summary_weight", 0.0)), config.get("intents"),
+                               encoding=rconf.get("encoding", "exact"))
     spec = spec if isinstance(spec, PgSpec) else PgSpec.parse(spec)
     store = PgVectorStore.from_spec(spec, int(vectors.shape[1]))
     try:

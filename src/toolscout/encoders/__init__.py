@@ -13,12 +13,15 @@ Two backends compute the same embeddings:
   The export is checked against the torch model on probe texts (cosine >= 0.9999 each, also in a padded
   batch) before it is cached; a model that fails the check, or an unsupported pipeline (modules other
   than Transformer/Pooling/Normalize, a default prompt, a slow tokenizer), stays on torch.
-- `onnx-int8`: the plain graph with dynamically quantised int8 weights (per channel). ~25% less CPU
-  but NOT equivalent (cosine 0.993 mean, 0.985 worst to the torch embedding for MiniLM, and it varies
-  with batching); opt-in only, and its vectors must not be mixed with the other backends' vectors.
+- `onnx-int8`: the plain graph with dynamically quantised int8 weights (per channel). Less CPU but not
+  the same vectors (cosine ~0.99 to float32's), so it is used by `auto` only for a model whose recorded
+  retrieval-quality check passed (`encoders/quality.py`: macro nDCG@10 over the dev sets moved by less
+  than 0.3); an index records which kind of encoding built it and is searched with the same kind.
 
-`backend="auto"` (the default) uses `onnx` on a CPU when onnxruntime and onnx are installed and the
-export passes its check, and falls back to torch otherwise, logging why (`Encoder.fallback_reason`).
+`backend="auto"` (the default) uses `onnx-int8` on a CPU for a model with a passed quality check, else
+`onnx` when onnxruntime and onnx are installed and the export passes its check, and falls back to torch
+otherwise, logging why (`Encoder.fallback_reason`). `backend="exact"` is `auto` without int8: the
+float32 encodings only.
 
 Exports are cached under `cache_dir` (default `~/.cache/toolscout/onnx/`) in a folder keyed by the
 model folder's path and its files' names, sizes and mtimes (plus the variant and onnxruntime version),
@@ -60,13 +63,15 @@ from .onnx_export import (
     pooling_spec,
 )
 from .onnx_runtime import OnnxEncoder, runtime_graph
+from .quality import approved
 from .query_cache import QueryCache
 from .resolve import DEFAULT_MODEL, default_device, default_encoder_name, local_model_folder, resolve_model
 from .torch_utils import SMALL_TORCH_BATCH, few_torch_threads, quiet_transformers, st_dimension, weights_version
 
 logger = logging.getLogger(__name__)
 
-BACKENDS = ("auto", "torch", "onnx", "onnx-int8")
+BACKENDS = ("auto", "exact", "torch", "onnx", "onnx-int8")
+EXACT_BACKENDS = ("onnx", "torch")  # the float32 encodings: the same vectors, to float rounding
 
 __all__ = [
     "Encoder", "BACKENDS", "DEFAULT_MODEL", "resolve_model", "default_device", "quiet_transformers",
@@ -170,8 +175,10 @@ class Encoder:
         if self.backend == "torch":
             self._torch_model()
             return "torch"
-        variant = "onnx" if self.backend == "auto" else self.backend
-        if self.backend == "auto" and not str(self.device).startswith("cpu"):
+        chooses = self.backend in ("auto", "exact")
+        variant = self.backend if not chooses else ("onnx-int8" if self.backend == "auto" and approved(self.path)
+                                                    else "onnx")
+        if chooses and not str(self.device).startswith("cpu"):
             self.fallback_reason = f"device {self.device!r} is not a CPU; the ONNX backend runs on CPU only"
             logger.info("encoder %s: using torch: %s", self.name, self.fallback_reason)
             self._torch_model()
@@ -180,7 +187,7 @@ class Encoder:
             self._onnx = self._load_onnx(variant)
             return variant
         except (OnnxUnavailable, MissingDependency) as exc:
-            if self.backend != "auto":
+            if not chooses:
                 raise
             self.fallback_reason = str(exc)
             log = logger.info if isinstance(exc, MissingDependency) else logger.warning

@@ -39,6 +39,13 @@ def encoder_for(model: str | Path | None, **options) -> Encoder:
     return encoder
 
 
+def encoding_of(encoder) -> str:
+    """The kind of encoding that made an index's vectors, as a backend to search it with: "onnx-int8", or
+    "exact" for the float32 encodings (ONNX or torch: the same vectors). Indexes saved before this was
+    recorded are "exact": int8 was never chosen for them."""
+    return "onnx-int8" if getattr(encoder, "backend_in_use", None) == "onnx-int8" else "exact"
+
+
 SUMMARY_WEIGHT = 0.3  # the best on train-split validation queries (benchmarks/views.py --summary-weight)
 
 
@@ -230,12 +237,13 @@ class DenseRetriever:
         """What `load` needs besides the store (subclasses add their own settings)."""
         return {"model": self.encoder.name, "view": self.view.to_dict(), "store_kind": self.store_kind,
                 "batch_size": self.batch_size, "summary_weight": self.summary_weight,
-                "usage_prior": self.learned.prior}
+                "usage_prior": self.learned.prior, "encoding": encoding_of(self.encoder)}
 
     @classmethod
     def load(cls, folder: Path) -> "DenseRetriever":
         config = read_json(folder / "config.json")
-        return cls(encoder=encoder_for(config["model"]), view=TextView.from_dict(config.get("view")),
+        return cls(encoder=encoder_for(config["model"], backend=config.get("encoding", "exact")),
+                   view=TextView.from_dict(config.get("view")),
                    summary_weight=float(config.get("summary_weight", 0.0)),  # indexes saved before it: none
                    **saved_index(folder, config, default_batch_size=64))
 

@@ -149,7 +149,7 @@ class Tool2VecRetriever(DenseRetriever):
     @classmethod
     def load(cls, folder: Path) -> "Tool2VecRetriever":
         config = read_json(folder / "config.json")
-        encoder = encoder_for(config["model"])
+        encoder = encoder_for(config["model"], backend=config.get("encoding", "exact"))
         data = np.load(folder / "descriptions.npz")
         return cls(encoder=encoder, prior=config.get("prior", 1.0), view=TextView.from_dict(config.get("view")),
                    usage_table=UsageTable.load(folder / "usage.npz", encoder.dim),

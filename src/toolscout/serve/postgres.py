@@ -67,7 +67,7 @@ class PostgresCatalog:
         store = PgVectorStore.from_spec(spec)
         try:
             config = IndexConfig.from_dict(store.database.config())
-            encoder = encoder if encoder is not None else encoder_for(config.model)
+            encoder = encoder if encoder is not None else encoder_for(config.model, backend=config.encoding)
             if encoder.dim != store.dim:
                 raise PgStoreError(f"the encoder {config.model!r} gives {encoder.dim}-dimensional vectors but index "
                                    f"table {store.table!r} holds {store.dim}-dimensional ones")

@@ -29,10 +29,12 @@ class IndexConfig:
     intents: dict | None = None
     usage_prior: float = USAGE_PRIOR
     feedback_cap: int = PER_SOURCE_CAP
+    encoding: str = "exact"  # what made the vectors: "exact" (float32) or "onnx-int8"; queries are encoded alike
 
     def to_dict(self) -> dict[str, Any]:
         return {"model": self.model, "view": self.view, "search": self.search, "summary_weight": self.summary_weight,
-                "intents": self.intents, "usage_prior": self.usage_prior, "feedback_cap": self.feedback_cap}
+                "intents": self.intents, "usage_prior": self.usage_prior, "feedback_cap": self.feedback_cap,
+                "encoding": self.encoding}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "IndexConfig":
@@ -42,7 +44,8 @@ class IndexConfig:
                                "index directory (toolscout migrate DIR --store postgresql://...)")
         return cls(data["model"], dict(data.get("view") or {}), data.get("search", "dense"),
                    float(data.get("summary_weight", 0.0)), data.get("intents"),
-                   float(data.get("usage_prior") or USAGE_PRIOR), int(data.get("feedback_cap") or PER_SOURCE_CAP))
+                   float(data.get("usage_prior") or USAGE_PRIOR), int(data.get("feedback_cap") or PER_SOURCE_CAP),
+                   data.get("encoding", "exact"))
 
 
 def check_compatible(store: PgVectorStore, config: IndexConfig, stored: dict[str, Any] | None = None) -> None:
@@ -54,11 +57,13 @@ def check_compatible(store: PgVectorStore, config: IndexConfig, stored: dict[str
     if not stored.get("model"):
         return
     if (stored["model"] != config.model or TextView.from_dict(stored.get("view")) != TextView.from_dict(config.view)
-            or float(stored.get("summary_weight", 0.0)) != config.summary_weight):
+            or float(stored.get("summary_weight", 0.0)) != config.summary_weight
+            or stored.get("encoding", "exact") != config.encoding):
         raise PgStoreError(f"index table {store.table!r} holds vectors of model {stored['model']!r} (view "
-                           f"{stored.get('view')}, summary weight {stored.get('summary_weight', 0.0)}); this "
-                           f"catalog uses {config.model!r} (view {config.view}, summary weight "
-                           f"{config.summary_weight}). Use another table for it: add ?table=NAME to the store spec")
+                           f"{stored.get('view')}, summary weight {stored.get('summary_weight', 0.0)}, encoding "
+                           f"{stored.get('encoding', 'exact')}); this catalog uses {config.model!r} (view {config.view}, "
+                           f"summary weight {config.summary_weight}, encoding {config.encoding}). Use another table "
+                           "for it: add ?table=NAME to the store spec")
     if stored.get("search", "dense") != config.search:
         raise PgStoreError(f"index table {store.table!r} is served with {stored.get('search', 'dense')} search, "
                            f"this index asks for {config.search}: index with --retriever "
