@@ -200,7 +200,8 @@ def _add_search_routes(app: FastAPI, api: Api) -> None:
         # service that does not batch, are answered in a worker thread.
         min_score = body.min_score if body.min_score is not None else (service.min_score if body.abstain else None)
         options = dict(principal=principal, namespaces=body.namespaces, ids=body.ids, exclude_ids=body.exclude_ids,
-                       min_score=min_score, always_include=body.always_include, match_names=body.match_names)
+                       min_score=min_score, always_include=body.always_include, match_names=body.match_names,
+                       explain=body.explain)
         future = service.search_future(body.query, body.k, **options) if body.query is not None else None
         if future is None:
             return await run_in_threadpool(search_in_thread, body, principal, options)
