@@ -15,6 +15,7 @@
     GET    /admin/learn         how the last retraining went
     POST   /admin/compact       snapshot now (admin token)
     GET    /health, GET /metrics (Prometheus text), GET /openapi.json, GET /docs
+    GET    /ui                  the playground page (static; its own calls go to the API above, with the token)
     POST   /mcp                 the MCP endpoint (streamable HTTP, `search_tools`)
 
 Errors are JSON `{"error": {"type", "message", "details"?}}`: 400 malformed JSON, 401 missing or
@@ -39,6 +40,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..errors import CatalogError, Forbidden, InvalidRequest, NotFound, RateLimited
+from . import ui
 from ..version import __version__
 from .auth import AuthConfig, AuthError
 from .errors import ServiceError
@@ -96,6 +98,7 @@ def create_app(service: ToolService, auth: AuthConfig | None = None, *, max_body
     _add_catalog_routes(app, api)
     _add_feedback_routes(app, api)
     _add_operation_routes(app, api)
+    _add_ui_routes(app)
     if mcp_app is not None:
         from starlette.routing import Route
 
@@ -365,3 +368,18 @@ def _add_operation_routes(app: FastAPI, api: Api) -> None:
         stats = service.stats()
         gauges = {k: stats[k] for k in GAUGES if k in stats}
         return PlainTextResponse(api.metrics.render(gauges), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+# ---------------------------------------------------------------------------------- playground
+
+def _add_ui_routes(app: FastAPI) -> None:
+    """The playground page and its files: static, no token (the page's API calls carry the user's),
+    outside the OpenAPI schema."""
+
+    @app.api_route("/ui", methods=["GET", "HEAD"], include_in_schema=False)
+    def playground() -> Response:
+        return ui.page()
+
+    @app.api_route("/ui/{name}", methods=["GET", "HEAD"], include_in_schema=False)
+    def playground_file(name: str) -> Response:
+        return ui.asset(name)
