@@ -1,7 +1,7 @@
 """The HTTP API (FastAPI) over one `ToolService`.
 
     POST   /search              {"query": "..."} or {"queries": [...]}, k, namespaces, ids, exclude_ids,
-                                min_score / abstain, always_include, match_names, format
+                                min_score / abstain, always_include, match_names, explain, format
     GET    /tools               ?namespace=&offset=&limit=
     GET    /tools/{id}
     PUT    /tools/{id}          one tool (toolscout record); creates or replaces
