@@ -17,6 +17,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from conftest import sample_tools
 from starlette.testclient import TestClient
 
 from toolscout import ToolScout
@@ -33,28 +34,9 @@ HOSTILE = 'Write a note. <img src=x onerror="document.title=\'pwned\'"><b>bold</
 WAIT_MS = 20_000
 
 
-def _params(**props: str) -> dict:
-    return {"type": "object", "properties": {k: {"type": "string", "description": v} for k, v in props.items()},
-            "required": sorted(props)[:1]}
-
-
 def catalog() -> list[Tool]:
-    return [
-        Tool("mail.send_email", "send_email", "Send an email message to one or more recipients.",
-             _params(to="Recipient addresses", subject="Subject line", body="Message text"), namespace="mail"),
-        Tool("mail.search_inbox", "search_inbox", "Find emails in the inbox matching a text query.",
-             _params(query="Words to look for"), namespace="mail"),
-        Tool("travel.book_flight", "book_flight", "Book a seat on a flight for a passenger.",
-             _params(flight_id="Flight identifier", passenger="Passenger full name"), namespace="travel"),
-        Tool("travel.search_flights", "search_flights", "Search flights between two airports on a date.",
-             _params(origin="Departure airport", destination="Arrival airport", date="Travel date"),
-             namespace="travel"),
-        Tool("travel.book_hotel", "book_hotel", "Reserve a hotel room in a city for given nights.",
-             _params(city="City", nights="Number of nights"), namespace="travel"),
-        Tool("files.read_file", "read_file", "Read the contents of a text file from disk.",
-             _params(path="File path"), namespace="files"),
-        Tool("add_note", "add_note", HOSTILE, _params(text="The note")),  # no namespace, untrusted text
-    ]
+    """conftest's sample tools, and one with no namespace whose description is hostile HTML."""
+    return [*sample_tools(), Tool("add_note", "add_note", HOSTILE, {"type": "object", "properties": {}})]
 
 
 # ------------------------------------------------------------------------------------- the routes
@@ -136,21 +118,21 @@ def _wait_until_healthy(proc: subprocess.Popen, url: str) -> None:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    """A real `toolscout serve` on a free loopback port: reads need the token, files.read_file is always
-    included, and mail.send_email has learned from some feedback. Yields an httpx client (with the token)."""
+    """A real `toolscout serve` on a free loopback port: reads need the token, files.read is always
+    included, and mail.send has learned from some feedback. Yields an httpx client (with the token)."""
     folder = tmp_path_factory.mktemp("ui") / "idx"
     ToolScout.from_tools(catalog(), retriever="bm25").save(folder)
     url = f"http://127.0.0.1:{_free_port()}"
     command = [sys.executable, "-m", "toolscout.serve", str(folder), "--port", url.rsplit(":", 1)[1],
-               "--token", TOKEN, "--require-read-token", "--always-include", "files.read_file", "--no-fsync"]
+               "--token", TOKEN, "--require-read-token", "--always-include", "files.read", "--no-fsync"]
     proc = subprocess.Popen(command, env={**os.environ, "HF_HUB_OFFLINE": "1"}, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE)
     try:
         _wait_until_healthy(proc, url)
         with httpx.Client(base_url=url, headers=AUTH, timeout=30) as client:
-            events = [{"query": "email my manager the report", "tool_ids": ["mail.send_email"], "source": "agent-a"},
-                      {"query": "mail the team about lunch", "tool_ids": ["mail.send_email"], "source": "agent-b"},
-                      {"query": "send the invoice by email", "tool_ids": ["mail.send_email"], "source": "agent-b"}]
+            events = [{"query": "email my manager the report", "tool_ids": ["mail.send"], "source": "agent-a"},
+                      {"query": "mail the team about lunch", "tool_ids": ["mail.send"], "source": "agent-b"},
+                      {"query": "send the invoice by email", "tool_ids": ["mail.send"], "source": "agent-b"}]
             assert client.post("/feedback", json={"events": events}).status_code == 200
             yield client
     finally:
@@ -192,7 +174,8 @@ def test_the_page_shows_the_apis_401_until_a_token_is_given(page, server):
     assert error_banner(page).inner_text() == "401 unauthorized: invalid bearer token"
 
     enter_token(page, TOKEN)
-    error_banner(page).wait_for(state="hidden")
+    page.get_by_test_id("namespace").first.wait_for()
+    assert not error_banner(page).is_visible()
     namespaces = server.get("/namespaces").json()["namespaces"]
     assert page.get_by_test_id("namespace").count() == len(namespaces)
     assert page.evaluate("sessionStorage.getItem('toolscout.playground.token')") == TOKEN
@@ -212,13 +195,8 @@ def api_rows(server, body: dict) -> list[tuple]:
     return [(h["id"], h["match"], h["matched"], h["score"]) for h in hits]
 
 
-def shown_rows(page, expected_ids: list[str]) -> list[tuple]:
-    """The hits the page shows, once it shows `expected_ids` (or after the wait, whatever it shows)."""
-    try:
-        page.wait_for_function("ids => JSON.stringify([...document.querySelectorAll('[data-testid=hit]')]"
-                               ".map(e => e.dataset.id)) === JSON.stringify(ids)", arg=expected_ids, timeout=WAIT_MS)
-    except Exception:  # noqa: BLE001  the comparison below says what differs
-        pass
+def shown_rows(page) -> list[tuple]:
+    """The same for the hits the page shows."""
     return [(hit.get_attribute("data-id"), hit.get_by_test_id("match").inner_text(),
              hit.locator("[data-testid=matched] .word").all_inner_texts(),
              float(hit.get_by_test_id("score").get_attribute("title")))
@@ -226,10 +204,12 @@ def shown_rows(page, expected_ids: list[str]) -> list[tuple]:
 
 
 def search(page, task: str, k: int, namespace: str | None = None) -> None:
+    """Search from the page's form and wait for the answer (the list is aria-busy until it is shown)."""
     page.fill("#task", task)
     page.fill("#k", str(k))
     page.select_option("#namespace", "all" if namespace is None else f"ns:{namespace}")
-    page.click("#search-button")
+    page.click("#search-button")  # its handler marks the list busy before click() returns
+    page.locator("#hits[aria-busy=false]").wait_for(state="attached")
 
 
 def test_ranked_tools_match_the_api_with_kinds_and_matched_words(page, server):
@@ -242,7 +222,7 @@ def test_ranked_tools_match_the_api_with_kinds_and_matched_words(page, server):
         body = {"query": task, "k": k, **({"namespaces": [namespace]} if namespace else {})}
         expected = api_rows(server, body)
         search(page, task, k, namespace)
-        assert shown_rows(page, [row[0] for row in expected]) == expected, task
+        assert shown_rows(page) == expected, task
         kinds |= {row[1] for row in expected}
         assert namespace is None or {server.get(f"/tools/{row[0]}").json()["namespace"] for row in expected} == {
             namespace}
@@ -256,9 +236,9 @@ def test_ranked_tools_match_the_api_with_kinds_and_matched_words(page, server):
 def test_schema_feedback_and_namespace_browsing(page, server):
     open_page(page, server)
     search(page, "send an email to my team", 3)
-    page.locator("[data-testid=hit][data-id='mail.send_email'] [data-testid=open-tool]").click()
+    page.locator("[data-testid=hit][data-id='mail.send'] [data-testid=open-tool]").click()
     page.get_by_test_id("detail-name").filter(has_text="send_email").wait_for()
-    record = server.get("/tools/mail.send_email").json()
+    record = server.get("/tools/mail.send").json()
     assert json.loads(page.get_by_test_id("schema").inner_text()) == record["parameters"]
     shown = {key: int(page.get_by_test_id(f"feedback-{key}").inner_text()) for key in record["feedback"]}
     assert shown == record["feedback"] and record["feedback"]["learned"] > 0
@@ -268,10 +248,10 @@ def test_schema_feedback_and_namespace_browsing(page, server):
     page.get_by_test_id("catalog-summary").filter(has_text=f"travel: {travel['total']} of").wait_for()
     assert [t.get_attribute("data-id") for t in page.get_by_test_id("catalog-tool").all()] == \
         [t["id"] for t in travel["tools"]]
-    page.locator("[data-testid=catalog-tool][data-id='travel.book_hotel'] [data-testid=open-tool]").click()
-    page.get_by_test_id("detail-name").filter(has_text="book_hotel").wait_for()
+    page.locator("[data-testid=catalog-tool][data-id='hotels.book'] [data-testid=open-tool]").click()
+    page.get_by_test_id("detail-name").filter(has_text="book-hotel-room").wait_for()
     assert json.loads(page.get_by_test_id("schema").inner_text()) == \
-        server.get("/tools/travel.book_hotel").json()["parameters"]
+        server.get("/tools/hotels.book").json()["parameters"]
     assert page.script_errors == []
 
 

@@ -40,8 +40,8 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..errors import CatalogError, Forbidden, InvalidRequest, NotFound, RateLimited
-from . import ui
 from ..version import __version__
+from . import ui
 from .auth import AuthConfig, AuthError
 from .errors import ServiceError
 from .metrics import Metrics

@@ -199,6 +199,7 @@ async function search(event) {
   const namespace = selectedNamespace();
   if (namespace !== null) body.namespaces = [namespace];
   byId("search-summary").textContent = "searching…";
+  byId("hits").setAttribute("aria-busy", "true");
   try {
     const answer = await api("search", body);
     showResult(answer.results[0]);
@@ -206,6 +207,8 @@ async function search(event) {
     byId("search-summary").textContent = "";
     byId("hits").replaceChildren();
     throw err;
+  } finally {
+    byId("hits").setAttribute("aria-busy", "false");
   }
 }
 
