@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Create .venv (if missing) and install toolscout with everything its tests and servers need.
 # torch is installed first, pinned, so pip takes the CPU build instead of a multi-GB CUDA one.
+# The playground's browser test drives Debian's chromium (Playwright's own browser download cannot work
+# here): installed when apt-get is available and we are root; otherwise that test skips with the reason.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
@@ -15,3 +17,13 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   python -m pip install --quiet -e ".[all]"
   touch "$stamp"
 fi
+
+install_chromium() {
+  [ -x /usr/bin/chromium ] && return 0
+  command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ] || return 0
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -q chromium >/dev/null 2>&1 \
+    || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium >/dev/null 2>&1; } \
+    || echo "setup: could not install Debian's chromium; the browser test (tests/test_ui.py) will skip" >&2
+}
+install_chromium || true

@@ -49,6 +49,12 @@ def encoder():
 
 @pytest.fixture
 def tools():
+    return sample_tools()
+
+
+def sample_tools():
+    """Thirteen tools in six namespaces, each with a small parameter schema (the `tools` fixture; module-scoped
+    fixtures call this)."""
     from toolscout.tool import Tool
 
     def obj(**props):

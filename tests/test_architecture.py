@@ -27,8 +27,8 @@ LAYERS = [
     ("training and data", ["toolscout.train", "toolscout.expand", "toolscout.generate", "toolscout.data"]),
     ("service", ["toolscout.serve"]),
     ("interfaces", ["toolscout.cli", "toolscout.serve.http", "toolscout.serve.mcp", "toolscout.serve.middleware",
-                    "toolscout.serve.schemas", "toolscout.serve.__main__", "toolscout.serve/__init__",
-                    "toolscout/__init__"]),
+                    "toolscout.serve.schemas", "toolscout.serve.ui", "toolscout.serve.__main__",
+                    "toolscout.serve/__init__", "toolscout/__init__"]),
 ]
 LAYER_OF = {name: rank for rank, (_label, names) in enumerate(LAYERS) for name in names}
 

@@ -9,6 +9,8 @@ import re
 import pytest
 from pgtest import new_table, postgres_uri, spec
 from starlette.testclient import TestClient
+from test_explain import EXPECTED as EXPLAINED
+from test_explain import TASK as EXPLAIN_TASK
 
 from toolscout import ToolScout
 from toolscout.serve import ToolService, create_app
@@ -87,6 +89,23 @@ def test_search_single_batch_filters_and_formats(served):
         r = client.post("/search", json={"query": "reserve a seat on a flight", "min_score": 1000.0})
         assert r.json()["results"][0] == {"query": "reserve a seat on a flight", "abstained": True,
                                           "truncated": False, "hits": []}
+
+
+def test_explain_adds_the_matched_words_to_every_hit(served):
+    with served() as client:
+        body = {"query": EXPLAIN_TASK, "ids": list(EXPLAINED), "k": 4, "abstain": False}  # dense ranks all four
+        hits = client.post("/search", json={**body, "explain": True}).json()["results"][0]["hits"]
+        assert {h["id"]: h["matched"] for h in hits} == EXPLAINED  # worked out by hand in test_explain.py
+        hits = client.post("/search", json=body).json()["results"][0]["hits"]
+        assert len(hits) == 4 and not any("matched" in h for h in hits)
+        assert client.post("/search", json={**body, "explain": "perhaps"}).status_code == 422
+
+        schemas = client.get("/openapi.json").json()["components"]["schemas"]
+        assert schemas["SearchRequest"]["properties"]["explain"]["type"] == "boolean"
+        assert schemas["SearchRequest"]["properties"]["explain"]["default"] is False
+        matched = schemas["HitOut"]["properties"]["matched"]
+        assert {"type": "array", "items": {"type": "string"}} in matched["anyOf"] and "matched" not in \
+            schemas["HitOut"].get("required", [])
 
 
 def test_server_threshold_abstains_unless_the_request_turns_it_off(served):

@@ -8,6 +8,8 @@ the same for the Python API, the local server and the PostgreSQL server:
    tool fits gets no ranked tools rather than k weak ones), up to k hits in all;
 3. then the `always_include` ids, after the k (`match="always"`).
 
+With `explain`, each hit also carries the query's words that its tool's text view contains (`matched_words`).
+
 Where the tools and the scores of tools the ranking did not return come from is the storage's business
 (`HitSource`); the order of the steps is decided here only.
 """
@@ -16,11 +18,11 @@ from __future__ import annotations
 
 import difflib
 import operator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterable, Mapping, Protocol, Sequence
 
 from .errors import InvalidRequest
-from .tool import Tool, split_identifier
+from .tool import Tool, split_identifier, tool_text
 
 MATCHES = ("retrieval", "name", "always")
 
@@ -30,13 +32,15 @@ class Hit:
     """One search result: the tool, its score (higher is better) and its 1-based rank.
 
     `match` says why the tool is there: "retrieval" (ranked by the retriever), "name" (the query named
-    the tool, so it ranks first) or "always" (listed in `always_include`).
+    the tool, so it ranks first) or "always" (listed in `always_include`). `matched`: the query's words
+    found in the tool's text view, when the search asked to explain (None otherwise).
     """
 
     tool: Tool
     score: float
     rank: int
     match: str = "retrieval"
+    matched: tuple[str, ...] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The hit as JSON, as every interface shows it (HTTP, MCP, `toolscout search --json`)."""
@@ -46,6 +50,8 @@ class Hit:
                "input_schema": tool.input_schema()}
         if tool.method:
             out["method"], out["path"] = tool.method, tool.path
+        if self.matched is not None:
+            out["matched"] = list(self.matched)
         return out
 
 
@@ -57,6 +63,7 @@ class HitPolicy:
     min_score: float | None = None
     always_include: tuple[str, ...] = ()
     match_names: bool = True
+    explain: bool = False
 
 
 class HitSource(Protocol):
@@ -87,8 +94,26 @@ def assemble_hits(query: str, ids: Sequence[str], scores: Sequence[float], named
     unranked = [tid for tid in chosen if tid in tools and tid not in retrieved]
     extra = source.scores(query, unranked) if unranked else {}
     present = [(tid, match) for tid, match in chosen.items() if tid in tools]
-    return [Hit(tools[tid], retrieved[tid] if tid in retrieved else float(extra.get(tid, 0.0)), rank, match)
+    hits = [Hit(tools[tid], retrieved[tid] if tid in retrieved else float(extra.get(tid, 0.0)), rank, match)
             for rank, (tid, match) in enumerate(present, 1)]
+    return explained(query, hits) if policy.explain else hits
+
+
+def explained(query: str, hits: Sequence[Hit]) -> list[Hit]:
+    """`hits`, each with the query words its tool's text view contains (`matched_words`)."""
+    from .retrievers.bm25 import Tokenizer
+
+    tokenizer = Tokenizer()
+    words = tokenizer.words(query)
+    terms = tokenizer.stems(words)
+    return [replace(hit, matched=matched_words(words, terms, tokenizer(tool_text(hit.tool)))) for hit in hits]
+
+
+def matched_words(words: Sequence[str], terms: Sequence[str], tool_terms: Iterable[str]) -> tuple[str, ...]:
+    """The query `words` (as written, lowercased, once each, in order) whose BM25 term (`terms`, the same
+    positions) is among `tool_terms`, the terms of a tool's text view."""
+    present = set(tool_terms)
+    return tuple(dict.fromkeys(word for word, term in zip(words, terms) if term in present))
 
 
 class NameIndex:

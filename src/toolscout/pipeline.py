@@ -249,7 +249,8 @@ class ToolScout:
 
     def search(self, query: str | Sequence[str], k: int = 5, *, namespaces: Iterable[str] | None = None,
                filter: Filter | None = None, min_score: float | None = None,
-               always_include: Iterable[str] = (), match_names: bool = True) -> list[Hit] | list[list[Hit]]:
+               always_include: Iterable[str] = (), match_names: bool = True,
+               explain: bool = False) -> list[Hit] | list[list[Hit]]:
         """The k best tools for `query`, best first; a list of queries gives one list per query.
 
         `namespaces` restricts results to tools in those namespaces (and so does `filter`; both apply).
@@ -258,10 +259,12 @@ class ToolScout:
         `match_names`: a query that is a tool's name, exactly or nearly (`get_weather`, `getWeather`,
         `weather.get_weather`, one typo), ranks that tool first, whatever the threshold (`match="name"`).
         `always_include`: tool ids returned after the ranked ones, not counted in k (`match="always"`);
-        filters still apply to them. Unknown ids there are ignored. (`toolscout.hits` has the policy.)
+        filters still apply to them. Unknown ids there are ignored. `explain`: each hit's `matched` lists
+        the query's words found in its tool's text view. (`toolscout.hits` has the policy.)
         """
         queries = checked_queries(query)
-        policy = HitPolicy(checked_k(k), min_score, tuple(dict.fromkeys(always_include)), bool(match_names))
+        policy = HitPolicy(checked_k(k), min_score, tuple(dict.fromkeys(always_include)), bool(match_names),
+                           bool(explain))
         hits = self.hits(queries, Filter.restrict(filter, namespaces), policy)
         return hits[0] if isinstance(query, str) else hits
 

@@ -47,7 +47,14 @@ class Tokenizer:
             self._stop = frozenset(STOPWORDS_EN)
 
     def __call__(self, text: str) -> list[str]:
-        words = [w for w in _TOKEN.findall(text.lower()) if w not in self._stop]
+        return self.stems(self.words(text))
+
+    def words(self, text: str) -> list[str]:
+        """The text's words as BM25 reads them, before stemming: lowercase, 2+ characters, no stopwords."""
+        return [w for w in _TOKEN.findall(text.lower()) if w not in self._stop]
+
+    def stems(self, words: list[str]) -> list[str]:
+        """The terms BM25 indexes for `words` (one per word, in order)."""
         return self._stem(words) if self._stem else words
 
 

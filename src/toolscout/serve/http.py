@@ -1,7 +1,7 @@
 """The HTTP API (FastAPI) over one `ToolService`.
 
     POST   /search              {"query": "..."} or {"queries": [...]}, k, namespaces, ids, exclude_ids,
-                                min_score / abstain, always_include, match_names, format
+                                min_score / abstain, always_include, match_names, explain, format
     GET    /tools               ?namespace=&offset=&limit=
     GET    /tools/{id}
     PUT    /tools/{id}          one tool (toolscout record); creates or replaces
@@ -15,6 +15,7 @@
     GET    /admin/learn         how the last retraining went
     POST   /admin/compact       snapshot now (admin token)
     GET    /health, GET /metrics (Prometheus text), GET /openapi.json, GET /docs
+    GET    /ui                  the playground page (static; its own calls go to the API above, with the token)
     POST   /mcp                 the MCP endpoint (streamable HTTP, `search_tools`)
 
 Errors are JSON `{"error": {"type", "message", "details"?}}`: 400 malformed JSON, 401 missing or
@@ -41,6 +42,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ..conversation import focus
 from ..errors import CatalogError, Forbidden, InvalidRequest, NotFound, RateLimited
 from ..version import __version__
+from . import ui
 from .auth import AuthConfig, AuthError
 from .errors import ServiceError
 from .metrics import Metrics
@@ -97,6 +99,7 @@ def create_app(service: ToolService, auth: AuthConfig | None = None, *, max_body
     _add_catalog_routes(app, api)
     _add_feedback_routes(app, api)
     _add_operation_routes(app, api)
+    _add_ui_routes(app)
     if mcp_app is not None:
         from starlette.routing import Route
 
@@ -201,7 +204,8 @@ def _add_search_routes(app: FastAPI, api: Api) -> None:
         # service that does not batch, are answered in a worker thread.
         min_score = body.min_score if body.min_score is not None else (service.min_score if body.abstain else None)
         options = dict(principal=principal, namespaces=body.namespaces, ids=body.ids, exclude_ids=body.exclude_ids,
-                       min_score=min_score, always_include=body.always_include, match_names=body.match_names)
+                       min_score=min_score, always_include=body.always_include, match_names=body.match_names,
+                       explain=body.explain)
         future = service.search_future(body.query, body.k, **options) if body.query is not None else None
         if future is None:
             return await run_in_threadpool(search_in_thread, body, principal, options)
@@ -366,3 +370,18 @@ def _add_operation_routes(app: FastAPI, api: Api) -> None:
         stats = service.stats()
         gauges = {k: stats[k] for k in GAUGES if k in stats}
         return PlainTextResponse(api.metrics.render(gauges), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+# ---------------------------------------------------------------------------------- playground
+
+def _add_ui_routes(app: FastAPI) -> None:
+    """The playground page and its files: static, no token (the page's API calls carry the user's),
+    outside the OpenAPI schema."""
+
+    @app.api_route("/ui", methods=["GET", "HEAD"], include_in_schema=False)
+    def playground() -> Response:
+        return ui.page()
+
+    @app.api_route("/ui/{name}", methods=["GET", "HEAD"], include_in_schema=False)
+    def playground_file(name: str) -> Response:
+        return ui.asset(name)

@@ -29,6 +29,8 @@ class SearchRequest(_Strict):
     min_score: float | None = Field(None, description="Abstention threshold for this request (overrides the server's).")
     always_include: list[Ident] = Field(default_factory=list, description="Tool ids to return in any case.")
     match_names: bool = Field(True, description="A query naming a tool ranks that tool first.")
+    explain: bool = Field(False, description="Add to each hit `matched`: the query's words found in the tool's "
+                                             "text view (compared as BM25 terms: lowercase, stemmed, no stopwords).")
     format: Literal["toolscout", "openai", "openai_responses", "anthropic"] = Field(
         "toolscout", description="Also return the hits as ready-made tool definitions for this API.")
 
@@ -135,6 +137,9 @@ class HitOut(BaseModel):
     input_schema: dict[str, Any]
     method: str | None = None
     path: str | None = None
+    matched: list[str] | None = Field(None, description="The query's words (lowercased, once each, in query "
+                                                        "order) whose stem occurs in the tool's text view; only "
+                                                        "when the request asks to `explain`.")
 
 
 class QueryResult(BaseModel):

@@ -143,7 +143,8 @@ class ToolService:
     def search(self, query: str | Sequence[str], k: int = 5, *, principal: Principal = ADMIN,
                namespaces: Iterable[str] | None = None, ids: Iterable[str] | None = None,
                exclude_ids: Iterable[str] = (), min_score: float | None = _UNSET,
-               always_include: Iterable[str] = (), match_names: bool = True) -> list[Hit] | list[list[Hit]]:
+               always_include: Iterable[str] = (), match_names: bool = True,
+               explain: bool = False) -> list[Hit] | list[list[Hit]]:
         """`ToolScout.search` within what `principal` may see. `min_score` defaults to the service's
         abstention threshold (pass None for none); `always_include` adds to the service's list."""
         queries = checked_queries(query)
@@ -155,14 +156,16 @@ class ToolService:
     def search_future(self, query: str, k: int = 5, *, principal: Principal = ADMIN,
                       namespaces: Iterable[str] | None = None, ids: Iterable[str] | None = None,
                       exclude_ids: Iterable[str] = (), min_score: float | None = _UNSET,
-                      always_include: Iterable[str] = (), match_names: bool = True) -> Future | None:
+                      always_include: Iterable[str] = (), match_names: bool = True,
+                      explain: bool = False) -> Future | None:
         """`search` of one query without blocking: a Future of its hits, answered in a batch with other
         callers' concurrent queries (what the HTTP API's event loop awaits). None when this service does
         not batch searches (then call `search`, in a thread)."""
         if self._batcher is None or self._closed:
             return None
         checked_queries([query] if isinstance(query, str) else query)
-        options = self._options(k, principal, namespaces, ids, exclude_ids, min_score, always_include, match_names)
+        options = self._options(k, principal, namespaces, ids, exclude_ids, min_score, always_include, match_names,
+                                explain)
         return self._answer(options, query)
 
     def _answer(self, options: tuple, query: str) -> Future:
@@ -189,13 +192,14 @@ class ToolService:
         if not done.cancelled() and done.exception() is None:
             self.answers.put(key, done.result())
 
-    def _options(self, k, principal, namespaces, ids, exclude_ids, min_score, always_include, match_names) -> tuple:
+    def _options(self, k, principal, namespaces, ids, exclude_ids, min_score, always_include, match_names,
+                 explain) -> tuple:
         """Everything one search asks, as a hashable key (searches with equal keys are batched together)."""
         flt = Filter.restrict(Filter.make(namespaces=principal.namespaces, ids=ids, exclude_ids=exclude_ids),
                               namespaces)
         threshold = self.min_score if min_score is _UNSET else min_score
         always = tuple(dict.fromkeys(self.always_include + tuple(always_include)))
-        return principal.tenant, flt, HitPolicy(checked_k(k), threshold, always, bool(match_names))
+        return principal.tenant, flt, HitPolicy(checked_k(k), threshold, always, bool(match_names), bool(explain))
 
     def _search_many(self, options: tuple, queries: Sequence[str]) -> list[list[Hit]]:
         tenant, flt, policy = options
@@ -309,7 +313,7 @@ class ToolService:
             return self._run_retraining(method, options, raise_errors=True)
         threading.Thread(target=self._run_retraining, args=(method, options, False), name="toolscout-retrain",
                          daemon=True).start()
-        return dict(started)
+        return dict(started)  # the state it started in: a quick failure may already have replaced it
 
     def _run_retraining(self, method: str, options: dict[str, Any], raise_errors: bool) -> dict[str, Any]:
         try:

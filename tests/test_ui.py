@@ -1,0 +1,269 @@
+"""The playground page at /ui.
+
+The routes are checked through the ASGI app. The page itself runs in a real browser: Debian's chromium,
+headless, driven by Playwright for Python, against a real `toolscout serve` subprocess that requires a
+token for reads; everything the page shows is compared with what the public API answers for the same
+request. The browser tests are skipped, with the reason, when /usr/bin/chromium or Playwright is missing
+(`scripts/setup.sh` installs both where it can).
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+from conftest import sample_tools
+from starlette.testclient import TestClient
+
+from toolscout import ToolScout
+from toolscout.serve import ToolService, create_app
+from toolscout.serve.auth import AuthConfig
+from toolscout.tool import Tool
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync"]
+TOKEN = "playground-admin-token"
+AUTH = {"authorization": f"Bearer {TOKEN}"}
+HOSTILE = 'Write a note. <img src=x onerror="document.title=\'pwned\'"><b>bold</b> & <script>alert(1)</script>'
+WAIT_MS = 20_000
+
+
+def catalog() -> list[Tool]:
+    """conftest's sample tools, and one with no namespace whose description is hostile HTML."""
+    return [*sample_tools(), Tool("add_note", "add_note", HOSTILE, {"type": "object", "properties": {}})]
+
+
+# ------------------------------------------------------------------------------------- the routes
+
+@pytest.fixture
+def app_client(tmp_path):
+    folder = tmp_path / "idx"
+    ToolScout.from_tools(catalog(), retriever="bm25").save(folder)
+    service = ToolService.open(folder, fsync=False)
+    with TestClient(create_app(service, AuthConfig.build(TOKEN, None, require_read_token=True))) as client:
+        yield client
+
+
+def test_the_page_and_its_files_need_no_token_and_stay_out_of_the_api_schema(app_client):
+    page = app_client.get("/ui")
+    assert page.status_code == 200 and page.headers["content-type"] == "text/html; charset=utf-8"
+    assert "script-src 'self'" in page.headers["content-security-policy"]
+    assert 'src="ui/app.js"' in page.text and 'href="ui/style.css"' in page.text
+    assert app_client.get("/ui/app.js").headers["content-type"] == "text/javascript; charset=utf-8"
+    assert app_client.get("/ui/style.css").headers["content-type"] == "text/css; charset=utf-8"
+    assert app_client.head("/ui").status_code == 200
+    missing = app_client.get("/ui/secrets.txt")
+    assert missing.status_code == 404 and missing.json()["error"]["type"] == "not_found"
+    assert app_client.get("/namespaces").status_code == 401  # the API itself still wants the token
+    assert not [p for p in app_client.get("/openapi.json", headers=AUTH).json()["paths"] if p.startswith("/ui")]
+
+
+def test_the_script_never_parses_data_as_html():
+    script = (Path(__file__).resolve().parents[1] / "src/toolscout/serve/ui/app.js").read_text(encoding="utf-8")
+    for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval("):
+        assert sink not in script
+
+
+# ------------------------------------------------------------------------------------- the browser
+
+@pytest.fixture(scope="module")
+def browser():
+    sync_api = pytest.importorskip("playwright.sync_api", reason="needs Playwright for Python: "
+                                                                "pip install -e '.[test]' (scripts/setup.sh)")
+    if not CHROMIUM.exists():
+        pytest.skip(f"needs Debian's chromium at {CHROMIUM}: apt-get install chromium (scripts/setup.sh does, as root)")
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_FLAGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(WAIT_MS)
+    page.script_errors = []  # uncaught exceptions in the page's script
+    page.on("pageerror", lambda error: page.script_errors.append(str(error)))
+    yield page
+    context.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_until_healthy(proc: subprocess.Popen, url: str) -> None:
+    for _ in range(600):  # up to a minute: the server imports its web stack and loads the index
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        try:
+            proc.wait(timeout=0.1)  # the pause between tries, and a server that exits ends the wait
+        except subprocess.TimeoutExpired:
+            continue
+        raise AssertionError(f"toolscout serve exited: {proc.stderr.read().decode()[-2000:]}")
+    raise AssertionError("toolscout serve did not answer /health within a minute")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """A real `toolscout serve` on a free loopback port: reads need the token, files.read is always
+    included, and mail.send has learned from some feedback. Yields an httpx client (with the token)."""
+    folder = tmp_path_factory.mktemp("ui") / "idx"
+    ToolScout.from_tools(catalog(), retriever="bm25").save(folder)
+    url = f"http://127.0.0.1:{_free_port()}"
+    command = [sys.executable, "-m", "toolscout.serve", str(folder), "--port", url.rsplit(":", 1)[1],
+               "--token", TOKEN, "--require-read-token", "--always-include", "files.read", "--no-fsync"]
+    proc = subprocess.Popen(command, env={**os.environ, "HF_HUB_OFFLINE": "1"}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    try:
+        _wait_until_healthy(proc, url)
+        with httpx.Client(base_url=url, headers=AUTH, timeout=30) as client:
+            events = [{"query": "email my manager the report", "tool_ids": ["mail.send"], "source": "agent-a"},
+                      {"query": "mail the team about lunch", "tool_ids": ["mail.send"], "source": "agent-b"},
+                      {"query": "send the invoice by email", "tool_ids": ["mail.send"], "source": "agent-b"}]
+            assert client.post("/feedback", json={"events": events}).status_code == 200
+            yield client
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+
+
+def url_of(server, path: str) -> str:
+    return str(server.base_url).rstrip("/") + path
+
+
+def open_page(page, server, token: str | None = TOKEN) -> None:
+    page.goto(url_of(server, "/ui"))
+    if token is not None:
+        enter_token(page, token)
+        page.get_by_test_id("namespace").first.wait_for()
+
+
+def enter_token(page, token: str) -> None:
+    page.fill("#token", token)
+    page.click("#token-form button[type=submit]")
+
+
+def error_banner(page):
+    return page.get_by_test_id("error")
+
+
+# --------------------------------------------------------------------------- tokens and errors
+
+def test_the_page_shows_the_apis_401_until_a_token_is_given(page, server):
+    no_token = httpx.get(url_of(server, "/namespaces")).json()["error"]["message"]
+    open_page(page, server, token=None)
+    error_banner(page).wait_for(state="visible")
+    assert error_banner(page).inner_text() == f"401 unauthorized: {no_token}"
+    assert page.get_by_test_id("namespace").count() == 0
+
+    enter_token(page, "not-the-token")
+    page.get_by_text("invalid bearer token").wait_for()
+    assert error_banner(page).inner_text() == "401 unauthorized: invalid bearer token"
+
+    enter_token(page, TOKEN)
+    page.get_by_test_id("namespace").first.wait_for()
+    assert not error_banner(page).is_visible()
+    namespaces = server.get("/namespaces").json()["namespaces"]
+    assert page.get_by_test_id("namespace").count() == len(namespaces)
+    assert page.evaluate("sessionStorage.getItem('toolscout.playground.token')") == TOKEN
+    assert page.get_by_test_id("token-state").inner_text() == "token in use (this tab only)"
+
+    page.click("#token-forget")
+    error_banner(page).wait_for(state="visible")
+    assert no_token in error_banner(page).inner_text() and page.get_by_test_id("namespace").count() == 0
+    assert page.script_errors == []
+
+
+# --------------------------------------------------------------------------- search
+
+def api_rows(server, body: dict) -> list[tuple]:
+    """(id, match, matched words, score) of each hit the API returns for `body`, as the page asks it."""
+    hits = server.post("/search", json={**body, "explain": True}).json()["results"][0]["hits"]
+    return [(h["id"], h["match"], h["matched"], h["score"]) for h in hits]
+
+
+def shown_rows(page) -> list[tuple]:
+    """The same for the hits the page shows."""
+    return [(hit.get_attribute("data-id"), hit.get_by_test_id("match").inner_text(),
+             hit.locator("[data-testid=matched] .word").all_inner_texts(),
+             float(hit.get_by_test_id("score").get_attribute("title")))
+            for hit in page.get_by_test_id("hit").all()]
+
+
+def search(page, task: str, k: int, namespace: str | None = None) -> None:
+    """Search from the page's form and wait for the answer (the list is aria-busy until it is shown)."""
+    page.fill("#task", task)
+    page.fill("#k", str(k))
+    page.select_option("#namespace", "all" if namespace is None else f"ns:{namespace}")
+    page.click("#search-button")  # its handler marks the list busy before click() returns
+    page.locator("#hits[aria-busy=false]").wait_for(state="attached")
+
+
+def test_ranked_tools_match_the_api_with_kinds_and_matched_words(page, server):
+    open_page(page, server)
+    cases = [("email the passenger about the booked flight", 3, None),  # retrieval + always
+             ("send_email", 2, None),  # a name match first
+             ("book a flight and a hotel room", 5, "travel")]  # the namespace filter (no files: no always)
+    kinds = set()
+    for task, k, namespace in cases:
+        body = {"query": task, "k": k, **({"namespaces": [namespace]} if namespace else {})}
+        expected = api_rows(server, body)
+        search(page, task, k, namespace)
+        assert shown_rows(page) == expected, task
+        kinds |= {row[1] for row in expected}
+        assert namespace is None or {server.get(f"/tools/{row[0]}").json()["namespace"] for row in expected} == {
+            namespace}
+    assert kinds == {"retrieval", "name", "always"}
+    assert any(row[2] for row in api_rows(server, {"query": cases[0][0], "k": 3}))  # words did match
+    assert page.script_errors == []
+
+
+# --------------------------------------------------------------------------- one tool, the catalog
+
+def test_schema_feedback_and_namespace_browsing(page, server):
+    open_page(page, server)
+    search(page, "send an email to my team", 3)
+    page.locator("[data-testid=hit][data-id='mail.send'] [data-testid=open-tool]").click()
+    page.get_by_test_id("detail-name").filter(has_text="send_email").wait_for()
+    record = server.get("/tools/mail.send").json()
+    assert json.loads(page.get_by_test_id("schema").inner_text()) == record["parameters"]
+    shown = {key: int(page.get_by_test_id(f"feedback-{key}").inner_text()) for key in record["feedback"]}
+    assert shown == record["feedback"] and record["feedback"]["learned"] > 0
+
+    page.locator("[data-testid=namespace] button[data-namespace=travel]").click()
+    travel = server.get("/tools", params={"namespace": "travel"}).json()
+    page.get_by_test_id("catalog-summary").filter(has_text=f"travel: {travel['total']} of").wait_for()
+    assert [t.get_attribute("data-id") for t in page.get_by_test_id("catalog-tool").all()] == \
+        [t["id"] for t in travel["tools"]]
+    page.locator("[data-testid=catalog-tool][data-id='hotels.book'] [data-testid=open-tool]").click()
+    page.get_by_test_id("detail-name").filter(has_text="book-hotel-room").wait_for()
+    assert json.loads(page.get_by_test_id("schema").inner_text()) == \
+        server.get("/tools/hotels.book").json()["parameters"]
+    assert page.script_errors == []
+
+
+def test_untrusted_tool_text_is_shown_as_text(page, server):
+    open_page(page, server)
+    title = page.title()
+    page.locator("[data-testid=namespace] button[data-namespace='']").click()
+    item = page.locator("[data-testid=catalog-tool][data-id=add_note]")
+    item.wait_for()
+    assert item.locator(".description").inner_text() == HOSTILE
+    item.get_by_test_id("open-tool").click()
+    page.get_by_test_id("detail-name").filter(has_text="add_note").wait_for()
+    assert page.locator("#detail .description").inner_text() == HOSTILE
+    assert page.locator("main img, main b, main script").count() == 0 and page.title() == title
+    assert page.script_errors == []
