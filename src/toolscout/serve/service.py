@@ -148,7 +148,8 @@ class ToolService:
         """`ToolScout.search` within what `principal` may see. `min_score` defaults to the service's
         abstention threshold (pass None for none); `always_include` adds to the service's list."""
         queries = checked_queries(query)
-        options = self._options(k, principal, namespaces, ids, exclude_ids, min_score, always_include, match_names)
+        options = self._options(k, principal, namespaces, ids, exclude_ids, min_score, always_include, match_names,
+                                explain)
         if isinstance(query, str):
             return self._answer(options, query).result()
         return self._search_many(options, queries)
