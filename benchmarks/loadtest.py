@@ -1,13 +1,18 @@
-"""Load test of `toolscout serve` on loopback: concurrent searches against a 20,000-tool dense index, then
-the same while another client adds and removes tools. Bounded: every phase stops at its deadline.
+"""Load test of `toolscout serve` on loopback: concurrent searches against a 20,000-tool index built with
+toolscout's default pipeline (or --retriever), then the same while another client adds and removes
+tools. Bounded: every phase stops at its deadline.
 
-    nice -n 10 python benchmarks/loadtest.py                       # 8 clients x 60 s, two phases
+    python benchmarks/loadtest.py                                  # 8 clients x 60 s, two phases, unique tasks
+    python benchmarks/loadtest.py --traffic repeated --pool 500    # agents repeating tasks: the caches at work
     python benchmarks/loadtest.py --duration 20 --json /tmp/load.json
+
+Traffic: "unique" (the default) sends every distinct task of the benchmark sets at most once in the whole
+run, so no cache can answer for the encoder; "repeated" draws from a pool of --pool tasks, and the
+report gives the share the server's answer cache served (`answer_cache_hit_rate`).
 
 The index is built once under --work (default /tmp/toolscout-load): every tool of the benchmark sets in
 --data (or of --sets; namespace = set name), plus re-namespaced copies (`copy1.`, `copy2.`, ...) up to
---tools. Tool
-and query embeddings are cached in --cache, so a rebuild after the first costs seconds. The server runs
+--tools. Tool embeddings are cached in --cache, so a rebuild after the first costs seconds. The server runs
 as a subprocess (`python -m toolscout.serve`, journal fsync on, like production); writes in the mixed
 phase add a tool and then delete it, so the index is left as it was.
 
@@ -44,9 +49,10 @@ DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 def build_index(args) -> Path:
     from toolscout.benchmark import load_benchmark
-    from toolscout.encoders import Encoder
+    from toolscout.defaults import DEFAULT_RETRIEVER
     from toolscout.pipeline import ToolScout
-    from toolscout.retrievers.dense import DenseRetriever
+    from toolscout.retrievers.base import retriever_class
+    from toolscout.retrievers.dense import encoder_for
     from toolscout.serve.abstain import CachingEncoder
 
     index = Path(args.work) / "index"
@@ -67,27 +73,51 @@ def build_index(args) -> Path:
             tools.append(tool.with_changes(id=f"copy{copy}.{tool.id}", namespace=f"copy{copy}"))
         copy += 1
     start = time.perf_counter()
-    if args.retriever == "dense":
-        encoder = CachingEncoder(Encoder.load(None), args.cache)
-        scout = ToolScout(DenseRetriever(encoder=encoder, show_progress=True), tools)
+    options = {"retriever": args.retriever} if args.retriever else {}
+    if retriever_class(args.retriever or DEFAULT_RETRIEVER).accepts.encoder:  # tool embeddings cached on disk
+        encoder = CachingEncoder(encoder_for(None), args.cache)
+        scout = ToolScout.from_tools(tools, encoder=encoder, **options)
         encoder.flush()
     else:
-        scout = ToolScout.from_tools(tools, retriever=args.retriever)
+        scout = ToolScout.from_tools(tools, **options)
     scout.save(index)
     print(f"built a {len(tools)}-tool {args.retriever} index in {time.perf_counter() - start:.0f}s -> {index}",
           file=sys.stderr)
     return index
 
 
-def load_queries(data: Path, n: int, seed: int) -> list[str]:
+def load_queries(data: Path, seed: int) -> list[str]:
+    """Every distinct task of the benchmark sets (all splits: unique traffic needs tens of thousands),
+    shuffled."""
     from toolscout.benchmark import load_benchmark
 
-    queries = []
+    queries: dict[str, None] = {}
     for folder in sorted(data.iterdir()):
         if (folder / "queries.jsonl").exists() and (folder / "tools.jsonl").exists():
-            queries += [q.text[:2000] for q in load_benchmark(folder).split("test")]
-    random.Random(seed).shuffle(queries)
-    return queries[:n]
+            queries.update(dict.fromkeys(q.text for q in load_benchmark(folder).queries))
+    out = list(queries)
+    random.Random(seed).shuffle(out)
+    return out
+
+
+class Traffic:
+    """The tasks clients send. "unique": each task once, across all clients (the phase ends early for a
+    client when they run out); "repeated": drawn at random from a pool of `pool` tasks."""
+
+    def __init__(self, queries: list[str], kind: str, pool: int):
+        self.kind = kind
+        self.queries = queries if kind == "unique" else queries[:pool]
+        self._next = 0
+        self._lock = threading.Lock()
+
+    def take(self, rng: random.Random) -> str | None:
+        if self.kind == "repeated":
+            return self.queries[rng.randrange(len(self.queries))]
+        with self._lock:
+            if self._next >= len(self.queries):
+                return None
+            self._next += 1
+            return self.queries[self._next - 1]
 
 
 def free_port() -> int:
@@ -130,7 +160,7 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def run_phase(url: str, queries: list[str], clients: int, duration: float, k: int, token: str,
+def run_phase(url: str, traffic: Traffic, clients: int, duration: float, k: int, token: str,
               writer_rate: float, server_pid: int) -> dict:
     latencies: list[list[float]] = [[] for _ in range(clients)]
     errors: list[str] = []
@@ -145,7 +175,10 @@ def run_phase(url: str, queries: list[str], clients: int, duration: float, k: in
         conn = None
         headers = {"Content-Type": "application/json"}
         while time.perf_counter() < stop:
-            body = json.dumps({"query": queries[rng.randrange(len(queries))], "k": k}).encode()
+            query = traffic.take(rng)
+            if query is None:
+                break
+            body = json.dumps({"query": query, "k": k}).encode()
             t0 = time.perf_counter()
             try:
                 if conn is None:
@@ -226,7 +259,7 @@ def main() -> int:
     parser.add_argument("--cache", default="/tmp/toolscout-embeddings", help="embedding cache folder")
     parser.add_argument("--sets", default=None, help="comma-separated set names to take tools from (default: all)")
     parser.add_argument("--tools", type=int, default=20_000)
-    parser.add_argument("--retriever", default="dense")
+    parser.add_argument("--retriever", default=None, help="first stage (default: toolscout's default pipeline)")
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--duration", type=float, default=60.0, help="seconds per phase (default %(default)s)")
     parser.add_argument("--writer-rate", type=float, default=4.0, help="writes/s in the mixed phase (default %(default)s)")
@@ -235,27 +268,38 @@ def main() -> int:
     parser.add_argument("--batch-workers", type=int, default=2, help="the server's --batch-workers (default %(default)s)")
     parser.add_argument("--server-nice", type=int, default=0, help="niceness of the server process")
     parser.add_argument("--warmup", type=int, default=50, help="requests before measuring")
+    parser.add_argument("--traffic", choices=["unique", "repeated"], default="unique",
+                        help="unique: no two requests share a task; repeated: tasks drawn from --pool of them")
+    parser.add_argument("--pool", type=int, default=500, help="tasks repeated traffic draws from")
     parser.add_argument("--json", default=None, metavar="FILE")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     index = build_index(args)
-    queries = load_queries(Path(args.data), 5000, seed=0)
+    queries = load_queries(Path(args.data), seed=0)
+    warmup, queries = queries[: args.warmup], queries[args.warmup:]  # warm-up tasks never come back
     token = "loadtest-" + os.urandom(8).hex()
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     t0 = time.perf_counter()
     server = start_server(index, port, token, args.server_nice, args.batch_workers)
-    report: dict = {"tools": args.tools, "retriever": args.retriever, "cpus": os.cpu_count(),
+    report: dict = {"tools": args.tools, "retriever": args.retriever or "default", "traffic": args.traffic,
+                    "cpus": os.cpu_count(),
                     "server_start_s": round(time.perf_counter() - t0, 1), "phases": {}}
     try:
         with httpx.Client(base_url=url, timeout=60) as http:
-            for q in queries[: args.warmup]:
+            for q in warmup:
                 http.post("/search", json={"query": q, "k": args.k})
             report["health"] = http.get("/health").json()
-        for phase in args.phases.split(","):
+        for i, phase in enumerate(args.phases.split(",")):
             rate = args.writer_rate if phase == "mixed" else 0.0
-            result = run_phase(url, queries, args.clients, args.duration, args.k, token, rate, server.pid)
+            share = queries[i::len(args.phases.split(","))]  # unique traffic: no task in two phases either
+            with httpx.Client(base_url=url, timeout=60) as http:
+                before = http.get("/health").json()
+            result = run_phase(url, Traffic(share, args.traffic, args.pool), args.clients, args.duration, args.k,
+                               token, rate, server.pid)
+            with httpx.Client(base_url=url, timeout=60) as http:
+                result["answer_cache_hit_rate"] = hit_rate(before, http.get("/health").json())
             report["phases"][phase] = result
             print(f"{phase:6} {json.dumps(result)}", file=sys.stderr)
         with httpx.Client(base_url=url, timeout=60) as http:
@@ -272,9 +316,16 @@ def main() -> int:
     return 0
 
 
+def hit_rate(before: dict, after: dict) -> float | None:
+    """Share of the phase's searches the server's answer cache served."""
+    hits = after.get("answer_cache_hits", 0) - before.get("answer_cache_hits", 0)
+    misses = after.get("answer_cache_misses", 0) - before.get("answer_cache_misses", 0)
+    return round(hits / (hits + misses), 4) if hits + misses else None
+
+
 def _print(report: dict) -> None:
-    print(f"{report['tools']} tools ({report['retriever']}), {report['cpus']} CPUs, server start "
-          f"{report['server_start_s']}s")
+    print(f"{report['tools']} tools ({report['retriever']}), {report['traffic']} traffic, {report['cpus']} CPUs, "
+          f"server start {report['server_start_s']}s")
     print(f"{'phase':7} {'clients':>7} {'requests':>8} {'req/s':>7} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} "
           f"{'errors':>6} {'writes':>6} {'w.err':>5} {'w.p50':>7} {'w.p99':>7} {'srv cpu/req':>11} {'srv cores':>9}"
           "  load avg before -> after")
@@ -283,7 +334,7 @@ def _print(report: dict) -> None:
               f"{r.get('p95_ms', 0):8.1f} {r.get('p99_ms', 0):8.1f} {r['errors']:6d} {r.get('writes', 0):6d} "
               f"{r.get('write_errors', 0):5d} {r.get('write_p50_ms', 0):7.1f} {r.get('write_p99_ms', 0):7.1f} "
               f"{r['server_cpu_ms_per_request']:9.1f}ms {r['server_cpu_share']:9.2f}  "
-              f"{r['load_avg_before']} -> {r['load_avg_after']}")
+              f"{r['load_avg_before']} -> {r['load_avg_after']}  cache hits {r.get('answer_cache_hit_rate')}")
 
 
 if __name__ == "__main__":

@@ -42,7 +42,8 @@ class CachingEncoder:
         self.name = encoder.name
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
-        tag = hashlib.sha1(f"{encoder.name}|{getattr(encoder, 'path', '')}".encode()).hexdigest()[:12]
+        self.backend_in_use = getattr(encoder, "backend_in_use", None)  # what an index built with it records
+        tag = hashlib.sha1(f"{encoder.name}|{getattr(encoder, 'path', '')}|{self.backend_in_use}".encode()).hexdigest()[:12]
         self._file = self.folder / f"{tag}.npz"
         self._index: dict[str, int] = {}
         self._vectors = np.zeros((0, encoder.dim), dtype=np.float32)
