@@ -218,3 +218,130 @@ def test_tool2vec_finetune_saves_its_encoder(sample_data, tmp_path):
     retriever.index(list(sample_data.tools.values()))
     ids, _ = retriever.search([sample_data.train[0].text], k=5)[0]
     assert len(ids) == 5
+
+
+# ------------------------------------------------------------------------------ what trains, hard negatives
+
+
+def _state(model) -> dict:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+@pytest.fixture(scope="module")
+def base_state():
+    return _state(Encoder.load(None, backend="torch").model)
+
+
+@pytest.fixture(scope="module")
+def tiny_fit(sample_data, tmp_path_factory):
+    """fit_embed for 3 steps with the given options; the saved encoder's state dict and the run summary."""
+    from sentence_transformers import SentenceTransformer
+
+    from toolscout.train.embed import fit_embed
+
+    runs = {}
+
+    def run(**options):
+        key = json.dumps(options, sort_keys=True)
+        if key not in runs:
+            out = tmp_path_factory.mktemp("fit") / "model"
+            config = TrainConfig(batch_size=4, lr=2e-4, max_steps=3, progress=False, seed=3)
+            summary = fit_embed(sample_data, out, config=config, max_validation=4, **{**TINY, **options})
+            model = SentenceTransformer(str(_encoder_folder(out)), device="cpu")
+            runs[key] = (_state(model), summary)
+        return runs[key]
+
+    return run
+
+
+@pytest.mark.parametrize("trainable, frozen, trained", [
+    ("all", [], ["embeddings.word_embeddings", "layer.0.", "layer.5."]),
+    ("layers", ["embeddings.", "pooler."], ["layer.0.", "layer.5."]),
+    ("top:2", ["embeddings.", "layer.0.", "layer.3.", "pooler."], ["layer.4.", "layer.5."]),
+])
+def test_trainable_leaves_frozen_tensors_bit_identical(tiny_fit, base_state, trainable, frozen, trained):
+    state, summary = tiny_fit(trainable=trainable)
+    assert state.keys() == base_state.keys()
+    assert summary.config["trainable"] == trainable
+    for name, tensor in state.items():
+        if any(part in name for part in frozen):
+            assert torch.equal(tensor, base_state[name]), f"{name} changed although {trainable!r} freezes it"
+        elif any(part in name for part in trained) and not name.endswith("position_ids"):
+            assert not torch.equal(tensor, base_state[name]), f"{name} did not train with {trainable!r}"
+    n_trained = {"all": 103, "layers": 96, "top:2": 32}[trainable]  # MiniLM-L6: 16 tensors per layer
+    assert summary.config["trainable_parameters"] == n_trained
+
+
+def test_trainable_rejects_unknown_specs():
+    from toolscout.train.embed import freeze_parameters
+
+    model = Encoder.load(None, backend="torch").model
+    for spec in ("top:0", "top:x", "embeddings", ""):
+        with pytest.raises(ValueError, match="trainable"):
+            freeze_parameters(model, spec)
+    assert len(freeze_parameters(model, "top:99")) == 96  # more layers than the model has: all of them
+
+
+def _two_set_catalog():
+    from toolscout.tool import Tool
+
+    tools = {t.id: t for t in [
+        Tool("alpha::forecast", "get_forecast", "weather forecast for a city"),
+        Tool("alpha::radar", "rain_radar", "rain radar map of the weather"),
+        Tool("alpha::mail", "send_mail", "send an email message"),
+        Tool("beta::forecast", "weather_forecast", "weather forecast for a city tomorrow"),
+        Tool("beta::stocks", "stock_price", "price of a stock"),
+    ]}
+    queries = [Query("q0", "weather forecast for Paris tomorrow", ("alpha::forecast",), "train"),
+               Query("q1", "stock price forecast for ACME", ("beta::stocks",), "train")]
+    return tools, queries
+
+
+def test_mined_negatives_are_top_non_gold_tools_of_the_query_set():
+    from toolscout.retrievers.bm25 import BM25Retriever
+    from toolscout.train.embed import MinedNegatives, set_filters
+
+    tools, queries = _two_set_catalog()
+    miner = BM25Retriever()
+    miner.index(list(tools.values()))
+    sets_of_tools = {tid: tid.split("::")[0] for tid in tools}
+    mined = MinedNegatives(miner, queries, sets_of_tools, set_filters(sets_of_tools), per_query=1, depth=10)
+    # q0: beta::forecast matches best lexically but is another catalog's tool; the gold tool never counts;
+    # q1: alpha::forecast matches "forecast" as well as beta::forecast does, but only beta is q1's catalog
+    assert mined([0, 1]) == {0: ("alpha::radar",), 1: ("beta::forecast",)}
+    assert set(mined.mined) == {0, 1}
+
+
+def test_batch_loss_adds_mined_negatives_as_columns():
+    """A batch with mined negatives has the loss of the same batch with those tools as its negatives."""
+    from toolscout.tool import tool_text
+    from toolscout.train.embed import Example
+
+    tools, queries = _two_set_catalog()
+    docs = {tid: tool_text(t) for tid, t in tools.items()}
+    model = Encoder.load(None, backend="torch").model
+    model.eval()
+
+    class Fixed:
+        def __call__(self, indices):
+            return {qi: {0: ("alpha::radar",), 1: ("beta::forecast",)}[qi] for qi in indices}
+
+    def loss_of(batch, mined=None):
+        fn = BatchLoss(model, queries, docs, loss="infonce", tau=0.05, margin=0.3, max_query_length=32,
+                       max_doc_length=32, device="cpu", mined=mined)
+        with torch.no_grad():
+            return fn(batch).item()
+
+    plain = [Example(0, "alpha::forecast", ("alpha::mail",)), Example(1, "beta::stocks", ())]
+    spelled_out = [Example(0, "alpha::forecast", ("alpha::mail", "alpha::radar")),
+                   Example(1, "beta::stocks", ("beta::forecast",))]
+    assert loss_of(plain, Fixed()) == pytest.approx(loss_of(spelled_out), rel=1e-5)
+    assert loss_of(plain, Fixed()) > loss_of(plain) + 1e-3  # the extra negatives do count
+
+
+def test_fit_embed_uses_hard_negatives(tiny_fit):
+    plain, _ = tiny_fit(trainable="layers")
+    hard, summary = tiny_fit(trainable="layers", hard_negatives=2, miner="bm25")
+    assert summary.config["hard_negatives"] == 2 and summary.config["miner"] == "bm25"
+    changed = [k for k in plain if not torch.equal(plain[k], hard[k])]
+    assert any("layer." in k for k in changed)  # same seed and batches: only the mined negatives differ

@@ -23,6 +23,13 @@ MetaTool pairs (web plugins, noisy labels). In 80-step runs the two mixes tied o
 set), but by-size mixing made gorilla_torchhub worse than the untrained model (21.2 vs 23.3) while
 set-balanced mixing improved every set; no set of an unseen domain should pay for the largest ones.
 
+`trainable` chooses which weights change: 'all' (every weight), 'layers' (the transformer layers; the
+token, position and type embeddings, their LayerNorm and the unused BERT pooler stay bit-identical to
+the base model, so a shipped delta needs only the layers), or 'top:N' (only the top N transformer
+layers). `hard_negatives` adds, per query, that many tools a first-stage retriever (`miner`: the
+starting encoder or BM25) ranks highest among the tools of the query's own training set without being
+gold; they are mined once per query, on first use, and join the random negatives.
+
 The model directory holds the fine-tuned sentence-transformers model in `encoder/` (loadable by
 `SentenceTransformer(path)` offline and by `DenseRetriever(model=DIR)`), the text view it was trained
 with, and the run summary.
@@ -31,6 +38,7 @@ with, and the run summary.
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
@@ -47,6 +55,7 @@ from .loop import RunSummary, TrainConfig, Trainer, _copy_state, validation_ndcg
 
 LOSSES = ("infonce", "triplet")
 BALANCES = ("size", "sets")
+MINERS = ("dense", "bm25")
 
 
 @dataclass(frozen=True)
@@ -191,6 +200,83 @@ def make_batches(examples: Sequence[tuple[int, str]], queries: Sequence[Query], 
     return batches
 
 
+class MinedNegatives:
+    """Per training query, the top `per_query` non-gold tools a first-stage retriever ranks among the
+    tools of the query's own training set (`filters`: set name → Filter; no entry: the whole catalog).
+
+    Mined on first use and kept: the miner is fixed, so the lists are the same on every call and a
+    resumed run sees the negatives it saw before.
+    """
+
+    def __init__(self, miner, queries: Sequence[Query], sets_of_tools: Mapping[str, str],
+                 filters: Mapping[str, Filter], per_query: int, depth: int):
+        self.miner, self.queries, self.sets_of_tools = miner, queries, sets_of_tools
+        self.filters, self.per_query, self.depth = filters, per_query, depth
+        self.mined: dict[int, tuple[str, ...]] = {}
+
+    def __call__(self, query_indices: Sequence[int]) -> dict[int, tuple[str, ...]]:
+        from .negatives import mine_hard_negatives
+
+        todo: dict[str, list[int]] = {}
+        for qi in dict.fromkeys(query_indices):
+            if qi not in self.mined:
+                todo.setdefault(query_set(self.queries[qi], self.sets_of_tools), []).append(qi)
+        for set_name, indices in sorted(todo.items()):
+            found = mine_hard_negatives(self.miner, [self.queries[i] for i in indices], per_query=self.per_query,
+                                        depth=self.depth, filter=self.filters.get(set_name))
+            self.mined.update({qi: tuple(ids) for qi, ids in zip(indices, found)})
+        return {qi: self.mined[qi] for qi in query_indices}
+
+
+def set_filters(sets_of_tools: Mapping[str, str]) -> dict[str, Filter]:
+    """set name → a Filter allowing only that set's tools (empty when there is a single set)."""
+    members: dict[str, list[str]] = {}
+    for tool_id, name in sets_of_tools.items():
+        members.setdefault(name, []).append(tool_id)
+    return {name: Filter.make(ids=ids) for name, ids in members.items()} if len(members) > 1 else {}
+
+
+# ------------------------------------------------------------------------------------- what trains
+
+
+_LAYER = re.compile(r"(?:^|\.)layers?\.(\d+)\.")
+
+
+def freeze_parameters(model, trainable: str) -> list[str]:
+    """Set `requires_grad` on `model`'s parameters for `trainable` and return the trainable names.
+
+    'all': every parameter. 'layers': all but the embedding block (token, position and type
+    embeddings and their LayerNorm: parameter names containing `embeddings.`) and the BERT pooler
+    (`pooler.`, which sentence-transformers' pooling never reads). 'top:N': only the top N transformer
+    layers (names with `layer.I.`, I among the N highest) and modules after the transformer (e.g. a
+    Dense projection); the embedding block, the lower layers and the pooler stay frozen.
+    """
+    named = list(model.named_parameters())
+    layer_of = {name: int(m.group(1)) for name, _ in named if (m := _LAYER.search(name))}
+    in_embeddings = {name for name, _ in named if "embeddings." in name}
+    if trainable == "all":
+        keep = {name for name, _ in named}
+    elif trainable == "layers":
+        if not in_embeddings:
+            raise ValueError("trainable='layers': the model has no embedding parameters (names with "
+                             "'embeddings.') to freeze; use trainable='all'")
+        keep = {name for name, _ in named if name not in in_embeddings and "pooler." not in name}
+    elif trainable.startswith("top:") and trainable[4:].isdigit() and int(trainable[4:]) >= 1:
+        if not layer_of:
+            raise ValueError(f"trainable={trainable!r}: found no transformer layers (names with 'layer.N.') "
+                             "in the model; use trainable='all' or 'layers'")
+        n_layers = max(layer_of.values()) + 1
+        lowest = max(0, n_layers - int(trainable[4:]))
+        first_module = named[0][0].split(".", 1)[0]  # the transformer module of a sentence-transformers model
+        keep = {name for name, _ in named
+                if (name in layer_of and layer_of[name] >= lowest) or name.split(".", 1)[0] != first_module}
+    else:
+        raise ValueError(f"trainable must be 'all', 'layers' or 'top:N' (N >= 1), got {trainable!r}")
+    for name, param in named:
+        param.requires_grad_(name in keep)
+    return [name for name, _ in named if name in keep]
+
+
 # ------------------------------------------------------------------------------------- model
 
 
@@ -217,10 +303,11 @@ class BatchLoss:
     """Turns a batch of `Example`s into the training loss (InfoNCE or triplet)."""
 
     def __init__(self, model, queries: Sequence[Query], documents: Mapping[str, str], *, loss: str, tau: float,
-                 margin: float, max_query_length: int, max_doc_length: int, device: str):
+                 margin: float, max_query_length: int, max_doc_length: int, device: str,
+                 mined: MinedNegatives | None = None):
         if loss not in LOSSES:
             raise ValueError(f"loss must be one of {', '.join(LOSSES)}, got {loss!r}")
-        self.model, self.queries, self.documents = model, queries, documents
+        self.model, self.queries, self.documents, self.mined = model, queries, documents, mined
         self.loss, self.tau, self.margin = loss, tau, margin
         self.max_query_length, self.max_doc_length, self.device = max_query_length, max_doc_length, device
 
@@ -230,6 +317,9 @@ class BatchLoss:
         from .losses import info_nce
 
         query_ids = list(dict.fromkeys(ex.query for ex in batch))
+        if self.mined is not None:  # each example also gets its query's mined negatives
+            mined = self.mined(query_ids)
+            batch = [replace(ex, negatives=tuple(dict.fromkeys(ex.negatives + mined[ex.query]))) for ex in batch]
         tool_ids = list(dict.fromkeys([ex.tool for ex in batch] + [n for ex in batch for n in ex.negatives]))
         q = embed_texts(self.model, [self.queries[i].text for i in query_ids], self.max_query_length, self.device)
         t = embed_texts(self.model, [self.documents[i] for i in tool_ids], self.max_doc_length, self.device)
@@ -318,7 +408,8 @@ def fit_embed(data: TrainingData, out: str | Path, *, model: str | None = None, 
               resume: bool = True, negatives: int = 3, loss: str = "infonce", tau: float = 0.05,
               margin: float = 0.3, balance: str = "sets", negatives_from: str = "set", max_query_length: int = 64,
               max_doc_length: int = 128, max_validation: int | None = 500, max_validation_tools: int | None = 300,
-              validate_start: bool = True, view: TextView | dict | None = None) -> RunSummary:
+              validate_start: bool = True, view: TextView | dict | None = None, trainable: str = "all",
+              hard_negatives: int = 0, miner: str = "dense", mine_depth: int = 30) -> RunSummary:
     """Fine-tune a sentence-transformers model on `data.train` and write a model directory to `out`.
 
     `model`: base encoder name/path (default all-MiniLM-L6-v2) or an earlier `train embed` directory.
@@ -327,7 +418,9 @@ def fit_embed(data: TrainingData, out: str | Path, *, model: str | None = None, 
     negatives from the tools of its own training set, 'all' from every training tool. Validation uses at
     most `max_validation` queries and `max_validation_tools` candidate tools per set (see
     `SetValidation`). `validate_start`: also validate the untrained model, so the summary shows the gain
-    and a run that only got worse keeps the starting weights.
+    and a run that only got worse keeps the starting weights. `trainable`: 'all', 'layers' or 'top:N'
+    (see `freeze_parameters`). `hard_negatives`: mined negatives per query (`miner` 'dense' or 'bm25',
+    among its top `mine_depth` within the query's own set; see `MinedNegatives`), added to the random ones.
     """
     from ..retrievers.dense import encoder_for
     from .loop import pick_device
@@ -338,12 +431,17 @@ def fit_embed(data: TrainingData, out: str | Path, *, model: str | None = None, 
         raise ValueError(f"balance must be one of {', '.join(BALANCES)}, got {balance!r}")
     if negatives_from not in ("set", "all"):
         raise ValueError(f"negatives_from must be 'set' or 'all', got {negatives_from!r}")
+    if miner not in MINERS:
+        raise ValueError(f"miner must be one of {', '.join(MINERS)}, got {miner!r}")
+    if hard_negatives < 0 or mine_depth < 1:
+        raise ValueError(f"hard_negatives must be >= 0 and mine_depth >= 1, got {hard_negatives}, {mine_depth}")
     config = config or TrainConfig()
     view = TextView.from_dict(view) if isinstance(view, dict) else (view or TextView())
     device = pick_device(config.device)
     base = encoder_for(model, backend="torch", device=device)
     st_model = base.model
     base_name = base.name
+    trained_names = freeze_parameters(st_model, trainable)
 
     queries = data.train
     setup = PairSetup.of(data, view)
@@ -359,8 +457,15 @@ def fit_embed(data: TrainingData, out: str | Path, *, model: str | None = None, 
     if data.validation:
         validate = SetValidation(st_model, data, view, sets_of_tools, max_validation, max_validation_tools,
                                  config.seed, max_doc_length)
+    mined = None
+    if hard_negatives:
+        from .toolclip import _build_miner  # the same miners ToolCLIP's hard-negative stage uses
+
+        mined = MinedNegatives(_build_miner(miner, model or "default", list(data.tools.values())), queries,
+                               sets_of_tools, set_filters(sets_of_tools), hard_negatives, mine_depth)
     batch_loss = BatchLoss(st_model, queries, documents, loss=loss, tau=tau, margin=margin,
-                           max_query_length=max_query_length, max_doc_length=max_doc_length, device=device)
+                           max_query_length=max_query_length, max_doc_length=max_doc_length, device=device,
+                           mined=mined)
     trainer = Trainer("embed", st_model, batch_loss, epoch_batches, config, out, validate=validate)
 
     start_score, start_per_set, start_state = None, {}, None
@@ -384,10 +489,12 @@ def fit_embed(data: TrainingData, out: str | Path, *, model: str | None = None, 
     summary.config = {**summary.config, "base_model": base_name, "loss": loss, "tau": tau, "margin": margin,
                       "negatives": negatives, "negatives_from": negatives_from, "balance": balance,
                       "max_query_length": max_query_length,
-                      "max_doc_length": max_doc_length}
+                      "max_doc_length": max_doc_length, "trainable": trainable,
+                      "trainable_parameters": len(trained_names), "hard_negatives": hard_negatives,
+                      "miner": miner if hard_negatives else None, "mine_depth": mine_depth}
 
     model_config = model_base("embed", base_model=base_name, encoder="encoder", view=view.to_dict(),
-                              loss=loss, summary=summary.to_dict())
+                              loss=loss, trainable=trainable, summary=summary.to_dict())
     with write_artifact(out, model_config) as folder, quiet_transformers():
         st_model.save(str(folder / "encoder"))
         write_json(folder / "summary.json", summary.to_dict())
