@@ -345,3 +345,30 @@ def test_fit_embed_uses_hard_negatives(tiny_fit):
     assert summary.config["hard_negatives"] == 2 and summary.config["miner"] == "bm25"
     changed = [k for k in plain if not torch.equal(plain[k], hard[k])]
     assert any("layer." in k for k in changed)  # same seed and batches: only the mined negatives differ
+
+
+def test_length_chunks_give_the_embeddings_and_gradients_of_one_padded_batch():
+    from toolscout.train.embed import embed_texts
+
+    model = Encoder.load(None, backend="torch").model
+    model.eval()  # no dropout: both passes compute the same function
+    words = ["weather", "flight", "hotel", "email", "search", "book", "price"]
+    rng = random.Random(1)
+    texts = [" ".join(rng.choice(words) for _ in range(rng.choice([2, 5, 30, 90]))) for _ in range(11)]
+    param = next(p for n, p in model.named_parameters() if "layer.5.output.dense.weight" in n)
+    target = torch.randn(11, 384, generator=torch.Generator().manual_seed(0))
+    results = {}
+    for chunk in (0, 3):
+        model.zero_grad()
+        emb = embed_texts(model, texts, 64, "cpu", chunk=chunk)
+        (emb * target).sum().backward()
+        results[chunk] = (emb.detach().clone(), param.grad.detach().clone())
+    np.testing.assert_allclose(results[3][0].numpy(), results[0][0].numpy(), atol=1e-5)
+    np.testing.assert_allclose(results[3][1].numpy(), results[0][1].numpy(), atol=1e-4, rtol=1e-3)
+    old_length, model.max_seq_length = model.max_seq_length, 64  # the 90-word texts are truncated, as above
+    try:
+        want = model.encode(texts, normalize_embeddings=True, convert_to_numpy=True)  # the library's encoding
+    finally:
+        model.max_seq_length = old_length
+    np.testing.assert_allclose(results[3][0].numpy(), want, atol=1e-5)
+    model.zero_grad()

@@ -280,13 +280,41 @@ def freeze_parameters(model, trainable: str) -> list[str]:
 # ------------------------------------------------------------------------------------- model
 
 
-def embed_texts(model, texts: Sequence[str], max_length: int, device: str):
-    """Unit embeddings of `texts` through the SentenceTransformer's modules, with gradients."""
+LENGTH_CHUNK = 32  # texts per forward pass when a batch is encoded in chunks of similar length
+
+
+def embed_texts(model, texts: Sequence[str], max_length: int, device: str, chunk: int | None = None):
+    """Unit embeddings of `texts` through the SentenceTransformer's modules, with gradients.
+
+    With `chunk` (default `LENGTH_CHUNK`; 0 = one batch), the texts are sorted by token count and
+    encoded `chunk` at a time, each chunk padded only to its own longest text: the same embeddings as
+    one padded batch (padding is masked out), for less work when a few long tool documents would
+    otherwise pad every text of the batch (the training sets' documents have a median of 22-54 tokens,
+    the longest 128+). Measured on 2 busy cores, a step of 32 pairs with 3 random negatives each: about
+    35 s instead of 45 s.
+    """
+    import torch
     import torch.nn.functional as F
 
+    chunk = LENGTH_CHUNK if chunk is None else chunk
     features = _tokenize(model, list(texts), max_length)
-    features = {k: (v.to(device) if hasattr(v, "to") else v) for k, v in features.items()}
-    return F.normalize(model(features)["sentence_embedding"], p=2.0, dim=-1)
+    n = len(texts)
+    if not chunk or n <= chunk or "attention_mask" not in features:
+        features = {k: (v.to(device) if hasattr(v, "to") else v) for k, v in features.items()}
+        return F.normalize(model(features)["sentence_embedding"], p=2.0, dim=-1)
+    lengths = features["attention_mask"].sum(dim=1)
+    order = torch.argsort(lengths, stable=True)
+    parts = []
+    for start in range(0, n, chunk):
+        rows = order[start:start + chunk]
+        width = int(lengths[rows].max())
+        part = {k: (v[rows, :width].to(device) if torch.is_tensor(v) and v.dim() == 2 and v.shape[0] == n
+                    else v[rows].to(device) if torch.is_tensor(v) and v.dim() == 1 and v.shape[0] == n else v)
+                for k, v in features.items()}
+        parts.append(model(part)["sentence_embedding"])
+    embeddings = torch.empty((n, parts[0].shape[1]), dtype=parts[0].dtype, device=parts[0].device)
+    embeddings = embeddings.index_copy(0, order.to(embeddings.device), torch.cat(parts))
+    return F.normalize(embeddings, p=2.0, dim=-1)
 
 
 def _tokenize(model, texts: list[str], max_length: int) -> dict:
