@@ -3,16 +3,13 @@
 seeing each other's writes at once."""
 
 import json
-import os
-import socket
-import subprocess
-import sys
 import threading
 import time
 
 import numpy as np
 import pytest
 from pgtest import new_table, postgres_uri, spec
+from servers import start_server
 
 from toolscout import ToolScout
 from toolscout.tool import Tool
@@ -190,36 +187,8 @@ TOKEN = "pg-replica-token"
 AUTH = {"authorization": f"Bearer {TOKEN}"}
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start_servers(store_spec, n):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOOLSCOUT_TOKEN": TOKEN}
-    servers = []
-    for _ in range(n):
-        port = free_port()
-        proc = subprocess.Popen([sys.executable, "-m", "toolscout.serve", "--store", store_spec, "--port", str(port)],
-                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        servers.append((proc, f"http://127.0.0.1:{port}"))
-    import httpx
-
-    deadline = time.time() + 120
-    for proc, url in servers:
-        while True:
-            if proc.poll() is not None:
-                raise AssertionError(f"server exited: {proc.stderr.read().decode()[-2000:]}")
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.time() > deadline:
-                raise AssertionError("server did not start")
-            time.sleep(0.1)
-    return servers
+    return [start_server(["--store", store_spec], token=TOKEN) for _ in range(n)]
 
 
 def listen(uri, received, ready, stop):
@@ -357,3 +326,28 @@ def test_feedback_through_one_replica_changes_the_others_rankings_at_once(pg, to
     finally:
         one.close()
         two.close()
+
+
+def test_a_nul_character_is_refused_by_name_and_nothing_is_written(pg, tools, encoder):
+    """PostgreSQL text cannot hold U+0000: the store says which field holds one, before its transaction."""
+    from toolscout.errors import InvalidRequest
+    from toolscout.postgres import index_catalog
+    from toolscout.serve import ToolService
+    from toolscout.store.pgvector import PgVectorStore
+
+    store_spec = spec(pg, new_table())
+    index_catalog(PgVectorStore.from_spec(store_spec, encoder.dim), tools, encoder)
+    service = ToolService.open(store_spec, encoder=encoder, batch_workers=0)
+    try:
+        version = service.version()
+        bad = Tool("x.nul", "nul", "fine", namespace="x", parameters={"properties": {"a\x00b": {"type": "string"}}})
+        with pytest.raises(InvalidRequest, match=r"tool 'x.nul', field parameters.properties.a\x00b \(its name\)"):
+            service.upsert([bad])
+        with pytest.raises(InvalidRequest, match="feedback event 1, field query"):
+            service.feedback([{"query": "ok", "tool_ids": ["mail.send"]}, {"query": "o\x00k", "tool_ids": ["mail.send"]}])
+        with pytest.raises(InvalidRequest, match=r"NUL character \(U\+0000\)"):  # an id to look up
+            service.get("mail\x00send")
+        assert service.version() == version and "x.nul" not in {t.id for t in service.list()[1]}
+        assert service.feedback_of("mail.send")["reported"] == 0  # the good event was not written either
+    finally:
+        service.close()

@@ -1,15 +1,12 @@
 """A server killed (SIGKILL) in the middle of a stream of writes restarts with every acknowledged write;
 a server stopped with SIGTERM saves a snapshot and leaves an empty journal. Real subprocesses."""
 
-import os
 import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
 
 import httpx
+from servers import free_port, start_server
 
 from toolscout import ToolScout
 from toolscout.serve.journal import JOURNAL, Journal
@@ -18,27 +15,8 @@ TOKEN = "crash-test-token"
 AUTH = {"authorization": f"Bearer {TOKEN}"}
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_server(folder, port):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOOLSCOUT_TOKEN": TOKEN}
-    proc = subprocess.Popen([sys.executable, "-m", "toolscout.serve", str(folder), "--port", str(port)],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.time() + 90
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"server exited: {proc.stderr.read().decode()[-2000:]}")
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                return proc
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    proc.kill()
-    raise AssertionError("server did not start")
+def start_server_at(folder, port):
+    return start_server([str(folder)], port=port, token=TOKEN)[0]
 
 
 def crash_state(port):
@@ -50,7 +28,7 @@ def test_sigkill_during_writes_keeps_every_acknowledged_write(tmp_path, tools):
     folder = tmp_path / "idx"
     ToolScout.from_tools(tools, retriever="bm25").save(folder)
     port = free_port()
-    server = start_server(folder, port)
+    server = start_server_at(folder, port)
     acknowledged: dict[str, str | None] = {}  # id -> description (None: deleted), acknowledged ops only
     in_flight: list[tuple[str, str | None]] = []
     count = [0]
@@ -87,7 +65,7 @@ def test_sigkill_during_writes_keeps_every_acknowledged_write(tmp_path, tools):
     assert count[0] >= 20
 
     expected = {tid: desc for tid, desc in acknowledged.items() if desc is not None}
-    restarted = start_server(folder, port)
+    restarted = start_server_at(folder, port)
     try:
         state = crash_state(port)
         tid, desc = in_flight[0]  # the write in flight at the kill may or may not have been made durable
@@ -115,7 +93,7 @@ def test_sigkill_during_feedback_keeps_every_acknowledged_event_once(tmp_path, t
     folder = tmp_path / "idx"
     ToolScout.from_tools(tools, retriever="bm25").save(folder)
     port = free_port()
-    server = start_server(folder, port)
+    server = start_server_at(folder, port)
     targets = ["mail.send", "files.read", "stocks.quote"]
     acknowledged: list[tuple[str, str]] = []  # (tool id, task) of every acknowledged event, in order
     in_flight: list[tuple[str, str]] = []
@@ -140,7 +118,7 @@ def test_sigkill_during_feedback_keeps_every_acknowledged_event_once(tmp_path, t
     server.wait()
     thread.join()
     assert len(acknowledged) >= 30
-    restarted = start_server(folder, port)
+    restarted = start_server_at(folder, port)
     try:
         learned = {t: httpx.get(f"http://127.0.0.1:{port}/tools/{t}").json()["feedback"]["learned"] for t in targets}
     finally:

@@ -21,6 +21,12 @@ MAIL = {"authorization": "Bearer mail-team-1"}  # read+write, namespace "mail" o
 READER = {"authorization": "Bearer reader-123"}  # read only, every namespace
 
 
+def expect_error(r, status):
+    """The error body of a response that must have `status`."""
+    assert r.status_code == status, r.text
+    return r.json()["error"]
+
+
 def directory_target(tmp_path, tools, encoder):
     folder = tmp_path / "idx"
     ToolScout.from_tools(tools, retriever="dense", encoder=encoder).save(folder)
@@ -166,10 +172,7 @@ def test_tool_crud_and_versions(served, tools):
 
 def test_malformed_requests_get_clear_4xx_json_errors(served):
     with served(max_body_bytes=2048) as client:
-        def error(r, status):
-            assert r.status_code == status, r.text
-            return r.json()["error"]
-
+        error = expect_error
         e = error(client.post("/search", content=b'{"query": "x",', headers={"content-type": "application/json"}), 400)
         assert e["type"] == "invalid_json"
         e = error(client.post("/search", json={"query": "x", "top_k": 3}), 422)
@@ -183,7 +186,10 @@ def test_malformed_requests_get_clear_4xx_json_errors(served):
         assert error(client.post("/search", json={"query": "   "}), 422)["type"] == "invalid_request"
         assert error(client.post("/search", json=["x"]), 422)["type"] == "invalid_request"
         e = error(client.put("/tools/a.b", json={"id": "c.d", "name": "b"}, headers=ADMIN), 422)
-        assert "differs" in e["message"]
+        assert "takes the tool's id from the path" in e["message"]
+        e = error(client.post("/search", json={"query": "x", "explain": 1}), 422)  # no coercion: 1 is not true
+        assert e["details"][0]["field"] == "explain"
+        assert client.post("/search", json={"query": "x", "k": 2.0}).status_code == 200  # JSON's integer 2
         nameless = [{"type": "function", "function": {"description": "no name"}}]
         e = error(client.post("/tools", json={"catalog": nameless}, headers=ADMIN), 422)
         assert e["type"] == "invalid_request" and "name" in e["message"]
@@ -394,16 +400,15 @@ def test_retraining_is_for_trusted_tokens_and_reports_its_state(served):
         assert client.get("/admin/learn", headers=ADMIN).json() == {"state": "never"}
         assert client.post("/admin/learn", json={"train": "mlc"}, headers=MAIL).status_code == 403
         assert client.post("/admin/learn", json={"train": "tool2vec"}, headers=ADMIN).status_code == 422
-        r = client.post("/admin/learn", json={"train": "mlc"}, headers=ADMIN)  # no feedback yet: fails, reported
-        assert r.status_code == 202 and r.json()["state"] == "running"
-        for _ in range(200):
-            state = client.get("/admin/learn", headers=ADMIN).json()
-            if state["state"] != "running":
-                break
-            __import__("time").sleep(0.05)
-        assert state["state"] == "failed"
-        assert ("too little feedback" in state["error"]) == (served.store == "directory")
-        assert ("pipeline directory" in state["error"]) == (served.store == "postgresql")
+        e = expect_error(client.post("/admin/learn", json={"train": "mlc", "options": {"epochs": 2, "bogus": 1}},
+                              headers=ADMIN), 422)
+        assert "options.bogus" in e["message"]
+        # refused at once, before anything starts: no feedback to train on (directory), or a store that
+        # cannot retrain (PostgreSQL); the state is untouched
+        e = expect_error(client.post("/admin/learn", json={"train": "mlc", "options": {"epochs": 2}}, headers=ADMIN), 409)
+        assert ("too little feedback" in e["message"]) == (served.store == "directory")
+        assert ("pipeline directory" in e["message"]) == (served.store == "postgresql")
+        assert client.get("/admin/learn", headers=ADMIN).json() == {"state": "never"}
 
 
 def test_a_task_longer_than_search_reads_is_answered_and_says_it_was_cut(served):

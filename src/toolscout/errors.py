@@ -1,10 +1,10 @@
 """Exceptions users see. Each message says what was wrong, where, and what to do.
 
 The servers map these types, and only these, to HTTP statuses (`serve/http.py`): `NotFound` 404,
-`Forbidden` 403, `InvalidRequest` and `CatalogError` 422, `RateLimited` 429, `ServiceUnavailable` 503. Any other exception
-is a bug inside toolscout and becomes a logged 500. Each type also derives from the built-in exception
-Python callers would expect (`KeyError`, `ValueError`, `PermissionError`), so `except KeyError` keeps
-working in code that uses the library directly.
+`Forbidden` 403, `Conflict` 409, `InvalidRequest` and `CatalogError` 422, `RateLimited` 429, the service's
+`ServiceError` 503. Any other exception is a bug inside toolscout and becomes a logged 500. Each type also
+derives from the built-in exception Python callers would expect (`KeyError`, `ValueError`,
+`PermissionError`, `RuntimeError`), so `except KeyError` keeps working in code that uses the library directly.
 """
 
 
@@ -29,6 +29,11 @@ class NotFound(ToolScoutError, KeyError):
 
 class Forbidden(ToolScoutError, PermissionError):
     """The caller is known but may not do this (write outside its namespaces, compact without admin)."""
+
+
+class Conflict(ToolScoutError, RuntimeError):
+    """The request is well formed, but what it asks cannot be done in the present state (a retraining
+    already running, too little feedback to retrain on yet, a storage that cannot retrain)."""
 
 
 class RateLimited(ToolScoutError):

@@ -119,9 +119,14 @@ class Catalog(Protocol):
         """Fold pending writes into a snapshot now; False when there is nothing to do."""
         ...
 
+    def check_retraining(self, method: str, **options: Any) -> None:
+        """Raise now what `retrain` would refuse before training: Conflict (a storage that cannot, too little
+        feedback, one already running) or InvalidRequest (an unknown method or setting)."""
+        ...
+
     def retrain(self, method: str, workdir: Any = None, **options: Any) -> Any:
         """Heavier learning from the feedback so far (`toolscout.train.feedback`), swapped in only when it
-        ranks held-back feedback better; a storage that cannot raises InvalidRequest saying so."""
+        ranks held-back feedback better; refused as `check_retraining` says."""
         ...
 
     def set_feedback_cap(self, cap: int) -> None:

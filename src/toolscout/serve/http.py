@@ -40,7 +40,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..conversation import focus
-from ..errors import CatalogError, Forbidden, InvalidRequest, NotFound, RateLimited
+from ..errors import CatalogError, Conflict, Forbidden, InvalidRequest, NotFound, RateLimited
 from ..version import __version__
 from . import ui
 from .auth import AuthConfig, AuthError
@@ -50,6 +50,7 @@ from .middleware import JSON, BearerGate, BodyLimit, InternalErrors, Observe, er
 from .schemas import (
     ERRORS,
     FEEDBACK_ERRORS,
+    RETRAIN_ERRORS,
     DeleteRequest,
     FeedbackBatchIn,
     FeedbackIn,
@@ -58,7 +59,7 @@ from .schemas import (
     RetrainRequest,
     SearchRequest,
     SearchResponse,
-    ToolIn,
+    ToolFields,
     UpsertRequest,
     WriteResponse,
 )
@@ -135,7 +136,8 @@ def _lifespan(service: ToolService, mcp_app: Any, close_service: bool):
 # ------------------------------------------------------------------------------------- errors
 
 # toolscout's own error types and their statuses; anything else is a 500 (see InternalErrors)
-STATUS_OF = ((NotFound, 404), (Forbidden, 403), (InvalidRequest, 422), (CatalogError, 422), (ServiceError, 503))
+STATUS_OF = ((NotFound, 404), (Forbidden, 403), (Conflict, 409), (InvalidRequest, 422), (CatalogError, 422),
+             (ServiceError, 503))
 
 
 def _add_error_handlers(app: FastAPI) -> None:
@@ -170,11 +172,25 @@ async def _validation_error(_request: Request, exc: RequestValidationError) -> J
     return error_response(422, f"{first['field']}: {first['message']}", details)
 
 
-async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
     message = exc.detail if isinstance(exc.detail, str) else json.dumps(exc.detail)
     if exc.status_code == 404 and message == "Not Found":
         message = "no such route; see /docs for the API"
-    return error_response(exc.status_code, message, headers=exc.headers)
+    headers = exc.headers
+    if exc.status_code == 405:  # Starlette names the first matching route's methods only; a path has several
+        headers = {**(headers or {}), "Allow": ", ".join(_allowed_methods(request))}
+    return error_response(exc.status_code, message, headers=headers)
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    """The methods of the routes at the request's path: of its literal routes when it has any (the
+    OpenAPI document's resource: /tools/delete), else of the templated ones (/tools/{tool_id})."""
+    from starlette.routing import Match
+
+    matching = [route for route in request.app.router.routes
+                if getattr(route, "methods", None) and route.matches(request.scope)[0] != Match.NONE]
+    literal = [route for route in matching if not route.param_convertors]
+    return sorted({method for route in literal or matching for method in route.methods})
 
 
 async def _rate_limited(_request: Request, exc: RateLimited) -> JSONResponse:
@@ -254,7 +270,7 @@ def _add_catalog_routes(app: FastAPI, api: Api) -> None:
     Writer = Annotated[Principal, Depends(api.writer)]
 
     @app.get("/tools", responses=ERRORS, tags=["catalog"])
-    def list_tools(principal: Reader, namespace: str | None = None, offset: Annotated[int, Query(ge=0)] = 0,
+    def list_tools(principal: Reader, namespace: str | None = None, offset: Annotated[int, Query(ge=0, le=10**9)] = 0,
                    limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> Response:
         """One page of the tools the caller may see, ordered by id."""
         total, tools = service.list(principal, namespace=namespace, offset=offset, limit=limit)
@@ -273,12 +289,9 @@ def _add_catalog_routes(app: FastAPI, api: Api) -> None:
         return JSON({"namespaces": service.namespaces(principal)})
 
     @app.put("/tools/{tool_id:path}", response_model=WriteResponse, responses=ERRORS, tags=["catalog"])
-    def put_tool(tool_id: str, body: ToolIn, principal: Writer) -> Response:
+    def put_tool(tool_id: str, body: ToolFields, principal: Writer) -> Response:
         """Create or replace one tool (only its changed text is re-embedded). Durable when answered."""
-        if body.id is not None and body.id != tool_id:
-            raise InvalidRequest(f"the body's id {body.id!r} differs from the path's {tool_id!r}")
-        tool = body.model_copy(update={"id": tool_id}).to_tool()
-        return JSON(service.upsert([tool], principal).to_dict())
+        return JSON(service.upsert([body.to_tool(tool_id)], principal).to_dict())
 
     @app.post("/tools", response_model=WriteResponse, responses=ERRORS, tags=["catalog"])
     def upsert_tools(body: UpsertRequest, principal: Writer) -> Response:
@@ -324,14 +337,15 @@ def _add_feedback_routes(app: FastAPI, api: Api) -> None:
         metrics.count("feedback_learned", len(result.learned))
         return JSON({**result.to_dict(), "version": service.version(principal)})
 
-    @app.post("/admin/learn", status_code=202, responses=ERRORS, tags=["feedback"])
+    @app.post("/admin/learn", status_code=202, responses=RETRAIN_ERRORS, tags=["feedback"])
     def start_retraining(body: RetrainRequest, principal: Writer) -> Response:
         """Train `train` (mlc, refiner or embed) on the feedback so far, in the background; it is swapped in
-        only if it ranks held-back feedback better. A token allowed every namespace. Poll GET /admin/learn."""
-        state = service.retrain(body.train, principal, background=True, **body.options)
+        only if it ranks held-back feedback better. A token allowed every namespace. Poll GET /admin/learn.
+        409 when too little feedback is stored to train and check on, or when a retraining is running."""
+        state = service.retrain(body.train, principal, background=True, **body.options.model_dump(exclude_none=True))
         return JSON(state, status_code=202)
 
-    @app.get("/admin/learn", tags=["feedback"])
+    @app.get("/admin/learn", responses=ERRORS, tags=["feedback"])
     def retraining_state(principal: Writer) -> Response:
         """How the last retraining went: running, swapped (it ranked better), kept (it did not), failed."""
         return JSON(service.retraining())
@@ -357,7 +371,7 @@ def _add_operation_routes(app: FastAPI, api: Api) -> None:
         did = service.compact()
         return JSON({"compacted": did, **service.stats()})
 
-    @app.get("/health", tags=["operations"])
+    @app.get("/health", tags=["operations"], responses={503: {"description": "Degraded: writes are disabled after a failure (the same body, status 'degraded')."}})
     def health() -> Response:
         """Liveness and catalog state (no token needed). 503 when writes are disabled after a failure."""
         stats = service.stats()

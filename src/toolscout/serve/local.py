@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..artifacts import POINTER
-from ..errors import InvalidRequest, NotFound, ToolScoutError
+from ..errors import Conflict, InvalidRequest, NotFound, ToolScoutError
 from ..feedback import FeedbackEvent, LearnResult
 from ..hits import Hit, HitPolicy
 from ..pipeline import ToolScout
@@ -206,6 +206,13 @@ class DirectoryCatalog:
         self._maybe_compact()
         return touched[0]
 
+    def check_retraining(self, method: str, **options: Any) -> None:
+        from ..train.feedback import check_retraining
+
+        if self._retraining:
+            raise Conflict("a retraining is already running on this index")
+        check_retraining(self.scout, method, options)
+
     def retrain(self, method: str, workdir: str | os.PathLike | None = None, **options: Any) -> Retrained:
         """Heavier learning (`toolscout.train.feedback`): train `method` on the feedback so far while searches
         and writes go on; when held-back feedback says the result ranks better, swap it in, in one step,
@@ -215,7 +222,7 @@ class DirectoryCatalog:
         with self._writer:
             self._check_open()
             if self._retraining:
-                raise ServiceError("a retraining is already running on this index")
+                raise Conflict("a retraining is already running on this index")
             self._retraining, since = True, self.seq
         try:
             result = retrain(self.scout, method, workdir, **options)

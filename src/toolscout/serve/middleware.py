@@ -29,7 +29,10 @@ except ImportError:  # pragma: no cover - orjson ships with the serve extra
 
 def _dumps(content: Any) -> bytes:
     if orjson is not None:
-        return orjson.dumps(content)
+        try:
+            return orjson.dumps(content)
+        except TypeError:  # an integer beyond 64 bits (JSON allows it, a tool's schema may hold one)
+            pass
     return json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8")
 
 

@@ -26,7 +26,7 @@ from collections import Counter
 from typing import Any, Sequence
 
 from ..conversation import focus
-from ..errors import InvalidRequest, NotFound
+from ..errors import Conflict, InvalidRequest, NotFound
 from ..feedback import FeedbackEvent, LearnResult, Usage
 from ..hits import Hit, HitPolicy, NameIndex, assemble_hits
 from ..intents import IntentMerge
@@ -90,10 +90,13 @@ class PostgresCatalog:
     def describe(self) -> str:
         return str(self.store.spec)
 
+    def check_retraining(self, method: str, **options: Any) -> None:
+        raise Conflict("heavier learning (--train) works on a pipeline directory: the PostgreSQL store keeps "
+                       "one encoder per index table. Export the feedback, train with `toolscout train`, and "
+                       "index the catalog into a new table with the trained model")
+
     def retrain(self, method: str, workdir: Any = None, **options: Any) -> Any:
-        raise InvalidRequest("heavier learning (--train) works on a pipeline directory: the PostgreSQL store keeps "
-                             "one encoder per index table. Export the feedback, train with `toolscout train`, and "
-                             "index the catalog into a new table with the trained model")
+        self.check_retraining(method, **options)
 
     def set_feedback_cap(self, cap: int) -> None:
         if cap < 1:

@@ -4,24 +4,67 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    WithJsonSchema,
+    model_validator,
+)
 
 from ..tool import Tool
 
+
+def _integral(value: Any) -> Any:
+    """JSON Schema counts 5.0 as an integer; strict validation would not."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def _int(ge: int, le: int) -> Any:
+    """An integer in [ge, le] that may come as 5.0 (JSON Schema counts it as an integer; strict pydantic not)."""
+    return Annotated[int, Field(ge=ge, le=le), BeforeValidator(_integral)]
+
+
+# Python's whitespace (what str.strip() removes): a task must hold something else. Spelled out so that the
+# schema's pattern and the server agree on every character (JavaScript's \s is a different set).
+WHITESPACE = "\t\n\x0b\x0c\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+NOT_BLANK = f"[^{WHITESPACE}]"
+SAYS_NOT_BLANK = Field(json_schema_extra={"pattern": NOT_BLANK})
+CatalogFormat = Literal["openai", "anthropic", "mcp", "openapi"]  # the ones a JSON body can hold
+
 # a task may be as long as the body allows (a whole conversation, an image in it): search reads the part
 # that matters and says when it cut the rest (`truncated`, toolscout.conversation.focus)
-Text = Annotated[str, StringConstraints(min_length=1, max_length=1 << 20)]
+# the schema states the rule; the service checks it (toolscout.hits), with its own message
+Text = Annotated[str, StringConstraints(min_length=1, max_length=1 << 20), SAYS_NOT_BLANK]
 Ident = Annotated[str, StringConstraints(min_length=1, max_length=512)]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # No unknown fields, and no coercion (0 is not false, "5" is not 5): a body means what the schema says.
+    # An optional field is typed without None and defaults to None: it may be left out, and an explicit
+    # null is refused like any other wrong type (the schema has no null for it either).
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+def _one_of(*alternatives: str, exclusive: dict[str, tuple[str, ...]] | None = None) -> dict:
+    """JSON Schema for "exactly one of these fields" (`exclusive`: fields each alternative rules out, too),
+    so that the OpenAPI document says what the model validator enforces."""
+    exclusive = exclusive or {}
+    return {"oneOf": [{"required": [name], "not": {"anyOf": [{"required": [other]} for other in
+                                                             (*[a for a in alternatives if a != name],
+                                                              *exclusive.get(name, ()))]}}
+                      for name in alternatives]}
 
 
 class SearchRequest(_Strict):
-    query: Text | None = Field(None, description="One task in plain language (or a tool's name).")
-    queries: list[Text] | None = Field(None, min_length=1, max_length=64, description="Several tasks at once.")
-    k: int = Field(5, ge=1, le=100, description="Tools per query (name matches count; always_include does not).")
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=_one_of("query", "queries"))
+
+    query: Text = Field(None, description="One task in plain language (or a tool's name).")
+    queries: Annotated[list[Text], Field(min_length=1, max_length=64)] = Field(
+        None, description="Several tasks at once.")
+    k: _int(1, 100) = Field(5, description="Tools per query (name matches count; always_include does not).")
     namespaces: list[Ident] | None = Field(None, description="Only tools of these namespaces.")
     ids: list[Ident] | None = Field(None, description="Only these tool ids.")
     exclude_ids: list[Ident] = Field(default_factory=list, description="Never these tool ids.")
@@ -34,17 +77,17 @@ class SearchRequest(_Strict):
     format: Literal["toolscout", "openai", "openai_responses", "anthropic"] = Field(
         "toolscout", description="Also return the hits as ready-made tool definitions for this API.")
 
+
     @model_validator(mode="after")
-    def _one_of(self) -> "SearchRequest":
+    def _exactly_one(self) -> "SearchRequest":
         if (self.query is None) == (self.queries is None):
             raise ValueError("give exactly one of 'query' or 'queries'")
         return self
 
 
-class ToolIn(_Strict):
-    """A tool record (the fields of `toolscout.Tool`). `id` defaults to `namespace.name` (or `name`)."""
+class ToolFields(_Strict):
+    """A tool record without its id (the body of PUT /tools/{id}, whose path names the tool)."""
 
-    id: Ident | None = None
     name: Annotated[str, StringConstraints(min_length=1, max_length=256)]
     description: str = Field("", max_length=20000)
     parameters: dict[str, Any] | None = None
@@ -61,24 +104,48 @@ class ToolIn(_Strict):
     usage: list[str] = Field(default_factory=list)
     raw: Any = None
 
-    def to_tool(self) -> Tool:
+    @model_validator(mode="before")
+    @classmethod
+    def _id_in_path(cls, data: Any) -> Any:
+        if cls is ToolFields and isinstance(data, dict) and "id" in data:
+            raise ValueError("leave 'id' out of the body: PUT /tools/{id} takes the tool's id from the path")
+        return data
+
+    def to_tool(self, tool_id: str | None = None) -> Tool:
         data = self.model_dump(exclude_none=True)
-        if not data.get("id"):
-            data["id"] = f"{self.namespace}.{self.name}" if self.namespace else self.name
+        data["id"] = tool_id or data.get("id") or (f"{self.namespace}.{self.name}" if self.namespace else self.name)
         return Tool.from_dict(data)
 
 
+class ToolIn(ToolFields):
+    """A tool record (the fields of `toolscout.Tool`). `id` defaults to `namespace.name` (or `name`)."""
+
+    id: Ident | None = None
+
+
+CATALOG_SCHEMA = {"anyOf": [{"type": "object", "minProperties": 1}, {"type": "array", "minItems": 1}]}
+
+
 class UpsertRequest(_Strict):
-    tools: list[ToolIn] | None = Field(None, max_length=10000, description="Tool records.")
-    catalog: Any = Field(None, description="Or: a catalog in any format toolscout reads (OpenAI, Anthropic, MCP "
-                                           "tools/list, OpenAPI) as a JSON object.")
-    format: str | None = Field(None, description="The catalog's format, when detection is not wanted.")
-    namespace: str | None = Field(None, description="Namespace for the catalog's tools.")
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=_one_of(
+        "tools", "catalog", exclusive={"tools": ("format", "namespace")}))
+
+    tools: Annotated[list[ToolIn], Field(min_length=1, max_length=10000)] = Field(
+        None, description="Tool records.")
+    catalog: Annotated[Any, WithJsonSchema(CATALOG_SCHEMA)] = Field(
+        None, description="Or: a catalog in any format toolscout reads (OpenAI, Anthropic, MCP tools/list, OpenAPI) "
+                          "as JSON. A catalog of the right JSON type can still be unreadable (no tools in it, a tool "
+                          "without a name, two tools with one id): that is a 422 naming the entry at fault.")
+    format: CatalogFormat = Field(None, description="The catalog's format, when detection is not wanted.")
+    namespace: Annotated[str, StringConstraints(min_length=1, max_length=256)] = Field(
+        None, description="Namespace for the catalog's tools.")
 
     @model_validator(mode="after")
-    def _one_of(self) -> "UpsertRequest":
-        if (self.tools is None) == (self.catalog is None):
+    def _exactly_one(self) -> "UpsertRequest":
+        if (self.tools is None) == ("catalog" not in self.model_fields_set):
             raise ValueError("give exactly one of 'tools' or 'catalog'")
+        if self.tools is None and not (isinstance(self.catalog, (dict, list)) and self.catalog):
+            raise ValueError("'catalog' must be a JSON object or array with something in it")
         if self.tools is not None and (self.format or self.namespace):
             raise ValueError("'format' and 'namespace' apply to 'catalog' only")
         return self
@@ -91,7 +158,7 @@ class DeleteRequest(_Strict):
 class FeedbackIn(_Strict):
     """One report of tool use: the task and the tools that served it."""
 
-    query: Annotated[str, StringConstraints(min_length=1, max_length=20000)] = Field(
+    query: Annotated[str, StringConstraints(min_length=1, max_length=20000), SAYS_NOT_BLANK] = Field(
         description="The task the agent was given (as it searched for it).")
     tool_ids: list[Ident] = Field(min_length=1, max_length=64, description="The tools that served it.")
     source: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = Field(
@@ -104,10 +171,22 @@ class FeedbackBatchIn(_Strict):
     events: list[FeedbackIn] = Field(min_length=1, max_length=10000)
 
 
+class RetrainOptions(_Strict):
+    """The training settings a retraining over HTTP may change (the library and `toolscout learn --train`
+    take every setting of the trainer)."""
+
+    epochs: _int(1, 100) = None
+    max_steps: _int(1, 1_000_000) = None
+    batch_size: _int(1, 1024) = None
+    lr: Annotated[float, Field(gt=0, le=1)] = None
+    patience: _int(1, 1000) = None
+    seed: _int(0, 2**31 - 1) = None
+
+
+
 class RetrainRequest(_Strict):
     train: Literal["mlc", "refiner", "embed"] = Field(description="What to train on the feedback so far.")
-    options: dict[str, Any] = Field(default_factory=dict, description="The trainer's settings (as `toolscout "
-                                                                      "train METHOD -o KEY=VALUE`).")
+    options: RetrainOptions = Field(default_factory=RetrainOptions, description="Training settings.")
 
 
 class FeedbackResponse(BaseModel):
@@ -176,7 +255,4 @@ class ErrorResponse(BaseModel):
 
 ERRORS = {code: {"model": ErrorResponse} for code in (400, 401, 403, 404, 413, 415, 422)}
 FEEDBACK_ERRORS = {**ERRORS, 429: {"model": ErrorResponse}}
-
-
-ERRORS = {code: {"model": ErrorResponse} for code in (400, 401, 403, 404, 413, 415, 422)}
-FEEDBACK_ERRORS = {**ERRORS, 429: {"model": ErrorResponse}}
+RETRAIN_ERRORS = {**ERRORS, 409: {"model": ErrorResponse}}  # too little feedback, or one already running

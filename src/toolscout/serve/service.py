@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from ..errors import Forbidden, NotFound
+from ..errors import Conflict, Forbidden, NotFound
 from ..feedback import DEFAULT_SOURCE, FeedbackEvent, LearnResult
 from ..hits import Hit, HitPolicy, checked_k, checked_queries
 from ..lru import LRU
@@ -308,7 +308,8 @@ class ToolService:
             raise Forbidden("retraining needs a token that may write every namespace")
         with self._retrain_lock:
             if self._retrain_state.get("state") == "running":
-                raise ServiceError("a retraining is already running")
+                raise Conflict("a retraining is already running")
+            self.catalog.check_retraining(method, **options)
             self._retrain_state = started = {"state": "running", "method": method, "started_at": time.time()}
         if not background:
             return self._run_retraining(method, options, raise_errors=True)

@@ -32,6 +32,7 @@ Scores are inner products (`<#>` negated), the same numbers as the local stores 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import secrets
@@ -43,7 +44,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 
-from ..errors import MissingDependency, ToolScoutError
+from ..errors import InvalidRequest, MissingDependency, ToolScoutError
 from ..feedback import FeedbackEvent, LearnResult, Usage
 from ..results import Filter, Results
 from . import pg_feedback
@@ -219,9 +220,21 @@ class PgDatabase:
         register_vector_info(conn, psycopg.types.TypeInfo.fetch(conn, "vector"))
         conn.execute(f"SET hnsw.ef_search = {self.ef_search}")
 
+    @contextlib.contextmanager
     def connection(self):
-        """A pooled autocommit connection (a context manager)."""
-        return self._open().connection()
+        """A pooled autocommit connection. A NUL character in what a request sends (a tool id, a
+        namespace) is the caller's error, not the store's: it becomes InvalidRequest (writes name the
+        field first, `refuse_nul`)."""
+        import psycopg
+
+        with self._open().connection() as conn:
+            try:
+                yield conn
+            except psycopg.DataError as exc:
+                if "NUL (0x00)" not in str(exc):
+                    raise
+                raise InvalidRequest("the request holds a NUL character (U+0000), which PostgreSQL cannot store "
+                                     "or compare; remove it") from exc
 
     def close(self) -> None:
         with self._lock:
@@ -286,6 +299,22 @@ class PgRow:
     text: str = ""
     content_hash: str = ""
     doc: dict | None = None
+
+
+def refuse_nul(value: Any, what: str, path: str = "") -> None:
+    """PostgreSQL text and jsonb cannot hold U+0000: refuse it up front, naming where it is, rather than
+    fail inside the transaction (the pipeline directory stores it; no tool text needs it)."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            field = f", field {path}" if path else ""
+            raise InvalidRequest(f"{what}{field}: PostgreSQL cannot store the NUL character (U+0000); remove it")
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            refuse_nul(key, what, f"{path}.{key}".lstrip(".") + " (its name)")
+            refuse_nul(item, what, f"{path}.{key}".lstrip("."))
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            refuse_nul(item, what, f"{path}[{i}]")
 
 
 @dataclass(frozen=True)
@@ -605,6 +634,9 @@ class PgVectorStore:
     def learn(self, events: Sequence[FeedbackEvent], vectors: Mapping[Usage, np.ndarray]) -> tuple[LearnResult, int]:
         """Record tool-use feedback and fold it into the vectors and words of the tools it teaches, in one
         write transaction (`store/pg_feedback.py`); (what it did, the version after it)."""
+        for i, event in enumerate(events):
+            refuse_nul({"query": event.query, "source": event.source, "tool_ids": event.tool_ids},
+                       f"feedback event {i}")
         return self._feedback_write(lambda conn: pg_feedback.learn(self, conn, events, vectors),
                                     lambda result: sorted({u.tool_id for u in result.learned}))
 
@@ -632,6 +664,8 @@ class PgVectorStore:
         rows = list(rows)
         if len({r.id for r in rows}) != len(rows):
             raise ValueError("write: duplicate ids in one call")
+        for row in rows:
+            refuse_nul({"id": row.id, "namespace": row.namespace, **(row.doc or {})}, f"tool {row.id!r}")
         if replace:
             if delete or inspect is not None:
                 raise ValueError("replace=True writes a whole catalog: no delete ids or inspect callback")

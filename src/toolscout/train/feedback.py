@@ -21,12 +21,14 @@ pipeline stays as it is.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable
 
 from ..benchmark import Query
+from ..errors import Conflict, InvalidRequest
 from ..pipeline import ToolScout
 from ..retrievers.base import make_retriever
 from .data import TrainingData
@@ -35,6 +37,7 @@ from .loop import TrainConfig, validation_ndcg
 METHODS = ("mlc", "refiner", "embed")
 HOLDOUT = 0.2
 MIN_QUERIES = 20  # below this there is too little to train on or to judge by
+RETRAIN_SETS = {"data", "out", "model", "config"}  # fit keywords that retraining sets itself
 
 
 @dataclass
@@ -73,19 +76,47 @@ def held_back(query: Query, fraction: float) -> bool:
     return int(query.id, 16) / 16 ** len(query.id) < fraction
 
 
-def retrain(scout: ToolScout, method: str, workdir: str | Path | None = None, *, holdout: float = HOLDOUT,
-            config: TrainConfig | None = None, **options: Any) -> Retrained:
-    """One round of heavier learning on `scout`'s feedback (module doc); `scout` itself is not changed."""
-    if method not in METHODS:
-        raise ValueError(f"unknown training method {method!r} for feedback; use one of {', '.join(METHODS)}")
+def split_feedback(scout: ToolScout, holdout: float = HOLDOUT) -> tuple[list[Query], list[Query]]:
+    """The taught requests to train on and those held back to judge by; Conflict when there are too few."""
     queries = feedback_queries(scout)
     train = [q for q in queries if not held_back(q, holdout)]
     test = [q for q in queries if held_back(q, holdout)]
-    if len(train) < MIN_QUERIES or len(test) < max(5, MIN_QUERIES // 4):
-        raise ValueError(f"too little feedback to train on and judge by: {len(train)} requests to train on and "
-                         f"{len(test)} held back (at least {MIN_QUERIES} and {max(5, MIN_QUERIES // 4)} needed)")
+    least_held = max(5, MIN_QUERIES // 4)
+    if len(train) < MIN_QUERIES or len(test) < least_held:
+        raise Conflict(f"too little feedback to train on and judge by yet: {len(train)} requests to train on and "
+                       f"{len(test)} held back (at least {MIN_QUERIES} and {least_held} needed)")
+    return train, test
+
+
+def split_options(method: str, options: dict[str, Any], config: TrainConfig | None = None
+                  ) -> tuple[TrainConfig, dict[str, Any]]:
+    """`options` as the shared training settings (TrainConfig's fields, over `config`) and the rest, the
+    method's own (its fit function's keywords); InvalidRequest names an unknown method or setting."""
+    if method not in METHODS:
+        raise InvalidRequest(f"unknown training method {method!r} for feedback; use one of {', '.join(METHODS)}")
+    shared = {f.name for f in fields(TrainConfig)}
+    own = set(inspect.signature(_fit(method)).parameters) - RETRAIN_SETS
+    unknown = sorted(set(options) - shared - own)
+    if unknown:
+        raise InvalidRequest(f"unknown setting(s) {', '.join(map(repr, unknown))} for retraining {method}; known: "
+                             f"{', '.join(sorted(shared | own))}")
+    config = replace(config or TrainConfig(progress=False), **{k: v for k, v in options.items() if k in shared})
+    return config, {k: v for k, v in options.items() if k not in shared}
+
+
+def check_retraining(scout: ToolScout, method: str, options: dict[str, Any], holdout: float = HOLDOUT) -> None:
+    """Raise now what `retrain` would raise before training: an unknown method or setting, too little feedback."""
+    split_options(method, options)
+    split_feedback(scout, holdout)
+
+
+def retrain(scout: ToolScout, method: str, workdir: str | Path | None = None, *, holdout: float = HOLDOUT,
+            config: TrainConfig | None = None, **options: Any) -> Retrained:
+    """One round of heavier learning on `scout`'s feedback (module doc); `scout` itself is not changed.
+    `options`: TrainConfig's fields (over `config`) and the method's own fit settings."""
+    config, options = split_options(method, options, config)
+    train, test = split_feedback(scout, holdout)
     workdir = Path(workdir or tempfile.mkdtemp(prefix="toolscout-retrain-"))
-    config = config or TrainConfig(progress=False)
     data = TrainingData({t.id: t for t in scout.tools}, train, [], ["feedback"])
     model_dir = workdir / method
     _train(method, data, model_dir, scout, config, options)
@@ -99,14 +130,17 @@ def retrain(scout: ToolScout, method: str, workdir: str | Path | None = None, *,
     return result
 
 
-def _train(method: str, data: TrainingData, out: Path, scout: ToolScout, config: TrainConfig, options: dict) -> None:
+def _fit(method: str) -> Callable[..., Any]:
     from . import trainer_for
 
-    encoder = _dense_encoder_name(scout)
+    return trainer_for(method)
+
+
+def _train(method: str, data: TrainingData, out: Path, scout: ToolScout, config: TrainConfig, options: dict) -> None:
     if method == "refiner":
-        trainer_for(method)(data, out, config=config, **options)
+        _fit(method)(data, out, config=config, **options)
     else:
-        trainer_for(method)(data, out, model=encoder, config=config, **options)
+        _fit(method)(data, out, model=_dense_encoder_name(scout), config=config, **options)
 
 
 def _learned_copy(scout: ToolScout, folder: Path, keep: Callable[[str], bool], method: str | None,

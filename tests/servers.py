@@ -1,0 +1,67 @@
+"""Real toolscout servers for the tests: `python -m toolscout.serve ...` in a subprocess on a free loopback
+port, ready once /health answers (polled; a server that exits first fails the test with its stderr)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(args: list[str], port: int | None = None, token: str | None = None,
+                 timeout: float = 120) -> tuple[subprocess.Popen, str]:
+    """Start `toolscout.serve ARGS --port PORT` (TOOLSCOUT_TOKEN=token when given); (process, base URL)."""
+    port = port or free_port()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    env.pop("TOOLSCOUT_TOKEN", None)
+    if token:
+        env["TOOLSCOUT_TOKEN"] = token
+    # the log goes to a file, not a pipe: a pipe nobody reads would stall a server that logs a lot
+    log = tempfile.NamedTemporaryFile(prefix="toolscout-serve-", suffix=".log", delete=False)
+    proc = subprocess.Popen([sys.executable, "-m", "toolscout.serve", *args, "--port", str(port)],
+                            env=env, stdout=subprocess.DEVNULL, stderr=log)
+    proc.log_path = log.name
+    url = f"http://127.0.0.1:{port}"
+    wait_ready(proc, url, timeout)
+    return proc, url
+
+
+def wait_ready(proc: subprocess.Popen, url: str, timeout: float = 120) -> None:
+    deadline = time.time() + timeout
+    while True:
+        if proc.poll() is not None:
+            raise AssertionError(f"server exited: {server_log(proc)[-2000:]}")
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if time.time() > deadline:
+            proc.kill()
+            raise AssertionError(f"server at {url} did not start in {timeout:.0f} s")
+        time.sleep(0.1)  # polling interval, not a handshake: readiness is /health answering
+
+
+def server_log(proc: subprocess.Popen) -> str:
+    """What the server wrote to stderr so far."""
+    return Path(proc.log_path).read_text(errors="replace")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
