@@ -432,6 +432,43 @@ class SetValidation:
 # ------------------------------------------------------------------------------------- fit
 
 
+def _check_embed_options(loss: str, balance: str, negatives_from: str, miner: str, hard_negatives: int,
+                         mine_depth: int) -> None:
+    """Refuse unknown `fit_embed` options before any model is loaded."""
+    if loss not in LOSSES:
+        raise ValueError(f"loss must be one of {', '.join(LOSSES)}, got {loss!r}")
+    if balance not in BALANCES:
+        raise ValueError(f"balance must be one of {', '.join(BALANCES)}, got {balance!r}")
+    if negatives_from not in ("set", "all"):
+        raise ValueError(f"negatives_from must be 'set' or 'all', got {negatives_from!r}")
+    if miner not in MINERS:
+        raise ValueError(f"miner must be one of {', '.join(MINERS)}, got {miner!r}")
+    if hard_negatives < 0 or mine_depth < 1:
+        raise ValueError(f"hard_negatives must be >= 0 and mine_depth >= 1, got {hard_negatives}, {mine_depth}")
+
+
+def _validation_record(validate, start_score: float | None, start_per_set: dict) -> dict:
+    """The validation figures a run's summary keeps: query count, the start and the last per-set scores."""
+    record = {"validation_queries": len(validate) if validate is not None else 0}
+    if start_score is not None:
+        record["start_validation"] = round(start_score, 3)
+        record["start_validation_per_set"] = {k: round(v, 3) for k, v in start_per_set.items()}
+    if validate is not None and validate.per_set:
+        record["last_validation_per_set"] = {k: round(v, 3) for k, v in validate.per_set.items()}
+    return record
+
+
+def _mined_negatives(data: TrainingData, model: str | None, sets_of_tools, hard_negatives: int, miner: str,
+                     mine_depth: int) -> "MinedNegatives | None":
+    """The hard-negative miner for `hard_negatives` > 0, else None."""
+    if not hard_negatives:
+        return None
+    from .toolclip import _build_miner  # the same miners ToolCLIP's hard-negative stage uses
+
+    return MinedNegatives(_build_miner(miner, model or "default", list(data.tools.values())), data.train,
+                          sets_of_tools, set_filters(sets_of_tools), hard_negatives, mine_depth)
+
+
 def fit_embed(data: TrainingData, out: str | Path, *, model: str | None = None, config: TrainConfig | None = None,
               resume: bool = True, negatives: int = 3, loss: str = "infonce", tau: float = 0.05,
               margin: float = 0.3, balance: str = "sets", negatives_from: str = "set", max_query_length: int = 64,
@@ -453,16 +490,7 @@ def fit_embed(data: TrainingData, out: str | Path, *, model: str | None = None, 
     from ..retrievers.dense import encoder_for
     from .loop import pick_device
 
-    if loss not in LOSSES:
-        raise ValueError(f"loss must be one of {', '.join(LOSSES)}, got {loss!r}")
-    if balance not in BALANCES:
-        raise ValueError(f"balance must be one of {', '.join(BALANCES)}, got {balance!r}")
-    if negatives_from not in ("set", "all"):
-        raise ValueError(f"negatives_from must be 'set' or 'all', got {negatives_from!r}")
-    if miner not in MINERS:
-        raise ValueError(f"miner must be one of {', '.join(MINERS)}, got {miner!r}")
-    if hard_negatives < 0 or mine_depth < 1:
-        raise ValueError(f"hard_negatives must be >= 0 and mine_depth >= 1, got {hard_negatives}, {mine_depth}")
+    _check_embed_options(loss, balance, negatives_from, miner, hard_negatives, mine_depth)
     config = config or TrainConfig()
     view = TextView.from_dict(view) if isinstance(view, dict) else (view or TextView())
     device = pick_device(config.device)
@@ -485,12 +513,7 @@ def fit_embed(data: TrainingData, out: str | Path, *, model: str | None = None, 
     if data.validation:
         validate = SetValidation(st_model, data, view, sets_of_tools, max_validation, max_validation_tools,
                                  config.seed, max_doc_length)
-    mined = None
-    if hard_negatives:
-        from .toolclip import _build_miner  # the same miners ToolCLIP's hard-negative stage uses
-
-        mined = MinedNegatives(_build_miner(miner, model or "default", list(data.tools.values())), queries,
-                               sets_of_tools, set_filters(sets_of_tools), hard_negatives, mine_depth)
+    mined = _mined_negatives(data, model, sets_of_tools, hard_negatives, miner, mine_depth)
     batch_loss = BatchLoss(st_model, queries, documents, loss=loss, tau=tau, margin=margin,
                            max_query_length=max_query_length, max_doc_length=max_doc_length, device=device,
                            mined=mined)
@@ -508,12 +531,7 @@ def fit_embed(data: TrainingData, out: str | Path, *, model: str | None = None, 
     st_model.eval()
     summary.data = {**data.summary(), "pairs": len(pairs),
                     "examples_per_epoch": sum(len(b) for b in epoch_batches(0)), "balance": balance,
-                    "validation_queries": len(validate) if validate is not None else 0}
-    if start_score is not None:
-        summary.data["start_validation"] = round(start_score, 3)
-        summary.data["start_validation_per_set"] = {k: round(v, 3) for k, v in start_per_set.items()}
-    if validate is not None and validate.per_set:
-        summary.data["last_validation_per_set"] = {k: round(v, 3) for k, v in validate.per_set.items()}
+                    **_validation_record(validate, start_score, start_per_set)}
     summary.config = {**summary.config, "base_model": base_name, "loss": loss, "tau": tau, "margin": margin,
                       "negatives": negatives, "negatives_from": negatives_from, "balance": balance,
                       "max_query_length": max_query_length,
