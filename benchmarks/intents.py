@@ -75,12 +75,19 @@ def main(argv=None) -> int:
         split = sum(len(IntentMerge().splitter(q.text)) > 1 for q in queries)
         print(f"{bench.name}: {len(queries)} {args.split} queries, {split} ({100 * split / max(1, len(queries)):.1f}%) "
               "split into several requests", file=sys.stderr)
+    built: dict[int, ToolScout] = {}  # one index per set, shared by every variant (only the merge differs)
+
+    def scout_for(tools, merge):
+        key = id(tools)
+        if key not in built:
+            built[key] = ToolScout.from_tools(tools, retriever=retriever, intents=None, **options)
+        return ToolScout(built[key].retriever, tools, indexed=True, intents=merge)
+
     reports = []
     for name in args.variant or ["none", "max", "rrf"]:
         merge = IntentMerge.from_dict(VARIANTS[name])
-        reports.append(evaluate(sets, lambda tools, m=merge: ToolScout.from_tools(
-            tools, retriever=retriever, intents=m, **options), k=10, split=args.split, name=name,
-            progress=False, max_queries=args.max_queries))
+        reports.append(evaluate(sets, lambda tools, m=merge: scout_for(tools, m), k=10, split=args.split,
+                                name=name, progress=False, max_queries=args.max_queries))
     print(format_table(reports, metrics=["ndcg@10", "recall@10", "completeness@10"]))
     write_json(args.json, {"split": args.split, "retriever": retriever, "model": args.model,
                            "systems": {r.name: r.to_json() for r in reports}})

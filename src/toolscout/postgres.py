@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Sequence
 
 from .artifacts import read_config, read_json
-from .defaults import DEFAULT_INTENTS
+from .defaults import DEFAULT_INTENTS, DEFAULT_PG_SEARCH
 from .errors import ToolScoutError
 from .pipeline import PIPELINE_KIND
 from .retrievers.dense import default_summary_weight, embed_tools, encoding_of, vector_hash
@@ -31,7 +31,7 @@ class CatalogReport:
 
 
 def index_catalog(store: PgVectorStore, tools: Sequence[Tool], encoder, view: TextView | None = None, *,
-                  search: str = "dense", batch_size: int = 64, progress: bool = False,
+                  search: str = DEFAULT_PG_SEARCH, batch_size: int = 64, progress: bool = False,
                   summary_weight: float | None = None, intents: dict | None | str = "default") -> CatalogReport:
     """Make `tools` the tenant's whole catalog. Tools whose text view is unchanged keep their stored vector.
     `summary_weight`: as `DenseRetriever`'s (default: the table's, for a table that has a catalog

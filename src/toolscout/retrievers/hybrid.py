@@ -3,7 +3,7 @@
 `fusion="rrf"` — reciprocal-rank fusion: score(t) = Σ_r w_r / (rrf_k + rank_r(t)), ranks from 1; robust
 because it ignores the retrievers' incomparable score scales. `fusion="score"` — each retriever's
 scores are min–max normalised per query over its top `depth`, then summed with weights; a tool a
-retriever did not return gets 0 from it.
+retriever did not return gets 0 from it. Defaults (score fusion, BM25 : dense = 1 : 1.5): `toolscout.defaults`.
 """
 
 from __future__ import annotations
@@ -14,10 +14,17 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..artifacts import read_json
+from ..defaults import HYBRID_FUSION, HYBRID_WEIGHTS
 from ..feedback import Usage
 from ..results import Filter, Results
 from ..tool import TextView
-from .base import Accepts, Retriever, load_retriever, make_retriever, write_retriever_config
+from .base import (
+    Accepts,
+    Retriever,
+    load_retriever,
+    make_retriever,
+    write_retriever_config,
+)
 
 FUSIONS = ("rrf", "score")
 
@@ -27,7 +34,8 @@ class HybridRetriever:
     accepts = Accepts(model=True, trained_by="embed", store=True, view=True, encoder=True)
 
     def __init__(self, components: Sequence[str | Retriever] = ("bm25", "dense"),
-                 weights: Sequence[float] | None = None, fusion: str = "rrf", rrf_k: int = 60, depth: int = 100,
+                 weights: Sequence[float] | None = None, fusion: str = HYBRID_FUSION, rrf_k: int = 60,
+                 depth: int = 100,
                  component_options: dict[str, dict[str, Any]] | None = None, view: TextView | None = None,
                  **shared_options: Any):
         if fusion not in FUSIONS:
@@ -45,7 +53,8 @@ class HybridRetriever:
                     options = {**shared_options, **options}
                 comp = make_retriever(comp, **options)
             self.components.append(comp)
-        self.weights = list(weights) if weights is not None else [1.0] * len(self.components)
+        self.weights = list(weights) if weights is not None else \
+            [HYBRID_WEIGHTS.get(c.name, 1.0) for c in self.components]
         if len(self.weights) != len(self.components):
             raise ValueError(f"{len(self.weights)} weights for {len(self.components)} components")
         self.fusion, self.rrf_k, self.depth = fusion, rrf_k, depth
