@@ -101,6 +101,8 @@ def load_tools(source: str | os.PathLike | list | dict | Callable, format: str |
     if not isinstance(source, (str, os.PathLike)):
         return parse_tools(source, format, lenient, "<object>", namespace, report)
     name = os.fspath(source)
+    if not name.strip():  # Path("") is the current folder: not what an empty name meant
+        raise CatalogError(f"{name!r}: the catalog's path or name is empty")
     path = Path(name)
     if not path.exists():
         if format in (None, "mcp") and isinstance(source, str) and live_mcp.is_live_source(name):

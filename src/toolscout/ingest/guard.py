@@ -11,7 +11,8 @@ step down, so it never goes deeper than MAX_DEPTH):
   MAX_REPEATED_SIZE, which stops "billion laughs" alias bombs in linear time;
 - no container inside itself (a recursive YAML alias, or a Python object that holds itself);
 - keys are JSON-like scalars (str, int, finite float, bool, None), numbers are finite (no NaN or
-  Infinity), integers fit in JSON writers (at most MAX_INT_DIGITS digits);
+  Infinity), integers fit in JSON writers (at most MAX_INT_DIGITS digits), text holds no lone
+  surrogates (JSON's "\ud800" escape makes one; no UTF-8 writer, journal or database can store it);
 - with `json_only` (data read from files), values are JSON types only: YAML tags such as `!!binary`,
   `!!set` or `!!timestamp` build Python objects that no writer can store.
 
@@ -22,6 +23,7 @@ The same bounds hold for schemas toolscout builds itself (from Python type hints
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -39,6 +41,7 @@ _KEY_TYPES = (str, int, float, bool, type(None))
 _JSON_SCALARS = (str, int, float, bool, type(None))
 _LONG_STRING = 64  # strings at least this long count as repeats when reached twice
 _NO_KEY = object()
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class _Walk:
@@ -63,12 +66,15 @@ class _Walk:
         for key, child in node.items() if type(node) is dict or isinstance(node, Mapping) else enumerate(node):
             if type(key) is str:
                 size += len(key) + 4
+                if not key.isascii() and _SURROGATE.search(key):  # not in the path: it could not be printed
+                    raise self.fail(f"key {brief(key)} holds a lone surrogate, not a Unicode character",
+                                    "write the character itself, or leave it out")
             elif isinstance(key, _KEY_TYPES) and not (isinstance(key, float) and not math.isfinite(key)):
                 size += 8
             else:
                 raise self.fail(f"key {brief(key)} is a {type_name(key)}, not a string",
                                 "object keys must be strings (or numbers, true, false, null)")
-            if type(child) is str and len(child) < _LONG_STRING:  # the common case, kept fast
+            if type(child) is str and len(child) < _LONG_STRING and child.isascii():  # the common case, kept fast
                 size += len(child) + 2
             elif _is_container(child):
                 child_size, child_height = self.child(key, child)
@@ -106,9 +112,13 @@ class _Walk:
     def leaf(self, key: Any, value: Any) -> int:
         """Check one scalar; returns its size as JSON, about in bytes."""
         if isinstance(value, str):
-            if id(value) in self.long_strings:
-                self.repeat(key, len(value))
-            self.long_strings.add(id(value))
+            if not value.isascii() and _SURROGATE.search(value):
+                raise self.fail("a lone surrogate (\\ud800 to \\udfff) is not a Unicode character",
+                                "write the character itself, or leave it out", key)
+            if len(value) >= _LONG_STRING:
+                if id(value) in self.long_strings:
+                    self.repeat(key, len(value))
+                self.long_strings.add(id(value))
             return len(value) + 2
         if isinstance(value, float) and not math.isfinite(value):
             raise self.fail(f"{value} is not a JSON number", "write a finite number, or a string", key)
