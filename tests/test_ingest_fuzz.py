@@ -398,6 +398,7 @@ def judge(case: Case, outcome: Outcome, report: LoadReport, source: str, file: s
 def read_in_memory(case: Case, lenient: bool, via_load_tools: bool) -> Outcome:
     """Through `load_tools(obj)` (the public reader, source "<object>") or `parse_tools(obj, source=...)`."""
     report, fmt = LoadReport(), case.format_arg()
+    via_load_tools = via_load_tools and not isinstance(case.doc, str)  # load_tools reads a string as a path
     source = "<object>" if via_load_tools else "catalog"
 
     def read() -> list[Tool]:
@@ -648,19 +649,26 @@ def huge_cases(draw) -> Case:
 test_huge_values = fuzz(huge_cases(), weight=0.5)
 
 
-# ------------------------------------------------------------------------------------ 5. NaN and Infinity
+# ------------------------------------------------------------------------------------ 5. values JSON cannot carry
 
 @st.composite
-def non_finite_cases(draw) -> Case:
+def non_json_cases(draw) -> Case:
+    """NaN and Infinity (Python's JSON reader takes them), and lone surrogates (JSON's "\\ud800" escape):
+    loaded, they could not be written as strict JSON, nor as UTF-8 (the journal, PostgreSQL)."""
     catalog = draw(catalogs())
     path = draw(st.sampled_from(value_paths(catalog.doc)))
-    value = draw(st.sampled_from([math.nan, math.inf, -math.inf]))
+    value = draw(st.sampled_from([math.nan, math.inf, -math.inf, "a\ud800b", "\udfff"]))
     doc = put(copy.deepcopy(catalog.doc), path, value)
-    return Case(catalog, f"{value} in JSON", doc=doc, kind=draw(st.sampled_from(catalog.kinds)), expect="error",
+    kind = draw(st.sampled_from(catalog.kinds))
+    data = None
+    if isinstance(value, str):  # written as the JSON escape (the YAML reader refuses it: JSON only)
+        kind = "jsonl" if catalog.kinds == ("jsonl",) else "json"
+        data, _ = splice(catalog.doc, path, kind, json.dumps(value).encode())
+    return Case(catalog, f"{value!r} in JSON", doc=doc, data=data, kind=kind, expect="error",
                 place=exactly(catalog, path), touched=path)
 
 
-test_non_finite_numbers = fuzz(non_finite_cases())
+test_values_json_cannot_carry = fuzz(non_json_cases())
 
 
 # ------------------------------------------------------------------------------------ 6. cycles and bombs
@@ -923,7 +931,7 @@ def make_callable(name: str, params: list[tuple[str, Any, Any]], returns: Any, d
     if wrap == "partial":
         return functools.partial(fn)
     if wrap == "object":  # a callable object: its class's __call__ is read
-        kind = type(name or "Anon", (), {"__call__": lambda self, *a, **k: None, "__doc__": doc})
+        kind = type(name.replace("\x00", "") or "Anon", (), {"__call__": lambda self, *a, **k: None, "__doc__": doc})
         kind.__call__.__signature__ = inspect.Signature([inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY)]
                                                         + list(fn.__signature__.parameters.values()))
         return kind()
@@ -1118,6 +1126,10 @@ REGRESSIONS: dict[str, tuple[str, Any, str]] = {
                              "anthropic, mcp, openapi, python, jsonl (CLI: --format NAME)")),
     # loaded; writing the tool raised ValueError: Circular reference detected
     "object that holds itself": ("memory", _cycle, f": tools[0].function.parameters.properties.x: {_ITSELF}"),
+    # loaded; writing the tool as UTF-8 (the serving journal) raised UnicodeEncodeError
+    "JSON lone surrogate": (".json", _JSON_TOOL % '{"type": "object", "description": "a\\ud800"}',
+                            (": tools[0].function.parameters.description: a lone surrogate (\\ud800 to \\udfff) is "
+                             "not a Unicode character; write the character itself, or leave it out")),
     # loaded; the tool then could not be written as JSON
     "key inf": ("memory", {"tools": [{"type": "function", "function": {"name": "a", "parameters": {
         "type": "object", "properties": {math.inf: {}}}}}]},
@@ -1236,3 +1248,10 @@ def test_regression_python_module_that_exits(tmp_path):
     with pytest.raises(CatalogError) as info:
         load_tools(path)
     assert str(info.value) == f"{path}: running the module failed (SystemExit: 3)"
+
+
+def test_regression_empty_path():
+    # Path("") is the current folder: read as a benchmark folder, with a message naming no source
+    with pytest.raises(CatalogError) as info:
+        load_tools("")
+    assert str(info.value) == "'': the catalog's path or name is empty"
