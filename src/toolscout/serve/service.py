@@ -278,11 +278,12 @@ class ToolService:
             if self._retrain_state.get("state") == "running":
                 raise ServiceError("a retraining is already running")
             self._retrain_state = {"state": "running", "method": method, "started_at": time.time()}
+            started = dict(self._retrain_state)  # a quick failure may replace it before this returns
         if not background:
             return self._run_retraining(method, options, raise_errors=True)
         threading.Thread(target=self._run_retraining, args=(method, options, False), name="toolscout-retrain",
                          daemon=True).start()
-        return dict(self._retrain_state)
+        return started
 
     def _run_retraining(self, method: str, options: dict[str, Any], raise_errors: bool) -> dict[str, Any]:
         try:
