@@ -39,8 +39,10 @@ import dataclasses
 import datetime
 import enum
 import functools
+import gc
 import inspect
 import json
+import keyword
 import math
 import os
 import re
@@ -70,7 +72,7 @@ from toolscout.tool import Tool
 
 # ------------------------------------------------------------------------------------ bounds and budget
 
-TIME_LIMIT_S = 5.0  # per read
+TIME_LIMIT_S = 5.0  # CPU seconds per read, under tracemalloc (which makes allocations several times slower)
 MEMORY_LIMIT_MB = 200  # tracemalloc peak per read
 # Writing a loaded tool as JSON: a 3-million-character non-ASCII string stands in a record up to 4 times
 # (description, raw, a key and raw's key), escaped to 6 bytes a character: ~70 MB of JSON, ~210 MB at the peak.
@@ -346,20 +348,24 @@ class Outcome:
 
 
 def bounded(call: Callable[[], Any]) -> Outcome:
+    """`call()` (or what it raised), its CPU seconds and its peak of Python allocations. CPU time, not wall
+    time: other jobs on a shared machine must not fail a read; a hang still trips HARD_STOP_S."""
+    gc.disable()  # a collection of earlier examples' garbage is not this read's time
     previous = signal.signal(signal.SIGALRM, _hard_stop)
     signal.setitimer(signal.ITIMER_REAL, HARD_STOP_S)
     tracemalloc.start()
-    start = time.perf_counter()
+    start = time.process_time()
     try:
         result = call()
     except Exception as exc:  # noqa: BLE001 - judged by `judge`: only CatalogError may come out
         result = exc
     finally:
-        seconds = time.perf_counter() - start
+        seconds = time.process_time() - start
         peak = tracemalloc.get_traced_memory()[1] / 2**20
         tracemalloc.stop()
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+        gc.enable()
     return Outcome(result, seconds, peak)
 
 
@@ -903,6 +909,7 @@ TYPES = st.recursive(TYPE_LEAVES, lambda inner: st.one_of(
     st.lists(LITERALS, min_size=1, max_size=3).map(lambda vs: typing.Literal[tuple(vs)])), max_leaves=6)
 DEFAULTS = st.one_of(JSON_VALUES, st.sampled_from([math.nan, math.inf, 10**5000, Colour.ODD, object(), b"\xff"]),
                      st.integers(200, 5000).map(lambda depth: nested("array", depth)))
+IDENTIFIERS = WORDS.filter(lambda w: not keyword.iskeyword(w))  # parameter and function names
 SPACES = st.sampled_from([" ", " " * 40_000, "\t" * 40_000])  # long runs once made the regexes quadratic
 
 
@@ -943,7 +950,7 @@ def python_callables(draw) -> Catalog:
     items, names = [], []
     for i, name in enumerate(draw(st.lists(WORDS | st.text(max_size=8), min_size=1, max_size=3, unique=True))):
         params = [(p, draw(TYPES | st.just(inspect.Parameter.empty)),
-                   draw(DEFAULTS | st.just(inspect.Parameter.empty))) for p in draw(st.lists(WORDS, max_size=3,
+                   draw(DEFAULTS | st.just(inspect.Parameter.empty))) for p in draw(st.lists(IDENTIFIERS, max_size=3,
                                                                                               unique=True))]
         wrap = draw(st.sampled_from(["function", "partial", "object"]))
         items.append(make_callable(name, params, draw(TYPES), draw(docstrings()), wrap))
@@ -956,7 +963,7 @@ def python_callables(draw) -> Catalog:
 def module_source(draw) -> str:
     """A module of functions whose hints, defaults and docstrings are written as source text."""
     lines = [draw(st.sampled_from(["", "from __future__ import annotations"]))]
-    for name in draw(st.lists(WORDS, min_size=1, max_size=3, unique=True)):
+    for name in draw(st.lists(IDENTIFIERS, min_size=1, max_size=3, unique=True)):
         hint = draw(st.sampled_from(["int", "list[dict[str, int]]", "NoSuchType", "'NoSuchType'",
                                      "list[" * 150 + "int" + "]" * 150, "typing.Literal[float('nan')]"]))
         default = draw(st.sampled_from(["1", "float('nan')", "10**5000", "[" * 150 + "]" * 150, "{1, 2}",
