@@ -440,6 +440,13 @@ def check(case: Case, lenient: bool, via_load_tools: bool) -> None:
     event(f"lenient: {lenient}")
     outcomes = [read_in_memory(case, lenient, via_load_tools)] if case.doc is not NOTHING else []
     outcomes += [o for o in [read_file(case, lenient)] if o is not None]
+    if case.data is None and len(outcomes) == 2:  # the file is the object written out: the reads must agree
+        memory, file = (o.result for o in outcomes)
+        if isinstance(memory, list) and isinstance(file, list):
+            assert [t.id for t in memory] == [t.id for t in file], "memory and file reads loaded different tools"
+        else:
+            assert isinstance(memory, CatalogError) and isinstance(file, CatalogError), \
+                f"one read loaded tools, the other raised: {memory!r:.300} / {file!r:.300}"
     if case.after is not None:
         case.after()
     # Steers Hypothesis towards slow and big reads, and reports the worst it found in the statistics.
@@ -847,9 +854,12 @@ test_openapi_refs = fuzz(ref_cases(), weight=0.5)
 
 # ------------------------------------------------------------------------------------ 10. anything at all
 
+def _json_containers(inner: st.SearchStrategy) -> st.SearchStrategy:
+    return st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+
+
 JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=10),
-                           lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
-                                                                                       max_size=4), max_leaves=25)
+                           _json_containers, max_leaves=25)
 DATA_FORMATS = (None, "openai", "anthropic", "mcp", "openapi", "jsonl")
 
 
@@ -901,12 +911,16 @@ LITERALS = st.one_of(st.integers(), st.text(max_size=6), st.booleans(), st.none(
                      st.just(10**5000))
 TYPE_LEAVES = st.sampled_from([str, int, float, bool, type(None), bytes, typing.Any, datetime.date, uuid.UUID, list,
                                dict, Colour, TreeNode, Unresolved, Movie, "NoSuchType", object])
-TYPES = st.recursive(TYPE_LEAVES, lambda inner: st.one_of(
+def _type_forms(inner: st.SearchStrategy) -> st.SearchStrategy:
     # typing.Optional and Union, not `|`: they also take the string forward refs drawn here
-    inner.map(lambda t: list[t]), inner.map(lambda t: dict[str, t]), inner.map(lambda t: typing.Optional[t]),  # noqa: UP045
-    st.tuples(inner, inner).map(lambda ab: tuple[ab]), st.tuples(inner, inner).map(lambda ab: typing.Union[ab]),  # noqa: UP007
-    st.tuples(inner, st.text(max_size=12)).map(lambda a: typing.Annotated[a[0], a[1]]),
-    st.lists(LITERALS, min_size=1, max_size=3).map(lambda vs: typing.Literal[tuple(vs)])), max_leaves=6)
+    return st.one_of(
+        inner.map(lambda t: list[t]), inner.map(lambda t: dict[str, t]), inner.map(lambda t: typing.Optional[t]),  # noqa: UP045
+        st.tuples(inner, inner).map(lambda ab: tuple[ab]), st.tuples(inner, inner).map(lambda ab: typing.Union[ab]),  # noqa: UP007
+        st.tuples(inner, st.text(max_size=12)).map(lambda a: typing.Annotated[a[0], a[1]]),
+        st.lists(LITERALS, min_size=1, max_size=3).map(lambda vs: typing.Literal[tuple(vs)]))
+
+
+TYPES = st.recursive(TYPE_LEAVES, _type_forms, max_leaves=6)
 DEFAULTS = st.one_of(JSON_VALUES, st.sampled_from([math.nan, math.inf, 10**5000, Colour.ODD, object(), b"\xff"]),
                      st.integers(200, 5000).map(lambda depth: nested("array", depth)))
 IDENTIFIERS = WORDS.filter(lambda w: not keyword.iskeyword(w))  # parameter and function names
