@@ -31,10 +31,15 @@ Format detection (when `format` is None), first rule that applies:
 
 Errors: malformed input raises `toolscout.errors.CatalogError` naming the file, the position (an index
 path such as `tools[3].function.parameters` or `paths./pets.get`, `line N` for JSONL, line and column
-for JSON/YAML syntax) and the field. `lenient=True` skips a bad tool, records `(position, message)` in
-`LoadReport.skipped` and goes on; a file that cannot be parsed at all still raises. Tools that a format
-defines but that cannot be retrieved (Anthropic server tools, OpenAI built-ins) are always skipped and
-reported.
+for JSON/YAML syntax, the byte offset of invalid UTF-8) and the field. Hostile input is bounded before
+any parser sees it (`guard.py`: nesting depth, alias expansion, cycles, NaN/Infinity, non-JSON YAML
+values; `text.py`: invalid UTF-8, JSON beyond Python's limits; `yaml_loader.py`: Python tags, merge-key
+bombs; `schema.py`: $ref cycles and fan-out); schemas built from Python type hints keep the same bounds
+(`pytypes.py`, `python.py`). So no other exception escapes and no catalog takes unbounded time or memory
+(`tests/test_ingest_fuzz.py` checks this). `lenient=True` skips a bad tool, records `(position, message)`
+in `LoadReport.skipped` and goes on; a file that cannot be parsed at all still raises. Tools that a
+format defines but that cannot be retrieved (Anthropic server tools, OpenAI built-ins) are always
+skipped and reported.
 
 Ids: `namespace.name` when the tool has a namespace (an MCP server, an OpenAPI spec's title, the
 caller's `namespace=`), else the name; benchmark rows keep their own ids. The same name in two
@@ -53,6 +58,7 @@ from ..tool import Tool
 from . import anthropic, jsonl, live_mcp, mcp, openai, openapi, python
 from .common import Context, Entry, LoadReport, finish
 from .detect import FORMATS, detect_format, format_of_path, read_structured
+from .guard import check_tree
 
 __all__ = ["load_tools", "parse_tools", "LoadReport", "FORMATS"]
 
@@ -71,6 +77,13 @@ def parse_tools(obj: Any, format: str | None = None, lenient: bool = False, sour
                 namespace: str | None = None, report: LoadReport | None = None) -> list[Tool]:
     """Tools from an object already in memory: parsed JSON/YAML, or a list of Python callables."""
     _check_format(format)
+    check_tree(obj, source)
+    return _parse(obj, format, lenient, source, namespace, report)
+
+
+def _parse(obj: Any, format: str | None, lenient: bool, source: str, namespace: str | None,
+           report: LoadReport | None) -> list[Tool]:
+    """`parse_tools` for an object already checked by `check_tree`."""
     report = report if report is not None else LoadReport()
     ctx = Context(source=source, lenient=lenient, report=report, namespace=namespace)
     fmt = format or detect_format(obj, source)
@@ -88,6 +101,8 @@ def load_tools(source: str | os.PathLike | list | dict | Callable, format: str |
     if not isinstance(source, (str, os.PathLike)):
         return parse_tools(source, format, lenient, "<object>", namespace, report)
     name = os.fspath(source)
+    if not name.strip():  # Path("") is the current folder: not what an empty name meant
+        raise CatalogError(f"{name!r}: the catalog's path or name is empty")
     path = Path(name)
     if not path.exists():
         if format in (None, "mcp") and isinstance(source, str) and live_mcp.is_live_source(name):
@@ -112,5 +127,5 @@ def load_tools(source: str | os.PathLike | list | dict | Callable, format: str |
         return tools
     if path.is_dir():
         raise CatalogError(f"{name}: is a folder; give a catalog file, or a benchmark folder with tools.jsonl")
-    obj = read_structured(path, name)
-    return parse_tools(obj, fmt, lenient, name, namespace, report)
+    obj = read_structured(path, name)  # checked by check_tree as it is read
+    return _parse(obj, fmt, lenient, name, namespace, report)

@@ -14,6 +14,7 @@ from .common import (
     PARAMETER_KEYS,
     Context,
     Entry,
+    brief,
     collect,
     make_tool,
     read_description,
@@ -37,8 +38,8 @@ def _tool(ctx: Context, position: str, item: Any) -> Tool | None:
     kind = item.get("type")
     if kind not in (None, "custom") and not any(k in item for k in _SCHEMA_KEYS):
         label = item.get("name") or kind
-        ctx.skip(position, f"{ctx.source}: {position}: Anthropic server tool {label!r} (type {kind!r}) skipped: "
-                           "it runs on Anthropic's side and has no input_schema to retrieve by")
+        ctx.skip(position, f"{ctx.source}: {position}: Anthropic server tool {brief(label)} (type {brief(kind)}) "
+                           "skipped: it runs on Anthropic's side and has no input_schema to retrieve by")
         return None
     fields = read_extras(ctx, item, position)
     return make_tool(ctx.namespace, read_name(ctx, item, position),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import reprlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
@@ -20,6 +21,8 @@ from ..tool import Tool
 PARAMETER_KEYS = ("parameters", "input_schema", "inputSchema", "args_schema", "argsSchema")
 RETURN_KEYS = ("returns", "output_schema", "outputSchema", "response", "response_schema")
 EXAMPLE_KEYS = ("examples", "example_usage", "example")
+_SHORT_REPR = reprlib.Repr()  # bounded depth and length: safe on any value
+_SHORT_REPR.maxstring = _SHORT_REPR.maxother = 160  # a long string is cut in its middle
 
 
 @dataclass
@@ -75,6 +78,12 @@ def at(position: str, key: str | int) -> str:
     return f"{position}.{key}" if position else str(key)
 
 
+def brief(value: Any, limit: int = 200) -> str:
+    """`repr(value)` cut to `limit` characters, for messages about values that may be huge or deep."""
+    text = _SHORT_REPR.repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def type_name(value: Any) -> str:
     return {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}.get(
         type(value), type(value).__name__)
@@ -111,7 +120,7 @@ def finish(ctx: Context, entries: list[Entry]) -> list[Tool]:
     tools: list[Tool] = []
     for position, tool in entries:
         if tool.id in first_at:
-            exc = ctx.error(position, f"duplicate tool id {tool.id!r}, already defined at {first_at[tool.id]}",
+            exc = ctx.error(position, f"duplicate tool id {brief(tool.id)}, already defined at {first_at[tool.id]}",
                             "rename one of them, or give them different namespaces")
             if not ctx.lenient:
                 raise exc
@@ -152,7 +161,7 @@ def require_mapping(ctx: Context, obj: Any, position: str, what: str = "a tool o
 def read_name(ctx: Context, obj: Mapping[str, Any], position: str, key: str = "name") -> str:
     name = obj.get(key)
     if not isinstance(name, str) or not name.strip():
-        problem = "is missing" if key not in obj else f"must be a non-empty string, got {repr(name)[:40]}"
+        problem = "is missing" if key not in obj else f"must be a non-empty string, got {brief(name)}"
         raise ctx.error(position, f"field {key!r} {problem}", "every tool needs a name")
     return name.strip()
 
@@ -194,7 +203,8 @@ def read_schema(ctx: Context, obj: Mapping[str, Any], position: str, keys: tuple
         raise ctx.error(where, f"field {key!r} must be a JSON schema object, got {type_name(value)}")
     declared = value.get("type")
     if must_be_object and declared is not None and declared != "object":
-        raise ctx.error(where, f"field {key!r} must describe an object (type 'object'), got type {declared!r}",
+        raise ctx.error(where, f"field {key!r} must describe an object (type 'object'), got type "
+                        f"{brief(declared)}",
                         "tool arguments are always passed as one JSON object")
     return dict(value)
 

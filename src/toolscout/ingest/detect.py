@@ -1,19 +1,19 @@
-"""Which format a catalog is in, and reading JSON/YAML files with syntax errors people can act on.
+"""Which format a catalog is in, and reading a JSON or YAML catalog file (`text.py`, `yaml_loader.py`).
 
 The rules are listed in the package docstring (`toolscout.ingest`); keep the two in step.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any, Mapping
 
-import yaml
-
 from ..errors import CatalogError
+from . import yaml_loader
 from .common import at, catalog_error, type_name
+from .guard import check_tree
+from .text import decode, parse_json
 
 FORMATS = ("openai", "anthropic", "mcp", "openapi", "python", "jsonl")
 FORMAT_HINT = f"pass format= one of {', '.join(FORMATS)} (CLI: --format NAME)"
@@ -39,6 +39,7 @@ def format_of_item(item: Any) -> str | None:
     if not isinstance(item, Mapping):
         return None
     kind = item.get("type")
+    kind = kind if isinstance(kind, str) else None  # any other value says nothing (and may be unhashable)
     if isinstance(item.get("function"), Mapping):
         return "openai"
     if "inputSchema" in item or "outputSchema" in item or "annotations" in item:
@@ -49,7 +50,7 @@ def format_of_item(item: Any) -> str | None:
         return "anthropic"
     if kind == "function" or kind in OPENAI_BUILTIN_TYPES:
         return "openai"
-    if isinstance(kind, str) and ANTHROPIC_SERVER_TYPE.match(kind):
+    if kind and ANTHROPIC_SERVER_TYPE.match(kind):
         return "anthropic"
     if "id" in item and "name" in item and ("doc" in item or "category" in item):
         return "jsonl"  # a benchmark tools.jsonl row
@@ -98,55 +99,17 @@ def detect_format(obj: Any, source: str = "<object>") -> str:
 
 # ------------------------------------------------------------------------------------ reading files
 
-class _JsonCompatibleLoader(yaml.SafeLoader):
-    """safe_load, except that dates stay strings: a schema's `default: 2024-01-01` must stay JSON."""
-
-
-_JsonCompatibleLoader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-
-
-def _parse_json(text: str, source: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise CatalogError(f"{source}: line {exc.lineno}, column {exc.colno}: invalid JSON ({exc.msg}); "
-                           "fix the syntax there") from None
-
-
-def _parse_yaml(text: str, source: str) -> Any:
-    try:
-        return yaml.load(text, Loader=_JsonCompatibleLoader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        problem = " ".join(p for p in (exc.context, exc.problem) if p)
-        opened = exc.context_mark
-        if opened is not None and mark is not None and opened.line != mark.line:  # where the open construct began
-            problem += f", opened at line {opened.line + 1}, column {opened.column + 1}"
-        raise CatalogError(f"{source}: {where}invalid YAML ({problem}); fix the syntax there") from None
-    except yaml.YAMLError as exc:
-        raise CatalogError(f"{source}: invalid YAML ({exc})") from None
-
-
 def read_structured(path: Path, source: str | None = None) -> Any:
-    """A .json/.yaml/.yml file (or one without those suffixes: JSON first, then YAML) as Python objects."""
+    """A .json/.yaml/.yml file (or one without those suffixes: JSON first, then YAML) as Python objects,
+    checked by `guard.check_tree` (bounded, acyclic, JSON data only)."""
     source = source or str(path)
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise CatalogError(f"{source}: not UTF-8 text (byte {exc.start}); save the catalog as UTF-8") from None
+    text = decode(path.read_bytes(), source)
     suffix = path.suffix.lower()
-    if suffix == ".json":
-        return _parse_json(text, source)
-    if suffix in (".yaml", ".yml"):
-        obj = _parse_yaml(text, source)
-    elif text.lstrip()[:1] in ("{", "["):
-        obj = _parse_json(text, source)
+    if suffix == ".json" or (suffix not in (".yaml", ".yml") and text.lstrip()[:1] in ("{", "[")):
+        obj = parse_json(text, source)
     else:
-        obj = _parse_yaml(text, source)
+        obj = yaml_loader.load(text, source)
     if not isinstance(obj, (Mapping, list)):
         raise CatalogError(f"{source}: expected a JSON or YAML object or list of tools, got {type_name(obj)}")
+    check_tree(obj, source, json_only=True)
     return obj

@@ -17,10 +17,12 @@ _RETURNS = {"returns", "return", "yields", "yield"}
 _EXAMPLES = {"example", "examples"}
 _OTHER = {"raises", "note", "notes", "warning", "warnings", "see also", "references", "attributes", "todo"}
 _KNOWN = _PARAMS | _RETURNS | _EXAMPLES | _OTHER
-_GOOGLE_HEADER = re.compile(r"^([A-Za-z][A-Za-z ]*?)\s*:\s*$")
+# Each pattern has one way to match a run of spaces: two adjacent quantifiers that could both take it
+# (`[A-Za-z ]*?\s*:`, `\s*(...)?\s*:`) made a long run of spaces without the colon take quadratic time.
+_GOOGLE_HEADER = re.compile(r"^([A-Za-z]+(?: +[A-Za-z]+)*)\s*:\s*$")
 _DASHES = re.compile(r"^-{3,}\s*$")
 _REST_FIELD = re.compile(r"^:(param|parameter|arg|argument|key|keyword|type|returns?|rtype|raises?|yields?)\b")
-_GOOGLE_ENTRY = re.compile(r"^\*{0,2}([A-Za-z_]\w*)\s*(?:\(([^)]*)\))?\s*:\s*(.*)$")
+_GOOGLE_ENTRY = re.compile(r"^\*{0,2}([A-Za-z_]\w*)\s*(?:\(([^)]*)\)\s*)?:\s*(.*)$")
 _NUMPY_ENTRY = re.compile(r"^\*{0,2}([A-Za-z_]\w*)((?:\s*,\s*\*{0,2}[A-Za-z_]\w*)*)\s*(?::.*)?$")
 
 

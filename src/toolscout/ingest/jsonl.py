@@ -10,7 +10,6 @@ raised cannot be resumed; the messages are the same (`file:line: ...`).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
@@ -18,6 +17,8 @@ from ..benchmark import tool_from_row
 from ..errors import CatalogError
 from ..tool import Tool
 from .common import PARAMETER_KEYS, Context, Entry, collect, read_extras, type_name
+from .guard import check_tree
+from .text import decode, parse_json_line
 
 
 def tools_file(path: Path, source: str) -> Path:
@@ -50,20 +51,35 @@ class _BadLine:
 
 
 def _lines(path: Path, ctx: Context) -> Iterator[tuple[str, Any]]:
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
+    """(position, row) per non-blank line; a line that cannot be a row comes as a `_BadLine`.
+
+    Lines are split on b"\n" and decoded one at a time, so invalid UTF-8 spoils only its own line (and
+    its message names the line and the byte offset in the file); a BOM before the first line is skipped.
+    """
+    offset = 0
+    with open(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            start, offset = offset, offset + len(raw)
             where = f"{ctx.source}:{lineno}"
             try:
-                obj = json.loads(line.rstrip())  # a trailing newline would shift the error's column
-            except json.JSONDecodeError as exc:
-                yield f"line {lineno}", _BadLine(f"{where}: invalid JSON ({exc.msg} at column {exc.colno})")
+                row = _row(raw, where, start)
+            except CatalogError as exc:
+                yield f"line {lineno}", _BadLine(str(exc))
                 continue
-            if not isinstance(obj, dict):
-                yield f"line {lineno}", _BadLine(f"{where}: expected a JSON object, got {type_name(obj)}")
-                continue
-            yield f"line {lineno}", obj
+            if row is not None:
+                yield f"line {lineno}", row
+
+
+def _row(raw: bytes, where: str, start: int) -> dict | None:
+    """One line as a checked JSON object (None when blank); CatalogError names line, column or byte."""
+    line = decode(raw, where, offset=start)
+    if not line.strip():
+        return None
+    obj = parse_json_line(line.rstrip(), where)  # a trailing newline would shift the error's column
+    if not isinstance(obj, dict):
+        raise CatalogError(f"{where}: expected a JSON object, got {type_name(obj)}")
+    check_tree(obj, where, json_only=True)
+    return obj
 
 
 def _tool(ctx: Context, position: str, row: Any) -> Tool:
@@ -72,6 +88,7 @@ def _tool(ctx: Context, position: str, row: Any) -> Tool:
     where = f"{ctx.source}:{position[5:]}" if position.startswith("line ") else f"{ctx.source}: {position}"
     if not isinstance(row, Mapping):
         raise CatalogError(f"{where}: expected a tool row object, got {type_name(row)}")
+    _check_types(row, where)
     if row.get("parameters") is None:
         alias = next((k for k in PARAMETER_KEYS[1:] if row.get(k) is not None), None)
         if alias:
@@ -81,3 +98,15 @@ def _tool(ctx: Context, position: str, row: Any) -> Tool:
     if ctx.namespace and not tool.namespace:
         extras["namespace"] = ctx.namespace
     return tool.with_changes(**extras) if extras else tool
+
+
+# Fields `tool_from_row` takes as they are: their types are checked here, so a wrong one is a CatalogError.
+_ROW_TYPES = {"namespace": (str,), "profile": (Mapping,), "tags": (str, list), "usage": (list,)}
+
+
+def _check_types(row: Mapping, where: str) -> None:
+    for key, types in _ROW_TYPES.items():
+        value = row.get(key)
+        if value is not None and not isinstance(value, types):
+            wanted = " or ".join({str: "a string", list: "a list", Mapping: "an object"}[t] for t in types)
+            raise CatalogError(f"{where}: field {key!r} must be {wanted} or null, got {type_name(value)}")

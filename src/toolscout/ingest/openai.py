@@ -18,6 +18,7 @@ from .common import (
     Context,
     Entry,
     at,
+    brief,
     collect,
     make_tool,
     read_description,
@@ -42,7 +43,7 @@ def _tool(ctx: Context, position: str, item: Any) -> Tool | None:
     elif kind in (None, "function", "custom"):  # custom tools take free text: a name and description, no schema
         fn, where = item, position
     else:
-        ctx.skip(position, f"{ctx.source}: {position}: built-in OpenAI tool of type {kind!r} skipped: "
+        ctx.skip(position, f"{ctx.source}: {position}: built-in OpenAI tool of type {brief(kind)} skipped: "
                            "it has no name and parameters of its own to retrieve by")
         return None
     fields = read_extras(ctx, fn, where)

@@ -16,11 +16,24 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ..errors import CatalogError
 from ..tool import Tool
-from .common import Context, Entry, at, collect, join_summary, make_tool, read_text, require_mapping, slugify
+from .common import (
+    Context,
+    Entry,
+    at,
+    brief,
+    collect,
+    join_summary,
+    make_tool,
+    read_text,
+    require_mapping,
+    slugify,
+    type_name,
+)
 from .schema import Budget, RefResolver, is_plain_object, object_schema
 
 HTTP_METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
@@ -34,7 +47,7 @@ def parse(spec: Any, ctx: Context) -> list[Entry]:
     version = str(spec.get("openapi") or spec.get("swagger") or "")
     if not re.match(r"^(3\.|2\.0)", version):
         raise ctx.error("openapi" if "openapi" in spec else "swagger",
-                        f"unsupported OpenAPI version {version!r}", "OpenAPI 3.x and Swagger 2.0 are supported")
+                        f"unsupported OpenAPI version {brief(version)}", "OpenAPI 3.x and Swagger 2.0 are supported")
     paths = spec.get("paths") or {}
     paths = require_mapping(ctx, paths, "paths", "an object of paths")
     info = spec.get("info") if isinstance(spec.get("info"), Mapping) else {}
@@ -78,7 +91,7 @@ class _OperationParser:
         budget = Budget()
         properties, required, locations = self._parameters(position, op, shared, path_at, budget)
         self._merge_body(position, op, properties, required, locations, budget)
-        tags = [t for t in op.get("tags") or [] if isinstance(t, str)]
+        tags = [t for t in self._list(op, position, "tags") if isinstance(t, str)]
         if op.get("deprecated") is True:
             tags.append("deprecated")
         summary = read_text(self.ctx, op, position, "summary")
@@ -109,7 +122,7 @@ class _OperationParser:
             if location == "body":  # Swagger 2.0 body parameter: handled with the request body
                 continue
             key = name if name not in properties else f"{location}_{name}"
-            schema = self.resolver.resolve(self._parameter_schema(param), at(where, "schema"), budget)
+            schema = self.resolver.resolve(self._parameter_schema(param, where), at(where, "schema"), budget)
             if isinstance(param.get("description"), str) and param["description"].strip():
                 schema = {**schema, "description": param["description"].strip()}
             properties[key] = schema
@@ -118,7 +131,13 @@ class _OperationParser:
                 required.append(key)
         return properties, required, locations
 
-    def _parameter_schema(self, param: Mapping) -> dict[str, Any]:
+    def _list(self, obj: Mapping, position: str, key: str) -> list:
+        value = obj.get(key)
+        if value is not None and not isinstance(value, list):
+            raise self.ctx.error(at(position, key), f"field {key!r} must be a list, got {type_name(value)}")
+        return value or []
+
+    def _parameter_schema(self, param: Mapping, where: str) -> dict[str, Any]:
         if self.swagger2:
             schema = {k: param[k] for k in _SWAGGER2_SCHEMA_KEYS if k in param}
             if schema.get("type") == "file":
@@ -127,6 +146,9 @@ class _OperationParser:
         if isinstance(param.get("schema"), Mapping):
             return dict(param["schema"])
         media = _json_media(param.get("content"))
+        if media is not None and not isinstance(media, Mapping):
+            raise self.ctx.error(at(where, "content"), "a media type's schema must be an object, got "
+                                 f"{type_name(media)}")
         return dict(media) if media is not None else {}
 
     # ------------------------------------------------------------------------------- request body
@@ -134,11 +156,12 @@ class _OperationParser:
                     budget: Budget) -> None:
         body_at = at(position, "requestBody")
         if self.swagger2:
-            body = next((p for p in op.get("parameters") or []
+            body = next((p for p in self._list(op, position, "parameters")
                          if isinstance(p, Mapping) and p.get("in") == "body"), None)
             if body is None:
                 return
             body, _ = self.resolver.deref(body, body_at)
+            body = require_mapping(self.ctx, body, body_at, "a body parameter object")
             schema_at, raw_schema = at(body_at, "schema"), body.get("schema")
         else:
             if op.get("requestBody") is None:
@@ -155,8 +178,8 @@ class _OperationParser:
             for key, prop in schema["properties"].items():
                 properties[key] = prop
                 locations[key] = "body"
-            if body_required:
-                required.extend(k for k in schema.get("required") or [] if k in schema["properties"])
+            if body_required and isinstance(schema.get("required"), list):
+                required.extend(k for k in schema["required"] if isinstance(k, str) and k in schema["properties"])
             return
         description = body.get("description")
         if isinstance(description, str) and description.strip() and isinstance(schema, dict) \

@@ -25,9 +25,10 @@ from typing import Any, Callable
 
 from ..errors import CatalogError
 from ..tool import Tool
-from .common import Context, Entry, collect, make_tool, type_name
-from .docstrings import parse_docstring
-from .pytypes import jsonable_default, type_schema
+from .common import Context, Entry, at, collect, make_tool, type_name
+from .docstrings import Docstring, parse_docstring
+from .guard import check_tree
+from .pytypes import HintTooDeep, jsonable_default, type_schema
 
 MODULE_ATTR = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 
@@ -56,7 +57,7 @@ def import_callables(spec: str) -> list[Callable]:
     module_name, _, attr = spec.partition(":")
     try:
         target: Any = importlib.import_module(module_name)
-    except Exception as exc:  # the user's module: any import-time error is theirs to see
+    except (Exception, SystemExit) as exc:  # the user's module: any import-time error (or exit) is theirs to see
         raise CatalogError(f"{spec}: cannot import module {module_name!r} ({type(exc).__name__}: {exc})") from None
     for part in filter(None, attr.split(".")):
         if not hasattr(target, part):
@@ -77,7 +78,7 @@ def load_file(path: Path, source: str) -> list[Callable]:
     sys.modules[name] = module  # dataclasses and typing look the module up while it runs
     try:
         module_spec.loader.exec_module(module)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # sys.exit() at import must not end the caller's process
         sys.modules.pop(name, None)
         raise CatalogError(f"{source}: running the module failed ({type(exc).__name__}: {exc})") from None
     return callables_from_module(module, source)
@@ -105,12 +106,22 @@ def _tool(ctx: Context, position: str, fn: Any) -> Tool:
         raise ctx.error(position, f"cannot read the signature of {name!r} ({exc})") from None
     hints = _type_hints(ctx, fn, position)
     doc = parse_docstring(inspect.getdoc(fn) or "")
+    parameters = _parameters(ctx, position, signature, hints, doc)
+    returns = _returns(ctx, position, hints.get("return", signature.return_annotation), doc.returns)
+    for key, schema in (("parameters", parameters), ("returns", returns)):  # the bounds of any catalog schema
+        check_tree(schema, ctx.source, json_only=True, position=at(position, key))
+    return make_tool(ctx.namespace, name, description=doc.description, parameters=parameters, returns=returns,
+                     examples=doc.examples, raw=fn)
+
+
+def _parameters(ctx: Context, position: str, signature: inspect.Signature, hints: dict[str, Any],
+                doc: Docstring) -> dict[str, Any]:
     properties: dict[str, Any] = {}
     required: list[str] = []
     for pname, param in signature.parameters.items():
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             continue  # *args/**kwargs have no schema an agent could fill
-        schema = type_schema(hints.get(pname, param.annotation))
+        schema = _hint_schema(ctx, f"{position}.parameters.properties.{pname}", hints.get(pname, param.annotation))
         if pname in doc.params and "description" not in schema:
             schema = {**schema, "description": doc.params[pname]}
         if param.default is param.empty:
@@ -123,9 +134,14 @@ def _tool(ctx: Context, position: str, fn: Any) -> Tool:
     parameters: dict[str, Any] = {"type": "object", "properties": properties}
     if required:
         parameters["required"] = required
-    return make_tool(ctx.namespace, name, description=doc.description, parameters=parameters,
-                     returns=_returns(hints.get("return", signature.return_annotation), doc.returns),
-                     examples=doc.examples, raw=fn)
+    return parameters
+
+
+def _hint_schema(ctx: Context, where: str, hint: Any) -> dict[str, Any]:
+    try:
+        return type_schema(hint)
+    except HintTooDeep as exc:
+        raise ctx.error(where, str(exc), "a tool's argument types are far shallower") from None
 
 
 def _type_hints(ctx: Context, fn: Any, position: str) -> dict[str, Any]:
@@ -137,10 +153,10 @@ def _type_hints(ctx: Context, fn: Any, position: str) -> dict[str, Any]:
         return {}
 
 
-def _returns(annotation: Any, text: str) -> dict[str, Any] | None:
+def _returns(ctx: Context, position: str, annotation: Any, text: str) -> dict[str, Any] | None:
     if annotation is None or annotation is type(None):
         return {"description": text} if text else None
-    schema = type_schema(annotation)
+    schema = _hint_schema(ctx, at(position, "returns"), annotation)
     if text:
         schema = {**schema, "description": text}
     return schema or None

@@ -5,7 +5,10 @@ dict/Mapping[str, X]→object (additionalProperties X); Optional[X] / X | None�
 added to its type (or `anyOf` with null); other unions→anyOf; Literal[...] and Enum subclasses→enum
 (with the type when all values share one); Annotated[X, "text" | Field(description=...)]→X plus that
 description; datetime/date/time/UUID→string with a format; pydantic models→their own JSON schema;
-dataclasses and TypedDicts→object schemas. Anything else (Any, no hint, unknown classes) → {} (any value).
+dataclasses and TypedDicts→object schemas. Anything else (Any, no hint, unknown classes, a class whose
+own hints cannot be resolved) → {} (any value). Values that are not plain JSON (NaN, sets, objects:
+`guard.check_tree`) are left out of enums and defaults; hints nested deeper than `guard.MAX_DEPTH` raise
+`HintTooDeep` (a hostile hint would otherwise exhaust the stack).
 """
 
 from __future__ import annotations
@@ -16,12 +19,14 @@ import datetime
 import decimal
 import enum
 import inspect
-import json
 import pathlib
 import types
 import typing
 import uuid
 from typing import Any
+
+from ..errors import CatalogError
+from .guard import MAX_DEPTH, check_tree
 
 _SIMPLE = {str: {"type": "string"}, bool: {"type": "boolean"}, int: {"type": "integer"}, float: {"type": "number"},
            type(None): {"type": "null"}, bytes: {"type": "string"}, decimal.Decimal: {"type": "number"},
@@ -35,36 +40,44 @@ _MAPS = (dict, cabc.Mapping, cabc.MutableMapping)
 _JSON_TYPES = {str: "string", bool: "boolean", int: "integer", float: "number"}
 
 
-def type_schema(tp: Any, _seen: frozenset = frozenset()) -> dict[str, Any]:
+class HintTooDeep(Exception):
+    """A type hint nested deeper than MAX_DEPTH."""
+
+
+def type_schema(tp: Any, _trail: tuple = ()) -> dict[str, Any]:
+    """The schema of `tp`; `_trail`: the hints it is nested in (for recursive classes and the depth)."""
+    if len(_trail) >= MAX_DEPTH:
+        raise HintTooDeep(f"type hint nested deeper than {MAX_DEPTH} levels")
+    trail = _trail + (tp,)
     if tp is Any or tp is inspect.Parameter.empty or isinstance(tp, (str, typing.ForwardRef)):
         return {}  # no hint, or one that could not be resolved: any value
     if tp is None:
         return {"type": "null"}
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin is typing.Annotated:
-        return _annotated(args, _seen)
+        return _annotated(args, trail)
     if origin is typing.Union or origin is types.UnionType:
-        return _union(args, _seen)
+        return _union(args, trail)
     if origin is typing.Literal:
         return _enum(list(args))
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         return _enum([member.value for member in tp])
     if origin in _ARRAYS:
-        return _array(origin, args, _seen)
+        return _array(origin, args, trail)
     if origin in _MAPS:
         schema: dict[str, Any] = {"type": "object"}
         if len(args) == 2 and args[1] is not Any:
-            schema["additionalProperties"] = type_schema(args[1], _seen)
+            schema["additionalProperties"] = type_schema(args[1], trail)
         return schema
     if tp in _SIMPLE:
         return dict(_SIMPLE[tp])
     if isinstance(tp, type):
-        return _class_schema(tp, _seen)
+        return _class_schema(tp, trail)
     return {}
 
 
-def _annotated(args: tuple, seen: frozenset) -> dict[str, Any]:
-    schema = type_schema(args[0], seen)
+def _annotated(args: tuple, trail: tuple) -> dict[str, Any]:
+    schema = type_schema(args[0], trail)
     for meta in args[1:]:
         text = meta if isinstance(meta, str) else getattr(meta, "description", None)
         if isinstance(text, str) and text.strip():
@@ -72,9 +85,9 @@ def _annotated(args: tuple, seen: frozenset) -> dict[str, Any]:
     return schema
 
 
-def _union(args: tuple, seen: frozenset) -> dict[str, Any]:
+def _union(args: tuple, trail: tuple) -> dict[str, Any]:
     nullable = type(None) in args
-    options = [type_schema(a, seen) for a in args if a is not type(None)]
+    options = [type_schema(a, trail) for a in args if a is not type(None)]
     if len(options) == 1:
         schema = options[0]
         if not nullable:
@@ -88,7 +101,9 @@ def _union(args: tuple, seen: frozenset) -> dict[str, Any]:
 
 
 def _enum(values: list) -> dict[str, Any]:
-    values = [v.value if isinstance(v, enum.Enum) else v for v in values]
+    values = [v for v in (v.value if isinstance(v, enum.Enum) else v for v in values) if is_json(v)]
+    if not values:
+        return {}
     kinds = {_JSON_TYPES.get(type(v)) for v in values}
     schema: dict[str, Any] = {"enum": values}
     if len(kinds) == 1 and None not in kinds:
@@ -96,37 +111,50 @@ def _enum(values: list) -> dict[str, Any]:
     return schema
 
 
-def _array(origin: Any, args: tuple, seen: frozenset) -> dict[str, Any]:
+def _array(origin: Any, args: tuple, trail: tuple) -> dict[str, Any]:
     schema: dict[str, Any] = {"type": "array"}
     if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
         args = args[:1]
     if len(args) == 1 and args[0] is not Any:
-        schema["items"] = type_schema(args[0], seen)
+        schema["items"] = type_schema(args[0], trail)
     elif origin is tuple and args and args != ((),):  # fixed-length tuple[X, Y]
-        schema["prefixItems"] = [type_schema(a, seen) for a in args]
+        schema["prefixItems"] = [type_schema(a, trail) for a in args]
         schema["minItems"] = schema["maxItems"] = len(args)
     if origin in (set, frozenset, cabc.Set, cabc.MutableSet):
         schema["uniqueItems"] = True
     return schema
 
 
-def _class_schema(cls: type, seen: frozenset) -> dict[str, Any]:
+def _class_schema(cls: type, trail: tuple) -> dict[str, Any]:
     if hasattr(cls, "model_json_schema"):  # pydantic v2 model
-        return dict(cls.model_json_schema())
-    if cls in seen:  # a recursive structure: stop here
+        return _model_schema(cls)
+    if cls in trail[:-1]:  # a recursive structure: stop here
         return {"type": "object", "title": cls.__name__}
-    seen = seen | {cls}
     if dataclasses.is_dataclass(cls):
-        hints = typing.get_type_hints(cls, include_extras=True)
-        props = {f.name: type_schema(hints.get(f.name, Any), seen) for f in dataclasses.fields(cls)}
+        hints = _class_hints(cls)
+        props = {f.name: type_schema(hints.get(f.name, Any), trail) for f in dataclasses.fields(cls)}
         required = [f.name for f in dataclasses.fields(cls)
                     if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
         return _object(cls.__name__, props, required)
     if typing.is_typeddict(cls):
-        hints = typing.get_type_hints(cls, include_extras=True)
-        props = {name: type_schema(tp, seen) for name, tp in hints.items()}
+        hints = _class_hints(cls)
+        props = {name: type_schema(tp, trail) for name, tp in hints.items()}
         return _object(cls.__name__, props, sorted(getattr(cls, "__required_keys__", props)))
     return {}
+
+
+def _class_hints(cls: type) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(cls, include_extras=True)
+    except Exception:  # noqa: BLE001 - an unresolvable forward reference in the user's class: fields untyped
+        return {}
+
+
+def _model_schema(cls: type) -> dict[str, Any]:
+    try:
+        return dict(cls.model_json_schema())
+    except Exception:  # noqa: BLE001 - pydantic cannot describe the user's model (arbitrary types): any value
+        return {}
 
 
 def _object(title: str, props: dict[str, Any], required: list[str]) -> dict[str, Any]:
@@ -142,8 +170,13 @@ def jsonable_default(value: Any) -> tuple[bool, Any]:
         value = value.value
     if isinstance(value, (tuple, set, frozenset)):
         value = list(value)
+    return (True, value) if is_json(value) else (False, None)
+
+
+def is_json(value: Any) -> bool:
+    """Whether `value` is plain JSON data within the catalog bounds (finite numbers, no sets or objects)."""
     try:
-        json.dumps(value)
-    except (TypeError, ValueError):
-        return False, None
-    return True, value
+        check_tree(value, "value", json_only=True)
+    except CatalogError:
+        return False
+    return True

@@ -1,35 +1,42 @@
 """JSON-schema helpers: local `$ref` resolution (cycle- and size-guarded) for OpenAPI specs.
 
 Tools must carry self-contained schemas (an agent is handed one tool, not the whole spec), so refs are
-inlined. Two guards keep that finite: a ref already being expanded on the current branch (a recursive
-type) and refs beyond a per-operation budget (heavily cross-linked specs would otherwise grow
-exponentially) become a small placeholder `{"type": ..., "title": Name, "$comment": why}`. Every ref is
-still looked up, so a broken one is always reported.
+inlined. Guards keep that finite: a ref already being expanded on the current branch (a recursive
+type), refs beyond a per-operation budget of refs and of copied nodes (heavily cross-linked specs would
+otherwise grow exponentially, and a large schema inlined many times would fill memory), refs beyond a
+budget for the whole document, and refs that would nest the schema deeper than `guard.MAX_DEPTH` become
+a small placeholder `{"type": ..., "title": Name, "$comment": why}`. Every ref is still looked up, so a
+broken one is always reported.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 from urllib.parse import unquote
 
-from .common import Context, at
+from .common import Context, at, brief
+from .guard import MAX_DEPTH
 
 MAX_EXPANSIONS = 200  # refs inlined per operation before placeholders are used
+MAX_INLINED_NODES = 5_000  # objects and arrays copied out of refs per operation (~100 KB of JSON)
+MAX_INLINED_TOTAL = 500_000  # the same for the whole document (about 100 MB of copies)
 # Keys whose children are names (of properties, definitions), not schema keywords.
 _NAME_MAPS = frozenset({"properties", "patternProperties", "definitions", "$defs"})
 
 
-def is_schema_keyword_noise(key: str) -> bool:
+def is_schema_keyword_noise(key: Any) -> bool:
     """OpenAPI-only keywords an LLM-facing JSON schema does not need (the original stays in Tool.raw)."""
-    return key == "xml" or key.startswith("x-")
+    return isinstance(key, str) and (key == "xml" or key.startswith("x-"))
 
 
 @dataclass
 class Budget:
-    """Refs one operation may still inline (read at creation, so the limit can be changed)."""
+    """Refs and copied nodes one operation may still inline (read at creation, so the limits can be changed)."""
 
     left: int = field(default_factory=lambda: MAX_EXPANSIONS)
+    nodes_left: int = field(default_factory=lambda: MAX_INLINED_NODES)
 
 
 class RefResolver:
@@ -38,6 +45,7 @@ class RefResolver:
     def __init__(self, document: Mapping[str, Any], ctx: Context):
         self.document = document
         self.ctx = ctx
+        self.total_left = MAX_INLINED_TOTAL  # nodes all operations together may still copy out of refs
 
     def lookup(self, ref: str, where: str) -> tuple[Any, str]:
         """The target of a local ref and its index path; a broken ref raises naming where it was."""
@@ -46,18 +54,18 @@ class RefResolver:
         for i, part in enumerate(parts):
             if isinstance(node, Mapping) and part in node:
                 node = node[part]
-            elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-                node = node[int(part)]
+            elif isinstance(node, list) and _index(part, len(node)) is not None:
+                node = node[_index(part, len(node))]
             else:
                 missing = "/".join(parts[: i + 1])
-                raise self.ctx.error(at(where, "$ref"), f"broken $ref {ref!r}: this spec has no '#/{missing}'",
+                raise self.ctx.error(at(where, "$ref"), f"broken $ref {brief(ref)}: this spec has no {brief('#/' + missing)}",
                                      "fix the reference or add the missing definition")
         return node, ".".join(parts)
 
     def _is_local(self, ref: str, where: str) -> bool:
         if ref.startswith("#"):
             return True
-        self.ctx.warn(f"{self.ctx.source}: {where}: $ref {ref!r} points outside this file and was kept unresolved")
+        self.ctx.warn(f"{self.ctx.source}: {where}: $ref {brief(ref)} points outside this file and was kept unresolved")
         return False
 
     def deref(self, node: Any, where: str) -> tuple[Any, str]:
@@ -66,40 +74,66 @@ class RefResolver:
         while isinstance(node, Mapping) and isinstance(node.get("$ref"), str) and self._is_local(node["$ref"], where):
             ref = node["$ref"]
             if ref in seen:
-                raise self.ctx.error(at(where, "$ref"), f"$ref {ref!r} refers to itself in a loop")
+                raise self.ctx.error(at(where, "$ref"), f"$ref {brief(ref)} refers to itself in a loop")
             seen.add(ref)
             node, where = self.lookup(ref, where)
         return node, where
 
     def resolve(self, node: Any, where: str, budget: Budget | None = None) -> Any:
         """A copy of `node` with local refs inlined and OpenAPI-only keywords (xml, x-*) dropped."""
-        return self._resolve(node, where, (), budget or Budget(), names=False)
+        return self._resolve(node, where, (), budget or Budget(), names=False, depth=0)
 
-    def _resolve(self, node: Any, where: str, stack: tuple[str, ...], budget: Budget, names: bool) -> Any:
-        if isinstance(node, list):
-            return [self._resolve(v, at(where, i), stack, budget, False) for i, v in enumerate(node)]
-        if not isinstance(node, Mapping):
+    def _resolve(self, node: Any, where: str, stack: tuple[str, ...], budget: Budget, names: bool,
+                 depth: int) -> Any:
+        if not isinstance(node, (list, Mapping)):
             return node
+        if stack:  # a copy out of a ref
+            budget.nodes_left -= 1
+            self.total_left -= 1
+        if isinstance(node, list):
+            return [self._resolve(v, at(where, i), stack, budget, False, depth + 1) for i, v in enumerate(node)]
         if names:  # a map of property names to schemas: every key is kept
-            return {k: self._resolve(v, at(where, k), stack, budget, False) for k, v in node.items()}
+            return {k: self._resolve(v, at(where, k), stack, budget, False, depth + 1) for k, v in node.items()}
         ref = node.get("$ref")
         if isinstance(ref, str) and self._is_local(ref, where):
-            return self._inline(node, ref, where, stack, budget)
-        return {k: self._resolve(v, at(where, k), stack, budget, k in _NAME_MAPS)
+            return self._inline(node, ref, where, stack, budget, depth)
+        return {k: self._resolve(v, at(where, k), stack, budget, k in _NAME_MAPS, depth + 1)
                 for k, v in node.items() if not is_schema_keyword_noise(k)}
 
-    def _inline(self, node: Mapping[str, Any], ref: str, where: str, stack: tuple[str, ...], budget: Budget) -> Any:
+    def _inline(self, node: Mapping[str, Any], ref: str, where: str, stack: tuple[str, ...], budget: Budget,
+                depth: int) -> Any:
         target, target_at = self.lookup(ref, where)
-        if ref in stack or budget.left <= 0:
-            why = "recursive reference" if ref in stack else "reference not expanded (size limit)"
+        why = self._not_expanded(ref, stack, budget, depth)
+        if why:
             kind = target.get("type", "object") if isinstance(target, Mapping) else "object"
             return {"type": kind, "title": ref.rsplit("/", 1)[-1], "$comment": f"{why}: {ref}"}
         budget.left -= 1
-        resolved = self._resolve(target, target_at, stack + (ref,), budget, False)
+        resolved = self._resolve(target, target_at, stack + (ref,), budget, False, depth)
         siblings = {k: v for k, v in node.items() if k != "$ref" and not is_schema_keyword_noise(k)}
         if siblings and isinstance(resolved, dict):  # OpenAPI 3.1: a description beside $ref overrides
-            resolved = {**resolved, **self._resolve(siblings, where, stack, budget, False)}
+            resolved = {**resolved, **self._resolve(siblings, where, stack, budget, False, depth)}
         return resolved
+
+    def _not_expanded(self, ref: str, stack: tuple[str, ...], budget: Budget, depth: int) -> str | None:
+        """Why `ref` becomes a placeholder here, or None to inline it."""
+        if ref in stack:
+            return "recursive reference"
+        if budget.left <= 0 or budget.nodes_left <= 0:
+            return "reference not expanded (size limit)"
+        if self.total_left <= 0:
+            self.ctx.warn(f"{self.ctx.source}: $refs beyond {MAX_INLINED_TOTAL} inlined schema objects in all were "
+                          "left as placeholders")
+            return "reference not expanded (size limit for the whole spec)"
+        if depth >= MAX_DEPTH:
+            return "reference not expanded (depth limit)"
+        return None
+
+
+def _index(part: str, size: int) -> int | None:
+    """A JSON-pointer token as an index into a list of `size` items (ASCII digits only), else None."""
+    if part.isascii() and part.isdigit() and len(part) <= len(str(size)) and int(part) < size:
+        return int(part)
+    return None
 
 
 def object_schema(properties: Mapping[str, Any], required: list[str]) -> dict[str, Any]:

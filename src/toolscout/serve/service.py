@@ -310,12 +310,13 @@ class ToolService:
             if self._retrain_state.get("state") == "running":
                 raise Conflict("a retraining is already running")
             self.catalog.check_retraining(method, **options)
-            self._retrain_state = started = {"state": "running", "method": method, "started_at": time.time()}
+            self._retrain_state = {"state": "running", "method": method, "started_at": time.time()}
+            started = dict(self._retrain_state)  # a quick failure may replace it before this returns
         if not background:
             return self._run_retraining(method, options, raise_errors=True)
         threading.Thread(target=self._run_retraining, args=(method, options, False), name="toolscout-retrain",
                          daemon=True).start()
-        return dict(started)  # the state it started in: a quick failure may already have replaced it
+        return started
 
     def _run_retraining(self, method: str, options: dict[str, Any], raise_errors: bool) -> dict[str, Any]:
         try:

@@ -1,0 +1,121 @@
+"""YAML catalogs, read safely and fast.
+
+One loader, `CatalogLoader`: libyaml's C parser when PyYAML has it (megabytes in milliseconds; the pure
+Python parser takes seconds per megabyte), PyYAML's own composer and SafeConstructor on top. Safe means:
+
+- only plain data: SafeConstructor refuses `!!python/...` tags, so no code runs while reading;
+- dates stay strings: a schema's `default: 2024-01-01` must stay JSON;
+- nesting is bounded (`guard.MAX_DEPTH`): the composer is recursive Python, and libyaml's own composer
+  is recursive C that crashes the process on a few hundred thousand levels, so it is not used;
+- merge keys (`<<`) keep one entry per key as they merge, so chained merges cannot grow exponentially
+  (a "merge-key bomb"); what the mapping means is unchanged;
+- integers longer than Python converts are an error with their line, not a bare ValueError.
+
+`load` turns every problem into a CatalogError with its line and column. Alias bombs ("billion laughs") build a small, shared object here; `guard.check_tree` measures and stops
+them afterwards.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+from yaml.composer import Composer
+from yaml.constructor import SafeConstructor
+from yaml.nodes import ScalarNode
+from yaml.resolver import Resolver
+
+from ..errors import CatalogError
+from .guard import DEPTH_HINT, MAX_DEPTH, MAX_INT_DIGITS
+
+try:
+    from yaml._yaml import CParser
+
+    _PARSER: tuple[type, ...] = (CParser,)
+except ImportError:  # PyYAML built without libyaml
+    from yaml.parser import Parser
+    from yaml.reader import Reader
+    from yaml.scanner import Scanner
+
+    _PARSER = (Reader, Scanner, Parser)
+
+
+class BeyondLimit(yaml.MarkedYAMLError):
+    """YAML within the syntax but beyond what a catalog may hold (`problem` says what), at `problem_mark`."""
+
+
+class CatalogLoader(Composer, *_PARSER, SafeConstructor, Resolver):  # type: ignore[misc]
+    def __init__(self, stream: str):
+        _PARSER[0].__init__(self, stream)
+        for base in _PARSER[1:]:
+            base.__init__(self)
+        Composer.__init__(self)
+        SafeConstructor.__init__(self)
+        Resolver.__init__(self)
+        self._depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise BeyondLimit(None, None, f"nested deeper than {MAX_DEPTH} levels; {DEPTH_HINT}",
+                                  self.peek_event().start_mark)
+            return Composer.compose_node(self, parent, index)
+        finally:
+            self._depth -= 1
+
+    def flatten_mapping(self, node: Any) -> None:
+        SafeConstructor.flatten_mapping(self, node)
+        node.value = _one_entry_per_key(node.value)
+
+    def construct_yaml_int(self, node: Any) -> int:
+        try:
+            return SafeConstructor.construct_yaml_int(self, node)
+        except ValueError:
+            raise BeyondLimit(None, None, f"a number with more than {MAX_INT_DIGITS} digits; write it as a string",
+                              node.start_mark) from None
+
+
+CatalogLoader.add_constructor("tag:yaml.org,2002:int", CatalogLoader.construct_yaml_int)
+CatalogLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in Resolver.yaml_implicit_resolvers.items()
+}
+
+
+def _one_entry_per_key(pairs: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
+    """Merged (key, value) node pairs with one entry per key: the first key's place, the last value (what
+    building a dict from all of them gives)."""
+    out: list[tuple[Any, Any]] = []
+    where: dict[Any, int] = {}
+    for key, value in pairs:
+        ident = (key.tag, key.value) if isinstance(key, ScalarNode) else id(key)
+        if ident in where:
+            out[where[ident]] = (out[where[ident]][0], value)
+        else:
+            where[ident] = len(out)
+            out.append((key, value))
+    return out
+
+
+def load(text: str, source: str) -> Any:
+    """The one document in `text`; a problem raises CatalogError naming `source` and, where known, the
+    line and column."""
+    try:
+        return yaml.load(text, Loader=CatalogLoader)  # noqa: S506 - SafeConstructor: plain data only
+    except yaml.MarkedYAMLError as exc:
+        raise CatalogError(_marked_message(exc, source)) from None
+    except yaml.YAMLError as exc:
+        raise CatalogError(f"{source}: invalid YAML ({exc})") from None
+
+
+def _marked_message(exc: yaml.MarkedYAMLError, source: str) -> str:
+    mark = exc.problem_mark or exc.context_mark
+    where = f"{source}: line {mark.line + 1}, column {mark.column + 1}: " if mark else f"{source}: "
+    if isinstance(exc, BeyondLimit):
+        return where + str(exc.problem)
+    problem = " ".join(p for p in (exc.context, exc.problem) if p)
+    opened = exc.context_mark
+    if opened is not None and mark is not None and opened.line != mark.line:  # where the open construct began
+        problem += f", opened at line {opened.line + 1}, column {opened.column + 1}"
+    return f"{where}invalid YAML ({problem}); fix the syntax there"
