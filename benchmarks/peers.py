@@ -1,12 +1,14 @@
 """toolscout and the alternatives, side by side, in one run (a script, not a test).
 
-    .venv-peers/bin/python benchmarks/peers.py [--sets apibank,bfcl] [--systems bm25s,llamaindex]
-                                               [--max-queries 200] [--json FILE] [--markdown FILE]
+    .venv/bin/python benchmarks/peers.py [--sets apibank,bfcl] [--systems bm25s,llamaindex]
+                                         [--max-queries 200] [--json FILE] [--markdown FILE]
 
 Every system searches the same labelled sets of ../shared/data (test splits), each set against its own catalog
 (as `toolscout eval` does), with the same queries in the same order, one at a time, k=10. Each system runs in
-a fresh process of the peers' environment (`--python`, default .venv-peers/bin/python: see the README for how
-to make it), so its peak RSS (getrusage high-water mark of that process) is its own. The child
+a fresh process of its own: toolscout's systems in the interpreter running this script (toolscout's own
+environment, importing the same toolscout), the peers in the peers' environment (`--python`, default
+.venv-peers/bin/python: see the README for how to make it). So each peak RSS (getrusage high-water mark of
+that process) is the system's own. The child
 (benchmarks/peer_systems.py, one adapter per system) returns top-10 tool ids; this script scores them all with
 the same code, toolscout.eval.metrics: nDCG@10 (binary gains), Recall@10 and Completeness@10 (every gold tool
 in the top 10), per set and as the macro mean.
@@ -21,8 +23,9 @@ an asterisk, and the headline is the macro over the sets that nothing was traine
 to peers that learn nothing.
 
 Build time is the per-catalog index build plus one warm-up query (so an index built lazily on the first search
-counts); setup is one-time work per process (loading an embedding model, an encoder export); latency is
-p50/p99 over all timed queries of all sets, wall clock.
+counts); setup is one-time work per process (loading an embedding model); latency is p50/p99 over all timed
+queries of all sets, wall clock, and the p50 of the process CPU time per query (all threads: far less
+sensitive than wall clock to other jobs sharing the cores).
 """
 
 from __future__ import annotations
@@ -55,17 +58,20 @@ class Entry:
     label: str
     reads: str  # what the system reads of a tool
     usage: str  # how it is used, and where that usage is documented
+    peer: bool = True  # runs in the peers' environment; False: in toolscout's own (this script's interpreter)
 
 
 SYSTEMS = {
     "toolscout-default": Entry(
         "toolscout (default pipeline)", "name, description, parameters",
-        "`ToolScout.from_tools(tools).search(task, k=10)`: whatever the default pipeline is at run time"),
+        "`ToolScout.from_tools(tools).search(task, k=10)`: whatever `toolscout.defaults` says at run time",
+        peer=False),
     "toolscout-bm25": Entry(
-        "toolscout BM25", "name, description, parameters", '`ToolScout.from_tools(tools, retriever="bm25")`'),
+        "toolscout BM25", "name, description, parameters", '`ToolScout.from_tools(tools, retriever="bm25")`',
+        peer=False),
     "toolscout-dense": Entry(
-        "toolscout dense (MiniLM)", "name, description, parameters",
-        '`ToolScout.from_tools(tools, retriever="dense")`'),
+        "toolscout dense", "name, description, parameters",
+        '`ToolScout.from_tools(tools, retriever="dense")` (its default encoder)', peer=False),
     "fastmcp-bm25": Entry(
         "fastmcp BM25SearchTransform", "name, description, parameter names + descriptions",
         "a FastMCP server with `add_transform(BM25SearchTransform(max_results=10))`, searched by an MCP client "
@@ -74,7 +80,7 @@ SYSTEMS = {
         "fastmcp RegexSearchTransform †", "name, description, parameter names + descriptions",
         "the same server with `RegexSearchTransform(max_results=10)`, `search_tools(pattern=task)`"),
     "bm25s": Entry(
-        "bm25s (plain)", "name + description",
+        "bm25s (plain)", "name, description, parameter names + descriptions (one string)",
         '`bm25s.tokenize(texts, stopwords="en", stemmer=Stemmer("english"))`, `BM25().index`, '
         "`retrieve(k=10)` (its README quickstart)"),
     "llamaindex": Entry(
@@ -95,7 +101,7 @@ CANNOT_RUN = {
         "(fastmcp/experimental/transforms/jev_search.py); neither is available here"),
     "langgraph-bigtool agent end to end": (
         "`create_agent` needs a chat LLM to write the retrieval query and pick tools; no LLM or API key here, "
-        "so only its retrieval step (the row above) is measured, given the task text as the query"),
+        "so only its retrieval step (the `retrieve_tools` row) is measured, given the task text as the query"),
 }
 
 FOOTNOTES = [
@@ -168,26 +174,40 @@ def child_task(sets: list[dict]) -> dict:
 # ------------------------------------------------------------------------------------------ running
 
 
-def child_env() -> dict:
-    return {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+def child_env(peer: bool) -> dict:
+    """No model hub for anyone. toolscout's children import the toolscout this script imports (a source
+    checkout on PYTHONPATH or an installed one); the peers' children get no PYTHONPATH, only their venv."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env.pop("PYTHONPATH", None)
+    if not peer:
+        import toolscout
+
+        env["PYTHONPATH"] = str(Path(toolscout.__file__).resolve().parents[1])
+    return env
 
 
-def prepare(systems: list[str], python: str) -> None:
+def interpreter(name: str, peers: str) -> str:
+    return peers if SYSTEMS[name].peer else sys.executable
+
+
+def prepare(systems: list[str]) -> None:
     """Make toolscout's one-time caches (its encoder's ONNX export) before any timed process starts."""
-    own = [s for s in systems if s.startswith("toolscout")]
+    own = [s for s in systems if not SYSTEMS[s].peer]
     if own:
         print(f"preparing {', '.join(own)} (untimed: one-time per-machine caches)", flush=True)
-        if subprocess.run([python, str(CHILD), "--prepare", *own], env=child_env(), check=False).returncode != 0:
+        command = [sys.executable, str(CHILD), "--prepare", *own]
+        if subprocess.run(command, env=child_env(peer=False), check=False).returncode != 0:
             print("   preparation failed; the systems' own runs will report why", flush=True)
 
 
-def run_system(name: str, python: str, task_file: str, timeout: float | None) -> dict:
+def run_system(name: str, peers: str, task_file: str, timeout: float | None) -> dict:
+    """Run one system in a fresh child process; its result, or `{"error": why}`."""
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as fh:
         out_file = fh.name
     start = time.perf_counter()
     try:
-        command = [python, str(CHILD), name, task_file, out_file]
-        proc = subprocess.run(command, env=child_env(), timeout=timeout, check=False)
+        command = [interpreter(name, peers), str(CHILD), name, task_file, out_file]
+        proc = subprocess.run(command, env=child_env(SYSTEMS[name].peer), timeout=timeout, check=False)
         text = Path(out_file).read_text() if Path(out_file).stat().st_size else ""
         result = json.loads(text) if text else {"error": f"the child exited {proc.returncode} without a result"}
     except subprocess.TimeoutExpired:
@@ -209,6 +229,7 @@ def score(result: dict, sets: list[dict], trained_on: set[str]) -> dict:
         per_set[s["name"]] = {**{f"{m}@{K}": 100 * statistics.fmean(x[f"{m}@{K}"] for x in rows)
                                  for m in (*METRICS, "mrr")}, "queries": len(rows)}
     latency = [ms for s in sets for ms in result["sets"][s["name"]]["latency_ms"]]
+    cpu = [ms for s in sets for ms in result["sets"][s["name"]]["cpu_ms"]]
     return {
         "sets": per_set,
         "macro": macro(per_set, [s["name"] for s in sets]),
@@ -216,7 +237,8 @@ def score(result: dict, sets: list[dict], trained_on: set[str]) -> dict:
         "build_s": sum(result["sets"][s["name"]]["build_s"] for s in sets),
         "build_s_per_set": {s["name"]: result["sets"][s["name"]]["build_s"] for s in sets},
         "setup_s": result["setup_s"],
-        "latency_ms": {"p50": percentile(latency, 50), "p99": percentile(latency, 99)},
+        "latency_ms": {"p50": percentile(latency, 50), "p99": percentile(latency, 99),
+                       "cpu_p50": percentile(cpu, 50)},
         "peak_rss_mb": result["peak_rss_mb"],
         "rss_with_task_mb": result.get("rss_with_task_mb"),
         "versions": result.get("versions", {}),
@@ -246,7 +268,7 @@ def markdown(report: dict) -> str:
     clean = [n for n in names if n not in trained]
     headers = (["system", "reads", f"**headline** ({', '.join(clean) or 'none run'})", "macro, all sets"]
                + [f"{n}*" if n in trained else n for n in names]
-               + ["setup s", "build s", "p50 ms", "p99 ms", "peak MB"])
+               + ["setup s", "build s", "p50 ms", "p99 ms", "CPU p50 ms", "peak MB"])
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     for key, r in report["systems"].items():
         entry = SYSTEMS[key]
@@ -256,7 +278,8 @@ def markdown(report: dict) -> str:
             cells = ([entry.label, entry.reads, f"**{triple(r['headline'])}**", triple(r["macro"])]
                      + [triple(r["sets"][n]) for n in names]
                      + [f"{r['setup_s']:.1f}", f"{r['build_s']:.1f}", f"{r['latency_ms']['p50']:.1f}",
-                        f"{r['latency_ms']['p99']:.1f}", f"{r['peak_rss_mb']:.0f}"])
+                        f"{r['latency_ms']['p99']:.1f}", f"{r['latency_ms']['cpu_p50']:.1f}",
+                        f"{r['peak_rss_mb']:.0f}"])
         lines.append("| " + " | ".join(cells) + " |")
     for label, reason in CANNOT_RUN.items():
         lines.append("| " + " | ".join([label, "", f"cannot run here: {reason}"] + [""] * (len(headers) - 3)) + " |")
@@ -268,13 +291,15 @@ def legend(report: dict) -> list[str]:
     queries = ", ".join(f"{n} {q}" for n, q in cfg["queries"].items())
     first = f" (the first {cfg['max_queries']} of each)" if cfg["max_queries"] else ""
     out = [
-        f"Cells: nDCG@10 / Recall@10 / Completeness@10, 0-100, test split, each set searched over its own catalog. "
-        f"Queries per set: {queries}{first}. "
-        "* = toolscout's shipped model was trained on this set's train split; the headline is the macro over "
-        "the other sets. Build s: all sets' index builds (+ one warm-up query each); setup s: one-time model "
-        "loading; p50/p99: per query, wall clock, all sets; peak MB: the system's own process (ru_maxrss), "
-        f"which also holds every set's catalog and query texts (~{cfg['rss_with_task_mb']:.0f} MB before setup).",
-        f"Machine: {report['machine']}.",
+        (f"Cells: nDCG@10 / Recall@10 / Completeness@10, 0-100, test split, each set searched over its own "
+         f"catalog. Queries per set: {queries}{first}. "
+         "* = toolscout's shipped model was trained on this set's train split; the headline is the macro over "
+         "the other sets. Build s: all sets' index builds (+ one warm-up query each); setup s: one-time model "
+         "loading; p50/p99: per query, wall clock, all sets; CPU p50: the process's CPU time per query (all "
+         "threads); peak MB: the system's own process (ru_maxrss), which also holds every set's catalog and "
+         f"query texts (~{cfg['rss_with_task_mb']:.0f} MB before setup)."),
+        (f"Machine: {report['machine']} (load average at the end of the run; wall-clock times taken while "
+         "other jobs share the cores are not final)."),
         "",
     ]
     for key, r in report["systems"].items():
@@ -326,34 +351,42 @@ def chosen(spec: str, known, what: str) -> list[str]:
     return names
 
 
-def main(argv=None) -> dict:
-    args = parse_args(argv)
-    python = peers_python(args.python)
-    available = labelled_sets(args.data)
-    set_names = chosen(args.sets, available, "set(s)") if args.sets else available
-    systems = chosen(args.systems, SYSTEMS, "system(s)")
-    trained_on = set(chosen(args.trained_on, available, "trained-on set(s)")) if args.trained_on else set()
-    sets = [load_set(args.data / n, args.max_queries) for n in set_names]
+def run_all(systems: list[str], sets: list[dict], peers: str | None, timeout: float | None,
+            trained_on: set[str]) -> dict:
+    """Each system in its own child process over the same task file; the scored results by system."""
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
         json.dump(child_task(sets), fh)
         task_file = fh.name
-    described = ", ".join(f"{s['name']} ({len(s['tools'])} tools, {len(s['queries'])} queries)" for s in sets)
-    print(f"sets: {described}; systems: {', '.join(systems)} (each in a fresh process of {python})", flush=True)
     results = {}
-    prepare(systems, python)
+    prepare(systems)
     try:
         for name in systems:
-            print(f"\n== {name} ==", flush=True)
-            raw = run_system(name, python, task_file, args.timeout)
+            print(f"\n== {name} ({interpreter(name, peers)}) ==", flush=True)
+            raw = run_system(name, peers, task_file, timeout)
             results[name] = raw if "error" in raw else score(raw, sets, trained_on)
             print(f"   {'FAILED: ' + raw['error'] if 'error' in raw else 'done'} in {raw['wall_s']:.0f}s", flush=True)
     finally:
         os.unlink(task_file)
+    return results
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    available = labelled_sets(args.data)
+    set_names = chosen(args.sets, available, "set(s)") if args.sets else available
+    systems = chosen(args.systems, SYSTEMS, "system(s)")
+    trained_on = set(chosen(args.trained_on, available, "trained-on set(s)")) if args.trained_on else set()
+    peers = peers_python(args.python) if any(SYSTEMS[n].peer for n in systems) else None
+    sets = [load_set(args.data / n, args.max_queries) for n in set_names]
+    described = ", ".join(f"{s['name']} ({len(s['tools'])} tools, {len(s['queries'])} queries)" for s in sets)
+    print(f"sets: {described}; systems: {', '.join(systems)}", flush=True)
+    results = run_all(systems, sets, peers, args.timeout, trained_on)
     rss = [r["rss_with_task_mb"] for r in results.values() if r.get("rss_with_task_mb")]
     report = {
         "config": {"sets": set_names, "trained_on": sorted(trained_on & set(set_names)), "k": K,
                    "max_queries": args.max_queries, "queries": {s["name"]: len(s["queries"]) for s in sets},
-                   "renamed_tools": {s["name"]: s["renamed"] for s in sets}, "python": python,
+                   "renamed_tools": {s["name"]: s["renamed"] for s in sets},
+                   "python": {"toolscout": sys.executable, "peers": peers},
                    "rss_with_task_mb": statistics.fmean(rss) if rss else float("nan")},
         "machine": machine_line(),
         "systems": results,
