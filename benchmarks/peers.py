@@ -328,6 +328,9 @@ def parse_args(argv=None):
     ap.add_argument("--timeout", type=float, default=None, help="seconds one system may take (default: no limit)")
     ap.add_argument("--json", default=None, help="write all numbers, per-set build times and notes to this file")
     ap.add_argument("--markdown", default=None, help="write the table to this file")
+    ap.add_argument("--keep", default=None, metavar="JSON",
+                    help="an earlier --json of the same sets and queries: its systems that this run does not run "
+                         "are kept in the table (marked as kept, with that run's machine line)")
     args = ap.parse_args(argv)
     if args.max_queries is not None and args.max_queries < 1:
         ap.error("--max-queries must be at least 1")
@@ -370,6 +373,20 @@ def run_all(systems: list[str], sets: list[dict], peers: str | None, timeout: fl
     return results
 
 
+def kept_results(path: Path, queries: dict[str, int], fresh: dict) -> dict:
+    """The systems of an earlier report at `path` that this run did not run, if it scored the same queries."""
+    earlier = json.loads(path.read_text())
+    if earlier["config"]["queries"] != queries:
+        raise SystemExit(f"--keep {path}: that run scored {earlier['config']['queries']}, this one {queries}; "
+                         "results are only comparable over the same sets and queries")
+    kept = {}
+    for name, result in earlier["systems"].items():
+        if name not in fresh:
+            note = f"kept from an earlier run ({path.name}; {earlier['machine']})"
+            kept[name] = {**result, "notes": [*result.get("notes", []), note]}
+    return kept
+
+
 def main(argv=None) -> dict:
     args = parse_args(argv)
     available = labelled_sets(args.data)
@@ -381,6 +398,9 @@ def main(argv=None) -> dict:
     described = ", ".join(f"{s['name']} ({len(s['tools'])} tools, {len(s['queries'])} queries)" for s in sets)
     print(f"sets: {described}; systems: {', '.join(systems)}", flush=True)
     results = run_all(systems, sets, peers, args.timeout, trained_on)
+    if args.keep:
+        merged = {**kept_results(Path(args.keep), {s["name"]: len(s["queries"]) for s in sets}, results), **results}
+        results = {name: merged[name] for name in SYSTEMS if name in merged}
     rss = [r["rss_with_task_mb"] for r in results.values() if r.get("rss_with_task_mb")]
     report = {
         "config": {"sets": set_names, "trained_on": sorted(trained_on & set(set_names)), "k": K,
