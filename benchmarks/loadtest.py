@@ -16,7 +16,7 @@ The index is built once under --work (default /tmp/toolscout-load): every tool o
 as a subprocess (`python -m toolscout.serve`, journal fsync on, like production); writes in the mixed
 phase add a tool and then delete it, so the index is left as it was.
 
-Reported per phase: requests, throughput, latency p50/p95/p99/max, errors (any non-200 or transport
+Reported: the server's peak resident memory (VmHWM) over the run; per phase: requests, throughput, latency p50/p95/p99/max, errors (any non-200 or transport
 error), writes and their latency, the CPU time per request of the server and of this load generator,
 and the machine's load averages before and after (other processes share the cores: a load average
 above the core count means the numbers are depressed by them).
@@ -304,6 +304,7 @@ def main() -> int:
             print(f"{phase:6} {json.dumps(result)}", file=sys.stderr)
         with httpx.Client(base_url=url, timeout=60) as http:
             report["health_after"] = http.get("/health").json()
+        report["server_peak_rss_mb"] = peak_rss_mb(server.pid)
     finally:
         server.send_signal(signal.SIGTERM)
         try:
@@ -316,6 +317,17 @@ def main() -> int:
     return 0
 
 
+def peak_rss_mb(pid: int) -> float | None:
+    """The server process's peak resident memory so far (Linux VmHWM), in MB; None where /proc lacks it."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    return None
+
+
 def hit_rate(before: dict, after: dict) -> float | None:
     """Share of the phase's searches the server's answer cache served."""
     hits = after.get("answer_cache_hits", 0) - before.get("answer_cache_hits", 0)
@@ -325,7 +337,7 @@ def hit_rate(before: dict, after: dict) -> float | None:
 
 def _print(report: dict) -> None:
     print(f"{report['tools']} tools ({report['retriever']}), {report['traffic']} traffic, {report['cpus']} CPUs, "
-          f"server start {report['server_start_s']}s")
+          f"server start {report['server_start_s']}s, server peak RSS {report.get('server_peak_rss_mb')} MB")
     print(f"{'phase':7} {'clients':>7} {'requests':>8} {'req/s':>7} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} "
           f"{'errors':>6} {'writes':>6} {'w.err':>5} {'w.p50':>7} {'w.p99':>7} {'srv cpu/req':>11} {'srv cores':>9}"
           "  load avg before -> after")

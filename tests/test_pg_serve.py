@@ -124,9 +124,10 @@ def test_cli_index_search_and_migrate_with_a_postgres_store(pg, tmp_path, tools,
     # re-indexing an unchanged catalog embeds nothing; the table's search mode can be switched
     assert main(["index", str(catalog), "--out", str(tmp_path / "idx"), "--store", store_spec]) == 0
     assert f"indexed {len(tools)} tools (0 embedded" in capsys.readouterr().err
-    assert main(["migrate", "--store", store_spec, "--search", "hybrid"]) == 0
+    assert main(["migrate", "--store", store_spec, "--search", "dense"]) == 0
+    # the default index search (hybrid) no longer matches the table's: refused, naming the table's mode
     assert main(["index", str(catalog), "--out", str(tmp_path / "idx"), "--store", store_spec]) == 1
-    assert "is served with hybrid search" in capsys.readouterr().err
+    assert "is served with dense search" in capsys.readouterr().err
 
 
 def test_tenants_are_isolated_on_every_http_path(pg, tmp_path, tools, encoder):

@@ -39,7 +39,7 @@ def postgres_target(tmp_path, tools, encoder):
 
     store_spec = spec(postgres_uri(), new_table())
     store = PgVectorStore.from_spec(store_spec, encoder.dim)
-    index_catalog(store, tools, encoder)
+    index_catalog(store, tools, encoder, search="dense")  # the same first stage as the directory's
     store.close()
     return store_spec, {"encoder": encoder}
 

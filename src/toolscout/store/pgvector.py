@@ -910,7 +910,8 @@ def _search_sql(mode: str, where: str, docs: bool) -> str:
     hybrid_docs = docs and mode == "hybrid"
     return _SEARCH_SQL[mode].format(
         where=where, doc=", t.doc" if docs else "", docnull=", NULL::jsonb AS doc" if docs else "",
-        docjoin=" LEFT JOIN {{t}} t ON t.tenant = %(tenant)s AND t.id = f.id" if hybrid_docs else "",
+        # a value, not part of the template: its {t} arrives as written, for psycopg to fill
+        docjoin=" LEFT JOIN {t} t ON t.tenant = %(tenant)s AND t.id = f.id" if hybrid_docs else "",
     ) + " ORDER BY 1, 3 DESC, 2"
 
 
