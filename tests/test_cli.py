@@ -138,3 +138,22 @@ def test_eval_model_dir_goes_only_to_the_retriever_it_trained(tmp_path):
     assert _model_for(str(embed), "tool2vec") is None
     fixture = Path(__file__).parent / "fixtures" / "eval" / "alpha"
     assert main(["eval", str(fixture), "--retriever", "bm25", "--model", str(out), "--quiet"]) == 1
+
+
+def test_index_splits_multi_request_tasks_unless_told_not_to(capsys, tmp_path):
+    from toolscout import ToolScout
+    from toolscout.ingest import load_tools
+
+    catalog = CATALOGS / "mcp_reference_servers.json"
+    task = "fetch a url. Then create a new entity for the project and a relation to its owner"
+    tools = load_tools(catalog)
+    expected = {split: [h.tool.id for h in ToolScout.from_tools(tools, retriever="dense",
+                                                                intents="default" if split else None).search(task, k=5)]
+                for split in (True, False)}
+    # two requests: as one, the memory tools fill the top 5; split, the first request's tool comes back
+    assert "fetch.fetch" in expected[True] and "fetch.fetch" not in expected[False]
+    for split, flags in ((True, []), (False, ["--no-split"])):
+        idx = tmp_path / f"idx-{split}"
+        assert run(capsys, "index", catalog, "--out", idx, "--retriever", "dense", *flags)[0] == 0
+        code, out, _ = run(capsys, "search", idx, task, "-k", "5", "--json")
+        assert code == 0 and [h["id"] for h in json.loads(out)["hits"]] == expected[split]

@@ -10,7 +10,8 @@ import time
 from pathlib import Path
 
 from ..defaults import DEFAULT_RETRIEVER
-from .options import add_rerank_options, add_retriever_options, reranker_from_args, retriever_options
+from .options import (add_rerank_options, add_retriever_options, intents_from_args, reranker_from_args,
+                      retriever_options)
 
 EXAMPLE_TASKS = (
     "I need to see a doctor next week, can you book me an appointment?",
@@ -56,7 +57,7 @@ def cmd_index(args: argparse.Namespace) -> int:
         return index_into_postgres(args, tools)
     start = time.perf_counter()
     scout = ToolScout.from_tools(tools, retriever=args.retriever, reranker=reranker_from_args(args),
-                                 **retriever_options(args, args.retriever, args.model))
+                                 intents=intents_from_args(args), **retriever_options(args, args.retriever, args.model))
     scout.save(args.out)
     took = time.perf_counter() - start
     print(f"indexed {len(scout)} tools with {args.retriever} in {took:.1f}s → {args.out}", file=sys.stderr)

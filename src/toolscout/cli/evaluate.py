@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from ..defaults import DEFAULT_RETRIEVER
-from .options import add_rerank_options, add_retriever_options, model_for, reranker_from_args, retriever_options
+from .options import (add_rerank_options, add_retriever_options, intents_from_args, model_for, reranker_from_args,
+                      retriever_options)
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -75,7 +76,7 @@ def system_options(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     encoders: dict[str | None, Any] = {}
     systems = {}
     for name in names:
-        options = retriever_options(args, name, models[name])
+        options = {**retriever_options(args, name, models[name]), "intents": intents_from_args(args)}
         from ..retrievers.base import retriever_class
 
         if retriever_class(name).accepts.encoder:

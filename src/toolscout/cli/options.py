@@ -32,7 +32,15 @@ def add_retriever_options(p: argparse.ArgumentParser, *, many: bool = False) -> 
     p.add_argument("--store", default="numpy",
                    help="vector store for dense retrievers: numpy (exact) or faiss:FACTORY, e.g. faiss:HNSW32, "
                         "or a PostgreSQL DSN postgresql://... (pgvector; docs/postgres.md)")
+    p.add_argument("--no-split", dest="split_requests", action="store_false",
+                   help="rank every task as one request (by default a task that holds several requests is "
+                        "split and each request's best tools merged in: toolscout.defaults.DEFAULT_INTENTS)")
     add_view_options(p)
+
+
+def intents_from_args(args: argparse.Namespace) -> str | None:
+    """The `intents` ToolScout.from_tools gets: its default, or None for --no-split."""
+    return "default" if getattr(args, "split_requests", True) else None
 
 
 def model_for(model: str | None, name: str) -> str | None:
