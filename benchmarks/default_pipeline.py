@@ -10,7 +10,8 @@ compared query by query:
   hybrid-rrf/minilm   the old hybrid: BM25 + that dense, reciprocal-rank fusion (k 60, equal weights)
   hybrid-score/minilm the new fusion with the untrained encoder (what the fusion alone brings)
   dense/tools         dense retrieval with the packaged tool-tuned encoder (what the encoder alone brings)
-  default             `ToolScout.from_tools(tools)`: whatever `toolscout.defaults` says
+  default             `ToolScout.from_tools(tools)`: whatever `toolscout.defaults` says (the others rank
+                      each task as one request, as toolscout did before multi-request splitting)
 
 Prints nDCG@10, Recall@10 and Completeness@10 per set and macro, and a paired bootstrap of the default
 against the old hybrid and the old default; `--json` keeps it all.
@@ -35,11 +36,13 @@ def systems() -> dict:
 
     minilm, tools_encoder = encoder_for("minilm"), encoder_for(None)
     old_hybrid = {"fusion": "rrf", "rrf_k": 60, "weights": [1.0, 1.0]}
+    whole = {"intents": None}  # every system but the default ranks each task as one request, as before
     return {
-        "dense/minilm": lambda t: ToolScout.from_tools(t, retriever="dense", encoder=minilm),
-        "hybrid-rrf/minilm": lambda t: ToolScout.from_tools(t, retriever="hybrid", encoder=minilm, **old_hybrid),
-        "hybrid-score/minilm": lambda t: ToolScout.from_tools(t, retriever="hybrid", encoder=minilm),
-        "dense/tools": lambda t: ToolScout.from_tools(t, retriever="dense", encoder=tools_encoder),
+        "dense/minilm": lambda t: ToolScout.from_tools(t, retriever="dense", encoder=minilm, **whole),
+        "hybrid-rrf/minilm": lambda t: ToolScout.from_tools(t, retriever="hybrid", encoder=minilm, **old_hybrid,
+                                                            **whole),
+        "hybrid-score/minilm": lambda t: ToolScout.from_tools(t, retriever="hybrid", encoder=minilm, **whole),
+        "dense/tools": lambda t: ToolScout.from_tools(t, retriever="dense", encoder=tools_encoder, **whole),
         "default": lambda t: ToolScout.from_tools(t),
     }
 
