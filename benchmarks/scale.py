@@ -422,7 +422,7 @@ def print_report(note: str, n_queries: int, results: dict) -> None:
             if isinstance(r, dict) and "p50_ms" in r:
                 print(f"  {key:12s} p50 {r['p50_ms']:8.2f} ms   p99 {r['p99_ms']:8.2f} ms   cpu p50 {r['cpu_p50_ms']:8.2f} ms")
     for name, r in results.items():
-        if name in ("bm25", "rerank"):
+        if name in ("bm25", "rerank") or "store_search" not in r:  # the pipeline sections: the table says it all
             continue
         print(f"\n{name}: encoder backend {r['backend']}; {r['dedupe']}")
         if r.get("embedded_now"):
@@ -495,10 +495,10 @@ def main(argv=None) -> dict:
         results[name] = run_section(name, argv, reuse_within_run=embedded)
         embedded = embedded or (name in ("dense", "hnsw") and not args.no_dedupe)
         print(f"   done in {results[name]['section_wall_s']:.0f}s", flush=True)
-    print_report(note, args.queries, results)
-    write_json(args.json, {"catalog": note, "queries": args.queries, "machine": machine_line(),
+    write_json(args.json, {"catalog": note, "queries": args.queries, "machine": machine_line(),  # numbers first
                            "args": {k: v for k, v in vars(args).items() if not k.startswith("child")},
                            "results": results})
+    print_report(note, args.queries, results)
     return results
 
 
