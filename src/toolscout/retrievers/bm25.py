@@ -1,4 +1,5 @@
-"""BM25 over each tool's text view (bm25s). Identifiers in names are split into words first."""
+"""BM25 over each tool's text view (bm25s's Lucene scores, from an index that takes writes one tool at a time:
+`bm25_index.py`). Identifiers in names are split into words first."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from ..results import Filter, Results, top_k_rows
 from ..rows import RowTable
 from ..tool import TextView, Tool, tool_text
 from .base import Accepts, write_retriever_config
+from .bm25_index import InvertedIndex
 
 _TOKEN = re.compile(r"(?u)\b\w\w+\b")
 USAGE_FILE = "usage.json"
@@ -134,8 +136,8 @@ class UsageField:
 class BM25Retriever:
     """Lexical first stage.
 
-    `add`/`remove` rebuild the inverted index from the stored token lists (no text is re-tokenised);
-    that takes about a second for 40k tools, far less than re-embedding.
+    `add`/`remove` update the inverted index by the written tools' words only (`InvertedIndex`); the
+    scores are those a fresh bm25s index of the same documents gives.
     """
 
     name = "bm25"
@@ -145,9 +147,11 @@ class BM25Retriever:
                  method: str = "lucene", stemmer: str | None = "english", stopwords: str | None = "en",
                  usage_weight: float = USAGE_WEIGHT):
         try:
-            import bm25s  # noqa: F401
+            import bm25s  # noqa: F401  (its stopword lists)
         except ImportError:
             raise MissingDependency("bm25s", "BM25 retrieval") from None
+        if method != "lucene":
+            raise ValueError(f"BM25 method {method!r} is not supported; toolscout scores with 'lucene' (bm25s's default)")
         self.view = view or TextView()
         self.params = {"k1": k1, "b": b, "method": method}
         self.tokenizer = Tokenizer(stemmer, stopwords)
@@ -155,7 +159,7 @@ class BM25Retriever:
         self.tokens: list[list[str]] = []
         self.usage = UsageField(k1, b)
         self.usage_weight = float(usage_weight)
-        self._bm25 = None
+        self._index = InvertedIndex(k1, b)
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -172,17 +176,18 @@ class BM25Retriever:
             if row is None:
                 self.rows.append(tool.id, tool.namespace)
                 self.tokens.append(tokens)
+                self._index.append(tokens)
             else:
                 self.rows.set_namespace(row, tool.namespace)
                 self.tokens[row] = tokens
-        self._rebuild()
+                self._index.replace(row, tokens)
 
     def remove(self, ids: Sequence[str]) -> None:
         rows = [self.rows.row_of[t] for t in ids if t in self.rows.row_of]
         if rows:
             keep = self.rows.remove_rows(rows)
             self.tokens = [tok for tok, k in zip(self.tokens, keep) if k]
-            self._rebuild()
+            self._index.remove_rows(keep)
         for tool_id in ids:
             self.usage.drop(tool_id)  # a deleted tool's feedback goes with it
 
@@ -204,12 +209,7 @@ class BM25Retriever:
             self.usage.forget(tool_id, source)
 
     def _rebuild(self) -> None:
-        import bm25s
-
-        self._bm25 = bm25s.BM25(**self.params)
-        if self.tokens:
-            # an empty document would make bm25s drop a row; a placeholder token keeps rows aligned
-            self._bm25.index([t or ["\x00"] for t in self.tokens], show_progress=False)
+        self._index = InvertedIndex.build(self.tokens, self.params["k1"], self.params["b"])
 
     def scores(self, query: str) -> np.ndarray:
         """BM25 score of every row for one query. A chat transcript scores as the transcript plus its
@@ -218,9 +218,7 @@ class BM25Retriever:
         tail = latest_turn(query)
         text = query if tail is None else f"{query}\n{without_speaker_labels(tail)}"
         words = self.tokenizer(text)
-        tokens = [t for t in words if t in self._bm25.vocab_dict]
-        scores = self._bm25.get_scores(tokens).astype(np.float32) if tokens else \
-            np.zeros(len(self.rows), dtype=np.float32)
+        scores = self._index.scores(words)
         if len(self.usage):  # what tools learned from use, as a second field (toolscout.feedback)
             scores = scores + self.usage_weight * self.usage.scores(words, self.rows)
         return scores
