@@ -58,7 +58,7 @@ def build_index(args) -> Path:
     index = Path(args.work) / "index"
     if (index / "CURRENT").exists():
         config = json.loads((index / (index / "CURRENT").read_text().strip() / "config.json").read_text())
-        if config.get("tools") == args.tools and config.get("retriever") == args.retriever:
+        if config.get("tools") == args.tools and config.get("retriever") == (args.retriever or DEFAULT_RETRIEVER):
             return index
         raise SystemExit(f"{index} holds another index ({config.get('tools')} tools, {config.get('retriever')}); "
                          "delete it or give another --work")
