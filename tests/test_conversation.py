@@ -85,9 +85,14 @@ def test_bm25_scores_a_transcript_as_the_transcript_plus_its_latest_turn():
 
 
 def _plain_scores(retriever, text):
-    """BM25 scores of `text` with no transcript handling (the retriever's bm25s index, queried directly)."""
-    tokens = [t for t in retriever.tokenizer(text) if t in retriever._bm25.vocab_dict]
-    return retriever._bm25.get_scores(tokens)
+    """BM25 scores of `text` with no transcript handling: a bm25s index of the retriever's documents,
+    queried directly."""
+    import bm25s
+
+    reference = bm25s.BM25(**retriever.params)
+    reference.index([t or ["\x00"] for t in retriever.tokens], show_progress=False)
+    tokens = [t for t in retriever.tokenizer(text) if t in reference.vocab_dict]
+    return reference.get_scores(tokens)
 
 
 def test_focus_keeps_what_search_reads_of_a_long_task():
