@@ -304,7 +304,7 @@ def main() -> int:
             print(f"{phase:6} {json.dumps(result)}", file=sys.stderr)
         with httpx.Client(base_url=url, timeout=60) as http:
             report["health_after"] = http.get("/health").json()
-        report["server_peak_rss_mb"] = peak_rss_mb(server.pid)
+        report["server_peak_rss_mb"] = server_peak_rss_mb(server.pid)
     finally:
         server.send_signal(signal.SIGTERM)
         try:
@@ -317,7 +317,7 @@ def main() -> int:
     return 0
 
 
-def peak_rss_mb(pid: int) -> float | None:
+def server_peak_rss_mb(pid: int) -> float | None:
     """The server process's peak resident memory so far (Linux VmHWM), in MB; None where /proc lacks it."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():

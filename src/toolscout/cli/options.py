@@ -40,7 +40,7 @@ def add_retriever_options(p: argparse.ArgumentParser, *, many: bool = False) -> 
 
 def intents_from_args(args: argparse.Namespace) -> str | None:
     """The `intents` ToolScout.from_tools gets: its default, or None for --no-split."""
-    return "default" if getattr(args, "split_requests", True) else None
+    return "default" if args.split_requests else None
 
 
 def model_for(model: str | None, name: str) -> str | None:

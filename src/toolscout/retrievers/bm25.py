@@ -42,8 +42,10 @@ class Tokenizer:
             self._stem = Stemmer.Stemmer(stemmer).stemWords
         self._stop: frozenset[str] = frozenset()
         if stopwords:
-            from bm25s.stopwords import STOPWORDS_EN
-
+            try:
+                from bm25s.stopwords import STOPWORDS_EN
+            except ImportError:
+                raise MissingDependency("bm25s", "BM25's English stopword list") from None
             if stopwords != "en":
                 raise ValueError(f"unsupported stopword list {stopwords!r}; use 'en' or None")
             self._stop = frozenset(STOPWORDS_EN)
@@ -146,10 +148,6 @@ class BM25Retriever:
     def __init__(self, view: TextView | None = None, k1: float = 1.5, b: float = 0.75,
                  method: str = "lucene", stemmer: str | None = "english", stopwords: str | None = "en",
                  usage_weight: float = USAGE_WEIGHT):
-        try:
-            import bm25s  # noqa: F401  (its stopword lists)
-        except ImportError:
-            raise MissingDependency("bm25s", "BM25 retrieval") from None
         if method != "lucene":
             raise ValueError(f"BM25 method {method!r} is not supported; toolscout scores with 'lucene' (bm25s's default)")
         self.view = view or TextView()
