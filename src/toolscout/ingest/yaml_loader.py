@@ -6,7 +6,10 @@ Python parser takes seconds per megabyte), PyYAML's own composer and SafeConstru
 - only plain data: SafeConstructor refuses `!!python/...` tags, so no code runs while reading;
 - dates stay strings: a schema's `default: 2024-01-01` must stay JSON;
 - nesting is bounded (`guard.MAX_DEPTH`): the composer is recursive Python, and libyaml's own composer
-  is recursive C that crashes the process on a few hundred thousand levels, so it is not used;
+  is recursive C that crashes the process on a few hundred thousand levels, so it is not used. Newer
+  libyaml builds (PyYAML 6.0.4's wheels) stop at 1,000 levels of their own while scanning ahead, before
+  the composer sees a node; the text before that point is then composed alone, so that the error still
+  names where level MAX_DEPTH + 1 opens, whichever PyYAML is installed;
 - merge keys (`<<`) keep one entry per key as they merge, so chained merges cannot grow exponentially
   (a "merge-key bomb"); what the mapping means is unchanged;
 - integers longer than Python converts are an error with their line, not a bare ValueError.
@@ -38,6 +41,8 @@ except ImportError:  # PyYAML built without libyaml
     from yaml.scanner import Scanner
 
     _PARSER = (Reader, Scanner, Parser)
+_LIBYAML_NESTING_CAP = "maximum nesting depth"  # in the problem libyaml >= 0.2.5 reports at its own cap
+_TOO_DEEP = f"nested deeper than {MAX_DEPTH} levels; {DEPTH_HINT}"
 
 
 class BeyondLimit(yaml.MarkedYAMLError):
@@ -58,8 +63,7 @@ class CatalogLoader(Composer, *_PARSER, SafeConstructor, Resolver):  # type: ign
         self._depth += 1
         try:
             if self._depth > MAX_DEPTH:
-                raise BeyondLimit(None, None, f"nested deeper than {MAX_DEPTH} levels; {DEPTH_HINT}",
-                                  self.peek_event().start_mark)
+                raise BeyondLimit(None, None, _TOO_DEEP, self.peek_event().start_mark)
             return Composer.compose_node(self, parent, index)
         finally:
             self._depth -= 1
@@ -102,11 +106,33 @@ def load(text: str, source: str) -> Any:
     """The one document in `text`; a problem raises CatalogError naming `source` and, where known, the
     line and column."""
     try:
-        return yaml.load(text, Loader=CatalogLoader)  # noqa: S506 - SafeConstructor: plain data only
+        return _compose(text)
     except yaml.MarkedYAMLError as exc:
         raise CatalogError(_marked_message(exc, source)) from None
     except yaml.YAMLError as exc:
         raise CatalogError(f"{source}: invalid YAML ({exc})") from None
+
+
+def _compose(text: str) -> Any:
+    try:
+        return yaml.load(text, Loader=CatalogLoader)  # noqa: S506 - SafeConstructor: plain data only
+    except yaml.MarkedYAMLError as exc:
+        if _LIBYAML_NESTING_CAP not in str(exc.problem) or exc.problem_mark is None:
+            raise
+        raise _first_too_deep(text, exc.problem_mark) from None
+
+
+def _first_too_deep(text: str, capped_at: Any) -> BeyondLimit:
+    """The depth error for a text libyaml refused at its own cap (`capped_at`, where level 1,001 opens).
+    Levels MAX_DEPTH + 1 to 1,000 all open before that point, so composing the text before it stops at
+    the first of them, and names its place."""
+    try:
+        yaml.load(text[:capped_at.index], Loader=CatalogLoader)  # noqa: S506 - as in _compose
+    except BeyondLimit as exc:
+        return exc
+    except yaml.YAMLError:
+        pass
+    return BeyondLimit(None, None, _TOO_DEEP, capped_at)
 
 
 def _marked_message(exc: yaml.MarkedYAMLError, source: str) -> str:
