@@ -86,8 +86,9 @@ def test_bm25_usage_field_scores_by_hand(tools):
     assert not plain.any()  # no tool mentions these words
     scout.learn([ev("umbrella needed drizzle drizzle", "files.read"), ev("umbrella", "mail.send")])
     got = scout.retriever.scores("umbrella drizzle")
-    # the usage field: files.read has [umbrella, need, drizzl, drizzl] (4 words), mail.send [umbrella] (1)
-    n, k1, b, avgdl = len(tools), 1.5, 0.75, (4 + 1) / 2
+    # the usage field: files.read has [umbrella, need, drizzl, drizzl] (4 words), mail.send [umbrella] (1);
+    # idf counts the 2 requests: umbrella is in both, drizzl in one
+    n, k1, b, avgdl = 2, 1.5, 0.75, (4 + 1) / 2
     idf = {"umbrella": np.log(1 + (n - 2 + 0.5) / 2.5), "drizzl": np.log(1 + (n - 1 + 0.5) / 1.5)}
 
     def term(tf, length, word):
@@ -99,6 +100,30 @@ def test_bm25_usage_field_scores_by_hand(tools):
     assert np.count_nonzero(got) == 2
     scout.forget("a")
     assert np.array_equal(scout.retriever.scores("umbrella drizzle"), plain)
+
+
+def test_bm25_usage_idf_counts_requests_and_forgetting_a_source_leaves_what_the_others_taught(tools):
+    """The idf of the usage field reads how many taught requests use a word: forgetting one source must
+    leave exactly the field that the other sources alone build, and a deleted tool's requests go too."""
+    queries = ["can you find the umbrella forecast", "drizzle forecast please", "umbrella"]
+    others = [ev("can you find drizzle", "files.read", source="b"), ev("can you find an umbrella", "mail.send", source="b"),
+              ev("forecast", "stocks.quote", source="b")]
+    both = ToolScout.from_tools(tools, retriever="bm25")
+    both.learn([ev("can you find umbrella forecast", "files.read"), ev("can you", "mail.send"),
+                ev("   the of and  ", "files.read")] + others)  # stopwords only: teaches nothing
+    only_b = ToolScout.from_tools(tools, retriever="bm25")
+    only_b.learn(others)
+    assert not np.array_equal(both.retriever.scores(queries[0]), only_b.retriever.scores(queries[0]))
+    both.forget("a")
+    for query in queries:
+        assert np.array_equal(both.retriever.scores(query), only_b.retriever.scores(query))
+    both.remove(["stocks.quote"])
+    only_files_mail = ToolScout.from_tools([t for t in tools if t.id != "stocks.quote"], retriever="bm25")
+    only_files_mail.learn(others[:2])
+    rows, rows_ref = both.retriever.rows.row_of, only_files_mail.retriever.rows.row_of
+    for query in queries:
+        got, want = both.retriever.scores(query), only_files_mail.retriever.scores(query)
+        assert {t: got[r] for t, r in rows.items()} == {t: want[r] for t, r in rows_ref.items()}
 
 
 def test_a_tool_with_no_feedback_ranks_exactly_as_before_and_edits_keep_feedback(tools, encoder, tmp_path):

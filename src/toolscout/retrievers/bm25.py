@@ -23,7 +23,7 @@ from .bm25_index import InvertedIndex
 
 _TOKEN = re.compile(r"(?u)\b\w\w+\b")
 USAGE_FILE = "usage.json"
-USAGE_WEIGHT = 0.5  # chosen on validation (benchmarks/learn_replay.py; docs/learning.md)
+USAGE_WEIGHT = 0.25  # chosen on validation, partial feedback included (docs/learning.md)
 
 
 class Tokenizer:
@@ -64,9 +64,13 @@ class Tokenizer:
 
 class UsageField:
     """The words of the requests that taught each tool (`toolscout.feedback`), searched as a second field
-    of the tool's document with the same BM25 formula (Lucene idf over the whole catalog, k1, b; lengths
-    against the mean length of the taught tools' fields). Kept per (tool, source), so a source can be
-    taken back exactly; updated per tool, so one event costs the words of one tool's requests."""
+    of the tool's document with BM25 (k1, b; lengths against the mean length of the taught tools' fields).
+
+    Its idf counts requests, not tools: a word is informative if few requests use it. Requests share
+    words that tool descriptions lack ("can you find me"); counted over tools, such a word is rare while
+    few tools are taught, so those few tools matched almost any task and pulled ahead of untaught ones
+    (validation: docs/learning.md). Kept per (tool, source), so a source can be taken back exactly;
+    updated per tool, so one event costs the words of one tool's requests."""
 
     def __init__(self, k1: float, b: float):
         self.k1, self.b = k1, b
@@ -74,21 +78,38 @@ class UsageField:
         self.postings: dict[str, dict[str, int]] = {}  # term -> tool -> term frequency
         self.terms: dict[str, set[str]] = {}  # tool -> the terms it is indexed under
         self.lengths: dict[str, int] = {}  # tool -> words in its field
+        self.request_df: Counter[str] = Counter()  # term -> taught requests that contain it
+        self.request_count = 0
 
     def __len__(self) -> int:
         return len(self.lengths)
 
     def add(self, tool_id: str, source: str, tokens: list[str]) -> None:
+        if not tokens:  # a request of stopwords only teaches this field nothing
+            return
         self.requests.setdefault(tool_id, {}).setdefault(source, []).append(tokens)
+        self._count([tokens], +1)
         self._reindex(tool_id)
 
     def forget(self, tool_id: str, source: str) -> None:
-        if self.requests.get(tool_id, {}).pop(source, None) is not None:
+        removed = self.requests.get(tool_id, {}).pop(source, None)
+        if removed is not None:
+            self._count(removed, -1)
             self._reindex(tool_id)
 
     def drop(self, tool_id: str) -> None:
-        self.requests.pop(tool_id, None)
+        for removed in self.requests.pop(tool_id, {}).values():
+            self._count(removed, -1)
         self._reindex(tool_id)
+
+    def _count(self, requests: list[list[str]], sign: int) -> None:
+        """Count `requests` in (+1) or out (-1) of the request frequencies the idf reads."""
+        self.request_count += sign * len(requests)
+        for tokens in requests:
+            for term in set(tokens):
+                self.request_df[term] += sign
+                if not self.request_df[term]:
+                    del self.request_df[term]
 
     def _reindex(self, tool_id: str) -> None:
         for term in self.terms.pop(tool_id, ()):
@@ -110,12 +131,13 @@ class UsageField:
     def scores(self, tokens: list[str], rows: RowTable) -> np.ndarray:
         """This field's BM25 score of every row for the query words `tokens`."""
         out = np.zeros(len(rows), dtype=np.float32)
-        n, avgdl = len(rows), sum(self.lengths.values()) / len(self.lengths)
+        n, avgdl = self.request_count, sum(self.lengths.values()) / len(self.lengths)
         for term in tokens:
             tools = self.postings.get(term)
             if not tools:
                 continue
-            idf = np.log(1.0 + (n - len(tools) + 0.5) / (len(tools) + 0.5))
+            df = self.request_df[term]
+            idf = np.log(1.0 + (n - df + 0.5) / (df + 0.5))
             for tool_id, tf in tools.items():
                 row = rows.row_of.get(tool_id)
                 if row is not None:
@@ -130,7 +152,9 @@ class UsageField:
     def from_dict(cls, data: dict, k1: float, b: float) -> "UsageField":
         field = cls(k1, b)
         for tool_id, sources in data.items():
-            field.requests[tool_id] = {s: [list(t) for t in tokens] for s, tokens in sources.items()}
+            field.requests[tool_id] = {s: [list(t) for t in tokens if t] for s, tokens in sources.items()}
+            for requests in field.requests[tool_id].values():
+                field._count(requests, +1)
             field._reindex(tool_id)
         return field
 
