@@ -32,6 +32,7 @@ from pathlib import Path
 from common import DEFAULT_DATA, machine_line, percentile, write_json
 
 CURVE = (0, 100, 1000, None)  # None: every event
+VALIDATION_CURVE = (100, 1000, 3000, None)  # --in-process --curve: partial feedback, as a deployment starts
 
 
 def feedback_and_queries(data: Path, name: str, split: str, fraction: float = 0.1):
@@ -59,7 +60,8 @@ def ndcg(rankings, queries, k=10) -> float:
 # ------------------------------------------------------------------------------------ in process
 
 def in_process(args, bench, events, queries, encoder) -> dict:
-    """nDCG@10 after learning all events, for each (prior, usage weight) asked for."""
+    """nDCG@10 after learning all events (with --curve: after each point of VALIDATION_CURVE), for each
+    (prior, usage weight) asked for."""
     from toolscout.pipeline import ToolScout
 
     out = {}
@@ -67,6 +69,7 @@ def in_process(args, bench, events, queries, encoder) -> dict:
     scout = ToolScout.from_tools(bench.tools, encoder=encoder, **options)
     texts = [q.text for q in queries]
     out["none"] = ndcg(scout.retrieve(texts, 10).as_lists(), queries)
+    points = VALIDATION_CURVE if args.curve else (None,)
     for prior in args.prior or [None]:
         for weight in args.usage_weight or [None]:
             for component in scout.retriever.components if hasattr(scout.retriever, "components") else [scout.retriever]:
@@ -74,10 +77,13 @@ def in_process(args, bench, events, queries, encoder) -> dict:
                     component.learned.prior = prior
                 if weight is not None and hasattr(component, "usage_weight"):
                     component.usage_weight = weight
-            for source in list(scout.ledger.sources()):
-                scout.forget(source)
-            scout.learn(events)
-            out[f"prior={prior} usage_weight={weight}"] = ndcg(scout.retrieve(texts, 10).as_lists(), queries)
+            scores = []
+            for point in points:
+                for source in list(scout.ledger.sources()):
+                    scout.forget(source)
+                scout.learn(events[:point])
+                scores.append(ndcg(scout.retrieve(texts, 10).as_lists(), queries))
+            out[f"prior={prior} usage_weight={weight}"] = scores if args.curve else scores[0]
             print(bench.name, out, file=sys.stderr, flush=True)
     return out
 
@@ -185,7 +191,8 @@ def plot(results: dict, path: str) -> None:
     ax.set_xscale("log")
     ax.set_xlabel("feedback events posted (log; 0 plotted at 1)")
     ax.set_ylabel("nDCG@10 on held-out queries")
-    ax.set_title("toolscout learning from use (dotted: offline Tool2Vec)")
+    dotted = any(result.get("tool2vec") is not None for result in results.values())
+    ax.set_title("toolscout learning from use" + (" (dotted: offline Tool2Vec)" if dotted else ""))
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -200,6 +207,8 @@ def main(argv=None) -> int:
     parser.add_argument("--in-process", action="store_true", help="learn in this process (sweeps; no server)")
     parser.add_argument("--prior", type=float, action="append", help="blend prior(s) to try (--in-process)")
     parser.add_argument("--usage-weight", type=float, action="append", help="BM25 usage weight(s) (--in-process)")
+    parser.add_argument("--curve", action="store_true",
+                        help="--in-process: score after the first 100, 1,000, 3,000 and all events, not only all")
     parser.add_argument("--tool2vec", action="store_true", help="also offline Tool2Vec on the same queries")
     parser.add_argument("--retriever", default=None, help="--in-process: the first stage (default: the default)")
     parser.add_argument("--batch", type=int, default=200, help="events per POST /feedback")
