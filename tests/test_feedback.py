@@ -1,6 +1,8 @@
 """Learning from use: the ledger's rules, the retrievers' live learning checked against the formulas by
 hand, and the pipeline's learn / forget / save."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -124,6 +126,34 @@ def test_bm25_usage_idf_counts_requests_and_forgetting_a_source_leaves_what_the_
     for query in queries:
         got, want = both.retriever.scores(query), only_files_mail.retriever.scores(query)
         assert {t: got[r] for t, r in rows.items()} == {t: want[r] for t, r in rows_ref.items()}
+
+
+def test_bm25_usage_scores_cached_by_a_search_follow_later_writes(tools):
+    """The usage field keeps each term's scores between writes: after a search has filled that cache,
+    deleting an untaught tool (the rows below it move up), adding a tool and teaching one more request
+    must each score exactly as an index built fresh in that state."""
+    query = "umbrella drizzle forecast"
+    extra = dataclasses.replace(tools[1], id="extra.tool", name="extra_tool")
+    taught = [ev("umbrella drizzle", tools[-1].id), ev("drizzle forecast", tools[-2].id)]
+    more = ev("umbrella forecast", "extra.tool")
+
+    def same_as_fresh(catalog, events):
+        fresh = ToolScout.from_tools(catalog, retriever="bm25")
+        fresh.learn(events)
+        got, want = scout.retriever.scores(query), fresh.retriever.scores(query)
+        rows, rows_fresh = scout.retriever.rows.row_of, fresh.retriever.rows.row_of
+        assert {t: got[r] for t, r in rows.items()} == {t: want[r] for t, r in rows_fresh.items()}
+        assert all(got[rows[e.tool_ids[0]]] > 0 for e in events)  # the usage field is in play
+
+    scout = ToolScout.from_tools(tools, retriever="bm25")
+    scout.learn(taught)
+    same_as_fresh(tools, taught)  # and fills the cache
+    scout.remove([tools[0].id])
+    same_as_fresh(tools[1:], taught)
+    scout.add([extra])
+    same_as_fresh(tools[1:] + [extra], taught)
+    scout.learn([more])
+    same_as_fresh(tools[1:] + [extra], taught + [more])
 
 
 def test_a_tool_with_no_feedback_ranks_exactly_as_before_and_edits_keep_feedback(tools, encoder, tmp_path):

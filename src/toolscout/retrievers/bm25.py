@@ -78,8 +78,12 @@ class UsageField:
         self.postings: dict[str, dict[str, int]] = {}  # term -> tool -> term frequency
         self.terms: dict[str, set[str]] = {}  # tool -> the terms it is indexed under
         self.lengths: dict[str, int] = {}  # tool -> words in its field
+        self.total_length = 0  # sum of `lengths`, kept as they change: a search reads the mean in O(1)
         self.request_df: Counter[str] = Counter()  # term -> taught requests that contain it
         self.request_count = 0
+        # each term's (rows, scores), built when a search first needs it and dropped by any change of
+        # this field or of the rows (`rows_changed`): a search then costs a few vector additions
+        self._term_scores: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
     def __len__(self) -> int:
         return len(self.lengths)
@@ -112,12 +116,13 @@ class UsageField:
                     del self.request_df[term]
 
     def _reindex(self, tool_id: str) -> None:
+        self._term_scores.clear()  # a change moves the request count and mean length: every term's idf
         for term in self.terms.pop(tool_id, ()):
             tools = self.postings[term]
             tools.pop(tool_id, None)
             if not tools:
                 del self.postings[term]
-        self.lengths.pop(tool_id, None)
+        self.total_length -= self.lengths.pop(tool_id, 0)
         words = Counter(w for source in sorted(self.requests.get(tool_id, {}))
                         for tokens in self.requests[tool_id][source] for w in tokens)
         if not words:
@@ -127,23 +132,33 @@ class UsageField:
             self.postings.setdefault(term, {})[tool_id] = tf
         self.terms[tool_id] = set(words)
         self.lengths[tool_id] = sum(words.values())
+        self.total_length += self.lengths[tool_id]
+
+    def rows_changed(self) -> None:
+        """The retriever's rows were rebuilt or moved up (tools removed): cached rows are stale."""
+        self._term_scores.clear()
 
     def scores(self, tokens: list[str], rows: RowTable) -> np.ndarray:
         """This field's BM25 score of every row for the query words `tokens`."""
         out = np.zeros(len(rows), dtype=np.float32)
-        n, avgdl = self.request_count, sum(self.lengths.values()) / len(self.lengths)
         for term in tokens:
-            tools = self.postings.get(term)
-            if not tools:
-                continue
-            df = self.request_df[term]
-            idf = np.log(1.0 + (n - df + 0.5) / (df + 0.5))
-            for tool_id, tf in tools.items():
-                row = rows.row_of.get(tool_id)
-                if row is not None:
-                    norm = tf + self.k1 * (1 - self.b + self.b * self.lengths[tool_id] / avgdl)
-                    out[row] += idf * tf * (self.k1 + 1) / norm
+            found = self._term_scores.get(term)
+            if found is None:
+                found = self._term_scores[term] = self._score_term(term, rows)
+            out[found[0]] += found[1]
         return out
+
+    def _score_term(self, term: str, rows: RowTable) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, float64 scores) of the taught tools whose field holds `term` (empty when none does)."""
+        tools = [(rows.row_of[t], tf, self.lengths[t]) for t, tf in self.postings.get(term, {}).items()
+                 if t in rows.row_of]
+        if not tools:
+            return np.zeros(0, dtype=np.int64), np.zeros(0)
+        where, tf, length = (np.asarray(column) for column in zip(*tools))
+        df, n, avgdl = self.request_df[term], self.request_count, self.total_length / len(self.lengths)
+        idf = np.log(1.0 + (n - df + 0.5) / (df + 0.5))
+        norm = tf + self.k1 * (1 - self.b + self.b * length / avgdl)
+        return where.astype(np.int64), idf * tf * (self.k1 + 1) / norm
 
     def to_dict(self) -> dict:
         return self.requests
@@ -190,6 +205,7 @@ class BM25Retriever:
         self.rows = RowTable([t.id for t in tools], [t.namespace for t in tools])
         self.tokens = [self.tokenizer(tool_text(t, self.view)) for t in tools]
         self._rebuild()
+        self.usage.rows_changed()
 
     def add(self, tools: Sequence[Tool]) -> None:
         for tool in tools:
@@ -210,6 +226,7 @@ class BM25Retriever:
             keep = self.rows.remove_rows(rows)
             self.tokens = [tok for tok, k in zip(self.tokens, keep) if k]
             self._index.remove_rows(keep)
+        self.usage.rows_changed()
         for tool_id in ids:
             self.usage.drop(tool_id)  # a deleted tool's feedback goes with it
 
