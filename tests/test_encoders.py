@@ -312,7 +312,7 @@ def test_int8_is_used_only_for_a_model_whose_recorded_quality_check_passed(tmp_p
     a failed check, or a recorded delta beyond the tolerance); an index searches with what built it."""
     import shutil
 
-    from toolscout.encoders import Encoder, resolve_model
+    from toolscout.encoders import PROBE_TEXTS, Encoder, resolve_model
     from toolscout.encoders.quality import TOLERANCE, record, verdict
 
     folder = tmp_path / "model"
@@ -323,10 +323,19 @@ def test_int8_is_used_only_for_a_model_whose_recorded_quality_check_passed(tmp_p
     assert failed["passed"] is False and failed["macro_delta"] == pytest.approx(-0.4)
     record(folder, failed)
     assert Encoder.load(str(folder), cache_dir=cache).backend_in_use == "onnx"
-    passed = verdict({"a": 50.0, "b": 60.0}, {"a": 49.9, "b": 60.2})  # +0.05
+    int8_probes = Encoder.load(str(folder), cache_dir=cache, backend="onnx-int8").encode(list(PROBE_TEXTS))
+    passed = verdict({"a": 50.0, "b": 60.0}, {"a": 49.9, "b": 60.2}, probe_vectors=int8_probes)  # +0.05
     assert passed["passed"] is True and abs(passed["macro_delta"]) < TOLERANCE
+    record(folder, {key: value for key, value in passed.items() if key != "probe_vectors"})
+    assert Encoder.load(str(folder), cache_dir=cache).backend_in_use == "onnx"  # not tied to an encoding
     record(folder, passed)
     assert Encoder.load(str(folder), cache_dir=cache).backend_in_use == "onnx-int8"
+    # a check of another encoding (here float32's vectors, cosine ~0.995 to int8's) does not vouch for this one
+    exact_probes = Encoder.load(str(folder), cache_dir=cache, backend="onnx").encode(list(PROBE_TEXTS))
+    record(folder, verdict({"a": 50.0, "b": 60.0}, {"a": 49.9, "b": 60.2}, probe_vectors=exact_probes))
+    elsewhere = Encoder.load(str(folder), cache_dir=cache)
+    assert elsewhere.backend_in_use == "onnx" and "not the one whose quality was checked" in elsewhere.fallback_reason
+    record(folder, passed)
     assert Encoder.load(str(folder), cache_dir=cache, backend="exact").backend_in_use == "onnx"
     # an index built with int8 records it, and is searched with int8 whatever the model's record says later
     from toolscout.retrievers.dense import DenseRetriever

@@ -13,10 +13,12 @@ Two backends compute the same embeddings:
   The export is checked against the torch model on probe texts (cosine >= 0.9999 each, also in a padded
   batch) before it is cached; a model that fails the check, or an unsupported pipeline (modules other
   than Transformer/Pooling/Normalize, a default prompt, a slow tokenizer), stays on torch.
-- `onnx-int8`: the plain graph with dynamically quantised int8 weights (per channel). Less CPU but not
-  the same vectors (cosine ~0.99 to float32's), so it is used by `auto` only for a model whose recorded
-  retrieval-quality check passed (`encoders/quality.py`: macro nDCG@10 over the dev sets moved by less
-  than 0.3); an index records which kind of encoding built it and is searched with the same kind.
+- `onnx-int8`: the same graph (fused where fusion applies) with dynamically quantised int8 weights (per
+  channel): about a third of float32's CPU per query on a CPU with AVX-512 VNNI, but not the same vectors
+  (cosine ~0.995 to float32's), so `auto` uses it only for a model whose recorded retrieval-quality check
+  passed (`encoders/quality.py`: macro nDCG@10 over the dev sets moved by less than 0.3) and only where
+  this machine's int8 export reproduces the vectors that check measured; an index records which kind of
+  encoding built it and is searched with the same kind.
 
 `backend="auto"` (the default) uses `onnx-int8` on a CPU for a model with a passed quality check, else
 `onnx` when onnxruntime and onnx are installed and the export passes its check, and falls back to torch
@@ -63,7 +65,7 @@ from .onnx_export import (
     pooling_spec,
 )
 from .onnx_runtime import OnnxEncoder, runtime_graph
-from .quality import approved
+from .quality import SAME_ENCODING_COSINE, approved, recorded, same_encoding
 from .query_cache import QueryCache
 from .resolve import DEFAULT_MODEL, default_device, default_encoder_name, local_model_folder, resolve_model
 from .torch_utils import SMALL_TORCH_BATCH, few_torch_threads, quiet_transformers, st_dimension, weights_version
@@ -185,6 +187,8 @@ class Encoder:
             return "torch"
         try:
             self._onnx = self._load_onnx(variant)
+            if chooses and variant == "onnx-int8" and not self._int8_is_the_checked_one():
+                self._onnx, variant = self._load_onnx("onnx"), "onnx"
             return variant
         except (OnnxUnavailable, MissingDependency) as exc:
             if not chooses:
@@ -194,6 +198,16 @@ class Encoder:
             log("encoder %s: ONNX backend unavailable, using torch: %s", self.name, exc)
             self._torch_model()
             return "torch"
+
+    def _int8_is_the_checked_one(self) -> bool:
+        """Whether this machine's int8 export encodes the probe texts as the recorded quality check's did
+        (int8 kernels differ between CPUs; `encoders/quality.py`). If not, say why (float32 is used)."""
+        same, worst = same_encoding(recorded(self.path), self._onnx.encode(list(PROBE_TEXTS)))
+        if not same:
+            self.fallback_reason = (f"the int8 encoding on this machine is not the one whose quality was checked "
+                                    f"(probe cosine {worst:.4f} < {SAME_ENCODING_COSINE}); using float32")
+            logger.info("encoder %s: %s", self.name, self.fallback_reason)
+        return same
 
     def _load_onnx(self, variant: str) -> "OnnxEncoder":
         try:

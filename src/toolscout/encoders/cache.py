@@ -17,7 +17,14 @@ import tempfile
 from pathlib import Path
 
 from ..errors import MissingDependency
-from .onnx_export import MIN_PROBE_COSINE, ONNX_EXPORT_FORMAT, OnnxUnavailable, check_onnx_export, export_onnx
+from .onnx_export import (
+    FUSED_GRAPHS,
+    MIN_PROBE_COSINE,
+    ONNX_EXPORT_FORMAT,
+    OnnxUnavailable,
+    check_onnx_export,
+    export_onnx,
+)
 from .onnx_runtime import OnnxEncoder
 from .torch_utils import state_digest
 
@@ -102,7 +109,7 @@ def _export_checked(st_model, folder: Path, variant: str, native_max_seq_length:
     try:
         check_onnx_export(st_model, OnnxEncoder(folder, max_seq_length), MIN_PROBE_COSINE[variant])
     except OnnxUnavailable as exc:
-        if spec["graph"] != "fused":
+        if spec["graph"] not in FUSED_GRAPHS:
             raise
         logger.info("encoder %s: fused ONNX graph failed its check (%s); trying the plain graph", label, exc)
         export_onnx(st_model, folder, variant, fuse=False, max_seq_length=native_max_seq_length)

@@ -8,17 +8,26 @@ and the faster one passes when macro nDCG@10 moves by less than `TOLERANCE` poin
 recorded with the model (`record`): in a packaged model's manifest, or in `toolscout-quality.json` in a
 model folder. `backend="auto"` uses int8 only for a model whose recorded check passed; any other model,
 and a check that failed or is missing, stays on float32.
+
+A check holds for the int8 vectors it measured, and int8 kernels differ between CPUs (AVX2 without
+VNNI saturates where AVX-512 VNNI does not) and between onnxruntime releases. So the record keeps the
+checked encoder's embeddings of the export probe texts (`probe_vectors`), and a model's int8 export is
+used only where it reproduces them (`same_encoding`); elsewhere `auto` stays on float32 and says why.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 QUALITY_FILE = "toolscout-quality.json"
 PACKAGED_FILE = "toolscout-packaged.json"  # what `packaged.assemble` leaves in an assembled model folder
 TOLERANCE = 0.3  # points of macro nDCG@10 on the dev test splits a faster encoding may move
+SAME_ENCODING_COSINE = 0.999  # a probe vector this close to the recorded one: the same int8 kernels (to rounding)
 
 
 def recorded(model_folder: str | Path, variant: str = "onnx-int8") -> dict[str, Any] | None:
@@ -34,19 +43,53 @@ def recorded(model_folder: str | Path, variant: str = "onnx-int8") -> dict[str, 
 
 
 def approved(model_folder: str | Path, variant: str = "onnx-int8") -> bool:
-    """True when `variant` passed the recorded check: |Δ macro nDCG@10| < TOLERANCE."""
+    """True when `variant` passed the recorded check (|Δ macro nDCG@10| < TOLERANCE) and the record keeps
+    the probe vectors that tie it to one encoding."""
     check = recorded(model_folder, variant)
-    return bool(check) and bool(check.get("passed")) and abs(float(check.get("macro_delta", 1e9))) < TOLERANCE
+    return bool(check) and bool(check.get("passed")) and abs(float(check.get("macro_delta", 1e9))) < TOLERANCE \
+        and bool(check.get("probe_vectors"))
 
 
-def verdict(per_set_exact: dict[str, float], per_set_fast: dict[str, float]) -> dict[str, Any]:
-    """The check's record from both encodings' nDCG@10 per set (the same sets and queries)."""
+def verdict(per_set_exact: dict[str, float], per_set_fast: dict[str, float],
+            probe_vectors: np.ndarray | None = None) -> dict[str, Any]:
+    """The check's record from both encodings' nDCG@10 per set (the same sets and queries) and the fast
+    encoder's embeddings of the export probe texts (`onnx_export.PROBE_TEXTS`)."""
     sets = sorted(per_set_exact)
     exact = sum(per_set_exact[s] for s in sets) / len(sets)
     fast = sum(per_set_fast[s] for s in sets) / len(sets)
-    return {"passed": abs(fast - exact) < TOLERANCE, "macro_exact": round(exact, 3), "macro_fast": round(fast, 3),
-            "macro_delta": round(fast - exact, 3), "tolerance": TOLERANCE,
-            "per_set": {s: {"exact": round(per_set_exact[s], 3), "fast": round(per_set_fast[s], 3)} for s in sets}}
+    check = {"passed": abs(fast - exact) < TOLERANCE, "macro_exact": round(exact, 3), "macro_fast": round(fast, 3),
+             "macro_delta": round(fast - exact, 3), "tolerance": TOLERANCE,
+             "per_set": {s: {"exact": round(per_set_exact[s], 3), "fast": round(per_set_fast[s], 3)} for s in sets}}
+    if probe_vectors is not None:
+        check["probe_vectors"] = _pack(probe_vectors)
+    return check
+
+
+def same_encoding(check: dict[str, Any], probe_vectors: np.ndarray) -> tuple[bool, float]:
+    """Whether `probe_vectors` (this machine's encoding of the probe texts) are the ones the check
+    measured: (every probe's cosine >= SAME_ENCODING_COSINE, the worst cosine)."""
+    recorded_vectors = _unpack(check.get("probe_vectors") or "")
+    if recorded_vectors is None or recorded_vectors.shape != probe_vectors.shape:
+        return False, float("nan")
+    norms = np.linalg.norm(recorded_vectors, axis=1) * np.linalg.norm(probe_vectors, axis=1)
+    cosines = np.sum(recorded_vectors * probe_vectors, axis=1) / np.where(norms > 0, norms, 1.0)
+    worst = float(cosines.min()) if len(cosines) else float("nan")
+    return bool(len(cosines)) and worst >= SAME_ENCODING_COSINE, worst
+
+
+def _pack(vectors: np.ndarray) -> str:
+    """float16 rows as base64 text (`rows x dim` in front): compact enough for a JSON manifest."""
+    rows = np.asarray(vectors, dtype=np.float16)
+    return f"{rows.shape[0]}x{rows.shape[1]}:" + base64.b64encode(rows.tobytes()).decode("ascii")
+
+
+def _unpack(text: str) -> np.ndarray | None:
+    try:
+        shape, data = text.split(":", 1)
+        rows, dim = (int(n) for n in shape.split("x"))
+        return np.frombuffer(base64.b64decode(data), dtype=np.float16).reshape(rows, dim).astype(np.float32)
+    except ValueError:  # malformed record: treated as no record
+        return None
 
 
 def record(target: str | Path, check: dict[str, Any], variant: str = "onnx-int8") -> Path:
