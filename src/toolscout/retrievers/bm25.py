@@ -89,11 +89,19 @@ class UsageField:
         return len(self.lengths)
 
     def add(self, tool_id: str, source: str, tokens: list[str]) -> None:
-        if not tokens:  # a request of stopwords only teaches this field nothing
-            return
-        self.requests.setdefault(tool_id, {}).setdefault(source, []).append(tokens)
-        self._count([tokens], +1)
-        self._reindex(tool_id)
+        self.add_many([(tool_id, source, tokens)])
+
+    def add_many(self, taught: Sequence[tuple[str, str, list[str]]]) -> None:
+        """(tool, source, request tokens) in arrival order; each taught tool is re-indexed once."""
+        touched = []
+        for tool_id, source, tokens in taught:
+            if not tokens:  # a request of stopwords only teaches this field nothing
+                continue
+            self.requests.setdefault(tool_id, {}).setdefault(source, []).append(tokens)
+            self._count([tokens], +1)
+            touched.append(tool_id)
+        for tool_id in dict.fromkeys(touched):
+            self._reindex(tool_id)
 
     def forget(self, tool_id: str, source: str) -> None:
         removed = self.requests.get(tool_id, {}).pop(source, None)
@@ -231,19 +239,16 @@ class BM25Retriever:
             self.usage.drop(tool_id)  # a deleted tool's feedback goes with it
 
     def prepare_learning(self, usages: Sequence[Usage]) -> dict[Usage, list[str]]:
-        return {u: self.tokenizer(without_speaker_labels(u.query)) for u in usages}
+        """Each request's terms, tokenised once however many tools it taught."""
+        terms = {q: self.tokenizer(without_speaker_labels(q)) for q in dict.fromkeys(u.query for u in usages)}
+        return {u: terms[u.query] for u in usages}
 
     def learn(self, added: Sequence[Usage] = (), forgotten: Sequence[tuple[str, str]] = (),
               prepared: Mapping[Usage, list[str]] | None = None) -> None:
         """The words of requests that used a tool join its usage field; `forgotten` (tool, source) pairs
         leave it. Nothing else is re-indexed."""
-        prepared = prepared or {}
-        for usage in added:
-            if usage.tool_id in self.rows.row_of:
-                tokens = prepared.get(usage)
-                if tokens is None:
-                    tokens = self.tokenizer(without_speaker_labels(usage.query))
-                self.usage.add(usage.tool_id, usage.source, tokens)
+        prepared = {**self.prepare_learning([u for u in added if u not in (prepared or {})]), **(prepared or {})}
+        self.usage.add_many([(u.tool_id, u.source, prepared[u]) for u in added if u.tool_id in self.rows.row_of])
         for tool_id, source in forgotten:
             self.usage.forget(tool_id, source)
 

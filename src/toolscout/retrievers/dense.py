@@ -177,10 +177,11 @@ class DenseRetriever:
 
     # learning from use ---------------------------------------------------------------------
     def prepare_learning(self, usages: Sequence[Usage]) -> dict[Usage, np.ndarray]:
-        """The requests' embeddings, as queries are embedded at search time."""
-        usages = list(dict.fromkeys(usages))
-        vectors = self.encoder.encode_queries([u.query for u in usages]) if usages else []
-        return dict(zip(usages, vectors))
+        """The requests' embeddings, as queries are embedded at search time (each request once, however
+        many tools it taught)."""
+        queries = list(dict.fromkeys(u.query for u in usages))
+        vectors = dict(zip(queries, self.encoder.encode_queries(queries))) if queries else {}
+        return {u: vectors[u.query] for u in usages}
 
     def learn(self, added: Sequence[Usage] = (), forgotten: Sequence[tuple[str, str]] = (),
               prepared: Mapping[Usage, np.ndarray] | None = None) -> None:
