@@ -8,7 +8,7 @@ compared query by query:
 
   dense/minilm        the old default: dense retrieval with the untrained all-MiniLM-L6-v2
   hybrid-rrf/minilm   the old hybrid: BM25 + that dense, reciprocal-rank fusion (k 60, equal weights)
-  hybrid-score/minilm the new fusion with the untrained encoder (what the fusion alone brings)
+  hybrid/minilm       the default fusion with the untrained encoder (what the fusion alone brings)
   dense/tools         dense retrieval with the packaged tool-tuned encoder (what the encoder alone brings)
   default             `ToolScout.from_tools(tools)`: whatever `toolscout.defaults` says (the others rank
                       each task as one request, as toolscout did before multi-request splitting)
@@ -41,7 +41,7 @@ def systems() -> dict:
         "dense/minilm": lambda t: ToolScout.from_tools(t, retriever="dense", encoder=minilm, **whole),
         "hybrid-rrf/minilm": lambda t: ToolScout.from_tools(t, retriever="hybrid", encoder=minilm, **old_hybrid,
                                                             **whole),
-        "hybrid-score/minilm": lambda t: ToolScout.from_tools(t, retriever="hybrid", encoder=minilm, **whole),
+        "hybrid/minilm": lambda t: ToolScout.from_tools(t, retriever="hybrid", encoder=minilm, **whole),
         "dense/tools": lambda t: ToolScout.from_tools(t, retriever="dense", encoder=tools_encoder, **whole),
         "default": lambda t: ToolScout.from_tools(t),
     }

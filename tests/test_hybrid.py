@@ -22,23 +22,45 @@ def test_rrf_fuses_the_components_rankings_exactly(tools, encoder):
     assert res.scores[0] == pytest.approx([s for _, s in ranked], rel=1e-6)
 
 
-def test_default_fusion_is_min_max_scores_weighted_one_to_one_and_a_half(tools, encoder):
-    # the default (toolscout.defaults): each component's top-depth scores scaled to [0, 1] per query, then
-    # summed with BM25 : dense = 1 : 1.5 -- worked out here from the components' own lists
+def fused_by_hand(components, query: str, depth: int, scale) -> list[tuple[str, float]]:
+    """(tool, score) best first: each component's top-`depth` scores through `scale`, weighted and summed."""
+    expected: dict[str, float] = {}
+    for weight, comp in components:
+        ids, scores = comp.search([query], depth)[0]
+        for tid, s in zip(ids, scale(scores)):
+            expected[tid] = expected.get(tid, 0.0) + weight * float(s)
+    return sorted(expected.items(), key=lambda kv: -kv[1])
+
+
+def test_default_fusion_divides_each_list_by_its_best_score_and_weighs_one_to_three(tools, encoder):
+    # the default (toolscout.defaults): each component's scores divided by its best one per query, then
+    # summed with BM25 : dense = 1 : 3 -- worked out here from the components' own lists
     bm25, dense = make_retriever("bm25"), make_retriever("dense", encoder=encoder)
     hybrid = HybridRetriever([bm25, dense], depth=12)
     hybrid.index(tools)
-    expected: dict[str, float] = {}
-    for weight, comp in ((1.0, bm25), (1.5, dense)):
-        ids, scores = comp.search([QUERY], 12)[0]
-        norm = (scores - scores.min()) / (scores.max() - scores.min())
-        for tid, s in zip(ids, norm):
-            expected[tid] = expected.get(tid, 0.0) + weight * float(s)
-    ranked = sorted(expected.items(), key=lambda kv: -kv[1])[:3]
+    ranked = fused_by_hand(((1.0, bm25), (3.0, dense)), QUERY, 12, lambda s: s / s.max())[:3]
     res = hybrid.search([QUERY], 3)
     assert res.ids[0][0] == "hotels.book"
     assert list(res.ids[0]) == [tid for tid, _ in ranked]
     assert res.scores[0] == pytest.approx([s for _, s in ranked], rel=1e-6)
+    assert res.scores[0][0] <= 4.0 + 1e-6  # a tool best in both lists scores 1 + 3
+
+
+def test_min_max_fusion_scales_each_list_to_the_unit_interval(tools, encoder):
+    bm25, dense = make_retriever("bm25"), make_retriever("dense", encoder=encoder)
+    hybrid = HybridRetriever([bm25, dense], weights=[1.0, 1.5], fusion="score", depth=12)
+    hybrid.index(tools)
+    ranked = fused_by_hand(((1.0, bm25), (1.5, dense)), QUERY, 12,
+                           lambda s: (s - s.min()) / (s.max() - s.min()))[:3]
+    res = hybrid.search([QUERY], 3)
+    assert list(res.ids[0]) == [tid for tid, _ in ranked]
+    assert res.scores[0] == pytest.approx([s for _, s in ranked], rel=1e-6)
+
+
+def test_max_fusion_takes_nothing_from_a_list_without_a_positive_score():
+    hybrid = HybridRetriever(["bm25", "bm25"], fusion="max")
+    assert list(hybrid._contributions(np.array([4.0, 2.0, 1.0]))) == [1.0, 0.5, 0.25]
+    assert list(hybrid._contributions(np.array([-0.1, -0.3]))) == [0.0, 0.0]
 
 
 def test_hybrid_pipeline_saves_loads_and_updates(tools, encoder, tmp_path):
@@ -56,6 +78,6 @@ def test_hybrid_pipeline_saves_loads_and_updates(tools, encoder, tmp_path):
 
 def test_hybrid_rejects_bad_configs():
     with pytest.raises(ValueError, match="fusion"):
-        HybridRetriever(["bm25", "bm25"], fusion="max")
+        HybridRetriever(["bm25", "bm25"], fusion="minmax")
     with pytest.raises(ValueError, match="at least two"):
         HybridRetriever(["bm25"])

@@ -1,9 +1,12 @@
 """Hybrid first stage: fuse the rankings of several retrievers (e.g. BM25 + dense).
 
 `fusion="rrf"` — reciprocal-rank fusion: score(t) = Σ_r w_r / (rrf_k + rank_r(t)), ranks from 1; robust
-because it ignores the retrievers' incomparable score scales. `fusion="score"` — each retriever's
-scores are min–max normalised per query over its top `depth`, then summed with weights; a tool a
-retriever did not return gets 0 from it. Defaults (score fusion, BM25 : dense = 1 : 1.5): `toolscout.defaults`.
+because it ignores the retrievers' incomparable score scales. `fusion="max"` — each retriever's scores
+are divided by its best score for the query (so 1 is the best match and a tool scores by how close it
+comes to it), then summed with weights. `fusion="score"` — the same with min–max scaling over each
+retriever's top `depth`, which stretches a list whose scores are all close (a query no tool fits well)
+as far as one with a clear winner. A tool a retriever did not return gets 0 from it. Defaults (max
+fusion, BM25 : dense = 1 : 3, chosen leaving one training set out at a time): `toolscout.defaults`.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from .base import (
     write_retriever_config,
 )
 
-FUSIONS = ("rrf", "score")
+FUSIONS = ("rrf", "max", "score")
 
 
 class HybridRetriever:
@@ -108,6 +111,8 @@ class HybridRetriever:
         if len(scores) == 0:
             return scores
         low, high = float(scores.min()), float(scores.max())
+        if self.fusion == "max":  # a list whose best score is not positive (no real match) adds nothing
+            return scores / high if high > 0 else np.zeros_like(scores)
         return np.ones_like(scores) if high == low else (scores - low) / (high - low)
 
     def save(self, folder: Path) -> None:
