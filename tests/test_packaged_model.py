@@ -52,3 +52,21 @@ def test_a_base_other_than_the_one_trained_on_is_refused(trained_dir, tmp_path):
     (package / packaging.MANIFEST).write_text(json.dumps({**manifest, "base_sha256": "0" * 64}))
     with pytest.raises(packaging.PackagedModelError, match="different 'minilm' than the one installed"):
         packaging.assemble(package, tmp_path / "cache")
+
+
+def test_a_blended_package_stores_the_weights_between_base_and_trained(trained_dir, tmp_path):
+    """blend 0.5 of a layer trained to half the base's weights stores base + 0.5 * (0.5 * base - base),
+    i.e. 0.75 * base, in float16."""
+    from safetensors.numpy import load_file
+
+    from toolscout.encoders import resolve_model
+
+    package = tmp_path / "blended"
+    info = packaging.package(trained_dir, package, name="blended", blend=0.5, probes=("x",))
+    assert info["blend"] == 0.5 and info["tensors"] == 1
+    name = "encoder.layer.5.output.dense.weight"
+    stored = load_file(str(package / packaging.LAYERS))[name]
+    base = load_file(str(packaging.Path(resolve_model("minilm")) / packaging.WEIGHTS))[name]
+    np.testing.assert_array_equal(stored, (0.75 * base).astype(np.float16))
+    with pytest.raises(ValueError, match="blend"):
+        packaging.package(trained_dir, tmp_path / "bad", name="bad", blend=0.0)

