@@ -171,7 +171,7 @@ def test_cache_file_is_reused_on_second_load(onnx_encoder, cache_dir, monkeypatc
         raise AssertionError("a cached export must not be redone")
 
     monkeypatch.setattr(export_cache, "export_onnx", no_export)
-    again = Encoder.load(None, backend="auto", cache_dir=cache_dir)
+    again = Encoder.load(None, backend="exact", cache_dir=cache_dir)  # float32: the export above
     assert again.backend_in_use == "onnx"
     assert again._model is None  # a cache hit does not even load the torch model
     assert model_file.stat().st_mtime_ns == before
@@ -195,7 +195,7 @@ def test_falls_back_to_torch_when_onnxruntime_is_missing(monkeypatch, tmp_path, 
 def test_in_place_weight_changes_switch_encoding_to_torch(cache_dir):
     import torch
 
-    enc = Encoder.load(None, backend="auto", cache_dir=cache_dir)
+    enc = Encoder.load(None, backend="exact", cache_dir=cache_dir)
     assert enc.backend_in_use == "onnx"
     before = enc.encode(["book a flight"])
     model = enc.model  # e.g. handed to a trainer
@@ -351,3 +351,15 @@ def test_int8_is_used_only_for_a_model_whose_recorded_quality_check_passed(tmp_p
     reloaded = DenseRetriever.load(tmp_path / "index")
     assert reloaded.encoder.backend_in_use == "onnx-int8"
     assert reloaded.search(["mail to Bob"], 1).ids[0][0] == "a"
+
+
+def test_int8_encodes_each_text_alone_so_a_vector_does_not_depend_on_its_batch(cache_dir):
+    """int8 activations are quantised with one scale per tensor: in a shared batch a text's vector would
+    move with the texts beside it (cosine ~0.99). Each text runs alone, so batches give the same rows."""
+    int8 = Encoder.load(None, backend="onnx-int8", cache_dir=cache_dir)
+    assert int8._onnx.per_text
+    alone = np.concatenate([int8.encode([t]) for t in TEXTS])
+    np.testing.assert_array_equal(int8.encode(TEXTS, batch_size=64), alone)
+    np.testing.assert_array_equal(int8.encode(TEXTS[::-1], batch_size=3), alone[::-1])
+    exact = Encoder.load(None, backend="onnx", cache_dir=cache_dir)
+    assert not exact._onnx.per_text  # float32 batches are exact (padding is masked out)

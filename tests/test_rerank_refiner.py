@@ -128,8 +128,10 @@ def test_pipeline_with_refiner_saves_and_loads_as_one_directory(trained, sample_
     scout.save(tmp_path / "p")
     again = ToolScout.load(tmp_path / "p")
     assert again.reranker is not None and again.reranker.depth == 8
-    assert [(h.tool.id, round(h.score, 5)) for h in again.search("set an alarm for 7am", k=3)] == \
-        [(h.tool.id, round(h.score, 5)) for h in hits]
+    reloaded = again.search("set an alarm for 7am", k=3)
+    assert [h.tool.id for h in reloaded] == [h.tool.id for h in hits]
+    # the saved index records an exact (float32) encoding: ONNX after loading, torch here while training
+    assert [h.score for h in reloaded] == pytest.approx([h.score for h in hits], abs=1e-4)
 
 
 def test_wrong_model_dir_is_a_clear_error(tmp_path, trained):
