@@ -22,11 +22,12 @@ from common import DEFAULT_DATA, machine_line, write_json
 MULTI_TOOL = ("toollens", "sealtools", "rotbench", "apibank")
 VARIANTS = {
     "none": None,
-    "max": {"merge": "max"},
-    "max-w0.9": {"merge": "max", "intent_weight": 0.9},
-    "max-w0.8": {"merge": "max", "intent_weight": 0.8},
-    "max-w0.7": {"merge": "max", "intent_weight": 0.7},
-    "max-w0.5": {"merge": "max", "intent_weight": 0.5},
+    "max": {"merge": "max", "late_chunk": True},
+    "max-w0.9": {"merge": "max", "intent_weight": 0.9, "late_chunk": True},
+    "max-w0.8": {"merge": "max", "intent_weight": 0.8, "late_chunk": True},
+    "max-w0.7": {"merge": "max", "intent_weight": 0.7, "late_chunk": True},
+    "max-w0.5": {"merge": "max", "intent_weight": 0.5, "late_chunk": True},
+    "max-w0.7-alone": {"merge": "max", "intent_weight": 0.7, "late_chunk": False},  # each request encoded alone
     "rrf": {"merge": "rrf", "rrf_k": 60, "intent_weight": 1.0},
     "rrf-w0.5": {"merge": "rrf", "rrf_k": 60, "intent_weight": 0.5},
     "rrf-k10": {"merge": "rrf", "rrf_k": 10, "intent_weight": 1.0},

@@ -17,7 +17,7 @@ LAYERS = [
     ("foundation", ["toolscout.errors", "toolscout.registry", "toolscout.defaults", "toolscout.version",
                     "toolscout.artifacts", "toolscout.results", "toolscout.rows", "toolscout.tool",
                     "toolscout.conversation", "toolscout.benchmark", "toolscout.models", "toolscout.llm",
-                    "toolscout.feedback", "toolscout.lru"]),
+                    "toolscout.feedback", "toolscout.lru", "toolscout.task_part"]),
     ("storage, encoders, parsing, measurement", ["toolscout.store", "toolscout.encoders", "toolscout.ingest",
                                                  "toolscout.eval"]),
     ("retrievers", ["toolscout.retrievers"]),

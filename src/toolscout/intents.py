@@ -31,6 +31,7 @@ import numpy as np
 
 from .conversation import latest_turn
 from .results import Results
+from .task_part import TaskPart
 
 MIN_WORDS = 3
 MAX_INTENTS = 6
@@ -140,6 +141,7 @@ class IntentMerge:
     intent_weight: float = 1.0
     rrf_k: int = 60
     depth: int = 50
+    late_chunk: bool = True
     splitter: Callable[[str], list[str]] = split_intents
 
     def __post_init__(self) -> None:
@@ -147,19 +149,20 @@ class IntentMerge:
             raise ValueError(f"unknown intent merge {self.merge!r}; use one of {', '.join(MERGES)}")
 
     def to_dict(self) -> dict:
-        return {"merge": self.merge, "intent_weight": self.intent_weight, "rrf_k": self.rrf_k, "depth": self.depth}
+        return {"merge": self.merge, "intent_weight": self.intent_weight, "rrf_k": self.rrf_k, "depth": self.depth,
+                "late_chunk": self.late_chunk}
 
     @classmethod
     def from_dict(cls, data: dict | None) -> "IntentMerge | None":
         if data is None:
             return None
         return cls(data.get("merge", "max"), float(data.get("intent_weight", 1.0)), int(data.get("rrf_k", 60)),
-                   int(data.get("depth", 50)))
+                   int(data.get("depth", 50)), bool(data.get("late_chunk", False)))  # saved before it: each alone
 
     def search(self, queries: Sequence[str], k: int, search: Callable[[list[str], int], Results]) -> Results:
         """`search(queries, k)` with every multi-request query also searched intent by intent and merged.
         Queries that are one request are answered by `search` itself, untouched."""
-        plans = [self.splitter(q) for q in queries]
+        plans = [self._requests(q) for q in queries]
         if all(len(p) < 2 for p in plans):
             return search(list(queries), k)
         flat, spans = [], []
@@ -178,6 +181,12 @@ class IntentMerge:
             ids.append(merged_ids)
             scores.append(merged_scores)
         return Results(tuple(ids), tuple(scores))
+
+    def _requests(self, query: str) -> list[str]:
+        """The query's requests; with `late_chunk`, each that is a stretch of the query's text is a
+        TaskPart, which encoders pool from the task's own forward pass (`encoders.late_chunk`)."""
+        parts = self.splitter(query)
+        return [TaskPart.find(query, part) for part in parts] if self.late_chunk else [str(p) for p in parts]
 
     def _merge(self, rankings: list[tuple[np.ndarray, np.ndarray]], k: int) -> tuple[np.ndarray, np.ndarray]:
         """One ranking from the whole task's (first) and its requests' (ids, scores); ties keep the order

@@ -47,6 +47,7 @@ import numpy as np
 
 from ..conversation import LATEST_TURN_WEIGHT, emphasise_latest_turn
 from ..errors import MissingDependency
+from ..task_part import TaskPart
 from .cache import (
     default_onnx_cache,
     export_folder,
@@ -64,6 +65,7 @@ from .onnx_export import (
     export_onnx,
     pooling_spec,
 )
+from .late_chunk import TokenRun, onnx_token_runs, torch_token_runs
 from .onnx_runtime import OnnxEncoder, runtime_graph
 from .quality import SAME_ENCODING_COSINE, approved, recorded, same_encoding
 from .query_cache import QueryCache
@@ -274,9 +276,41 @@ class Encoder:
         # what a vector depends on besides the text (weights trained in place change the version)
         live = weights_version(self._model) if self._model is not None else None
         key = (self.backend_in_use, live, self.latest_turn_weight, self.max_seq_length)
-        return self.query_cache.vectors(queries, key, self._encode_queries)
+        return self.query_cache.vectors(queries, key, self._encode_queries, entry=_cache_entry)
 
     def _encode_queries(self, queries: list[str]) -> np.ndarray:
-        vectors = self.encode(queries, batch_size=64)
+        vectors = self._query_vectors(queries)
         return emphasise_latest_turn(vectors, queries, lambda texts: self.encode(texts, batch_size=64),
                                      self.latest_turn_weight)
+
+    def _query_vectors(self, queries: list[str]) -> np.ndarray:
+        """Each query's own vector, except parts of a task (`TaskPart`), which are pooled from their task's
+        token vectors (`late_chunk`): one forward pass per task, whole or cut into requests."""
+        tasks = list(dict.fromkeys(q.task for q in queries if isinstance(q, TaskPart)))
+        runs = dict(zip(tasks, self._token_runs(tasks) or [])) if tasks else {}
+        out = np.zeros((len(queries), self.dim), dtype=np.float32)
+        alone = []
+        for i, query in enumerate(queries):
+            run = runs.get(query.task) if isinstance(query, TaskPart) else runs.get(query)
+            vector = None if run is None else \
+                run.span_vector(query.start, query.end) if isinstance(query, TaskPart) else run.embedding
+            if vector is None:
+                alone.append(i)
+            else:
+                out[i] = vector
+        if alone:
+            out[alone] = self.encode([str(queries[i]) for i in alone], batch_size=64)
+        return out
+
+    def _token_runs(self, texts: list[str]) -> list[TokenRun] | None:
+        """Late-chunking forward passes of `texts` (None: this model or backend cannot pool tokens)."""
+        if self.backend_in_use != "torch" and self._onnx is not None:
+            return onnx_token_runs(self._onnx, texts)
+        model = self._torch_model()
+        with self._lock:
+            return torch_token_runs(model, texts)
+
+
+def _cache_entry(query: str):
+    """What a query vector depends on: its text, or for a part of a task the task and the span."""
+    return query.cache_key if isinstance(query, TaskPart) else str(query)

@@ -20,7 +20,8 @@ from .torch_utils import st_dimension
 
 logger = logging.getLogger(__name__)
 
-ONNX_EXPORT_FORMAT = 2  # bump when the exported graph or meta.json changes meaning (2: int8 quantises the fused graph)
+ONNX_EXPORT_FORMAT = 3  # bump when the exported graph or meta.json changes meaning (2: int8 quantises the fused
+# graph; 3: a second output, "tokens", the token vectors late chunking pools)
 POOLING_MODES = ("cls", "mean", "max", "mean_sqrt_len_tokens")
 MIN_PROBE_COSINE = {"onnx": 0.9999, "onnx-int8": 0.95}  # int8 is checked for sanity only
 FUSED_GRAPHS = ("fused", "int8-fused")  # graphs with a plain fallback when they fail their check
@@ -154,15 +155,17 @@ def _torch_export(graph, args, input_names: list[str], path: Path) -> None:
         warnings.simplefilter("ignore")  # tracer and deprecation warnings: the export is checked afterwards
         try:  # the TorchScript exporter needs only `onnx`; it is deprecated but exact for these models
             torch.onnx.export(
-                graph, args, str(path), dynamo=False, input_names=input_names, output_names=["embedding"],
-                dynamic_axes={**{n: {0: "batch", 1: "sequence"} for n in input_names}, "embedding": {0: "batch"}},
+                graph, args, str(path), dynamo=False, input_names=input_names, output_names=["embedding", "tokens"],
+                dynamic_axes={**{n: {0: "batch", 1: "sequence"} for n in input_names}, "embedding": {0: "batch"},
+                              "tokens": {0: "batch", 1: "sequence"}},
                 opset_version=17, do_constant_folding=True,
             )
             return
         except TypeError:  # a torch without the `dynamo` switch or without the old exporter
             pass
         batch, seq = torch.export.Dim("batch"), torch.export.Dim("sequence")
-        program = torch.onnx.export(graph, args, dynamo=True, input_names=input_names, output_names=["embedding"],
+        program = torch.onnx.export(graph, args, dynamo=True, input_names=input_names,
+                                    output_names=["embedding", "tokens"],
                                     dynamic_shapes=tuple({0: batch, 1: seq} for _ in input_names))
         program.save(str(path))
 
@@ -188,8 +191,17 @@ def _quantize_int8(src: Path, dst: Path) -> None:
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8, per_channel=True,
-                     extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+    root = logging.getLogger()
+    root.addFilter(_quantiser_advice)  # it advises "pre-processing" on the root logger; the export is checked
+    try:
+        quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8, per_channel=True,
+                         extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+    finally:
+        root.removeFilter(_quantiser_advice)
+
+
+def _quantiser_advice(record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith("Please consider to run pre-processing before quantization")
 
 
 def _write_tokenizer(hf_tokenizer, path: Path) -> None:

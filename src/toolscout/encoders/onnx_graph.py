@@ -10,7 +10,8 @@ import torch
 
 class EmbeddingGraph(torch.nn.Module):
     """`transformer`'s hidden states pooled by each of `modes` (concatenated), then L2-normalised; the
-    forward takes the tokenizer's tensors named `input_names`, in that order."""
+    forward takes the tokenizer's tensors named `input_names`, in that order, and returns the pooled
+    vectors and the token vectors (the hidden states, for late chunking: `encoders.late_chunk`)."""
 
     def __init__(self, transformer, input_names: list[str], modes: list[str]):
         super().__init__()
@@ -36,4 +37,4 @@ class EmbeddingGraph(torch.nn.Module):
                 total = (hidden * weights).sum(dim=1)
                 pooled.append(total / (count if mode == "mean" else torch.sqrt(count)))
         vector = torch.cat(pooled, dim=-1) if len(pooled) > 1 else pooled[0]
-        return torch.nn.functional.normalize(vector, p=2.0, dim=1)
+        return torch.nn.functional.normalize(vector, p=2.0, dim=1), hidden

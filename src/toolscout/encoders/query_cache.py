@@ -28,21 +28,27 @@ class QueryCache:
     def misses(self) -> int:
         return self.entries.misses
 
-    def vectors(self, texts: Sequence[str], key: Hashable, compute: Callable[[list[str]], np.ndarray]) -> np.ndarray:
-        """The vector of each text: cached ones as they are, the others from `compute(missing texts)`."""
+    def vectors(self, texts: Sequence[str], key: Hashable, compute: Callable[[list[str]], np.ndarray],
+                entry: Callable[[str], Hashable] = str) -> np.ndarray:
+        """The vector of each text: cached ones as they are, the others from `compute(missing texts)`.
+        `entry(text)`: what the text's vector depends on (a part of a task: the task and the span too)."""
         if self.entries.size == 0:
             return compute(list(texts))
         with self._lock:
             if key != self._key:
                 self.entries.clear()
                 self._key = key
-        found = [self.entries.get(text) for text in texts]
-        missing = list(dict.fromkeys(t for t, v in zip(texts, found) if v is None))
+        keys = [entry(text) for text in texts]
+        found = [self.entries.get(k) for k in keys]
+        missing: dict[Hashable, str] = {}  # entry -> its first text
+        for k, text, vector in zip(keys, texts, found):
+            if vector is None:
+                missing.setdefault(k, text)
         if missing:
-            fresh = dict(zip(missing, compute(missing)))
+            fresh = dict(zip(missing, compute(list(missing.values()))))
             with self._lock:
                 if key == self._key:  # the encoder did not change while these were computed
-                    for text, vector in fresh.items():
-                        self.entries.put(text, vector)
-            found = [fresh[t] if v is None else v for t, v in zip(texts, found)]
+                    for k, vector in fresh.items():
+                        self.entries.put(k, vector)
+            found = [fresh[k] if v is None else v for k, v in zip(keys, found)]
         return np.stack(found).astype(np.float32, copy=False)
