@@ -160,9 +160,9 @@ def _prefilter_pair(vecs, ids, namespaces=None):
     return fast, plain
 
 
-def test_bfloat_prefilter_returns_the_exact_top_k_even_among_near_duplicates():
-    # 40 clusters of 50 vectors each 1e-4 apart: bfloat16 cannot tell a cluster's members apart (its
-    # error is ~1e-3), so only a correct margin keeps the whole cluster for exact rescoring
+def test_int8_prefilter_returns_the_exact_top_k_even_among_near_duplicates():
+    # 40 clusters of 50 vectors each 1e-4 apart: int8 cannot tell a cluster's members apart (its error is
+    # ~1e-2), so only a correct bound keeps the whole cluster for exact rescoring
     rng = np.random.default_rng(7)
     centres = unit(rng, 40, 64)
     vecs = np.repeat(centres, 50, axis=0) + 1e-4 * rng.normal(size=(2000, 64)).astype(np.float32)
@@ -178,12 +178,15 @@ def test_bfloat_prefilter_returns_the_exact_top_k_even_among_near_duplicates():
                 got, want = fast.search(q[None], k, flt), plain.search(q[None], k, flt)
                 assert got.as_lists() == want.as_lists(), (k, flt)
                 np.testing.assert_allclose(got.scores[0], want.scores[0], rtol=0, atol=1e-6)
+            batch = fast.search(queries, k, flt)  # one int8 product for the whole batch: the same answers
+            assert batch.as_lists() == [plain.search(q[None], k, flt).as_lists()[0] for q in queries], (k, flt)
     assert fast.prefilter() is not None and plain.prefilter() is None
     # it does narrow the scan: a query near one cluster keeps about that cluster, not the catalog
-    assert 50 <= len(fast.prefilter().candidates(queries[0], 10, None)) < 200
+    approx, delta = fast.prefilter().bounds(queries[:1])
+    assert 50 <= len(fast.prefilter().candidates(approx[0], delta[0], 10, None)) < 200
 
 
-def test_bfloat_prefilter_follows_updates_and_steps_aside_when_its_bound_fails(monkeypatch):
+def test_int8_prefilter_follows_updates_and_steps_aside_when_its_bound_fails(monkeypatch):
     from toolscout.store import prefilter as prefilter_module
 
     rng = np.random.default_rng(8)
@@ -198,7 +201,7 @@ def test_bfloat_prefilter_follows_updates_and_steps_aside_when_its_bound_fails(m
         store.delete(ids[5:10])
     assert fast.search(q, 5).as_lists() == plain.search(q, 5).as_lists()
 
-    monkeypatch.setattr(prefilter_module, "RELATIVE_BOUND", 1e-9)  # no bfloat16 copy can meet this
+    monkeypatch.setattr(prefilter_module, "BOUND_SAFETY", 1e-9)  # no int8 copy can meet this
     fast._matrix_changed()
     assert fast.prefilter() is None
     assert fast.search(q, 5).as_lists() == plain.search(q, 5).as_lists()

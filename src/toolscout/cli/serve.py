@@ -68,9 +68,10 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    # Concurrent requests already keep the cores busy: a multi-threaded BLAS per vector scan only adds
-    # spinning threads (measured: 2x the CPU per search on 2 cores). Set before numpy loads; overridable.
-    for var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    # Concurrent requests already keep the cores busy: a multi-threaded BLAS (or torch, which runs the
+    # int8 prefilter) per vector scan only adds spinning threads (measured: 2x the CPU per search on
+    # 2 cores). Set before numpy and torch load; overridable.
+    for var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS"):
         os.environ.setdefault(var, "1")
     _check_dependencies(args)
     from ..serve.auth import AuthConfig
