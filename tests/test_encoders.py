@@ -363,3 +363,21 @@ def test_int8_encodes_each_text_alone_so_a_vector_does_not_depend_on_its_batch(c
     np.testing.assert_array_equal(int8.encode(TEXTS[::-1], batch_size=3), alone[::-1])
     exact = Encoder.load(None, backend="onnx", cache_dir=cache_dir)
     assert not exact._onnx.per_text  # float32 batches are exact (padding is masked out)
+
+
+def test_a_long_int8_text_alone_runs_on_every_core_with_the_same_vector(cache_dir, monkeypatch):
+    """A long task encoded alone gets a session with every core (latency); its vector is exactly the
+    single-threaded one, so where a text was encoded (a batch, a pool, alone) never changes it."""
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    int8 = Encoder.load(None, backend="onnx-int8", cache_dir=cache_dir)
+    onnx = int8._onnx
+    long_text = "find the tool that converts this long invoice into a spreadsheet row " * 12
+    long_encoding = onnx.tokenizer.encode(long_text)
+    assert len(long_encoding.ids) >= onnx.WIDE_FROM_TOKENS
+    wide = onnx.session_for(long_encoding)
+    assert wide is not onnx.session
+    assert onnx.session_for(onnx.tokenizer.encode("mail Bob")) is onnx.session  # short texts keep one thread
+    single = onnx.session.run(["embedding"], onnx._feeds([long_encoding]))[0]
+    np.testing.assert_array_equal(int8.encode([long_text]), single)
+    pooled = int8.encode([long_text] + TEXTS * 8)  # 16+ texts: the one-thread pool
+    np.testing.assert_array_equal(pooled[:1], single)

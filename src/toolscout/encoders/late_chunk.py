@@ -46,7 +46,7 @@ def onnx_token_runs(onnx, texts: Sequence[str]) -> list[TokenRun] | None:
         return None
     runs = []
     for encoding in onnx.tokenizer.encode_batch([str(t) for t in texts]):
-        embedding, tokens = onnx.session.run(["embedding", "tokens"], onnx._feeds([encoding]))
+        embedding, tokens = onnx.session_for(encoding).run(["embedding", "tokens"], onnx._feeds([encoding]))
         runs.append(TokenRun(embedding[0].astype(np.float32), tokens[0].astype(np.float32), encoding.offsets))
     return runs
 
