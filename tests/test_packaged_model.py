@@ -70,3 +70,52 @@ def test_a_blended_package_stores_the_weights_between_base_and_trained(trained_d
     np.testing.assert_array_equal(stored, (0.75 * base).astype(np.float16))
     with pytest.raises(ValueError, match="blend"):
         packaging.package(trained_dir, tmp_path / "bad", name="bad", blend=0.0)
+
+
+def test_the_shipped_default_encoder_loads_offline_from_the_package_and_gives_its_reference_vectors(
+        tmp_path, monkeypatch):
+    """toolscout-tools assembles from the installed package with no network (sockets refused, a fresh
+    home and cache) and embeds its probe texts exactly as the build saved them (reference.npz)."""
+    import socket
+
+    import toolscout
+    from toolscout.defaults import DEFAULT_ENCODER
+
+    def no_network(*args, **kwargs):
+        raise AssertionError("the shipped encoder must not touch the network")
+
+    monkeypatch.setattr(socket.socket, "connect", no_network)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # nothing assembled yet
+    folder = packaging.packaged_models()[DEFAULT_ENCODER]
+    assert folder.is_relative_to(packaging.Path(toolscout.__file__).parent)  # package data, not a download
+    reference = np.load(folder / packaging.REFERENCE)
+    encoder = Encoder.load(DEFAULT_ENCODER, backend="torch", cache_dir=tmp_path / "onnx")
+    assert str(encoder.path).startswith(str(tmp_path / "home"))  # assembled just now, into the fresh home
+    vectors = encoder.encode([str(t) for t in reference["texts"]])
+    np.testing.assert_allclose(vectors, reference["vectors"], atol=1e-5)
+    base = Encoder.load("minilm", backend="torch", cache_dir=tmp_path / "onnx").encode([str(reference["texts"][0])])
+    assert float(base[0] @ vectors[0]) < 0.999  # the tuned layers are in use, not the bare base
+
+
+def test_from_tools_with_no_arguments_embeds_with_the_shipped_encoder():
+    """`ToolScout.from_tools(tools)`: the default hybrid, whose dense part stores exactly the vectors a
+    dense retriever on toolscout-tools makes, not the untrained MiniLM's."""
+    from toolscout import Tool, ToolScout
+    from toolscout.defaults import DEFAULT_ENCODER
+    from toolscout.retrievers.dense import DenseRetriever
+
+    tools = [Tool(id="mail.send_email", name="send_email", description="Send an email to a recipient"),
+             Tool(id="weather.get_weather", name="get_weather", description="Current weather for a city")]
+    ids = [t.id for t in tools]
+    scout = ToolScout.from_tools(tools)
+    assert scout.retriever.name == "hybrid"
+    dense = next(c for c in scout.retriever.components if c.name == "dense")
+    assert dense.encoder.name == DEFAULT_ENCODER
+    stored = dense.store.get(ids)
+    vectors = {}
+    for model in (DEFAULT_ENCODER, "minilm"):
+        explicit = DenseRetriever(model=model)
+        explicit.index(tools)
+        vectors[model] = explicit.store.get(ids)
+    np.testing.assert_allclose(stored, vectors[DEFAULT_ENCODER], atol=1e-6)
+    assert np.abs(stored - vectors["minilm"]).max() > 1e-2
