@@ -195,11 +195,24 @@ def test_int8_prefilter_follows_updates_and_steps_aside_when_its_bound_fails(mon
     fast, plain = _prefilter_pair(vecs, ids)
     q = unit(rng, 3, 32)
     assert fast.search(q, 5).as_lists() == plain.search(q, 5).as_lists()
+    copy = fast.prefilter()
     moved = -vecs[:5]  # the old best rows become the worst: a stale copy would still rank them
+    added = 2.0 * unit(rng, 4, 32)
     for store in (fast, plain):
         store.upsert(ids[:5], moved)
         store.delete(ids[5:10])
+        store.upsert(["n0", "n1", "n2", "n3"], added)
+        store.update_vectors(ids[20:22], vecs[30:32])
     assert fast.search(q, 5).as_lists() == plain.search(q, 5).as_lists()
+    # the copy followed the writes row by row (no rebuild), to exactly what a rebuild makes
+    assert fast.prefilter() is copy
+    rebuilt = prefilter_module.Int8Prefilter.build(fast.matrix)
+    np.testing.assert_array_equal(copy.codes.numpy(), rebuilt.codes.numpy())
+    np.testing.assert_array_equal(copy.scales, rebuilt.scales)
+    assert (copy.max_norm, copy.max_error) == (rebuilt.max_norm, rebuilt.max_error)
+    fast.upsert(["bad"], np.full((1, 32), np.nan, dtype=np.float32))  # cannot follow: dropped, then refused
+    assert fast.prefilter() is None
+    fast.delete(["bad"])
 
     monkeypatch.setattr(prefilter_module, "BOUND_SAFETY", 1e-9)  # no int8 copy can meet this
     fast._matrix_changed()

@@ -43,7 +43,7 @@ class NumpyStore:
     def upsert(self, ids: Sequence[str], vectors: np.ndarray, namespaces: Sequence[str | None] | None = None) -> None:
         vectors = checked_vectors(ids, vectors, self.dim, "upsert")
         namespaces = list(namespaces) if namespaces is not None else [None] * len(ids)
-        new_rows = []
+        new_rows, replaced, replaced_rows = [], [], []
         for i, (tid, ns) in enumerate(zip(ids, namespaces)):
             row = self.rows.row_of.get(tid)
             if row is None:
@@ -52,26 +52,36 @@ class NumpyStore:
             else:
                 self.matrix[row] = vectors[i]
                 self.rows.set_namespace(row, ns)
+                replaced.append(i)
+                replaced_rows.append(row)
+        if replaced:
+            self._follow(lambda p: p.set_rows(replaced_rows, vectors[replaced]))
         if new_rows:
             self.matrix = np.concatenate([self.matrix, vectors[new_rows]], axis=0)
-        self._matrix_changed()
+            self._follow(lambda p: p.append(vectors[new_rows]))
 
     def update_vectors(self, ids: Sequence[str], vectors: np.ndarray) -> None:
         vectors = checked_vectors(ids, vectors, self.dim, "update_vectors")
         rows = [self.rows.row_of[t] for t in ids]  # KeyError before anything changes
         if rows:
             self.matrix[rows] = vectors
-            self._matrix_changed()
+            self._follow(lambda p: p.set_rows(rows, vectors))
 
     def delete(self, ids: Sequence[str]) -> None:
         rows = [self.rows.row_of[t] for t in ids if t in self.rows.row_of]
         if rows:
             keep = self.rows.remove_rows(rows)
             self.matrix = self.matrix[keep]
-            self._matrix_changed()
+            self._follow(lambda p: p.keep(keep))
 
     def get(self, ids: Sequence[str]) -> np.ndarray:
         return self.matrix[[self.rows.row_of[t] for t in ids]]
+
+    def _follow(self, change) -> None:
+        """Apply a write to the int8 copy, row by row; when there is none, or the change cannot follow
+        (rows that are not finite), the copy is rebuilt (or found unusable) on next use."""
+        if self._prefilter is None or not change(self._prefilter):
+            self._matrix_changed()
 
     def _matrix_changed(self) -> None:
         self._prefilter, self._prefilter_checked = None, False
