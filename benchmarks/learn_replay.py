@@ -133,6 +133,12 @@ class Server:
         self.proc.send_signal(signal.SIGTERM)
         self.proc.wait(timeout=120)
 
+    def __enter__(self) -> "Server":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
 
 def over_http(args, bench, events, queries, work: Path) -> dict:
     import shutil
@@ -144,24 +150,20 @@ def over_http(args, bench, events, queries, work: Path) -> dict:
     folder, unlearned = work / bench.name, work / f"{bench.name}-no-feedback"
     ToolScout.from_tools(bench.tools).save(folder)
     shutil.copytree(folder, unlearned)  # the same index, never taught: the latency baseline
-    server = Server(folder)
     curve, posted, feed_s = {}, 0, 0.0
-    try:
-        with httpx.Client(base_url=server.url, timeout=300) as http:
-            for target in CURVE:
-                target = len(events) if target is None else min(target, len(events))
-                while posted < target:
-                    batch = events[posted:min(target, posted + args.batch)]
-                    start = time.perf_counter()
-                    r = http.post("/feedback", json={"events": batch})
-                    feed_s += time.perf_counter() - start
-                    r.raise_for_status()
-                    posted += len(batch)
-                rankings, _latency = search_all(http, queries)
-                curve[posted] = ndcg(rankings, queries)
-                print(f"{bench.name}: {posted} events -> nDCG@10 {curve[posted]:.2f}", file=sys.stderr, flush=True)
-    finally:
-        server.stop()
+    with Server(folder) as server, httpx.Client(base_url=server.url, timeout=300) as http:
+        for target in CURVE:
+            target = len(events) if target is None else min(target, len(events))
+            while posted < target:
+                batch = events[posted:min(target, posted + args.batch)]
+                start = time.perf_counter()
+                r = http.post("/feedback", json={"events": batch})
+                feed_s += time.perf_counter() - start
+                r.raise_for_status()
+                posted += len(batch)
+            rankings, _latency = search_all(http, queries)
+            curve[posted] = ndcg(rankings, queries)
+            print(f"{bench.name}: {posted} events -> nDCG@10 {curve[posted]:.2f}", file=sys.stderr, flush=True)
     restarted, before, after = cold_latency(unlearned, folder, queries)
     return {"curve": curve, "events": len(events), "feedback_events_per_s": posted / feed_s if feed_s else None,
             "after_restart": restarted,
@@ -180,12 +182,8 @@ def cold_latency(unlearned: Path, learned: Path, queries, rounds: int = 2) -> tu
     restarted = None
     for round_ in range(rounds):  # A B, B A, ...: neither index always goes first
         for folder in (unlearned, learned) if round_ % 2 == 0 else (learned, unlearned):
-            server = Server(folder)
-            try:
-                with httpx.Client(base_url=server.url, timeout=300) as http:
-                    rankings, times = search_all(http, queries)
-            finally:
-                server.stop()
+            with Server(folder) as server, httpx.Client(base_url=server.url, timeout=300) as http:
+                rankings, times = search_all(http, queries)
             latency[folder] += times
             if folder == learned:
                 restarted = ndcg(rankings, queries)

@@ -291,9 +291,12 @@ class Encoder:
         out = np.zeros((len(queries), self.dim), dtype=np.float32)
         alone = []
         for i, query in enumerate(queries):
-            run = runs.get(query.task) if isinstance(query, TaskPart) else runs.get(query)
-            vector = None if run is None else \
-                run.span_vector(query.start, query.end) if isinstance(query, TaskPart) else run.embedding
+            part = query if isinstance(query, TaskPart) else None
+            run = runs.get(part.task if part else query)  # a whole task beside its parts reuses their pass
+            if run is None:
+                vector = None
+            else:
+                vector = run.span_vector(part.start, part.end) if part else run.embedding
             if vector is None:
                 alone.append(i)
             else:

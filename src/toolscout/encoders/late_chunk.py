@@ -6,8 +6,8 @@ task cost 2.4 passes on average in the load test's traffic). Instead, the task's
 token vectors, and a part's vector is their mean over the part's characters, L2-normalised: what mean
 pooling does for a whole text, restricted to the part. The tokens still see the whole task, which did
 not cost retrieval quality: on the validation carve of five dev sets (400 queries each, the default
-pipeline with request splitting) macro nDCG@10 62.81 encoding each request alone, 62.79 late-chunked,
-Completeness@10 63.69 both.
+pipeline, request weight 0.7) mean nDCG@10 / Completeness@10 62.63 / 63.69 encoding each request alone,
+62.62 / 63.96 late-chunked (docs/default-model.md).
 
 Only for models that pool by the mean of their tokens (the default and most sentence-transformers);
 others, and a part whose characters the model truncated away, are encoded on their own.
