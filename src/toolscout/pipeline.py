@@ -122,7 +122,8 @@ class ToolScout:
         return cls(make_retriever(retriever, **options), list(tools), reranker=reranker, intents=intents)
 
     @classmethod
-    def load(cls, path: str | Path) -> "ToolScout":
+    def load(cls, path: str | Path, *, fast_queries: bool = False) -> "ToolScout":
+        """The pipeline saved in `path`; `fast_queries`: search with `use_fast_queries`."""
         folder, config = read_config(path, kind=PIPELINE_KIND, max_format=FORMAT_VERSION)
         tools = [Tool.from_dict(row) for _n, row in read_jsonl(folder / "tools.jsonl")]
         retriever = load_retriever(folder / "retriever")
@@ -133,7 +134,30 @@ class ToolScout:
         if len(retriever) != len(tools):  # a hand-edited or mismatched directory
             raise ToolScoutError(f"{path}: retriever holds {len(retriever)} tools but tools.jsonl has {len(tools)}")
         scout.saved_config = config
-        return scout
+        return scout.use_fast_queries() if fast_queries else scout
+
+    @property
+    def fast_queries(self) -> bool:
+        """Whether tasks are encoded by a static table (`use_fast_queries`)."""
+        parts = getattr(self.retriever, "components", None) or [self.retriever]
+        return any(getattr(part, "query_encoder", None) is not None for part in parts)
+
+    def use_fast_queries(self) -> "ToolScout":
+        """The fast tier: tasks are encoded by the static table distilled from the dense retriever's
+        encoder (`encoders/static.py`: ~0.05 ms a task instead of ~4, at some quality, docs/serving.md).
+        Tool vectors and learning from feedback are unchanged. Raises StaticTableError when the pipeline
+        has no dense retriever or no shipped table fits its encoder."""
+        from .encoders.static import StaticTableError
+
+        parts = getattr(self.retriever, "components", None) or [self.retriever]
+        dense = [part for part in parts if hasattr(part, "use_fast_queries")]
+        if not dense:
+            raise StaticTableError(f"fast queries encode tasks for a dense retriever; this pipeline's retriever is "
+                                   f"{self.retriever.name!r}")
+        with self._lock.write():
+            for part in dense:
+                part.use_fast_queries()
+        return self
 
     def save(self, path: str | Path, *, extra_config: dict[str, Any] | None = None) -> None:
         """Write the pipeline atomically: a crash mid-save leaves the previous save loadable.

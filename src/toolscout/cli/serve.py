@@ -64,6 +64,9 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                         "the index's own, 200 for a new one)")
     p.add_argument("--batch-workers", type=int, default=2, metavar="N",
                    help="threads that run batched searches (default %(default)s; 0: no batching)")
+    p.add_argument("--fast-queries", action="store_true",
+                   help="the fast tier: encode tasks with the static table distilled from the index's encoder "
+                        "(~0.05 ms a task instead of ~4; some quality lost: docs/serving.md)")
     p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
 
 
@@ -145,7 +148,8 @@ def _open_service(args: argparse.Namespace, auth):
                             volume=args.feedback_volume or None)
     return ToolService.open(target, fsync=not args.no_fsync, compact_every=args.compact_every,
                             min_score=args.min_score, always_include=args.always_include,
-                            batch_workers=args.batch_workers, limits=limits, feedback_cap=args.feedback_cap)
+                            batch_workers=args.batch_workers, limits=limits, feedback_cap=args.feedback_cap,
+                            fast_queries=args.fast_queries)
 
 
 def _check_dependencies(args: argparse.Namespace) -> None:

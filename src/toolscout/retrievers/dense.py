@@ -140,6 +140,7 @@ class DenseRetriever:
         self.hashes: dict[str, str] = dict(hashes or {})
         self.learned = learned if learned is not None else LearnedVectors(usage_prior)
         self.encoded_last = 0  # tools embedded by the last index/add call (re-embedding is the cost)
+        self.query_encoder = None  # what encodes tasks at search time when not `encoder` (`use_fast_queries`)
 
     def __len__(self) -> int:
         return len(self.store)
@@ -223,8 +224,16 @@ class DenseRetriever:
     def search(self, queries: Sequence[str], k: int = 10, filter: Filter | None = None) -> Results:
         if isinstance(queries, str):
             raise TypeError("search takes a list of queries; wrap a single query in a list")
-        vectors = self.encoder.encode_queries(list(queries))
+        vectors = (self.query_encoder or self.encoder).encode_queries(list(queries))
         return self.store.search(vectors, k, filter)
+
+    def use_fast_queries(self) -> None:
+        """Encode tasks at search time with the static table distilled from this retriever's encoder (the
+        fast tier, `encoders/static.py`); tool vectors and learning keep the encoder. Raises
+        StaticTableError when no shipped table was fitted to the encoder's weights."""
+        from ..encoders.static import static_queries_for
+
+        self.query_encoder = static_queries_for(self.encoder)
 
     # persistence ---------------------------------------------------------------------------
     def save(self, folder: Path) -> None:

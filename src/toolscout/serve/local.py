@@ -71,15 +71,17 @@ class DirectoryCatalog:
 
     # lifecycle -----------------------------------------------------------------------------
     @classmethod
-    def open(cls, folder: str | os.PathLike, *, fsync: bool = True, **options: Any) -> "DirectoryCatalog":
-        """Load `folder`, take its lock (one server per directory) and replay its journal."""
+    def open(cls, folder: str | os.PathLike, *, fsync: bool = True, fast_queries: bool = False,
+             **options: Any) -> "DirectoryCatalog":
+        """Load `folder`, take its lock (one server per directory) and replay its journal. `fast_queries`:
+        tasks are encoded by the static table (`ToolScout.use_fast_queries`)."""
         folder = Path(folder)
         if not (folder / POINTER).is_file():
             raise ServiceError(f"{folder}: not a pipeline directory written by `toolscout index` or ToolScout.save "
                                f"(no {POINTER} file); index a catalog into it first")
         lock_fd = _lock_directory(folder)
         try:
-            scout = ToolScout.load(folder)
+            scout = ToolScout.load(folder, fast_queries=fast_queries)
             journal = Journal(folder, fsync=fsync)
             records = list(journal.replay())
             seq = _replay(scout, records, int(scout.saved_config.get("journal_seq", 0)), journal.path)
@@ -281,7 +283,8 @@ class DirectoryCatalog:
             return True
 
     def stats(self) -> dict[str, Any]:
-        return {"retriever": self.scout.retriever.name, "journal_records": self.journal.records,
+        return {"retriever": self.scout.retriever.name, "fast_queries": self.scout.fast_queries,
+                "journal_records": self.journal.records,
                 "journal_bytes": self.journal.bytes, "compactions": self.compactions,
                 "last_compaction_s": self.last_compaction_s}
 

@@ -49,9 +49,16 @@ class PostgresCatalog:
     kind = "postgresql"
     versions_are_local = False  # other replicas write too: a version read is a round trip
 
-    def __init__(self, store: PgVectorStore, encoder: Any, config: IndexConfig, *, max_stale_s: float = 1.0):
+    def __init__(self, store: PgVectorStore, encoder: Any, config: IndexConfig, *, max_stale_s: float = 1.0,
+                 fast_queries: bool = False):
         self.store = store
-        self.encoder = encoder
+        self.encoder = encoder  # tool vectors and feedback
+        if fast_queries:  # the fast tier: tasks through the static table distilled from the encoder
+            from ..encoders.static import static_queries_for
+
+            self.query_encoder = static_queries_for(encoder)
+        else:
+            self.query_encoder = encoder
         self.config = config
         self.view = TextView.from_dict(config.view)
         self.intents = IntentMerge.from_dict(config.intents)
@@ -61,9 +68,10 @@ class PostgresCatalog:
         self._tenants_lock = threading.Lock()
 
     @classmethod
-    def open(cls, spec: str | PgSpec, *, encoder: Any = None, max_stale_s: float = 1.0) -> "PostgresCatalog":
+    def open(cls, spec: str | PgSpec, *, encoder: Any = None, max_stale_s: float = 1.0,
+             fast_queries: bool = False) -> "PostgresCatalog":
         """Connect to the index table of `spec` (migrating its schema if needed) and load the encoder its
-        configuration names."""
+        configuration names (`fast_queries`: tasks through its static table, `encoders/static.py`)."""
         store = PgVectorStore.from_spec(spec)
         try:
             config = IndexConfig.from_dict(store.database.config())
@@ -71,7 +79,7 @@ class PostgresCatalog:
             if encoder.dim != store.dim:
                 raise PgStoreError(f"the encoder {config.model!r} gives {encoder.dim}-dimensional vectors but index "
                                    f"table {store.table!r} holds {store.dim}-dimensional ones")
-            return cls(store, encoder, config, max_stale_s=max_stale_s)
+            return cls(store, encoder, config, max_stale_s=max_stale_s, fast_queries=fast_queries)
         except BaseException:
             store.close()
             raise
@@ -110,7 +118,8 @@ class PostgresCatalog:
         return False
 
     def stats(self) -> dict[str, Any]:
-        return {"store": str(self.store.spec), "search": self.config.search, "retriever": "pgvector"}
+        return {"store": str(self.store.spec), "search": self.config.search, "retriever": "pgvector",
+                "fast_queries": self.query_encoder is not self.encoder}
 
     def close(self, compact: bool = True) -> None:
         self.store.close()
@@ -289,7 +298,7 @@ class _Ranking:
 
     def __call__(self, texts: list[str], k: int):
         catalog = self.tenant.catalog
-        vectors = catalog.encoder.encode_queries(texts)
+        vectors = catalog.query_encoder.encode_queries(texts)
         lexical = texts if catalog.config.search != "dense" else None
         outcome = self.tenant.store.query(vectors, lexical, k, self.filter, mode=catalog.config.search, docs=True)
         self.docs.update(outcome.docs)

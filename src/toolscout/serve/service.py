@@ -105,21 +105,25 @@ class ToolService:
     # lifecycle -----------------------------------------------------------------------------
     @classmethod
     def open(cls, target: str | Path, *, fsync: bool = True, compact_every: int = 10_000, encoder: Any = None,
-             max_stale_s: float = 1.0, feedback_cap: int | None = None, **options: Any) -> "ToolService":
+             max_stale_s: float = 1.0, feedback_cap: int | None = None, fast_queries: bool = False,
+             **options: Any) -> "ToolService":
         """Serve `target`: a PostgreSQL store spec (postgresql://...) or a pipeline directory. `fsync` and
         `compact_every` apply to a directory; `encoder` (an already loaded one) and `max_stale_s` to
         PostgreSQL; `feedback_cap` (requests one feedback source may teach one tool) is recorded with the
-        catalog; `options` (min_score, always_include, batch_workers, limits) go to the service."""
+        catalog; `fast_queries` encodes tasks with the static table distilled from the index's encoder (the
+        fast tier, `encoders/static.py`); `options` (min_score, always_include, batch_workers, limits) go to
+        the service."""
         from ..store.pgvector import is_postgres_spec
 
         if is_postgres_spec(target):
             from .postgres import PostgresCatalog
 
-            catalog = PostgresCatalog.open(str(target), encoder=encoder, max_stale_s=max_stale_s)
+            catalog = PostgresCatalog.open(str(target), encoder=encoder, max_stale_s=max_stale_s,
+                                           fast_queries=fast_queries)
         else:
             from .local import DirectoryCatalog
 
-            catalog = DirectoryCatalog.open(target, fsync=fsync, compact_every=compact_every)
+            catalog = DirectoryCatalog.open(target, fsync=fsync, compact_every=compact_every, fast_queries=fast_queries)
         if feedback_cap is not None:
             catalog.set_feedback_cap(feedback_cap)
         return cls(catalog, **options)
