@@ -5,6 +5,7 @@ tools. Bounded: every phase stops at its deadline.
     python benchmarks/loadtest.py                                  # 8 clients x 60 s, two phases, unique tasks
     python benchmarks/loadtest.py --traffic repeated --pool 500    # agents repeating tasks: the caches at work
     python benchmarks/loadtest.py --duration 20 --json /tmp/load.json
+    python benchmarks/loadtest.py --fast-queries                   # the fast tier (serve --fast-queries)
 
 Traffic: "unique" (the default) sends every distinct task of the benchmark sets at most once in the whole
 run, so no cache can answer for the encoder; "repeated" draws from a pool of --pool tasks, and the
@@ -126,10 +127,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(index: Path, port: int, token: str, nice: int, batch_workers: int = 2) -> subprocess.Popen:
+def start_server(index: Path, port: int, token: str, nice: int, batch_workers: int = 2,
+                 fast_queries: bool = False) -> subprocess.Popen:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOOLSCOUT_TOKEN": token, "TOKENIZERS_PARALLELISM": "false"}
     cmd = [sys.executable, "-m", "toolscout.serve", str(index), "--port", str(port),
-           "--batch-workers", str(batch_workers)]
+           "--batch-workers", str(batch_workers)] + (["--fast-queries"] if fast_queries else [])
     if nice:
         cmd = ["nice", "-n", str(nice)] + cmd
     proc = subprocess.Popen(cmd, env=env)
@@ -266,6 +268,7 @@ def main() -> int:
     parser.add_argument("-k", type=int, default=5)
     parser.add_argument("--phases", default="read,mixed", help="comma-separated: read, mixed")
     parser.add_argument("--batch-workers", type=int, default=2, help="the server's --batch-workers (default %(default)s)")
+    parser.add_argument("--fast-queries", action="store_true", help="serve with --fast-queries (the fast tier)")
     parser.add_argument("--server-nice", type=int, default=0, help="niceness of the server process")
     parser.add_argument("--warmup", type=int, default=50, help="requests before measuring")
     parser.add_argument("--traffic", choices=["unique", "repeated"], default="unique",
@@ -282,8 +285,9 @@ def main() -> int:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     t0 = time.perf_counter()
-    server = start_server(index, port, token, args.server_nice, args.batch_workers)
+    server = start_server(index, port, token, args.server_nice, args.batch_workers, args.fast_queries)
     report: dict = {"tools": args.tools, "retriever": args.retriever or "default", "traffic": args.traffic,
+                    "fast_queries": args.fast_queries,
                     "cpus": os.cpu_count(),
                     "server_start_s": round(time.perf_counter() - t0, 1), "phases": {}}
     try:

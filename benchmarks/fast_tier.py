@@ -1,0 +1,103 @@
+"""Quality and query cost of the fast tier (`serve --fast-queries`: tasks encoded by the static table
+distilled from the default encoder) next to the default, in one run.
+
+    python benchmarks/fast_tier.py                      # every dev set's test split, default pipeline and dense
+    python benchmarks/fast_tier.py --max-queries 300 --json runs/fast.json
+
+Ranks each labelled dev set's test queries against its own catalog four ways: the default pipeline and
+the dense retriever alone, each with the default encoder's queries and with the static table's. Prints
+nDCG@10 per set, the macro mean over all sets and over the two never-trained ones (bfcl and
+gorilla_huggingface: the table, like the default encoder, was fitted on the other six sets' train
+splits), and the median time to encode one task each way (the query cache bypassed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from common import DEFAULT_DATA, machine_line, write_json
+from quantization import SETS
+
+ZERO_SHOT = ("bfcl", "gorilla_huggingface")
+
+
+def ndcg_per_set(folders: list[Path], max_queries: int | None, system: str, fast: bool) -> dict[str, float]:
+    from toolscout.eval import evaluate
+    from toolscout.pipeline import ToolScout
+
+    options = {"retriever": "dense", "intents": None} if system == "dense" else {}
+
+    def build(tools):
+        scout = ToolScout.from_tools(tools, **options)
+        return scout.use_fast_queries() if fast else scout
+
+    report = evaluate(folders, build, k=10, progress=False, max_queries=max_queries)
+    return {name: s.metrics["ndcg@10"] for name, s in report.sets.items()}
+
+
+def encode_ms(encode, tasks: list[str]) -> float:
+    times = []
+    for task in tasks:
+        start = time.perf_counter()
+        encode([task])
+        times.append((time.perf_counter() - start) * 1000)
+    return statistics.median(times)
+
+
+def summary(per_set: dict[str, float]) -> dict:
+    zero_shot = [per_set[s] for s in ZERO_SHOT if s in per_set]
+    return {"per_set": per_set, "macro": statistics.fmean(per_set.values()),
+            "zero_shot_macro": statistics.fmean(zero_shot) if zero_shot else None}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--sets", default=",".join(SETS))
+    parser.add_argument("--max-queries", type=int, default=None)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args(argv)
+
+    from toolscout.benchmark import load_benchmark
+    from toolscout.encoders import Encoder
+    from toolscout.encoders.query_cache import QueryCache
+    from toolscout.encoders.static import static_queries_for
+
+    print(machine_line(), file=sys.stderr)
+    folders = [args.data / s for s in args.sets.split(",") if s]
+    report = {"command": "python benchmarks/fast_tier.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+              "systems": {}}
+    for system in ("default", "dense"):
+        for fast in (False, True):
+            name = f"{system}{' + fast queries' if fast else ''}"
+            report["systems"][name] = summary(ndcg_per_set(folders, args.max_queries, system, fast))
+            print(f"{name}: macro {report['systems'][name]['macro']:.2f}", file=sys.stderr, flush=True)
+    teacher = Encoder.load(None)
+    fast = static_queries_for(teacher)
+    teacher.query_cache = fast.query_cache = QueryCache(0)  # every task encoded
+    tasks = [q.text for f in folders[:4] for q in load_benchmark(f).split("test")[:100]]
+    report["query_ms"] = {"encoder": encode_ms(teacher.encode_queries, tasks),
+                          "static table": encode_ms(fast.encode_queries, tasks)}
+    print_report(report)
+    write_json(args.json, report)
+    return 0
+
+
+def print_report(report: dict) -> None:
+    systems = report["systems"]
+    names = list(systems)
+    print("| set | " + " | ".join(names) + " |\n|---|" + "---|" * len(names))
+    for s in next(iter(systems.values()))["per_set"]:
+        print(f"| {s} | " + " | ".join(f"{systems[n]['per_set'][s]:.2f}" for n in names) + " |")
+    print("| **macro** | " + " | ".join(f"**{systems[n]['macro']:.2f}**" for n in names) + " |")
+    print("| zero-shot macro | " + " | ".join(f"{systems[n]['zero_shot_macro']:.2f}" for n in names) + " |")
+    ms = report["query_ms"]
+    print(f"\nmedian ms to encode one task: encoder {ms['encoder']:.3f}, static table {ms['static table']:.3f}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,150 @@
+"""The fast tier: tasks encoded by a static table distilled from the default encoder (`encoders/static.py`),
+tools and learning left to the encoder. Sums worked out by hand, the shipped table against the vectors
+its fitting run recorded, and a real server started with --fast-queries."""
+
+import httpx
+import numpy as np
+import pytest
+from servers import start_server
+from tokenizers import Tokenizer
+from tokenizers.models import WordLevel
+from tokenizers.pre_tokenizers import Whitespace
+
+from toolscout import ToolScout
+from toolscout.encoders import static
+from toolscout.encoders.query_cache import QueryCache
+from toolscout.feedback import Usage
+
+
+def word_tokenizer() -> Tokenizer:
+    tok = Tokenizer(WordLevel({"[UNK]": 0, "book": 1, "flight": 2, "hotel": 3}, unk_token="[UNK]"))
+    tok.pre_tokenizer = Whitespace()
+    return tok
+
+
+ROWS = np.array([[0, 0, 0], [1, 0, 0], [0, 2, 0], [0, 0, 3]], dtype=np.float32)
+BIAS = np.array([0, 0, 1], dtype=np.float32)
+
+
+def test_a_task_is_the_normalised_sum_of_its_rows_and_the_bias():
+    table = static.StaticTable(ROWS, BIAS, word_tokenizer(), max_tokens=2)
+    got = table.encode(["book flight", "", "book flight hotel", "zebra"])
+    np.testing.assert_allclose(got[0], np.array([1, 2, 1]) / np.sqrt(6), rtol=1e-6)  # (1,0,0)+(0,2,0)+bias
+    np.testing.assert_allclose(got[1], [0, 0, 1])  # no word pieces: the bias alone
+    np.testing.assert_allclose(got[2], np.array([1, 2, 1]) / np.sqrt(6), rtol=1e-6)  # cut after two pieces
+    np.testing.assert_allclose(got[3], [0, 0, 1])  # [UNK]'s row is zero here
+
+
+def test_a_table_that_does_not_fit_its_tokenizer_is_refused():
+    with pytest.raises(static.StaticTableError, match="does not fit a tokenizer of 4"):
+        static.StaticTable(ROWS[:3], BIAS, word_tokenizer(), max_tokens=8)
+
+
+def test_a_written_table_keeps_its_rows_to_int8_rounding_and_records_its_own_vectors(tmp_path):
+    rng = np.random.default_rng(0)
+    rows = rng.normal(size=(4, 3)).astype(np.float32)
+    info = {"teacher": "t", "teacher_digest": "0" * 64, "max_tokens": 8}
+    static.write_table(tmp_path, rows, BIAS, info, ["book hotel", "flight"], word_tokenizer())
+    loaded = static.load_table(tmp_path, word_tokenizer(), info)
+    step = np.abs(rows).max(axis=1, keepdims=True) / 127
+    assert np.all(np.abs(loaded.rows - rows) <= step / 2 + 1e-7)
+    reference = np.load(tmp_path / static.REFERENCE)
+    expected = rows[[1, 3]].sum(0) + BIAS
+    np.testing.assert_allclose(reference["vectors"][0], expected / np.linalg.norm(expected), atol=0.02)
+    np.testing.assert_allclose(reference["vectors"], loaded.encode(list(reference["texts"])), atol=1e-7)
+
+
+# ------------------------------------------------------------------- the shipped table
+
+@pytest.fixture(scope="module")
+def fast(encoder):
+    """The shipped table over the default encoder (the `encoder` fixture)."""
+    return static.static_queries_for(encoder)
+
+
+def test_the_shipped_table_gives_the_vectors_its_fitting_run_recorded(fast, encoder):
+    reference = np.load(static.STATIC_DIR / encoder.name / static.REFERENCE)
+    texts = list(reference["texts"])
+    np.testing.assert_allclose(fast.table.encode(texts), reference["vectors"], atol=1e-6)
+    tasks = [t for t in texts if len(t.split()) >= 3]  # the probes that read like tasks (not "", "a", ...)
+    cosines = np.sum(fast.table.encode(tasks) * encoder.encode(tasks), axis=1)
+    # distilled: close to the encoder's own vectors (the pieces' start vectors summed give ~0.26)
+    assert len(tasks) >= 6 and float(cosines.min()) > 0.7, cosines
+
+
+def test_a_table_fitted_to_other_weights_or_another_encoder_is_refused(tmp_path):
+    class Other:
+        name, dim = "toolscout-tools", 384
+        path = str(tmp_path)
+
+    (tmp_path / "model.safetensors").write_bytes(b"other weights")
+    with pytest.raises(static.StaticTableError, match="distilled from other weights"):
+        static.static_queries_for(Other())
+    Other.name = "my-model"
+    with pytest.raises(static.StaticTableError, match="ships one for: toolscout-tools"):
+        static.static_queries_for(Other())
+
+
+def test_fast_queries_rank_by_the_table_while_tools_and_learning_keep_the_encoder(tools, encoder, fast):
+    scout = ToolScout.from_tools(tools, encoder=encoder)
+    dense = scout.retriever.components[1]
+    stored = dense.store.matrix.copy()
+    task = "send an email to my team about the flight"
+    encoder_scores = dense.search([task], k=3).scores[0]
+    assert not scout.fast_queries
+    scout.use_fast_queries()
+    assert scout.fast_queries and dense.query_encoder is not None
+    ids, scores = dense.search([task], k=3)[0]
+    vector = fast.table.encode([task])[0]
+    by_hand = {tid: float(stored[dense.store.rows.row_of[tid]] @ vector) for tid in ids}
+    np.testing.assert_allclose(scores, [by_hand[t] for t in ids], rtol=1e-5)
+    assert not np.allclose(scores, encoder_scores)  # not the encoder's query vector
+    np.testing.assert_array_equal(dense.store.matrix, stored)  # the tools' vectors are the encoder's
+    usage = Usage(ids[0], "agent", task)
+    encoder.query_cache = QueryCache(0)
+    np.testing.assert_allclose(dense.prepare_learning([usage])[usage], encoder.encode_queries([task])[0], atol=1e-6)
+
+
+def test_fast_queries_need_a_dense_retriever(tools):
+    with pytest.raises(static.StaticTableError, match="retriever is 'bm25'"):
+        ToolScout.from_tools(tools, retriever="bm25").use_fast_queries()
+
+
+def test_a_server_started_with_fast_queries_ranks_by_the_table(tmp_path, tools, encoder):
+    folder = tmp_path / "idx"
+    ToolScout.from_tools(tools, encoder=encoder).save(folder)
+    task = "convert the attached document to pdf and mail it"
+    expected = [(h.tool.id, h.score) for h in ToolScout.load(folder, fast_queries=True).search(task, k=4)]
+    default = [(h.tool.id, h.score) for h in ToolScout.load(folder).search(task, k=4)]
+    assert expected != default
+    proc, url = start_server([str(folder), "--fast-queries", "--no-fsync"])
+    try:
+        assert httpx.get(f"{url}/health").json()["fast_queries"] is True
+        hits = httpx.post(f"{url}/search", json={"query": task, "k": 4}).json()["results"][0]["hits"]
+        assert [h["id"] for h in hits] == [t for t, _ in expected]
+        np.testing.assert_allclose([h["score"] for h in hits], [s for _, s in expected], rtol=1e-5)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_the_postgresql_store_serves_fast_queries_too(tmp_path, tools, encoder):
+    from pgtest import new_table, postgres_uri, spec
+
+    from toolscout.postgres import migrate_directory
+    from toolscout.serve import ToolService
+
+    ToolScout.from_tools(tools, retriever="dense", encoder=encoder).save(tmp_path / "local")
+    store_spec = spec(postgres_uri(), new_table())
+    migrate_directory(tmp_path / "local", store_spec)
+    task = "which flights leave for Oslo tomorrow"
+    local = ToolScout.load(tmp_path / "local", fast_queries=True).retrieve([task], 4)
+    with ToolService.open(store_spec, encoder=encoder, batch_workers=0, fast_queries=True) as service:
+        assert service.stats()["fast_queries"] is True
+        hits = service.search(task, k=4, min_score=None, match_names=False)
+    assert [h.tool.id for h in hits] == list(local.ids[0])
+    np.testing.assert_allclose([h.score for h in hits], local.scores[0], rtol=1e-4)
+    with ToolService.open(store_spec, encoder=encoder, batch_workers=0) as service:
+        assert service.stats()["fast_queries"] is False
+        assert not np.allclose([h.score for h in service.search(task, k=4, min_score=None, match_names=False)],
+                               local.scores[0])
