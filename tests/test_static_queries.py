@@ -2,6 +2,9 @@
 tools and learning left to the encoder. Sums worked out by hand, the shipped table against the vectors
 its fitting run recorded, and a real server started with --fast-queries."""
 
+import json
+from pathlib import Path
+
 import httpx
 import numpy as np
 import pytest
@@ -148,3 +151,22 @@ def test_the_postgresql_store_serves_fast_queries_too(tmp_path, tools, encoder):
         assert service.stats()["fast_queries"] is False
         assert not np.allclose([h.score for h in service.search(task, k=4, min_score=None, match_names=False)],
                                local.scores[0])
+
+
+def test_the_cli_searches_and_evaluates_with_fast_queries(tmp_path, tools, encoder, capsys):
+    from toolscout.cli import main
+
+    folder = tmp_path / "idx"
+    ToolScout.from_tools(tools, encoder=encoder).save(folder)
+    task = "convert the attached document to pdf and mail it"
+    expected = [h.score for h in ToolScout.load(folder, fast_queries=True).search(task, k=3)]
+    scores = {}
+    for flags in ((), ("--fast-queries",)):
+        assert main(["search", str(folder), task, "-k", "3", "--json", *flags]) == 0
+        scores[flags] = [h["score"] for h in json.loads(capsys.readouterr().out)["hits"]]
+    np.testing.assert_allclose(scores[("--fast-queries",)], expected, rtol=1e-5)
+    assert not np.allclose(scores[()], expected)
+    eval_set = Path(__file__).parent / "fixtures" / "eval"
+    sets = sorted(p for p in eval_set.iterdir() if (p / "tools.jsonl").exists())[:1]
+    assert main(["eval", *map(str, sets), "--retriever", "bm25", "--fast-queries", "--quiet"]) == 1
+    assert "retriever is 'bm25'" in capsys.readouterr().err  # the flag reaches the pipeline eval builds

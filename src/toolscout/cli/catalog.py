@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 
 from ..defaults import DEFAULT_RETRIEVER
-from .options import (add_rerank_options, add_retriever_options, intents_from_args, reranker_from_args,
-                      retriever_options)
+from .options import (FAST_QUERIES_HELP, add_rerank_options, add_retriever_options, intents_from_args,
+                      reranker_from_args, retriever_options)
 
 EXAMPLE_TASKS = (
     "I need to see a doctor next week, can you book me an appointment?",
@@ -38,6 +38,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-k", type=int, default=5, help="number of tools to return (default %(default)s)")
     p.add_argument("--namespace", action="append", default=None, help="only tools in this namespace (repeatable)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--fast-queries", action="store_true", help=FAST_QUERIES_HELP)
     p.set_defaults(handler=cmd_search)
 
     p = sub.add_parser("demo", help="index the bundled sample catalog and answer example tasks")
@@ -92,10 +93,11 @@ def cmd_search(args: argparse.Namespace) -> int:
     if spec:  # indexed into PostgreSQL: search the database, not the snapshot
         from .postgres import open_postgres_service
 
-        with open_postgres_service(spec) as service:
+        with open_postgres_service(spec, fast_queries=args.fast_queries) as service:
             query_hits = service.search(list(args.query), k=args.k, namespaces=args.namespace, min_score=None)
     else:
-        query_hits = ToolScout.load(args.dir).search(list(args.query), k=args.k, namespaces=args.namespace)
+        query_hits = ToolScout.load(args.dir, fast_queries=args.fast_queries).search(list(args.query), k=args.k,
+                                                                                     namespaces=args.namespace)
     if args.json:
         out = [{"query": q, "hits": [h.to_dict() for h in hits]} for q, hits in zip(args.query, query_hits)]
         print(json.dumps(out[0] if len(out) == 1 else out, indent=2, ensure_ascii=False))

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from ..defaults import DEFAULT_RETRIEVER
-from .options import (add_rerank_options, add_retriever_options, intents_from_args, model_for, reranker_from_args,
-                      retriever_options)
+from .options import (FAST_QUERIES_HELP, add_rerank_options, add_retriever_options, intents_from_args, model_for,
+                      reranker_from_args, retriever_options)
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -32,6 +32,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--plot", default=None, metavar="FILE.png", help="bar chart comparing the systems")
     p.add_argument("--bootstrap", type=int, default=10000, metavar="N",
                    help="paired-bootstrap resamples when comparing systems (default %(default)s)")
+    p.add_argument("--fast-queries", action="store_true", help=FAST_QUERIES_HELP)
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(handler=cmd_eval)
 
@@ -47,7 +48,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         stages = [None, reranker] if reranker is not None and args.with_first_stage else [reranker]
         for second in stages:
             label = f"{name}+{second.name}@{second.depth}" if second is not None else name
-            reports.append(evaluate(sets, _factory(name, options, second), k=args.k, split=args.split,
+            reports.append(evaluate(sets, _factory(name, options, second, args.fast_queries), k=args.k, split=args.split,
                                     pooled=args.pooled, name=label, progress=not args.quiet,
                                     max_queries=args.max_queries,
                                     also_at=[int(c) for c in args.also_k.split(",") if c.strip()]))
@@ -90,11 +91,12 @@ def system_options(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     return systems
 
 
-def _factory(name: str, options: dict[str, Any], reranker: Any):
+def _factory(name: str, options: dict[str, Any], reranker: Any, fast_queries: bool = False):
     def build(tools):
         from ..pipeline import ToolScout
 
-        return ToolScout.from_tools(tools, retriever=name, reranker=reranker, **options)
+        scout = ToolScout.from_tools(tools, retriever=name, reranker=reranker, **options)
+        return scout.use_fast_queries() if fast_queries else scout
 
     return build
 

@@ -17,6 +17,10 @@ from typing import Any, Mapping, Sequence
 from ..defaults import DEFAULT_RETRIEVER
 from ..tool import PROFILE_FIELDS, TextView
 
+# the fast tier, shared by search, eval and serve
+FAST_QUERIES_HELP = ("the fast tier: encode tasks with the static table distilled from the index's encoder (~0.07 ms "
+                     "a task instead of ~3; about 1.7 nDCG@10 lower on the dev sets: docs/serving.md)")
+
 # ------------------------------------------------------------------------------------ retrievers
 
 def add_retriever_options(p: argparse.ArgumentParser, *, many: bool = False) -> None:

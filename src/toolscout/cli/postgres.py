@@ -61,11 +61,11 @@ def index_into_postgres(args: argparse.Namespace, tools: Sequence[Tool]) -> int:
     return 0
 
 
-def open_postgres_service(spec: str):
+def open_postgres_service(spec: str, fast_queries: bool = False):
     """The service on `spec` without background search threads (for one-off CLI searches)."""
     from ..serve.service import ToolService
 
-    return ToolService.open(spec, batch_workers=0)
+    return ToolService.open(spec, batch_workers=0, fast_queries=fast_queries)
 
 
 def migrate_command(args: argparse.Namespace) -> int:

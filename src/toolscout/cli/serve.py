@@ -11,6 +11,8 @@ import os
 import sys
 from typing import Sequence
 
+from .options import FAST_QUERIES_HELP
+
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 DESCRIPTION = ("Serve DIR (written by `toolscout index`). Default: the HTTP API on --host:--port with the MCP "
                "endpoint at /mcp. --mcp: an MCP server only, over stdio (what MCP hosts launch) or streamable "
@@ -64,9 +66,7 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                         "the index's own, 200 for a new one)")
     p.add_argument("--batch-workers", type=int, default=2, metavar="N",
                    help="threads that run batched searches (default %(default)s; 0: no batching)")
-    p.add_argument("--fast-queries", action="store_true",
-                   help="the fast tier: encode tasks with the static table distilled from the index's encoder "
-                        "(~0.05 ms a task instead of ~4; some quality lost: docs/serving.md)")
+    p.add_argument("--fast-queries", action="store_true", help=FAST_QUERIES_HELP)
     p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
 
 
