@@ -139,18 +139,20 @@ class ToolScout:
     @property
     def fast_queries(self) -> bool:
         """Whether tasks are encoded by a static table (`use_fast_queries`)."""
-        parts = getattr(self.retriever, "components", None) or [self.retriever]
-        return any(getattr(part, "query_encoder", None) is not None for part in parts)
+        return any(getattr(part, "query_encoder", None) is not None for part in self._retriever_parts())
+
+    def _retriever_parts(self) -> list:
+        """The first stage's retrievers: a hybrid's components, else the retriever itself."""
+        return list(getattr(self.retriever, "components", None) or [self.retriever])
 
     def use_fast_queries(self) -> "ToolScout":
         """The fast tier: tasks are encoded by the static table distilled from the dense retriever's
-        encoder (`encoders/static.py`: ~0.05 ms a task instead of ~4, at some quality, docs/serving.md).
+        encoder (`encoders/static.py`: ~0.08 ms a task instead of ~3.8, at some quality, docs/serving.md).
         Tool vectors and learning from feedback are unchanged. Raises StaticTableError when the pipeline
         has no dense retriever or no shipped table fits its encoder."""
         from .encoders.static import StaticTableError
 
-        parts = getattr(self.retriever, "components", None) or [self.retriever]
-        dense = [part for part in parts if hasattr(part, "use_fast_queries")]
+        dense = [part for part in self._retriever_parts() if hasattr(part, "use_fast_queries")]
         if not dense:
             raise StaticTableError(f"fast queries encode tasks for a dense retriever; this pipeline's retriever is "
                                    f"{self.retriever.name!r}")
