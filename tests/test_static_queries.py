@@ -88,7 +88,7 @@ def test_a_table_fitted_to_other_weights_or_another_encoder_is_refused(tmp_path)
         static.static_queries_for(Other())
 
 
-def test_fast_queries_rank_by_the_table_while_tools_and_learning_keep_the_encoder(tools, encoder, fast):
+def test_fast_queries_rank_by_the_table_while_tools_and_learning_keep_the_encoder(tools, encoder, fast, monkeypatch):
     scout = ToolScout.from_tools(tools, encoder=encoder)
     dense = scout.retriever.components[1]
     stored = dense.store.matrix.copy()
@@ -104,7 +104,7 @@ def test_fast_queries_rank_by_the_table_while_tools_and_learning_keep_the_encode
     assert not np.allclose(scores, encoder_scores)  # not the encoder's query vector
     np.testing.assert_array_equal(dense.store.matrix, stored)  # the tools' vectors are the encoder's
     usage = Usage(ids[0], "agent", task)
-    encoder.query_cache = QueryCache(0)
+    monkeypatch.setattr(encoder, "query_cache", QueryCache(0))  # the shared encoder's cache comes back after
     np.testing.assert_allclose(dense.prepare_learning([usage])[usage], encoder.encode_queries([task])[0], atol=1e-6)
 
 
