@@ -20,23 +20,9 @@ import time
 from pathlib import Path
 
 from common import DEFAULT_DATA, machine_line, write_json
-from quantization import SETS
+from quantization import SETS, ndcg_per_set
 
 ZERO_SHOT = ("bfcl", "gorilla_huggingface")
-
-
-def ndcg_per_set(folders: list[Path], max_queries: int | None, system: str, fast: bool) -> dict[str, float]:
-    from toolscout.eval import evaluate
-    from toolscout.pipeline import ToolScout
-
-    options = {"retriever": "dense", "intents": None} if system == "dense" else {}
-
-    def build(tools):
-        scout = ToolScout.from_tools(tools, **options)
-        return scout.use_fast_queries() if fast else scout
-
-    report = evaluate(folders, build, k=10, progress=False, max_queries=max_queries)
-    return {name: s.metrics["ndcg@10"] for name, s in report.sets.items()}
 
 
 def encode_ms(encode, tasks: list[str]) -> float:
@@ -71,12 +57,12 @@ def main(argv=None) -> int:
     folders = [args.data / s for s in args.sets.split(",") if s]
     report = {"command": "python benchmarks/fast_tier.py " + " ".join(argv if argv is not None else sys.argv[1:]),
               "systems": {}}
+    teacher = Encoder.load(None)
     for system in ("default", "dense"):
         for fast in (False, True):
             name = f"{system}{' + fast queries' if fast else ''}"
-            report["systems"][name] = summary(ndcg_per_set(folders, args.max_queries, system, fast))
+            report["systems"][name] = summary(ndcg_per_set(teacher, folders, args.max_queries, system, fast))
             print(f"{name}: macro {report['systems'][name]['macro']:.2f}", file=sys.stderr, flush=True)
-    teacher = Encoder.load(None)
     fast = static_queries_for(teacher)
     teacher.query_cache = fast.query_cache = QueryCache(0)  # every task encoded
     tasks = [q.text for f in folders[:4] for q in load_benchmark(f).split("test")[:100]]

@@ -27,15 +27,21 @@ from common import DEFAULT_DATA, machine_line, write_json
 SETS = ("apibank", "bfcl", "gorilla_huggingface", "gorilla_torchhub", "metatool", "rotbench", "sealtools", "toollens")
 
 
-def ndcg_per_set(encoder, folders: list[Path], max_queries: int | None, system: str = "dense") -> dict[str, float]:
+def ndcg_per_set(encoder, folders: list[Path], max_queries: int | None, system: str = "dense",
+                 fast_queries: bool = False) -> dict[str, float]:
     """nDCG@10 per set of the dense retriever alone (`system="dense"`: the check, where an encoding's
-    change shows most) or of the default pipeline with this encoder (`"default"`: what users get)."""
+    change shows most) or of the default pipeline with this encoder (`"default"`: what users get);
+    `fast_queries`: tasks through the static table distilled from the encoder (benchmarks/fast_tier.py)."""
     from toolscout.eval import evaluate
     from toolscout.pipeline import ToolScout
 
     options = {"retriever": "dense", "intents": None} if system == "dense" else {}
-    report = evaluate(folders, lambda tools: ToolScout.from_tools(tools, encoder=encoder, **options),
-                      k=10, progress=False, max_queries=max_queries)
+
+    def build(tools):
+        scout = ToolScout.from_tools(tools, encoder=encoder, **options)
+        return scout.use_fast_queries() if fast_queries else scout
+
+    report = evaluate(folders, build, k=10, progress=False, max_queries=max_queries)
     return {name: s.metrics["ndcg@10"] for name, s in report.sets.items()}
 
 

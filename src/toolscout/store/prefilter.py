@@ -34,7 +34,7 @@ ROUNDING_MARGIN = 1e-4  # x |r| |q|: float32 rounding of a 384..4096-term dot pr
 BOUND_SAFETY = 1.0  # the measured error must stay within this times the bound when the copy is checked
 
 
-def _quantised(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def quantise_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(int8 rows, per-row scales, per-row rounding-error norms) of float `rows`."""
     rows = np.asarray(rows, dtype=np.float64)
     peak = np.abs(rows).max(axis=1) if rows.shape[1] else np.zeros(len(rows))
@@ -73,7 +73,7 @@ class Int8Prefilter:
             return None
         if not len(matrix) or not np.isfinite(matrix).all():
             return None
-        codes, scales, errors = _quantised(matrix)
+        codes, scales, errors = quantise_rows(matrix)
         prefilter = cls(codes, scales, np.linalg.norm(matrix.astype(np.float64), axis=1), errors)
         probes = np.vstack([matrix[: min(4, len(matrix))], matrix.mean(axis=0, keepdims=True)])
         try:  # the products searches use: one query alone and a batch
@@ -92,7 +92,7 @@ class Int8Prefilter:
     def set_rows(self, rows: Sequence[int], vectors: np.ndarray) -> bool:
         if not np.isfinite(vectors).all():
             return False
-        codes, scales, errors = _quantised(vectors)
+        codes, scales, errors = quantise_rows(vectors)
         self._codes[rows], self.scales[rows], self.errors[rows] = codes, scales, errors
         self.norms[rows] = np.linalg.norm(vectors.astype(np.float64), axis=1)
         self.max_norm, self.max_error = float(self.norms.max()), float(self.errors.max())
@@ -101,7 +101,7 @@ class Int8Prefilter:
     def append(self, vectors: np.ndarray) -> bool:
         if not np.isfinite(vectors).all():
             return False
-        codes, scales, errors = _quantised(vectors)
+        codes, scales, errors = quantise_rows(vectors)
         self._set(np.concatenate([self._codes, codes]), np.concatenate([self.scales, scales.astype(np.float32)]),
                   np.concatenate([self.norms, np.linalg.norm(vectors.astype(np.float64), axis=1)]),
                   np.concatenate([self.errors, errors]))
@@ -117,7 +117,7 @@ class Int8Prefilter:
         import torch
 
         queries = np.atleast_2d(np.asarray(queries, dtype=np.float32))
-        codes, scales, errors = _quantised(queries)
+        codes, scales, errors = quantise_rows(queries)
         approx = torch._int_mm(torch.from_numpy(codes), self.codes.T).numpy() * self.scales[None, :]
         approx *= scales.astype(np.float32)[:, None]
         q_norms = np.linalg.norm(queries.astype(np.float64), axis=1)

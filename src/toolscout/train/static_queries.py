@@ -39,6 +39,7 @@ from ..tool import TextView, tool_text
 logger = logging.getLogger(__name__)
 
 MAX_TOKENS = 256  # the default encoder's truncation: the table reads what the teacher reads
+TRUNCATION_SIDE = "right"
 
 
 def piece_vectors(model, vocab_size: int, cls_id: int, sep_id: int, batch: int = 1024) -> np.ndarray:
@@ -146,18 +147,16 @@ def build(sets: Sequence[str | Path], out: Path, teacher_name: str | None = None
     """Fit the table for `teacher_name` (default: the default encoder) on the train splits of `sets` and
     write it to `out` (`encoders.static.write_table`)."""
     from ..encoders import Encoder
-    from ..encoders.static import encoder_tokenizer, teacher_digest, write_table
+    from ..encoders.static import encoder_tokenizer, piece_tokenizer, teacher_digest, word_pieces, write_table
     from . import load_training_data
 
     started = time.time()
     data = load_training_data(sets)
     teacher = Encoder.load(teacher_name)  # targets: the encoding that serves queries (int8 where approved)
-    tokenizer = encoder_tokenizer(teacher)
-    tokenizer.no_padding()
-    tokenizer.enable_truncation(max_length=MAX_TOKENS)
+    tokenizer = piece_tokenizer(encoder_tokenizer(teacher), MAX_TOKENS, TRUNCATION_SIDE)
 
     def pieces(texts):
-        return [e.ids for e in tokenizer.encode_batch(texts, add_special_tokens=False)]
+        return word_pieces(tokenizer, texts)
 
     train = list(dict.fromkeys([q.text for q in data.train] + [tool_text(t, TextView()) for t in data.tools.values()]))
     validation = list(dict.fromkeys(q.text for q in data.validation))
@@ -166,7 +165,7 @@ def build(sets: Sequence[str | Path], out: Path, teacher_name: str | None = None
     rows, bias, history = fit_rows(start, pieces(train), teacher.encode(train), pieces(validation),
                                    teacher.encode(validation), **options)
     info = {"teacher": teacher.name, "teacher_digest": teacher_digest(teacher), "teacher_encoding": teacher.backend_in_use,
-            "max_tokens": MAX_TOKENS, "truncation_side": "right", "vocabulary": len(rows), "dim": len(bias),
+            "max_tokens": MAX_TOKENS, "truncation_side": TRUNCATION_SIDE, "vocabulary": len(rows), "dim": len(bias),
             "data": {"sets": data.sets, "train_texts": len(train), "of_which_tool_texts": len(data.tools),
                      "validation_tasks": len(validation)},
             "recipe": {"epochs_max": options.get("epochs", 12), "lr": options.get("lr", 1e-3), "seed": options.get("seed", 0),
