@@ -120,8 +120,12 @@ class HybridRetriever:
         for i, comp in enumerate(self.components):
             comp.save(folder / f"component{i}")
             names.append(comp.name)
-        write_retriever_config(folder, self.name, components=names, weights=self.weights, fusion=self.fusion,
-                               rrf_k=self.rrf_k, depth=self.depth)
+        write_retriever_config(folder, self.name, components=names, **self.settings())
+
+    def settings(self) -> dict[str, Any]:
+        """How the components' lists are fused: what `save` records, and what a hybrid over other
+        components (`HybridRetriever(parts, **settings)`) needs to rank the same way."""
+        return {"weights": list(self.weights), "fusion": self.fusion, "rrf_k": self.rrf_k, "depth": self.depth}
 
     @classmethod
     def load(cls, folder: Path) -> "HybridRetriever":

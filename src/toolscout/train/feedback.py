@@ -171,8 +171,7 @@ def _first_stage_with(retriever: Any, method: str, model_dir: str):
     name = "dense" if method == "embed" else "mlc"
     if retriever.name == "hybrid":
         parts = [c if c.name == "bm25" else make_retriever(name, model=model_dir) for c in retriever.components]
-        return make_retriever("hybrid", components=parts, weights=retriever.weights, fusion=retriever.fusion,
-                              rrf_k=retriever.rrf_k, depth=retriever.depth)
+        return make_retriever("hybrid", components=parts, **retriever.settings())
     if retriever.name in ("dense", "mlc"):
         return make_retriever(name, model=model_dir)
     raise ValueError(f"--train {method} needs a dense or hybrid pipeline, not {retriever.name!r}")
