@@ -6,8 +6,8 @@
 # Fits the table to the default encoder's vectors of the train-split tasks of the six dev sets that are
 # not kept for zero-shot checks (bfcl and gorilla_huggingface are never trained on) and of the tool texts
 # of those sets and of the unlabelled corpora (MIT), with early stopping on the validation tasks carved
-# from the train splits (toolscout.train.static_queries). CPU only, about 3 minutes on two cores. Rebuild it after rebuilding the default encoder: a table only serves the
-# weights it was fitted to.
+# from the train splits (toolscout.train.static_queries). CPU only, about 3 minutes on two cores.
+# Rebuild it after rebuilding the default encoder: a table only serves the weights it was fitted to.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA="${1:-../shared/data}"

@@ -48,8 +48,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         stages = [None, reranker] if reranker is not None and args.with_first_stage else [reranker]
         for second in stages:
             label = f"{name}+{second.name}@{second.depth}" if second is not None else name
-            reports.append(evaluate(sets, _factory(name, options, second, args.fast_queries), k=args.k, split=args.split,
-                                    pooled=args.pooled, name=label, progress=not args.quiet,
+            reports.append(evaluate(sets, _factory(name, options, second, args.fast_queries), k=args.k,
+                                    split=args.split, pooled=args.pooled, name=label, progress=not args.quiet,
                                     max_queries=args.max_queries,
                                     also_at=[int(c) for c in args.also_k.split(",") if c.strip()]))
     print(format_table(reports, per_category=args.per_category))

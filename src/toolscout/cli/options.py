@@ -18,8 +18,8 @@ from ..defaults import DEFAULT_RETRIEVER
 from ..tool import PROFILE_FIELDS, TextView
 
 # the fast tier, shared by search, eval and serve
-FAST_QUERIES_HELP = ("the fast tier: encode tasks with the static table distilled from the index's encoder (~0.07 ms "
-                     "a task instead of ~3; about 1.4 nDCG@10 lower on the dev sets: docs/serving.md)")
+FAST_QUERIES_HELP = ("the fast tier: encode tasks with the static table distilled from the index's encoder (~0.08 ms "
+                     "a task instead of ~3.8; about 1.4 nDCG@10 lower on the dev sets: docs/serving.md)")
 
 # ------------------------------------------------------------------------------------ retrievers
 
