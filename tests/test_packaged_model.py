@@ -119,3 +119,47 @@ def test_from_tools_with_no_arguments_embeds_with_the_shipped_encoder():
         vectors[model] = explicit.store.get(ids)
     np.testing.assert_allclose(stored, vectors[DEFAULT_ENCODER], atol=1e-6)
     assert np.abs(stored - vectors["minilm"]).max() > 1e-2
+
+
+def test_a_student_package_keeps_some_base_layers_and_assembles_to_the_student(tmp_path, monkeypatch):
+    """A model keeping layers 0 and 5 of MiniLM: layers the student did not change are not stored (the
+    kept base layers, renumbered, are them), one it changed is, and the assembled folder is a two-layer
+    model that embeds exactly as the student does."""
+    import json
+
+    from sentence_transformers import SentenceTransformer
+
+    from toolscout.encoders import resolve_model
+    from toolscout.train.query_student import student_of
+
+    student = student_of(SentenceTransformer(resolve_model("minilm"), device="cpu"), [0, 5])
+    student[0].auto_model.encoder.layer[1].output.dense.weight.data.mul_(0.5)  # base layer 5, now the second
+    student.save(str(tmp_path / "student"))
+    package = tmp_path / "models" / "mini-student"
+    info = packaging.package_student(tmp_path / "student", package, name="mini-student", layers=[0, 5],
+                                     teacher="minilm", probes=("book a flight", "send an email"))
+    assert info["tensors"] == 1 and info["layers"] == [0, 5] and info["role"] == "queries"
+    from safetensors.numpy import load_file
+    assert list(load_file(str(package / packaging.LAYERS))) == ["encoder.layer.1.output.dense.weight"]
+    monkeypatch.setattr(packaging, "MODELS_DIR", tmp_path / "models")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    encoder = Encoder.load("mini-student", backend="torch")
+    assert json.loads((packaging.Path(encoder.path) / "config.json").read_text())["num_hidden_layers"] == 2
+    texts = ["book a flight to Rome", "send an email to my boss"]
+    expected = student.encode(texts, normalize_embeddings=True)
+    np.testing.assert_allclose(encoder.encode(texts), expected, atol=2e-3)  # float16 storage of one tensor
+    full = Encoder.load("minilm", backend="torch").encode(texts)
+    assert float(np.min(np.sum(encoder.encode(texts) * full, axis=1))) < 0.99  # two layers, not six
+
+
+def test_a_student_that_names_a_layer_the_base_lacks_is_refused(tmp_path):
+    from sentence_transformers import SentenceTransformer
+
+    from toolscout.encoders import resolve_model
+    from toolscout.train.query_student import student_of
+
+    student_of(SentenceTransformer(resolve_model("minilm"), device="cpu"), [0, 5]).save(str(tmp_path / "student"))
+    with pytest.raises(packaging.PackagedModelError, match="no transformer layer 9"):
+        packaging.package_student(tmp_path / "student", tmp_path / "out", name="x", layers=[0, 9], teacher="minilm")
+    with pytest.raises(ValueError, match="each kept once"):
+        student_of(SentenceTransformer(resolve_model("minilm"), device="cpu"), [0, 0])

