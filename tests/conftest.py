@@ -33,9 +33,10 @@ def torch_encoders(monkeypatch):
 
     load = Encoder.load.__func__
 
-    def load_torch(cls, name_or_path=None, device=None, max_seq_length=None, backend="torch", cache_dir=None):
+    def load_torch(cls, name_or_path=None, device=None, max_seq_length=None, backend="torch", cache_dir=None,
+                   **options):
         return load(cls, name_or_path, device=device, max_seq_length=max_seq_length, backend=backend,
-                    cache_dir=cache_dir)
+                    cache_dir=cache_dir, **options)
 
     monkeypatch.setattr(Encoder, "load", classmethod(load_torch))
 

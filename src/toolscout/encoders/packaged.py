@@ -40,6 +40,7 @@ MANIFEST = "manifest.json"
 LAYERS = "layers.safetensors"
 REFERENCE = "reference.npz"
 WEIGHTS = "model.safetensors"
+ASSEMBLED = "toolscout-packaged.json"  # left in an assembled folder: where it came from and the manifest
 
 
 class PackagedModelError(ToolScoutError):
@@ -55,6 +56,19 @@ def packaged_models() -> dict[str, Path]:
 
 def manifest(folder: Path) -> dict[str, Any]:
     return json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+
+
+def assembled_info(folder: str | Path) -> dict[str, Any] | None:
+    """What `assemble` recorded in a model folder it assembled ({"from", "manifest"}), or None for any
+    other model folder."""
+    path = Path(folder) / ASSEMBLED
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def assembled_from(folder: str | Path) -> Path | None:
+    """The installed package folder of the packaged model assembled in `folder` (None: not one)."""
+    info = assembled_info(folder)
+    return None if info is None else packaged_models().get(info["manifest"].get("name", ""))
 
 
 def assemble(folder: Path, cache: Path | None = None) -> Path:
@@ -81,7 +95,7 @@ def assemble(folder: Path, cache: Path | None = None) -> Path:
         _write_weights(base / WEIGHTS, folder / LAYERS, tmp / WEIGHTS, info.get("layers"))
         if info.get("layers"):
             _set_layer_count(tmp / "config.json", len(info["layers"]))
-        (tmp / "toolscout-packaged.json").write_text(json.dumps({"from": str(folder), "manifest": info}, indent=2))
+        (tmp / ASSEMBLED).write_text(json.dumps({"from": str(folder), "manifest": info}, indent=2))
         try:
             os.rename(tmp, target)
         except OSError:  # another process assembled it first
@@ -203,8 +217,10 @@ def package_student(student_dir: str | Path, out: str | Path, *, name: str, laye
     if unknown:
         raise PackagedModelError(f"{student_dir}: tensors {unknown[:3]} are not in {len(layers)} layers of {base!r}")
     changed = _rounded_changes(trained, reference)
+    teacher_folder = packaged_models().get(teacher)  # a packaged teacher: tie the student to its weights
     info = {**_base_info(name, base, base_dir), "tensors": len(changed), "layers": list(layers), "role": "queries",
-            "teacher": teacher, **dict(extra or {})}
+            "teacher": teacher, "teacher_layers_sha256": teacher_folder and file_sha256(teacher_folder / LAYERS),
+            **dict(extra or {})}
     return _write_package(Path(out), changed, info, probes)
 
 

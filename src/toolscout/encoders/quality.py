@@ -25,16 +25,17 @@ from typing import Any
 import numpy as np
 
 QUALITY_FILE = "toolscout-quality.json"
-PACKAGED_FILE = "toolscout-packaged.json"  # what `packaged.assemble` leaves in an assembled model folder
 TOLERANCE = 0.3  # points of macro nDCG@10 on the dev test splits a faster encoding may move
 SAME_ENCODING_COSINE = 0.999  # a probe vector this close to the recorded one: the same int8 kernels (to rounding)
 
 
 def recorded(model_folder: str | Path, variant: str = "onnx-int8") -> dict[str, Any] | None:
     """The quality check recorded for `variant` of the model in `model_folder` (None: never checked)."""
+    from .packaged import assembled_info
+
     folder = Path(model_folder)
-    if (folder / PACKAGED_FILE).is_file():  # an assembled packaged model: the check is in its manifest
-        checks = json.loads((folder / PACKAGED_FILE).read_text())["manifest"].get("quality", {})
+    if (assembled := assembled_info(folder)) is not None:  # a packaged model: the check is in its manifest
+        checks = assembled["manifest"].get("quality", {})
     elif (folder / QUALITY_FILE).is_file():
         checks = json.loads((folder / QUALITY_FILE).read_text())
     else:

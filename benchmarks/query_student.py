@@ -1,0 +1,111 @@
+"""The quality check a query student must pass before an encoder hands it its tasks (`encoders/students.py`).
+
+    python benchmarks/query_student.py                  # the default encoder and its shipped student
+    python benchmarks/query_student.py --record         # and keep the verdict in the student's manifest
+
+Ranks every labelled dev set's test queries against its own catalog, in one run, with tasks encoded by the
+teacher (its int8 encoding: what serves without a student) and by the student (int8), tools always by the
+teacher. The check is the default pipeline's (what users get): it passes when macro nDCG@10 moves by less
+than 0.3. For information it also ranks with the dense retriever alone, prints the zero-shot macro (bfcl
+and gorilla_huggingface, which neither model was trained on), a paired bootstrap of the pipeline's
+nDCG@10 over all queries and over the zero-shot ones, and the median time to encode one task each way.
+`--record` writes the verdict, with the student's int8 embeddings of the export probe texts, into the
+student's packaged manifest (the source tree's, so the wheel carries it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from common import DEFAULT_DATA, machine_line, write_json
+from fast_tier import ZERO_SHOT, encode_ms
+from quantization import SETS, print_table
+
+
+def reports(encoder, folders: list[Path], system: str, max_queries: int | None):
+    """The eval report of the default pipeline (`system="default"`) or the dense retriever alone."""
+    from toolscout.eval import evaluate
+    from toolscout.pipeline import ToolScout
+
+    options = {"retriever": "dense", "intents": None} if system == "dense" else {}
+    return evaluate(folders, lambda tools: ToolScout.from_tools(tools, encoder=encoder, **options), k=10,
+                    progress=False, max_queries=max_queries)
+
+
+def ndcg(report) -> dict[str, float]:
+    return {name: s.metrics["ndcg@10"] for name, s in report.sets.items()}
+
+
+def bootstrap_line(label: str, result) -> dict:
+    print(f"paired bootstrap, {label}: {result}")
+    return {"delta": round(result.diff, 3), "ci": [round(result.ci_low, 3), round(result.ci_high, 3)],
+            "p_value": round(result.p_value, 4), "queries": result.n_queries}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--model", default=None, help="the teacher (default: the default encoder)")
+    parser.add_argument("--student", default=None, help="packaged student name (default: the teacher's own)")
+    parser.add_argument("--sets", default=",".join(SETS))
+    parser.add_argument("--max-queries", type=int, default=None)
+    parser.add_argument("--record", action="store_true", help="keep the verdict in the student's manifest")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args(argv)
+
+    from toolscout.benchmark import load_benchmark
+    from toolscout.encoders import PROBE_TEXTS, Encoder
+    from toolscout.encoders.packaged import assembled_from, packaged_models
+    from toolscout.encoders.query_cache import QueryCache
+    from toolscout.encoders.quality import record, verdict
+    from toolscout.encoders.students import students_of
+    from toolscout.eval import paired_bootstrap
+
+    print(machine_line(), file=sys.stderr)
+    teacher = Encoder.load(args.model, query_students=False)
+    source = assembled_from(teacher.path)
+    name = args.student or (students_of(source)[0][0] if source and students_of(source) else None)
+    if name is None:
+        parser.error(f"{teacher.name} ships no query student for its current weights; name one with --student")
+    student = Encoder.load(name, backend="onnx-int8", query_students=False)
+    taught = Encoder.load(args.model, query_students=False)
+    taught.query_student = student
+    print(f"teacher {teacher.name} ({teacher.backend_in_use}), student {name} ({student.backend_in_use})",
+          file=sys.stderr, flush=True)
+    folders = [args.data / s for s in args.sets.split(",") if s]
+    runs = {(system, who): reports(enc, folders, system, args.max_queries)
+            for system in ("default", "dense") for who, enc in (("teacher", teacher), ("student", taught))}
+    check = verdict(ndcg(runs["default", "teacher"]), ndcg(runs["default", "student"]),
+                    probe_vectors=student.encode(list(PROBE_TEXTS)))
+    check["dense"] = verdict(ndcg(runs["dense", "teacher"]), ndcg(runs["dense", "student"]))
+    zero_shot = [s for s in ZERO_SHOT if s in check["per_set"]]
+    if zero_shot:
+        check["zero_shot_macro"] = {who: round(sum(check["per_set"][s][key] for s in zero_shot) / len(zero_shot), 3)
+                                    for who, key in (("teacher", "exact"), ("student", "fast"))}
+    print_table("default pipeline (the check): teacher's tasks | student's tasks", check)
+    print_table("dense retriever (for information)", check["dense"])
+    check["bootstrap"] = {"all": bootstrap_line("all queries", paired_bootstrap(runs["default", "teacher"],
+                                                                               runs["default", "student"]))}
+    if zero_shot:
+        pair = [replace(runs["default", who], sets={s: runs["default", who].sets[s] for s in zero_shot})
+                for who in ("teacher", "student")]
+        check["bootstrap"]["zero_shot"] = bootstrap_line("zero-shot sets", paired_bootstrap(*pair))
+    teacher.query_cache = taught.query_cache = QueryCache(0)  # every task encoded
+    tasks = [q.text for f in folders[:4] for q in load_benchmark(f).split("test")[:100]]
+    check.update({"query_ms_teacher": round(encode_ms(teacher.encode_queries, tasks), 3),
+                  "query_ms_student": round(encode_ms(taught.encode_queries, tasks), 3),
+                  "against": f"{teacher.name} ({teacher.backend_in_use}) tasks, default pipeline",
+                  "sets": sorted(check["per_set"]), "command": "python benchmarks/query_student.py"})
+    print(f"verdict: {'PASS' if check['passed'] else 'FAIL'} (|delta| < {check['tolerance']}); encoding one task "
+          f"{check['query_ms_teacher']:.2f} -> {check['query_ms_student']:.2f} ms")
+    if args.record:
+        print(f"recorded in {record(packaged_models()[name], check)}")
+    write_json(args.json, check)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
