@@ -91,8 +91,7 @@ def main(argv=None) -> int:
     probes = [q.text for f in folders[:4] for q in load_benchmark(f).split("test")[:50]]
     results, pipeline, speed, encoders = {}, {}, {}, {}
     for backend in ("exact", "onnx-int8"):
-        # the model's own int8 encoding of tasks, not a query student's (benchmarks/query_student.py)
-        encoder = encoders[backend] = Encoder.load(args.model, backend=backend, query_students=False)
+        encoder = encoders[backend] = Encoder.load(args.model, backend=backend)
         speed[backend] = query_ms(encoder, probes)
         results[backend] = ndcg_per_set(encoder, folders, args.max_queries)
         print(f"{backend} ({encoder.backend_in_use}): " + ", ".join(f"{k} {v:.2f}" for k, v in results[backend].items())

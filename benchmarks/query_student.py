@@ -1,4 +1,4 @@
-"""The quality check a query student must pass before an encoder hands it its tasks (`encoders/students.py`).
+"""The quality check a query student must pass before it serves as the "student" fast tier (`encoders/students.py`).
 
     python benchmarks/query_student.py                  # the default encoder and its shipped student
     python benchmarks/query_student.py --record         # and keep the verdict in the student's manifest
@@ -25,14 +25,22 @@ from fast_tier import ZERO_SHOT, encode_ms
 from quantization import SETS, print_table
 
 
-def reports(encoder, folders: list[Path], system: str, max_queries: int | None):
-    """The eval report of the default pipeline (`system="default"`) or the dense retriever alone."""
+def reports(encoder, folders: list[Path], system: str, max_queries: int | None, tasks_by=None):
+    """The eval report of the default pipeline (`system="default"`) or the dense retriever alone, tools by
+    `encoder`, tasks by `tasks_by` (None: the encoder)."""
     from toolscout.eval import evaluate
     from toolscout.pipeline import ToolScout
 
     options = {"retriever": "dense", "intents": None} if system == "dense" else {}
-    return evaluate(folders, lambda tools: ToolScout.from_tools(tools, encoder=encoder, **options), k=10,
-                    progress=False, max_queries=max_queries)
+
+    def build(tools):
+        scout = ToolScout.from_tools(tools, encoder=encoder, **options)
+        for part in getattr(scout.retriever, "components", [scout.retriever]):
+            if part.name == "dense":
+                part.query_encoder = tasks_by
+        return scout
+
+    return evaluate(folders, build, k=10, progress=False, max_queries=max_queries)
 
 
 def ndcg(report) -> dict[str, float]:
@@ -65,19 +73,17 @@ def main(argv=None) -> int:
     from toolscout.eval import paired_bootstrap
 
     print(machine_line(), file=sys.stderr)
-    teacher = Encoder.load(args.model, query_students=False)
+    teacher = Encoder.load(args.model)
     source = assembled_from(teacher.path)
     name = args.student or (students_of(source)[0][0] if source and students_of(source) else None)
     if name is None:
         parser.error(f"{teacher.name} ships no query student for its current weights; name one with --student")
-    student = Encoder.load(name, backend="onnx-int8", query_students=False)
-    taught = Encoder.load(args.model, query_students=False)
-    taught.query_student = student
+    student = Encoder.load(name, backend="onnx-int8")  # before a check is recorded, auto would not pick int8
     print(f"teacher {teacher.name} ({teacher.backend_in_use}), student {name} ({student.backend_in_use})",
           file=sys.stderr, flush=True)
     folders = [args.data / s for s in args.sets.split(",") if s]
-    runs = {(system, who): reports(enc, folders, system, args.max_queries)
-            for system in ("default", "dense") for who, enc in (("teacher", teacher), ("student", taught))}
+    runs = {(system, who): reports(teacher, folders, system, args.max_queries, tasks_by)
+            for system in ("default", "dense") for who, tasks_by in (("teacher", None), ("student", student))}
     check = verdict(ndcg(runs["default", "teacher"]), ndcg(runs["default", "student"]),
                     probe_vectors=student.encode(list(PROBE_TEXTS)))
     check["dense"] = verdict(ndcg(runs["dense", "teacher"]), ndcg(runs["dense", "student"]))
@@ -93,10 +99,10 @@ def main(argv=None) -> int:
         pair = [replace(runs["default", who], sets={s: runs["default", who].sets[s] for s in zero_shot})
                 for who in ("teacher", "student")]
         check["bootstrap"]["zero_shot"] = bootstrap_line("zero-shot sets", paired_bootstrap(*pair))
-    teacher.query_cache = taught.query_cache = QueryCache(0)  # every task encoded
+    teacher.query_cache = student.query_cache = QueryCache(0)  # every task encoded
     tasks = [q.text for f in folders[:4] for q in load_benchmark(f).split("test")[:100]]
     check.update({"query_ms_teacher": round(encode_ms(teacher.encode_queries, tasks), 3),
-                  "query_ms_student": round(encode_ms(taught.encode_queries, tasks), 3),
+                  "query_ms_student": round(encode_ms(student.encode_queries, tasks), 3),
                   "against": f"{teacher.name} ({teacher.backend_in_use}) tasks, default pipeline",
                   "sets": sorted(check["per_set"]), "command": "python benchmarks/query_student.py"})
     print(f"verdict: {'PASS' if check['passed'] else 'FAIL'} (|delta| < {check['tolerance']}); encoding one task "

@@ -33,10 +33,9 @@ def torch_encoders(monkeypatch):
 
     load = Encoder.load.__func__
 
-    def load_torch(cls, name_or_path=None, device=None, max_seq_length=None, backend="torch", cache_dir=None,
-                   **options):
+    def load_torch(cls, name_or_path=None, device=None, max_seq_length=None, backend="torch", cache_dir=None):
         return load(cls, name_or_path, device=device, max_seq_length=max_seq_length, backend=backend,
-                    cache_dir=cache_dir, **options)
+                    cache_dir=cache_dir)
 
     monkeypatch.setattr(Encoder, "load", classmethod(load_torch))
 

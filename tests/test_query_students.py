@@ -1,7 +1,7 @@
-"""Query students (`encoders/students.py`): an encoder hands its tasks to the smaller model shipped beside it
-only when the student's recorded quality check passed, this machine reproduces the checked int8 encoding,
-the encoder itself runs its checked int8 encoding, and the student was distilled from the encoder's
-current weights. Tools keep the encoder's vectors."""
+"""Query students (`encoders/students.py`, the "student" fast tier): a smaller model shipped beside an encoder
+encodes its tasks only when the student's recorded quality check passed, this machine reproduces the checked
+int8 encoding, the encoder itself runs its checked int8 encoding, and the student was distilled from the
+encoder's current weights. Tools keep the encoder's vectors."""
 
 import json
 
@@ -12,6 +12,8 @@ from toolscout.encoders import PROBE_TEXTS, Encoder
 from toolscout.encoders import packaged as packaging
 from toolscout.encoders import students
 from toolscout.encoders.quality import record, verdict
+from toolscout.encoders.students import QueryStudentError, query_student_for
+from toolscout.retrievers.dense import DenseRetriever
 
 TASKS = ["book a flight to Rome", "send an email to my boss about the meeting"]
 PASSED = ({"a": 50.0, "b": 60.0}, {"a": 50.1, "b": 59.9})  # macro moves by 0: passes
@@ -42,7 +44,7 @@ def shipped(tmp_path_factory):
         packaging.package_student(root / "student", models / "tiny-student", name="tiny-student", layers=[0, 5],
                                   teacher="tiny-teacher", probes=("x",))
         for name in ("tiny-teacher", "tiny-student"):
-            int8 = Encoder.load(name, backend="onnx-int8", cache_dir=root / "onnx", query_students=False)
+            int8 = Encoder.load(name, backend="onnx-int8", cache_dir=root / "onnx")
             record(models / name, verdict(*PASSED, probe_vectors=int8.encode(list(PROBE_TEXTS))))
     return root
 
@@ -58,37 +60,108 @@ def load(shipped, name="tiny-teacher", **options):
     return Encoder.load(name, cache_dir=shipped / "onnx", **options)
 
 
-def test_tasks_go_to_a_checked_student_and_tools_stay_on_the_teacher(shipped, models):
-    teacher = load(shipped)
-    assert teacher.backend_in_use == "onnx-int8" and teacher.query_student is not None
-    alone = load(shipped, query_students=False)
-    assert alone.query_student is None
-    student = Encoder.load("tiny-student", backend="onnx-int8", cache_dir=shipped / "onnx", query_students=False)
-    np.testing.assert_allclose(teacher.encode_queries(TASKS), student.encode_queries(TASKS), atol=1e-6)
-    np.testing.assert_allclose(teacher.encode(TASKS), alone.encode(TASKS), atol=1e-6)  # tools: the teacher's
-    assert float(np.min(np.sum(alone.encode_queries(TASKS) * student.encode_queries(TASKS), axis=1))) < 0.99
-
-
-def test_a_student_whose_check_failed_or_is_missing_is_not_used(shipped, models):
-    manifest = json.loads((models / "tiny-student" / packaging.MANIFEST).read_text())
-    try:
-        record(models / "tiny-student", {**manifest["quality"]["onnx-int8"], **verdict(*FAILED)})
-        assert load(shipped).query_student is None
-        students._loaded.clear()
-        (models / "tiny-student" / packaging.MANIFEST).write_text(json.dumps({**manifest, "quality": {}}))
-        assert load(shipped).query_student is None
-    finally:
-        (models / "tiny-student" / packaging.MANIFEST).write_text(json.dumps(manifest))
+def rewrite_manifest(models, **changes):
+    path = models / "tiny-student" / packaging.MANIFEST
+    path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
     students._loaded.clear()
-    assert load(shipped).query_student is not None  # the manifest put back: used again
 
 
-def test_a_student_of_other_teacher_weights_or_beside_float32_tasks_is_not_used(shipped, models):
-    assert load(shipped, backend="exact").query_student is None  # float32 teacher: the check compared int8
+def test_the_student_tier_encodes_tasks_by_the_student_and_tools_by_the_teacher(shipped, models, tools):
+    from toolscout import ToolScout
+
+    teacher = load(shipped)
+    assert teacher.backend_in_use == "onnx-int8"
+    student = query_student_for(teacher)
+    reference = Encoder.load("tiny-student", backend="onnx-int8", cache_dir=shipped / "onnx")
+    np.testing.assert_allclose(student.encode_queries(TASKS), reference.encode_queries(TASKS), atol=1e-6)
+    assert float(np.min(np.sum(teacher.encode_queries(TASKS) * reference.encode_queries(TASKS), axis=1))) < 0.99
+
+    scout = ToolScout.from_tools(tools, encoder=teacher, retriever="dense", intents=None)
+    plain = scout.search(["book a flight to Rome"], k=3)[0]
+    scout.use_fast_queries("student")
+    assert scout.task_encoders == ["tiny-student (query student of tiny-teacher)"] and scout.fast_queries
+    hits = scout.search(["book a flight to Rome"], k=3)[0]
+    by_student = reference.encode_queries(["book a flight to Rome"])[0]
+    teacher_only = DenseRetriever(encoder=load(shipped))
+    teacher_only.index(tools)
+    stored = teacher_only.store.get([hits[0].tool.id])[0]  # tools: the teacher's vectors, tasks: the student's
+    assert abs(hits[0].score - float(stored @ by_student)) < 1e-5 and hits[0].score != plain[0].score
+
+
+def test_a_student_whose_check_failed_or_is_missing_is_refused(shipped, models):
     manifest = json.loads((models / "tiny-student" / packaging.MANIFEST).read_text())
     try:
-        (models / "tiny-student" / packaging.MANIFEST).write_text(
-            json.dumps({**manifest, "teacher_layers_sha256": "0" * 64}))  # distilled from a teacher since rebuilt
-        assert load(shipped).query_student is None
+        rewrite_manifest(models, quality={"onnx-int8": {**manifest["quality"]["onnx-int8"], **verdict(*FAILED)}})
+        with pytest.raises(QueryStudentError, match="cannot serve here"):
+            query_student_for(load(shipped))
+        rewrite_manifest(models, quality={})
+        with pytest.raises(QueryStudentError, match="cannot serve here"):
+            query_student_for(load(shipped))
     finally:
-        (models / "tiny-student" / packaging.MANIFEST).write_text(json.dumps(manifest))
+        rewrite_manifest(models, **manifest)
+    assert query_student_for(load(shipped)).name == "tiny-student"  # the manifest put back: it serves again
+
+
+def test_a_student_of_other_teacher_weights_or_beside_float32_tasks_is_refused(shipped, models):
+    with pytest.raises(QueryStudentError, match="int8 encoding, which does not run here"):
+        query_student_for(load(shipped, backend="exact"))  # the check compared the teacher's int8 tasks
+    manifest = json.loads((models / "tiny-student" / packaging.MANIFEST).read_text())
+    try:
+        rewrite_manifest(models, teacher_layers_sha256="0" * 64)  # distilled from a teacher since rebuilt
+        with pytest.raises(QueryStudentError, match="no query student was distilled from the current weights"):
+            query_student_for(load(shipped))
+    finally:
+        rewrite_manifest(models, **manifest)
+
+
+# ------------------------------------------------------------------ the student shipped with toolscout
+
+@pytest.fixture(scope="module")
+def shipped_student():
+    """The default encoder's packaged student, where this machine can serve it (its int8 check reproduces)."""
+    from toolscout.defaults import DEFAULT_ENCODER
+
+    try:
+        return query_student_for(Encoder.load(DEFAULT_ENCODER))
+    except QueryStudentError as exc:
+        pytest.skip(f"the shipped query student cannot serve on this machine: {exc}")
+
+
+def test_the_shipped_student_is_distilled_from_the_shipped_encoder_and_gives_its_reference_vectors(tmp_path):
+    from toolscout.defaults import DEFAULT_ENCODER
+
+    folder = packaging.packaged_models()["toolscout-tools-queries"]
+    info = packaging.manifest(folder)
+    teacher = packaging.packaged_models()[DEFAULT_ENCODER]
+    assert info["role"] == "queries" and info["teacher"] == DEFAULT_ENCODER and info["layers"] == [0, 2, 4, 5]
+    assert info["teacher_layers_sha256"] == packaging.file_sha256(teacher / packaging.LAYERS)
+    check = info["quality"]["onnx-int8"]
+    assert check["passed"] and abs(check["macro_delta"]) < check["tolerance"] == 0.3
+    encoder = Encoder.load("toolscout-tools-queries", backend="torch", cache_dir=tmp_path / "onnx")
+    assert json.loads((packaging.Path(encoder.path) / "config.json").read_text())["num_hidden_layers"] == 4
+    reference = np.load(folder / packaging.REFERENCE)
+    np.testing.assert_allclose(encoder.encode([str(t) for t in reference["texts"]]), reference["vectors"], atol=1e-5)
+
+
+def test_a_server_started_with_the_student_tier_ranks_by_the_student(tmp_path, tools, encoder, shipped_student):
+    import httpx
+    from servers import start_server
+
+    from toolscout import ToolScout
+
+    folder = tmp_path / "idx"
+    ToolScout.from_tools(tools, encoder=encoder).save(folder)
+    task = "convert the attached document to pdf and mail it"
+    expected = [(h.tool.id, h.score) for h in ToolScout.load(folder, fast_queries="student").search(task, k=4)]
+    default = [(h.tool.id, h.score) for h in ToolScout.load(folder).search(task, k=4)]
+    assert [s for _, s in expected] != [s for _, s in default]
+    proc, url = start_server([str(folder), "--fast-queries", "student", "--no-fsync"])
+    try:
+        health = httpx.get(f"{url}/health").json()
+        assert health["task_encoders"] == [f"{shipped_student.name} (query student of {encoder.name})"]
+        hits = httpx.post(f"{url}/search", json={"query": task, "k": 4}).json()["results"][0]["hits"]
+        assert [h["id"] for h in hits] == [t for t, _ in expected]
+        np.testing.assert_allclose([h["score"] for h in hits], [s for _, s in expected], rtol=1e-5)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

@@ -109,8 +109,13 @@ def test_fast_queries_rank_by_the_table_while_tools_and_learning_keep_the_encode
 
 
 def test_fast_queries_need_a_dense_retriever(tools):
-    with pytest.raises(static.StaticTableError, match="retriever is 'bm25'"):
-        ToolScout.from_tools(tools, retriever="bm25").use_fast_queries()
+    from toolscout.encoders.fast import FastQueriesUnavailable
+
+    for tier in ("table", "student"):
+        with pytest.raises(FastQueriesUnavailable, match="retriever is 'bm25'"):
+            ToolScout.from_tools(tools, retriever="bm25").use_fast_queries(tier)
+    with pytest.raises(ValueError, match="unknown fast-queries tier 'fastest'"):
+        ToolScout.from_tools(tools, retriever="bm25").use_fast_queries("fastest")
 
 
 def test_a_server_started_with_fast_queries_ranks_by_the_table(tmp_path, tools, encoder):

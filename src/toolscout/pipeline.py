@@ -16,6 +16,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 from .artifacts import read_config, write_artifact
 from .benchmark import read_jsonl
 from .conversation import focus
+from .encoders.fast import fast_query_kind
 from .defaults import DEFAULT_INTENTS, DEFAULT_RETRIEVER
 from .errors import NotFound, ToolScoutError
 from .feedback import FeedbackEvent, LearnResult, Usage, UsageLedger
@@ -122,8 +123,9 @@ class ToolScout:
         return cls(make_retriever(retriever, **options), list(tools), reranker=reranker, intents=intents)
 
     @classmethod
-    def load(cls, path: str | Path, *, fast_queries: bool = False) -> "ToolScout":
-        """The pipeline saved in `path`; `fast_queries`: search with `use_fast_queries`."""
+    def load(cls, path: str | Path, *, fast_queries: bool | str = False) -> "ToolScout":
+        """The pipeline saved in `path`; `fast_queries` ("table" or True, or "student"): search with
+        `use_fast_queries` of that tier."""
         folder, config = read_config(path, kind=PIPELINE_KIND, max_format=FORMAT_VERSION)
         tools = [Tool.from_dict(row) for _n, row in read_jsonl(folder / "tools.jsonl")]
         retriever = load_retriever(folder / "retriever")
@@ -134,31 +136,42 @@ class ToolScout:
         if len(retriever) != len(tools):  # a hand-edited or mismatched directory
             raise ToolScoutError(f"{path}: retriever holds {len(retriever)} tools but tools.jsonl has {len(tools)}")
         scout.saved_config = config
-        return scout.use_fast_queries() if fast_queries else scout
+        kind = fast_query_kind(fast_queries)
+        return scout.use_fast_queries(kind) if kind else scout
 
     @property
     def fast_queries(self) -> bool:
-        """Whether tasks are encoded by a static table (`use_fast_queries`)."""
+        """Whether tasks are encoded by a fast tier (`use_fast_queries`)."""
         return any(getattr(part, "query_encoder", None) is not None for part in self._retriever_parts())
+
+    @property
+    def task_encoders(self) -> list[str]:
+        """What encodes tasks for each dense part of the first stage (`encoders.students.task_encoder`)."""
+        from .encoders.fast import task_encoder
+
+        return [task_encoder(part.encoder, part.query_encoder) for part in self._retriever_parts()
+                if hasattr(part, "use_fast_queries")]
 
     def _retriever_parts(self) -> list:
         """The first stage's retrievers: a hybrid's components, else the retriever itself."""
         return list(getattr(self.retriever, "components", None) or [self.retriever])
 
-    def use_fast_queries(self) -> "ToolScout":
-        """The fast tier: tasks are encoded by the static table distilled from the dense retriever's
-        encoder (`encoders/static.py`: ~0.08 ms a task instead of ~3.8, at some quality, docs/serving.md).
-        Tool vectors and learning from feedback are unchanged. Raises StaticTableError when the pipeline
-        has no dense retriever or no shipped table fits its encoder."""
-        from .encoders.static import StaticTableError
+    def use_fast_queries(self, kind: str = "table") -> "ToolScout":
+        """A fast tier (`encoders/fast.py`): tasks are encoded by the static table ("table": ~0.08 ms a task
+        instead of ~3) or the query student ("student": ~1.9 ms) distilled from the dense retriever's
+        encoder, at some quality (docs/serving.md). Tool vectors and learning from feedback are unchanged.
+        Raises FastQueriesUnavailable when the pipeline has no dense retriever or the tier cannot serve
+        its encoder."""
+        from .encoders.fast import FastQueriesUnavailable
 
+        kind = fast_query_kind(kind) or "table"
         dense = [part for part in self._retriever_parts() if hasattr(part, "use_fast_queries")]
         if not dense:
-            raise StaticTableError(f"fast queries encode tasks for a dense retriever; this pipeline's retriever is "
-                                   f"{self.retriever.name!r}")
+            raise FastQueriesUnavailable(f"fast queries encode tasks for a dense retriever; this pipeline's "
+                                         f"retriever is {self.retriever.name!r}")
         with self._lock.write():
             for part in dense:
-                part.use_fast_queries()
+                part.use_fast_queries(kind)
         return self
 
     def save(self, path: str | Path, *, extra_config: dict[str, Any] | None = None) -> None:

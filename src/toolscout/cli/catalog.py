@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from ..defaults import DEFAULT_RETRIEVER
-from .options import (FAST_QUERIES_HELP, add_rerank_options, add_retriever_options, intents_from_args,
+from .options import (add_fast_queries, add_rerank_options, add_retriever_options, intents_from_args,
                       reranker_from_args, retriever_options)
 
 EXAMPLE_TASKS = (
@@ -38,7 +38,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-k", type=int, default=5, help="number of tools to return (default %(default)s)")
     p.add_argument("--namespace", action="append", default=None, help="only tools in this namespace (repeatable)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    p.add_argument("--fast-queries", action="store_true", help=FAST_QUERIES_HELP)
+    add_fast_queries(p)
     p.set_defaults(handler=cmd_search)
 
     p = sub.add_parser("demo", help="index the bundled sample catalog and answer example tasks")

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..defaults import DEFAULT_RETRIEVER
-from .options import (FAST_QUERIES_HELP, add_rerank_options, add_retriever_options, intents_from_args, model_for,
+from .options import (add_fast_queries, add_rerank_options, add_retriever_options, intents_from_args, model_for,
                       reranker_from_args, retriever_options)
 
 
@@ -32,7 +32,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--plot", default=None, metavar="FILE.png", help="bar chart comparing the systems")
     p.add_argument("--bootstrap", type=int, default=10000, metavar="N",
                    help="paired-bootstrap resamples when comparing systems (default %(default)s)")
-    p.add_argument("--fast-queries", action="store_true", help=FAST_QUERIES_HELP)
+    add_fast_queries(p)
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(handler=cmd_eval)
 
@@ -91,12 +91,12 @@ def system_options(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     return systems
 
 
-def _factory(name: str, options: dict[str, Any], reranker: Any, fast_queries: bool = False):
+def _factory(name: str, options: dict[str, Any], reranker: Any, fast_queries: str | None = None):
     def build(tools):
         from ..pipeline import ToolScout
 
         scout = ToolScout.from_tools(tools, retriever=name, reranker=reranker, **options)
-        return scout.use_fast_queries() if fast_queries else scout
+        return scout.use_fast_queries(fast_queries) if fast_queries else scout
 
     return build
 

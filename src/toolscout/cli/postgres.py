@@ -61,7 +61,7 @@ def index_into_postgres(args: argparse.Namespace, tools: Sequence[Tool]) -> int:
     return 0
 
 
-def open_postgres_service(spec: str, fast_queries: bool = False):
+def open_postgres_service(spec: str, fast_queries: str | None = None):
     """The service on `spec` without background search threads (for one-off CLI searches)."""
     from ..serve.service import ToolService
 

@@ -11,7 +11,7 @@ import os
 import sys
 from typing import Sequence
 
-from .options import FAST_QUERIES_HELP
+from .options import add_fast_queries
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 DESCRIPTION = ("Serve DIR (written by `toolscout index`). Default: the HTTP API on --host:--port with the MCP "
@@ -66,7 +66,7 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                         "the index's own, 200 for a new one)")
     p.add_argument("--batch-workers", type=int, default=2, metavar="N",
                    help="threads that run batched searches (default %(default)s; 0: no batching)")
-    p.add_argument("--fast-queries", action="store_true", help=FAST_QUERIES_HELP)
+    add_fast_queries(p)
     p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
 
 

@@ -75,7 +75,6 @@ from .torch_utils import SMALL_TORCH_BATCH, few_torch_threads, quiet_transformer
 logger = logging.getLogger(__name__)
 
 BACKENDS = ("auto", "exact", "torch", "onnx", "onnx-int8")
-_UNRESOLVED = object()  # a lazily chosen setting not chosen yet
 EXACT_BACKENDS = ("onnx", "torch")  # the float32 encodings: the same vectors, to float rounding
 
 __all__ = [
@@ -105,9 +104,7 @@ class Encoder:
     cache_dir: str | Path | None = None
     latest_turn_weight: float = LATEST_TURN_WEIGHT
     query_cache: QueryCache = field(default_factory=QueryCache, repr=False)
-    query_students: bool = True  # tasks through a shipped query student where approved (`students.py`)
     fallback_reason: str | None = field(default=None, init=False)
-    _student: object = field(default=_UNRESOLVED, init=False, repr=False)
     _model: object = field(default=None, repr=False)
     _weights_version: int | None = field(default=None, init=False, repr=False)
     _native_max_seq_length: int | None = field(default=None, init=False, repr=False)
@@ -123,11 +120,10 @@ class Encoder:
     @classmethod
     def load(cls, name_or_path: str | None = None, device: str | None = None,
              max_seq_length: int | None = None, backend: str = "auto",
-             cache_dir: str | Path | None = None, query_students: bool = True) -> "Encoder":
+             cache_dir: str | Path | None = None) -> "Encoder":
         name = str(name_or_path) if name_or_path else default_encoder_name()
         enc = cls(name=name, path=resolve_model(name), device=device or default_device(),
-                  max_seq_length=max_seq_length, backend=backend, cache_dir=cache_dir,
-                  query_students=query_students)
+                  max_seq_length=max_seq_length, backend=backend, cache_dir=cache_dir)
         enc.backend_in_use  # load now so a bad name fails here, with the name in the message
         return enc
 
@@ -171,7 +167,7 @@ class Encoder:
             if self._resolved is None:
                 self._resolved = self._choose_backend()
             if self._resolved != "torch" and self._torch_weights_changed():
-                self._resolved, self._onnx, self._student = "torch", None, None  # a student fits the old weights
+                self._resolved, self._onnx = "torch", None
                 self.fallback_reason = "the torch model's weights were changed in place; encoding with torch"
                 logger.info("encoder %s: %s", self.name, self.fallback_reason)
             return self._resolved
@@ -272,33 +268,15 @@ class Encoder:
         return np.ascontiguousarray(vectors, dtype=np.float32)
 
     def encode_queries(self, queries: Sequence[str]) -> np.ndarray:
-        """Unit vectors of tasks, by `query_student` where there is one. A task written as a chat
-        transcript also weighs in its latest user turn (`toolscout.conversation`; `latest_turn_weight` = 0
-        turns this off). Recent tasks' vectors come from `query_cache` (repeats skip the encoder)."""
+        """Unit vectors of tasks. A task written as a chat transcript also weighs in its latest user
+        turn (`toolscout.conversation`; `latest_turn_weight` = 0 turns this off). Recent tasks' vectors
+        come from `query_cache` (repeats skip the encoder)."""
         if len(queries) == 0:
             return np.zeros((0, self.dim), dtype=np.float32)
-        student = self.query_student  # when there is one, it computes the vectors (this cache keeps them)
         # what a vector depends on besides the text (weights trained in place change the version)
         live = weights_version(self._model) if self._model is not None else None
-        key = (self.backend_in_use, live, self.latest_turn_weight, self.max_seq_length, student and student.name)
-        return self.query_cache.vectors(queries, key, (student or self)._encode_queries, entry=_cache_entry)
-
-    @property
-    def query_student(self) -> "Encoder | None":
-        """The smaller encoder that encodes this one's tasks (`encoders/students.py`: a packaged student
-        with a passed quality check, used only beside this model's checked int8 encoding), or None."""
-        with self._setup_lock:
-            if self._student is _UNRESOLVED:
-                from .students import query_student_for
-
-                self._student = query_student_for(self) if self.query_students else None
-            return self._student
-
-    @query_student.setter
-    def query_student(self, student: "Encoder | None") -> None:
-        """Encode tasks with `student` (None: with this encoder), whatever was recorded: for measuring."""
-        with self._setup_lock:
-            self._student = student
+        key = (self.backend_in_use, live, self.latest_turn_weight, self.max_seq_length)
+        return self.query_cache.vectors(queries, key, self._encode_queries, entry=_cache_entry)
 
     def _encode_queries(self, queries: list[str]) -> np.ndarray:
         vectors = self._query_vectors(queries)

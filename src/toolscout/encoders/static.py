@@ -29,7 +29,7 @@ from typing import Sequence
 import numpy as np
 
 from ..conversation import emphasise_latest_turn
-from ..errors import ToolScoutError
+from .fast import FastQueriesUnavailable
 from .packaged import file_sha256
 from .query_cache import QueryCache
 
@@ -39,7 +39,7 @@ TABLE = "table.npz"
 REFERENCE = "reference.npz"
 
 
-class StaticTableError(ToolScoutError):
+class StaticTableError(FastQueriesUnavailable):
     """A static query table cannot serve this encoder (none ships for it, or it was fitted to other weights)."""
 
 

@@ -227,13 +227,13 @@ class DenseRetriever:
         vectors = (self.query_encoder or self.encoder).encode_queries(list(queries))
         return self.store.search(vectors, k, filter)
 
-    def use_fast_queries(self) -> None:
-        """Encode tasks at search time with the static table distilled from this retriever's encoder (the
-        fast tier, `encoders/static.py`); tool vectors and learning keep the encoder. Raises
-        StaticTableError when no shipped table was fitted to the encoder's weights."""
-        from ..encoders.static import static_queries_for
+    def use_fast_queries(self, kind: str = "table") -> None:
+        """Encode tasks at search time with the fast tier `kind` distilled from this retriever's encoder
+        ("table" or "student", `encoders/fast.py`); tool vectors and learning keep the encoder. Raises
+        FastQueriesUnavailable (saying why) when that tier cannot serve the encoder."""
+        from ..encoders.fast import fast_queries_for
 
-        self.query_encoder = static_queries_for(self.encoder)
+        self.query_encoder = fast_queries_for(self.encoder, kind)
 
     # persistence ---------------------------------------------------------------------------
     def save(self, folder: Path) -> None:

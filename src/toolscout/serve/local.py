@@ -71,10 +71,10 @@ class DirectoryCatalog:
 
     # lifecycle -----------------------------------------------------------------------------
     @classmethod
-    def open(cls, folder: str | os.PathLike, *, fsync: bool = True, fast_queries: bool = False,
+    def open(cls, folder: str | os.PathLike, *, fsync: bool = True, fast_queries: bool | str = False,
              **options: Any) -> "DirectoryCatalog":
         """Load `folder`, take its lock (one server per directory) and replay its journal. `fast_queries`:
-        tasks are encoded by the static table (`ToolScout.use_fast_queries`)."""
+        tasks are encoded by that fast tier (`ToolScout.use_fast_queries`)."""
         folder = Path(folder)
         if not (folder / POINTER).is_file():
             raise ServiceError(f"{folder}: not a pipeline directory written by `toolscout index` or ToolScout.save "
@@ -284,6 +284,7 @@ class DirectoryCatalog:
 
     def stats(self) -> dict[str, Any]:
         return {"retriever": self.scout.retriever.name, "fast_queries": self.scout.fast_queries,
+                "task_encoders": self.scout.task_encoders,
                 "journal_records": self.journal.records,
                 "journal_bytes": self.journal.bytes, "compactions": self.compactions,
                 "last_compaction_s": self.last_compaction_s}

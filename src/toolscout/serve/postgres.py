@@ -26,6 +26,7 @@ from collections import Counter
 from typing import Any, Sequence
 
 from ..conversation import focus
+from ..encoders.fast import fast_queries_for, fast_query_kind, task_encoder
 from ..errors import Conflict, InvalidRequest, NotFound
 from ..feedback import FeedbackEvent, LearnResult, Usage
 from ..hits import Hit, HitPolicy, NameIndex, assemble_hits
@@ -50,15 +51,11 @@ class PostgresCatalog:
     versions_are_local = False  # other replicas write too: a version read is a round trip
 
     def __init__(self, store: PgVectorStore, encoder: Any, config: IndexConfig, *, max_stale_s: float = 1.0,
-                 fast_queries: bool = False):
+                 fast_queries: bool | str = False):
         self.store = store
         self.encoder = encoder  # tool vectors and feedback
-        if fast_queries:  # the fast tier: tasks through the static table distilled from the encoder
-            from ..encoders.static import static_queries_for
-
-            self.query_encoder = static_queries_for(encoder)
-        else:
-            self.query_encoder = encoder
+        kind = fast_query_kind(fast_queries)  # a fast tier: tasks through a table or student distilled from it
+        self.query_encoder = fast_queries_for(encoder, kind) if kind else encoder
         self.config = config
         self.view = TextView.from_dict(config.view)
         self.intents = IntentMerge.from_dict(config.intents)
@@ -69,9 +66,9 @@ class PostgresCatalog:
 
     @classmethod
     def open(cls, spec: str | PgSpec, *, encoder: Any = None, max_stale_s: float = 1.0,
-             fast_queries: bool = False) -> "PostgresCatalog":
+             fast_queries: bool | str = False) -> "PostgresCatalog":
         """Connect to the index table of `spec` (migrating its schema if needed) and load the encoder its
-        configuration names (`fast_queries`: tasks through its static table, `encoders/static.py`)."""
+        configuration names (`fast_queries`: a fast tier for tasks, `encoders/fast.py`)."""
         store = PgVectorStore.from_spec(spec)
         try:
             config = IndexConfig.from_dict(store.database.config())
@@ -119,7 +116,8 @@ class PostgresCatalog:
 
     def stats(self) -> dict[str, Any]:
         return {"store": str(self.store.spec), "search": self.config.search, "retriever": "pgvector",
-                "fast_queries": self.query_encoder is not self.encoder}
+                "fast_queries": self.query_encoder is not self.encoder,
+                "task_encoders": [task_encoder(self.encoder, self.query_encoder)]}
 
     def close(self, compact: bool = True) -> None:
         self.store.close()

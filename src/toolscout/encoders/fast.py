@@ -1,0 +1,55 @@
+"""The fast tiers: what encodes a dense retriever's tasks instead of its encoder, for more searches per core.
+
+- "table": the static word-piece table distilled from the encoder (`static.py`): a sum of rows, ~0.08 ms
+  a task against ~3 ms, and the most quality lost (docs/serving.md);
+- "student": the query student distilled from the encoder (`students.py`): a transformer with four of the
+  six layers, ~1.9 ms a task, and less quality lost.
+
+Both leave the tools on the encoder's vectors and learning from feedback on the encoder. Each raises a
+`FastQueriesUnavailable` that says why when it cannot serve an encoder.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import ToolScoutError
+
+KINDS = ("table", "student")
+
+
+class FastQueriesUnavailable(ToolScoutError):
+    """A fast tier cannot encode this encoder's tasks (nothing ships for its weights, or not on this machine)."""
+
+
+def fast_query_kind(value: bool | str | None) -> str | None:
+    """The fast tier a setting names: None for none (False, None), "table" for True (the first fast tier,
+    kept for callers that pass a flag), or one of `KINDS`."""
+    if value is None or value is False:
+        return None
+    if value is True:
+        return "table"
+    if value not in KINDS:
+        raise ValueError(f"unknown fast-queries tier {value!r}; use one of {', '.join(KINDS)}")
+    return value
+
+
+def fast_queries_for(encoder, kind: str):
+    """What encodes `encoder`'s tasks in the fast tier `kind` (an object with `encode_queries`)."""
+    if fast_query_kind(kind) == "student":
+        from .students import query_student_for
+
+        return query_student_for(encoder)
+    from .static import static_queries_for
+
+    return static_queries_for(encoder)
+
+
+def task_encoder(encoder, query_encoder: Any = None) -> str:
+    """What encodes tasks for a retriever whose tools `encoder` embeds, with its fast tier's
+    `query_encoder` (None: the encoder itself): for a server's stats."""
+    if query_encoder is None or query_encoder is encoder:
+        return str(encoder.name)
+    if hasattr(query_encoder, "table"):
+        return f"static table of {encoder.name}"
+    return f"{query_encoder.name} (query student of {encoder.name})"
