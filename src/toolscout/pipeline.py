@@ -16,8 +16,8 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 from .artifacts import read_config, write_artifact
 from .benchmark import read_jsonl
 from .conversation import focus
-from .encoders.fast import fast_query_kind
 from .defaults import DEFAULT_INTENTS, DEFAULT_RETRIEVER
+from .encoders.fast import fast_query_kind
 from .errors import NotFound, ToolScoutError
 from .feedback import FeedbackEvent, LearnResult, Usage, UsageLedger
 from .hits import Hit, HitPolicy, NameIndex, assemble_hits, checked_k, checked_queries
@@ -146,7 +146,7 @@ class ToolScout:
 
     @property
     def task_encoders(self) -> list[str]:
-        """What encodes tasks for each dense part of the first stage (`encoders.students.task_encoder`)."""
+        """What encodes tasks for each dense part of the first stage (`encoders.fast.task_encoder`)."""
         from .encoders.fast import task_encoder
 
         return [task_encoder(part.encoder, part.query_encoder) for part in self._retriever_parts()
@@ -158,7 +158,7 @@ class ToolScout:
 
     def use_fast_queries(self, kind: str = "table") -> "ToolScout":
         """A fast tier (`encoders/fast.py`): tasks are encoded by the static table ("table": ~0.08 ms a task
-        instead of ~3) or the query student ("student": ~1.9 ms) distilled from the dense retriever's
+        instead of ~3) or the query student ("student": ~2 ms) distilled from the dense retriever's
         encoder, at some quality (docs/serving.md). Tool vectors and learning from feedback are unchanged.
         Raises FastQueriesUnavailable when the pipeline has no dense retriever or the tier cannot serve
         its encoder."""

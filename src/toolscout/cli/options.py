@@ -21,7 +21,7 @@ from ..tool import PROFILE_FIELDS, TextView
 FAST_QUERIES_HELP = ("a fast tier: encode tasks with what was distilled from the index's encoder: 'table' (the "
                      "default when no TIER is given), a static table, ~0.08 ms a task instead of ~3.8, about 1.4 "
                      "nDCG@10 lower on the dev sets; 'student', a four-layer encoder, ~2 ms a task, about 0.1 lower "
-                     "(0.8 on catalogs it was not trained on): docs/serving.md")
+                     "(0.7 on catalogs it was not trained on): docs/serving.md")
 
 
 def add_fast_queries(parser: argparse.ArgumentParser) -> None:

@@ -3,7 +3,7 @@
 - "table": the static word-piece table distilled from the encoder (`static.py`): a sum of rows, ~0.08 ms
   a task against ~3 ms, and the most quality lost (docs/serving.md);
 - "student": the query student distilled from the encoder (`students.py`): a transformer with four of the
-  six layers, ~1.9 ms a task, and less quality lost.
+  six layers, ~2 ms a task, and less quality lost.
 
 Both leave the tools on the encoder's vectors and learning from feedback on the encoder. Each raises a
 `FastQueriesUnavailable` that says why when it cannot serve an encoder.

@@ -111,8 +111,8 @@ class ToolService:
         `compact_every` apply to a directory; `encoder` (an already loaded one) and `max_stale_s` to
         PostgreSQL; `feedback_cap` (requests one feedback source may teach one tool) is recorded with the
         catalog; `fast_queries` ("table" or True, or "student") encodes tasks with that fast tier distilled
-        from the index's encoder (`encoders/fast.py`); `options` (min_score, always_include, batch_workers, limits) go to
-        the service."""
+        from the index's encoder (`encoders/fast.py`); `options` (min_score, always_include, batch_workers,
+        limits) go to the service."""
         from ..store.pgvector import is_postgres_spec
 
         if is_postgres_spec(target):
