@@ -6,7 +6,7 @@ tools. Bounded: every phase stops at its deadline.
     python benchmarks/loadtest.py --traffic repeated --pool 500    # agents repeating tasks: the caches at work
     python benchmarks/loadtest.py --duration 20 --json /tmp/load.json
     python benchmarks/loadtest.py --fast-queries                   # the fast tier (serve --fast-queries)
-    python benchmarks/loadtest.py --fast-queries student           # the query student's tier
+    python benchmarks/loadtest.py --student-queries                # the query student's tier
 
 Traffic: "unique" (the default) sends every distinct task of the benchmark sets at most once in the whole
 run, so no cache can answer for the encoder; "repeated" draws from a pool of --pool tasks, and the
@@ -132,7 +132,7 @@ def start_server(index: Path, port: int, token: str, nice: int, batch_workers: i
                  fast_queries: str | None = None) -> subprocess.Popen:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOOLSCOUT_TOKEN": token, "TOKENIZERS_PARALLELISM": "false"}
     cmd = [sys.executable, "-m", "toolscout.serve", str(index), "--port", str(port),
-           "--batch-workers", str(batch_workers)] + (["--fast-queries", fast_queries] if fast_queries else [])
+           "--batch-workers", str(batch_workers)] + ({"table": ["--fast-queries"], "student": ["--student-queries"]}.get(fast_queries, []))
     if nice:
         cmd = ["nice", "-n", str(nice)] + cmd
     proc = subprocess.Popen(cmd, env=env)
@@ -269,8 +269,11 @@ def main() -> int:
     parser.add_argument("-k", type=int, default=5)
     parser.add_argument("--phases", default="read,mixed", help="comma-separated: read, mixed")
     parser.add_argument("--batch-workers", type=int, default=2, help="the server's --batch-workers (default %(default)s)")
-    parser.add_argument("--fast-queries", nargs="?", const="table", default=None, choices=("table", "student"),
-                        help="serve with --fast-queries TIER (a fast tier; no TIER: the static table)")
+    tiers = parser.add_mutually_exclusive_group()
+    tiers.add_argument("--fast-queries", dest="fast_queries", action="store_const", const="table", default=None,
+                       help="serve with --fast-queries (the static table's tier)")
+    tiers.add_argument("--student-queries", dest="fast_queries", action="store_const", const="student",
+                       help="serve with --student-queries (the query student's tier)")
     parser.add_argument("--server-nice", type=int, default=0, help="niceness of the server process")
     parser.add_argument("--warmup", type=int, default=50, help="requests before measuring")
     parser.add_argument("--traffic", choices=["unique", "repeated"], default="unique",

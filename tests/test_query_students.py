@@ -155,7 +155,7 @@ def test_a_server_started_with_the_student_tier_ranks_by_the_student(tmp_path, t
     expected = [(h.tool.id, h.score) for h in ToolScout.load(folder, fast_queries="student").search(task, k=4)]
     default = [(h.tool.id, h.score) for h in ToolScout.load(folder).search(task, k=4)]
     assert [s for _, s in expected] != [s for _, s in default]
-    proc, url = start_server([str(folder), "--fast-queries", "student", "--no-fsync"])
+    proc, url = start_server(["--student-queries", str(folder), "--no-fsync"])
     try:
         health = httpx.get(f"{url}/health").json()
         assert health["task_encoders"] == [f"{shipped_student.name} (query student of {encoder.name})"]
@@ -165,3 +165,18 @@ def test_a_server_started_with_the_student_tier_ranks_by_the_student(tmp_path, t
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_the_tier_flags_read_before_or_after_the_index_and_exclude_each_other(capsys):
+    """`serve --fast-queries DIR` still reads DIR as the index (the flag takes no value), each flag picks its
+    tier, and asking for both is refused."""
+    from toolscout.cli import build_parser
+
+    parser = build_parser()
+    for argv, tier in ((["serve", "--fast-queries", "idx"], "table"), (["serve", "idx", "--student-queries"], "student"),
+                       (["search", "idx", "a task", "--fast-queries"], "table"), (["serve", "idx"], None)):
+        args = parser.parse_args(argv)
+        assert (args.fast_queries, args.dir) == (tier, "idx")
+    with pytest.raises(SystemExit):
+        parser.parse_args(["serve", "idx", "--fast-queries", "--student-queries"])
+    assert "not allowed with argument" in capsys.readouterr().err

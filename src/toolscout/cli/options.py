@@ -17,19 +17,22 @@ from typing import Any, Mapping, Sequence
 from ..defaults import DEFAULT_RETRIEVER
 from ..tool import PROFILE_FIELDS, TextView
 
-# the fast tiers, shared by search, eval and serve
-FAST_QUERIES_HELP = ("a fast tier: encode tasks with what was distilled from the index's encoder: 'table' (the "
-                     "default when no TIER is given), a static table, ~0.08 ms a task instead of ~3.8, about 1.4 "
-                     "nDCG@10 lower on the dev sets; 'student', a four-layer encoder, ~2 ms a task, about 0.1 lower "
-                     "(0.7 on catalogs it was not trained on): docs/serving.md")
+# the fast tiers (`encoders/fast.py`), shared by search, eval and serve
+FAST_QUERIES_HELP = ("the fast tier: encode tasks with the static table distilled from the index's encoder (~0.08 ms "
+                     "a task instead of ~3.8; about 1.4 nDCG@10 lower on the dev sets: docs/serving.md)")
+STUDENT_QUERIES_HELP = ("the middle tier: encode tasks with the four-layer query student distilled from the index's "
+                        "encoder (~2 ms a task instead of ~3.3; about 0.1 nDCG@10 lower on the dev sets, 0.7 on "
+                        "catalogs it was not trained on: docs/serving.md)")
 
 
 def add_fast_queries(parser: argparse.ArgumentParser) -> None:
-    """`--fast-queries [TIER]` (`encoders/fast.py`): no TIER is the static table, as before tiers were named."""
-    from ..encoders.fast import KINDS
-
-    parser.add_argument("--fast-queries", nargs="?", const="table", default=None, choices=KINDS, metavar="TIER",
-                        help=FAST_QUERIES_HELP)
+    """--fast-queries (the static table) or --student-queries, into `fast_queries` (None, "table" or
+    "student"). Two flags, not one option with a value: `--fast-queries DIR` must keep reading DIR as DIR."""
+    tiers = parser.add_mutually_exclusive_group()
+    tiers.add_argument("--fast-queries", dest="fast_queries", action="store_const", const="table", default=None,
+                       help=FAST_QUERIES_HELP)
+    tiers.add_argument("--student-queries", dest="fast_queries", action="store_const", const="student",
+                       help=STUDENT_QUERIES_HELP)
 
 # ------------------------------------------------------------------------------------ retrievers
 
