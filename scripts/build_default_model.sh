@@ -14,12 +14,10 @@ cd "$(dirname "$0")/.."
 DATA="${1:-../shared/data}"
 WORK="${2:-runs/default-model}"
 PY="${PYTHON:-.venv/bin/python}"
-SETS=(apibank gorilla_torchhub metatool rotbench sealtools toollens)
-for s in "${SETS[@]}"; do
-  [ -d "$DATA/$s" ] || { echo "build_default_model: $DATA/$s is missing (need the dev data beside the repo)" >&2; exit 2; }
-done
+source scripts/dev_sets.sh
+require_sets build_default_model "$DATA" "${TRAIN_SETS[@]}"
 # --model minilm: train from the untrained base (the default encoder is the model this script builds)
-"${TOOLSCOUT:-.venv/bin/toolscout}" train embed --model minilm --data "${SETS[@]/#/$DATA/}" --out "$WORK" --no-resume \
+"${TOOLSCOUT:-.venv/bin/toolscout}" train embed --model minilm --data "${TRAIN_SETS[@]/#/$DATA/}" --out "$WORK" --no-resume \
   --batch-size 32 --lr 5e-5 --max-steps 50 --eval-every 50 --seed 0 \
   -o trainable='"layers"' -o negatives=1 -o negatives_from='"set"'
 "$PY" - "$WORK" <<'PY'

@@ -12,11 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA="${1:-../shared/data}"
 PY="${PYTHON:-.venv/bin/python}"
-SETS=(apibank gorilla_torchhub metatool rotbench sealtools toollens taskbench_dailylifeapis_corpus
-      taskbench_huggingface_corpus taskbench_multimedia_corpus tool2vec_aws_corpus tool2vec_numpy_corpus
-      tool2vec_pandas_corpus)
-for s in "${SETS[@]}"; do
-  [ -d "$DATA/$s" ] || { echo "build_fast_queries: $DATA/$s is missing (need the dev data beside the repo)" >&2; exit 2; }
-done
-"$PY" -m toolscout.train.static_queries --data "${SETS[@]/#/$DATA/}" --out src/toolscout/data/static/toolscout-tools
+source scripts/dev_sets.sh
+require_sets build_fast_queries "$DATA" "${DISTIL_SETS[@]}"
+"$PY" -m toolscout.train.static_queries --data "${DISTIL_SETS[@]/#/$DATA/}" --out src/toolscout/data/static/toolscout-tools
 du -sh src/toolscout/data/static/toolscout-tools

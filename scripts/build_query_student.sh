@@ -9,21 +9,17 @@
 # those sets and of the unlabelled corpora are the targets, with early stopping on the validation tasks
 # carved from the train splits. Then it packages the student (only its four layers and the small embedding
 # tensors, float16) and runs its quality check on the dev test splits, recording the verdict in its
-# manifest (benchmarks/query_student.py --record): an encoder hands its tasks to the student only when
-# that check passed. CPU is enough: about an hour on two cores, plus ten minutes for the check.
+# manifest (benchmarks/query_student.py --record): the student tier (--student-queries) serves only
+# where that check passed. CPU is enough: about an hour on two cores, plus ten minutes for the check.
 # Rebuild it after rebuilding the default encoder: a student serves only the teacher it was distilled from.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA="${1:-../shared/data}"
 WORK="${2:-runs/query-student}"
 PY="${PYTHON:-.venv/bin/python}"
-SETS=(apibank gorilla_torchhub metatool rotbench sealtools toollens taskbench_dailylifeapis_corpus
-      taskbench_huggingface_corpus taskbench_multimedia_corpus tool2vec_aws_corpus tool2vec_numpy_corpus
-      tool2vec_pandas_corpus)
-for s in "${SETS[@]}"; do
-  [ -d "$DATA/$s" ] || { echo "build_query_student: $DATA/$s is missing (need the dev data beside the repo)" >&2; exit 2; }
-done
-"$PY" -m toolscout.train.query_student --data "${SETS[@]/#/$DATA/}" --out "$WORK" --teacher toolscout-tools
+source scripts/dev_sets.sh
+require_sets build_query_student "$DATA" "${DISTIL_SETS[@]}"
+"$PY" -m toolscout.train.query_student --data "${DISTIL_SETS[@]/#/$DATA/}" --out "$WORK" --teacher toolscout-tools
 "$PY" - "$WORK" <<'PY'
 import json, sys
 from pathlib import Path
@@ -33,7 +29,7 @@ trained = json.loads((Path(sys.argv[1]) / "toolscout-student.json").read_text())
 info = package_student(sys.argv[1], MODELS_DIR / "toolscout-tools-queries", name="toolscout-tools-queries",
                        layers=trained["layers"], teacher="toolscout-tools",
                        extra={"trained": trained, "rebuild": "bash scripts/build_query_student.sh",
-                              "selection": "docs/serving.md, 'A smaller network for tasks'"})
+                              "selection": "docs/serving.md, 'The query student'"})
 print(f"packaged toolscout-tools-queries: {info['tensors']} tensors, layers {info['layers']}")
 PY
 "$PY" benchmarks/query_student.py --data "$DATA" --record
