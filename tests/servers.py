@@ -59,6 +59,17 @@ def server_log(proc: subprocess.Popen) -> str:
     return Path(proc.log_path).read_text(errors="replace")
 
 
+def served_search(args: list[str], query: str, k: int) -> tuple[dict, list[dict]]:
+    """Start `toolscout serve args`, and return its /health and the hits of one search for `query`; the
+    server is stopped before returning."""
+    proc, url = start_server(args)
+    try:
+        health = httpx.get(f"{url}/health").json()
+        return health, httpx.post(f"{url}/search", json={"query": query, "k": k}).json()["results"][0]["hits"]
+    finally:
+        stop(proc)
+
+
 def stop(proc: subprocess.Popen) -> None:
     proc.terminate()
     try:

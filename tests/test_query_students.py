@@ -144,8 +144,7 @@ def test_the_shipped_student_is_distilled_from_the_shipped_encoder_and_gives_its
 
 
 def test_a_server_started_with_the_student_tier_ranks_by_the_student(tmp_path, tools, encoder, shipped_student):
-    import httpx
-    from servers import start_server
+    from servers import served_search
 
     from toolscout import ToolScout
 
@@ -155,16 +154,10 @@ def test_a_server_started_with_the_student_tier_ranks_by_the_student(tmp_path, t
     expected = [(h.tool.id, h.score) for h in ToolScout.load(folder, fast_queries="student").search(task, k=4)]
     default = [(h.tool.id, h.score) for h in ToolScout.load(folder).search(task, k=4)]
     assert [s for _, s in expected] != [s for _, s in default]
-    proc, url = start_server(["--student-queries", str(folder), "--no-fsync"])
-    try:
-        health = httpx.get(f"{url}/health").json()
-        assert health["task_encoders"] == [f"{shipped_student.name} (query student of {encoder.name})"]
-        hits = httpx.post(f"{url}/search", json={"query": task, "k": 4}).json()["results"][0]["hits"]
-        assert [h["id"] for h in hits] == [t for t, _ in expected]
-        np.testing.assert_allclose([h["score"] for h in hits], [s for _, s in expected], rtol=1e-5)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+    health, hits = served_search(["--student-queries", str(folder), "--no-fsync"], task, k=4)
+    assert health["task_encoders"] == [f"{shipped_student.name} (query student of {encoder.name})"]
+    assert [h["id"] for h in hits] == [t for t, _ in expected]
+    np.testing.assert_allclose([h["score"] for h in hits], [s for _, s in expected], rtol=1e-5)
 
 
 def test_the_tier_flags_read_before_or_after_the_index_and_exclude_each_other(capsys):

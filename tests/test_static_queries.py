@@ -5,10 +5,9 @@ its fitting run recorded, and a real server started with --fast-queries."""
 import json
 from pathlib import Path
 
-import httpx
 import numpy as np
 import pytest
-from servers import start_server
+from servers import served_search
 from tokenizers import Tokenizer
 from tokenizers.models import WordLevel
 from tokenizers.pre_tokenizers import Whitespace
@@ -125,15 +124,10 @@ def test_a_server_started_with_fast_queries_ranks_by_the_table(tmp_path, tools, 
     expected = [(h.tool.id, h.score) for h in ToolScout.load(folder, fast_queries=True).search(task, k=4)]
     default = [(h.tool.id, h.score) for h in ToolScout.load(folder).search(task, k=4)]
     assert expected != default
-    proc, url = start_server([str(folder), "--fast-queries", "--no-fsync"])
-    try:
-        assert httpx.get(f"{url}/health").json()["fast_queries"] is True
-        hits = httpx.post(f"{url}/search", json={"query": task, "k": 4}).json()["results"][0]["hits"]
-        assert [h["id"] for h in hits] == [t for t, _ in expected]
-        np.testing.assert_allclose([h["score"] for h in hits], [s for _, s in expected], rtol=1e-5)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+    health, hits = served_search([str(folder), "--fast-queries", "--no-fsync"], task, k=4)
+    assert health["fast_queries"] is True
+    assert [h["id"] for h in hits] == [t for t, _ in expected]
+    np.testing.assert_allclose([h["score"] for h in hits], [s for _, s in expected], rtol=1e-5)
 
 
 def test_the_postgresql_store_serves_fast_queries_too(tmp_path, tools, encoder):
