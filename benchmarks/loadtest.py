@@ -46,6 +46,8 @@ from pathlib import Path
 import httpx
 import numpy as np
 
+from toolscout.cli.options import FAST_QUERY_FLAGS, add_fast_queries
+
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
@@ -132,7 +134,7 @@ def start_server(index: Path, port: int, token: str, nice: int, batch_workers: i
                  fast_queries: str | None = None) -> subprocess.Popen:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOOLSCOUT_TOKEN": token, "TOKENIZERS_PARALLELISM": "false"}
     cmd = [sys.executable, "-m", "toolscout.serve", str(index), "--port", str(port),
-           "--batch-workers", str(batch_workers)] + ({"table": ["--fast-queries"], "student": ["--student-queries"]}.get(fast_queries, []))
+           "--batch-workers", str(batch_workers)] + ([FAST_QUERY_FLAGS[fast_queries]] if fast_queries else [])
     if nice:
         cmd = ["nice", "-n", str(nice)] + cmd
     proc = subprocess.Popen(cmd, env=env)
@@ -269,11 +271,7 @@ def main() -> int:
     parser.add_argument("-k", type=int, default=5)
     parser.add_argument("--phases", default="read,mixed", help="comma-separated: read, mixed")
     parser.add_argument("--batch-workers", type=int, default=2, help="the server's --batch-workers (default %(default)s)")
-    tiers = parser.add_mutually_exclusive_group()
-    tiers.add_argument("--fast-queries", dest="fast_queries", action="store_const", const="table", default=None,
-                       help="serve with --fast-queries (the static table's tier)")
-    tiers.add_argument("--student-queries", dest="fast_queries", action="store_const", const="student",
-                       help="serve with --student-queries (the query student's tier)")
+    add_fast_queries(parser)  # the server runs with the same flag
     parser.add_argument("--server-nice", type=int, default=0, help="niceness of the server process")
     parser.add_argument("--warmup", type=int, default=50, help="requests before measuring")
     parser.add_argument("--traffic", choices=["unique", "repeated"], default="unique",

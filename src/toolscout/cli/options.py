@@ -25,14 +25,16 @@ STUDENT_QUERIES_HELP = ("the middle tier: encode tasks with the four-layer query
                         "catalogs it was not trained on: docs/serving.md)")
 
 
+FAST_QUERY_FLAGS = {"table": "--fast-queries", "student": "--student-queries"}  # tier -> its flag
+
+
 def add_fast_queries(parser: argparse.ArgumentParser) -> None:
     """--fast-queries (the static table) or --student-queries, into `fast_queries` (None, "table" or
     "student"). Two flags, not one option with a value: `--fast-queries DIR` must keep reading DIR as DIR."""
     tiers = parser.add_mutually_exclusive_group()
-    tiers.add_argument("--fast-queries", dest="fast_queries", action="store_const", const="table", default=None,
-                       help=FAST_QUERIES_HELP)
-    tiers.add_argument("--student-queries", dest="fast_queries", action="store_const", const="student",
-                       help=STUDENT_QUERIES_HELP)
+    for tier, text in (("table", FAST_QUERIES_HELP), ("student", STUDENT_QUERIES_HELP)):
+        tiers.add_argument(FAST_QUERY_FLAGS[tier], dest="fast_queries", action="store_const", const=tier,
+                           default=None, help=text)
 
 # ------------------------------------------------------------------------------------ retrievers
 

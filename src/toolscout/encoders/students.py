@@ -39,13 +39,18 @@ class QueryStudentError(FastQueriesUnavailable):
     did not pass or does not reproduce on this machine)."""
 
 
+def shipped_students() -> list[tuple[str, dict[str, Any]]]:
+    """(name, manifest) of every packaged query student."""
+    return [(name, info) for name, folder in packaged.packaged_models().items()
+            if (info := packaged.manifest(folder)).get("role") == ROLE]
+
+
 def students_of(teacher_folder: Path) -> list[tuple[str, dict[str, Any]]]:
     """(name, manifest) of every packaged query student distilled from the packaged model in
     `teacher_folder` as it is now (the SHA-256 of its stored layers matches)."""
     digest = packaged.file_sha256(teacher_folder / packaged.LAYERS)
-    return [(name, info) for name, folder in packaged.packaged_models().items()
-            if (info := packaged.manifest(folder)).get("role") == ROLE
-            and info.get("teacher") == teacher_folder.name and info.get("teacher_layers_sha256") == digest]
+    return [(name, info) for name, info in shipped_students()
+            if info.get("teacher") == teacher_folder.name and info.get("teacher_layers_sha256") == digest]
 
 
 def query_student_for(encoder: "Encoder") -> "Encoder":
@@ -53,8 +58,7 @@ def query_student_for(encoder: "Encoder") -> "Encoder":
     source = packaged.assembled_from(encoder.path)
     found = students_of(source) if source is not None and (source / packaged.LAYERS).is_file() else []
     if not found:
-        shipped = sorted(info.get("teacher", "?") for folder in packaged.packaged_models().values()
-                         if (info := packaged.manifest(folder)).get("role") == ROLE)
+        shipped = sorted(info.get("teacher", "?") for _name, info in shipped_students())
         raise QueryStudentError(f"no query student was distilled from the current weights of {encoder.name!r}; "
                                 f"toolscout ships students for: {', '.join(shipped) or 'none'}")
     name = found[0][0]
