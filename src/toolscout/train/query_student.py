@@ -223,7 +223,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="folder to save the student in (sentence-transformers)")
     parser.add_argument("--teacher", default=None, help="encoder to distil (default: toolscout's default encoder)")
     parser.add_argument("--layers", default=",".join(map(str, LAYERS)), help="teacher layers kept, e.g. 0,2,4,5")
-    parser.add_argument("--epochs-scale", type=float, default=1.0, help="multiply every phase's epochs (tests: 0.01)")
+    parser.add_argument("--epochs-scale", type=float, default=1.0, help="multiply every phase's epochs (e.g. 0.05 for a quick trial run)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
