@@ -278,8 +278,8 @@ class BM25Retriever:
             s = self.scores(query)
             if mask is not None:
                 s = np.where(mask, s, 0.0)
-            top = top_k_rows(s[None, :], k)[0]
-            top = top[s[top] > 0]  # a tool sharing no term with the query is not a match
+            matched = np.flatnonzero(s > 0)  # a tool sharing no term with the query is not a match
+            top = matched[top_k_rows(s[matched][None, :], k)[0]]  # ascending rows: ties keep catalog order
             ids.append(self.rows.id_array[top])
             scores.append(s[top])
         return Results(tuple(ids), tuple(scores))
