@@ -10,7 +10,8 @@ catalog: tools that model never saw, as a new user's catalog is. That imitates t
 without reading bfcl, gorilla_huggingface or any test split. Dense rankings are kept for the untrained
 base, the tuned model and weight-space blends of the two (WiSE-FT: base + a * (tuned - base)), and BM25
 rankings beside them; `fuse` then scores each way of fusing BM25 with each encoder: min-max or
-divided-by-the-best scaling at several weights and depths, z-scores, reciprocal rank.
+divided-by-the-best scaling at several weights and depths, z-scores, reciprocal rank, and BM25's own
+scores plus the dense list divided by its best ("raw-bm25").
 
 docs/default-model.md has the tables this printed.
 """
@@ -140,22 +141,28 @@ def scaled(scores: np.ndarray, how: str) -> np.ndarray:
         return s / s.max() if s.max() > 0 else np.zeros_like(s)
     if how == "minmax":
         return np.ones_like(s) if s.max() == s.min() else (s - s.min()) / (s.max() - s.min())
+    if how == "raw":
+        return s
     if how == "z":
         return np.zeros_like(s) if s.std() == 0 else (s - s.mean()) / s.std()
     return 1.0 / (60 + np.arange(1, len(s) + 1))  # rrf
 
 
 def fused_top10(lists, weights, how: str, depth: int) -> list[str]:
+    """The top 10 of BM25's list and a dense one (in that order) fused as `how` says; "raw-bm25" sums
+    BM25's own scores with the dense list divided by its best."""
     total: dict[str, float] = {}
-    for (ids, scores), weight in zip(lists, weights):
-        for tid, part in zip(ids[:depth], scaled(scores[:depth], how)):
+    hows = ["raw", "max"] if how == "raw-bm25" else [how, how]
+    for (ids, scores), weight, list_how in zip(lists, weights, hows):
+        for tid, part in zip(ids[:depth], scaled(scores[:depth], list_how)):
             total[tid] = total.get(tid, 0.0) + weight * part
     return [tid for tid, _ in sorted(total.items(), key=lambda kv: -kv[1])[:10]]
 
 
 FUSIONS = [("minmax", w, d) for w in (1.0, 1.5, 2.0, 3.0) for d in (50, 100)] \
     + [("max", w, d) for w in (1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0) for d in (50, 100)] \
-    + [("z", w, 100) for w in (1.5, 2.0, 2.5)] + [("rrf", w, 100) for w in (1.0, 1.5, 2.0)]
+    + [("z", w, 100) for w in (1.5, 2.0, 2.5)] + [("rrf", w, 100) for w in (1.0, 1.5, 2.0)] \
+    + [("raw-bm25", w, 100) for w in (8, 12, 16, 20, 24, 28, 32, 40)]
 
 
 def cmd_fuse(args) -> None:
