@@ -56,3 +56,19 @@ def test_slots_of_removed_documents_are_reclaimed_without_changing_scores():
     assert len(index._lengths) < 2100  # compacted: not one slot per write
     assert index.scores(["gamma", "beta"]).tobytes() == bm25s_scores(documents, ["gamma", "beta"], 1.2, 0.5).tobytes()
     assert "delta" not in index and "x2999" not in index
+
+
+def test_term_arrays_kept_across_writes_follow_renumbered_slots():
+    # the postings of a term, as arrays, outlive writes to other terms; compaction renumbers every slot,
+    # so arrays read before it must not be used after it
+    documents = [["alpha", "beta"], ["beta", "gamma", "gamma"], []]
+    index = InvertedIndex.build(documents, 1.2, 0.5)
+    documents[0] = ["beta", "epsilon"]
+    index.replace(0, documents[0])  # a new slot (3) for row 0
+    query = ["beta", "epsilon", "gamma"]
+    assert index.scores(query).tobytes() == bm25s_scores(documents, query, 1.2, 0.5).tobytes()
+    for i in range(1100):  # past the compaction point: row 0's slot 3 becomes slot 0
+        index.append([f"x{i}"])
+        index.remove_rows(np.array([True, True, True, False]))
+    assert len(index._lengths) < 1100
+    assert index.scores(query).tobytes() == bm25s_scores(documents, query, 1.2, 0.5).tobytes()
