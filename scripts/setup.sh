@@ -27,3 +27,14 @@ install_chromium() {
     || echo "setup: could not install Debian's chromium; the browser test (tests/test_ui.py) will skip" >&2
 }
 install_chromium || true
+
+# A real third-party MCP server from npm for the gateway's tests (tests/test_gateway.py): the reference
+# "everything" server, installed where the tests look for it. Without npm that test skips, saying so.
+install_everything_server() {
+  command -v npm >/dev/null 2>&1 || return 0
+  [ -x .npm-upstreams/node_modules/.bin/mcp-server-everything ] && return 0
+  mkdir -p .npm-upstreams
+  npm install --prefix .npm-upstreams --no-audit --no-fund --silent @modelcontextprotocol/server-everything@2026.8.31 \
+    >/dev/null 2>&1 || echo "setup: npm could not install @modelcontextprotocol/server-everything" >&2
+}
+install_everything_server

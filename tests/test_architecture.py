@@ -26,9 +26,11 @@ LAYERS = [
                   "toolscout.adapters"]),
     ("training and data", ["toolscout.train", "toolscout.expand", "toolscout.generate", "toolscout.data"]),
     ("service", ["toolscout.serve"]),
+    ("gateway", ["toolscout.gateway"]),
     ("interfaces", ["toolscout.cli", "toolscout.serve.http", "toolscout.serve.mcp", "toolscout.serve.middleware",
                     "toolscout.serve.schemas", "toolscout.serve.ui", "toolscout.serve.__main__",
-                    "toolscout.serve/__init__", "toolscout/__init__"]),
+                    "toolscout.serve/__init__", "toolscout/__init__", "toolscout.__main__",
+                    "toolscout.gateway.mcp_server", "toolscout.gateway.http", "toolscout.gateway.runtime"]),
 ]
 LAYER_OF = {name: rank for rank, (_label, names) in enumerate(LAYERS) for name in names}
 

@@ -33,7 +33,8 @@ class Hit:
 
     `match` says why the tool is there: "retrieval" (ranked by the retriever), "name" (the query named
     the tool, so it ranks first) or "always" (listed in `always_include`). `matched`: the query's words
-    found in the tool's text view, when the search asked to explain (None otherwise).
+    found in the tool's text view, when the search asked to explain (None otherwise). `available`: whether
+    the server that runs the tool answers now, where that is known (the gateway; None otherwise).
     """
 
     tool: Tool
@@ -41,6 +42,7 @@ class Hit:
     rank: int
     match: str = "retrieval"
     matched: tuple[str, ...] | None = None
+    available: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The hit as JSON, as every interface shows it (HTTP, MCP, `toolscout search --json`)."""
@@ -52,6 +54,8 @@ class Hit:
             out["method"], out["path"] = tool.method, tool.path
         if self.matched is not None:
             out["matched"] = list(self.matched)
+        if self.available is not None:
+            out["available"] = self.available
         return out
 
 

@@ -37,22 +37,34 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=8080, help="port to listen on (default %(default)s)")
     p.add_argument("--mcp", nargs="?", const="stdio", choices=["stdio", "http"], default=None,
                    help="serve MCP only: over stdio (the default with --mcp) or streamable HTTP at /mcp")
+    add_access_arguments(p)
+    p.add_argument("--always-include", action="append", default=[], metavar="ID",
+                   help="a tool id returned with every search (repeatable)")
+    p.add_argument("--namespace", action="append", default=None,
+                   help="MCP over stdio: only tools of this namespace (repeatable)")
+    p.add_argument("--compact-every", type=int, default=10_000, metavar="N",
+                   help="write a full snapshot after N journalled writes (default %(default)s)")
+    add_service_arguments(p)
+    add_fast_queries(p)
+    p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
+
+
+def add_access_arguments(p: argparse.ArgumentParser) -> None:
+    """Bearer tokens (`serve/auth.py`), shared by serve and gateway."""
     p.add_argument("--token", default=None,
                    help="bearer token that may read and write (default: $TOOLSCOUT_TOKEN); writes need it")
     p.add_argument("--tokens", default=None, metavar="FILE",
                    help='per-token permissions, JSON {"tokens": [{"token", "name", "namespaces", "write"}]}')
     p.add_argument("--require-read-token", action="store_true", help="searches and reads need a token too")
+
+
+def add_service_arguments(p: argparse.ArgumentParser) -> None:
+    """What the service core does with searches and feedback, shared by serve and gateway."""
     p.add_argument("--min-score", type=float, default=None,
                    help="abstention threshold: return no tool when the best scores below it "
                         "(calibrate with `python -m toolscout.serve.abstain`)")
-    p.add_argument("--always-include", action="append", default=[], metavar="ID",
-                   help="a tool id returned with every search (repeatable)")
-    p.add_argument("--namespace", action="append", default=None,
-                   help="MCP over stdio: only tools of this namespace (repeatable)")
     p.add_argument("--max-body", type=int, default=1 << 20, metavar="BYTES",
                    help="largest request body accepted (default %(default)s)")
-    p.add_argument("--compact-every", type=int, default=10_000, metavar="N",
-                   help="write a full snapshot after N journalled writes (default %(default)s)")
     p.add_argument("--no-fsync", action="store_true",
                    help="do not fsync the journal (tests and benchmarks only: a power cut may lose acknowledged writes)")
     p.add_argument("--feedback-rate", type=float, default=200.0, metavar="EVENTS_PER_S",
@@ -66,24 +78,42 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                         "the index's own, 200 for a new one)")
     p.add_argument("--batch-workers", type=int, default=2, metavar="N",
                    help="threads that run batched searches (default %(default)s; 0: no batching)")
-    add_fast_queries(p)
-    p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
+
+
+def auth_from_args(args: argparse.Namespace):
+    """The token rules the flags give (TOOLSCOUT_TOKEN is --token's default: read here, once)."""
+    from ..serve.auth import AuthConfig
+
+    token = args.token if args.token is not None else os.environ.get("TOOLSCOUT_TOKEN") or None
+    return AuthConfig.build(token, args.tokens, args.require_read_token)
+
+
+def service_options(args: argparse.Namespace) -> dict:
+    """`ToolService.open` options from `add_service_arguments`' flags."""
+    from ..serve.limits import FeedbackLimits
+
+    limits = FeedbackLimits(rate=args.feedback_rate or None, burst=args.feedback_burst,
+                            volume=args.feedback_volume or None)
+    return {"fsync": not args.no_fsync, "min_score": args.min_score, "batch_workers": args.batch_workers,
+            "limits": limits, "feedback_cap": args.feedback_cap}
+
+
+def single_threaded_math() -> None:
+    """Concurrent requests already keep the cores busy: a multi-threaded BLAS (or torch, which runs the
+    int8 prefilter) per vector scan only adds spinning threads (measured: 2x the CPU per search on
+    2 cores). Set before numpy and torch load; overridable."""
+    for var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    # Concurrent requests already keep the cores busy: a multi-threaded BLAS (or torch, which runs the
-    # int8 prefilter) per vector scan only adds spinning threads (measured: 2x the CPU per search on
-    # 2 cores). Set before numpy and torch load; overridable.
-    for var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS"):
-        os.environ.setdefault(var, "1")
+    single_threaded_math()
     _check_dependencies(args)
-    from ..serve.auth import AuthConfig
     from ..serve.service import Principal
 
-    token = args.token if args.token is not None else os.environ.get("TOOLSCOUT_TOKEN") or None
-    auth = AuthConfig.build(token, args.tokens, args.require_read_token)
+    auth = auth_from_args(args)
     service = _open_service(args, auth)
-    _freeze_loaded_objects()
+    freeze_loaded_objects()
     where = service.describe()
     try:
         if args.mcp == "stdio":
@@ -112,7 +142,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         service.close()
 
 
-def _freeze_loaded_objects() -> None:
+def freeze_loaded_objects() -> None:
     """Move what loading made (indexes, tool texts, learned feedback: 200k+ objects) out of the garbage
     collector's reach: they live as long as the server, and a full collection walked them all, ~120 ms
     with every request waiting, whenever the caches' turnover triggered one (measured on a 16,776-event
@@ -127,7 +157,6 @@ def _open_service(args: argparse.Namespace, auth):
     """The service for --store postgresql://..., for a directory indexed into PostgreSQL (it recorded its
     store), or for the local directory DIR."""
     from ..postgres import recorded_spec
-    from ..serve.limits import FeedbackLimits
     from ..serve.service import ToolService
     from ..store.pgvector import is_postgres_spec
 
@@ -144,12 +173,8 @@ def _open_service(args: argparse.Namespace, auth):
     elif auth.tenants:
         raise ValueError("tokens bound to tenants need the PostgreSQL store (--store postgresql://...); a local "
                          "index holds one catalog")
-    limits = FeedbackLimits(rate=args.feedback_rate or None, burst=args.feedback_burst,
-                            volume=args.feedback_volume or None)
-    return ToolService.open(target, fsync=not args.no_fsync, compact_every=args.compact_every,
-                            min_score=args.min_score, always_include=args.always_include,
-                            batch_workers=args.batch_workers, limits=limits, feedback_cap=args.feedback_cap,
-                            fast_queries=args.fast_queries)
+    return ToolService.open(target, compact_every=args.compact_every, always_include=args.always_include,
+                            fast_queries=args.fast_queries, **service_options(args))
 
 
 def _check_dependencies(args: argparse.Namespace) -> None:

@@ -62,7 +62,7 @@ def list_live_tools(source: str, timeout: float = 60.0, headers: Mapping[str, st
     except TimeoutError:
         raise CatalogError(f"{source}: the MCP server did not answer within {timeout:.0f}s") from None
     except Exception as exc:  # transports raise many kinds (OSError, ExceptionGroup, McpError, HTTP errors)
-        raise CatalogError(f"{source}: could not list the MCP server's tools: {_reason(exc)}") from None
+        raise CatalogError(f"{source}: could not list the MCP server's tools: {error_reason(exc)}") from None
 
 
 def _target(source: str, headers: Mapping[str, str] | None, env: Mapping[str, str] | None) -> Any:
@@ -117,7 +117,7 @@ def _fallback_name(source: str) -> str:
 _EXCEPTION_GROUP = getattr(builtins, "BaseExceptionGroup", ())  # Python 3.11+; `isinstance(x, ())` is False
 
 
-def _reason(exc: BaseException) -> str:
+def error_reason(exc: BaseException) -> str:
     """The innermost useful message of an exception (task groups wrap the real error)."""
     while isinstance(exc, _EXCEPTION_GROUP) and exc.exceptions:
         exc = exc.exceptions[0]

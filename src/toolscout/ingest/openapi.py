@@ -10,7 +10,9 @@
 - returns: the JSON schema of the lowest 2xx response that has one.
 - namespace: the caller's, else `info.title` slugified ('Swagger Petstore' → 'swagger-petstore').
 - raw: {"method", "path", "operation" (as written), "parameter_locations" (property → path|query|
-  header|cookie|body|formData)}: what an HTTP caller needs to place each argument.
+  header|cookie|body|formData), "body" ({"media_type", "whole": the property holding the whole body, or
+  null when the body's properties were merged in}; absent without a body)}: what an HTTP caller needs to
+  place each argument (the gateway's OpenAPI upstream).
 """
 
 from __future__ import annotations
@@ -90,13 +92,15 @@ class _OperationParser:
         name = op_id.strip() if op_id else f"{method.upper()} {path}"
         budget = Budget()
         properties, required, locations = self._parameters(position, op, shared, path_at, budget)
-        self._merge_body(position, op, properties, required, locations, budget)
+        body = self._merge_body(position, op, properties, required, locations, budget)
         tags = [t for t in self._list(op, position, "tags") if isinstance(t, str)]
         if op.get("deprecated") is True:
             tags.append("deprecated")
         summary = read_text(self.ctx, op, position, "summary")
         description = read_text(self.ctx, op, position, "description")
         raw = {"method": method.upper(), "path": path, "operation": op, "parameter_locations": locations}
+        if body is not None:
+            raw["body"] = body
         return make_tool(self.namespace, name, description=join_summary(summary, description),
                          parameters=object_schema(properties, required), returns=self._returns(position, op),
                          tags=tuple(dict.fromkeys(tags)), method=method.upper(), path=path, raw=raw)
@@ -153,25 +157,26 @@ class _OperationParser:
 
     # ------------------------------------------------------------------------------- request body
     def _merge_body(self, position: str, op: Mapping, properties: dict, required: list, locations: dict,
-                    budget: Budget) -> None:
+                    budget: Budget) -> dict[str, Any] | None:
+        """Add the request body's arguments; returns where the body goes ({"media_type", "whole"}), or None."""
         body_at = at(position, "requestBody")
         if self.swagger2:
             body = next((p for p in self._list(op, position, "parameters")
                          if isinstance(p, Mapping) and p.get("in") == "body"), None)
             if body is None:
-                return
+                return None
             body, _ = self.resolver.deref(body, body_at)
             body = require_mapping(self.ctx, body, body_at, "a body parameter object")
-            schema_at, raw_schema = at(body_at, "schema"), body.get("schema")
+            media_type, schema_at, raw_schema = "application/json", at(body_at, "schema"), body.get("schema")
         else:
             if op.get("requestBody") is None:
-                return
+                return None
             body, body_at = self.resolver.deref(op["requestBody"], body_at)
             body = require_mapping(self.ctx, body, body_at, "a request body object")
             media_type, raw_schema = _body_media(body.get("content"))
             schema_at = at(at(at(body_at, "content"), media_type or "?"), "schema")
         if raw_schema is None:
-            return
+            return None
         schema = self.resolver.resolve(raw_schema, schema_at, budget)
         body_required = body.get("required") is True
         if is_plain_object(schema) and not set(schema["properties"]) & set(properties):
@@ -180,7 +185,7 @@ class _OperationParser:
                 locations[key] = "body"
             if body_required and isinstance(schema.get("required"), list):
                 required.extend(k for k in schema["required"] if isinstance(k, str) and k in schema["properties"])
-            return
+            return {"media_type": media_type, "whole": None}
         description = body.get("description")
         if isinstance(description, str) and description.strip() and isinstance(schema, dict) \
                 and "description" not in schema:
@@ -190,6 +195,7 @@ class _OperationParser:
         locations[key] = "body"
         if body_required:
             required.append(key)
+        return {"media_type": media_type, "whole": key}
 
     # ------------------------------------------------------------------------------- responses
     def _returns(self, position: str, op: Mapping) -> dict[str, Any] | None:

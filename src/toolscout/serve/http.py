@@ -31,7 +31,7 @@ import asyncio
 import contextlib
 import json
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol
 
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -70,6 +70,35 @@ GAUGES = ("tools", "version", "journal_records", "journal_bytes", "compactions",
           "feedback_failures", "feedback_learned", "feedback_sources")
 
 
+class ApiExtension(Protocol):
+    """What a deployment adds to the HTTP API: the gateway adds tool calls, upstream health and its own MCP
+    server (`toolscout.gateway.http`)."""
+
+    def add_routes(self, app: FastAPI, api: "Api") -> None:
+        """Add its routes (and their error handlers) to `app`."""
+        ...
+
+    def searched(self, principal: Principal, query: str, hits: list) -> None:
+        """One search's hits, as `/search` answered them."""
+        ...
+
+    def tool_details(self, tool_id: str) -> dict[str, Any]:
+        """Fields `/tools/{id}` adds for a tool."""
+        ...
+
+    def health(self) -> dict[str, Any]:
+        """Fields `/health` adds."""
+        ...
+
+    def mcp_app(self, api: "Api", host: str, max_body_bytes: int) -> Any:
+        """The streamable-HTTP Starlette app that serves /mcp."""
+        ...
+
+    def running(self) -> contextlib.AbstractAsyncContextManager:
+        """What runs while the app serves (entered at start-up, left at shutdown)."""
+        ...
+
+
 @dataclass
 class Api:
     """What every route needs: the service, the metrics and the token rules."""
@@ -77,6 +106,7 @@ class Api:
     service: ToolService
     metrics: Metrics
     auth: AuthConfig
+    extension: ApiExtension | None = None
 
     def reader(self, request: Request) -> Principal:
         return self.auth.authenticate(request.headers.get("authorization"), write=False)
@@ -86,12 +116,15 @@ class Api:
 
 
 def create_app(service: ToolService, auth: AuthConfig | None = None, *, max_body_bytes: int = MAX_BODY_BYTES,
-               mcp: bool = True, host: str = "127.0.0.1", close_service: bool = True) -> Any:
+               mcp: bool = True, host: str = "127.0.0.1", close_service: bool = True,
+               extension: ApiExtension | None = None) -> Any:
     """The ASGI app. `mcp`: also serve MCP (streamable HTTP) at /mcp. `close_service`: compact and
-    release the catalog at shutdown."""
-    api = Api(service, Metrics(), auth or AuthConfig())
-    mcp_app = _mcp_app(api, host, max_body_bytes) if mcp else None
-    app = FastAPI(title="toolscout", version=__version__, lifespan=_lifespan(service, mcp_app, close_service),
+    release the catalog at shutdown. `extension`: what a deployment adds (the gateway)."""
+    api = Api(service, Metrics(), auth or AuthConfig(), extension)
+    mcp_app = (extension.mcp_app(api, host, max_body_bytes) if extension is not None
+               else _mcp_app(api, host, max_body_bytes)) if mcp else None
+    lifespan = _lifespan(service, mcp_app, close_service, extension)
+    app = FastAPI(title="toolscout", version=__version__, lifespan=lifespan,
                   description="Tool retrieval for LLM agents: search a tool catalog with a task in plain language, "
                               "and keep the catalog up to date. Writes are durable when acknowledged.")
     app.state.service, app.state.metrics, app.state.auth = service, api.metrics, api.auth
@@ -101,6 +134,8 @@ def create_app(service: ToolService, auth: AuthConfig | None = None, *, max_body
     _add_feedback_routes(app, api)
     _add_operation_routes(app, api)
     _add_ui_routes(app)
+    if extension is not None:
+        extension.add_routes(app, api)
     if mcp_app is not None:
         from starlette.routing import Route
 
@@ -116,12 +151,14 @@ def _mcp_app(api: Api, host: str, max_body_bytes: int):
                         max_body_bytes=max_body_bytes)
 
 
-def _lifespan(service: ToolService, mcp_app: Any, close_service: bool):
+def _lifespan(service: ToolService, mcp_app: Any, close_service: bool, extension: ApiExtension | None):
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI):
         async with contextlib.AsyncExitStack() as stack:
             if mcp_app is not None:
                 await stack.enter_async_context(mcp_app.router.lifespan_context(mcp_app))
+            if extension is not None:
+                await stack.enter_async_context(extension.running())
             try:
                 yield
             finally:
@@ -241,6 +278,8 @@ def _add_search_routes(app: FastAPI, api: Api) -> None:
             if body.format != "toolscout":
                 entry["tools"] = _definitions(service, query_hits, body.format, principal)
             results.append(entry)
+            if api.extension is not None:
+                api.extension.searched(principal, query, query_hits)
             metrics.count("queries")
             metrics.count("abstained", abstained)
             metrics.count("name_match", any(h.match == "name" for h in query_hits))
@@ -281,7 +320,8 @@ def _add_catalog_routes(app: FastAPI, api: Api) -> None:
         """One tool by id (404 for a tool outside the caller's namespaces, too), with how much tool-use
         feedback taught it (`feedback`: requests learned, sources, events that named it)."""
         tool = service.get(tool_id, principal)
-        return JSON({**tool_dict(tool), "feedback": service.feedback_of(tool_id, principal)})
+        details = api.extension.tool_details(tool_id) if api.extension is not None else {}
+        return JSON({**tool_dict(tool), "feedback": service.feedback_of(tool_id, principal), **details})
 
     @app.get("/namespaces", responses=ERRORS, tags=["catalog"])
     def namespaces(principal: Reader) -> Response:
@@ -376,7 +416,8 @@ def _add_operation_routes(app: FastAPI, api: Api) -> None:
         """Liveness and catalog state (no token needed). 503 when writes are disabled after a failure."""
         stats = service.stats()
         ok = service.failed is None
-        return JSON({"status": "ok" if ok else "degraded", **stats}, status_code=200 if ok else 503)
+        extra = api.extension.health() if api.extension is not None else {}
+        return JSON({"status": "ok" if ok else "degraded", **stats, **extra}, status_code=200 if ok else 503)
 
     @app.get("/metrics", response_class=PlainTextResponse, tags=["operations"])
     def prometheus() -> Response:

@@ -219,6 +219,8 @@ class HitOut(BaseModel):
     matched: list[str] | None = Field(None, description="The query's words (lowercased, once each, in query "
                                                         "order) whose stem occurs in the tool's text view; only "
                                                         "when the request asks to `explain`.")
+    available: bool | None = Field(None, description="Whether the server that runs the tool answers now (a "
+                                                     "gateway only).")
 
 
 class QueryResult(BaseModel):

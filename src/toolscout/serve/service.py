@@ -23,7 +23,7 @@ import time
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ..errors import Conflict, Forbidden, NotFound
 from ..feedback import DEFAULT_SOURCE, FeedbackEvent, LearnResult
@@ -39,7 +39,7 @@ from .limits import FeedbackLimits
 _UNSET: Any = object()
 logger = logging.getLogger(__name__)
 
-__all__ = ["ToolService", "Principal", "ADMIN", "WriteResult", "ServiceError", "ServiceUnavailable"]
+__all__ = ["ToolService", "Principal", "ADMIN", "Reach", "WriteResult", "ServiceError", "ServiceUnavailable"]
 
 
 @dataclass(frozen=True)
@@ -84,12 +84,29 @@ class Principal:
 ADMIN = Principal("admin", None, True)
 
 
+@dataclass(frozen=True)
+class Reach:
+    """Which tools can be used now, where the catalog fronts other servers (the gateway says, through the
+    `reach` callable a service is given). `namespaces`: the only namespaces search returns (None: any);
+    `held`: ids search leaves out; `down`: namespaces whose server does not answer now, so their hits say
+    `available: false` (None: availability is not tracked, and hits do not say)."""
+
+    namespaces: frozenset[str] | None = None
+    held: frozenset[str] = frozenset()
+    down: frozenset[str] | None = None
+
+
+EVERYWHERE = Reach()
+
+
 class ToolService:
     """Search and edit a catalog, safely from many threads. See the module doc."""
 
     def __init__(self, catalog: Catalog, *, min_score: float | None = None, always_include: Sequence[str] = (),
-                 batch_workers: int = 2, limits: FeedbackLimits | None = None, cache_size: int = 10_000):
+                 batch_workers: int = 2, limits: FeedbackLimits | None = None, cache_size: int = 10_000,
+                 reach: Callable[[], Reach] | None = None):
         self.catalog = catalog
+        self.reach = reach or (lambda: EVERYWHERE)
         # answers by (catalog version, options, task): a write or feedback bumps the version, so an answer
         # from before it is never served after it
         self.answers = LRU(cache_size)
@@ -199,16 +216,22 @@ class ToolService:
 
     def _options(self, k, principal, namespaces, ids, exclude_ids, min_score, always_include, match_names,
                  explain) -> tuple:
-        """Everything one search asks, as a hashable key (searches with equal keys are batched together)."""
-        flt = Filter.restrict(Filter.make(namespaces=principal.namespaces, ids=ids, exclude_ids=exclude_ids),
-                              namespaces)
+        """Everything one search asks, as a hashable key (searches with equal keys are batched together; the
+        answers cache is keyed by it too, so what `reach` says now is part of it)."""
+        reach = self.reach()
+        flt = Filter.make(namespaces=principal.namespaces, ids=ids, exclude_ids=set(exclude_ids) | reach.held)
+        flt = Filter.restrict(Filter.restrict(flt, namespaces), reach.namespaces)
         threshold = self.min_score if min_score is _UNSET else min_score
         always = tuple(dict.fromkeys(self.always_include + tuple(always_include)))
-        return principal.tenant, flt, HitPolicy(checked_k(k), threshold, always, bool(match_names), bool(explain))
+        return (principal.tenant, flt, HitPolicy(checked_k(k), threshold, always, bool(match_names), bool(explain)),
+                reach.down)
 
     def _search_many(self, options: tuple, queries: Sequence[str]) -> list[list[Hit]]:
-        tenant, flt, policy = options
-        return self.catalog.tenant(tenant).search(list(queries), flt, policy)
+        tenant, flt, policy, down = options
+        answers = self.catalog.tenant(tenant).search(list(queries), flt, policy)
+        if down is None:
+            return answers
+        return [[replace(h, available=(h.tool.namespace or "") not in down) for h in hits] for hits in answers]
 
     # catalog reads -------------------------------------------------------------------------
     def _tenant(self, principal: Principal) -> TenantCatalog:

@@ -1,0 +1,104 @@
+"""The gateway's HTTP API: `toolscout serve`'s API (`serve/http.py`) over the gateway's catalog, plus
+
+    POST /tools/{id}/call   {"arguments": {...}}: forward one call; the upstream's result as MCP gives it,
+                            `{"content": [...], "structuredContent"?, "isError"}` (200, whatever the tool
+                            answered); 404 unknown tool, 409 held until approved, 502 the upstream cannot be
+                            reached (504 when it did not answer in time), naming it
+    POST /mcp               the gateway's MCP server (`mcp_server.py`), streamable HTTP with sessions
+
+and `/health` lists each upstream with its state, tool count and last error; `/tools/{id}` adds the tool's
+upstream, whether it answers now, and its definition record (fingerprint, changes, held). A platform that
+uses OpenAI or Anthropic function calling searches with `/search` and executes through this route.
+"""
+
+import contextlib
+from typing import Annotated, Any, AsyncIterator
+
+import anyio
+import anyio.to_thread
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.responses import Response
+from pydantic import BaseModel, Field
+
+from ..errors import Forbidden
+from ..serve.auth import ANONYMOUS
+from ..serve.http import Api
+from ..serve.middleware import JSON, error_response
+from ..serve.schemas import ERRORS, ErrorResponse
+from ..serve.service import Principal
+from .core import Gateway, http_session
+from .mcp_server import GatewayMcp
+from .upstream import UpstreamUnavailable
+
+CALL_ERRORS = {**ERRORS, 409: {"model": ErrorResponse}, 502: {"model": ErrorResponse},
+               504: {"model": ErrorResponse}}
+
+
+class CallRequest(BaseModel, extra="forbid"):
+    arguments: dict[str, Any] = Field(default_factory=dict, description="The tool's arguments (its input schema).")
+
+
+class CallResponse(BaseModel):
+    content: list[dict[str, Any]]
+    structuredContent: dict[str, Any] | None = None
+    isError: bool = False
+
+
+class GatewayApi:
+    """The gateway's additions to the HTTP API (`serve.http.ApiExtension`)."""
+
+    def __init__(self, gateway: Gateway, mcp: GatewayMcp):
+        self.gateway, self.mcp = gateway, mcp
+
+    def add_routes(self, app: FastAPI, api: Api) -> None:
+        gateway = self.gateway
+
+        def caller(request: Request) -> Principal:
+            principal = api.reader(request)
+            if principal is ANONYMOUS:  # reads may be open, but a call acts on someone's behalf
+                raise Forbidden("calling tools through this gateway needs a bearer token")
+            return principal
+
+        @app.post("/tools/{tool_id:path}/call", response_model=CallResponse, responses=CALL_ERRORS, tags=["gateway"])
+        async def call_tool(tool_id: str, body: CallRequest, request: Request,
+                            principal: Annotated[Principal, Depends(caller)]) -> Response:
+            """Forward one call of the tool to the upstream that runs it, and return its result as it came."""
+            result = await gateway.call(tool_id, body.arguments, principal=principal,
+                                        session=http_session(principal), headers=dict(request.headers))
+            body = result.model_dump(mode="json", by_alias=True, exclude_none=True)
+            body.pop("resultType", None)  # the MCP wire's bookkeeping, not the tool's answer
+            return JSON(body)
+
+        app.add_exception_handler(UpstreamUnavailable, _unavailable)
+
+    def searched(self, principal: Principal, query: str, hits: list) -> None:
+        self.gateway.searched(http_session(principal), query, hits)
+
+    def tool_details(self, tool_id: str) -> dict[str, Any]:
+        return self.gateway.tool_details(tool_id)
+
+    def health(self) -> dict[str, Any]:
+        return self.gateway.health()
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """The upstreams are supervised while the app serves."""
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(self.gateway.run)
+            try:
+                yield
+            finally:
+                tasks.cancel_scope.cancel()
+        await anyio.to_thread.run_sync(self.gateway.close)
+
+    def mcp_app(self, api: Api, host: str, max_body_bytes: int) -> Any:
+        self.mcp.auth, self.mcp.metrics = api.auth, api.metrics
+        # sessions: a 2025-protocol client keeps one (Mcp-Session-Id), which is what calls are attributed to
+        return self.mcp.server.streamable_http_app(streamable_http_path="/mcp", stateless_http=False,
+                                                   json_response=True, host=host,
+                                                   max_request_body_size=max_body_bytes)
+
+
+async def _unavailable(_request: Request, exc: UpstreamUnavailable) -> Response:
+    return error_response(504 if exc.timed_out else 502, str(exc), kind="upstream_unavailable")

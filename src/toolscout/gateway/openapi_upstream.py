@@ -1,0 +1,206 @@
+"""An HTTP API behind the gateway, described by an OpenAPI 3 or Swagger 2 document: each operation is a tool.
+
+A call makes the operation's HTTP request: each argument goes where the document puts it (the path, the
+query, a header, a cookie, or the body: JSON, or a form when the operation takes one), as recorded by
+the OpenAPI parser (`Tool.raw["parameter_locations"]` and `["body"]`). The result is the response: its
+text as content, `{"status", "content_type", "body"}` (the body parsed when it is JSON) as structured
+content, and `isError` for a status of 400 or more. An argument the operation does not take is refused
+before any request is made.
+
+The base URL is the config's `base_url`, else the document's first server (relative ones resolved against
+the document's URL). The document is read again every `relist_every` seconds, so a changed API is
+re-indexed without a restart.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from pathlib import Path
+from typing import Any, Mapping
+from urllib.parse import quote, urljoin
+
+import anyio
+import httpx
+import mcp_types as types
+
+from ..errors import CatalogError
+from ..ingest import parse_tools
+from ..ingest.common import LoadReport
+from ..ingest.detect import parse_json, read_structured
+from ..ingest.guard import check_tree
+from ..ingest.live_mcp import error_reason
+from ..ingest.yaml_loader import load as load_yaml
+from ..tool import Tool
+from .config import UpstreamSpec
+from .upstream import Backoff, Listing, ListingSink, UpstreamStatus, UpstreamUnavailable, error_result
+
+logger = logging.getLogger(__name__)
+_TEXT_LIMIT = 100_000  # characters of a response body shown as text
+
+
+class OpenApiUpstream:
+    """One OpenAPI service behind the gateway (see the module doc)."""
+
+    def __init__(self, spec: UpstreamSpec, *, relist_every: float = 300.0):
+        self.spec = spec
+        self.name, self.timeout, self.forward_headers = spec.name, spec.timeout, spec.forward_headers
+        self.status = UpstreamStatus(spec.name, "openapi", spec.describe())
+        self.relist_every = relist_every
+        self.base_url: str | None = spec.base_url
+        self._http: httpx.AsyncClient | None = None
+        self._relist: anyio.Event | None = None
+
+    async def run(self, sink: ListingSink) -> None:
+        self._relist = anyio.Event()
+        backoff = Backoff()
+        async with httpx.AsyncClient(headers=dict(self.spec.headers), timeout=self.timeout) as http:
+            self._http = http
+            while True:
+                try:
+                    await self._list(sink)
+                    if self.status.state != "up":
+                        self.status.connects += 1
+                    self.status.change("up")
+                    backoff, delay = Backoff(), self.relist_every
+                except Exception as exc:  # a spec that cannot be read now: keep what was indexed, retry
+                    delay = backoff.next(0.0)
+                    state = "up" if self.status.state == "up" else "down"
+                    self.status.change(state, f"reading the OpenAPI document failed: {error_reason(exc)}; "
+                                              f"retrying in {delay:.1f} s")
+                    logger.warning("upstream %s: %s", self.name, self.status.last_error)
+                with anyio.move_on_after(delay):
+                    await self._relist.wait()
+                self._relist = anyio.Event()
+
+    async def relist(self) -> None:
+        if self._relist is not None:
+            self._relist.set()
+
+    async def _list(self, sink: ListingSink) -> None:
+        document, where = await self._document()
+        report = LoadReport()
+        tools = parse_tools(document, format="openapi", lenient=True, source=where, namespace=self.name,
+                            report=report)
+        self.base_url = self.spec.base_url or _base_url(document, self.spec.spec or "")
+        if self.base_url is None:
+            raise CatalogError(f"{where} names no absolute server URL; give the API's address as base_url in "
+                               f"the gateway config (openapi.{self.name}.base_url)")
+        await sink(Listing(self.name, tools, tuple(report.skipped)))
+        self.status.tools = len(tools)
+        self.status.skipped = [{"where": w, "reason": why} for w, why in report.skipped]
+
+    async def _document(self) -> tuple[Any, str]:
+        location = self.spec.spec or ""
+        if not location.lower().startswith(("http://", "https://")):
+            return await anyio.to_thread.run_sync(read_structured, Path(location), location), location
+        assert self._http is not None
+        response = await self._http.get(location)
+        response.raise_for_status()
+        text = response.text
+        document = parse_json(text, location) if text.lstrip()[:1] in ("{", "[") else load_yaml(text, location)
+        check_tree(document, location, json_only=True)
+        return document, location
+
+    # calls -------------------------------------------------------------------------------------
+    async def call(self, tool: Tool, arguments: Mapping[str, Any], headers: Mapping[str, str]) -> Any:
+        if self._http is None or self.base_url is None:
+            raise UpstreamUnavailable(f"upstream {self.name!r} is unavailable: "
+                                      f"{self.status.last_error or 'its OpenAPI document has not been read yet'}")
+        try:
+            request = _request(tool, arguments, self.base_url, headers)
+        except CatalogError as exc:
+            return error_result(f"upstream {self.name!r}: {exc}")
+        try:
+            with anyio.fail_after(self.timeout):
+                response = await self._http.request(**request)
+        except (TimeoutError, httpx.TimeoutException):
+            raise UpstreamUnavailable(f"upstream {self.name!r} did not answer {tool.name} within its timeout of "
+                                      f"{self.timeout:g} s", timed_out=True) from None
+        except httpx.HTTPError as exc:
+            raise UpstreamUnavailable(f"upstream {self.name!r} could not be reached at {self.base_url}: "
+                                      f"{error_reason(exc)}") from None
+        return _result(response)
+
+
+def _request(tool: Tool, arguments: Mapping[str, Any], base_url: str, forwarded: Mapping[str, str]) -> dict:
+    """httpx request arguments for one call of `tool` (CatalogError for an argument it does not take)."""
+    raw = tool.raw if isinstance(tool.raw, Mapping) else {}
+    locations: Mapping[str, str] = raw.get("parameter_locations") or {}
+    unknown = sorted(set(arguments) - set(locations))
+    if unknown:
+        raise CatalogError(f"{tool.name} takes no argument {unknown[0]!r}; it takes {sorted(locations) or 'none'}")
+    path = str(raw.get("path") or tool.path or "")
+    placed: dict[str, dict[str, Any]] = {"query": {}, "header": {}, "cookie": {}, "body": {}, "formData": {}}
+    for name, value in arguments.items():
+        location = locations[name]
+        if location == "path":
+            path = path.replace("{" + name + "}", quote(_text(value), safe=""))
+        else:
+            placed.setdefault(location, {})[name] = value
+    missing = sorted(set(_path_names(path)))
+    if missing:
+        raise CatalogError(f"{tool.name} needs the path argument {missing[0]!r}")
+    request: dict[str, Any] = {"method": str(raw.get("method") or tool.method or "GET"),
+                               "url": base_url.rstrip("/") + "/" + path.lstrip("/"),
+                               "params": {k: _query(v) for k, v in placed["query"].items()},
+                               "headers": {**forwarded, **{k: _text(v) for k, v in placed["header"].items()}},
+                               "cookies": {k: _text(v) for k, v in placed["cookie"].items()} or None}
+    request.update(_body(raw.get("body") or {}, placed["body"], placed["formData"]))
+    return request
+
+
+def _body(body: Mapping[str, Any], values: dict[str, Any], form: dict[str, Any]) -> dict[str, Any]:
+    if form:
+        return {"data": {k: _text(v) for k, v in form.items()}}
+    if not values:
+        return {}
+    whole = body.get("whole")
+    content = values[whole] if whole in values else values
+    if "form" in str(body.get("media_type") or "") and isinstance(content, Mapping):
+        return {"data": {k: _text(v) for k, v in content.items()}}
+    return {"json": content}
+
+
+def _result(response: httpx.Response) -> Any:
+    content_type = response.headers.get("content-type", "")
+    text = response.text
+    try:
+        body: Any = json.loads(text) if "json" in content_type or text.lstrip()[:1] in ("{", "[") else text
+    except ValueError:
+        body = text
+    shown = text if len(text) <= _TEXT_LIMIT else text[:_TEXT_LIMIT] + f"... ({len(text)} characters in all)"
+    summary = f"HTTP {response.status_code} {response.reason_phrase}".strip()
+    return types.CallToolResult(content=[types.TextContent(type="text", text=f"{summary}\n{shown}" if shown else summary)],
+                                structured_content={"status": response.status_code, "content_type": content_type,
+                                                    "body": body},
+                                is_error=response.status_code >= 400)
+
+
+def _base_url(document: Any, location: str) -> str | None:
+    """The document's first server: OpenAPI 3 `servers[0].url`, or Swagger 2 `schemes`/`host`/`basePath`."""
+    if not isinstance(document, Mapping):
+        return None
+    servers = document.get("servers")
+    if isinstance(servers, list) and servers and isinstance(servers[0], Mapping) and servers[0].get("url"):
+        url = str(servers[0]["url"])
+        if url.lower().startswith(("http://", "https://")):
+            return url
+        return urljoin(location, url) if location.lower().startswith(("http://", "https://")) else None
+    if document.get("host"):
+        schemes = document.get("schemes") or ["https"]
+        return f"{schemes[0]}://{document['host']}{document.get('basePath') or ''}"
+    return None
+
+
+def _path_names(path: str) -> list[str]:
+    return re.findall(r"\{([^}/]+)\}", path)
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _query(value: Any) -> Any:
+    return [_text(v) for v in value] if isinstance(value, list) else _text(value)

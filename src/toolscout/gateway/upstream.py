@@ -1,0 +1,111 @@
+"""The contract every upstream honours, whatever it speaks (MCP over stdio or HTTP, an OpenAPI service).
+
+An upstream runs under the gateway's supervision (`run`): it connects, lists its tools and hands them to the
+gateway (`Listing`), keeps its listing current, and reconnects with backoff when it fails. `call` forwards
+one tool call and returns the upstream's result as an MCP `CallToolResult`; when the upstream cannot be
+reached it raises `UpstreamUnavailable`, whose message names the upstream and says why, within the call's
+timeout. Its `status` is what `/health` shows.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, Mapping, Protocol, Sequence
+
+from ..errors import ToolScoutError
+from ..tool import Tool
+
+STATES = ("starting", "up", "down", "disabled")
+INITIAL_BACKOFF_S = 0.5
+MAX_BACKOFF_S = 30.0
+STABLE_AFTER_S = 30.0  # a connection that lasted this long resets the backoff
+
+
+class UpstreamUnavailable(ToolScoutError):
+    """A call could not be forwarded: the upstream is down, timed out (`timed_out`), or dropped the
+    connection. The message names the upstream and says why."""
+
+    def __init__(self, message: str, timed_out: bool = False):
+        super().__init__(message)
+        self.timed_out = timed_out
+
+
+@dataclass(frozen=True)
+class Listing:
+    """One listing of an upstream's tools: the tools read from it, and the ones skipped with the reason."""
+
+    upstream: str
+    tools: Sequence[Tool]
+    skipped: Sequence[tuple[str, str]] = ()  # (where in the listing, why)
+
+
+# What the gateway does with a listing (index the tools); awaited before the upstream counts as up.
+ListingSink = Callable[[Listing], Awaitable[None]]
+
+
+@dataclass
+class UpstreamStatus:
+    """What `/health` shows of one upstream."""
+
+    name: str
+    kind: str
+    target: str
+    state: str = "starting"
+    tools: int = 0
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    last_error: str | None = None
+    connects: int = 0
+    since: float = field(default_factory=time.time)
+
+    def change(self, state: str, error: str | None = None) -> None:
+        if state != self.state:
+            self.state, self.since = state, time.time()
+        if error is not None:
+            self.last_error = error
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": self.kind, "target": self.target, "state": self.state,
+                "tools": self.tools, "skipped": self.skipped[:20], "last_error": self.last_error,
+                "connects": self.connects, "since": round(self.since, 3)}
+
+
+class Upstream(Protocol):
+    name: str
+    timeout: float  # seconds one call may take
+    forward_headers: tuple[str, ...]  # the agent's request headers this upstream's calls may carry
+    status: UpstreamStatus
+
+    async def run(self, sink: ListingSink) -> None:
+        """Connect, list, keep the listing current and reconnect with backoff, until cancelled."""
+        ...
+
+    async def call(self, tool: Tool, arguments: Mapping[str, Any], headers: Mapping[str, str]) -> Any:
+        """Forward one call of `tool` (one of this upstream's) and return its `CallToolResult`; raise
+        `UpstreamUnavailable` when the upstream cannot answer within `timeout`."""
+        ...
+
+    async def relist(self) -> None:
+        """List the tools again now (and hand them to the sink); a no-op while disconnected."""
+        ...
+
+
+class Backoff:
+    """Seconds to wait before the next reconnection: doubling from `INITIAL_BACKOFF_S` to `MAX_BACKOFF_S`,
+    back to the start once a connection has lasted `STABLE_AFTER_S`."""
+
+    def __init__(self) -> None:
+        self.delay = INITIAL_BACKOFF_S
+
+    def next(self, connected_for: float) -> float:
+        if connected_for >= STABLE_AFTER_S:
+            self.delay = INITIAL_BACKOFF_S
+        delay, self.delay = self.delay, min(self.delay * 2, MAX_BACKOFF_S)
+        return delay
+
+
+def error_result(message: str) -> Any:
+    """An MCP tool result that reports `message` as an error (what the agent sees of a failed call)."""
+    import mcp_types
+
+    return mcp_types.CallToolResult(content=[mcp_types.TextContent(type="text", text=message)], is_error=True)
