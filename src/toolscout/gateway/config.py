@@ -8,6 +8,10 @@
         "petstore": {"spec": "petstore.yaml", "base_url": "https://petstore.example.com/v3",
                      "headers": {"api_key": "${PETSTORE_KEY}"}}}}
 
+A relative `command`, `cwd` or `spec` path (one with a `/`) is relative to the config file; a bare command
+name is looked up on PATH, then beside the gateway's own interpreter (a server installed into toolscout's
+virtual environment works without activating it).
+
 Each entry's name becomes the namespace of its tools (ids `NAME.tool`), so names are letters, digits,
 `_` and `-`. `${VAR}` (or `${VAR:-default}`) in `env`, `headers` and `base_url` is read from the
 gateway's environment when the file is read, so secrets stay out of the file; a variable that is not set
@@ -138,9 +142,9 @@ class _Reader:
             args = entry.get("args") or []
             if not isinstance(args, list) or not all(isinstance(a, (str, int, float)) for a in args):
                 raise ConfigError(f"{where}.args: must be a list of strings")
-            return UpstreamSpec(name, "stdio", command=self._string(where, entry, "command", required=True),
+            return UpstreamSpec(name, "stdio", command=self._path(self._string(where, entry, "command", required=True)),
                                 args=tuple(str(a) for a in args), env=self._strings(where, entry, "env"),
-                                cwd=self._string(where, entry, "cwd"), **common)
+                                cwd=self._path(self._string(where, entry, "cwd")), **common)
         url = self._string(where, entry, "url", required=True)
         if not re.match(r"^https?://", url, re.IGNORECASE):
             raise ConfigError(f"{where}.url: must be an http:// or https:// URL, got {url!r}")
@@ -154,6 +158,13 @@ class _Reader:
             spec = str((self.path.parent / spec).resolve())  # relative to the config file, as people expect
         return UpstreamSpec(name, "openapi", spec=spec, base_url=self._expand(f"{where}.base_url", base_url),
                             headers=self._strings(where, entry, "headers"), **self._common(where, entry))
+
+    def _path(self, value: str | None) -> str | None:
+        """A relative path (one with a '/') is relative to the config file; a bare command name is looked up
+        on PATH when the server starts."""
+        if value is None or "/" not in value or Path(value).is_absolute():
+            return value
+        return str((self.path.parent / value).resolve())
 
     # ----------------------------------------------------------------------------------- fields
     def _entry(self, name: Any, entry: Any, section: str, known: set[str]) -> str:

@@ -32,7 +32,7 @@ from ..serve.service import ADMIN, Principal, Reach, ToolService
 from ..tool import Tool
 from .attribution import CallAttribution
 from .definitions import DefinitionLedger
-from .upstream import Listing, Upstream
+from .upstream import Listing, ToolResult, Upstream
 
 logger = logging.getLogger(__name__)
 STDIO = Principal("stdio", None, False, feedback=True)  # the host that launched a stdio gateway
@@ -159,8 +159,8 @@ class Gateway:
         return tool is not None and principal.sees(tool)
 
     async def call(self, name: str, arguments: Mapping[str, Any], *, principal: Principal, session: str,
-                   headers: Mapping[str, str] | None = None) -> Any:
-        """Forward one call; the upstream's `CallToolResult`, as it came. Raises NotFound (no such tool for
+                   headers: Mapping[str, str] | None = None) -> ToolResult:
+        """Forward one call; the upstream's result (`ToolResult`), as it came. Raises NotFound (no such tool for
         this caller), Conflict (held until approved), or `UpstreamUnavailable` (naming the upstream)."""
         tool = self.resolve(name, principal)
         upstream = self.upstreams.get(tool.namespace or "")
@@ -172,7 +172,7 @@ class Gateway:
         lowered = {k.lower(): v for k, v in (headers or {}).items()}
         forwarded = {h: lowered[h] for h in upstream.forward_headers if h in lowered}
         result = await upstream.call(tool, arguments, forwarded)
-        self._learn_from(session, principal, tool.id, failed=bool(result.is_error))
+        self._learn_from(session, principal, tool.id, failed=result.get("isError") is True)
         return _as_forwarded(result)
 
     def _learn_from(self, session: str, principal: Principal, tool_id: str, failed: bool) -> None:
@@ -260,10 +260,11 @@ class CallLearner:
             self.done += len(events)
 
 
-def _as_forwarded(result: Any) -> Any:
-    """The upstream's result as the agent gets it: unchanged, but for the upstream's own identity stamp
-    (the agent's connection is to the gateway, which stamps its own)."""
-    meta = dict(result.meta or {})
-    if meta.pop(SERVER_INFO_META, None) is None:
-        return result
-    return result.model_copy(update={"meta": meta or None})
+def _as_forwarded(result: ToolResult) -> ToolResult:
+    """The upstream's result as the agent gets it: unchanged, but for the wire's own bookkeeping (the
+    upstream's identity stamp and result type: the agent's connection is to the gateway, which adds its own)."""
+    forwarded = {key: value for key, value in result.items() if key not in ("resultType", "_meta")}
+    meta = {key: value for key, value in (result.get("_meta") or {}).items() if key != SERVER_INFO_META}
+    if meta:
+        forwarded["_meta"] = meta
+    return forwarded

@@ -66,9 +66,7 @@ class GatewayApi:
             """Forward one call of the tool to the upstream that runs it, and return its result as it came."""
             result = await gateway.call(tool_id, body.arguments, principal=principal,
                                         session=http_session(principal), headers=dict(request.headers))
-            body = result.model_dump(mode="json", by_alias=True, exclude_none=True)
-            body.pop("resultType", None)  # the MCP wire's bookkeeping, not the tool's answer
-            return JSON(body)
+            return JSON(result)
 
         app.add_exception_handler(UpstreamUnavailable, _unavailable)
 

@@ -20,7 +20,6 @@ or else the caller's token (core.Gateway._source says whose feedback it is).
 
 # No `from __future__ import annotations` needed by the SDK here (handlers are plain callables), but the
 # pydantic models below are read at run time, so their annotations stay real.
-import json
 import logging
 import re
 from collections import OrderedDict
@@ -29,6 +28,7 @@ from typing import Any, Literal, Optional
 import mcp_types as types
 from mcp.server.lowlevel.server import NotificationOptions, Server
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, Field, ValidationError
 
 from ..errors import Conflict, Forbidden, InvalidRequest, NotFound, RateLimited
@@ -37,7 +37,7 @@ from ..serve.mcp import RECORD_DESCRIPTION, FoundTool, RecordedUse
 from ..serve.service import Principal
 from ..version import __version__
 from .core import STDIO, Gateway, http_session
-from .upstream import UpstreamUnavailable, error_result
+from .upstream import ToolResult, UpstreamUnavailable, error_result, text_result
 
 logger = logging.getLogger(__name__)
 EXPOSE = ("none", "found")
@@ -109,6 +109,7 @@ class GatewayMcp:
         self.server = Server("toolscout-gateway", version=__version__, instructions=INSTRUCTIONS,
                              on_list_tools=self._list_tools, on_call_tool=self._call_tool,
                              on_subscriptions_listen=ListenHandler(self.bus))
+        self.server.middleware = []  # the SDK's tracing layer: a span per message, for nothing without an exporter
 
     def initialization_options(self) -> Any:
         return self.server.create_initialization_options(NotificationOptions(tools_changed=self.expose == "found"))
@@ -116,7 +117,9 @@ class GatewayMcp:
     async def run_stdio(self) -> None:
         from mcp.server.stdio import stdio_server
 
-        async with stdio_server() as (read, write):
+        from .stdio import pipe_stdio
+
+        async with pipe_stdio() as (stdin, stdout), stdio_server(stdin, stdout) as (read, write):
             await self.server.run(read, write, self.initialization_options())
 
     # handlers ----------------------------------------------------------------------------------
@@ -135,7 +138,12 @@ class GatewayMcp:
         return types.ListToolsResult(tools=tools)
 
     async def _call_tool(self, ctx: Any, params: Any) -> Any:
-        name, arguments = params.name, params.arguments or {}
+        result = await self._answer(ctx, params.name, params.arguments or {})
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:  # the 2026 wire tags every result with its type
+            result.setdefault("resultType", "complete")
+        return result
+
+    async def _answer(self, ctx: Any, name: str, arguments: dict[str, Any]) -> ToolResult:
         try:
             principal = self._principal(ctx)
             if name == "call_tool":
@@ -175,8 +183,7 @@ class GatewayMcp:
         payload = {"tools": found, "abstained": not hits}
         if self.expose == "found" and self._expose(session, [h.tool.id for h in hits]):
             await self._announce_tools_changed(ctx)
-        return types.CallToolResult(content=[types.TextContent(type="text", text=json.dumps(payload))],
-                                    structured_content=payload)
+        return text_result(payload)
 
     async def _forward(self, ctx: Any, principal: Principal, name: str, arguments: dict[str, Any]) -> Any:
         if not isinstance(arguments, dict):
@@ -192,8 +199,7 @@ class GatewayMcp:
         result = self.gateway.record(args.task, args.tool_ids, args.outcome, principal)
         payload = RecordedUse(learned=len(result.learned), duplicate=bool(result.duplicates),
                               unknown_tools=result.unknown).model_dump()
-        return types.CallToolResult(content=[types.TextContent(type="text", text=json.dumps(payload))],
-                                    structured_content=payload)
+        return text_result(payload)
 
     # sessions ----------------------------------------------------------------------------------
     def _principal(self, ctx: Any) -> Principal:

@@ -20,6 +20,8 @@ import contextlib
 import logging
 import math
 import os
+import shutil
+import sys
 import time
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
@@ -44,10 +46,11 @@ from ..ingest.live_mcp import error_reason
 from ..tool import Tool
 from ..version import __version__
 from .config import UpstreamSpec
-from .upstream import Backoff, Listing, ListingSink, UpstreamStatus, UpstreamUnavailable, error_result
+from .upstream import Backoff, Listing, ListingSink, ToolResult, UpstreamStatus, UpstreamUnavailable, error_result
 
 logger = logging.getLogger(__name__)
 MAX_PAGES = 1000
+_RESULT = TypeAdapter(dict[str, Any])  # results stay the dicts they came as (the SDK has checked their shape)
 CONNECT_TIMEOUT_S = 60.0
 LOG_LIMIT_BYTES = 1 << 20
 
@@ -113,7 +116,7 @@ class McpUpstream:
 
     def _transport(self, stack: AsyncExitStack) -> Any:
         if self.spec.kind == "stdio":
-            params = StdioServerParameters(command=self.spec.command, args=list(self.spec.args),
+            params = StdioServerParameters(command=_command(self.spec.command or ""), args=list(self.spec.args),
                                            env=dict(self.spec.env) or None, cwd=self.spec.cwd)
             return stdio_client(params, errlog=stack.enter_context(self._open_log()))
         http = httpx2.AsyncClient(headers=dict(self.spec.headers), timeout=httpx2.Timeout(30.0, read=None))
@@ -129,7 +132,7 @@ class McpUpstream:
         for _ in range(MAX_PAGES):
             page = await client.session.send_request(
                 types.ListToolsRequest(params=types.PaginatedRequestParams(cursor=cursor)),
-                TypeAdapter(dict[str, Any]), request_read_timeout_seconds=self.timeout)
+                _RESULT, request_read_timeout_seconds=self.timeout)
             tools = page.get("tools")
             raw.extend(tools if isinstance(tools, list) else [])
             cursor = page.get("nextCursor")
@@ -183,19 +186,18 @@ class McpUpstream:
                         error_reason(exc), self.relist_every)
 
     # calls -------------------------------------------------------------------------------------
-    async def call(self, tool: Tool, arguments: Mapping[str, Any], headers: Mapping[str, str]) -> Any:
+    async def call(self, tool: Tool, arguments: Mapping[str, Any], headers: Mapping[str, str]) -> ToolResult:
         client = await self._connected_client()
         request = types.CallToolRequest(params=types.CallToolRequestParams(name=tool.name, arguments=dict(arguments)))
         metadata = _header_metadata(headers) if self.spec.kind == "http" else None
         try:
             with anyio.fail_after(self.timeout):
-                return await client.session.send_request(request, types.CallToolResult, metadata=metadata,
-                                                         request_read_timeout_seconds=self.timeout)
+                return await client.session.send_request(request, _RESULT, metadata=metadata)
         except TimeoutError:
             raise UpstreamUnavailable(f"upstream {self.name!r} did not answer {tool.name} within its timeout of "
                                       f"{self.timeout:g} s", timed_out=True) from None
         except MCPError as exc:
-            if exc.code in (types.CONNECTION_CLOSED, types.REQUEST_TIMEOUT):
+            if exc.code == types.CONNECTION_CLOSED:
                 self._drop()
                 raise UpstreamUnavailable(f"upstream {self.name!r} failed during the call of {tool.name}: "
                                           f"{exc}{self._stderr_tail()}; it is being reconnected") from None
@@ -352,6 +354,15 @@ def _first_error(exc: ValidationError) -> str:
     first = exc.errors()[0]
     where = ".".join(str(p) for p in first.get("loc", ()))
     return f"{where}: {first.get('msg')}" if where else str(first.get("msg"))
+
+
+def _command(command: str) -> str:
+    """A bare command found on PATH, else beside the gateway's own interpreter (a server installed into the
+    gateway's virtual environment, which need not be activated), else as given (its start then fails)."""
+    if os.sep in command or shutil.which(command):
+        return command
+    beside = Path(sys.executable).parent / command
+    return str(beside) if beside.exists() else command
 
 
 def _header_metadata(headers: Mapping[str, str]) -> Any:

@@ -23,7 +23,6 @@ from urllib.parse import quote, urljoin
 
 import anyio
 import httpx
-import mcp_types as types
 
 from ..errors import CatalogError
 from ..ingest import parse_tools
@@ -34,7 +33,7 @@ from ..ingest.live_mcp import error_reason
 from ..ingest.yaml_loader import load as load_yaml
 from ..tool import Tool
 from .config import UpstreamSpec
-from .upstream import Backoff, Listing, ListingSink, UpstreamStatus, UpstreamUnavailable, error_result
+from .upstream import Backoff, Listing, ListingSink, ToolResult, UpstreamStatus, UpstreamUnavailable, error_result
 
 logger = logging.getLogger(__name__)
 _TEXT_LIMIT = 100_000  # characters of a response body shown as text
@@ -104,7 +103,7 @@ class OpenApiUpstream:
         return document, location
 
     # calls -------------------------------------------------------------------------------------
-    async def call(self, tool: Tool, arguments: Mapping[str, Any], headers: Mapping[str, str]) -> Any:
+    async def call(self, tool: Tool, arguments: Mapping[str, Any], headers: Mapping[str, str]) -> ToolResult:
         if self._http is None or self.base_url is None:
             raise UpstreamUnavailable(f"upstream {self.name!r} is unavailable: "
                                       f"{self.status.last_error or 'its OpenAPI document has not been read yet'}")
@@ -163,7 +162,7 @@ def _body(body: Mapping[str, Any], values: dict[str, Any], form: dict[str, Any])
     return {"json": content}
 
 
-def _result(response: httpx.Response) -> Any:
+def _result(response: httpx.Response) -> ToolResult:
     content_type = response.headers.get("content-type", "")
     text = response.text
     try:
@@ -172,10 +171,9 @@ def _result(response: httpx.Response) -> Any:
         body = text
     shown = text if len(text) <= _TEXT_LIMIT else text[:_TEXT_LIMIT] + f"... ({len(text)} characters in all)"
     summary = f"HTTP {response.status_code} {response.reason_phrase}".strip()
-    return types.CallToolResult(content=[types.TextContent(type="text", text=f"{summary}\n{shown}" if shown else summary)],
-                                structured_content={"status": response.status_code, "content_type": content_type,
-                                                    "body": body},
-                                is_error=response.status_code >= 400)
+    return {"content": [{"type": "text", "text": f"{summary}\n{shown}" if shown else summary}],
+            "structuredContent": {"status": response.status_code, "content_type": content_type, "body": body},
+            "isError": response.status_code >= 400}
 
 
 def _base_url(document: Any, location: str) -> str | None:

@@ -93,7 +93,15 @@ def serve_stdio(gateway: Gateway, mcp: GatewayMcp) -> None:
             tasks.cancel_scope.cancel()
 
     try:
-        anyio.run(main)
+        anyio.run(main, backend_options={"use_uvloop": _has_uvloop()})
     finally:
         gateway.close()
         gateway.service.close()
+
+
+def _has_uvloop() -> bool:
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return False
+    return True

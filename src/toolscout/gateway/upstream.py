@@ -2,13 +2,15 @@
 
 An upstream runs under the gateway's supervision (`run`): it connects, lists its tools and hands them to the
 gateway (`Listing`), keeps its listing current, and reconnects with backoff when it fails. `call` forwards
-one tool call and returns the upstream's result as an MCP `CallToolResult`; when the upstream cannot be
+one tool call and returns the upstream's result as MCP's wire form of a tool result (`ToolResult`); when
+the upstream cannot be
 reached it raises `UpstreamUnavailable`, whose message names the upstream and says why, within the call's
 timeout. Its `status` is what `/health` shows.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Mapping, Protocol, Sequence
@@ -17,6 +19,9 @@ from ..errors import ToolScoutError
 from ..tool import Tool
 
 STATES = ("starting", "up", "down", "disabled")
+# A tools/call result as MCP sends it: {"content": [...], "structuredContent"?, "isError"?, "_meta"?}. The
+# gateway passes these dicts through as they came, without building the SDK's models for them.
+ToolResult = dict[str, Any]
 INITIAL_BACKOFF_S = 0.5
 MAX_BACKOFF_S = 30.0
 STABLE_AFTER_S = 30.0  # a connection that lasted this long resets the backoff
@@ -80,8 +85,8 @@ class Upstream(Protocol):
         """Connect, list, keep the listing current and reconnect with backoff, until cancelled."""
         ...
 
-    async def call(self, tool: Tool, arguments: Mapping[str, Any], headers: Mapping[str, str]) -> Any:
-        """Forward one call of `tool` (one of this upstream's) and return its `CallToolResult`; raise
+    async def call(self, tool: Tool, arguments: Mapping[str, Any], headers: Mapping[str, str]) -> ToolResult:
+        """Forward one call of `tool` (one of this upstream's) and return its result; raise
         `UpstreamUnavailable` when the upstream cannot answer within `timeout`."""
         ...
 
@@ -104,8 +109,11 @@ class Backoff:
         return delay
 
 
-def error_result(message: str) -> Any:
-    """An MCP tool result that reports `message` as an error (what the agent sees of a failed call)."""
-    import mcp_types
+def error_result(message: str) -> ToolResult:
+    """A tool result that reports `message` as an error (what the agent sees of a failed call)."""
+    return {"content": [{"type": "text", "text": message}], "isError": True}
 
-    return mcp_types.CallToolResult(content=[mcp_types.TextContent(type="text", text=message)], is_error=True)
+
+def text_result(payload: Any) -> ToolResult:
+    """A tool result carrying `payload` as structured content and as its JSON text."""
+    return {"content": [{"type": "text", "text": json.dumps(payload)}], "structuredContent": payload}

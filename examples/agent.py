@@ -1,0 +1,60 @@
+"""An agent's first search and call through the gateway, with the official MCP SDK client.
+
+    .venv/bin/python examples/agent.py [CONFIG] [TASK]
+
+The client starts `toolscout gateway CONFIG` over stdio, as an MCP host does (default CONFIG:
+examples/gateway.json, whose servers toolscout's own setup installs), searches for the task, calls the best
+tool it found with arguments made from the tool's input schema, and prints what came back. The gateway's
+index is kept in .toolscout-gateway-demo/, so a second run starts at once and remembers what it learned.
+"""
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import anyio
+from mcp import Client, StdioServerParameters
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = sys.argv[1] if len(sys.argv) > 1 else str(ROOT / "examples" / "gateway.json")
+TASK = sys.argv[2] if len(sys.argv) > 2 else "what time is it in Tokyo right now?"
+ARGUMENTS = {"timezone": "Asia/Tokyo"}  # what an LLM would fill in for this task from the tool's schema
+
+
+async def main() -> None:
+    gateway = StdioServerParameters(command=sys.executable, args=[
+        "-m", "toolscout", "gateway", CONFIG, "--index", str(ROOT / ".toolscout-gateway-demo")],
+        env={"HF_HUB_OFFLINE": "1", "PATH": os.pathsep.join([str(Path(sys.executable).parent),
+                                                              os.environ.get("PATH", "")])})
+    async with Client(gateway) as client:
+        print("the agent sees:", [t.name for t in (await client.list_tools()).tools])
+        found = await first_results(client)
+        if not found:
+            raise SystemExit("no server of the config answered within two minutes; see .toolscout-gateway-demo/"
+                             "upstream-logs/")
+        print(f"\nsearch_tools({TASK!r}):")
+        for tool in found:
+            state = "" if tool["available"] else "  (its server is down)"
+            print(f"  {tool['score']:.3f}  {tool['id']:<36} {tool['description'][:60]}{state}")
+        best = found[0]
+        arguments = {k: v for k, v in ARGUMENTS.items() if k in best["input_schema"].get("properties", {})}
+        result = await client.call_tool("call_tool", {"name": best["id"], "arguments": arguments})
+        print(f"\ncall_tool({best['id']!r}, {json.dumps(arguments)}):")
+        print("  " + (json.dumps(result.structured_content) if result.structured_content
+                      else result.content[0].text).replace("\n", "\n  "))
+
+
+async def first_results(client: Client) -> list[dict]:
+    """The search's tools, once the gateway has indexed a server (a new index fills within seconds)."""
+    deadline = time.monotonic() + 120
+    while True:
+        result = await client.call_tool("search_tools", {"task": TASK, "k": 3})
+        if result.structured_content["tools"] or time.monotonic() > deadline:
+            return result.structured_content["tools"]
+        await anyio.sleep(0.5)
+
+
+if __name__ == "__main__":
+    anyio.run(main)
