@@ -128,7 +128,8 @@ def test_sdk_client_over_http_searches_and_calls_a_real_third_party_server(gatew
     anyio.run(session)
 
 
-def test_sdk_client_over_stdio_through_the_gateway(tmp_path):
+@pytest.mark.parametrize("mode", ["auto", "legacy"])  # the 2026 protocol, and the 2025 one hosts speak today
+def test_sdk_client_over_stdio_through_the_gateway(tmp_path, mode):
     config = write_config(tmp_path, {"time": time_server(), "alpha": stub("alpha"),
                                      "ghost": {"command": str(tmp_path / "no-such-server")}})
     params = StdioServerParameters(command=sys.executable, args=["-m", "toolscout", "gateway", str(config), "--index",
@@ -136,7 +137,7 @@ def test_sdk_client_over_stdio_through_the_gateway(tmp_path):
                                    env={"HF_HUB_OFFLINE": "1", "PATH": os.environ.get("PATH", "")})
 
     async def session():
-        async with Client(params) as client:
+        async with Client(params, mode=mode) as client:
             assert client.server_info.name == "toolscout-gateway"
             deadline = time.monotonic() + 120
             while True:  # the index fills as upstreams list their tools: poll the search itself
@@ -155,6 +156,18 @@ def test_sdk_client_over_stdio_through_the_gateway(tmp_path):
             assert echoed.structured_content["arguments"] == {"text": "over stdio"}
             missing = await client.call_tool("call_tool", {"name": "ghost.anything", "arguments": {}})
             assert missing.is_error  # a server that never started lists nothing: no such tool
+            wrong = await client.call_tool("call_tool", {"name": "alpha.echo", "arguments": [1]})
+            assert wrong.is_error and "arguments" in wrong.content[0].text
+            async with anyio.create_task_group() as tasks:  # concurrent calls each get their own answer
+                answers = {}
+
+                async def echo(i):
+                    answers[i] = await client.call_tool("call_tool", {"name": "alpha.echo",
+                                                                      "arguments": {"text": str(i)}})
+                for i in range(20):
+                    tasks.start_soon(echo, i)
+            assert {i: a.structured_content["arguments"]["text"] for i, a in answers.items()} == \
+                {i: str(i) for i in range(20)}
             bad = await client.call_tool("search_tools", {"task": "x", "k": 0})
             assert bad.is_error and "k" in bad.content[0].text
 

@@ -29,6 +29,7 @@ import mcp_types as types
 from mcp.server.lowlevel.server import NotificationOptions, Server
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from mcp_types import PROTOCOL_VERSION_META_KEY as PROTOCOL_VERSION_META
 from pydantic import BaseModel, Field, ValidationError
 
 from ..errors import Conflict, Forbidden, InvalidRequest, NotFound, RateLimited
@@ -119,8 +120,21 @@ class GatewayMcp:
 
         from .stdio import pipe_stdio
 
-        async with pipe_stdio() as (stdin, stdout), stdio_server(stdin, stdout) as (read, write):
+        async with pipe_stdio(self) as (stdin, stdout), stdio_server(stdin, stdout) as (read, write):
             await self.server.run(read, write, self.initialization_options())
+
+    # the fast lane over stdio (stdio.FastLane) ----------------------------------------------------
+    def claims(self, message: dict) -> bool:
+        """`call_tool` requests over stdio are answered ahead of the SDK (stdio.py says why)."""
+        params = message.get("params")
+        return (message.get("method") == "tools/call" and "id" in message and isinstance(params, dict)
+                and params.get("name") == "call_tool" and isinstance(params.get("arguments", {}), dict))
+
+    async def answer(self, message: dict) -> dict:
+        params = message["params"]
+        meta = params.get("_meta") if isinstance(params.get("_meta"), dict) else {}
+        request = _StdioRequest(str(meta.get(PROTOCOL_VERSION_META, "")), "call_tool", params.get("arguments") or {})
+        return {"jsonrpc": "2.0", "id": message["id"], "result": await self._call_tool(request, request)}
 
     # handlers ----------------------------------------------------------------------------------
     async def _list_tools(self, ctx: Any, params: Any) -> Any:
@@ -250,3 +264,12 @@ def _found(hit: dict[str, Any]) -> dict[str, Any]:
     found = {key: hit.get(key) for key in GatewayFoundTool.model_fields}
     found["available"] = hit.get("available", True) is not False
     return found
+
+
+class _StdioRequest:
+    """A fast-lane request as the handlers read it: its context (no HTTP request) and its params."""
+
+    request = None
+
+    def __init__(self, protocol_version: str, name: str, arguments: dict):
+        self.protocol_version, self.name, self.arguments = protocol_version, name, arguments
