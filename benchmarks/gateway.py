@@ -86,8 +86,7 @@ def deal_catalog(folder: Path, servers: int, work: Path, max_queries: int | None
         server = names[int(hashlib.sha256(tool.id.encode()).hexdigest(), 16) % servers]
         if any(t["name"] == tool.name for t in lists[server]):
             continue  # a server cannot list one name twice; such duplicates are dropped from the set
-        lists[server].append({"name": tool.name, "description": tool.description,
-                              "inputSchema": dict(tool.parameters or {"type": "object", "properties": {}})})
+        lists[server].append({"name": tool.name, "description": tool.description, "inputSchema": schema(tool)})
         gateway_id[tool.id] = f"{server}.{tool.name}"
     mcp_servers = {}
     for server, tools in lists.items():
@@ -100,6 +99,14 @@ def deal_catalog(folder: Path, servers: int, work: Path, max_queries: int | None
     tasks = [(text, gold) for text, gold in tasks if gold][:max_queries]
     return {"set": bench.name, "tools": len(gateway_id), "tasks": tasks, "config": work / "servers.json",
             "servers": names, "lists": lists}
+
+
+def schema(tool) -> dict:
+    """The tool's parameters as an MCP input schema: an object (some sets write BFCL's "dict")."""
+    parameters = dict(tool.parameters or {})
+    parameters["type"] = "object"
+    parameters.setdefault("properties", {})
+    return parameters
 
 
 # ------------------------------------------------------------------------------- the HTTP sections

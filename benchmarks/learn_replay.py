@@ -21,6 +21,7 @@ also trains offline Tool2Vec on the same feedback queries for the comparison.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import signal
@@ -72,21 +73,23 @@ def in_process(args, bench, events, queries, encoder) -> dict:
     texts = [q.text for q in queries]
     out["none"] = ndcg(scout.retrieve(texts, 10).as_lists(), queries)
     points = VALIDATION_CURVE if args.curve else (None,)
-    for prior in args.prior or [None]:
-        for weight in args.usage_weight or [None]:
-            for component in scout.retriever.components if hasattr(scout.retriever, "components") else [scout.retriever]:
-                if prior is not None and hasattr(component, "learned"):
-                    component.learned.prior = prior
-                if weight is not None and hasattr(component, "usage_weight"):
-                    component.usage_weight = weight
-            scores = []
-            for point in points:
-                for source in list(scout.ledger.sources()):
-                    scout.forget(source)
-                scout.learn(events[:point])
-                scores.append(ndcg(scout.retrieve(texts, 10).as_lists(), queries))
-            out[f"prior={prior} usage_weight={weight}"] = scores if args.curve else scores[0]
-            print(bench.name, out, file=sys.stderr, flush=True)
+    for prior, weight, evidence in itertools.product(args.prior or [None], args.usage_weight or [None],
+                                                     args.usage_evidence or [None]):
+        for component in scout.retriever.components if hasattr(scout.retriever, "components") else [scout.retriever]:
+            if prior is not None and hasattr(component, "learned"):
+                component.learned.prior = prior
+            if weight is not None and hasattr(component, "usage_weight"):
+                component.usage_weight = weight
+            if evidence is not None and hasattr(component, "usage"):
+                component.usage.evidence = evidence
+        scores = []
+        for point in points:
+            for source in list(scout.ledger.sources()):
+                scout.forget(source)
+            scout.learn(events[:point])
+            scores.append(ndcg(scout.retrieve(texts, 10).as_lists(), queries))
+        out[f"prior={prior} usage_weight={weight} usage_evidence={evidence}"] = scores if args.curve else scores[0]
+        print(bench.name, out, file=sys.stderr, flush=True)
     return out
 
 
@@ -232,6 +235,8 @@ def main(argv=None) -> int:
     parser.add_argument("--in-process", action="store_true", help="learn in this process (sweeps; no server)")
     parser.add_argument("--prior", type=float, action="append", help="blend prior(s) to try (--in-process)")
     parser.add_argument("--usage-weight", type=float, action="append", help="BM25 usage weight(s) (--in-process)")
+    parser.add_argument("--usage-evidence", type=float, action="append",
+                        help="BM25 usage evidence: requests at which a tool's field counts half (--in-process)")
     parser.add_argument("--curve", action="store_true",
                         help="--in-process: score after the first 100, 1,000, 3,000 and all events, not only all")
     parser.add_argument("--tool2vec", action="store_true", help="also offline Tool2Vec on the same queries")

@@ -3,9 +3,10 @@
     .venv/bin/python examples/agent.py [CONFIG] [TASK]
 
 The client starts `toolscout gateway CONFIG` over stdio, as an MCP host does (default CONFIG:
-examples/gateway.json, whose servers toolscout's own setup installs), searches for the task, calls the best
-tool it found with arguments made from the tool's input schema, and prints what came back. The gateway's
-index is kept in .toolscout-gateway-demo/, so a second run starts at once and remembers what it learned.
+examples/gateway.json, whose servers toolscout's own setup installs), searches for the task, calls the first
+tool found whose input schema its arguments fill (what an LLM choosing among the results would do), and
+prints what came back. The gateway learns from that call: its index is kept in .toolscout-gateway-demo/
+(or $GATEWAY_INDEX), so a second run starts at once and ranks the called tool first for this task.
 """
 
 import json
@@ -21,11 +22,12 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIG = sys.argv[1] if len(sys.argv) > 1 else str(ROOT / "examples" / "gateway.json")
 TASK = sys.argv[2] if len(sys.argv) > 2 else "what time is it in Tokyo right now?"
 ARGUMENTS = {"timezone": "Asia/Tokyo"}  # what an LLM would fill in for this task from the tool's schema
+INDEX = os.environ.get("GATEWAY_INDEX", str(ROOT / ".toolscout-gateway-demo"))
 
 
 async def main() -> None:
     gateway = StdioServerParameters(command=sys.executable, args=[
-        "-m", "toolscout", "gateway", CONFIG, "--index", str(ROOT / ".toolscout-gateway-demo")],
+        "-m", "toolscout", "gateway", CONFIG, "--index", INDEX],
         env={"HF_HUB_OFFLINE": "1", "PATH": os.pathsep.join([str(Path(sys.executable).parent),
                                                               os.environ.get("PATH", "")])})
     async with Client(gateway) as client:
@@ -36,9 +38,10 @@ async def main() -> None:
                              "upstream-logs/")
         print(f"\nsearch_tools({TASK!r}):")
         for tool in found:
-            state = "" if tool["available"] else "  (its server is down)"
+            state = "" if tool["available"] else "  (its server does not answer now)"
             print(f"  {tool['score']:.3f}  {tool['id']:<36} {tool['description'][:60]}{state}")
-        best = found[0]
+        # an LLM would pick the found tool whose schema its task can fill; this stand-in does the same
+        best = next((t for t in found if set(t["input_schema"].get("required", [])) <= set(ARGUMENTS)), found[0])
         arguments = {k: v for k, v in ARGUMENTS.items() if k in best["input_schema"].get("properties", {})}
         result = await client.call_tool("call_tool", {"name": best["id"], "arguments": arguments})
         print(f"\ncall_tool({best['id']!r}, {json.dumps(arguments)}):")
@@ -47,12 +50,14 @@ async def main() -> None:
 
 
 async def first_results(client: Client) -> list[dict]:
-    """The search's tools, once the gateway has indexed a server (a new index fills within seconds)."""
+    """The search's tools. A new gateway answers at once and its index fills as each server lists its tools
+    (seconds); a restarted one answers from the index it kept while its servers reconnect. The demo waits
+    for the time server's tools to be there and answering."""
     deadline = time.monotonic() + 120
     while True:
-        result = await client.call_tool("search_tools", {"task": TASK, "k": 3})
-        if result.structured_content["tools"] or time.monotonic() > deadline:
-            return result.structured_content["tools"]
+        tools = (await client.call_tool("search_tools", {"task": TASK, "k": 3})).structured_content["tools"]
+        if any(t["namespace"] == "time" and t["available"] for t in tools) or time.monotonic() > deadline:
+            return tools
         await anyio.sleep(0.5)
 
 

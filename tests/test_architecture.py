@@ -30,7 +30,8 @@ LAYERS = [
     ("interfaces", ["toolscout.cli", "toolscout.serve.http", "toolscout.serve.mcp", "toolscout.serve.middleware",
                     "toolscout.serve.schemas", "toolscout.serve.ui", "toolscout.serve.__main__",
                     "toolscout.serve/__init__", "toolscout/__init__", "toolscout.__main__",
-                    "toolscout.gateway.mcp_server", "toolscout.gateway.http", "toolscout.gateway.runtime"]),
+                    "toolscout.gateway.mcp_server", "toolscout.gateway.http", "toolscout.gateway.runtime",
+                    "toolscout.gateway.stdio"]),
 ]
 LAYER_OF = {name: rank for rank, (_label, names) in enumerate(LAYERS) for name in names}
 

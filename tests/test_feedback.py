@@ -97,11 +97,29 @@ def test_bm25_usage_field_scores_by_hand(tools):
         return idf[word] * tf * (k1 + 1) / (tf + k1 * (1 - b + b * length / avgdl))
 
     rows, weight = scout.retriever.rows.row_of, scout.retriever.usage_weight
-    assert got[rows["files.read"]] == pytest.approx(weight * (term(1, 4, "umbrella") + term(2, 4, "drizzl")), rel=1e-5)
-    assert got[rows["mail.send"]] == pytest.approx(weight * term(1, 1, "umbrella"), rel=1e-5)
+    once = 1 / (1 + scout.retriever.usage.evidence)  # each tool was taught by one request
+    assert got[rows["files.read"]] == pytest.approx(weight * once * (term(1, 4, "umbrella") + term(2, 4, "drizzl")),
+                                                    rel=1e-5)
+    assert got[rows["mail.send"]] == pytest.approx(weight * once * term(1, 1, "umbrella"), rel=1e-5)
     assert np.count_nonzero(got) == 2
     scout.forget("a")
     assert np.array_equal(scout.retriever.scores("umbrella drizzle"), plain)
+
+
+@pytest.mark.parametrize("taught", [1, 2, 6])
+def test_bm25_usage_field_counts_in_proportion_to_the_requests_behind_it(tools, taught):
+    """A tool taught by n requests scores n / (n + evidence) of its field: one request says little, and at
+    full weight it let a tool taught once crowd out untaught ones (docs/learning.md)."""
+    from toolscout.retrievers.bm25 import BM25Retriever
+
+    events = [ev(f"umbrella drizzle {i}", "files.read", source=f"s{i}") for i in range(taught)]
+    scores = {}
+    for evidence in (0.0, 4.0):
+        scout = ToolScout(BM25Retriever(usage_evidence=evidence), tools)
+        scout.learn(events)
+        scores[evidence] = scout.retriever.scores("umbrella drizzle")[scout.retriever.rows.row_of["files.read"]]
+    assert scores[0.0] > 0
+    assert scores[4.0] == pytest.approx(scores[0.0] * taught / (taught + 4.0), rel=1e-6)
 
 
 def test_bm25_usage_idf_counts_requests_and_forgetting_a_source_leaves_what_the_others_taught(tools):

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import anyio
 import httpx
@@ -486,3 +487,12 @@ def test_expose_found_lists_a_sessions_found_tools_and_announces_the_change(tmp_
         anyio.run(session)
     finally:
         stop(proc)
+
+
+def test_the_readme_agent_example_searches_and_calls_through_the_example_config(tmp_path):
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, str(root / "examples" / "agent.py")], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "GATEWAY_INDEX": str(tmp_path / "index")})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "call_tool('time.get_current_time', {\"timezone\": \"Asia/Tokyo\"})" in done.stdout
+    assert '"timezone": "Asia/Tokyo"' in done.stdout.split("call_tool(")[1]  # mcp-server-time's own answer

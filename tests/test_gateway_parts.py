@@ -204,3 +204,33 @@ def test_an_argument_the_operation_does_not_take_or_a_missing_path_argument_is_r
         _request(pets_tool("addPet"), {"ownerId": 1, "colour": "red"}, "http://h", {})
     with pytest.raises(CatalogError, match="needs the path argument 'ownerId'"):
         _request(pets_tool("addPet"), {"name": "Rex"}, "http://h", {})
+
+
+# ------------------------------------------------------------------------------------ a service's reach
+
+def test_reach_holds_tools_out_marks_availability_and_is_never_served_stale_from_the_cache(tmp_path):
+    from conftest import sample_tools
+
+    from toolscout import ToolScout
+    from toolscout.serve.service import Principal, Reach, ToolService
+
+    ToolScout.from_tools(sample_tools(), retriever="bm25").save(tmp_path / "idx")
+    reach = {"now": Reach()}
+    service = ToolService.open(tmp_path / "idx", fsync=False, batch_workers=0, reach=lambda: reach["now"])
+    try:
+        def ids(task, **options):
+            return [(h.tool.id, h.available) for h in service.search(task, 3, **options)]
+
+        assert ids("send an email message")[0] == ("mail.send", None)  # no gateway: availability not said
+        reach["now"] = Reach(held=frozenset({"mail.send"}), down=frozenset({"mail"}))
+        found = ids("send an email message")
+        assert "mail.send" not in [i for i, _ in found]  # held out, though the same search was cached
+        assert all(available is (i.split(".")[0] != "mail") for i, available in found)
+        reach["now"] = Reach(namespaces=frozenset({"weather"}), down=frozenset())
+        assert {i.split(".")[0] for i, _ in ids("send an email message")} <= {"weather"}
+        # a caller limited to some namespaces cannot widen its view through the reach
+        mail_only = Principal("m", frozenset({"mail"}))
+        reach["now"] = Reach(namespaces=frozenset({"mail", "weather"}), down=frozenset())
+        assert {i.split(".")[0] for i, _ in ids("weather forecast", principal=mail_only)} <= {"mail"}
+    finally:
+        service.close()

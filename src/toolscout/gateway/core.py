@@ -35,7 +35,8 @@ from .definitions import DefinitionLedger
 from .upstream import Listing, ToolResult, Upstream
 
 logger = logging.getLogger(__name__)
-STDIO = Principal("stdio", None, False, feedback=True)  # the host that launched a stdio gateway
+# the host that launched a stdio gateway: its explicit feedback and its calls' count as one source
+STDIO = Principal("stdio", None, False, feedback=True, source="session:stdio")
 SERVER_INFO_META = "io.modelcontextprotocol/serverInfo"
 
 
@@ -62,6 +63,7 @@ class Gateway:
         self.upstreams: dict[str, Upstream] = {u.name: u for u in upstreams}
         self.learner = CallLearner(service)
         self._names: dict[str, set[str]] = {}  # bare tool name -> ids, for calls by name
+        self._names_lock = threading.Lock()  # listings are indexed in worker threads
         for tool in service.tools:
             self._names.setdefault(tool.name, set()).add(tool.id)
         service.reach = self.reach
@@ -96,10 +98,11 @@ class Gateway:
             self.service.upsert(listing.tools)
         if gone:
             self.service.delete([t.id for t in gone])
-        for tool in gone:
-            self._names.get(tool.name, set()).discard(tool.id)
-        for tool in listing.tools:
-            self._names.setdefault(tool.name, set()).add(tool.id)
+        with self._names_lock:
+            for tool in gone:
+                self._names.get(tool.name, set()).discard(tool.id)
+            for tool in listing.tools:
+                self._names.setdefault(tool.name, set()).add(tool.id)
 
     def prune(self, namespaces: Iterable[str]) -> list[str]:
         """Remove the indexed tools of namespaces no upstream serves any more (a server taken out of the
@@ -144,7 +147,9 @@ class Gateway:
             return self.service.get(name, principal)
         except NotFound:
             pass
-        visible = sorted(tid for tid in self._names.get(name, ()) if self._sees(principal, tid))
+        with self._names_lock:
+            named = list(self._names.get(name, ()))
+        visible = sorted(tid for tid in named if self._sees(principal, tid))
         if len(visible) == 1:
             return self.service.get(visible[0], principal)
         if visible:
@@ -155,8 +160,11 @@ class Gateway:
         raise NotFound(f"no tool {name!r}{hint}")
 
     def _sees(self, principal: Principal, tool_id: str) -> bool:
-        tool = self.service.catalog.tenant(principal.tenant).get(tool_id)
-        return tool is not None and principal.sees(tool)
+        try:
+            self.service.get(tool_id, principal)
+        except NotFound:
+            return False
+        return True
 
     async def call(self, name: str, arguments: Mapping[str, Any], *, principal: Principal, session: str,
                    headers: Mapping[str, str] | None = None) -> ToolResult:
@@ -184,11 +192,12 @@ class Gateway:
 
     @staticmethod
     def _source(principal: Principal, session: str) -> str:
-        """Whose feedback a call is: a token's own client (its `source` or name, from a tokens file), else the
-        session (the admin token, anonymous callers and stdio stand for no one client)."""
+        """Whose feedback a call is: the principal's own `source` (a tokens file's, or stdio's `session:stdio`),
+        a token's client (its name), else the session (the admin token and anonymous callers stand for no
+        one client)."""
         if principal.source:
             return principal.source
-        if principal in (ADMIN, ANONYMOUS, STDIO):
+        if principal in (ADMIN, ANONYMOUS):
             return f"session:{session}"[:200]
         return principal.name
 

@@ -24,6 +24,7 @@ from .bm25_index import InvertedIndex
 _TOKEN = re.compile(r"(?u)\b\w\w+\b")
 USAGE_FILE = "usage.json"
 USAGE_WEIGHT = 0.25  # chosen on validation, partial feedback included (docs/learning.md)
+USAGE_EVIDENCE = 4.0  # requests at which a tool's usage field counts half (docs/learning.md, "Crowding out")
 
 
 class Tokenizer:
@@ -70,14 +71,22 @@ class UsageField:
     words that tool descriptions lack ("can you find me"); counted over tools, such a word is rare while
     few tools are taught, so those few tools matched almost any task and pulled ahead of untaught ones
     (validation: docs/learning.md). Kept per (tool, source), so a source can be taken back exactly;
-    updated per tool, so one event costs the words of one tool's requests."""
+    updated per tool, so one event costs the words of one tool's requests.
 
-    def __init__(self, k1: float, b: float):
-        self.k1, self.b = k1, b
+    A tool's field counts in proportion to the evidence behind it: a tool taught by n requests scores
+    n / (n + `evidence`) of its field's BM25. One request says little about which tasks a tool serves,
+    and at full weight the words it shares with other tasks ("calculate the ...") pulled a tool taught once
+    ahead of untaught tools for every such task (docs/learning.md, "Crowding out")."""
+
+    def __init__(self, k1: float, b: float, evidence: float = USAGE_EVIDENCE):
+        if evidence < 0:
+            raise ValueError(f"usage evidence must be >= 0, got {evidence}")
+        self.k1, self.b, self.evidence = k1, b, float(evidence)
         self.requests: dict[str, dict[str, list[list[str]]]] = {}  # tool -> source -> token lists
         self.postings: dict[str, dict[str, int]] = {}  # term -> tool -> term frequency
         self.terms: dict[str, set[str]] = {}  # tool -> the terms it is indexed under
         self.lengths: dict[str, int] = {}  # tool -> words in its field
+        self.taught: dict[str, int] = {}  # tool -> requests in its field
         self.total_length = 0  # sum of `lengths`, kept as they change: a search reads the mean in O(1)
         self.request_df: Counter[str] = Counter()  # term -> taught requests that contain it
         self.request_count = 0
@@ -131,11 +140,13 @@ class UsageField:
             if not tools:
                 del self.postings[term]
         self.total_length -= self.lengths.pop(tool_id, 0)
+        self.taught.pop(tool_id, None)
         words = Counter(w for source in sorted(self.requests.get(tool_id, {}))
                         for tokens in self.requests[tool_id][source] for w in tokens)
         if not words:
             self.requests.pop(tool_id, None)
             return
+        self.taught[tool_id] = sum(len(requests) for requests in self.requests[tool_id].values())
         for term, tf in words.items():
             self.postings.setdefault(term, {})[tool_id] = tf
         self.terms[tool_id] = set(words)
@@ -158,22 +169,23 @@ class UsageField:
 
     def _score_term(self, term: str, rows: RowTable) -> tuple[np.ndarray, np.ndarray]:
         """(rows, float64 scores) of the taught tools whose field holds `term` (empty when none does)."""
-        tools = [(rows.row_of[t], tf, self.lengths[t]) for t, tf in self.postings.get(term, {}).items()
+        tools = [(rows.row_of[t], tf, self.lengths[t], self.taught[t]) for t, tf in self.postings.get(term, {}).items()
                  if t in rows.row_of]
         if not tools:
             return np.zeros(0, dtype=np.int64), np.zeros(0)
-        where, tf, length = (np.asarray(column) for column in zip(*tools))
+        where, tf, length, taught = (np.asarray(column) for column in zip(*tools))
         df, n, avgdl = self.request_df[term], self.request_count, self.total_length / len(self.lengths)
         idf = np.log(1.0 + (n - df + 0.5) / (df + 0.5))
         norm = tf + self.k1 * (1 - self.b + self.b * length / avgdl)
-        return where.astype(np.int64), idf * tf * (self.k1 + 1) / norm
+        evidence = taught / (taught + self.evidence)
+        return where.astype(np.int64), evidence * idf * tf * (self.k1 + 1) / norm
 
     def to_dict(self) -> dict:
         return self.requests
 
     @classmethod
-    def from_dict(cls, data: dict, k1: float, b: float) -> "UsageField":
-        field = cls(k1, b)
+    def from_dict(cls, data: dict, k1: float, b: float, evidence: float = USAGE_EVIDENCE) -> "UsageField":
+        field = cls(k1, b, evidence)
         for tool_id, sources in data.items():
             field.requests[tool_id] = {s: [list(t) for t in tokens if t] for s, tokens in sources.items()}
             for requests in field.requests[tool_id].values():
@@ -194,7 +206,7 @@ class BM25Retriever:
 
     def __init__(self, view: TextView | None = None, k1: float = 1.5, b: float = 0.75,
                  method: str = "lucene", stemmer: str | None = "english", stopwords: str | None = "en",
-                 usage_weight: float = USAGE_WEIGHT):
+                 usage_weight: float = USAGE_WEIGHT, usage_evidence: float = USAGE_EVIDENCE):
         if method != "lucene":
             raise ValueError(f"BM25 method {method!r} is not supported; toolscout scores with 'lucene' (bm25s's default)")
         self.view = view or TextView()
@@ -202,7 +214,7 @@ class BM25Retriever:
         self.tokenizer = Tokenizer(stemmer, stopwords)
         self.rows = RowTable()
         self.tokens: list[list[str]] = []
-        self.usage = UsageField(k1, b)
+        self.usage = UsageField(k1, b, usage_evidence)
         self.usage_weight = float(usage_weight)
         self._index = InvertedIndex(k1, b)
 
@@ -288,7 +300,7 @@ class BM25Retriever:
     def save(self, folder: Path) -> None:
         write_retriever_config(folder, self.name, view=self.view.to_dict(), params=self.params,
                                stemmer=self.tokenizer.stemmer_name, stopwords=self.tokenizer.stopwords_name,
-                               usage_weight=self.usage_weight)
+                               usage_weight=self.usage_weight, usage_evidence=self.usage.evidence)
         with open(folder / "tokens.jsonl", "w", encoding="utf-8") as fh:
             for tid, ns, tok in zip(self.rows.ids, self.rows.namespaces, self.tokens):
                 fh.write(json.dumps({"id": tid, "namespace": ns, "tokens": tok}) + "\n")
@@ -300,12 +312,13 @@ class BM25Retriever:
         config = read_json(folder / "config.json")
         retriever = cls(TextView.from_dict(config.get("view")), stemmer=config.get("stemmer"),
                         stopwords=config.get("stopwords"), usage_weight=config.get("usage_weight", USAGE_WEIGHT),
-                        **config["params"])
+                        usage_evidence=config.get("usage_evidence", USAGE_EVIDENCE), **config["params"])
         rows = [json.loads(line) for line in (folder / "tokens.jsonl").read_text(encoding="utf-8").splitlines() if line]
         retriever.rows = RowTable([r["id"] for r in rows], [r["namespace"] for r in rows])
         retriever.tokens = [r["tokens"] for r in rows]
         retriever._rebuild()
         if (folder / USAGE_FILE).exists():
             params = config["params"]
-            retriever.usage = UsageField.from_dict(read_json(folder / USAGE_FILE), params["k1"], params["b"])
+            retriever.usage = UsageField.from_dict(read_json(folder / USAGE_FILE), params["k1"], params["b"],
+                                                   retriever.usage.evidence)
         return retriever
