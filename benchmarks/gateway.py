@@ -8,7 +8,8 @@ of the tool list and answers a call by echoing what it received), and a real `to
 front of them. Four measurements, each through the official MCP SDK client:
 
 1. quality: nDCG@10 / Recall@10 of `search_tools` through the gateway over the test tasks, next to
-   `toolscout eval` on the same catalog (the tools the gateway indexed, written as a benchmark folder);
+   `toolscout eval` on the same catalog (the tools the gateway indexed, in its order, written as a benchmark
+   folder);
 2. call forwarding: `call_tool` through a stdio gateway against the same call made directly to the
    same upstream over stdio, alternated, one run: p50 and p99 of each and of the difference;
 3. start-up: seconds from starting the gateway to its first answered search and to every upstream
@@ -38,6 +39,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 from common import DEFAULT_DATA  # noqa: E402
+from servers import free_port, stop  # noqa: E402  (tests/servers.py: a free loopback port, a clean stop)
 
 STUB = ROOT / "tests" / "fixtures" / "mcp_stub.py"
 K = 10
@@ -117,11 +119,13 @@ def http_sections(catalog: dict, work: Path, sections: list[str], seed: int) -> 
     proc, url, out["startup_new_index"] = start_timed(catalog, index)
     try:
         if "quality" in sections:
-            out["quality"] = quality(catalog, url, work)
+            ranked = anyio.run(search_all, url, [text for text, _ in catalog["tasks"]])
         if "learning" in sections:
-            out["learning"] = learning(catalog, url, proc, seed)
+            out["learning"] = learning(catalog, url, proc, seed)  # changes what tools learned, not the tools
     finally:
         stop(proc)
+    if "quality" in sections:
+        out["quality"] = quality(catalog, ranked, export_catalog(index, catalog["tasks"], work / "as-indexed"))
     if "startup" in sections:
         proc, url, out["startup_restart"] = start_timed(catalog, index)
         stop(proc)
@@ -130,8 +134,6 @@ def http_sections(catalog: dict, work: Path, sections: list[str], seed: int) -> 
 
 def start_timed(catalog: dict, index: Path) -> tuple[subprocess.Popen, str, dict]:
     """Start a gateway over HTTP; seconds to its first answered search and to all upstreams up."""
-    from servers import free_port
-
     port = free_port()
     started = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", "toolscout", "gateway", str(catalog["config"]), "--index",
@@ -174,20 +176,10 @@ def poll(check, proc: subprocess.Popen, timeout: float = 900.0):
         time.sleep(0.05)
 
 
-def stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-
-
-def quality(catalog: dict, url: str, work: Path) -> dict:
-    """search_tools through the gateway, and `toolscout eval` on the tools the gateway indexed."""
-    ranked = anyio.run(search_all, url, [text for text, _ in catalog["tasks"]])
+def quality(catalog: dict, ranked: list[list[str]], folder: Path) -> dict:
+    """search_tools through the gateway (`ranked`), and `toolscout eval` on the tools the gateway indexed."""
     through = scores(ranked, [gold for _, gold in catalog["tasks"]])
-    folder = export_catalog(url, catalog["tasks"], work / "as-indexed")
-    report = work / "eval.json"
+    report = folder.parent / "eval.json"
     subprocess.run([sys.executable, "-m", "toolscout", "eval", str(folder), "-k", str(K), "--json", str(report)],
                    check=True, stdout=subprocess.DEVNULL)
     evaluated = json.loads(report.read_text())["sets"][folder.name]
@@ -215,18 +207,16 @@ def scores(ranked: list[list[str]], golds: list[list[str]]) -> dict:
             "tasks": len(golds)}
 
 
-def export_catalog(url: str, tasks: list, folder: Path) -> Path:
-    """The tools exactly as the gateway indexed them (GET /tools), with the tasks, as a benchmark folder."""
-    from toolscout.benchmark import Query, write_benchmark
+def export_catalog(index: Path, tasks: list, folder: Path) -> Path:
+    """The tools exactly as the gateway indexed them, in its index's order (rankings break ties by catalog
+    order, and the gateway's is the order its upstreams listed in), with the tasks, as a benchmark folder.
+    Read from the index the stopped gateway left (its last snapshot holds every write)."""
+    from toolscout.artifacts import read_config
+    from toolscout.benchmark import Query, read_jsonl, write_benchmark
     from toolscout.tool import Tool
 
-    tools, offset = [], 0
-    while True:
-        page = httpx.get(f"{url}/tools", params={"offset": offset, "limit": 1000}, timeout=60).json()
-        tools += [Tool.from_dict(row) for row in page["tools"]]
-        offset += len(page["tools"])
-        if offset >= page["total"] or not page["tools"]:
-            break
+    snapshot, _config = read_config(index)
+    tools = [Tool.from_dict(row) for _n, row in read_jsonl(snapshot / "tools.jsonl")]
     write_benchmark(folder, tools, [Query(f"q{i}", text, tuple(gold), "test") for i, (text, gold) in enumerate(tasks)])
     return folder
 

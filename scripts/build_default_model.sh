@@ -23,7 +23,8 @@ require_sets build_default_model "$DATA" "${TRAIN_SETS[@]}"
 "$PY" - "$WORK" <<'PY'
 import sys
 from pathlib import Path
-from toolscout.encoders.packaged import MODELS_DIR, package
+from toolscout.encoders.packaged import MODELS_DIR
+from toolscout.train.packaging import package
 
 info = package(sys.argv[1], MODELS_DIR / "toolscout-tools", name="toolscout-tools", base="minilm", blend=0.5,
                extra={"rebuild": "bash scripts/build_default_model.sh",

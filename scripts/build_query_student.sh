@@ -23,7 +23,8 @@ require_sets build_query_student "$DATA" "${DISTIL_SETS[@]}"
 "$PY" - "$WORK" <<'PY'
 import json, sys
 from pathlib import Path
-from toolscout.encoders.packaged import MODELS_DIR, package_student
+from toolscout.encoders.packaged import MODELS_DIR
+from toolscout.train.packaging import package_student
 
 trained = json.loads((Path(sys.argv[1]) / "toolscout-student.json").read_text())
 info = package_student(sys.argv[1], MODELS_DIR / "toolscout-tools-queries", name="toolscout-tools-queries",

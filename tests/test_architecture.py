@@ -1,6 +1,8 @@
 """The structure the README's layout section promises, checked from the source itself:
 
 - layers only look down: no module imports (at its top or inside a function) from a layer above its own;
+- no import cycles: no module imports, through others, a module that imports it (imports inside functions
+  count; those under `if TYPE_CHECKING:` do not);
 - functions are short enough to read at once: none over 80 lines without a stated reason.
 """
 
@@ -53,12 +55,18 @@ def layer(module: str) -> int:
     raise AssertionError(f"{module} is in no layer: add it to LAYERS here and to the README's layout")
 
 
-def imports(path: Path) -> list[tuple[int, str]]:
-    """(line, imported toolscout module or package init) for every import in the file, nested ones too."""
+def imports(path: Path, with_typing: bool = True) -> list[tuple[int, str]]:
+    """(line, imported toolscout module or package init) for every import in the file, nested ones too;
+    `with_typing=False` leaves out those under `if TYPE_CHECKING:` (they never run)."""
     module = module_name(path)
     package = module.removesuffix("/__init__") if module.endswith("/__init__") else module.rpartition(".")[0]
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    typing = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test)
+              for n in ast.walk(block)}
     found = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(tree):
+        if not with_typing and id(node) in typing:
+            continue
         if isinstance(node, ast.Import):
             found += [(node.lineno, alias.name) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -113,6 +121,52 @@ def test_the_layer_check_sees_nested_and_relative_imports(tmp_path, monkeypatch)
     found = imports(fake / "bad.py")
     assert [(line, name) for line, name in found] == [(2, "toolscout.serve.service"), (4, "toolscout.cli")]
     assert all(layer(name) > layer("toolscout.store.bad") for _line, name in found)
+
+
+def import_cycles(sources: list[Path]) -> list[list[str]]:
+    """The import cycles among `sources`: each strongly connected group of two or more modules (Tarjan)."""
+    graph = {module_name(p): {name for _line, name in imports(p, with_typing=False)} for p in sources}
+    order, low, on_stack, stack, cycles = {}, {}, set(), [], []
+
+    def visit(module: str) -> None:
+        order[module] = low[module] = len(order)
+        stack.append(module)
+        on_stack.add(module)
+        for target in graph[module] & graph.keys():
+            if target not in order:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in on_stack:
+                low[module] = min(low[module], order[target])
+        if low[module] == order[module]:
+            group = []
+            while not group or group[-1] != module:
+                group.append(stack.pop())
+                on_stack.discard(group[-1])
+            if len(group) > 1:
+                cycles.append(sorted(group))
+
+    for module in sorted(graph):
+        if module not in order:
+            visit(module)
+    return sorted(cycles)
+
+
+def test_no_import_cycles():
+    assert import_cycles(SOURCES) == []
+
+
+def test_the_cycle_check_sees_cycles_through_nested_imports_and_not_typing_ones(tmp_path, monkeypatch):
+    fake = tmp_path / "toolscout" / "store"
+    fake.mkdir(parents=True)
+    (fake / "a.py").write_text("from . import b\n")
+    (fake / "b.py").write_text("def f():\n    from .c import x\n")
+    (fake / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .b import y\n"
+                               "def g():\n    from .a import z\n")
+    (fake / "d.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .a import w\n")
+    monkeypatch.setattr(__import__(__name__), "SRC", tmp_path)
+    found = import_cycles(sorted(fake.glob("*.py")))
+    assert found == [["toolscout.store.a", "toolscout.store.b", "toolscout.store.c"]]
 
 
 MAX_LINES = 80

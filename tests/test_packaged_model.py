@@ -1,10 +1,13 @@
 """Models that ship with toolscout: stored as trained layers over an installed base, assembled on first use."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from toolscout.encoders import Encoder
-from toolscout.encoders import packaged as packaging
+from toolscout.encoders import packaged
+from toolscout.train import packaging
 
 
 @pytest.fixture
@@ -30,17 +33,17 @@ def test_a_packaged_model_is_the_trained_layers_and_assembles_to_the_trained_vec
     package = tmp_path / "models" / "mini-test"
     info = packaging.package(trained_dir, package, name="mini-test", probes=("book a flight", "send an email"))
     assert info["tensors"] == 1 and info["trained"] == {"steps": 1}
-    assert (package / packaging.LAYERS).stat().st_size < 2 * 384 * 1536 + 4096  # one float16 matrix, not the model
-    monkeypatch.setattr(packaging, "MODELS_DIR", tmp_path / "models")
+    assert (package / packaged.LAYERS).stat().st_size < 2 * 384 * 1536 + 4096  # one float16 matrix, not the model
+    monkeypatch.setattr(packaged, "MODELS_DIR", tmp_path / "models")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # the assembly cache
     encoder = Encoder.load("mini-test", backend="torch")
     assert encoder.name == "mini-test" and str(tmp_path / "home") in encoder.path
-    reference = np.load(package / packaging.REFERENCE)
+    reference = np.load(package / packaged.REFERENCE)
     got = encoder.encode(list(reference["texts"]))
     np.testing.assert_allclose(got, reference["vectors"], atol=1e-6)
     minilm = Encoder.load("minilm", backend="torch").encode(list(reference["texts"]))
     assert float(np.min(np.sum(got * minilm, axis=1))) < 0.999  # the trained layer is in, not the base's
-    assert packaging.assemble(package) == packaging.assemble(package)  # assembled once, then reused
+    assert packaged.assemble(package) == packaged.assemble(package)  # assembled once, then reused
 
 
 def test_a_base_other_than_the_one_trained_on_is_refused(trained_dir, tmp_path):
@@ -48,10 +51,10 @@ def test_a_base_other_than_the_one_trained_on_is_refused(trained_dir, tmp_path):
 
     package = tmp_path / "mini-test"
     packaging.package(trained_dir, package, name="mini-test", probes=("x",))
-    manifest = json.loads((package / packaging.MANIFEST).read_text())
-    (package / packaging.MANIFEST).write_text(json.dumps({**manifest, "base_sha256": "0" * 64}))
-    with pytest.raises(packaging.PackagedModelError, match="different 'minilm' than the one installed"):
-        packaging.assemble(package, tmp_path / "cache")
+    manifest = json.loads((package / packaged.MANIFEST).read_text())
+    (package / packaged.MANIFEST).write_text(json.dumps({**manifest, "base_sha256": "0" * 64}))
+    with pytest.raises(packaged.PackagedModelError, match="different 'minilm' than the one installed"):
+        packaged.assemble(package, tmp_path / "cache")
 
 
 def test_a_blended_package_stores_the_weights_between_base_and_trained(trained_dir, tmp_path):
@@ -65,8 +68,8 @@ def test_a_blended_package_stores_the_weights_between_base_and_trained(trained_d
     info = packaging.package(trained_dir, package, name="blended", blend=0.5, probes=("x",))
     assert info["blend"] == 0.5 and info["tensors"] == 1
     name = "encoder.layer.5.output.dense.weight"
-    stored = load_file(str(package / packaging.LAYERS))[name]
-    base = load_file(str(packaging.Path(resolve_model("minilm")) / packaging.WEIGHTS))[name]
+    stored = load_file(str(package / packaged.LAYERS))[name]
+    base = load_file(str(Path(resolve_model("minilm")) / packaged.WEIGHTS))[name]
     np.testing.assert_array_equal(stored, (0.75 * base).astype(np.float16))
     with pytest.raises(ValueError, match="blend"):
         packaging.package(trained_dir, tmp_path / "bad", name="bad", blend=0.0)
@@ -86,9 +89,9 @@ def test_the_shipped_default_encoder_loads_offline_from_the_package_and_gives_it
 
     monkeypatch.setattr(socket.socket, "connect", no_network)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # nothing assembled yet
-    folder = packaging.packaged_models()[DEFAULT_ENCODER]
-    assert folder.is_relative_to(packaging.Path(toolscout.__file__).parent)  # package data, not a download
-    reference = np.load(folder / packaging.REFERENCE)
+    folder = packaged.packaged_models()[DEFAULT_ENCODER]
+    assert folder.is_relative_to(Path(toolscout.__file__).parent)  # package data, not a download
+    reference = np.load(folder / packaged.REFERENCE)
     encoder = Encoder.load(DEFAULT_ENCODER, backend="torch", cache_dir=tmp_path / "onnx")
     assert str(encoder.path).startswith(str(tmp_path / "home"))  # assembled just now, into the fresh home
     vectors = encoder.encode([str(t) for t in reference["texts"]])
@@ -140,11 +143,11 @@ def test_a_student_package_keeps_some_base_layers_and_assembles_to_the_student(t
                                      teacher="minilm", probes=("book a flight", "send an email"))
     assert info["tensors"] == 1 and info["layers"] == [0, 5] and info["role"] == "queries"
     from safetensors.numpy import load_file
-    assert list(load_file(str(package / packaging.LAYERS))) == ["encoder.layer.1.output.dense.weight"]
-    monkeypatch.setattr(packaging, "MODELS_DIR", tmp_path / "models")
+    assert list(load_file(str(package / packaged.LAYERS))) == ["encoder.layer.1.output.dense.weight"]
+    monkeypatch.setattr(packaged, "MODELS_DIR", tmp_path / "models")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     encoder = Encoder.load("mini-student", backend="torch")
-    assert json.loads((packaging.Path(encoder.path) / "config.json").read_text())["num_hidden_layers"] == 2
+    assert json.loads((Path(encoder.path) / "config.json").read_text())["num_hidden_layers"] == 2
     texts = ["book a flight to Rome", "send an email to my boss"]
     expected = student.encode(texts, normalize_embeddings=True)
     np.testing.assert_allclose(encoder.encode(texts), expected, atol=2e-3)  # float16 storage of one tensor
@@ -159,7 +162,7 @@ def test_a_student_that_names_a_layer_the_base_lacks_is_refused(tmp_path):
     from toolscout.train.query_student import student_of
 
     student_of(SentenceTransformer(resolve_model("minilm"), device="cpu"), [0, 5]).save(str(tmp_path / "student"))
-    with pytest.raises(packaging.PackagedModelError, match="no transformer layer 9"):
+    with pytest.raises(packaged.PackagedModelError, match="no transformer layer 9"):
         packaging.package_student(tmp_path / "student", tmp_path / "out", name="x", layers=[0, 9], teacher="minilm")
     with pytest.raises(ValueError, match="each kept once"):
         student_of(SentenceTransformer(resolve_model("minilm"), device="cpu"), [0, 0])

@@ -4,12 +4,14 @@ int8 encoding, the encoder itself runs its checked int8 encoding, and the studen
 encoder's current weights. Tools keep the encoder's vectors."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from toolscout.encoders import PROBE_TEXTS, Encoder
-from toolscout.encoders import packaged as packaging
+from toolscout.encoders import packaged
+from toolscout.train import packaging
 from toolscout.encoders import students
 from toolscout.encoders.quality import record, verdict
 from toolscout.encoders.students import QueryStudentError, query_student_for
@@ -40,7 +42,7 @@ def shipped(tmp_path_factory):
     packaging.package(root / "trained", models / "tiny-teacher", name="tiny-teacher", probes=("x",))
     student_of(model, [0, 5]).save(str(root / "student"))
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(packaging, "MODELS_DIR", models)
+        patch.setattr(packaged, "MODELS_DIR", models)
         packaging.package_student(root / "student", models / "tiny-student", name="tiny-student", layers=[0, 5],
                                   teacher="tiny-teacher", probes=("x",))
         for name in ("tiny-teacher", "tiny-student"):
@@ -51,7 +53,7 @@ def shipped(tmp_path_factory):
 
 @pytest.fixture
 def models(shipped, monkeypatch):
-    monkeypatch.setattr(packaging, "MODELS_DIR", shipped / "models")
+    monkeypatch.setattr(packaged, "MODELS_DIR", shipped / "models")
     monkeypatch.setattr(students, "_loaded", {})
     return shipped / "models"
 
@@ -61,7 +63,7 @@ def load(shipped, name="tiny-teacher", **options):
 
 
 def rewrite_manifest(models, **changes):
-    path = models / "tiny-student" / packaging.MANIFEST
+    path = models / "tiny-student" / packaged.MANIFEST
     path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
     students._loaded.clear()
 
@@ -89,7 +91,7 @@ def test_the_student_tier_encodes_tasks_by_the_student_and_tools_by_the_teacher(
 
 
 def test_a_student_whose_check_failed_or_is_missing_is_refused(shipped, models):
-    manifest = json.loads((models / "tiny-student" / packaging.MANIFEST).read_text())
+    manifest = json.loads((models / "tiny-student" / packaged.MANIFEST).read_text())
     try:
         rewrite_manifest(models, quality={"onnx-int8": {**manifest["quality"]["onnx-int8"], **verdict(*FAILED)}})
         with pytest.raises(QueryStudentError, match="cannot serve here"):
@@ -105,7 +107,7 @@ def test_a_student_whose_check_failed_or_is_missing_is_refused(shipped, models):
 def test_a_student_of_other_teacher_weights_or_beside_float32_tasks_is_refused(shipped, models):
     with pytest.raises(QueryStudentError, match="int8 encoding, which does not run here"):
         query_student_for(load(shipped, backend="exact"))  # the check compared the teacher's int8 tasks
-    manifest = json.loads((models / "tiny-student" / packaging.MANIFEST).read_text())
+    manifest = json.loads((models / "tiny-student" / packaged.MANIFEST).read_text())
     try:
         rewrite_manifest(models, teacher_layers_sha256="0" * 64)  # distilled from a teacher since rebuilt
         with pytest.raises(QueryStudentError, match="no query student was distilled from the current weights"):
@@ -130,16 +132,16 @@ def shipped_student():
 def test_the_shipped_student_is_distilled_from_the_shipped_encoder_and_gives_its_reference_vectors(tmp_path):
     from toolscout.defaults import DEFAULT_ENCODER
 
-    folder = packaging.packaged_models()["toolscout-tools-queries"]
-    info = packaging.manifest(folder)
-    teacher = packaging.packaged_models()[DEFAULT_ENCODER]
+    folder = packaged.packaged_models()["toolscout-tools-queries"]
+    info = packaged.manifest(folder)
+    teacher = packaged.packaged_models()[DEFAULT_ENCODER]
     assert info["role"] == "queries" and info["teacher"] == DEFAULT_ENCODER and info["layers"] == [0, 2, 4, 5]
-    assert info["teacher_layers_sha256"] == packaging.file_sha256(teacher / packaging.LAYERS)
+    assert info["teacher_layers_sha256"] == packaged.file_sha256(teacher / packaged.LAYERS)
     check = info["quality"]["onnx-int8"]
     assert check["passed"] and abs(check["macro_delta"]) < check["tolerance"] == 0.3
     encoder = Encoder.load("toolscout-tools-queries", backend="torch", cache_dir=tmp_path / "onnx")
-    assert json.loads((packaging.Path(encoder.path) / "config.json").read_text())["num_hidden_layers"] == 4
-    reference = np.load(folder / packaging.REFERENCE)
+    assert json.loads((Path(encoder.path) / "config.json").read_text())["num_hidden_layers"] == 4
+    reference = np.load(folder / packaged.REFERENCE)
     np.testing.assert_allclose(encoder.encode([str(t) for t in reference["texts"]]), reference["vectors"], atol=1e-5)
 
 

@@ -62,3 +62,7 @@ class UnknownName(ToolScoutError, KeyError):
 
     def __str__(self) -> str:
         return self.message
+
+
+class FastQueriesUnavailable(ToolScoutError):
+    """A fast tier cannot encode this encoder's tasks (nothing ships for its weights, or not on this machine)."""

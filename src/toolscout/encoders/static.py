@@ -29,7 +29,7 @@ from typing import Sequence
 import numpy as np
 
 from ..conversation import emphasise_latest_turn
-from .fast import FastQueriesUnavailable
+from ..errors import FastQueriesUnavailable
 from .packaged import file_sha256
 from .query_cache import QueryCache
 

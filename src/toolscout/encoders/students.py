@@ -3,7 +3,7 @@
 
 Encoding the task is about half of a search's CPU (docs/serving.md), and a task is one short text, so a
 network with fewer layers that gives nearly the teacher's vectors makes every search cheaper while the
-tools keep the teacher's vectors. A student is a packaged model (`packaged.package_student`) whose
+tools keep the teacher's vectors. A student is a packaged model (`train.packaging.package_student`) whose
 manifest says `role: "queries"`, names its teacher and the SHA-256 of the teacher's stored layers (a
 rebuilt teacher disowns a student distilled from the old one), and records its own quality check.
 
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import packaged
-from .fast import FastQueriesUnavailable
+from ..errors import FastQueriesUnavailable
 
 if TYPE_CHECKING:
     from . import Encoder

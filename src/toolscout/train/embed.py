@@ -463,9 +463,9 @@ def _mined_negatives(data: TrainingData, model: str | None, sets_of_tools, hard_
     """The hard-negative miner for `hard_negatives` > 0, else None."""
     if not hard_negatives:
         return None
-    from .toolclip import _build_miner  # the same miners ToolCLIP's hard-negative stage uses
+    from .negatives import build_miner  # the same miners ToolCLIP's hard-negative stage uses
 
-    return MinedNegatives(_build_miner(miner, model or "default", list(data.tools.values())), data.train,
+    return MinedNegatives(build_miner(miner, model or "default", list(data.tools.values())), data.train,
                           sets_of_tools, set_filters(sets_of_tools), hard_negatives, mine_depth)
 
 

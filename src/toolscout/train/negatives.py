@@ -27,3 +27,18 @@ def mine_hard_negatives(retriever, queries: Sequence[Query], per_query: int = 7,
         results = retriever.search([q.text for q in batch], depth, filter=filter)
         out.extend(hard_negatives(batch, results, per_query))
     return out
+
+
+def build_miner(kind: str, base_model: str, tools: Sequence):
+    """The first-stage retriever that mines hard negatives: "bm25", or a dense retriever on `base_model`
+    (without the summary blend: the miner the recorded runs used), indexed on `tools`."""
+    if kind == "bm25":
+        from ..retrievers.bm25 import BM25Retriever
+
+        miner = BM25Retriever()
+    else:
+        from ..retrievers.dense import DenseRetriever
+
+        miner = DenseRetriever(model=base_model, summary_weight=0.0)
+    miner.index(list(tools))
+    return miner

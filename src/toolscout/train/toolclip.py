@@ -55,7 +55,7 @@ from ..retrievers.toolclip_model import DESCRIPTION_TEXTS, ToolCLIPConfig, ToolC
 from .data import TrainingData
 from .embed import BALANCES, epoch_examples, query_set, tool_sets
 from .loop import RunSummary, TrainConfig, Trainer, batched, pick_device, validation_ndcg
-from .negatives import mine_hard_negatives
+from .negatives import build_miner, mine_hard_negatives
 from .toolclip_save import save_model
 
 NEGATIVE_MODES = ("hard", "random")
@@ -279,19 +279,6 @@ def row_batches(rows: Sequence, groups: Sequence[str], balance: str, batch_size:
     return [chosen[s:s + batch_size] for s in range(0, len(chosen), batch_size)]
 
 
-def _build_miner(kind: str, base_model: str, tools: Sequence):
-    if kind == "bm25":
-        from ..retrievers.bm25 import BM25Retriever
-
-        miner = BM25Retriever()
-    else:
-        from ..retrievers.dense import DenseRetriever
-
-        miner = DenseRetriever(model=base_model, summary_weight=0.0)  # the miner the recorded runs used
-    miner.index(list(tools))
-    return miner
-
-
 # ------------------------------------------------------------------------------------------ fit
 
 
@@ -314,7 +301,7 @@ def fit_toolclip(data: TrainingData, out: str | Path, *, model: str | None = Non
     set_filters = _set_filters(sets_of_tools)
     miner = None
     if opts.negatives == "hard" and schedule.stage2_from < schedule.total_steps and opts.extra_per_query > 0:
-        miner = _build_miner(opts.miner, base_model, list(data.tools.values()))
+        miner = build_miner(opts.miner, base_model, list(data.tools.values()))
     objective = ToolCLIPObjective(net, featurizer, data, opts, device, cfg.seed, miner, set_filters)
     encoder = ToolCLIPEncoder(net, featurizer, "training", device)
     validate = _macro_validation(encoder, data, sets_of_tools, set_filters)
