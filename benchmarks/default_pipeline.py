@@ -2,7 +2,7 @@
 
     python benchmarks/default_pipeline.py --json runs/default_pipeline.json
 
-Zero-shot protocol (DESIGN §5): the test queries of bfcl and gorilla_huggingface, whose tools no
+Zero-shot protocol: the test queries of bfcl and gorilla_huggingface, whose tools no
 toolscout model has seen, each set ranked against its own catalog. Systems, in one run so they can be
 compared query by query:
 

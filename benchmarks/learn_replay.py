@@ -94,7 +94,7 @@ def in_process(args, bench, events, queries, encoder) -> dict:
 
 
 def offline_tool2vec(bench, events, queries, encoder) -> float:
-    """Tool2Vec (seed 001) trained offline on the feedback queries: its nDCG@10 on `queries`."""
+    """Tool2Vec (the Tool2Vec paper) trained offline on the feedback queries: its nDCG@10 on `queries`."""
     from toolscout.pipeline import ToolScout
 
     usage: dict[str, list[str]] = {}

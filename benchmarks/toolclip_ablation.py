@@ -1,4 +1,4 @@
-"""ToolCLIP ablations (seed 000, Table 7) on one benchmark set: train each variant on the set's train
+"""ToolCLIP ablations (the ToolCLIP paper, Table 7) on one benchmark set: train each variant on the set's train
 split, evaluate on its test split, print one table (a script, not a test).
 
     python benchmarks/toolclip_ablation.py [--data ../shared/data/rotbench] [--max-steps 30]

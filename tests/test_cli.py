@@ -66,6 +66,7 @@ def test_lenient_index_skips_and_reports_bad_tools(capsys, tmp_path):
     assert code == 0 and "skipped" in err and "indexed 1 tools" in err
 
 
+@pytest.mark.slow  # indexes and evaluates whole sets
 def test_eval_writes_the_design_json_shape(capsys, tmp_path):
     out_json, plot = tmp_path / "m.json", tmp_path / "p.png"
     code, out, err = run(capsys, "eval", EVAL_SETS / "alpha", EVAL_SETS / "beta", "--retriever", "bm25",

@@ -21,7 +21,8 @@ SAMPLE = Path(__file__).resolve().parents[1] / "src" / "toolscout" / "data" / "c
 TINY = {"max_query_length": 24, "max_doc_length": 24, "validate_start": False, "negatives": 2}
 
 
-pytestmark = pytest.mark.usefixtures("torch_encoders")  # trained models encode with torch (conftest)
+# slow: trains; trained models encode with torch (conftest)
+pytestmark = [pytest.mark.usefixtures("torch_encoders"), pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

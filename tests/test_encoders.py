@@ -307,6 +307,7 @@ def test_the_encoder_answers_repeated_queries_from_its_cache(encoder):
     assert encoder.query_cache.hits == hits + 2  # the second call was served from the cache
 
 
+@pytest.mark.slow  # runs the quality check's evaluation
 def test_int8_is_used_only_for_a_model_whose_recorded_quality_check_passed(tmp_path):
     """auto picks onnx-int8 for a model folder whose recorded check passed, float32 otherwise (no record,
     a failed check, or a recorded delta beyond the tolerance); an index searches with what built it."""
@@ -353,6 +354,7 @@ def test_int8_is_used_only_for_a_model_whose_recorded_quality_check_passed(tmp_p
     assert reloaded.search(["mail to Bob"], 1).ids[0][0] == "a"
 
 
+@pytest.mark.slow  # exports and quantises a model
 def test_int8_encodes_each_text_alone_so_a_vector_does_not_depend_on_its_batch(cache_dir):
     """int8 activations are quantised with one scale per tensor: in a shared batch a text's vector would
     move with the texts beside it (cosine ~0.99). Each text runs alone, so batches give the same rows."""

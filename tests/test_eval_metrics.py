@@ -102,6 +102,7 @@ def ranx_scores(random_run):
     return run.scores  # metric -> {query id: score}
 
 
+@pytest.mark.slow  # ranx compiles its metrics with numba
 @pytest.mark.parametrize("k", KS)
 def test_metrics_match_ranx(random_run, ranx_scores, k):
     rankings, golds = random_run

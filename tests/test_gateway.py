@@ -36,7 +36,7 @@ from gateways import (  # noqa: E402
     write_config,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow  # starts gateways, upstream servers and an HTTP app
 
 ADMIN, AGENT, ALPHA_ONLY = "admin-token-1", "agent-7-token", "alpha-only-token"
 ZEBRA = {"name": "count_zebra_stripes", "description": "Count the stripes of a zebra in a photo",

@@ -20,6 +20,8 @@ from toolscout.cli import main as cli
 mcp = pytest.importorskip("mcp")
 from mcp import Client, StdioServerParameters  # noqa: E402
 
+pytestmark = pytest.mark.slow  # starts servers and PostgreSQL
+
 FIXTURE_SERVER = textwrap.dedent("""
     import sys
     from mcp.server import MCPServer

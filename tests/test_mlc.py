@@ -18,6 +18,8 @@ from toolscout.retrievers.mlc import MLCRetriever
 from toolscout.tool import Tool, tool_text
 from toolscout.train.mlc import fit_platt
 
+pytestmark = pytest.mark.slow  # trains
+
 # Eight tools, each with its own vocabulary; queries are filled-in templates (a few need two tools).
 TOOLS = {
     "weather": ("get_weather", "Weather forecast for a city: temperature, rain and wind.", "weather",

@@ -21,6 +21,8 @@ from servers import start_server, stop
 
 from toolscout import ToolScout
 
+pytestmark = pytest.mark.slow  # starts servers and PostgreSQL, runs Schemathesis
+
 TOKEN = "conformance-token"
 CONFIG = Path(__file__).with_name("schemathesis.toml")
 EXAMPLES = int(os.environ.get("TOOLSCOUT_SCHEMATHESIS_EXAMPLES", "8"))

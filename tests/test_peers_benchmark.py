@@ -15,6 +15,8 @@ import pytest
 
 from toolscout.eval.metrics import query_metrics
 
+pytestmark = pytest.mark.slow  # runs the peers' benchmark in their environment
+
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "peers"
 PEERS_PYTHON = ROOT / ".venv-peers" / "bin" / "python"

@@ -14,6 +14,8 @@ from servers import start_server
 from toolscout import ToolScout
 from toolscout.tool import Tool
 
+pytestmark = pytest.mark.slow  # starts PostgreSQL and servers
+
 QUERIES = ["what is the weather tomorrow in Paris", "book me a flight to Rome", "send an email to my boss",
            "how much is 100 dollars in euros", "schedule a meeting with Ann on Monday", "open the notes file"]
 

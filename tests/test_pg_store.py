@@ -13,6 +13,8 @@ from pgtest import new_table, postgres_uri, spec
 from toolscout.results import Filter
 from toolscout.store.local import NumpyStore, load_store, make_store
 
+pytestmark = pytest.mark.slow  # starts PostgreSQL
+
 
 @pytest.fixture(scope="session")
 def pg():

@@ -19,6 +19,7 @@ def snapshot(scout, k=5):
     return [[(h.tool.id, h.score) for h in hits] for hits in scout.search(QUERIES, k=k)]
 
 
+@pytest.mark.slow  # starts processes
 @pytest.mark.parametrize("retriever", ["bm25", "dense"])
 def test_saved_pipeline_loads_in_a_new_process_with_identical_results(tools, tmp_path, retriever):
     scout = ToolScout.from_tools(tools, retriever=retriever)
@@ -125,6 +126,7 @@ def test_killing_the_process_mid_save_leaves_the_previous_index_loadable(tools, 
     assert len([p for p in root.iterdir() if p.name.startswith("v")]) == 1
 
 
+@pytest.mark.slow  # starts and kills processes
 def test_kill_at_random_moments_always_leaves_a_whole_index(tools, tmp_path):
     """A child adds a tool and saves, over and over, saying when each save is done. It is killed at once
     after a random number of saves, so the kill lands somewhere inside the next one (which save, and

@@ -1,7 +1,8 @@
-"""Query students (`encoders/students.py`, the "student" fast tier): a smaller model shipped beside an encoder
-encodes its tasks only when the student's recorded quality check passed, this machine reproduces the checked
-int8 encoding, the encoder itself runs its checked int8 encoding, and the student was distilled from the
-encoder's current weights. Tools keep the encoder's vectors."""
+"""Query students: their trainer (`toolscout.train.query_student`: a smaller copy of an encoder learns the
+encoder's task vectors), and their use (`encoders/students.py`, the "student" fast tier): a smaller model
+shipped beside an encoder encodes its tasks only when the student's recorded quality check passed, this
+machine reproduces the checked int8 encoding, the encoder itself runs its checked int8 encoding, and the
+student was distilled from the encoder's current weights. Tools keep the encoder's vectors."""
 
 import json
 from pathlib import Path
@@ -9,13 +10,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from toolscout.encoders import PROBE_TEXTS, Encoder
-from toolscout.encoders import packaged
-from toolscout.train import packaging
-from toolscout.encoders import students
+from toolscout.encoders import PROBE_TEXTS, Encoder, packaged, students
 from toolscout.encoders.quality import record, verdict
 from toolscout.encoders.students import QueryStudentError, query_student_for
 from toolscout.retrievers.dense import DenseRetriever
+from toolscout.train import packaging
+from toolscout.train.query_student import Phase, build, training_texts
+
+pytestmark = pytest.mark.slow  # distils a student, starts a server
 
 TASKS = ["book a flight to Rome", "send an email to my boss about the meeting"]
 PASSED = ({"a": 50.0, "b": 60.0}, {"a": 50.1, "b": 59.9})  # macro moves by 0: passes
@@ -175,3 +177,38 @@ def test_the_tier_flags_read_before_or_after_the_index_and_exclude_each_other(ca
     with pytest.raises(SystemExit):
         parser.parse_args(["serve", "idx", "--fast-queries", "--student-queries"])
     assert "not allowed with argument" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------- the trainer
+
+SAMPLE = Path(__file__).resolve().parents[1] / "src" / "toolscout" / "data" / "catalogs" / "apibank_sample"
+
+
+def _cosine_to_teacher(folder, texts) -> float:
+    student = Encoder.load(str(folder), backend="torch").encode(texts.validation)
+    return float(np.mean(np.sum(student * texts.validation_targets, axis=1)))
+
+
+def test_distilling_brings_a_two_layer_student_closer_to_its_teacher(tmp_path):
+    """Layers 0 and 5 of MiniLM, untrained, against the same after a short run of both kinds of phase
+    (vector loss, then with the ranking loss): the validation tasks' cosine to the teacher rises, the
+    saved folder is a two-layer sentence-transformers model, and the word embeddings are the teacher's."""
+    from safetensors.numpy import load_file
+
+    from toolscout.encoders import resolve_model
+    from toolscout.train.query_student import WORD_EMBEDDINGS, student_of
+
+    teacher = Encoder.load("minilm", backend="torch")
+    texts = training_texts([SAMPLE], teacher)
+    untrained = tmp_path / "untrained"
+    student_of(teacher.model, [0, 5]).save(str(untrained))
+    info = build([SAMPLE], tmp_path / "student", "minilm", layers=[0, 5],
+                 recipe=[Phase(6, 3e-4), Phase(1, 5e-5, kl=1.0)])
+    before, after = _cosine_to_teacher(untrained, texts), _cosine_to_teacher(tmp_path / "student", texts)
+    assert after > before + 0.02, (before, after)
+    assert abs(info["validation"]["cosine"] - after) < 0.01  # the recorded figure is the saved model's
+    assert [p["kl"] for p in info["recipe"]] == [0.0, 1.0] and all(p["history"] for p in info["recipe"])
+    weights = load_file(str(tmp_path / "student" / "model.safetensors"))
+    assert not any(name.startswith("encoder.layer.2.") for name in weights)
+    base = load_file(str(Path(resolve_model("minilm")) / "model.safetensors"))
+    np.testing.assert_array_equal(weights[WORD_EMBEDDINGS], base[WORD_EMBEDDINGS])

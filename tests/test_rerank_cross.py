@@ -37,7 +37,8 @@ SAMPLE = Path(__file__).resolve().parents[1] / "src" / "toolscout" / "data" / "c
 TINY = {"first_stage": "bm25", "max_length": 64, "max_validation": 8, "rerank_depth": 10}
 
 
-pytestmark = pytest.mark.usefixtures("torch_encoders")  # trained models encode with torch (conftest)
+# slow: trains; trained models encode with torch (conftest)
+pytestmark = [pytest.mark.usefixtures("torch_encoders"), pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

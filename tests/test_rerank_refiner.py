@@ -24,7 +24,8 @@ from toolscout.train.refiner import CandidateBuilder, fit_refiner
 SAMPLE = Path(__file__).resolve().parents[1] / "src" / "toolscout" / "data" / "catalogs" / "apibank_sample"
 
 
-pytestmark = pytest.mark.usefixtures("torch_encoders")  # trained models encode with torch (conftest)
+# slow: trains; trained models encode with torch (conftest)
+pytestmark = [pytest.mark.usefixtures("torch_encoders"), pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,7 @@
 """A server killed (SIGKILL) in the middle of a stream of writes restarts with every acknowledged write;
 a server stopped with SIGTERM saves a snapshot and leaves an empty journal. Real subprocesses."""
 
+import pytest
 import signal
 import threading
 import time
@@ -10,6 +11,8 @@ from servers import free_port, start_server
 
 from toolscout import ToolScout
 from toolscout.serve.journal import JOURNAL, Journal
+
+pytestmark = pytest.mark.slow  # starts and kills servers
 
 TOKEN = "crash-test-token"
 AUTH = {"authorization": f"Bearer {TOKEN}"}

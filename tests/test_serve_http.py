@@ -44,7 +44,7 @@ def postgres_target(tmp_path, tools, encoder):
     return store_spec, {"encoder": encoder}
 
 
-@pytest.fixture(params=["directory", "postgresql"])
+@pytest.fixture(params=["directory", pytest.param("postgresql", marks=pytest.mark.slow)])  # slow: PostgreSQL
 def served(request, tmp_path, tools, encoder):
     """start(**options) -> a TestClient of the HTTP API over a fresh catalog of `tools` in this store."""
     make = directory_target if request.param == "directory" else postgres_target
@@ -193,6 +193,10 @@ def test_malformed_requests_get_clear_4xx_json_errors(served):
         nameless = [{"type": "function", "function": {"description": "no name"}}]
         e = error(client.post("/tools", json={"catalog": nameless}, headers=ADMIN), 422)
         assert e["type"] == "invalid_request" and "name" in e["message"]
+        e = error(client.post("/tools", json={"catalog": [None]}, headers=ADMIN), 422)  # as the document says
+        assert "holds objects" in e["message"]
+        items = client.get("/openapi.json").json()["components"]["schemas"]["UpsertRequest"]["properties"]
+        assert {"type": "array", "minItems": 1, "items": {"type": "object"}} in items["catalog"]["anyOf"]
         big = {"query": "x" * 3000}
         assert error(client.post("/search", json=big), 413)["type"] == "payload_too_large"  # the body limit, not the task
 

@@ -16,6 +16,7 @@ from toolscout import ToolScout
 from toolscout.encoders import static
 from toolscout.encoders.query_cache import QueryCache
 from toolscout.feedback import Usage
+from toolscout.retrievers.base import Encoding, parts
 
 
 def word_tokenizer() -> Tokenizer:
@@ -89,8 +90,9 @@ def test_a_table_fitted_to_other_weights_or_another_encoder_is_refused(tmp_path)
 
 def test_fast_queries_rank_by_the_table_while_tools_and_learning_keep_the_encoder(tools, encoder, fast, monkeypatch):
     scout = ToolScout.from_tools(tools, encoder=encoder)
-    dense = scout.retriever.components[1]
-    stored = dense.store.matrix.copy()
+    dense = next(part for part in parts(scout.retriever) if isinstance(part, Encoding))
+    every = [t.id for t in tools]
+    stored = dense.store.get(every)
     task = "send an email to my team about the flight"
     encoder_scores = dense.search([task], k=3).scores[0]
     assert not scout.fast_queries
@@ -98,10 +100,10 @@ def test_fast_queries_rank_by_the_table_while_tools_and_learning_keep_the_encode
     assert scout.fast_queries and dense.query_encoder is not None
     ids, scores = dense.search([task], k=3)[0]
     vector = fast.table.encode([task])[0]
-    by_hand = {tid: float(stored[dense.store.rows.row_of[tid]] @ vector) for tid in ids}
+    by_hand = {tid: float(stored[every.index(tid)] @ vector) for tid in ids}
     np.testing.assert_allclose(scores, [by_hand[t] for t in ids], rtol=1e-5)
     assert not np.allclose(scores, encoder_scores)  # not the encoder's query vector
-    np.testing.assert_array_equal(dense.store.matrix, stored)  # the tools' vectors are the encoder's
+    np.testing.assert_array_equal(dense.store.get(every), stored)  # the tools' vectors are the encoder's
     usage = Usage(ids[0], "agent", task)
     monkeypatch.setattr(encoder, "query_cache", QueryCache(0))  # the shared encoder's cache comes back after
     np.testing.assert_allclose(dense.prepare_learning([usage])[usage], encoder.encode_queries([task])[0], atol=1e-6)
@@ -117,6 +119,7 @@ def test_fast_queries_need_a_dense_retriever(tools):
         ToolScout.from_tools(tools, retriever="bm25").use_fast_queries("fastest")
 
 
+@pytest.mark.slow  # starts a server
 def test_a_server_started_with_fast_queries_ranks_by_the_table(tmp_path, tools, encoder):
     folder = tmp_path / "idx"
     ToolScout.from_tools(tools, encoder=encoder).save(folder)
@@ -130,6 +133,7 @@ def test_a_server_started_with_fast_queries_ranks_by_the_table(tmp_path, tools, 
     np.testing.assert_allclose([h["score"] for h in hits], [s for _, s in expected], rtol=1e-5)
 
 
+@pytest.mark.slow  # starts PostgreSQL
 def test_the_postgresql_store_serves_fast_queries_too(tmp_path, tools, encoder):
     from pgtest import new_table, postgres_uri, spec
 

@@ -12,6 +12,8 @@ from toolscout.tool import tool_text
 from toolscout.train.data import load_training_data
 from toolscout.train.tool2vec import fit_tool2vec
 
+pytestmark = pytest.mark.slow  # trains
+
 SAMPLE = Path(__file__).resolve().parents[1] / "src" / "toolscout" / "data" / "catalogs" / "apibank_sample"
 
 

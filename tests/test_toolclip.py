@@ -33,6 +33,8 @@ from toolscout.train.toolclip import (
     training_rows,
 )
 
+pytestmark = pytest.mark.slow  # trains
+
 TINY = dict(max_query_length=16, max_name_length=8, max_description_length=16, max_param_length=8, max_params=2)
 
 QUERIES = [

@@ -25,6 +25,8 @@ from toolscout.serve import ToolService, create_app
 from toolscout.serve.auth import AuthConfig
 from toolscout.tool import Tool
 
+pytestmark = pytest.mark.slow  # starts a server and a browser
+
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync"]

@@ -17,7 +17,7 @@ import os
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Iterator, Mapping
 
 from .errors import ToolScoutError
 
@@ -143,7 +143,3 @@ def _remove_stale_versions(root: Path, keep: set[str]) -> None:
         elif entry.name.startswith(f".{POINTER}.") and entry.name.endswith(".tmp"):
             entry.unlink(missing_ok=True)
 
-
-def save_with(root: str | os.PathLike, config: Mapping[str, Any], write: Callable[[Path], None]) -> None:
-    with write_artifact(root, config) as folder:
-        write(folder)

@@ -1,4 +1,4 @@
-"""Benchmark folders: `tools.jsonl` + `queries.jsonl` (the format of ../shared/data, DESIGN §5)."""
+"""Benchmark folders: `tools.jsonl` + `queries.jsonl` (the format of the dev sets)."""
 
 from __future__ import annotations
 

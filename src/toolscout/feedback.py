@@ -21,7 +21,7 @@ are embedded at search time) whose own vector is d:
 
     v = ‖d‖ · normalise( prior · d/‖d‖ + Σ_i q_i )
 
-The direction is Tool2Vec's blend (seed 001): `prior` is how many requests the description is worth, so
+The direction is Tool2Vec's blend (the Tool2Vec paper): `prior` is how many requests the description is worth, so
 the requests' weight grows with the evidence, and a much-used tool points at the mean of its requests.
 The length stays ‖d‖, so the tool's scores stay on the scale of the others'.
 """

@@ -3,12 +3,13 @@
 "Find a flight to Rome, book the cheapest hotel near the station and add both to my calendar" needs
 three tools. One embedding (or one bag of words) of the whole task lands between them, and the tool of
 the least prominent request often misses the top k. So a task that reads as several requests is also
-searched request by request, and the rankings are merged by weighted reciprocal rank:
+searched request by request, and the rankings are merged (`IntentMerge.merge`):
 
-    score(t) = 1 / (rrf_k + rank_whole(t)) + intent_weight * Σ_i 1 / (rrf_k + rank_i(t))
+    "max" (the default): score(t) = max(score_whole(t), intent_weight * max_i score_i(t))
+    "rrf":               score(t) = 1 / (rrf_k + rank_whole(t)) + intent_weight * Σ_i 1 / (rrf_k + rank_i(t))
 
-(`IntentMerge`; a tool a ranking did not return gets nothing from it). A task that is one request is
-searched exactly as before: no split, no merge, the same ranking and scores.
+(a tool a ranking did not return gets nothing from it). A task that is one request is searched exactly as
+before: no split, no merge, the same ranking and scores.
 
 Splitting uses no model, only the shape of the text (`split_intents`):
 - sentences (a full stop, question or exclamation mark, then a capital letter; not after a common

@@ -24,7 +24,7 @@ from .hits import Hit, HitPolicy, NameIndex, assemble_hits, checked_k, checked_q
 from .intents import IntentMerge
 from .rerank.base import Reranker, load_reranker
 from .results import Filter, Results
-from .retrievers.base import Retriever, load_retriever, make_retriever
+from .retrievers.base import Encoding, Retriever, load_retriever, make_retriever, parts
 from .tool import Tool, tools_by_id
 from .version import __version__
 
@@ -142,19 +142,18 @@ class ToolScout:
     @property
     def fast_queries(self) -> bool:
         """Whether tasks are encoded by a fast tier (`use_fast_queries`)."""
-        return any(getattr(part, "query_encoder", None) is not None for part in self._retriever_parts())
+        return any(part.query_encoder is not None for part in self._encoding_parts())
 
     @property
     def task_encoders(self) -> list[str]:
         """What encodes tasks for each dense part of the first stage (`encoders.fast.task_encoder`)."""
         from .encoders.fast import task_encoder
 
-        return [task_encoder(part.encoder, part.query_encoder) for part in self._retriever_parts()
-                if hasattr(part, "use_fast_queries")]
+        return [task_encoder(part.encoder, part.query_encoder) for part in self._encoding_parts()]
 
-    def _retriever_parts(self) -> list:
-        """The first stage's retrievers: a hybrid's components, else the retriever itself."""
-        return list(getattr(self.retriever, "components", None) or [self.retriever])
+    def _encoding_parts(self) -> list[Encoding]:
+        """The first stage's retrievers that embed with an encoder (the dense parts)."""
+        return [part for part in parts(self.retriever) if isinstance(part, Encoding)]
 
     def use_fast_queries(self, kind: str = "table") -> "ToolScout":
         """A fast tier (`encoders/fast.py`): tasks are encoded by the static table ("table": ~0.08 ms a task
@@ -165,7 +164,7 @@ class ToolScout:
         from .encoders.fast import FastQueriesUnavailable
 
         kind = fast_query_kind(kind) or "table"
-        dense = [part for part in self._retriever_parts() if hasattr(part, "use_fast_queries")]
+        dense = self._encoding_parts()
         if not dense:
             raise FastQueriesUnavailable(f"fast queries encode tasks for a dense retriever; this pipeline's "
                                          f"retriever is {self.retriever.name!r}")

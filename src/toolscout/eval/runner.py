@@ -1,6 +1,6 @@
 """Run a search system over benchmark sets and measure quality and latency in the same run.
 
-Two corpora (DESIGN §5): by default each set is searched over its own tools (one index per set);
+Two corpora: by default each set is searched over its own tools (one index per set);
 `pooled=True` builds one index over the union of all sets' tools, which is harder and closer to a real
 catalog. Queries run one at a time, each timed, so the latency is what one agent request would see.
 """

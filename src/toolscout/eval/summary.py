@@ -1,4 +1,4 @@
-"""What an evaluation produces: per-set and whole-run reports, and their JSON form (DESIGN §6)."""
+"""What an evaluation produces: per-set and whole-run reports, and their JSON form (`toolscout eval --json`)."""
 
 from __future__ import annotations
 
@@ -92,7 +92,7 @@ class EvalReport:
         return len(self.latency_ms) / total_s if total_s > 0 else 0.0
 
     def to_json(self) -> dict[str, Any]:
-        """The `eval --json` document of DESIGN §6 (metrics in points), plus system, k, throughput, build time."""
+        """The `eval --json` document (README, "Evaluation"; metrics in points), plus system, k, throughput, build time."""
         return {
             "sets": {name: s.to_json() for name, s in self.sets.items()},
             "mean": self.mean,

@@ -1,4 +1,4 @@
-"""Document expansion: LLM-written tool profiles (Tool-REX, seed 002) and usage expansion (no LLM).
+"""Document expansion: LLM-written tool profiles (the Tool-REX paper) and usage expansion (no LLM).
 
     from toolscout.expand import ExpandConfig, expand_tools, expand_usage
     result = expand_tools(tools, client, ExpandConfig(model="small", strong_model="large"), journal="j.jsonl")

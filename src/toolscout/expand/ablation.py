@@ -1,4 +1,4 @@
-"""Compare text views on benchmark sets: the profile-field ablation (seed 002 §2.4) and usage expansion.
+"""Compare text views on benchmark sets: the profile-field ablation (the Tool-REX paper §2.4) and usage expansion.
 
     python -m toolscout.expand.ablation SET_DIR... --retriever bm25 --protocol add-one
     python -m toolscout.expand.ablation SET_DIR... --retriever dense --protocol one-out --json out.json

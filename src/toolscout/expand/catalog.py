@@ -31,10 +31,6 @@ class Catalog:
     queries: list[Query] = field(default_factory=list)
     queries_file: Path | None = None
 
-    @property
-    def is_benchmark(self) -> bool:
-        return bool(self.rows)
-
 
 def _benchmark_tools_file(path: Path) -> Path | None:
     if path.is_dir() and (path / "tools.jsonl").is_file():

@@ -1,6 +1,6 @@
 """The `tool_profile` an expansion model writes, and the rule checks it must pass before any judge sees it.
 
-A profile (DESIGN §4, Tool-REX):
+A profile (the Tool-REX paper):
 
     function       required  what the tool does, fewer than 20 words
     tags           required  3–5 distinct lowercase keywords / short phrases

@@ -7,7 +7,7 @@
     --usage N                             append up to N known requests per tool (usage expansion)
 
 `ablation_views("add-one")` / `ablation_views("one-out")` give the views of the paper's field ablation
-(seed 002 §2.4): Add-One starts from the original document and adds one field; One-Out starts from the
+(the Tool-REX paper §2.4): Add-One starts from the original document and adds one field; One-Out starts from the
 full expansion and removes one.
 """
 

@@ -1,4 +1,4 @@
-"""Synthetic labelled queries for a catalog (ToolBank, seed 001 §3): pick tools that fit, write, polish, dedupe.
+"""Synthetic labelled queries for a catalog (ToolBank, the Tool2Vec paper §3): pick tools that fit, write, polish, dedupe.
 
     from toolscout.generate import GenerateConfig, generate_queries
     result = generate_queries(tools, client, GenerateConfig(n=500))

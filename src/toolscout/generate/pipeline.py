@@ -1,4 +1,4 @@
-"""Synthetic labelled queries from a catalog (ToolBank, seed 001 §3).
+"""Synthetic labelled queries from a catalog (ToolBank, the Tool2Vec paper §3).
 
     result = generate_queries(tools, client, GenerateConfig(n=500))
     result.queries   # Query objects, split "train", labels = the tools the LLM picked

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable, Mapping
 from ..errors import CatalogError
 from ..tool import Tool
 
-# Source field names that mean the same thing, canonical name first (DESIGN §3).
+# Source field names that mean the same thing, canonical name first.
 PARAMETER_KEYS = ("parameters", "input_schema", "inputSchema", "args_schema", "argsSchema")
 RETURN_KEYS = ("returns", "output_schema", "outputSchema", "response", "response_schema")
 EXAMPLE_KEYS = ("examples", "example_usage", "example")

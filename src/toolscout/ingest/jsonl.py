@@ -1,4 +1,4 @@
-"""Benchmark `tools.jsonl` rows `{id, name, description, parameters, category, doc}` (DESIGN §5).
+"""Benchmark `tools.jsonl` rows `{id, name, description, parameters, category, doc}` (README, "Evaluation").
 
 Rows go through `toolscout.benchmark.tool_from_row`, so a catalog loads exactly as the benchmark
 loader reads it, and row ids are kept as they are (queries refer to them). Aliases (`input_schema`,

@@ -6,7 +6,7 @@ given, reordered, with its own scores (higher is better). `ToolScout` hands it t
 
 Three rerankers are registered:
   `cross`   — a cross-encoder (Tool-Rank) fine-tuned by `toolscout train cross`;
-  `refiner` — ToolRefiner (seed 001 §4.3), trained by `toolscout train refiner`;
+  `refiner` — ToolRefiner (the Tool2Vec paper §4.3), trained by `toolscout train refiner`;
   `llm`     — an OpenAI-compatible chat model asked "does this tool meet the task?" (P(true)).
 
 Saved rerankers: `save(folder)` writes a `config.json` of kind `toolscout.reranker` naming the class;

@@ -1,4 +1,4 @@
-"""Tool-Rank as a small cross-encoder (seed 002 §2.5): score each (query, tool document) pair jointly.
+"""Tool-Rank as a small cross-encoder (the Tool-REX paper §2.5): score each (query, tool document) pair jointly.
 
 The paper's Tool-Rank is Qwen3-Reranker-4B fine-tuned with LoRA; it reads a query and one tool document
 and its score is P(relevant) = softmax over the logits of the answer tokens "true"/"false". Here the same

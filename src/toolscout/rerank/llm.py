@@ -1,6 +1,6 @@
 """The LLM reranker: an OpenAI-compatible chat model judges each (query, candidate tool) pair.
 
-This is the LLM variant of Tool-Rank (seed 002): for every first-stage candidate the model is asked
+This is the LLM variant of Tool-Rank (the Tool-REX paper): for every first-stage candidate the model is asked
 whether the tool's document meets the user's task and must answer with one word, `true` or `false`.
 The score is not the word but the model's confidence in it,
 

@@ -1,4 +1,4 @@
-"""ToolRefiner (seed 001 §4.3): rerank all of a query's candidates in one forward pass.
+"""ToolRefiner (the Tool2Vec paper §4.3): rerank all of a query's candidates in one forward pass.
 
 The input sequence is the query's word pieces followed by one extra position per candidate tool:
 
@@ -42,6 +42,7 @@ from ..artifacts import ArtifactError, read_config
 from ..encoders import few_torch_threads, quiet_transformers
 from ..models import model_config
 from ..results import Results
+from ..retrievers.base import Encoding
 from ..tool import TextView, Tool, content_hash, tool_text
 from .base import DEFAULT_DEPTH, check_candidates, reordered, write_reranker_config
 
@@ -125,9 +126,8 @@ class ToolRefinerReranker:
     def candidate_vectors(self, ids: Sequence[str], tools: Mapping[str, Tool], first_stage: Any) -> np.ndarray:
         """[len(ids), D] vectors for the candidates (see the module doc for where they come from)."""
         if self.vectors == "first_stage":
-            store = getattr(first_stage, "store", None)
-            if store is not None and getattr(store, "dim", None) == self.vector_dim and hasattr(store, "get"):
-                return np.asarray(store.get(list(ids)), dtype=np.float32)
+            if isinstance(first_stage, Encoding) and first_stage.store.dim == self.vector_dim:
+                return np.asarray(first_stage.store.get(list(ids)), dtype=np.float32)
             if not self._warned:
                 self._warned = True
                 warnings.warn("ToolRefiner: the first stage has no stored tool vectors of dimension "

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, Sequence, runtime_checkable
 
 from ..artifacts import read_config, write_json
+from ..feedback import Usage
 from ..registry import lookup
 from ..results import Filter, Results
 from ..tool import Tool
@@ -61,12 +62,49 @@ class Retriever(Protocol):
     def __len__(self) -> int:
         """How many tools are indexed."""
 
+    def prepare_learning(self, usages: Sequence[Usage]) -> Any:
+        """What learning `usages` needs that can be made outside the catalog's write lock (embeddings,
+        tokens); handed back to `learn` as `prepared`."""
+
+    def learn(self, added: Sequence[Usage] = (), forgotten: Sequence[tuple[str, str]] = (),
+              prepared: Any = None) -> None:
+        """Fold tool-use feedback in (`toolscout.feedback`): `added` usages teach, `forgotten` (tool, source)
+        pairs are taken back. A retriever whose `accepts.learns` is false raises instead."""
+
     def save(self, folder: Path) -> None:
         """Write the index into `folder` (plain files and a `config.json` naming the retriever)."""
 
     @classmethod
     def load(cls, folder: Path) -> "Retriever":
         """The retriever `save` wrote into `folder`."""
+
+
+# Optional abilities: small protocols, checked with isinstance (never by probing for an attribute).
+
+@runtime_checkable
+class Composite(Protocol):
+    """A retriever that fuses others (the hybrid)."""
+
+    components: list[Retriever]
+
+
+@runtime_checkable
+class Encoding(Protocol):
+    """A retriever that embeds tools and tasks with an `encoder` and keeps the tool vectors in a `store`
+    (dense, and the retrievers built on it): what the fast query tiers and first-stage vectors need.
+    `query_encoder` encodes tasks instead of the encoder once a fast tier is in use (else None)."""
+
+    encoder: Any
+    store: Any
+    query_encoder: Any
+
+    def use_fast_queries(self, kind: str = "table") -> None:
+        """Encode tasks with that fast tier of the encoder (`encoders/fast.py`)."""
+
+
+def parts(retriever: Retriever) -> list[Retriever]:
+    """The retrievers a first stage is made of: a composite's components, else the retriever itself."""
+    return list(retriever.components) if isinstance(retriever, Composite) else [retriever]
 
 
 # name -> "module:Class"; imported on first use so `import toolscout` stays light.

@@ -198,19 +198,17 @@ class BM25Retriever:
     """Lexical first stage.
 
     `add`/`remove` update the inverted index by the written tools' words only (`InvertedIndex`); the
-    scores are those a fresh bm25s index of the same documents gives.
+    scores are those a fresh bm25s index of the same documents gives with its default variant, Lucene's.
     """
 
     name = "bm25"
     accepts = Accepts(view=True)
 
     def __init__(self, view: TextView | None = None, k1: float = 1.5, b: float = 0.75,
-                 method: str = "lucene", stemmer: str | None = "english", stopwords: str | None = "en",
+                 stemmer: str | None = "english", stopwords: str | None = "en",
                  usage_weight: float = USAGE_WEIGHT, usage_evidence: float = USAGE_EVIDENCE):
-        if method != "lucene":
-            raise ValueError(f"BM25 method {method!r} is not supported; toolscout scores with 'lucene' (bm25s's default)")
         self.view = view or TextView()
-        self.params = {"k1": k1, "b": b, "method": method}
+        self.params = {"k1": k1, "b": b}
         self.tokenizer = Tokenizer(stemmer, stopwords)
         self.rows = RowTable()
         self.tokens: list[list[str]] = []
@@ -312,7 +310,8 @@ class BM25Retriever:
         config = read_json(folder / "config.json")
         retriever = cls(TextView.from_dict(config.get("view")), stemmer=config.get("stemmer"),
                         stopwords=config.get("stopwords"), usage_weight=config.get("usage_weight", USAGE_WEIGHT),
-                        usage_evidence=config.get("usage_evidence", USAGE_EVIDENCE), **config["params"])
+                        usage_evidence=config.get("usage_evidence", USAGE_EVIDENCE),
+                        k1=config["params"]["k1"], b=config["params"]["b"])  # older configs also name the "method"
         rows = [json.loads(line) for line in (folder / "tokens.jsonl").read_text(encoding="utf-8").splitlines() if line]
         retriever.rows = RowTable([r["id"] for r in rows], [r["namespace"] for r in rows])
         retriever.tokens = [r["tokens"] for r in rows]

@@ -100,7 +100,7 @@ def embed_tools(encoder, tools: Sequence[Tool], view: TextView, texts: Sequence[
 class DenseRetriever:
     """Embeds each tool's text view once; re-embeds a tool only when its text changes (content hash).
 
-    `model`: any sentence-transformers name or folder (default: all-MiniLM-L6-v2), or a model directory
+    `model`: any sentence-transformers name or folder (default: toolscout's default encoder), or a model directory
     written by `toolscout train embed` (its fine-tuned encoder and, unless `view` is given, its text view).
     `store`: 'numpy' for exact search (default) or 'faiss:FACTORY', e.g. 'faiss:HNSW32'.
 

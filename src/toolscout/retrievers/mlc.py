@@ -1,4 +1,4 @@
-"""MLC (seed 001 §4.2): tool retrieval as multi-label classification, as a first stage.
+"""MLC (the Tool2Vec paper §4.2): tool retrieval as multi-label classification, as a first stage.
 
 A model directory written by `toolscout train mlc` holds a fine-tuned encoder and a linear head with
 one row per tool seen in training labels. Every catalog tool gets a *linear score in the query

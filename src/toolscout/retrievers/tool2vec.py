@@ -1,4 +1,4 @@
-"""Tool2Vec (seed 001 §4.1): a tool's vector is the mean embedding of the user requests that used it.
+"""Tool2Vec (the Tool2Vec paper §4.1): a tool's vector is the mean embedding of the user requests that used it.
 
 Blend, for a tool with usage queries q_1..q_n (unit embeddings) and description embedding d:
 

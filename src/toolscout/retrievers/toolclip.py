@@ -1,4 +1,4 @@
-"""ToolCLIP first stage (seed 000): tasks through the task tower, tools through the tool tower.
+"""ToolCLIP first stage (the ToolCLIP paper): tasks through the task tower, tools through the tool tower.
 
 Everything else is the dense machinery: vectors in a store (numpy or FAISS), filters, content hashes so
 `add` re-encodes only tools whose parts changed. Tools the model never saw in training are encoded by the

@@ -1,4 +1,4 @@
-"""ToolCLIP's two towers (seed 000 §4.2–4.3) as one torch module, its inputs, and its model directory.
+"""ToolCLIP's two towers (the ToolCLIP paper §4.2–4.3) as one torch module, its inputs, and its model directory.
 
 Task tower:  transformer → attention pooling with a learned intent query over the final hidden states
              (padding masked) → projection W_q h + b_q → L2 norm.

@@ -32,9 +32,6 @@ class SearchBatcher:
         for thread in self._threads:
             thread.start()
 
-    def submit(self, options: tuple, query: str) -> Any:
-        return self.submit_future(options, query).result()
-
     def submit_future(self, options: tuple, query: str) -> Future:
         """A Future of the query's hits. Cancelling it before a worker takes it drops the query."""
         future: Future = Future()

@@ -123,7 +123,9 @@ class ToolIn(ToolFields):
     id: Ident | None = None
 
 
-CATALOG_SCHEMA = {"anyOf": [{"type": "object", "minProperties": 1}, {"type": "array", "minItems": 1}]}
+# Every catalog format read over HTTP is a JSON object, or a non-empty array of objects (tools, servers).
+CATALOG_SCHEMA = {"anyOf": [{"type": "object", "minProperties": 1},
+                            {"type": "array", "minItems": 1, "items": {"type": "object"}}]}
 
 
 class UpsertRequest(_Strict):
@@ -146,6 +148,8 @@ class UpsertRequest(_Strict):
             raise ValueError("give exactly one of 'tools' or 'catalog'")
         if self.tools is None and not (isinstance(self.catalog, (dict, list)) and self.catalog):
             raise ValueError("'catalog' must be a JSON object or array with something in it")
+        if isinstance(self.catalog, list) and not all(isinstance(item, dict) for item in self.catalog):
+            raise ValueError("'catalog' as an array holds objects (tools or servers) only")
         if self.tools is not None and (self.format or self.namespace):
             raise ValueError("'format' and 'namespace' apply to 'catalog' only")
         return self

@@ -106,9 +106,6 @@ class PgSpec:
         check_tenant(tenant)
         return cls(dsn, tenant, schema.check_table_name(table))
 
-    def with_tenant(self, tenant: str) -> "PgSpec":
-        return PgSpec(self.dsn, check_tenant(tenant), self.table)
-
     def to_string(self, *, password: bool = False) -> str:
         """The spec as a string; without the password unless asked (what configs and logs record)."""
         from urllib.parse import quote
@@ -819,15 +816,6 @@ class PgVectorStore:
                             [canonical.replace("_", r"\_") + r"\_%"]).fetchall()
         for (name,) in rows:
             conn.execute(self._sql("DROP TABLE IF EXISTS {s}", s=name))
-
-    def drop_tenant(self) -> None:
-        """Remove the tenant's rows, partition, version and change log."""
-        canonical = schema.partition_name(self.table, self.tenant)
-        with self.database.connection() as conn, conn.transaction():
-            conn.execute(self._sql("DROP TABLE IF EXISTS {p}", p=canonical))
-            conn.execute("DELETE FROM toolscout_versions WHERE tbl = %s AND tenant = %s", [self.table, self.tenant])
-            conn.execute("DELETE FROM toolscout_changes WHERE tbl = %s AND tenant = %s", [self.table, self.tenant])
-        self.database.forget_partition(self.tenant)
 
     def _bump(self, conn) -> int:
         return int(conn.execute(

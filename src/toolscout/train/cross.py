@@ -1,4 +1,4 @@
-"""fit_cross: Tool-Rank (seed 002 §2.5) — fine-tune a cross-encoder reranker on (query, tool document) pairs.
+"""fit_cross: Tool-Rank (the Tool-REX paper §2.5) — fine-tune a cross-encoder reranker on (query, tool document) pairs.
 
 The paper fine-tunes Qwen3-Reranker-4B (LoRA) with cross-entropy on "is this document relevant?"
 judgements. This is the same pointwise recipe at CPU scale:

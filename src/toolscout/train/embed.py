@@ -1,4 +1,4 @@
-"""fit_embed: Tool-Embed (seed 002 §2.5) — fine-tune one embedding model on (query, tool document) pairs.
+"""fit_embed: Tool-Embed (the Tool-REX paper §2.5) — fine-tune one embedding model on (query, tool document) pairs.
 
 Every (train query, gold tool) pair is one example. A batch of pairs becomes one contrastive problem:
 
@@ -8,7 +8,7 @@ Every (train query, gold tool) pair is one example. A batch of pairs becomes one
 - InfoNCE (`loss="infonce"`, the paper's loss) over cosine / τ with the multi-positive form: for a
   multi-tool query every one of its gold tools present in the batch counts as a positive, so a query's
   other gold tools are never pushed away as negatives (other pairs' tools are in-batch negatives);
-- `loss="triplet"` is Tool2Vec's variant (seed 001 §5): for each (query, gold tool, random negative)
+- `loss="triplet"` is Tool2Vec's variant (the Tool2Vec paper §5): for each (query, gold tool, random negative)
   triplet, max(0, margin − cos(q, pos) + cos(q, neg)).
 
 `balance` chooses how the examples of several training sets are mixed (see `epoch_examples`):

@@ -30,7 +30,7 @@ from typing import Any, Callable
 from ..benchmark import Query
 from ..errors import Conflict, InvalidRequest
 from ..pipeline import ToolScout
-from ..retrievers.base import make_retriever
+from ..retrievers.base import Encoding, make_retriever, parts
 from .data import TrainingData
 from .loop import TrainConfig, validation_ndcg
 
@@ -179,7 +179,5 @@ def _first_stage_with(retriever: Any, method: str, model_dir: str):
 
 def _dense_encoder_name(scout: ToolScout) -> str | None:
     """The encoder the pipeline's dense part uses (what training starts from)."""
-    retriever = scout.retriever
-    parts = retriever.components if retriever.name == "hybrid" else [retriever]
-    dense = next((p for p in parts if hasattr(p, "encoder")), None)
+    dense = next((p for p in parts(scout.retriever) if isinstance(p, Encoding)), None)
     return None if dense is None else dense.encoder.name

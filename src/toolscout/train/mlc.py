@@ -1,5 +1,5 @@
 """fit_mlc: an encoder plus a `dim × n_tools` linear head, trained with binary cross-entropy on the
-label sets of training queries (seed 001 §4.2).
+label sets of training queries (the Tool2Vec paper §4.2).
 
 The head reads the L2-normalised sentence embedding (transformer → pooling → normalise, exactly what
 `Encoder.encode` returns), so at search time a query is encoded once and scored against every tool

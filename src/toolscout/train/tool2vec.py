@@ -1,4 +1,4 @@
-"""fit_tool2vec: usage-driven tool vectors from training queries (seed 001 §4.1).
+"""fit_tool2vec: usage-driven tool vectors from training queries (the Tool2Vec paper §4.1).
 
 No gradient steps are needed: the model is the (optionally fine-tuned) encoder plus, per tool, the sum
 and count of its training queries' embeddings. The description `prior` of the blend is picked on the

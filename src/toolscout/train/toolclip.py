@@ -1,4 +1,4 @@
-"""fit_toolclip: contrastive task–tool training of ToolCLIP's two towers (seed 000 §4.4–4.6).
+"""fit_toolclip: contrastive task–tool training of ToolCLIP's two towers (the ToolCLIP paper §4.4–4.6).
 
 Loss per batch (scores are cosines of unit vectors, τ the temperature):
 
