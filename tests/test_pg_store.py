@@ -243,14 +243,17 @@ def test_schema_migrations_are_versioned_and_upgrade_existing_rows(pg):
                      "'translate text between languages', '[1,0,0]')")
     store = PgVectorStore.from_spec(spec(pg, table), 3)
     assert store.lexical_search(["translate"], 5).as_lists() == [["old"]]  # v2 indexed the existing row
-    assert store.database.migrated == [2, 3]
+    assert store.database.migrated == [2, 3, 4]
     with psycopg.connect(pg, autocommit=True) as conn:
         rows = conn.execute("SELECT version FROM toolscout_schema_migrations WHERE tbl = %s ORDER BY 1",
                             [table]).fetchall()
-        assert rows == [(1,), (2,), (3,)]
-        # v3: the existing row is untaught (its own vector, no usage words) and still found by its text
+        assert rows == [(1,), (2,), (3,), (4,)]
+        # v3: the existing row is untaught (its own vector, no usage words) and still found by its text;
+        # v4: it has a place in the catalog's order, and a tool written after it comes after it
         assert conn.execute(f"SELECT usage, base_embedding, reported FROM {table} WHERE id = 'old'").fetchone() == \
             ("", None, 0)
+        conn.execute(f"INSERT INTO {table} (tenant, id, text, embedding) VALUES ('default', 'a-new', 'x', '[0,1,0]')")
+        assert [r[0] for r in conn.execute(f"SELECT id FROM {table} ORDER BY seq")] == ["old", "a-new"]
         assert pg_schema.migrate(conn, table, 3) == []  # up to date: nothing to do
     with pytest.raises(Exception, match="3-dimensional vectors, not 5"):
         len(PgVectorStore.from_spec(spec(pg, table), 5))

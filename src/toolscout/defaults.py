@@ -17,8 +17,8 @@ DEFAULT_RETRIEVER = "hybrid"
 HYBRID_FUSION = "max"
 HYBRID_WEIGHTS = {"bm25": 1.0, "dense": 3.0}
 
-# The search a PostgreSQL index table is given when not told: hybrid (pgvector + full-text search), fused
-# by reciprocal rank inside SQL; PostgreSQL's text rank is not BM25, so the weights above do not carry over.
+# The search a PostgreSQL index table is given when not told: hybrid, the default pipeline above, which
+# every replica runs in its own process (serve/pg_replica.py).
 DEFAULT_PG_SEARCH = "hybrid"
 
 # How `ToolScout.from_tools` splits and merges tasks that hold several requests (`IntentMerge` settings;

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import json
 import threading
+from collections import Counter
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from .artifacts import read_config, write_artifact
 from .benchmark import read_jsonl
@@ -105,6 +106,7 @@ class ToolScout:
             if not indexed:
                 self.retriever.index(list(self._tools.values()))
         self._names = NameIndex(self._tools.values())
+        self._name_counts = Counter(t.name for t in self._tools.values())
         self.saved_config: dict[str, Any] = {}  # config.json of the directory this was loaded from
 
     # construction ------------------------------------------------------------------------
@@ -206,6 +208,10 @@ class ToolScout:
     def __contains__(self, tool_id: str) -> bool:
         return tool_id in self._tools
 
+    def name_count(self, name: str) -> int:
+        """How many tools carry this name (more than one: an agent needs their ids)."""
+        return self._name_counts.get(name, 0)
+
     def find(self, tool_id: str) -> Tool | None:
         """The tool with this id, or None (one dict read: safe while writes go on)."""
         return self._tools.get(tool_id)
@@ -221,12 +227,7 @@ class ToolScout:
         batch = tools_by_id(tools)
         with self._lock.write():
             self.retriever.add(list(batch.values()))
-            for tool in batch.values():
-                old = self._tools.get(tool.id)
-                if old is not None:
-                    self._names.remove(old)
-                self._names.add(tool)
-            self._tools.update(batch)
+            self._take(batch.values())
 
     def remove(self, ids: Iterable[str]) -> None:
         ids = list(dict.fromkeys(ids))
@@ -235,9 +236,38 @@ class ToolScout:
             if unknown:
                 raise NotFound(f"cannot remove unknown tool id(s) {unknown[:5]}")
             self.retriever.remove(ids)
+            self._drop(ids)
             for tool_id in ids:
-                self._names.remove(self._tools.pop(tool_id))
                 self.ledger.drop_tool(tool_id)  # a deleted tool's feedback goes with it
+
+    def apply(self, change: Callable[[], None], tools: Iterable[Tool] = (), removed: Iterable[str] = ()) -> None:
+        """Take in a change the retriever learns of from elsewhere (a PostgreSQL replica following its
+        change log, `serve/pg_replica.py`): under the write lock, `change()` updates the retriever, and the
+        catalog takes `tools` (new ones, or replacing those with their ids) and drops `removed`, all in the
+        one step a search sees."""
+        batch = tools_by_id(tools)
+        with self._lock.write():
+            change()
+            self._drop([tool_id for tool_id in removed if tool_id in self._tools])
+            self._take(batch.values())
+
+    def _take(self, tools: Iterable[Tool]) -> None:
+        """Tools into the catalog and its name indexes, replacing those with their ids (write lock held)."""
+        for tool in tools:
+            old = self._tools.get(tool.id)
+            if old is not None:
+                self._names.remove(old)
+                self._name_counts[old.name] -= 1
+            self._names.add(tool)
+            self._name_counts[tool.name] += 1
+            self._tools[tool.id] = tool
+
+    def _drop(self, ids: Iterable[str]) -> None:
+        """Known tool ids out of the catalog and its name indexes (write lock held)."""
+        for tool_id in ids:
+            old = self._tools.pop(tool_id)
+            self._names.remove(old)
+            self._name_counts[old.name] -= 1
 
     # learning from use ---------------------------------------------------------------------
     def learn(self, events: Iterable[FeedbackEvent | Mapping[str, Any]]) -> LearnResult:

@@ -165,6 +165,13 @@ class DenseRetriever:
         self.hashes.update({t.id: hashes[t.id] for t in changed})
         self.encoded_last = len(changed)
 
+    def put(self, tools: Sequence[Tool], vectors: np.ndarray, hashes: Sequence[str]) -> None:
+        """Insert or replace tools whose vectors were made elsewhere (a shared PostgreSQL index made them,
+        what feedback taught included), with their content hashes: stored as they are, nothing embedded or
+        learned here."""
+        self.store.upsert([t.id for t in tools], vectors, [t.namespace for t in tools])
+        self.hashes.update({t.id: h for t, h in zip(tools, hashes)})
+
     def _tool_vectors(self, tools: Sequence[Tool], texts: list[str]):
         """Vectors for tools whose text changed (subclasses blend in other evidence)."""
         return embed_tools(self.encoder, tools, self.view, texts, self.summary_weight, self.batch_size,

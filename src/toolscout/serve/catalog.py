@@ -11,6 +11,7 @@ so a check and the write it guards see the same catalog.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
@@ -140,3 +141,21 @@ class Catalog(Protocol):
     def close(self, compact: bool = True) -> None:
         """Release the storage; `compact=False` skips the final snapshot (tests of crash recovery)."""
         ...
+
+
+# ------------------------------------------------------------------------ reads over an in-process pipeline
+# What a catalog that ranks with an in-process `ToolScout` answers from it (the directory and every
+# PostgreSQL replica alike).
+
+def page_of(scout: Any, namespace: str | None, namespaces: frozenset[str] | None, offset: int,
+            limit: int) -> tuple[int, list[Tool]]:
+    """(tools matching, one page of them, ordered by id)."""
+    tools = [t for t in scout.tools if (namespaces is None or (t.namespace or "") in namespaces)
+             and (namespace is None or (t.namespace or "") == namespace)]
+    tools.sort(key=lambda t: t.id)
+    return len(tools), tools[offset:offset + limit]
+
+
+def namespace_counts_of(scout: Any, namespaces: frozenset[str] | None) -> dict[str, int]:
+    counts = Counter((t.namespace or "") for t in scout.tools)
+    return {ns: n for ns, n in sorted(counts.items()) if namespaces is None or ns in namespaces}

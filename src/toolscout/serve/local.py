@@ -25,7 +25,6 @@ import logging
 import os
 import threading
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -37,7 +36,7 @@ from ..pipeline import ToolScout
 from ..results import Filter
 from ..tool import Tool
 from ..train.feedback import Retrained
-from .catalog import Authorize, Visible, WriteResult
+from .catalog import Authorize, Visible, WriteResult, namespace_counts_of, page_of
 from .errors import ServiceError, ServiceUnavailable
 from .journal import Journal
 
@@ -67,7 +66,6 @@ class DirectoryCatalog:
         self._lock_fd = lock_fd
         self._closed = False
         self._retraining = False
-        self._names = Counter(t.name for t in scout.tools)
 
     # lifecycle -----------------------------------------------------------------------------
     @classmethod
@@ -131,17 +129,13 @@ class DirectoryCatalog:
 
     def page(self, namespace: str | None, namespaces: frozenset[str] | None, offset: int,
              limit: int) -> tuple[int, list[Tool]]:
-        tools = [t for t in self.scout.tools if (namespaces is None or (t.namespace or "") in namespaces)
-                 and (namespace is None or (t.namespace or "") == namespace)]
-        tools.sort(key=lambda t: t.id)
-        return len(tools), tools[offset:offset + limit]
+        return page_of(self.scout, namespace, namespaces, offset, limit)
 
     def namespace_counts(self, namespaces: frozenset[str] | None) -> dict[str, int]:
-        counts = Counter((t.namespace or "") for t in self.scout.tools)
-        return {ns: n for ns, n in sorted(counts.items()) if namespaces is None or ns in namespaces}
+        return namespace_counts_of(self.scout, namespaces)
 
     def name_count(self, name: str) -> int:
-        return self._names.get(name, 0)
+        return self.scout.name_count(name)
 
     def version(self) -> int:
         return self.seq
@@ -169,7 +163,6 @@ class DirectoryCatalog:
             if changed:
                 self._apply({"op": "upsert", "tools": [t.to_record() for t, _old in changed]},
                             lambda: self.scout.add([t for t, _old in changed]))
-                self._count_names(added=[t for t, _old in changed], removed=[o for _t, o in changed if o])
             result.seq = self.seq
         self._maybe_compact()
         return result
@@ -184,7 +177,6 @@ class DirectoryCatalog:
                                else f"no tools with ids {unknown[:5]}")
             if ids:
                 self._apply({"op": "delete", "ids": list(ids)}, lambda: self.scout.remove(ids))
-                self._count_names(added=[], removed=tools)
             result = WriteResult(self.seq, deleted=list(ids))
         self._maybe_compact()
         return result
@@ -232,7 +224,6 @@ class DirectoryCatalog:
                 with self._writer:  # writes made while it trained go into the new pipeline too
                     _replay(result.scout, self.journal.records_after(since), since, self.journal.path)
                     self.scout = result.scout
-                    self._names = Counter(t.name for t in self.scout.tools)
         finally:
             self._retraining = False
         if result.improved:
@@ -262,12 +253,6 @@ class DirectoryCatalog:
             raise
         finally:
             self.seq = seq
-
-    def _count_names(self, added: Sequence[Tool], removed: Sequence[Tool]) -> None:
-        for tool in removed:
-            self._names[tool.name] -= 1
-        for tool in added:
-            self._names[tool.name] += 1
 
     def compact(self) -> bool:
         """Save a full snapshot and empty the journal (searches go on; writes wait). False if nothing to do,

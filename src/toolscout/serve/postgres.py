@@ -3,34 +3,31 @@
 - The database is the catalog. There is no directory, journal or snapshot: every process serving the
   same DSN and table serves the same catalog, and a write is durable and visible to every replica once
   its transaction commits (before the write is acknowledged).
+- Every replica ranks with the library's own pipeline (`pg_replica.Replica`: BM25, the dense vectors the
+  database holds, fusion, request splitting, names), built from the tenant's rows and kept current
+  through the change log. Every search reads the tenant's version first, and a replica behind it takes
+  in the changed rows before it ranks: a search never ranks a catalog older than the one it read, and
+  one replica's write changes every replica's very next search.
 - Tenants. Every statement is scoped to one tenant: a tenant's catalog never sees, counts, gets, lists
   or overwrites another tenant's tools, and tool ids, names and versions are per tenant.
-- Per-process state is the encoder and, per tenant, a name index (queries that name a tool rank it
-  first). The index records the catalog version it reflects. Every search reads the tenant's version
-  in the same statement (the same snapshot) as its ranking, and when that version is newer the index
-  is brought up to it from the change log (only the changed ids) before the hits are built: a search
-  is never answered from a name index older than the catalog it ranked. `name_count` (naming tools
-  for agents) re-checks the version when its index is older than `max_stale_s` seconds. Replicas also
-  receive a NOTIFY on channel `toolscout` for every write, for anything else that wants to listen.
 
 Writes re-embed a tool only when its text view changed (content hash), outside the transaction; the
 transaction then locks the rows, re-checks them (another replica may have written meanwhile) and
-writes. Reranking is not supported on this store yet.
+writes. Feedback is recorded and blended into the vectors in the database (`store/pg_feedback.py`, the
+library's formula). Reranking is not supported on this store yet.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections import Counter
 from typing import Any, Sequence
 
-from ..conversation import focus
-from ..encoders.fast import fast_queries_for, fast_query_kind, task_encoder
+from ..encoders.fast import fast_queries_for, fast_query_kind
 from ..errors import Conflict, InvalidRequest, NotFound
 from ..feedback import FeedbackEvent, LearnResult, Usage
-from ..hits import Hit, HitPolicy, NameIndex, assemble_hits
-from ..intents import IntentMerge
+from ..hits import Hit, HitPolicy
+from ..pipeline import ToolScout
 from ..postgres import encode_rows
 from ..results import Filter
 from ..retrievers.dense import encoder_for, vector_hash
@@ -38,8 +35,9 @@ from ..store import pg_feedback
 from ..store.pg_config import IndexConfig
 from ..store.pgvector import NeedVectors, PgRow, PgSpec, PgStoreError, PgVectorStore, StoredRow
 from ..tool import TextView, Tool, tool_text
-from .catalog import Authorize, Visible, WriteResult
+from .catalog import Authorize, Visible, WriteResult, namespace_counts_of, page_of
 from .errors import ServiceError
+from .pg_replica import Replica
 
 WRITE_ATTEMPTS = 3
 
@@ -54,11 +52,11 @@ class PostgresCatalog:
                  fast_queries: bool | str = False):
         self.store = store
         self.encoder = encoder  # tool vectors and feedback
-        kind = fast_query_kind(fast_queries)  # a fast tier: tasks through a table or student distilled from it
-        self.query_encoder = fast_queries_for(encoder, kind) if kind else encoder
+        self.fast_queries = fast_query_kind(fast_queries)  # a fast tier: tasks through a table or student
+        if self.fast_queries:
+            fast_queries_for(encoder, self.fast_queries)  # refused now, with its reason, rather than at a search
         self.config = config
         self.view = TextView.from_dict(config.view)
-        self.intents = IntentMerge.from_dict(config.intents)
         self.max_stale_s = max_stale_s
         self.failed: str | None = None  # the database keeps every write: nothing here disables writes
         self._tenants: dict[str, PostgresTenant] = {}
@@ -115,62 +113,52 @@ class PostgresCatalog:
         return False
 
     def stats(self) -> dict[str, Any]:
-        return {"store": str(self.store.spec), "search": self.config.search, "retriever": "pgvector",
-                "fast_queries": self.query_encoder is not self.encoder,
-                "task_encoders": [task_encoder(self.encoder, self.query_encoder)]}
+        replica = self.tenant(None).replica
+        scout = replica.scout
+        return {"store": str(self.store.spec), "search": self.config.search,
+                "retriever": scout.retriever.name if scout is not None else self.config.search,
+                "dense_search": "in memory" if replica.in_memory else "pgvector HNSW",
+                "fast_queries": bool(self.fast_queries),
+                "task_encoders": scout.task_encoders if scout is not None else [self.encoder.name]}
 
     def close(self, compact: bool = True) -> None:
         self.store.close()
 
 
 class PostgresTenant:
-    """One tenant of a `PostgresCatalog`: its store handle and its name index (see the module doc)."""
+    """One tenant of a `PostgresCatalog`: its store handle and its replica (see the module doc)."""
 
     def __init__(self, catalog: PostgresCatalog, store: PgVectorStore):
         self.catalog = catalog
         self.store = store
-        self.names: NameIndex | None = None
-        self.slim: dict[str, Tool] = {}  # id -> a Tool with the fields the name index reads
-        self.counts: Counter = Counter()  # name -> tools with that name
-        self.indexed_version = -1  # the catalog version the name index reflects
+        self.replica = Replica(store, catalog.encoder, catalog.config, catalog.fast_queries)
         self.seen = -1  # the newest version a search or write of this process saw
         self.checked_at = 0.0
-        self.lock = threading.Lock()
+
+    def pipeline(self, fresh: bool = True) -> ToolScout:
+        """The replica's pipeline, brought up to the database's version now (`fresh`, or when this process
+        last read it over `max_stale_s` ago), else to the newest version this process has seen."""
+        if fresh or time.monotonic() - self.checked_at > self.catalog.max_stale_s:
+            self.checked_at = time.monotonic()
+            return self.replica.catch_up(self.current_version())
+        return self.replica.catch_up(max(self.seen, 0))
 
     # reads ---------------------------------------------------------------------------------
     def search(self, queries: Sequence[str], filter: Filter | None, policy: HitPolicy) -> list[list[Hit]]:
-        ranking = _Ranking(self, filter)
-        intents = self.catalog.intents
-        texts = [focus(q)[0] for q in queries]  # a long task: the part search reads (conversation.focus)
-        results = intents.search(texts, policy.k, ranking) if intents else ranking(texts, policy.k)
-        self.seen = max(self.seen, ranking.version)
-        named = self._named(queries, filter, ranking.version) if policy.match_names else [[] for _ in queries]
-        return [assemble_hits(q, ids, scores, named[i], policy,
-                              _RowSource(self, text, ranking.docs, ranking.vectors[text], filter))
-                for i, (q, text, (ids, scores)) in enumerate(zip(queries, texts, results))]
-
-    def _named(self, queries: Sequence[str], filter: Filter | None, version: int) -> list[list[str]]:
-        self._refresh(version)
-        with self.lock:  # a refresh for another request may be changing the index
-            return [[tid for tid in self.names.lookup(q)
-                     if filter is None or filter.allows(tid, self.slim[tid].namespace)] for q in queries]
+        return self.pipeline().hits(queries, filter, policy)
 
     def get(self, tool_id: str) -> Tool | None:
-        doc = self.store.docs([tool_id]).get(tool_id)
-        return None if doc is None else Tool.from_dict(doc)
+        return self.pipeline().find(tool_id)
 
     def page(self, namespace: str | None, namespaces: frozenset[str] | None, offset: int,
              limit: int) -> tuple[int, list[Tool]]:
-        total, docs = self.store.page(namespace, namespaces, offset, limit)
-        return total, [Tool.from_dict(d) for d in docs if d is not None]
+        return page_of(self.pipeline(), namespace, namespaces, offset, limit)
 
     def namespace_counts(self, namespaces: frozenset[str] | None) -> dict[str, int]:
-        return self.store.namespace_counts(namespaces)
+        return namespace_counts_of(self.pipeline(), namespaces)
 
     def name_count(self, name: str) -> int:
-        if self.names is None or time.monotonic() - self.checked_at > self.catalog.max_stale_s:
-            self._refresh()
-        return self.counts.get(name, 0)
+        return self.pipeline(fresh=False).name_count(name)
 
     def version(self) -> int:
         """The tenant's catalog version as of the last search or write this process made for it."""
@@ -185,37 +173,7 @@ class PostgresTenant:
         return version
 
     def __len__(self) -> int:
-        return len(self.store)
-
-    def _refresh(self, seen: int | None = None) -> None:
-        """Bring the name index up to version `seen` (None: up to the current version)."""
-        if seen is not None and self.indexed_version >= seen:
-            return
-        with self.lock:
-            if seen is not None and self.indexed_version >= seen:
-                return
-            current, changed = (0, None) if self.names is None else self.store.changes_since(self.indexed_version)
-            if self.names is None or changed is None:
-                current = self.store.version()  # read before the rows: the index may be newer, never older
-                self.names, self.slim, self.counts = NameIndex(), {}, Counter()
-                changed, rows = None, self.store.name_rows()
-            else:
-                rows = self.store.name_rows(changed) if changed else []
-            self._apply_name_rows(changed or (), rows)
-            self.indexed_version = max(self.indexed_version, current)
-            self.checked_at = time.monotonic()
-
-    def _apply_name_rows(self, changed: Sequence[str], rows: list) -> None:
-        for tool_id in changed:
-            old = self.slim.pop(tool_id, None)
-            if old is not None:
-                self.names.remove(old)
-                self.counts[old.name] -= 1
-        for tool_id, name, title, namespace in rows:
-            tool = Tool(tool_id, name, "", namespace=namespace or None, title=title)
-            self.slim[tool_id] = tool
-            self.names.add(tool)
-            self.counts[name] += 1
+        return len(self.pipeline())
 
     # feedback ------------------------------------------------------------------------------
     def learn(self, events: Sequence[FeedbackEvent]) -> LearnResult:
@@ -283,28 +241,6 @@ class PostgresTenant:
         return encode_rows(self.catalog.encoder, tools, self.catalog.view, texts, self.catalog.config.summary_weight)
 
 
-class _Ranking:
-    """`search(texts, k) -> Results` in one statement per call (what `IntentMerge.search` calls), keeping
-    what the statement returned besides the ranking: the tools' documents, the query vectors and the
-    catalog version it saw."""
-
-    def __init__(self, tenant: PostgresTenant, filter: Filter | None):
-        self.tenant, self.filter = tenant, filter
-        self.docs: dict[str, dict] = {}
-        self.vectors: dict[str, Any] = {}
-        self.version = -1
-
-    def __call__(self, texts: list[str], k: int):
-        catalog = self.tenant.catalog
-        vectors = catalog.query_encoder.encode_queries(texts)
-        lexical = texts if catalog.config.search != "dense" else None
-        outcome = self.tenant.store.query(vectors, lexical, k, self.filter, mode=catalog.config.search, docs=True)
-        self.docs.update(outcome.docs)
-        self.vectors.update(zip(texts, vectors))
-        self.version = max(self.version, outcome.version)
-        return outcome.results
-
-
 class _UpsertCheck:
     """The `inspect` step of an upsert, run inside the write transaction on the locked stored rows: it
     authorizes each tool against what it replaces, skips unchanged tools, and keeps stored vectors whose
@@ -338,32 +274,3 @@ def _stored_tool(stored: StoredRow) -> Tool:
     if stored.doc is not None:
         return Tool.from_dict(stored.doc)
     return Tool(stored.id, stored.id, namespace=stored.namespace or None)
-
-
-class _RowSource:
-    """`HitSource` for one query of a PostgreSQL search: tools from the documents the search returned;
-    tools it did not return (named or always included) are read and scored under the same filter."""
-
-    def __init__(self, tenant: PostgresTenant, query: str, docs: dict[str, dict], vector, filter: Filter | None):
-        self.tenant, self.query, self.docs, self.vector, self.filter = tenant, query, docs, vector, filter
-        self._extra: dict[str, tuple[float, dict]] = {}
-
-    def tools(self, ids: Sequence[str]) -> dict[str, Tool]:
-        missing = [tid for tid in ids if tid not in self.docs]
-        if missing:
-            self._extra = self._read(missing)
-        docs = {**self.docs, **{tid: doc for tid, (_s, doc) in self._extra.items()}}
-        return {tid: Tool.from_dict(docs[tid]) for tid in ids if docs.get(tid) is not None}
-
-    def scores(self, query: str, ids: Sequence[str]) -> dict[str, float]:
-        return {tid: self._extra[tid][0] for tid in ids if tid in self._extra}
-
-    def _read(self, wanted: list[str]) -> dict[str, tuple[float, dict]]:
-        flt = self.filter
-        ids = frozenset(wanted) if flt is None or flt.ids is None else frozenset(wanted) & flt.ids
-        only = Filter(flt.namespaces if flt else None, ids, flt.exclude_ids if flt else frozenset())
-        mode = self.tenant.catalog.config.search
-        texts = [self.query] if mode != "dense" else None
-        outcome = self.tenant.store.query(self.vector[None, :], texts, len(wanted), only, mode=mode, docs=True)
-        found_ids, scores = outcome.results[0]
-        return {tid: (float(s), outcome.docs[tid]) for tid, s in zip(found_ids, scores)}

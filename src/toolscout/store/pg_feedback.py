@@ -123,6 +123,17 @@ def reblend(store, conn, ids: Sequence[str], prior: float | None = None) -> None
                                    "WHERE tenant = %s AND id = %s"), updates)
 
 
+def learned_requests(store, ids: Sequence[str] | None = None) -> list[tuple[str, str, str]]:
+    """(tool id, source, request) of every request feedback taught, to the tools `ids` (None: any), in the
+    order they arrived: what a replica's BM25 learns (`serve/pg_replica.py`)."""
+    where, params = "tbl = %s AND tenant = %s AND learned", [store.table, store.tenant]
+    if ids is not None:
+        where, params = where + " AND tool_id = ANY(%s)", params + [list(ids)]
+    with store.database.connection() as conn:
+        return conn.execute(f"SELECT tool_id, source, query FROM toolscout_feedback WHERE {where} ORDER BY seq",
+                            params).fetchall()
+
+
 def taught_ids(store, conn) -> list[str]:
     return [r[0] for r in conn.execute("SELECT DISTINCT tool_id FROM toolscout_usage WHERE tbl = %s AND tenant = %s "
                                        "ORDER BY tool_id", [store.table, store.tenant])]

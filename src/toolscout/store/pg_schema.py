@@ -9,7 +9,8 @@ replaced by building a new partition and swapping it in. Columns:
     doc jsonb (the Tool), embedding vector(dim), updated_at timestamptz, usage text (the words of the
     requests that taught the tool), base_embedding vector(dim) (its own vector while feedback moves
     `embedding`; NULL when nothing taught it), reported integer (feedback events that named it),
-    tsv tsvector (generated from text and usage)
+    tsv tsvector (generated from text and usage), seq bigint (the order tools joined the catalog, from the
+    sequence `{table}_seq`: replicas list the catalog in that order, as the library keeps it)
 
 Shared bookkeeping tables (one set per database):
 
@@ -94,9 +95,10 @@ def partition_ddl(table: str, name: str, dim: int, tenant: str, indexes: bool = 
         " usage text NOT NULL DEFAULT '',"
         " base_embedding vector({dim}),"
         " reported integer NOT NULL DEFAULT 0,"
-        " tsv tsvector GENERATED ALWAYS AS (to_tsvector({cfg}::regconfig, text || ' ' || usage)) STORED)"
+        " tsv tsvector GENERATED ALWAYS AS (to_tsvector({cfg}::regconfig, text || ' ' || usage)) STORED,"
+        " seq bigint NOT NULL DEFAULT nextval({sequence}))"
     ).format(name=sql.Identifier(name), tenant=sql.Literal(tenant), dim=sql.Literal(int(dim)),
-             cfg=sql.Literal(TEXT_SEARCH_CONFIG))
+             cfg=sql.Literal(TEXT_SEARCH_CONFIG), sequence=sql.Literal(f"{check_table_name(table)}_seq"))
     return [create, *(partition_indexes(table, name) if indexes else [])]
 
 
@@ -179,10 +181,19 @@ def _v3(table: str, dim: int) -> list[str]:
     ]
 
 
+def _v4(table: str, dim: int) -> list[str]:
+    return [
+        f"CREATE SEQUENCE IF NOT EXISTS {table}_seq",
+        f"ALTER TABLE {table} ADD COLUMN seq bigint NOT NULL DEFAULT nextval('{table}_seq')",
+    ]
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "tools table partitioned by tenant, HNSW (inner product) index, versions and change log", _v1),
     Migration(2, "lexical search: generated tsvector column over the text view, GIN index", _v2),
     Migration(3, "learning from use: feedback and per-source usage tables, usage words in the tsvector", _v3),
+    Migration(4, "catalog order: seq, the order tools joined the catalog (replicas keep it, as the library does)",
+              _v4),
 )
 LATEST = MIGRATIONS[-1].version
 

@@ -445,6 +445,17 @@ class PgVectorStore:
             return conn.execute(self._sql(f"SELECT id, coalesce(doc->>'name', id), doc->>'title', namespace "
                                           f"FROM {{t}} WHERE {where}"), params).fetchall()
 
+    def replica_rows(self, ids: Iterable[str] | None = None, vectors: bool = True) -> list[tuple]:
+        """(id, namespace, content_hash, doc, embedding or None) of `ids` (unknown ones left out) or of every
+        row, in catalog order (the order tools joined it): what a replica's in-process pipeline is built
+        from (`serve/pg_replica.py`)."""
+        where, params = self._ids_clause(ids)
+        column = "embedding" if vectors else "NULL"
+        with self.database.connection() as conn:
+            rows = conn.execute(self._sql(f"SELECT id, namespace, content_hash, doc, {column} FROM {{t}} "
+                                          f"WHERE {where} ORDER BY seq, id"), params).fetchall()
+        return [(tid, ns or None, h, doc, None if vec is None else _to_numpy(vec)) for tid, ns, h, doc, vec in rows]
+
     def _ids_clause(self, ids: Iterable[str] | None) -> tuple[str, list]:
         if ids is None:
             return "tenant = %s", [self.tenant]
@@ -759,13 +770,13 @@ class PgVectorStore:
             seen = self._version(conn)
             for statement in schema.partition_ddl(self.table, staging, self.dim, self.tenant, indexes=False):
                 conn.execute(statement)
-            conn.execute("CREATE TEMP TABLE toolscout_incoming (id text, namespace text, text text, content_hash text, "
-                         f"doc jsonb, embedding vector({self.dim})) ON COMMIT DROP")
+            conn.execute("CREATE TEMP TABLE toolscout_incoming (pos integer, id text, namespace text, text text, "
+                         f"content_hash text, doc jsonb, embedding vector({self.dim})) ON COMMIT DROP")
             with conn.cursor() as cur:
                 with cur.copy("COPY toolscout_incoming FROM STDIN WITH (FORMAT BINARY)") as copy:
-                    copy.set_types(["text", "text", "text", "text", "jsonb", "vector"])
-                    for r in rows:
-                        copy.write_row([r.id, r.namespace or "", r.text, r.content_hash, _jsonb(r.doc, Jsonb),
+                    copy.set_types(["int4", "text", "text", "text", "text", "jsonb", "vector"])
+                    for pos, r in enumerate(rows):
+                        copy.write_row([pos, r.id, r.namespace or "", r.text, r.content_hash, _jsonb(r.doc, Jsonb),
                                         None if r.vector is None else _vector(r.vector, self.dim)])
             live = conn.execute("SELECT to_regclass(%s)", [canonical]).fetchone()[0] is not None
             old = self._sql("LEFT JOIN {p} o ON o.id = i.id", p=canonical) if live else self._sql(
@@ -778,7 +789,7 @@ class PgVectorStore:
                 "SELECT %s, i.id, i.namespace, CASE WHEN i.embedding IS NULL THEN o.text ELSE i.text END, "
                 "CASE WHEN i.embedding IS NULL THEN o.content_hash ELSE i.content_hash END, i.doc, "
                 "coalesce(i.embedding, o.base_embedding, o.embedding) FROM toolscout_incoming i {old} "
-                "WHERE i.embedding IS NOT NULL OR o.content_hash = i.content_hash").format(
+                "WHERE i.embedding IS NOT NULL OR o.content_hash = i.content_hash ORDER BY i.pos").format(
                     s=sql.Identifier(staging), old=old), [self.tenant])
             missing = conn.execute(sql.SQL(
                 "SELECT i.id FROM toolscout_incoming i LEFT JOIN {s} n ON n.id = i.id WHERE n.id IS NULL "
