@@ -4,6 +4,7 @@ from pathlib import Path
 import pytest
 
 from toolscout.cli import main
+from toolscout.pipeline import DEFAULT_INTENT_MERGE
 
 CATALOGS = Path(__file__).resolve().parents[1] / "src" / "toolscout" / "data" / "catalogs"
 EVAL_SETS = Path(__file__).parent / "fixtures" / "eval"
@@ -148,9 +149,9 @@ def test_index_splits_multi_request_tasks_unless_told_not_to(capsys, tmp_path):
     catalog = CATALOGS / "mcp_reference_servers.json"
     task = "fetch a url. Then create a new entity for the project and a relation to its owner"
     tools = load_tools(catalog)
-    expected = {split: [h.tool.id for h in ToolScout.from_tools(tools, retriever="dense",
-                                                                intents="default" if split else None).search(task, k=5)]
-                for split in (True, False)}
+    expected = {split: [h.tool.id for h in ToolScout.from_tools(
+        tools, retriever="dense", intents=DEFAULT_INTENT_MERGE if split else None).search(task, k=5)]
+        for split in (True, False)}
     # two requests: as one, the memory tools fill the top 5; split, the first request's tool comes back
     assert "fetch.fetch" in expected[True] and "fetch.fetch" not in expected[False]
     for split, flags in ((True, []), (False, ["--no-split"])):

@@ -183,7 +183,7 @@ def test_dense_retriever_loads_the_model_dir_and_survives_a_pipeline_save(traine
 
 def test_cli_eval_encodes_unseen_tools_with_the_trained_dir(trained, tmp_path, capsys):
     from toolscout import evaluate
-    from toolscout.pipeline import ToolScout
+    from toolscout.pipeline import DEFAULT_INTENT_MERGE, ToolScout
 
     alpha = Path(__file__).parent / "fixtures" / "eval" / "alpha"  # tools the model never saw in training
     report = tmp_path / "eval.json"
@@ -192,7 +192,7 @@ def test_cli_eval_encodes_unseen_tools_with_the_trained_dir(trained, tmp_path, c
     assert code == 0, capsys.readouterr().err
     got = json.loads(report.read_text())["sets"]["alpha"]
 
-    def figures(model, intents="default"):  # the same set through the Python API, the model given directly
+    def figures(model, intents=DEFAULT_INTENT_MERGE):  # the same set through the Python API, the model given directly
         return evaluate([alpha], lambda tools: ToolScout.from_tools(tools, retriever="dense", model=model,
                                                                     intents=intents),
                         progress=False).to_json()["sets"]["alpha"]

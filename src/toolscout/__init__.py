@@ -9,7 +9,7 @@
 from .tool import TextView, Tool
 from .version import __version__
 
-__all__ = ["Tool", "TextView", "ToolScout", "Hit", "load_tools", "evaluate", "__version__"]
+__all__ = ["Tool", "TextView", "ToolScout", "Hit", "Filter", "IntentMerge", "load_tools", "evaluate", "__version__"]
 
 
 def __getattr__(name):  # heavy parts load on first use, so `import toolscout` stays fast
@@ -21,6 +21,14 @@ def __getattr__(name):  # heavy parts load on first use, so `import toolscout` s
         from .hits import Hit
 
         return Hit
+    if name == "Filter":  # what `search(filter=...)` takes
+        from .results import Filter
+
+        return Filter
+    if name == "IntentMerge":  # what `from_tools(intents=...)` takes
+        from .intents import IntentMerge
+
+        return IntentMerge
     if name == "load_tools":
         from .ingest import load_tools
 

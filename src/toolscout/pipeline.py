@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
+import warnings
 from collections import Counter
 import time
 from contextlib import contextmanager
@@ -26,10 +27,11 @@ from .intents import IntentMerge
 from .rerank.base import Reranker, load_reranker
 from .results import Filter, Results
 from .retrievers.base import Encoding, Retriever, load_retriever, make_retriever, parts
-from .tool import Tool, tools_by_id
+from .tool import TextView, Tool, tools_by_id
 from .version import __version__
 
 PIPELINE_KIND = "toolscout.pipeline"
+DEFAULT_INTENT_MERGE = IntentMerge.from_dict(DEFAULT_INTENTS)  # what `from_tools` splits tasks with by default
 FEEDBACK_FILE = "feedback.json"
 FORMAT_VERSION = 1
 
@@ -112,17 +114,28 @@ class ToolScout:
     # construction ------------------------------------------------------------------------
     @classmethod
     def from_tools(cls, tools: Iterable[Tool], retriever: str = DEFAULT_RETRIEVER, *,
-                   reranker: Reranker | str | Path | None = None, intents: IntentMerge | None | str = "default",
-                   **options: Any) -> "ToolScout":
+                   model: str | None = None, encoder: Any = None, store: str | None = None,
+                   view: TextView | None = None, reranker: Reranker | str | Path | None = None,
+                   intents: IntentMerge | None = DEFAULT_INTENT_MERGE, **options: Any) -> "ToolScout":
         """Index `tools` with the retriever registered as `retriever` (default: toolscout's default
-        pipeline, `toolscout.defaults.DEFAULT_RETRIEVER`; options go to its constructor).
-        `reranker`: a Reranker, or the path of a trained reranker / saved reranker folder. `intents`: how
-        multi-request tasks are split and merged ("default": `toolscout.defaults.DEFAULT_INTENTS`; None: never)."""
+        pipeline, `toolscout.defaults.DEFAULT_RETRIEVER`).
+
+        `model`: the encoder (a name `toolscout.encoders.resolve_model` knows, a path, or a `toolscout train`
+        directory; default: toolscout's own); `encoder`: one already loaded (to share between indexes);
+        `store`: where dense vectors live ("numpy", "faiss:HNSW32", or a PostgreSQL DSN); `view`: the text
+        view retrievers read; `options`: other settings of the retriever (`--retriever NAME -o KEY=VALUE`).
+        A setting the retriever does not take is refused by it. `reranker`: a Reranker, or the path of a
+        trained reranker / saved reranker folder. `intents`: how multi-request tasks are split and merged
+        (default: `toolscout.defaults.DEFAULT_INTENTS`; None: never)."""
         if isinstance(reranker, (str, Path)):
             reranker = load_reranker(reranker)
-        if intents == "default":
-            intents = IntentMerge.from_dict(DEFAULT_INTENTS)
-        return cls(make_retriever(retriever, **options), list(tools), reranker=reranker, intents=intents)
+        if isinstance(intents, str):  # the spelling of the default before it was an IntentMerge
+            warnings.warn('intents="default" is deprecated: leave intents out for the default', DeprecationWarning,
+                          stacklevel=2)
+            intents = DEFAULT_INTENT_MERGE
+        named = {k: v for k, v in (("model", model), ("encoder", encoder), ("store", store), ("view", view))
+                 if v is not None}
+        return cls(make_retriever(retriever, **named, **options), list(tools), reranker=reranker, intents=intents)
 
     @classmethod
     def load(cls, path: str | Path, *, fast_queries: bool | str = False) -> "ToolScout":

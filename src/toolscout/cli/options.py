@@ -57,9 +57,11 @@ def add_retriever_options(p: argparse.ArgumentParser, *, many: bool = False) -> 
     add_view_options(p)
 
 
-def intents_from_args(args: argparse.Namespace) -> str | None:
+def intents_from_args(args: argparse.Namespace) -> Any:
     """The `intents` ToolScout.from_tools gets: its default, or None for --no-split."""
-    return "default" if args.split_requests else None
+    from ..pipeline import DEFAULT_INTENT_MERGE
+
+    return DEFAULT_INTENT_MERGE if args.split_requests else None
 
 
 def model_for(model: str | None, name: str) -> str | None:

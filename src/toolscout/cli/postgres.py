@@ -12,7 +12,7 @@ from ..postgres import index_catalog, migrate_directory
 from ..store.pg_config import set_search_mode
 from ..store.pgvector import PgSpec, PgVectorStore
 from ..tool import Tool
-from .options import intents_from_args, view_from_args
+from .options import view_from_args
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -47,7 +47,7 @@ def index_into_postgres(args: argparse.Namespace, tools: Sequence[Tool]) -> int:
     store = PgVectorStore.from_spec(spec, encoder.dim)
     try:
         report = index_catalog(store, tools, encoder, view, search="dense" if args.retriever == "dense" else "hybrid",
-                               progress=True, intents=intents_from_args(args))
+                               progress=True, intents="default" if args.split_requests else None)  # default: the table's
         hashes = {t.id: vector_hash(t, view, tool_text(t, view), report.summary_weight) for t in tools}
         retriever = DenseRetriever(encoder=encoder, store=spec.to_string(), view=view,  # the DSN without password
                                    summary_weight=report.summary_weight, vectors=store, hashes=hashes)

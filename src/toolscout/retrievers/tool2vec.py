@@ -19,17 +19,13 @@ import numpy as np
 
 from ..artifacts import read_json
 from ..encoders import Encoder
+from ..feedback import blend
 from ..models import model_config
 from ..store.base import VectorStore
 from ..tool import TextView, Tool
 from .base import Accepts
 from .dense import DenseRetriever, encoder_for, saved_index
 from .learned import LearnedVectors
-
-
-def _unit(v: np.ndarray) -> np.ndarray:
-    norm = np.linalg.norm(v, axis=-1, keepdims=True)
-    return v / np.maximum(norm, 1e-12)
 
 
 class UsageTable:
@@ -104,9 +100,11 @@ class Tool2VecRetriever(DenseRetriever):
                 self.usage.add(tool_id, self.encoder.encode(list(queries), batch_size=batch_size))
 
     def _blend(self, tool_id: str, description: np.ndarray) -> np.ndarray:
+        """The Tool2Vec paper's blend, as learning from use blends (`feedback.blend`: the description's
+        vector is a unit vector here, so the result is the normalised prior-weighted sum)."""
         if tool_id not in self.usage:
             return description
-        return _unit(self.usage.sums[tool_id] + self.prior * description)
+        return blend(description, [self.usage.sums[tool_id]], self.prior)
 
     def _tool_vectors(self, tools: Sequence[Tool], texts: list[str]) -> np.ndarray:
         descriptions = super()._tool_vectors(tools, texts)
