@@ -171,9 +171,8 @@ class ToolScout:
         return [part for part in parts(self.retriever) if isinstance(part, Encoding)]
 
     def use_fast_queries(self, kind: str = "table") -> "ToolScout":
-        """A fast tier (`encoders/fast.py`): tasks are encoded by the static table ("table": ~0.08 ms a task
-        instead of ~3) or the query student ("student": ~2 ms) distilled from the dense retriever's
-        encoder, at some quality (docs/serving.md). Tool vectors and learning from feedback are unchanged.
+        """A fast tier (`encoders/fast.py`): tasks are encoded by the static table ("table") or the query
+        student ("student") distilled from the dense retriever's encoder, at some quality (docs/serving.md). Tool vectors and learning from feedback are unchanged.
         Raises FastQueriesUnavailable when the pipeline has no dense retriever or the tier cannot serve
         its encoder."""
         from .encoders.fast import FastQueriesUnavailable

@@ -18,11 +18,10 @@ from ..defaults import DEFAULT_RETRIEVER
 from ..tool import PROFILE_FIELDS, TextView
 
 # the fast tiers (`encoders/fast.py`), shared by search, eval and serve
-FAST_QUERIES_HELP = ("the fast tier: encode tasks with the static table distilled from the index's encoder (~0.08 ms "
-                     "a task instead of ~3.8; about 1.4 nDCG@10 lower on the dev sets: docs/serving.md)")
-STUDENT_QUERIES_HELP = ("the middle tier: encode tasks with the four-layer query student distilled from the index's "
-                        "encoder (~2 ms a task instead of ~3.3; about 0.1 nDCG@10 lower on the dev sets, 0.7 on "
-                        "catalogs it was not trained on: docs/serving.md)")
+FAST_QUERIES_HELP = ("the fast tier: encode tasks with the static table distilled from the index's encoder (the "
+                     "cheapest tier and the most quality lost; cost and quality measured in docs/serving.md)")
+STUDENT_QUERIES_HELP = ("the middle tier: encode tasks with the four-layer query student distilled from the "
+                        "index's encoder (less CPU a task, little quality lost; measured in docs/serving.md)")
 
 
 FAST_QUERY_FLAGS = {"table": "--fast-queries", "student": "--student-queries"}  # tier -> its flag

@@ -1,9 +1,11 @@
 """The fast tiers: what encodes a dense retriever's tasks instead of its encoder, for more searches per core.
 
-- "table": the static word-piece table distilled from the encoder (`static.py`): a sum of rows, ~0.08 ms
-  a task against ~3 ms, and the most quality lost (docs/serving.md);
+- "table": the static word-piece table distilled from the encoder (`static.py`): a sum of rows, the
+  cheapest by far, and the most quality lost;
 - "student": the query student distilled from the encoder (`students.py`): a transformer with four of the
-  six layers, ~2 ms a task, and less quality lost.
+  six layers, cheaper than the encoder, and less quality lost.
+
+What each costs and loses, measured: docs/serving.md.
 
 Both leave the tools on the encoder's vectors and learning from feedback on the encoder. Each raises a
 `FastQueriesUnavailable` that says why when it cannot serve an encoder.

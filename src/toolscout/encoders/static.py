@@ -1,7 +1,7 @@
 """The fast tier's query encoder: a static table of word-piece vectors distilled from an encoder.
 
 A task's vector is the sum of its word pieces' rows (plus one bias row), L2-normalised: no network runs,
-so a task costs ~0.08 ms instead of the encoder's ~3.8 ms. Tools are still embedded by
+so a task costs a small fraction of an encoder pass (docs/serving.md). Tools are still embedded by
 the encoder the table was distilled from (its teacher), and feedback is still learned with it, so the
 table answers in the teacher's vector space: an index built with the default pipeline serves fast
 queries as it is, nothing re-embedded, and can go back to the teacher's queries at any time.
