@@ -92,6 +92,15 @@ def test_eval_writes_the_design_json_shape(capsys, tmp_path):
     assert set(data["systems"]) == {"bm25", "dense"} and data["comparisons"][0]["b"] == "dense"
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
+    code, out, err = run(capsys, "eval", EVAL_SETS / "alpha", "--retriever", "bm25", "--retriever", "dense",
+                         "--json", out_json, "--quiet", "--bootstrap", "0")  # 0: the systems, not compared
+    assert code == 0, err
+    data = json.loads(out_json.read_text())
+    assert set(data["systems"]) == {"bm25", "dense"} and data["comparisons"] == []
+    with pytest.raises(SystemExit):  # refused before any set is evaluated
+        run(capsys, "eval", EVAL_SETS / "alpha", "--bootstrap", "-1")
+    assert "--bootstrap needs 0 or more" in capsys.readouterr().err
+
 
 def reference_metrics(folder, k):
     """nDCG, recall and MRR at k from ranx, and completeness counted by hand, in points, for the BM25

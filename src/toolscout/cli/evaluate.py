@@ -30,8 +30,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--per-category", action="store_true", help="also print metrics per tool category")
     p.add_argument("--json", default=None, metavar="FILE", help="write metrics and latency as JSON")
     p.add_argument("--plot", default=None, metavar="FILE.png", help="bar chart comparing the systems")
-    p.add_argument("--bootstrap", type=int, default=10000, metavar="N",
-                   help="paired-bootstrap resamples when comparing systems (default %(default)s)")
+    p.add_argument("--bootstrap", type=_resamples, default=10000, metavar="N",
+                   help="paired-bootstrap resamples when comparing systems (default %(default)s; 0: no comparison)")
     add_fast_queries(p)
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(handler=cmd_eval)
@@ -101,10 +101,20 @@ def _factory(name: str, options: dict[str, Any], reranker: Any, fast_queries: st
     return build
 
 
+def _resamples(text: str) -> int:
+    """--bootstrap, checked before any set is evaluated (0 turns the comparison off)."""
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"--bootstrap needs 0 or more resamples, got {value}")
+    return value
+
+
 def _compare(reports: list, args: argparse.Namespace) -> list[dict[str, Any]]:
     from ..eval import paired_bootstrap
 
     comparisons = []
+    if args.bootstrap == 0:
+        return comparisons
     for other in reports[1:]:
         result = paired_bootstrap(reports[0], other, metric=f"ndcg@{args.k}", n_resamples=args.bootstrap)
         comparisons.append({"a": reports[0].name, "b": other.name, **result.to_dict()})
