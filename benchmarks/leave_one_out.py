@@ -47,9 +47,12 @@ class _Vectors:
 
     def encode_queries(self, queries) -> np.ndarray:
         from toolscout.conversation import LATEST_TURN_WEIGHT, emphasise_latest_turn
+        from toolscout.query import as_queries
 
-        vectors = self.encode(list(queries))
-        return emphasise_latest_turn(vectors, list(queries), lambda t: self.encode(list(t)), LATEST_TURN_WEIGHT)
+        queries = as_queries(queries)
+        vectors = self.encode([q.text for q in queries])
+        return emphasise_latest_turn(vectors, [q.latest_turn for q in queries], lambda t: self.encode(list(t)),
+                                     LATEST_TURN_WEIGHT)
 
 
 def rankings(retriever, tools, queries) -> dict[str, tuple[np.ndarray, np.ndarray]]:

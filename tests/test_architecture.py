@@ -19,7 +19,7 @@ LAYERS = [
     ("foundation", ["toolscout.errors", "toolscout.registry", "toolscout.defaults", "toolscout.version",
                     "toolscout.artifacts", "toolscout.results", "toolscout.rows", "toolscout.tool",
                     "toolscout.conversation", "toolscout.benchmark", "toolscout.models", "toolscout.llm",
-                    "toolscout.feedback", "toolscout.lru", "toolscout.task_part"]),
+                    "toolscout.feedback", "toolscout.lru", "toolscout.query"]),
     ("storage, encoders, parsing, measurement", ["toolscout.store", "toolscout.encoders", "toolscout.ingest",
                                                  "toolscout.eval"]),
     ("retrievers", ["toolscout.retrievers"]),

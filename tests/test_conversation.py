@@ -40,12 +40,12 @@ def test_emphasis_adds_the_tail_vector_and_renormalises():
         calls.append(texts)
         return np.array([[0.0, 1.0]], dtype=np.float32)
 
-    out = emphasise_latest_turn(vectors, [DIALOGUE, "plain request"], encode)
+    out = emphasise_latest_turn(vectors, [latest_turn(DIALOGUE), None], encode)
     assert calls == [[latest_turn(DIALOGUE)]]  # only the transcript's tail is encoded
     np.testing.assert_allclose(out[0], [2 ** -0.5, 2 ** -0.5], atol=1e-6)  # (1,0)+(0,1), unit length
     np.testing.assert_array_equal(out[1], vectors[1])  # a plain request is untouched
     np.testing.assert_array_equal(vectors[0], [1.0, 0.0])  # the input is not modified
-    assert emphasise_latest_turn(vectors, [DIALOGUE, "x"], encode, weight=0) is vectors
+    assert emphasise_latest_turn(vectors, [latest_turn(DIALOGUE), None], encode, weight=0) is vectors
 
 
 def test_the_encoder_mixes_the_latest_turn_into_transcript_queries(encoder):

@@ -280,27 +280,33 @@ def test_few_torch_threads_uses_one_thread_for_small_cpu_batches_and_restores():
 
 def test_query_vectors_are_cached_and_a_changed_encoder_empties_the_cache():
     from toolscout.encoders.query_cache import QueryCache
+    from toolscout.query import Query
 
     calls = []
 
-    def compute(texts):
-        calls.append(list(texts))
-        return np.array([[float(len(t)), 1.0] for t in texts], dtype=np.float32)
+    def compute(queries):
+        calls.append([q.text for q in queries])
+        return np.array([[float(len(q.text)), 1.0] for q in queries], dtype=np.float32)
 
+    ab, abc, abcd = Query.of("ab"), Query.of("abc"), Query.of("abcd")
     cache = QueryCache(size=2)
-    first = cache.vectors(["ab", "abc", "ab"], "k1", compute)
+    first = cache.vectors([ab, abc, ab], "k1", compute)
     assert calls == [["ab", "abc"]] and first.tolist() == [[2, 1], [3, 1], [2, 1]]
-    cache.vectors(["abc", "abcd"], "k1", compute)  # "abc" is a hit; "abcd" pushes out "ab" (least recent)
+    cache.vectors([abc, abcd], "k1", compute)  # "abc" is a hit; "abcd" pushes out "ab" (least recent)
     assert calls[-1] == ["abcd"] and (cache.hits, cache.misses) == (1, 4)  # a repeat within one call is a miss
-    cache.vectors(["ab"], "k1", compute)
+    cache.vectors([ab], "k1", compute)
     assert calls[-1] == ["ab"]
-    cache.vectors(["ab"], "k2", compute)  # another encoder state: nothing cached counts
+    cache.vectors([ab], "k2", compute)  # another encoder state: nothing cached counts
     assert calls[-1] == ["ab"] and len(calls) == 4
+    cache.vectors([Query.of("xab").part("ab")], "k2", compute)  # the same words cut from a task: its own entry
+    assert calls[-1] == ["ab"] and len(calls) == 5
 
 
 def test_the_encoder_answers_repeated_queries_from_its_cache(encoder):
+    from toolscout.query import as_queries
+
     queries = ["book a flight to Oslo", "send an email to Ann"]
-    fresh = encoder._encode_queries(queries)
+    fresh = encoder._encode_queries(as_queries(queries))
     hits = encoder.query_cache.hits
     np.testing.assert_array_equal(encoder.encode_queries(queries), fresh)
     np.testing.assert_array_equal(encoder.encode_queries(queries[::-1]), fresh[::-1])

@@ -47,13 +47,15 @@ def test_what_opens_a_request():
 
 
 def fixed_search(table):
-    """search(queries, k) answering from a dict query -> [(id, score), ...], recording the calls."""
+    """search(queries, k) answering from a dict query text -> [(id, score), ...], recording the texts
+    searched."""
     calls = []
 
     def search(queries, k):
-        calls.append((list(queries), k))
-        return Results.from_lists([[i for i, _s in table[q]][:k] for q in queries],
-                                  [[s for _i, s in table[q]][:k] for q in queries])
+        texts = [q.text for q in queries]
+        calls.append((texts, k))
+        return Results.from_lists([[i for i, _s in table[q]][:k] for q in texts],
+                                  [[s for _i, s in table[q]][:k] for q in texts])
 
     return search, calls
 

@@ -8,23 +8,31 @@ import pytest
 from toolscout.encoders.late_chunk import TokenRun
 from toolscout.intents import IntentMerge
 from toolscout.results import Results
-from toolscout.task_part import TaskPart
+from toolscout.query import Query, as_queries
 
 TASK = "find a flight to Rome, book the cheapest hotel near the station and add both to my calendar"
 REQUESTS = ["find a flight to Rome", "book the cheapest hotel near the station", "add both to my calendar"]
 
 
-def test_a_task_part_is_its_text_and_remembers_where_it_was_cut():
-    part = TaskPart.find(TASK, "book the cheapest hotel")
-    assert part == "book the cheapest hotel" and isinstance(part, str)
-    assert (part.task, part.start, part.end) == (TASK, 23, 46)
-    assert TASK[part.start:part.end] == part
-    assert part.cache_key != "book the cheapest hotel"  # its vector depends on the task too
-    again = pickle.loads(pickle.dumps(part))
-    assert isinstance(again, TaskPart) and (again.task, again.start, again.end) == (TASK, 23, 46)
-    assert type(TaskPart.find(TASK, "a train to Oslo")) is str  # not a stretch of the task: plain text
-    with pytest.raises(ValueError):
-        TaskPart(TASK, 5, 5)
+def test_a_request_cut_from_a_task_remembers_where():
+    task = Query.of(TASK)
+    part = task.part("book the cheapest hotel")
+    assert part.text == "book the cheapest hotel" and part.within == (TASK, 23, 46)
+    assert TASK[23:46] == part.text
+    assert part.cache_key != Query.of("book the cheapest hotel").cache_key  # its vector depends on the task too
+    assert pickle.loads(pickle.dumps(part)) == part
+    assert task.part("a train to Oslo").within is None  # not a stretch of the task: a task of its own
+    assert not isinstance(part, str)  # nothing can turn it into text and lose where it was cut
+
+
+def test_a_query_reads_a_task_once_focus_and_latest_turn():
+    long = "please " + "word " * 600 + "x" * 300  # a blob and more than the focus limit
+    query = Query.of(long)
+    assert query.truncated and len(query.text) <= 2000 and "xxx" not in query.text
+    transcript = Query.of("User: book a table\nAI: where?\nUser: in Rome, and the weather there")
+    assert transcript.latest_turn == "User: in Rome, and the weather there" and not transcript.truncated
+    with pytest.raises(TypeError):
+        as_queries("one task")  # a lone string would read as one-character tasks
 
 
 def test_span_vector_is_the_unit_mean_of_the_tokens_overlapping_the_span():
@@ -59,12 +67,12 @@ def test_parts_are_pooled_from_the_tasks_tokens_and_the_task_keeps_its_own_vecto
     from toolscout.encoders import Encoder
 
     encoder = Encoder.load("minilm", backend=backend)
-    parts = [TaskPart.find(TASK, r) for r in REQUESTS]
+    parts = [Query.of(TASK).part(r) for r in REQUESTS]
     vectors = encoder.encode_queries([TASK] + parts)
     np.testing.assert_allclose(vectors[0], encoder.encode([TASK])[0], atol=1e-6)
     for part, vector in zip(parts, vectors[1:]):
-        np.testing.assert_allclose(vector, torch_late_chunk(torch_encoder, TASK, part), atol=2e-4)
-        alone = encoder.encode([str(part)])[0]
+        np.testing.assert_allclose(vector, torch_late_chunk(torch_encoder, TASK, part.text), atol=2e-4)
+        alone = encoder.encode([part.text])[0]
         assert float(vector @ alone) < 0.99  # not the part encoded on its own
     # the same words as a query of their own are encoded alone (the cache keeps the two apart)
     plain = encoder.encode_queries([REQUESTS[0]])[0]
@@ -72,7 +80,7 @@ def test_parts_are_pooled_from_the_tasks_tokens_and_the_task_keeps_its_own_vecto
     np.testing.assert_allclose(encoder.encode_queries([parts[0]])[0], vectors[1], atol=1e-6)
 
 
-def test_intent_merge_hands_the_search_task_parts_unless_told_not_to():
+def test_intent_merge_hands_the_search_requests_that_know_their_task_unless_told_not_to():
     seen = []
 
     def search(queries, k):
@@ -80,9 +88,10 @@ def test_intent_merge_hands_the_search_task_parts_unless_told_not_to():
         return Results.from_lists([["t"]] * len(queries), [[1.0]] * len(queries))
 
     IntentMerge(merge="max", intent_weight=0.9).search([TASK], 5, search)
-    assert seen[-1][1:] == REQUESTS and all(isinstance(q, TaskPart) for q in seen[-1][1:])
+    assert [q.text for q in seen[-1][1:]] == REQUESTS
+    assert [q.within for q in seen[-1][1:]] == [(TASK, TASK.index(r), TASK.index(r) + len(r)) for r in REQUESTS]
     IntentMerge(merge="max", intent_weight=0.9, late_chunk=False).search([TASK], 5, search)
-    assert seen[-1][1:] == REQUESTS and not any(isinstance(q, TaskPart) for q in seen[-1])
+    assert [q.text for q in seen[-1][1:]] == REQUESTS and all(q.within is None for q in seen[-1])
     # a directory saved before late chunking existed keeps encoding each request alone
     assert IntentMerge.from_dict({"merge": "max", "intent_weight": 0.7}).late_chunk is False
     assert IntentMerge.from_dict(IntentMerge(late_chunk=True).to_dict()).late_chunk is True

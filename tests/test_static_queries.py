@@ -65,6 +65,28 @@ def fast(encoder):
     return static.static_queries_for(encoder)
 
 
+@pytest.mark.parametrize("tier", ["encoder", "table"])
+def test_each_query_encoder_honours_the_contract_and_reads_the_latest_turn_off_the_query(tier, encoder, fast,
+                                                                                         monkeypatch):
+    from toolscout.encoders.contract import QueryEncoder
+    from toolscout.query import Query
+
+    query_encoder = encoder if tier == "encoder" else fast
+    monkeypatch.setattr(query_encoder, "query_cache", QueryCache(0))  # every call encodes
+    transcript = "User: book a flight to Rome\nAI: done\nUser: and a hotel near the station"
+    tasks = ["send an email to my boss", transcript]
+    assert isinstance(query_encoder, QueryEncoder)
+    as_text = query_encoder.encode_queries(tasks)
+    assert as_text.shape == (2, query_encoder.dim) and as_text.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(as_text, axis=1), 1.0, atol=1e-5)
+    np.testing.assert_array_equal(as_text, query_encoder.encode_queries([Query.of(t) for t in tasks]))
+    # the latest turn is what the query carries, not found again: without it, the transcript is plain text
+    plain = query_encoder.encode_queries([Query(transcript)])[0]
+    assert float(plain @ as_text[1]) < 0.99
+    own = encoder.encode([transcript])[0] if tier == "encoder" else fast.table.encode([transcript])[0]
+    np.testing.assert_allclose(plain, own, atol=1e-6)
+
+
 def test_the_shipped_table_gives_the_vectors_its_fitting_run_recorded(fast, encoder):
     reference = np.load(static.STATIC_DIR / encoder.name / static.REFERENCE)
     texts = list(reference["texts"])

@@ -58,17 +58,18 @@ def without_speaker_labels(text: str) -> str:
     return _TURN.sub("", text)
 
 
-def emphasise_latest_turn(vectors: np.ndarray, queries: Sequence[str], encode: Callable[[list[str]], np.ndarray],
+def emphasise_latest_turn(vectors: np.ndarray, tails: Sequence[str | None], encode: Callable[[list[str]], np.ndarray],
                           weight: float = LATEST_TURN_WEIGHT) -> np.ndarray:
-    """Query vectors with each transcript's latest turn mixed in (module doc). `vectors` are the unit
-    vectors of `queries`; `encode` embeds a list of texts to unit rows. Other rows are returned as they are."""
-    if weight <= 0 or len(queries) == 0:
+    """Query vectors with each transcript's latest turn mixed in (module doc). `vectors` are the queries'
+    unit vectors; `tails` their latest turns (None: not a transcript; `Query.latest_turn`); `encode` embeds
+    a list of texts to unit rows. Rows without a tail are returned as they are."""
+    if weight <= 0 or len(tails) == 0:
         return vectors
-    tails = [(i, tail) for i, text in enumerate(queries) if (tail := latest_turn(text)) is not None]
-    if not tails:
+    found = [(i, tail) for i, tail in enumerate(tails) if tail is not None]
+    if not found:
         return vectors
-    rows = [i for i, _ in tails]
-    mixed = vectors[rows] + weight * encode([tail for _, tail in tails])
+    rows = [i for i, _ in found]
+    mixed = vectors[rows] + weight * encode([tail for _, tail in found])
     norms = np.linalg.norm(mixed, axis=1, keepdims=True)
     out = np.array(vectors, dtype=np.float32, copy=True)
     out[rows] = mixed / np.maximum(norms, 1e-12)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Iterable, Mapping, Protocol, Sequence
 
 from .errors import InvalidRequest
+from .query import Query
 from .tool import Tool, split_identifier, tool_text
 
 MATCHES = ("retrieval", "name", "always")
@@ -77,15 +78,15 @@ class HitSource(Protocol):
         """The tools of those `ids` the search may return (they exist and pass its filter)."""
         ...
 
-    def scores(self, query: str, ids: Sequence[str]) -> Mapping[str, float]:
+    def scores(self, query: Query, ids: Sequence[str]) -> Mapping[str, float]:
         """The retriever's scores of tools the ranking did not return (0.0 for one it does not match)."""
         ...
 
 
-def assemble_hits(query: str, ids: Sequence[str], scores: Sequence[float], named: Sequence[str],
+def assemble_hits(query: Query, ids: Sequence[str], scores: Sequence[float], named: Sequence[str],
                   policy: HitPolicy, source: HitSource) -> list[Hit]:
     """The hits of one query from its ranking (`ids`, `scores`, best first) and the ids it names (`named`,
-    already within the search's filter)."""
+    already within the search's filter). `explain` lists the words of the text search read."""
     retrieved = {tid: float(s) for tid, s in zip(ids, scores)}
     chosen: dict[str, str] = dict.fromkeys(named[: policy.k], "name")
     abstain = policy.min_score is not None and (not len(scores) or float(scores[0]) < policy.min_score)
@@ -100,7 +101,7 @@ def assemble_hits(query: str, ids: Sequence[str], scores: Sequence[float], named
     present = [(tid, match) for tid, match in chosen.items() if tid in tools]
     hits = [Hit(tools[tid], retrieved[tid] if tid in retrieved else float(extra.get(tid, 0.0)), rank, match)
             for rank, (tid, match) in enumerate(present, 1)]
-    return explained(query, hits) if policy.explain else hits
+    return explained(query.text, hits) if policy.explain else hits
 
 
 def explained(query: str, hits: Sequence[Hit]) -> list[Hit]:

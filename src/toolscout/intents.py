@@ -31,8 +31,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .conversation import latest_turn
+from .query import Query, as_queries
 from .results import Results
-from .task_part import TaskPart
 
 MIN_WORDS = 3
 MAX_INTENTS = 6
@@ -160,13 +160,15 @@ class IntentMerge:
         return cls(data.get("merge", "max"), float(data.get("intent_weight", 1.0)), int(data.get("rrf_k", 60)),
                    int(data.get("depth", 50)), bool(data.get("late_chunk", False)))  # saved before it: each alone
 
-    def search(self, queries: Sequence[str], k: int, search: Callable[[list[str], int], Results]) -> Results:
+    def search(self, queries: Sequence[Query | str], k: int, search: Callable[[list[Query], int], Results]) -> Results:
         """`search(queries, k)` with every multi-request query also searched intent by intent and merged.
         Queries that are one request are answered by `search` itself, untouched."""
+        queries = as_queries(queries)
         plans = [self._requests(q) for q in queries]
         if all(len(p) < 2 for p in plans):
             return search(list(queries), k)
-        flat, spans = [], []
+        flat: list[Query] = []
+        spans = []
         for query, intents in zip(queries, plans):
             spans.append((len(flat), len(flat) + 1 + (len(intents) if len(intents) > 1 else 0)))
             flat += [query] + (intents if len(intents) > 1 else [])
@@ -183,11 +185,11 @@ class IntentMerge:
             scores.append(merged_scores)
         return Results(tuple(ids), tuple(scores))
 
-    def _requests(self, query: str) -> list[str]:
-        """The query's requests; with `late_chunk`, each that is a stretch of the query's text is a
-        TaskPart, which encoders pool from the task's own forward pass (`encoders.late_chunk`)."""
-        parts = self.splitter(query)
-        return [TaskPart.find(query, part) for part in parts] if self.late_chunk else [str(p) for p in parts]
+    def _requests(self, query: Query) -> list[Query]:
+        """The query's requests; with `late_chunk`, each that is a stretch of the query's text remembers
+        where (`Query.part`), so encoders pool it from the task's own forward pass (`encoders.late_chunk`)."""
+        parts = self.splitter(query.text)
+        return [query.part(p) if self.late_chunk else Query.of(p) for p in parts]
 
     def _merge(self, rankings: list[tuple[np.ndarray, np.ndarray]], k: int) -> tuple[np.ndarray, np.ndarray]:
         """One ranking from the whole task's (first) and its requests' (ids, scores); ties keep the order

@@ -17,13 +17,13 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from .artifacts import read_config, write_artifact
 from .benchmark import read_jsonl
-from .conversation import focus
 from .defaults import DEFAULT_INTENTS, DEFAULT_RETRIEVER
 from .encoders.fast import fast_query_kind
 from .errors import NotFound, ToolScoutError
 from .feedback import FeedbackEvent, LearnResult, Usage, UsageLedger
 from .hits import Hit, HitPolicy, NameIndex, assemble_hits, checked_k, checked_queries
 from .intents import IntentMerge
+from .query import Query, as_queries
 from .rerank.base import Reranker, load_reranker
 from .results import Filter, Results
 from .retrievers.base import Encoding, Retriever, load_retriever, make_retriever, parts
@@ -306,26 +306,25 @@ class ToolScout:
         return touched
 
     # search ------------------------------------------------------------------------------
-    def retrieve(self, queries: Sequence[str], k: int = 10, filter: Filter | None = None) -> Results:
+    def retrieve(self, queries: Sequence[str | Query], k: int = 10, filter: Filter | None = None) -> Results:
         """Raw batched results (ids and scores), as the evaluation harness wants them."""
-        if isinstance(queries, str):
-            raise TypeError("retrieve takes a list of queries")
+        queries = as_queries(queries)
         k = checked_k(k)
         with self._lock.read():
-            return self._ranked(list(queries), k, filter)
+            return self._ranked(queries, k, filter)
 
-    def _ranked(self, queries: list[str], k: int, filter: Filter | None) -> Results:
+    def _ranked(self, queries: list[Query], k: int, filter: Filter | None) -> Results:
         """First stage (request by request for multi-request tasks), then the reranker over its top
         `depth` (caller holds the read lock)."""
         depth = k if self.reranker is None else max(k, self.reranker.depth)
-        queries = [focus(q)[0] for q in queries]  # a long task: the part search reads (conversation.focus)
         if self.intents is None:
             candidates = self.retriever.search(queries, depth, filter)
         else:
             candidates = self.intents.search(queries, depth, lambda qs, n: self.retriever.search(qs, n, filter))
         if self.reranker is None:
             return candidates
-        return self.reranker.rerank(queries, candidates, self._tools, self.retriever).top(k)
+        texts = [q.text for q in queries]
+        return self.reranker.rerank(texts, candidates, self._tools, self.retriever).top(k)
 
     def search(self, query: str | Sequence[str], k: int = 5, *, namespaces: Iterable[str] | None = None,
                filter: Filter | None = None, min_score: float | None = None,
@@ -348,12 +347,13 @@ class ToolScout:
         hits = self.hits(queries, Filter.restrict(filter, namespaces), policy)
         return hits[0] if isinstance(query, str) else hits
 
-    def hits(self, queries: Sequence[str], filter: Filter | None, policy: HitPolicy) -> list[list[Hit]]:
+    def hits(self, queries: Sequence[str | Query], filter: Filter | None, policy: HitPolicy) -> list[list[Hit]]:
         """`search` of checked queries: the ranking, name matches and tools all from one read of the catalog."""
+        queries = as_queries(queries)
         with self._lock.read():
-            results = self._ranked(list(queries), policy.k, filter)
+            results = self._ranked(queries, policy.k, filter)
             source = _CatalogSource(self, filter)
-            return [assemble_hits(q, ids, scores, self._named(q, filter) if policy.match_names else [], policy,
+            return [assemble_hits(q, ids, scores, self._named(q.text, filter) if policy.match_names else [], policy,
                                   source) for q, (ids, scores) in zip(queries, results)]
 
     def _named(self, query: str, filter: Filter | None) -> list[str]:
@@ -372,11 +372,11 @@ class _CatalogSource:
         return {tid: tool for tid, tool in found.items()
                 if tool is not None and (self.filter is None or self.filter.allows(tid, tool.namespace))}
 
-    def scores(self, query: str, ids: Sequence[str]) -> dict[str, float]:
+    def scores(self, query: Query, ids: Sequence[str]) -> dict[str, float]:
         """Each tool's score alone (a filter of its id only), as the retriever would rank it."""
         out = {}
         for tid in ids:
-            res = self.scout.retriever.search([focus(query)[0]], 1, Filter.make(ids=[tid]))
+            res = self.scout.retriever.search([query], 1, Filter.make(ids=[tid]))
             out[tid] = float(res.scores[0][0]) if len(res.scores[0]) else 0.0
         return out
 

@@ -48,7 +48,7 @@ import numpy as np
 
 from ..conversation import LATEST_TURN_WEIGHT, emphasise_latest_turn
 from ..errors import MissingDependency
-from ..task_part import TaskPart
+from ..query import Query, as_queries
 from .cache import (
     default_onnx_cache,
     export_folder,
@@ -268,42 +268,43 @@ class Encoder:
             )
         return np.ascontiguousarray(vectors, dtype=np.float32)
 
-    def encode_queries(self, queries: Sequence[str]) -> np.ndarray:
-        """Unit vectors of tasks. A task written as a chat transcript also weighs in its latest user
+    def encode_queries(self, queries: Sequence[Query | str]) -> np.ndarray:
+        """Unit vectors of tasks (`toolscout.query`). A chat transcript also weighs in its latest user
         turn (`toolscout.conversation`; `latest_turn_weight` = 0 turns this off). Recent tasks' vectors
         come from `query_cache` (repeats skip the encoder)."""
+        queries = as_queries(queries)
         if len(queries) == 0:
             return np.zeros((0, self.dim), dtype=np.float32)
-        # what a vector depends on besides the text (weights trained in place change the version)
+        # what a vector depends on besides the query (weights trained in place change the version)
         live = weights_version(self._model) if self._model is not None else None
         key = (self.backend_in_use, live, self.latest_turn_weight, self.max_seq_length)
-        return self.query_cache.vectors(queries, key, self._encode_queries, entry=_cache_entry)
+        return self.query_cache.vectors(queries, key, self._encode_queries)
 
-    def _encode_queries(self, queries: list[str]) -> np.ndarray:
-        vectors = self._query_vectors(queries)
-        return emphasise_latest_turn(vectors, queries, lambda texts: self.encode(texts, batch_size=64),
-                                     self.latest_turn_weight)
+    def _encode_queries(self, queries: list[Query]) -> np.ndarray:
+        return emphasise_latest_turn(self._query_vectors(queries), [q.latest_turn for q in queries],
+                                     lambda texts: self.encode(texts, batch_size=64), self.latest_turn_weight)
 
-    def _query_vectors(self, queries: list[str]) -> np.ndarray:
-        """Each query's own vector, except parts of a task (`TaskPart`), which are pooled from their task's
-        token vectors (`late_chunk`): one forward pass per task, whole or cut into requests."""
-        tasks = list(dict.fromkeys(q.task for q in queries if isinstance(q, TaskPart)))
+    def _query_vectors(self, queries: list[Query]) -> np.ndarray:
+        """Each query's own vector, except requests cut from a task (`Query.within`), which are pooled
+        from their task's token vectors (`late_chunk`): one forward pass per task, whole or cut up."""
+        tasks = list(dict.fromkeys(q.within[0] for q in queries if q.within is not None))
         runs = dict(zip(tasks, self._token_runs(tasks) or [])) if tasks else {}
         out = np.zeros((len(queries), self.dim), dtype=np.float32)
         alone = []
         for i, query in enumerate(queries):
-            part = query if isinstance(query, TaskPart) else None
-            run = runs.get(part.task if part else query)  # a whole task beside its parts reuses their pass
-            if run is None:
-                vector = None
-            else:
-                vector = run.span_vector(part.start, part.end) if part else run.embedding
+            vector = None
+            if query.within is not None:
+                task, start, end = query.within
+                run = runs.get(task)
+                vector = run.span_vector(start, end) if run is not None else None
+            elif query.text in runs:  # a whole task beside its requests reuses their pass
+                vector = runs[query.text].embedding
             if vector is None:
                 alone.append(i)
             else:
                 out[i] = vector
         if alone:
-            out[alone] = self.encode([str(queries[i]) for i in alone], batch_size=64)
+            out[alone] = self.encode([queries[i].text for i in alone], batch_size=64)
         return out
 
     def _token_runs(self, texts: list[str]) -> list[TokenRun] | None:
@@ -313,8 +314,3 @@ class Encoder:
         model = self._torch_model()
         with self._lock:
             return torch_token_runs(model, texts)
-
-
-def _cache_entry(query: str):
-    """What a query vector depends on: its text, or for a part of a task the task and the span."""
-    return query.cache_key if isinstance(query, TaskPart) else str(query)

@@ -1,10 +1,10 @@
 """Late chunking: the vector of a part of a task from the task's own token vectors.
 
-A multi-request task is searched whole and request by request (`toolscout.intents`); each request is a
-`TaskPart` of the task. Encoding every request again costs another forward pass per request (a split
-task cost 2.4 passes on average in the load test's traffic). Instead, the task's forward pass keeps its
-token vectors, and a part's vector is their mean over the part's characters, L2-normalised: what mean
-pooling does for a whole text, restricted to the part. The tokens still see the whole task, which did
+A multi-request task is searched whole and request by request (`toolscout.intents`); each request
+remembers where it was cut from the task (`Query.part`). Encoding every request again costs another
+forward pass per request (a split task cost 2.4 passes on average in the load test's traffic).
+Instead, the task's forward pass keeps its token vectors, and a part's vector is their mean over the
+part's characters, L2-normalised: what mean pooling does for a whole text, restricted to the part. The tokens still see the whole task, which did
 not cost retrieval quality: on the validation carve of five dev sets (400 queries each, the default
 pipeline, request weight 0.7) mean nDCG@10 / Completeness@10 62.63 / 63.69 encoding each request alone,
 62.62 / 63.96 late-chunked (docs/default-model.md).

@@ -1,5 +1,5 @@
 """The embeddings of recent queries: agents repeat tasks, and a query vector depends on nothing but the
-text and the encoder, so a repeated task skips the encoder entirely."""
+query and the encoder, so a repeated task skips the encoder entirely."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Callable, Hashable, Sequence
 import numpy as np
 
 from ..lru import LRU
+from ..query import Query
 
 
 class QueryCache:
@@ -28,22 +29,22 @@ class QueryCache:
     def misses(self) -> int:
         return self.entries.misses
 
-    def vectors(self, texts: Sequence[str], key: Hashable, compute: Callable[[list[str]], np.ndarray],
-                entry: Callable[[str], Hashable] = str) -> np.ndarray:
-        """The vector of each text: cached ones as they are, the others from `compute(missing texts)`.
-        `entry(text)`: what the text's vector depends on (a part of a task: the task and the span too)."""
+    def vectors(self, queries: Sequence[Query], key: Hashable,
+                compute: Callable[[list[Query]], np.ndarray]) -> np.ndarray:
+        """The vector of each query: cached ones as they are, the others from `compute(missing queries)`.
+        A query's entry is its `cache_key` (a request cut from a task: the task and the span too)."""
         if self.entries.size == 0:
-            return compute(list(texts))
+            return compute(list(queries))
         with self._lock:
             if key != self._key:
                 self.entries.clear()
                 self._key = key
-        keys = [entry(text) for text in texts]
+        keys = [query.cache_key for query in queries]
         found = [self.entries.get(k) for k in keys]
-        missing: dict[Hashable, str] = {}  # entry -> its first text
-        for k, text, vector in zip(keys, texts, found):
+        missing: dict[Hashable, Query] = {}  # entry -> its first query
+        for k, query, vector in zip(keys, queries, found):
             if vector is None:
-                missing.setdefault(k, text)
+                missing.setdefault(k, query)
         if missing:
             fresh = dict(zip(missing, compute(list(missing.values()))))
             with self._lock:

@@ -30,6 +30,7 @@ import numpy as np
 
 from ..conversation import emphasise_latest_turn
 from ..errors import FastQueriesUnavailable
+from ..query import Query, as_queries
 from .packaged import file_sha256
 from .query_cache import QueryCache
 
@@ -93,13 +94,13 @@ class StaticQueryEncoder:
         self.dim = table.dim
         self.query_cache = QueryCache()
 
-    def encode_queries(self, queries: Sequence[str]) -> np.ndarray:
+    def encode_queries(self, queries: Sequence[Query | str]) -> np.ndarray:
+        queries = as_queries(queries)
         if len(queries) == 0:
             return np.zeros((0, self.dim), dtype=np.float32)
         weight = self.teacher.latest_turn_weight
-        return self.query_cache.vectors([str(q) for q in queries], ("static", weight),
-                                        lambda texts: emphasise_latest_turn(self.table.encode(texts), texts,
-                                                                            self.table.encode, weight))
+        return self.query_cache.vectors(queries, ("static", weight), lambda missing: emphasise_latest_turn(
+            self.table.encode([q.text for q in missing]), [q.latest_turn for q in missing], self.table.encode, weight))
 
 
 # ------------------------------------------------------------------------------------------ loading

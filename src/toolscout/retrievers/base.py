@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Protocol, Sequence, runtime_checkable
 
 from ..artifacts import read_config, write_json
+from ..encoders.contract import QueryEncoder
 from ..feedback import Usage
 from ..registry import lookup
 from ..results import Filter, Results
@@ -96,7 +97,7 @@ class Encoding(Protocol):
 
     encoder: Any
     store: Any
-    query_encoder: Any
+    query_encoder: QueryEncoder | None
 
     def use_fast_queries(self, kind: str = "table") -> None:
         """Encode tasks with that fast tier of the encoder (`encoders/fast.py`)."""

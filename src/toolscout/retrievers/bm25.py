@@ -12,9 +12,10 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from ..artifacts import read_json, write_json
-from ..conversation import latest_turn, without_speaker_labels
+from ..conversation import without_speaker_labels
 from ..errors import MissingDependency
 from ..feedback import Usage
+from ..query import Query, as_queries
 from ..results import Filter, Results, top_k_rows
 from ..rows import RowTable
 from ..tool import TextView, Tool, tool_text
@@ -265,21 +266,21 @@ class BM25Retriever:
     def _rebuild(self) -> None:
         self._index = InvertedIndex.build(self.tokens, self.params["k1"], self.params["b"])
 
-    def scores(self, query: str) -> np.ndarray:
+    def scores(self, query: Query | str) -> np.ndarray:
         """BM25 score of every row for one query. A chat transcript scores as the transcript plus its
         latest user turn (`toolscout.conversation`), as dense retrieval embeds it: each query token adds
         its term score, so the latest turn's words count twice (its speaker labels do not)."""
-        tail = latest_turn(query)
-        text = query if tail is None else f"{query}\n{without_speaker_labels(tail)}"
+        query = query if isinstance(query, Query) else Query.of(query)
+        tail = query.latest_turn
+        text = query.text if tail is None else f"{query.text}\n{without_speaker_labels(tail)}"
         words = self.tokenizer(text)
         scores = self._index.scores(words)
         if len(self.usage):  # what tools learned from use, as a second field (toolscout.feedback)
             scores = scores + self.usage_weight * self.usage.scores(words, self.rows)
         return scores
 
-    def search(self, queries: Sequence[str], k: int = 10, filter: Filter | None = None) -> Results:
-        if isinstance(queries, str):
-            raise TypeError("search takes a list of queries; wrap a single query in a list")
+    def search(self, queries: Sequence[Query | str], k: int = 10, filter: Filter | None = None) -> Results:
+        queries = as_queries(queries)
         if not len(self.rows):
             return Results.empty(len(queries))
         mask = self.rows.mask(filter)

@@ -11,8 +11,10 @@ import numpy as np
 
 from ..artifacts import read_json, write_json
 from ..encoders import Encoder
+from ..encoders.contract import QueryEncoder
 from ..feedback import Usage
 from ..models import model_config
+from ..query import Query, as_queries
 from ..results import Filter, Results
 from ..store.base import VectorStore
 from ..store.local import load_store, make_store
@@ -140,7 +142,7 @@ class DenseRetriever:
         self.hashes: dict[str, str] = dict(hashes or {})
         self.learned = learned if learned is not None else LearnedVectors(usage_prior)
         self.encoded_last = 0  # tools embedded by the last index/add call (re-embedding is the cost)
-        self.query_encoder = None  # what encodes tasks at search time when not `encoder` (`use_fast_queries`)
+        self.query_encoder: QueryEncoder | None = None  # what encodes tasks at search time when not `encoder` (`use_fast_queries`)
 
     def __len__(self) -> int:
         return len(self.store)
@@ -228,10 +230,8 @@ class DenseRetriever:
                 out[row] = self.learned.vector(tool_id, out[row])
         return out
 
-    def search(self, queries: Sequence[str], k: int = 10, filter: Filter | None = None) -> Results:
-        if isinstance(queries, str):
-            raise TypeError("search takes a list of queries; wrap a single query in a list")
-        vectors = (self.query_encoder or self.encoder).encode_queries(list(queries))
+    def search(self, queries: Sequence[Query | str], k: int = 10, filter: Filter | None = None) -> Results:
+        vectors = (self.query_encoder or self.encoder).encode_queries(as_queries(queries))
         return self.store.search(vectors, k, filter)
 
     def use_fast_queries(self, kind: str = "table") -> None:

@@ -19,6 +19,7 @@ import numpy as np
 from ..artifacts import read_json
 from ..defaults import HYBRID_FUSION, HYBRID_WEIGHTS
 from ..feedback import Usage
+from ..query import Query, as_queries
 from ..results import Filter, Results
 from ..tool import TextView
 from .base import (
@@ -88,11 +89,10 @@ class HybridRetriever:
             if comp.accepts.learns:
                 comp.learn(added, forgotten, None if prepared is None else prepared[i])
 
-    def search(self, queries: Sequence[str], k: int = 10, filter: Filter | None = None) -> Results:
-        if isinstance(queries, str):
-            raise TypeError("search takes a list of queries; wrap a single query in a list")
+    def search(self, queries: Sequence[Query | str], k: int = 10, filter: Filter | None = None) -> Results:
+        queries = as_queries(queries)  # each task read once, then handed to every component
         depth = max(k, self.depth)
-        per_component = [comp.search(list(queries), depth, filter) for comp in self.components]
+        per_component = [comp.search(queries, depth, filter) for comp in self.components]
         ids_out, scores_out = [], []
         for q in range(len(queries)):
             fused: dict[str, float] = {}

@@ -44,6 +44,7 @@ from ..encoders import Encoder
 from ..errors import InvalidRequest
 from ..feedback import Usage
 from ..models import model_config
+from ..query import Query, as_queries
 from ..results import Filter, Results, top_k_rows
 from ..rows import RowTable
 from ..tool import TextView, Tool, content_hash, tool_text
@@ -206,17 +207,16 @@ class MLCRetriever:
         self._weights, self._biases, self._scored = weights, biases, scored
 
     # search --------------------------------------------------------------------------------
-    def logits(self, queries: Sequence[str]) -> np.ndarray:
+    def logits(self, queries: Sequence[Query | str]) -> np.ndarray:
         """(n_queries × n_rows) log-odds that each catalog tool is needed; -inf for unscored tools."""
         # plain embeddings, as `train mlc` fitted the head on (not encode_queries' transcript emphasis)
-        vectors = self.encoder.encode(list(queries), batch_size=64)
+        vectors = self.encoder.encode([q.text for q in as_queries(queries)], batch_size=64)
         out = vectors @ self._weights.T + self._biases
         out[:, ~self._scored] = -np.inf
         return out
 
-    def search(self, queries: Sequence[str], k: int = 10, filter: Filter | None = None) -> Results:
-        if isinstance(queries, str):
-            raise TypeError("search takes a list of queries; wrap a single query in a list")
+    def search(self, queries: Sequence[Query | str], k: int = 10, filter: Filter | None = None) -> Results:
+        queries = as_queries(queries)
         if not len(self.rows) or not len(queries):
             return Results.empty(len(queries))
         logits = self.logits(queries)

@@ -51,6 +51,7 @@ from ..artifacts import ArtifactError
 from ..conversation import emphasise_latest_turn
 from ..encoders import default_device, few_torch_threads, quiet_transformers, resolve_model
 from ..models import model_config
+from ..query import Query, as_queries
 from ..tool import TextView, Tool, parameter_lines, split_identifier, tool_text
 
 COMPONENTS = ("name", "description", "parameters")
@@ -345,13 +346,13 @@ class ToolCLIPEncoder:
             finally:
                 self.model.train(was_training)
 
-    def encode_queries(self, queries: Sequence[str], batch_size: int = 64) -> np.ndarray:
-        """Unit task vectors; a chat transcript also weighs in its latest user turn, as the plain
-        encoder does (`toolscout.conversation`)."""
-        if isinstance(queries, str):
-            raise TypeError("encode_queries takes a list of texts")
-        vectors = self._encode_tasks(queries, batch_size)
-        return emphasise_latest_turn(vectors, queries, lambda texts: self._encode_tasks(texts, batch_size))
+    def encode_queries(self, queries: Sequence[Query | str], batch_size: int = 64) -> np.ndarray:
+        """Unit task vectors (`toolscout.query`); a chat transcript also weighs in its latest user turn, as
+        the plain encoder does (`toolscout.conversation`)."""
+        queries = as_queries(queries)
+        vectors = self._encode_tasks([q.text for q in queries], batch_size)
+        return emphasise_latest_turn(vectors, [q.latest_turn for q in queries],
+                                     lambda texts: self._encode_tasks(texts, batch_size))
 
     def _encode_tasks(self, queries: Sequence[str], batch_size: int) -> np.ndarray:
         if not queries:

@@ -32,6 +32,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..query import Query, as_queries
+
 
 class CachingEncoder:
     """Wraps an `Encoder`: vectors of texts seen before come from an on-disk cache (keyed by the model
@@ -75,12 +77,14 @@ class CachingEncoder:
             self._dirty = True
         return self._vectors[[self._index[k] for k in keys]]
 
-    def encode_queries(self, queries: Sequence[str]) -> np.ndarray:
+    def encode_queries(self, queries: Sequence[Query | str]) -> np.ndarray:
         """As the wrapped encoder's: transcripts weigh in their latest turn (`toolscout.conversation`)."""
         from ..conversation import LATEST_TURN_WEIGHT, emphasise_latest_turn
 
         weight = getattr(self.encoder, "latest_turn_weight", LATEST_TURN_WEIGHT)
-        return emphasise_latest_turn(self.encode(queries), queries, self.encode, weight)
+        queries = as_queries(queries)
+        return emphasise_latest_turn(self.encode([q.text for q in queries]), [q.latest_turn for q in queries],
+                                     self.encode, weight)
 
     def flush(self) -> None:
         """Write the cache (one file, replaced atomically: concurrent runs cannot leave it half written)."""

@@ -1,0 +1,24 @@
+"""The query-encoder contract: what turns tasks into vectors for a dense retriever.
+
+The encoder itself (`Encoder`), a fast tier distilled from it (the static table, the query student:
+`encoders/fast.py`) and ToolCLIP's task tower all honour it, so a dense retriever holds whichever one
+encodes its tasks and calls it the same way.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+from ..query import Query
+
+
+@runtime_checkable
+class QueryEncoder(Protocol):
+    dim: int
+
+    def encode_queries(self, queries: Sequence[Query | str]) -> np.ndarray:
+        """One unit row per query (`toolscout.query`: plain strings are read as `Query.of` reads them),
+        float32, shape (len(queries), dim)."""
+        ...
