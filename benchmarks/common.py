@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
 import resource
 import statistics
+import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Callable, Sequence
 
+import numpy as np
+
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+# the labelled dev sets the quality checks rank (each against its own catalog), and the two nothing was
+# trained on (the zero-shot check)
+DEV_SETS = ("apibank", "bfcl", "gorilla_huggingface", "gorilla_torchhub", "metatool", "rotbench", "sealtools", "toollens")
+ZERO_SHOT = ("bfcl", "gorilla_huggingface")
+DEFAULT_EMBEDDINGS = Path(tempfile.gettempdir()) / "toolscout-scale" / "embeddings.npz"
 
 
 def benchmark_folders(data_dir: Path) -> list[Path]:
@@ -98,3 +108,119 @@ def _plain(value):
         return float(value)
     except (TypeError, ValueError):
         return str(value)
+
+
+# ---------------------------------------------------------------------- encoding and quality checks
+
+def encode_ms(encode: Callable[[list[str]], object], tasks: Sequence[str]) -> float:
+    """Median milliseconds of `encode([task])` over `tasks` (bypass any query cache first)."""
+    times = []
+    for task in tasks:
+        start = time.perf_counter()
+        encode([task])
+        times.append((time.perf_counter() - start) * 1000)
+    return statistics.median(times)
+
+
+def ndcg_per_set(encoder, folders: list[Path], max_queries: int | None, system: str = "dense",
+                 fast_queries: bool = False) -> dict[str, float]:
+    """nDCG@10 per set of the dense retriever alone (`system="dense"`: where an encoding's change shows
+    most) or of the default pipeline with this encoder (`"default"`: what users get); `fast_queries`:
+    tasks through the static table distilled from the encoder."""
+    from toolscout.eval import evaluate
+    from toolscout.pipeline import ToolScout
+
+    options = {"retriever": "dense", "intents": None} if system == "dense" else {}
+
+    def build(tools):
+        scout = ToolScout.from_tools(tools, encoder=encoder, **options)
+        return scout.use_fast_queries() if fast_queries else scout
+
+    report = evaluate(folders, build, k=10, progress=False, max_queries=max_queries)
+    return {name: s.metrics["ndcg@10"] for name, s in report.sets.items()}
+
+
+def print_check_table(title: str, check: dict) -> None:
+    """An `encoders.quality.verdict` as a markdown table: each set's exact and faster figure."""
+    print(f"{title}\n\n| set | exact | int8 | delta |\n|---|---|---|---|")
+    for name, row in check["per_set"].items():
+        print(f"| {name} | {row['exact']:.2f} | {row['fast']:.2f} | {row['fast'] - row['exact']:+.2f} |")
+    print(f"| macro | {check['macro_exact']:.2f} | {check['macro_fast']:.2f} | {check['macro_delta']:+.2f} |\n")
+
+
+# ------------------------------------------------------------------- synthetic large catalogs
+
+def build_catalog(data_dir: Path, n_tools: int):
+    """(tools, queries-by-set, description): the real tools, then mirrored copies up to `n_tools`."""
+    sets = load_sets(data_dir)
+    originals = [t.with_changes(id=f"{s.name}/{t.id}", namespace=s.name) for s in sets for t in s.tools]
+    tools = list(originals[:n_tools])
+    copy = 0
+    while len(tools) < n_tools:
+        copy += 1
+        ns = f"mirror{copy}"
+        need = n_tools - len(tools)
+        tools.extend(t.with_changes(id=f"{ns}/{t.id}", namespace=ns) for t in originals[:need])
+    note = (f"{len(tools):,} tools = {min(len(originals), n_tools):,} real tools from {len(sets)} sets"
+            + (f" + {len(tools) - len(originals):,} re-namespaced copies (mirror1..mirror{copy})" if copy else ""))
+    return tools, sets, note
+
+
+class DedupingEncoder:
+    """An Encoder stand-in for DenseRetriever that embeds each distinct text once.
+
+    Vectors are kept by content hash; `preload` fills them from a saved file. Query encoding goes
+    straight to the real encoder (it is what the latency numbers measure).
+    """
+
+    def __init__(self, encoder):
+        self.inner = encoder
+        self.name, self.path, self.dim = encoder.name, encoder.path, encoder.dim
+        self.vectors: dict[str, np.ndarray] = {}
+        self.rows_seen = self.unique_seen = self.embedded = 0
+        self.embed_seconds = 0.0
+
+    def encode(self, texts, batch_size: int = 64, show_progress: bool = False) -> np.ndarray:
+        from toolscout.tool import content_hash
+
+        hashes = [content_hash(t) for t in texts]
+        missing = {h: t for h, t in zip(hashes, texts) if h not in self.vectors}
+        self.rows_seen += len(texts)
+        self.unique_seen += len(set(hashes))
+        if missing:
+            start = time.perf_counter()
+            vectors = self.inner.encode(list(missing.values()), batch_size=batch_size, show_progress=show_progress)
+            self.embed_seconds += time.perf_counter() - start
+            self.embedded += len(missing)
+            self.vectors.update(zip(missing, vectors))
+        return np.stack([self.vectors[h] for h in hashes]) if hashes else np.zeros((0, self.dim), np.float32)
+
+    def encode_queries(self, queries) -> np.ndarray:
+        return self.inner.encode_queries(queries)
+
+    def save(self, path: Path, key: str, seconds_per_text: float) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp.npz")
+        np.savez(tmp, hashes=np.array(list(self.vectors)), vectors=np.stack(list(self.vectors.values())),
+                 meta=np.array(json.dumps({"key": key, "seconds_per_text": seconds_per_text})))
+        os.replace(tmp, path)
+
+    def preload(self, path: Path, key: str) -> dict | None:
+        if not path.exists():
+            return None
+        data = np.load(path)
+        meta = json.loads(str(data["meta"]))
+        if meta.get("key") != key:
+            print(f"  (embeddings file {path} is for another model/backend: ignored)", file=sys.stderr)
+            return None
+        self.vectors.update(zip(data["hashes"].tolist(), data["vectors"]))
+        return meta
+
+
+def encoder_key(encoder) -> str:
+    """Which model and backend made a set of vectors (the embeddings file is only reused for the same)."""
+    from toolscout.encoders.cache import folder_fingerprint
+
+    folder = Path(encoder.path)
+    source = folder_fingerprint(folder) if folder.is_dir() else encoder.path
+    return hashlib.sha256(f"{encoder.backend_in_use}\n{source}".encode()).hexdigest()[:16]

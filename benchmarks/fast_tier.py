@@ -16,22 +16,9 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 from pathlib import Path
 
-from common import DEFAULT_DATA, machine_line, write_json
-from quantization import SETS, ndcg_per_set
-
-ZERO_SHOT = ("bfcl", "gorilla_huggingface")
-
-
-def encode_ms(encode, tasks: list[str]) -> float:
-    times = []
-    for task in tasks:
-        start = time.perf_counter()
-        encode([task])
-        times.append((time.perf_counter() - start) * 1000)
-    return statistics.median(times)
+from common import DEFAULT_DATA, DEV_SETS, ZERO_SHOT, encode_ms, machine_line, ndcg_per_set, write_json
 
 
 def summary(per_set: dict[str, float]) -> dict:
@@ -43,7 +30,7 @@ def summary(per_set: dict[str, float]) -> dict:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
-    parser.add_argument("--sets", default=",".join(SETS))
+    parser.add_argument("--sets", default=",".join(DEV_SETS))
     parser.add_argument("--max-queries", type=int, default=None)
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)

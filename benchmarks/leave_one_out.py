@@ -19,7 +19,6 @@ docs/default-model.md has the tables this printed.
 from __future__ import annotations
 
 import argparse
-import json
 import pickle
 import sys
 import time

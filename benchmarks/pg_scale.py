@@ -37,8 +37,8 @@ for _var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import DEFAULT_DATA, latency_ms, machine_line, sample_queries, write_json  # noqa: E402
-from scale import DEFAULT_EMBEDDINGS, DedupingEncoder, build_catalog, encoder_key  # noqa: E402
+from common import (DEFAULT_DATA, DEFAULT_EMBEDDINGS, DedupingEncoder, build_catalog, encoder_key,  # noqa: E402
+                    latency_ms, machine_line, sample_queries, write_json)
 
 
 def embed_catalog(tools, args) -> tuple[np.ndarray, object, dict]:

@@ -1,7 +1,7 @@
 """The quality check a query student must pass before it serves as the "student" fast tier (`encoders/students.py`).
 
-    python benchmarks/query_student.py                  # the default encoder and its shipped student
-    python benchmarks/query_student.py --record         # and keep the verdict in the student's manifest
+    python benchmarks/query_student.py --json runs/student.json        # the default encoder and its student
+    python scripts/record_quality_check.py runs/student.json --model toolscout-tools-queries  # keep the verdict
 
 Ranks every labelled dev set's test queries against its own catalog, in one run, with tasks encoded by the
 teacher (its int8 encoding: what serves without a student) and by the student (int8), tools always by the
@@ -9,8 +9,8 @@ teacher. The check is the default pipeline's (what users get): it passes when ma
 than 0.3. For information it also ranks with the dense retriever alone, prints the zero-shot macro (bfcl
 and gorilla_huggingface, which neither model was trained on), a paired bootstrap of the pipeline's
 nDCG@10 over all queries and over the zero-shot ones, and the median time to encode one task each way.
-`--record` writes the verdict, with the student's int8 embeddings of the export probe texts, into the
-student's packaged manifest (the source tree's, so the wheel carries it).
+The `--json` verdict carries the student's int8 embeddings of the export probe texts;
+`scripts/record_quality_check.py` keeps it in the student's packaged manifest (a release step).
 """
 
 from __future__ import annotations
@@ -20,9 +20,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from common import DEFAULT_DATA, machine_line, write_json
-from fast_tier import ZERO_SHOT, encode_ms
-from quantization import SETS, print_table
+from common import DEFAULT_DATA, DEV_SETS, ZERO_SHOT, encode_ms, machine_line, print_check_table, write_json
 
 
 def reports(encoder, folders: list[Path], system: str, max_queries: int | None, tasks_by=None):
@@ -30,13 +28,14 @@ def reports(encoder, folders: list[Path], system: str, max_queries: int | None, 
     `encoder`, tasks by `tasks_by` (None: the encoder)."""
     from toolscout.eval import evaluate
     from toolscout.pipeline import ToolScout
+    from toolscout.retrievers.base import Encoding, parts
 
     options = {"retriever": "dense", "intents": None} if system == "dense" else {}
 
     def build(tools):
         scout = ToolScout.from_tools(tools, encoder=encoder, **options)
-        for part in getattr(scout.retriever, "components", [scout.retriever]):
-            if part.name == "dense":
+        for part in parts(scout.retriever):
+            if isinstance(part, Encoding):
                 part.query_encoder = tasks_by
         return scout
 
@@ -58,17 +57,16 @@ def main(argv=None) -> int:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--model", default=None, help="the teacher (default: the default encoder)")
     parser.add_argument("--student", default=None, help="packaged student name (default: the teacher's own)")
-    parser.add_argument("--sets", default=",".join(SETS))
+    parser.add_argument("--sets", default=",".join(DEV_SETS))
     parser.add_argument("--max-queries", type=int, default=None)
-    parser.add_argument("--record", action="store_true", help="keep the verdict in the student's manifest")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
 
     from toolscout.benchmark import load_benchmark
     from toolscout.encoders import PROBE_TEXTS, Encoder
-    from toolscout.encoders.packaged import assembled_from, packaged_models
+    from toolscout.encoders.packaged import assembled_from
     from toolscout.encoders.query_cache import QueryCache
-    from toolscout.encoders.quality import record, verdict
+    from toolscout.encoders.quality import verdict
     from toolscout.encoders.students import students_of
     from toolscout.eval import paired_bootstrap
 
@@ -91,8 +89,8 @@ def main(argv=None) -> int:
     if zero_shot:
         check["zero_shot_macro"] = {who: round(sum(check["per_set"][s][key] for s in zero_shot) / len(zero_shot), 3)
                                     for who, key in (("teacher", "exact"), ("student", "fast"))}
-    print_table("default pipeline (the check): teacher's tasks | student's tasks", check)
-    print_table("dense retriever (for information)", check["dense"])
+    print_check_table("default pipeline (the check): teacher's tasks | student's tasks", check)
+    print_check_table("dense retriever (for information)", check["dense"])
     check["bootstrap"] = {"all": bootstrap_line("all queries", paired_bootstrap(runs["default", "teacher"],
                                                                                runs["default", "student"]))}
     if zero_shot:
@@ -107,8 +105,6 @@ def main(argv=None) -> int:
                   "sets": sorted(check["per_set"]), "command": "python benchmarks/query_student.py"})
     print(f"verdict: {'PASS' if check['passed'] else 'FAIL'} (|delta| < {check['tolerance']}); encoding one task "
           f"{check['query_ms_teacher']:.2f} -> {check['query_ms_student']:.2f} ms")
-    if args.record:
-        print(f"recorded in {record(packaged_models()[name], check)}")
     write_json(args.json, check)
     return 0
 

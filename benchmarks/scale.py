@@ -29,7 +29,6 @@ Add a section by writing `section_NAME(ctx) -> dict` and listing it in SECTIONS.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import subprocess
@@ -42,28 +41,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import DEFAULT_DATA, latency_ms, load_sets, machine_line, peak_rss_mb, sample_queries, write_json  # noqa: E402
-
-DEFAULT_EMBEDDINGS = Path(tempfile.gettempdir()) / "toolscout-scale" / "embeddings.npz"
-
-
-# ------------------------------------------------------------------------------------ catalog
-
-
-def build_catalog(data_dir: Path, n_tools: int):
-    """(tools, queries-by-set, description): the real tools, then mirrored copies up to `n_tools`."""
-    sets = load_sets(data_dir)
-    originals = [t.with_changes(id=f"{s.name}/{t.id}", namespace=s.name) for s in sets for t in s.tools]
-    tools = list(originals[:n_tools])
-    copy = 0
-    while len(tools) < n_tools:
-        copy += 1
-        ns = f"mirror{copy}"
-        need = n_tools - len(tools)
-        tools.extend(t.with_changes(id=f"{ns}/{t.id}", namespace=ns) for t in originals[:need])
-    note = (f"{len(tools):,} tools = {min(len(originals), n_tools):,} real tools from {len(sets)} sets"
-            + (f" + {len(tools) - len(originals):,} re-namespaced copies (mirror1..mirror{copy})" if copy else ""))
-    return tools, sets, note
+from common import (DEFAULT_DATA, DEFAULT_EMBEDDINGS, DedupingEncoder, build_catalog, encoder_key,  # noqa: E402
+                    latency_ms, machine_line, peak_rss_mb, sample_queries, write_json)
 
 
 @dataclass
@@ -72,69 +51,6 @@ class Context:
     tools: list
     queries: list[str]
     note: str
-
-
-# ----------------------------------------------------------------------------- dense helpers
-
-
-class DedupingEncoder:
-    """An Encoder stand-in for DenseRetriever that embeds each distinct text once.
-
-    Vectors are kept by content hash; `preload` fills them from a saved file. Query encoding goes
-    straight to the real encoder (it is what the latency numbers measure).
-    """
-
-    def __init__(self, encoder):
-        self.inner = encoder
-        self.name, self.path, self.dim = encoder.name, encoder.path, encoder.dim
-        self.vectors: dict[str, np.ndarray] = {}
-        self.rows_seen = self.unique_seen = self.embedded = 0
-        self.embed_seconds = 0.0
-
-    def encode(self, texts, batch_size: int = 64, show_progress: bool = False) -> np.ndarray:
-        from toolscout.tool import content_hash
-
-        hashes = [content_hash(t) for t in texts]
-        missing = {h: t for h, t in zip(hashes, texts) if h not in self.vectors}
-        self.rows_seen += len(texts)
-        self.unique_seen += len(set(hashes))
-        if missing:
-            start = time.perf_counter()
-            vectors = self.inner.encode(list(missing.values()), batch_size=batch_size, show_progress=show_progress)
-            self.embed_seconds += time.perf_counter() - start
-            self.embedded += len(missing)
-            self.vectors.update(zip(missing, vectors))
-        return np.stack([self.vectors[h] for h in hashes]) if hashes else np.zeros((0, self.dim), np.float32)
-
-    def encode_queries(self, queries) -> np.ndarray:
-        return self.inner.encode_queries(queries)
-
-    def save(self, path: Path, key: str, seconds_per_text: float) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp.npz")
-        np.savez(tmp, hashes=np.array(list(self.vectors)), vectors=np.stack(list(self.vectors.values())),
-                 meta=np.array(json.dumps({"key": key, "seconds_per_text": seconds_per_text})))
-        os.replace(tmp, path)
-
-    def preload(self, path: Path, key: str) -> dict | None:
-        if not path.exists():
-            return None
-        data = np.load(path)
-        meta = json.loads(str(data["meta"]))
-        if meta.get("key") != key:
-            print(f"  (embeddings file {path} is for another model/backend: ignored)", file=sys.stderr)
-            return None
-        self.vectors.update(zip(data["hashes"].tolist(), data["vectors"]))
-        return meta
-
-
-def encoder_key(encoder) -> str:
-    """Which model and backend made a set of vectors (the embeddings file is only reused for the same)."""
-    from toolscout.encoders.cache import folder_fingerprint
-
-    folder = Path(encoder.path)
-    source = folder_fingerprint(folder) if folder.is_dir() else encoder.path
-    return hashlib.sha256(f"{encoder.backend_in_use}\n{source}".encode()).hexdigest()[:16]
 
 
 def dense_section(ctx: Context, store: str) -> dict:

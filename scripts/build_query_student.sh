@@ -9,7 +9,7 @@
 # those sets and of the unlabelled corpora are the targets, with early stopping on the validation tasks
 # carved from the train splits. Then it packages the student (only its four layers and the small embedding
 # tensors, float16) and runs its quality check on the dev test splits, recording the verdict in its
-# manifest (benchmarks/query_student.py --record): the student tier (--student-queries) serves only
+# manifest (benchmarks/query_student.py, then scripts/record_quality_check.py): the student tier (--student-queries) serves only
 # where that check passed. CPU is enough: about an hour on two cores, plus ten minutes for the check.
 # Rebuild it after rebuilding the default encoder: a student serves only the teacher it was distilled from.
 set -euo pipefail
@@ -33,5 +33,6 @@ info = package_student(sys.argv[1], MODELS_DIR / "toolscout-tools-queries", name
                               "selection": "docs/serving.md, 'The query student'"})
 print(f"packaged toolscout-tools-queries: {info['tensors']} tensors, layers {info['layers']}")
 PY
-"$PY" benchmarks/query_student.py --data "$DATA" --record
+"$PY" benchmarks/query_student.py --data "$DATA" --json "$WORK/student-check.json"
+"$PY" scripts/record_quality_check.py "$WORK/student-check.json" --model toolscout-tools-queries
 du -sh src/toolscout/data/models/toolscout-tools-queries

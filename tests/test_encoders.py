@@ -389,3 +389,29 @@ def test_a_long_int8_text_alone_runs_on_every_core_with_the_same_vector(cache_di
     np.testing.assert_array_equal(int8.encode([long_text]), single)
     pooled = int8.encode([long_text] + TEXTS * 8)  # 16+ texts: the one-thread pool
     np.testing.assert_array_equal(pooled[:1], single)
+
+
+def test_the_release_step_keeps_a_benchmarks_verdict_with_the_model_and_refuses_anything_else(tmp_path):
+    """scripts/record_quality_check.py writes a quantization/query-student `--json` verdict where
+    `backend="auto"` reads it (`quality.recorded`); a file that is not a verdict changes nothing."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from toolscout.encoders.quality import recorded, verdict
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "record_quality_check.py"
+    folder = tmp_path / "model"
+    folder.mkdir()
+    check = verdict({"a": 50.0}, {"a": 50.1}, probe_vectors=np.eye(3, dtype=np.float32))
+    good = tmp_path / "check.json"
+    good.write_text(json.dumps(check))
+    done = subprocess.run([sys.executable, script, good, "--model", folder], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert recorded(folder) == check
+    bad = tmp_path / "report.json"
+    bad.write_text(json.dumps({"per_set": {"a": 1.0}}))  # an eval report, not a verdict
+    done = subprocess.run([sys.executable, script, bad, "--model", folder], capture_output=True, text=True)
+    assert done.returncode == 2 and "report.json: not a quality check's verdict (no passed, probe_vectors)" in done.stderr
+    assert recorded(folder) == check  # what was kept is untouched
