@@ -13,8 +13,9 @@ compared query by query:
   default             `ToolScout.from_tools(tools)`: whatever `toolscout.defaults` says (the others rank
                       each task as one request, as toolscout did before multi-request splitting)
 
-Prints nDCG@10, Recall@10 and Completeness@10 per set and macro, and a paired bootstrap of the default
-against the old hybrid and the old default; `--json` keeps it all.
+`--rerank DIR` also evaluates each system with that trained second stage (`NAME+cross@20`). Prints
+nDCG@10, Recall@10 and Completeness@10 per set and macro, and a paired bootstrap of the default against
+the old hybrid and the old default; `--json` keeps it all.
 """
 
 from __future__ import annotations
@@ -23,28 +24,33 @@ import argparse
 import sys
 from pathlib import Path
 
-from common import DEFAULT_DATA, machine_line, write_json
+from common import DEFAULT_DATA, ZERO_SHOT, machine_line, write_json
 
-ZERO_SHOT = ("bfcl", "gorilla_huggingface")
 METRICS = ("ndcg@10", "recall@10", "completeness@10")
 
 
-def systems() -> dict:
-    """name -> factory(tools) of each system compared."""
+def systems(reranker=None) -> dict:
+    """name -> factory(tools) of each system compared; with `reranker`, each system also with that second
+    stage (as "NAME+RERANKER@DEPTH")."""
     from toolscout.pipeline import ToolScout
     from toolscout.retrievers.dense import encoder_for
 
     minilm, tools_encoder = encoder_for("minilm"), encoder_for(None)
     old_hybrid = {"fusion": "rrf", "rrf_k": 60, "weights": [1.0, 1.0]}
     whole = {"intents": None}  # every system but the default ranks each task as one request, as before
-    return {
-        "dense/minilm": lambda t: ToolScout.from_tools(t, retriever="dense", encoder=minilm, **whole),
-        "hybrid-rrf/minilm": lambda t: ToolScout.from_tools(t, retriever="hybrid", encoder=minilm, **old_hybrid,
-                                                            **whole),
-        "hybrid/minilm": lambda t: ToolScout.from_tools(t, retriever="hybrid", encoder=minilm, **whole),
-        "dense/tools": lambda t: ToolScout.from_tools(t, retriever="dense", encoder=tools_encoder, **whole),
-        "default": lambda t: ToolScout.from_tools(t),
+    settings = {
+        "dense/minilm": dict(retriever="dense", encoder=minilm, **whole),
+        "hybrid-rrf/minilm": dict(retriever="hybrid", encoder=minilm, **old_hybrid, **whole),
+        "hybrid/minilm": dict(retriever="hybrid", encoder=minilm, **whole),
+        "dense/tools": dict(retriever="dense", encoder=tools_encoder, **whole),
+        "default": {},
     }
+    out = {name: (lambda t, o=options: ToolScout.from_tools(t, **o)) for name, options in settings.items()}
+    if reranker is not None:
+        out.update({f"{name}+{reranker.name}@{reranker.depth}":
+                    (lambda t, o=options: ToolScout.from_tools(t, reranker=reranker, **o))
+                    for name, options in settings.items()})
+    return out
 
 
 def main(argv=None) -> int:
@@ -52,6 +58,8 @@ def main(argv=None) -> int:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--sets", default=",".join(ZERO_SHOT))
     parser.add_argument("--only", action="append", help="evaluate only these systems (repeatable)")
+    parser.add_argument("--rerank", default=None, metavar="DIR",
+                        help="also evaluate each system with this second stage (a `toolscout train cross|refiner` dir)")
     parser.add_argument("--bootstrap", type=int, default=10000)
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
@@ -60,7 +68,12 @@ def main(argv=None) -> int:
 
     print(machine_line(), file=sys.stderr)
     folders = [args.data / name for name in args.sets.split(",") if name]
-    chosen = {n: f for n, f in systems().items() if not args.only or n in args.only}
+    reranker = None
+    if args.rerank:
+        from toolscout.rerank.base import load_reranker
+
+        reranker = load_reranker(args.rerank)
+    chosen = {n: f for n, f in systems(reranker).items() if not args.only or n.split("+")[0] in args.only}
     reports = {name: evaluate(folders, factory, k=10, name=name, progress=False) for name, factory in chosen.items()}
     print(format_table(list(reports.values()), metrics=list(METRICS)))
     tests = {}

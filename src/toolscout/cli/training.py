@@ -14,8 +14,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--data", nargs="+", required=True, metavar="SET_DIR", help="benchmark folders to train on")
     p.add_argument("--out", required=True, help="model directory to write")
     p.add_argument("--model", default=None,
-                   help="base encoder name or path (default all-MiniLM-L6-v2), or a model directory that an "
-                        "earlier `train` of the same method (toolclip, embed, cross) wrote, to continue training it")
+                   help="base encoder name or path (default: the default encoder, toolscout-tools; toolclip's "
+                        "towers start from all-MiniLM-L6-v2), or a model directory that an earlier `train` of the "
+                        "same method (toolclip, embed, cross) wrote, to continue training it")
     p.add_argument("--epochs", type=int, default=None)
     p.add_argument("--batch-size", type=int, default=None)
     p.add_argument("--lr", type=float, default=None)
