@@ -279,7 +279,7 @@ def test_a_retraining_is_swapped_in_with_the_writes_made_while_it_trained(encode
     score = 60.0
     state = service.retrain("mlc")
     assert state["state"] == "swapped" and service.catalog.scout is other
-    assert other.find("late.tool60") is not None and other.ledger.summary("late.tool60")["learned"] == 1
+    assert other.get("late.tool60", None) is not None and other.ledger.summary("late.tool60")["learned"] == 1
     service.close()
     again = ToolService.open(folder)  # the swap was saved
     assert again.get("late.tool60").name == "late_tool" and again.feedback_of("late.tool60")["learned"] == 1

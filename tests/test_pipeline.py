@@ -63,6 +63,11 @@ def test_add_update_remove(tools):
         scout.add([tools[1], tools[1]])
     with pytest.raises(ValueError, match="non-empty"):
         scout.search("   ")
+    with pytest.raises(KeyError, match="no tool with id 'weather.get_forecast'"):
+        scout.get("weather.get_forecast")
+    assert scout.get("weather.get_forecast", None) is None and scout.get(tools[1].id, None) == tools[1]
+    with pytest.deprecated_call():
+        assert scout.find(tools[1].id) == tools[1]
 
 
 def test_artifact_write_is_atomic_and_checks_kind(tmp_path):

@@ -13,6 +13,7 @@ import pytest
 from toolscout.encoders import PROBE_TEXTS, Encoder, packaged, students
 from toolscout.encoders.quality import record, verdict
 from toolscout.encoders.students import QueryStudentError, query_student_for
+from toolscout.retrievers.base import task_encoders
 from toolscout.retrievers.dense import DenseRetriever
 from toolscout.train import packaging
 from toolscout.train.query_student import Phase, build, training_texts
@@ -83,7 +84,8 @@ def test_the_student_tier_encodes_tasks_by_the_student_and_tools_by_the_teacher(
     scout = ToolScout.from_tools(tools, encoder=teacher, retriever="dense", intents=None)
     plain = scout.search(["book a flight to Rome"], k=3)[0]
     scout.use_fast_queries("student")
-    assert scout.task_encoders == ["tiny-student (query student of tiny-teacher)"] and scout.fast_queries
+    assert task_encoders(scout.retriever) == ["tiny-student (query student of tiny-teacher)"]
+    assert scout.fast_queries == "student"
     hits = scout.search(["book a flight to Rome"], k=3)[0]
     by_student = reference.encode_queries(["book a flight to Rome"])[0]
     teacher_only = DenseRetriever(encoder=load(shipped))

@@ -117,9 +117,9 @@ def test_fast_queries_rank_by_the_table_while_tools_and_learning_keep_the_encode
     stored = dense.store.get(every)
     task = "send an email to my team about the flight"
     encoder_scores = dense.search([task], k=3).scores[0]
-    assert not scout.fast_queries
+    assert scout.fast_queries is None
     scout.use_fast_queries()
-    assert scout.fast_queries and dense.query_encoder is not None
+    assert scout.fast_queries == "table" and dense.query_encoder is not None
     ids, scores = dense.search([task], k=3)[0]
     vector = fast.table.encode([task])[0]
     by_hand = {tid: float(stored[every.index(tid)] @ vector) for tid in ids}

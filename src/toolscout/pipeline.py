@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 from .artifacts import read_config, write_artifact
 from .benchmark import read_jsonl
 from .defaults import DEFAULT_INTENTS, DEFAULT_RETRIEVER
-from .encoders.fast import fast_query_kind
+from .encoders.fast import fast_query_kind, tier_of
 from .errors import NotFound, ToolScoutError
 from .feedback import FeedbackEvent, LearnResult, Usage, UsageLedger
 from .hits import Hit, HitPolicy, NameIndex, assemble_hits, checked_k, checked_queries
@@ -26,7 +26,7 @@ from .intents import IntentMerge
 from .query import Query, as_queries
 from .rerank.base import Reranker, load_reranker
 from .results import Filter, Results
-from .retrievers.base import Encoding, Retriever, load_retriever, make_retriever, parts
+from .retrievers.base import Retriever, encoding_parts, load_retriever, make_retriever, task_encoders
 from .tool import TextView, Tool, tools_by_id
 from .version import __version__
 
@@ -34,6 +34,7 @@ PIPELINE_KIND = "toolscout.pipeline"
 DEFAULT_INTENT_MERGE = IntentMerge.from_dict(DEFAULT_INTENTS)  # what `from_tools` splits tasks with by default
 FEEDBACK_FILE = "feedback.json"
 FORMAT_VERSION = 1
+_REQUIRED: Any = object()  # `get` without a default: a missing tool is an error
 
 
 class ReadWriteLock:
@@ -155,30 +156,27 @@ class ToolScout:
         return scout.use_fast_queries(kind) if kind else scout
 
     @property
-    def fast_queries(self) -> bool:
-        """Whether tasks are encoded by a fast tier (`use_fast_queries`)."""
-        return any(part.query_encoder is not None for part in self._encoding_parts())
+    def fast_queries(self) -> str | None:
+        """The fast tier that encodes tasks ("table" or "student", `use_fast_queries`), or None."""
+        tiers = [tier_of(part.query_encoder) for part in encoding_parts(self.retriever)]
+        return next((tier for tier in tiers if tier is not None), None)
 
     @property
     def task_encoders(self) -> list[str]:
-        """What encodes tasks for each dense part of the first stage (`encoders.fast.task_encoder`)."""
-        from .encoders.fast import task_encoder
-
-        return [task_encoder(part.encoder, part.query_encoder) for part in self._encoding_parts()]
-
-    def _encoding_parts(self) -> list[Encoding]:
-        """The first stage's retrievers that embed with an encoder (the dense parts)."""
-        return [part for part in parts(self.retriever) if isinstance(part, Encoding)]
+        """Deprecated: `toolscout.retrievers.base.task_encoders(scout.retriever)`."""
+        warnings.warn("ToolScout.task_encoders is deprecated; use toolscout.retrievers.base.task_encoders"
+                      "(scout.retriever)", DeprecationWarning, stacklevel=2)
+        return task_encoders(self.retriever)
 
     def use_fast_queries(self, kind: str = "table") -> "ToolScout":
         """A fast tier (`encoders/fast.py`): tasks are encoded by the static table ("table") or the query
-        student ("student") distilled from the dense retriever's encoder, at some quality (docs/serving.md). Tool vectors and learning from feedback are unchanged.
-        Raises FastQueriesUnavailable when the pipeline has no dense retriever or the tier cannot serve
-        its encoder."""
+        student ("student") distilled from the dense retriever's encoder, at some quality (docs/serving.md).
+        Tool vectors and learning from feedback are unchanged. Raises FastQueriesUnavailable when the
+        pipeline has no dense retriever or the tier cannot serve its encoder."""
         from .encoders.fast import FastQueriesUnavailable
 
         kind = fast_query_kind(kind) or "table"
-        dense = self._encoding_parts()
+        dense = encoding_parts(self.retriever)
         if not dense:
             raise FastQueriesUnavailable(f"fast queries encode tasks for a dense retriever; this pipeline's "
                                          f"retriever is {self.retriever.name!r}")
@@ -224,15 +222,20 @@ class ToolScout:
         """How many tools carry this name (more than one: an agent needs their ids)."""
         return self._name_counts.get(name, 0)
 
-    def find(self, tool_id: str) -> Tool | None:
-        """The tool with this id, or None (one dict read: safe while writes go on)."""
-        return self._tools.get(tool_id)
+    def get(self, tool_id: str, default: Any = _REQUIRED) -> Tool:
+        """The tool with this id; NotFound when there is none, unless a `default` is given (returned
+        instead). One dict read: safe while writes go on."""
+        tool = self._tools.get(tool_id)
+        if tool is not None:
+            return tool
+        if default is _REQUIRED:
+            raise NotFound(f"no tool with id {tool_id!r} in this catalog")
+        return default
 
-    def get(self, tool_id: str) -> Tool:
-        try:
-            return self._tools[tool_id]
-        except KeyError:
-            raise NotFound(f"no tool with id {tool_id!r} in this catalog") from None
+    def find(self, tool_id: str) -> Tool | None:
+        """Deprecated: `get(tool_id, None)`."""
+        warnings.warn("ToolScout.find is deprecated; use get(tool_id, None)", DeprecationWarning, stacklevel=2)
+        return self.get(tool_id, None)
 
     def add(self, tools: Iterable[Tool]) -> None:
         """Insert new tools or replace tools with the same id; only changed tools are re-encoded."""
@@ -344,10 +347,10 @@ class ToolScout:
         queries = checked_queries(query)
         policy = HitPolicy(checked_k(k), min_score, tuple(dict.fromkeys(always_include)), bool(match_names),
                            bool(explain))
-        hits = self.hits(queries, Filter.restrict(filter, namespaces), policy)
+        hits = self._hits(queries, Filter.restrict(filter, namespaces), policy)
         return hits[0] if isinstance(query, str) else hits
 
-    def hits(self, queries: Sequence[str | Query], filter: Filter | None, policy: HitPolicy) -> list[list[Hit]]:
+    def _hits(self, queries: Sequence[str | Query], filter: Filter | None, policy: HitPolicy) -> list[list[Hit]]:
         """`search` of checked queries: the ranking, name matches and tools all from one read of the catalog."""
         queries = as_queries(queries)
         with self._lock.read():

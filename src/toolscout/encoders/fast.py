@@ -41,6 +41,13 @@ def fast_queries_for(encoder, kind: str):
     return static_queries_for(encoder)
 
 
+def tier_of(query_encoder: Any) -> str | None:
+    """The fast tier a dense retriever's `query_encoder` is ("table", "student"), or None for the encoder."""
+    if query_encoder is None:
+        return None
+    return "table" if isinstance(query_encoder, StaticQueryEncoder) else "student"
+
+
 def task_encoder(encoder, query_encoder: Any = None) -> str:
     """What encodes tasks for a retriever whose tools `encoder` embeds, with its fast tier's
     `query_encoder` (None: the encoder itself): for a server's stats."""

@@ -108,6 +108,19 @@ def parts(retriever: Retriever) -> list[Retriever]:
     return list(retriever.components) if isinstance(retriever, Composite) else [retriever]
 
 
+def encoding_parts(retriever: Retriever) -> list[Encoding]:
+    """The parts of a first stage that embed with an encoder (the dense ones)."""
+    return [part for part in parts(retriever) if isinstance(part, Encoding)]
+
+
+def task_encoders(retriever: Retriever) -> list[str]:
+    """What encodes tasks for each dense part of a first stage (`encoders.fast.task_encoder`): for a
+    server's stats."""
+    from ..encoders.fast import task_encoder
+
+    return [task_encoder(part.encoder, part.query_encoder) for part in encoding_parts(retriever)]
+
+
 # name -> "module:Class"; imported on first use so `import toolscout` stays light.
 REGISTRY: dict[str, str] = {
     "bm25": "toolscout.retrievers.bm25:BM25Retriever",

@@ -147,6 +147,13 @@ class Catalog(Protocol):
 # What a catalog that ranks with an in-process `ToolScout` answers from it (the directory and every
 # PostgreSQL replica alike).
 
+def hits_of(scout: Any, queries: Sequence[str], filter: Filter | None, policy: HitPolicy) -> list[list[Hit]]:
+    """`ToolScout.search` of checked queries, under a search's hit policy."""
+    return scout.search(list(queries), policy.k, filter=filter, min_score=policy.min_score,
+                        always_include=policy.always_include, match_names=policy.match_names,
+                        explain=policy.explain)
+
+
 def page_of(scout: Any, namespace: str | None, namespaces: frozenset[str] | None, offset: int,
             limit: int) -> tuple[int, list[Tool]]:
     """(tools matching, one page of them, ordered by id)."""

@@ -34,9 +34,10 @@ from ..feedback import FeedbackEvent, LearnResult
 from ..hits import Hit, HitPolicy
 from ..pipeline import ToolScout
 from ..results import Filter
+from ..retrievers.base import task_encoders
 from ..tool import Tool
 from ..train.feedback import Retrained
-from .catalog import Authorize, Visible, WriteResult, namespace_counts_of, page_of
+from .catalog import Authorize, Visible, WriteResult, hits_of, namespace_counts_of, page_of
 from .errors import ServiceError, ServiceUnavailable
 from .journal import Journal
 
@@ -122,10 +123,10 @@ class DirectoryCatalog:
 
     # reads ---------------------------------------------------------------------------------
     def search(self, queries: Sequence[str], filter: Filter | None, policy: HitPolicy) -> list[list[Hit]]:
-        return self.scout.hits(queries, filter, policy)
+        return hits_of(self.scout, queries, filter, policy)
 
     def get(self, tool_id: str) -> Tool | None:
-        return self.scout.find(tool_id)
+        return self.scout.get(tool_id, None)
 
     def page(self, namespace: str | None, namespaces: frozenset[str] | None, offset: int,
              limit: int) -> tuple[int, list[Tool]]:
@@ -153,7 +154,7 @@ class DirectoryCatalog:
             result = WriteResult(self.seq)
             changed = []
             for tool in tools:
-                old = self.scout.find(tool.id)
+                old = self.scout.get(tool.id, None)
                 authorize(tool, old)
                 if tool.same_as(old):
                     result.unchanged.append(tool.id)
@@ -170,7 +171,7 @@ class DirectoryCatalog:
     def delete(self, ids: Sequence[str], visible: Visible) -> WriteResult:
         with self._writer:
             self._check_open()
-            tools = [self.scout.find(i) for i in ids]
+            tools = [self.scout.get(i, None) for i in ids]
             unknown = [i for i, t in zip(ids, tools) if t is None or not visible(t.namespace)]
             if unknown:
                 raise NotFound(f"no tool with id {unknown[0]!r}" if len(unknown) == 1
@@ -231,7 +232,7 @@ class DirectoryCatalog:
         return result
 
     def namespaces_of(self, ids: Sequence[str]) -> dict[str, str | None]:
-        found = {tid: self.scout.find(tid) for tid in ids}
+        found = {tid: self.scout.get(tid, None) for tid in ids}
         return {tid: tool.namespace for tid, tool in found.items() if tool is not None}
 
     def feedback_of(self, tool_id: str) -> dict[str, int]:
@@ -268,8 +269,8 @@ class DirectoryCatalog:
             return True
 
     def stats(self) -> dict[str, Any]:
-        return {"retriever": self.scout.retriever.name, "fast_queries": self.scout.fast_queries,
-                "task_encoders": self.scout.task_encoders,
+        return {"retriever": self.scout.retriever.name, "fast_queries": self.scout.fast_queries is not None,
+                "task_encoders": task_encoders(self.scout.retriever),
                 "journal_records": self.journal.records,
                 "journal_bytes": self.journal.bytes, "compactions": self.compactions,
                 "last_compaction_s": self.last_compaction_s}

@@ -103,7 +103,7 @@ class Replica:
         rows = self.store.replica_rows(ids, vectors=self.in_memory)
         tools = [_tool(row) for row in rows]
         present = {t.id for t in tools}
-        removed = [i for i in ids if i not in present and self.scout.find(i) is not None]
+        removed = [i for i in ids if i not in present and self.scout.get(i, None) is not None]
         requests = pg_feedback.learned_requests(self.store, ids)
 
         def change() -> None:

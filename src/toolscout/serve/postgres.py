@@ -30,12 +30,13 @@ from ..hits import Hit, HitPolicy
 from ..pipeline import ToolScout
 from ..postgres import encode_rows
 from ..results import Filter
+from ..retrievers.base import task_encoders
 from ..retrievers.dense import encoder_for, vector_hash
 from ..store import pg_feedback
 from ..store.pg_config import IndexConfig
 from ..store.pgvector import NeedVectors, PgRow, PgSpec, PgStoreError, PgVectorStore, StoredRow
 from ..tool import TextView, Tool, tool_text
-from .catalog import Authorize, Visible, WriteResult, namespace_counts_of, page_of
+from .catalog import Authorize, Visible, WriteResult, hits_of, namespace_counts_of, page_of
 from .errors import ServiceError
 from .pg_replica import Replica
 
@@ -119,7 +120,7 @@ class PostgresCatalog:
                 "retriever": scout.retriever.name if scout is not None else self.config.search,
                 "dense_search": "in memory" if replica.in_memory else "pgvector HNSW",
                 "fast_queries": bool(self.fast_queries),
-                "task_encoders": scout.task_encoders if scout is not None else [self.encoder.name]}
+                "task_encoders": task_encoders(scout.retriever) if scout is not None else [self.encoder.name]}
 
     def close(self, compact: bool = True) -> None:
         self.store.close()
@@ -145,10 +146,10 @@ class PostgresTenant:
 
     # reads ---------------------------------------------------------------------------------
     def search(self, queries: Sequence[str], filter: Filter | None, policy: HitPolicy) -> list[list[Hit]]:
-        return self.pipeline().hits(queries, filter, policy)
+        return hits_of(self.pipeline(), queries, filter, policy)
 
     def get(self, tool_id: str) -> Tool | None:
-        return self.pipeline().find(tool_id)
+        return self.pipeline().get(tool_id, None)
 
     def page(self, namespace: str | None, namespaces: frozenset[str] | None, offset: int,
              limit: int) -> tuple[int, list[Tool]]:
