@@ -31,7 +31,7 @@ import hashlib
 import json
 import re
 from collections import Counter
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
 from .tool import Tool
 
@@ -177,6 +177,14 @@ def _get(obj: Any, key: str, default: Any = None) -> Any:
     return getattr(obj, key, default)
 
 
+@runtime_checkable
+class KnowsSharedNames(Protocol):
+    """A search backend that can say whether more than one of its tools has a name (a `ToolService`:
+    within what the caller may see); any other backend's names are counted over its `tools`."""
+
+    def name_is_shared(self, name: str) -> bool: ...
+
+
 class _ToolSearch:
     def __init__(self, backend: Any, *, k: int = 5, max_k: int = 20, namespaces: Iterable[str] | None = None,
                  names: AgentNames | None = None, **search_options: Any):
@@ -185,8 +193,8 @@ class _ToolSearch:
         self.max_k = max_k
         self.namespaces = None if namespaces is None else list(namespaces)
         self.search_options = search_options
-        shared = getattr(backend, "name_is_shared", None)
-        self.names = names or AgentNames(shared if shared is not None else backend.tools)
+        shared = backend.name_is_shared if isinstance(backend, KnowsSharedNames) else backend.tools
+        self.names = names or AgentNames(shared)
 
     def _parameters(self) -> dict[str, Any]:
         return {"type": "object", "properties": {
