@@ -11,8 +11,9 @@ bash from the repository root), where the command writes the figure (`from`: a J
 writes under `{out}` and the path of the value in it, as a JSON pointer; `minus`: a second one subtracted,
 for a published difference; `scale`: a factor, for other units), the figure published (`expect`) and how far a re-run may land from it
 (`tolerance`, absolute, in the figure's units). `run` exits 1 when a figure
-drifts beyond its tolerance. Each condition is one row of a table (`tables`); `docs` renders the rows
-from `expect` between the table's markers, `<!-- conditions:ID -->` and `<!-- /conditions:ID -->`, so a
+drifts beyond its tolerance. A condition gives rows of tables (`rows`: each a `table` and its `cells`,
+formatted with the figures; `table` and `cells` on the condition itself for one row); `docs` renders
+each table (`tables`: its file and columns) from `expect` between its markers, `<!-- conditions:ID -->` and `<!-- /conditions:ID -->`, so a
 figure is written in one place. A test (`tests/test_reproduce.py`) fails when a table and the file
 disagree.
 
@@ -34,7 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -87,21 +88,25 @@ class Figure:
 
 
 @dataclass
-class Condition:
-    id: str
+class Row:
     table: str
     cells: list[str]
+
+
+@dataclass
+class Condition:
+    id: str
+    rows: list[Row]
     command: list[str]
     figures: list[Figure]
     minutes: float | None = None
     note: str = ""
-    raw: dict = field(default_factory=dict, repr=False)
 
-    def row(self) -> str:
-        """The table row, its cells formatted with the published figures."""
+    def row(self, row: Row) -> str:
+        """A table row, its cells formatted with the published figures."""
         values = {f.name: f.expect for f in self.figures}
         try:
-            return "| " + " | ".join(cell.format(**values) for cell in self.cells) + " |"
+            return markdown_line([cell.format(**values) for cell in row.cells])
         except (KeyError, ValueError, IndexError) as exc:
             raise ConditionsError(f"condition {self.id!r}: a cell cannot be formatted ({exc!r})") from None
 
@@ -146,36 +151,52 @@ def _field(entry: Any, key: str, what: str) -> Any:
 
 def _condition(entry: Any, tables: dict[str, Table]) -> Condition:
     cid = str(_field(entry, "id", "condition"))
-    table = str(_field(entry, "table", "condition"))
+    rows = entry.get("rows") if "rows" in entry else [entry]  # one row: its table and cells on the condition
+    if not isinstance(rows, list) or not rows:
+        raise ConditionsError(f"condition {cid!r}: field 'rows' is a list of {{table, cells}}")
+    command = _field(entry, "command", "condition")
+    command = [command] if isinstance(command, str) else [str(line) for line in command]
+    default = float(entry.get("tolerance", DEFAULT_TOLERANCE))
+    figures = [_figure(cid, str(name), spec, default)
+               for name, spec in (_field(entry, "figures", "condition") or {}).items()]
+    return Condition(cid, [_row(cid, row, tables) for row in rows], command, figures, entry.get("minutes"),
+                     str(entry.get("note", "")))
+
+
+def _row(cid: str, entry: Any, tables: dict[str, Table]) -> Row:
+    if not isinstance(entry, dict) or "table" not in entry or "cells" not in entry:
+        raise ConditionsError(f"condition {cid!r}: a row needs fields 'table' and 'cells'")
+    table, cells = str(entry["table"]), [str(c) for c in entry["cells"]]
     if table not in tables:
         raise ConditionsError(f"condition {cid!r}: field 'table' names {table!r}, not one of {sorted(tables)}")
-    cells = [str(c) for c in _field(entry, "cells", "condition")]
     if len(cells) != len(tables[table].columns):
         raise ConditionsError(f"condition {cid!r}: field 'cells' has {len(cells)} cells, table {table!r} "
                               f"{len(tables[table].columns)} columns")
-    command = _field(entry, "command", "condition")
-    command = [command] if isinstance(command, str) else [str(line) for line in command]
-    figures = []
-    default = float(entry.get("tolerance", DEFAULT_TOLERANCE))
-    for name, spec in (_field(entry, "figures", "condition") or {}).items():
-        if not isinstance(spec, dict) or "from" not in spec or "expect" not in spec:
-            raise ConditionsError(f"condition {cid!r}: figure {name!r} needs 'from' and 'expect'")
-        if any(":" not in str(spec[key]) for key in ("from", "minus") if key in spec):
-            raise ConditionsError(f"condition {cid!r}: figure {name!r}: 'from' and 'minus' are FILE.json:path/to/value")
-        try:
-            figures.append(Figure(str(name), str(spec["from"]), float(spec["expect"]),
-                                  float(spec.get("tolerance", default)), spec.get("minus"),
-                                  float(spec.get("scale", 1.0))))
-        except (TypeError, ValueError):
-            raise ConditionsError(f"condition {cid!r}: figure {name!r}: 'expect' and 'tolerance' are numbers") from None
-    return Condition(cid, table, cells, command, figures, entry.get("minutes"), str(entry.get("note", "")), entry)
+    return Row(table, cells)
+
+
+def _figure(cid: str, name: str, spec: Any, default: float) -> Figure:
+    if not isinstance(spec, dict) or "from" not in spec or "expect" not in spec:
+        raise ConditionsError(f"condition {cid!r}: figure {name!r} needs 'from' and 'expect'")
+    if any(":" not in str(spec[key]) for key in ("from", "minus") if key in spec):
+        raise ConditionsError(f"condition {cid!r}: figure {name!r}: 'from' and 'minus' are FILE.json:path/to/value")
+    try:
+        return Figure(name, str(spec["from"]), float(spec["expect"]), float(spec.get("tolerance", default)),
+                      spec.get("minus"), float(spec.get("scale", 1.0)))
+    except (TypeError, ValueError):
+        raise ConditionsError(f"condition {cid!r}: figure {name!r}: 'expect', 'tolerance' and 'scale' "
+                              "are numbers") from None
 
 
 # ------------------------------------------------------------------------------------------ docs
 
+def markdown_line(cells: list[str]) -> str:
+    return "|" + "|".join(f" {cell} " if cell else " " for cell in cells) + "|"
+
+
 def render(table: Table, conditions: list[Condition]) -> str:
-    lines = ["| " + " | ".join(table.columns) + " |", "|" + "---|" * len(table.columns)]
-    lines += [c.row() for c in conditions if c.table == table.id]
+    lines = [markdown_line(table.columns), "|" + "---|" * len(table.columns)]
+    lines += [c.row(row) for c in conditions for row in c.rows if row.table == table.id]
     return "\n".join(lines)
 
 
@@ -269,7 +290,8 @@ def main(argv: list[str] | None = None) -> int:
 def _list(args, tables, conditions) -> int:
     for c in conditions:
         cost = f"~{c.minutes:g} min" if c.minutes else "?"
-        print(f"{c.id} [{tables[c.table].file}: {c.table}] {cost}\n    " + "\n    ".join(c.command))
+        where = ", ".join(sorted({f"{tables[r.table].file}: {r.table}" for r in c.rows}))
+        print(f"{c.id} [{where}] {cost}\n    " + "\n    ".join(c.command))
     return 0
 
 
