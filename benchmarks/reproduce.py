@@ -8,19 +8,21 @@
 
 `benchmarks/conditions.yaml` holds, for each published figure: the system and data (`command`, run with
 bash from the repository root), where the command writes the figure (`from`: a JSON file the command
-writes under `{out}` and the path of the value in it, as a JSON pointer; `minus`: a second one subtracted,
-for a published difference; `scale`: a factor, for other units), the figure published (`expect`) and how far a re-run may land from it
-(`tolerance`, absolute, in the figure's units). `run` exits 1 when a figure
-drifts beyond its tolerance. A condition gives rows of tables (`rows`: each a `table` and its `cells`,
-formatted with the figures; `table` and `cells` on the condition itself for one row); `docs` renders
-each table (`tables`: its file and columns) from `expect` between its markers, `<!-- conditions:ID -->` and `<!-- /conditions:ID -->`, so a
-figure is written in one place. A test (`tests/test_reproduce.py`) fails when a table and the file
+writes under `{out}` and the path of the value in it, as a JSON pointer; `minus`: a second one
+subtracted, for a published difference; `scale`: a factor, for other units), the figure published
+(`expect`) and how far a re-run may land from it (`tolerance`, absolute, in the figure's units). `run`
+exits 1 when a figure drifts beyond its tolerance.
+
+A condition gives rows of tables (`rows`: each a `table` and its `cells`, formatted with the figures;
+`table` and `cells` on the condition itself for one row). `docs` renders each table (`tables`: its file
+and columns) from `expect` between its markers, `<!-- conditions:ID -->` and `<!-- /conditions:ID -->`,
+so a figure is written in one place; a test (`tests/test_reproduce.py`) fails when a table and the file
 disagree.
 
 Placeholders in a command: `{data}` (the benchmark folders, `--data`), `{out}` (a fresh folder for this
 condition's files), `{python}` and `{toolscout}` (this interpreter and its `toolscout` command); literal
-braces are doubled.
-`--accept` rewrites the conditions file (comments are not kept: explanations belong in `note`).
+braces are doubled. `--accept` rewrites the conditions file (comments are not kept: explanations belong
+in `note`).
 """
 
 from __future__ import annotations
