@@ -68,12 +68,12 @@ def pg_replicas(tools, encoder):
 
     from toolscout.postgres import index_catalog
     from toolscout.serve import ToolService
-    from toolscout.store.pgvector import PgVectorStore
+    from toolscout.store.pg_catalog import PgCatalog
 
     store_spec = spec(postgres_uri(), new_table())
-    store = PgVectorStore.from_spec(store_spec, encoder.dim)
-    index_catalog(store, tools, encoder, search="hybrid")
-    store.close()
+    catalog = PgCatalog.from_spec(store_spec, encoder.dim)
+    index_catalog(catalog, tools, encoder, search="hybrid")
+    catalog.close()
     replicas = [ToolService.open(store_spec, encoder=encoder if i == 0 else type(encoder).load(None), batch_workers=0)
                 for i in range(2)]
     return replicas, lambda: [r.close() for r in replicas]

@@ -31,6 +31,12 @@ def exact_store(store_spec):
     return PgVectorStore.from_spec(store_spec, exact=True)
 
 
+def pg_catalog(store_spec):
+    from toolscout.store.pg_catalog import PgCatalog
+
+    return PgCatalog.from_spec(store_spec)
+
+
 def test_a_local_index_migrated_to_postgres_gives_identical_top10(pg, tmp_path, tools, encoder):
     from toolscout.postgres import migrate_directory
 
@@ -46,7 +52,8 @@ def test_a_local_index_migrated_to_postgres_gives_identical_top10(pg, tmp_path, 
     assert got.as_lists() == expected.as_lists()
     for a, b in zip(got.scores, expected.scores):
         np.testing.assert_allclose(a, b, atol=1e-5)
-    assert store.hashes() == local.retriever.hashes  # the same content hashes: later edits re-embed the same
+    # the same content hashes: later edits re-embed the same
+    assert pg_catalog(store_spec).hashes() == local.retriever.hashes
     # the same after the same edits on both sides: one tool changed, one removed, one added
     edited = Tool("mail.send", "send_email", "Send a text message (SMS) to a phone number.", namespace="mail")
     added = Tool("notes.open", "open_note", "Open a note from the notes file.", namespace="files")
@@ -278,7 +285,7 @@ def test_the_python_pipeline_runs_on_a_postgres_store(pg, tmp_path, tools, encod
     assert again.retrieve(QUERIES, 5).as_lists() == local.retrieve(QUERIES, 5).as_lists()
     # a second pipeline indexed into the same tenant replaces the catalog the first one wrote
     ToolScout.from_tools(tools[:3], retriever="dense", encoder=encoder, store=store_spec)
-    assert sorted(exact_store(store_spec).hashes()) == sorted(t.id for t in tools[:3])
+    assert sorted(pg_catalog(store_spec).hashes()) == sorted(t.id for t in tools[:3])
 
 
 def test_a_replica_name_cache_is_never_staler_than_its_bound(pg, tools, encoder):
@@ -306,7 +313,8 @@ def test_a_replica_name_cache_is_never_staler_than_its_bound(pg, tools, encoder)
 
 
 def test_feedback_through_one_replica_changes_the_others_rankings_at_once(pg, tools, encoder):
-    """Staleness bound: none. Both replicas rank in the database, which holds the feedback once committed."""
+    """Staleness bound: none. Each replica reads the change log before it searches, so feedback committed
+    through one is in the other's very next ranking."""
     from toolscout.postgres import index_catalog
     from toolscout.serve import ToolService
     from toolscout.store.pgvector import PgVectorStore

@@ -1,5 +1,5 @@
-"""The pgvector store against a real PostgreSQL (pgserver): parity with the local numpy store, filters,
-full-text and hybrid search (RRF worked out by hand), tenants, migrations, crash safety of writes."""
+"""The pgvector store and a tenant's catalog against a real PostgreSQL (pgserver): parity with the local
+numpy store, filters, versioned writes and the change log, tenants, migrations, crash safety of writes."""
 
 import signal
 import subprocess
@@ -11,6 +11,7 @@ import pytest
 from pgtest import new_table, postgres_uri, spec
 
 from toolscout.results import Filter
+from toolscout.store.base import VectorStore
 from toolscout.store.local import NumpyStore, load_store, make_store
 
 pytestmark = pytest.mark.slow  # starts PostgreSQL
@@ -30,6 +31,12 @@ def pg_store(uri, dim, tenant=None, **options):
     from toolscout.store.pgvector import PgVectorStore
 
     return PgVectorStore.from_spec(spec(uri, new_table(), tenant), dim, **options)
+
+
+def catalog_of(store):
+    from toolscout.store.pg_catalog import PgCatalog
+
+    return PgCatalog(store)
 
 
 def assert_same(pg_results, local_results):
@@ -56,14 +63,6 @@ def test_spec_parsing_keeps_libpq_parameters_and_never_records_the_password():
         PgSpec.parse("mysql://h/db")
 
 
-def test_or_query_keeps_only_words():
-    from toolscout.store.pgvector import or_query
-
-    assert or_query("Book a flight: NYC -> Paris (2 adults)!") == "book | a | flight | nyc | paris | 2 | adults"
-    assert or_query("get_weather & 'x' | !y") == "get | weather | x | y"
-    assert or_query("   ") == ""
-
-
 # ---------------------------------------------------------------------------------------- parity
 
 def test_exact_search_matches_the_local_store_through_upserts_deletes_and_filters(pg):
@@ -72,6 +71,7 @@ def test_exact_search_matches_the_local_store_through_upserts_deletes_and_filter
     vecs, ids = unit(rng, n, dim), [f"t{i}" for i in range(n)]
     namespaces = ["a" if i % 4 == 0 else ("b" if i % 4 == 1 else None) for i in range(n)]
     local, store = NumpyStore(dim), pg_store(pg, dim, exact=True)
+    assert isinstance(store, VectorStore)  # the contract, and nothing the catalog holds
     for s in (local, store):
         s.upsert(ids, vecs, namespaces)
     queries = unit(rng, 12, dim)
@@ -116,7 +116,10 @@ def test_store_made_by_make_store_replaces_the_tenant_catalog_with_its_first_wri
     old = make_store(uri_spec, 8)
     old.upsert(["x", "y", "z"], unit(rng, 3, 8), ["n", "n", None])
     new = make_store(uri_spec, 8)
+    assert isinstance(new, VectorStore)
     assert len(new) == 0 and new.search(unit(rng, 1, 8), 5).as_lists() == [[]]  # a new, empty index
+    with pytest.raises(KeyError):
+        new.get(["x"])
     assert len(old) == 3  # ... while the old catalog is still served
     new.upsert(["y", "w"], unit(rng, 2, 8), [None, None])
     assert len(old) == 2 and sorted(old.search(unit(rng, 1, 8), 5).as_lists()[0]) == ["w", "y"]
@@ -131,25 +134,28 @@ def test_update_vectors_replaces_embeddings_in_one_logged_write_and_refuses_unkn
     dim, ids = 8, [f"t{i}" for i in range(20)]
     vecs = unit(rng, 20, dim)
     namespaces = ["a" if i % 2 else None for i in range(20)]
+    from toolscout.store.pgvector import PgRow
+
     local, store = NumpyStore(dim), pg_store(pg, dim, exact=True)
-    store.upsert(ids, vecs, namespaces, texts=[f"text {i}" for i in range(20)], hashes=[f"h{i}" for i in range(20)])
+    catalog = catalog_of(store)
+    catalog.write([PgRow(i, ns, v, f"text {n}", f"h{n}") for n, (i, ns, v) in enumerate(zip(ids, namespaces, vecs))])
     local.upsert(ids, vecs, namespaces)
-    version = store.version()
+    version = catalog.version()
 
     moved = unit(rng, 2, dim)
     for s in (local, store):
         s.update_vectors(["t3", "t4"], moved)
-    assert store.version() == version + 1 and store.changes_since(version) == (version + 1, ["t3", "t4"])
+    assert catalog.version() == version + 1 and catalog.changes_since(version) == (version + 1, ["t3", "t4"])
     np.testing.assert_allclose(store.get(["t3", "t4"]), moved, atol=1e-6)
-    assert store.hashes(["t3", "t4"]) == {"t3": "h3", "t4": "h4"}  # text and hash stay with the row
-    assert store.namespace_counts() == {"": 10, "a": 10}
+    assert catalog.hashes(["t3", "t4"]) == {"t3": "h3", "t4": "h4"}  # text and hash stay with the row
+    assert catalog.namespace_counts() == {"": 10, "a": 10}
     queries = np.vstack([moved, unit(rng, 3, dim)])
     for flt in (None, Filter.make(namespaces=["a"]), Filter.make(namespaces=[""])):
         assert_same(store.search(queries, 5, flt), local.search(queries, 5, flt))
 
     with pytest.raises(KeyError):
         store.update_vectors(["t5", "nope"], unit(rng, 2, dim))
-    assert store.version() == version + 1  # rolled back: no version, no change
+    assert catalog.version() == version + 1  # rolled back: no version, no change
     np.testing.assert_allclose(store.get(["t5"]), vecs[[5]], atol=1e-6)
     with pytest.raises(KeyError):  # a store made by make_store is a new, empty index until its first write
         make_store(spec(pg, store.table), dim).update_vectors(["t1"], unit(rng, 1, dim))
@@ -169,36 +175,7 @@ def test_tool2vec_learns_usage_on_the_postgresql_store_as_on_the_local_one(pg, t
     np.testing.assert_allclose(shared.store.get(["calendar.list"]), local.store.get(["calendar.list"]), atol=1e-5)
     query = ["what does my day look like on Thursday"]
     assert list(shared.search(query, 3).ids[0]) == list(local.search(query, 3).ids[0])
-    assert shared.store.namespace_counts()["calendar"] == 2  # the namespace stayed
-
-
-# ----------------------------------------------------------------------------- lexical + hybrid
-
-def test_lexical_and_hybrid_rankings_worked_out_by_hand(pg):
-    store = pg_store(pg, 2, exact=True)
-    q = np.array([[1.0, 0.0]], dtype=np.float32)
-    # dense ranks for q: A 1, B 2, C 3, D 4 (cosines 1, .8, .6, 0)
-    vecs = np.array([[1, 0], [0.8, 0.6], [0.6, 0.8], [0, 1]], dtype=np.float32)
-    texts = ["weather report for today", "fly a kite", "kite kite", "nothing at all"]
-    store.upsert(list("ABCD"), vecs, ["x", "x", "y", "x"], texts=texts)
-    lexical = store.lexical_search(["where can I buy a kite"], 10)
-    # ts_rank, normalisation 1, over the query 'buy' | 'kite' (2 terms; the rest are stop words). A term
-    # found at positions 1..n of weight 0.1 contributes 0.1 * sum(1/j^2) / (pi^2/6); the sum is divided by
-    # the number of terms and by log2(1 + document length). Both B and C have length 2; A, D do not match.
-    per_term = lambda occurrences: 0.1 * sum(1 / j**2 for j in range(1, occurrences + 1)) / (np.pi**2 / 6)
-    assert lexical.as_lists() == [["C", "B"]]
-    np.testing.assert_allclose(lexical.scores[0], [per_term(2) / 2 / np.log2(3), per_term(1) / 2 / np.log2(3)],
-                               rtol=1e-5)
-    # RRF (k=60): A 1/61; B 1/62 + 1/62; C 1/63 + 1/61; D 1/64  ->  C > B > A > D
-    hybrid = store.hybrid_search(q, ["where can I buy a kite"], 4)
-    assert hybrid.as_lists() == [["C", "B", "A", "D"]]
-    np.testing.assert_allclose(hybrid.scores[0], [1 / 63 + 1 / 61, 2 / 62, 1 / 61, 1 / 64], rtol=1e-6)
-    # the filter applies inside both lists before ranking: without C, dense ranks A 1, B 2, D 3 and
-    # lexical ranks B 1: B 1/62 + 1/61, A 1/61, D 1/63
-    hybrid = store.hybrid_search(q, ["where can I buy a kite"], 4, Filter.make(namespaces=["x"]))
-    assert hybrid.as_lists() == [["B", "A", "D"]]
-    np.testing.assert_allclose(hybrid.scores[0], [1 / 62 + 1 / 61, 1 / 61, 1 / 63], rtol=1e-6)
-    assert store.lexical_search(["kite"], 10, Filter.make(exclude_ids=["C"])).as_lists() == [["B"]]
+    assert catalog_of(shared.store).namespace_counts()["calendar"] == 2  # the namespace stayed
 
 
 # ------------------------------------------------------------------------------------- tenants
@@ -209,22 +186,24 @@ def test_tenants_share_a_table_but_never_each_others_rows(pg):
     rng = np.random.default_rng(3)
     a = PgVectorStore.from_spec(spec(pg, new_table(), "a"), 8)
     b = a.for_tenant("b")
+    catalog_a, catalog_b = catalog_of(a), catalog_of(a).for_tenant("b")
     va, vb = unit(rng, 3, 8), unit(rng, 4, 8)
-    a.upsert(["t1", "t2", "t3"], va, ["ns"] * 3, texts=["alpha"] * 3)
-    b.upsert(["t1", "t2", "b3", "b4"], vb, ["ns", "other", "other", "other"], texts=["beta"] * 4)
+    a.upsert(["t1", "t2", "t3"], va, ["ns"] * 3)
+    assert catalog_a.changes_since(0) == (1, ["t1", "t2", "t3"])  # the store's writes are versioned and logged
+    b.upsert(["t1", "t2", "b3", "b4"], vb, ["ns", "other", "other", "other"])
     assert (len(a), len(b)) == (3, 4)
     np.testing.assert_array_equal(a.get(["t1"]), va[:1])
     np.testing.assert_array_equal(b.get(["t1"]), vb[:1])
     with pytest.raises(KeyError):
         a.get(["b3"])
     assert sorted(a.search(vb, 10).as_lists()[0]) == ["t1", "t2", "t3"]
-    assert a.lexical_search(["beta"], 10).as_lists() == [[]]
-    assert a.namespace_counts() == {"ns": 3} and b.namespace_counts() == {"ns": 1, "other": 3}
-    assert a.page(namespace="other") == (0, [])
-    version_b = b.version()
+    assert catalog_a.namespace_counts() == {"ns": 3} and catalog_b.namespace_counts() == {"ns": 1, "other": 3}
+    assert catalog_a.page(namespace="other") == (0, [])
+    version_b = catalog_b.version()
     a.delete(["t1", "t2"])
-    assert len(a) == 1 and len(b) == 4 and b.version() == version_b
-    assert a.changes_since(a.version() - 1) == (a.version(), ["t1", "t2"])
+    a.delete(["never-there"])  # deletes nothing: no new version
+    assert len(a) == 1 and len(b) == 4 and catalog_b.version() == version_b
+    assert catalog_a.changes_since(catalog_a.version() - 1) == (catalog_a.version(), ["t1", "t2"])
 
 
 # ----------------------------------------------------------------------------------- migrations
@@ -242,16 +221,16 @@ def test_schema_migrations_are_versioned_and_upgrade_existing_rows(pg):
         conn.execute(f"INSERT INTO {table} (tenant, id, text, embedding) VALUES ('default', 'old', "
                      "'translate text between languages', '[1,0,0]')")
     store = PgVectorStore.from_spec(spec(pg, table), 3)
-    assert store.lexical_search(["translate"], 5).as_lists() == [["old"]]  # v2 indexed the existing row
+    assert store.search(np.array([[1, 0, 0]], dtype=np.float32), 5).as_lists() == [["old"]]
     assert store.database.migrated == [2, 3, 4]
     with psycopg.connect(pg, autocommit=True) as conn:
         rows = conn.execute("SELECT version FROM toolscout_schema_migrations WHERE tbl = %s ORDER BY 1",
                             [table]).fetchall()
         assert rows == [(1,), (2,), (3,), (4,)]
-        # v3: the existing row is untaught (its own vector, no usage words) and still found by its text;
-        # v4: it has a place in the catalog's order, and a tool written after it comes after it
-        assert conn.execute(f"SELECT usage, base_embedding, reported FROM {table} WHERE id = 'old'").fetchone() == \
-            ("", None, 0)
+        # v2 indexed the existing row's text; v3: it is untaught (its own vector, no usage words) and its
+        # text still indexed; v4: it has a place in the catalog's order, and a tool written after it comes after it
+        assert conn.execute(f"SELECT usage, base_embedding, reported, tsv @@ to_tsquery('english', 'translate') "
+                            f"FROM {table} WHERE id = 'old'").fetchone() == ("", None, 0, True)
         conn.execute(f"INSERT INTO {table} (tenant, id, text, embedding) VALUES ('default', 'a-new', 'x', '[0,1,0]')")
         assert [r[0] for r in conn.execute(f"SELECT id FROM {table} ORDER BY seq")] == ["old", "a-new"]
         assert pg_schema.migrate(conn, table, 3) == []  # up to date: nothing to do
@@ -268,21 +247,26 @@ def test_schema_migrations_are_versioned_and_upgrade_existing_rows(pg):
 CRASHING_WRITER = """
 import os, signal, sys
 import numpy as np
-from toolscout.store.pgvector import PgRow, PgVectorStore
+from toolscout.store.pg_catalog import PgCatalog
+from toolscout.store.pgvector import PgRow
 
-store = PgVectorStore.from_spec(sys.argv[1], 8)
-store.before_commit = lambda: os.kill(os.getpid(), signal.SIGKILL)  # die between the writes and COMMIT
+catalog = PgCatalog.from_spec(sys.argv[1], 8)
+catalog.before_commit = lambda: os.kill(os.getpid(), signal.SIGKILL)  # die between the writes and COMMIT
 vectors = np.full((2, 8), 1 / np.sqrt(8), dtype=np.float32)
 if sys.argv[2] == "upsert":
-    store.write([PgRow("t0", "moved", vectors[0]), PgRow("new", None, vectors[1])], ["t1"])
+    catalog.write([PgRow("t0", "moved", vectors[0]), PgRow("new", None, vectors[1])], ["t1"])
+elif sys.argv[2] == "store upsert":
+    catalog.vectors.before_commit = catalog.before_commit
+    catalog.vectors.upsert(["t0", "new"], vectors, ["moved", None])
 else:
-    store.write([PgRow("only", None, vectors[0])], replace=True)
+    catalog.write([PgRow("only", None, vectors[0])], replace=True)
 """
 
 
 def snapshot(store):
-    ids = sorted(store.hashes())
-    return ids, store.get(ids).tolist(), store.namespace_counts(), store.version()
+    catalog = catalog_of(store)
+    ids = sorted(catalog.hashes())
+    return ids, store.get(ids).tolist(), catalog.namespace_counts(), catalog.version()
 
 
 def wait_for_no_open_transactions(uri, timeout=10.0):
@@ -299,7 +283,7 @@ def wait_for_no_open_transactions(uri, timeout=10.0):
     raise AssertionError("a killed writer's transaction is still open")
 
 
-@pytest.mark.parametrize("mode", ["upsert", "replace"])
+@pytest.mark.parametrize("mode", ["upsert", "store upsert", "replace"])
 def test_a_writer_killed_before_commit_leaves_the_previous_state(pg, tmp_path, mode):
     from toolscout.store.pgvector import PgVectorStore
 
@@ -315,12 +299,13 @@ def test_a_writer_killed_before_commit_leaves_the_previous_state(pg, tmp_path, m
     wait_for_no_open_transactions(pg)
     assert snapshot(store) == before
     # the store is usable at once: no lock held, versions continue, a later replace drops the dead one's table
-    store.write([], ["t4"])
-    assert store.version() == before[3] + 1 and len(store) == 4
+    catalog = catalog_of(store)
+    catalog.write([], ["t4"])
+    assert catalog.version() == before[3] + 1 and len(store) == 4
     store.upsert(["t0"], unit(rng, 1, 8), ["ns"])
     fresh = make_store(store_spec, 8)
     fresh.upsert(["z"], unit(rng, 1, 8), [None])
-    assert sorted(store.hashes()) == ["z"]
+    assert sorted(catalog.hashes()) == ["z"] and catalog.changes_since(catalog.version() - 1)[1] is None
     import psycopg
 
     with psycopg.connect(pg, autocommit=True) as conn:

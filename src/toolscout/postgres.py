@@ -2,8 +2,8 @@
 copy a local pipeline directory in (no re-embedding), and find the store a pipeline directory was
 indexed into. The table's configuration itself is `store/pg_config.py`.
 
-Both write the tenant's catalog as one replace (`PgVectorStore.write(replace=True)`): readers see the old
-catalog until the new one is complete, and a crash leaves the old one.
+Both write the tenant's catalog as one replace (`PgCatalog.write(replace=True)`, store/pg_catalog.py):
+readers see the old catalog until the new one is complete, and a crash leaves the old one.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from .errors import ToolScoutError
 from .pipeline import PIPELINE_KIND
 from .retrievers.dense import default_summary_weight, embed_tools, encoding_of, vector_hash
 from .store.pg_config import IndexConfig, check_compatible
+from .store.pg_catalog import PgCatalog
 from .store.pgvector import NeedVectors, PgRow, PgSpec, PgStoreError, PgVectorStore
 from .tool import TextView, Tool, tool_text, tools_by_id
 
@@ -30,15 +31,16 @@ class CatalogReport:
     summary_weight: float = 0.0
 
 
-def index_catalog(store: PgVectorStore, tools: Sequence[Tool], encoder, view: TextView | None = None, *,
-                  search: str = DEFAULT_PG_SEARCH, batch_size: int = 64, progress: bool = False,
+def index_catalog(catalog: PgCatalog | PgVectorStore, tools: Sequence[Tool], encoder, view: TextView | None = None,
+                  *, search: str = DEFAULT_PG_SEARCH, batch_size: int = 64, progress: bool = False,
                   summary_weight: float | None = None, intents: dict | None | str = "default") -> CatalogReport:
-    """Make `tools` the tenant's whole catalog. Tools whose text view is unchanged keep their stored vector.
-    `summary_weight`: as `DenseRetriever`'s (default: the table's, for a table that has a catalog
-    already, else the retriever's default for `encoder`). `intents`: how servers treat multi-request
-    tasks (`IntentMerge` settings; "default": the table's, else `toolscout.defaults.DEFAULT_INTENTS`)."""
-    view = view or TextView()
-    stored_config = store.database.config()
+    """Make `tools` the whole catalog of `catalog`'s tenant (a PgCatalog, or a PgVectorStore: its tenant's
+    catalog). Tools whose text view is unchanged keep their stored vector. `summary_weight`: as
+    `DenseRetriever`'s (default: the table's, for a table that has a catalog already, else the retriever's
+    default for `encoder`). `intents`: how servers treat multi-request tasks (`IntentMerge` settings;
+    "default": the table's, else `toolscout.defaults.DEFAULT_INTENTS`)."""
+    catalog, view = PgCatalog.of(catalog), view or TextView()
+    stored_config = catalog.database.config()
     indexed = bool(stored_config.get("model"))
     if summary_weight is None:
         summary_weight = float(stored_config.get("summary_weight", 0.0)) if indexed \
@@ -49,11 +51,11 @@ def index_catalog(store: PgVectorStore, tools: Sequence[Tool], encoder, view: Te
         intents = stored_config.get("intents") if indexed else DEFAULT_INTENTS
     config = IndexConfig(encoder.name, view.to_dict(), search, float(summary_weight), intents,
                          encoding=encoding_of(encoder))
-    check_compatible(store, config, stored_config)
+    check_compatible(catalog, config, stored_config)
     by_id = tools_by_id(tools, "the catalog")
     texts = {t.id: tool_text(t, view) for t in tools}
     hashes = {t.id: vector_hash(t, view, texts[t.id], config.summary_weight) for t in tools}
-    stored = store.hashes()
+    stored = catalog.hashes()
     embed = [tid for tid in by_id if stored.get(tid) != hashes[tid]]
 
     def encode(ids: list[str], show_progress: bool) -> dict:
@@ -64,7 +66,7 @@ def index_catalog(store: PgVectorStore, tools: Sequence[Tool], encoder, view: Te
     for _attempt in range(2):
         rows = [PgRow(t.id, t.namespace, vectors.get(t.id), texts[t.id], hashes[t.id], t.to_record()) for t in tools]
         try:
-            outcome = store.write(rows, replace=True, config=config.to_dict())
+            outcome = catalog.write(rows, replace=True, config=config.to_dict())
             return CatalogReport(len(tools), len(vectors), outcome.version, config.summary_weight)
         except NeedVectors as exc:  # a stored vector changed or vanished meanwhile: embed those too
             vectors.update(encode([i for i in exc.ids if i not in vectors], False))
@@ -80,17 +82,17 @@ def encode_rows(encoder, tools: Sequence[Tool], view: TextView, texts: dict[str,
     return dict(zip([t.id for t in tools], vectors))
 
 
-def index_catalog_vectors(store: PgVectorStore, tools: Sequence[Tool], vectors, config: IndexConfig,
+def index_catalog_vectors(catalog: PgCatalog, tools: Sequence[Tool], vectors, config: IndexConfig,
                           view: TextView, hashes: dict[str, str] | None = None) -> CatalogReport:
     """Make `tools` the tenant's catalog with the given vectors (row i of `vectors` is tools[i])."""
-    check_compatible(store, config)
+    check_compatible(catalog, config)
     rows = []
     for tool, vector in zip(tools, vectors):
         text = tool_text(tool, view)
         rows.append(PgRow(tool.id, tool.namespace, vector, text,
                           (hashes or {}).get(tool.id) or vector_hash(tool, view, text, config.summary_weight),
                           tool.to_record()))
-    outcome = store.write(rows, replace=True, config=config.to_dict())
+    outcome = catalog.write(rows, replace=True, config=config.to_dict())
     return CatalogReport(len(tools), 0, outcome.version, config.summary_weight)
 
 
@@ -98,7 +100,7 @@ def migrate_directory(folder: str | Path, spec: str | PgSpec, *, search: str | N
     """Copy the catalog of a local index directory (written by `toolscout index` / `ToolScout.save`) into
     the PostgreSQL store `spec`: its tools, text views, content hashes and the vectors as they are (no
     re-embedding), replacing the tenant's catalog. Dense and hybrid (BM25 + dense) pipelines migrate;
-    a hybrid one is served with PostgreSQL full-text search in place of BM25 (`search="hybrid"`)."""
+    a hybrid one is served hybrid (`search="hybrid"`: every replica runs BM25 and the dense part)."""
     from .benchmark import read_jsonl
     from .store.local import load_store
 
@@ -131,11 +133,11 @@ def migrate_directory(folder: str | Path, spec: str | PgSpec, *, search: str | N
                                float(rconf.get("summary_weight", 0.0)), config.get("intents"),
                                encoding=rconf.get("encoding", "exact"))
     spec = spec if isinstance(spec, PgSpec) else PgSpec.parse(spec)
-    store = PgVectorStore.from_spec(spec, int(vectors.shape[1]))
+    catalog = PgCatalog.from_spec(spec, int(vectors.shape[1]))
     try:
-        return index_catalog_vectors(store, tools, vectors, index_config, view, hashes)
+        return index_catalog_vectors(catalog, tools, vectors, index_config, view, hashes)
     finally:
-        store.close()
+        catalog.close()
 
 
 def recorded_spec(folder: str | Path | None) -> str | None:

@@ -10,7 +10,8 @@ from typing import Sequence
 
 from ..postgres import index_catalog, migrate_directory
 from ..store.pg_config import set_search_mode
-from ..store.pgvector import PgSpec, PgVectorStore
+from ..store.pg_catalog import PgCatalog
+from ..store.pgvector import PgSpec
 from ..tool import Tool
 from .options import view_from_args
 
@@ -36,25 +37,26 @@ def index_into_postgres(args: argparse.Namespace, tools: Sequence[Tool]) -> int:
     from ..tool import TextView, tool_text
 
     if args.retriever not in ("dense", "hybrid"):
-        raise ValueError(f"--store postgresql://... indexes with --retriever dense or hybrid (dense + PostgreSQL "
-                         f"full-text search), not {args.retriever!r}")
+        raise ValueError(f"--store postgresql://... indexes with --retriever dense or hybrid (BM25 + dense, in "
+                         f"every replica), not {args.retriever!r}")
     if args.rerank:
         raise ValueError("--rerank is not supported with the PostgreSQL store yet")
     spec = PgSpec.parse(args.store)
     start = time.perf_counter()
     encoder = encoder_for(args.model)
     view = view_from_args(args) or trained_view(args.model) or TextView()
-    store = PgVectorStore.from_spec(spec, encoder.dim)
+    catalog = PgCatalog.from_spec(spec, encoder.dim)
     try:
-        report = index_catalog(store, tools, encoder, view, search="dense" if args.retriever == "dense" else "hybrid",
-                               progress=True, intents="default" if args.split_requests else None)  # default: the table's
+        search = "dense" if args.retriever == "dense" else "hybrid"
+        report = index_catalog(catalog, tools, encoder, view, search=search, progress=True,
+                               intents="default" if args.split_requests else None)  # default: the table's
         hashes = {t.id: vector_hash(t, view, tool_text(t, view), report.summary_weight) for t in tools}
         retriever = DenseRetriever(encoder=encoder, store=spec.to_string(), view=view,  # the DSN without password
-                                   summary_weight=report.summary_weight, vectors=store, hashes=hashes)
+                                   summary_weight=report.summary_weight, vectors=catalog.vectors, hashes=hashes)
         scout = ToolScout(retriever, list(tools), indexed=True)
         scout.save(args.out, extra_config={"postgres": spec.to_string()})
     finally:
-        store.close()
+        catalog.close()
     took = time.perf_counter() - start
     print(f"indexed {report.tools} tools ({report.embedded} embedded, the rest unchanged) into {spec} "
           f"version {report.version} in {took:.1f}s → {args.out}", file=sys.stderr)

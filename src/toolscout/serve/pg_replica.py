@@ -32,17 +32,18 @@ from ..retrievers.hybrid import HybridRetriever
 from ..store import pg_feedback
 from ..store.local import make_store
 from ..store.pg_config import IndexConfig
-from ..store.pgvector import PgVectorStore
+from ..store.pg_catalog import PgCatalog
 from ..tool import TextView, Tool
 
 IN_MEMORY_TOOLS = 100_000
 
 
 class Replica:
-    """See the module doc. `version` is the catalog version the pipeline reflects."""
+    """See the module doc. `catalog`: the tenant's catalog in the database; `version` is the catalog
+    version the pipeline reflects."""
 
-    def __init__(self, store: PgVectorStore, encoder: Any, config: IndexConfig, fast_queries: str | None = None):
-        self.store, self.encoder, self.config, self.fast_queries = store, encoder, config, fast_queries
+    def __init__(self, catalog: PgCatalog, encoder: Any, config: IndexConfig, fast_queries: str | None = None):
+        self.catalog, self.encoder, self.config, self.fast_queries = catalog, encoder, config, fast_queries
         self.view = TextView.from_dict(config.view)
         self.version = -1
         self.scout: ToolScout | None = None
@@ -60,7 +61,7 @@ class Replica:
             if self.scout is None:
                 self._build()
             if self.version < version:
-                current, changed = self.store.changes_since(self.version)
+                current, changed = self.catalog.changes_since(self.version)
                 if changed is None:
                     self._build()
                 elif changed:
@@ -70,13 +71,14 @@ class Replica:
 
     # building -----------------------------------------------------------------------------------
     def _build(self) -> None:
-        version = self.store.version()  # read before the rows: the pipeline may be newer, never older
-        self.in_memory = len(self.store) <= IN_MEMORY_TOOLS
-        rows = self.store.replica_rows(vectors=self.in_memory)
+        version = self.catalog.version()  # read before the rows: the pipeline may be newer, never older
+        self.in_memory = len(self.catalog.vectors) <= IN_MEMORY_TOOLS
+        rows = self.catalog.replica_rows(vectors=self.in_memory)
         tools = [_tool(row) for row in rows]
         self._bm25 = BM25Retriever(self.view) if self.config.search == "hybrid" else None
+        vectors = make_store("numpy", self.encoder.dim) if self.in_memory else self.catalog.vectors
         self._dense = DenseRetriever(encoder=self.encoder, view=self.view, summary_weight=self.config.summary_weight,
-                                     vectors=make_store("numpy", self.encoder.dim) if self.in_memory else self.store)
+                                     vectors=vectors)
         if self._bm25 is not None:
             self._bm25.index(tools)
         if self.in_memory and rows:
@@ -86,7 +88,7 @@ class Replica:
         retriever = HybridRetriever([self._bm25, self._dense]) if self._bm25 is not None else self._dense
         self.scout = ToolScout(retriever, tools, indexed=True, intents=IntentMerge.from_dict(self.config.intents))
         self._taught = {}
-        self._teach(pg_feedback.learned_requests(self.store))
+        self._teach(pg_feedback.learned_requests(self.catalog))
         self.version = version
 
     def _teach(self, requests: Sequence[tuple[str, str, str]]) -> None:
@@ -100,11 +102,11 @@ class Replica:
     # following the change log --------------------------------------------------------------------
     def _take(self, ids: list[str]) -> None:
         """Take in the current rows of `ids` (gone ones are removed) and what feedback taught them."""
-        rows = self.store.replica_rows(ids, vectors=self.in_memory)
+        rows = self.catalog.replica_rows(ids, vectors=self.in_memory)
         tools = [_tool(row) for row in rows]
         present = {t.id for t in tools}
         removed = [i for i in ids if i not in present and self.scout.get(i, None) is not None]
-        requests = pg_feedback.learned_requests(self.store, ids)
+        requests = pg_feedback.learned_requests(self.catalog, ids)
 
         def change() -> None:
             if self._bm25 is not None:

@@ -34,7 +34,8 @@ from ..retrievers.base import task_encoders
 from ..retrievers.dense import encoder_for, vector_hash
 from ..store import pg_feedback
 from ..store.pg_config import IndexConfig
-from ..store.pgvector import NeedVectors, PgRow, PgSpec, PgStoreError, PgVectorStore, StoredRow
+from ..store.pg_catalog import PgCatalog, StoredRow
+from ..store.pgvector import NeedVectors, PgRow, PgSpec, PgStoreError
 from ..tool import TextView, Tool, tool_text
 from .catalog import Authorize, Visible, WriteResult, hits_of, namespace_counts_of, page_of
 from .errors import ServiceError
@@ -49,9 +50,9 @@ class PostgresCatalog:
     kind = "postgresql"
     versions_are_local = False  # other replicas write too: a version read is a round trip
 
-    def __init__(self, store: PgVectorStore, encoder: Any, config: IndexConfig, *, max_stale_s: float = 1.0,
+    def __init__(self, pg_catalog: PgCatalog, encoder: Any, config: IndexConfig, *, max_stale_s: float = 1.0,
                  fast_queries: bool | str = False):
-        self.store = store
+        self.pg_catalog = pg_catalog  # the spec's tenant; every tenant's catalog shares its connection pool
         self.encoder = encoder  # tool vectors and feedback
         self.fast_queries = fast_query_kind(fast_queries)  # a fast tier: tasks through a table or student
         if self.fast_queries:
@@ -68,31 +69,31 @@ class PostgresCatalog:
              fast_queries: bool | str = False) -> "PostgresCatalog":
         """Connect to the index table of `spec` (migrating its schema if needed) and load the encoder its
         configuration names (`fast_queries`: a fast tier for tasks, `encoders/fast.py`)."""
-        store = PgVectorStore.from_spec(spec)
+        pg_catalog = PgCatalog.from_spec(spec)
         try:
-            config = IndexConfig.from_dict(store.database.config())
+            config = IndexConfig.from_dict(pg_catalog.database.config())
             encoder = encoder if encoder is not None else encoder_for(config.model, backend=config.encoding)
-            if encoder.dim != store.dim:
+            if encoder.dim != pg_catalog.dim:
                 raise PgStoreError(f"the encoder {config.model!r} gives {encoder.dim}-dimensional vectors but index "
-                                   f"table {store.table!r} holds {store.dim}-dimensional ones")
-            return cls(store, encoder, config, max_stale_s=max_stale_s, fast_queries=fast_queries)
+                                   f"table {pg_catalog.table!r} holds {pg_catalog.dim}-dimensional ones")
+            return cls(pg_catalog, encoder, config, max_stale_s=max_stale_s, fast_queries=fast_queries)
         except BaseException:
-            store.close()
+            pg_catalog.close()
             raise
 
     def tenant(self, name: str | None) -> "PostgresTenant":
-        name = name or self.store.tenant
+        name = name or self.pg_catalog.tenant
         state = self._tenants.get(name)
         if state is None:
             with self._tenants_lock:
                 state = self._tenants.get(name)
                 if state is None:
-                    store = self.store if name == self.store.tenant else self.store.for_tenant(name)
-                    state = self._tenants[name] = PostgresTenant(self, store)
+                    own = self.pg_catalog if name == self.pg_catalog.tenant else self.pg_catalog.for_tenant(name)
+                    state = self._tenants[name] = PostgresTenant(self, own)
         return state
 
     def describe(self) -> str:
-        return str(self.store.spec)
+        return str(self.pg_catalog.spec)
 
     def check_retraining(self, method: str, **options: Any) -> None:
         raise Conflict("heavier learning (--train) works on a pipeline directory: the PostgreSQL store keeps "
@@ -105,8 +106,8 @@ class PostgresCatalog:
     def set_feedback_cap(self, cap: int) -> None:
         if cap < 1:
             raise InvalidRequest(f"the feedback cap must be at least 1, got {cap}")
-        config = self.store.database.config()
-        self.store.database.set_config({**config, "feedback_cap": int(cap)})  # every replica's next feedback
+        config = self.pg_catalog.database.config()
+        self.pg_catalog.database.set_config({**config, "feedback_cap": int(cap)})  # every replica's next feedback
         self.config = IndexConfig.from_dict({**config, "feedback_cap": int(cap)})
 
     def compact(self) -> bool:
@@ -116,23 +117,23 @@ class PostgresCatalog:
     def stats(self) -> dict[str, Any]:
         replica = self.tenant(None).replica
         scout = replica.scout
-        return {"store": str(self.store.spec), "search": self.config.search,
+        return {"store": str(self.pg_catalog.spec), "search": self.config.search,
                 "retriever": scout.retriever.name if scout is not None else self.config.search,
                 "dense_search": "in memory" if replica.in_memory else "pgvector HNSW",
                 "fast_queries": bool(self.fast_queries),
                 "task_encoders": task_encoders(scout.retriever) if scout is not None else [self.encoder.name]}
 
     def close(self, compact: bool = True) -> None:
-        self.store.close()
+        self.pg_catalog.close()
 
 
 class PostgresTenant:
-    """One tenant of a `PostgresCatalog`: its store handle and its replica (see the module doc)."""
+    """One tenant of a `PostgresCatalog`: its catalog in the database and its replica (see the module doc)."""
 
-    def __init__(self, catalog: PostgresCatalog, store: PgVectorStore):
+    def __init__(self, catalog: PostgresCatalog, pg_catalog: PgCatalog):
         self.catalog = catalog
-        self.store = store
-        self.replica = Replica(store, catalog.encoder, catalog.config, catalog.fast_queries)
+        self.pg_catalog = pg_catalog
+        self.replica = Replica(pg_catalog, catalog.encoder, catalog.config, catalog.fast_queries)
         self.seen = -1  # the newest version a search or write of this process saw
         self.checked_at = 0.0
 
@@ -164,12 +165,12 @@ class PostgresTenant:
     def version(self) -> int:
         """The tenant's catalog version as of the last search or write this process made for it."""
         if self.seen < 0:
-            self.seen = max(self.seen, self.store.version())
+            self.seen = max(self.seen, self.pg_catalog.version())
         return self.seen
 
     def current_version(self) -> int:
         """Read from the database: another replica may have written since this one last looked."""
-        version = self.store.version()
+        version = self.pg_catalog.version()
         self.seen = max(self.seen, version)
         return version
 
@@ -181,23 +182,23 @@ class PostgresTenant:
         """Embed the requests (outside any transaction), then record and fold them in one transaction."""
         usages = list(dict.fromkeys(Usage(t, e.source, e.query) for e in events if e.teaches for t in e.tool_ids))
         vectors = self.catalog.encoder.encode_queries([u.query for u in usages]) if usages else []
-        result, version = self.store.learn(events, dict(zip(usages, vectors)))
+        result, version = self.pg_catalog.learn(events, dict(zip(usages, vectors)))
         self.seen = max(self.seen, version)
         return result
 
     def forget(self, source: str) -> list[str]:
-        touched, version = self.store.forget(source)
+        touched, version = self.pg_catalog.forget(source)
         self.seen = max(self.seen, version)
         return touched
 
     def namespaces_of(self, ids: Sequence[str]) -> dict[str, str | None]:
-        return {tid: doc.get("namespace") for tid, doc in self.store.docs(list(ids)).items() if doc is not None}
+        return {tid: doc.get("namespace") for tid, doc in self.pg_catalog.docs(list(ids)).items() if doc is not None}
 
     def feedback_of(self, tool_id: str) -> dict[str, int]:
-        return pg_feedback.summary(self.store, tool_id)
+        return pg_feedback.summary(self.pg_catalog, tool_id)
 
     def feedback_totals(self) -> dict[str, Any]:
-        return pg_feedback.totals(self.store)
+        return pg_feedback.totals(self.pg_catalog)
 
     # writes --------------------------------------------------------------------------------
     def upsert(self, tools: Sequence[Tool], authorize: Authorize) -> WriteResult:
@@ -206,13 +207,13 @@ class PostgresTenant:
         view, weight = self.catalog.view, self.catalog.config.summary_weight
         texts = {t.id: tool_text(t, view) for t in tools}
         hashes = {t.id: vector_hash(t, view, texts[t.id], weight) for t in tools}
-        stored = self.store.hashes(list(texts))
+        stored = self.pg_catalog.hashes(list(texts))
         vectors = self._encode([t for t in tools if stored.get(t.id) != hashes[t.id]], texts)
         for _attempt in range(WRITE_ATTEMPTS):
             result = WriteResult(0)
             rows = [PgRow(t.id, t.namespace, vectors.get(t.id), texts[t.id], hashes[t.id], t.to_record()) for t in tools]
             try:
-                outcome = self.store.write(rows, inspect=_UpsertCheck(tools, authorize, result))
+                outcome = self.pg_catalog.write(rows, inspect=_UpsertCheck(tools, authorize, result))
             except NeedVectors as exc:  # another replica changed a text meanwhile: embed it and retry
                 by_id = {t.id: t for t in tools}
                 vectors.update(self._encode([by_id[i] for i in exc.ids if i not in vectors], texts))
@@ -232,7 +233,7 @@ class PostgresTenant:
                                else f"no tools with ids {unknown[:5]}")
             return [], list(ids)
 
-        outcome = self.store.write((), list(ids), inspect=inspect)
+        outcome = self.pg_catalog.write((), list(ids), inspect=inspect)
         self.seen = max(self.seen, outcome.version)
         gone = set(outcome.deleted)
         return WriteResult(outcome.version, deleted=[i for i in ids if i in gone])  # in the request's order

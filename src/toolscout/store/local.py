@@ -293,11 +293,11 @@ STORES = {"numpy": NumpyStore, "faiss": FaissStore}
 def make_store(kind: str, dim: int, **options) -> VectorStore:
     """`kind` is 'numpy', 'faiss' or 'faiss:FACTORY' (e.g. 'faiss:HNSW32', 'faiss:IVF1024,Flat'), or a
     PostgreSQL DSN `postgresql://...` for the shared pgvector store (store/pgvector.py): a new index for
-    its tenant, which its first write replaces atomically."""
+    its tenant, which its first write replaces atomically (store/pg_catalog.py `NewPgIndex`)."""
     if kind.startswith(("postgresql://", "postgres://")):
-        from .pgvector import PgVectorStore
+        from .pg_catalog import NewPgIndex
 
-        return PgVectorStore.from_spec(kind, dim, fresh=True, **options)
+        return NewPgIndex.from_spec(kind, dim, **options)
     name, _, factory = kind.partition(":")
     if name not in STORES:
         raise UnknownName("store", kind, list(STORES))

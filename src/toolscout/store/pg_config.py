@@ -8,7 +8,7 @@ from typing import Any
 
 from ..feedback import PER_SOURCE_CAP, USAGE_PRIOR
 from ..tool import TextView
-from .pgvector import PgStoreError, PgVectorStore
+from .pgvector import PgStoreError, PgTenant
 
 SEARCH_MODES = ("dense", "hybrid")
 
@@ -48,24 +48,25 @@ class IndexConfig:
                    data.get("encoding", "exact"))
 
 
-def check_compatible(store: PgVectorStore, config: IndexConfig, stored: dict[str, Any] | None = None) -> None:
+def check_compatible(catalog: PgTenant, config: IndexConfig, stored: dict[str, Any] | None = None) -> None:
     """Refuse to mix encoders, text views or summary weights in one index table (their vectors are not
-    comparable). `stored`: the table's configuration when the caller has just read it."""
+    comparable). `catalog`: the tenant's catalog (or store) about to be written; `stored`: the table's
+    configuration when the caller has just read it."""
     if config.search not in SEARCH_MODES:
         raise ValueError(f"unknown search mode {config.search!r}; use one of {', '.join(SEARCH_MODES)}")
-    stored = store.database.config() if stored is None else stored
+    stored = catalog.database.config() if stored is None else stored
     if not stored.get("model"):
         return
     if (stored["model"] != config.model or TextView.from_dict(stored.get("view")) != TextView.from_dict(config.view)
             or float(stored.get("summary_weight", 0.0)) != config.summary_weight
             or stored.get("encoding", "exact") != config.encoding):
-        raise PgStoreError(f"index table {store.table!r} holds vectors of model {stored['model']!r} (view "
+        raise PgStoreError(f"index table {catalog.table!r} holds vectors of model {stored['model']!r} (view "
                            f"{stored.get('view')}, summary weight {stored.get('summary_weight', 0.0)}, encoding "
                            f"{stored.get('encoding', 'exact')}); this catalog uses {config.model!r} (view {config.view}, "
                            f"summary weight {config.summary_weight}, encoding {config.encoding}). Use another table "
                            "for it: add ?table=NAME to the store spec")
     if stored.get("search", "dense") != config.search:
-        raise PgStoreError(f"index table {store.table!r} is served with {stored.get('search', 'dense')} search, "
+        raise PgStoreError(f"index table {catalog.table!r} is served with {stored.get('search', 'dense')} search, "
                            f"this index asks for {config.search}: index with --retriever "
                            f"{'hybrid' if stored.get('search') == 'hybrid' else 'dense'}, use another table "
                            f"(?table=NAME), or switch the table: toolscout migrate --store DSN --search {config.search}")

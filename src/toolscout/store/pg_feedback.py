@@ -5,12 +5,14 @@
 - `toolscout_usage` holds, per (tenant, tool, source), the sum of the taught requests' embeddings and
   their number: the cap is checked against it, and a tool's vector is `feedback.blend` of its own vector
   (kept in `base_embedding` while it is taught) and these sums in source order;
-- the tool row's `usage` column holds the taught requests' words (source order, then arrival), so the
-  tsvector that full-text search ranks by covers them.
+- the tool row's `usage` column holds the taught requests' words (source order, then arrival), which the
+  row's tsvector covers; replicas read the requests themselves (`learned_requests`) for their BM25.
 
-Every function here runs inside the caller's write transaction (which has bumped the tenant's version
-and will log the changed ids), so a search sees feedback applied wholly or not at all. The blend's
-`usage_prior` and the cap `feedback_cap` are the index table's settings (`pg_config.IndexConfig`).
+`store` in every function is the tenant's catalog or vector store (`pgvector.PgTenant`: its table, tenant
+and statements). The functions that change rows run inside the caller's write transaction (which has
+bumped the tenant's version and will log the changed ids), so a search sees feedback applied wholly or
+not at all. The blend's `usage_prior` and the cap `feedback_cap` are the index table's settings
+(`pg_config.IndexConfig`).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""A vector store in PostgreSQL with pgvector: one shared index for many processes, tenants and filtered
-hybrid search. Selected by a store spec that is a libpq URI:
+"""A vector store in PostgreSQL with pgvector: one shared index for many processes and tenants. Selected
+by a store spec that is a libpq URI:
 
     postgresql://USER@HOST:5432/DB?sslmode=require&tenant=acme&table=toolscout_tools
 
@@ -8,44 +8,44 @@ removed before connecting; everything else is libpq's. Passwords are never writt
 config records the DSN without its password, and libpq finds it at connect time in the DSN given then,
 in PGPASSWORD or in ~/.pgpass.
 
-What is stored, per tenant and tool id: the namespace, the tool's text view and its content hash, the
-Tool itself as JSON (`doc`), its dense vector and a tsvector generated from the text (see `pg_schema`).
-Scores are inner products (`<#>` negated), the same numbers as the local stores give.
+This module holds what every user of the database shares: the spec (`PgSpec`), the connection pool on a
+migrated index table (`PgDatabase`), one tenant's rows and the write transaction they are changed in
+(`PgTenant`), and `PgVectorStore`: the store contract (`store/base.py`) over one tenant's rows, which
+`DenseRetriever` uses as it uses the numpy store. The tenant's catalog around the vectors (documents,
+versions and change log, whole-catalog replaces, feedback) is `PgCatalog` (`store/pg_catalog.py`).
 
-- Every statement names the store's tenant: a store object sees one tenant's rows and nothing else;
-  each tenant's rows live in their own partition with its own HNSW graph.
+What is stored, per tenant and tool id: the namespace, the tool's text view and its content hash, the
+Tool itself as JSON (`doc`), its dense vector (and a tsvector of its text, which nothing ranks by since
+replicas rank with the library's pipeline; see `pg_schema`). Scores are inner products (`<#>` negated),
+the same numbers as the local stores give.
+
+- Every statement names the tenant: a store object sees one tenant's rows and nothing else; each
+  tenant's rows live in their own partition with its own HNSW graph.
 - Search is one round trip for a batch of queries (a LATERAL join over the query vectors). The HNSW
   graph answers by default (`hnsw.ef_search` = `ef_search`); `exact=True` disables index scans and
   scans the rows, for parity checks. A namespace or id filter is applied by the database; when the
   graph, filtered afterwards, yields fewer than k rows and more exist, the query is re-run exactly.
-- `lexical_search` ranks by PostgreSQL full-text search (ts_rank over an OR of the query's words);
-  `hybrid_search` fuses dense and lexical top-`depth` lists by reciprocal rank inside one SQL statement,
-  both lists under the same tenant / namespace / id filter.
 - Writes are transactions: the tenant's version row is bumped (and locked: writers to one tenant queue),
   rows are upserted / deleted, the changed ids are logged under the new version and a NOTIFY is sent on
-  channel `toolscout`; all of it commits or none of it does. `replace=True` swaps in a whole catalog:
-  a new partition is built and indexed beside the live one, then swapped in by one short transaction.
-- A store made by `make_store(spec, dim)` is a *new* index for its tenant, as a local store is: it reads
-  as empty, and its first write replaces the tenant's catalog (atomically). `load_store` and the
-  constructor attach to what the database holds.
+  channel `toolscout`; all of it commits or none of it does.
+- `make_store(spec, dim)` gives a *new* index for its tenant, as a local store is (`pg_catalog.NewPgIndex`):
+  it reads as empty, and its first write replaces the tenant's catalog (atomically). `load_store` and
+  `PgVectorStore.from_spec` attach to what the database holds.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import re
-import secrets
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 
 from ..errors import InvalidRequest, MissingDependency, ToolScoutError
-from ..feedback import FeedbackEvent, LearnResult, Usage
 from ..results import Filter, Results
 from . import pg_feedback
 from . import pg_schema as schema
@@ -57,7 +57,7 @@ OWN_PARAMS = ("tenant", "table")
 NOTIFY_CHANNEL = "toolscout"
 CHANGES_KEPT = 1000  # change-log entries kept per tenant; a reader further behind reloads everything
 MAX_EF_SEARCH = 1000  # pgvector's limit
-REPLACE_LOCK = 0x746F6F6C73637270
+T = TypeVar("T")
 
 
 def is_postgres_spec(spec: Any) -> bool:
@@ -74,6 +74,10 @@ class NeedVectors(Exception):
     def __init__(self, ids: Sequence[str]):
         super().__init__(f"need vectors for {len(ids)} tool(s)")
         self.ids = list(ids)
+
+
+class NothingToWrite(Exception):
+    """Raised inside a write transaction that would change nothing: it rolls back, spending no version."""
 
 
 # ----------------------------------------------------------------------------------------- spec
@@ -282,6 +286,26 @@ class PgDatabase:
     def forget_partition(self, tenant: str) -> None:
         self._partitions.discard(tenant)
 
+    def remember_partition(self, tenant: str) -> None:
+        """`tenant`'s partition exists now (a whole-catalog replace has just attached it)."""
+        self._partitions.add(tenant)
+
+    def writing(self, tenant: str, write: Callable[[Any], T]) -> T:
+        """`write(conn)`, a write transaction of `tenant`, on a connection where the tenant's partition
+        exists; run once more if the partition went away meanwhile (the tenant dropped elsewhere)."""
+        import psycopg
+
+        with self.connection() as conn:
+            for attempt in range(2):
+                self.ensure_partition(conn, tenant)
+                try:
+                    return write(conn)
+                except psycopg.errors.CheckViolation as exc:
+                    if attempt or "no partition" not in str(exc):
+                        raise
+                    self.forget_partition(tenant)
+        raise AssertionError("unreachable")
+
 
 # ---------------------------------------------------------------------------------------- rows
 
@@ -314,71 +338,19 @@ def refuse_nul(value: Any, what: str, path: str = "") -> None:
             refuse_nul(item, what, f"{path}[{i}]")
 
 
-@dataclass(frozen=True)
-class StoredRow:
-    """A row as the database holds it, read (and locked) inside a write transaction."""
+# -------------------------------------------------------------------------------------- tenant
 
-    id: str
-    namespace: str
-    content_hash: str
-    doc: dict | None
-
-
-@dataclass
-class WriteOutcome:
-    version: int
-    written: list[str] = field(default_factory=list)
-    deleted: list[str] = field(default_factory=list)
-
-
-@dataclass
-class QueryOutcome:
-    """Results of a batch of queries, the docs of the returned ids (when asked for), and the tenant's
-    catalog version the search saw (read in the same statement, so in the same snapshot)."""
-
-    results: Results
-    docs: dict[str, dict]
-    version: int
-
-
-# An `inspect` callback of `write`: sees the stored rows of every id the write names (locked), and
-# returns the (rows, delete ids) to actually write; it may raise to roll the write back.
-Inspect = Callable[[dict[str, StoredRow], list[PgRow], list[str]], tuple[list[PgRow], list[str]]]
-
-
-class _NothingToWrite(Exception):
-    pass
-
-
-# --------------------------------------------------------------------------------------- store
-
-class PgVectorStore:
-    """The store contract (`store/base.py`) on PostgreSQL + pgvector, for one tenant of one index table.
-    See the module doc. `before_commit` (a callable or None) runs inside every write transaction just
+class PgTenant:
+    """One tenant's rows in one index table: what the tenant's vector store (`PgVectorStore`) and its
+    catalog (`pg_catalog.PgCatalog`) share. Every statement names the tenant. Every write is one
+    transaction that first bumps the tenant's version (`_bump`: writers of a tenant queue on that row)
+    and ends with `_log`. `before_commit` (a callable or None) runs inside every write transaction just
     before it commits: a fault-injection point for crash tests."""
 
-    kind = KIND
-
-    def __init__(self, dsn: str, dim: int | None = None, *, tenant: str = "default",
-                 table: str = schema.DEFAULT_TABLE, ef_search: int = 100, exact: bool = False,
-                 fresh: bool = False, pool_size: int = 8, database: PgDatabase | None = None):
-        self.database = database or PgDatabase(dsn, table, dim, ef_search=ef_search, pool_size=pool_size)
+    def __init__(self, database: PgDatabase, tenant: str):
+        self.database = database
         self.tenant = check_tenant(tenant)
-        self.exact = exact
-        self.ef_search = min(int(ef_search), MAX_EF_SEARCH)
-        self._fresh = fresh
         self.before_commit: Callable[[], None] | None = None
-
-    @classmethod
-    def from_spec(cls, spec: str | PgSpec, dim: int | None = None, **options: Any) -> "PgVectorStore":
-        spec = spec if isinstance(spec, PgSpec) else PgSpec.parse(spec)
-        return cls(spec.dsn, dim, tenant=spec.tenant, table=spec.table, **options)
-
-    def for_tenant(self, tenant: str) -> "PgVectorStore":
-        """A store on `tenant`'s rows sharing this one's connection pool."""
-        store = PgVectorStore(self.database.dsn, tenant=tenant, ef_search=self.ef_search, exact=self.exact,
-                              database=self.database)
-        return store
 
     @property
     def spec(self) -> PgSpec:
@@ -395,180 +367,138 @@ class PgVectorStore:
     def close(self) -> None:
         self.database.close()
 
-    def __repr__(self) -> str:
-        return f"PgVectorStore({self.spec}, exact={self.exact})"
+    def _sql(self, text: str, **identifiers: str):
+        """`text` as a statement: {t} is the index table, each keyword an identifier."""
+        from psycopg import sql
 
-    # reads --------------------------------------------------------------------------------
-    def __len__(self) -> int:
-        if self._fresh:
-            return 0
-        with self.database.connection() as conn:
-            return conn.execute(self._sql("SELECT count(*) FROM {t} WHERE tenant = %s"), [self.tenant]).fetchone()[0]
+        return sql.SQL(text).format(t=sql.Identifier(self.table),
+                                    **{k: sql.Identifier(v) for k, v in identifiers.items()})
 
-    def version(self) -> int:
-        """The tenant's catalog version: bumped by every committed write (0 before the first)."""
-        with self.database.connection() as conn:
-            return self._version(conn)
-
+    # the version and the change log --------------------------------------------------------------
     def _version(self, conn) -> int:
         row = conn.execute("SELECT version FROM toolscout_versions WHERE tbl = %s AND tenant = %s",
                            [self.table, self.tenant]).fetchone()
         return 0 if row is None else int(row[0])
 
+    def _bump(self, conn) -> int:
+        return int(conn.execute(
+            "INSERT INTO toolscout_versions AS v (tbl, tenant, version) VALUES (%s, %s, 1) "
+            "ON CONFLICT (tbl, tenant) DO UPDATE SET version = v.version + 1 RETURNING version",
+            [self.table, self.tenant]).fetchone()[0])
+
+    def _log(self, conn, version: int, ids: list[str] | None) -> None:
+        """Record which ids `version` changed (None: all), prune old entries, tell listeners; then run
+        `before_commit`: this is the last step of every write transaction."""
+        conn.execute("INSERT INTO toolscout_changes (tbl, tenant, version, ids) VALUES (%s, %s, %s, %s)",
+                     [self.table, self.tenant, version, ids])
+        conn.execute("DELETE FROM toolscout_changes WHERE tbl = %s AND tenant = %s AND version <= %s",
+                     [self.table, self.tenant, version - CHANGES_KEPT])
+        payload = json.dumps({"table": self.table, "tenant": self.tenant, "version": version})
+        conn.execute("SELECT pg_notify(%s, %s)", [NOTIFY_CHANNEL, payload])
+        if self.before_commit is not None:
+            self.before_commit()
+
+    # rows, inside a write transaction -----------------------------------------------------------
+    def _put_rows(self, conn, rows: Sequence[PgRow], delete: Sequence[str]) -> list[str]:
+        """Upsert `rows` (each with its vector) and delete the ids `delete`; the ids deleted. Feedback
+        follows: a deleted tool's goes with it; an edited tool keeps its own, blended into its new vector."""
+        if rows:
+            with conn.cursor() as cur:
+                cur.executemany(self._sql(
+                    "INSERT INTO {t} (tenant, id, namespace, text, content_hash, doc, embedding) "
+                    "VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (tenant, id) DO UPDATE SET "
+                    "namespace = EXCLUDED.namespace, text = EXCLUDED.text, content_hash = EXCLUDED.content_hash, "
+                    "doc = EXCLUDED.doc, embedding = EXCLUDED.embedding, base_embedding = NULL, "
+                    "updated_at = now()"),
+                    [(self.tenant, r.id, r.namespace or "", r.text, r.content_hash, as_jsonb(r.doc),
+                      checked_vector(r.vector, self.dim)) for r in rows])
+        deleted = []
+        if delete:
+            deleted = [r[0] for r in conn.execute(
+                self._sql("DELETE FROM {t} WHERE tenant = %s AND id = ANY(%s) RETURNING id"),
+                [self.tenant, list(delete)]).fetchall()]
+        pg_feedback.drop_tools(self, conn, deleted)
+        if rows:
+            taught = set(pg_feedback.taught_ids(self, conn))
+            pg_feedback.reblend(self, conn, [r.id for r in rows if r.id in taught])
+        return deleted
+
+
+# --------------------------------------------------------------------------------------- store
+
+class PgVectorStore(PgTenant):
+    """The store contract (`store/base.py`) on PostgreSQL + pgvector, for one tenant of one index table.
+    See the module doc; the tenant's catalog around these vectors is `pg_catalog.PgCatalog`."""
+
+    kind = KIND
+
+    def __init__(self, dsn: str, dim: int | None = None, *, tenant: str = "default",
+                 table: str = schema.DEFAULT_TABLE, ef_search: int = 100, exact: bool = False,
+                 pool_size: int = 8, database: PgDatabase | None = None):
+        super().__init__(database or PgDatabase(dsn, table, dim, ef_search=ef_search, pool_size=pool_size), tenant)
+        self.exact = exact
+        self.ef_search = min(int(ef_search), MAX_EF_SEARCH)
+
+    @classmethod
+    def from_spec(cls, spec: str | PgSpec, dim: int | None = None, **options: Any) -> "PgVectorStore":
+        spec = spec if isinstance(spec, PgSpec) else PgSpec.parse(spec)
+        return cls(spec.dsn, dim, tenant=spec.tenant, table=spec.table, **options)
+
+    def for_tenant(self, tenant: str) -> "PgVectorStore":
+        """A store on `tenant`'s rows sharing this one's connection pool."""
+        return PgVectorStore(self.database.dsn, tenant=tenant, ef_search=self.ef_search, exact=self.exact,
+                             database=self.database)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.spec}, exact={self.exact})"
+
+    # reads --------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        with self.database.connection() as conn:
+            return conn.execute(self._sql("SELECT count(*) FROM {t} WHERE tenant = %s"), [self.tenant]).fetchone()[0]
+
     def get(self, ids: Sequence[str]) -> np.ndarray:
-        if self._fresh:
-            if ids:
-                raise KeyError(ids[0])
-            return np.zeros((0, self.dim), dtype=np.float32)
         with self.database.connection() as conn:
             rows = conn.execute(self._sql("SELECT id, embedding FROM {t} WHERE tenant = %s AND id = ANY(%s)"),
                                 [self.tenant, list(ids)]).fetchall()
-        found = {tid: _to_numpy(vec) for tid, vec in rows}
+        found = {tid: as_array(vec) for tid, vec in rows}
         missing = [t for t in ids if t not in found]
         if missing:
             raise KeyError(missing[0])
         return np.stack([found[t] for t in ids]) if ids else np.zeros((0, self.dim), dtype=np.float32)
 
-    def hashes(self, ids: Iterable[str] | None = None) -> dict[str, str]:
-        """id -> content hash, for `ids` (unknown ones left out) or for every row of the tenant."""
-        if self._fresh:
-            return {}
-        where, params = self._ids_clause(ids)
-        with self.database.connection() as conn:
-            rows = conn.execute(self._sql(f"SELECT id, content_hash FROM {{t}} WHERE {where}"), params)
-            return dict(rows.fetchall())
-
-    def name_rows(self, ids: Iterable[str] | None = None) -> list[tuple[str, str, str | None, str]]:
-        """(id, name, title, namespace) for `ids` (unknown ones left out) or every row: what a name index needs."""
-        where, params = self._ids_clause(ids)
-        with self.database.connection() as conn:
-            return conn.execute(self._sql(f"SELECT id, coalesce(doc->>'name', id), doc->>'title', namespace "
-                                          f"FROM {{t}} WHERE {where}"), params).fetchall()
-
-    def replica_rows(self, ids: Iterable[str] | None = None, vectors: bool = True) -> list[tuple]:
-        """(id, namespace, content_hash, doc, embedding or None) of `ids` (unknown ones left out) or of every
-        row, in catalog order (the order tools joined it): what a replica's in-process pipeline is built
-        from (`serve/pg_replica.py`)."""
-        where, params = self._ids_clause(ids)
-        column = "embedding" if vectors else "NULL"
-        with self.database.connection() as conn:
-            rows = conn.execute(self._sql(f"SELECT id, namespace, content_hash, doc, {column} FROM {{t}} "
-                                          f"WHERE {where} ORDER BY seq, id"), params).fetchall()
-        return [(tid, ns or None, h, doc, None if vec is None else _to_numpy(vec)) for tid, ns, h, doc, vec in rows]
-
-    def _ids_clause(self, ids: Iterable[str] | None) -> tuple[str, list]:
-        if ids is None:
-            return "tenant = %s", [self.tenant]
-        return "tenant = %s AND id = ANY(%s)", [self.tenant, list(ids)]
-
-    def docs(self, ids: Iterable[str] | None = None) -> dict[str, dict]:
-        """id -> stored Tool JSON, for `ids` (unknown ones are left out) or for every row."""
-        with self.database.connection() as conn:
-            if ids is None:
-                rows = conn.execute(self._sql("SELECT id, doc FROM {t} WHERE tenant = %s ORDER BY id"), [self.tenant])
-            else:
-                rows = conn.execute(self._sql("SELECT id, doc FROM {t} WHERE tenant = %s AND id = ANY(%s)"),
-                                    [self.tenant, list(ids)])
-            return {tid: doc for tid, doc in rows.fetchall()}
-
-    def page(self, namespace: str | None = None, namespaces: Iterable[str] | None = None, offset: int = 0,
-             limit: int = 100) -> tuple[int, list[dict]]:
-        """(rows matching, one page of their docs ordered by id): within `namespaces` when given
-        (None = all), and in `namespace` when given."""
-        where, params = ["tenant = %s"], [self.tenant]
-        if namespaces is not None:
-            where.append("namespace = ANY(%s)")
-            params.append(sorted(namespaces))
-        if namespace is not None:
-            where.append("namespace = %s")
-            params.append(namespace)
-        clause = " AND ".join(where)
-        with self.database.connection() as conn:
-            total = conn.execute(self._sql(f"SELECT count(*) FROM {{t}} WHERE {clause}"), params).fetchone()[0]
-            rows = conn.execute(self._sql(f"SELECT doc FROM {{t}} WHERE {clause} ORDER BY id OFFSET %s LIMIT %s"),
-                                [*params, offset, limit]).fetchall()
-        return int(total), [r[0] for r in rows]
-
-    def namespace_counts(self, namespaces: Iterable[str] | None = None) -> dict[str, int]:
-        where, params = "tenant = %s", [self.tenant]
-        if namespaces is not None:
-            where += " AND namespace = ANY(%s)"
-            params.append(sorted(namespaces))
-        with self.database.connection() as conn:
-            rows = conn.execute(self._sql(f"SELECT namespace, count(*) FROM {{t}} WHERE {where} "
-                                          "GROUP BY namespace ORDER BY namespace"), params).fetchall()
-        return {ns: int(n) for ns, n in rows}
-
-    def changes_since(self, version: int) -> tuple[int, list[str] | None]:
-        """(current version, ids written or deleted after `version`); None instead of ids when the log no
-        longer reaches back that far or a whole-catalog replace happened (reload everything)."""
-        with self.database.connection() as conn:
-            current = self._version(conn)
-            if current == version:
-                return current, []
-            rows = conn.execute("SELECT version, ids FROM toolscout_changes WHERE tbl = %s AND tenant = %s "
-                                "AND version > %s ORDER BY version", [self.table, self.tenant, version]).fetchall()
-        versions = [v for v, _ids in rows]
-        if current < version or versions != list(range(version + 1, version + 1 + len(versions))) \
-                or (versions and versions[-1] != current) or any(ids is None for _v, ids in rows):
-            return current, None
-        return current, sorted({i for _v, ids in rows for i in ids})
-
-    # search -------------------------------------------------------------------------------
     def search(self, vectors: np.ndarray, k: int, filter: Filter | None = None) -> Results:
-        return self.query(vectors, None, k, filter, mode="dense").results
-
-    def lexical_search(self, texts: Sequence[str], k: int, filter: Filter | None = None) -> Results:
-        return self.query(None, texts, k, filter, mode="lexical").results
-
-    def hybrid_search(self, vectors: np.ndarray, texts: Sequence[str], k: int, filter: Filter | None = None, *,
-                      depth: int = 100, rrf_k: int = 60) -> Results:
-        return self.query(vectors, texts, k, filter, mode="hybrid", depth=depth, rrf_k=rrf_k).results
-
-    def query(self, vectors: np.ndarray | None, texts: Sequence[str] | None, k: int, filter: Filter | None = None,
-              *, mode: str = "dense", docs: bool = False, depth: int = 100, rrf_k: int = 60) -> QueryOutcome:
-        """Search a batch of queries in one statement. `mode`: dense (vectors), lexical (texts) or hybrid
-        (both, RRF). `docs`: also return the stored Tool JSON of every returned id."""
-        if mode not in ("dense", "lexical", "hybrid"):
-            raise ValueError(f"unknown search mode {mode!r}; use dense, lexical or hybrid")
-        if vectors is not None:
-            vectors = np.atleast_2d(np.asarray(vectors, dtype=np.float32))
-            if vectors.shape[1] != self.dim:
-                raise ValueError(f"expected query vectors of dimension {self.dim}, got {vectors.shape[1]}")
-        n = len(vectors) if vectors is not None else len(texts)
-        if k < 1:
-            raise ValueError(f"k must be at least 1, got {k}")
-        if self._fresh or _allows_nothing(filter):
-            return QueryOutcome(Results.empty(n), {}, 0)
-        params: dict[str, Any] = {"tenant": self.tenant, "tbl": self.table, "k": int(k), "depth": max(int(depth), k),
-                                  "rrf_k": int(rrf_k), "cfg": schema.TEXT_SEARCH_CONFIG}
-        where = _filter_sql(filter, params)
-        if vectors is not None:
-            params["vecs"] = list(vectors)
-        if texts is not None:
-            params["tqs"] = [or_query(t) for t in texts]
-        statement = self._sql(_search_sql(mode, where, docs))
-        exact = self.exact or (k > MAX_EF_SEARCH and mode != "lexical")
-        ef = max(self.ef_search, k, params["depth"] if mode == "hybrid" else 0)
-        rows, version = self._run_search(statement, params, exact, ef)
-        per_query = _group(rows, n)
-        if mode == "dense" and not exact:  # a graph walk filtered afterwards (or through rows deleted but not
-            # yet vacuumed) may come back short: redo those queries exactly (cheap when few rows qualify)
-            short = [q for q in range(n) if len(per_query[q][0]) < k]
+        """The k best rows for each query vector, in one statement for the batch."""
+        vectors = self._queries(vectors, k)
+        if _allows_nothing(filter):
+            return Results.empty(len(vectors))
+        params: dict[str, Any] = {"tenant": self.tenant, "k": int(k), "vecs": list(vectors)}
+        statement = self._sql(_DENSE_SQL.format(where=_filter_sql(filter, params)))
+        exact = self.exact or k > MAX_EF_SEARCH
+        ef = max(self.ef_search, k)
+        per_query = _group(self._run_search(statement, params, exact, ef), len(vectors))
+        if not exact:  # a graph walk filtered afterwards (or through rows deleted but not yet
+            # vacuumed) may come back short: redo those queries exactly (cheap when few rows qualify)
+            short = [q for q in range(len(vectors)) if len(per_query[q][0]) < k]
             if short:
                 params["vecs"] = [vectors[q] for q in short]
-                redo = _group(self._run_search(statement, params, True, ef)[0], len(short))
+                redo = _group(self._run_search(statement, params, True, ef), len(short))
                 for q, got in zip(short, redo):
                     if len(got[0]) > len(per_query[q][0]):
                         per_query[q] = got
-        found_docs: dict[str, dict] = {}
-        for ids, _scores, q_docs in per_query:
-            found_docs.update(zip(ids, q_docs))
-        results = Results(tuple(np.asarray(ids, dtype=object) for ids, _s, _d in per_query),
-                          tuple(np.asarray(s, dtype=np.float32) for _i, s, _d in per_query))
-        return QueryOutcome(results, found_docs if docs else {}, version)
+        return Results(tuple(np.asarray(ids, dtype=object) for ids, _s in per_query),
+                       tuple(np.asarray(scores, dtype=np.float32) for _i, scores in per_query))
 
-    def _run_search(self, statement, params: dict, exact: bool, ef: int) -> tuple[list, int]:
+    def _queries(self, vectors: np.ndarray, k: int) -> np.ndarray:
+        """The query vectors as a float32 matrix; ValueError for a wrong dimension or k below 1."""
+        vectors = np.atleast_2d(np.asarray(vectors, dtype=np.float32))
+        if vectors.shape[1] != self.dim:
+            raise ValueError(f"expected query vectors of dimension {self.dim}, got {vectors.shape[1]}")
+        if k < 1:
+            raise ValueError(f"k must be at least 1, got {k}")
+        return vectors
+
+    def _run_search(self, statement, params: dict, exact: bool, ef: int) -> list:
         with self.database.connection() as conn:
             if exact or ef != self.database.ef_search:  # a setting for this query only: SET LOCAL in a
                 with conn.pipeline(), conn.transaction():  # transaction, sent with the query in one go
@@ -576,42 +506,20 @@ class PgVectorStore:
                         conn.execute("SET LOCAL enable_indexscan = off")
                     else:
                         conn.execute(f"SET LOCAL hnsw.ef_search = {min(int(ef), MAX_EF_SEARCH)}")
-                    rows = conn.execute(statement, params).fetchall()
-            else:
-                rows = conn.execute(statement, params).fetchall()
-        version = 0
-        out = []
-        for row in rows:
-            if row[0] == 0:  # the version row
-                version = int(row[2])
-            else:
-                out.append(row)
-        return out, version
+                    return conn.execute(statement, params).fetchall()
+            return conn.execute(statement, params).fetchall()
 
     # writes -------------------------------------------------------------------------------
-    def upsert(self, ids: Sequence[str], vectors: np.ndarray, namespaces: Sequence[str | None] | None = None, *,
-               texts: Sequence[str] | None = None, hashes: Sequence[str] | None = None,
-               docs: Sequence[dict | None] | None = None) -> int:
-        """Insert or replace rows (one transaction); returns the tenant's new version. A store made by
-        `make_store` replaces the tenant's whole catalog with its first write."""
-        vectors = checked_vectors(ids, vectors, self.dim, "upsert")
-        n = len(ids)
-        namespaces = list(namespaces) if namespaces is not None else [None] * n
-        texts = list(texts) if texts is not None else [""] * n
-        hashes = list(hashes) if hashes is not None else [""] * n
-        docs = list(docs) if docs is not None else [None] * n
-        rows = [PgRow(i, ns, vec, text, h, doc)
-                for i, ns, vec, text, h, doc in zip(ids, namespaces, vectors, texts, hashes, docs)]
-        if self._fresh:
-            outcome = self.write(rows, replace=True)
-            self._fresh = False
-            return outcome.version
-        return self.write(rows).version
+    def upsert(self, ids: Sequence[str], vectors: np.ndarray, namespaces: Sequence[str | None] | None = None) -> None:
+        """Insert or replace rows, in one write transaction (a new version, the ids logged). A row
+        written here has no text, content hash or document: those are the catalog's (`PgCatalog.write`)."""
+        rows = self._rows(ids, vectors, namespaces)
+        if rows:
+            self.database.writing(self.tenant, lambda conn: self._write_rows(conn, rows, []))
 
     def delete(self, ids: Sequence[str]) -> None:
-        if self._fresh or not ids:
-            return
-        self.write((), list(ids))
+        if len(ids):
+            self.database.writing(self.tenant, lambda conn: self._write_rows(conn, [], list(dict.fromkeys(ids))))
 
     def update_vectors(self, ids: Sequence[str], vectors: np.ndarray) -> None:
         """Replace the embeddings of stored rows (namespace, text, content hash and doc stay) in one write
@@ -620,8 +528,6 @@ class PgVectorStore:
         vectors = checked_vectors(ids, vectors, self.dim, "update_vectors")
         if not len(ids):
             return
-        if self._fresh:  # a new index reads as empty until its first write
-            raise KeyError(ids[0])
         with self.database.connection() as conn, conn.transaction():
             version = self._bump(conn)  # locks the tenant's version row: writers queue here
             stored = {r[0] for r in conn.execute(
@@ -633,215 +539,28 @@ class PgVectorStore:
             with conn.cursor() as cur:
                 cur.executemany(self._sql("UPDATE {t} SET embedding = %s, updated_at = now() "
                                           "WHERE tenant = %s AND id = %s"),
-                                [(_vector(v, self.dim), self.tenant, tid) for tid, v in zip(ids, vectors)])
+                                [(checked_vector(v, self.dim), self.tenant, tid) for tid, v in zip(ids, vectors)])
             self._log(conn, version, list(ids))
-            if self.before_commit is not None:
-                self.before_commit()
 
-    # feedback -----------------------------------------------------------------------------
-    def learn(self, events: Sequence[FeedbackEvent], vectors: Mapping[Usage, np.ndarray]) -> tuple[LearnResult, int]:
-        """Record tool-use feedback and fold it into the vectors and words of the tools it teaches, in one
-        write transaction (`store/pg_feedback.py`); (what it did, the version after it)."""
-        for i, event in enumerate(events):
-            refuse_nul({"query": event.query, "source": event.source, "tool_ids": event.tool_ids},
-                       f"feedback event {i}")
-        return self._feedback_write(lambda conn: pg_feedback.learn(self, conn, events, vectors),
-                                    lambda result: sorted({u.tool_id for u in result.learned}))
-
-    def forget(self, source: str) -> tuple[list[str], int]:
-        """Take back everything feedback from `source` taught, in one write transaction."""
-        return self._feedback_write(lambda conn: pg_feedback.forget(self, conn, source), list)
-
-    def _feedback_write(self, change, changed_ids):
-        if self._fresh:
-            raise PgStoreError("this index is new: write its catalog before feedback")
-        with self.database.connection() as conn, conn.transaction():
-            version = self._bump(conn)  # writers of this tenant queue here
-            outcome = change(conn)
-            self._log(conn, version, changed_ids(outcome))
-            if self.before_commit is not None:
-                self.before_commit()
-        return outcome, version
-
-    def write(self, rows: Sequence[PgRow] = (), delete: Sequence[str] = (), *, replace: bool = False,
-              inspect: Inspect | None = None, config: dict[str, Any] | None = None) -> WriteOutcome:
-        """Upsert `rows` and delete `delete` in one transaction; or, with `replace`, make `rows` the
-        tenant's whole catalog (rows without a vector keep the stored one). `inspect` (not with replace)
-        sees the stored rows under lock and decides what is written. `config` (with replace) is recorded
-        as the index table's configuration in the same transaction."""
-        rows = list(rows)
-        if len({r.id for r in rows}) != len(rows):
-            raise ValueError("write: duplicate ids in one call")
+    def _rows(self, ids: Sequence[str], vectors: np.ndarray, namespaces: Sequence[str | None] | None) -> list[PgRow]:
+        """What `upsert` writes, checked: the vectors' shape, no id twice, no NUL character."""
+        vectors = checked_vectors(ids, vectors, self.dim, "upsert")
+        namespaces = list(namespaces) if namespaces is not None else [None] * len(ids)
+        rows = [PgRow(tid, ns, vec) for tid, ns, vec in zip(ids, namespaces, vectors)]
         for row in rows:
-            refuse_nul({"id": row.id, "namespace": row.namespace, **(row.doc or {})}, f"tool {row.id!r}")
-        if replace:
-            if delete or inspect is not None:
-                raise ValueError("replace=True writes a whole catalog: no delete ids or inspect callback")
-            return self._replace(rows, config)
-        import psycopg
+            refuse_nul({"id": row.id, "namespace": row.namespace}, f"tool {row.id!r}")
+        return rows
 
-        with self.database.connection() as conn:
-            for attempt in range(2):
-                self.database.ensure_partition(conn, self.tenant)
-                try:
-                    return self._write(conn, rows, list(dict.fromkeys(delete)), inspect)
-                except _NothingToWrite:
-                    return WriteOutcome(self._version(conn))
-                except psycopg.errors.CheckViolation as exc:  # the partition went away (tenant dropped elsewhere)
-                    if attempt or "no partition" not in str(exc):
-                        raise
-                    self.database.forget_partition(self.tenant)
-        raise AssertionError("unreachable")
-
-    def _write(self, conn, rows: list[PgRow], delete: list[str], inspect: Inspect | None) -> WriteOutcome:
-        from psycopg.types.json import Jsonb
-
-        with conn.transaction():
-            version = self._bump(conn)  # locks the tenant's version row: writers queue here
-            names = [r.id for r in rows] + delete
-            stored = {r[0]: StoredRow(*r) for r in conn.execute(
-                self._sql("SELECT id, namespace, content_hash, doc FROM {t} WHERE tenant = %s AND id = ANY(%s) "
-                          "ORDER BY id FOR UPDATE"), [self.tenant, names]).fetchall()}
-            if inspect is not None:
-                rows, delete = inspect(stored, rows, delete)
-            if not rows and not delete:
-                raise _NothingToWrite
-            keep = [r for r in rows if r.vector is None]
-            stale = [r.id for r in keep if r.id not in stored or stored[r.id].content_hash != r.content_hash]
-            if stale:
-                raise NeedVectors(stale)
-            full = [r for r in rows if r.vector is not None]
-            with conn.cursor() as cur:
-                if full:
-                    cur.executemany(self._sql(
-                        "INSERT INTO {t} (tenant, id, namespace, text, content_hash, doc, embedding) "
-                        "VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (tenant, id) DO UPDATE SET "
-                        "namespace = EXCLUDED.namespace, text = EXCLUDED.text, content_hash = EXCLUDED.content_hash, "
-                        "doc = EXCLUDED.doc, embedding = EXCLUDED.embedding, base_embedding = NULL, "
-                        "updated_at = now()"),
-                        [(self.tenant, r.id, r.namespace or "", r.text, r.content_hash, _jsonb(r.doc, Jsonb),
-                          _vector(r.vector, self.dim)) for r in full])
-                if keep:
-                    cur.executemany(self._sql("UPDATE {t} SET namespace = %s, doc = %s, updated_at = now() "
-                                              "WHERE tenant = %s AND id = %s"),
-                                    [(r.namespace or "", _jsonb(r.doc, Jsonb), self.tenant, r.id) for r in keep])
-            deleted = []
-            if delete:
-                deleted = [r[0] for r in conn.execute(
-                    self._sql("DELETE FROM {t} WHERE tenant = %s AND id = ANY(%s) RETURNING id"),
-                    [self.tenant, delete]).fetchall()]
+    def _write_rows(self, conn, rows: list[PgRow], delete: list[str]) -> None:
+        try:
+            with conn.transaction():
+                version = self._bump(conn)  # locks the tenant's version row: writers queue here
+                deleted = self._put_rows(conn, rows, delete)
                 if not rows and not deleted:
-                    raise _NothingToWrite
-            pg_feedback.drop_tools(self, conn, deleted)  # a deleted tool's feedback goes with it
-            # an edited tool keeps its feedback: its new vector is its own, blended again
-            pg_feedback.reblend(self, conn, [r.id for r in full if r.id in set(pg_feedback.taught_ids(self, conn))])
-            self._log(conn, version, [r.id for r in rows] + deleted)
-            if self.before_commit is not None:
-                self.before_commit()
-        return WriteOutcome(version, [r.id for r in rows], deleted)
-
-    def _replace(self, rows: list[PgRow], config: dict[str, Any] | None, attempts: int = 3) -> WriteOutcome:
-        """Build the tenant's new partition beside the live one (committed, not attached: invisible), then
-        swap it in with one short transaction. A write that lands in between makes the swap retry."""
-        canonical = schema.partition_name(self.table, self.tenant)
-        with self.database.connection() as conn:
-            # one replace per tenant at a time (session lock: released if this process dies)
-            conn.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", [f"toolscout.replace.{canonical}"])
-            try:
-                for _attempt in range(attempts):
-                    seen, staging = self._build_partition(conn, rows)
-                    try:
-                        return self._swap(conn, staging, seen, [r.id for r in rows], config)
-                    except _CatalogMoved:
-                        conn.execute(self._sql("DROP TABLE IF EXISTS {s}", s=staging))
-            finally:
-                conn.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", [f"toolscout.replace.{canonical}"])
-        raise PgStoreError(f"tenant {self.tenant!r}: the catalog kept changing while it was being replaced "
-                           f"({attempts} attempts); retry when writes are quieter")
-
-    def _build_partition(self, conn, rows: list[PgRow]) -> tuple[int, str]:
-        from psycopg.types.json import Jsonb
-
-        canonical = schema.partition_name(self.table, self.tenant)
-        staging = f"{canonical}_{secrets.token_hex(3)}"
-        self._drop_orphans(conn, canonical)
-        with conn.transaction():
-            conn.execute("SET LOCAL maintenance_work_mem = '256MB'")
-            seen = self._version(conn)
-            for statement in schema.partition_ddl(self.table, staging, self.dim, self.tenant, indexes=False):
-                conn.execute(statement)
-            conn.execute("CREATE TEMP TABLE toolscout_incoming (pos integer, id text, namespace text, text text, "
-                         f"content_hash text, doc jsonb, embedding vector({self.dim})) ON COMMIT DROP")
-            with conn.cursor() as cur:
-                with cur.copy("COPY toolscout_incoming FROM STDIN WITH (FORMAT BINARY)") as copy:
-                    copy.set_types(["int4", "text", "text", "text", "text", "jsonb", "vector"])
-                    for pos, r in enumerate(rows):
-                        copy.write_row([pos, r.id, r.namespace or "", r.text, r.content_hash, _jsonb(r.doc, Jsonb),
-                                        None if r.vector is None else _vector(r.vector, self.dim)])
-            live = conn.execute("SELECT to_regclass(%s)", [canonical]).fetchone()[0] is not None
-            old = self._sql("LEFT JOIN {p} o ON o.id = i.id", p=canonical) if live else self._sql(
-                "LEFT JOIN (SELECT NULL::text AS id, NULL::text AS text, NULL::text AS content_hash, "
-                f"NULL::vector({self.dim}) AS embedding, NULL::vector({self.dim}) AS base_embedding) o ON false")
-            from psycopg import sql
-
-            conn.execute(sql.SQL(
-                "INSERT INTO {s} (tenant, id, namespace, text, content_hash, doc, embedding) "
-                "SELECT %s, i.id, i.namespace, CASE WHEN i.embedding IS NULL THEN o.text ELSE i.text END, "
-                "CASE WHEN i.embedding IS NULL THEN o.content_hash ELSE i.content_hash END, i.doc, "
-                "coalesce(i.embedding, o.base_embedding, o.embedding) FROM toolscout_incoming i {old} "
-                "WHERE i.embedding IS NOT NULL OR o.content_hash = i.content_hash ORDER BY i.pos").format(
-                    s=sql.Identifier(staging), old=old), [self.tenant])
-            missing = conn.execute(sql.SQL(
-                "SELECT i.id FROM toolscout_incoming i LEFT JOIN {s} n ON n.id = i.id WHERE n.id IS NULL "
-                "ORDER BY i.id").format(s=sql.Identifier(staging))).fetchall()
-            if missing:
-                raise NeedVectors([r[0] for r in missing])
-            for statement in schema.partition_indexes(self.table, staging):
-                conn.execute(statement)
-            conn.execute(f"ANALYZE {staging}")
-        return seen, staging
-
-    def _swap(self, conn, staging: str, seen: int, ids: list[str], config: dict[str, Any] | None) -> WriteOutcome:
-        canonical = schema.partition_name(self.table, self.tenant)
-        with conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", [REPLACE_LOCK])
-            version = self._bump(conn)
-            if version != seen + 1:
-                raise _CatalogMoved
-            conn.execute(self._sql("DROP TABLE IF EXISTS {p}", p=canonical))
-            conn.execute(schema.attach_sql(self.table, staging, self.tenant))
-            conn.execute(self._sql("ALTER TABLE {s} RENAME TO {p}", s=staging, p=canonical))
-            if config is not None:
-                self.database.set_config(config, conn)
-            pg_feedback.after_replace(self, conn)  # the new rows hold own vectors: blend the taught again
-            self._log(conn, version, None)
-            if self.before_commit is not None:
-                self.before_commit()
-        self.database._partitions.add(self.tenant)
-        return WriteOutcome(version, written=ids)
-
-    def _drop_orphans(self, conn, canonical: str) -> None:
-        """Drop staging tables left by a replace that died before its swap (never attached)."""
-        rows = conn.execute("SELECT c.relname FROM pg_class c WHERE c.relkind = 'r' AND c.relname LIKE %s "
-                            "AND NOT EXISTS (SELECT 1 FROM pg_inherits i WHERE i.inhrelid = c.oid)",
-                            [canonical.replace("_", r"\_") + r"\_%"]).fetchall()
-        for (name,) in rows:
-            conn.execute(self._sql("DROP TABLE IF EXISTS {s}", s=name))
-
-    def _bump(self, conn) -> int:
-        return int(conn.execute(
-            "INSERT INTO toolscout_versions AS v (tbl, tenant, version) VALUES (%s, %s, 1) "
-            "ON CONFLICT (tbl, tenant) DO UPDATE SET version = v.version + 1 RETURNING version",
-            [self.table, self.tenant]).fetchone()[0])
-
-    def _log(self, conn, version: int, ids: list[str] | None) -> None:
-        """Record which ids `version` changed (None: all), prune old entries, tell listeners."""
-        conn.execute("INSERT INTO toolscout_changes (tbl, tenant, version, ids) VALUES (%s, %s, %s, %s)",
-                     [self.table, self.tenant, version, ids])
-        conn.execute("DELETE FROM toolscout_changes WHERE tbl = %s AND tenant = %s AND version <= %s",
-                     [self.table, self.tenant, version - CHANGES_KEPT])
-        payload = json.dumps({"table": self.table, "tenant": self.tenant, "version": version})
-        conn.execute("SELECT pg_notify(%s, %s)", [NOTIFY_CHANNEL, payload])
+                    raise NothingToWrite
+                self._log(conn, version, [r.id for r in rows] + deleted)
+        except NothingToWrite:
+            pass
 
     # persistence --------------------------------------------------------------------------
     def save(self, folder: Path) -> dict:
@@ -857,61 +576,15 @@ class PgVectorStore:
                    table=config.get("table", schema.DEFAULT_TABLE), ef_search=config.get("ef_search", 100),
                    exact=config.get("exact", False))
 
-    # helpers ------------------------------------------------------------------------------
-    def _sql(self, text: str, **identifiers: str):
-        from psycopg import sql
-
-        return sql.SQL(text).format(t=sql.Identifier(self.table),
-                                    **{k: sql.Identifier(v) for k, v in identifiers.items()})
-
-
-class _CatalogMoved(Exception):
-    """Another write committed while a replace was building its partition."""
-
 
 # ----------------------------------------------------------------------------------- SQL pieces
-# Python's format fills {where} and the doc parts; "{{t}}" becomes {t}, the table, filled by psycopg.
-# Each statement first yields one row (ord 0) holding the tenant's version, read in the same snapshot.
+# Python's format fills {where}; "{{t}}" becomes {t}, the table, filled by psycopg. Rows come ordered
+# by query, then score (best first), then id.
 
-_VERSION_ROW = ("SELECT 0::bigint AS ord, NULL::text AS id, coalesce(max(version), 0)::float8 AS score{docnull} "
-                "FROM toolscout_versions WHERE tbl = %(tbl)s AND tenant = %(tenant)s UNION ALL ")
-
-# The query texts become tsqueries once per query (a MATERIALIZED CTE), not once per row scanned.
-_QUERIES_TSQ = ("WITH q AS MATERIALIZED (SELECT ord, {vec}to_tsquery(%(cfg)s::regconfig, tq) AS tsq "
-                "FROM unnest({arrays}) WITH ORDINALITY AS u({cols}ord)) ")
-
-_SEARCH_SQL = {
-    "dense": _VERSION_ROW + (
-        "SELECT q.ord, t.id, t.score{doc} FROM unnest(%(vecs)b::vector[]) WITH ORDINALITY AS q(vec, ord) "
-        "CROSS JOIN LATERAL (SELECT id, doc, (embedding <#> q.vec) * -1 AS score FROM {{t}} "
-        "WHERE {where} ORDER BY embedding <#> q.vec LIMIT %(k)s) t"),
-    "lexical": _QUERIES_TSQ.format(vec="", arrays="%(tqs)s::text[]", cols="tq, ") + _VERSION_ROW + (
-        "SELECT q.ord, t.id, t.score{doc} FROM q "
-        "CROSS JOIN LATERAL (SELECT id, doc, ts_rank(tsv, q.tsq, 1)::float8 AS score "
-        "FROM {{t}} WHERE {where} AND tsv @@ q.tsq ORDER BY score DESC, id LIMIT %(k)s) t"),
-    "hybrid": _QUERIES_TSQ.format(vec="vec, ", arrays="%(vecs)b::vector[], %(tqs)s::text[]", cols="vec, tq, ")
-    + _VERSION_ROW + (
-        "SELECT q.ord, f.id, f.score{doc} FROM q "
-        "CROSS JOIN LATERAL (SELECT u.id, sum(1.0 / (%(rrf_k)s + u.r))::float8 AS score FROM ("
-        " SELECT d.id, row_number() OVER (ORDER BY d.dist, d.id) AS r FROM ("
-        "  SELECT id, embedding <#> q.vec AS dist FROM {{t}} WHERE {where} "
-        "  ORDER BY embedding <#> q.vec LIMIT %(depth)s) d"
-        " UNION ALL"
-        " SELECT l.id, row_number() OVER (ORDER BY l.rank DESC, l.id) AS r FROM ("
-        "  SELECT id, ts_rank(tsv, q.tsq, 1) AS rank FROM {{t}} "
-        "  WHERE {where} AND tsv @@ q.tsq "
-        "  ORDER BY rank DESC, id LIMIT %(depth)s) l"
-        ") u GROUP BY u.id ORDER BY score DESC, u.id LIMIT %(k)s) f{docjoin}"),
-}
-
-
-def _search_sql(mode: str, where: str, docs: bool) -> str:
-    hybrid_docs = docs and mode == "hybrid"
-    return _SEARCH_SQL[mode].format(
-        where=where, doc=", t.doc" if docs else "", docnull=", NULL::jsonb AS doc" if docs else "",
-        # a value, not part of the template: its {t} arrives as written, for psycopg to fill
-        docjoin=" LEFT JOIN {t} t ON t.tenant = %(tenant)s AND t.id = f.id" if hybrid_docs else "",
-    ) + " ORDER BY 1, 3 DESC, 2"
+_DENSE_SQL = (
+    "SELECT q.ord, t.id, t.score FROM unnest(%(vecs)b::vector[]) WITH ORDINALITY AS q(vec, ord) "
+    "CROSS JOIN LATERAL (SELECT id, (embedding <#> q.vec) * -1 AS score FROM {{t}} "
+    "WHERE {where} ORDER BY embedding <#> q.vec LIMIT %(k)s) t ORDER BY 1, 3 DESC, 2")
 
 
 def _filter_sql(flt: Filter | None, params: dict[str, Any]) -> str:
@@ -935,39 +608,32 @@ def _allows_nothing(flt: Filter | None) -> bool:
                                 or (flt.ids is not None and not (flt.ids - flt.exclude_ids)))
 
 
-_WORD = re.compile(r"[^\W_]+")
-MAX_QUERY_WORDS = 32  # long dialogues: the first 32 distinct words
-
-
-def or_query(text: str) -> str:
-    """A to_tsquery input matching any of the words of `text` (BM25-like OR semantics, where
-    websearch_to_tsquery would demand all of them). Only letters and digits reach the parser."""
-    words = list(dict.fromkeys(w.lower() for w in _WORD.findall(text or "")))[:MAX_QUERY_WORDS]
-    return " | ".join(words)
-
-
-def _group(rows: list, n: int) -> list[tuple[list[str], list[float], list[dict | None]]]:
-    out: list[tuple[list[str], list[float], list]] = [([], [], []) for _ in range(n)]
+def _group(rows: list, n: int) -> list[tuple[list[str], list[float]]]:
+    """(ids, scores) of each of `n` queries, from rows (query number from 1, id, score)."""
+    out: list[tuple[list[str], list[float]]] = [([], []) for _ in range(n)]
     for row in rows:
-        ids, scores, docs = out[int(row[0]) - 1]
+        ids, scores = out[int(row[0]) - 1]
         ids.append(row[1])
         scores.append(float(row[2]))
-        docs.append(row[3] if len(row) > 3 else None)
     return out
 
 
-def _to_numpy(value: Any) -> np.ndarray:
+def as_array(value: Any) -> np.ndarray:
+    """A vector as the database driver returns it, as float32 numpy."""
     if isinstance(value, np.ndarray):
         return value.astype(np.float32, copy=False)
     return np.asarray(value.to_numpy() if hasattr(value, "to_numpy") else value, dtype=np.float32)
 
 
-def _vector(vector: np.ndarray, dim: int) -> np.ndarray:
+def checked_vector(vector: np.ndarray, dim: int) -> np.ndarray:
     vector = np.asarray(vector, dtype=np.float32)
     if vector.shape != (dim,):
         raise ValueError(f"expected a vector of dimension {dim}, got shape {vector.shape}")
     return vector
 
 
-def _jsonb(doc: dict | None, wrapper):
-    return None if doc is None else wrapper(doc)
+def as_jsonb(doc: dict | None):
+    """`doc` as a jsonb parameter (None stays NULL)."""
+    from psycopg.types.json import Jsonb
+
+    return None if doc is None else Jsonb(doc)
