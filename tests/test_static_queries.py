@@ -195,3 +195,32 @@ def test_the_cli_searches_and_evaluates_with_fast_queries(tmp_path, tools, encod
     sets = sorted(p for p in eval_set.iterdir() if (p / "tools.jsonl").exists())[:1]
     assert main(["eval", *map(str, sets), "--retriever", "bm25", "--fast-queries", "--quiet"]) == 1
     assert "retriever is 'bm25'" in capsys.readouterr().err  # the flag reaches the pipeline eval builds
+
+
+def test_the_tier_is_saved_with_the_index_and_used_wherever_it_is_loaded(tmp_path, tools, encoder, capsys):
+    """`toolscout index --fast-queries` records the route: `load`, `search` and `serve` encode tasks
+    through the table without being told, `--encoder-queries` / fast_queries=False override it, and an
+    index saved before the route was recorded still uses the encoder."""
+    from toolscout.artifacts import read_config
+    from toolscout.cli import main
+
+    catalog = Path(__file__).resolve().parents[1] / "src/toolscout/data/catalogs/mcp_reference_servers.json"
+    folder = tmp_path / "idx"
+    assert main(["index", str(catalog), "--out", str(folder), "--fast-queries"]) == 0
+    assert "tasks through the static table" in capsys.readouterr().err
+    assert read_config(folder, kind="toolscout.pipeline")[1]["fast_queries"] == "table"
+    saved = ToolScout.load(folder)
+    assert saved.fast_queries == "table" and ToolScout.load(folder, fast_queries=False).fast_queries is None
+    task = "what time is it in Tokyo"
+    table = [h.score for h in saved.search(task, k=3)]
+    own = [h.score for h in ToolScout.load(folder, fast_queries=False).search(task, k=3)]
+    assert not np.allclose(table, own)
+    for flags, expected in (((), table), (("--encoder-queries",), own)):
+        assert main(["search", str(folder), task, "-k", "3", "--json", *flags]) == 0
+        np.testing.assert_allclose([h["score"] for h in json.loads(capsys.readouterr().out)["hits"]], expected,
+                                   rtol=1e-5)
+    with pytest.raises(SystemExit):  # a fresh index has no saved tier to override
+        main(["index", str(catalog), "--out", str(tmp_path / "x"), "--encoder-queries"])
+    older = tmp_path / "older"
+    ToolScout.from_tools(saved.tools, encoder=encoder).save(older)
+    assert ToolScout.load(older).fast_queries is None

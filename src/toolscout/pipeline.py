@@ -139,9 +139,10 @@ class ToolScout:
         return cls(make_retriever(retriever, **named, **options), list(tools), reranker=reranker, intents=intents)
 
     @classmethod
-    def load(cls, path: str | Path, *, fast_queries: bool | str = False) -> "ToolScout":
-        """The pipeline saved in `path`; `fast_queries` ("table" or True, or "student"): search with
-        `use_fast_queries` of that tier."""
+    def load(cls, path: str | Path, *, fast_queries: bool | str | None = None) -> "ToolScout":
+        """The pipeline saved in `path`, encoding tasks the way it was saved (`use_fast_queries` before
+        `save` records the tier with the index). `fast_queries` overrides that: "table" (or True) or
+        "student" for that fast tier, False for the encoder itself."""
         folder, config = read_config(path, kind=PIPELINE_KIND, max_format=FORMAT_VERSION)
         tools = [Tool.from_dict(row) for _n, row in read_jsonl(folder / "tools.jsonl")]
         retriever = load_retriever(folder / "retriever")
@@ -152,7 +153,7 @@ class ToolScout:
         if len(retriever) != len(tools):  # a hand-edited or mismatched directory
             raise ToolScoutError(f"{path}: retriever holds {len(retriever)} tools but tools.jsonl has {len(tools)}")
         scout.saved_config = config
-        kind = fast_query_kind(fast_queries)
+        kind = config.get("fast_queries") if fast_queries is None else fast_query_kind(fast_queries)
         return scout.use_fast_queries(kind) if kind else scout
 
     @property
@@ -195,6 +196,7 @@ class ToolScout:
                       "retriever": self.retriever.name, "tools": len(self._tools),
                       "reranker": self.reranker.name if self.reranker is not None else None,
                       "intents": self.intents.to_dict() if self.intents is not None else None,
+                      "fast_queries": self.fast_queries,  # how tasks are encoded travels with the index
                       "saved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
             with write_artifact(path, config) as folder:
                 with open(folder / "tools.jsonl", "w", encoding="utf-8") as fh:

@@ -30,6 +30,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--lenient", action="store_true", help="skip and report malformed tools instead of failing")
     add_rerank_options(p)
     add_retriever_options(p)
+    add_fast_queries(p, saved=False)  # the tier is saved with the index: search and serve use it
     p.set_defaults(handler=cmd_index)
 
     p = sub.add_parser("search", help="search a pipeline directory with a task")
@@ -55,13 +56,21 @@ def cmd_index(args: argparse.Namespace) -> int:
     if is_postgres_spec(args.store):  # the shared PostgreSQL index
         from .postgres import index_into_postgres
 
+        if args.fast_queries:
+            raise ValueError("--fast-queries / --student-queries: a PostgreSQL index does not record how tasks are "
+                             "encoded; give the flag to `toolscout serve` instead")
+
         return index_into_postgres(args, tools)
     start = time.perf_counter()
     scout = ToolScout.from_tools(tools, retriever=args.retriever, reranker=reranker_from_args(args),
                                  intents=intents_from_args(args), **retriever_options(args, args.retriever, args.model))
+    if args.fast_queries:
+        scout.use_fast_queries(args.fast_queries)
     scout.save(args.out)
     took = time.perf_counter() - start
-    print(f"indexed {len(scout)} tools with {args.retriever} in {took:.1f}s → {args.out}", file=sys.stderr)
+    tier = {"table": ", tasks through the static table", "student": ", tasks through the query student"}.get(
+        args.fast_queries, "")
+    print(f"indexed {len(scout)} tools with {args.retriever}{tier} in {took:.1f}s → {args.out}", file=sys.stderr)
     return 0
 
 

@@ -32,7 +32,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--plot", default=None, metavar="FILE.png", help="bar chart comparing the systems")
     p.add_argument("--bootstrap", type=_resamples, default=10000, metavar="N",
                    help="paired-bootstrap resamples when comparing systems (default %(default)s; 0: no comparison)")
-    add_fast_queries(p)
+    add_fast_queries(p, saved=False)
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(handler=cmd_eval)
 

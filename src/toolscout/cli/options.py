@@ -27,13 +27,18 @@ STUDENT_QUERIES_HELP = ("the middle tier: encode tasks with the four-layer query
 FAST_QUERY_FLAGS = {"table": "--fast-queries", "student": "--student-queries"}  # tier -> its flag
 
 
-def add_fast_queries(parser: argparse.ArgumentParser) -> None:
-    """--fast-queries (the static table) or --student-queries, into `fast_queries` (None, "table" or
-    "student"). Two flags, not one option with a value: `--fast-queries DIR` must keep reading DIR as DIR."""
+def add_fast_queries(parser: argparse.ArgumentParser, *, saved: bool = True) -> None:
+    """--fast-queries (the static table) or --student-queries, into `fast_queries` ("table" or "student";
+    None: as the index was saved). Two flags, not one option with a value: `--fast-queries DIR` must keep
+    reading DIR as DIR. `saved`: the command reads a saved index, so --encoder-queries can override its tier."""
     tiers = parser.add_mutually_exclusive_group()
     for tier, text in (("table", FAST_QUERIES_HELP), ("student", STUDENT_QUERIES_HELP)):
         tiers.add_argument(FAST_QUERY_FLAGS[tier], dest="fast_queries", action="store_const", const=tier,
                            default=None, help=text)
+    if saved:
+        tiers.add_argument("--encoder-queries", dest="fast_queries", action="store_const", const=False,
+                           help="encode tasks with the index's own encoder, even where the index was saved "
+                                "with a fast tier (by `toolscout index --fast-queries` or --student-queries)")
 
 # ------------------------------------------------------------------------------------ retrievers
 

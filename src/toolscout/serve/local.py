@@ -70,10 +70,10 @@ class DirectoryCatalog:
 
     # lifecycle -----------------------------------------------------------------------------
     @classmethod
-    def open(cls, folder: str | os.PathLike, *, fsync: bool = True, fast_queries: bool | str = False,
+    def open(cls, folder: str | os.PathLike, *, fsync: bool = True, fast_queries: bool | str | None = None,
              **options: Any) -> "DirectoryCatalog":
         """Load `folder`, take its lock (one server per directory) and replay its journal. `fast_queries`:
-        tasks are encoded by that fast tier (`ToolScout.use_fast_queries`)."""
+        how tasks are encoded (`ToolScout.load`: None, as the directory was saved)."""
         folder = Path(folder)
         if not (folder / POINTER).is_file():
             raise ServiceError(f"{folder}: not a pipeline directory written by `toolscout index` or ToolScout.save "

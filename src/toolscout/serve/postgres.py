@@ -51,7 +51,7 @@ class PostgresCatalog:
     versions_are_local = False  # other replicas write too: a version read is a round trip
 
     def __init__(self, pg_catalog: PgCatalog, encoder: Any, config: IndexConfig, *, max_stale_s: float = 1.0,
-                 fast_queries: bool | str = False):
+                 fast_queries: bool | str | None = None):
         self.pg_catalog = pg_catalog  # the spec's tenant; every tenant's catalog shares its connection pool
         self.encoder = encoder  # tool vectors and feedback
         self.fast_queries = fast_query_kind(fast_queries)  # a fast tier: tasks through a table or student
@@ -66,7 +66,7 @@ class PostgresCatalog:
 
     @classmethod
     def open(cls, spec: str | PgSpec, *, encoder: Any = None, max_stale_s: float = 1.0,
-             fast_queries: bool | str = False) -> "PostgresCatalog":
+             fast_queries: bool | str | None = None) -> "PostgresCatalog":
         """Connect to the index table of `spec` (migrating its schema if needed) and load the encoder its
         configuration names (`fast_queries`: a fast tier for tasks, `encoders/fast.py`)."""
         pg_catalog = PgCatalog.from_spec(spec)

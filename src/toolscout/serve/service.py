@@ -122,13 +122,14 @@ class ToolService:
     # lifecycle -----------------------------------------------------------------------------
     @classmethod
     def open(cls, target: str | Path, *, fsync: bool = True, compact_every: int = 10_000, encoder: Any = None,
-             max_stale_s: float = 1.0, feedback_cap: int | None = None, fast_queries: bool | str = False,
+             max_stale_s: float = 1.0, feedback_cap: int | None = None, fast_queries: bool | str | None = None,
              **options: Any) -> "ToolService":
         """Serve `target`: a PostgreSQL store spec (postgresql://...) or a pipeline directory. `fsync` and
         `compact_every` apply to a directory; `encoder` (an already loaded one) and `max_stale_s` to
         PostgreSQL; `feedback_cap` (requests one feedback source may teach one tool) is recorded with the
         catalog; `fast_queries` ("table" or True, or "student") encodes tasks with that fast tier distilled
-        from the index's encoder (`encoders/fast.py`); `options` (min_score, always_include, batch_workers,
+        from the index's encoder (`encoders/fast.py`), False with the encoder itself, None as a directory
+        was saved (PostgreSQL: the encoder); `options` (min_score, always_include, batch_workers,
         limits) go to the service."""
         from ..store.pgvector import is_postgres_spec
 
