@@ -21,8 +21,8 @@ disagree.
 
 Placeholders in a command: `{data}` (the benchmark folders, `--data`), `{out}` (a fresh folder for this
 condition's files), `{python}` and `{toolscout}` (this interpreter and its `toolscout` command); literal
-braces are doubled. `--accept` rewrites the conditions file (comments are not kept: explanations belong
-in `note`).
+braces are doubled. `--accept` writes the measured figures into the conditions file, each where its
+`expect` stands.
 """
 
 from __future__ import annotations
@@ -257,15 +257,37 @@ def report(condition: Condition, measured: dict[str, float]) -> bool:
     return fine
 
 
-def accept(path: Path, conditions: list[Condition], measured: dict[str, dict[str, float]]) -> None:
-    data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    by_id = {entry["id"]: entry for entry in data["conditions"]}
+def accept(path: Path, measured: dict[str, dict[str, float]]) -> None:
+    """Publish the measured figures: each `expect` number is replaced where it is written, so the file keeps
+    its layout and comments; the result must read as the old file with only those numbers changed."""
+    text = path.read_text(encoding="utf-8")
+    wanted = yaml.safe_load(text)
+    by_id = {entry["id"]: entry for entry in wanted["conditions"]}
     for cid, figures in measured.items():
         for name, value in figures.items():
             by_id[cid]["figures"][name]["expect"] = round(value, 4)
+            text = _with_expect(text, cid, name, round(value, 4), path)
+    if yaml.safe_load(text) != wanted:
+        raise SystemExit(f"{path}: the measured figures could not be written in place; set `expect` by hand")
     tmp = path.with_suffix(".yaml.tmp")
-    tmp.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=110), encoding="utf-8")
+    tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
+
+
+def _with_expect(text: str, cid: str, name: str, value: float, path: Path) -> str:
+    """`text` with the `expect` scalar of figure `name` of condition `cid` replaced by `value`, found through
+    the YAML node tree (which knows where each scalar stands in the text)."""
+    def child(node: Any, key: str) -> Any:
+        if isinstance(node, yaml.MappingNode):
+            return next((v for k, v in node.value if k.value == key), None)
+        return None
+
+    conditions = child(yaml.compose(text), "conditions")
+    entry = next((c for c in conditions.value if getattr(child(c, "id"), "value", None) == cid), None)
+    number = child(child(child(entry, "figures"), name), "expect")
+    if not isinstance(number, yaml.ScalarNode):
+        raise SystemExit(f"{path}: condition {cid!r}, figure {name!r}: no `expect` to replace")
+    return text[:number.start_mark.index] + repr(float(value)) + text[number.end_mark.index:]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -309,7 +331,7 @@ def _run(args, tables, conditions) -> int:
         measured[condition.id] = run(condition, args.data, args.keep)
         fine &= report(condition, measured[condition.id])
     if args.accept:
-        accept(args.conditions, conditions, measured)
+        accept(args.conditions, measured)
         write_docs(*load(args.conditions), check=False)
         print(f"published in {args.conditions} and the docs")
         return 0

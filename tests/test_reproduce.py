@@ -1,6 +1,7 @@
 """The figures runner (benchmarks/reproduce.py): the README's table is what the conditions file says, a
 re-run that lands off a published figure fails, and --accept publishes what was measured."""
 
+import json
 import re
 import subprocess
 import sys
@@ -97,3 +98,21 @@ def test_a_malformed_condition_is_named_with_its_field(bench, data):
     done = reproduce("--conditions", conditions, "docs")
     assert done.returncode == 2 and "condition 'c': field 'table' names 'nope'" in done.stderr
     assert yaml.safe_load(conditions.read_text()) == spec  # a failed run rewrites nothing
+
+
+def test_accept_changes_only_the_published_number_and_keeps_the_files_layout(bench, data):
+    """--accept edits the hand-written file in place: comments, flow mappings and key order survive, and the
+    only difference is the one number that was measured."""
+    write, _doc = bench
+    conditions = write(39.0)  # the fixture's file, then the same content as a person writes it
+    spec = yaml.safe_load(conditions.read_text())
+    table, condition = spec["tables"][0], spec["conditions"][0]
+    by_hand = (f"# published figures\ntables:\n- {{id: t, file: '{table['file']}', columns: [what, result]}}\n"
+               f"conditions:\n- id: c  # the one condition\n  table: t\n  cells: ['a figure', '{{x:.1f}} points']\n"
+               f"  command: {json.dumps(condition['command'])}\n"
+               f"  figures:\n    x: {{from: 'r.json:m/x', expect: 39.0}}  # measured 2026-11\n")
+    conditions.write_text(by_hand)
+    assert yaml.safe_load(by_hand) == spec
+    done = reproduce("--conditions", conditions, "run", "--data", data, "--accept")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert conditions.read_text() == by_hand.replace("expect: 39.0}", "expect: 41.26}")
