@@ -226,3 +226,13 @@ def test_platt_fit_matches_the_closed_form_for_a_binary_feature():
     logit = lambda p: math.log(p / (1 - p))  # noqa: E731
     assert intercept == pytest.approx(logit(0.1), abs=1e-3)
     assert slope == pytest.approx(logit(0.6) - logit(0.1), abs=1e-3)
+
+
+def test_retraining_a_classifier_pipeline_starts_from_its_fine_tuned_encoder(trained):
+    """`--train embed|mlc` on an MLC pipeline fine-tunes further from the MLC's own encoder (the one this
+    test loaded from the trained model's folder), not from the default model."""
+    from toolscout.train.feedback import _dense_encoder_name
+
+    scout = ToolScout.from_tools(trained["set"].tools, retriever="mlc", model=str(trained["out"]))
+    assert _dense_encoder_name(scout) == trained["encoder"].name
+    assert str(resolve(trained["out"])) in trained["encoder"].name

@@ -224,3 +224,8 @@ def test_the_tier_is_saved_with_the_index_and_used_wherever_it_is_loaded(tmp_pat
     older = tmp_path / "older"
     ToolScout.from_tools(saved.tools, encoder=encoder).save(older)
     assert ToolScout.load(older).fast_queries is None
+    # a tier given where an index is read is for that process: saving again (a server's compaction)
+    # keeps the tier the directory had
+    ToolScout.load(folder, fast_queries=False).save(folder)
+    ToolScout.load(older, fast_queries="table").save(older)
+    assert (ToolScout.load(folder).fast_queries, ToolScout.load(older).fast_queries) == ("table", None)

@@ -111,6 +111,7 @@ class ToolScout:
         self._names = NameIndex(self._tools.values())
         self._name_counts = Counter(t.name for t in self._tools.values())
         self.saved_config: dict[str, Any] = {}  # config.json of the directory this was loaded from
+        self._saved_tier: str | None = None  # the fast tier `save` records: use_fast_queries's, or as loaded
 
     # construction ------------------------------------------------------------------------
     @classmethod
@@ -142,7 +143,8 @@ class ToolScout:
     def load(cls, path: str | Path, *, fast_queries: bool | str | None = None) -> "ToolScout":
         """The pipeline saved in `path`, encoding tasks the way it was saved (`use_fast_queries` before
         `save` records the tier with the index). `fast_queries` overrides that: "table" (or True) or
-        "student" for that fast tier, False for the encoder itself."""
+        "student" for that fast tier, False for the encoder itself, for this process only: a later `save`
+        records the tier the directory had (a server's compaction must not turn its flag into the default)."""
         folder, config = read_config(path, kind=PIPELINE_KIND, max_format=FORMAT_VERSION)
         tools = [Tool.from_dict(row) for _n, row in read_jsonl(folder / "tools.jsonl")]
         retriever = load_retriever(folder / "retriever")
@@ -154,7 +156,10 @@ class ToolScout:
             raise ToolScoutError(f"{path}: retriever holds {len(retriever)} tools but tools.jsonl has {len(tools)}")
         scout.saved_config = config
         kind = config.get("fast_queries") if fast_queries is None else fast_query_kind(fast_queries)
-        return scout.use_fast_queries(kind) if kind else scout
+        if kind:
+            scout.use_fast_queries(kind)
+        scout._saved_tier = config.get("fast_queries")
+        return scout
 
     @property
     def fast_queries(self) -> str | None:
@@ -184,6 +189,7 @@ class ToolScout:
         with self._lock.write():
             for part in dense:
                 part.use_fast_queries(kind)
+            self._saved_tier = kind
         return self
 
     def save(self, path: str | Path, *, extra_config: dict[str, Any] | None = None) -> None:
@@ -196,7 +202,7 @@ class ToolScout:
                       "retriever": self.retriever.name, "tools": len(self._tools),
                       "reranker": self.reranker.name if self.reranker is not None else None,
                       "intents": self.intents.to_dict() if self.intents is not None else None,
-                      "fast_queries": self.fast_queries,  # how tasks are encoded travels with the index
+                      "fast_queries": self._saved_tier,  # how tasks are encoded travels with the index
                       "saved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
             with write_artifact(path, config) as folder:
                 with open(folder / "tools.jsonl", "w", encoding="utf-8") as fh:

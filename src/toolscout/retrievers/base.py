@@ -90,12 +90,19 @@ class Composite(Protocol):
 
 
 @runtime_checkable
-class Encoding(Protocol):
+class HasEncoder(Protocol):
+    """A retriever built on an `encoder` (dense and its kin, and a classifier over a fine-tuned encoder):
+    what retraining starts from."""
+
+    encoder: Any
+
+
+@runtime_checkable
+class Encoding(HasEncoder, Protocol):
     """A retriever that embeds tools and tasks with an `encoder` and keeps the tool vectors in a `store`
     (dense, and the retrievers built on it): what the fast query tiers and first-stage vectors need.
     `query_encoder` encodes tasks instead of the encoder once a fast tier is in use (else None)."""
 
-    encoder: Any
     store: Any
     query_encoder: QueryEncoder | None
 

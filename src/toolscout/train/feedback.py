@@ -30,7 +30,7 @@ from typing import Any, Callable
 from ..benchmark import Query
 from ..errors import Conflict, InvalidRequest
 from ..pipeline import ToolScout
-from ..retrievers.base import Encoding, make_retriever, parts
+from ..retrievers.base import HasEncoder, make_retriever, parts
 from .data import TrainingData
 from .loop import TrainConfig, validation_ndcg
 
@@ -170,8 +170,8 @@ def _first_stage_with(retriever: Any, method: str, model_dir: str):
     or a classifier (mlc); BM25 parts are kept as they are."""
     name = "dense" if method == "embed" else "mlc"
     if retriever.name == "hybrid":
-        parts = [c if c.name == "bm25" else make_retriever(name, model=model_dir) for c in retriever.components]
-        return make_retriever("hybrid", components=parts, **retriever.settings())
+        components = [c if c.name == "bm25" else make_retriever(name, model=model_dir) for c in parts(retriever)]
+        return make_retriever("hybrid", components=components, **retriever.settings())
     if retriever.name in ("dense", "mlc"):
         return make_retriever(name, model=model_dir)
     raise ValueError(f"--train {method} needs a dense or hybrid pipeline, not {retriever.name!r}")
@@ -179,5 +179,5 @@ def _first_stage_with(retriever: Any, method: str, model_dir: str):
 
 def _dense_encoder_name(scout: ToolScout) -> str | None:
     """The encoder the pipeline's dense part uses (what training starts from)."""
-    dense = next((p for p in parts(scout.retriever) if isinstance(p, Encoding)), None)
+    dense = next((p for p in parts(scout.retriever) if isinstance(p, HasEncoder)), None)
     return None if dense is None else dense.encoder.name
