@@ -256,7 +256,6 @@ vectors = np.full((2, 8), 1 / np.sqrt(8), dtype=np.float32)
 if sys.argv[2] == "upsert":
     catalog.write([PgRow("t0", "moved", vectors[0]), PgRow("new", None, vectors[1])], ["t1"])
 elif sys.argv[2] == "store upsert":
-    catalog.vectors.before_commit = catalog.before_commit
     catalog.vectors.upsert(["t0", "new"], vectors, ["moved", None])
 else:
     catalog.write([PgRow("only", None, vectors[0])], replace=True)

@@ -47,8 +47,7 @@ def index_into_postgres(args: argparse.Namespace, tools: Sequence[Tool]) -> int:
     view = view_from_args(args) or trained_view(args.model) or TextView()
     catalog = PgCatalog.from_spec(spec, encoder.dim)
     try:
-        search = "dense" if args.retriever == "dense" else "hybrid"
-        report = index_catalog(catalog, tools, encoder, view, search=search, progress=True,
+        report = index_catalog(catalog, tools, encoder, view, search=args.retriever, progress=True,
                                intents="default" if args.split_requests else None)  # default: the table's
         hashes = {t.id: vector_hash(t, view, tool_text(t, view), report.summary_weight) for t in tools}
         retriever = DenseRetriever(encoder=encoder, store=spec.to_string(), view=view,  # the DSN without password

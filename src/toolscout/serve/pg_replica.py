@@ -1,7 +1,7 @@
 """One tenant of a PostgreSQL index as the library's own pipeline, in this process: what every replica ranks
 with, so a replica ranks exactly as `ToolScout` does in process.
 
-A `Replica` is built from the tenant's rows: the tools (in id order), BM25 over their text views and the
+A `Replica` is built from the tenant's rows: the tools (in catalog order), BM25 over their text views and the
 requests feedback taught them, the dense part over the vectors the database holds (what feedback taught
 included: the database blends them, with the same formula as the library), fused and split into
 requests as the library's default pipeline is. Nothing is embedded here but the tasks searched.
@@ -32,7 +32,7 @@ from ..retrievers.hybrid import HybridRetriever
 from ..store import pg_feedback
 from ..store.local import make_store
 from ..store.pg_config import IndexConfig
-from ..store.pg_catalog import PgCatalog
+from ..store.pg_catalog import PgCatalog, stored_tool
 from ..tool import TextView, Tool
 
 IN_MEMORY_TOOLS = 100_000
@@ -74,15 +74,15 @@ class Replica:
         version = self.catalog.version()  # read before the rows: the pipeline may be newer, never older
         self.in_memory = len(self.catalog.vectors) <= IN_MEMORY_TOOLS
         rows = self.catalog.replica_rows(vectors=self.in_memory)
-        tools = [_tool(row) for row in rows]
+        tools = [stored_tool(tid, ns, doc) for tid, ns, _hash, doc, _vector in rows]
         self._bm25 = BM25Retriever(self.view) if self.config.search == "hybrid" else None
         vectors = make_store("numpy", self.encoder.dim) if self.in_memory else self.catalog.vectors
         self._dense = DenseRetriever(encoder=self.encoder, view=self.view, summary_weight=self.config.summary_weight,
                                      vectors=vectors)
         if self._bm25 is not None:
             self._bm25.index(tools)
-        if self.in_memory and rows:
-            self._dense.put(tools, np.stack([r[4] for r in rows]), [r[2] for r in rows])
+        if self.in_memory:
+            self._put_vectors(tools, rows)
         if self.fast_queries:
             self._dense.use_fast_queries(self.fast_queries)
         retriever = HybridRetriever([self._bm25, self._dense]) if self._bm25 is not None else self._dense
@@ -103,7 +103,7 @@ class Replica:
     def _take(self, ids: list[str]) -> None:
         """Take in the current rows of `ids` (gone ones are removed) and what feedback taught them."""
         rows = self.catalog.replica_rows(ids, vectors=self.in_memory)
-        tools = [_tool(row) for row in rows]
+        tools = [stored_tool(tid, ns, doc) for tid, ns, _hash, doc, _vector in rows]
         present = {t.id for t in tools}
         removed = [i for i in ids if i not in present and self.scout.get(i, None) is not None]
         requests = pg_feedback.learned_requests(self.catalog, ids)
@@ -116,13 +116,13 @@ class Replica:
                 self._teach(requests)
             if self.in_memory:
                 self._dense.remove(removed)
-                if tools:
-                    self._dense.put(tools, np.stack([r[4] for r in rows]), [r[2] for r in rows])
+                self._put_vectors(tools, rows)
 
         self.scout.apply(change, tools, removed)
 
+    def _put_vectors(self, tools: list[Tool], rows: list[tuple]) -> None:
+        """The in-memory dense part takes the rows' vectors as they are (the database's, feedback blended)."""
+        if tools:
+            self._dense.put(tools, np.stack([r[4] for r in rows]), [r[2] for r in rows])
 
-def _tool(row: tuple) -> Tool:
-    """The Tool a row holds (a row written without its document: a stand-in with its namespace)."""
-    tool_id, namespace, _hash, doc, _vector = row
-    return Tool.from_dict(doc) if doc is not None else Tool(tool_id, tool_id, namespace=namespace)
+

@@ -34,7 +34,7 @@ from ..retrievers.base import task_encoders
 from ..retrievers.dense import encoder_for, vector_hash
 from ..store import pg_feedback
 from ..store.pg_config import IndexConfig
-from ..store.pg_catalog import PgCatalog, StoredRow
+from ..store.pg_catalog import PgCatalog, StoredRow, stored_tool
 from ..store.pgvector import NeedVectors, PgRow, PgSpec, PgStoreError
 from ..tool import TextView, Tool, tool_text
 from .catalog import Authorize, Visible, WriteResult, hits_of, namespace_counts_of, page_of
@@ -257,7 +257,7 @@ class _UpsertCheck:
         out = []
         for tool, row in zip(self.tools, rows):
             stored = current.get(tool.id)
-            old = None if stored is None else _stored_tool(stored)
+            old = None if stored is None else stored_tool(stored.id, stored.namespace, stored.doc)
             self.authorize(tool, old)
             if tool.same_as(old):
                 result.unchanged.append(tool.id)
@@ -271,8 +271,3 @@ class _UpsertCheck:
         return out, []
 
 
-def _stored_tool(stored: StoredRow) -> Tool:
-    """The Tool a stored row holds (a row written without its document: a stand-in with its namespace)."""
-    if stored.doc is not None:
-        return Tool.from_dict(stored.doc)
-    return Tool(stored.id, stored.id, namespace=stored.namespace or None)

@@ -1,11 +1,11 @@
 """The store contract: everything a retriever asks of the vectors it keeps. Local stores (numpy, FAISS)
-and the PostgreSQL store implement it; the PostgreSQL store adds catalog calls of its own for the
-PostgreSQL service (documents, versions, change log), which are not part of this contract."""
+and the PostgreSQL store (`pgvector.py`) implement it; the PostgreSQL catalog around a tenant's vectors
+(documents, versions, the change log, feedback: `pg_catalog.py`) is not part of this contract."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -46,6 +46,13 @@ class VectorStore(Protocol):
     @classmethod
     def load(cls, folder: Path, config: dict) -> "VectorStore":
         """The store `save` wrote into `folder`, given the config entries it returned."""
+
+
+def as_array(value: Any) -> np.ndarray:
+    """A vector as a database driver returns it (pgvector's type, a list, an array), as float32 numpy."""
+    if isinstance(value, np.ndarray):
+        return value.astype(np.float32, copy=False)
+    return np.asarray(value.to_numpy() if hasattr(value, "to_numpy") else value, dtype=np.float32)
 
 
 def checked_vectors(ids: Sequence[str], vectors: np.ndarray, dim: int, action: str) -> np.ndarray:

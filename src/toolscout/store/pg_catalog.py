@@ -23,6 +23,7 @@ import numpy as np
 
 from ..feedback import FeedbackEvent, LearnResult, Usage
 from ..results import Filter, Results
+from ..tool import Tool
 from . import pg_feedback
 from . import pg_schema as schema
 from .base import checked_vectors
@@ -40,6 +41,11 @@ class StoredRow:
     namespace: str
     content_hash: str
     doc: dict | None
+
+
+def stored_tool(tool_id: str, namespace: str | None, doc: dict | None) -> Tool:
+    """The Tool a row holds (a row written without its document: a stand-in with its namespace)."""
+    return Tool.from_dict(doc) if doc is not None else Tool(tool_id, tool_id, namespace=namespace or None)
 
 
 @dataclass
@@ -83,6 +89,15 @@ class PgCatalog(PgTenant):
     def __repr__(self) -> str:
         return f"PgCatalog({self.spec})"
 
+    @property
+    def before_commit(self) -> Callable[[], None] | None:
+        """One fault-injection point for the catalog's writes and its vector store's (`PgTenant`)."""
+        return self.vectors.before_commit
+
+    @before_commit.setter
+    def before_commit(self, hook: Callable[[], None] | None) -> None:
+        self.vectors.before_commit = hook
+
     # versions and the change log ---------------------------------------------------------------
     def version(self) -> int:
         """The tenant's catalog version: bumped by every committed write (0 before the first)."""
@@ -112,13 +127,6 @@ class PgCatalog(PgTenant):
             rows = conn.execute(self._sql(f"SELECT id, content_hash FROM {{t}} WHERE {where}"), params)
             return dict(rows.fetchall())
 
-    def name_rows(self, ids: Iterable[str] | None = None) -> list[tuple[str, str, str | None, str]]:
-        """(id, name, title, namespace) for `ids` (unknown ones left out) or every row: what a name index needs."""
-        where, params = self._ids_clause(ids)
-        with self.database.connection() as conn:
-            return conn.execute(self._sql(f"SELECT id, coalesce(doc->>'name', id), doc->>'title', namespace "
-                                          f"FROM {{t}} WHERE {where}"), params).fetchall()
-
     def replica_rows(self, ids: Iterable[str] | None = None, vectors: bool = True) -> list[tuple]:
         """(id, namespace, content_hash, doc, embedding or None) of `ids` (unknown ones left out) or of every
         row, in catalog order (the order tools joined it): what a replica's in-process pipeline is built
@@ -137,12 +145,9 @@ class PgCatalog(PgTenant):
 
     def docs(self, ids: Iterable[str] | None = None) -> dict[str, dict]:
         """id -> stored Tool JSON, for `ids` (unknown ones are left out) or for every row."""
+        where, params = self._ids_clause(ids)
         with self.database.connection() as conn:
-            if ids is None:
-                rows = conn.execute(self._sql("SELECT id, doc FROM {t} WHERE tenant = %s ORDER BY id"), [self.tenant])
-            else:
-                rows = conn.execute(self._sql("SELECT id, doc FROM {t} WHERE tenant = %s AND id = ANY(%s)"),
-                                    [self.tenant, list(ids)])
+            rows = conn.execute(self._sql(f"SELECT id, doc FROM {{t}} WHERE {where} ORDER BY id"), params)
             return {tid: doc for tid, doc in rows.fetchall()}
 
     def page(self, namespace: str | None = None, namespaces: Iterable[str] | None = None, offset: int = 0,
@@ -374,9 +379,7 @@ class NewPgIndex(PgVectorStore):
     def upsert(self, ids: Sequence[str], vectors: np.ndarray, namespaces: Sequence[str | None] | None = None) -> None:
         if not self.is_new:
             return super().upsert(ids, vectors, namespaces)
-        catalog = PgCatalog(self)
-        catalog.before_commit = self.before_commit  # the store's fault-injection point covers this write too
-        catalog.write(self._rows(ids, vectors, namespaces), replace=True)
+        PgCatalog(self).write(self._rows(ids, vectors, namespaces), replace=True)
         self.is_new = False
 
     def delete(self, ids: Sequence[str]) -> None:

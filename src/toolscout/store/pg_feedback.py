@@ -24,6 +24,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..feedback import PER_SOURCE_CAP, USAGE_PRIOR, FeedbackEvent, LearnResult, Usage, blend, normalized
+from .base import as_array
 
 
 def settings(conn, table: str) -> tuple[float, int]:
@@ -76,7 +77,7 @@ def _teach(store, conn, usage: Usage, vectors: Mapping[Usage, np.ndarray], cap: 
         result.capped += 1
         return
     vector = np.asarray(vectors[usage], dtype=np.float32)
-    total = vector.copy() if row is None else _array(row[1]) + vector
+    total = vector.copy() if row is None else as_array(row[1]) + vector
     conn.execute("INSERT INTO toolscout_usage (tbl, tenant, tool_id, source, n, vsum) VALUES (%s, %s, %s, %s, 1, %s) "
                  "ON CONFLICT (tbl, tenant, tool_id, source) DO UPDATE SET n = toolscout_usage.n + 1, "
                  "vsum = EXCLUDED.vsum", [store.table, store.tenant, usage.tool_id, usage.source, total])
@@ -109,14 +110,14 @@ def reblend(store, conn, ids: Sequence[str], prior: float | None = None) -> None
     for tool_id, _source, vsum in conn.execute(
             "SELECT tool_id, source, vsum FROM toolscout_usage WHERE tbl = %s AND tenant = %s AND tool_id = ANY(%s) "
             "ORDER BY tool_id, source", [store.table, store.tenant, list(ids)]):
-        sums.setdefault(tool_id, []).append(_array(vsum))
+        sums.setdefault(tool_id, []).append(as_array(vsum))
     words = dict(conn.execute(
         "SELECT tool_id, string_agg(query, ' ' ORDER BY source, seq) FROM toolscout_feedback WHERE tbl = %s "
         "AND tenant = %s AND tool_id = ANY(%s) AND learned GROUP BY tool_id",
         [store.table, store.tenant, list(ids)]).fetchall())
     updates = []
     for tool_id, embedding, base in rows:
-        own = _array(base if base is not None else embedding)
+        own = as_array(base if base is not None else embedding)
         taught = tool_id in sums
         updates.append((blend(own, sums[tool_id], prior) if taught else own, own if taught else None,
                         words.get(tool_id, "") if taught else "", store.tenant, tool_id))
@@ -177,9 +178,3 @@ def totals(store) -> dict[str, Any]:
                                "GROUP BY source ORDER BY source", [store.table, store.tenant]).fetchall()
     events, failures = (int(row[0]), int(row[1])) if row else (0, 0)
     return {"events": events, "failures": failures, "sources": {s: int(n) for s, n in sources}}
-
-
-def _array(value: Any) -> np.ndarray:
-    if isinstance(value, np.ndarray):
-        return value.astype(np.float32, copy=False)
-    return np.asarray(value.to_numpy() if hasattr(value, "to_numpy") else value, dtype=np.float32)

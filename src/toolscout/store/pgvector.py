@@ -49,7 +49,7 @@ from ..errors import InvalidRequest, MissingDependency, ToolScoutError
 from ..results import Filter, Results
 from . import pg_feedback
 from . import pg_schema as schema
-from .base import checked_vectors
+from .base import as_array, checked_vectors
 
 SCHEMES = ("postgresql://", "postgres://")
 KIND = "pgvector"
@@ -347,10 +347,11 @@ class PgTenant:
     and ends with `_log`. `before_commit` (a callable or None) runs inside every write transaction just
     before it commits: a fault-injection point for crash tests."""
 
+    before_commit: Callable[[], None] | None = None
+
     def __init__(self, database: PgDatabase, tenant: str):
         self.database = database
         self.tenant = check_tenant(tenant)
-        self.before_commit: Callable[[], None] | None = None
 
     @property
     def spec(self) -> PgSpec:
@@ -617,12 +618,6 @@ def _group(rows: list, n: int) -> list[tuple[list[str], list[float]]]:
         scores.append(float(row[2]))
     return out
 
-
-def as_array(value: Any) -> np.ndarray:
-    """A vector as the database driver returns it, as float32 numpy."""
-    if isinstance(value, np.ndarray):
-        return value.astype(np.float32, copy=False)
-    return np.asarray(value.to_numpy() if hasattr(value, "to_numpy") else value, dtype=np.float32)
 
 
 def checked_vector(vector: np.ndarray, dim: int) -> np.ndarray:
