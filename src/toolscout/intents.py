@@ -189,6 +189,8 @@ class IntentMerge:
         """The query's requests; with `late_chunk`, each that is a stretch of the query's text remembers
         where (`Query.part`), so encoders pool it from the task's own forward pass (`encoders.late_chunk`)."""
         parts = self.splitter(query.text)
+        if len(parts) < 2:  # one request: the query searches as it is
+            return [query]
         return [query.part(p) if self.late_chunk else Query.of(p) for p in parts]
 
     def _merge(self, rankings: list[tuple[np.ndarray, np.ndarray]], k: int) -> tuple[np.ndarray, np.ndarray]:

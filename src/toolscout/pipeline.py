@@ -19,7 +19,7 @@ from .artifacts import read_config, write_artifact
 from .benchmark import read_jsonl
 from .defaults import DEFAULT_INTENTS, DEFAULT_RETRIEVER
 from .encoders.fast import fast_query_kind, tier_of
-from .errors import NotFound, ToolScoutError
+from .errors import FastQueriesUnavailable, NotFound, ToolScoutError
 from .feedback import FeedbackEvent, LearnResult, Usage, UsageLedger
 from .hits import Hit, HitPolicy, NameIndex, assemble_hits, checked_k, checked_queries
 from .intents import IntentMerge
@@ -179,8 +179,6 @@ class ToolScout:
         student ("student") distilled from the dense retriever's encoder, at some quality (docs/serving.md).
         Tool vectors and learning from feedback are unchanged. Raises FastQueriesUnavailable when the
         pipeline has no dense retriever or the tier cannot serve its encoder."""
-        from .encoders.fast import FastQueriesUnavailable
-
         kind = fast_query_kind(kind) or "table"
         dense = encoding_parts(self.retriever)
         if not dense:

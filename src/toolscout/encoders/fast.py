@@ -35,7 +35,7 @@ def fast_query_kind(value: bool | str | None) -> str | None:
 
 
 def fast_queries_for(encoder, kind: str):
-    """What encodes `encoder`'s tasks in the fast tier `kind` (an object with `encode_queries`)."""
+    """What encodes `encoder`'s tasks in the fast tier `kind` (a `QueryEncoder`, `encoders/contract.py`)."""
     if fast_query_kind(kind) == "student":
         return query_student_for(encoder)
     return static_queries_for(encoder)
@@ -51,8 +51,9 @@ def tier_of(query_encoder: Any) -> str | None:
 def task_encoder(encoder, query_encoder: Any = None) -> str:
     """What encodes tasks for a retriever whose tools `encoder` embeds, with its fast tier's
     `query_encoder` (None: the encoder itself): for a server's stats."""
-    if query_encoder is None or query_encoder is encoder:
+    tier = tier_of(query_encoder)
+    if tier is None:
         return str(encoder.name)
-    if isinstance(query_encoder, StaticQueryEncoder):
+    if tier == "table":
         return f"static table of {encoder.name}"
     return f"{query_encoder.name} (query student of {encoder.name})"

@@ -12,7 +12,7 @@ A student encodes an encoder's tasks only when all of these hold, else `query_st
 - the encoder runs its checked int8 encoding (in use "onnx-int8"): the student's check compared it with
   exactly that;
 - the student's recorded check passed: the default pipeline's macro nDCG@10 over the dev test splits
-  moved by less than 0.3 against the teacher's int8 tasks (`benchmarks/query_student.py --record`);
+  moved by less than 0.3 against the teacher's int8 tasks (`scripts/record_quality_check.py`);
 - the student's int8 export on this machine reproduces the vectors that check measured (as for any
   int8 encoding, `encoders/quality.py`).
 """

@@ -9,6 +9,7 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 from ..artifacts import read_config, write_json
 from ..encoders.contract import QueryEncoder
 from ..feedback import Usage
+from ..query import Query
 from ..registry import lookup
 from ..results import Filter, Results
 from ..tool import Tool
@@ -57,8 +58,9 @@ class Retriever(Protocol):
     def remove(self, ids: Sequence[str]) -> None:
         """Drop `ids` from the catalog; unknown ids are ignored."""
 
-    def search(self, queries: Sequence[str], k: int = 10, filter: Filter | None = None) -> Results:
-        """The k best tools for each query, best first, restricted by `filter`."""
+    def search(self, queries: Sequence[Query | str], k: int = 10, filter: Filter | None = None) -> Results:
+        """The k best tools for each query (`toolscout.query`: plain strings read as `Query.of` reads
+        them), best first, restricted by `filter`."""
 
     def __len__(self) -> int:
         """How many tools are indexed."""

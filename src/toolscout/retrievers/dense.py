@@ -14,7 +14,7 @@ from ..encoders import Encoder
 from ..encoders.contract import QueryEncoder
 from ..feedback import Usage
 from ..models import model_config
-from ..query import Query, as_queries
+from ..query import Query
 from ..results import Filter, Results
 from ..store.base import VectorStore
 from ..store.local import load_store, make_store
@@ -231,7 +231,7 @@ class DenseRetriever:
         return out
 
     def search(self, queries: Sequence[Query | str], k: int = 10, filter: Filter | None = None) -> Results:
-        vectors = (self.query_encoder or self.encoder).encode_queries(as_queries(queries))
+        vectors = (self.query_encoder or self.encoder).encode_queries(queries)  # the contract reads plain strings
         return self.store.search(vectors, k, filter)
 
     def use_fast_queries(self, kind: str = "table") -> None:

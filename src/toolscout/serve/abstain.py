@@ -78,13 +78,13 @@ class CachingEncoder:
         return self._vectors[[self._index[k] for k in keys]]
 
     def encode_queries(self, queries: Sequence[Query | str]) -> np.ndarray:
-        """As the wrapped encoder's: transcripts weigh in their latest turn (`toolscout.conversation`)."""
-        from ..conversation import LATEST_TURN_WEIGHT, emphasise_latest_turn
+        """As the wrapped `Encoder`'s: transcripts weigh in their latest turn (`toolscout.conversation`);
+        a request cut from a task is embedded alone (the cache is keyed by text: no late chunking)."""
+        from ..conversation import emphasise_latest_turn
 
-        weight = getattr(self.encoder, "latest_turn_weight", LATEST_TURN_WEIGHT)
         queries = as_queries(queries)
         return emphasise_latest_turn(self.encode([q.text for q in queries]), [q.latest_turn for q in queries],
-                                     self.encode, weight)
+                                     self.encode, self.encoder.latest_turn_weight)
 
     def flush(self) -> None:
         """Write the cache (one file, replaced atomically: concurrent runs cannot leave it half written)."""

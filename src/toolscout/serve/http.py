@@ -39,8 +39,8 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from ..conversation import focus
 from ..errors import CatalogError, Conflict, Forbidden, InvalidRequest, NotFound, RateLimited
-from ..query import Query as TaskQuery  # fastapi's Query is a request parameter
 from ..version import __version__
 from . import ui
 from .auth import AuthConfig, AuthError
@@ -273,7 +273,7 @@ def _add_search_routes(app: FastAPI, api: Api) -> None:
         results = []
         for query, query_hits in zip(queries, hits):
             abstained = not any(h.match != "always" for h in query_hits)
-            entry: dict[str, Any] = {"query": query, "abstained": abstained, "truncated": TaskQuery.of(query).truncated,
+            entry: dict[str, Any] = {"query": query, "abstained": abstained, "truncated": focus(query)[1],
                                      "hits": [h.to_dict() for h in query_hits]}
             if body.format != "toolscout":
                 entry["tools"] = _definitions(service, query_hits, body.format, principal)
