@@ -42,10 +42,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from common import DEFAULT_DATA
 
 ROOT = Path(__file__).resolve().parents[1]
 CONDITIONS = ROOT / "benchmarks" / "conditions.yaml"
-DEFAULT_DATA = ROOT.parent / "shared" / "data"
 DEFAULT_TOLERANCE = 0.05
 
 

@@ -8,9 +8,10 @@
         "petstore": {"spec": "petstore.yaml", "base_url": "https://petstore.example.com/v3",
                      "headers": {"api_key": "${PETSTORE_KEY}"}}}}
 
-A relative `command`, `cwd` or `spec` path (one with a `/`) is relative to the config file; a bare command
-name is looked up on PATH, then beside the gateway's own interpreter (a server installed into toolscout's
-virtual environment works without activating it).
+A relative `spec`, and a relative `command` or `cwd` with a `/` in it, are relative to the config file; a
+bare command name is looked up on PATH, then beside the gateway's own interpreter (a server installed into
+toolscout's virtual environment works without activating it; `mcp_upstream`), and a bare `cwd` name is
+taken as the server's process takes it (relative to where the gateway runs).
 
 Each entry's name becomes the namespace of its tools (ids `NAME.tool`), so names are letters, digits,
 `_` and `-`. `${VAR}` (or `${VAR:-default}`) in `env`, `headers` and `base_url` is read from the
@@ -160,8 +161,8 @@ class _Reader:
                             headers=self._strings(where, entry, "headers"), **self._common(where, entry))
 
     def _path(self, value: str | None) -> str | None:
-        """A relative path (one with a '/') is relative to the config file; a bare command name is looked up
-        on PATH when the server starts."""
+        """A relative path with a '/' in it, relative to the config file; a bare name is left as it is (a
+        command is looked up when the server starts: on PATH, then beside the gateway's interpreter)."""
         if value is None or "/" not in value or Path(value).is_absolute():
             return value
         return str((self.path.parent / value).resolve())

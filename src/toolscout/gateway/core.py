@@ -149,22 +149,22 @@ class Gateway:
             pass
         with self._names_lock:
             named = list(self._names.get(name, ()))
-        visible = sorted(tid for tid in named if self._sees(principal, tid))
+        visible = [tool for tid in sorted(named) if (tool := self._visible(tid, principal)) is not None]
         if len(visible) == 1:
-            return self.service.get(visible[0], principal)
+            return visible[0]
         if visible:
-            raise InvalidRequest(f"{len(visible)} tools are named {name!r} ({', '.join(visible[:10])}); call one by "
-                                 "its id")
+            ids = ", ".join(t.id for t in visible[:10])
+            raise InvalidRequest(f"{len(visible)} tools are named {name!r} ({ids}); call one by its id")
         near = difflib.get_close_matches(name, [t.id for t in self.service.tools if principal.sees(t)], n=3)
         hint = f"; did you mean {', '.join(near)}?" if near else "; search_tools finds tools and gives their ids"
         raise NotFound(f"no tool {name!r}{hint}")
 
-    def _sees(self, principal: Principal, tool_id: str) -> bool:
+    def _visible(self, tool_id: str, principal: Principal) -> Tool | None:
+        """The tool `tool_id` if the caller may see it (and search may return it), else None."""
         try:
-            self.service.get(tool_id, principal)
+            return self.service.get(tool_id, principal)
         except NotFound:
-            return False
-        return True
+            return None
 
     async def call(self, name: str, arguments: Mapping[str, Any], *, principal: Principal, session: str,
                    headers: Mapping[str, str] | None = None) -> ToolResult:

@@ -64,7 +64,7 @@ class _Lines:
             task.add_done_callback(self.tasks.discard)
 
     def _claimed(self, line: bytes) -> dict | None:
-        if self.lane is None or b'"tools/call"' not in line:
+        if self.lane is None or b'"tools/call"' not in line or b'"call_tool"' not in line:  # others: the SDK's
             return None
         try:
             message = json.loads(line)
@@ -80,6 +80,7 @@ class _Lines:
             response = {"jsonrpc": "2.0", "id": message.get("id"),
                         "error": {"code": -32603, "message": "internal error in the toolscout gateway (logged)"}}
         self.writer.write(json.dumps(response, separators=(",", ":")).encode("utf-8") + b"\n")
+        await self.writer.drain()  # a host that stops reading holds answers back rather than piling them up
 
     def cancel(self) -> None:
         for task in list(self.tasks):

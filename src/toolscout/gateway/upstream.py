@@ -3,9 +3,8 @@
 An upstream runs under the gateway's supervision (`run`): it connects, lists its tools and hands them to the
 gateway (`Listing`), keeps its listing current, and reconnects with backoff when it fails. `call` forwards
 one tool call and returns the upstream's result as MCP's wire form of a tool result (`ToolResult`); when
-the upstream cannot be
-reached it raises `UpstreamUnavailable`, whose message names the upstream and says why, within the call's
-timeout. Its `status` is what `/health` shows.
+the upstream cannot be reached it raises `UpstreamUnavailable`, whose message names the upstream and says
+why, within the call's timeout. Its `status` is what `/health` shows.
 """
 
 from __future__ import annotations
