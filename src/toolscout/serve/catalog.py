@@ -148,7 +148,8 @@ class Catalog(Protocol):
 # PostgreSQL replica alike).
 
 def hits_of(scout: Any, queries: Sequence[str], filter: Filter | None, policy: HitPolicy) -> list[list[Hit]]:
-    """`ToolScout.search` of checked queries, under a search's hit policy."""
+    """`ToolScout.search` under a search's hit policy (the public entry point: it checks the queries and k
+    again, which costs microseconds, rather than the service reaching into the pipeline's internals)."""
     return scout.search(list(queries), policy.k, filter=filter, min_score=policy.min_score,
                         always_include=policy.always_include, match_names=policy.match_names,
                         explain=policy.explain)
