@@ -224,3 +224,54 @@ def encoder_key(encoder) -> str:
     folder = Path(encoder.path)
     source = folder_fingerprint(folder) if folder.is_dir() else encoder.path
     return hashlib.sha256(f"{encoder.backend_in_use}\n{source}".encode()).hexdigest()[:16]
+
+
+# ------------------------------------------------------------------ MCP upstreams for the gateway benchmarks
+
+STUB = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "mcp_stub.py"
+
+
+def deal_tools(tools, servers: int, work: Path, python: str = sys.executable) -> dict:
+    """Deal `tools` (toolscout Tools) to `servers` stub MCP servers over stdio (tests/fixtures/mcp_stub.py, run
+    by `python`: each serves its share of the tool list and answers a call by echoing it), by a stable hash
+    of each id; write each server's tool list and the gateway config (an `mcpServers` file). A server cannot
+    list one name twice: such duplicates are dropped. Returns {"tools": n, "config", "servers", "lists",
+    "gateway_id": {tool id: SERVER.name}}."""
+    names = [f"s{i:02d}" for i in range(servers)]
+    lists: dict[str, list] = {n: [] for n in names}
+    gateway_id: dict[str, str] = {}
+    for tool in tools:
+        server = names[int(hashlib.sha256(tool.id.encode()).hexdigest(), 16) % servers]
+        if any(t["name"] == tool.name for t in lists[server]):
+            continue
+        lists[server].append({"name": tool.name, "description": tool.description, "inputSchema": stub_schema(tool)})
+        gateway_id[tool.id] = f"{server}.{tool.name}"
+    mcp_servers = {}
+    work.mkdir(parents=True, exist_ok=True)
+    for server, listed in lists.items():
+        path = work / f"{server}.json"
+        path.write_text(json.dumps(listed))
+        mcp_servers[server] = {"command": python, "args": [str(STUB), server, "--tools", str(path), "--no-builtins"]}
+    (work / "servers.json").write_text(json.dumps({"mcpServers": mcp_servers}))
+    return {"tools": len(gateway_id), "config": work / "servers.json", "servers": names, "lists": lists,
+            "gateway_id": gateway_id}
+
+
+def deal_catalog(folder: Path, servers: int, work: Path, max_queries: int | None) -> dict:
+    """A benchmark folder's tools dealt to `servers` stub servers (`deal_tools`), with its test tasks and their
+    gold labels as gateway ids (SERVER.name); tasks whose gold tools were all dropped are left out."""
+    from toolscout.benchmark import load_benchmark
+
+    bench = load_benchmark(folder)
+    dealt = deal_tools(bench.tools, servers, work)
+    ids = dealt["gateway_id"]
+    tasks = [(q.text, [ids[t] for t in q.labels if t in ids]) for q in bench.split("test")]
+    return {**dealt, "set": bench.name, "tasks": [(text, gold) for text, gold in tasks if gold][:max_queries]}
+
+
+def stub_schema(tool) -> dict:
+    """The tool's parameters as an MCP input schema: an object (some sets write BFCL's "dict")."""
+    parameters = dict(tool.parameters or {})
+    parameters["type"] = "object"
+    parameters.setdefault("properties", {})
+    return parameters

@@ -22,7 +22,6 @@ front of them. Four measurements, each through the official MCP SDK client:
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import random
@@ -38,10 +37,9 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
-from common import DEFAULT_DATA  # noqa: E402
+from common import DEFAULT_DATA, STUB, deal_catalog  # noqa: E402
 from servers import free_port, stop  # noqa: E402  (tests/servers.py: a free loopback port, a clean stop)
 
-STUB = ROOT / "tests" / "fixtures" / "mcp_stub.py"
 K = 10
 
 
@@ -71,44 +69,6 @@ def main(argv=None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=1))
     return 0
-
-
-# ------------------------------------------------------------------------------------- the catalog
-
-def deal_catalog(folder: Path, servers: int, work: Path, max_queries: int | None) -> dict:
-    """Deal the set's tools to `servers` stub servers (by a stable hash of the id); write each server's tool
-    list, the gateway config, and the test tasks with their gold labels as gateway ids (SERVER.name)."""
-    from toolscout.benchmark import load_benchmark
-
-    bench = load_benchmark(folder)
-    names = [f"s{i:02d}" for i in range(servers)]
-    lists: dict[str, list] = {n: [] for n in names}
-    gateway_id: dict[str, str] = {}
-    for tool in bench.tools:
-        server = names[int(hashlib.sha256(tool.id.encode()).hexdigest(), 16) % servers]
-        if any(t["name"] == tool.name for t in lists[server]):
-            continue  # a server cannot list one name twice; such duplicates are dropped from the set
-        lists[server].append({"name": tool.name, "description": tool.description, "inputSchema": schema(tool)})
-        gateway_id[tool.id] = f"{server}.{tool.name}"
-    mcp_servers = {}
-    for server, tools in lists.items():
-        path = work / f"{server}.json"
-        path.write_text(json.dumps(tools))
-        mcp_servers[server] = {"command": sys.executable, "args": [str(STUB), server, "--tools", str(path),
-                                                                   "--no-builtins"]}
-    (work / "servers.json").write_text(json.dumps({"mcpServers": mcp_servers}))
-    tasks = [(q.text, [gateway_id[t] for t in q.labels if t in gateway_id]) for q in bench.split("test")]
-    tasks = [(text, gold) for text, gold in tasks if gold][:max_queries]
-    return {"set": bench.name, "tools": len(gateway_id), "tasks": tasks, "config": work / "servers.json",
-            "servers": names, "lists": lists}
-
-
-def schema(tool) -> dict:
-    """The tool's parameters as an MCP input schema: an object (some sets write BFCL's "dict")."""
-    parameters = dict(tool.parameters or {})
-    parameters["type"] = "object"
-    parameters.setdefault("properties", {})
-    return parameters
 
 
 # ------------------------------------------------------------------------------- the HTTP sections

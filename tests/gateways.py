@@ -161,4 +161,29 @@ def npm_everything() -> "Path | None":
                          "@modelcontextprotocol/server-everything there")
 
 
+def everything_tapped(wire: Path) -> "dict | None":
+    """A config entry for the npm everything server whose stdin is copied to `wire` on its way in (`tee`), so a
+    test reads what the gateway sent it; None when npm is not installed here."""
+    everything = npm_everything()
+    if everything is None:
+        return None
+    return {"command": "sh", "args": ["-c", f'tee "{wire}" | "{everything}" stdio']}
+
+
+def sent_upstream(wire: Path) -> "list[dict]":
+    """The JSON-RPC messages the gateway has sent a tapped server so far."""
+    if not wire.exists():
+        return []
+    return [json.loads(line) for line in wire.read_text().splitlines() if line.strip()]
+
+
+def gateway_stdio(config: Path, index: Path, *flags: str) -> "object":
+    """StdioServerParameters that start a gateway over stdio (the SDK client launches it)."""
+    from mcp import StdioServerParameters
+
+    return StdioServerParameters(command=sys.executable, args=["-m", "toolscout", "gateway", str(config), "--index",
+                                                               str(index), "--no-fsync", *flags],
+                                 env={"HF_HUB_OFFLINE": "1", "PATH": os.environ.get("PATH", "")})
+
+
 __all__ = ["stop"]

@@ -156,7 +156,8 @@ def test_sdk_client_over_stdio_through_the_gateway(tmp_path, mode):
             echoed = await client.call_tool("call_tool", {"name": "alpha.echo", "arguments": {"text": "over stdio"}})
             assert echoed.structured_content["arguments"] == {"text": "over stdio"}
             missing = await client.call_tool("call_tool", {"name": "ghost.anything", "arguments": {}})
-            assert missing.is_error  # a server that never started lists nothing: no such tool
+            text = missing.content[0].text  # a server that never started: named, with the command it lacks
+            assert missing.is_error and "server 'ghost' is down" in text and "no-such-server' does not exist" in text
             wrong = await client.call_tool("call_tool", {"name": "alpha.echo", "arguments": [1]})
             assert wrong.is_error and "arguments" in wrong.content[0].text
             async with anyio.create_task_group() as tasks:  # concurrent calls each get their own answer
@@ -371,7 +372,7 @@ def test_tools_of_a_down_upstream_are_marked_unavailable_until_it_is_back(gatewa
     hits = gamma_hits()
     assert hits and all(h["available"] is False for h in hits)
     refused = httpx.post(f"{url}/tools/gamma.echo/call", headers=auth(AGENT), json={"arguments": {"text": "x"}})
-    assert refused.status_code == 502 and "upstream 'gamma' is unavailable" in refused.json()["error"]["message"]
+    assert refused.status_code == 502 and "upstream 'gamma' is down" in refused.json()["error"]["message"]
     (proc.folder / "gamma.off").unlink()
     wait_up(url, ["gamma"], proc, connects=2)
     assert all(h["available"] is True for h in gamma_hits())

@@ -1,6 +1,6 @@
-"""The gateway's parts that need no running server: its config file, the call attribution rule, the tool
-definition ledger (rug pulls and approvals), the OpenAPI request a call becomes, and what a service's reach
-does to search."""
+"""The gateway's parts that need no running server: its config file (and the servers whose entries cannot be
+resolved), the call attribution rule, the tool definition ledger (rug pulls and approvals), the OpenAPI
+request a call becomes, what a service's reach does to search, and the /mcp body limit."""
 
 import json
 import subprocess
@@ -55,13 +55,36 @@ def test_config_reads_stdio_http_and_openapi_entries_with_variables(tmp_path):
     ({"command": "x", "args": "--flag"}, "mcpServers.srv.args", "list of strings"),
     ({"url": "ftp://h/mcp"}, "mcpServers.srv.url", "http://"),
     ({"url": "http://h/mcp", "type": "sse"}, "mcpServers.srv.type", "not supported"),
-    ({"command": "x", "env": {"K": "${UNSET_VAR_FOR_TEST}"}}, "mcpServers.srv.env.K", "UNSET_VAR_FOR_TEST is not set"),
+    ({"command": "sh", "env": {"K": "${UNSET_VAR_FOR_TEST}"}}, "mcpServers.srv.env.K", "UNSET_VAR_FOR_TEST is not set"),
+    ({"command": "no-such-command-for-test"}, "mcpServers.srv.command", "'no-such-command-for-test' was not found"),
 ])
 def test_config_errors_name_the_file_the_server_and_the_field(tmp_path, entry, where, what):
     path = write(tmp_path / "c.json", {"mcpServers": {"srv": entry}})
     with pytest.raises(ConfigError) as err:
-        load_config(path, environ={})
+        load_config(path, environ={}, strict=True)
     assert str(err.value).startswith(f"{path}: {where}") and what in str(err.value)
+
+
+def test_a_server_whose_config_cannot_be_resolved_is_read_with_its_problem_and_the_rest_as_usual(tmp_path):
+    path = write(tmp_path / "c.json", {"mcpServers": {
+        "github": {"command": "sh", "env": {"TOKEN": "${GITHUB_TOKEN_FOR_TEST}", "HOME": "${HOME_FOR_TEST:-/h}"}},
+        "ghost": {"command": "./bin/no-such-server", "args": ["--x"]},
+        "off": {"command": "no-such-command-for-test", "enabled": False},
+        "fine": {"command": "sh", "args": ["-c", "true"]}},
+        "openapi": {"pets": {"spec": "p.json", "headers": {"key": "${PETS_KEY_FOR_TEST}"}}}})
+    config = load_config(path, environ={})
+    github, ghost, off, fine, pets = config.upstreams
+    assert github.problem == (f"{path}: mcpServers.github.env.TOKEN: the environment variable GITHUB_TOKEN_FOR_TEST "
+                              "is not set (the config reads ${GITHUB_TOKEN_FOR_TEST}); set it before starting the "
+                              "gateway, or write ${GITHUB_TOKEN_FOR_TEST:-default}")
+    assert dict(github.env) == {"TOKEN": "", "HOME": "/h"}  # the default still applies
+    assert ghost.problem == f"{path}: mcpServers.ghost.command: the command " \
+                            f"'{tmp_path / 'bin' / 'no-such-server'}' does not exist"
+    assert "PETS_KEY_FOR_TEST is not set" in pets.problem and fine.problem is None
+    assert off.problem is None  # a disabled server is never started: nothing to resolve
+    assert [name for name, _why in config.problems] == ["github", "ghost", "pets"]
+    with pytest.raises(ConfigError, match="GITHUB_TOKEN_FOR_TEST is not set"):  # --strict: the first one stops it
+        load_config(path, environ={}, strict=True)
 
 
 def test_config_refuses_bad_files_and_names(tmp_path):
@@ -234,3 +257,30 @@ def test_reach_holds_tools_out_marks_availability_and_is_never_served_stale_from
         assert {i.split(".")[0] for i, _ in ids("weather forecast", principal=mail_only)} <= {"mail"}
     finally:
         service.close()
+
+
+# ------------------------------------------------------------------------------------- the /mcp body limit
+
+def test_the_mcp_body_limit_is_its_own_and_answers_a_json_rpc_error():
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+    from starlette.testclient import TestClient
+
+    from toolscout.serve.middleware import BodyLimit
+
+    async def echo(request):
+        return JSONResponse({"bytes": len(await request.body())})
+
+    app = Starlette(routes=[Route("/mcp", echo, methods=["POST"]), Route("/search", echo, methods=["POST"])])
+    client = TestClient(BodyLimit(app, 100, mcp_max_bytes=1000))
+    accepted = client.post("/mcp", content=b"x" * 900, headers={"content-type": "application/json"})
+    assert accepted.json() == {"bytes": 900}
+    for refused in (client.post("/mcp", content=b"x" * 1001, headers={"content-type": "application/json"}),
+                    client.post("/mcp", content=iter([b"x" * 600, b"x" * 600]),  # no Content-Length: counted
+                                headers={"content-type": "application/json"})):
+        assert refused.status_code == 413 and refused.json()["jsonrpc"] == "2.0" and refused.json()["id"] is None
+        assert refused.json()["error"]["code"] == -32600
+        assert "1000 bytes (the server's --mcp-max-body)" in refused.json()["error"]["message"]
+    api = client.post("/search", content=b"x" * 101, headers={"content-type": "application/json"})
+    assert api.status_code == 413 and api.json()["error"]["type"] == "payload_too_large"  # the API's own shape

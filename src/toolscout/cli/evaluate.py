@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from ..defaults import DEFAULT_RETRIEVER
+
+ENCODER_BACKENDS = ("auto", "exact", "torch", "onnx", "onnx-int8")  # toolscout.encoders.BACKENDS, without importing it
 from .options import (add_fast_queries, add_rerank_options, add_retriever_options, intents_from_args, model_for,
                       reranker_from_args, retriever_options)
 
@@ -33,6 +35,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--bootstrap", type=_resamples, default=10000, metavar="N",
                    help="paired-bootstrap resamples when comparing systems (default %(default)s; 0: no comparison)")
     add_fast_queries(p, saved=False)
+    p.add_argument("--encoder-backend", default="auto", choices=ENCODER_BACKENDS,
+                   help="how dense encoders compute vectors: auto (the default: the int8 ONNX encoding where the "
+                        "model's quality check passed, else float32 ONNX), exact (float32 only), torch "
+                        "(sentence-transformers, float32; needs toolscout[train]), onnx, onnx-int8")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(handler=cmd_eval)
 
@@ -85,7 +91,8 @@ def system_options(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
 
             model = options.pop("model", None)
             if model not in encoders:
-                encoders[model] = encoder_for(model)  # a name, a folder, or a `toolscout train embed` directory
+                # a name, a folder, or a `toolscout train embed` directory
+                encoders[model] = encoder_for(model, backend=getattr(args, "encoder_backend", "auto"))
             options["encoder"] = encoders[model]
         systems[name] = options
     return systems

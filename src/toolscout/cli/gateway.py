@@ -38,6 +38,8 @@ DESCRIPTION = ("Put toolscout in front of the MCP servers (and OpenAPI services)
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
+    from ..gateway.config import PING_EVERY_S
+
     p = sub.add_parser("gateway", help="one MCP endpoint in front of many servers: search, call, learn",
                        description=DESCRIPTION, usage="toolscout gateway CONFIG [options]\n"
                                                       "       toolscout gateway approve [ID ...] "
@@ -68,6 +70,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--relist-every", type=float, default=300.0, metavar="SECONDS",
                    help="list every upstream's tools again this often, besides its change notifications "
                         "(default %(default)s)")
+    p.add_argument("--ping-every", type=float, default=PING_EVERY_S, metavar="SECONDS",
+                   help="ping every MCP upstream this often (and at once after a call times out); one that misses "
+                        "2 pings in a row, or times out 3 calls in a row, is restarted (default %(default)s; "
+                        "0: only after a timed-out call)")
+    p.add_argument("--strict", action="store_true",
+                   help="refuse to start when a server's config cannot be resolved (an unset ${VAR}, a command "
+                        "not found); by default that server is down, with the reason, and the others serve")
     add_service_arguments(p)
     p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
     p.set_defaults(handler=cmd_gateway)
@@ -85,16 +94,20 @@ def cmd_gateway(args: argparse.Namespace) -> int:
     from ..gateway.config import load_config
     from ..gateway.runtime import GatewaySettings, open_gateway
 
-    config = load_config(args.config)
+    config = load_config(args.config, strict=args.strict)
     index = Path(args.index) if args.index else default_index(Path(args.config))
     settings = GatewaySettings(index=index, pin=args.pin, hide_unavailable=args.unavailable == "hide",
                                expose=args.expose, attribution=args.learn_from_calls, window=args.attribution_window,
-                               relist_every=args.relist_every, service=service_options(args))
+                               relist_every=args.relist_every, ping_every=args.ping_every,
+                               service=service_options(args))
     auth = auth_from_args(args)
     gateway = open_gateway(config, settings)
     freeze_loaded_objects()
-    names = ", ".join(u.name + ("" if u.enabled else " (disabled)") for u in config.upstreams)
+    names = ", ".join(u.name + ("" if u.enabled else " (disabled)") + (" (down: see below)" if u.problem else "")
+                      for u in config.upstreams)
     print(f"toolscout gateway: {len(config.upstreams)} upstreams ({names}); index {index}", file=sys.stderr)
+    for name, problem in config.problems:
+        print(f"toolscout gateway: {name} will not start: {problem}", file=sys.stderr)
     if args.port is None:
         return _serve_stdio(gateway, args)
     return _serve_http(gateway, auth, args)
@@ -110,20 +123,19 @@ def _serve_stdio(gateway, args: argparse.Namespace) -> int:
 
 
 def _serve_http(gateway, auth, args: argparse.Namespace) -> int:
-    import uvicorn
-
     from ..gateway.http import GatewayApi
     from ..gateway.mcp_server import GatewayMcp
+    from ..gateway.runtime import serve_http
     from ..serve.http import create_app
 
     if args.host not in LOOPBACK and not auth.enabled:
         print(f"toolscout gateway: warning: listening on {args.host} with no token: anyone who can reach it may "
               "call every upstream's tools (give --token or --tokens)", file=sys.stderr)
     extension = GatewayApi(gateway, GatewayMcp(gateway, auth=auth, expose=args.expose))
-    app = create_app(gateway.service, auth, max_body_bytes=args.max_body, host=args.host, extension=extension)
+    app = create_app(gateway.service, auth, max_body_bytes=args.max_body, host=args.host, extension=extension,
+                     mcp_max_body_bytes=args.mcp_max_body)
     print(f"toolscout gateway: http://{args.host}:{args.port} (MCP at /mcp, API docs at /docs)", file=sys.stderr)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False,
-                timeout_graceful_shutdown=10)
+    serve_http(app, gateway, args.host, args.port, args.log_level)
     return 0
 
 

@@ -8,12 +8,16 @@ import sys
 import time
 from typing import Sequence
 
-from ..postgres import index_catalog, migrate_directory
-from ..store.pg_config import set_search_mode
-from ..store.pg_catalog import PgCatalog
-from ..store.pgvector import PgSpec
-from ..tool import Tool
+from typing import TYPE_CHECKING
+
 from .options import view_from_args
+
+if TYPE_CHECKING:
+    from ..tool import Tool
+
+# The PostgreSQL modules (and the pipeline they build) are imported by the commands that use them: every
+# `toolscout` command builds this module's parser, and a gateway or server that never touches PostgreSQL
+# should not pay for importing it at start-up.
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -33,7 +37,10 @@ def index_into_postgres(args: argparse.Namespace, tools: Sequence[Tool]) -> int:
     `--out` as a pipeline directory that records the store (no password) and holds a snapshot of the
     catalog: `toolscout search/serve DIR` then work on the database."""
     from ..pipeline import ToolScout
+    from ..postgres import index_catalog
     from ..retrievers.dense import DenseRetriever, encoder_for, trained_view, vector_hash
+    from ..store.pg_catalog import PgCatalog
+    from ..store.pgvector import PgSpec
     from ..tool import TextView, tool_text
 
     if args.retriever not in ("dense", "hybrid"):
@@ -70,6 +77,10 @@ def open_postgres_service(spec: str, fast_queries: str | None = None):
 
 
 def migrate_command(args: argparse.Namespace) -> int:
+    from ..postgres import migrate_directory
+    from ..store.pg_config import set_search_mode
+    from ..store.pgvector import PgSpec
+
     spec = PgSpec.parse(args.store)
     if args.dir is None:
         from ..store.pgvector import PgDatabase

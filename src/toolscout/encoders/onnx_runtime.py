@@ -12,6 +12,9 @@ from typing import Sequence
 import numpy as np
 
 
+SPLIT_LAYER_NORM = "layer_norm_split"  # meta.json: model.onnx already is `runtime_graph`'s graph (a shipped export)
+
+
 class OnnxEncoder:
     """Runs an exported encoder folder (`model.onnx`, `tokenizer.json`, `meta.json`) with onnxruntime.
 
@@ -72,7 +75,8 @@ class OnnxEncoder:
         # 2-core box); without the arena, memory taken by a large indexing batch goes back to the OS.
         options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
         options.enable_cpu_mem_arena = arena
-        return ort.InferenceSession(runtime_graph(self.folder / "model.onnx"), options,
+        graph = self.folder / "model.onnx"
+        return ort.InferenceSession(str(graph) if self.meta.get(SPLIT_LAYER_NORM) else runtime_graph(graph), options,
                                     providers=["CPUExecutionProvider"])
 
     # An int8 text at least this long, encoded in the calling thread, runs on every core: one thread takes
@@ -80,10 +84,11 @@ class OnnxEncoder:
     # at 30 tokens), so they stay on one thread and concurrent searches keep the other core.
     WIDE_FROM_TOKENS = 128
 
-    def session_for(self, encoding):
+    def session_for(self, encoding, wide: bool = True):
         """The session that runs `encoding` alone in the calling thread: a long text under int8 gets one
-        with every core (its vectors are bit-identical to one thread's: integer products, same order)."""
-        if self._wide is None or len(encoding.ids) < self.WIDE_FROM_TOKENS:
+        with every core (its vectors are bit-identical to one thread's: integer products, same order),
+        made on first use (`wide=False`: never; the second session costs ~30 MB for MiniLM)."""
+        if not wide or self._wide is None or len(encoding.ids) < self.WIDE_FROM_TOKENS:
             return self.session
         with self._pool_lock:
             if self._wide is False:
@@ -106,16 +111,19 @@ class OnnxEncoder:
         feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
         return {name: feeds[name] for name in self.input_names}
 
-    def encode(self, texts: Sequence[str], batch_size: int = 64, show_progress: bool = False) -> np.ndarray:
+    def encode(self, texts: Sequence[str], batch_size: int = 64, show_progress: bool = False,
+               wide: bool = True) -> np.ndarray:
+        """Unit rows of `texts`. `wide=False`: a long int8 text alone stays on one thread (the same vectors;
+        for checks that should not make the second session)."""
         texts = [str(t) for t in texts]
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         encodings = self.tokenizer.encode_batch(texts)
         if len(encodings) == 1:
-            vectors = self.session_for(encodings[0]).run(["embedding"], self._feeds(encodings))[0]
+            vectors = self.session_for(encodings[0], wide).run(["embedding"], self._feeds(encodings))[0]
             return np.ascontiguousarray(vectors, dtype=np.float32)
         if self.per_text:
-            return self._encode_each(encodings, show_progress)
+            return self._encode_each(encodings, show_progress, wide)
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         batches = self._batches([len(e.ids) for e in encodings], max(1, int(batch_size)))
         if show_progress:
@@ -130,13 +138,13 @@ class OnnxEncoder:
     # already keep the cores busy, and handing a few short runs to other threads costs more than it saves.
     POOLED_FROM = 16
 
-    def _encode_each(self, encodings: list, show_progress: bool) -> np.ndarray:
+    def _encode_each(self, encodings: list, show_progress: bool, wide: bool = True) -> np.ndarray:
         """One run per text, on `workers` threads (onnxruntime releases the GIL while it runs)."""
         def one(encoding, session=None) -> np.ndarray:
             return (session or self.session).run(["embedding"], self._feeds([encoding]))[0][0]
 
         if self.workers == 1 or len(encodings) < self.POOLED_FROM:
-            rows = (one(e, self.session_for(e)) for e in encodings)
+            rows = (one(e, self.session_for(e, wide)) for e in encodings)
         else:  # the pool's threads already use every core: one thread each
             rows = self._executor().map(one, encodings)
         if show_progress:

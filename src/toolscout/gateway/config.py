@@ -13,10 +13,16 @@ bare command name is looked up on PATH, then beside the gateway's own interprete
 toolscout's virtual environment works without activating it; `mcp_upstream`), and a bare `cwd` name is
 taken as the server's process takes it (relative to where the gateway runs).
 
+One bad server never stops the rest: an entry whose values cannot be resolved (a `${VAR}` that is not set
+and has no default, a command that cannot be found) is read all the same, with the reason in its
+`problem`; the gateway marks that server down with that reason and serves the others. `strict=True` (the
+CLI's `--strict`) makes either an error instead, as a mistake in the file's shape always is.
+
 Each entry's name becomes the namespace of its tools (ids `NAME.tool`), so names are letters, digits,
 `_` and `-`. `${VAR}` (or `${VAR:-default}`) in `env`, `headers` and `base_url` is read from the
 gateway's environment when the file is read, so secrets stay out of the file; a variable that is not set
-and has no default is an error naming the file, the server and the field. toolscout's own keys per server:
+and has no default is named, with the file, the server and the field, in that server's `problem` (or in
+the error, when strict). toolscout's own keys per server:
 `timeout` (seconds one call may take, default 60), `enabled` (default true; `disabled: true`, as some
 hosts write it, means the same as `enabled: false`) and `forwardHeaders` (names of the agent's HTTP
 request headers passed on to this server's calls; none by default). Keys toolscout does not know are kept
@@ -28,6 +34,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -35,6 +43,7 @@ from typing import Any, Mapping
 from ..errors import ToolScoutError
 
 DEFAULT_TIMEOUT_S = 60.0
+PING_EVERY_S = 10.0  # how often the gateway pings each MCP upstream (mcp_upstream: what a missed ping does)
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _MCP_KEYS = {"command", "args", "env", "cwd", "url", "headers", "type", "transport", "timeout", "enabled",
@@ -66,6 +75,7 @@ class UpstreamSpec:
     timeout: float = DEFAULT_TIMEOUT_S
     enabled: bool = True
     forward_headers: tuple[str, ...] = ()
+    problem: str | None = None  # why this server cannot be started as configured (None: it can)
 
     def describe(self) -> str:
         """Where this upstream is, for people (no secrets: headers and env values are left out)."""
@@ -87,9 +97,16 @@ class GatewayConfig:
     def names(self) -> list[str]:
         return [u.name for u in self.upstreams]
 
+    @property
+    def problems(self) -> list[tuple[str, str]]:
+        """(name, why) of each enabled server that cannot be started as configured."""
+        return [(u.name, u.problem) for u in self.enabled if u.problem]
 
-def load_config(path: str | os.PathLike, environ: Mapping[str, str] | None = None) -> GatewayConfig:
-    """Read and check the config at `path`; `environ` (default: os.environ) resolves `${VAR}`."""
+
+def load_config(path: str | os.PathLike, environ: Mapping[str, str] | None = None, *,
+                strict: bool = False) -> GatewayConfig:
+    """Read and check the config at `path`; `environ` (default: os.environ) resolves `${VAR}`. `strict`: an
+    unset variable or a command that cannot be found is a ConfigError (else it is the server's `problem`)."""
     path = Path(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -99,15 +116,15 @@ def load_config(path: str | os.PathLike, environ: Mapping[str, str] | None = Non
         raise ConfigError(f"{path}: not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read the config: {exc}") from None
-    return parse_config(data, path, os.environ if environ is None else environ)
+    return parse_config(data, path, os.environ if environ is None else environ, strict=strict)
 
 
-def parse_config(data: Any, path: Path, environ: Mapping[str, str]) -> GatewayConfig:
+def parse_config(data: Any, path: Path, environ: Mapping[str, str], *, strict: bool = False) -> GatewayConfig:
     if not isinstance(data, dict):
         raise ConfigError(f'{path}: expected an object like {{"mcpServers": {{"NAME": {{"command": ...}}}}}}')
     if "mcpServers" not in data and "openapi" not in data:
         raise ConfigError(f"{path}: no 'mcpServers' (nor 'openapi') section: nothing to put behind the gateway")
-    reader = _Reader(path, environ)
+    reader = _Reader(path, environ, strict)
     upstreams = [reader.mcp(name, entry) for name, entry in _section(data, "mcpServers", path).items()]
     upstreams += [reader.openapi(name, entry) for name, entry in _section(data, "openapi", path).items()]
     unknown = sorted(set(data) - {"mcpServers", "openapi"})
@@ -132,8 +149,10 @@ def _section(data: dict, key: str, path: Path) -> dict[str, Any]:
 class _Reader:
     """Reads one config's entries, collecting warnings; every error names the file, entry and field."""
 
-    def __init__(self, path: Path, environ: Mapping[str, str]):
-        self.path, self.environ, self.warnings = path, environ, []
+    def __init__(self, path: Path, environ: Mapping[str, str], strict: bool = False):
+        self.path, self.environ, self.strict, self.warnings = path, environ, strict, []
+        self.problem: str | None = None  # the entry being read: the first value that could not be resolved
+        self.enabled = True  # the entry being read: whether it is enabled
 
     def mcp(self, name: str, entry: Any) -> UpstreamSpec:
         where = self._entry(name, entry, "mcpServers", _MCP_KEYS)
@@ -143,22 +162,38 @@ class _Reader:
             args = entry.get("args") or []
             if not isinstance(args, list) or not all(isinstance(a, (str, int, float)) for a in args):
                 raise ConfigError(f"{where}.args: must be a list of strings")
-            return UpstreamSpec(name, "stdio", command=self._path(self._string(where, entry, "command", required=True)),
-                                args=tuple(str(a) for a in args), env=self._strings(where, entry, "env"),
-                                cwd=self._path(self._string(where, entry, "cwd")), **common)
+            command = self._path(self._string(where, entry, "command", required=True)) or ""
+            env, cwd = self._strings(where, entry, "env"), self._path(self._string(where, entry, "cwd"))
+            if self.enabled and find_command(command) is None:
+                self._unresolved(f"{where}.command: {missing_command(command)}")
+            return UpstreamSpec(name, "stdio", command=command, args=tuple(str(a) for a in args), env=env, cwd=cwd,
+                                problem=self._take_problem(), **common)
         url = self._string(where, entry, "url", required=True)
         if not re.match(r"^https?://", url, re.IGNORECASE):
             raise ConfigError(f"{where}.url: must be an http:// or https:// URL, got {url!r}")
-        return UpstreamSpec(name, "http", url=url, headers=self._strings(where, entry, "headers"), **common)
+        return UpstreamSpec(name, "http", url=url, headers=self._strings(where, entry, "headers"),
+                            problem=self._take_problem(), **common)
 
     def openapi(self, name: str, entry: Any) -> UpstreamSpec:
         where = self._entry(name, entry, "openapi", _OPENAPI_KEYS)
+        common = self._common(where, entry)
         base_url = self._string(where, entry, "base_url") or self._string(where, entry, "baseUrl")
         spec = self._string(where, entry, "spec", required=True)
         if not re.match(r"^https?://", spec, re.IGNORECASE) and not Path(spec).is_absolute():
             spec = str((self.path.parent / spec).resolve())  # relative to the config file, as people expect
         return UpstreamSpec(name, "openapi", spec=spec, base_url=self._expand(f"{where}.base_url", base_url),
-                            headers=self._strings(where, entry, "headers"), **self._common(where, entry))
+                            headers=self._strings(where, entry, "headers"), problem=self._take_problem(), **common)
+
+    def _unresolved(self, message: str) -> None:
+        """A value of the entry being read cannot be resolved: an error when strict (for an enabled server),
+        else its problem."""
+        if self.strict and self.enabled:
+            raise ConfigError(message)
+        self.problem = self.problem or message
+
+    def _take_problem(self) -> str | None:
+        problem, self.problem = self.problem, None
+        return problem
 
     def _path(self, value: str | None) -> str | None:
         """A relative path with a '/' in it, relative to the config file; a bare name is left as it is (a
@@ -208,7 +243,8 @@ class _Reader:
         forward = entry.get("forwardHeaders", entry.get("forward_headers", []))
         if not isinstance(forward, list) or not all(isinstance(h, str) and h.strip() for h in forward):
             raise ConfigError(f"{where}.forwardHeaders: must be a list of header names")
-        return {"timeout": float(timeout), "enabled": enabled and not disabled,
+        self.enabled = enabled and not disabled
+        return {"timeout": float(timeout), "enabled": self.enabled,
                 "forward_headers": tuple(h.strip().lower() for h in forward)}
 
     def _string(self, where: str, entry: dict, key: str, required: bool = False) -> str | None:
@@ -241,7 +277,30 @@ class _Reader:
                 return self.environ[name]
             if default is not None:
                 return default
-            raise ConfigError(f"{where}: the environment variable {name} is not set (the config reads "
-                              f"${{{name}}}); set it before starting the gateway, or write ${{{name}:-default}}")
+            self._unresolved(f"{where}: the environment variable {name} is not set (the config reads "
+                             f"${{{name}}}); set it before starting the gateway, or write ${{{name}:-default}}")
+            return ""
 
         return _VARIABLE.sub(value, text)
+
+
+def find_command(command: str) -> str | None:
+    """The executable a server's `command` names: a path as it is, a bare name on PATH, else beside the
+    gateway's own interpreter (a server installed into its virtual environment, which need not be
+    activated); None when there is none."""
+    if os.sep in command:
+        return command if os.path.isfile(command) and os.access(command, os.X_OK) else None
+    found = shutil.which(command)
+    if found:
+        return found
+    beside = Path(sys.executable).parent / command
+    return str(beside) if beside.is_file() and os.access(beside, os.X_OK) else None
+
+
+def missing_command(command: str) -> str:
+    """Why `command` cannot be started (find_command found nothing), for people."""
+    if os.sep in command:
+        what = "is not executable" if os.path.isfile(command) else "does not exist"
+        return f"the command {command!r} {what}"
+    return (f"the command {command!r} was not found on PATH nor beside the gateway's interpreter "
+            f"({Path(sys.executable).parent}); install it, or give its full path")

@@ -9,6 +9,17 @@ to the upstream that runs each tool, and learning from the calls it forwards.
 The interfaces (the MCP server in `mcp_server.py`, the HTTP routes in `http.py`) only translate: every
 policy of the gateway is here. Who may see and call what is the service's `Principal`: a caller that cannot
 see a tool's namespace can neither find nor call it.
+
+- A call names its server even when the tool is unknown: `NS.tool` of a server that is still starting waits
+  for it (up to its timeout; its listing may bring the tool), and of a server that is down fails at once
+  with the reason (an unset variable, a missing command, a crash...).
+- Prompts and resources of MCP upstreams pass through, namespaced like tools: a prompt `NS.name`, a resource
+  `toolscout://NS/URI` (a template the same way; a URI as an upstream gave it is found by which upstream
+  listed it or has a template that matches it). Listing them is a read; getting, reading, subscribing and
+  completing act on a server, so they need a token as calls do. Their changes reach the interfaces through
+  `listen`.
+- Shutdown (`shutdown`): new calls are refused, calls in flight get `SHUTDOWN_GRACE_S` to finish, then are
+  cancelled (upstream too); every caller gets an error that says so.
 """
 
 from __future__ import annotations
@@ -17,27 +28,39 @@ import asyncio
 import difflib
 import logging
 import queue
+import re
 import threading
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Awaitable, Callable, Iterable, Mapping
 
 import anyio
+import anyio.lowlevel
 import anyio.to_thread
 
-from ..errors import Conflict, InvalidRequest, NotFound, RateLimited
+from ..errors import Conflict, Forbidden, InvalidRequest, NotFound, RateLimited
 from ..feedback import FeedbackEvent, LearnResult
 from ..hits import Hit
 from ..serve.auth import ANONYMOUS
+from ..serve.errors import ServiceError
 from ..serve.service import ADMIN, Principal, Reach, ToolService
 from ..tool import Tool
 from .attribution import CallAttribution
 from .definitions import DefinitionLedger
-from .upstream import Listing, ToolResult, Upstream
+from .upstream import NO_RELAY, Listing, Relay, ToolResult, Upstream, UpstreamUnavailable
 
 logger = logging.getLogger(__name__)
 # the host that launched a stdio gateway: its explicit feedback and its calls' count as one source
 STDIO = Principal("stdio", None, False, feedback=True, source="session:stdio")
 SERVER_INFO_META = "io.modelcontextprotocol/serverInfo"
+SHUTDOWN_GRACE_S = 1.5  # what calls in flight get to finish when the gateway stops, before they are cancelled
+RESOURCE_PREFIX = "toolscout://"  # a resource of upstream NS is toolscout://NS/<its own URI>
+# What an interface is told of the upstreams' prompts and resources: (what, uri) with what "prompts" or
+# "resources" (a list changed) or "updated" (the resource `uri`, as `subscribe` returned it, changed).
+Listener = Callable[[str, "str | None"], Awaitable[None]]
+
+
+class ShuttingDown(ServiceError):
+    """The gateway is stopping: a call is refused, or was cancelled in flight (its server was told)."""
 
 
 @dataclass(frozen=True)
@@ -67,6 +90,11 @@ class Gateway:
         for tool in service.tools:
             self._names.setdefault(tool.name, set()).add(tool.id)
         service.reach = self.reach
+        self._listeners: list[Listener] = []
+        self._subscriptions: dict[str, int] = {}  # resource (as subscribe returns it) -> agents subscribed
+        self._calls: set[anyio.CancelScope] = set()  # calls in flight, cancelled at shutdown
+        self._closing = False
+        self._drained: Any = None  # an anyio.Event while shutting down
 
     # running -----------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -74,12 +102,39 @@ class Gateway:
         async with anyio.create_task_group() as tasks:
             for upstream in self.upstreams.values():
                 if upstream.name not in self.options.disabled:
-                    tasks.start_soon(upstream.run, self.index_listing, name=f"upstream {upstream.name}")
+                    tasks.start_soon(upstream.run, self.index_listing, self._noticed, name=f"upstream {upstream.name}")
                 else:
                     upstream.status.change("disabled")
 
     def close(self) -> None:
         self.learner.close()
+
+    async def shutdown(self, grace: float = SHUTDOWN_GRACE_S) -> None:
+        """Refuse new calls; give those in flight `grace` seconds to finish, then cancel them (each caller gets
+        a `ShuttingDown` error, and each server is told its call was cancelled)."""
+        self._closing = True
+        if self._calls:
+            self._drained = anyio.Event()
+            with anyio.move_on_after(grace):
+                await self._drained.wait()
+        for scope in list(self._calls):
+            scope.cancel()
+        await anyio.lowlevel.checkpoint()
+
+    async def _forwarded(self, work: Awaitable[Any], what: str) -> Any:
+        """Await one forwarded request, cancellable by `shutdown`."""
+        if self._closing:
+            work.close()  # type: ignore[attr-defined]  # a coroutine never started
+            raise ShuttingDown(f"the gateway is shutting down: {what} was not forwarded")
+        with anyio.CancelScope() as scope:
+            self._calls.add(scope)
+            try:
+                return await work
+            finally:
+                self._calls.discard(scope)
+                if self._drained is not None and not self._calls:
+                    self._drained.set()
+        raise ShuttingDown(f"the gateway is shutting down: {what} was cancelled (its server was told)")
 
     async def index_listing(self, listing: Listing) -> None:
         """Bring the index in line with one upstream's listing: new and changed tools are embedded, tools
@@ -167,10 +222,11 @@ class Gateway:
             return None
 
     async def call(self, name: str, arguments: Mapping[str, Any], *, principal: Principal, session: str,
-                   headers: Mapping[str, str] | None = None) -> ToolResult:
+                   headers: Mapping[str, str] | None = None, relay: Relay = NO_RELAY) -> ToolResult:
         """Forward one call; the upstream's result (`ToolResult`), as it came. Raises NotFound (no such tool for
-        this caller), Conflict (held until approved), or `UpstreamUnavailable` (naming the upstream)."""
-        tool = self.resolve(name, principal)
+        this caller), Conflict (held until approved), `UpstreamUnavailable` (naming the upstream) or
+        ShuttingDown. `relay`: where the upstream's progress and questions go."""
+        tool = await self._resolve_call(name, principal)
         upstream = self.upstreams.get(tool.namespace or "")
         if upstream is None or upstream.name in self.options.disabled:
             raise NotFound(f"tool {tool.id!r}: its server {tool.namespace!r} is not enabled in the gateway's config")
@@ -179,9 +235,33 @@ class Gateway:
                            f"approves it with: toolscout gateway approve {tool.id}")
         lowered = {k.lower(): v for k, v in (headers or {}).items()}
         forwarded = {h: lowered[h] for h in upstream.forward_headers if h in lowered}
-        result = await upstream.call(tool, arguments, forwarded)
+        result = await self._forwarded(upstream.call(tool, arguments, forwarded, relay), f"the call of {tool.id}")
         self._learn_from(session, principal, tool.id, failed=result.get("isError") is True)
         return _as_forwarded(result)
+
+    async def _resolve_call(self, name: str, principal: Principal) -> Tool:
+        """`resolve`, but a name `NS.tool` of a server that is starting waits for it (its listing may bring the
+        tool), and of a server that is down fails naming it, with why."""
+        try:
+            return self.resolve(name, principal)
+        except NotFound:
+            upstream = self._named_upstream(name, principal)
+            if upstream is None:
+                raise
+        if await upstream.wait_up(upstream.timeout):
+            return self.resolve(name, principal)
+        state = "still starting" if upstream.status.state == "starting" else "down"
+        raise UpstreamUnavailable(f"tool {name!r}: its server {upstream.name!r} is {state}: "
+                                  f"{upstream.status.last_error or 'it has not listed its tools yet'}",
+                                  timed_out=state == "still starting")
+
+    def _named_upstream(self, name: str, principal: Principal) -> Upstream | None:
+        """The enabled upstream that `NS.rest` names, if the caller may see its namespace."""
+        namespace = name.split(".", 1)[0] if "." in name else ""
+        upstream = self.upstreams.get(namespace)
+        if upstream is None or namespace in self.options.disabled or not principal.sees_namespace(namespace):
+            return None
+        return upstream
 
     def _learn_from(self, session: str, principal: Principal, tool_id: str, failed: bool) -> None:
         task = self.attribution.called(session, tool_id)
@@ -205,9 +285,139 @@ class Gateway:
         """Explicit feedback (`record_tool_use`), as `POST /feedback` takes it."""
         return self.service.feedback([{"query": task, "tool_ids": tool_ids, "outcome": outcome}], principal)
 
+    # prompts and resources --------------------------------------------------------------------
+    def listen(self, listener: Listener) -> None:
+        """Tell `listener` of every change to the upstreams' prompts and resources (see `Listener`)."""
+        self._listeners.append(listener)
+
+    async def _noticed(self, upstream: str, what: str, uri: str | None) -> None:
+        """An upstream's prompts or resources changed: tell the interfaces, in the names agents see."""
+        exposed = resource_uri(upstream, uri) if uri is not None else None
+        if what == "updated" and exposed not in self._subscriptions:
+            return  # nobody here subscribed to it
+        for listener in list(self._listeners):
+            try:
+                await listener(what, exposed)
+            except Exception:  # one interface's failure does not stop the others hearing it
+                logger.exception("telling an interface that %s's %s changed failed", upstream, what)
+
+    def _offering(self, principal: Principal) -> list[Upstream]:
+        return [u for name, u in self.upstreams.items()
+                if name not in self.options.disabled and principal.sees_namespace(name)]
+
+    def prompts(self, principal: Principal) -> list[dict[str, Any]]:
+        """Every upstream's prompts the caller may see, named `NS.prompt`."""
+        return [{**prompt, "name": f"{u.name}.{prompt.get('name')}"}
+                for u in self._offering(principal) for prompt in u.extras.prompts]
+
+    def resources(self, principal: Principal) -> list[dict[str, Any]]:
+        """Every upstream's resources the caller may see, each `uri` as `toolscout://NS/URI`."""
+        return [{**resource, "uri": resource_uri(u.name, str(resource.get("uri")))}
+                for u in self._offering(principal) for resource in u.extras.resources]
+
+    def resource_templates(self, principal: Principal) -> list[dict[str, Any]]:
+        return [{**template, "uriTemplate": resource_uri(u.name, str(template.get("uriTemplate")))}
+                for u in self._offering(principal) for template in u.extras.templates]
+
+    async def get_prompt(self, name: str, arguments: Mapping[str, str] | None, principal: Principal,
+                         relay: Relay = NO_RELAY) -> dict[str, Any]:
+        upstream, original = self._prompt_owner(name, principal)
+        params = {"name": original, **({"arguments": dict(arguments)} if arguments else {})}
+        return _as_forwarded(await self._forwarded(upstream.request("prompts/get", params, relay),
+                                                   f"getting the prompt {name}"))
+
+    async def read_resource(self, uri: str, principal: Principal, relay: Relay = NO_RELAY) -> dict[str, Any]:
+        upstream, original = self._resource_owner(uri, principal)
+        result = await self._forwarded(upstream.request("resources/read", {"uri": original}, relay),
+                                       f"reading the resource {uri}")
+        contents = [{**c, "uri": uri} if isinstance(c, dict) and c.get("uri") == original else c
+                    for c in result.get("contents") or []]
+        return _as_forwarded({**result, "contents": contents})
+
+    async def subscribe(self, uri: str, principal: Principal) -> str:
+        """Subscribe to a resource's updates (once upstream, however many agents ask); the URI its updates will
+        be announced with (`Listener`)."""
+        upstream, original = self._resource_owner(uri, principal, subscribing=True)
+        key = resource_uri(upstream.name, original)
+        if not self._subscriptions.get(key):
+            await self._forwarded(upstream.request("resources/subscribe", {"uri": original}),
+                                  f"subscribing to {uri}")
+        self._subscriptions[key] = self._subscriptions.get(key, 0) + 1
+        return key
+
+    async def unsubscribe(self, uri: str, principal: Principal) -> str:
+        """One agent fewer subscribed (the upstream is unsubscribed with the last); the URI `subscribe` gave."""
+        upstream, original = self._resource_owner(uri, principal, subscribing=True)
+        key = resource_uri(upstream.name, original)
+        left = self._subscriptions.get(key, 0) - 1
+        if left > 0:
+            self._subscriptions[key] = left
+            return key
+        self._subscriptions.pop(key, None)
+        await self._forwarded(upstream.request("resources/unsubscribe", {"uri": original}),
+                              f"unsubscribing from {uri}")
+        return key
+
+    async def complete(self, ref: Mapping[str, Any], argument: Mapping[str, Any], context: Mapping[str, Any] | None,
+                       principal: Principal) -> dict[str, Any]:
+        """Completions for a prompt's or resource template's argument, from the upstream that has it."""
+        if ref.get("type") == "ref/prompt":
+            upstream, original = self._prompt_owner(str(ref.get("name")), principal)
+            ref = {**ref, "name": original}
+        else:
+            upstream, original = self._resource_owner(str(ref.get("uri")), principal, template=True)
+            ref = {**ref, "uri": original}
+        params = {"ref": ref, "argument": dict(argument), **({"context": dict(context)} if context else {})}
+        return _as_forwarded(await self._forwarded(upstream.request("completion/complete", params),
+                                                   "a completion"))
+
+    def _prompt_owner(self, name: str, principal: Principal) -> tuple[Upstream, str]:
+        self._acting(principal, f"getting the prompt {name!r}")
+        original = name.partition(".")[2]
+        upstream = self._named_upstream(name, principal)
+        if upstream is None or not original:
+            known = ", ".join(p["name"] for p in self.prompts(principal)[:10]) or "none"
+            raise NotFound(f"no prompt {name!r}: prompts are named SERVER.prompt (known: {known})")
+        return upstream, original
+
+    def _resource_owner(self, uri: str, principal: Principal, subscribing: bool = False,
+                        template: bool = False) -> tuple[Upstream, str]:
+        """The upstream a resource URI belongs to, and the URI as that upstream knows it."""
+        self._acting(principal, f"reading the resource {uri!r}")
+        if uri.startswith(RESOURCE_PREFIX):
+            namespace, _, original = uri[len(RESOURCE_PREFIX):].partition("/")
+            upstream = self._named_upstream(f"{namespace}.", principal)
+            if upstream is None or not original:
+                raise NotFound(f"no resource {uri!r}: no server {namespace!r} here (resources are "
+                               f"{RESOURCE_PREFIX}SERVER/URI)")
+        else:
+            upstream, original = self._raw_resource_owner(uri, principal, template), uri
+        if subscribing and not upstream.extras.subscribe:
+            raise InvalidRequest(f"server {upstream.name!r} does not take resource subscriptions")
+        return upstream, original
+
+    def _raw_resource_owner(self, uri: str, principal: Principal, template: bool) -> Upstream:
+        """A URI as an upstream gave it (in a tool result, say): the one upstream that listed it or has a
+        template that matches it."""
+        offering = self._offering(principal)
+        owners = [u for u in offering if any(r.get("uri") == uri for r in u.extras.resources)
+                  or any(_matches(str(t.get("uriTemplate")), uri, template) for t in u.extras.templates)]
+        if len(owners) == 1:
+            return owners[0]
+        if not owners:
+            raise NotFound(f"no resource {uri!r}: no server here lists it (resources are {RESOURCE_PREFIX}SERVER/URI)")
+        raise InvalidRequest(f"the resource {uri!r} is offered by {len(owners)} servers "
+                             f"({', '.join(u.name for u in owners)}); name one: {RESOURCE_PREFIX}SERVER/{uri}")
+
+    @staticmethod
+    def _acting(principal: Principal, what: str) -> None:
+        if principal is ANONYMOUS:  # reads are open, but this acts on a server on someone's behalf
+            raise Forbidden(f"{what} through this gateway needs a bearer token")
+
     # status ------------------------------------------------------------------------------------
     def health(self) -> dict[str, Any]:
         return {"upstreams": [u.status.to_dict() for u in self.upstreams.values()],
+                "calls_in_flight": len(self._calls),
                 "learning_from_calls": {"rule": self.attribution.rule, "window": self.attribution.window,
                                         **self.learner.stats()},
                 "pinned": self.definitions.pin, "held_tools": len(self.definitions.held_ids())}
@@ -277,3 +487,16 @@ def _as_forwarded(result: ToolResult) -> ToolResult:
     if meta:
         forwarded["_meta"] = meta
     return forwarded
+
+
+def resource_uri(namespace: str, uri: str) -> str:
+    """A resource (or template) of upstream `namespace` as agents see it."""
+    return f"{RESOURCE_PREFIX}{namespace}/{uri}"
+
+
+def _matches(template: str, uri: str, same: bool) -> bool:
+    """Whether `uri` is one of an RFC 6570 template's URIs (`same`: or the template itself, for completions)."""
+    if same and template == uri:
+        return True
+    pattern = "".join(".+?" if part.startswith("{") else re.escape(part) for part in re.split(r"(\{[^}]*\})", template))
+    return re.fullmatch(pattern, uri) is not None

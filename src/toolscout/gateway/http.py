@@ -3,8 +3,11 @@
     POST /tools/{id}/call   {"arguments": {...}}: forward one call; the upstream's result as MCP gives it,
                             `{"content": [...], "structuredContent"?, "isError"}` (200, whatever the tool
                             answered); 404 unknown tool, 409 held until approved, 502 the upstream cannot be
-                            reached (504 when it did not answer in time), naming it
-    POST /mcp               the gateway's MCP server (`mcp_server.py`), streamable HTTP with sessions
+                            reached (504 when it did not answer in time), naming it; 503 while the gateway
+                            shuts down (a call in flight is cancelled after a grace of 1.5 s)
+    POST /mcp               the gateway's MCP server (`mcp_server.py`), streamable HTTP with sessions; its
+                            answers are event streams (a call's progress rides them); a body over
+                            --mcp-max-body is refused with a JSON-RPC error
 
 and `/health` lists each upstream with its state, tool count and last error; `/tools/{id}` adds the tool's
 upstream, whether it answers now, and its definition record (fingerprint, changes, held). A platform that
@@ -32,7 +35,7 @@ from .mcp_server import GatewayMcp
 from .upstream import UpstreamUnavailable
 
 CALL_ERRORS = {**ERRORS, 409: {"model": ErrorResponse}, 502: {"model": ErrorResponse},
-               504: {"model": ErrorResponse}}
+               503: {"model": ErrorResponse}, 504: {"model": ErrorResponse}}
 
 
 class CallRequest(BaseModel, extra="forbid"):
@@ -81,20 +84,23 @@ class GatewayApi:
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
-        """The upstreams are supervised while the app serves."""
+        """The upstreams are supervised while the app serves; at its end, calls still in flight are shut down
+        (runtime.serve_http does it as soon as the signal comes) before the upstreams are stopped."""
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(self.gateway.run)
             try:
                 yield
             finally:
+                await self.gateway.shutdown()
                 tasks.cancel_scope.cancel()
         await anyio.to_thread.run_sync(self.gateway.close)
 
     def mcp_app(self, api: Api, host: str, max_body_bytes: int) -> Any:
         self.mcp.auth, self.mcp.metrics = api.auth, api.metrics
-        # sessions: a 2025-protocol client keeps one (Mcp-Session-Id), which is what calls are attributed to
+        # sessions: a 2025-protocol client keeps one (Mcp-Session-Id), which is what calls are attributed to;
+        # answers as event streams, which carry a call's progress and an upstream's elicitation to the agent
         return self.mcp.server.streamable_http_app(streamable_http_path="/mcp", stateless_http=False,
-                                                   json_response=True, host=host,
+                                                   json_response=False, host=host,
                                                    max_request_body_size=max_body_bytes)
 
 

@@ -14,6 +14,16 @@ With `expose="found"`, the tools a session's searches found are also listed as t
 (named by their ids) and the host is told with `notifications/tools/list_changed`, for hosts that refresh
 their tool list; calling one is the same as `call_tool`.
 
+Besides tools, what the protocol carries passes through (`core.Gateway` holds the policies):
+
+- a call's progress: a request with a `progressToken` gets the upstream's `notifications/progress`;
+- cancellation: `notifications/cancelled` cancels the handler (the SDK does), which cancels the call upstream;
+- elicitation: an upstream's `elicitation/create` during a call goes to the agent's client when it declared
+  the capability and its channel can carry a request;
+- the upstreams' prompts and resources (`prompts/*`, `resources/*`, `completion/complete`), named as the
+  gateway names them, with their list-changed and updated notifications (to each 2025-protocol session, and
+  to every `subscriptions/listen` stream on the 2026 protocol).
+
 A session is what the gateway attributes calls to: the stdio connection, an HTTP client's `Mcp-Session-Id`,
 or else the caller's token (core.Gateway._source says whose feedback it is).
 """
@@ -25,9 +35,20 @@ import re
 from collections import OrderedDict
 from typing import Any, Literal, Optional
 
+import anyio
 import mcp_types as types
+from mcp.server.caching import CacheHint
 from mcp.server.lowlevel.server import NotificationOptions, Server
-from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
+from mcp.server.subscriptions import (
+    InMemorySubscriptionBus,
+    ListenHandler,
+    PromptsListChanged,
+    ResourcesListChanged,
+    ResourceUpdated,
+    ToolsListChanged,
+)
+from mcp.shared.exceptions import MCPError
+from mcp.shared.message import ServerMessageMetadata
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from mcp_types import PROTOCOL_VERSION_META_KEY as PROTOCOL_VERSION_META
 from pydantic import BaseModel, Field, ValidationError
@@ -37,12 +58,18 @@ from ..serve.auth import ANONYMOUS, AuthConfig, AuthError
 from ..serve.mcp import RECORD_DESCRIPTION, FoundTool, RecordedUse
 from ..serve.service import Principal
 from ..version import __version__
-from .core import STDIO, Gateway, http_session
-from .upstream import ToolResult, UpstreamUnavailable, error_result, text_result
+from .core import STDIO, Gateway, ShuttingDown, http_session
+from .upstream import Relay, ToolResult, UpstreamRefused, UpstreamUnavailable, error_result, text_result
 
 logger = logging.getLogger(__name__)
 EXPOSE = ("none", "found")
 EXPOSED_PER_SESSION = 64
+UNSUBSCRIBE_WITHIN_S = 10.0  # when a listen stream ends, the upstream unsubscriptions it leaves behind
+SESSIONS_KEPT = 10_000  # 2025-protocol sessions told of prompt and resource changes (the latest ones)
+# 2026 clients may cache lists and reads: these change with the upstreams and differ per token, so a result
+# is stale at once and never shared (an upstream's own hints on a read pass through)
+CACHE_HINTS = {method: CacheHint(0, "private")
+               for method in ("prompts/list", "resources/list", "resources/templates/list", "resources/read")}
 _NATIVE_NAME = re.compile(r"[^A-Za-z0-9_.-]")
 
 INSTRUCTIONS = ("toolscout is a gateway to many tool servers. Call search_tools with the task in plain language to "
@@ -105,15 +132,26 @@ class GatewayMcp:
             raise ValueError(f"unknown --expose {expose!r}; known: {', '.join(EXPOSE)}")
         self.gateway, self.auth, self.stdio_principal = gateway, auth, stdio_principal
         self.expose, self.metrics = expose, metrics
+        self._stdio_capabilities: dict = {}  # what the stdio host declared in its initialize (`observe`)
         self.bus = InMemorySubscriptionBus()
+        self._listen = ListenHandler(self.bus)
         self._exposed: OrderedDict[str, OrderedDict[str, str]] = OrderedDict()  # session -> native name -> id
+        self._sessions: OrderedDict[str, Any] = OrderedDict()  # 2025-protocol sessions: key -> ServerSession
+        self._subscribers: dict[str, dict[str, str]] = {}  # resource (gateway's key) -> session key -> its URI
         self.server = Server("toolscout-gateway", version=__version__, instructions=INSTRUCTIONS,
                              on_list_tools=self._list_tools, on_call_tool=self._call_tool,
-                             on_subscriptions_listen=ListenHandler(self.bus))
+                             on_subscriptions_listen=self._listen_for_events,
+                             on_list_prompts=self._list_prompts, on_get_prompt=self._get_prompt,
+                             on_list_resources=self._list_resources, on_read_resource=self._read_resource,
+                             on_list_resource_templates=self._list_resource_templates,
+                             on_subscribe_resource=self._subscribe, on_unsubscribe_resource=self._unsubscribe,
+                             on_completion=self._complete, cache_hints=CACHE_HINTS)
         self.server.middleware = []  # the SDK's tracing layer: a span per message, for nothing without an exporter
+        gateway.listen(self._changed)
 
     def initialization_options(self) -> Any:
-        return self.server.create_initialization_options(NotificationOptions(tools_changed=self.expose == "found"))
+        return self.server.create_initialization_options(NotificationOptions(
+            tools_changed=self.expose == "found", prompts_changed=True, resources_changed=True))
 
     async def run_stdio(self) -> None:
         from mcp.server.stdio import stdio_server
@@ -130,10 +168,14 @@ class GatewayMcp:
         return (message.get("method") == "tools/call" and "id" in message and isinstance(params, dict)
                 and params.get("name") == "call_tool" and isinstance(params.get("arguments", {}), dict))
 
-    async def answer(self, message: dict) -> dict:
+    async def answer(self, message: dict, lane: Any) -> dict:
+        """The response to a claimed request; `lane` (stdio.LaneChannel) carries its progress notifications
+        and the elicitation requests it makes of the host."""
         params = message["params"]
         meta = params.get("_meta") if isinstance(params.get("_meta"), dict) else {}
         request = _StdioRequest(str(meta.get(PROTOCOL_VERSION_META, "")), "call_tool", params.get("arguments") or {})
+        elicits = self._stdio_capabilities.get("elicitation") is not None
+        request.relay = lane.relay(meta.get("progressToken"), elicits=elicits)
         return {"jsonrpc": "2.0", "id": message["id"], "result": await self._call_tool(request, request)}
 
     # handlers ----------------------------------------------------------------------------------
@@ -152,10 +194,7 @@ class GatewayMcp:
         return types.ListToolsResult(tools=tools)
 
     async def _call_tool(self, ctx: Any, params: Any) -> Any:
-        result = await self._answer(ctx, params.name, params.arguments or {})
-        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:  # the 2026 wire tags every result with its type
-            result.setdefault("resultType", "complete")
-        return result
+        return _tagged(ctx, await self._answer(ctx, params.name, params.arguments or {}))
 
     async def _answer(self, ctx: Any, name: str, arguments: dict[str, Any]) -> ToolResult:
         try:
@@ -176,7 +215,7 @@ class GatewayMcp:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first.get("loc", ())) or "arguments"
             return error_result(f"{name}: {where}: {first.get('msg')}")
-        except (NotFound, Forbidden, InvalidRequest, Conflict, RateLimited, UpstreamUnavailable) as exc:
+        except (NotFound, Forbidden, InvalidRequest, Conflict, RateLimited, UpstreamUnavailable, ShuttingDown) as exc:
             return error_result(str(exc))
         except AuthError as exc:
             return error_result(exc.message)
@@ -207,13 +246,133 @@ class GatewayMcp:
         request = getattr(ctx, "request", None)
         headers = dict(request.headers) if request is not None else {}
         return await self.gateway.call(name, arguments, principal=principal, session=self._session(ctx),
-                                       headers=headers)
+                                       headers=headers, relay=self._relay(ctx))
 
     def _record(self, principal: Principal, args: RecordArgs) -> Any:
         result = self.gateway.record(args.task, args.tool_ids, args.outcome, principal)
         payload = RecordedUse(learned=len(result.learned), duplicate=bool(result.duplicates),
                               unknown_tools=result.unknown).model_dump()
         return text_result(payload)
+
+    # what passes through ------------------------------------------------------------------------
+    def _relay(self, ctx: Any) -> Relay:
+        """The agent's side of one forwarded request: its progress token, its client's elicitation."""
+        relay = getattr(ctx, "relay", None)
+        if relay is not None:  # the stdio fast lane made it
+            return relay
+        self._remember(ctx)
+        meta = ctx.meta or {}
+        progress = elicit = None
+        if meta.get("progressToken", meta.get("progress_token")) is not None:
+            async def progress(value: float, total: float | None, message: str | None) -> None:
+                await ctx.session.report_progress(value, total, message)
+        capabilities = ctx.session.client_capabilities
+        if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS and ctx.session.can_send_request \
+                and capabilities is not None and capabilities.elicitation is not None:
+            async def elicit(params: dict[str, Any]) -> dict[str, Any]:
+                request = types.ElicitRequest(params=types.ElicitRequestFormParams.model_validate(params)
+                                              if params.get("mode", "form") == "form"
+                                              else types.ElicitRequestURLParams.model_validate(params))
+                answer = await ctx.session.send_request(request, types.ElicitResult,
+                                                        metadata=ServerMessageMetadata(related_request_id=ctx.request_id))
+                return answer.model_dump(by_alias=True, mode="json", exclude_none=True)
+        return Relay(progress, elicit)
+
+    def observe(self, message: dict) -> None:
+        """A message the stdio lane saw go to the SDK: the host's initialize tells what it can answer."""
+        if message.get("method") == "initialize" and isinstance(message.get("params"), dict):
+            capabilities = message["params"].get("capabilities")
+            self._stdio_capabilities = capabilities if isinstance(capabilities, dict) else {}
+
+    async def _list_prompts(self, ctx: Any, params: Any) -> Any:
+        self._remember(ctx)
+        return _tagged(ctx, {"prompts": self.gateway.prompts(self._principal(ctx))})
+
+    async def _list_resources(self, ctx: Any, params: Any) -> Any:
+        self._remember(ctx)
+        return _tagged(ctx, {"resources": self.gateway.resources(self._principal(ctx))})
+
+    async def _list_resource_templates(self, ctx: Any, params: Any) -> Any:
+        return _tagged(ctx, {"resourceTemplates": self.gateway.resource_templates(self._principal(ctx))})
+
+    async def _get_prompt(self, ctx: Any, params: Any) -> Any:
+        async with _as_rpc_errors():
+            return _tagged(ctx, await self.gateway.get_prompt(params.name, params.arguments, self._principal(ctx),
+                                                              self._relay(ctx)))
+
+    async def _read_resource(self, ctx: Any, params: Any) -> Any:
+        async with _as_rpc_errors():
+            return _tagged(ctx, await self.gateway.read_resource(str(params.uri), self._principal(ctx),
+                                                                 self._relay(ctx)))
+
+    async def _subscribe(self, ctx: Any, params: Any) -> Any:
+        async with _as_rpc_errors():
+            key = await self.gateway.subscribe(str(params.uri), self._principal(ctx))
+        self._remember(ctx)
+        self._subscribers.setdefault(key, {})[self._session(ctx)] = str(params.uri)
+        return {}
+
+    async def _unsubscribe(self, ctx: Any, params: Any) -> Any:
+        async with _as_rpc_errors():
+            key = await self.gateway.unsubscribe(str(params.uri), self._principal(ctx))
+        self._subscribers.get(key, {}).pop(self._session(ctx), None)
+        return {}
+
+    async def _complete(self, ctx: Any, params: Any) -> Any:
+        ref = params.ref.model_dump(by_alias=True, mode="json", exclude_none=True)
+        argument = params.argument.model_dump(by_alias=True, mode="json", exclude_none=True)
+        context = params.context.model_dump(by_alias=True, mode="json", exclude_none=True) if params.context else None
+        async with _as_rpc_errors():
+            return _tagged(ctx, await self.gateway.complete(ref, argument, context, self._principal(ctx)))
+
+    async def _listen_for_events(self, ctx: Any, params: Any) -> Any:
+        """A 2026-protocol listen stream: the resources it names are subscribed upstream while it lasts."""
+        uris = list(params.notifications.resource_subscriptions or [])
+        principal, keys = self._principal(ctx), []
+        try:
+            for uri in uris:
+                async with _as_rpc_errors():
+                    keys.append((await self.gateway.subscribe(uri, principal), uri))
+            return await self._listen(ctx, params)
+        finally:  # the stream ends by cancellation: the unsubscribing is shielded from it (and bounded)
+            with anyio.CancelScope(shield=True), anyio.move_on_after(UNSUBSCRIBE_WITHIN_S):
+                for key, uri in keys:
+                    try:
+                        await self.gateway.unsubscribe(uri, principal)
+                    except Exception as exc:  # the stream is over either way
+                        logger.debug("unsubscribing %s after its listen stream ended: %s", key, exc)
+
+    async def _changed(self, what: str, uri: str | None) -> None:
+        """The upstreams' prompts or resources changed (core.Listener): tell the agents' clients."""
+        if what == "updated" and uri is not None:
+            await self.bus.publish(ResourceUpdated(uri=uri))
+            for session, subscribed_as in list(self._subscribers.get(uri, {}).items()):
+                await self._notify(session, lambda s, u=subscribed_as: s.send_resource_updated(u))
+            return
+        await self.bus.publish(PromptsListChanged() if what == "prompts" else ResourcesListChanged())
+        for session in list(self._sessions):
+            await self._notify(session, lambda s: s.send_prompt_list_changed() if what == "prompts"
+                               else s.send_resource_list_changed())
+
+    async def _notify(self, session: str, send: Any) -> None:
+        server_session = self._sessions.get(session)
+        if server_session is None:
+            return
+        try:
+            await send(server_session)
+        except Exception as exc:  # a session that is gone: forget it
+            logger.debug("session %s not told of a change: %s", session, exc)
+            self._sessions.pop(session, None)
+
+    def _remember(self, ctx: Any) -> None:
+        """Keep a 2025-protocol session, to tell it later when prompts or resources change."""
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            return
+        key = self._session(ctx)
+        self._sessions[key] = ctx.session
+        self._sessions.move_to_end(key)
+        while len(self._sessions) > SESSIONS_KEPT:
+            self._sessions.popitem(last=False)
 
     # sessions ----------------------------------------------------------------------------------
     def _principal(self, ctx: Any) -> Principal:
@@ -259,6 +418,13 @@ class GatewayMcp:
         await self.bus.publish(ToolsListChanged())
 
 
+def _tagged(ctx: Any, result: dict[str, Any]) -> dict[str, Any]:
+    """`result` as the protocol of `ctx` wants it: the 2026 wire tags every result with its type."""
+    if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+        result.setdefault("resultType", "complete")
+    return result
+
+
 def _found(hit: dict[str, Any]) -> dict[str, Any]:
     """The fields of a hit's JSON (`Hit.to_dict`) that `search_tools` returns."""
     found = {key: hit.get(key) for key in GatewayFoundTool.model_fields}
@@ -267,9 +433,35 @@ def _found(hit: dict[str, Any]) -> dict[str, Any]:
 
 
 class _StdioRequest:
-    """A fast-lane request as the handlers read it: its context (no HTTP request) and its params."""
+    """A fast-lane request as the handlers read it: its context (no HTTP request), its params, and its relay
+    (the lane's progress notifications and elicitation requests)."""
 
     request = None
+    relay: Relay | None = None
 
     def __init__(self, protocol_version: str, name: str, arguments: dict):
         self.protocol_version, self.name, self.arguments = protocol_version, name, arguments
+
+
+# toolscout's errors as the JSON-RPC errors a client shows (prompts, resources and completions answer with
+# errors, not error results); a refusal keeps the upstream's own code
+_RPC_CODES = ((NotFound, types.INVALID_PARAMS), (InvalidRequest, types.INVALID_PARAMS),
+              (Forbidden, types.INVALID_REQUEST), (AuthError, types.INVALID_REQUEST),
+              (UpstreamUnavailable, types.INTERNAL_ERROR), (ShuttingDown, types.INTERNAL_ERROR))
+
+
+class _as_rpc_errors:
+    """`async with _as_rpc_errors():` turns toolscout's errors into MCPError, with their message."""
+
+    async def __aenter__(self) -> None:
+        return None
+
+    async def __aexit__(self, kind: Any, exc: Any, _tb: Any) -> bool:
+        if exc is None or isinstance(exc, MCPError):
+            return False
+        if isinstance(exc, UpstreamRefused):
+            raise MCPError(code=exc.code, message=str(exc)) from None
+        for error, code in _RPC_CODES:
+            if isinstance(exc, error):
+                raise MCPError(code=code, message=getattr(exc, "message", None) or str(exc)) from None
+        return False

@@ -2,30 +2,36 @@
 the official SDK's client.
 
 One connection per upstream carries every call (JSON-RPC multiplexes them, so a slow call holds up no
-other). The supervisor (`run`) connects, lists the tools, hands them to the gateway and then waits for the
-connection to end: a stdio server that exits closes its stdout, which ends the connection at once; an HTTP
-server that stops answering fails the next call or re-list, which ends it too. Then it reconnects with
-backoff (`upstream.Backoff`), restarting a stdio server's process.
+other). The supervisor (`run`) connects, lists the tools (and the prompts, resources and resource
+templates the server has), hands them to the gateway and then watches the connection until it ends:
 
-The listing is kept current by the server's `notifications/tools/list_changed` (on the 2025 protocol) or a
+- a stdio server that exits closes its stdout, which ends the connection at once; an HTTP server that goes
+  away fails the next call, ping or re-list, which ends it too;
+- a server that stays alive but stops answering is caught by pings: one every `ping_every` seconds, and
+  one at once after a call times out. A server that misses `MISSED_PINGS` pings in a row (each given
+  `PING_TIMEOUT_S`), or times out `TIMED_OUT_CALLS` calls in a row, is hung: it is marked down at once (its
+  calls fail, naming it) and its connection ended.
+
+Then it reconnects with backoff (`upstream.Backoff`), restarting a stdio server's process. A server whose
+config could not be resolved (`UpstreamSpec.problem`) is never started: it is down with that reason.
+
+The listing is kept current by the server's `notifications/*/list_changed` (on the 2025 protocol) or a
 `subscriptions/listen` stream (on the 2026 one), and by a periodic re-list whatever the server supports.
-Listings and calls go through the session's raw requests: a tool whose schema the SDK's models would
-refuse is skipped alone (the ingest parser says why), and call results are forwarded as the server sent
-them, without revalidating them against the tool's output schema.
+Listings, calls and the requests the gateway forwards go through the session's raw requests: a tool whose
+schema the SDK's models would refuse is skipped alone (the ingest parser says why), and results are
+forwarded as the server sent them. A forwarded request carries the agent's side (`upstream.Relay`): the
+server's progress notifications go to it, and its elicitation requests go to the one call in flight that
+can answer them. Cancelling the task that awaits a call sends the server `notifications/cancelled`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
-import os
-import shutil
-import sys
 import time
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import Any, AsyncIterator, Mapping
+from typing import Any, Mapping
 
 import anyio
 import httpx2
@@ -34,9 +40,7 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
-from mcp.shared.message import ClientMessageMetadata, SessionMessage
-from mcp_types.jsonrpc import JSONRPCRequest, JSONRPCResponse
-from mcp_types.methods import validate_server_result
+from mcp.shared.message import ClientMessageMetadata
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import TypeAdapter, ValidationError
 
@@ -45,41 +49,76 @@ from ..ingest.common import LoadReport
 from ..ingest.live_mcp import error_reason
 from ..tool import Tool
 from ..version import __version__
-from .config import UpstreamSpec
-from .upstream import Backoff, Listing, ListingSink, ToolResult, UpstreamStatus, UpstreamUnavailable, error_result
+from .config import PING_EVERY_S, UpstreamSpec, find_command
+from .mcp_connection import Connection, ServerLog, first_error, quiet_sdk_parse_errors
+from .upstream import (
+    NO_RELAY,
+    Backoff,
+    Extras,
+    Listing,
+    ListingSink,
+    Notice,
+    Relay,
+    ToolResult,
+    UpstreamRefused,
+    UpstreamStatus,
+    UpstreamUnavailable,
+    error_result,
+)
 
 logger = logging.getLogger(__name__)
 MAX_PAGES = 1000
 _RESULT = TypeAdapter(dict[str, Any])  # results stay the dicts they came as (the SDK has checked their shape)
 CONNECT_TIMEOUT_S = 60.0
-LOG_LIMIT_BYTES = 1 << 20
+PING_TIMEOUT_S = 5.0
+MISSED_PINGS = 2  # in a row (the second sent as soon as the first is missed): the server is hung
+TIMED_OUT_CALLS = 3  # in a row, whatever its pings say: the server is hung
+# the requests the gateway forwards as they are (besides tools/call), and their typed forms
+_FORWARDED = {"prompts/get": (types.GetPromptRequest, types.GetPromptRequestParams),
+              "resources/read": (types.ReadResourceRequest, types.ReadResourceRequestParams),
+              "resources/subscribe": (types.SubscribeRequest, types.SubscribeRequestParams),
+              "resources/unsubscribe": (types.UnsubscribeRequest, types.UnsubscribeRequestParams),
+              "completion/complete": (types.CompleteRequest, types.CompleteRequestParams)}
+_LISTS = (("prompts", types.ListPromptsRequest), ("resources", types.ListResourcesRequest),
+          ("resourceTemplates", types.ListResourceTemplatesRequest))
 
 
 class McpUpstream:
     """One MCP server behind the gateway (see the module doc)."""
 
-    def __init__(self, spec: UpstreamSpec, *, log_dir: Path | None = None, relist_every: float = 300.0):
+    def __init__(self, spec: UpstreamSpec, *, log_dir: Path | None = None, relist_every: float = 300.0,
+                 ping_every: float = PING_EVERY_S):
         self.spec = spec
         self.name, self.timeout, self.forward_headers = spec.name, spec.timeout, spec.forward_headers
         self.status = UpstreamStatus(spec.name, spec.kind, spec.describe())
-        self.relist_every = relist_every
-        self.log_path = (log_dir / f"{spec.name}.log") if log_dir is not None and spec.kind == "stdio" else None
+        self.relist_every, self.ping_every = relist_every, ping_every
+        self.extras = Extras()
+        self.log = ServerLog((log_dir / f"{spec.name}.log") if log_dir is not None and spec.kind == "stdio" else None)
+        self.subscribed: set[str] = set()  # resource URIs subscribed upstream (kept across reconnections)
         self._client: Any = None
-        self._connection: _Connection | None = None
+        self._connection: Connection | None = None
         self._sink: ListingSink | None = None
+        self._notice: Notice | None = None
         self._events: Any = None  # _Signals, made inside the event loop by run()
+        self._relays: dict[int, Relay] = {}  # calls in flight that can answer an elicitation
+        self._timeouts_in_a_row = 0
+        quiet_sdk_parse_errors()
 
     # supervision -------------------------------------------------------------------------------
-    async def run(self, sink: ListingSink) -> None:
-        self._sink, self._events = sink, _Signals()
+    async def run(self, sink: ListingSink, notice: Notice | None = None) -> None:
+        self._sink, self._notice, self._events = sink, notice, _Signals()
+        if self.spec.problem:  # nothing to try until the config is fixed and the gateway restarted
+            self.status.change("down", f"not started: {self.spec.problem}")
+            logger.warning("upstream %s is down: %s", self.name, self.status.last_error)
+            await anyio.sleep_forever()
         backoff = Backoff()
         while True:
             started = time.monotonic()
             try:
                 await self._connect_and_serve()
-                why = "the connection closed" + self._stderr_tail()
+                why = self._ended()
             except Exception as exc:  # every failure of one upstream ends here, never in the gateway
-                why = error_reason(exc) + self._stderr_tail()
+                why = self._failed(exc)
             self._client = self._connection = None
             self._events.disconnected()
             delay = backoff.next(time.monotonic() - started)
@@ -90,25 +129,43 @@ class McpUpstream:
             await anyio.sleep(delay)
             self.status.change("starting")
 
+    def _ended(self) -> str:
+        connection = self._connection
+        if connection is not None and connection.hung:
+            return f"it stopped answering ({connection.hung}), so it was restarted"
+        return "the connection closed" + self.log.last_words()
+
+    def _failed(self, exc: BaseException) -> str:
+        while getattr(exc, "exceptions", None):  # a task group's: the first is what failed
+            exc = exc.exceptions[0]  # type: ignore[attr-defined]
+        if isinstance(exc, OSError) and self.spec.kind == "stdio":
+            return f"cannot start the command {self.spec.command!r}: {exc.strerror or exc}" + self.log.last_words()
+        return error_reason(exc) + self.log.last_words()
+
     async def _connect_and_serve(self) -> None:
         """One connection, from the handshake (within a deadline) until it ends."""
         connect_within = min(CONNECT_TIMEOUT_S, max(self.timeout, 10.0))
         with anyio.CancelScope(deadline=anyio.current_time() + connect_within) as deadline:
             async with AsyncExitStack() as stack:
-                connection = _Connection(self._transport(stack))
+                connection = self._connection = Connection(self._transport(stack), self.name)
                 client = await stack.enter_async_context(Client(
                     connection.streams(), message_handler=self._on_message, cache=None,
+                    elicitation_callback=self._elicit,
                     client_info=types.Implementation(name="toolscout-gateway", version=__version__)))
                 connection.protocol = client.protocol_version
                 await self._publish(await self._list(client, connection))
+                await self._list_extras(client, notify=False)
+                await self._resubscribe(client)
                 deadline.deadline = math.inf  # connected: from here on the connection lasts as long as it can
-                self._client, self._connection = client, connection
+                self._client = client
+                self._timeouts_in_a_row = 0
                 self.status.connects += 1
                 self.status.change("up")
                 self._events.connected()
                 async with anyio.create_task_group() as tasks:
                     tasks.start_soon(self._listen_for_changes, client)
                     tasks.start_soon(self._keep_listing_current, client, connection)
+                    tasks.start_soon(self._watch_health, client, connection)
                     await connection.closed.wait()
                     tasks.cancel_scope.cancel()
         if deadline.cancelled_caught:
@@ -116,32 +173,98 @@ class McpUpstream:
 
     def _transport(self, stack: AsyncExitStack) -> Any:
         if self.spec.kind == "stdio":
-            params = StdioServerParameters(command=_command(self.spec.command or ""), args=list(self.spec.args),
+            command = self.spec.command or ""
+            params = StdioServerParameters(command=find_command(command) or command, args=list(self.spec.args),
                                            env=dict(self.spec.env) or None, cwd=self.spec.cwd)
-            return stdio_client(params, errlog=stack.enter_context(self._open_log()))
+            return stdio_client(params, errlog=stack.enter_context(self.log.open(self.spec.describe())))
         http = httpx2.AsyncClient(headers=dict(self.spec.headers), timeout=httpx2.Timeout(30.0, read=None))
         return streamable_http_client(self.spec.url, http_client=http)
 
+    # health ------------------------------------------------------------------------------------
+    async def _watch_health(self, client: Any, connection: Connection) -> None:
+        """Ping every `ping_every` seconds (0: only after a timed-out call), and at once after a call timed
+        out; end the connection of a server that misses MISSED_PINGS in a row or times out
+        TIMED_OUT_CALLS calls in a row (see the module doc)."""
+        missed = 0
+        while True:
+            if missed == 0:
+                with anyio.move_on_after(self.ping_every if self.ping_every > 0 else math.inf):
+                    await self._events.check.wait()
+                self._events.check = anyio.Event()
+            if self._timeouts_in_a_row >= TIMED_OUT_CALLS:
+                return self._hung(connection, f"{self._timeouts_in_a_row} calls in a row got no answer in time")
+            missed = 0 if await self._pinged(client) else missed + 1
+            if missed >= MISSED_PINGS:
+                return self._hung(connection, f"{missed} pings in a row got no answer within {PING_TIMEOUT_S:g} s")
+
+    async def _pinged(self, client: Any) -> bool:
+        """Whether the server answered a ping in time (an error is an answer: it is alive)."""
+        try:
+            await client.session.send_request(types.PingRequest(), _RESULT, request_read_timeout_seconds=PING_TIMEOUT_S)
+        except MCPError as exc:
+            if exc.code == types.REQUEST_TIMEOUT:
+                return False
+        self.log.answered()
+        return True
+
+    def _hung(self, connection: Connection, why: str) -> None:
+        """The server stopped answering: its calls fail from now on, naming it, while it is restarted."""
+        self._client = None
+        self.status.restarts_for_hangs += 1
+        self.status.change("down", f"it stopped answering ({why}); restarting it")
+        logger.warning("upstream %s is hung (%s): restarting it", self.name, why)
+        connection.end(hung=why)
+
     # listing -----------------------------------------------------------------------------------
-    async def _list(self, client: Any, connection: "_Connection") -> Listing:
-        """Every page of tools/list, each tool parsed on its own: a broken one is skipped with its reason
-        (by the connection's screen when the SDK would refuse it, else by the ingest parser)."""
-        connection.skipped.clear()
-        raw: list[Any] = []
+    async def _pages(self, client: Any, request_type: Any, key: str) -> list[Any]:
+        """Every item of every page of one of the server's lists."""
+        items: list[Any] = []
         cursor = None
         for _ in range(MAX_PAGES):
             page = await client.session.send_request(
-                types.ListToolsRequest(params=types.PaginatedRequestParams(cursor=cursor)),
-                _RESULT, request_read_timeout_seconds=self.timeout)
-            tools = page.get("tools")
-            raw.extend(tools if isinstance(tools, list) else [])
+                request_type(params=types.PaginatedRequestParams(cursor=cursor)), _RESULT,
+                request_read_timeout_seconds=self.timeout)
+            found = page.get(key)
+            items.extend(found if isinstance(found, list) else [])
             cursor = page.get("nextCursor")
             if not cursor:
                 break
+        self.log.answered()
+        return items
+
+    async def _list(self, client: Any, connection: Connection) -> Listing:
+        """Every page of tools/list, each tool parsed on its own: a broken one is skipped with its reason
+        (by the connection's screen when the SDK would refuse it, else by the ingest parser)."""
+        connection.skipped.clear()
+        raw = await self._pages(client, types.ListToolsRequest, "tools")
         report = LoadReport()
         tools = parse_tools({"tools": raw}, format="mcp", lenient=True, source=f"upstream {self.name}",
                             namespace=self.name, report=report)
         return Listing(self.name, tools, tuple(connection.skipped) + tuple(report.skipped))
+
+    async def _list_extras(self, client: Any, notify: bool = True) -> None:
+        """The server's prompts, resources and resource templates, as its capabilities say it has them; a
+        list it fails to give is logged and left empty (its tools still serve)."""
+        capabilities = client.server_capabilities
+        has = {"prompts": capabilities.prompts is not None, "resources": capabilities.resources is not None,
+               "resourceTemplates": capabilities.resources is not None}
+        found: dict[str, tuple] = {}
+        for key, request_type in _LISTS:
+            try:
+                found[key] = tuple(d for d in await self._pages(client, request_type, key) if isinstance(d, dict)) \
+                    if has[key] else ()
+            except (MCPError, ValidationError) as exc:
+                logger.info("upstream %s: no %s (%s)", self.name, key, error_reason(exc))
+                found[key] = ()
+        before, self.extras = self.extras, Extras(
+            found["prompts"], found["resources"], found["resourceTemplates"],
+            subscribe=bool(getattr(capabilities.resources, "subscribe", False)),
+            completions=capabilities.completions is not None)
+        if notify and self._notice is not None:
+            if before.prompts != self.extras.prompts:
+                await self._notice(self.name, "prompts", None)
+            if (before.resources, before.templates) != (self.extras.resources, self.extras.templates):
+                await self._notice(self.name, "resources", None)
 
     async def _publish(self, listing: Listing) -> None:
         for where, why in listing.skipped:
@@ -155,103 +278,197 @@ class McpUpstream:
         if self._events is not None:
             self._events.relist.set()
 
-    async def _keep_listing_current(self, client: Any, connection: "_Connection") -> None:
+    async def _keep_listing_current(self, client: Any, connection: Connection) -> None:
         """Re-list on every change notification, and every `relist_every` seconds whatever happens."""
         while True:
-            with anyio.move_on_after(self.relist_every):
-                await self._events.relist.wait()
-            self._events.relist = anyio.Event()
+            with anyio.move_on_after(self.relist_every) as periodic:
+                async with anyio.create_task_group() as either:
+                    for event in (self._events.relist, self._events.extras):
+                        either.start_soon(_set_then_cancel, event, either.cancel_scope)
+            tools, extras = self._events.relist.is_set(), self._events.extras.is_set()
+            if periodic.cancelled_caught:
+                tools = extras = True
+            self._events.relist, self._events.extras = anyio.Event(), anyio.Event()
             try:
-                await self._publish(await self._list(client, connection))
+                if tools:
+                    await self._publish(await self._list(client, connection))
+                if extras:
+                    await self._list_extras(client)
             except Exception as exc:  # the server stopped answering: reconnect
                 self.status.last_error = f"re-listing failed: {error_reason(exc)}"
-                connection.closed.set()
+                connection.end()
                 return
 
     async def _on_message(self, message: Any) -> None:
-        if isinstance(message, types.ToolListChangedNotification) and self._events is not None:
+        if self._events is None or isinstance(message, Exception):
+            return
+        if isinstance(message, types.ToolListChangedNotification):
             self._events.relist.set()
+        elif isinstance(message, (types.PromptListChangedNotification, types.ResourceListChangedNotification)):
+            self._events.extras.set()
+        elif isinstance(message, types.ResourceUpdatedNotification) and self._notice is not None:
+            await self._notice(self.name, "updated", str(message.params.uri))
 
     async def _listen_for_changes(self, client: Any) -> None:
-        """On the 2026 protocol, change notifications come on a `subscriptions/listen` stream."""
-        tools = getattr(client.server_capabilities, "tools", None)
-        if client.protocol_version not in MODERN_PROTOCOL_VERSIONS or not getattr(tools, "list_changed", False):
+        """On the 2026 protocol, change notifications come on a `subscriptions/listen` stream, which is opened
+        again with the new set of URIs whenever the resources subscribed to change."""
+        capabilities = client.server_capabilities
+        if client.protocol_version not in MODERN_PROTOCOL_VERSIONS:
             return  # 2025 servers notify through _on_message; others are re-listed periodically
-        try:
-            async with client.listen(tools_list_changed=True) as subscription:
-                async for _event in subscription:
-                    self._events.relist.set()
-        except Exception as exc:  # the periodic re-list still keeps the index current
-            logger.info("upstream %s: no change notifications (%s); re-listing every %.0f s", self.name,
-                        error_reason(exc), self.relist_every)
+        wanted = {"tools_list_changed": bool(getattr(capabilities.tools, "list_changed", False)),
+                  "prompts_list_changed": bool(getattr(capabilities.prompts, "list_changed", False)),
+                  "resources_list_changed": bool(getattr(capabilities.resources, "list_changed", False))}
+        while True:
+            self._events.resubscribe = anyio.Event()  # made before `subscribed` is read: no change is missed
+            if not any(wanted.values()) and not self.subscribed:
+                await self._events.resubscribe.wait()
+                continue
+            try:
+                async with anyio.create_task_group() as tasks:
+                    tasks.start_soon(_set_then_cancel, self._events.resubscribe, tasks.cancel_scope)
+                    async with client.listen(**wanted, resource_subscriptions=sorted(self.subscribed)) as events:
+                        async for event in events:
+                            await self._heard(event)
+                    return
+            except Exception as exc:  # the periodic re-list still keeps the index current
+                logger.info("upstream %s: no change notifications (%s); re-listing every %.0f s", self.name,
+                            error_reason(exc), self.relist_every)
+                return
+
+    async def _heard(self, event: Any) -> None:
+        kind = type(event).__name__
+        if kind == "ToolsListChanged":
+            self._events.relist.set()
+        elif kind in ("PromptsListChanged", "ResourcesListChanged"):
+            self._events.extras.set()
+        elif kind == "ResourceUpdated" and self._notice is not None:
+            await self._notice(self.name, "updated", event.uri)
 
     # calls -------------------------------------------------------------------------------------
-    async def call(self, tool: Tool, arguments: Mapping[str, Any], headers: Mapping[str, str]) -> ToolResult:
-        client = await self._connected_client()
+    async def call(self, tool: Tool, arguments: Mapping[str, Any], headers: Mapping[str, str],
+                   relay: Relay = NO_RELAY) -> ToolResult:
         request = types.CallToolRequest(params=types.CallToolRequestParams(name=tool.name, arguments=dict(arguments)))
         metadata = _header_metadata(headers) if self.spec.kind == "http" else None
         try:
+            return await self._send(request, f"the call of {tool.name}", relay, metadata)
+        except UpstreamRefused as exc:  # a refused call is the tool's failure, as the agent sees it
+            return error_result(str(exc))
+        except ValidationError as exc:  # an answer, but not an MCP tool result: the upstream's bug
+            return error_result(f"upstream {self.name!r} answered the call of {tool.name} with a result that is "
+                                f"not valid MCP: {first_error(exc)}")
+
+    async def request(self, method: str, params: Mapping[str, Any], relay: Relay = NO_RELAY) -> dict[str, Any]:
+        request_type, params_type = _FORWARDED[method]
+        request = request_type(params=params_type.model_validate(dict(params)))
+        if method == "resources/subscribe":
+            self.subscribed.add(str(params.get("uri")))
+        elif method == "resources/unsubscribe":
+            self.subscribed.discard(str(params.get("uri")))
+        if method.startswith("resources/") and method != "resources/read" and self._listens():
+            self._events.resubscribe.set()  # a 2026 server: the listen stream carries subscriptions
+            return {}
+        return await self._send(request, method, relay)
+
+    def _listens(self) -> bool:
+        client = self._client
+        return client is not None and client.protocol_version in MODERN_PROTOCOL_VERSIONS
+
+    async def _send(self, request: Any, what: str, relay: Relay, metadata: Any = None) -> dict[str, Any]:
+        """Forward one request within the timeout; UpstreamUnavailable (naming this upstream) when it cannot
+        be answered, UpstreamRefused when the server answered with an error."""
+        client = await self._connected_client()
+        key = id(relay)
+        if relay.elicit is not None:
+            self._relays[key] = relay
+        try:
             with anyio.fail_after(self.timeout):
-                return await client.session.send_request(request, _RESULT, metadata=metadata)
+                result = await client.session.send_request(request, _RESULT, metadata=metadata,
+                                                           progress_callback=relay.progress)
         except TimeoutError:
-            raise UpstreamUnavailable(f"upstream {self.name!r} did not answer {tool.name} within its timeout of "
+            self._timed_out()
+            raise UpstreamUnavailable(f"upstream {self.name!r} did not answer {what} within its timeout of "
                                       f"{self.timeout:g} s", timed_out=True) from None
         except MCPError as exc:
             if exc.code == types.CONNECTION_CLOSED:
                 self._drop()
-                raise UpstreamUnavailable(f"upstream {self.name!r} failed during the call of {tool.name}: "
-                                          f"{exc}{self._stderr_tail()}; it is being reconnected") from None
-            return error_result(f"upstream {self.name!r} refused the call of {tool.name}: {exc} (code {exc.code})")
-        except ValidationError as exc:  # an answer, but not an MCP tool result: the upstream's bug
-            return error_result(f"upstream {self.name!r} answered the call of {tool.name} with a result that is "
-                                f"not valid MCP: {_first_error(exc)}")
+                raise UpstreamUnavailable(self._lost(what)) from None
+            self.log.answered()
+            raise UpstreamRefused(f"upstream {self.name!r} refused {what}: {exc} (code {exc.code})", exc.code) from None
+        except ValidationError:
+            self.log.answered()
+            raise
         except Exception as exc:  # the transport failed (an HTTP server went away)
             self._drop()
-            raise UpstreamUnavailable(f"upstream {self.name!r} failed during the call of {tool.name}: "
-                                      f"{error_reason(exc)}") from None
+            raise UpstreamUnavailable(f"upstream {self.name!r} failed during {what}: {error_reason(exc)}") from None
+        finally:
+            self._relays.pop(key, None)
+        self._timeouts_in_a_row = 0
+        self.log.answered()
+        return result
+
+    def _lost(self, what: str) -> str:
+        connection = self._connection
+        if connection is not None and connection.hung:
+            return f"upstream {self.name!r} stopped answering ({connection.hung}) during {what}; it is being restarted"
+        return f"upstream {self.name!r} failed during {what}: Connection closed{self.log.last_words()}; it is being " \
+               "reconnected"
+
+    def _timed_out(self) -> None:
+        """A call got no answer in time: count it, and ping the server now."""
+        self._timeouts_in_a_row += 1
+        if self._events is not None:
+            self._events.check.set()
 
     async def _connected_client(self) -> Any:
         """The live client; while (re)connecting, wait for it up to the call's timeout."""
         if self._client is not None:
             return self._client
-        if self.status.state == "starting" and self._events is not None:
-            with anyio.move_on_after(self.timeout):
-                await self._events.up.wait()
-            if self._client is not None:
-                return self._client
+        if await self.wait_up(self.timeout):
+            return self._client
+        if self.status.state == "starting":
             raise UpstreamUnavailable(f"upstream {self.name!r} did not come up within {self.timeout:g} s"
                                       f"{': ' + self.status.last_error if self.status.last_error else ''}",
                                       timed_out=True)
-        raise UpstreamUnavailable(f"upstream {self.name!r} is unavailable: {self.status.last_error or 'not connected'}")
+        raise UpstreamUnavailable(f"upstream {self.name!r} is down: {self.status.last_error or 'not connected'}")
+
+    async def wait_up(self, within: float) -> bool:
+        if self._client is None and self.status.state == "starting" and self._events is not None:
+            with anyio.move_on_after(within):
+                await self._events.up.wait()
+        return self._client is not None
 
     def _drop(self) -> None:
         """The connection is broken: end it, so the supervisor reconnects."""
         if self._connection is not None:
-            self._connection.closed.set()
+            self._connection.end()
 
-    # the server's stderr -----------------------------------------------------------------------
-    def _open_log(self) -> Any:
-        if self.log_path is None:
-            return contextlib.nullcontext(None)
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        if self.log_path.exists() and self.log_path.stat().st_size > LOG_LIMIT_BYTES:
-            os.replace(self.log_path, self.log_path.with_suffix(".log.1"))
-        log = open(self.log_path, "a", encoding="utf-8", errors="replace")
-        log.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} starting: {self.spec.describe()}\n")
-        log.flush()
-        return log
+    async def _elicit(self, _context: Any, params: Any) -> Any:
+        """The server asks the user something: the one call in flight whose agent can answer does; with none
+        (or several: the question cannot be told apart), the server gets an error that says so."""
+        relays = list(self._relays.values())
+        if len(relays) != 1 or relays[0].elicit is None:
+            why = "no call in flight can" if not relays else f"{len(relays)} calls in flight could, and it is not " \
+                                                              "known which one asks"
+            return types.ErrorData(code=types.INVALID_REQUEST, message=f"the toolscout gateway cannot pass this "
+                                                                       f"elicitation on to its client: {why}")
+        try:
+            answer = await relays[0].elicit(params.model_dump(by_alias=True, mode="json", exclude_none=True))
+            return types.ElicitResult.model_validate(answer)
+        except Exception as exc:  # the agent's client refused or failed: the server hears why
+            return types.ErrorData(code=types.INTERNAL_ERROR, message=f"the gateway's client did not answer the "
+                                                                      f"elicitation: {error_reason(exc)}")
 
-    def _stderr_tail(self) -> str:
-        """The last line the server wrote to stderr (where to read the rest), or ''."""
-        if self.log_path is None or not self.log_path.exists():
-            return ""
-        with open(self.log_path, "rb") as fh:
-            fh.seek(max(0, self.log_path.stat().st_size - 2000))
-            lines = [line.strip() for line in fh.read().decode("utf-8", "replace").splitlines()]
-        lines = [line for line in lines if line]
-        if not lines or lines[-1].startswith("--- "):
-            return ""
-        return f" (its last words on stderr: {lines[-1][:300]!r}; see {self.log_path})"
+    async def _resubscribe(self, client: Any) -> None:
+        """After a reconnection, subscribe again to what the agents subscribed to (2025 servers; a 2026
+        server's listen stream carries them)."""
+        if client.protocol_version in MODERN_PROTOCOL_VERSIONS or not self.subscribed:
+            return
+        for uri in sorted(self.subscribed):
+            try:
+                await client.session.send_request(types.SubscribeRequest(params=types.SubscribeRequestParams(uri=uri)),
+                                                  _RESULT, request_read_timeout_seconds=self.timeout)
+            except MCPError as exc:
+                logger.info("upstream %s: resubscribing to %s failed: %s", self.name, uri, exc)
 
 
 class _Signals:
@@ -260,6 +477,9 @@ class _Signals:
     def __init__(self) -> None:
         self.up = anyio.Event()
         self.relist = anyio.Event()
+        self.extras = anyio.Event()
+        self.check = anyio.Event()
+        self.resubscribe = anyio.Event()
 
     def connected(self) -> None:
         self.up.set()
@@ -268,101 +488,9 @@ class _Signals:
         self.up = anyio.Event()
 
 
-class _Connection:
-    """The transport of one connection, watched and screened:
-
-    - `closed` is set as soon as the server's side ends (a stdio server that exits closes its stdout);
-    - each tool of a tools/list reply is checked as the SDK checks the whole reply, for the negotiated
-      `protocol`; a tool it would refuse is taken out (its reason kept in `skipped`), so one broken tool
-      does not cost the server its whole listing."""
-
-    def __init__(self, transport: Any):
-        self.transport = transport
-        self.closed = anyio.Event()
-        self.protocol: str | None = None
-        self.skipped: list[tuple[str, str]] = []
-        self._listing_ids: set[Any] = set()
-
-    @asynccontextmanager
-    async def streams(self) -> AsyncIterator[Any]:
-        async with self.transport as (read, write):
-            send, receive = anyio.create_memory_object_stream(0)
-
-            async def relay() -> None:
-                try:
-                    async with send:
-                        async for item in read:
-                            await send.send(self._screen(item))
-                except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-                    pass
-                finally:
-                    self.closed.set()
-
-            async with anyio.create_task_group() as tasks:
-                tasks.start_soon(relay)
-                try:
-                    yield receive, _ListingWatch(write, self._listing_ids)
-                finally:
-                    tasks.cancel_scope.cancel()
-
-    def _screen(self, item: Any) -> Any:
-        message = getattr(item, "message", None)
-        if not isinstance(message, JSONRPCResponse) or message.id not in self._listing_ids:
-            return item
-        self._listing_ids.discard(message.id)
-        tools = message.result.get("tools")
-        if not isinstance(tools, list):
-            return item
-        kept = []
-        for i, tool in enumerate(tools):
-            try:
-                validate_server_result("tools/list", self.protocol or "2025-11-25", {**message.result, "tools": [tool]})
-                kept.append(tool)
-            except ValidationError as exc:
-                name = tool.get("name") if isinstance(tool, dict) else None
-                self.skipped.append((f"tools[{i}]" + (f" ({name})" if name else ""), _first_error(exc)))
-            except (KeyError, ValueError):  # a method or version the SDK does not check: nothing to screen
-                kept.append(tool)
-        if len(kept) == len(tools):
-            return item
-        return SessionMessage(message.model_copy(update={"result": {**message.result, "tools": kept}}), item.metadata)
-
-
-class _ListingWatch:
-    """The write side of a connection, noting the ids of tools/list requests (their replies are screened)."""
-
-    def __init__(self, stream: Any, ids: set[Any]):
-        self.stream, self.ids = stream, ids
-
-    async def send(self, item: Any) -> None:
-        message = getattr(item, "message", None)
-        if isinstance(message, JSONRPCRequest) and message.method == "tools/list":
-            self.ids.add(message.id)
-        await self.stream.send(item)
-
-    async def aclose(self) -> None:
-        await self.stream.aclose()
-
-    async def __aenter__(self) -> "_ListingWatch":
-        return self
-
-    async def __aexit__(self, *exc: Any) -> None:
-        await self.aclose()
-
-
-def _first_error(exc: ValidationError) -> str:
-    first = exc.errors()[0]
-    where = ".".join(str(p) for p in first.get("loc", ()))
-    return f"{where}: {first.get('msg')}" if where else str(first.get("msg"))
-
-
-def _command(command: str) -> str:
-    """A bare command found on PATH, else beside the gateway's own interpreter (a server installed into the
-    gateway's virtual environment, which need not be activated), else as given (its start then fails)."""
-    if os.sep in command or shutil.which(command):
-        return command
-    beside = Path(sys.executable).parent / command
-    return str(beside) if beside.exists() else command
+async def _set_then_cancel(event: Any, scope: Any) -> None:
+    await event.wait()
+    scope.cancel()
 
 
 def _header_metadata(headers: Mapping[str, str]) -> Any:

@@ -33,7 +33,20 @@ from ..ingest.live_mcp import error_reason
 from ..ingest.yaml_loader import load as load_yaml
 from ..tool import Tool
 from .config import UpstreamSpec
-from .upstream import Backoff, Listing, ListingSink, ToolResult, UpstreamStatus, UpstreamUnavailable, error_result
+from .upstream import (
+    NO_RELAY,
+    Backoff,
+    Extras,
+    Listing,
+    ListingSink,
+    Notice,
+    Relay,
+    ToolResult,
+    UpstreamRefused,
+    UpstreamStatus,
+    UpstreamUnavailable,
+    error_result,
+)
 
 logger = logging.getLogger(__name__)
 _TEXT_LIMIT = 100_000  # characters of a response body shown as text
@@ -48,11 +61,18 @@ class OpenApiUpstream:
         self.status = UpstreamStatus(spec.name, "openapi", spec.describe())
         self.relist_every = relist_every
         self.base_url: str | None = spec.base_url
+        self.extras = Extras()  # an HTTP API has no prompts or resources
         self._http: httpx.AsyncClient | None = None
         self._relist: anyio.Event | None = None
+        self._read: anyio.Event | None = None  # set once the document has been read (or failed to be)
 
-    async def run(self, sink: ListingSink) -> None:
-        self._relist = anyio.Event()
+    async def run(self, sink: ListingSink, notice: Notice | None = None) -> None:
+        self._relist, self._read = anyio.Event(), anyio.Event()
+        if self.spec.problem:
+            self.status.change("down", f"not started: {self.spec.problem}")
+            logger.warning("upstream %s is down: %s", self.name, self.status.last_error)
+            self._read.set()
+            await anyio.sleep_forever()
         backoff = Backoff()
         async with httpx.AsyncClient(headers=dict(self.spec.headers), timeout=self.timeout) as http:
             self._http = http
@@ -69,6 +89,7 @@ class OpenApiUpstream:
                     self.status.change(state, f"reading the OpenAPI document failed: {error_reason(exc)}; "
                                               f"retrying in {delay:.1f} s")
                     logger.warning("upstream %s: %s", self.name, self.status.last_error)
+                self._read.set()
                 with anyio.move_on_after(delay):
                     await self._relist.wait()
                 self._relist = anyio.Event()
@@ -76,6 +97,15 @@ class OpenApiUpstream:
     async def relist(self) -> None:
         if self._relist is not None:
             self._relist.set()
+
+    async def wait_up(self, within: float) -> bool:
+        if self.status.state == "starting" and self._read is not None:
+            with anyio.move_on_after(within):
+                await self._read.wait()
+        return self.status.state == "up"
+
+    async def request(self, method: str, params: Mapping[str, Any], relay: Relay = NO_RELAY) -> dict[str, Any]:
+        raise UpstreamRefused(f"upstream {self.name!r} is an HTTP API: it has no {method.split('/')[0]}", -32601)
 
     async def _list(self, sink: ListingSink) -> None:
         document, where = await self._document()
@@ -103,7 +133,9 @@ class OpenApiUpstream:
         return document, location
 
     # calls -------------------------------------------------------------------------------------
-    async def call(self, tool: Tool, arguments: Mapping[str, Any], headers: Mapping[str, str]) -> ToolResult:
+    async def call(self, tool: Tool, arguments: Mapping[str, Any], headers: Mapping[str, str],
+                   relay: Relay = NO_RELAY) -> ToolResult:
+        await self.wait_up(self.timeout)
         if self._http is None or self.base_url is None:
             raise UpstreamUnavailable(f"upstream {self.name!r} is unavailable: "
                                       f"{self.status.last_error or 'its OpenAPI document has not been read yet'}")

@@ -5,6 +5,12 @@ gateway (`Listing`), keeps its listing current, and reconnects with backoff when
 one tool call and returns the upstream's result as MCP's wire form of a tool result (`ToolResult`); when
 the upstream cannot be reached it raises `UpstreamUnavailable`, whose message names the upstream and says
 why, within the call's timeout. Its `status` is what `/health` shows.
+
+What the protocol carries besides a call's arguments and result passes through too: the agent's side of a
+call (`Relay`) takes the upstream's progress notifications and its questions for the user (elicitation);
+cancelling the task that awaits `call` cancels the call upstream. An MCP upstream's prompts, resources and
+resource templates (`Extras`) are listed with its tools, and `request` forwards the requests that read
+them; what changes among them is reported through the `Notice` callback `run` is given.
 """
 
 from __future__ import annotations
@@ -35,6 +41,14 @@ class UpstreamUnavailable(ToolScoutError):
         self.timed_out = timed_out
 
 
+class UpstreamRefused(ToolScoutError):
+    """The upstream answered a request with a JSON-RPC error (`code`); the message names the upstream."""
+
+    def __init__(self, message: str, code: int):
+        super().__init__(message)
+        self.code = code
+
+
 @dataclass(frozen=True)
 class Listing:
     """One listing of an upstream's tools: the tools read from it, and the ones skipped with the reason."""
@@ -46,6 +60,35 @@ class Listing:
 
 # What the gateway does with a listing (index the tools); awaited before the upstream counts as up.
 ListingSink = Callable[[Listing], Awaitable[None]]
+# What an upstream reports besides its tools: (upstream, what, uri) with what "prompts" or "resources" (its
+# list changed) or "updated" (the subscribed resource `uri` changed).
+Notice = Callable[[str, str, "str | None"], Awaitable[None]]
+Progress = Callable[[float, "float | None", "str | None"], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Relay:
+    """The agent's side of one forwarded request: where the upstream's progress goes (None: the agent asked
+    for none), and who answers the upstream's `elicitation/create` (its params; the agent's result) (None:
+    the agent's client cannot be asked)."""
+
+    progress: Progress | None = None
+    elicit: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]] | None = None
+
+
+NO_RELAY = Relay()
+
+
+@dataclass(frozen=True)
+class Extras:
+    """An MCP upstream's prompts, resources and resource templates as it last listed them (wire dicts), and
+    whether it takes resource subscriptions."""
+
+    prompts: tuple[dict[str, Any], ...] = ()
+    resources: tuple[dict[str, Any], ...] = ()
+    templates: tuple[dict[str, Any], ...] = ()
+    subscribe: bool = False
+    completions: bool = False
 
 
 @dataclass
@@ -61,6 +104,7 @@ class UpstreamStatus:
     last_error: str | None = None
     connects: int = 0
     since: float = field(default_factory=time.time)
+    restarts_for_hangs: int = 0  # restarts because it stopped answering (missed pings, timed-out calls)
 
     def change(self, state: str, error: str | None = None) -> None:
         if state != self.state:
@@ -71,7 +115,8 @@ class UpstreamStatus:
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "kind": self.kind, "target": self.target, "state": self.state,
                 "tools": self.tools, "skipped": self.skipped[:20], "last_error": self.last_error,
-                "connects": self.connects, "since": round(self.since, 3)}
+                "connects": self.connects, "since": round(self.since, 3),
+                "restarts_for_hangs": self.restarts_for_hangs}
 
 
 class Upstream(Protocol):
@@ -80,13 +125,25 @@ class Upstream(Protocol):
     forward_headers: tuple[str, ...]  # the agent's request headers this upstream's calls may carry
     status: UpstreamStatus
 
-    async def run(self, sink: ListingSink) -> None:
+    extras: Extras  # its prompts and resources (none for an OpenAPI service)
+
+    async def run(self, sink: ListingSink, notice: Notice | None = None) -> None:
         """Connect, list, keep the listing current and reconnect with backoff, until cancelled."""
         ...
 
-    async def call(self, tool: Tool, arguments: Mapping[str, Any], headers: Mapping[str, str]) -> ToolResult:
+    async def call(self, tool: Tool, arguments: Mapping[str, Any], headers: Mapping[str, str],
+                   relay: Relay = NO_RELAY) -> ToolResult:
         """Forward one call of `tool` (one of this upstream's) and return its result; raise
         `UpstreamUnavailable` when the upstream cannot answer within `timeout`."""
+        ...
+
+    async def request(self, method: str, params: Mapping[str, Any], relay: Relay = NO_RELAY) -> dict[str, Any]:
+        """Forward one MCP request (prompts/get, resources/read, ...) and return its result; raise
+        `UpstreamUnavailable` as `call` does, and `UpstreamRefused` when the upstream answered with an error."""
+        ...
+
+    async def wait_up(self, within: float) -> bool:
+        """Wait (up to `within` seconds) while the upstream is starting; whether it is up."""
         ...
 
     async def relist(self) -> None:

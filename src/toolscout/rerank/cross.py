@@ -69,7 +69,7 @@ def load_pair_model(path: str | Path, device: str = "cpu"):
     except ImportError:
         from ..errors import MissingDependency
 
-        raise MissingDependency("transformers", "the cross-encoder reranker") from None
+        raise MissingDependency("transformers", "the cross-encoder reranker", extra="train") from None
     try:
         with quiet_transformers():
             tokenizer = AutoTokenizer.from_pretrained(str(path))

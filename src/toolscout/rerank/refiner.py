@@ -40,6 +40,7 @@ import numpy as np
 
 from ..artifacts import ArtifactError, read_config
 from ..encoders import few_torch_threads, quiet_transformers
+from ..errors import require
 from ..models import model_config
 from ..results import Results
 from ..retrievers.base import Encoding
@@ -91,6 +92,7 @@ class ToolRefinerReranker:
 
     def __init__(self, model: str, depth: int | None = None, vectors: str | None = None, batch_size: int = 16,
                  device: str = "cpu"):
+        require("torch", "transformers", feature="the ToolRefiner reranker", extra="train")
         import torch
 
         trained = model_config(model, method="refiner")

@@ -19,7 +19,8 @@
     POST   /mcp                 the MCP endpoint (streamable HTTP, `search_tools`)
 
 Errors are JSON `{"error": {"type", "message", "details"?}}`: 400 malformed JSON, 401 missing or
-invalid token, 403 not allowed, 404 unknown tool or route, 405, 413 body over the limit, 415 not JSON,
+invalid token, 403 not allowed, 404 unknown tool or route, 405, 413 body over the limit (on /mcp: a
+JSON-RPC error, as MCP clients read it), 415 not JSON,
 422 a field is wrong or unknown (every model forbids extra fields), 429 feedback over its source's limits
 (with Retry-After when waiting helps), 503 writes disabled or storage unavailable, 500 a bug inside toolscout (logged with its traceback). Only toolscout's own error types
 are mapped to 4xx (`toolscout.errors`): a stray KeyError or ValueError is a bug, and reads as one.
@@ -66,6 +67,7 @@ from .schemas import (
 from .service import Principal, ToolService
 
 MAX_BODY_BYTES = 1 << 20
+MCP_MAX_BODY_BYTES = 64 << 20  # /mcp: tool calls carry files and images (and the gateway's stdio takes as much)
 GAUGES = ("tools", "version", "journal_records", "journal_bytes", "compactions", "feedback_events",
           "feedback_failures", "feedback_learned", "feedback_sources")
 
@@ -91,7 +93,7 @@ class ApiExtension(Protocol):
         ...
 
     def mcp_app(self, api: "Api", host: str, max_body_bytes: int) -> Any:
-        """The streamable-HTTP Starlette app that serves /mcp."""
+        """The streamable-HTTP Starlette app that serves /mcp (bodies up to `max_body_bytes`)."""
         ...
 
     def running(self) -> contextlib.AbstractAsyncContextManager:
@@ -117,12 +119,13 @@ class Api:
 
 def create_app(service: ToolService, auth: AuthConfig | None = None, *, max_body_bytes: int = MAX_BODY_BYTES,
                mcp: bool = True, host: str = "127.0.0.1", close_service: bool = True,
-               extension: ApiExtension | None = None) -> Any:
-    """The ASGI app. `mcp`: also serve MCP (streamable HTTP) at /mcp. `close_service`: compact and
-    release the catalog at shutdown. `extension`: what a deployment adds (the gateway)."""
+               extension: ApiExtension | None = None, mcp_max_body_bytes: int = MCP_MAX_BODY_BYTES) -> Any:
+    """The ASGI app. `mcp`: also serve MCP (streamable HTTP) at /mcp, taking bodies up to
+    `mcp_max_body_bytes` (the API's own routes: `max_body_bytes`). `close_service`: compact and release the
+    catalog at shutdown. `extension`: what a deployment adds (the gateway)."""
     api = Api(service, Metrics(), auth or AuthConfig(), extension)
-    mcp_app = (extension.mcp_app(api, host, max_body_bytes) if extension is not None
-               else _mcp_app(api, host, max_body_bytes)) if mcp else None
+    mcp_app = (extension.mcp_app(api, host, mcp_max_body_bytes) if extension is not None
+               else _mcp_app(api, host, mcp_max_body_bytes)) if mcp else None
     lifespan = _lifespan(service, mcp_app, close_service, extension)
     app = FastAPI(title="toolscout", version=__version__, lifespan=lifespan,
                   description="Tool retrieval for LLM agents: search a tool catalog with a task in plain language, "
@@ -141,7 +144,7 @@ def create_app(service: ToolService, auth: AuthConfig | None = None, *, max_body
 
         app.router.routes.append(Route("/mcp", endpoint=BearerGate(mcp_app.router.routes[0].endpoint, api.auth),
                                        methods=["GET", "POST", "DELETE"], include_in_schema=False))
-    return Observe(InternalErrors(BodyLimit(app, max_body_bytes)), api.metrics)
+    return Observe(InternalErrors(BodyLimit(app, max_body_bytes, mcp_max_body_bytes)), api.metrics)
 
 
 def _mcp_app(api: Api, host: str, max_body_bytes: int):

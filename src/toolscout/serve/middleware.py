@@ -61,23 +61,27 @@ class _TooLarge(StarletteHTTPException):
 
 class BodyLimit:
     """Refuses bodies over `max_bytes` with 413 (by Content-Length up front, else while reading) and
-    bodies that are not JSON with 415 (on the API's own routes; /mcp checks its own)."""
+    bodies that are not JSON with 415 (on the API's own routes; /mcp checks its own). The MCP endpoint has
+    its own limit, `mcp_max_bytes` (tool calls carry files and images), and answers it as MCP clients
+    understand: a JSON-RPC error whose message says the limit."""
 
-    def __init__(self, app: Any, max_bytes: int):
+    def __init__(self, app: Any, max_bytes: int, mcp_max_bytes: int | None = None):
         self.app = app
         self.max_bytes = max_bytes
+        self.mcp_max_bytes = mcp_max_bytes or max_bytes
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS", "DELETE"):
             return await self.app(scope, receive, send)
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", ())}
         length = headers.get("content-length")
+        if scope["path"].startswith("/mcp"):
+            return await self._mcp(scope, receive, send, length)
         if length is not None and length.isdigit() and int(length) > self.max_bytes:
             return await error_response(413, f"request body is larger than the limit of {self.max_bytes} bytes")(
                 scope, receive, send)
         media = headers.get("content-type", "").split(";")[0].strip().lower()
-        if not scope["path"].startswith("/mcp") and (length is None or length != "0") and media \
-                and media != "application/json" and not media.endswith("+json"):
+        if (length is None or length != "0") and media and media != "application/json" and not media.endswith("+json"):
             return await error_response(415, f"expected Content-Type application/json, got {media!r}")(
                 scope, receive, send)
         received = 0
@@ -93,6 +97,36 @@ class BodyLimit:
             return message
 
         await self.app(scope, limited, send)
+
+    async def _mcp(self, scope: dict, receive: Any, send: Any, length: str | None) -> None:
+        """/mcp: the body read whole (the SDK reads it whole too), refused as a JSON-RPC error when too large."""
+        limit = self.mcp_max_bytes
+        if length is not None and length.isdigit() and int(length) > limit:
+            return await jsonrpc_too_large(int(length), limit)(scope, receive, send)
+        body, messages = 0, []
+        while True:
+            message = await receive()
+            messages.append(message)
+            if message["type"] != "http.request":
+                break
+            body += len(message.get("body", b""))
+            if body > limit:
+                return await jsonrpc_too_large(body, limit)(scope, receive, send)
+            if not message.get("more_body", False):
+                break
+
+        async def replay() -> dict:
+            return messages.pop(0) if messages else await receive()
+
+        await self.app(scope, replay, send)
+
+
+def jsonrpc_too_large(size: int, limit: int) -> JSONResponse:
+    """413 with a JSON-RPC error (id null: the request was not read), which MCP clients show as its message."""
+    message = (f"the request ({size} bytes{' so far' if size <= limit else ''}) is larger than this MCP endpoint "
+               f"takes: {limit} bytes (the server's --mcp-max-body)")
+    return JSONResponse({"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": message}},
+                        status_code=413)
 
 
 class Observe:

@@ -4,6 +4,7 @@
 the optimisation with checkpoints, resume and early stopping, and one `fit_*` per method builds a model.
 """
 
+from ..errors import require
 from ..registry import lookup
 from .data import TrainingData, load_training_data
 from .loop import RunSummary, TrainConfig, Trainer, validation_ndcg
@@ -19,8 +20,21 @@ TRAINERS: dict[str, str] = {
 }
 
 
+# methods that run no torch: tool2vec averages the vectors of queries (its `finetune=True` runs fit_embed)
+TORCH_FREE = frozenset({"tool2vec"})
+
+
 def trainer_for(method: str):
-    return lookup("training method", method, TRAINERS)
+    """The fit function of `method`; fails, naming the install command, when it needs torch and torch (or
+    transformers, sentence-transformers) is not installed."""
+    fit = lookup("training method", method, TRAINERS)
+    if method not in TORCH_FREE:
+        require_trainers(f"toolscout train {method}")
+    return fit
+
+
+def require_trainers(feature: str) -> None:
+    require("torch", "transformers", "sentence_transformers", feature=feature, extra="train")
 
 
 __all__ = ["TRAINERS", "trainer_for", "TrainingData", "load_training_data", "TrainConfig", "Trainer", "RunSummary",

@@ -1,13 +1,15 @@
 """Packaging a trained encoder as package data (`toolscout.encoders.packaged` assembles it at run time).
 
 `package` writes a packaged model from a `toolscout train embed` directory, `package_student` one from a
-query student (`train/query_student.py`); scripts/build_default_model.sh and build_query_student.sh run
-them. Build-time work: nothing at run time imports this module.
+query student (`train/query_student.py`), `package_onnx` the ONNX export a packaged model ships so that it
+runs without torch (`encoders.shipped`); scripts/build_default_model.sh, build_query_student.sh and
+build_onnx_export.sh run them. Build-time work: nothing at run time imports this module.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any, Mapping
@@ -29,6 +31,8 @@ from ..encoders.packaged import (
     packaged_models,
 )
 from ..models import model_config
+
+ONNX_REBUILD = "bash scripts/build_onnx_export.sh"
 
 
 def package(trained_dir: str | Path, out: str | Path, *, name: str, base: str = "minilm", blend: float = 1.0,
@@ -108,3 +112,75 @@ def _write_reference(out: Path, probes: tuple[str, ...]) -> None:
         encoder = Encoder.load(str(assemble(out, Path(scratch))), backend="torch")
         vectors = encoder.encode(list(probes))
     np.savez(out / REFERENCE, texts=np.asarray(probes, dtype=str), vectors=vectors)
+
+
+def package_onnx(name: str, variant: str = "onnx-int8", *, out: str | Path | None = None,
+                 scratch: str | Path | None = None) -> dict[str, Any]:
+    """Write the ONNX export `variant` of the packaged model `name` into its package folder (`NAME/VARIANT/`,
+    `encoders.shipped`; or into `out`): exported and checked against the torch model exactly as `Encoder`
+    does on first use, its fused layer norms split as onnxruntime runs them, and `export.json`. An int8
+    export must give the probe vectors the model's recorded quality check measured (else the check, not
+    this export, is what serves: re-run benchmarks/quantization.py and record it first). Returns
+    export.json's content."""
+    from ..encoders.quality import recorded, same_encoding
+
+    source = packaged_models()[name]
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(scratch or tmp)
+        assembled = assemble(source, work / "models")
+        exported = _checked_export(assembled, variant, work / "export")
+        encoder = _runtime_folder(exported, variant)
+        vectors = encoder.encode(list(PROBE_TEXTS))
+        check = recorded(assembled, variant)
+        same, worst = same_encoding(check, vectors) if check else (True, float("nan"))
+        if not same:
+            raise PackagedModelError(f"the {variant} export built here encodes the probe texts differently from the "
+                                     f"quality check recorded with {name} (worst cosine {worst:.4f}); re-run "
+                                     f"{check.get('command')} and scripts/record_quality_check.py here first")
+        info = _export_info(source, assembled, exported, variant, worst)
+        (exported / "export.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+        target = Path(out) if out is not None else source / variant
+        if target.exists():
+            shutil.rmtree(target)
+        shutil.copytree(exported, target)
+        target.chmod(0o755)  # the scratch folder it was written in is private; package data is not
+    return info
+
+
+def _checked_export(assembled: Path, variant: str, folder: Path) -> Path:
+    """`variant` of the sentence-transformers folder `assembled`, exported into `folder` and checked against
+    the torch model (`encoders.cache.export_into_cache`: a fused graph that fails falls back to the plain one)."""
+    from ..encoders.cache import export_into_cache
+
+    torch_encoder = Encoder.load(str(assembled), backend="torch", device="cpu")
+    model = torch_encoder.model
+    export_into_cache(model, folder, variant, model.max_seq_length, None, assembled.name)
+    return folder
+
+
+def _runtime_folder(folder: Path, variant: str):
+    """Rewrite `folder`'s model.onnx as the graph onnxruntime runs (`runtime_graph`) and mark it so; returns
+    the `OnnxEncoder` of the rewritten folder."""
+    from ..encoders.onnx_runtime import SPLIT_LAYER_NORM, OnnxEncoder, runtime_graph
+
+    graph = runtime_graph(folder / "model.onnx")
+    if isinstance(graph, bytes):
+        (folder / "model.onnx").write_bytes(graph)
+    meta = json.loads((folder / "meta.json").read_text())
+    meta[SPLIT_LAYER_NORM] = True
+    (folder / "meta.json").write_text(json.dumps(meta, indent=2))
+    return OnnxEncoder(folder)
+
+
+def _export_info(source: Path, assembled: Path, folder: Path, variant: str, probe_cosine: float) -> dict[str, Any]:
+    from importlib.metadata import version
+
+    from ..encoders.onnx_export import ONNX_EXPORT_FORMAT
+    from ..encoders.packaged import manifest
+
+    libraries = ("torch", "transformers", "sentence-transformers", "onnx", "onnxruntime")
+    return {"model": source.name, "variant": variant, "format": ONNX_EXPORT_FORMAT,
+            "layers_sha256": file_sha256(source / LAYERS), "base_sha256": manifest(source)["base_sha256"],
+            "assembled_sha256": file_sha256(assembled / WEIGHTS), "model_sha256": file_sha256(folder / "model.onnx"),
+            "probe_cosine_to_quality_check": None if probe_cosine != probe_cosine else round(probe_cosine, 6),
+            "built_with": {lib: version(lib) for lib in libraries}, "rebuild": ONNX_REBUILD}
