@@ -7,12 +7,14 @@ The CLI, the evaluation harness and the servers are thin layers over this class.
 from __future__ import annotations
 
 import json
+import logging
 import threading
+import time
 import warnings
 from collections import Counter
-import time
 from contextlib import contextmanager
 from pathlib import Path
+from dataclasses import replace
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from .artifacts import read_config, write_artifact
@@ -23,18 +25,24 @@ from .errors import FastQueriesUnavailable, NotFound, ToolScoutError
 from .feedback import FeedbackEvent, LearnResult, Usage, UsageLedger
 from .hits import Hit, HitPolicy, NameIndex, assemble_hits, checked_k, checked_queries
 from .intents import IntentMerge
+from .learning import LearnedChannel, LearningSettings, Lesson, Scored
+from .learning.channel import DEPTH as LEARNED_DEPTH
+from .learning.scorecard import DEPTH as SCORED_DEPTH
+from .learning.space import space_for
 from .query import Query, as_queries
 from .rerank.base import Reranker, load_reranker
 from .results import Filter, Results
 from .retrievers.base import Retriever, encoding_parts, load_retriever, make_retriever, task_encoders
-from .tool import TextView, Tool, tools_by_id
+from .tool import TextView, Tool, tool_text, tools_by_id
 from .version import __version__
 
 PIPELINE_KIND = "toolscout.pipeline"
 DEFAULT_INTENT_MERGE = IntentMerge.from_dict(DEFAULT_INTENTS)  # what `from_tools` splits tasks with by default
 FEEDBACK_FILE = "feedback.json"
+LEARNING_FOLDER = "learning"
 FORMAT_VERSION = 1
 _REQUIRED: Any = object()  # `get` without a default: a missing tool is an error
+logger = logging.getLogger(__name__)
 
 
 class ReadWriteLock:
@@ -97,11 +105,12 @@ class ToolScout:
 
     def __init__(self, retriever: Retriever, tools: Sequence[Tool] = (), *, indexed: bool = False,
                  reranker: Reranker | None = None, intents: IntentMerge | None = None,
-                 ledger: UsageLedger | None = None):
+                 ledger: UsageLedger | None = None, learning: LearnedChannel | None = None):
         self.retriever = retriever
         self.reranker = reranker
         self.intents = intents
-        self.ledger = ledger if ledger is not None else UsageLedger()  # what it learned from use
+        self.ledger = ledger if ledger is not None else UsageLedger()  # what it was taught, by whom, when
+        self.learning = learning if learning is not None else LearnedChannel(space_for(retriever))
         self._tools: dict[str, Tool] = {}
         self._lock = ReadWriteLock()
         if tools:
@@ -110,6 +119,7 @@ class ToolScout:
                 self.retriever.index(list(self._tools.values()))
         self._names = NameIndex(self._tools.values())
         self._name_counts = Counter(t.name for t in self._tools.values())
+        self.learning.catalog_changed([tool_text(t) for t in self._tools.values()])
         self.saved_config: dict[str, Any] = {}  # config.json of the directory this was loaded from
         self._saved_tier: str | None = None  # the fast tier `save` records: use_fast_queries's, or as loaded
 
@@ -150,10 +160,13 @@ class ToolScout:
         retriever = load_retriever(folder / "retriever")
         reranker = load_reranker(folder / "reranker") if (folder / "reranker").exists() else None
         ledger = UsageLedger.load(folder / FEEDBACK_FILE) if (folder / FEEDBACK_FILE).exists() else None
-        scout = cls(retriever, tools, indexed=True, reranker=reranker, ledger=ledger,
+        learned = folder / LEARNING_FOLDER
+        learning = LearnedChannel.load(learned, space_for(retriever)) if learned.exists() else None
+        scout = cls(retriever, tools, indexed=True, reranker=reranker, ledger=ledger, learning=learning,
                     intents=IntentMerge.from_dict(config.get("intents")))  # older directories: none
         if len(retriever) != len(tools):  # a hand-edited or mismatched directory
             raise ToolScoutError(f"{path}: retriever holds {len(retriever)} tools but tools.jsonl has {len(tools)}")
+        scout._teach_from_ledger()  # a directory saved before the channel, or learned with another encoder
         scout.saved_config = config
         kind = config.get("fast_queries") if fast_queries is None else fast_query_kind(fast_queries)
         if kind:
@@ -211,6 +224,8 @@ class ToolScout:
                     self.reranker.save(folder / "reranker")
                 if self.ledger.events:
                     self.ledger.save(folder / FEEDBACK_FILE)
+                if self.ledger.events or self.learning.settings != LearningSettings():
+                    self.learning.save(folder / LEARNING_FOLDER)
 
     # catalog -----------------------------------------------------------------------------
     @property
@@ -258,8 +273,9 @@ class ToolScout:
                 raise NotFound(f"cannot remove unknown tool id(s) {unknown[:5]}")
             self.retriever.remove(ids)
             self._drop(ids)
-            for tool_id in ids:
-                self.ledger.drop_tool(tool_id)  # a deleted tool's feedback goes with it
+            for tool_id in ids:  # a deleted tool's feedback goes with it
+                self.ledger.drop_tool(tool_id)
+                self.learning.drop_tool(tool_id)
 
     def apply(self, change: Callable[[], None], tools: Iterable[Tool] = (), removed: Iterable[str] = ()) -> None:
         """Take in a change the retriever learns of from elsewhere (a PostgreSQL replica following its
@@ -279,9 +295,11 @@ class ToolScout:
             if old is not None:
                 self._names.remove(old)
                 self._name_counts[old.name] -= 1
+                self.learning.catalog_changed(removed=[tool_text(old)])
             self._names.add(tool)
             self._name_counts[tool.name] += 1
             self._tools[tool.id] = tool
+            self.learning.catalog_changed(added=[tool_text(tool)])
 
     def _drop(self, ids: Iterable[str]) -> None:
         """Known tool ids out of the catalog and its name indexes (write lock held)."""
@@ -289,30 +307,147 @@ class ToolScout:
             old = self._tools.pop(tool_id)
             self._names.remove(old)
             self._name_counts[old.name] -= 1
+            self.learning.catalog_changed(removed=[tool_text(old)])
 
     # learning from use ---------------------------------------------------------------------
     def learn(self, events: Iterable[FeedbackEvent | Mapping[str, Any]]) -> LearnResult:
-        """Fold tool-use feedback into the index at once, with no retraining (`toolscout.feedback`):
-        each event is a task and the ids of the tools that served it (a FeedbackEvent, or a dict with
-        query, tool_ids, source, outcome). Unknown tool ids are ignored and reported. Searches go on
-        while the requests are embedded; the index changes under the write lock, in one step."""
-        events = [e if isinstance(e, FeedbackEvent) else FeedbackEvent.from_dict(e) for e in events]
-        candidates = [Usage(t, e.source, e.query) for e in events if e.teaches for t in e.tool_ids]
-        prepared = self.retriever.prepare_learning(candidates) if candidates else None
+        """Learn from tool-use feedback at once, with no retraining (`toolscout.learning`): each event is a
+        task and the ids of the tools that served it (a FeedbackEvent, or a dict with query, tool_ids,
+        source, outcome, time). Each event is scored first (where the ranking as served, untaught and at
+        full weight put its tools), then recorded and taught. Unknown tool ids are ignored and reported.
+        Searches go on while events are scored and requests embedded; the index changes in one step."""
+        now = time.time()
+        events = [(e if isinstance(e, FeedbackEvent) else FeedbackEvent.from_dict(e)).at(now) for e in events]
+        teaching = [e for e in events if e.teaches]
+        with self._lock.read():
+            ranks = self.score(list(dict.fromkeys(e.query for e in teaching)))
+            prepared = self.learning.prepare([e.query for e in teaching])
         with self._lock.write():
-            result = self.ledger.add(events, known=self._tools)
-            if result.learned:
-                self.retriever.learn(result.learned, prepared=prepared)
+            before = self.learning.memory.tools
+            result = self.ledger.add(events, known=self._tools,
+                                     untaught={key: r[1] for key, r in ranks.items()})
+            self.learning.score([Scored(e.time, e.source, self._tools[t].namespace or "", t, e.query, t in before,
+                                        *ranks.get((e.query, t), (None, None, None)))
+                                 for e in teaching for t in e.tool_ids if t in self._tools])
+            self.learning.teach(self._lessons(result.learned), prepared)
+            self._log_weights(self.learning.refresh_weights())
         return result
 
     def forget(self, source: str) -> list[str]:
-        """Take back everything feedback from `source` taught: every tool is as if it had never posted.
+        """Take back everything feedback from `source` taught: every tool ranks as if it had never posted.
         Returns the ids of the tools it had taught."""
         with self._lock.write():
-            touched = self.ledger.forget(source)
-            if touched:
-                self.retriever.learn(forgotten=[(tool_id, source) for tool_id in touched])
-        return touched
+            removed = self.ledger.forget(source)
+            self.learning.unteach([(u.query, u.tool_id, u.source) for u in removed])
+            self.learning.scorecard.forget(source)
+            self._log_weights(self.learning.refresh_weights())
+        return sorted({u.tool_id for u in removed})
+
+    def rollback(self, before: float) -> list[Usage]:
+        """Take back everything taught at or after `before` (seconds since the epoch): rankings are those of
+        that time again (the catalog aside). Returns what was taken back."""
+        with self._lock.write():
+            removed = self.ledger.rollback(before)
+            self.learning.unteach([(u.query, u.tool_id, u.source) for u in removed])
+            self.learning.scorecard.rollback(before)
+            self._log_weights(self.learning.refresh_weights())
+        return removed
+
+    def set_learning(self, *, weights: Mapping[str, float | None] | None = None, freeze: bool | None = None,
+                     when: float | None = None) -> LearningSettings:
+        """An operator's settings (`LearningSettings.updated`): `weights` per namespace ("*": all; None: back
+        to automatic), `freeze` (True: learn nothing taught from `when`, default now, on; False: learn what
+        was held back)."""
+        with self._lock.write():
+            old = self.learning.settings
+            self.learning.settings = new = old.updated(weights, freeze, when)
+            if old.frozen_at is not None and new.frozen_at is None:
+                self.learning.teach(self._lessons([u for u in self.ledger.taught() if u.time >= old.frozen_at]))
+            self._log_weights(self.learning.refresh_weights())
+        return new
+
+    def follow_learning(self, *, settings: LearningSettings | None = None, lessons: Sequence[tuple] = (),
+                        key_of: Mapping[str, str] | None = None, records: Sequence[Scored] = ()) -> None:
+        """Take in learning recorded elsewhere (a PostgreSQL replica following its database): with `settings`,
+        start the channel afresh under them; then teach `lessons` ((key, vector, tool, source, untaught rank),
+        vectors already made), remember `key_of` (request -> key) and add the scored `records`."""
+        with self._lock.write():
+            if settings is not None:
+                self.learning = LearnedChannel(self.learning.space, settings)
+                self.learning.catalog_changed([tool_text(t) for t in self._tools.values()])
+            self.learning.restore(lessons, key_of or {}, records)
+            self.learning.refresh_weights()
+
+    def learning_report(self) -> dict[str, Any]:
+        with self._lock.read():
+            return self.learning.report()
+
+    def _lessons(self, usages: Sequence[Usage]) -> list[Lesson]:
+        """What the channel is taught of `usages` (nothing taught while frozen, from the freeze on)."""
+        frozen_at = self.learning.settings.frozen_at
+        return [Lesson(u.query, u.tool_id, u.source, u.untaught_rank) for u in usages
+                if frozen_at is None or u.time < frozen_at]
+
+    def score(self, queries: list[str]) -> dict[tuple[str, str], tuple[int | None, int | None, int | None]]:
+        """(query, tool) -> its ranks as served, untaught and learned at full weight, for every tool in the
+        depth scored: an event's score before it is learned (call under the read lock, or with no writer)."""
+        if not queries:
+            return {}
+        tasks = as_queries(queries)
+        base = self._first_stage(tasks, SCORED_DEPTH, None)
+        served, learned = base, base
+        if self.learning.active:
+            served = self.learning.rank(tasks, base, SCORED_DEPTH, self._allows(None), self._namespace_of)
+            learned = self.learning.rank(tasks, base, SCORED_DEPTH, self._allows(None), self._namespace_of,
+                                         full_weight=True)
+        out: dict[tuple[str, str], tuple[int | None, int | None, int | None]] = {}
+        for query, lists in zip(queries, zip(served, base, learned)):
+            positions = [{t: r for r, t in enumerate(ids, 1)} for ids, _scores in lists]
+            for tool in set().union(*positions):
+                out[(query, tool)] = tuple(p.get(tool) for p in positions)  # type: ignore[assignment]
+        return out
+
+    def relearn(self, keep: Callable[[Usage], bool] = lambda _usage: True) -> None:
+        """Teach the channel afresh what the ledger holds that `keep` accepts (a copy judged on held-back
+        feedback learns from the rest only)."""
+        with self._lock.write():
+            scorecard = self.learning.scorecard
+            self.learning = LearnedChannel(self.learning.space, self.learning.settings)
+            self.learning.scorecard = scorecard
+            self.learning.catalog_changed([tool_text(t) for t in self._tools.values()])
+            self.learning.teach(self._lessons([u for u in self.ledger.taught() if keep(u)]))
+            self.learning.refresh_weights()
+
+    def _teach_from_ledger(self) -> None:
+        """Teach the channel what the ledger holds when the channel knows none of it (a directory saved before
+        learning was a channel of its own, or one whose encoder changed): requests are embedded again, and
+        the untaught rank of entries that lack one is measured now."""
+        taught = self.ledger.taught()
+        if not taught or len(self.learning.memory):
+            return
+        missing = list(dict.fromkeys(u.query for u in taught if u.untaught_rank is None))
+        ranks = self.score(missing)
+        usages = [u if u.untaught_rank is not None else replace(u, untaught_rank=ranks.get((u.query, u.tool_id), (0, None))[1])
+                  for u in taught]
+        self.learning.teach(self._lessons(usages))
+        self.learning.refresh_weights()
+
+    def _log_weights(self, changed: Mapping[str, tuple[float, float]]) -> None:
+        for namespace, (old, new) in sorted(changed.items()):
+            logger.warning("learning in namespace %r: weight %.2f -> %.2f (%s)", namespace or "(none)", old, new,
+                           "learned rankings were worse than untaught on recent events" if new < old
+                           else "learned rankings recovered")
+
+    def _allows(self, filter: Filter | None) -> Callable[[str], bool]:
+        """Whether a tool the channel proposes may be returned: in the catalog and within `filter`."""
+        def allows(tool_id: str) -> bool:
+            tool = self._tools.get(tool_id)
+            return tool is not None and (filter is None or filter.allows(tool_id, tool.namespace))
+        return allows
+
+    def _namespace_of(self, tool_id: str) -> str | None:
+        tool = self._tools.get(tool_id)
+        return None if tool is None else tool.namespace
 
     # search ------------------------------------------------------------------------------
     def retrieve(self, queries: Sequence[str | Query], k: int = 10, filter: Filter | None = None) -> Results:
@@ -323,17 +458,24 @@ class ToolScout:
             return self._ranked(queries, k, filter)
 
     def _ranked(self, queries: list[Query], k: int, filter: Filter | None) -> Results:
-        """First stage (request by request for multi-request tasks), then the reranker over its top
-        `depth` (caller holds the read lock)."""
+        """First stage (request by request for multi-request tasks), what was learned from use, then the
+        reranker over the top `depth` (caller holds the read lock)."""
         depth = k if self.reranker is None else max(k, self.reranker.depth)
-        if self.intents is None:
-            candidates = self.retriever.search(queries, depth, filter)
+        if not self.learning.active:
+            candidates = self._first_stage(queries, depth, filter)
         else:
-            candidates = self.intents.search(queries, depth, lambda qs, n: self.retriever.search(qs, n, filter))
+            base = self._first_stage(queries, max(depth, LEARNED_DEPTH), filter)
+            candidates = self.learning.rank(queries, base, depth, self._allows(filter), self._namespace_of)
         if self.reranker is None:
             return candidates
         texts = [q.text for q in queries]
         return self.reranker.rerank(texts, candidates, self._tools, self.retriever).top(k)
+
+    def _first_stage(self, queries: list[Query], depth: int, filter: Filter | None) -> Results:
+        """The untaught ranking: the retriever, request by request for multi-request tasks."""
+        if self.intents is None:
+            return self.retriever.search(queries, depth, filter)
+        return self.intents.search(queries, depth, lambda qs, n: self.retriever.search(qs, n, filter))
 
     def search(self, query: str | Sequence[str], k: int = 5, *, namespaces: Iterable[str] | None = None,
                filter: Filter | None = None, min_score: float | None = None,

@@ -18,7 +18,6 @@ import numpy as np
 
 from ..artifacts import read_json
 from ..defaults import HYBRID_FUSION, HYBRID_WEIGHTS
-from ..feedback import Usage
 from ..query import Query, as_queries
 from ..results import Filter, Results
 from ..tool import TextView
@@ -77,17 +76,6 @@ class HybridRetriever:
     def remove(self, ids) -> None:
         for comp in self.components:
             comp.remove(ids)
-
-    def prepare_learning(self, usages: Sequence[Usage]) -> list:
-        return [comp.prepare_learning(usages) if comp.accepts.learns else None for comp in self.components]
-
-    def learn(self, added: Sequence[Usage] = (), forgotten: Sequence[tuple[str, str]] = (),
-              prepared: Sequence | None = None) -> None:
-        """Every component that learns live learns from the same feedback (BM25 the requests' words, dense
-        their vectors); one that does not (MLC, which learns by retraining) keeps its ranking."""
-        for i, comp in enumerate(self.components):
-            if comp.accepts.learns:
-                comp.learn(added, forgotten, None if prepared is None else prepared[i])
 
     def search(self, queries: Sequence[Query | str], k: int = 10, filter: Filter | None = None) -> Results:
         queries = as_queries(queries)  # each task read once, then handed to every component

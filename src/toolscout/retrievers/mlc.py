@@ -41,8 +41,6 @@ import numpy as np
 
 from ..artifacts import ArtifactError, read_json, write_json
 from ..encoders import Encoder
-from ..errors import InvalidRequest
-from ..feedback import Usage
 from ..models import model_config
 from ..query import Query, as_queries
 from ..results import Filter, Results, top_k_rows
@@ -94,7 +92,7 @@ class MLCRetriever:
     """
 
     name = "mlc"
-    accepts = Accepts(model=True, trained_by="mlc", view=True, learns=False)
+    accepts = Accepts(model=True, trained_by="mlc", view=True)
 
     def __init__(self, model: str | Path | None = None, fallback: str | None = "dense", view: TextView | None = None,
                  batch_size: int = 64, backend: str = "auto", device: str | None = None,
@@ -158,17 +156,6 @@ class MLCRetriever:
             self.descriptions.pop(tool_id, None)
             self.hashes.pop(tool_id, None)
         self._rebuild()
-
-    def prepare_learning(self, usages: Sequence[Usage]) -> None:
-        return None
-
-    def learn(self, added: Sequence[Usage] = (), forgotten: Sequence[tuple[str, str]] = (),
-              prepared: None = None) -> None:
-        """MLC's scores come from its trained head: it learns from use only by training again
-        (`toolscout learn DIR --train mlc`), not live."""
-        if added or forgotten:
-            raise InvalidRequest("the mlc retriever does not learn from feedback live; serve a hybrid or dense "
-                                 "index, or retrain it on the feedback (toolscout learn DIR --train mlc)")
 
     def _report_unknown(self, n_unknown: int, n_tools: int) -> None:
         if not n_unknown:

@@ -184,7 +184,9 @@ class DirectoryCatalog:
 
     # feedback ------------------------------------------------------------------------------
     def learn(self, events: Sequence[FeedbackEvent]) -> LearnResult:
-        """Journal the events (durable first), then fold them in (`ToolScout.learn`)."""
+        """Journal the events with their times (durable first), then learn from them (`ToolScout.learn`)."""
+        now = time.time()
+        events = [e.at(now) for e in events]
         with self._writer:
             self._check_open()
             result: list[LearnResult] = []
@@ -192,6 +194,25 @@ class DirectoryCatalog:
                         lambda: result.append(self.scout.learn(events)))
         self._maybe_compact()
         return result[0]
+
+    def rollback(self, before: float) -> int:
+        with self._writer:
+            self._check_open()
+            removed: list[int] = []
+            self._apply({"op": "rollback", "before": before},
+                        lambda: removed.append(len(self.scout.rollback(before))))
+        return removed[0]
+
+    def set_learning(self, weights: dict[str, float | None] | None = None, freeze: bool | None = None) -> dict:
+        record = {"op": "learning", "weights": weights or {}, "freeze": freeze, "when": time.time()}
+        with self._writer:
+            self._check_open()
+            settings: list = []
+            self._apply(record, lambda: settings.append(_set_learning(self.scout, record)))
+        return settings[0].to_dict()
+
+    def learning_report(self) -> dict[str, Any]:
+        return self.scout.learning_report()
 
     def forget(self, source: str) -> list[str]:
         with self._writer:
@@ -341,17 +362,32 @@ def _replay(scout: ToolScout, records: list[dict[str, Any]], snapshot_seq: int, 
             pending.update({row["id"]: Tool.from_dict(row) for row in record["tools"]})
         elif op == "delete":
             pending.update(dict.fromkeys(record["ids"]))
-        elif op in ("feedback", "forget"):
+        elif op in ("feedback", "forget", "rollback", "learning"):
             _write_tools(scout, pending)
             pending = {}
-            if op == "feedback":
-                scout.learn([FeedbackEvent.from_dict(e) for e in record["events"]])
-            else:
-                scout.forget(record["source"])
+            _learning_record(scout, record)
         else:
             raise ToolScoutError(f"{where}: unknown journal record type {op!r} (written by a newer toolscout?)")
     _write_tools(scout, pending)
     return seq
+
+
+def _learning_record(scout: ToolScout, record: dict[str, Any]) -> None:
+    """Apply one journalled record about learning: feedback, a source taken back, a rollback, settings."""
+    op = record["op"]
+    if op == "feedback":
+        scout.learn([FeedbackEvent.from_dict(e) for e in record["events"]])
+    elif op == "forget":
+        scout.forget(record["source"])
+    elif op == "rollback":
+        scout.rollback(float(record["before"]))
+    else:
+        _set_learning(scout, record)
+
+
+def _set_learning(scout: ToolScout, record: dict[str, Any]):
+    return scout.set_learning(weights=record.get("weights") or None, freeze=record.get("freeze"),
+                              when=record.get("when"))
 
 
 def _write_tools(scout: ToolScout, final: dict[str, Tool | None]) -> None:

@@ -1,14 +1,17 @@
 """One tenant of a PostgreSQL index as the library's own pipeline, in this process: what every replica ranks
 with, so a replica ranks exactly as `ToolScout` does in process.
 
-A `Replica` is built from the tenant's rows: the tools (in catalog order), BM25 over their text views and the
-requests feedback taught them, the dense part over the vectors the database holds (what feedback taught
-included: the database blends them, with the same formula as the library), fused and split into
-requests as the library's default pipeline is. Nothing is embedded here but the tasks searched.
+A `Replica` is built from the tenant's rows: the tools (in catalog order), BM25 over their text views, the
+dense part over the vectors the database holds, fused and split into requests as the library's default
+pipeline is, and the learned channel (`toolscout.learning`) built from the feedback rows, their requests'
+vectors and the scores the database holds. Nothing is embedded here but the tasks searched (and requests
+recorded before their vectors were kept).
 
 It is kept current through the change log: `catch_up(version)` reads the ids written since the version it
-reflects and takes in those rows (and their feedback) in one step a search sees (`ToolScout.apply`); a
-log that no longer reaches back (or a whole-catalog replace) rebuilds it.
+reflects and takes in those rows in one step a search sees (`ToolScout.apply`); a log that no longer reaches
+back (or a whole-catalog replace) rebuilds it. Learning follows on its own: new feedback rows are taught by
+their sequence numbers; when the tenant's learning epoch moved (something was taken back, or settings
+changed), the channel is built again.
 
 Up to `IN_MEMORY_TOOLS` tools a replica holds the dense vectors in memory and searches them exactly, as the
 library does. Above, they would cost every replica too much memory (1.5 KB a tool in float32, plus the
@@ -19,12 +22,12 @@ pipeline around it, with approximate dense hits.
 from __future__ import annotations
 
 import threading
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
-from ..feedback import Usage
 from ..intents import IntentMerge
+from ..learning import LearningSettings
 from ..pipeline import ToolScout
 from ..retrievers.bm25 import BM25Retriever
 from ..retrievers.dense import DenseRetriever
@@ -50,7 +53,7 @@ class Replica:
         self.in_memory = True  # the dense vectors are in this process (else: the database's HNSW index)
         self._bm25: BM25Retriever | None = None
         self._dense: DenseRetriever | None = None
-        self._taught: dict[str, set[str]] = {}  # tool -> the feedback sources its BM25 field holds
+        self._learned = (-1, 0, 0)  # (learning epoch, last feedback seq, last score seq) the channel reflects
         self._lock = threading.Lock()  # one catch-up at a time; searches go on meanwhile
 
     def catch_up(self, version: int) -> ToolScout:
@@ -66,6 +69,7 @@ class Replica:
                     self._build()
                 elif changed:
                     self._take(changed)
+                self._follow_learning()
                 self.version = max(self.version, current)
             return self.scout
 
@@ -87,17 +91,33 @@ class Replica:
             self._dense.use_fast_queries(self.fast_queries)
         retriever = HybridRetriever([self._bm25, self._dense]) if self._bm25 is not None else self._dense
         self.scout = ToolScout(retriever, tools, indexed=True, intents=IntentMerge.from_dict(self.config.intents))
-        self._taught = {}
-        self._teach(pg_feedback.learned_requests(self.catalog))
+        self._learned = (-1, 0, 0)
+        self._follow_learning()
         self.version = version
 
-    def _teach(self, requests: Sequence[tuple[str, str, str]]) -> None:
-        """BM25 learns the requests feedback taught (the dense vectors hold theirs already)."""
-        if self._bm25 is None or not requests:
+    # learning -------------------------------------------------------------------------------------
+    def _follow_learning(self) -> None:
+        """Teach the channel the feedback rows recorded since it last looked (all of them, afresh, when the
+        tenant's learning epoch moved)."""
+        epoch, settings = pg_feedback.learning_state(self.catalog)
+        fresh = epoch != self._learned[0]
+        since_taught, since_scored = (0, 0) if fresh else self._learned[1:]
+        rows = pg_feedback.taught_since(self.catalog, since_taught)
+        last_scored, records = pg_feedback.scored_since(self.catalog, since_scored)
+        if not (fresh or rows or records):
             return
-        self._bm25.learn([Usage(tool_id, source, query) for tool_id, source, query in requests])
-        for tool_id, source, _query in requests:
-            self._taught.setdefault(tool_id, set()).add(source)
+        frozen_at = settings.get("frozen_at")  # taught from then on: learned when unfrozen (a new epoch)
+        taught = [r for r in rows if frozen_at is None or r.time < frozen_at]
+        channel = self.scout.learning
+        keys = {row.query: row.key or channel.key(row.query) for row in taught}
+        vectors = pg_feedback.request_vectors(self.catalog, sorted(set(keys.values())))
+        missing = sorted(set(keys.values()) - set(vectors) - set(channel.memory.row_of))
+        if missing:  # recorded before request vectors were kept: made here, as the writer would have
+            vectors.update(zip(missing, channel.space.requests(missing)))
+        lessons = [(keys[r.query], vectors.get(keys[r.query]), r.tool, r.source, r.untaught_rank) for r in taught]
+        self.scout.follow_learning(settings=LearningSettings.from_dict(settings) if fresh else None,
+                                   lessons=lessons, key_of=keys, records=records)
+        self._learned = (epoch, rows[-1].seq if rows else since_taught, last_scored)
 
     # following the change log --------------------------------------------------------------------
     def _take(self, ids: list[str]) -> None:
@@ -106,14 +126,11 @@ class Replica:
         tools = [stored_tool(tid, ns, doc) for tid, ns, _hash, doc, _vector in rows]
         present = {t.id for t in tools}
         removed = [i for i in ids if i not in present and self.scout.get(i, None) is not None]
-        requests = pg_feedback.learned_requests(self.catalog, ids)
 
         def change() -> None:
             if self._bm25 is not None:
-                self._bm25.learn(forgotten=[(t, s) for t in ids for s in self._taught.pop(t, ())])
                 self._bm25.remove(removed)
                 self._bm25.add(tools)
-                self._teach(requests)
             if self.in_memory:
                 self._dense.remove(removed)
                 self._put_vectors(tools, rows)
@@ -121,7 +138,7 @@ class Replica:
         self.scout.apply(change, tools, removed)
 
     def _put_vectors(self, tools: list[Tool], rows: list[tuple]) -> None:
-        """The in-memory dense part takes the rows' vectors as they are (the database's, feedback blended)."""
+        """The in-memory dense part takes the rows' vectors as the database holds them."""
         if tools:
             self._dense.put(tools, np.stack([r[4] for r in rows]), [r[2] for r in rows])
 

@@ -13,8 +13,9 @@
 
 Writes re-embed a tool only when its text view changed (content hash), outside the transaction; the
 transaction then locks the rows, re-checks them (another replica may have written meanwhile) and
-writes. Feedback is recorded and blended into the vectors in the database (`store/pg_feedback.py`, the
-library's formula). Reranking is not supported on this store yet.
+writes. Feedback is scored by this process's replica before it is recorded (as the library scores it), and
+recorded with its requests' vectors (`store/pg_feedback.py`); every replica's learned channel is built from
+those rows, so replicas rank as one pipeline would. Reranking is not supported on this store yet.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any, Sequence
 
 from ..encoders.fast import fast_queries_for, fast_query_kind
 from ..errors import Conflict, InvalidRequest, NotFound
-from ..feedback import FeedbackEvent, LearnResult, Usage
+from ..feedback import FeedbackEvent, LearnResult, Scored
 from ..hits import Hit, HitPolicy
 from ..pipeline import ToolScout
 from ..postgres import encode_rows
@@ -179,10 +180,21 @@ class PostgresTenant:
 
     # feedback ------------------------------------------------------------------------------
     def learn(self, events: Sequence[FeedbackEvent]) -> LearnResult:
-        """Embed the requests (outside any transaction), then record and fold them in one transaction."""
-        usages = list(dict.fromkeys(Usage(t, e.source, e.query) for e in events if e.teaches for t in e.tool_ids))
-        vectors = self.catalog.encoder.encode_queries([u.query for u in usages]) if usages else []
-        result, version = self.pg_catalog.learn(events, dict(zip(usages, vectors)))
+        """Score the events with this replica's pipeline and embed their requests (outside any transaction),
+        then record them in one transaction; every replica learns them from the rows."""
+        now = time.time()
+        events = [e.at(now) for e in events]
+        pipeline = self.pipeline()
+        teaching = [e for e in events if e.teaches]
+        queries = list(dict.fromkeys(e.query for e in teaching))
+        ranks = pipeline.score(queries)
+        channel, before = pipeline.learning, pipeline.learning.memory.tools
+        records = [Scored(e.time, e.source, tool.namespace or "", tool.id, e.query, tool.id in before,
+                          *ranks.get((e.query, tool.id), (None, None, None)))
+                   for e in teaching for tool in (pipeline.get(t, None) for t in e.tool_ids) if tool is not None]
+        keys = {q: channel.key(q) for q in queries}
+        result, version = self.pg_catalog.learn(events, keys, {k: r[1] for k, r in ranks.items()},
+                                                channel.prepare(queries), records)
         self.seen = max(self.seen, version)
         return result
 
@@ -190,6 +202,20 @@ class PostgresTenant:
         touched, version = self.pg_catalog.forget(source)
         self.seen = max(self.seen, version)
         return touched
+
+    def rollback(self, before: float) -> int:
+        removed, version = self.pg_catalog.rollback(before)
+        self.seen = max(self.seen, version)
+        return removed
+
+    def set_learning(self, weights: dict[str, float | None], freeze: bool | None) -> dict[str, Any]:
+        settings = self.pipeline().learning.settings.updated(weights, freeze)
+        stored, version = self.pg_catalog.set_learning(settings.to_dict())
+        self.seen = max(self.seen, version)
+        return stored
+
+    def learning_report(self) -> dict[str, Any]:
+        return self.pipeline().learning_report()
 
     def namespaces_of(self, ids: Sequence[str]) -> dict[str, str | None]:
         return {tid: doc.get("namespace") for tid, doc in self.pg_catalog.docs(list(ids)).items() if doc is not None}

@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from ..feedback import FeedbackEvent, LearnResult, Usage
+from ..feedback import FeedbackEvent, LearnResult, Scored
 from ..results import Filter, Results
 from ..tool import Tool
 from . import pg_feedback
@@ -283,20 +283,19 @@ class PgCatalog(PgTenant):
                                     None if r.vector is None else checked_vector(r.vector, self.dim)])
 
     def _fill_partition(self, conn, staging: str, live: bool) -> None:
-        """The incoming rows into `staging`, in their order; a row without a vector keeps the live row's own
-        vector (not the one feedback moved: that is blended again after the swap). NeedVectors when a row
-        without a vector has no live row of the same content hash."""
+        """The incoming rows into `staging`, in their order; a row without a vector keeps the live row's
+        vector. NeedVectors when a row without a vector has no live row of the same content hash."""
         from psycopg import sql
 
         canonical = schema.partition_name(self.table, self.tenant)
         old = self._sql("LEFT JOIN {p} o ON o.id = i.id", p=canonical) if live else self._sql(
             "LEFT JOIN (SELECT NULL::text AS id, NULL::text AS text, NULL::text AS content_hash, "
-            f"NULL::vector({self.dim}) AS embedding, NULL::vector({self.dim}) AS base_embedding) o ON false")
+            f"NULL::vector({self.dim}) AS embedding) o ON false")
         conn.execute(sql.SQL(
             "INSERT INTO {s} (tenant, id, namespace, text, content_hash, doc, embedding) "
             "SELECT %s, i.id, i.namespace, CASE WHEN i.embedding IS NULL THEN o.text ELSE i.text END, "
             "CASE WHEN i.embedding IS NULL THEN o.content_hash ELSE i.content_hash END, i.doc, "
-            "coalesce(i.embedding, o.base_embedding, o.embedding) FROM toolscout_incoming i {old} "
+            "coalesce(i.embedding, o.embedding) FROM toolscout_incoming i {old} "
             "WHERE i.embedding IS NOT NULL OR o.content_hash = i.content_hash ORDER BY i.pos").format(
                 s=sql.Identifier(staging), old=old), [self.tenant])
         missing = conn.execute(sql.SQL(
@@ -317,7 +316,7 @@ class PgCatalog(PgTenant):
             conn.execute(self._sql("ALTER TABLE {s} RENAME TO {p}", s=staging, p=canonical))
             if config is not None:
                 self.database.set_config(config, conn)
-            pg_feedback.after_replace(self, conn)  # the new rows hold own vectors: blend the taught again
+            pg_feedback.after_replace(self, conn)  # the feedback of tools that are gone goes with them
             self._log(conn, version, None)
         self.database.remember_partition(self.tenant)
         return WriteOutcome(version, written=ids)
@@ -331,18 +330,29 @@ class PgCatalog(PgTenant):
             conn.execute(self._sql("DROP TABLE IF EXISTS {s}", s=name))
 
     # feedback -------------------------------------------------------------------------------------
-    def learn(self, events: Sequence[FeedbackEvent], vectors: Mapping[Usage, np.ndarray]) -> tuple[LearnResult, int]:
-        """Record tool-use feedback and fold it into the vectors and words of the tools it teaches, in one
-        write transaction (`store/pg_feedback.py`); (what it did, the version after it)."""
+    def learn(self, events: Sequence[FeedbackEvent], keys: Mapping[str, str],
+              untaught: Mapping[tuple[str, str], int | None], vectors: Mapping[str, np.ndarray],
+              scored: Sequence[Scored]) -> tuple[LearnResult, int]:
+        """Record tool-use feedback, its requests' vectors and its scores in one write transaction
+        (`store/pg_feedback.py`); (what it did, the version after it)."""
         for i, event in enumerate(events):
             refuse_nul({"query": event.query, "source": event.source, "tool_ids": event.tool_ids},
                        f"feedback event {i}")
-        return self._feedback_write(lambda conn: pg_feedback.learn(self, conn, events, vectors),
+        return self._feedback_write(lambda conn: pg_feedback.learn(self, conn, events, keys, untaught, vectors, scored),
                                     lambda result: sorted({u.tool_id for u in result.learned}))
 
     def forget(self, source: str) -> tuple[list[str], int]:
         """Take back everything feedback from `source` taught, in one write transaction."""
         return self._feedback_write(lambda conn: pg_feedback.forget(self, conn, source), list)
+
+    def rollback(self, before: float) -> tuple[int, int]:
+        """Take back everything taught at or after `before`, in one write transaction."""
+        return self._feedback_write(lambda conn: pg_feedback.rollback(self, conn, before), lambda _n: [])
+
+    def set_learning(self, settings: dict) -> tuple[dict, int]:
+        """Record the tenant's learning settings, in one write transaction."""
+        return self._feedback_write(lambda conn: pg_feedback.bump_epoch(self, conn, settings) or settings,
+                                    lambda _s: [])
 
     def _feedback_write(self, change, changed_ids):
         with self.database.connection() as conn, conn.transaction():

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..feedback import PER_SOURCE_CAP, USAGE_PRIOR
+from ..feedback import PER_SOURCE_CAP
 from ..tool import TextView
 from .pgvector import PgStoreError, PgTenant
 
@@ -19,21 +19,20 @@ class IndexConfig:
     (resolved by `encoder_for`); `view`: the text view (TextView.to_dict); `search`: dense or hybrid;
     `summary_weight`: how much of the name + description summary is in each vector (DenseRetriever;
     0 for tables written before it existed); `intents`: how servers split and merge multi-request tasks
-    (`IntentMerge` settings; None: they do not; tables written before it existed: None); `usage_prior`
-    and `feedback_cap`: how tool-use feedback moves vectors (`toolscout.feedback`)."""
+    (`IntentMerge` settings; None: they do not; tables written before it existed: None); `feedback_cap`:
+    requests one feedback source may teach one tool (`toolscout.feedback`)."""
 
     model: str
     view: dict
     search: str = "dense"
     summary_weight: float = 0.0
     intents: dict | None = None
-    usage_prior: float = USAGE_PRIOR
     feedback_cap: int = PER_SOURCE_CAP
     encoding: str = "exact"  # what made the vectors: "exact" (float32) or "onnx-int8"; queries are encoded alike
 
     def to_dict(self) -> dict[str, Any]:
         return {"model": self.model, "view": self.view, "search": self.search, "summary_weight": self.summary_weight,
-                "intents": self.intents, "usage_prior": self.usage_prior, "feedback_cap": self.feedback_cap,
+                "intents": self.intents, "feedback_cap": self.feedback_cap,
                 "encoding": self.encoding}
 
     @classmethod
@@ -44,7 +43,7 @@ class IndexConfig:
                                "index directory (toolscout migrate DIR --store postgresql://...)")
         return cls(data["model"], dict(data.get("view") or {}), data.get("search", "dense"),
                    float(data.get("summary_weight", 0.0)), data.get("intents"),
-                   float(data.get("usage_prior") or USAGE_PRIOR), int(data.get("feedback_cap") or PER_SOURCE_CAP),
+                   int(data.get("feedback_cap") or PER_SOURCE_CAP),
                    data.get("encoding", "exact"))
 
 

@@ -401,8 +401,8 @@ class PgTenant:
 
     # rows, inside a write transaction -----------------------------------------------------------
     def _put_rows(self, conn, rows: Sequence[PgRow], delete: Sequence[str]) -> list[str]:
-        """Upsert `rows` (each with its vector) and delete the ids `delete`; the ids deleted. Feedback
-        follows: a deleted tool's goes with it; an edited tool keeps its own, blended into its new vector."""
+        """Upsert `rows` (each with its vector) and delete the ids `delete`; the ids deleted. A deleted tool's
+        feedback goes with it; an edited tool keeps its own."""
         if rows:
             with conn.cursor() as cur:
                 cur.executemany(self._sql(
@@ -419,9 +419,6 @@ class PgTenant:
                 self._sql("DELETE FROM {t} WHERE tenant = %s AND id = ANY(%s) RETURNING id"),
                 [self.tenant, list(delete)]).fetchall()]
         pg_feedback.drop_tools(self, conn, deleted)
-        if rows:
-            taught = set(pg_feedback.taught_ids(self, conn))
-            pg_feedback.reblend(self, conn, [r.id for r in rows if r.id in taught])
         return deleted
 
 
