@@ -24,6 +24,7 @@ LAYERS = [
                                                  "toolscout.eval"]),
     ("retrievers", ["toolscout.retrievers"]),
     ("rerankers", ["toolscout.rerank"]),
+    ("learning from use", ["toolscout.learning"]),
     ("pipeline", ["toolscout.pipeline", "toolscout.hits", "toolscout.intents", "toolscout.postgres",
                   "toolscout.adapters"]),
     ("training and data", ["toolscout.train", "toolscout.expand", "toolscout.generate", "toolscout.data"]),

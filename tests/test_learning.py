@@ -96,14 +96,14 @@ def test_the_memory_kept_up_write_by_write_equals_one_built_from_nothing():
     memory = RequestMemory(16)
     for step in range(300):
         if held and rng.random() < 0.3:
-            key, _v, tool, source, _r = held.pop(rng.randrange(len(held)))
+            key, _v, tool, source, _r, _t = held.pop(rng.randrange(len(held)))
             memory.remove([(key, tool, source)])
         else:
             cluster = rng.randrange(12)
             key = f"request {cluster} {rng.randrange(15)}"
             vector = base[cluster] + 0.3 * np.random.default_rng(hash(key) % 2**32).normal(size=16)
             lesson = (key, vector.astype(np.float32), tools[cluster % 6 if rng.random() < 0.8 else rng.randrange(6)],
-                      f"s{rng.randrange(3)}", rng.choice([1, 2, 5, None]))
+                      f"s{rng.randrange(3)}", rng.choice([1, 2, 5, None]), float(step))
             if memory.row_of.get(key) is not None:  # a key keeps the vector it was first taught with
                 lesson = (key, None, *lesson[2:])
             memory.add([lesson])
@@ -121,7 +121,7 @@ def test_the_memory_kept_up_write_by_write_equals_one_built_from_nothing():
     for name in ("nearest", "others", "by_rank"):
         np.testing.assert_allclose(getattr(got, name), getattr(want, name), atol=1e-6)
     fresh = RequestMemory(16)
-    fresh.add([(k, memory.vectors[memory.row_of[k]], tool, source, entry.untaught_rank)
+    fresh.add([(k, memory.vectors[memory.row_of[k]], tool, source, entry.untaught_rank, entry.last_taught)
                for k, tools_ in memory.taught.items() for tool, entry in tools_.items()
                for source, n in entry.sources.items() for _ in range(n)])
     assert fresh.pairs() == memory.pairs() and fresh.anchors == memory.anchors
@@ -170,6 +170,21 @@ def test_a_tool_only_learning_knows_enters_below_what_the_untaught_ranking_is_su
     assert list(ids) == ["u1", "u2", "new"] and scores[2] <= scores[1]
     ids, _ = channel.rank(["task"], base, 3, lambda t: t != "new", lambda t: None)[0]  # filtered out
     assert list(ids) == ["u1", "u2", "u3"]
+
+
+def test_evidence_older_than_a_tool_never_lifts_a_tool_above_it():
+    """x's evidence was taught at time 10; u2 joined the catalog at 20, so that evidence never weighed x
+    against u2: x may pass u1 (there before) but not u2, which the untaught ranking put above it."""
+    channel = LearnedChannel(_Space())
+    channel.teach([Lesson("a near request", "x", "s", 4, time=10.0)])
+    channel.memory.calibration = Calibration(nearest=np.full(SIM_BINS, 0.9), others=np.zeros(SIM_BINS),
+                                             by_rank=np.asarray([0.6, 0.4, 0.3, 0.1] + [0.0] * 10))
+    base = Results((np.asarray(["u1", "u2", "u3", "x"], dtype=object),), (np.asarray([4.0, 3.0, 2.0, 1.0]),))
+    assert list(channel.rank(["task"], base, 4, lambda t: True, lambda t: None)[0][0]) == ["x", "u1", "u2", "u3"]
+    channel.tools_joined(["u2"], 20.0)
+    assert list(channel.rank(["task"], base, 4, lambda t: True, lambda t: None)[0][0]) == ["u1", "u2", "x", "u3"]
+    channel.tools_joined(["u2"], 5.0)  # joined before the evidence: weighed against it
+    assert list(channel.rank(["task"], base, 4, lambda t: True, lambda t: None)[0][0]) == ["x", "u1", "u2", "u3"]
 
 
 # ------------------------------------------------------------------------------------ what a request teaches
@@ -251,6 +266,21 @@ def test_a_tool_added_after_learning_is_found_as_in_an_untaught_index(taught, en
     for task in ["translate this sentence into German", "how do you say good morning in Italian"]:
         assert copy.search(task, k=1)[0].tool.id == "translate.text"
         assert copy.retrieve([task], 9).as_lists() == fresh.retrieve([task], 9).as_lists()
+
+
+def test_a_tool_like_the_taught_ones_added_after_learning_keeps_its_untaught_place(taught, encoder):
+    """A new tool that does what the taught one does: the evidence predates it, so learning never pushes it
+    below where an untaught index that always had it puts it."""
+    scout, _untaught = taught
+    copy = ToolScout.from_tools(WEATHERISH, encoder=encoder)
+    copy.learn(traffic(RAIN, "advice.umbrella", 50) + traffic(MAIL, "mail.send", 30, start=100.0))
+    rival = Tool("advice.rain", "rain_kit_advisor", "Says whether to take an umbrella or a raincoat today.",
+                 namespace="advice")
+    copy.add([rival])
+    fresh = ToolScout.from_tools(WEATHERISH + [rival], encoder=encoder)
+    for task in ["will I need a raincoat on Sunday", "should I take my umbrella to work", "rain gear for tonight?"]:
+        learned, plain = copy.retrieve([task], 9).as_lists()[0], fresh.retrieve([task], 9).as_lists()[0]
+        assert learned.index("advice.rain") <= plain.index("advice.rain"), task
 
 
 def test_every_event_is_scored_before_it_is_learned_as_a_replay_by_hand_finds(encoder):

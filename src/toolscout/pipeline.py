@@ -258,11 +258,14 @@ class ToolScout:
         warnings.warn("ToolScout.find is deprecated; use get(tool_id, None)", DeprecationWarning, stacklevel=2)
         return self.get(tool_id, None)
 
-    def add(self, tools: Iterable[Tool]) -> None:
-        """Insert new tools or replace tools with the same id; only changed tools are re-encoded."""
+    def add(self, tools: Iterable[Tool], *, when: float | None = None) -> None:
+        """Insert new tools or replace tools with the same id; only changed tools are re-encoded. `when`: the
+        time new tools joined (default now): what was learned before then never weighed them, so it cannot
+        lift a tool above them (`toolscout.learning`)."""
         batch = tools_by_id(tools)
         with self._lock.write():
             self.retriever.add(list(batch.values()))
+            self.learning.tools_joined([t for t in batch if t not in self._tools], time.time() if when is None else when)
             self._take(batch.values())
 
     def remove(self, ids: Iterable[str]) -> None:
@@ -273,20 +276,25 @@ class ToolScout:
                 raise NotFound(f"cannot remove unknown tool id(s) {unknown[:5]}")
             self.retriever.remove(ids)
             self._drop(ids)
+            self.learning.tools_left(ids)
             for tool_id in ids:  # a deleted tool's feedback goes with it
                 self.ledger.drop_tool(tool_id)
                 self.learning.drop_tool(tool_id)
 
-    def apply(self, change: Callable[[], None], tools: Iterable[Tool] = (), removed: Iterable[str] = ()) -> None:
+    def apply(self, change: Callable[[], None], tools: Iterable[Tool] = (), removed: Iterable[str] = (),
+              joined: Mapping[str, float] | None = None) -> None:
         """Take in a change the retriever learns of from elsewhere (a PostgreSQL replica following its
         change log, `serve/pg_replica.py`): under the write lock, `change()` updates the retriever, and the
         catalog takes `tools` (new ones, or replacing those with their ids) and drops `removed`, all in the
-        one step a search sees."""
+        one step a search sees. `joined`: when tools joined the catalog (as the database recorded it)."""
         batch = tools_by_id(tools)
         with self._lock.write():
             change()
             self._drop([tool_id for tool_id in removed if tool_id in self._tools])
+            self.learning.tools_left(removed)
             self._take(batch.values())
+            for tool_id, when in (joined or {}).items():
+                self.learning.tools_joined([tool_id], when)
 
     def _take(self, tools: Iterable[Tool]) -> None:
         """Tools into the catalog and its name indexes, replacing those with their ids (write lock held)."""
@@ -378,14 +386,15 @@ class ToolScout:
             self.learning.restore(lessons, key_of or {}, records)
             self.learning.refresh_weights()
 
-    def learning_report(self) -> dict[str, Any]:
+    def learning_report(self, brief: bool = False) -> dict[str, Any]:
+        """How learning from use is doing (`LearnedChannel.report`)."""
         with self._lock.read():
-            return self.learning.report()
+            return self.learning.report(brief)
 
     def _lessons(self, usages: Sequence[Usage]) -> list[Lesson]:
         """What the channel is taught of `usages` (nothing taught while frozen, from the freeze on)."""
         frozen_at = self.learning.settings.frozen_at
-        return [Lesson(u.query, u.tool_id, u.source, u.untaught_rank) for u in usages
+        return [Lesson(u.query, u.tool_id, u.source, u.untaught_rank, u.time) for u in usages
                 if frozen_at is None or u.time < frozen_at]
 
     def score(self, queries: list[str]) -> dict[tuple[str, str], tuple[int | None, int | None, int | None]]:

@@ -89,6 +89,7 @@ class Lesson:
     tool: str
     source: str
     untaught_rank: int | None
+    time: float = 0.0
 
 
 class LearnedChannel:
@@ -102,6 +103,7 @@ class LearnedChannel:
         self.scorecard = Scorecard()
         self.key_of: dict[str, str] = {}  # request as sent -> its key in memory (what it teaches)
         self.vocabulary: Counter[str] = Counter()  # the catalog's words: names it knows are not incidental
+        self.joined: dict[str, float] = {}  # tool -> when it joined the catalog (absent: before any learning)
         self._automatic: dict[str, float] = {}
 
     # state ---------------------------------------------------------------------------------------
@@ -169,13 +171,13 @@ class LearnedChannel:
         if missing:
             vectors.update(zip(missing, self.space.requests(missing)))
         self.key_of.update(keys)
-        self.memory.add([(keys[l.request], vectors.get(keys[l.request]), l.tool, l.source, l.untaught_rank)
+        self.memory.add([(keys[l.request], vectors.get(keys[l.request]), l.tool, l.source, l.untaught_rank, l.time)
                          for l in lessons])
 
-    def restore(self, lessons: Sequence[tuple[str, np.ndarray | None, str, str, int | None]],
+    def restore(self, lessons: Sequence[tuple[str, np.ndarray | None, str, str, int | None, float]],
                 key_of: dict[str, str], records: Iterable[Scored] = ()) -> None:
-        """Take in learning as it was recorded: (key, vector, tool, source, untaught rank) per lesson, what
-        each request reduced to, and the scores."""
+        """Take in learning as it was recorded: (key, vector, tool, source, untaught rank, time) per lesson,
+        what each request reduced to, and the scores."""
         self.key_of.update(key_of)
         if lessons:
             self.memory.add(list(lessons))
@@ -199,35 +201,47 @@ class LearnedChannel:
         calibration = self.calibration
         ids_out, scores_out = [], []
         for (ids, scores), tools in zip(base, near):
-            lifted = self._lifted(ids, tools, calibration, allows, namespace_of, full_weight)
-            ranked_ids, ranked_scores = _merge(list(ids), np.asarray(scores, dtype=np.float64), lifted, calibration, k)
+            lifted = self._lifted(tools, calibration, allows, namespace_of, full_weight)
+            ranked_ids, ranked_scores = _merge(list(ids), np.asarray(scores, dtype=np.float64), lifted, calibration,
+                                               self.joined, k)
             ids_out.append(np.asarray(ranked_ids, dtype=object))
             scores_out.append(np.asarray(ranked_scores, dtype=np.float32))
         return Results(tuple(ids_out), tuple(scores_out))
 
-    def _lifted(self, ids, tools: list[tuple[str, float]], calibration: Calibration, allows, namespace_of,
-                full_weight: bool) -> dict[str, float]:
-        """tool -> learned probability, for the tools whose probability passes the gate."""
-        out: dict[str, float] = {}
-        for position, (tool, similarity) in enumerate(tools):
+    def _lifted(self, tools: list[tuple[str, float, float]], calibration: Calibration, allows, namespace_of,
+                full_weight: bool) -> dict[str, tuple[float, float]]:
+        """tool -> (learned probability, when its evidence was taught), for the tools that pass the gate."""
+        out: dict[str, tuple[float, float]] = {}
+        for position, (tool, similarity, since) in enumerate(tools):
             if not allows(tool):
                 continue
             p = calibration.learned(similarity, first=position == 0)
             if not full_weight:
                 p *= self.weight(namespace_of(tool))
             if p >= GATE:
-                out[tool] = p
+                out[tool] = (p, since)
         return out
+
+    def tools_joined(self, ids: Iterable[str], when: float) -> None:
+        """Tools new to the catalog at `when`: evidence taught before then was never weighed against them."""
+        for tool_id in ids:
+            self.joined[tool_id] = float(when)
+
+    def tools_left(self, ids: Iterable[str]) -> None:
+        for tool_id in ids:
+            self.joined.pop(tool_id, None)
 
     # self-measurement -------------------------------------------------------------------------------
     def score(self, records: Iterable[Scored]) -> None:
         self.scorecard.add(records)
 
-    def report(self) -> dict:
-        """What `/learning` and `toolscout learning report` show."""
-        return {"requests": len(self.memory), "tools_taught": len(self.memory.tools),
-                "frozen_at": self.settings.frozen_at, "weights": self.weights(),
-                "calibration": self.calibration.to_dict(), "measured": self.scorecard.report()}
+    def report(self, brief: bool = False) -> dict:
+        """What `/learning` and `toolscout learning report` show (`brief`: what `/health` shows: no figures)."""
+        out = {"requests": len(self.memory), "tools_taught": len(self.memory.tools), "events_scored": len(self.scorecard),
+               "frozen_at": self.settings.frozen_at, "weights": self.weights()}
+        if brief:
+            return out
+        return {**out, "calibration": self.calibration.to_dict(), "measured": self.scorecard.report()}
 
     # persistence ---------------------------------------------------------------------------------
     def save(self, folder: Path) -> None:
@@ -237,9 +251,10 @@ class LearnedChannel:
                                             "space": self.space.name, "settings": self.settings.to_dict()})
         np.save(folder / "vectors.npy", self.memory.vectors[[self.memory.row_of[k] for k in keys]]
                 if keys else np.zeros((0, self.space.dim), np.float32))
-        taught = [[key, tool, entry.untaught_rank, dict(sorted(entry.sources.items()))]
+        taught = [[key, tool, entry.untaught_rank, entry.last_taught, dict(sorted(entry.sources.items()))]
                   for key in keys for tool, entry in sorted(self.memory.taught[key].items())]
-        write_json(folder / "memory.json", {"keys": keys, "taught": taught, "key_of": self.key_of})
+        write_json(folder / "memory.json", {"keys": keys, "taught": taught, "key_of": self.key_of,
+                                            "joined": self.joined})
         with open(folder / "scorecard.jsonl", "w", encoding="utf-8") as fh:
             for record in self.scorecard.records:
                 fh.write(json.dumps(record.to_dict(), ensure_ascii=False) + "\n")
@@ -254,38 +269,45 @@ class LearnedChannel:
         channel = cls(space, LearningSettings.from_dict(config.get("settings")))
         with open(folder / "scorecard.jsonl", encoding="utf-8") as fh:
             channel.scorecard.add([Scored.from_dict(json.loads(line)) for line in fh if line.strip()])
+        memory = read_json(folder / "memory.json")
+        channel.joined = {t: float(w) for t, w in memory.get("joined", {}).items()}
         if config.get("space") != space.name:
             return channel
-        memory = read_json(folder / "memory.json")
         vectors = dict(zip(memory["keys"], np.load(folder / "vectors.npy")))
-        channel.restore([(key, vectors[key], tool, source, rank) for key, tool, rank, sources in memory["taught"]
-                         for source, n in sources.items() for _ in range(int(n))], memory["key_of"])
+        channel.restore([(key, vectors[key], tool, source, rank, when) for key, tool, rank, when, sources
+                         in memory["taught"] for source, n in sources.items() for _ in range(int(n))],
+                        memory["key_of"])
         channel.refresh_weights()
         return channel
 
 
-def _merge(ids: list[str], scores: np.ndarray, lifted: dict[str, float], calibration: Calibration,
-           k: int) -> tuple[list[str], list[float]]:
-    """Order the untaught list and the lifted tools by probability (module doc); scores stay in order."""
-    if not lifted:
-        return ids[:k], [float(s) for s in scores[:k]]
+def _merge(ids: list[str], scores: np.ndarray, lifted: dict[str, tuple[float, float]], calibration: Calibration,
+           joined: dict[str, float], k: int) -> tuple[list[str], list[float]]:
+    """The untaught list with the lifted tools moved to where their probability earns (module doc): each goes
+    above the first tool it is likelier than, but never above a tool the untaught ranking put above it that
+    joined the catalog after its evidence was taught. Scores stay in order."""
     position = {tool: i for i, tool in enumerate(ids)}
     base_p = [calibration.base(i + 1) for i in range(len(ids))]
-    candidates = list(ids) + [t for t in lifted if t not in position]
-    keyed = []
-    for order, tool in enumerate(candidates):
-        own = base_p[position[tool]] if tool in position else 0.0
-        p = max(own, lifted[tool]) if tool in lifted and lifted[tool] > own else own
-        keyed.append((-p, order, tool, p, tool in lifted and lifted[tool] > own))
-    keyed.sort()
-    out_ids, out_scores, above = [], [], np.inf
-    for _key, _order, tool, p, is_lifted in keyed[:k]:
-        own_score = float(scores[position[tool]]) if tool in position else 0.0
-        score = max(own_score, _score_for(p, base_p, scores)) if is_lifted else own_score
+    rising = {t: ps for t, ps in lifted.items() if ps[0] > (base_p[position[t]] if t in position else 0.0)}
+    if not rising:
+        return ids[:k], [float(s) for s in scores[:k]]
+    order = [t for t in ids if t not in rising]
+    keys = {t: base_p[position[t]] for t in order}
+    for tool, (p, since) in sorted(rising.items(), key=lambda item: (-item[1][0], position.get(item[0], len(ids)))):
+        at = next((i for i, other in enumerate(order) if keys[other] < p), len(order))
+        mine = position.get(tool, len(ids))
+        shielded = [i for i, other in enumerate(order) if position.get(other, len(ids)) < mine
+                    and joined.get(other, 0.0) > since]
+        at = max([at] + [i + 1 for i in shielded])
+        order.insert(at, tool)
+        keys[tool] = p
+    out_scores, above = [], np.inf
+    for tool in order[:k]:
+        own = float(scores[position[tool]]) if tool in position else 0.0
+        score = max(own, _score_for(keys[tool], base_p, scores)) if tool in rising else own
         above = min(above, score)
-        out_ids.append(tool)
         out_scores.append(above)
-    return out_ids, out_scores
+    return order[:k], out_scores
 
 
 def _score_for(p: float, base_p: list[float], scores: np.ndarray) -> float:

@@ -47,6 +47,7 @@ class Taught:
 
     sources: dict[str, int] = field(default_factory=dict)
     untaught_rank: int | None = None
+    last_taught: float = 0.0  # when it was last taught (the catalog it was weighed against is that day's)
 
 
 class RequestMemory:
@@ -75,12 +76,12 @@ class RequestMemory:
         return set(self.rows_of_tool)
 
     # writing -------------------------------------------------------------------------------------
-    def add(self, items: Sequence[tuple[str, np.ndarray | None, str, str, int | None]]) -> None:
-        """(key, vector, tool, source, untaught rank) taught now (the vector may be None for a key already
+    def add(self, items: Sequence[tuple[str, np.ndarray | None, str, str, int | None, float]]) -> None:
+        """(key, vector, tool, source, untaught rank, time) taught (the vector may be None for a key already
         held); then the anchors and the calibration follow."""
         new_pairs: list[tuple[int, str]] = []
         new_keys: list[str] = []
-        for key, vector, tool, source, rank in items:
+        for key, vector, tool, source, rank, when in items:
             row = self.row_of.get(key)
             if row is None:
                 row = self._new_row(key, vector)
@@ -91,6 +92,7 @@ class RequestMemory:
                 self.rows_of_tool.setdefault(tool, set()).add(row)
                 new_pairs.append((row, tool))
             entry.sources[source] = entry.sources.get(source, 0) + 1
+            entry.last_taught = max(entry.last_taught, float(when))
         fresh = self._admit_anchors(new_keys)
         self._raise([i for i in range(len(self.anchors)) if i not in fresh], new_pairs)
         self._raise(sorted(fresh), self._all_pairs())
@@ -170,9 +172,9 @@ class RequestMemory:
         self._free.append(row)
 
     # matching ------------------------------------------------------------------------------------
-    def nearest_tools(self, vectors: np.ndarray, rows: int = NEIGHBOUR_ROWS) -> list[list[tuple[str, float]]]:
+    def nearest_tools(self, vectors: np.ndarray, rows: int = NEIGHBOUR_ROWS) -> list[list[tuple[str, float, float]]]:
         """For each task vector, the tools its `rows` nearest requests taught, each with its highest
-        similarity, most similar first (ties by tool id). The scan is a float32 product; the candidates'
+        similarity and when that request last taught it, most similar first (ties by tool id). The scan is a float32 product; the candidates'
         similarities are then computed again exactly (`_similarities`), so they do not depend on where a
         request sits in memory (a replica, or a memory that forgot a source, holds it elsewhere)."""
         vectors = np.atleast_2d(np.asarray(vectors, dtype=np.float32))
@@ -189,12 +191,12 @@ class RequestMemory:
             top = np.asarray([r for r in top if self.keys[r] is not None], dtype=np.int64)
             exact = _similarities(self.vectors[top], vectors[column][None, :])[:, 0]
             order = sorted(range(len(top)), key=lambda i: (-exact[i], self.keys[top[i]]))[:rows]
-            best: dict[str, float] = {}
+            best: dict[str, tuple[float, float]] = {}
             for i in order:
-                for tool in self.taught[self.keys[top[i]]]:
-                    if exact[i] > best.get(tool, _MISSING):
-                        best[tool] = float(exact[i])
-            out.append(sorted(best.items(), key=lambda item: (-item[1], item[0])))
+                for tool, entry in self.taught[self.keys[top[i]]].items():
+                    if tool not in best:  # `order` is most similar first
+                        best[tool] = (float(exact[i]), entry.last_taught)
+            out.append(sorted(((t, s, w) for t, (s, w) in best.items()), key=lambda item: (-item[1], item[0])))
         return out
 
     # anchors and calibration -----------------------------------------------------------------------

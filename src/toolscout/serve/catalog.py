@@ -86,7 +86,7 @@ class TenantCatalog(Protocol):
         """Take back, durably and exactly, everything feedback from `source` taught; the tools it had taught."""
         ...
 
-    def learning_report(self) -> dict[str, Any]:
+    def learning_report(self, brief: bool = False) -> dict[str, Any]:
         """`LearnedChannel.report` of this catalog's pipeline."""
         ...
 

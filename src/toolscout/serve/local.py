@@ -162,8 +162,9 @@ class DirectoryCatalog:
                 (result.created if old is None else result.updated).append(tool.id)
                 changed.append((tool, old))
             if changed:
-                self._apply({"op": "upsert", "tools": [t.to_record() for t, _old in changed]},
-                            lambda: self.scout.add([t for t, _old in changed]))
+                now = time.time()
+                self._apply({"op": "upsert", "tools": [t.to_record() for t, _old in changed], "time": now},
+                            lambda: self.scout.add([t for t, _old in changed], when=now))
             result.seq = self.seq
         self._maybe_compact()
         return result
@@ -211,8 +212,8 @@ class DirectoryCatalog:
             self._apply(record, lambda: settings.append(_set_learning(self.scout, record)))
         return settings[0].to_dict()
 
-    def learning_report(self) -> dict[str, Any]:
-        return self.scout.learning_report()
+    def learning_report(self, brief: bool = False) -> dict[str, Any]:
+        return self.scout.learning_report(brief)
 
     def forget(self, source: str) -> list[str]:
         with self._writer:
@@ -353,6 +354,7 @@ def _replay(scout: ToolScout, records: list[dict[str, Any]], snapshot_seq: int, 
     aborted = {r["seq"] for r in records if r.get("op") == "abort"}
     seq = snapshot_seq
     pending: dict[str, Tool | None] = {}  # id -> its last written state in the current run (None: deleted)
+    joined: dict[str, float] = {}  # id -> when it was first written in the current run
     for record in records:
         op = record.get("op")
         seq = max(seq, record["seq"])
@@ -360,15 +362,17 @@ def _replay(scout: ToolScout, records: list[dict[str, Any]], snapshot_seq: int, 
             continue
         if op == "upsert":
             pending.update({row["id"]: Tool.from_dict(row) for row in record["tools"]})
+            for row in record["tools"]:
+                joined.setdefault(row["id"], float(record.get("time", 0.0)))
         elif op == "delete":
             pending.update(dict.fromkeys(record["ids"]))
         elif op in ("feedback", "forget", "rollback", "learning"):
-            _write_tools(scout, pending)
-            pending = {}
+            _write_tools(scout, pending, joined)
+            pending, joined = {}, {}
             _learning_record(scout, record)
         else:
             raise ToolScoutError(f"{where}: unknown journal record type {op!r} (written by a newer toolscout?)")
-    _write_tools(scout, pending)
+    _write_tools(scout, pending, joined)
     return seq
 
 
@@ -390,9 +394,12 @@ def _set_learning(scout: ToolScout, record: dict[str, Any]):
                               when=record.get("when"))
 
 
-def _write_tools(scout: ToolScout, final: dict[str, Tool | None]) -> None:
+def _write_tools(scout: ToolScout, final: dict[str, Tool | None], joined: dict[str, float]) -> None:
+    """The run's net effect; each new tool joins when its first write was journalled, as it did live."""
     upserts = [t for t in final.values() if t is not None]
     deletes = [i for i, t in final.items() if t is None and i in scout]
+    for when in sorted({joined.get(t.id, 0.0) for t in upserts if t.id not in scout}):
+        scout.add([t for t in upserts if t.id not in scout and joined.get(t.id, 0.0) == when], when=when)
     if upserts:
         scout.add(upserts)
     if deletes:

@@ -78,7 +78,7 @@ class Replica:
         version = self.catalog.version()  # read before the rows: the pipeline may be newer, never older
         self.in_memory = len(self.catalog.vectors) <= IN_MEMORY_TOOLS
         rows = self.catalog.replica_rows(vectors=self.in_memory)
-        tools = [stored_tool(tid, ns, doc) for tid, ns, _hash, doc, _vector in rows]
+        tools = [stored_tool(tid, ns, doc) for tid, ns, _hash, doc, _vector, _joined in rows]
         self._bm25 = BM25Retriever(self.view) if self.config.search == "hybrid" else None
         vectors = make_store("numpy", self.encoder.dim) if self.in_memory else self.catalog.vectors
         self._dense = DenseRetriever(encoder=self.encoder, view=self.view, summary_weight=self.config.summary_weight,
@@ -91,6 +91,7 @@ class Replica:
             self._dense.use_fast_queries(self.fast_queries)
         retriever = HybridRetriever([self._bm25, self._dense]) if self._bm25 is not None else self._dense
         self.scout = ToolScout(retriever, tools, indexed=True, intents=IntentMerge.from_dict(self.config.intents))
+        self.scout.apply(lambda: None, joined={r[0]: r[5] for r in rows if r[5] > 0})
         self._learned = (-1, 0, 0)
         self._follow_learning()
         self.version = version
@@ -114,7 +115,8 @@ class Replica:
         missing = sorted(set(keys.values()) - set(vectors) - set(channel.memory.row_of))
         if missing:  # recorded before request vectors were kept: made here, as the writer would have
             vectors.update(zip(missing, channel.space.requests(missing)))
-        lessons = [(keys[r.query], vectors.get(keys[r.query]), r.tool, r.source, r.untaught_rank) for r in taught]
+        lessons = [(keys[r.query], vectors.get(keys[r.query]), r.tool, r.source, r.untaught_rank, r.time)
+                   for r in taught]
         self.scout.follow_learning(settings=LearningSettings.from_dict(settings) if fresh else None,
                                    lessons=lessons, key_of=keys, records=records)
         self._learned = (epoch, rows[-1].seq if rows else since_taught, last_scored)
@@ -123,7 +125,7 @@ class Replica:
     def _take(self, ids: list[str]) -> None:
         """Take in the current rows of `ids` (gone ones are removed) and what feedback taught them."""
         rows = self.catalog.replica_rows(ids, vectors=self.in_memory)
-        tools = [stored_tool(tid, ns, doc) for tid, ns, _hash, doc, _vector in rows]
+        tools = [stored_tool(tid, ns, doc) for tid, ns, _hash, doc, _vector, _joined in rows]
         present = {t.id for t in tools}
         removed = [i for i in ids if i not in present and self.scout.get(i, None) is not None]
 
@@ -135,7 +137,7 @@ class Replica:
                 self._dense.remove(removed)
                 self._put_vectors(tools, rows)
 
-        self.scout.apply(change, tools, removed)
+        self.scout.apply(change, tools, removed, joined={r[0]: r[5] for r in rows if r[5] > 0})
 
     def _put_vectors(self, tools: list[Tool], rows: list[tuple]) -> None:
         """The in-memory dense part takes the rows' vectors as the database holds them."""

@@ -214,8 +214,8 @@ class PostgresTenant:
         self.seen = max(self.seen, version)
         return stored
 
-    def learning_report(self) -> dict[str, Any]:
-        return self.pipeline().learning_report()
+    def learning_report(self, brief: bool = False) -> dict[str, Any]:
+        return self.pipeline().learning_report(brief)
 
     def namespaces_of(self, ids: Sequence[str]) -> dict[str, str | None]:
         return {tid: doc.get("namespace") for tid, doc in self.pg_catalog.docs(list(ids)).items() if doc is not None}

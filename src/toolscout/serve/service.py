@@ -431,4 +431,5 @@ class ToolService:
                 "min_score": self.min_score, "writes": "failed: " + self.failed if self.failed else "ok",
                 "search_batches": self._batcher.batches if self._batcher else None,
                 "batched_queries": self._batcher.queries if self._batcher else None,
-                "answer_cache_hits": self.answers.hits, "answer_cache_misses": self.answers.misses}
+                "answer_cache_hits": self.answers.hits, "answer_cache_misses": self.answers.misses,
+                "learning": self.catalog.tenant(None).learning_report(brief=True)}

@@ -16,6 +16,7 @@ because `toolscout.postgres` (indexing, migrating) writes catalogs as the server
 from __future__ import annotations
 
 import secrets
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -128,15 +129,16 @@ class PgCatalog(PgTenant):
             return dict(rows.fetchall())
 
     def replica_rows(self, ids: Iterable[str] | None = None, vectors: bool = True) -> list[tuple]:
-        """(id, namespace, content_hash, doc, embedding or None) of `ids` (unknown ones left out) or of every
-        row, in catalog order (the order tools joined it): what a replica's in-process pipeline is built
-        from (`serve/pg_replica.py`)."""
+        """(id, namespace, content_hash, doc, embedding or None, joined_at) of `ids` (unknown ones left out)
+        or of every row, in catalog order (the order tools joined it): what a replica's in-process pipeline
+        is built from (`serve/pg_replica.py`)."""
         where, params = self._ids_clause(ids)
         column = "embedding" if vectors else "NULL"
         with self.database.connection() as conn:
-            rows = conn.execute(self._sql(f"SELECT id, namespace, content_hash, doc, {column} FROM {{t}} "
+            rows = conn.execute(self._sql(f"SELECT id, namespace, content_hash, doc, {column}, joined_at FROM {{t}} "
                                           f"WHERE {where} ORDER BY seq, id"), params).fetchall()
-        return [(tid, ns or None, h, doc, None if vec is None else as_array(vec)) for tid, ns, h, doc, vec in rows]
+        return [(tid, ns or None, h, doc, None if vec is None else as_array(vec), float(joined))
+                for tid, ns, h, doc, vec, joined in rows]
 
     def _ids_clause(self, ids: Iterable[str] | None) -> tuple[str, list]:
         if ids is None:
@@ -290,14 +292,15 @@ class PgCatalog(PgTenant):
         canonical = schema.partition_name(self.table, self.tenant)
         old = self._sql("LEFT JOIN {p} o ON o.id = i.id", p=canonical) if live else self._sql(
             "LEFT JOIN (SELECT NULL::text AS id, NULL::text AS text, NULL::text AS content_hash, "
-            f"NULL::vector({self.dim}) AS embedding) o ON false")
+            f"NULL::vector({self.dim}) AS embedding, NULL::double precision AS joined_at) o ON false")
+        joined = time.time() if live else 0.0  # a first catalog was there before any learning
         conn.execute(sql.SQL(
-            "INSERT INTO {s} (tenant, id, namespace, text, content_hash, doc, embedding) "
+            "INSERT INTO {s} (tenant, id, namespace, text, content_hash, doc, embedding, joined_at) "
             "SELECT %s, i.id, i.namespace, CASE WHEN i.embedding IS NULL THEN o.text ELSE i.text END, "
             "CASE WHEN i.embedding IS NULL THEN o.content_hash ELSE i.content_hash END, i.doc, "
-            "coalesce(i.embedding, o.embedding) FROM toolscout_incoming i {old} "
+            "coalesce(i.embedding, o.embedding), coalesce(o.joined_at, %s) FROM toolscout_incoming i {old} "
             "WHERE i.embedding IS NOT NULL OR o.content_hash = i.content_hash ORDER BY i.pos").format(
-                s=sql.Identifier(staging), old=old), [self.tenant])
+                s=sql.Identifier(staging), old=old), [self.tenant, joined])
         missing = conn.execute(sql.SQL(
             "SELECT i.id FROM toolscout_incoming i LEFT JOIN {s} n ON n.id = i.id WHERE n.id IS NULL "
             "ORDER BY i.id").format(s=sql.Identifier(staging))).fetchall()

@@ -96,7 +96,8 @@ def partition_ddl(table: str, name: str, dim: int, tenant: str, indexes: bool = 
         " base_embedding vector({dim}),"
         " reported integer NOT NULL DEFAULT 0,"
         " tsv tsvector GENERATED ALWAYS AS (to_tsvector({cfg}::regconfig, text || ' ' || usage)) STORED,"
-        " seq bigint NOT NULL DEFAULT nextval({sequence}))"
+        " seq bigint NOT NULL DEFAULT nextval({sequence}),"
+        " joined_at double precision NOT NULL DEFAULT 0)"
     ).format(name=sql.Identifier(name), tenant=sql.Literal(tenant), dim=sql.Literal(int(dim)),
              cfg=sql.Literal(TEXT_SEARCH_CONFIG), sequence=sql.Literal(f"{check_table_name(table)}_seq"))
     return [create, *(partition_indexes(table, name) if indexes else [])]
@@ -201,6 +202,7 @@ def _v5(table: str, dim: int) -> list[str]:
               source text NOT NULL, namespace text NOT NULL, tool_id text NOT NULL, query text NOT NULL,
               taught_before boolean NOT NULL, served integer, untaught integer, learned integer,
               PRIMARY KEY (tbl, tenant, seq))""",
+        f"ALTER TABLE {table} ADD COLUMN joined_at double precision NOT NULL DEFAULT 0",  # 0: there before learning
         """CREATE TABLE IF NOT EXISTS toolscout_learning (
               tbl text NOT NULL, tenant text NOT NULL, epoch bigint NOT NULL DEFAULT 0,
               settings jsonb NOT NULL DEFAULT '{}', PRIMARY KEY (tbl, tenant))""",

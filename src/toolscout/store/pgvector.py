@@ -38,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, TypeVar
@@ -405,14 +406,15 @@ class PgTenant:
         feedback goes with it; an edited tool keeps its own."""
         if rows:
             with conn.cursor() as cur:
+                now = time.time()  # when new tools join: learning from before then never weighed them
                 cur.executemany(self._sql(
-                    "INSERT INTO {t} (tenant, id, namespace, text, content_hash, doc, embedding) "
-                    "VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (tenant, id) DO UPDATE SET "
+                    "INSERT INTO {t} (tenant, id, namespace, text, content_hash, doc, embedding, joined_at) "
+                    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (tenant, id) DO UPDATE SET "
                     "namespace = EXCLUDED.namespace, text = EXCLUDED.text, content_hash = EXCLUDED.content_hash, "
                     "doc = EXCLUDED.doc, embedding = EXCLUDED.embedding, base_embedding = NULL, "
                     "updated_at = now()"),
                     [(self.tenant, r.id, r.namespace or "", r.text, r.content_hash, as_jsonb(r.doc),
-                      checked_vector(r.vector, self.dim)) for r in rows])
+                      checked_vector(r.vector, self.dim), now) for r in rows])
         deleted = []
         if delete:
             deleted = [r[0] for r in conn.execute(
