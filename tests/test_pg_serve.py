@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from pgtest import new_table, postgres_uri, spec
 from servers import start_server
+from traffic import MAIL, RAIN, RAIN_TASK, events
 
 from toolscout import ToolScout
 from toolscout.tool import Tool
@@ -324,16 +325,15 @@ def test_feedback_through_one_replica_changes_the_others_rankings_at_once(pg, to
     one = ToolService.open(store_spec, encoder=encoder, batch_workers=0)
     two = ToolService.open(store_spec, encoder=encoder, batch_workers=0)
     try:
-        task = "zyzzyva quark frobnicate"
-        before = [(h.tool.id, h.score) for h in two.search(task, 5, min_score=None)]
+        before = [(h.tool.id, h.score) for h in two.search(RAIN_TASK, 5, min_score=None)]
         assert before[0][0] != "hotels.book"
-        phrasings = [task, "quark zyzzyva frobnication", "frobnicate the zyzzyva quarks"]
-        result = one.feedback([{"query": q, "tool_ids": ["hotels.book"]} for q in phrasings])
-        assert len(result.learned) == 3
-        assert two.search(task, 1, min_score=None)[0].tool.id == "hotels.book"  # the very next search
-        assert two.feedback_of("hotels.book") == {"learned": 3, "sources": 1, "reported": 3}
+        result = one.feedback(events(RAIN, "hotels.book", 60))
+        assert len(result.learned) == 60
+        assert two.search(RAIN_TASK, 1, min_score=None)[0].tool.id == "hotels.book"  # the very next search
+        assert two.feedback_of("hotels.book") == {"learned": 60, "sources": 1, "reported": 60}
+        assert two.learning()["measured"]["namespaces"]["travel"]["all"]["events"] == 60  # scored before learning
         two.forget("default")  # taken back through the other replica: exactly as before
-        assert [(h.tool.id, h.score) for h in one.search(task, 5, min_score=None)] == before
+        assert [(h.tool.id, h.score) for h in one.search(RAIN_TASK, 5, min_score=None)] == before
     finally:
         one.close()
         two.close()
@@ -390,15 +390,14 @@ def test_replicas_rank_exactly_as_the_library_before_and_after_feedback(pg, tool
             assert one.stats()["dense_search"] == ("in memory" if dense_in == "memory" else "pgvector HNSW")
 
         same(QUERIES)
-        events = [{"query": "is it going to rain on Saturday", "tool_ids": ["weather.get_forecast"], "source": "s"},
-                  {"query": "fly me to Lisbon", "tool_ids": ["flights.book"], "source": "s"},
-                  {"query": "drizzle umbrella outlook", "tool_ids": ["stocks.quote"], "source": "t"}]
-        local.learn(events)
-        one.feedback(events)
-        same(QUERIES + ["drizzle umbrella outlook for Bergen", "fly to Lisbon on Friday"])
+        taught = events(RAIN, "stocks.quote", 60, "t") + events(MAIL, "calendar.create", 30, "s")
+        local.learn(taught)
+        one.feedback(taught)
+        assert local.search(RAIN_TASK, k=1)[0].tool.id == "stocks.quote"  # learning is in play
+        same(QUERIES + [RAIN_TASK, "email the team about the report", "should I take a raincoat tonight"])
         local.forget("t")
         two.forget("t")
-        same(QUERIES + ["drizzle umbrella outlook for Bergen"])
+        same(QUERIES + [RAIN_TASK, "email the team about the report"])
     finally:
         one.close()
         two.close()
