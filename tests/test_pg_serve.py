@@ -135,9 +135,10 @@ def test_cli_index_search_and_migrate_with_a_postgres_store(pg, tmp_path, tools,
     assert main(["index", str(catalog), "--out", str(tmp_path / "idx"), "--store", store_spec]) == 0
     assert f"indexed {len(tools)} tools (0 embedded" in capsys.readouterr().err
     assert main(["migrate", "--store", store_spec, "--search", "dense"]) == 0
-    # the default index search (hybrid) no longer matches the table's: refused, naming the table's mode
+    # the default index search (hybrid) no longer matches the table's: refused, naming what differs
     assert main(["index", str(catalog), "--out", str(tmp_path / "idx"), "--store", store_spec]) == 1
-    assert "is served with dense search" in capsys.readouterr().err
+    assert "serves every tenant with another pipeline" in (err := capsys.readouterr().err)
+    assert "retriever.name: 'dense' there, 'hybrid' here" in err
 
 
 def test_tenants_are_isolated_on_every_http_path(pg, tmp_path, tools, encoder):
@@ -372,14 +373,15 @@ def test_replicas_rank_exactly_as_the_library_before_and_after_feedback(pg, tool
     the dense part searches pgvector instead (its HNSW graph finds every tool of so small a catalog) and
     nothing else changes."""
     from toolscout.postgres import index_catalog
-    from toolscout.serve import ToolService, pg_replica
+    from toolscout import pg_pipeline
+    from toolscout.serve import ToolService
     from toolscout.store.pgvector import PgVectorStore
 
     if dense_in == "pgvector":
-        monkeypatch.setattr(pg_replica, "IN_MEMORY_TOOLS", len(tools) - 1)
+        monkeypatch.setattr(pg_pipeline, "IN_MEMORY_TOOLS", len(tools) - 1)
     store_spec = spec(pg, new_table())
-    index_catalog(PgVectorStore.from_spec(store_spec, encoder.dim, exact=True), tools, encoder, search="hybrid")
     local = ToolScout.from_tools(tools, encoder=encoder)
+    index_catalog(PgVectorStore.from_spec(store_spec, encoder.dim, exact=True), tools, encoder, local.spec)
     one, two = (ToolService.open(store_spec, encoder=encoder, batch_workers=0) for _ in range(2))
     try:
         def same(queries):

@@ -41,7 +41,8 @@ def postgres_target(tmp_path, tools, encoder):
 
     store_spec = spec(postgres_uri(), new_table())
     store = PgVectorStore.from_spec(store_spec, encoder.dim)
-    index_catalog(store, tools, encoder, search="dense")  # the same first stage as the directory's
+    dense = ToolScout.from_tools([], retriever="dense", encoder=encoder)  # the directory's pipeline
+    index_catalog(store, tools, encoder, dense.spec)
     store.close()
     return store_spec, {"encoder": encoder}
 

@@ -1,7 +1,10 @@
 """`ToolScout`: the one public facade. A catalog, a first-stage retriever and an optional second-stage
 reranker, saved as one directory.
 
-The CLI, the evaluation harness and the servers are thin layers over this class.
+The CLI, the evaluation harness and the servers are thin layers over this class. Every deployment builds
+it through one factory, `ToolScout.build`, from the pipeline's saved configuration (`toolscout.spec`): a
+directory (`load`), and a PostgreSQL tenant (`from_tenant`: `load` of a directory indexed into PostgreSQL,
+and every server replica).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
 from dataclasses import replace
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from .artifacts import read_config, write_artifact
 from .benchmark import read_jsonl
@@ -33,14 +36,17 @@ from .query import Query, as_queries
 from .rerank.base import Reranker, load_reranker
 from .results import Filter, Results
 from .retrievers.base import Retriever, encoding_parts, load_retriever, make_retriever, task_encoders
+from .spec import PIPELINE_FORMAT, PIPELINE_KIND, LeafSource, PipelineSpec
 from .tool import TextView, Tool, tool_text, tools_by_id
 from .version import __version__
 
-PIPELINE_KIND = "toolscout.pipeline"
+if TYPE_CHECKING:
+    from .pg_pipeline import TenantParts
+
 DEFAULT_INTENT_MERGE = IntentMerge.from_dict(DEFAULT_INTENTS)  # what `from_tools` splits tasks with by default
 FEEDBACK_FILE = "feedback.json"
 LEARNING_FOLDER = "learning"
-FORMAT_VERSION = 1
+FORMAT_VERSION = PIPELINE_FORMAT
 _REQUIRED: Any = object()  # `get` without a default: a missing tool is an error
 logger = logging.getLogger(__name__)
 
@@ -154,25 +160,68 @@ class ToolScout:
         """The pipeline saved in `path`, encoding tasks the way it was saved (`use_fast_queries` before
         `save` records the tier with the index). `fast_queries` overrides that: "table" (or True) or
         "student" for that fast tier, False for the encoder itself, for this process only: a later `save`
-        records the tier the directory had (a server's compaction must not turn its flag into the default)."""
+        records the tier the directory had (a server's compaction must not turn its flag into the default).
+
+        A directory written by `toolscout index --store postgresql://...` points at its database, which is
+        the catalog: the pipeline is built from the table's pipeline spec and the tenant's rows, tools,
+        vectors and learned state as they are now, as every server replica builds it (`from_tenant`)."""
         folder, config = read_config(path, kind=PIPELINE_KIND, max_format=FORMAT_VERSION)
+        if config.get("postgres"):
+            from .pg_pipeline import TenantParts
+
+            tenant = TenantParts.open(config["postgres"])
+            try:
+                return cls.from_tenant(tenant, fast_queries=fast_queries)
+            finally:
+                tenant.release()
         tools = [Tool.from_dict(row) for _n, row in read_jsonl(folder / "tools.jsonl")]
-        retriever = load_retriever(folder / "retriever")
-        reranker = load_reranker(folder / "reranker") if (folder / "reranker").exists() else None
         ledger = UsageLedger.load(folder / FEEDBACK_FILE) if (folder / FEEDBACK_FILE).exists() else None
         learned = folder / LEARNING_FOLDER
-        learning = LearnedChannel.load(learned, space_for(retriever)) if learned.exists() else None
-        scout = cls(retriever, tools, indexed=True, reranker=reranker, ledger=ledger, learning=learning,
-                    intents=IntentMerge.from_dict(config.get("intents")))  # older directories: none
-        if len(retriever) != len(tools):  # a hand-edited or mismatched directory
-            raise ToolScoutError(f"{path}: retriever holds {len(retriever)} tools but tools.jsonl has {len(tools)}")
-        scout._teach_from_ledger()  # a directory saved before the channel, or learned with another encoder
+        scout = cls.build(PipelineSpec.read(folder, config), tools, lambda _node, where: load_retriever(
+                          folder / "retriever" / where), fast_queries=fast_queries, ledger=ledger,
+                          learned=learned if learned.exists() else None, where=str(path))
         scout.saved_config = config
-        kind = config.get("fast_queries") if fast_queries is None else fast_query_kind(fast_queries)
+        return scout
+
+    @classmethod
+    def build(cls, spec: PipelineSpec, tools: Sequence[Tool], leaf: LeafSource, *,
+              fast_queries: bool | str | None = None, ledger: UsageLedger | None = None, learned: Path | None = None,
+              where: str = "the pipeline") -> "ToolScout":
+        """The one factory every deployment builds its pipeline with: the pipeline `spec` describes, over
+        `tools` (already in its retrievers). `leaf(node, folder)` makes each first-stage retriever the spec
+        names, with its indexed data: loaded from a directory's files, or made from a PostgreSQL tenant's
+        rows; fusion, request splitting, the reranker and the fast tier come from the spec alone.
+        `fast_queries` overrides the spec's tier for this process (see `load`). `ledger` and `learned` (a
+        learned channel's folder): what a directory learned from use (a PostgreSQL tenant's is taught from
+        its rows afterwards: `from_tenant`)."""
+        retriever = spec.first_stage(leaf)
+        learning = LearnedChannel.load(learned, space_for(retriever)) if learned is not None else None
+        scout = cls(retriever, tools, indexed=True, reranker=spec.make_reranker(), ledger=ledger, learning=learning,
+                    intents=IntentMerge.from_dict(spec.intents))
+        if len(retriever) != len(scout):  # a hand-edited or mismatched directory
+            raise ToolScoutError(f"{where}: its retriever holds {len(retriever)} tools but its catalog has {len(scout)}")
+        scout._teach_from_ledger()  # a directory saved before the channel, or learned with another encoder
+        kind = spec.fast_queries if fast_queries is None else fast_query_kind(fast_queries)
         if kind:
             scout.use_fast_queries(kind)
-        scout._saved_tier = config.get("fast_queries")
+        scout._saved_tier = spec.fast_queries
         return scout
+
+    @classmethod
+    def from_tenant(cls, tenant: "TenantParts", *, fast_queries: bool | str | None = None) -> "ToolScout":
+        """The pipeline of a PostgreSQL tenant (`pg_pipeline.TenantParts`: its table's spec, its rows and its
+        learned state), as every replica builds it."""
+        scout = cls.build(tenant.spec, tenant.tools, tenant.leaf, fast_queries=fast_queries,
+                          where=str(tenant.catalog.spec))
+        scout.apply(lambda: None, joined=tenant.joined)
+        tenant.learning.follow(scout)
+        return scout
+
+    @property
+    def spec(self) -> PipelineSpec:
+        """This pipeline's saved configuration (`toolscout.spec`): what `save` records, and what
+        `toolscout index --store` records in the database."""
+        return PipelineSpec.describe(self.retriever, self.intents, self.reranker, self._saved_tier)
 
     @property
     def fast_queries(self) -> str | None:
@@ -208,12 +257,14 @@ class ToolScout:
         Searches go on while it writes; writes wait until it is done. `extra_config` adds keys to
         config.json (the server records its journal position there); `load` keeps them in `saved_config`."""
         with self._lock.read():
+            spec = self.spec
             config = {**(extra_config or {}),
                       "kind": PIPELINE_KIND, "format_version": FORMAT_VERSION, "toolscout": __version__,
                       "retriever": self.retriever.name, "tools": len(self._tools),
                       "reranker": self.reranker.name if self.reranker is not None else None,
-                      "intents": self.intents.to_dict() if self.intents is not None else None,
-                      "fast_queries": self._saved_tier,  # how tasks are encoded travels with the index
+                      "intents": spec.intents,
+                      "fast_queries": spec.fast_queries,  # how tasks are encoded travels with the index
+                      "pipeline": spec.to_dict(),  # how it ranks, as every deployment builds it (`toolscout.spec`)
                       "saved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
             with write_artifact(path, config) as folder:
                 with open(folder / "tools.jsonl", "w", encoding="utf-8") as fh:

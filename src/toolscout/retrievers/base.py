@@ -40,6 +40,8 @@ class Retriever(Protocol):
 
     `add` inserts or replaces tools by id (an update), re-encoding only what changed; `remove` drops ids.
     `save(folder)` writes plain files plus a `config.json`; the class's `load(folder)` reads them back.
+    `settings()` is what that `config.json` records besides the indexed data (the pipeline's saved
+    configuration, `toolscout.spec`, is made of them).
     """
 
     name: str
@@ -63,6 +65,9 @@ class Retriever(Protocol):
 
     def save(self, folder: Path) -> None:
         """Write the index into `folder` (plain files and a `config.json` naming the retriever)."""
+
+    def settings(self) -> dict[str, Any]:
+        """How it ranks, as plain JSON: what its `config.json` records besides the indexed data."""
 
     @classmethod
     def load(cls, folder: Path) -> "Retriever":

@@ -137,19 +137,27 @@ class BM25Retriever:
 
     # persistence ---------------------------------------------------------------------------
     def save(self, folder: Path) -> None:
-        write_retriever_config(folder, self.name, view=self.view.to_dict(), params=self.params,
-                               stemmer=self.tokenizer.stemmer_name, stopwords=self.tokenizer.stopwords_name)
+        write_retriever_config(folder, self.name, **self.settings())
         with open(folder / "tokens.jsonl", "w", encoding="utf-8") as fh:
             for tid, ns, tok in zip(self.rows.ids, self.rows.namespaces, self.tokens):
                 fh.write(json.dumps({"id": tid, "namespace": ns, "tokens": tok}) + "\n")
 
+    def settings(self) -> dict:
+        """What `save` records besides the tokens: the text view, k1 and b, the stemmer and stopwords."""
+        return {"view": self.view.to_dict(), "params": dict(self.params), "stemmer": self.tokenizer.stemmer_name,
+                "stopwords": self.tokenizer.stopwords_name}
+
+    @classmethod
+    def from_settings(cls, settings: dict) -> "BM25Retriever":
+        """An empty retriever of these `settings` (what `settings()` gave). Older configs also name the
+        "method", and the usage field learning from use once had (now its own channel,
+        `toolscout.learning`): both are ignored."""
+        return cls(TextView.from_dict(settings.get("view")), stemmer=settings.get("stemmer"),
+                   stopwords=settings.get("stopwords"), k1=settings["params"]["k1"], b=settings["params"]["b"])
+
     @classmethod
     def load(cls, folder: Path) -> "BM25Retriever":
-        config = read_json(folder / "config.json")
-        # older configs also name the "method", and the usage field learning from use once had (now its own
-        # channel, `toolscout.learning`): both are ignored
-        retriever = cls(TextView.from_dict(config.get("view")), stemmer=config.get("stemmer"),
-                        stopwords=config.get("stopwords"), k1=config["params"]["k1"], b=config["params"]["b"])
+        retriever = cls.from_settings(read_json(folder / "config.json"))
         rows = [json.loads(line) for line in (folder / "tokens.jsonl").read_text(encoding="utf-8").splitlines() if line]
         retriever.rows = RowTable([r["id"] for r in rows], [r["namespace"] for r in rows])
         retriever.tokens = [r["tokens"] for r in rows]

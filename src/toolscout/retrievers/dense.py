@@ -192,11 +192,11 @@ class DenseRetriever:
     # persistence ---------------------------------------------------------------------------
     def save(self, folder: Path) -> None:
         store_config = self.store.save(folder / "store")
-        write_retriever_config(folder, self.name, store=store_config, **self._config())
+        write_retriever_config(folder, self.name, store=store_config, **self.settings())
         write_json(folder / "hashes.json", self.hashes)
 
-    def _config(self) -> dict:
-        """What `load` needs besides the store (subclasses add their own settings)."""
+    def settings(self) -> dict:
+        """What `save` records besides the store and the hashes (subclasses add their own settings)."""
         return {"model": self.encoder.name, "view": self.view.to_dict(), "store_kind": self.store_kind,
                 "batch_size": self.batch_size, "summary_weight": self.summary_weight,
                 "encoding": encoding_of(self.encoder)}
@@ -204,10 +204,18 @@ class DenseRetriever:
     @classmethod
     def load(cls, folder: Path) -> "DenseRetriever":
         config = read_json(folder / "config.json")
-        return cls(encoder=encoder_for(config["model"], backend=config.get("encoding", "exact")),
-                   view=TextView.from_dict(config.get("view")),
-                   summary_weight=float(config.get("summary_weight", 0.0)),  # indexes saved before it: none
-                   **saved_index(folder, config, default_batch_size=64))
+        return cls.from_settings(config, **saved_index(folder, config, default_batch_size=64))
+
+    @classmethod
+    def from_settings(cls, settings: Mapping, *, encoder: Encoder | None = None, **index) -> "DenseRetriever":
+        """The retriever `settings` (what `settings()` gave) describe: its encoder (or `encoder`, one already
+        loaded for that model), view and summary weight; `index`: an index already built (`vectors`,
+        `hashes`, `store`, `batch_size`)."""
+        encoder = encoder or encoder_for(settings["model"], backend=settings.get("encoding", "exact"))
+        index.setdefault("batch_size", settings.get("batch_size", 64))
+        return cls(encoder=encoder, view=TextView.from_dict(settings.get("view")),
+                   summary_weight=float(settings.get("summary_weight", 0.0)),  # indexes saved before it: none
+                   **index)
 
 
 def saved_index(folder: Path, config: Mapping, default_batch_size: int) -> dict:

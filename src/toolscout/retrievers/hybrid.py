@@ -30,6 +30,14 @@ from .base import (
 )
 
 FUSIONS = ("rrf", "max", "score")
+RRF_K = 60  # reciprocal-rank fusion's constant, when not told
+DEPTH = 100  # how many of each component's hits are fused, when not told
+
+
+def default_settings(names: Sequence[str]) -> dict[str, Any]:
+    """`settings()` of a hybrid over components named `names`, built without fusion settings."""
+    return {"weights": [HYBRID_WEIGHTS.get(name, 1.0) for name in names], "fusion": HYBRID_FUSION,
+            "rrf_k": RRF_K, "depth": DEPTH}
 
 
 class HybridRetriever:
@@ -37,8 +45,8 @@ class HybridRetriever:
     accepts = Accepts(model=True, trained_by="embed", store=True, view=True, encoder=True)
 
     def __init__(self, components: Sequence[str | Retriever] = ("bm25", "dense"),
-                 weights: Sequence[float] | None = None, fusion: str = HYBRID_FUSION, rrf_k: int = 60,
-                 depth: int = 100,
+                 weights: Sequence[float] | None = None, fusion: str = HYBRID_FUSION, rrf_k: int = RRF_K,
+                 depth: int = DEPTH,
                  component_options: dict[str, dict[str, Any]] | None = None, view: TextView | None = None,
                  **shared_options: Any):
         if fusion not in FUSIONS:
@@ -56,8 +64,8 @@ class HybridRetriever:
                     options = {**shared_options, **options}
                 comp = make_retriever(comp, **options)
             self.components.append(comp)
-        self.weights = list(weights) if weights is not None else \
-            [HYBRID_WEIGHTS.get(c.name, 1.0) for c in self.components]
+        self.weights = [float(w) for w in weights] if weights is not None else \
+            default_settings([c.name for c in self.components])["weights"]
         if len(self.weights) != len(self.components):
             raise ValueError(f"{len(self.weights)} weights for {len(self.components)} components")
         self.fusion, self.rrf_k, self.depth = fusion, rrf_k, depth

@@ -223,9 +223,7 @@ class MLCRetriever:
     # persistence ---------------------------------------------------------------------------
     def save(self, folder: Path) -> None:
         folder = Path(folder)
-        write_retriever_config(folder, self.name, model=str(self.model.root), model_version=self.model.version,
-                               fallback=self.fallback, view=self.view.to_dict(), batch_size=self.batch_size,
-                               backend=self.backend)
+        write_retriever_config(folder, self.name, **self.settings())
         with open(folder / "rows.jsonl", "w", encoding="utf-8") as fh:
             for tool_id, namespace in zip(self.rows.ids, self.rows.namespaces):
                 fh.write(json.dumps({"id": tool_id, "namespace": namespace}) + "\n")
@@ -234,6 +232,11 @@ class MLCRetriever:
                  vectors=np.stack([self.descriptions[i] for i in ids]) if ids
                  else np.zeros((0, self.encoder.dim), dtype=np.float32))
         write_json(folder / "hashes.json", self.hashes)
+
+    def settings(self) -> dict[str, Any]:
+        """What `save` records besides the rows and the unknown tools' vectors."""
+        return {"model": str(self.model.root), "model_version": self.model.version, "fallback": self.fallback,
+                "view": self.view.to_dict(), "batch_size": self.batch_size, "backend": self.backend}
 
     @classmethod
     def load(cls, folder: Path) -> "MLCRetriever":

@@ -132,8 +132,8 @@ class Tool2VecRetriever(DenseRetriever):
             self.store.update_vectors(ids, blended)
 
     # persistence ---------------------------------------------------------------------------
-    def _config(self) -> dict:
-        return {**super()._config(), "prior": self.prior}
+    def settings(self) -> dict:
+        return {**super().settings(), "prior": self.prior}
 
     def save(self, folder: Path) -> None:
         super().save(folder)

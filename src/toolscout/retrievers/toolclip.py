@@ -41,7 +41,7 @@ class ToolCLIPRetriever(DenseRetriever):
         return self.encoder.encode_tools(tools, batch_size=self.batch_size, show_progress=self.show_progress)
 
     # persistence ---------------------------------------------------------------------------
-    def _config(self) -> dict:
+    def settings(self) -> dict:
         return {"model": self.encoder.name, "weights_sha": self.encoder.weights_sha, "store_kind": self.store_kind,
                 "batch_size": self.batch_size}
 

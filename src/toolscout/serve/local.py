@@ -33,6 +33,7 @@ from ..errors import Conflict, InvalidRequest, NotFound, ToolScoutError
 from ..feedback import FeedbackEvent, LearnResult
 from ..hits import Hit, HitPolicy
 from ..pipeline import ToolScout
+from ..postgres import recorded_spec
 from ..results import Filter
 from ..retrievers.base import task_encoders
 from ..tool import Tool
@@ -78,6 +79,10 @@ class DirectoryCatalog:
         if not (folder / POINTER).is_file():
             raise ServiceError(f"{folder}: not a pipeline directory written by `toolscout index` or ToolScout.save "
                                f"(no {POINTER} file); index a catalog into it first")
+        store = recorded_spec(folder)
+        if store:  # its catalog is the database's: writes and feedback belong there, not in a journal here
+            raise ServiceError(f"{folder}: was indexed into PostgreSQL ({store}); serve the database: "
+                               "ToolService.open(DIR's store spec), or `toolscout serve DIR`, which does")
         lock_fd = _lock_directory(folder)
         try:
             scout = ToolScout.load(folder, fast_queries=fast_queries)

@@ -29,7 +29,7 @@ from . import pg_feedback
 from . import pg_schema as schema
 from .base import checked_vectors
 from .pgvector import (NeedVectors, NothingToWrite, PgRow, PgSpec, PgStoreError, PgTenant, PgVectorStore, as_array,
-                       as_jsonb, checked_vector, refuse_nul)
+                       as_jsonb, checked_vector, doc_of, refuse_nul)
 
 REPLACE_LOCK = 0x746F6F6C73637270  # advisory lock held by a swap: one swap at a time in the database
 
@@ -137,7 +137,7 @@ class PgCatalog(PgTenant):
         with self.database.connection() as conn:
             rows = conn.execute(self._sql(f"SELECT id, namespace, content_hash, doc, {column}, joined_at FROM {{t}} "
                                           f"WHERE {where} ORDER BY seq, id"), params).fetchall()
-        return [(tid, ns or None, h, doc, None if vec is None else as_array(vec), float(joined))
+        return [(tid, ns or None, h, doc_of(doc), None if vec is None else as_array(vec), float(joined))
                 for tid, ns, h, doc, vec, joined in rows]
 
     def _ids_clause(self, ids: Iterable[str] | None) -> tuple[str, list]:
@@ -150,7 +150,7 @@ class PgCatalog(PgTenant):
         where, params = self._ids_clause(ids)
         with self.database.connection() as conn:
             rows = conn.execute(self._sql(f"SELECT id, doc FROM {{t}} WHERE {where} ORDER BY id"), params)
-            return {tid: doc for tid, doc in rows.fetchall()}
+            return {tid: doc_of(doc) for tid, doc in rows.fetchall()}
 
     def page(self, namespace: str | None = None, namespaces: Iterable[str] | None = None, offset: int = 0,
              limit: int = 100) -> tuple[int, list[dict]]:
@@ -168,7 +168,7 @@ class PgCatalog(PgTenant):
             total = conn.execute(self._sql(f"SELECT count(*) FROM {{t}} WHERE {clause}"), params).fetchone()[0]
             rows = conn.execute(self._sql(f"SELECT doc FROM {{t}} WHERE {clause} ORDER BY id OFFSET %s LIMIT %s"),
                                 [*params, offset, limit]).fetchall()
-        return int(total), [r[0] for r in rows]
+        return int(total), [doc_of(r[0]) for r in rows]
 
     def namespace_counts(self, namespaces: Iterable[str] | None = None) -> dict[str, int]:
         where, params = "tenant = %s", [self.tenant]
@@ -223,7 +223,7 @@ class PgCatalog(PgTenant):
 
     def _lock_rows(self, conn, ids: list[str]) -> dict[str, StoredRow]:
         """The stored rows of `ids`, locked until the transaction ends (in id order: no deadlocks)."""
-        return {r[0]: StoredRow(*r) for r in conn.execute(
+        return {tid: StoredRow(tid, ns, content_hash, doc_of(doc)) for tid, ns, content_hash, doc in conn.execute(
             self._sql("SELECT id, namespace, content_hash, doc FROM {t} WHERE tenant = %s AND id = ANY(%s) "
                       "ORDER BY id FOR UPDATE"), [self.tenant, ids]).fetchall()}
 

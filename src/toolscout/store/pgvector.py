@@ -627,7 +627,15 @@ def checked_vector(vector: np.ndarray, dim: int) -> np.ndarray:
 
 
 def as_jsonb(doc: dict | None):
-    """`doc` as a jsonb parameter (None stays NULL)."""
+    """`doc` as a jsonb parameter (None stays NULL): its JSON text, as a jsonb string. A jsonb object does not
+    keep the order of its keys, and a tool's order (its parameters') is part of its text view, which rerankers
+    read and agents are shown; `doc_of` reads it back."""
     from psycopg.types.json import Jsonb
 
-    return None if doc is None else Jsonb(doc)
+    return None if doc is None else Jsonb(json.dumps(doc, ensure_ascii=False))
+
+
+def doc_of(value: Any) -> dict | None:
+    """A stored document as `as_jsonb` wrote it (rows written before documents were kept as text hold an
+    object, its keys in jsonb's order)."""
+    return json.loads(value) if isinstance(value, str) else value
