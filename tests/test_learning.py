@@ -57,7 +57,7 @@ def test_bin_rates_shrink_toward_zero_with_little_evidence():
 
 # ------------------------------------------------------------------------------------ memory
 
-def brute_calibration(memory: RequestMemory) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def brute_calibration(memory: RequestMemory) -> tuple[np.ndarray, np.ndarray]:
     """The anchors' counts recomputed from nothing: for each anchor (the ANCHORS smallest hashes), every
     taught tool's highest similarity over the other requests that taught it; its three nearest tools."""
     from toolscout.learning.calibration import NEIGHBOUR_TOOLS
@@ -65,7 +65,7 @@ def brute_calibration(memory: RequestMemory) -> tuple[np.ndarray, np.ndarray, np
 
     keys = sorted(memory.row_of, key=key_hash)[:ANCHORS]
     vec = {k: memory.vectors[memory.row_of[k]] for k in memory.row_of}
-    hits_n, trials_n, hits_o, trials_o = (np.zeros(SIM_BINS) for _ in range(4))
+    hits, trials = np.zeros(SIM_BINS), np.zeros(SIM_BINS)
     for anchor in keys:
         best = {}
         for key, tools in memory.taught.items():
@@ -75,14 +75,10 @@ def brute_calibration(memory: RequestMemory) -> tuple[np.ndarray, np.ndarray, np
             for tool in tools:
                 best[tool] = max(best.get(tool, -np.inf), sim)
         ranked = sorted(best.items(), key=lambda t: (-t[1], t[0]))[:NEIGHBOUR_TOOLS]
-        for position, (tool, sim) in enumerate(ranked):
-            hit = float(tool in memory.taught[anchor])
-            if position == 0:
-                hits_n[sim_bin(sim)] += hit
-                trials_n[sim_bin(sim)] += 1
-            hits_o[sim_bin(sim)] += hit
-            trials_o[sim_bin(sim)] += 1
-    return hits_n, trials_n, hits_o, trials_o
+        for tool, sim in ranked:
+            hits[sim_bin(sim)] += float(tool in memory.taught[anchor])
+            trials[sim_bin(sim)] += 1
+    return hits, trials
 
 
 def test_the_memory_kept_up_write_by_write_equals_one_built_from_nothing():
@@ -117,15 +113,15 @@ def test_the_memory_kept_up_write_by_write_equals_one_built_from_nothing():
     for tools_ in memory.taught.values():
         for entry in tools_.values():
             found[rank_bucket(entry.untaught_rank)] += 1
-    want = fit(BinCounts(counts[0], counts[1]), BinCounts(counts[2], counts[3]), found, len(memory.taught))
-    for name in ("nearest", "others", "by_rank"):
+    want = fit(BinCounts(*counts), found, len(memory.taught))
+    for name in ("by_similarity", "by_rank"):
         np.testing.assert_allclose(getattr(got, name), getattr(want, name), atol=1e-6)
     fresh = RequestMemory(16)
     fresh.add([(k, memory.vectors[memory.row_of[k]], tool, source, entry.untaught_rank, entry.last_taught)
                for k, tools_ in memory.taught.items() for tool, entry in tools_.items()
                for source, n in entry.sources.items() for _ in range(n)])
     assert fresh.pairs() == memory.pairs() and fresh.anchors == memory.anchors
-    for name in ("nearest", "others", "by_rank"):
+    for name in ("by_similarity", "by_rank"):
         np.testing.assert_allclose(getattr(fresh.calibration, name), getattr(got, name), atol=1e-6)
     queries = base[:4]
     assert memory.nearest_tools(queries) == fresh.nearest_tools(queries)
@@ -146,7 +142,7 @@ class _Space:
 def test_a_lifted_tool_goes_where_its_probability_earns_and_scores_stay_in_order():
     channel = LearnedChannel(_Space())
     channel.teach([Lesson("a near request", "x", "s", 3)])  # one lesson: the calibration is set by hand below
-    channel.memory.calibration = Calibration(nearest=np.full(SIM_BINS, 0.5), others=np.full(SIM_BINS, 0.2),
+    channel.memory.calibration = Calibration(by_similarity=np.full(SIM_BINS, 0.5),
                                              by_rank=np.asarray([0.6, 0.4, 0.1] + [0.0] * 11))
     base = Results((np.asarray(["u1", "u2", "x", "u3"], dtype=object),), (np.asarray([4.0, 3.0, 2.0, 1.0]),))
     ranked = channel.rank(["task"], base, 4, lambda t: True, lambda t: None)
@@ -163,7 +159,7 @@ def test_a_lifted_tool_goes_where_its_probability_earns_and_scores_stay_in_order
 def test_a_tool_only_learning_knows_enters_below_what_the_untaught_ranking_is_surer_of():
     channel = LearnedChannel(_Space())
     channel.teach([Lesson("a near request", "new", "s", None)])
-    channel.memory.calibration = Calibration(nearest=np.full(SIM_BINS, 0.35), others=np.zeros(SIM_BINS),
+    channel.memory.calibration = Calibration(by_similarity=np.full(SIM_BINS, 0.35),
                                              by_rank=np.asarray([0.6, 0.4, 0.3] + [0.0] * 11))
     base = Results((np.asarray(["u1", "u2", "u3"], dtype=object),), (np.asarray([4.0, 3.0, 2.0]),))
     ids, scores = channel.rank(["task"], base, 3, lambda t: True, lambda t: None)[0]
@@ -177,7 +173,7 @@ def test_evidence_older_than_a_tool_never_lifts_a_tool_above_it():
     against u2: x may pass u1 (there before) but not u2, which the untaught ranking put above it."""
     channel = LearnedChannel(_Space())
     channel.teach([Lesson("a near request", "x", "s", 4, time=10.0)])
-    channel.memory.calibration = Calibration(nearest=np.full(SIM_BINS, 0.9), others=np.zeros(SIM_BINS),
+    channel.memory.calibration = Calibration(by_similarity=np.full(SIM_BINS, 0.9),
                                              by_rank=np.asarray([0.6, 0.4, 0.3, 0.1] + [0.0] * 10))
     base = Results((np.asarray(["u1", "u2", "u3", "x"], dtype=object),), (np.asarray([4.0, 3.0, 2.0, 1.0]),))
     assert list(channel.rank(["task"], base, 4, lambda t: True, lambda t: None)[0][0]) == ["x", "u1", "u2", "u3"]

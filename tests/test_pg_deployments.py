@@ -63,6 +63,8 @@ def catalog_file(tmp_path_factory):
 
 
 def pipeline_flags(name, tmp_path, llm):
+    if name == "default":
+        return []
     if name == "hybrid-rrf":  # other weights, another fusion, no request splitting
         return ["-o", "weights=[2, 1]", "-o", "fusion=rrf", "-o", "rrf_k=10", "--no-split"]
     config = tmp_path / "judge.yaml"
@@ -110,8 +112,9 @@ def by_mcp(args):
     return anyio.run(session)
 
 
-def ids(hits_per_query):
-    return [[h.tool.id if hasattr(h, "tool") else h[0] for h in hits] for hits in hits_per_query]
+def ids(ranked):
+    """The ids of (id, score) lists."""
+    return [[tool_id for tool_id, _score in hits] for hits in ranked]
 
 
 def assert_same(local, shared, what):
@@ -131,7 +134,7 @@ def every_entry_point(local, pointer, store_spec, capsys, when):
 
 # ------------------------------------------------------------------------------------------ the tests
 
-@pytest.mark.parametrize("pipeline", ["hybrid-rrf", "reranked"])
+@pytest.mark.parametrize("pipeline", ["default", "hybrid-rrf", "reranked"])
 def test_index_store_ranks_as_the_same_pipeline_indexed_locally_everywhere(pipeline, catalog_file, tmp_path, llm,
                                                                            capsys):
     flags = pipeline_flags(pipeline, tmp_path, llm)
@@ -139,18 +142,24 @@ def test_index_store_ranks_as_the_same_pipeline_indexed_locally_everywhere(pipel
     store_spec = spec(postgres_uri(), new_table(), "acme")
     assert main(["index", str(catalog_file), "--out", str(local), *flags]) == 0
     assert main(["index", str(catalog_file), "--out", str(pointer), "--store", store_spec, *flags]) == 0
+    every_entry_point(local, pointer, store_spec, capsys, "before feedback")
     # one saved configuration: the directory's, the pointer's and the table's
     scout, shared = ToolScout.load(local), ToolScout.load(pointer)
     assert shared.spec == scout.spec
-    if pipeline == "hybrid-rrf":
+    # the tools as indexed: their parameters in their order (part of the text a reranker reads, and agents see)
+    assert [list(t.parameters["properties"]) for t in shared.tools] == [list(t.parameters["properties"])
+                                                                        for t in scout.tools]
+    if pipeline == "default":  # what `index --store` saved before: dense alone, tasks never split
+        assert shared.retriever.name == "hybrid" and shared.intents is not None
+    elif pipeline == "hybrid-rrf":
         assert scout.spec.retriever["settings"]["weights"] == [2.0, 1.0] and scout.spec.intents is None
         assert shared.retriever.fusion == "rrf" and shared.intents is None
         default = ToolScout.from_tools(scout.tools, encoder=scout.retriever.components[1].encoder)
-        assert ids(default.search(QUERIES, k=K)) != ids(scout.search(QUERIES, k=K))  # the test tells them apart
+        assert ([[h.tool.id for h in hits] for hits in default.search(QUERIES, k=K)]
+                != ids(by_python(local)))  # the test tells the default pipeline apart
     else:
         assert shared.reranker.name == "llm" and shared.reranker.depth == 8
         assert shared.spec.reranker["settings"]["base_url"] == llm.url
-    every_entry_point(local, pointer, store_spec, capsys, "before feedback")
     untaught = by_python(local)
     log = tmp_path / "feedback.jsonl"
     log.write_text("".join(json.dumps(e) + "\n" for e in FEEDBACK))
@@ -160,7 +169,7 @@ def test_index_store_ranks_as_the_same_pipeline_indexed_locally_everywhere(pipel
     every_entry_point(local, pointer, store_spec, capsys, "after feedback")
 
 
-def test_a_migrated_directory_keeps_its_pipeline(tmp_path, tools, encoder, llm):
+def test_a_migrated_directory_keeps_its_pipeline(tmp_path, tools, encoder):
     from toolscout.postgres import migrate_directory
     from toolscout.serve import ToolService
 
@@ -178,6 +187,8 @@ def test_a_migrated_directory_keeps_its_pipeline(tmp_path, tools, encoder, llm):
 
 def test_what_postgresql_cannot_serve_is_refused_naming_the_setting(catalog_file, tmp_path, tools, encoder, capsys):
     from toolscout.postgres import migrate_directory
+    from toolscout.serve import ToolService
+    from toolscout.serve.errors import ServiceError
     from toolscout.store.pgvector import PgStoreError
 
     store_spec = spec(postgres_uri(), new_table())
@@ -195,3 +206,6 @@ def test_what_postgresql_cannot_serve_is_refused_naming_the_setting(catalog_file
     err = capsys.readouterr().err
     assert "serves every tenant with another pipeline" in err
     assert "retriever.settings.weights: [1.0, 3.0] there, [1.0, 1.0] here" in err
+    # a directory that points at the database is no directory to journal writes in
+    with pytest.raises(ServiceError, match="was indexed into PostgreSQL"):
+        ToolService.open(out)

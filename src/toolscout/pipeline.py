@@ -199,7 +199,8 @@ class ToolScout:
         scout = cls(retriever, tools, indexed=True, reranker=spec.make_reranker(), ledger=ledger, learning=learning,
                     intents=IntentMerge.from_dict(spec.intents))
         if len(retriever) != len(scout):  # a hand-edited or mismatched directory
-            raise ToolScoutError(f"{where}: its retriever holds {len(retriever)} tools but its catalog has {len(scout)}")
+            raise ToolScoutError(f"{where}: its retriever holds {len(retriever)} tools but its catalog has "
+                                 f"{len(scout)}")
         scout._teach_from_ledger()  # a directory saved before the channel, or learned with another encoder
         kind = spec.fast_queries if fast_queries is None else fast_query_kind(fast_queries)
         if kind:

@@ -56,6 +56,8 @@ def index_catalog(catalog: PgCatalog | PgVectorStore, tools: Sequence[Tool], enc
     Default: the table's own, for a table that has a catalog and unless `view` or `summary_weight` are given;
     else the default pipeline (`ToolScout.from_tools`'s) over `encoder`, with `view` and `summary_weight`
     (default: the table's, else the dense retriever's default for `encoder`)."""
+    if pipeline is not None and (view is not None or summary_weight is not None):
+        raise ValueError("a pipeline's view and summary weight are its dense retriever's settings: give them there")
     catalog = PgCatalog.of(catalog)
     stored = catalog.database.config()
     pipeline = pipeline or default_pipeline(encoder, stored, view, summary_weight)
@@ -92,8 +94,8 @@ def default_pipeline(encoder, stored: dict[str, Any], view: TextView | None = No
                      summary_weight: float | None = None) -> PipelineSpec:
     """`index_catalog`'s pipeline when it is given none (see there); `stored`: the table's configuration."""
     indexed = bool(stored.get("model"))
-    if indexed and view is None and summary_weight is None:
-        return table_spec(IndexConfig.from_dict(stored))
+    if indexed and view is None and summary_weight is None and stored["model"] == encoder.name:
+        return table_spec(IndexConfig.from_dict(stored))  # (another encoder: refused as such, check_compatible)
     if summary_weight is None and indexed:
         summary_weight = float(stored.get("summary_weight", 0.0))
     retriever = make_retriever(DEFAULT_RETRIEVER, encoder=encoder, view=view, summary_weight=summary_weight)

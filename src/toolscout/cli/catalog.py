@@ -10,7 +10,8 @@ import time
 from pathlib import Path
 
 from ..defaults import DEFAULT_RETRIEVER
-from .options import add_fast_queries, add_option_flag, add_rerank_options, add_retriever_options, pipeline_from_args
+from .options import (add_fast_queries, add_option_flag, add_rerank_options, add_retriever_options,
+                      pipeline_from_args)
 
 EXAMPLE_TASKS = (
     "I need to see a doctor next week, can you book me an appointment?",

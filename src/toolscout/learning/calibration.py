@@ -5,9 +5,9 @@ assumed for another:
 
 - `learned`: a new task's vector is `s` (cosine) from the nearest request that taught tool t. How likely is
   t one of the tools it needs? Fitted leave-one-out on the taught requests themselves: each anchor request
-  plays a new task against all the others, and whether its own tools are the ones its near neighbours
-  taught is counted per similarity bin. The nearest tool and the next ones have tables of their own (the
-  nearest is right more often at the same similarity).
+  plays a new task against all the others, and whether its own tools are among the three tools its near
+  neighbours taught is counted per similarity bin. (A table of its own for the very nearest tool gained a
+  little on iid traffic and followed bursts of one tool's traffic too eagerly: docs/learning.md.)
 - `base`: how likely is the tool the untaught ranking puts at rank r one of the tools a task needs? Fitted
   from where each taught tool ranked, untaught, for the request that taught it (the self-measurement of
   `scorecard.py` records it before learning).
@@ -25,7 +25,7 @@ import numpy as np
 SIM_BINS = 20  # cosine bins of width 0.05 over [0, 1]; negative similarities share the lowest bin
 PRIOR = 5.0  # pseudo-misses per bin (chosen on train-split validation, docs/learning.md)
 RANK_EDGES = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 20, 50, 100)  # upper rank of each bucket; past the last: not found
-NEIGHBOUR_TOOLS = 3  # tools per anchor in the `others` table (the nearest one included)
+NEIGHBOUR_TOOLS = 3  # tools per anchor counted in the `learned` table
 
 
 def isotonic(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
@@ -83,29 +83,27 @@ class BinCounts:
 class Calibration:
     """The fitted tables (module doc); `EMPTY` before any feedback: every probability 0."""
 
-    nearest: np.ndarray  # P(needed | the nearest taught tool, similarity bin)
-    others: np.ndarray  # P(needed | one of the nearest taught tools, similarity bin)
+    by_similarity: np.ndarray  # P(needed | one of the nearest taught tools, similarity bin)
     by_rank: np.ndarray  # P(needed | untaught rank bucket)
 
-    def learned(self, similarity: float, first: bool) -> float:
-        return float((self.nearest if first else self.others)[sim_bin(similarity)])
+    def learned(self, similarity: float) -> float:
+        return float(self.by_similarity[sim_bin(similarity)])
 
     def base(self, rank: int | None) -> float:
         return float(self.by_rank[rank_bucket(rank)])
 
     def to_dict(self) -> dict:
-        return {"similarity_bins": SIM_BINS, "nearest": [round(float(p), 4) for p in self.nearest],
-                "others": [round(float(p), 4) for p in self.others], "rank_edges": list(RANK_EDGES),
-                "by_rank": [round(float(p), 4) for p in self.by_rank]}
+        return {"similarity_bins": SIM_BINS, "by_similarity": [round(float(p), 4) for p in self.by_similarity],
+                "rank_edges": list(RANK_EDGES), "by_rank": [round(float(p), 4) for p in self.by_rank]}
 
 
-EMPTY = Calibration(np.zeros(SIM_BINS), np.zeros(SIM_BINS), np.zeros(len(RANK_EDGES) + 1))
+EMPTY = Calibration(np.zeros(SIM_BINS), np.zeros(len(RANK_EDGES) + 1))
 
 
-def fit(nearest: BinCounts, others: BinCounts, found: np.ndarray, requests: int) -> Calibration:
-    """The tables from the anchors' counts (`nearest`, `others`) and, per rank bucket, how many taught tools
-    the untaught ranking had put there (`found`) for `requests` distinct taught requests."""
+def fit(neighbours: BinCounts, found: np.ndarray, requests: int) -> Calibration:
+    """The tables from the anchors' counts (`neighbours`) and, per rank bucket, how many taught tools the
+    untaught ranking had put there (`found`) for `requests` distinct taught requests."""
     trials = bucket_widths() * requests
     by_rank = BinCounts(found.astype(float), trials).rates(increasing=False)
     by_rank[-1] = 0.0  # past the ranking's depth nothing is known: no base probability
-    return Calibration(nearest.rates(increasing=True), others.rates(increasing=True), by_rank)
+    return Calibration(neighbours.rates(increasing=True), by_rank)

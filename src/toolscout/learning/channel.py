@@ -212,10 +212,10 @@ class LearnedChannel:
                 full_weight: bool) -> dict[str, tuple[float, float]]:
         """tool -> (learned probability, when its evidence was taught), for the tools that pass the gate."""
         out: dict[str, tuple[float, float]] = {}
-        for position, (tool, similarity, since) in enumerate(tools):
+        for tool, similarity, since in tools:
             if not allows(tool):
                 continue
-            p = calibration.learned(similarity, first=position == 0)
+            p = calibration.learned(similarity)
             if not full_weight:
                 p *= self.weight(namespace_of(tool))
             if p >= GATE:

@@ -261,20 +261,17 @@ class RequestMemory:
             self._best[np.ix_(anchors, target)] = np.maximum(self._best[np.ix_(anchors, target)], peak)
 
     def _refit(self) -> None:
-        nearest, others = BinCounts.zeros(SIM_BINS), BinCounts.zeros(SIM_BINS)
+        neighbours = BinCounts.zeros(SIM_BINS)
         for i, key in enumerate(self.anchors):
-            for position, (tool, similarity) in enumerate(self._anchor_tools(i)):
-                hit, where = float(tool in self.taught[key]), sim_bin(similarity)
-                if position == 0:
-                    nearest.hits[where] += hit
-                    nearest.trials[where] += 1
-                others.hits[where] += hit
-                others.trials[where] += 1
+            for tool, similarity in self._anchor_tools(i):
+                where = sim_bin(similarity)
+                neighbours.hits[where] += float(tool in self.taught[key])
+                neighbours.trials[where] += 1
         found = np.zeros(len(RANK_EDGES) + 1)
         for tools in self.taught.values():
             for entry in tools.values():
                 found[rank_bucket(entry.untaught_rank)] += 1
-        self.calibration = fit(nearest, others, found, len(self.taught))
+        self.calibration = fit(neighbours, found, len(self.taught))
 
     def _anchor_tools(self, anchor: int) -> list[tuple[str, float]]:
         """The NEIGHBOUR_TOOLS tools nearest to an anchor (ties by tool id, as `nearest_tools` orders them)."""
