@@ -8,6 +8,7 @@ import random
 
 import numpy as np
 import pytest
+from traffic import CALENDAR, FACTS, FILES, MAIL, RAIN
 
 from toolscout import ToolScout
 from toolscout.feedback import FeedbackEvent
@@ -218,23 +219,21 @@ WEATHERISH = [
     Tool("files.read", "read_file", "Read a text file from disk.", namespace="files"),
     Tool("memory.store", "create_entities", "Remember facts about people and things for later.", namespace="memory"),
 ]
-RAIN = [f"{ask} {gear} {when}" for ask, gear, when in itertools.product(
-    ["do I need", "should I take", "will I need", "is it wise to bring", "must I pack"],
-    ["an umbrella", "my umbrella", "a raincoat", "rain gear"], ["today", "tomorrow", "this evening", "for the walk"])]
-MAIL = [f"{verb} {what} {why}" for verb, what, why in itertools.product(
-    ["send", "write", "draft and send"], ["an email to my boss", "a note to the team", "a message to the landlord"],
-    ["about the report", "with the agenda", "about the rent", "saying I am late"])]
-
-
 def traffic(requests, tool, n, source="agent", start=0.0):
     return [FeedbackEvent(q, (tool,), source, time=start + i) for i, q in enumerate(requests[:n])]
+
+
+def background(n=12, source="agent", start=100.0):
+    """Traffic for four more tools: a calibration needs several taught tools before similarity earns anything."""
+    return (traffic(MAIL, "mail.send", n, source, start) + traffic(CALENDAR, "calendar.create", n, source, start + 100)
+            + traffic(FILES, "files.read", n, source, start + 200) + traffic(FACTS, "memory.store", n, source, start + 300))
 
 
 @pytest.fixture(scope="module")
 def taught(encoder):
     scout = ToolScout.from_tools(WEATHERISH, encoder=encoder)
     untaught = ToolScout.from_tools(WEATHERISH, encoder=encoder)
-    scout.learn(traffic(RAIN, "advice.umbrella", 50) + traffic(MAIL, "mail.send", 30, start=100.0))
+    scout.learn(traffic(RAIN, "advice.umbrella", 50) + background())
     return scout, untaught
 
 
@@ -256,7 +255,7 @@ def test_a_tool_added_after_learning_is_found_as_in_an_untaught_index(taught, en
     scout, untaught = taught
     new = Tool("translate.text", "translate", "Translate text into another language.", namespace="translate")
     copy = ToolScout.from_tools(WEATHERISH, encoder=encoder)  # taught exactly as `scout` was
-    copy.learn(traffic(RAIN, "advice.umbrella", 50) + traffic(MAIL, "mail.send", 30, start=100.0))
+    copy.learn(traffic(RAIN, "advice.umbrella", 50) + background())
     copy.add([new])
     fresh = ToolScout.from_tools(WEATHERISH + [new], encoder=encoder)
     for task in ["translate this sentence into German", "how do you say good morning in Italian"]:
@@ -269,7 +268,7 @@ def test_a_tool_like_the_taught_ones_added_after_learning_keeps_its_untaught_pla
     below where an untaught index that always had it puts it."""
     scout, _untaught = taught
     copy = ToolScout.from_tools(WEATHERISH, encoder=encoder)
-    copy.learn(traffic(RAIN, "advice.umbrella", 50) + traffic(MAIL, "mail.send", 30, start=100.0))
+    copy.learn(traffic(RAIN, "advice.umbrella", 50) + background())
     rival = Tool("advice.rain", "rain_kit_advisor", "Says whether to take an umbrella or a raincoat today.",
                  namespace="advice")
     copy.add([rival])
@@ -284,7 +283,7 @@ def test_every_event_is_scored_before_it_is_learned_as_a_replay_by_hand_finds(en
     used tool's rank in what `search` served just before it was learned, and in an untaught index."""
     scout = ToolScout.from_tools(WEATHERISH, encoder=encoder)
     untaught = ToolScout.from_tools(WEATHERISH, encoder=encoder)
-    events = traffic(RAIN, "advice.umbrella", 40) + traffic(MAIL, "mail.send", 12, start=100.0)
+    events = background(6) + traffic(RAIN, "advice.umbrella", 40, start=1000.0)
     served, plain = [], []
     for event in events:
         served.append(_rank(scout, event))
@@ -310,7 +309,7 @@ def test_learning_made_worse_on_purpose_turns_its_weight_down_and_says_so(encode
     at full weight keeps lifting the advisor, so recent events rank the tool actually used lower than the
     untaught ranking does: the namespace's weight goes down by itself, and that is logged and reported."""
     scout = ToolScout.from_tools(WEATHERISH, encoder=encoder)
-    scout.learn(traffic(RAIN, "advice.umbrella", 60))
+    scout.learn(traffic(RAIN, "advice.umbrella", 60) + background())
     assert scout.learning.weight("weather") == 1.0
     task = "will I need a raincoat on Sunday"
     assert scout.search(task, k=1)[0].tool.id == "advice.umbrella"
@@ -323,15 +322,25 @@ def test_learning_made_worse_on_purpose_turns_its_weight_down_and_says_so(encode
     assert weights["weather"]["how"] == "automatic" and weights["weather"]["weight"] < 1.0
 
 
+def test_a_burst_of_one_tools_traffic_lifts_it_for_no_task(encoder):
+    """Requests of one tool alone are all near each other: a calibration from them cannot tell similarity
+    from "everything is that tool", so nothing is lifted until several tools are taught."""
+    scout = ToolScout.from_tools(WEATHERISH, encoder=encoder)
+    untaught = ToolScout.from_tools(WEATHERISH, encoder=encoder)
+    scout.learn(traffic(RAIN, "advice.umbrella", 80))
+    tasks = ["will I need a raincoat on Sunday", "is it going to rain in Oslo", "pack for a rainy weekend"]
+    assert scout.retrieve(tasks, 8).as_lists() == untaught.retrieve(tasks, 8).as_lists()
+
+
 def test_a_rollback_restores_the_rankings_of_that_time_exactly(encoder):
     scout = ToolScout.from_tools(WEATHERISH, encoder=encoder)
     tasks = ["will I need a raincoat on Sunday", "email Sam about lunch", "read a file", "weather in Rome"]
-    scout.learn(traffic(RAIN, "advice.umbrella", 40))
+    scout.learn(traffic(RAIN, "advice.umbrella", 40) + background(8))
     at_noon = scout.retrieve(tasks, 8).as_lists()
     report_at_noon = scout.learning_report()
-    scout.learn(traffic(MAIL, "mail.send", 30, start=5000.0) + traffic(RAIN, "weather.now", 30, "b", start=5000.0))
+    later = scout.learn(traffic(MAIL, "mail.send", 30, start=5000.0) + traffic(RAIN, "weather.now", 30, "b", start=5000.0))
     assert scout.retrieve(tasks, 8).as_lists() != at_noon
-    assert len(scout.rollback(5000.0)) == 60
+    assert len(scout.rollback(5000.0)) == len(later.learned)
     assert scout.retrieve(tasks, 8).as_lists() == at_noon
     assert scout.learning_report() == report_at_noon
 
@@ -339,8 +348,9 @@ def test_a_rollback_restores_the_rankings_of_that_time_exactly(encoder):
 def test_forgetting_every_source_restores_the_untaught_ranking_bit_for_bit(taught, encoder):
     scout = ToolScout.from_tools(WEATHERISH, encoder=encoder)
     before = scout.retrieve(["will I need a raincoat on Sunday", "email Sam"], 8)
-    scout.learn(traffic(RAIN, "advice.umbrella", 40, "a") + traffic(MAIL, "mail.send", 20, "b", start=100.0))
-    assert scout.forget("a") == ["advice.umbrella"] and scout.forget("b") == ["mail.send"]
+    scout.learn(traffic(RAIN, "advice.umbrella", 40, "a") + background(10, "b"))
+    assert scout.forget("a") == ["advice.umbrella"]
+    assert scout.forget("b") == ["calendar.create", "files.read", "mail.send", "memory.store"]
     after = scout.retrieve(["will I need a raincoat on Sunday", "email Sam"], 8)
     assert after.as_lists() == before.as_lists()
     assert all(np.array_equal(a, b) for a, b in zip(after.scores, before.scores))
@@ -351,7 +361,7 @@ def test_freeze_records_but_does_not_learn_until_unfrozen(encoder):
     task = "will I need a raincoat on Sunday"
     before = scout.retrieve([task], 8).as_lists()
     scout.set_learning(freeze=True, when=0.0)
-    scout.learn(traffic(RAIN, "advice.umbrella", 50, start=10.0))
+    scout.learn(traffic(RAIN, "advice.umbrella", 50, start=10.0) + background())
     assert scout.retrieve([task], 8).as_lists() == before and scout.ledger.summary("advice.umbrella")["learned"] == 50
     scout.set_learning(freeze=False)
     assert scout.search(task, k=1)[0].tool.id == "advice.umbrella"
@@ -371,5 +381,5 @@ def test_a_pipeline_without_an_encoder_learns_in_hashed_word_space():
     assert isinstance(scout.learning.space, HashedSpace)
     task = "do I need my umbrella today"
     assert "advice.umbrella" not in scout.retrieve([task], 8).as_lists()[0]  # it shares no word with the task
-    scout.learn(traffic(RAIN, "advice.umbrella", 60))
+    scout.learn(traffic(RAIN, "advice.umbrella", 60) + background())
     assert scout.search(task, k=1)[0].tool.id == "advice.umbrella"

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from pgtest import new_table, postgres_uri, spec
 from servers import start_server
-from traffic import MAIL, RAIN, RAIN_TASK, events
+from traffic import RAIN_TASK, mixed
 
 from toolscout import ToolScout
 from toolscout.tool import Tool
@@ -328,11 +328,12 @@ def test_feedback_through_one_replica_changes_the_others_rankings_at_once(pg, to
     try:
         before = [(h.tool.id, h.score) for h in two.search(RAIN_TASK, 5, min_score=None)]
         assert before[0][0] != "hotels.book"
-        result = one.feedback(events(RAIN, "hotels.book", 60))
+        result = one.feedback(mixed({"rain": "hotels.book", "mail": "mail.send", "calendar": "calendar.create",
+                                     "files": "files.read", "facts": "calendar.list"}, 12))
         assert len(result.learned) == 60
         assert two.search(RAIN_TASK, 1, min_score=None)[0].tool.id == "hotels.book"  # the very next search
-        assert two.feedback_of("hotels.book") == {"learned": 60, "sources": 1, "reported": 60}
-        assert two.learning()["measured"]["namespaces"]["travel"]["all"]["events"] == 60  # scored before learning
+        assert two.feedback_of("hotels.book") == {"learned": 12, "sources": 1, "reported": 12}
+        assert two.learning()["measured"]["namespaces"]["travel"]["all"]["events"] == 12  # scored before learning
         two.forget("default")  # taken back through the other replica: exactly as before
         assert [(h.tool.id, h.score) for h in one.search(RAIN_TASK, 5, min_score=None)] == before
     finally:
@@ -392,7 +393,8 @@ def test_replicas_rank_exactly_as_the_library_before_and_after_feedback(pg, tool
             assert one.stats()["dense_search"] == ("in memory" if dense_in == "memory" else "pgvector HNSW")
 
         same(QUERIES)
-        taught = events(RAIN, "stocks.quote", 60, "t") + events(MAIL, "calendar.create", 30, "s")
+        taught = mixed({"rain": "stocks.quote"}, 40, "t") + mixed(
+            {"mail": "mail.send", "calendar": "calendar.create", "files": "files.read", "facts": "calendar.list"}, 12, "s")
         local.learn(taught)
         one.feedback(taught)
         assert local.search(RAIN_TASK, k=1)[0].tool.id == "stocks.quote"  # learning is in play

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from traffic import RAIN, RAIN_TASK, events
+from traffic import RAIN, RAIN_TASK, mixed
 from pgtest import new_table, postgres_uri, spec
 from starlette.testclient import TestClient
 from test_explain import EXPECTED as EXPLAINED
@@ -313,7 +313,8 @@ def test_feedback_is_learned_at_once_counted_and_taken_back_exactly(served):
         task = {"query": RAIN_TASK, "k": 3}
         before = client.post("/search", json=task).json()["results"][0]["hits"]
         assert before[0]["id"] != "stocks.quote"
-        taught = events(RAIN, "stocks.quote", 60)
+        taught = mixed({"rain": "stocks.quote", "mail": "mail.send", "calendar": "calendar.create",
+                        "files": "files.read", "facts": "calendar.list"}, 12)
         r = client.post("/feedback", headers=AGENT, json={"events": taught + [
             {"query": RAIN[0], "tool_ids": ["stocks.quote", "nope.nothing"]},  # a repeat, and an unknown tool
             {"query": "it did not work", "tool_ids": ["files.read"], "outcome": "failure"}]})
@@ -323,16 +324,18 @@ def test_feedback_is_learned_at_once_counted_and_taken_back_exactly(served):
         assert body["unknown_tools"] == ["nope.nothing"]
         after = client.post("/search", json=task).json()["results"][0]["hits"]
         assert after[0]["id"] == "stocks.quote"  # learned at once, no retraining
-        assert client.get("/tools/stocks.quote").json()["feedback"] == {"learned": 60, "sources": 1, "reported": 61}
+        assert client.get("/tools/stocks.quote").json()["feedback"] == {"learned": 12, "sources": 1, "reported": 13}
         metrics = client.get("/metrics").text
         assert "toolscout_feedback_events 62" in metrics and "toolscout_feedback_learned 60" in metrics
         assert 'toolscout_search_events_total{event="feedback_events"} 62' in metrics
-        assert "toolscout_learning_requests 60" in metrics
+        learned = client.get("/learning", headers=AGENT).json()
+        assert f"toolscout_learning_requests {learned['requests']}" in metrics and learned["tools_taught"] == 5
+        assert learned["measured"]["all"]["events"] == 61  # every successful event scored before learning
         single = client.post("/feedback", headers=AGENT, json={"query": "umbrella needed?", "tool_ids": ["weather.get_current"],
                                                                  "source": "agent-7", "outcome": "success"})
         assert single.json()["learned"] == 1
         r = client.delete("/feedback", params={"source": "agent-7"}, headers=AGENT)
-        assert r.status_code == 200 and r.json()["tools"] == 2
+        assert r.status_code == 200 and r.json()["tools"] == 6
         restored = client.post("/search", json=task).json()["results"][0]["hits"]
         assert [(h["id"], h["score"]) for h in restored] == [(h["id"], h["score"]) for h in before]
         assert client.get("/tools/stocks.quote").json()["feedback"]["learned"] == 0

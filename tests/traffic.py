@@ -23,3 +23,23 @@ def events(requests: list[str], tool: str, n: int, source: str | None = None, st
             event["time"] = start + i
         out.append(event)
     return out
+
+CALENDAR = [f"{verb} {what} {when}" for verb, what, when in itertools.product(
+    ["put", "add", "schedule"], ["a meeting with the design team", "my dentist appointment", "a call with the bank"],
+    ["on Monday morning", "next Friday at noon", "in my calendar for tomorrow"])]
+FILES = [f"{verb} {what}" for verb, what in itertools.product(
+    ["open", "read", "show me", "print"], ["the notes file", "the config file on disk", "the todo list file",
+                                           "the log file from yesterday"])]
+FACTS = [f"{verb} {what}" for verb, what in itertools.product(
+    ["remember that", "keep in mind that", "note that", "store the fact that"],
+    ["my sister likes tea", "the office moves in spring", "our wifi code changed", "the boss prefers short mails"])]
+
+
+def mixed(tools: dict[str, str], each: int, source: str | None = None, start: float | None = None) -> list[dict]:
+    """`each` events per request family, each family served by the tool `tools` maps it to (at least five
+    families: a calibration needs several taught tools before similarity earns anything)."""
+    families = {"rain": RAIN, "mail": MAIL, "calendar": CALENDAR, "files": FILES, "facts": FACTS}
+    out = []
+    for family, tool in tools.items():
+        out += events(families[family], tool, each, source, None if start is None else start + len(out))
+    return out

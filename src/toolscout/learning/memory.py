@@ -24,6 +24,7 @@ import numpy as np
 from .calibration import EMPTY, NEIGHBOUR_TOOLS, RANK_EDGES, SIM_BINS, BinCounts, fit, rank_bucket, sim_bin
 
 ANCHORS = 800  # requests that play new tasks for the calibration (chosen on train-split validation)
+MIN_TOOLS = 5  # taught tools below which similarity earns nothing (see `_refit`)
 NEIGHBOUR_ROWS = 50  # nearest requests read for a task: the tools they taught are its learned candidates
 _MISSING = -np.inf
 _SLACK = 16  # extra candidates the float32 scan passes on, so rounding cannot change which rows are nearest
@@ -261,8 +262,12 @@ class RequestMemory:
             self._best[np.ix_(anchors, target)] = np.maximum(self._best[np.ix_(anchors, target)], peak)
 
     def _refit(self) -> None:
+        """The calibration of what is held now. With fewer than MIN_TOOLS tools taught, requests near each
+        other are requests of the same few tools whatever a task needs: leave-one-out cannot tell "similar
+        means the same tool" from "every request is that tool's", so similarity earns nothing yet (a burst
+        of one tool's traffic must not lift it for every task near it)."""
         neighbours = BinCounts.zeros(SIM_BINS)
-        for i, key in enumerate(self.anchors):
+        for i, key in enumerate(self.anchors if len(self.rows_of_tool) >= MIN_TOOLS else ()):
             for tool, similarity in self._anchor_tools(i):
                 where = sim_bin(similarity)
                 neighbours.hits[where] += float(tool in self.taught[key])
