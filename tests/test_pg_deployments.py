@@ -16,7 +16,7 @@ import pytest
 from fakellm import FakeLLM, Reply, message_text
 from pgtest import new_table, postgres_uri, spec
 from servers import start_server, stop
-from traffic import MAIL, RAIN, RAIN_TASK, events
+from traffic import RAIN_TASK, mixed
 
 from toolscout import ToolScout
 from toolscout.cli import main
@@ -27,7 +27,8 @@ K = 5
 QUERIES = ["what is the weather tomorrow in Paris", "book me a flight to Rome and a hotel near the station",
            "send an email to my boss", "how much is 100 dollars in euros", "schedule a meeting with Ann on Monday",
            "open the notes file", RAIN_TASK, "email the team about the report"]
-FEEDBACK = events(RAIN, "get_stock_quote", 60, "rain") + events(MAIL, "create_event", 30, "mail")
+FEEDBACK = mixed({"rain": "get_stock_quote", "mail": "send_email", "calendar": "create_event", "files": "read_file",
+                  "facts": "list_events"}, 16, "agents")  # ids of an OpenAI-format catalog: the tools' names
 
 
 def judge(request: dict) -> Reply:
