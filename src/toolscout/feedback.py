@@ -33,7 +33,7 @@ OUTCOMES = ("success", "failure")
 DEFAULT_SOURCE = "default"
 MAX_QUERY_CHARS = 20_000
 MAX_TOOLS_PER_EVENT = 64
-PER_SOURCE_CAP = 200  # requests one source may add to one tool (see the module doc)
+PER_SOURCE_CAP = 1000  # requests one source may add to one tool (see the module doc; docs/learning.md)
 _SPACES = re.compile(r"\s+")
 
 

@@ -37,7 +37,7 @@ from .rerank.base import Reranker, load_reranker
 from .results import Filter, Results
 from .retrievers.base import Retriever, encoding_parts, load_retriever, make_retriever, task_encoders
 from .spec import PIPELINE_FORMAT, PIPELINE_KIND, LeafSource, PipelineSpec
-from .tool import TextView, Tool, tool_text, tools_by_id
+from .tool import TextView, Tool, tools_by_id
 from .version import __version__
 
 if TYPE_CHECKING:
@@ -125,7 +125,6 @@ class ToolScout:
                 self.retriever.index(list(self._tools.values()))
         self._names = NameIndex(self._tools.values())
         self._name_counts = Counter(t.name for t in self._tools.values())
-        self.learning.catalog_changed([tool_text(t) for t in self._tools.values()])
         self.saved_config: dict[str, Any] = {}  # config.json of the directory this was loaded from
         self._saved_tier: str | None = None  # the fast tier `save` records: use_fast_queries's, or as loaded
 
@@ -355,11 +354,9 @@ class ToolScout:
             if old is not None:
                 self._names.remove(old)
                 self._name_counts[old.name] -= 1
-                self.learning.catalog_changed(removed=[tool_text(old)])
             self._names.add(tool)
             self._name_counts[tool.name] += 1
             self._tools[tool.id] = tool
-            self.learning.catalog_changed(added=[tool_text(tool)])
 
     def _drop(self, ids: Iterable[str]) -> None:
         """Known tool ids out of the catalog and its name indexes (write lock held)."""
@@ -367,7 +364,6 @@ class ToolScout:
             old = self._tools.pop(tool_id)
             self._names.remove(old)
             self._name_counts[old.name] -= 1
-            self.learning.catalog_changed(removed=[tool_text(old)])
 
     # learning from use ---------------------------------------------------------------------
     def learn(self, events: Iterable[FeedbackEvent | Mapping[str, Any]]) -> LearnResult:
@@ -434,7 +430,6 @@ class ToolScout:
         with self._lock.write():
             if settings is not None:
                 self.learning = LearnedChannel(self.learning.space, settings)
-                self.learning.catalog_changed([tool_text(t) for t in self._tools.values()])
             self.learning.restore(lessons, key_of or {}, records)
             self.learning.refresh_weights()
 
@@ -475,7 +470,6 @@ class ToolScout:
             scorecard = self.learning.scorecard
             self.learning = LearnedChannel(self.learning.space, self.learning.settings)
             self.learning.scorecard = scorecard
-            self.learning.catalog_changed([tool_text(t) for t in self._tools.values()])
             self.learning.teach(self._lessons([u for u in self.ledger.taught() if keep(u)]))
             self.learning.refresh_weights()
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
@@ -35,7 +34,7 @@ from ..artifacts import ArtifactError, read_json, write_json
 from ..query import Query
 from ..results import Results
 from .calibration import Calibration
-from .incidental import teachable, words
+from .incidental import teachable
 from .memory import RequestMemory
 from ..feedback import Scored
 from .scorecard import Scorecard
@@ -102,7 +101,6 @@ class LearnedChannel:
         self.memory = RequestMemory(space.dim)
         self.scorecard = Scorecard()
         self.key_of: dict[str, str] = {}  # request as sent -> its key in memory (what it teaches)
-        self.vocabulary: Counter[str] = Counter()  # the catalog's words: names it knows are not incidental
         self.joined: dict[str, float] = {}  # tool -> when it joined the catalog (absent: before any learning)
         self._automatic: dict[str, float] = {}
 
@@ -139,21 +137,12 @@ class LearnedChannel:
         self._automatic = new
         return changed
 
-    # the catalog's words ---------------------------------------------------------------------------
-    def catalog_changed(self, added: Iterable[str] = (), removed: Iterable[str] = ()) -> None:
-        """Tool texts entering (`added`) or leaving the catalog: the words that say which tool."""
-        for text in added:
-            self.vocabulary.update(set(words(text)))
-        for text in removed:
-            self.vocabulary.subtract(set(words(text)))
-        self.vocabulary += Counter()  # drops words no tool uses any more
-
     def key(self, request: str) -> str:
         """What a request teaches (`incidental.teachable`), case and spacing ignored."""
         known = self.key_of.get(request)
         if known is not None:
             return known
-        return " ".join(teachable(request, self.vocabulary).lower().split())
+        return " ".join(teachable(request).lower().split())
 
     # writing -------------------------------------------------------------------------------------
     def prepare(self, requests: Sequence[str]) -> dict[str, np.ndarray]:

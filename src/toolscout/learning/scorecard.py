@@ -5,10 +5,12 @@ where the ranking as served put the tool (`served`, learning at the weight in fo
 ranking put it (`untaught`), and where learning at full weight would have (`learned`). Ranks past the depth
 scored are None. From these records come the running figures (mean reciprocal rank, top-1 and top-5 rates),
 per namespace, split by whether the tool had been taught before the event, and the automatic weight: when
-learning at full weight ranks the last `WINDOW` events of a namespace worse than the untaught ranking does,
-its weight in that namespace goes down (to 0 at a loss of `TOLERANCE` in mean reciprocal rank), and back up
-when it recovers. The weight is a function of the records held, so taking a source back (its records go
-with it) leaves the weight it would have had.
+learning at full weight ranks the last `WINDOW` records of a namespace worse than the untaught ranking does,
+beyond doubt (the paired difference of reciprocal ranks below zero by more than two standard errors), its
+weight in that namespace goes down (to 0 when even that bound is a loss of `TOLERANCE` in mean reciprocal
+rank), and back up when it recovers. Noise does not move it: a stream that switches from one tool's tasks to
+another's makes a short window look better or worse by chance. The weight is a function of the records held,
+so taking a source back (its records go with it) leaves the weight it would have had.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any, Iterable, Sequence
 
 from ..feedback import Scored
 
-WINDOW = 200  # recent events per namespace the automatic weight reads
+WINDOW = 1000  # recent (event, tool) records per namespace the automatic weight reads
 MIN_EVENTS = 50  # fewer recent events than this: too little to judge, full weight
 TOLERANCE = 0.05  # mean reciprocal rank lost (learned vs untaught) at which the weight reaches 0
 DEPTH = 100  # ranks scored
@@ -39,10 +41,11 @@ def automatic_weight(recent: Sequence[Scored]) -> float:
     """The weight learning earns from the namespace's recent records (module doc)."""
     if len(recent) < MIN_EVENTS:
         return 1.0
-    learned = sum(1.0 / r.learned for r in recent if r.learned) / len(recent)
-    untaught = sum(1.0 / r.untaught for r in recent if r.untaught) / len(recent)
-    loss = untaught - learned
-    return 1.0 if loss <= 0 else max(0.0, 1.0 - loss / TOLERANCE)
+    gains = [(1.0 / r.learned if r.learned else 0.0) - (1.0 / r.untaught if r.untaught else 0.0) for r in recent]
+    mean = sum(gains) / len(gains)
+    spread = (sum((g - mean) ** 2 for g in gains) / (len(gains) - 1)) ** 0.5
+    upper = mean + 2.0 * spread / len(gains) ** 0.5  # what learning gains at best, given the noise
+    return 1.0 if upper >= 0 else max(0.0, 1.0 + upper / TOLERANCE)
 
 
 class Scorecard:
