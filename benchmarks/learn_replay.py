@@ -2,7 +2,7 @@
 queries, and compare with offline Tool2Vec trained on the same queries.
 
     python benchmarks/learn_replay.py --sets metatool,rotbench,toollens,bfcl          # through toolscout serve
-    python benchmarks/learn_replay.py --split validation --in-process --prior 2 --prior 4 --usage-weight 0.5
+    python benchmarks/learn_replay.py --split validation --in-process --curve
 
 Through HTTP (the default): for each set, index its catalog with the default pipeline, start
 `python -m toolscout.serve` on it, POST the feedback to /feedback in batches and the test queries to
@@ -13,15 +13,15 @@ untaught and taught indexes alternated; the taught server restarted, which also 
 learned came back from disk).
 
 `--split test` (default) feeds the train split and searches the test split; `--split validation` feeds
-the train split minus the validation carve (`toolscout.train.data.in_validation`) and searches the carve,
-which is how the blend settings were chosen (`--in-process` sweeps them without a server). `--tool2vec`
-also trains offline Tool2Vec on the same feedback queries for the comparison.
+the train split minus the validation carve (`toolscout.train.data.in_validation`) and searches the carve
+(`--in-process`: no server). `--tool2vec` also trains offline Tool2Vec on the same feedback queries for the
+comparison. Whether learning is safe to leave on (tasks it was not taught, tools added later):
+benchmarks/learning_safety.py.
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import os
 import signal
@@ -63,33 +63,22 @@ def ndcg(rankings, queries, k=10) -> float:
 # ------------------------------------------------------------------------------------ in process
 
 def in_process(args, bench, events, queries, encoder) -> dict:
-    """nDCG@10 after learning all events (with --curve: after each point of VALIDATION_CURVE), for each
-    (prior, usage weight) asked for."""
+    """nDCG@10 before feedback and after all of it (with --curve: after each point of VALIDATION_CURVE)."""
     from toolscout.pipeline import ToolScout
 
-    out = {}
     options = {"retriever": args.retriever} if args.retriever else {}
     scout = ToolScout.from_tools(bench.tools, encoder=encoder, **options)
     texts = [q.text for q in queries]
-    out["none"] = ndcg(scout.retrieve(texts, 10).as_lists(), queries)
-    points = VALIDATION_CURVE if args.curve else (None,)
-    for prior, weight, evidence in itertools.product(args.prior or [None], args.usage_weight or [None],
-                                                     args.usage_evidence or [None]):
-        for component in scout.retriever.components if hasattr(scout.retriever, "components") else [scout.retriever]:
-            if prior is not None and hasattr(component, "learned"):
-                component.learned.prior = prior
-            if weight is not None and hasattr(component, "usage_weight"):
-                component.usage_weight = weight
-            if evidence is not None and hasattr(component, "usage"):
-                component.usage.evidence = evidence
-        scores = []
-        for point in points:
-            for source in list(scout.ledger.sources()):
-                scout.forget(source)
-            scout.learn(events[:point])
-            scores.append(ndcg(scout.retrieve(texts, 10).as_lists(), queries))
-        out[f"prior={prior} usage_weight={weight} usage_evidence={evidence}"] = scores if args.curve else scores[0]
-        print(bench.name, out, file=sys.stderr, flush=True)
+    out = {"none": ndcg(scout.retrieve(texts, 10).as_lists(), queries)}
+    scores, done = [], 0
+    for point in (VALIDATION_CURVE if args.curve else (None,)):
+        end = len(events) if point is None else min(point, len(events))
+        for start in range(done, end, args.batch):
+            scout.learn(events[start:min(start + args.batch, end)])
+        done = end
+        scores.append(ndcg(scout.retrieve(texts, 10).as_lists(), queries))
+    out["learned"] = scores if args.curve else scores[0]
+    print(bench.name, out, file=sys.stderr, flush=True)
     return out
 
 
@@ -233,10 +222,6 @@ def main(argv=None) -> int:
     parser.add_argument("--sets", default="metatool,rotbench,toollens,bfcl")
     parser.add_argument("--split", default="test", choices=["test", "validation"])
     parser.add_argument("--in-process", action="store_true", help="learn in this process (sweeps; no server)")
-    parser.add_argument("--prior", type=float, action="append", help="blend prior(s) to try (--in-process)")
-    parser.add_argument("--usage-weight", type=float, action="append", help="BM25 usage weight(s) (--in-process)")
-    parser.add_argument("--usage-evidence", type=float, action="append",
-                        help="BM25 usage evidence: requests at which a tool's field counts half (--in-process)")
     parser.add_argument("--curve", action="store_true",
                         help="--in-process: score after the first 100, 1,000, 3,000 and all events, not only all")
     parser.add_argument("--tool2vec", action="store_true", help="also offline Tool2Vec on the same queries")

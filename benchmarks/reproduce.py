@@ -3,6 +3,7 @@
     python benchmarks/reproduce.py list                       # every condition, its command and cost
     python benchmarks/reproduce.py run transcripts            # run conditions, compare with what is published
     python benchmarks/reproduce.py run transcripts --accept   # ... and publish what was measured
+    python benchmarks/reproduce.py run ID --outputs DIR       # read the figures a run of ID's command wrote in DIR
     python benchmarks/reproduce.py docs                       # rewrite the tables from the conditions file
     python benchmarks/reproduce.py docs --check               # fail when a table differs from it
 
@@ -300,6 +301,9 @@ def main(argv: list[str] | None = None) -> int:
     run_p.add_argument("--data", type=Path, default=DEFAULT_DATA, help="the benchmark folders (../shared/data)")
     run_p.add_argument("--keep", type=Path, default=None, help="keep each condition's files under this folder")
     run_p.add_argument("--accept", action="store_true", help="publish the measured figures, then rewrite the docs")
+    run_p.add_argument("--outputs", type=Path, default=None, metavar="DIR",
+                       help="one condition: read its figures from DIR, where an earlier run of its command (with "
+                            "{out} = DIR) wrote them, instead of running it again")
     docs_p = sub.add_parser("docs", help="rewrite the docs' tables from the conditions file")
     docs_p.add_argument("--check", action="store_true", help="change nothing; exit 1 when a table differs")
     args = parser.parse_args(argv)
@@ -326,9 +330,15 @@ def _run(args, tables, conditions) -> int:
         raise ConditionsError(f"no condition {', '.join(unknown)}; `list` shows them")
     if not (args.data / "README.md").exists() and not any(args.data.glob("*/tools.jsonl")):
         raise ConditionsError(f"no benchmark folders under {args.data}; pass --data DIR")
+    if args.outputs is not None and len(chosen) != 1:
+        raise ConditionsError("--outputs reads one condition's files: name exactly one condition")
     measured, fine = {}, True
     for condition in chosen:
-        measured[condition.id] = run(condition, args.data, args.keep)
+        if args.outputs is not None:
+            print(f"== {condition.id}: figures read from {args.outputs} (written by: {' && '.join(condition.command)})")
+            measured[condition.id] = {figure.name: figure.read(args.outputs) for figure in condition.figures}
+        else:
+            measured[condition.id] = run(condition, args.data, args.keep)
         fine &= report(condition, measured[condition.id])
     if args.accept:
         accept(args.conditions, measured)

@@ -5,8 +5,8 @@
 The client starts `toolscout gateway CONFIG` over stdio, as an MCP host does (default CONFIG:
 examples/gateway.json, whose servers toolscout's own setup installs), searches for the task, calls the first
 tool found whose input schema its arguments fill (what an LLM choosing among the results would do), and
-prints what came back. The gateway learns from that call: its index is kept in .toolscout-gateway-demo/
-(or $GATEWAY_INDEX), so a second run starts at once and ranks the called tool first for this task.
+prints what came back. The gateway records that call and learns from it (docs/learning.md): its index is kept
+in .toolscout-gateway-demo/ (or $GATEWAY_INDEX), so a second run starts at once.
 """
 
 import json

@@ -1,22 +1,27 @@
-"""Learning from use: the ledger's rules, the retrievers' live learning checked against the formulas by
-hand, and the pipeline's learn / forget / save."""
+"""Learning from use: the ledger's rules (what is taught, by whom, when), the pipeline's learn / forget /
+save around it, heavier learning and the `toolscout learn` command. The learned channel itself:
+tests/test_learning.py."""
 
-import dataclasses
+import json
+import shutil
 
 import numpy as np
 import pytest
 
 from toolscout import ToolScout
 from toolscout.errors import InvalidRequest
-from toolscout.feedback import USAGE_PRIOR, FeedbackEvent, Usage, UsageLedger, events_from_jsonl
-from toolscout.retrievers.base import Encoding, parts
+from toolscout.feedback import FeedbackEvent, Usage, UsageLedger, events_from_jsonl
 
 RAIN = "will it rain in Bergen tomorrow"
 SKY = "is the sky going to be cloudy over Oslo"
 
 
-def ev(query, *tool_ids, source="a", outcome=None):
-    return FeedbackEvent(query, tool_ids, source, outcome)
+def ev(query, *tool_ids, source="a", outcome=None, time=None):
+    return FeedbackEvent(query, tool_ids, source, outcome, time)
+
+
+def queries(usages):
+    return [u.query for u in usages]
 
 
 # ------------------------------------------------------------------------------------ ledger
@@ -30,12 +35,13 @@ def test_the_ledger_counts_repeats_once_caps_each_source_and_learns_nothing_from
     assert [(u.tool_id, u.source, u.query) for u in result.learned] == [
         ("w", "a", RAIN), ("w", "a", SKY), ("x", "a", SKY), ("w", "b", "third task for w")]
     assert (result.events, result.duplicates, result.capped, result.failures) == (6, 1, 1, 1)
-    assert ledger.usage("w") == [("a", [RAIN, SKY]), ("b", ["third task for w"])]
+    assert [(source, queries(u)) for source, u in ledger.usage("w")] == [("a", [RAIN, SKY]), ("b", ["third task for w"])]
     assert ledger.summary("w") == {"learned": 3, "sources": 2, "reported": 6}
     # the capped request stays counted: posting it again is a repeat, not a new try at the cap
     assert ledger.add([ev("third task for w", "w")]).duplicates == 1
-    assert ledger.forget("a") == ["w", "x"]
-    assert ledger.usage("w") == [("b", ["third task for w"])] and ledger.usage("x") == []
+    assert sorted({u.tool_id for u in ledger.forget("a")}) == ["w", "x"]
+    assert [(source, queries(u)) for source, u in ledger.usage("w")] == [("b", ["third task for w"])]
+    assert ledger.usage("x") == []
     assert ledger.add([ev(RAIN, "w")]).learned == [Usage("w", "a", RAIN)]  # forgotten: may teach again
 
 
@@ -53,164 +59,76 @@ def test_the_ledger_round_trips_and_rejects_bad_events(tmp_path):
         FeedbackEvent("task", ("w",), outcome="meh")
     with pytest.raises(InvalidRequest, match="unknown field"):
         FeedbackEvent.from_dict({"query": "q", "tool_ids": ["w"], "tools": ["w"]})
+    with pytest.raises(InvalidRequest, match="'time' must be seconds since the epoch"):
+        FeedbackEvent.from_dict({"query": "q", "tool_ids": ["w"], "time": "yesterday"})
     log = tmp_path / "log.jsonl"
     log.write_text('{"query": "q", "tool_ids": ["w"]}\n\n{"query": "", "tool_ids": ["w"]}\n')
     with pytest.raises(InvalidRequest, match=r"log.jsonl:3: feedback: 'query'"):
         events_from_jsonl(log)
 
 
-# --------------------------------------------------------------------------------- retrievers
-
-def test_dense_learning_follows_the_blend_by_hand_and_forgetting_restores_every_bit(tools, encoder):
-    scout = ToolScout.from_tools(tools, retriever="dense", encoder=encoder)
-    store = scout.retriever.store
-    before = store.get([t.id for t in tools]).copy()
-    prior = scout.retriever.learned.prior
-    scout.learn([ev(RAIN, "stocks.quote", source="b"), ev(SKY, "stocks.quote", source="a")])
-    own = before[[t.id for t in tools].index("stocks.quote")]
-    a, b = encoder.encode_queries([SKY]), encoder.encode_queries([RAIN])
-    mixed = prior * own / np.linalg.norm(own) + (a[0] + b[0])
-    want = np.linalg.norm(own) * mixed / np.linalg.norm(mixed)
-    np.testing.assert_allclose(store.get(["stocks.quote"])[0], want, atol=1e-6)
-    others = [t.id for t in tools if t.id != "stocks.quote"]
-    assert np.array_equal(store.get(others), before[[t.id != "stocks.quote" for t in tools]])  # untouched
-    assert scout.search("is it raining in Bergen", k=1)[0].tool.id == "stocks.quote"
-    scout.forget("a")
-    only_b = prior * own / np.linalg.norm(own) + b[0]
-    np.testing.assert_allclose(store.get(["stocks.quote"])[0], np.linalg.norm(own) * only_b / np.linalg.norm(only_b),
-                               atol=1e-6)
-    scout.forget("b")
-    assert np.array_equal(store.get([t.id for t in tools]), before)
+def test_the_ledger_keeps_when_and_untaught_rank_and_rolls_back_to_a_time(tmp_path):
+    ledger = UsageLedger()
+    ledger.add([ev(RAIN, "w", time=10.0), ev(SKY, "w", time=20.0), ev("late one", "x", source="b", time=30.0)],
+               untaught={(RAIN, "w"): 3, (SKY, "w"): None})
+    assert [(u.query, u.time, u.untaught_rank) for _s, usages in ledger.usage("w") for u in usages] == \
+        [(RAIN, 10.0, 3), (SKY, 20.0, None)]
+    ledger.save(tmp_path / "f.json")
+    again = UsageLedger.load(tmp_path / "f.json")
+    assert [(u.query, u.time, u.untaught_rank) for u in again.taught()] == \
+        [(u.query, u.time, u.untaught_rank) for u in ledger.taught()]
+    removed = again.rollback(20.0)
+    assert sorted(queries(removed)) == sorted(["late one", SKY])
+    assert queries(again.taught()) == [RAIN]
+    assert again.add([ev(SKY, "w", time=40.0)]).learned  # taken back: it may teach again
 
 
-def test_bm25_usage_field_scores_by_hand(tools):
-    scout = ToolScout.from_tools(tools, retriever="bm25")
-    plain = scout.retriever.scores("umbrella drizzle")
-    assert not plain.any()  # no tool mentions these words
-    scout.learn([ev("umbrella needed drizzle drizzle", "files.read"), ev("umbrella", "mail.send")])
-    got = scout.retriever.scores("umbrella drizzle")
-    # the usage field: files.read has [umbrella, need, drizzl, drizzl] (4 words), mail.send [umbrella] (1);
-    # idf counts the 2 requests: umbrella is in both, drizzl in one
-    n, k1, b, avgdl = 2, 1.5, 0.75, (4 + 1) / 2
-    idf = {"umbrella": np.log(1 + (n - 2 + 0.5) / 2.5), "drizzl": np.log(1 + (n - 1 + 0.5) / 1.5)}
-
-    def term(tf, length, word):
-        return idf[word] * tf * (k1 + 1) / (tf + k1 * (1 - b + b * length / avgdl))
-
-    rows, weight = scout.retriever.rows.row_of, scout.retriever.usage_weight
-    once = 1 / (1 + scout.retriever.usage.evidence)  # each tool was taught by one request
-    assert got[rows["files.read"]] == pytest.approx(weight * once * (term(1, 4, "umbrella") + term(2, 4, "drizzl")),
-                                                    rel=1e-5)
-    assert got[rows["mail.send"]] == pytest.approx(weight * once * term(1, 1, "umbrella"), rel=1e-5)
-    assert np.count_nonzero(got) == 2
-    scout.forget("a")
-    assert np.array_equal(scout.retriever.scores("umbrella drizzle"), plain)
+def test_a_ledger_saved_before_times_were_kept_still_loads(tmp_path):
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps({"per_source_cap": 3, "events": 2, "failures": 0, "reported": {"w": 2},
+                                "entries": {"w": {"a": [RAIN, SKY]}}, "capped_keys": [["a", "w", "third"]]}))
+    ledger = UsageLedger.load(path)
+    assert [(u.query, u.time, u.untaught_rank) for u in ledger.taught()] == [(RAIN, 0.0, None), (SKY, 0.0, None)]
+    assert ledger.add([ev("third", "w")]).duplicates == 1
 
 
-@pytest.mark.parametrize("taught", [1, 2, 6])
-def test_bm25_usage_field_counts_in_proportion_to_the_requests_behind_it(tools, taught):
-    """A tool taught by n requests scores n / (n + evidence) of its field: one request says little, and at
-    full weight it let a tool taught once crowd out untaught ones (docs/learning.md)."""
-    from toolscout.retrievers.bm25 import BM25Retriever
-
-    events = [ev(f"umbrella drizzle {i}", "files.read", source=f"s{i}") for i in range(taught)]
-    scores = {}
-    for evidence in (0.0, 4.0):
-        scout = ToolScout(BM25Retriever(usage_evidence=evidence), tools)
-        scout.learn(events)
-        scores[evidence] = scout.retriever.scores("umbrella drizzle")[scout.retriever.rows.row_of["files.read"]]
-    assert scores[0.0] > 0
-    assert scores[4.0] == pytest.approx(scores[0.0] * taught / (taught + 4.0), rel=1e-6)
-
-
-def test_bm25_usage_idf_counts_requests_and_forgetting_a_source_leaves_what_the_others_taught(tools):
-    """The idf of the usage field reads how many taught requests use a word: forgetting one source must
-    leave exactly the field that the other sources alone build, and a deleted tool's requests go too."""
-    queries = ["can you find the umbrella forecast", "drizzle forecast please", "umbrella"]
-    others = [ev("can you find drizzle", "files.read", source="b"), ev("can you find an umbrella", "mail.send", source="b"),
-              ev("forecast", "stocks.quote", source="b")]
-    both = ToolScout.from_tools(tools, retriever="bm25")
-    both.learn([ev("can you find umbrella forecast", "files.read"), ev("can you", "mail.send"),
-                ev("   the of and  ", "files.read")] + others)  # stopwords only: teaches nothing
-    only_b = ToolScout.from_tools(tools, retriever="bm25")
-    only_b.learn(others)
-    assert not np.array_equal(both.retriever.scores(queries[0]), only_b.retriever.scores(queries[0]))
-    both.forget("a")
-    for query in queries:
-        assert np.array_equal(both.retriever.scores(query), only_b.retriever.scores(query))
-    both.remove(["stocks.quote"])
-    only_files_mail = ToolScout.from_tools([t for t in tools if t.id != "stocks.quote"], retriever="bm25")
-    only_files_mail.learn(others[:2])
-    rows, rows_ref = both.retriever.rows.row_of, only_files_mail.retriever.rows.row_of
-    for query in queries:
-        got, want = both.retriever.scores(query), only_files_mail.retriever.scores(query)
-        assert {t: got[r] for t, r in rows.items()} == {t: want[r] for t, r in rows_ref.items()}
-
-
-def test_bm25_usage_scores_cached_by_a_search_follow_later_writes(tools):
-    """The usage field keeps each term's scores between writes: after a search has filled that cache,
-    deleting an untaught tool (the rows below it move up), adding a tool and teaching one more request
-    must each score exactly as an index built fresh in that state."""
-    query = "umbrella drizzle forecast"
-    extra = dataclasses.replace(tools[1], id="extra.tool", name="extra_tool")
-    taught = [ev("umbrella drizzle", tools[-1].id), ev("drizzle forecast", tools[-2].id)]
-    more = ev("umbrella forecast", "extra.tool")
-
-    def same_as_fresh(catalog, events):
-        fresh = ToolScout.from_tools(catalog, retriever="bm25")
-        fresh.learn(events)
-        got, want = scout.retriever.scores(query), fresh.retriever.scores(query)
-        rows, rows_fresh = scout.retriever.rows.row_of, fresh.retriever.rows.row_of
-        assert {t: got[r] for t, r in rows.items()} == {t: want[r] for t, r in rows_fresh.items()}
-        assert all(got[rows[e.tool_ids[0]]] > 0 for e in events)  # the usage field is in play
-
-    scout = ToolScout.from_tools(tools, retriever="bm25")
-    scout.learn(taught)
-    same_as_fresh(tools, taught)  # and fills the cache
-    scout.remove([tools[0].id])
-    same_as_fresh(tools[1:], taught)
-    scout.add([extra])
-    same_as_fresh(tools[1:] + [extra], taught)
-    scout.learn([more])
-    same_as_fresh(tools[1:] + [extra], taught + [more])
-
-
-def test_a_tool_with_no_feedback_ranks_exactly_as_before_and_edits_keep_feedback(tools, encoder, tmp_path):
-    scout = ToolScout.from_tools(tools, retriever="hybrid", encoder=encoder)
-    queries = ["send an email to Ann", "what is the weather in Rome", "book a hotel room"]
-    components = scout.retriever.components  # BM25 and dense: each learns by itself
-    before = [c.search(queries, len(tools)) for c in components]
+def test_a_tool_edit_keeps_its_feedback_and_a_delete_drops_it(tools, encoder, tmp_path):
+    scout = ToolScout.from_tools(tools, encoder=encoder)
     scout.learn([ev(RAIN, "stocks.quote")])
-    after = [c.search(queries, len(tools)) for c in components]
-    for results_a, results_b in zip(before, after):  # every other tool keeps its score, bit for bit
-        for (ids_a, s_a), (ids_b, s_b) in zip(results_a, results_b):
-            scores_a = {t: s for t, s in zip(ids_a, s_a.tolist()) if t != "stocks.quote"}
-            scores_b = {t: s for t, s in zip(ids_b, s_b.tolist()) if t != "stocks.quote"}
-            assert scores_a == scores_b and scores_a  # (BM25 lists only the tools sharing a word)
-    # an edit re-embeds the description and keeps the feedback; a delete drops it
     edited = scout.get("stocks.quote").with_changes(description="Share prices and market data.")
     scout.add([edited])
-    assert scout.ledger.summary("stocks.quote")["learned"] == 1
-    dense = next(part for part in parts(scout.retriever) if isinstance(part, Encoding))
-    # the new description's vector (as a fresh index makes it), blended with the kept feedback
-    own = ToolScout.from_tools([edited], retriever="dense", encoder=encoder).retriever.store.get(["stocks.quote"])[0]
-    mixed = USAGE_PRIOR * own / np.linalg.norm(own) + encoder.encode_queries([RAIN])[0]
-    np.testing.assert_allclose(dense.store.get(["stocks.quote"])[0], np.linalg.norm(own) * mixed / np.linalg.norm(mixed),
-                               atol=1e-6)
+    assert scout.ledger.summary("stocks.quote")["learned"] == 1 and "stocks.quote" in scout.learning.memory.tools
     scout.save(tmp_path / "idx")
     loaded = ToolScout.load(tmp_path / "idx")
     assert loaded.retrieve([RAIN], 3).as_lists() == scout.retrieve([RAIN], 3).as_lists()
     assert loaded.ledger.summary("stocks.quote") == scout.ledger.summary("stocks.quote")
     loaded.remove(["stocks.quote"])
     assert loaded.ledger.summary("stocks.quote")["learned"] == 0
-    assert "stocks.quote" not in loaded.retriever.components[1].learned
+    assert "stocks.quote" not in loaded.learning.memory.tools
 
 
-def test_mlc_refuses_live_learning_clearly():
-    from toolscout.retrievers.mlc import MLCRetriever
-
-    with pytest.raises(InvalidRequest, match="does not learn from feedback live"):
-        MLCRetriever.learn(object.__new__(MLCRetriever), [Usage("t", "s", "q")])
+def test_a_directory_that_learned_the_old_way_gets_its_own_vectors_back_and_its_requests_relearned(tools, encoder,
+                                                                                                   tmp_path):
+    """Before learning was a channel of its own, feedback moved the dense vectors of taught tools and kept
+    their own vectors aside (`learned.npz`): loading such a directory puts them back, and the channel learns
+    the ledger's requests again."""
+    scout = ToolScout.from_tools(tools, encoder=encoder)
+    scout.learn([ev(RAIN, "stocks.quote")])
+    scout.save(tmp_path / "idx")
+    folder = next((tmp_path / "idx").glob("v*"))
+    dense = folder / "retriever" / "component1" / "store"
+    ids = json.loads((dense / "ids.json").read_text())["ids"]
+    vectors = np.load(dense / "vectors.npy")
+    row = ids.index("stocks.quote")
+    own = vectors[row].copy()
+    vectors[row] = own[::-1]  # what a blend had made of it
+    np.save(dense / "vectors.npy", vectors)
+    np.savez(dense.parent / "learned.npz", own_ids=np.asarray(["stocks.quote"]), own=own[None, :])
+    shutil.rmtree(folder / "learning")
+    loaded = ToolScout.load(tmp_path / "idx")
+    np.testing.assert_array_equal(loaded.retriever.components[1].store.get(["stocks.quote"])[0], own)
+    assert "stocks.quote" in loaded.learning.memory.tools
+    assert loaded.learning.memory.pairs() == scout.learning.memory.pairs()
 
 
 # ------------------------------------------------------------------------- heavier learning (opt-in)
@@ -251,6 +169,7 @@ def test_retraining_scores_both_pipelines_on_held_back_feedback_and_swaps_only_a
     assert scout.retrieve(["check my calendar for tomorrow"], 5).as_lists() == before  # the original is untouched
     if result.improved:  # the swapped-in pipeline learned every request, under the original sources
         assert result.scout.ledger.taught() == scout.ledger.taught()
+        assert result.scout.learning.memory.pairs() == scout.learning.memory.pairs()
         assert result.scout.retriever.components[1].name == "mlc"
 
 

@@ -118,8 +118,11 @@ def test_holding_attributes_a_call_to_the_latest_search_that_showed_the_tool():
     rule.searched("s1", "send the itinerary by mail", ["mail.send"])
     assert rule.called("s1", "flights.book") == "book a flight"  # planned ahead: not the latest search
     assert rule.called("s1", "mail.send") == "send the itinerary by mail"
-    assert rule.called("s1", "calendar.create") == "send the itinerary by mail"  # none showed it: the latest
-    assert rule.called("s2", "mail.send") is None  # another session searched nothing
+    # no search showed it: the call says nothing about what those searches were for, and teaches nothing
+    assert rule.called("s1", "calendar.create") is None
+    assert rule.called("s2", "mail.send") is None  # another session searched nothing: one client's calls
+    rule.searched("s2", "send a mail", ["mail.send"])  # teach that client's searches only
+    assert rule.called("s2", "flights.book") is None and rule.called("s1", "flights.book") == "book a flight"
 
 
 def test_latest_attributes_every_call_to_the_latest_search_and_off_to_none():

@@ -74,7 +74,8 @@ def served(request, tmp_path_factory, encoder):
 
         store_spec = spec(postgres_uri(), new_table())
         store = PgVectorStore.from_spec(store_spec, encoder.dim)
-        index_catalog(store, catalog(), encoder, search="dense")  # as the directory below
+        dense = ToolScout.from_tools([], retriever="dense", encoder=encoder)  # the directory's pipeline below
+        index_catalog(store, catalog(), encoder, dense.spec)
         store.close()
         return lambda: ["--store", store_spec]  # every replica serves the same database
     folder = tmp_path_factory.mktemp("mcp") / "idx"

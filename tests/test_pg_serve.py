@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from pgtest import new_table, postgres_uri, spec
 from servers import start_server
+from traffic import RAIN_TASK, mixed
 
 from toolscout import ToolScout
 from toolscout.tool import Tool
@@ -134,9 +135,10 @@ def test_cli_index_search_and_migrate_with_a_postgres_store(pg, tmp_path, tools,
     assert main(["index", str(catalog), "--out", str(tmp_path / "idx"), "--store", store_spec]) == 0
     assert f"indexed {len(tools)} tools (0 embedded" in capsys.readouterr().err
     assert main(["migrate", "--store", store_spec, "--search", "dense"]) == 0
-    # the default index search (hybrid) no longer matches the table's: refused, naming the table's mode
+    # the default index search (hybrid) no longer matches the table's: refused, naming what differs
     assert main(["index", str(catalog), "--out", str(tmp_path / "idx"), "--store", store_spec]) == 1
-    assert "is served with dense search" in capsys.readouterr().err
+    assert "serves every tenant with another pipeline" in (err := capsys.readouterr().err)
+    assert "retriever.name: 'dense' there, 'hybrid' here" in err
 
 
 def test_tenants_are_isolated_on_every_http_path(pg, tmp_path, tools, encoder):
@@ -324,16 +326,16 @@ def test_feedback_through_one_replica_changes_the_others_rankings_at_once(pg, to
     one = ToolService.open(store_spec, encoder=encoder, batch_workers=0)
     two = ToolService.open(store_spec, encoder=encoder, batch_workers=0)
     try:
-        task = "zyzzyva quark frobnicate"
-        before = [(h.tool.id, h.score) for h in two.search(task, 5, min_score=None)]
+        before = [(h.tool.id, h.score) for h in two.search(RAIN_TASK, 5, min_score=None)]
         assert before[0][0] != "hotels.book"
-        phrasings = [task, "quark zyzzyva frobnication", "frobnicate the zyzzyva quarks"]
-        result = one.feedback([{"query": q, "tool_ids": ["hotels.book"]} for q in phrasings])
-        assert len(result.learned) == 3
-        assert two.search(task, 1, min_score=None)[0].tool.id == "hotels.book"  # the very next search
-        assert two.feedback_of("hotels.book") == {"learned": 3, "sources": 1, "reported": 3}
+        result = one.feedback(mixed({"rain": "hotels.book", "mail": "mail.send", "calendar": "calendar.create",
+                                     "files": "files.read", "facts": "calendar.list"}, 12))
+        assert len(result.learned) == 60
+        assert two.search(RAIN_TASK, 1, min_score=None)[0].tool.id == "hotels.book"  # the very next search
+        assert two.feedback_of("hotels.book") == {"learned": 12, "sources": 1, "reported": 12}
+        assert two.learning()["measured"]["namespaces"]["travel"]["all"]["events"] == 12  # scored before learning
         two.forget("default")  # taken back through the other replica: exactly as before
-        assert [(h.tool.id, h.score) for h in one.search(task, 5, min_score=None)] == before
+        assert [(h.tool.id, h.score) for h in one.search(RAIN_TASK, 5, min_score=None)] == before
     finally:
         one.close()
         two.close()
@@ -372,14 +374,15 @@ def test_replicas_rank_exactly_as_the_library_before_and_after_feedback(pg, tool
     the dense part searches pgvector instead (its HNSW graph finds every tool of so small a catalog) and
     nothing else changes."""
     from toolscout.postgres import index_catalog
-    from toolscout.serve import ToolService, pg_replica
+    from toolscout import pg_pipeline
+    from toolscout.serve import ToolService
     from toolscout.store.pgvector import PgVectorStore
 
     if dense_in == "pgvector":
-        monkeypatch.setattr(pg_replica, "IN_MEMORY_TOOLS", len(tools) - 1)
+        monkeypatch.setattr(pg_pipeline, "IN_MEMORY_TOOLS", len(tools) - 1)
     store_spec = spec(pg, new_table())
-    index_catalog(PgVectorStore.from_spec(store_spec, encoder.dim, exact=True), tools, encoder, search="hybrid")
     local = ToolScout.from_tools(tools, encoder=encoder)
+    index_catalog(PgVectorStore.from_spec(store_spec, encoder.dim, exact=True), tools, encoder, local.spec)
     one, two = (ToolService.open(store_spec, encoder=encoder, batch_workers=0) for _ in range(2))
     try:
         def same(queries):
@@ -390,15 +393,15 @@ def test_replicas_rank_exactly_as_the_library_before_and_after_feedback(pg, tool
             assert one.stats()["dense_search"] == ("in memory" if dense_in == "memory" else "pgvector HNSW")
 
         same(QUERIES)
-        events = [{"query": "is it going to rain on Saturday", "tool_ids": ["weather.get_forecast"], "source": "s"},
-                  {"query": "fly me to Lisbon", "tool_ids": ["flights.book"], "source": "s"},
-                  {"query": "drizzle umbrella outlook", "tool_ids": ["stocks.quote"], "source": "t"}]
-        local.learn(events)
-        one.feedback(events)
-        same(QUERIES + ["drizzle umbrella outlook for Bergen", "fly to Lisbon on Friday"])
+        taught = mixed({"rain": "stocks.quote"}, 40, "t") + mixed(
+            {"mail": "mail.send", "calendar": "calendar.create", "files": "files.read", "facts": "calendar.list"}, 12, "s")
+        local.learn(taught)
+        one.feedback(taught)
+        assert local.search(RAIN_TASK, k=1)[0].tool.id == "stocks.quote"  # learning is in play
+        same(QUERIES + [RAIN_TASK, "email the team about the report", "should I take a raincoat tonight"])
         local.forget("t")
         two.forget("t")
-        same(QUERIES + ["drizzle umbrella outlook for Bergen"])
+        same(QUERIES + [RAIN_TASK, "email the team about the report"])
     finally:
         one.close()
         two.close()

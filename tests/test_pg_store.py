@@ -220,13 +220,19 @@ def test_schema_migrations_are_versioned_and_upgrade_existing_rows(pg):
         conn.execute(f"CREATE TABLE {table}_p PARTITION OF {table} FOR VALUES IN ('default')")
         conn.execute(f"INSERT INTO {table} (tenant, id, text, embedding) VALUES ('default', 'old', "
                      "'translate text between languages', '[1,0,0]')")
+        assert pg_schema.migrate(conn, table, 3, target=4) == [2, 3, 4]  # feedback once moved vectors (v3):
+        conn.execute(f"UPDATE {table} SET embedding = '[0,0,1]', base_embedding = '[1,0,0]', usage = 'taught words' "
+                     "WHERE id = 'old'")  # a taught tool's vector blended, its own one kept aside
     store = PgVectorStore.from_spec(spec(pg, table), 3)
     assert store.search(np.array([[1, 0, 0]], dtype=np.float32), 5).as_lists() == [["old"]]
-    assert store.database.migrated == [2, 3, 4]
+    assert store.database.migrated == [5]
     with psycopg.connect(pg, autocommit=True) as conn:
         rows = conn.execute("SELECT version FROM toolscout_schema_migrations WHERE tbl = %s ORDER BY 1",
                             [table]).fetchall()
-        assert rows == [(1,), (2,), (3,), (4,)]
+        assert rows == [(1,), (2,), (3,), (4,), (5,)]
+        # v5: learning is a channel of its own: the taught tool has its own vector back, and no usage words
+        assert conn.execute(f"SELECT embedding::text, joined_at FROM {table} WHERE id = 'old'").fetchone() == \
+            ("[1,0,0]", 0.0)
         # v2 indexed the existing row's text; v3: it is untaught (its own vector, no usage words) and its
         # text still indexed; v4: it has a place in the catalog's order, and a tool written after it comes after it
         assert conn.execute(f"SELECT usage, base_embedding, reported, tsv @@ to_tsquery('english', 'translate') "

@@ -130,7 +130,7 @@ def test_sigkill_during_feedback_keeps_every_acknowledged_event_once(tmp_path, t
     ledger = ToolScout.load(folder).ledger
     for tool_id in targets:
         want = [task for t, task in acknowledged if t == tool_id]
-        got = [task for _source, tasks in ledger.usage(tool_id) for task in tasks]
+        got = [usage.query for _source, usages in ledger.usage(tool_id) for usage in usages]
         # every acknowledged event, in order, once; the one in flight at the kill may have landed
         assert got in (want, want + [in_flight[0][1]] if in_flight[0][0] == tool_id else want), tool_id
         assert learned[tool_id] == len(got)

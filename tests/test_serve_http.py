@@ -7,6 +7,8 @@ import logging
 import re
 
 import pytest
+
+from traffic import RAIN, RAIN_TASK, mixed
 from pgtest import new_table, postgres_uri, spec
 from starlette.testclient import TestClient
 from test_explain import EXPECTED as EXPLAINED
@@ -39,7 +41,8 @@ def postgres_target(tmp_path, tools, encoder):
 
     store_spec = spec(postgres_uri(), new_table())
     store = PgVectorStore.from_spec(store_spec, encoder.dim)
-    index_catalog(store, tools, encoder, search="dense")  # the same first stage as the directory's
+    dense = ToolScout.from_tools([], retriever="dense", encoder=encoder)  # the directory's pipeline
+    index_catalog(store, tools, encoder, dense.spec)
     store.close()
     return store_spec, {"encoder": encoder}
 
@@ -306,30 +309,33 @@ AGENT = {"authorization": "Bearer agent-7-feedback"}  # read + feedback, every n
 
 
 def test_feedback_is_learned_at_once_counted_and_taken_back_exactly(served):
-    with served() as client:
-        task = {"query": "will it rain in Bergen tomorrow", "k": 3}
+    with served(max_body_bytes=1 << 16) as client:
+        task = {"query": RAIN_TASK, "k": 3}
         before = client.post("/search", json=task).json()["results"][0]["hits"]
         assert before[0]["id"] != "stocks.quote"
-        r = client.post("/feedback", headers=AGENT, json={"events": [
-            {"query": "is it going to rain in Bergen tomorrow", "tool_ids": ["stocks.quote"]},
-            {"query": "rain forecast for Bergen tomorrow please", "tool_ids": ["stocks.quote", "nope.nothing"]},
-            {"query": "is it going to rain in Bergen tomorrow", "tool_ids": ["stocks.quote"]},  # a repeat
+        taught = mixed({"rain": "stocks.quote", "mail": "mail.send", "calendar": "calendar.create",
+                        "files": "files.read", "facts": "calendar.list"}, 12)
+        r = client.post("/feedback", headers=AGENT, json={"events": taught + [
+            {"query": RAIN[0], "tool_ids": ["stocks.quote", "nope.nothing"]},  # a repeat, and an unknown tool
             {"query": "it did not work", "tool_ids": ["files.read"], "outcome": "failure"}]})
         assert r.status_code == 200, r.text
         body = r.json()
-        assert (body["events"], body["learned"], body["duplicates"], body["failures"]) == (4, 2, 1, 1)
+        assert (body["events"], body["learned"], body["duplicates"], body["failures"]) == (62, 60, 1, 1)
         assert body["unknown_tools"] == ["nope.nothing"]
         after = client.post("/search", json=task).json()["results"][0]["hits"]
         assert after[0]["id"] == "stocks.quote"  # learned at once, no retraining
-        assert client.get("/tools/stocks.quote").json()["feedback"] == {"learned": 2, "sources": 1, "reported": 3}
+        assert client.get("/tools/stocks.quote").json()["feedback"] == {"learned": 12, "sources": 1, "reported": 13}
         metrics = client.get("/metrics").text
-        assert "toolscout_feedback_events 4" in metrics and "toolscout_feedback_learned 2" in metrics
-        assert 'toolscout_search_events_total{event="feedback_events"} 4' in metrics
+        assert "toolscout_feedback_events 62" in metrics and "toolscout_feedback_learned 60" in metrics
+        assert 'toolscout_search_events_total{event="feedback_events"} 62' in metrics
+        learned = client.get("/learning", headers=AGENT).json()
+        assert f"toolscout_learning_requests {learned['requests']}" in metrics and learned["tools_taught"] == 5
+        assert learned["measured"]["all"]["events"] == 61  # every successful event scored before learning
         single = client.post("/feedback", headers=AGENT, json={"query": "umbrella needed?", "tool_ids": ["weather.get_current"],
                                                                  "source": "agent-7", "outcome": "success"})
         assert single.json()["learned"] == 1
         r = client.delete("/feedback", params={"source": "agent-7"}, headers=AGENT)
-        assert r.status_code == 200 and r.json()["tools"] == 2
+        assert r.status_code == 200 and r.json()["tools"] == 6
         restored = client.post("/search", json=task).json()["results"][0]["hits"]
         assert [(h["id"], h["score"]) for h in restored] == [(h["id"], h["score"]) for h in before]
         assert client.get("/tools/stocks.quote").json()["feedback"]["learned"] == 0
@@ -365,11 +371,9 @@ def test_feedback_over_its_rate_is_refused_with_retry_after(served):
 
 def test_one_source_cannot_shift_a_task_further_than_the_limits_allow(served, tools, encoder):
     """10,000 events from one source tie a popular task to the wrong tool. The burst limit admits 2,000 of
-    them, the per-tool cap lets 5 teach: the wrong tool's score for the task stays under what 5 copies of
-    the task itself could give it, the right tool drops by at most that one place, and deleting the
-    source gives back the rankings exactly."""
-    from toolscout import ToolScout
-    from toolscout.feedback import blend
+    them, the per-tool cap lets 5 teach: learning may lift that one tool, so the right tool drops by at most
+    that one place and every other tool keeps its place and score; deleting the source gives back the
+    rankings exactly."""
     from toolscout.serve.limits import FeedbackLimits
 
     mallory = {"authorization": "Bearer mallory-feedback"}
@@ -389,10 +393,6 @@ def test_one_source_cannot_shift_a_task_further_than_the_limits_allow(served, to
         assert statuses[:2] == [200, 200] and set(statuses[2:]) == {429}  # the burst of 2,000, then refused
         assert client.get("/tools/files.read").json()["feedback"]["learned"] == 5
         after = ranking()
-        own = ToolScout.from_tools(tools, retriever="dense", encoder=encoder).retriever.store.get(["files.read"])[0]
-        q = encoder.encode_queries([task])[0]
-        bound = float(blend(own, [5 * q]) @ q)  # the most 5 taught requests could do: all of them the task
-        assert dict(after)["files.read"] <= bound + 1e-5
         assert [t for t, _s in after].index("mail.send") <= 1  # one tool moved: one place at most
         assert [p for p in after if p[0] != "files.read"] == [p for p in before if p[0] != "files.read"]
         assert client.delete("/feedback", params={"source": "mallory"}, headers=mallory).status_code == 200

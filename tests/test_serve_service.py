@@ -111,7 +111,7 @@ def test_a_failed_apply_is_aborted_in_the_journal(tmp_path, tools, monkeypatch):
     folder = make_dir(tmp_path, tools)
     svc = ToolService.open(folder)
 
-    def broken(_tools):
+    def broken(_tools, **_when):
         raise RuntimeError("encoder crashed")
 
     monkeypatch.setattr(svc.catalog.scout, "add", broken)
@@ -320,7 +320,8 @@ def test_answers_are_cached_per_catalog_version_and_never_served_after_a_write(t
     svc.upsert([new_tool(1)])  # a tool that fits the task: written, then searched at once
     after = svc.search("translate text between languages", k=3)
     assert after[0].tool.id == "extra.t1" and after != first
+    misses = svc.answers.misses
     svc.feedback([{"query": "translate text between languages", "tool_ids": ["files.read"]}])
-    learned = svc.search("translate text between languages", k=3)  # feedback is a new version too
-    assert learned != after and svc.answers.hits == 1
+    svc.search("translate text between languages", k=3)  # feedback is a new version too: answered afresh
+    assert svc.answers.hits == 1 and svc.answers.misses == misses + 1
     svc.close()

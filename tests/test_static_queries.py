@@ -15,7 +15,6 @@ from tokenizers.pre_tokenizers import Whitespace
 from toolscout import ToolScout
 from toolscout.encoders import static
 from toolscout.encoders.query_cache import QueryCache
-from toolscout.feedback import Usage
 from toolscout.retrievers.base import Encoding, parts
 
 
@@ -126,9 +125,12 @@ def test_fast_queries_rank_by_the_table_while_tools_and_learning_keep_the_encode
     np.testing.assert_allclose(scores, [by_hand[t] for t in ids], rtol=1e-5)
     assert not np.allclose(scores, encoder_scores)  # not the encoder's query vector
     np.testing.assert_array_equal(dense.store.get(every), stored)  # the tools' vectors are the encoder's
-    usage = Usage(ids[0], "agent", task)
+    from toolscout.learning.space import space_for
+
     monkeypatch.setattr(encoder, "query_cache", QueryCache(0))  # the shared encoder's cache comes back after
-    np.testing.assert_allclose(dense.prepare_learning([usage])[usage], encoder.encode_queries([task])[0], atol=1e-6)
+    learned = space_for(scout.retriever).requests([task])[0]  # what learning compares requests in
+    np.testing.assert_allclose(learned, encoder.encode_queries([task])[0], atol=1e-6)
+    assert not np.allclose(learned, vector / np.linalg.norm(vector), atol=1e-3)  # not the table's
 
 
 def test_fast_queries_need_a_dense_retriever(tools):

@@ -257,6 +257,20 @@ def test_schema_feedback_and_namespace_browsing(page, server):
     assert page.script_errors == []
 
 
+def test_the_learning_panel_shows_what_the_server_measured_of_its_learning(page, server):
+    open_page(page, server)
+    report = server.get("/learning").json()
+    page.get_by_test_id("learning-row").first.wait_for()
+    rows = {row.get_attribute("data-namespace"): (row.get_by_test_id("learning-events").inner_text(),
+                                                  row.get_by_test_id("learning-mrr").inner_text())
+            for row in page.get_by_test_id("learning-row").all()}
+    want = {ns: (str(f["all"]["events"]), f"{f['all']['served']['mrr']:.3f} / {f['all']['untaught']['mrr']:.3f}")
+            for ns, f in report["measured"]["namespaces"].items()}
+    assert rows == want and rows["mail"][0] == "3"  # the three events the fixture posted, scored
+    assert f"{report['requests']} requests learned" in page.get_by_test_id("learning-summary").inner_text()
+    assert page.script_errors == []
+
+
 def test_untrusted_tool_text_is_shown_as_text(page, server):
     open_page(page, server)
     title = page.title()

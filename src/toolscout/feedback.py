@@ -13,28 +13,19 @@ client that reports it) and `outcome`. The `UsageLedger` decides what of it the 
   from the per-source entries in source order, never from a running total, so after a source is
   forgotten every tool is as if that source had never posted.
 
-The ledger holds texts only. Retrievers keep what they derive from them (a dense retriever the sums of
-the requests' embeddings per tool and source, BM25 their words) and learn from `Usage` changes.
-
-How a dense vector learns (`blend`), for a tool taught by requests q_1..q_n (unit embeddings, as queries
-are embedded at search time) whose own vector is d:
-
-    v = ‖d‖ · normalise( prior · d/‖d‖ + Σ_i q_i )
-
-The direction is Tool2Vec's blend (the Tool2Vec paper): `prior` is how many requests the description is worth, so
-the requests' weight grows with the evidence, and a much-used tool points at the mean of its requests.
-The length stays ‖d‖, so the tool's scores stay on the scale of the others'.
+The ledger holds texts only, each taught entry with the time it was taught (so learning can be rolled back
+to a point in time) and where the untaught ranking put the tool for it (the self-measurement the learned
+channel's calibration reads, `toolscout.learning`). What the pipeline derives from it (the requests' vectors)
+lives in the learned channel.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
-
-import numpy as np
+from typing import Any, Callable, Iterable, Mapping
 
 from .errors import InvalidRequest
 
@@ -42,8 +33,7 @@ OUTCOMES = ("success", "failure")
 DEFAULT_SOURCE = "default"
 MAX_QUERY_CHARS = 20_000
 MAX_TOOLS_PER_EVENT = 64
-PER_SOURCE_CAP = 200  # requests one source may add to one tool (see the module doc)
-USAGE_PRIOR = 2.0  # how many requests a tool's description is worth in `blend` (chosen on validation: docs/learning.md)
+PER_SOURCE_CAP = 1000  # requests one source may add to one tool (see the module doc; docs/learning.md)
 _SPACES = re.compile(r"\s+")
 
 
@@ -56,6 +46,7 @@ class FeedbackEvent:
     tool_ids: tuple[str, ...]
     source: str = DEFAULT_SOURCE
     outcome: str | None = None
+    time: float | None = None  # when it happened (seconds since the epoch); None: when it is learned
 
     def __post_init__(self) -> None:
         if not isinstance(self.query, str) or not self.query.strip():
@@ -70,6 +61,9 @@ class FeedbackEvent:
             raise InvalidRequest("feedback: 'source' must be a non-empty string of at most 200 characters")
         if self.outcome is not None and self.outcome not in OUTCOMES:
             raise InvalidRequest(f"feedback: 'outcome' must be one of {', '.join(OUTCOMES)}, got {self.outcome!r}")
+        if self.time is not None and (isinstance(self.time, bool) or not isinstance(self.time, (int, float))
+                                      or not self.time >= 0):
+            raise InvalidRequest(f"feedback: 'time' must be seconds since the epoch, got {self.time!r}")
 
     @property
     def teaches(self) -> bool:
@@ -79,26 +73,62 @@ class FeedbackEvent:
         out: dict[str, Any] = {"query": self.query, "tool_ids": list(self.tool_ids), "source": self.source}
         if self.outcome is not None:
             out["outcome"] = self.outcome
+        if self.time is not None:
+            out["time"] = self.time
         return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "FeedbackEvent":
         if not isinstance(data, Mapping):
             raise InvalidRequest("feedback: each event must be an object with 'query' and 'tool_ids'")
-        unknown = set(data) - {"query", "tool_ids", "source", "outcome"}
+        unknown = set(data) - {"query", "tool_ids", "source", "outcome", "time"}
         if unknown:
-            raise InvalidRequest(f"feedback: unknown field(s) {sorted(unknown)}; known: query, tool_ids, source, outcome")
+            raise InvalidRequest(f"feedback: unknown field(s) {sorted(unknown)}; known: query, tool_ids, source, "
+                                 "outcome, time")
         return cls(data.get("query"), data.get("tool_ids") or (), data.get("source") or DEFAULT_SOURCE,
-                   data.get("outcome"))
+                   data.get("outcome"), data.get("time"))
+
+    def at(self, when: float) -> "FeedbackEvent":
+        """The event with its time set, unless it has one."""
+        return self if self.time is not None else replace(self, time=float(when))
 
 
 @dataclass(frozen=True)
 class Usage:
-    """One request a retriever learns for one tool, from one source."""
+    """One request that taught one tool, from one source; when, and where the untaught ranking had put the
+    tool for it (None: past the depth scored, or not known). Two usages are the same by tool, source and
+    request."""
 
     tool_id: str
     source: str
     query: str
+    time: float = field(default=0.0, compare=False)
+    untaught_rank: int | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class Scored:
+    """One (event, tool) scored before it was learned (`toolscout.learning.scorecard`): where the ranking as
+    served, the untaught ranking and learning at full weight put the tool (None: past the depth scored)."""
+
+    time: float
+    source: str
+    namespace: str
+    tool: str
+    query: str
+    taught_before: bool
+    served: int | None
+    untaught: int | None
+    learned: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Scored":
+        return cls(float(data["time"]), str(data["source"]), str(data.get("namespace") or ""), str(data["tool"]),
+                   str(data.get("query", "")), bool(data["taught_before"]), data.get("served"),
+                   data.get("untaught"), data.get("learned"))
 
 
 @dataclass
@@ -119,17 +149,6 @@ class LearnResult:
                 "capped": self.capped, "failures": self.failures, "unknown_tools": self.unknown[:20]}
 
 
-def blend(own: np.ndarray, sums: Sequence[np.ndarray], prior: float = USAGE_PRIOR) -> np.ndarray:
-    """‖own‖ · normalise(prior · own/‖own‖ + Σ sums): the vector of a tool whose own vector is `own`,
-    taught by requests whose embeddings add up to the `sums` (one per source, added in the order given)."""
-    total = np.zeros_like(own, dtype=np.float32)
-    for part in sums:
-        total = total + part
-    length = float(np.linalg.norm(own))
-    mixed = prior * (own / max(length, 1e-12)) + total
-    return (length * mixed / max(float(np.linalg.norm(mixed)), 1e-12)).astype(np.float32)
-
-
 def normalized(query: str) -> str:
     """The form under which two reports of one task count as identical (case and spacing ignored)."""
     return _SPACES.sub(" ", query.strip().lower())
@@ -137,22 +156,26 @@ def normalized(query: str) -> str:
 
 class UsageLedger:
     """Per tool and source, the distinct requests that taught it (at most `per_source_cap`), in arrival
-    order; plus counts of everything reported. Not thread-safe: its owner serialises writes."""
+    order, each a `Usage` with its time and untaught rank; plus counts of everything reported. Not
+    thread-safe: its owner serialises writes."""
 
     def __init__(self, per_source_cap: int = PER_SOURCE_CAP):
         if per_source_cap < 1:
             raise ValueError(f"per_source_cap must be at least 1, got {per_source_cap}")
         self.per_source_cap = per_source_cap
-        self.entries: dict[str, dict[str, list[str]]] = {}  # tool -> source -> requests
+        self.entries: dict[str, dict[str, list[Usage]]] = {}  # tool -> source -> what it taught, in order
         self._keys: set[tuple[str, str, str]] = set()  # (source, tool, normalized request) taught or capped
+        self._capped: dict[tuple[str, str, str], float] = {}  # capped keys -> when
         self.events = 0  # events recorded, all outcomes
         self.failures = 0
         self.reported: dict[str, int] = {}  # tool -> events naming it (all outcomes, repeats included)
 
     # recording ----------------------------------------------------------------------------
-    def add(self, events: Iterable[FeedbackEvent], known: Any = None) -> LearnResult:
-        """Record `events`; the result's `learned` is what the retrievers should learn now. `known`: a
-        container of the catalog's tool ids (None: every id is known)."""
+    def add(self, events: Iterable[FeedbackEvent], known: Any = None,
+            untaught: Mapping[tuple[str, str], int | None] | None = None) -> LearnResult:
+        """Record `events` (their times set); the result's `learned` is what is taught now. `known`: a
+        container of the catalog's tool ids (None: every id is known); `untaught`: (request, tool) -> where
+        the untaught ranking put the tool for the request (the event's score)."""
         result = LearnResult()
         for event in events:
             result.events += 1
@@ -166,48 +189,65 @@ class UsageLedger:
                     continue
                 self.reported[tool_id] = self.reported.get(tool_id, 0) + 1
                 if event.teaches:
-                    self._teach(tool_id, event, result)
+                    rank = (untaught or {}).get((event.query, tool_id))
+                    self._teach(Usage(tool_id, event.source, event.query, float(event.time or 0.0), rank), result)
         return result
 
-    def _teach(self, tool_id: str, event: FeedbackEvent, result: LearnResult) -> None:
-        key = (event.source, tool_id, normalized(event.query))
+    def _teach(self, usage: Usage, result: LearnResult) -> None:
+        key = (usage.source, usage.tool_id, normalized(usage.query))
         if key in self._keys:
             result.duplicates += 1
             return
         self._keys.add(key)
-        requests = self.entries.setdefault(tool_id, {}).setdefault(event.source, [])
+        requests = self.entries.setdefault(usage.tool_id, {}).setdefault(usage.source, [])
         if len(requests) >= self.per_source_cap:
+            self._capped[key] = usage.time
             result.capped += 1
             return
-        requests.append(event.query)
-        result.learned.append(Usage(tool_id, event.source, event.query))
+        requests.append(usage)
+        result.learned.append(usage)
 
-    def forget(self, source: str) -> list[str]:
-        """Take back everything `source` taught; the ids of the tools it had taught."""
-        touched = []
-        for tool_id, sources in list(self.entries.items()):
-            if sources.pop(source, None) is not None:
-                touched.append(tool_id)
-                if not sources:
-                    del self.entries[tool_id]
-        self._keys = {key for key in self._keys if key[0] != source}
-        return touched
+    def forget(self, source: str) -> list[Usage]:
+        """Take back everything `source` taught; what it had taught."""
+        return self._take_back(lambda u: u.source == source, lambda key, _when: key[0] == source)
 
-    def drop_tool(self, tool_id: str) -> None:
-        """A deleted tool's feedback goes with it."""
-        self.entries.pop(tool_id, None)
+    def rollback(self, before: float) -> list[Usage]:
+        """Take back everything taught at or after `before` (seconds since the epoch); what that was."""
+        return self._take_back(lambda u: u.time >= before, lambda _key, when: when >= before)
+
+    def drop_tool(self, tool_id: str) -> list[Usage]:
+        """A deleted tool's feedback goes with it; what it had been taught."""
         self.reported.pop(tool_id, None)
-        self._keys = {key for key in self._keys if key[1] != tool_id}
+        return self._take_back(lambda u: u.tool_id == tool_id, lambda key, _when: key[1] == tool_id)
+
+    def _take_back(self, taught: Callable[[Usage], bool], capped: Callable[[tuple, float], bool]) -> list[Usage]:
+        removed: list[Usage] = []
+        for tool_id in list(self.entries):
+            sources = self.entries[tool_id]
+            for source in list(sources):
+                keep = [u for u in sources[source] if not taught(u)]
+                removed += [u for u in sources[source] if taught(u)]
+                if keep:
+                    sources[source] = keep
+                else:
+                    del sources[source]
+            if not sources:
+                del self.entries[tool_id]
+        gone = {key for key, when in self._capped.items() if capped(key, when)}
+        for key in gone:
+            del self._capped[key]
+        self._keys -= gone | {(u.source, u.tool_id, normalized(u.query)) for u in removed}
+        return removed
 
     # reading ------------------------------------------------------------------------------
-    def usage(self, tool_id: str) -> list[tuple[str, list[str]]]:
-        """(source, requests) that teach `tool_id`, sources in sorted order."""
+    def usage(self, tool_id: str) -> list[tuple[str, list[Usage]]]:
+        """(source, what it taught) for `tool_id`, sources in sorted order."""
         return sorted(self.entries.get(tool_id, {}).items())
 
     def taught(self) -> list[Usage]:
         """Every (tool, source, request) that teaches, tools and sources sorted, requests in arrival order."""
-        return [Usage(tool_id, source, query) for tool_id in sorted(self.entries)
-                for source, queries in self.usage(tool_id) for query in queries]
+        return [usage for tool_id in sorted(self.entries) for _source, usages in self.usage(tool_id)
+                for usage in usages]
 
     def summary(self, tool_id: str) -> dict[str, Any]:
         """What /tools/{id} shows: requests learned, sources, events reported for the tool."""
@@ -219,15 +259,17 @@ class UsageLedger:
         """source -> requests it teaches (all tools)."""
         out: dict[str, int] = {}
         for sources in self.entries.values():
-            for source, queries in sources.items():
-                out[source] = out.get(source, 0) + len(queries)
+            for source, usages in sources.items():
+                out[source] = out.get(source, 0) + len(usages)
         return dict(sorted(out.items()))
 
     # persistence --------------------------------------------------------------------------
     def save(self, path: Path) -> None:
-        data = {"per_source_cap": self.per_source_cap, "events": self.events, "failures": self.failures,
-                "reported": self.reported, "entries": self.entries,
-                "capped_keys": sorted(self._keys - _taught_keys(self.entries))}
+        entries = {t: {s: [[u.query, u.time, u.untaught_rank] for u in usages] for s, usages in sources.items()}
+                   for t, sources in self.entries.items()}
+        data = {"format": 2, "per_source_cap": self.per_source_cap, "events": self.events,
+                "failures": self.failures, "reported": self.reported, "entries": entries,
+                "capped": [[*key, when] for key, when in sorted(self._capped.items())]}
         path.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
 
     @classmethod
@@ -236,14 +278,21 @@ class UsageLedger:
         ledger = cls(int(data.get("per_source_cap", PER_SOURCE_CAP)))
         ledger.events, ledger.failures = int(data.get("events", 0)), int(data.get("failures", 0))
         ledger.reported = {k: int(v) for k, v in data.get("reported", {}).items()}
-        ledger.entries = {t: {s: list(q) for s, q in sources.items()} for t, sources in data.get("entries", {}).items()}
-        ledger._keys = _taught_keys(ledger.entries) | {tuple(k) for k in data.get("capped_keys", [])}
+        ledger.entries = {t: {s: [_stored_usage(t, s, item) for item in items] for s, items in sources.items()}
+                          for t, sources in data.get("entries", {}).items()}
+        capped = [(tuple(k), 0.0) for k in data.get("capped_keys", [])]  # saved before times were kept
+        capped += [((c[0], c[1], c[2]), float(c[3])) for c in data.get("capped", [])]
+        ledger._capped = dict(capped)
+        ledger._keys = {(u.source, u.tool_id, normalized(u.query)) for u in ledger.taught()} | set(ledger._capped)
         return ledger
 
 
-def _taught_keys(entries: Mapping[str, Mapping[str, Sequence[str]]]) -> set[tuple[str, str, str]]:
-    return {(source, tool_id, normalized(q)) for tool_id, sources in entries.items()
-            for source, queries in sources.items() for q in queries}
+def _stored_usage(tool_id: str, source: str, item: Any) -> Usage:
+    """A saved entry: [request, time, untaught rank], or a bare request (saved before times were kept)."""
+    if isinstance(item, str):
+        return Usage(tool_id, source, item)
+    query, when, rank = item
+    return Usage(tool_id, source, query, float(when), None if rank is None else int(rank))
 
 
 def events_from_jsonl(path: str | Path) -> list[FeedbackEvent]:

@@ -1,19 +1,24 @@
 """`ToolScout`: the one public facade. A catalog, a first-stage retriever and an optional second-stage
 reranker, saved as one directory.
 
-The CLI, the evaluation harness and the servers are thin layers over this class.
+The CLI, the evaluation harness and the servers are thin layers over this class. Every deployment builds
+it through one factory, `ToolScout.build`, from the pipeline's saved configuration (`toolscout.spec`): a
+directory (`load`), and a PostgreSQL tenant (`from_tenant`: `load` of a directory indexed into PostgreSQL,
+and every server replica).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import threading
+import time
 import warnings
 from collections import Counter
-import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from .artifacts import read_config, write_artifact
 from .benchmark import read_jsonl
@@ -23,18 +28,27 @@ from .errors import FastQueriesUnavailable, NotFound, ToolScoutError
 from .feedback import FeedbackEvent, LearnResult, Usage, UsageLedger
 from .hits import Hit, HitPolicy, NameIndex, assemble_hits, checked_k, checked_queries
 from .intents import IntentMerge
+from .learning import LearnedChannel, LearningSettings, Lesson, Scored
+from .learning.channel import DEPTH as LEARNED_DEPTH
+from .learning.scorecard import DEPTH as SCORED_DEPTH
+from .learning.space import space_for
 from .query import Query, as_queries
 from .rerank.base import Reranker, load_reranker
 from .results import Filter, Results
 from .retrievers.base import Retriever, encoding_parts, load_retriever, make_retriever, task_encoders
+from .spec import PIPELINE_FORMAT, PIPELINE_KIND, LeafSource, PipelineSpec
 from .tool import TextView, Tool, tools_by_id
 from .version import __version__
 
-PIPELINE_KIND = "toolscout.pipeline"
+if TYPE_CHECKING:
+    from .pg_pipeline import TenantParts
+
 DEFAULT_INTENT_MERGE = IntentMerge.from_dict(DEFAULT_INTENTS)  # what `from_tools` splits tasks with by default
 FEEDBACK_FILE = "feedback.json"
-FORMAT_VERSION = 1
+LEARNING_FOLDER = "learning"
+FORMAT_VERSION = PIPELINE_FORMAT
 _REQUIRED: Any = object()  # `get` without a default: a missing tool is an error
+logger = logging.getLogger(__name__)
 
 
 class ReadWriteLock:
@@ -97,11 +111,12 @@ class ToolScout:
 
     def __init__(self, retriever: Retriever, tools: Sequence[Tool] = (), *, indexed: bool = False,
                  reranker: Reranker | None = None, intents: IntentMerge | None = None,
-                 ledger: UsageLedger | None = None):
+                 ledger: UsageLedger | None = None, learning: LearnedChannel | None = None):
         self.retriever = retriever
         self.reranker = reranker
         self.intents = intents
-        self.ledger = ledger if ledger is not None else UsageLedger()  # what it learned from use
+        self.ledger = ledger if ledger is not None else UsageLedger()  # what it was taught, by whom, when
+        self.learning = learning if learning is not None else LearnedChannel(space_for(retriever))
         self._tools: dict[str, Tool] = {}
         self._lock = ReadWriteLock()
         if tools:
@@ -144,22 +159,69 @@ class ToolScout:
         """The pipeline saved in `path`, encoding tasks the way it was saved (`use_fast_queries` before
         `save` records the tier with the index). `fast_queries` overrides that: "table" (or True) or
         "student" for that fast tier, False for the encoder itself, for this process only: a later `save`
-        records the tier the directory had (a server's compaction must not turn its flag into the default)."""
+        records the tier the directory had (a server's compaction must not turn its flag into the default).
+
+        A directory written by `toolscout index --store postgresql://...` points at its database, which is
+        the catalog: the pipeline is built from the table's pipeline spec and the tenant's rows, tools,
+        vectors and learned state as they are now, as every server replica builds it (`from_tenant`)."""
         folder, config = read_config(path, kind=PIPELINE_KIND, max_format=FORMAT_VERSION)
+        if config.get("postgres"):
+            from .pg_pipeline import TenantParts
+
+            tenant = TenantParts.open(config["postgres"])
+            try:
+                return cls.from_tenant(tenant, fast_queries=fast_queries)
+            finally:
+                tenant.release()
         tools = [Tool.from_dict(row) for _n, row in read_jsonl(folder / "tools.jsonl")]
-        retriever = load_retriever(folder / "retriever")
-        reranker = load_reranker(folder / "reranker") if (folder / "reranker").exists() else None
         ledger = UsageLedger.load(folder / FEEDBACK_FILE) if (folder / FEEDBACK_FILE).exists() else None
-        scout = cls(retriever, tools, indexed=True, reranker=reranker, ledger=ledger,
-                    intents=IntentMerge.from_dict(config.get("intents")))  # older directories: none
-        if len(retriever) != len(tools):  # a hand-edited or mismatched directory
-            raise ToolScoutError(f"{path}: retriever holds {len(retriever)} tools but tools.jsonl has {len(tools)}")
+        learned = folder / LEARNING_FOLDER
+        scout = cls.build(PipelineSpec.read(folder, config), tools, lambda _node, where: load_retriever(
+                          folder / "retriever" / where), fast_queries=fast_queries, ledger=ledger,
+                          learned=learned if learned.exists() else None, where=str(path))
         scout.saved_config = config
-        kind = config.get("fast_queries") if fast_queries is None else fast_query_kind(fast_queries)
+        return scout
+
+    @classmethod
+    def build(cls, spec: PipelineSpec, tools: Sequence[Tool], leaf: LeafSource, *,
+              fast_queries: bool | str | None = None, ledger: UsageLedger | None = None, learned: Path | None = None,
+              where: str = "the pipeline") -> "ToolScout":
+        """The one factory every deployment builds its pipeline with: the pipeline `spec` describes, over
+        `tools` (already in its retrievers). `leaf(node, folder)` makes each first-stage retriever the spec
+        names, with its indexed data: loaded from a directory's files, or made from a PostgreSQL tenant's
+        rows; fusion, request splitting, the reranker and the fast tier come from the spec alone.
+        `fast_queries` overrides the spec's tier for this process (see `load`). `ledger` and `learned` (a
+        learned channel's folder): what a directory learned from use (a PostgreSQL tenant's is taught from
+        its rows afterwards: `from_tenant`)."""
+        retriever = spec.first_stage(leaf)
+        learning = LearnedChannel.load(learned, space_for(retriever)) if learned is not None else None
+        scout = cls(retriever, tools, indexed=True, reranker=spec.make_reranker(), ledger=ledger, learning=learning,
+                    intents=IntentMerge.from_dict(spec.intents))
+        if len(retriever) != len(scout):  # a hand-edited or mismatched directory
+            raise ToolScoutError(f"{where}: its retriever holds {len(retriever)} tools but its catalog has "
+                                 f"{len(scout)}")
+        scout._teach_from_ledger()  # a directory saved before the channel, or learned with another encoder
+        kind = spec.fast_queries if fast_queries is None else fast_query_kind(fast_queries)
         if kind:
             scout.use_fast_queries(kind)
-        scout._saved_tier = config.get("fast_queries")
+        scout._saved_tier = spec.fast_queries
         return scout
+
+    @classmethod
+    def from_tenant(cls, tenant: "TenantParts", *, fast_queries: bool | str | None = None) -> "ToolScout":
+        """The pipeline of a PostgreSQL tenant (`pg_pipeline.TenantParts`: its table's spec, its rows and its
+        learned state), as every replica builds it."""
+        scout = cls.build(tenant.spec, tenant.tools, tenant.leaf, fast_queries=fast_queries,
+                          where=str(tenant.catalog.spec))
+        scout.apply(lambda: None, joined=tenant.joined)
+        tenant.learning.follow(scout)
+        return scout
+
+    @property
+    def spec(self) -> PipelineSpec:
+        """This pipeline's saved configuration (`toolscout.spec`): what `save` records, and what
+        `toolscout index --store` records in the database."""
+        return PipelineSpec.describe(self.retriever, self.intents, self.reranker, self._saved_tier)
 
     @property
     def fast_queries(self) -> str | None:
@@ -195,12 +257,14 @@ class ToolScout:
         Searches go on while it writes; writes wait until it is done. `extra_config` adds keys to
         config.json (the server records its journal position there); `load` keeps them in `saved_config`."""
         with self._lock.read():
+            spec = self.spec
             config = {**(extra_config or {}),
                       "kind": PIPELINE_KIND, "format_version": FORMAT_VERSION, "toolscout": __version__,
                       "retriever": self.retriever.name, "tools": len(self._tools),
                       "reranker": self.reranker.name if self.reranker is not None else None,
-                      "intents": self.intents.to_dict() if self.intents is not None else None,
-                      "fast_queries": self._saved_tier,  # how tasks are encoded travels with the index
+                      "intents": spec.intents,
+                      "fast_queries": spec.fast_queries,  # how tasks are encoded travels with the index
+                      "pipeline": spec.to_dict(),  # how it ranks, as every deployment builds it (`toolscout.spec`)
                       "saved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
             with write_artifact(path, config) as folder:
                 with open(folder / "tools.jsonl", "w", encoding="utf-8") as fh:
@@ -211,6 +275,8 @@ class ToolScout:
                     self.reranker.save(folder / "reranker")
                 if self.ledger.events:
                     self.ledger.save(folder / FEEDBACK_FILE)
+                if self.ledger.events or self.learning.settings != LearningSettings():
+                    self.learning.save(folder / LEARNING_FOLDER)
 
     # catalog -----------------------------------------------------------------------------
     @property
@@ -243,11 +309,14 @@ class ToolScout:
         warnings.warn("ToolScout.find is deprecated; use get(tool_id, None)", DeprecationWarning, stacklevel=2)
         return self.get(tool_id, None)
 
-    def add(self, tools: Iterable[Tool]) -> None:
-        """Insert new tools or replace tools with the same id; only changed tools are re-encoded."""
+    def add(self, tools: Iterable[Tool], *, when: float | None = None) -> None:
+        """Insert new tools or replace tools with the same id; only changed tools are re-encoded. `when`: the
+        time new tools joined (default now): what was learned before then never weighed them, so it cannot
+        lift a tool above them (`toolscout.learning`)."""
         batch = tools_by_id(tools)
         with self._lock.write():
             self.retriever.add(list(batch.values()))
+            self.learning.tools_joined([t for t in batch if t not in self._tools], time.time() if when is None else when)
             self._take(batch.values())
 
     def remove(self, ids: Iterable[str]) -> None:
@@ -258,19 +327,25 @@ class ToolScout:
                 raise NotFound(f"cannot remove unknown tool id(s) {unknown[:5]}")
             self.retriever.remove(ids)
             self._drop(ids)
-            for tool_id in ids:
-                self.ledger.drop_tool(tool_id)  # a deleted tool's feedback goes with it
+            self.learning.tools_left(ids)
+            for tool_id in ids:  # a deleted tool's feedback goes with it
+                self.ledger.drop_tool(tool_id)
+                self.learning.drop_tool(tool_id)
 
-    def apply(self, change: Callable[[], None], tools: Iterable[Tool] = (), removed: Iterable[str] = ()) -> None:
+    def apply(self, change: Callable[[], None], tools: Iterable[Tool] = (), removed: Iterable[str] = (),
+              joined: Mapping[str, float] | None = None) -> None:
         """Take in a change the retriever learns of from elsewhere (a PostgreSQL replica following its
         change log, `serve/pg_replica.py`): under the write lock, `change()` updates the retriever, and the
         catalog takes `tools` (new ones, or replacing those with their ids) and drops `removed`, all in the
-        one step a search sees."""
+        one step a search sees. `joined`: when tools joined the catalog (as the database recorded it)."""
         batch = tools_by_id(tools)
         with self._lock.write():
             change()
             self._drop([tool_id for tool_id in removed if tool_id in self._tools])
+            self.learning.tools_left(removed)
             self._take(batch.values())
+            for tool_id, when in (joined or {}).items():
+                self.learning.tools_joined([tool_id], when)
 
     def _take(self, tools: Iterable[Tool]) -> None:
         """Tools into the catalog and its name indexes, replacing those with their ids (write lock held)."""
@@ -292,27 +367,142 @@ class ToolScout:
 
     # learning from use ---------------------------------------------------------------------
     def learn(self, events: Iterable[FeedbackEvent | Mapping[str, Any]]) -> LearnResult:
-        """Fold tool-use feedback into the index at once, with no retraining (`toolscout.feedback`):
-        each event is a task and the ids of the tools that served it (a FeedbackEvent, or a dict with
-        query, tool_ids, source, outcome). Unknown tool ids are ignored and reported. Searches go on
-        while the requests are embedded; the index changes under the write lock, in one step."""
-        events = [e if isinstance(e, FeedbackEvent) else FeedbackEvent.from_dict(e) for e in events]
-        candidates = [Usage(t, e.source, e.query) for e in events if e.teaches for t in e.tool_ids]
-        prepared = self.retriever.prepare_learning(candidates) if candidates else None
+        """Learn from tool-use feedback at once, with no retraining (`toolscout.learning`): each event is a
+        task and the ids of the tools that served it (a FeedbackEvent, or a dict with query, tool_ids,
+        source, outcome, time). Each event is scored first (where the ranking as served, untaught and at
+        full weight put its tools), then recorded and taught. Unknown tool ids are ignored and reported.
+        Searches go on while events are scored and requests embedded; the index changes in one step."""
+        now = time.time()
+        events = [(e if isinstance(e, FeedbackEvent) else FeedbackEvent.from_dict(e)).at(now) for e in events]
+        teaching = [e for e in events if e.teaches]
+        with self._lock.read():
+            ranks = self.score(list(dict.fromkeys(e.query for e in teaching)))
+            prepared = self.learning.prepare([e.query for e in teaching])
         with self._lock.write():
-            result = self.ledger.add(events, known=self._tools)
-            if result.learned:
-                self.retriever.learn(result.learned, prepared=prepared)
+            before = self.learning.memory.tools
+            result = self.ledger.add(events, known=self._tools,
+                                     untaught={key: r[1] for key, r in ranks.items()})
+            self.learning.score([Scored(e.time, e.source, self._tools[t].namespace or "", t, e.query, t in before,
+                                        *ranks.get((e.query, t), (None, None, None)))
+                                 for e in teaching for t in e.tool_ids if t in self._tools])
+            self.learning.teach(self._lessons(result.learned), prepared)
+            self._log_weights(self.learning.refresh_weights())
         return result
 
     def forget(self, source: str) -> list[str]:
-        """Take back everything feedback from `source` taught: every tool is as if it had never posted.
+        """Take back everything feedback from `source` taught: every tool ranks as if it had never posted.
         Returns the ids of the tools it had taught."""
         with self._lock.write():
-            touched = self.ledger.forget(source)
-            if touched:
-                self.retriever.learn(forgotten=[(tool_id, source) for tool_id in touched])
-        return touched
+            removed = self.ledger.forget(source)
+            self.learning.unteach([(u.query, u.tool_id, u.source) for u in removed])
+            self.learning.scorecard.forget(source)
+            self._log_weights(self.learning.refresh_weights())
+        return sorted({u.tool_id for u in removed})
+
+    def rollback(self, before: float) -> list[Usage]:
+        """Take back everything taught at or after `before` (seconds since the epoch): rankings are those of
+        that time again (the catalog aside). Returns what was taken back."""
+        with self._lock.write():
+            removed = self.ledger.rollback(before)
+            self.learning.unteach([(u.query, u.tool_id, u.source) for u in removed])
+            self.learning.scorecard.rollback(before)
+            self._log_weights(self.learning.refresh_weights())
+        return removed
+
+    def set_learning(self, *, weights: Mapping[str, float | None] | None = None, freeze: bool | None = None,
+                     when: float | None = None) -> LearningSettings:
+        """An operator's settings (`LearningSettings.updated`): `weights` per namespace ("*": all; None: back
+        to automatic), `freeze` (True: learn nothing taught from `when`, default now, on; False: learn what
+        was held back)."""
+        with self._lock.write():
+            old = self.learning.settings
+            self.learning.settings = new = old.updated(weights, freeze, when)
+            if old.frozen_at is not None and new.frozen_at is None:
+                self.learning.teach(self._lessons([u for u in self.ledger.taught() if u.time >= old.frozen_at]))
+            self._log_weights(self.learning.refresh_weights())
+        return new
+
+    def follow_learning(self, *, settings: LearningSettings | None = None, lessons: Sequence[tuple] = (),
+                        key_of: Mapping[str, str] | None = None, records: Sequence[Scored] = ()) -> None:
+        """Take in learning recorded elsewhere (a PostgreSQL replica following its database): with `settings`,
+        start the channel afresh under them; then teach `lessons` ((key, vector, tool, source, untaught rank),
+        vectors already made), remember `key_of` (request -> key) and add the scored `records`."""
+        with self._lock.write():
+            if settings is not None:
+                self.learning = LearnedChannel(self.learning.space, settings)
+            self.learning.restore(lessons, key_of or {}, records)
+            self.learning.refresh_weights()
+
+    def learning_report(self, brief: bool = False) -> dict[str, Any]:
+        """How learning from use is doing (`LearnedChannel.report`)."""
+        with self._lock.read():
+            return self.learning.report(brief)
+
+    def _lessons(self, usages: Sequence[Usage]) -> list[Lesson]:
+        """What the channel is taught of `usages` (nothing taught while frozen, from the freeze on)."""
+        frozen_at = self.learning.settings.frozen_at
+        return [Lesson(u.query, u.tool_id, u.source, u.untaught_rank, u.time) for u in usages
+                if frozen_at is None or u.time < frozen_at]
+
+    def score(self, queries: list[str]) -> dict[tuple[str, str], tuple[int | None, int | None, int | None]]:
+        """(query, tool) -> its ranks as served, untaught and learned at full weight, for every tool in the
+        depth scored: an event's score before it is learned (call under the read lock, or with no writer)."""
+        if not queries:
+            return {}
+        tasks = as_queries(queries)
+        base = self._first_stage(tasks, SCORED_DEPTH, None)
+        served, learned = base, base
+        if self.learning.active:
+            served = self.learning.rank(tasks, base, SCORED_DEPTH, self._allows(None), self._namespace_of)
+            learned = self.learning.rank(tasks, base, SCORED_DEPTH, self._allows(None), self._namespace_of,
+                                         full_weight=True)
+        out: dict[tuple[str, str], tuple[int | None, int | None, int | None]] = {}
+        for query, lists in zip(queries, zip(served, base, learned)):
+            positions = [{t: r for r, t in enumerate(ids, 1)} for ids, _scores in lists]
+            for tool in set().union(*positions):
+                out[(query, tool)] = tuple(p.get(tool) for p in positions)  # type: ignore[assignment]
+        return out
+
+    def relearn(self, keep: Callable[[Usage], bool] = lambda _usage: True) -> None:
+        """Teach the channel afresh what the ledger holds that `keep` accepts (a copy judged on held-back
+        feedback learns from the rest only)."""
+        with self._lock.write():
+            scorecard = self.learning.scorecard
+            self.learning = LearnedChannel(self.learning.space, self.learning.settings)
+            self.learning.scorecard = scorecard
+            self.learning.teach(self._lessons([u for u in self.ledger.taught() if keep(u)]))
+            self.learning.refresh_weights()
+
+    def _teach_from_ledger(self) -> None:
+        """Teach the channel what the ledger holds when the channel knows none of it (a directory saved before
+        learning was a channel of its own, or one whose encoder changed): requests are embedded again, and
+        the untaught rank of entries that lack one is measured now."""
+        taught = self.ledger.taught()
+        if not taught or len(self.learning.memory):
+            return
+        missing = list(dict.fromkeys(u.query for u in taught if u.untaught_rank is None))
+        ranks = self.score(missing)
+        usages = [u if u.untaught_rank is not None else replace(u, untaught_rank=ranks.get((u.query, u.tool_id), (0, None))[1])
+                  for u in taught]
+        self.learning.teach(self._lessons(usages))
+        self.learning.refresh_weights()
+
+    def _log_weights(self, changed: Mapping[str, tuple[float, float]]) -> None:
+        for namespace, (old, new) in sorted(changed.items()):
+            logger.warning("learning in namespace %r: weight %.2f -> %.2f (%s)", namespace or "(none)", old, new,
+                           "learned rankings were worse than untaught on recent events" if new < old
+                           else "learned rankings recovered")
+
+    def _allows(self, filter: Filter | None) -> Callable[[str], bool]:
+        """Whether a tool the channel proposes may be returned: in the catalog and within `filter`."""
+        def allows(tool_id: str) -> bool:
+            tool = self._tools.get(tool_id)
+            return tool is not None and (filter is None or filter.allows(tool_id, tool.namespace))
+        return allows
+
+    def _namespace_of(self, tool_id: str) -> str | None:
+        tool = self._tools.get(tool_id)
+        return None if tool is None else tool.namespace
 
     # search ------------------------------------------------------------------------------
     def retrieve(self, queries: Sequence[str | Query], k: int = 10, filter: Filter | None = None) -> Results:
@@ -323,17 +513,24 @@ class ToolScout:
             return self._ranked(queries, k, filter)
 
     def _ranked(self, queries: list[Query], k: int, filter: Filter | None) -> Results:
-        """First stage (request by request for multi-request tasks), then the reranker over its top
-        `depth` (caller holds the read lock)."""
+        """First stage (request by request for multi-request tasks), what was learned from use, then the
+        reranker over the top `depth` (caller holds the read lock)."""
         depth = k if self.reranker is None else max(k, self.reranker.depth)
-        if self.intents is None:
-            candidates = self.retriever.search(queries, depth, filter)
+        if not self.learning.active:
+            candidates = self._first_stage(queries, depth, filter)
         else:
-            candidates = self.intents.search(queries, depth, lambda qs, n: self.retriever.search(qs, n, filter))
+            base = self._first_stage(queries, max(depth, LEARNED_DEPTH), filter)
+            candidates = self.learning.rank(queries, base, depth, self._allows(filter), self._namespace_of)
         if self.reranker is None:
             return candidates
         texts = [q.text for q in queries]
         return self.reranker.rerank(texts, candidates, self._tools, self.retriever).top(k)
+
+    def _first_stage(self, queries: list[Query], depth: int, filter: Filter | None) -> Results:
+        """The untaught ranking: the retriever, request by request for multi-request tasks."""
+        if self.intents is None:
+            return self.retriever.search(queries, depth, filter)
+        return self.intents.search(queries, depth, lambda qs, n: self.retriever.search(qs, n, filter))
 
     def search(self, query: str | Sequence[str], k: int = 5, *, namespaces: Iterable[str] | None = None,
                filter: Filter | None = None, min_score: float | None = None,

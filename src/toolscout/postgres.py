@@ -1,6 +1,11 @@
 """Whole tool catalogs in the PostgreSQL store: index one (re-embedding only tools whose text changed),
-copy a local pipeline directory in (no re-embedding), and find the store a pipeline directory was
-indexed into. The table's configuration itself is `store/pg_config.py`.
+copy a local pipeline directory in (no re-embedding), switch how a table ranks, and find the store a
+pipeline directory was indexed into. The table's configuration itself is `store/pg_config.py`.
+
+Both whole-catalog writes record the pipeline they were given (`toolscout.spec`) as the table's: every
+server of every tenant of the table builds that pipeline (`ToolScout.from_tenant`). A pipeline the store
+cannot serve is refused, naming the setting (`pg_pipeline.check_servable`), and so is one that is not the
+pipeline the table already serves (one table, one pipeline: use another table for another one).
 
 Both write the tenant's catalog as one replace (`PgCatalog.write(replace=True)`, store/pg_catalog.py):
 readers see the old catalog until the new one is complete, and a crash leaves the old one.
@@ -8,19 +13,27 @@ readers see the old catalog until the new one is complete, and a crash leaves th
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
-from .artifacts import read_config, read_json
-from .defaults import DEFAULT_INTENTS, DEFAULT_PG_SEARCH
+from .artifacts import read_config, read_json, write_artifact
+from .benchmark import read_jsonl
+from .defaults import DEFAULT_INTENTS, DEFAULT_RETRIEVER
 from .errors import ToolScoutError
-from .pipeline import PIPELINE_KIND
-from .retrievers.dense import default_summary_weight, embed_tools, encoding_of, vector_hash
-from .store.pg_config import IndexConfig, check_compatible
+from .feedback import PER_SOURCE_CAP
+from .intents import IntentMerge
+from .pg_pipeline import check_servable, index_config, table_spec, with_search
+from .retrievers.base import make_retriever
+from .retrievers.dense import embed_tools, encoding_of, vector_hash
+from .spec import PIPELINE_FORMAT, PIPELINE_KIND, PipelineSpec, differences
+from .store.local import load_store
+from .store.pg_config import SEARCH_MODES, IndexConfig, check_compatible
 from .store.pg_catalog import PgCatalog
 from .store.pgvector import NeedVectors, PgRow, PgSpec, PgStoreError, PgVectorStore
 from .tool import TextView, Tool, tool_text, tools_by_id
+from .version import __version__
 
 
 @dataclass
@@ -29,34 +42,38 @@ class CatalogReport:
     embedded: int
     version: int
     summary_weight: float = 0.0
+    feedback_left: int = 0  # feedback events a migrated directory holds, which stay with it
 
 
-def index_catalog(catalog: PgCatalog | PgVectorStore, tools: Sequence[Tool], encoder, view: TextView | None = None,
-                  *, search: str = DEFAULT_PG_SEARCH, batch_size: int = 64, progress: bool = False,
-                  summary_weight: float | None = None, intents: dict | None | str = "default") -> CatalogReport:
+def index_catalog(catalog: PgCatalog | PgVectorStore, tools: Sequence[Tool], encoder,
+                  pipeline: PipelineSpec | None = None, *, view: TextView | None = None,
+                  summary_weight: float | None = None, batch_size: int = 64, progress: bool = False) -> CatalogReport:
     """Make `tools` the whole catalog of `catalog`'s tenant (a PgCatalog, or a PgVectorStore: its tenant's
-    catalog). Tools whose text view is unchanged keep their stored vector. `summary_weight`: as
-    `DenseRetriever`'s (default: the table's, for a table that has a catalog already, else the retriever's
-    default for `encoder`). `intents`: how servers treat multi-request tasks (`IntentMerge` settings;
-    "default": the table's, else `toolscout.defaults.DEFAULT_INTENTS`)."""
-    catalog, view = PgCatalog.of(catalog), view or TextView()
-    stored_config = catalog.database.config()
-    indexed = bool(stored_config.get("model"))
-    if summary_weight is None:
-        summary_weight = float(stored_config.get("summary_weight", 0.0)) if indexed \
-            else default_summary_weight(encoder.name)
-    if not summary_weight >= 0:
-        raise ValueError(f"summary_weight must be >= 0, got {summary_weight}")
-    if intents == "default":
-        intents = stored_config.get("intents") if indexed else DEFAULT_INTENTS
-    config = IndexConfig(encoder.name, view.to_dict(), search, float(summary_weight), intents,
-                         encoding=encoding_of(encoder))
-    check_compatible(catalog, config, stored_config)
+    catalog), served with `pipeline`. Tools whose text view is unchanged keep their stored vector.
+
+    `pipeline`: the pipeline every server of the table builds (`ToolScout.spec` of the pipeline to serve);
+    its one dense retriever must use `encoder`, whose vectors it makes with its view and summary weight.
+    Default: the table's own, for a table that has a catalog and unless `view` or `summary_weight` are given;
+    else the default pipeline (`ToolScout.from_tools`'s) over `encoder`, with `view` and `summary_weight`
+    (default: the table's, else the dense retriever's default for `encoder`)."""
+    if pipeline is not None and (view is not None or summary_weight is not None):
+        raise ValueError("a pipeline's view and summary weight are its dense retriever's settings: give them there")
+    catalog = PgCatalog.of(catalog)
+    stored = catalog.database.config()
+    pipeline = pipeline or default_pipeline(encoder, stored, view, summary_weight)
+    check_servable(pipeline)
+    config = index_config(pipeline, stored.get("feedback_cap") or PER_SOURCE_CAP)
+    if (config.model, config.encoding) != (encoder.name, encoding_of(encoder)):
+        raise ValueError(f"the pipeline's dense retriever embeds with {config.model!r} ({config.encoding}), but "
+                         f"the encoder given is {encoder.name!r} ({encoding_of(encoder)})")
+    check_compatible(catalog, config, stored)
+    check_pipeline(catalog, pipeline, stored)
+    view = TextView.from_dict(config.view)
     by_id = tools_by_id(tools, "the catalog")
     texts = {t.id: tool_text(t, view) for t in tools}
     hashes = {t.id: vector_hash(t, view, texts[t.id], config.summary_weight) for t in tools}
-    stored = catalog.hashes()
-    embed = [tid for tid in by_id if stored.get(tid) != hashes[tid]]
+    stored_hashes = catalog.hashes()
+    embed = [tid for tid in by_id if stored_hashes.get(tid) != hashes[tid]]
 
     def encode(ids: list[str], show_progress: bool) -> dict:
         return encode_rows(encoder, [by_id[i] for i in ids], view, texts, config.summary_weight, batch_size,
@@ -71,6 +88,31 @@ def index_catalog(catalog: PgCatalog | PgVectorStore, tools: Sequence[Tool], enc
         except NeedVectors as exc:  # a stored vector changed or vanished meanwhile: embed those too
             vectors.update(encode([i for i in exc.ids if i not in vectors], False))
     raise PgStoreError("the catalog kept changing while it was being indexed; retry")
+
+
+def default_pipeline(encoder, stored: dict[str, Any], view: TextView | None = None,
+                     summary_weight: float | None = None) -> PipelineSpec:
+    """`index_catalog`'s pipeline when it is given none (see there); `stored`: the table's configuration."""
+    indexed = bool(stored.get("model"))
+    if indexed and view is None and summary_weight is None and stored["model"] == encoder.name:
+        return table_spec(IndexConfig.from_dict(stored))  # (another encoder: refused as such, check_compatible)
+    if summary_weight is None and indexed:
+        summary_weight = float(stored.get("summary_weight", 0.0))
+    retriever = make_retriever(DEFAULT_RETRIEVER, encoder=encoder, view=view, summary_weight=summary_weight)
+    return PipelineSpec.describe(retriever, IntentMerge.from_dict(DEFAULT_INTENTS))
+
+
+def check_pipeline(catalog: PgCatalog, pipeline: PipelineSpec, stored: dict[str, Any]) -> None:
+    """Refuse to write a catalog served with `pipeline` into a table that serves another one (`stored`: the
+    table's configuration): each of the table's servers builds one pipeline for all its tenants."""
+    if not stored.get("model"):
+        return
+    changed = differences(table_spec(IndexConfig.from_dict(stored)).to_dict(), pipeline.to_dict())
+    if changed:
+        raise PgStoreError(f"index table {catalog.table!r} serves every tenant with another pipeline than this one "
+                           f"(there: the table's; here: this index's): {'; '.join(changed[:6])}. One table serves one "
+                           "pipeline: index this one into another table (add ?table=NAME to the store spec), or "
+                           "switch the table's first stage (toolscout migrate --store DSN --search dense|hybrid)")
 
 
 def encode_rows(encoder, tools: Sequence[Tool], view: TextView, texts: dict[str, str], summary_weight: float,
@@ -99,45 +141,72 @@ def index_catalog_vectors(catalog: PgCatalog, tools: Sequence[Tool], vectors, co
 def migrate_directory(folder: str | Path, spec: str | PgSpec, *, search: str | None = None) -> CatalogReport:
     """Copy the catalog of a local index directory (written by `toolscout index` / `ToolScout.save`) into
     the PostgreSQL store `spec`: its tools, text views, content hashes and the vectors as they are (no
-    re-embedding), replacing the tenant's catalog. Dense and hybrid (BM25 + dense) pipelines migrate;
-    a hybrid one is served hybrid (`search="hybrid"`: every replica runs BM25 and the dense part)."""
-    from .benchmark import read_jsonl
-    from .store.local import load_store
-
+    re-embedding), replacing the tenant's catalog, and its pipeline as the table's (`search`: switched to
+    dense or hybrid search first, `with_search`). A pipeline the store cannot serve is refused."""
     live, config = read_config(folder, kind=PIPELINE_KIND)
-    retriever_dir = live / "retriever"
+    if config.get("postgres"):
+        raise PgStoreError(f"{folder}: is indexed into PostgreSQL already ({config['postgres']}); index its catalog "
+                           "again with toolscout index CATALOG --store DSN")
+    pipeline = PipelineSpec.read(live, config)
+    check_servable(pipeline, f"the pipeline of {folder}")
+    if search:
+        pipeline = with_search(pipeline, search)
+    dense = next(leaf for leaf in pipeline.leaves() if leaf.node["name"] == "dense")
+    retriever_dir = live / "retriever" / dense.folder
     rconf = read_json(retriever_dir / "config.json")
-    name = rconf.get("retriever")
-    default_search = "dense"
-    if name == "hybrid":
-        components = rconf.get("components", [])
-        if "dense" not in components:
-            raise PgStoreError(f"{folder}: a hybrid of {components} has no dense component to migrate")
-        retriever_dir = retriever_dir / f"component{components.index('dense')}"
-        rconf = read_json(retriever_dir / "config.json")
-        default_search = "hybrid"
-    elif name != "dense":
-        raise PgStoreError(f"{folder}: its retriever is {name!r}; only dense and hybrid (BM25 + dense) indexes "
-                           "migrate to PostgreSQL (re-index the catalog with --retriever dense)")
-    if config.get("reranker"):
-        raise PgStoreError(f"{folder}: has a reranker, which the PostgreSQL store does not serve yet")
+    if rconf.get("store_kind", "numpy") != "numpy":
+        raise PgStoreError(f"{folder}: its dense vectors are in a {rconf['store_kind']} store (approximate search), "
+                           "and PostgreSQL servers search them exactly (up to 100,000 tools, then pgvector's HNSW "
+                           "graph): re-index the catalog with --store numpy, or straight into PostgreSQL "
+                           "(toolscout index CATALOG --store DSN)")
     tools = [Tool.from_dict(row) for _n, row in read_jsonl(live / "tools.jsonl")]
-    local = load_store(retriever_dir / "store", rconf["store"])
-    if set(local.ids) != {t.id for t in tools}:
-        raise PgStoreError(f"{folder}: its vector store and tools.jsonl hold different tools; rebuild it")
-    vectors = local.get([t.id for t in tools])
+    vectors = _stored_vectors(folder, retriever_dir, rconf, tools)
     hashes_file = retriever_dir / "hashes.json"
-    hashes = read_json(hashes_file) if hashes_file.exists() else None
-    view = TextView.from_dict(rconf.get("view"))
-    index_config = IndexConfig(rconf["model"], view.to_dict(), search or default_search,
-                               float(rconf.get("summary_weight", 0.0)), config.get("intents"),
-                               encoding=rconf.get("encoding", "exact"))
     spec = spec if isinstance(spec, PgSpec) else PgSpec.parse(spec)
     catalog = PgCatalog.from_spec(spec, int(vectors.shape[1]))
     try:
-        return index_catalog_vectors(catalog, tools, vectors, index_config, view, hashes)
+        stored = catalog.database.config()
+        table_config = index_config(pipeline, stored.get("feedback_cap") or PER_SOURCE_CAP)
+        check_pipeline(catalog, pipeline, stored)
+        report = index_catalog_vectors(catalog, tools, vectors, table_config, TextView.from_dict(table_config.view),
+                                       read_json(hashes_file) if hashes_file.exists() else None)
     finally:
         catalog.close()
+    ledger = live / "feedback.json"
+    report.feedback_left = len(read_json(ledger).get("events", [])) if ledger.exists() else 0
+    return report
+
+
+def _stored_vectors(folder: str | Path, retriever_dir: Path, rconf: dict, tools: Sequence[Tool]):
+    """The dense vectors a directory's retriever holds, one row per tool of `tools`."""
+    local = load_store(retriever_dir / "store", rconf["store"])
+    if set(local.ids) != {t.id for t in tools}:
+        raise PgStoreError(f"{folder}: its vector store and tools.jsonl hold different tools; rebuild it")
+    return local.get([t.id for t in tools])
+
+
+def set_search_mode(database, search: str) -> None:
+    """Switch how every server of an index table ranks (its pipeline's first stage: dense alone, or hybrid,
+    `with_search`); takes effect when they start."""
+    if search not in SEARCH_MODES:
+        raise ValueError(f"unknown search mode {search!r}; use one of {', '.join(SEARCH_MODES)}")
+    stored = database.config()
+    config = IndexConfig.from_dict(stored)  # raises when nothing is indexed yet
+    pipeline = with_search(table_spec(config), search)
+    database.set_config({**stored, **index_config(pipeline, config.feedback_cap).to_dict()})
+
+
+def write_pointer(out: str | Path, store: PgSpec, pipeline: PipelineSpec, tools: int) -> None:
+    """Make `out` a pipeline directory that points at a tenant's catalog in PostgreSQL: it records the store
+    (without its password) and the pipeline, and holds no data (`ToolScout.load`, `toolscout search` and
+    `toolscout serve` read the database)."""
+    config = {"kind": PIPELINE_KIND, "format_version": PIPELINE_FORMAT, "toolscout": __version__,
+              "postgres": store.to_string(), "retriever": pipeline.retriever["name"], "tools": tools,
+              "reranker": (pipeline.reranker or {}).get("reranker"), "intents": pipeline.intents,
+              "fast_queries": pipeline.fast_queries, "pipeline": pipeline.to_dict(),
+              "saved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    with write_artifact(out, config):
+        pass
 
 
 def recorded_spec(folder: str | Path | None) -> str | None:

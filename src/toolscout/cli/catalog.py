@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 
 from ..defaults import DEFAULT_RETRIEVER
-from .options import (add_fast_queries, add_rerank_options, add_retriever_options, intents_from_args,
-                      reranker_from_args, retriever_options)
+from .options import (add_fast_queries, add_option_flag, add_rerank_options, add_retriever_options,
+                      pipeline_from_args)
 
 EXAMPLE_TASKS = (
     "I need to see a doctor next week, can you book me an appointment?",
@@ -30,6 +30,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--lenient", action="store_true", help="skip and report malformed tools instead of failing")
     add_rerank_options(p)
     add_retriever_options(p)
+    add_option_flag(p)
     add_fast_queries(p, saved=False)  # the tier is saved with the index: search and serve use it
     p.set_defaults(handler=cmd_index)
 
@@ -49,23 +50,15 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_index(args: argparse.Namespace) -> int:
-    from ..pipeline import ToolScout
     from ..store.pgvector import is_postgres_spec
 
     tools = _load_catalogs(args)
-    if is_postgres_spec(args.store):  # the shared PostgreSQL index
+    if is_postgres_spec(args.store):  # the shared PostgreSQL index: the same pipeline, its data in the database
         from .postgres import index_into_postgres
-
-        if args.fast_queries:
-            raise ValueError("--fast-queries / --student-queries: a PostgreSQL index does not record how tasks are "
-                             "encoded; give the flag to `toolscout serve` instead")
 
         return index_into_postgres(args, tools)
     start = time.perf_counter()
-    scout = ToolScout.from_tools(tools, retriever=args.retriever, reranker=reranker_from_args(args),
-                                 intents=intents_from_args(args), **retriever_options(args, args.retriever, args.model))
-    if args.fast_queries:
-        scout.use_fast_queries(args.fast_queries)
+    scout = pipeline_from_args(args, tools)
     scout.save(args.out)
     took = time.perf_counter() - start
     tier = {"table": ", tasks through the static table", "student": ", tasks through the query student"}.get(

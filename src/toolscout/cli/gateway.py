@@ -63,8 +63,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    help="found: the tools a session's searches found are also listed as its own tools "
                         "(with notifications/tools/list_changed), for hosts that refresh their tool list")
     p.add_argument("--learn-from-calls", choices=["holding", "latest", "off"], default="holding",
-                   help="which search a forwarded call teaches: the latest whose results held the tool, else the "
-                        "latest (holding, the default: docs/gateway.md), always the latest, or none")
+                   help="which search a forwarded call teaches: the latest whose results held the tool, else none "
+                        "(holding, the default: docs/gateway.md), always the latest (credits unrelated calls), or none")
     p.add_argument("--attribution-window", type=int, default=8, metavar="CALLS",
                    help="calls after which a search no longer takes their feedback (default %(default)s)")
     p.add_argument("--relist-every", type=float, default=300.0, metavar="SECONDS",

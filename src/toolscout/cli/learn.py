@@ -5,8 +5,10 @@ opt-in heavier learning (`--train mlc|refiner|embed`), on an index that no serve
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from dataclasses import replace
+from datetime import datetime, timezone
 
 from .options import parse_options
 
@@ -31,6 +33,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--option", "-o", action="append", default=[], metavar="KEY=VALUE",
                    help="a setting of the --train trainer, VALUE parsed as JSON when it can be (repeatable)")
     p.set_defaults(handler=cmd_learn)
+    add_learning_parsers(sub)
 
 
 def cmd_learn(args: argparse.Namespace) -> int:
@@ -78,3 +81,134 @@ def _import(service, events) -> None:
     print(f"{len(events)} events: {totals['learned']} (tool, request) pairs learned, {totals['duplicates']} repeats, "
           f"{totals['capped']} over the per-source cap, {totals['failures']} failures, {totals['unknown']} unknown "
           "tool ids", file=sys.stderr)
+
+
+# ------------------------------------------------------------------------------ toolscout learning
+
+def add_learning_parsers(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("learning", help="how learning from use is doing, and an operator's controls over it",
+                       description="Every feedback event is scored before it is learned: where the used tool ranked "
+                                   "as served, untaught, and with learning at full weight. `report` shows those "
+                                   "figures per namespace and the weight learning has in each; `weight`, `freeze`, "
+                                   "`unfreeze` and `rollback` change it. TARGET: a pipeline directory (no server "
+                                   "may hold it), postgresql://... or the URL of a running server or gateway.")
+    verbs = p.add_subparsers(dest="verb", metavar="VERB", required=True)
+    report = verbs.add_parser("report", help="the deployment's own measurement of its learning")
+    report.add_argument("target", metavar="TARGET")
+    report.add_argument("--json", action="store_true", help="the whole report as JSON")
+    weight = verbs.add_parser("weight", help="set learning's weight in a namespace (0 to 1, or auto)")
+    weight.add_argument("target", metavar="TARGET")
+    weight.add_argument("namespace", help='the namespace ("*": every namespace without its own weight)')
+    weight.add_argument("weight", help="a number from 0 to 1, or auto (the automatic weight again)")
+    for name, text in (("freeze", "learn nothing taught from now on (it is still recorded and scored)"),
+                       ("unfreeze", "learn what was held back, and go on learning")):
+        verbs.add_parser(name, help=text).add_argument("target", metavar="TARGET")
+    rollback = verbs.add_parser("rollback", help="take back everything learned at or after a time")
+    rollback.add_argument("target", metavar="TARGET")
+    rollback.add_argument("--before", required=True, metavar="TIME",
+                          help="ISO 8601 time (UTC unless it says) or seconds since the epoch")
+    for parser in (report, weight, rollback, *(verbs.choices[n] for n in ("freeze", "unfreeze"))):
+        parser.add_argument("--token", default=None, help="bearer token for a server URL (default: $TOOLSCOUT_TOKEN)")
+    p.set_defaults(handler=cmd_learning)
+
+
+def cmd_learning(args: argparse.Namespace) -> int:
+    import os
+
+    target = LearningTarget.of(args.target, args.token if args.token is not None else os.environ.get("TOOLSCOUT_TOKEN"))
+    try:
+        if args.verb == "report":
+            report = target.report()
+            print(json.dumps(report, indent=2) if args.json else render_report(report))
+        elif args.verb == "rollback":
+            before = parse_time(args.before)
+            print(f"took back {target.rollback(before)} (request, tool) pairs learned at or after "
+                  f"{datetime.fromtimestamp(before, timezone.utc).isoformat()}", file=sys.stderr)
+        else:
+            weights = {args.namespace: None if args.weight == "auto" else float(args.weight)} \
+                if args.verb == "weight" else None
+            freeze = {"freeze": True, "unfreeze": False}.get(args.verb)
+            print(json.dumps(target.settings(weights, freeze)), file=sys.stderr)
+    finally:
+        target.close()
+    return 0
+
+
+def parse_time(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"--before {text!r}: give an ISO 8601 time (2026-11-27T12:00:00Z) or seconds since the "
+                         "epoch") from None
+    return (when if when.tzinfo else when.replace(tzinfo=timezone.utc)).timestamp()
+
+
+class LearningTarget:
+    """A directory or database opened here, or a running server reached over HTTP."""
+
+    def __init__(self, service=None, url: str | None = None, token: str | None = None):
+        self.service, self.url, self.token = service, url, token
+
+    @classmethod
+    def of(cls, target: str, token: str | None) -> "LearningTarget":
+        if target.startswith(("http://", "https://")):
+            return cls(url=target.rstrip("/"), token=token)
+        from ..postgres import recorded_spec
+        from ..serve.limits import FeedbackLimits
+        from ..serve.service import ToolService
+
+        return cls(ToolService.open(recorded_spec(target) or target, batch_workers=0,
+                                    limits=FeedbackLimits(rate=None, volume=None)))
+
+    def report(self) -> dict:
+        return self._http("GET", "/learning") if self.url else self.service.learning()
+
+    def settings(self, weights, freeze) -> dict:
+        if self.url:
+            return self._http("POST", "/learning", {"weights": weights, "freeze": freeze})
+        return self.service.set_learning(weights=weights, freeze=freeze)
+
+    def rollback(self, before: float) -> int:
+        if self.url:
+            return self._http("POST", "/learning/rollback", {"before": before})["taken_back"]
+        return self.service.rollback_learning(before)
+
+    def _http(self, method: str, path: str, body: dict | None = None) -> dict:
+        import httpx
+
+        headers = {"authorization": f"Bearer {self.token}"} if self.token else {}
+        response = httpx.request(method, self.url + path, json=body, headers=headers, timeout=60)
+        if response.status_code >= 400:
+            try:
+                message = response.json()["error"]["message"]
+            except (ValueError, KeyError, TypeError):
+                message = response.text[:300]
+            raise ValueError(f"{self.url}{path}: HTTP {response.status_code}: {message}")
+        return response.json()
+
+    def close(self) -> None:
+        if self.service is not None:
+            self.service.close()
+
+
+def render_report(report: dict) -> str:
+    """The report as a table: per namespace, mean reciprocal rank and top-1 of the used tools before they were
+    learned, as served / untaught / at full weight, and learning's weight."""
+    lines = [f"learned requests: {report['requests']} over {report['tools_taught']} tools"
+             + (f"; frozen since {datetime.fromtimestamp(report['frozen_at'], timezone.utc).isoformat()}"
+                if report.get("frozen_at") else ""),
+             "", "| namespace | events | MRR served / untaught / full weight | top-1 served / untaught | "
+             "recent MRR learned vs untaught | weight |", "|---|---|---|---|---|---|"]
+    weights = report["weights"]
+    for ns, figures in report["measured"]["namespaces"].items():
+        every, recent = figures["all"], figures["recent"]
+        w = weights.get(ns, {"weight": 1.0, "how": "automatic"})
+        lines.append(f"| {ns or '(none)'} | {every['events']} | {every['served']['mrr']:.3f} / "
+                     f"{every['untaught']['mrr']:.3f} / {every['learned']['mrr']:.3f} | {every['served']['top1']:.3f} / "
+                     f"{every['untaught']['top1']:.3f} | {recent['learned']['mrr']:.3f} vs {recent['untaught']['mrr']:.3f} "
+                     f"| {w['weight']:.2f} ({w['how']}) |")
+    return "\n".join(lines)

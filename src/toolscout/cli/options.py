@@ -99,6 +99,29 @@ def retriever_options(args: argparse.Namespace, name: str, model: str | None) ->
     return options
 
 
+def add_option_flag(p: argparse.ArgumentParser) -> None:
+    """-o KEY=VALUE: a setting of the retriever (`toolscout index`)."""
+    p.add_argument("--option", "-o", action="append", default=[], metavar="KEY=VALUE",
+                   help="a setting of the retriever, VALUE parsed as JSON when it can be (repeatable), e.g. "
+                        "-o weights=[1,1] -o fusion=rrf for a hybrid")
+
+
+def pipeline_from_args(args: argparse.Namespace, tools: Sequence[Any] = (), *, store: str | None = None) -> Any:
+    """The pipeline `toolscout index`'s flags describe (retriever, --model, view flags, -o options, --rerank,
+    --no-split, the fast tier), over `tools` (none: built, not indexed: what `--store` records). `store`:
+    where dense vectors are kept instead of --store's."""
+    from ..pipeline import ToolScout
+
+    options = {**retriever_options(args, args.retriever, args.model), **parse_options(args.option, "-o")}
+    if store is not None and "store" in options:
+        options["store"] = store
+    scout = ToolScout.from_tools(tools, retriever=args.retriever, reranker=reranker_from_args(args),
+                                 intents=intents_from_args(args), **options)
+    if args.fast_queries:
+        scout.use_fast_queries(args.fast_queries)
+    return scout
+
+
 # ------------------------------------------------------------------------------------ rerankers
 
 def add_rerank_options(p: argparse.ArgumentParser) -> None:

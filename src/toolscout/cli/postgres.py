@@ -6,11 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import Sequence
-
-from typing import TYPE_CHECKING
-
-from .options import view_from_args
+from typing import TYPE_CHECKING, Sequence
 
 if TYPE_CHECKING:
     from ..tool import Tool
@@ -23,49 +19,45 @@ if TYPE_CHECKING:
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("migrate", help="apply the PostgreSQL schema migrations; copy a local index directory in",
                        description="Bring the PostgreSQL store's schema up to date and, given DIR (a local index "
-                                   "directory), make its catalog the tenant's catalog: tools, text views and vectors "
-                                   "as they are, no re-embedding.")
+                                   "directory), make its catalog the tenant's catalog and its pipeline the table's: "
+                                   "tools, text views and vectors as they are, no re-embedding.")
     p.add_argument("dir", metavar="DIR", nargs="?", default=None, help="local index directory to copy in")
     p.add_argument("--store", required=True, metavar="DSN", help="postgresql://... (?tenant=T&table=NAME)")
     p.add_argument("--search", choices=["dense", "hybrid"], default=None,
-                   help="how servers rank this catalog (default: hybrid for a hybrid index, else dense)")
+                   help="switch the first stage servers rank with: the dense retriever alone, or a hybrid (the "
+                        "default hybrid of BM25 and dense, when it is not one already); default: DIR's, or the table's")
     p.set_defaults(handler=migrate_command)
 
 
 def index_into_postgres(args: argparse.Namespace, tools: Sequence[Tool]) -> int:
-    """Make `tools` the tenant's catalog in the database (re-embedding only changed texts), then write
-    `--out` as a pipeline directory that records the store (no password) and holds a snapshot of the
-    catalog: `toolscout search/serve DIR` then work on the database."""
-    from ..pipeline import ToolScout
-    from ..postgres import index_catalog
-    from ..retrievers.dense import DenseRetriever, encoder_for, trained_view, vector_hash
+    """Make `tools` the tenant's catalog in the database (re-embedding only changed texts) and the pipeline
+    the flags describe the table's (the one a local index of the same flags builds; refused, naming the
+    setting, when the store cannot serve it), then write `--out` as a pipeline directory that points at
+    the database: `ToolScout.load(DIR)`, `toolscout search/serve DIR` build that pipeline from it."""
+    from ..pg_pipeline import check_servable
+    from ..postgres import index_catalog, write_pointer
+    from ..retrievers.base import encoding_parts
+    from ..spec import PipelineSpec
     from ..store.pg_catalog import PgCatalog
     from ..store.pgvector import PgSpec
-    from ..tool import TextView, tool_text
+    from .options import pipeline_from_args
 
-    if args.retriever not in ("dense", "hybrid"):
-        raise ValueError(f"--store postgresql://... indexes with --retriever dense or hybrid (BM25 + dense, in "
-                         f"every replica), not {args.retriever!r}")
-    if args.rerank:
-        raise ValueError("--rerank is not supported with the PostgreSQL store yet")
+    if args.retriever not in ("dense", "hybrid"):  # refused before any model is loaded
+        check_servable(PipelineSpec({"name": args.retriever, "settings": {}}), f"--retriever {args.retriever}")
     spec = PgSpec.parse(args.store)
     start = time.perf_counter()
-    encoder = encoder_for(args.model)
-    view = view_from_args(args) or trained_view(args.model) or TextView()
+    pipeline = pipeline_from_args(args, store="numpy")  # not indexed: its description, and its encoder
+    check_servable(pipeline.spec)
+    encoder = encoding_parts(pipeline.retriever)[0].encoder
     catalog = PgCatalog.from_spec(spec, encoder.dim)
     try:
-        report = index_catalog(catalog, tools, encoder, view, search=args.retriever, progress=True,
-                               intents="default" if args.split_requests else None)  # default: the table's
-        hashes = {t.id: vector_hash(t, view, tool_text(t, view), report.summary_weight) for t in tools}
-        retriever = DenseRetriever(encoder=encoder, store=spec.to_string(), view=view,  # the DSN without password
-                                   summary_weight=report.summary_weight, vectors=catalog.vectors, hashes=hashes)
-        scout = ToolScout(retriever, list(tools), indexed=True)
-        scout.save(args.out, extra_config={"postgres": spec.to_string()})
+        report = index_catalog(catalog, tools, encoder, pipeline.spec, progress=True)
     finally:
         catalog.close()
+    write_pointer(args.out, spec, pipeline.spec, report.tools)  # the DSN without its password
     took = time.perf_counter() - start
     print(f"indexed {report.tools} tools ({report.embedded} embedded, the rest unchanged) into {spec} "
-          f"version {report.version} in {took:.1f}s → {args.out}", file=sys.stderr)
+          f"version {report.version} with {pipeline.retriever.name} in {took:.1f}s → {args.out}", file=sys.stderr)
     return 0
 
 
@@ -77,8 +69,7 @@ def open_postgres_service(spec: str, fast_queries: str | None = None):
 
 
 def migrate_command(args: argparse.Namespace) -> int:
-    from ..postgres import migrate_directory
-    from ..store.pg_config import set_search_mode
+    from ..postgres import migrate_directory, set_search_mode
     from ..store.pgvector import PgSpec
 
     spec = PgSpec.parse(args.store)
@@ -99,6 +90,10 @@ def migrate_command(args: argparse.Namespace) -> int:
         return 0
     start = time.perf_counter()
     report = migrate_directory(args.dir, spec, search=args.search)
-    print(f"migrated {report.tools} tools from {args.dir} into {spec} (version {report.version}) in "
-          f"{time.perf_counter() - start:.1f}s", file=sys.stderr)
+    print(f"migrated {report.tools} tools and their pipeline from {args.dir} into {spec} (version {report.version}) "
+          f"in {time.perf_counter() - start:.1f}s", file=sys.stderr)
+    if report.feedback_left:
+        print(f"warning: the {report.feedback_left} feedback events {args.dir} learned from were not copied (the "
+              "learned state of a directory stays in it); to teach the database, import their logs with "
+              "toolscout learn --store DSN LOG.jsonl", file=sys.stderr)
     return 0

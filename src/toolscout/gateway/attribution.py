@@ -3,12 +3,15 @@
 A session's searches are remembered, newest last, each for the next `window` calls of that session. A call
 is attributed to one of them, and becomes the feedback event (that search's task, the called tool):
 
-- "holding": the newest remembered search whose results held the called tool; when none held it, the
-  newest search (an agent that calls a tool by name after searching says what served that task);
-- "latest": the newest remembered search, whatever it returned;
+- "holding" (the default): the newest remembered search whose results held the called tool; when none held
+  it, nothing: a call of a tool the agent's searches did not show says nothing about what they were for
+  (an agent that searched for "move a file" and then called `get-sum` taught "move a file" nothing);
+- "latest": the newest remembered search, whatever it returned (opt-in: it credits unrelated calls);
 - "off": calls teach nothing (explicit `record_tool_use` and `/feedback` still do).
 
-How the default was chosen, on simulated agents over the train splits: docs/gateway.md.
+A session is one client's: its MCP session, else its token (docs/gateway.md), so one client's calls only
+ever teach that client's searches. How the window was chosen, on simulated agents over the train splits:
+docs/gateway.md.
 """
 
 from __future__ import annotations
@@ -57,7 +60,7 @@ class CallAttribution:
             self._session(session).searches.append(_Search(task, frozenset(found)))
 
     def called(self, session: str, tool_id: str) -> str | None:
-        """The task `session`'s call of `tool_id` served, by the rule; None when no search is remembered."""
+        """The task `session`'s call of `tool_id` served, by the rule; None when no remembered search fits."""
         if self.rule == "off":
             return None
         with self._lock:
@@ -72,7 +75,7 @@ class CallAttribution:
                 return None
             if self.rule == "holding":
                 holding = [s for s in live if tool_id in s.found]
-                return (holding or live)[-1].task
+                return holding[-1].task if holding else None
             return live[-1].task
 
     def _session(self, session: str) -> _Session:

@@ -15,12 +15,13 @@ a trained model directory (kind `toolscout.model`, method `cross` or `refiner`) 
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from ..artifacts import ArtifactError, read_config, write_json
+from ..artifacts import ArtifactError, read_config, read_json, write_json
 from ..errors import InvalidRequest
 from ..models import MODEL_KIND, model_config
 from ..registry import lookup
@@ -85,6 +86,27 @@ def load_reranker(path: str | Path, **options: Any) -> Reranker:
     return cls.load(folder, **checked_settings(cls, options, path))
 
 
+def reranker_config(reranker: Reranker) -> dict[str, Any]:
+    """The `config.json` the reranker's `save` writes: all a pipeline's saved configuration keeps of it
+    (every reranker saves a reference: its trained model directory's path, or its LLM endpoint's settings
+    without the key), and all `reranker_from_config` needs to make it again."""
+    with tempfile.TemporaryDirectory(prefix="toolscout-reranker-") as folder:
+        reranker.save(Path(folder))
+        files = sorted(p.name for p in Path(folder).iterdir())
+        if files != ["config.json"]:
+            raise ArtifactError(f"the {reranker.name} reranker saves {files}, not a reference in one config.json: "
+                                "a pipeline's configuration cannot hold it")
+        return read_json(Path(folder) / "config.json")
+
+
+def reranker_from_config(config: Mapping[str, Any]) -> Reranker:
+    """The reranker `config` (what `reranker_config` gave) refers to, loaded as its class's `load` loads a
+    saved reranker folder."""
+    with tempfile.TemporaryDirectory(prefix="toolscout-reranker-") as folder:
+        write_json(Path(folder) / "config.json", dict(config))
+        return load_reranker(folder)
+
+
 def checked_settings(cls: Any, options: dict[str, Any], where: Any) -> dict[str, Any]:
     """`options` when every key is one of `cls.settings`; else InvalidRequest naming the stranger."""
     unknown = sorted(set(options) - set(cls.settings))
@@ -133,5 +155,5 @@ def reordered(per_query: Sequence[tuple[np.ndarray, np.ndarray]]) -> Results:
 
 
 __all__ = ["Reranker", "REGISTRY", "RERANKER_KIND", "DEFAULT_DEPTH", "reranker_class", "load_reranker",
-           "write_reranker_config", "checked_settings", "check_candidates", "reorder", "reordered", "zscores", "fuse_with_first_stage",
-           "MODEL_KIND"]
+           "write_reranker_config", "reranker_config", "reranker_from_config", "checked_settings",
+           "check_candidates", "reorder", "reordered", "zscores", "fuse_with_first_stage", "MODEL_KIND"]

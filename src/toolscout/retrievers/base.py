@@ -8,7 +8,6 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 
 from ..artifacts import read_config, write_json
 from ..encoders.contract import QueryEncoder
-from ..feedback import Usage
 from ..query import Query
 from ..registry import lookup
 from ..results import Filter, Results
@@ -26,16 +25,13 @@ class Accepts:
     `model`: a `model=` encoder name or path, or a model directory; `trained_by`: the `toolscout train`
     method whose directories `model=` may name (None: plain encoders only); `store`: `store=` (numpy,
     faiss:..., a PostgreSQL DSN); `view`: `view=` (a TextView); `encoder`: an already loaded `encoder=`,
-    so one encoder can serve many indexes (an evaluation over several sets loads it once); `learns`: it
-    learns from tool-use feedback live (`learn`); one that does not raises on `learn`, and a hybrid leaves
-    it out of what it learns."""
+    so one encoder can serve many indexes (an evaluation over several sets loads it once)."""
 
     model: bool = False
     trained_by: str | None = None
     store: bool = False
     view: bool = False
     encoder: bool = False
-    learns: bool = True
 
 
 @runtime_checkable
@@ -44,6 +40,8 @@ class Retriever(Protocol):
 
     `add` inserts or replaces tools by id (an update), re-encoding only what changed; `remove` drops ids.
     `save(folder)` writes plain files plus a `config.json`; the class's `load(folder)` reads them back.
+    `settings()` is what that `config.json` records besides the indexed data (the pipeline's saved
+    configuration, `toolscout.spec`, is made of them).
     """
 
     name: str
@@ -65,17 +63,11 @@ class Retriever(Protocol):
     def __len__(self) -> int:
         """How many tools are indexed."""
 
-    def prepare_learning(self, usages: Sequence[Usage]) -> Any:
-        """What learning `usages` needs that can be made outside the catalog's write lock (embeddings,
-        tokens); handed back to `learn` as `prepared`."""
-
-    def learn(self, added: Sequence[Usage] = (), forgotten: Sequence[tuple[str, str]] = (),
-              prepared: Any = None) -> None:
-        """Fold tool-use feedback in (`toolscout.feedback`): `added` usages teach, `forgotten` (tool, source)
-        pairs are taken back. A retriever whose `accepts.learns` is false raises instead."""
-
     def save(self, folder: Path) -> None:
         """Write the index into `folder` (plain files and a `config.json` naming the retriever)."""
+
+    def settings(self) -> dict[str, Any]:
+        """How it ranks, as plain JSON: what its `config.json` records besides the indexed data."""
 
     @classmethod
     def load(cls, folder: Path) -> "Retriever":

@@ -12,7 +12,6 @@ import numpy as np
 from ..artifacts import read_json, write_json
 from ..encoders import Encoder
 from ..encoders.contract import QueryEncoder
-from ..feedback import Usage
 from ..models import model_config
 from ..query import Query
 from ..results import Filter, Results
@@ -20,9 +19,8 @@ from ..store.base import VectorStore
 from ..store.local import load_store, make_store
 from ..tool import TextView, Tool, content_hash, tool_text
 from .base import Accepts, write_retriever_config
-from .learned import USAGE_PRIOR, LearnedVectors
 
-LEARNED_FILE = "learned.npz"
+LEARNED_FILE = "learned.npz"  # indexes saved before learning became its own channel: the taught tools' own vectors
 
 
 def encoder_for(model: str | Path | None, **options) -> Encoder:
@@ -122,11 +120,9 @@ class DenseRetriever:
     def __init__(self, model: str | None = None, store: str = "numpy", view: TextView | None = None,
                  batch_size: int = 64, encoder: Encoder | None = None, show_progress: bool = False,
                  summary_weight: float | None = None, *, vectors: VectorStore | None = None,
-                 hashes: Mapping[str, str] | None = None, usage_prior: float = USAGE_PRIOR,
-                 learned: LearnedVectors | None = None):
+                 hashes: Mapping[str, str] | None = None):
         """`vectors` and `hashes`: an index already built (a loaded store of kind `store` and the content
-        hash of each of its tools); without them the index starts empty. `learned`: what it learned from
-        use (`retrievers/learned.py`; `usage_prior` for a fresh one)."""
+        hash of each of its tools); without them the index starts empty."""
         self.encoder = encoder or encoder_for(model)
         self.store_kind = store
         source = model if encoder is None else encoder.name
@@ -140,7 +136,6 @@ class DenseRetriever:
         self.show_progress = show_progress
         self.store = vectors if vectors is not None else make_store(store, self.encoder.dim)
         self.hashes: dict[str, str] = dict(hashes or {})
-        self.learned = learned if learned is not None else LearnedVectors(usage_prior)
         self.encoded_last = 0  # tools embedded by the last index/add call (re-embedding is the cost)
         self.query_encoder: QueryEncoder | None = None  # what encodes tasks at search time when not `encoder` (`use_fast_queries`)
 
@@ -158,8 +153,7 @@ class DenseRetriever:
         changed = [t for t in tools if self.hashes.get(t.id) != hashes[t.id]]
         moved = [t for t in tools if t.id in self.hashes and self.hashes[t.id] == hashes[t.id]]
         if changed:
-            vectors = self._with_learning([t.id for t in changed],
-                                          self._tool_vectors(changed, [texts[t.id] for t in changed]))
+            vectors = self._tool_vectors(changed, [texts[t.id] for t in changed])
             self.store.upsert([t.id for t in changed], vectors, [t.namespace for t in changed])
         if moved:  # same text, maybe a new namespace: keep the vector, refresh the metadata
             self.store.upsert([t.id for t in moved], self.store.get([t.id for t in moved]),
@@ -168,9 +162,8 @@ class DenseRetriever:
         self.encoded_last = len(changed)
 
     def put(self, tools: Sequence[Tool], vectors: np.ndarray, hashes: Sequence[str]) -> None:
-        """Insert or replace tools whose vectors were made elsewhere (a shared PostgreSQL index made them,
-        what feedback taught included), with their content hashes: stored as they are, nothing embedded or
-        learned here."""
+        """Insert or replace tools whose vectors were made elsewhere (a shared PostgreSQL index made them),
+        with their content hashes: stored as they are, nothing embedded here."""
         self.store.upsert([t.id for t in tools], vectors, [t.namespace for t in tools])
         self.hashes.update({t.id: h for t, h in zip(tools, hashes)})
 
@@ -183,52 +176,6 @@ class DenseRetriever:
         self.store.delete(ids)
         for tid in ids:
             self.hashes.pop(tid, None)
-            self.learned.drop(tid)  # a deleted tool's feedback goes with it
-
-    # learning from use ---------------------------------------------------------------------
-    def prepare_learning(self, usages: Sequence[Usage]) -> dict[Usage, np.ndarray]:
-        """The requests' embeddings, as queries are embedded at search time (each request once, however
-        many tools it taught)."""
-        queries = list(dict.fromkeys(u.query for u in usages))
-        vectors = dict(zip(queries, self.encoder.encode_queries(queries))) if queries else {}
-        return {u: vectors[u.query] for u in usages}
-
-    def learn(self, added: Sequence[Usage] = (), forgotten: Sequence[tuple[str, str]] = (),
-              prepared: Mapping[Usage, np.ndarray] | None = None) -> None:
-        """Fold requests that used tools into their vectors, or take a source's back (`forgotten`: (tool,
-        source) pairs); only the affected tools' vectors change, and no tool is re-embedded."""
-        added = [u for u in added if u.tool_id in self.hashes]
-        if prepared is None or any(u not in prepared for u in added):
-            prepared = {**(prepared or {}), **self.prepare_learning(added)}
-        for usage in added:
-            self._remember_own(usage.tool_id)
-            self.learned.add(usage.tool_id, usage.source, prepared[usage])
-        for tool_id, source in forgotten:
-            self.learned.forget(tool_id, source)
-        touched = list(dict.fromkeys([u.tool_id for u in added] + [t for t, _s in forgotten if t in self.hashes]))
-        if touched:
-            own = [self.learned.own[t] for t in touched]
-            self.store.update_vectors(touched, np.stack([self.learned.vector(t, v) for t, v in zip(touched, own)]))
-            for tool_id in touched:
-                if tool_id not in self.learned:
-                    self.learned.own.pop(tool_id, None)  # everything forgotten: back to its own vector
-
-    def _remember_own(self, tool_id: str) -> None:
-        """Keep a tool's own vector before it is first taught (until then the stored vector is its own)."""
-        if tool_id not in self.learned.own:
-            self.learned.own[tool_id] = self.store.get([tool_id])[0]
-
-    def _with_learning(self, ids: Sequence[str], vectors: np.ndarray) -> np.ndarray:
-        """Freshly made vectors of `ids`, blended with what each tool learned from use (edited tools keep
-        their feedback)."""
-        if not len(self.learned):
-            return vectors
-        out = np.array(vectors, dtype=np.float32, copy=True)
-        for row, tool_id in enumerate(ids):
-            if tool_id in self.learned:
-                self.learned.own[tool_id] = out[row].copy()
-                out[row] = self.learned.vector(tool_id, out[row])
-        return out
 
     def search(self, queries: Sequence[Query | str], k: int = 10, filter: Filter | None = None) -> Results:
         vectors = (self.query_encoder or self.encoder).encode_queries(queries)  # the contract reads plain strings
@@ -245,32 +192,50 @@ class DenseRetriever:
     # persistence ---------------------------------------------------------------------------
     def save(self, folder: Path) -> None:
         store_config = self.store.save(folder / "store")
-        write_retriever_config(folder, self.name, store=store_config, **self._config())
+        write_retriever_config(folder, self.name, store=store_config, **self.settings())
         write_json(folder / "hashes.json", self.hashes)
-        if len(self.learned) or self.learned.own:
-            self.learned.save(folder / LEARNED_FILE)
 
-    def _config(self) -> dict:
-        """What `load` needs besides the store (subclasses add their own settings)."""
+    def settings(self) -> dict:
+        """What `save` records besides the store and the hashes (subclasses add their own settings)."""
         return {"model": self.encoder.name, "view": self.view.to_dict(), "store_kind": self.store_kind,
                 "batch_size": self.batch_size, "summary_weight": self.summary_weight,
-                "usage_prior": self.learned.prior, "encoding": encoding_of(self.encoder)}
+                "encoding": encoding_of(self.encoder)}
 
     @classmethod
     def load(cls, folder: Path) -> "DenseRetriever":
         config = read_json(folder / "config.json")
-        return cls(encoder=encoder_for(config["model"], backend=config.get("encoding", "exact")),
-                   view=TextView.from_dict(config.get("view")),
-                   summary_weight=float(config.get("summary_weight", 0.0)),  # indexes saved before it: none
-                   **saved_index(folder, config, default_batch_size=64))
+        return cls.from_settings(config, **saved_index(folder, config, default_batch_size=64))
+
+    @classmethod
+    def from_settings(cls, settings: Mapping, *, encoder: Encoder | None = None, **index) -> "DenseRetriever":
+        """The retriever `settings` (what `settings()` gave) describe: its encoder (or `encoder`, one already
+        loaded for that model), view and summary weight; `index`: an index already built (`vectors`,
+        `hashes`, `store`, `batch_size`)."""
+        encoder = encoder or encoder_for(settings["model"], backend=settings.get("encoding", "exact"))
+        index.setdefault("batch_size", settings.get("batch_size", 64))
+        return cls(encoder=encoder, view=TextView.from_dict(settings.get("view")),
+                   summary_weight=float(settings.get("summary_weight", 0.0)),  # indexes saved before it: none
+                   **index)
 
 
 def saved_index(folder: Path, config: Mapping, default_batch_size: int) -> dict:
     """The constructor arguments that restore what a dense-style retriever saved in `folder` (`config`:
-    its config.json): the store kind, the filled store, its tools' content hashes, the batch size and
-    what it learned from use."""
+    its config.json): the store kind, the filled store, its tools' content hashes and the batch size."""
+    vectors = load_store(folder / "store", config["store"])
+    _restore_own_vectors(folder, vectors)
+    return {"store": config["store_kind"], "vectors": vectors,
+            "hashes": read_json(folder / "hashes.json"), "batch_size": config.get("batch_size", default_batch_size)}
+
+
+def _restore_own_vectors(folder: Path, vectors: VectorStore) -> None:
+    """An index saved while feedback moved tool vectors keeps each taught tool's own vector aside: put it
+    back (learning is its own channel now, `toolscout.learning`; the requests are in the pipeline's ledger)."""
     learned = folder / LEARNED_FILE
-    return {"store": config["store_kind"], "vectors": load_store(folder / "store", config["store"]),
-            "hashes": read_json(folder / "hashes.json"), "batch_size": config.get("batch_size", default_batch_size),
-            "learned": LearnedVectors.load(learned) if learned.exists()
-            else LearnedVectors(float(config.get("usage_prior", USAGE_PRIOR)))}
+    if not learned.exists():
+        return
+    data = np.load(learned)
+    for tool_id, own in zip(data["own_ids"], data["own"]):
+        try:
+            vectors.update_vectors([str(tool_id)], own[None, :].astype(np.float32))
+        except KeyError:  # a tool removed since: nothing to restore
+            continue

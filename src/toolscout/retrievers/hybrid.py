@@ -18,7 +18,6 @@ import numpy as np
 
 from ..artifacts import read_json
 from ..defaults import HYBRID_FUSION, HYBRID_WEIGHTS
-from ..feedback import Usage
 from ..query import Query, as_queries
 from ..results import Filter, Results
 from ..tool import TextView
@@ -31,6 +30,14 @@ from .base import (
 )
 
 FUSIONS = ("rrf", "max", "score")
+RRF_K = 60  # reciprocal-rank fusion's constant, when not told
+DEPTH = 100  # how many of each component's hits are fused, when not told
+
+
+def default_settings(names: Sequence[str]) -> dict[str, Any]:
+    """`settings()` of a hybrid over components named `names`, built without fusion settings."""
+    return {"weights": [HYBRID_WEIGHTS.get(name, 1.0) for name in names], "fusion": HYBRID_FUSION,
+            "rrf_k": RRF_K, "depth": DEPTH}
 
 
 class HybridRetriever:
@@ -38,8 +45,8 @@ class HybridRetriever:
     accepts = Accepts(model=True, trained_by="embed", store=True, view=True, encoder=True)
 
     def __init__(self, components: Sequence[str | Retriever] = ("bm25", "dense"),
-                 weights: Sequence[float] | None = None, fusion: str = HYBRID_FUSION, rrf_k: int = 60,
-                 depth: int = 100,
+                 weights: Sequence[float] | None = None, fusion: str = HYBRID_FUSION, rrf_k: int = RRF_K,
+                 depth: int = DEPTH,
                  component_options: dict[str, dict[str, Any]] | None = None, view: TextView | None = None,
                  **shared_options: Any):
         if fusion not in FUSIONS:
@@ -57,8 +64,8 @@ class HybridRetriever:
                     options = {**shared_options, **options}
                 comp = make_retriever(comp, **options)
             self.components.append(comp)
-        self.weights = list(weights) if weights is not None else \
-            [HYBRID_WEIGHTS.get(c.name, 1.0) for c in self.components]
+        self.weights = [float(w) for w in weights] if weights is not None else \
+            default_settings([c.name for c in self.components])["weights"]
         if len(self.weights) != len(self.components):
             raise ValueError(f"{len(self.weights)} weights for {len(self.components)} components")
         self.fusion, self.rrf_k, self.depth = fusion, rrf_k, depth
@@ -77,17 +84,6 @@ class HybridRetriever:
     def remove(self, ids) -> None:
         for comp in self.components:
             comp.remove(ids)
-
-    def prepare_learning(self, usages: Sequence[Usage]) -> list:
-        return [comp.prepare_learning(usages) if comp.accepts.learns else None for comp in self.components]
-
-    def learn(self, added: Sequence[Usage] = (), forgotten: Sequence[tuple[str, str]] = (),
-              prepared: Sequence | None = None) -> None:
-        """Every component that learns live learns from the same feedback (BM25 the requests' words, dense
-        their vectors); one that does not (MLC, which learns by retraining) keeps its ranking."""
-        for i, comp in enumerate(self.components):
-            if comp.accepts.learns:
-                comp.learn(added, forgotten, None if prepared is None else prepared[i])
 
     def search(self, queries: Sequence[Query | str], k: int = 10, filter: Filter | None = None) -> Results:
         queries = as_queries(queries)  # each task read once, then handed to every component

@@ -41,8 +41,6 @@ import numpy as np
 
 from ..artifacts import ArtifactError, read_json, write_json
 from ..encoders import Encoder
-from ..errors import InvalidRequest
-from ..feedback import Usage
 from ..models import model_config
 from ..query import Query, as_queries
 from ..results import Filter, Results, top_k_rows
@@ -94,7 +92,7 @@ class MLCRetriever:
     """
 
     name = "mlc"
-    accepts = Accepts(model=True, trained_by="mlc", view=True, learns=False)
+    accepts = Accepts(model=True, trained_by="mlc", view=True)
 
     def __init__(self, model: str | Path | None = None, fallback: str | None = "dense", view: TextView | None = None,
                  batch_size: int = 64, backend: str = "auto", device: str | None = None,
@@ -158,17 +156,6 @@ class MLCRetriever:
             self.descriptions.pop(tool_id, None)
             self.hashes.pop(tool_id, None)
         self._rebuild()
-
-    def prepare_learning(self, usages: Sequence[Usage]) -> None:
-        return None
-
-    def learn(self, added: Sequence[Usage] = (), forgotten: Sequence[tuple[str, str]] = (),
-              prepared: None = None) -> None:
-        """MLC's scores come from its trained head: it learns from use only by training again
-        (`toolscout learn DIR --train mlc`), not live."""
-        if added or forgotten:
-            raise InvalidRequest("the mlc retriever does not learn from feedback live; serve a hybrid or dense "
-                                 "index, or retrain it on the feedback (toolscout learn DIR --train mlc)")
 
     def _report_unknown(self, n_unknown: int, n_tools: int) -> None:
         if not n_unknown:
@@ -236,9 +223,7 @@ class MLCRetriever:
     # persistence ---------------------------------------------------------------------------
     def save(self, folder: Path) -> None:
         folder = Path(folder)
-        write_retriever_config(folder, self.name, model=str(self.model.root), model_version=self.model.version,
-                               fallback=self.fallback, view=self.view.to_dict(), batch_size=self.batch_size,
-                               backend=self.backend)
+        write_retriever_config(folder, self.name, **self.settings())
         with open(folder / "rows.jsonl", "w", encoding="utf-8") as fh:
             for tool_id, namespace in zip(self.rows.ids, self.rows.namespaces):
                 fh.write(json.dumps({"id": tool_id, "namespace": namespace}) + "\n")
@@ -247,6 +232,11 @@ class MLCRetriever:
                  vectors=np.stack([self.descriptions[i] for i in ids]) if ids
                  else np.zeros((0, self.encoder.dim), dtype=np.float32))
         write_json(folder / "hashes.json", self.hashes)
+
+    def settings(self) -> dict[str, Any]:
+        """What `save` records besides the rows and the unknown tools' vectors."""
+        return {"model": str(self.model.root), "model_version": self.model.version, "fallback": self.fallback,
+                "view": self.view.to_dict(), "batch_size": self.batch_size, "backend": self.backend}
 
     @classmethod
     def load(cls, folder: Path) -> "MLCRetriever":

@@ -19,13 +19,11 @@ import numpy as np
 
 from ..artifacts import read_json
 from ..encoders import Encoder
-from ..feedback import blend
 from ..models import model_config
 from ..store.base import VectorStore
 from ..tool import TextView, Tool
 from .base import Accepts
 from .dense import DenseRetriever, encoder_for, saved_index
-from .learned import LearnedVectors
 
 
 class UsageTable:
@@ -75,8 +73,7 @@ class Tool2VecRetriever(DenseRetriever):
                  prior: float | None = None, store: str = "numpy", view: TextView | None = None,
                  batch_size: int = 64, encoder: Encoder | None = None, show_progress: bool = False, *,
                  usage_table: UsageTable | None = None, descriptions: Mapping[str, np.ndarray] | None = None,
-                 vectors: VectorStore | None = None, hashes: Mapping[str, str] | None = None,
-                 learned: LearnedVectors | None = None):
+                 vectors: VectorStore | None = None, hashes: Mapping[str, str] | None = None):
         trained = model_config(model, method="tool2vec")
         encoder_name = model
         table_file = None
@@ -89,7 +86,7 @@ class Tool2VecRetriever(DenseRetriever):
         super().__init__(model=None if encoder else encoder_name, store=store, view=view,
                          batch_size=batch_size, encoder=encoder, show_progress=show_progress,
                          summary_weight=0.0,  # the prior was chosen against single-view description vectors
-                         vectors=vectors, hashes=hashes, learned=learned)
+                         vectors=vectors, hashes=hashes)
         self.prior = 1.0 if prior is None else float(prior)
         if usage_table is None:
             usage_table = UsageTable.load(table_file, self.encoder.dim) if table_file else UsageTable(self.encoder.dim)
@@ -100,11 +97,12 @@ class Tool2VecRetriever(DenseRetriever):
                 self.usage.add(tool_id, self.encoder.encode(list(queries), batch_size=batch_size))
 
     def _blend(self, tool_id: str, description: np.ndarray) -> np.ndarray:
-        """The Tool2Vec paper's blend, as learning from use blends (`feedback.blend`: the description's
-        vector is a unit vector here, so the result is the normalised prior-weighted sum)."""
+        """The Tool2Vec paper's blend: normalise(prior · d/‖d‖ + Σ q_i), at the description's length."""
         if tool_id not in self.usage:
             return description
-        return blend(description, [self.usage.sums[tool_id]], self.prior)
+        length = float(np.linalg.norm(description))
+        mixed = self.prior * description / max(length, 1e-12) + self.usage.sums[tool_id]
+        return (length * mixed / max(float(np.linalg.norm(mixed)), 1e-12)).astype(np.float32)
 
     def _tool_vectors(self, tools: Sequence[Tool], texts: list[str]) -> np.ndarray:
         descriptions = super()._tool_vectors(tools, texts)
@@ -123,7 +121,7 @@ class Tool2VecRetriever(DenseRetriever):
             raise KeyError(f"no tool with id {tool_id!r} in this index")
         self.usage.add(tool_id, self.encoder.encode(list(queries), batch_size=self.batch_size))
         blended = self._blend(tool_id, self.descriptions[tool_id])[None, :]
-        self.store.update_vectors([tool_id], self._with_learning([tool_id], blended))
+        self.store.update_vectors([tool_id], blended)
 
     def reblend(self, prior: float) -> None:
         """Use `prior` from now on and recompute every stored vector with it (nothing is re-encoded)."""
@@ -131,11 +129,11 @@ class Tool2VecRetriever(DenseRetriever):
         ids = list(self.descriptions)
         if ids:
             blended = np.stack([self._blend(i, self.descriptions[i]) for i in ids])
-            self.store.update_vectors(ids, self._with_learning(ids, blended))
+            self.store.update_vectors(ids, blended)
 
     # persistence ---------------------------------------------------------------------------
-    def _config(self) -> dict:
-        return {**super()._config(), "prior": self.prior}
+    def settings(self) -> dict:
+        return {**super().settings(), "prior": self.prior}
 
     def save(self, folder: Path) -> None:
         super().save(folder)

@@ -20,7 +20,6 @@ from ..store.base import VectorStore
 from ..tool import Tool
 from .base import Accepts
 from .dense import DenseRetriever, saved_index
-from .learned import LearnedVectors
 
 
 class ToolCLIPRetriever(DenseRetriever):
@@ -29,21 +28,20 @@ class ToolCLIPRetriever(DenseRetriever):
 
     def __init__(self, model: str | Path | None = None, store: str = "numpy", batch_size: int = 32,
                  encoder=None, show_progress: bool = False, device: str | None = None, *,
-                 vectors: VectorStore | None = None, hashes: Mapping[str, str] | None = None,
-                 learned: LearnedVectors | None = None):
+                 vectors: VectorStore | None = None, hashes: Mapping[str, str] | None = None):
         from .toolclip_model import ToolCLIPEncoder, hash_view
 
         encoder = encoder or ToolCLIPEncoder.load(model, device=device)
         # the view only feeds content hashes: it covers every text the tool tower reads
         super().__init__(store=store, view=hash_view(encoder.config), batch_size=batch_size, encoder=encoder,
                          show_progress=show_progress, summary_weight=0.0,  # the tool tower makes the vectors
-                         vectors=vectors, hashes=hashes, learned=learned)
+                         vectors=vectors, hashes=hashes)
 
     def _tool_vectors(self, tools: Sequence[Tool], texts: list[str]) -> np.ndarray:
         return self.encoder.encode_tools(tools, batch_size=self.batch_size, show_progress=self.show_progress)
 
     # persistence ---------------------------------------------------------------------------
-    def _config(self) -> dict:
+    def settings(self) -> dict:
         return {"model": self.encoder.name, "weights_sha": self.encoder.weights_sha, "store_kind": self.store_kind,
                 "batch_size": self.batch_size}
 

@@ -86,6 +86,18 @@ class TenantCatalog(Protocol):
         """Take back, durably and exactly, everything feedback from `source` taught; the tools it had taught."""
         ...
 
+    def learning_report(self, brief: bool = False) -> dict[str, Any]:
+        """`LearnedChannel.report` of this catalog's pipeline."""
+        ...
+
+    def set_learning(self, weights: dict[str, float | None], freeze: bool | None) -> dict[str, Any]:
+        """Durably set learning's weights (None: automatic) and freeze it or not; the settings now."""
+        ...
+
+    def rollback(self, before: float) -> int:
+        """Durably take back what was learned at or after `before`; how many (request, tool) pairs."""
+        ...
+
     def namespaces_of(self, ids: Sequence[str]) -> dict[str, str | None]:
         """id -> namespace of each of `ids` in the catalog (unknown ids left out)."""
         ...

@@ -57,6 +57,8 @@ from .schemas import (
     FeedbackIn,
     FeedbackResponse,
     ForgetResponse,
+    LearningSettingsIn,
+    RollbackIn,
     RetrainRequest,
     SearchRequest,
     SearchResponse,
@@ -399,6 +401,35 @@ def _add_feedback_routes(app: FastAPI, api: Api) -> None:
         touched = service.forget(source, principal)
         return JSON({"source": source, "tools": len(touched), "version": service.version(principal)})
 
+    _add_learning_routes(app, api)
+
+
+def _add_learning_routes(app: FastAPI, api: Api) -> None:
+    service = api.service
+    Reader = Annotated[Principal, Depends(api.reader)]
+    Writer = Annotated[Principal, Depends(api.writer)]
+
+    @app.get("/learning", responses=ERRORS, tags=["feedback"])
+    def learning_report(principal: Reader) -> Response:
+        """How learning from use is doing: every event is scored before it is learned (where the used tool
+        ranked as served, untaught, and learned at full weight); the figures per namespace, the weight
+        learning has in each (automatic unless set), whether it is frozen, and the calibration in force."""
+        return JSON(service.learning(principal))
+
+    @app.post("/learning", responses=ERRORS, tags=["feedback"])
+    def set_learning(body: LearningSettingsIn, principal: Writer) -> Response:
+        """Set learning's weight per namespace (0 to 1; null: automatic again; "*": every namespace without
+        its own), or freeze it (`freeze: true`: what is taught from now on is recorded, not learned) and
+        unfreeze it. A token allowed every namespace."""
+        return JSON(service.set_learning(principal, weights=body.weights, freeze=body.freeze))
+
+    @app.post("/learning/rollback", responses=ERRORS, tags=["feedback"])
+    def rollback_learning(body: RollbackIn, principal: Writer) -> Response:
+        """Take back everything learned at or after `before` (ISO 8601 or seconds since the epoch): rankings
+        are those of that time again; nothing else changes. A token allowed every namespace."""
+        removed = service.rollback_learning(body.before_epoch(), principal)
+        return JSON({"before": body.before_epoch(), "taken_back": removed, "version": service.version(principal)})
+
 
 # ---------------------------------------------------------------------------------- operations
 
@@ -427,7 +458,8 @@ def _add_operation_routes(app: FastAPI, api: Api) -> None:
         """Request counts and latency histograms, Prometheus text format."""
         stats = service.stats()
         gauges = {k: stats[k] for k in GAUGES if k in stats}
-        return PlainTextResponse(api.metrics.render(gauges), media_type="text/plain; version=0.0.4; charset=utf-8")
+        return PlainTextResponse(api.metrics.render(gauges, service.learning()),
+                                 media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
 # ---------------------------------------------------------------------------------- playground

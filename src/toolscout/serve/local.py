@@ -33,6 +33,7 @@ from ..errors import Conflict, InvalidRequest, NotFound, ToolScoutError
 from ..feedback import FeedbackEvent, LearnResult
 from ..hits import Hit, HitPolicy
 from ..pipeline import ToolScout
+from ..postgres import recorded_spec
 from ..results import Filter
 from ..retrievers.base import task_encoders
 from ..tool import Tool
@@ -78,6 +79,10 @@ class DirectoryCatalog:
         if not (folder / POINTER).is_file():
             raise ServiceError(f"{folder}: not a pipeline directory written by `toolscout index` or ToolScout.save "
                                f"(no {POINTER} file); index a catalog into it first")
+        store = recorded_spec(folder)
+        if store:  # its catalog is the database's: writes and feedback belong there, not in a journal here
+            raise ServiceError(f"{folder}: was indexed into PostgreSQL ({store}); serve the database: "
+                               "ToolService.open(DIR's store spec), or `toolscout serve DIR`, which does")
         lock_fd = _lock_directory(folder)
         try:
             scout = ToolScout.load(folder, fast_queries=fast_queries)
@@ -162,8 +167,9 @@ class DirectoryCatalog:
                 (result.created if old is None else result.updated).append(tool.id)
                 changed.append((tool, old))
             if changed:
-                self._apply({"op": "upsert", "tools": [t.to_record() for t, _old in changed]},
-                            lambda: self.scout.add([t for t, _old in changed]))
+                now = time.time()
+                self._apply({"op": "upsert", "tools": [t.to_record() for t, _old in changed], "time": now},
+                            lambda: self.scout.add([t for t, _old in changed], when=now))
             result.seq = self.seq
         self._maybe_compact()
         return result
@@ -184,7 +190,9 @@ class DirectoryCatalog:
 
     # feedback ------------------------------------------------------------------------------
     def learn(self, events: Sequence[FeedbackEvent]) -> LearnResult:
-        """Journal the events (durable first), then fold them in (`ToolScout.learn`)."""
+        """Journal the events with their times (durable first), then learn from them (`ToolScout.learn`)."""
+        now = time.time()
+        events = [e.at(now) for e in events]
         with self._writer:
             self._check_open()
             result: list[LearnResult] = []
@@ -192,6 +200,25 @@ class DirectoryCatalog:
                         lambda: result.append(self.scout.learn(events)))
         self._maybe_compact()
         return result[0]
+
+    def rollback(self, before: float) -> int:
+        with self._writer:
+            self._check_open()
+            removed: list[int] = []
+            self._apply({"op": "rollback", "before": before},
+                        lambda: removed.append(len(self.scout.rollback(before))))
+        return removed[0]
+
+    def set_learning(self, weights: dict[str, float | None] | None = None, freeze: bool | None = None) -> dict:
+        record = {"op": "learning", "weights": weights or {}, "freeze": freeze, "when": time.time()}
+        with self._writer:
+            self._check_open()
+            settings: list = []
+            self._apply(record, lambda: settings.append(_set_learning(self.scout, record)))
+        return settings[0].to_dict()
+
+    def learning_report(self, brief: bool = False) -> dict[str, Any]:
+        return self.scout.learning_report(brief)
 
     def forget(self, source: str) -> list[str]:
         with self._writer:
@@ -332,6 +359,7 @@ def _replay(scout: ToolScout, records: list[dict[str, Any]], snapshot_seq: int, 
     aborted = {r["seq"] for r in records if r.get("op") == "abort"}
     seq = snapshot_seq
     pending: dict[str, Tool | None] = {}  # id -> its last written state in the current run (None: deleted)
+    joined: dict[str, float] = {}  # id -> when it was first written in the current run
     for record in records:
         op = record.get("op")
         seq = max(seq, record["seq"])
@@ -339,24 +367,44 @@ def _replay(scout: ToolScout, records: list[dict[str, Any]], snapshot_seq: int, 
             continue
         if op == "upsert":
             pending.update({row["id"]: Tool.from_dict(row) for row in record["tools"]})
+            for row in record["tools"]:
+                joined.setdefault(row["id"], float(record.get("time", 0.0)))
         elif op == "delete":
             pending.update(dict.fromkeys(record["ids"]))
-        elif op in ("feedback", "forget"):
-            _write_tools(scout, pending)
-            pending = {}
-            if op == "feedback":
-                scout.learn([FeedbackEvent.from_dict(e) for e in record["events"]])
-            else:
-                scout.forget(record["source"])
+        elif op in ("feedback", "forget", "rollback", "learning"):
+            _write_tools(scout, pending, joined)
+            pending, joined = {}, {}
+            _learning_record(scout, record)
         else:
             raise ToolScoutError(f"{where}: unknown journal record type {op!r} (written by a newer toolscout?)")
-    _write_tools(scout, pending)
+    _write_tools(scout, pending, joined)
     return seq
 
 
-def _write_tools(scout: ToolScout, final: dict[str, Tool | None]) -> None:
+def _learning_record(scout: ToolScout, record: dict[str, Any]) -> None:
+    """Apply one journalled record about learning: feedback, a source taken back, a rollback, settings."""
+    op = record["op"]
+    if op == "feedback":
+        scout.learn([FeedbackEvent.from_dict(e) for e in record["events"]])
+    elif op == "forget":
+        scout.forget(record["source"])
+    elif op == "rollback":
+        scout.rollback(float(record["before"]))
+    else:
+        _set_learning(scout, record)
+
+
+def _set_learning(scout: ToolScout, record: dict[str, Any]):
+    return scout.set_learning(weights=record.get("weights") or None, freeze=record.get("freeze"),
+                              when=record.get("when"))
+
+
+def _write_tools(scout: ToolScout, final: dict[str, Tool | None], joined: dict[str, float]) -> None:
+    """The run's net effect; each new tool joins when its first write was journalled, as it did live."""
     upserts = [t for t in final.values() if t is not None]
     deletes = [i for i, t in final.items() if t is None and i in scout]
+    for when in sorted({joined.get(t.id, 0.0) for t in upserts if t.id not in scout}):
+        scout.add([t for t in upserts if t.id not in scout and joined.get(t.id, 0.0) == when], when=when)
     if upserts:
         scout.add(upserts)
     if deletes:

@@ -42,7 +42,7 @@ class Metrics:
         with self._lock:
             self.events[event] += n
 
-    def render(self, gauges: Mapping[str, Any] = ()) -> str:
+    def render(self, gauges: Mapping[str, Any] = (), learning: Mapping[str, Any] | None = None) -> str:
         with self._lock:
             requests = dict(self.requests)
             buckets = {k: list(v) for k, v in self._buckets.items()}
@@ -73,4 +73,28 @@ class Metrics:
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 continue
             lines += [f"# TYPE toolscout_{name} gauge", f"toolscout_{name} {value}"]
-        return "\n".join(lines) + "\n"
+        return "\n".join(lines + _learning_lines(learning)) + "\n"
+
+
+def _learning_lines(report: Mapping[str, Any] | None) -> list[str]:
+    """The deployment's measurement of its learning (`toolscout.learning`), per namespace."""
+    if not report:
+        return []
+    lines = ["# HELP toolscout_learning_requests Distinct requests feedback taught.",
+             "# TYPE toolscout_learning_requests gauge", f"toolscout_learning_requests {report['requests']}",
+             "# HELP toolscout_learning_weight Learning's weight per namespace (set, or automatic).",
+             "# TYPE toolscout_learning_weight gauge"]
+    for ns, weight in sorted(report["weights"].items()):
+        lines.append(f'toolscout_learning_weight{{namespace="{_label(ns)}",how="{weight["how"]}"}} {weight["weight"]}')
+    lines += ["# HELP toolscout_learning_mrr Mean reciprocal rank of used tools before learning from them, by "
+              "ranking (served, untaught, learned at full weight) and window (all events, recent).",
+              "# TYPE toolscout_learning_mrr gauge"]
+    for ns, figures in sorted(report["measured"]["namespaces"].items()):
+        for window in ("all", "recent"):
+            for ranking in ("served", "untaught", "learned"):
+                lines.append(f'toolscout_learning_mrr{{namespace="{_label(ns)}",window="{window}",ranking="{ranking}"}} '
+                             f'{figures[window][ranking]["mrr"]}')
+    lines += ["# TYPE toolscout_learning_events gauge"]
+    for ns, figures in sorted(report["measured"]["namespaces"].items()):
+        lines.append(f'toolscout_learning_events{{namespace="{_label(ns)}"}} {figures["all"]["events"]}')
+    return lines

@@ -3,8 +3,9 @@
 - The database is the catalog. There is no directory, journal or snapshot: every process serving the
   same DSN and table serves the same catalog, and a write is durable and visible to every replica once
   its transaction commits (before the write is acknowledged).
-- Every replica ranks with the library's own pipeline (`pg_replica.Replica`: BM25, the dense vectors the
-  database holds, fusion, request splitting, names), built from the tenant's rows and kept current
+- Every replica ranks with the library's own pipeline (`pg_replica.Replica`): the pipeline the index table
+  records (`toolscout.spec`: first stage, fusion, request splitting, reranker, fast tier), built by the
+  library's factory from the tenant's rows (the dense vectors the database holds) and kept current
   through the change log. Every search reads the tenant's version first, and a replica behind it takes
   in the changed rows before it ranks: a search never ranks a catalog older than the one it read, and
   one replica's write changes every replica's very next search.
@@ -13,8 +14,9 @@
 
 Writes re-embed a tool only when its text view changed (content hash), outside the transaction; the
 transaction then locks the rows, re-checks them (another replica may have written meanwhile) and
-writes. Feedback is recorded and blended into the vectors in the database (`store/pg_feedback.py`, the
-library's formula). Reranking is not supported on this store yet.
+writes. Feedback is scored by this process's replica before it is recorded (as the library scores it), and
+recorded with its requests' vectors (`store/pg_feedback.py`); every replica's learned channel is built from
+those rows, so replicas rank as one pipeline would.
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ from typing import Any, Sequence
 
 from ..encoders.fast import fast_queries_for, fast_query_kind
 from ..errors import Conflict, InvalidRequest, NotFound
-from ..feedback import FeedbackEvent, LearnResult, Usage
+from ..feedback import FeedbackEvent, LearnResult, Scored
 from ..hits import Hit, HitPolicy
+from ..pg_pipeline import check_servable, table_spec
 from ..pipeline import ToolScout
 from ..postgres import encode_rows
 from ..results import Filter
@@ -54,9 +57,11 @@ class PostgresCatalog:
                  fast_queries: bool | str | None = None):
         self.pg_catalog = pg_catalog  # the spec's tenant; every tenant's catalog shares its connection pool
         self.encoder = encoder  # tool vectors and feedback
-        self.fast_queries = fast_query_kind(fast_queries)  # a fast tier: tasks through a table or student
-        if self.fast_queries:
-            fast_queries_for(encoder, self.fast_queries)  # refused now, with its reason, rather than at a search
+        self.fast_queries = fast_queries  # how tasks are encoded here (None: as the table's pipeline says)
+        tier = table_spec(config).fast_queries if fast_queries is None else fast_query_kind(fast_queries)
+        if tier:
+            fast_queries_for(encoder, tier)  # refused now, with its reason, rather than at a search
+        self.tier = tier
         self.config = config
         self.view = TextView.from_dict(config.view)
         self.max_stale_s = max_stale_s
@@ -68,10 +73,13 @@ class PostgresCatalog:
     def open(cls, spec: str | PgSpec, *, encoder: Any = None, max_stale_s: float = 1.0,
              fast_queries: bool | str | None = None) -> "PostgresCatalog":
         """Connect to the index table of `spec` (migrating its schema if needed) and load the encoder its
-        configuration names (`fast_queries`: a fast tier for tasks, `encoders/fast.py`)."""
+        configuration names (`fast_queries`: how tasks are encoded, `encoders/fast.py`: None as the table's
+        pipeline says, False the encoder itself, "table" or "student" that fast tier). A pipeline this
+        process cannot build (a reranker's model directory is not here) is refused now, naming it."""
         pg_catalog = PgCatalog.from_spec(spec)
         try:
             config = IndexConfig.from_dict(pg_catalog.database.config())
+            check_servable(table_spec(config), f"index table {pg_catalog.table!r}'s pipeline here")
             encoder = encoder if encoder is not None else encoder_for(config.model, backend=config.encoding)
             if encoder.dim != pg_catalog.dim:
                 raise PgStoreError(f"the encoder {config.model!r} gives {encoder.dim}-dimensional vectors but index "
@@ -120,7 +128,7 @@ class PostgresCatalog:
         return {"store": str(self.pg_catalog.spec), "search": self.config.search,
                 "retriever": scout.retriever.name if scout is not None else self.config.search,
                 "dense_search": "in memory" if replica.in_memory else "pgvector HNSW",
-                "fast_queries": bool(self.fast_queries),
+                "fast_queries": bool(self.tier),
                 "task_encoders": task_encoders(scout.retriever) if scout is not None else [self.encoder.name]}
 
     def close(self, compact: bool = True) -> None:
@@ -179,10 +187,21 @@ class PostgresTenant:
 
     # feedback ------------------------------------------------------------------------------
     def learn(self, events: Sequence[FeedbackEvent]) -> LearnResult:
-        """Embed the requests (outside any transaction), then record and fold them in one transaction."""
-        usages = list(dict.fromkeys(Usage(t, e.source, e.query) for e in events if e.teaches for t in e.tool_ids))
-        vectors = self.catalog.encoder.encode_queries([u.query for u in usages]) if usages else []
-        result, version = self.pg_catalog.learn(events, dict(zip(usages, vectors)))
+        """Score the events with this replica's pipeline and embed their requests (outside any transaction),
+        then record them in one transaction; every replica learns them from the rows."""
+        now = time.time()
+        events = [e.at(now) for e in events]
+        pipeline = self.pipeline()
+        teaching = [e for e in events if e.teaches]
+        queries = list(dict.fromkeys(e.query for e in teaching))
+        ranks = pipeline.score(queries)
+        channel, before = pipeline.learning, pipeline.learning.memory.tools
+        records = [Scored(e.time, e.source, tool.namespace or "", tool.id, e.query, tool.id in before,
+                          *ranks.get((e.query, tool.id), (None, None, None)))
+                   for e in teaching for tool in (pipeline.get(t, None) for t in e.tool_ids) if tool is not None]
+        keys = {q: channel.key(q) for q in queries}
+        result, version = self.pg_catalog.learn(events, keys, {k: r[1] for k, r in ranks.items()},
+                                                channel.prepare(queries), records)
         self.seen = max(self.seen, version)
         return result
 
@@ -190,6 +209,20 @@ class PostgresTenant:
         touched, version = self.pg_catalog.forget(source)
         self.seen = max(self.seen, version)
         return touched
+
+    def rollback(self, before: float) -> int:
+        removed, version = self.pg_catalog.rollback(before)
+        self.seen = max(self.seen, version)
+        return removed
+
+    def set_learning(self, weights: dict[str, float | None], freeze: bool | None) -> dict[str, Any]:
+        settings = self.pipeline().learning.settings.updated(weights, freeze)
+        stored, version = self.pg_catalog.set_learning(settings.to_dict())
+        self.seen = max(self.seen, version)
+        return stored
+
+    def learning_report(self, brief: bool = False) -> dict[str, Any]:
+        return self.pipeline().learning_report(brief)
 
     def namespaces_of(self, ids: Sequence[str]) -> dict[str, str | None]:
         return {tid: doc.get("namespace") for tid, doc in self.pg_catalog.docs(list(ids)).items() if doc is not None}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -173,6 +174,25 @@ class FeedbackIn(_Strict):
 
 class FeedbackBatchIn(_Strict):
     events: list[FeedbackIn] = Field(min_length=1, max_length=10000)
+
+
+class LearningSettingsIn(_Strict):
+    weights: dict[Annotated[str, StringConstraints(max_length=200)], Annotated[float, Field(ge=0, le=1)] | None] | None = Field(
+        None, description='Learning weight per namespace, 0 to 1 (null: automatic again; "*": every namespace '
+                          'without its own).')
+    freeze: bool | None = Field(None, description="true: learn nothing taught from now on (it is still recorded); "
+                                                  "false: learn what was held back.")
+
+
+class RollbackIn(_Strict):
+    before: float | datetime = Field(description="Take back what was learned at or after this time (ISO 8601, or "
+                                                 "seconds since the epoch).")
+
+    def before_epoch(self) -> float:
+        if isinstance(self.before, datetime):
+            when = self.before if self.before.tzinfo else self.before.replace(tzinfo=timezone.utc)
+            return when.timestamp()
+        return float(self.before)
 
 
 class RetrainOptions(_Strict):

@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from ..errors import Conflict, Forbidden, NotFound
+from ..errors import Conflict, Forbidden, InvalidRequest, NotFound
 from ..feedback import DEFAULT_SOURCE, FeedbackEvent, LearnResult
 from ..hits import Hit, HitPolicy, checked_k, checked_queries
 from ..lru import LRU
@@ -323,6 +323,40 @@ class ToolService:
             raise Forbidden(f"token {principal.name!r} may not delete the feedback of source {source!r}")
         return self._tenant(principal).forget(source)
 
+    def learning(self, principal: Principal = ADMIN) -> dict[str, Any]:
+        """How learning from use is doing (`toolscout.learning`): its settings, weights and calibration, and
+        the deployment's own measurement of it, per namespace (only the caller's namespaces)."""
+        report = self._tenant(principal).learning_report()
+        report["measured"]["namespaces"] = {ns: figures for ns, figures in report["measured"]["namespaces"].items()
+                                            if principal.sees_namespace(ns or None)}
+        report["weights"] = {ns: w for ns, w in report["weights"].items() if principal.sees_namespace(ns or None)}
+        if principal.namespaces is not None:  # the totals would tell of namespaces the caller cannot see
+            report["measured"].pop("all", None)
+        return report
+
+    def set_learning(self, principal: Principal = ADMIN, *, weights: Mapping[str, float | None] | None = None,
+                     freeze: bool | None = None) -> dict[str, Any]:
+        """An operator sets learning's weight per namespace (None: automatic again), or freezes / unfreezes it."""
+        self._check_operator(principal, "change how the index learns")
+        for namespace, weight in (weights or {}).items():
+            if weight is not None and not (isinstance(weight, (int, float)) and 0.0 <= weight <= 1.0):
+                raise InvalidRequest(f"learning weight for namespace {namespace!r} must be between 0 and 1 (or "
+                                     f"null for automatic), got {weight!r}")
+        return self._tenant(principal).set_learning(dict(weights or {}), freeze)
+
+    def rollback_learning(self, before: float, principal: Principal = ADMIN) -> int:
+        """Take back everything learned at or after `before` (seconds since the epoch); how many (request,
+        tool) pairs were taken back. Nothing else changes."""
+        self._check_operator(principal, "roll learning back")
+        return self._tenant(principal).rollback(float(before))
+
+    def _check_operator(self, principal: Principal, action: str) -> None:
+        if not principal.trusted:
+            raise Forbidden(f"token {principal.name!r} may not {action}: that needs a token that may write every "
+                            "namespace")
+        if self._closed:
+            raise ServiceError("the service is closed")
+
     def feedback_of(self, tool_id: str, principal: Principal = ADMIN) -> dict[str, int]:
         self.get(tool_id, principal)  # NotFound unless the caller may see it
         return self._tenant(principal).feedback_of(tool_id)
@@ -397,4 +431,5 @@ class ToolService:
                 "min_score": self.min_score, "writes": "failed: " + self.failed if self.failed else "ok",
                 "search_batches": self._batcher.batches if self._batcher else None,
                 "batched_queries": self._batcher.queries if self._batcher else None,
-                "answer_cache_hits": self.answers.hits, "answer_cache_misses": self.answers.misses}
+                "answer_cache_hits": self.answers.hits, "answer_cache_misses": self.answers.misses,
+                "learning": self.catalog.tenant(None).learning_report(brief=True)}

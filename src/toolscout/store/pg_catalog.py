@@ -16,19 +16,20 @@ because `toolscout.postgres` (indexing, migrating) writes catalogs as the server
 from __future__ import annotations
 
 import secrets
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from ..feedback import FeedbackEvent, LearnResult, Usage
+from ..feedback import FeedbackEvent, LearnResult, Scored
 from ..results import Filter, Results
 from ..tool import Tool
 from . import pg_feedback
 from . import pg_schema as schema
 from .base import checked_vectors
 from .pgvector import (NeedVectors, NothingToWrite, PgRow, PgSpec, PgStoreError, PgTenant, PgVectorStore, as_array,
-                       as_jsonb, checked_vector, refuse_nul)
+                       as_jsonb, checked_vector, doc_of, refuse_nul)
 
 REPLACE_LOCK = 0x746F6F6C73637270  # advisory lock held by a swap: one swap at a time in the database
 
@@ -128,15 +129,16 @@ class PgCatalog(PgTenant):
             return dict(rows.fetchall())
 
     def replica_rows(self, ids: Iterable[str] | None = None, vectors: bool = True) -> list[tuple]:
-        """(id, namespace, content_hash, doc, embedding or None) of `ids` (unknown ones left out) or of every
-        row, in catalog order (the order tools joined it): what a replica's in-process pipeline is built
-        from (`serve/pg_replica.py`)."""
+        """(id, namespace, content_hash, doc, embedding or None, joined_at) of `ids` (unknown ones left out)
+        or of every row, in catalog order (the order tools joined it): what a replica's in-process pipeline
+        is built from (`serve/pg_replica.py`)."""
         where, params = self._ids_clause(ids)
         column = "embedding" if vectors else "NULL"
         with self.database.connection() as conn:
-            rows = conn.execute(self._sql(f"SELECT id, namespace, content_hash, doc, {column} FROM {{t}} "
+            rows = conn.execute(self._sql(f"SELECT id, namespace, content_hash, doc, {column}, joined_at FROM {{t}} "
                                           f"WHERE {where} ORDER BY seq, id"), params).fetchall()
-        return [(tid, ns or None, h, doc, None if vec is None else as_array(vec)) for tid, ns, h, doc, vec in rows]
+        return [(tid, ns or None, h, doc_of(doc), None if vec is None else as_array(vec), float(joined))
+                for tid, ns, h, doc, vec, joined in rows]
 
     def _ids_clause(self, ids: Iterable[str] | None) -> tuple[str, list]:
         if ids is None:
@@ -148,7 +150,7 @@ class PgCatalog(PgTenant):
         where, params = self._ids_clause(ids)
         with self.database.connection() as conn:
             rows = conn.execute(self._sql(f"SELECT id, doc FROM {{t}} WHERE {where} ORDER BY id"), params)
-            return {tid: doc for tid, doc in rows.fetchall()}
+            return {tid: doc_of(doc) for tid, doc in rows.fetchall()}
 
     def page(self, namespace: str | None = None, namespaces: Iterable[str] | None = None, offset: int = 0,
              limit: int = 100) -> tuple[int, list[dict]]:
@@ -166,7 +168,7 @@ class PgCatalog(PgTenant):
             total = conn.execute(self._sql(f"SELECT count(*) FROM {{t}} WHERE {clause}"), params).fetchone()[0]
             rows = conn.execute(self._sql(f"SELECT doc FROM {{t}} WHERE {clause} ORDER BY id OFFSET %s LIMIT %s"),
                                 [*params, offset, limit]).fetchall()
-        return int(total), [r[0] for r in rows]
+        return int(total), [doc_of(r[0]) for r in rows]
 
     def namespace_counts(self, namespaces: Iterable[str] | None = None) -> dict[str, int]:
         where, params = "tenant = %s", [self.tenant]
@@ -221,7 +223,7 @@ class PgCatalog(PgTenant):
 
     def _lock_rows(self, conn, ids: list[str]) -> dict[str, StoredRow]:
         """The stored rows of `ids`, locked until the transaction ends (in id order: no deadlocks)."""
-        return {r[0]: StoredRow(*r) for r in conn.execute(
+        return {tid: StoredRow(tid, ns, content_hash, doc_of(doc)) for tid, ns, content_hash, doc in conn.execute(
             self._sql("SELECT id, namespace, content_hash, doc FROM {t} WHERE tenant = %s AND id = ANY(%s) "
                       "ORDER BY id FOR UPDATE"), [self.tenant, ids]).fetchall()}
 
@@ -283,22 +285,22 @@ class PgCatalog(PgTenant):
                                     None if r.vector is None else checked_vector(r.vector, self.dim)])
 
     def _fill_partition(self, conn, staging: str, live: bool) -> None:
-        """The incoming rows into `staging`, in their order; a row without a vector keeps the live row's own
-        vector (not the one feedback moved: that is blended again after the swap). NeedVectors when a row
-        without a vector has no live row of the same content hash."""
+        """The incoming rows into `staging`, in their order; a row without a vector keeps the live row's
+        vector. NeedVectors when a row without a vector has no live row of the same content hash."""
         from psycopg import sql
 
         canonical = schema.partition_name(self.table, self.tenant)
         old = self._sql("LEFT JOIN {p} o ON o.id = i.id", p=canonical) if live else self._sql(
             "LEFT JOIN (SELECT NULL::text AS id, NULL::text AS text, NULL::text AS content_hash, "
-            f"NULL::vector({self.dim}) AS embedding, NULL::vector({self.dim}) AS base_embedding) o ON false")
+            f"NULL::vector({self.dim}) AS embedding, NULL::double precision AS joined_at) o ON false")
+        joined = time.time() if live else 0.0  # a first catalog was there before any learning
         conn.execute(sql.SQL(
-            "INSERT INTO {s} (tenant, id, namespace, text, content_hash, doc, embedding) "
+            "INSERT INTO {s} (tenant, id, namespace, text, content_hash, doc, embedding, joined_at) "
             "SELECT %s, i.id, i.namespace, CASE WHEN i.embedding IS NULL THEN o.text ELSE i.text END, "
             "CASE WHEN i.embedding IS NULL THEN o.content_hash ELSE i.content_hash END, i.doc, "
-            "coalesce(i.embedding, o.base_embedding, o.embedding) FROM toolscout_incoming i {old} "
+            "coalesce(i.embedding, o.embedding), coalesce(o.joined_at, %s) FROM toolscout_incoming i {old} "
             "WHERE i.embedding IS NOT NULL OR o.content_hash = i.content_hash ORDER BY i.pos").format(
-                s=sql.Identifier(staging), old=old), [self.tenant])
+                s=sql.Identifier(staging), old=old), [self.tenant, joined])
         missing = conn.execute(sql.SQL(
             "SELECT i.id FROM toolscout_incoming i LEFT JOIN {s} n ON n.id = i.id WHERE n.id IS NULL "
             "ORDER BY i.id").format(s=sql.Identifier(staging))).fetchall()
@@ -317,7 +319,7 @@ class PgCatalog(PgTenant):
             conn.execute(self._sql("ALTER TABLE {s} RENAME TO {p}", s=staging, p=canonical))
             if config is not None:
                 self.database.set_config(config, conn)
-            pg_feedback.after_replace(self, conn)  # the new rows hold own vectors: blend the taught again
+            pg_feedback.after_replace(self, conn)  # the feedback of tools that are gone goes with them
             self._log(conn, version, None)
         self.database.remember_partition(self.tenant)
         return WriteOutcome(version, written=ids)
@@ -331,18 +333,29 @@ class PgCatalog(PgTenant):
             conn.execute(self._sql("DROP TABLE IF EXISTS {s}", s=name))
 
     # feedback -------------------------------------------------------------------------------------
-    def learn(self, events: Sequence[FeedbackEvent], vectors: Mapping[Usage, np.ndarray]) -> tuple[LearnResult, int]:
-        """Record tool-use feedback and fold it into the vectors and words of the tools it teaches, in one
-        write transaction (`store/pg_feedback.py`); (what it did, the version after it)."""
+    def learn(self, events: Sequence[FeedbackEvent], keys: Mapping[str, str],
+              untaught: Mapping[tuple[str, str], int | None], vectors: Mapping[str, np.ndarray],
+              scored: Sequence[Scored]) -> tuple[LearnResult, int]:
+        """Record tool-use feedback, its requests' vectors and its scores in one write transaction
+        (`store/pg_feedback.py`); (what it did, the version after it)."""
         for i, event in enumerate(events):
             refuse_nul({"query": event.query, "source": event.source, "tool_ids": event.tool_ids},
                        f"feedback event {i}")
-        return self._feedback_write(lambda conn: pg_feedback.learn(self, conn, events, vectors),
+        return self._feedback_write(lambda conn: pg_feedback.learn(self, conn, events, keys, untaught, vectors, scored),
                                     lambda result: sorted({u.tool_id for u in result.learned}))
 
     def forget(self, source: str) -> tuple[list[str], int]:
         """Take back everything feedback from `source` taught, in one write transaction."""
         return self._feedback_write(lambda conn: pg_feedback.forget(self, conn, source), list)
+
+    def rollback(self, before: float) -> tuple[int, int]:
+        """Take back everything taught at or after `before`, in one write transaction."""
+        return self._feedback_write(lambda conn: pg_feedback.rollback(self, conn, before), lambda _n: [])
+
+    def set_learning(self, settings: dict) -> tuple[dict, int]:
+        """Record the tenant's learning settings, in one write transaction."""
+        return self._feedback_write(lambda conn: pg_feedback.bump_epoch(self, conn, settings) or settings,
+                                    lambda _s: [])
 
     def _feedback_write(self, change, changed_ids):
         with self.database.connection() as conn, conn.transaction():

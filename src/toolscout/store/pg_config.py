@@ -1,12 +1,12 @@
-"""How a PostgreSQL index table is configured: the encoder, text view, search mode and summary weight
-every process serving it must agree on (kept in the table's row of `toolscout_indexes`)."""
+"""How a PostgreSQL index table is configured: the pipeline every process serving it builds, and the encoder,
+text view and summary weight its vectors were made with (kept in the table's row of `toolscout_indexes`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from ..feedback import PER_SOURCE_CAP, USAGE_PRIOR
+from ..feedback import PER_SOURCE_CAP
 from ..tool import TextView
 from .pgvector import PgStoreError, PgTenant
 
@@ -15,26 +15,29 @@ SEARCH_MODES = ("dense", "hybrid")
 
 @dataclass(frozen=True)
 class IndexConfig:
-    """What every process serving an index table must agree on. `model`: the encoder name or path
-    (resolved by `encoder_for`); `view`: the text view (TextView.to_dict); `search`: dense or hybrid;
-    `summary_weight`: how much of the name + description summary is in each vector (DenseRetriever;
-    0 for tables written before it existed); `intents`: how servers split and merge multi-request tasks
-    (`IntentMerge` settings; None: they do not; tables written before it existed: None); `usage_prior`
-    and `feedback_cap`: how tool-use feedback moves vectors (`toolscout.feedback`)."""
+    """What every process serving an index table must agree on. `pipeline`: the pipeline they all build
+    (`toolscout.spec.PipelineSpec.to_dict()`; None for tables indexed before it was recorded, whose servers
+    built the default hybrid or dense alone, as `search` says, splitting tasks as `intents` says). The rest
+    describes the table's vectors, as its pipeline's dense retriever makes them: `model`: the encoder name or
+    path (resolved by `encoder_for`); `view`: the text view (TextView.to_dict); `summary_weight`: how much of
+    the name + description summary is in each vector (DenseRetriever; 0 for tables written before it
+    existed); `encoding`: exact or onnx-int8. `search` (dense or hybrid) and `intents` (`IntentMerge`
+    settings) are kept in step with `pipeline` for older servers. `feedback_cap`: requests one feedback
+    source may teach one tool (`toolscout.feedback`)."""
 
     model: str
     view: dict
     search: str = "dense"
     summary_weight: float = 0.0
     intents: dict | None = None
-    usage_prior: float = USAGE_PRIOR
     feedback_cap: int = PER_SOURCE_CAP
     encoding: str = "exact"  # what made the vectors: "exact" (float32) or "onnx-int8"; queries are encoded alike
+    pipeline: dict | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"model": self.model, "view": self.view, "search": self.search, "summary_weight": self.summary_weight,
-                "intents": self.intents, "usage_prior": self.usage_prior, "feedback_cap": self.feedback_cap,
-                "encoding": self.encoding}
+                "intents": self.intents, "feedback_cap": self.feedback_cap,
+                "encoding": self.encoding, "pipeline": self.pipeline}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "IndexConfig":
@@ -44,14 +47,15 @@ class IndexConfig:
                                "index directory (toolscout migrate DIR --store postgresql://...)")
         return cls(data["model"], dict(data.get("view") or {}), data.get("search", "dense"),
                    float(data.get("summary_weight", 0.0)), data.get("intents"),
-                   float(data.get("usage_prior") or USAGE_PRIOR), int(data.get("feedback_cap") or PER_SOURCE_CAP),
-                   data.get("encoding", "exact"))
+                   int(data.get("feedback_cap") or PER_SOURCE_CAP),
+                   data.get("encoding", "exact"), data.get("pipeline"))
 
 
 def check_compatible(catalog: PgTenant, config: IndexConfig, stored: dict[str, Any] | None = None) -> None:
     """Refuse to mix encoders, text views or summary weights in one index table (their vectors are not
     comparable). `catalog`: the tenant's catalog (or store) about to be written; `stored`: the table's
-    configuration when the caller has just read it."""
+    configuration when the caller has just read it. (Whether the table's pipeline is the same is
+    `toolscout.postgres`'s check: it knows pipelines.)"""
     if config.search not in SEARCH_MODES:
         raise ValueError(f"unknown search mode {config.search!r}; use one of {', '.join(SEARCH_MODES)}")
     stored = catalog.database.config() if stored is None else stored
@@ -65,18 +69,3 @@ def check_compatible(catalog: PgTenant, config: IndexConfig, stored: dict[str, A
                            f"{stored.get('encoding', 'exact')}); this catalog uses {config.model!r} (view {config.view}, "
                            f"summary weight {config.summary_weight}, encoding {config.encoding}). Use another table "
                            "for it: add ?table=NAME to the store spec")
-    if stored.get("search", "dense") != config.search:
-        raise PgStoreError(f"index table {catalog.table!r} is served with {stored.get('search', 'dense')} search, "
-                           f"this index asks for {config.search}: index with --retriever "
-                           f"{'hybrid' if stored.get('search') == 'hybrid' else 'dense'}, use another table "
-                           f"(?table=NAME), or switch the table: toolscout migrate --store DSN --search {config.search}")
-
-
-def set_search_mode(database, search: str) -> None:
-    """Switch how every server of an index table ranks (dense or hybrid); takes effect on restart."""
-    if search not in SEARCH_MODES:
-        raise ValueError(f"unknown search mode {search!r}; use one of {', '.join(SEARCH_MODES)}")
-    config = database.config()
-    if not config.get("model"):
-        IndexConfig.from_dict(config)  # raises: nothing indexed yet
-    database.set_config({**config, "search": search})

@@ -1,43 +1,59 @@
-"""Tool-use feedback in the PostgreSQL store, with the same rules as the local ledger (`toolscout.feedback`):
+"""Tool-use feedback in the PostgreSQL store, with the same rules as the local ledger (`toolscout.feedback`)
+and what every replica's learned channel (`toolscout.learning`) is built from:
 
-- `toolscout_feedback` holds one row per (tenant, source, tool, task): a repeat conflicts with its row
-  and counts once; `learned` says whether the row teaches (false: over the source's per-tool cap);
-- `toolscout_usage` holds, per (tenant, tool, source), the sum of the taught requests' embeddings and
-  their number: the cap is checked against it, and a tool's vector is `feedback.blend` of its own vector
-  (kept in `base_embedding` while it is taught) and these sums in source order;
-- the tool row's `usage` column holds the taught requests' words (source order, then arrival), which the
-  row's tsvector covers; replicas read the requests themselves (`learned_requests`) for their BM25.
+- `toolscout_feedback` holds one row per (tenant, source, tool, task): a repeat conflicts with its row and
+  counts once; `learned` says whether the row teaches (false: over the source's per-tool cap); each taught
+  row keeps when it was taught, the untaught rank of its tool for it, and its request's key (what it
+  teaches, `LearnedChannel.key`);
+- `toolscout_requests` holds each key's vector, made once by the process that recorded it;
+- `toolscout_scored` holds the self-measurement of every event (`learning/scorecard.py`);
+- `toolscout_learning` holds the tenant's learning settings and its epoch: anything that takes learning
+  back (a source forgotten, a rollback, a tool deleted, new settings) bumps the epoch, and replicas then
+  build their channel again; new feedback rows are taken in by their sequence numbers.
 
-`store` in every function is the tenant's catalog or vector store (`pgvector.PgTenant`: its table, tenant
-and statements). The functions that change rows run inside the caller's write transaction (which has
-bumped the tenant's version and will log the changed ids), so a search sees feedback applied wholly or
-not at all. The blend's `usage_prior` and the cap `feedback_cap` are the index table's settings
-(`pg_config.IndexConfig`).
+Tool vectors are never moved by feedback. `store` in every function is the tenant's catalog or vector store
+(`pgvector.PgTenant`); the functions that change rows run inside the caller's write transaction (which has
+bumped the tenant's version and will log it), so a search sees feedback applied wholly or not at all.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..feedback import PER_SOURCE_CAP, USAGE_PRIOR, FeedbackEvent, LearnResult, Usage, blend, normalized
+from ..feedback import PER_SOURCE_CAP, FeedbackEvent, LearnResult, Scored, Usage, normalized
 from .base import as_array
 
 
-def settings(conn, table: str) -> tuple[float, int]:
-    """(usage prior, per-source cap) of index table `table`."""
+@dataclass(frozen=True)
+class Taught:
+    """A taught row as a replica reads it."""
+
+    seq: int
+    key: str | None
+    tool: str
+    source: str
+    query: str
+    time: float
+    untaught_rank: int | None
+
+
+def feedback_cap(conn, table: str) -> int:
     row = conn.execute("SELECT config FROM toolscout_indexes WHERE tbl = %s", [table]).fetchone()
-    config = (row[0] if row else None) or {}
-    return float(config.get("usage_prior") or USAGE_PRIOR), int(config.get("feedback_cap") or PER_SOURCE_CAP)
+    return int(((row[0] if row else None) or {}).get("feedback_cap") or PER_SOURCE_CAP)
 
 
-def learn(store, conn, events: Sequence[FeedbackEvent], vectors: Mapping[Usage, np.ndarray]) -> LearnResult:
-    """Record `events` (`vectors`: the embedding of every request they may teach) and move the vectors of
-    the tools they teach."""
-    prior, cap = settings(conn, store.table)
+def learn(store, conn, events: Sequence[FeedbackEvent], keys: Mapping[str, str],
+          untaught: Mapping[tuple[str, str], int | None], vectors: Mapping[str, np.ndarray],
+          scored: Sequence[Scored]) -> LearnResult:
+    """Record `events` (their times set): `keys` maps each request to what it teaches, `vectors` the new
+    keys' vectors, `untaught` (request, tool) to the tool's untaught rank, `scored` the events' scores."""
+    cap = feedback_cap(conn, store.table)
     ids = sorted({t for e in events for t in e.tool_ids})
     present = {r[0] for r in conn.execute(store._sql("SELECT id FROM {t} WHERE tenant = %s AND id = ANY(%s) "
                                                      "ORDER BY id FOR UPDATE"), [store.tenant, ids]).fetchall()}
@@ -51,120 +67,153 @@ def learn(store, conn, events: Sequence[FeedbackEvent], vectors: Mapping[Usage, 
                 continue
             reported[tool_id] += 1
             if event.teaches:
-                _teach(store, conn, Usage(tool_id, event.source, event.query), vectors, cap, result)
+                usage = Usage(tool_id, event.source, event.query, float(event.time or 0.0),
+                              untaught.get((event.query, tool_id)))
+                _teach(store, conn, usage, keys[event.query], cap, result)
+    _store_vectors(store, conn, vectors)
+    _store_scored(store, conn, scored)
     conn.execute("INSERT INTO toolscout_feedback_totals AS f (tbl, tenant, events, failures) VALUES (%s, %s, %s, %s) "
                  "ON CONFLICT (tbl, tenant) DO UPDATE SET events = f.events + EXCLUDED.events, "
                  "failures = f.failures + EXCLUDED.failures", [store.table, store.tenant, result.events, result.failures])
     with conn.cursor() as cur:
         cur.executemany(store._sql("UPDATE {t} SET reported = reported + %s WHERE tenant = %s AND id = %s"),
                         [(n, store.tenant, tool_id) for tool_id, n in sorted(reported.items())])
-    reblend(store, conn, sorted({u.tool_id for u in result.learned}), prior)
     return result
 
 
-def _teach(store, conn, usage: Usage, vectors: Mapping[Usage, np.ndarray], cap: int, result: LearnResult) -> None:
-    key = hashlib.sha256(normalized(usage.query).encode("utf-8")).hexdigest()
+def _teach(store, conn, usage: Usage, key: str, cap: int, result: LearnResult) -> None:
+    query_key = hashlib.sha256(normalized(usage.query).encode("utf-8")).hexdigest()
     inserted = conn.execute(
-        "INSERT INTO toolscout_feedback (tbl, tenant, source, tool_id, query_key, query, learned) "
-        "VALUES (%s, %s, %s, %s, %s, %s, false) ON CONFLICT DO NOTHING RETURNING seq",
-        [store.table, store.tenant, usage.source, usage.tool_id, key, usage.query]).fetchone()
+        "INSERT INTO toolscout_feedback (tbl, tenant, source, tool_id, query_key, query, learned, taught_at, "
+        "untaught_rank, request_key) VALUES (%s, %s, %s, %s, %s, %s, false, %s, %s, %s) ON CONFLICT DO NOTHING "
+        "RETURNING seq", [store.table, store.tenant, usage.source, usage.tool_id, query_key, usage.query,
+                          usage.time, usage.untaught_rank, key]).fetchone()
     if inserted is None:
         result.duplicates += 1
         return
-    row = conn.execute("SELECT n, vsum FROM toolscout_usage WHERE tbl = %s AND tenant = %s AND tool_id = %s "
-                       "AND source = %s FOR UPDATE", [store.table, store.tenant, usage.tool_id, usage.source]).fetchone()
-    if row is not None and row[0] >= cap:
+    taught = conn.execute("SELECT count(*) FROM toolscout_feedback WHERE tbl = %s AND tenant = %s AND tool_id = %s "
+                          "AND source = %s AND learned", [store.table, store.tenant, usage.tool_id,
+                                                          usage.source]).fetchone()[0]
+    if taught >= cap:
         result.capped += 1
         return
-    vector = np.asarray(vectors[usage], dtype=np.float32)
-    total = vector.copy() if row is None else as_array(row[1]) + vector
-    conn.execute("INSERT INTO toolscout_usage (tbl, tenant, tool_id, source, n, vsum) VALUES (%s, %s, %s, %s, 1, %s) "
-                 "ON CONFLICT (tbl, tenant, tool_id, source) DO UPDATE SET n = toolscout_usage.n + 1, "
-                 "vsum = EXCLUDED.vsum", [store.table, store.tenant, usage.tool_id, usage.source, total])
     conn.execute("UPDATE toolscout_feedback SET learned = true WHERE tbl = %s AND tenant = %s AND seq = %s",
                  [store.table, store.tenant, inserted[0]])
     result.learned.append(usage)
 
 
+def _store_vectors(store, conn, vectors: Mapping[str, np.ndarray]) -> None:
+    if vectors:
+        with conn.cursor() as cur:
+            cur.executemany("INSERT INTO toolscout_requests (tbl, tenant, key, embedding) VALUES (%s, %s, %s, %s) "
+                            "ON CONFLICT DO NOTHING",
+                            [(store.table, store.tenant, key, np.asarray(v, dtype=np.float32))
+                             for key, v in sorted(vectors.items())])
+
+
+def _store_scored(store, conn, scored: Sequence[Scored]) -> None:
+    if scored:
+        with conn.cursor() as cur:
+            cur.executemany("INSERT INTO toolscout_scored (tbl, tenant, time, source, namespace, tool_id, query, "
+                            "taught_before, served, untaught, learned) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, "
+                            "%s, %s)", [(store.table, store.tenant, r.time, r.source, r.namespace, r.tool, r.query,
+                                         r.taught_before, r.served, r.untaught, r.learned) for r in scored])
+
+
+# taking back ------------------------------------------------------------------------------------
 def forget(store, conn, source: str) -> list[str]:
     """Take back everything `source` taught; the ids of the tools it had taught."""
-    prior, _cap = settings(conn, store.table)
     ids = [r[0] for r in conn.execute("SELECT DISTINCT tool_id FROM toolscout_feedback WHERE tbl = %s AND tenant = %s "
                                       "AND source = %s ORDER BY tool_id", [store.table, store.tenant, source])]
-    for table in ("toolscout_feedback", "toolscout_usage"):
+    for table in ("toolscout_feedback", "toolscout_scored"):
         conn.execute(f"DELETE FROM {table} WHERE tbl = %s AND tenant = %s AND source = %s",
                      [store.table, store.tenant, source])
-    reblend(store, conn, ids, prior)
+    bump_epoch(store, conn)
     return ids
 
 
-def reblend(store, conn, ids: Sequence[str], prior: float | None = None) -> None:
-    """Make the vectors, `base_embedding` and `usage` words of tools `ids` what their feedback says: a
-    taught tool's vector blends its own vector with its sums; an untaught one is its own vector again."""
-    if not ids:
-        return
-    prior = settings(conn, store.table)[0] if prior is None else prior
-    rows = conn.execute(store._sql("SELECT id, embedding, base_embedding FROM {t} WHERE tenant = %s AND id = ANY(%s) "
-                                   "ORDER BY id FOR UPDATE"), [store.tenant, list(ids)]).fetchall()
-    sums: dict[str, list[np.ndarray]] = {}
-    for tool_id, _source, vsum in conn.execute(
-            "SELECT tool_id, source, vsum FROM toolscout_usage WHERE tbl = %s AND tenant = %s AND tool_id = ANY(%s) "
-            "ORDER BY tool_id, source", [store.table, store.tenant, list(ids)]):
-        sums.setdefault(tool_id, []).append(as_array(vsum))
-    words = dict(conn.execute(
-        "SELECT tool_id, string_agg(query, ' ' ORDER BY source, seq) FROM toolscout_feedback WHERE tbl = %s "
-        "AND tenant = %s AND tool_id = ANY(%s) AND learned GROUP BY tool_id",
-        [store.table, store.tenant, list(ids)]).fetchall())
-    updates = []
-    for tool_id, embedding, base in rows:
-        own = as_array(base if base is not None else embedding)
-        taught = tool_id in sums
-        updates.append((blend(own, sums[tool_id], prior) if taught else own, own if taught else None,
-                        words.get(tool_id, "") if taught else "", store.tenant, tool_id))
-    with conn.cursor() as cur:
-        cur.executemany(store._sql("UPDATE {t} SET embedding = %s, base_embedding = %s, usage = %s "
-                                   "WHERE tenant = %s AND id = %s"), updates)
-
-
-def learned_requests(store, ids: Sequence[str] | None = None) -> list[tuple[str, str, str]]:
-    """(tool id, source, request) of every request feedback taught, to the tools `ids` (None: any), in the
-    order they arrived: what a replica's BM25 learns (`serve/pg_replica.py`)."""
-    where, params = "tbl = %s AND tenant = %s AND learned", [store.table, store.tenant]
-    if ids is not None:
-        where, params = where + " AND tool_id = ANY(%s)", params + [list(ids)]
-    with store.database.connection() as conn:
-        return conn.execute(f"SELECT tool_id, source, query FROM toolscout_feedback WHERE {where} ORDER BY seq",
-                            params).fetchall()
-
-
-def taught_ids(store, conn) -> list[str]:
-    return [r[0] for r in conn.execute("SELECT DISTINCT tool_id FROM toolscout_usage WHERE tbl = %s AND tenant = %s "
-                                       "ORDER BY tool_id", [store.table, store.tenant])]
+def rollback(store, conn, before: float) -> int:
+    """Take back everything taught at or after `before`; how many (request, tool) rows were taught then."""
+    removed = conn.execute("DELETE FROM toolscout_feedback WHERE tbl = %s AND tenant = %s AND taught_at >= %s "
+                           "RETURNING learned", [store.table, store.tenant, before]).fetchall()
+    conn.execute("DELETE FROM toolscout_scored WHERE tbl = %s AND tenant = %s AND time >= %s",
+                 [store.table, store.tenant, before])
+    bump_epoch(store, conn)
+    return sum(1 for (learned,) in removed if learned)
 
 
 def drop_tools(store, conn, ids: Sequence[str]) -> None:
     """A deleted tool's feedback goes with it."""
-    if ids:
-        for table in ("toolscout_feedback", "toolscout_usage"):
-            conn.execute(f"DELETE FROM {table} WHERE tbl = %s AND tenant = %s AND tool_id = ANY(%s)",
-                         [store.table, store.tenant, list(ids)])
+    if not ids:
+        return
+    gone = conn.execute("DELETE FROM toolscout_feedback WHERE tbl = %s AND tenant = %s AND tool_id = ANY(%s) "
+                        "RETURNING 1", [store.table, store.tenant, list(ids)]).fetchall()
+    conn.execute("DELETE FROM toolscout_scored WHERE tbl = %s AND tenant = %s AND tool_id = ANY(%s)",
+                 [store.table, store.tenant, list(ids)])
+    if gone:
+        bump_epoch(store, conn)
 
 
 def after_replace(store, conn) -> None:
-    """After a whole-catalog replace: drop the feedback of tools that are gone, blend the rest again."""
-    conn.execute(store._sql("DELETE FROM toolscout_feedback f WHERE f.tbl = %s AND f.tenant = %s AND NOT EXISTS "
-                            "(SELECT 1 FROM {t} t WHERE t.tenant = f.tenant AND t.id = f.tool_id)"),
-                 [store.table, store.tenant])
-    conn.execute(store._sql("DELETE FROM toolscout_usage u WHERE u.tbl = %s AND u.tenant = %s AND NOT EXISTS "
-                            "(SELECT 1 FROM {t} t WHERE t.tenant = u.tenant AND t.id = u.tool_id)"),
-                 [store.table, store.tenant])
-    reblend(store, conn, taught_ids(store, conn))
+    """After a whole-catalog replace: the feedback of tools that are gone goes with them."""
+    for table in ("toolscout_feedback", "toolscout_scored"):
+        conn.execute(store._sql(f"DELETE FROM {table} f WHERE f.tbl = %s AND f.tenant = %s AND NOT EXISTS "
+                                "(SELECT 1 FROM {t} t WHERE t.tenant = f.tenant AND t.id = f.tool_id)"),
+                     [store.table, store.tenant])
+    bump_epoch(store, conn)
 
 
+# learning's settings and epoch ---------------------------------------------------------------------
+def bump_epoch(store, conn, settings: dict | None = None) -> None:
+    conn.execute("INSERT INTO toolscout_learning AS l (tbl, tenant, epoch, settings) VALUES (%s, %s, 1, %s) "
+                 "ON CONFLICT (tbl, tenant) DO UPDATE SET epoch = l.epoch + 1, "
+                 "settings = coalesce(%s::jsonb, l.settings)",
+                 [store.table, store.tenant, json.dumps(settings or {}),
+                  None if settings is None else json.dumps(settings)])
+
+
+def learning_state(store) -> tuple[int, dict]:
+    """(epoch, settings) of the tenant's learning."""
+    with store.database.connection() as conn:
+        row = conn.execute("SELECT epoch, settings FROM toolscout_learning WHERE tbl = %s AND tenant = %s",
+                           [store.table, store.tenant]).fetchone()
+    return (0, {}) if row is None else (int(row[0]), dict(row[1] or {}))
+
+
+def taught_since(store, seq: int = 0) -> list[Taught]:
+    """The rows that teach, recorded after sequence number `seq`, in order."""
+    with store.database.connection() as conn:
+        rows = conn.execute("SELECT seq, request_key, tool_id, source, query, taught_at, untaught_rank "
+                            "FROM toolscout_feedback WHERE tbl = %s AND tenant = %s AND learned AND seq > %s "
+                            "ORDER BY seq", [store.table, store.tenant, seq]).fetchall()
+    return [Taught(int(s), k, t, src, q, float(when), None if r is None else int(r)) for s, k, t, src, q, when, r in rows]
+
+
+def request_vectors(store, keys: Sequence[str]) -> dict[str, np.ndarray]:
+    if not keys:
+        return {}
+    with store.database.connection() as conn:
+        rows = conn.execute("SELECT key, embedding FROM toolscout_requests WHERE tbl = %s AND tenant = %s "
+                            "AND key = ANY(%s)", [store.table, store.tenant, list(keys)]).fetchall()
+    return {key: as_array(vector) for key, vector in rows}
+
+
+def scored_since(store, seq: int = 0) -> tuple[int, list[Scored]]:
+    """(the newest sequence number, the scores recorded after `seq`, in order)."""
+    with store.database.connection() as conn:
+        rows = conn.execute("SELECT seq, time, source, namespace, tool_id, query, taught_before, served, untaught, "
+                            "learned FROM toolscout_scored WHERE tbl = %s AND tenant = %s AND seq > %s ORDER BY seq",
+                            [store.table, store.tenant, seq]).fetchall()
+    records = [Scored(float(t), s, ns, tool, q, bool(tb), sv, ut, ln) for _seq, t, s, ns, tool, q, tb, sv, ut, ln in rows]
+    return (int(rows[-1][0]) if rows else seq), records
+
+
+# reading ----------------------------------------------------------------------------------------
 def summary(store, tool_id: str) -> dict[str, int]:
     with store.database.connection() as conn:
-        learned, sources = conn.execute("SELECT coalesce(sum(n), 0), count(*) FROM toolscout_usage WHERE tbl = %s "
-                                        "AND tenant = %s AND tool_id = %s", [store.table, store.tenant, tool_id]).fetchone()
+        learned, sources = conn.execute("SELECT count(*), count(DISTINCT source) FROM toolscout_feedback WHERE "
+                                        "tbl = %s AND tenant = %s AND tool_id = %s AND learned",
+                                        [store.table, store.tenant, tool_id]).fetchone()
         row = conn.execute(store._sql("SELECT reported FROM {t} WHERE tenant = %s AND id = %s"),
                            [store.tenant, tool_id]).fetchone()
     return {"learned": int(learned), "sources": int(sources), "reported": int(row[0]) if row else 0}
@@ -174,7 +223,7 @@ def totals(store) -> dict[str, Any]:
     with store.database.connection() as conn:
         row = conn.execute("SELECT events, failures FROM toolscout_feedback_totals WHERE tbl = %s AND tenant = %s",
                            [store.table, store.tenant]).fetchone()
-        sources = conn.execute("SELECT source, sum(n) FROM toolscout_usage WHERE tbl = %s AND tenant = %s "
-                               "GROUP BY source ORDER BY source", [store.table, store.tenant]).fetchall()
+        sources = conn.execute("SELECT source, count(*) FROM toolscout_feedback WHERE tbl = %s AND tenant = %s "
+                               "AND learned GROUP BY source ORDER BY source", [store.table, store.tenant]).fetchall()
     events, failures = (int(row[0]), int(row[1])) if row else (0, 0)
     return {"events": events, "failures": failures, "sources": {s: int(n) for s, n in sources}}

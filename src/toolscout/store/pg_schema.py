@@ -96,7 +96,8 @@ def partition_ddl(table: str, name: str, dim: int, tenant: str, indexes: bool = 
         " base_embedding vector({dim}),"
         " reported integer NOT NULL DEFAULT 0,"
         " tsv tsvector GENERATED ALWAYS AS (to_tsvector({cfg}::regconfig, text || ' ' || usage)) STORED,"
-        " seq bigint NOT NULL DEFAULT nextval({sequence}))"
+        " seq bigint NOT NULL DEFAULT nextval({sequence}),"
+        " joined_at double precision NOT NULL DEFAULT 0)"
     ).format(name=sql.Identifier(name), tenant=sql.Literal(tenant), dim=sql.Literal(int(dim)),
              cfg=sql.Literal(TEXT_SEARCH_CONFIG), sequence=sql.Literal(f"{check_table_name(table)}_seq"))
     return [create, *(partition_indexes(table, name) if indexes else [])]
@@ -188,12 +189,38 @@ def _v4(table: str, dim: int) -> list[str]:
     ]
 
 
+def _v5(table: str, dim: int) -> list[str]:
+    return [
+        "ALTER TABLE toolscout_feedback ADD COLUMN IF NOT EXISTS taught_at double precision NOT NULL DEFAULT 0",
+        "ALTER TABLE toolscout_feedback ADD COLUMN IF NOT EXISTS untaught_rank integer",
+        "ALTER TABLE toolscout_feedback ADD COLUMN IF NOT EXISTS request_key text",
+        """CREATE TABLE IF NOT EXISTS toolscout_requests (
+              tbl text NOT NULL, tenant text NOT NULL, key text NOT NULL, embedding vector NOT NULL,
+              PRIMARY KEY (tbl, tenant, key))""",
+        """CREATE TABLE IF NOT EXISTS toolscout_scored (
+              tbl text NOT NULL, tenant text NOT NULL, seq bigserial NOT NULL, time double precision NOT NULL,
+              source text NOT NULL, namespace text NOT NULL, tool_id text NOT NULL, query text NOT NULL,
+              taught_before boolean NOT NULL, served integer, untaught integer, learned integer,
+              PRIMARY KEY (tbl, tenant, seq))""",
+        f"ALTER TABLE {table} ADD COLUMN joined_at double precision NOT NULL DEFAULT 0",  # 0: there before learning
+        """CREATE TABLE IF NOT EXISTS toolscout_learning (
+              tbl text NOT NULL, tenant text NOT NULL, epoch bigint NOT NULL DEFAULT 0,
+              settings jsonb NOT NULL DEFAULT '{}', PRIMARY KEY (tbl, tenant))""",
+        # feedback no longer moves tool vectors: put back each taught tool's own vector and words
+        f"UPDATE {table} SET embedding = base_embedding, base_embedding = NULL WHERE base_embedding IS NOT NULL",
+        f"UPDATE {table} SET usage = '' WHERE usage <> ''",
+        f"DELETE FROM toolscout_usage WHERE tbl = '{table}'",
+    ]
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "tools table partitioned by tenant, HNSW (inner product) index, versions and change log", _v1),
     Migration(2, "lexical search: generated tsvector column over the text view, GIN index", _v2),
     Migration(3, "learning from use: feedback and per-source usage tables, usage words in the tsvector", _v3),
     Migration(4, "catalog order: seq, the order tools joined the catalog (replicas keep it, as the library does)",
               _v4),
+    Migration(5, "learning as its own channel: request vectors, scores, settings and epoch; tool vectors unmoved",
+              _v5),
 )
 LATEST = MIGRATIONS[-1].version
 

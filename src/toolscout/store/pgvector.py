@@ -38,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, TypeVar
@@ -401,27 +402,25 @@ class PgTenant:
 
     # rows, inside a write transaction -----------------------------------------------------------
     def _put_rows(self, conn, rows: Sequence[PgRow], delete: Sequence[str]) -> list[str]:
-        """Upsert `rows` (each with its vector) and delete the ids `delete`; the ids deleted. Feedback
-        follows: a deleted tool's goes with it; an edited tool keeps its own, blended into its new vector."""
+        """Upsert `rows` (each with its vector) and delete the ids `delete`; the ids deleted. A deleted tool's
+        feedback goes with it; an edited tool keeps its own."""
         if rows:
             with conn.cursor() as cur:
+                now = time.time()  # when new tools join: learning from before then never weighed them
                 cur.executemany(self._sql(
-                    "INSERT INTO {t} (tenant, id, namespace, text, content_hash, doc, embedding) "
-                    "VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (tenant, id) DO UPDATE SET "
+                    "INSERT INTO {t} (tenant, id, namespace, text, content_hash, doc, embedding, joined_at) "
+                    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (tenant, id) DO UPDATE SET "
                     "namespace = EXCLUDED.namespace, text = EXCLUDED.text, content_hash = EXCLUDED.content_hash, "
                     "doc = EXCLUDED.doc, embedding = EXCLUDED.embedding, base_embedding = NULL, "
                     "updated_at = now()"),
                     [(self.tenant, r.id, r.namespace or "", r.text, r.content_hash, as_jsonb(r.doc),
-                      checked_vector(r.vector, self.dim)) for r in rows])
+                      checked_vector(r.vector, self.dim), now) for r in rows])
         deleted = []
         if delete:
             deleted = [r[0] for r in conn.execute(
                 self._sql("DELETE FROM {t} WHERE tenant = %s AND id = ANY(%s) RETURNING id"),
                 [self.tenant, list(delete)]).fetchall()]
         pg_feedback.drop_tools(self, conn, deleted)
-        if rows:
-            taught = set(pg_feedback.taught_ids(self, conn))
-            pg_feedback.reblend(self, conn, [r.id for r in rows if r.id in taught])
         return deleted
 
 
@@ -628,7 +627,15 @@ def checked_vector(vector: np.ndarray, dim: int) -> np.ndarray:
 
 
 def as_jsonb(doc: dict | None):
-    """`doc` as a jsonb parameter (None stays NULL)."""
+    """`doc` as a jsonb parameter (None stays NULL): its JSON text, as a jsonb string. A jsonb object does not
+    keep the order of its keys, and a tool's order (its parameters') is part of its text view, which rerankers
+    read and agents are shown; `doc_of` reads it back."""
     from psycopg.types.json import Jsonb
 
-    return None if doc is None else Jsonb(doc)
+    return None if doc is None else Jsonb(json.dumps(doc, ensure_ascii=False))
+
+
+def doc_of(value: Any) -> dict | None:
+    """A stored document as `as_jsonb` wrote it (rows written before documents were kept as text hold an
+    object, its keys in jsonb's order)."""
+    return json.loads(value) if isinstance(value, str) else value

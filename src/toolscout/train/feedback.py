@@ -147,21 +147,21 @@ def _learned_copy(scout: ToolScout, folder: Path, keep: Callable[[str], bool], m
                   model_dir: Path | None) -> ToolScout:
     """The pipeline (with `method`'s model from `model_dir`, or as it is) having learned live from the
     taught requests `keep` accepts, each from its own source. A copy through its saved directory, so the
-    vectors it holds are not made again; its ledger is the original's (what it was taught, all of it)."""
+    vectors it holds are not made again; its ledger is the original's (what it was taught, all of it),
+    its learned channel starts empty and is taught the kept requests only."""
     scout.save(folder)
     copy = ToolScout.load(folder)
-    taught = copy.ledger.taught()
-    if method in ("embed", "mlc"):  # a new first stage: nothing learned yet
-        copy = ToolScout(_first_stage_with(copy.retriever, method, str(model_dir)), copy.tools,
-                         reranker=copy.reranker, intents=copy.intents, ledger=copy.ledger)
-    else:
-        copy.retriever.learn(forgotten=list(dict.fromkeys((u.tool_id, u.source) for u in taught)))
-        if method == "refiner":
-            from ..rerank.base import load_reranker
+    first_stage = copy.retriever
+    if method in ("embed", "mlc"):  # a new first stage
+        first_stage = _first_stage_with(copy.retriever, method, str(model_dir))
+    reranker = copy.reranker
+    if method == "refiner":
+        from ..rerank.base import load_reranker
 
-            copy.reranker = load_reranker(model_dir)
-    if copy.retriever.accepts.learns:  # a classifier alone learns only by training
-        copy.retriever.learn([u for u in taught if keep(u.query)])
+        reranker = load_reranker(model_dir)
+    copy = ToolScout(first_stage, copy.tools, indexed=first_stage is copy.retriever, reranker=reranker,
+                     intents=copy.intents, ledger=copy.ledger)
+    copy.relearn(lambda usage: keep(usage.query))
     return copy
 
 

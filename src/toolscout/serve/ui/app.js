@@ -130,7 +130,27 @@ function forgetToken() {
 async function refresh() {
   await loadStatus();
   await loadNamespaces();
+  await loadLearning();
   if (browsing.namespace !== null) await browse(browsing.namespace, 0);
+}
+
+// How learning from use is doing: each event is scored before it is learned (GET /learning).
+async function loadLearning() {
+  const rows = byId("learning").querySelector("tbody");
+  rows.replaceChildren();
+  const report = await api("learning");
+  const frozen = report.frozen_at ? " · frozen since " + new Date(report.frozen_at * 1000).toISOString() : "";
+  byId("learning-summary").textContent =
+    `${report.requests} requests learned for ${report.tools_taught} tools · ${report.events_scored} events scored${frozen}`;
+  for (const [namespace, figures] of Object.entries(report.measured.namespaces)) {
+    const weight = report.weights[namespace] || {weight: 1, how: "automatic"};
+    rows.append(el("tr", {"data-testid": "learning-row", "data-namespace": namespace},
+      el("td", {}, namespaceLabel(namespace)),
+      el("td", {"data-testid": "learning-events"}, String(figures.all.events)),
+      el("td", {"data-testid": "learning-mrr"},
+         `${figures.all.served.mrr.toFixed(3)} / ${figures.all.untaught.mrr.toFixed(3)}`),
+      el("td", {"data-testid": "learning-weight"}, `${weight.weight.toFixed(2)} (${weight.how})`)));
+  }
 }
 
 // ------------------------------------------------------------------------------------- catalog

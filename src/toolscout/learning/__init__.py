@@ -1,0 +1,10 @@
+"""Learning from use, as a channel of the pipeline of its own (`channel.py`): the requests feedback taught
+(`memory.py`), what the deployment's own evidence is worth (`calibration.py`), what a request teaches
+(`incidental.py`), where tasks and requests are compared (`space.py`), and the deployment's measurement of
+its own learning (`scorecard.py`)."""
+
+from .channel import DEPTH, GATE, LearnedChannel, LearningSettings, Lesson
+from ..feedback import Scored
+from .scorecard import Scorecard
+
+__all__ = ["LearnedChannel", "LearningSettings", "Lesson", "Scored", "Scorecard", "GATE", "DEPTH"]

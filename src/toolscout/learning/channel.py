@@ -1,0 +1,315 @@
+"""Learning from use as a channel of its own: the catalog's ranking stays as the catalog made it, and what
+feedback taught moves a tool up only where the deployment's own evidence says it is likelier to be needed.
+
+For a task, the untaught ranking (the first stage, `base`) gives each tool a probability from its rank,
+and the taught requests nearest to the task give each tool they taught a probability from its similarity
+(both fitted by `calibration.py` on this deployment's feedback). A tool is ranked by the larger of the two,
+but its learned probability counts only from `GATE` up (a lift needs evidence that the tool is more likely
+needed than not-quite-half), times the weight learning has in its namespace. So:
+
+- a task unlike every taught request ranks exactly as untaught; so does every task while little is taught
+  (few requests fit a calibration that says little, whose probabilities stay under the gate);
+- a taught tool moves above an untaught one only where it is the likelier of the two, never otherwise: a
+  tool nobody used yet keeps its place below nothing learned without that evidence, and a tool added after
+  learning is found as it would be in an untaught index;
+- a tool that matches everything is a hub: its requests sit near many other tools' requests, which the
+  calibration counts as misses, so similarity to them earns less.
+
+A lifted tool's score is the untaught score of the rank its probability earns (interpolated; above the
+top, the top score raised by the difference), capped by the score of the tool above it, so scores still
+read as the first stage's and stay in order.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from ..artifacts import ArtifactError, read_json, write_json
+from ..query import Query
+from ..results import Results
+from .calibration import Calibration
+from .incidental import teachable
+from .memory import RequestMemory
+from ..feedback import Scored
+from .scorecard import Scorecard
+from .space import RequestSpace
+
+GATE = 0.3  # the least learned probability that may lift a tool (chosen on train-split validation)
+DEPTH = 30  # untaught candidates read per task when something is learned
+LEARNING_KIND = "toolscout.learning"
+FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class LearningSettings:
+    """What an operator set: `weights` per namespace ("*": every namespace without its own; unset: the
+    automatic weight), `frozen_at` (learn nothing taught at or after this time until unfrozen)."""
+
+    weights: dict[str, float] = field(default_factory=dict)
+    frozen_at: float | None = None
+
+    def to_dict(self) -> dict:
+        return {"weights": dict(sorted(self.weights.items())), "frozen_at": self.frozen_at}
+
+    def updated(self, weights: Mapping[str, float | None] | None = None, freeze: bool | None = None,
+                when: float | None = None) -> "LearningSettings":
+        """These settings with `weights` set (None for a namespace: automatic again) and frozen (at `when`,
+        unless already frozen) or unfrozen."""
+        merged = dict(self.weights)
+        for namespace, weight in (weights or {}).items():
+            if weight is None:
+                merged.pop(namespace, None)
+            else:
+                merged[namespace] = float(weight)
+        frozen_at = self.frozen_at
+        if freeze is True and frozen_at is None:
+            frozen_at = float(when if when is not None else time.time())
+        elif freeze is False:
+            frozen_at = None
+        return LearningSettings(merged, frozen_at)
+
+    @classmethod
+    def from_dict(cls, data: dict | None) -> "LearningSettings":
+        data = data or {}
+        return cls({str(k): float(v) for k, v in (data.get("weights") or {}).items()}, data.get("frozen_at"))
+
+
+@dataclass(frozen=True)
+class Lesson:
+    """One request teaching one tool, as the channel keeps it."""
+
+    request: str
+    tool: str
+    source: str
+    untaught_rank: int | None
+    time: float = 0.0
+
+
+class LearnedChannel:
+    """See the module doc. Writes are serialised by the pipeline (its write lock); `rank` may run from many
+    threads at once between writes."""
+
+    def __init__(self, space: RequestSpace, settings: LearningSettings | None = None):
+        self.space = space
+        self.settings = settings or LearningSettings()
+        self.memory = RequestMemory(space.dim)
+        self.scorecard = Scorecard()
+        self.key_of: dict[str, str] = {}  # request as sent -> its key in memory (what it teaches)
+        self.joined: dict[str, float] = {}  # tool -> when it joined the catalog (absent: before any learning)
+        self._automatic: dict[str, float] = {}
+
+    # state ---------------------------------------------------------------------------------------
+    @property
+    def active(self) -> bool:
+        return len(self.memory) > 0
+
+    @property
+    def calibration(self) -> Calibration:
+        return self.memory.calibration
+
+    def weight(self, namespace: str | None) -> float:
+        ns = namespace or ""
+        overrides = self.settings.weights
+        if ns in overrides:
+            return overrides[ns]
+        if "*" in overrides:
+            return overrides["*"]
+        return self._automatic.get(ns, 1.0)
+
+    def weights(self) -> dict[str, dict[str, float | str]]:
+        """namespace -> {weight, how: set | automatic}, for every namespace with records or a setting."""
+        names = sorted(set(self._automatic) | {k for k in self.settings.weights if k != "*"})
+        return {ns: {"weight": round(self.weight(ns), 4),
+                     "how": "set" if ns in self.settings.weights or "*" in self.settings.weights else "automatic"}
+                for ns in names}
+
+    def refresh_weights(self) -> dict[str, tuple[float, float]]:
+        """Recompute the automatic weights; namespace -> (before, after) for those that changed."""
+        new = self.scorecard.weights()
+        changed = {ns: (self._automatic.get(ns, 1.0), w) for ns, w in new.items()
+                   if abs(self._automatic.get(ns, 1.0) - w) > 1e-9}
+        self._automatic = new
+        return changed
+
+    def key(self, request: str) -> str:
+        """What a request teaches (`incidental.teachable`), case and spacing ignored."""
+        known = self.key_of.get(request)
+        if known is not None:
+            return known
+        return " ".join(teachable(request).lower().split())
+
+    # writing -------------------------------------------------------------------------------------
+    def prepare(self, requests: Sequence[str]) -> dict[str, np.ndarray]:
+        """The vectors of `requests`' keys not yet in memory (made outside the write lock)."""
+        keys = list(dict.fromkeys(self.key(r) for r in requests))
+        missing = [k for k in keys if k not in self.memory.row_of]
+        return dict(zip(missing, self.space.requests(missing))) if missing else {}
+
+    def teach(self, lessons: Sequence[Lesson], prepared: dict[str, np.ndarray] | None = None) -> None:
+        if not lessons:
+            return
+        keys = {lesson.request: self.key(lesson.request) for lesson in lessons}
+        vectors = dict(prepared or {})
+        missing = [k for k in dict.fromkeys(keys.values()) if k not in vectors and k not in self.memory.row_of]
+        if missing:
+            vectors.update(zip(missing, self.space.requests(missing)))
+        self.key_of.update(keys)
+        self.memory.add([(keys[l.request], vectors.get(keys[l.request]), l.tool, l.source, l.untaught_rank, l.time)
+                         for l in lessons])
+
+    def restore(self, lessons: Sequence[tuple[str, np.ndarray | None, str, str, int | None, float]],
+                key_of: dict[str, str], records: Iterable[Scored] = ()) -> None:
+        """Take in learning as it was recorded: (key, vector, tool, source, untaught rank, time) per lesson,
+        what each request reduced to, and the scores."""
+        self.key_of.update(key_of)
+        if lessons:
+            self.memory.add(list(lessons))
+        self.scorecard.add(records)
+
+    def unteach(self, lessons: Iterable[tuple[str, str, str]]) -> None:
+        """(request, tool, source) taken back."""
+        self.memory.remove([(self.key(request), tool, source) for request, tool, source in lessons])
+
+    def drop_tool(self, tool: str) -> None:
+        self.memory.remove([(key, t, None) for key, tools in list(self.memory.taught.items())
+                            for t in tools if t == tool])
+        self.scorecard.drop_tool(tool)
+
+    # ranking -------------------------------------------------------------------------------------
+    def rank(self, queries: Sequence[Query], base: Results, k: int, allows: Callable[[str], bool],
+             namespace_of: Callable[[str], str | None], full_weight: bool = False) -> Results:
+        """The untaught ranking `base` (one list per query, at least DEPTH deep when it can be) with what was
+        learned (module doc), cut to `k`."""
+        near = self.memory.nearest_tools(self.space.tasks(queries))
+        calibration = self.calibration
+        ids_out, scores_out = [], []
+        for (ids, scores), tools in zip(base, near):
+            lifted = self._lifted(tools, calibration, allows, namespace_of, full_weight)
+            ranked_ids, ranked_scores = _merge(list(ids), np.asarray(scores, dtype=np.float64), lifted, calibration,
+                                               self.joined, k)
+            ids_out.append(np.asarray(ranked_ids, dtype=object))
+            scores_out.append(np.asarray(ranked_scores, dtype=np.float32))
+        return Results(tuple(ids_out), tuple(scores_out))
+
+    def _lifted(self, tools: list[tuple[str, float, float]], calibration: Calibration, allows, namespace_of,
+                full_weight: bool) -> dict[str, tuple[float, float]]:
+        """tool -> (learned probability, when its evidence was taught), for the tools that pass the gate."""
+        out: dict[str, tuple[float, float]] = {}
+        for tool, similarity, since in tools:
+            if not allows(tool):
+                continue
+            p = calibration.learned(similarity)
+            if not full_weight:
+                p *= self.weight(namespace_of(tool))
+            if p >= GATE:
+                out[tool] = (p, since)
+        return out
+
+    def tools_joined(self, ids: Iterable[str], when: float) -> None:
+        """Tools new to the catalog at `when`: evidence taught before then was never weighed against them."""
+        for tool_id in ids:
+            self.joined[tool_id] = float(when)
+
+    def tools_left(self, ids: Iterable[str]) -> None:
+        for tool_id in ids:
+            self.joined.pop(tool_id, None)
+
+    # self-measurement -------------------------------------------------------------------------------
+    def score(self, records: Iterable[Scored]) -> None:
+        self.scorecard.add(records)
+
+    def report(self, brief: bool = False) -> dict:
+        """What `/learning` and `toolscout learning report` show (`brief`: what `/health` shows: no figures)."""
+        out = {"requests": len(self.memory), "tools_taught": len(self.memory.tools), "events_scored": len(self.scorecard),
+               "frozen_at": self.settings.frozen_at, "weights": self.weights()}
+        if brief:
+            return out
+        return {**out, "calibration": self.calibration.to_dict(), "measured": self.scorecard.report()}
+
+    # persistence ---------------------------------------------------------------------------------
+    def save(self, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        keys = sorted(self.memory.row_of)
+        write_json(folder / "config.json", {"kind": LEARNING_KIND, "format_version": FORMAT_VERSION,
+                                            "space": self.space.name, "settings": self.settings.to_dict()})
+        np.save(folder / "vectors.npy", self.memory.vectors[[self.memory.row_of[k] for k in keys]]
+                if keys else np.zeros((0, self.space.dim), np.float32))
+        taught = [[key, tool, entry.untaught_rank, entry.last_taught, dict(sorted(entry.sources.items()))]
+                  for key in keys for tool, entry in sorted(self.memory.taught[key].items())]
+        write_json(folder / "memory.json", {"keys": keys, "taught": taught, "key_of": self.key_of,
+                                            "joined": self.joined})
+        with open(folder / "scorecard.jsonl", "w", encoding="utf-8") as fh:
+            for record in self.scorecard.records:
+                fh.write(json.dumps(record.to_dict(), ensure_ascii=False) + "\n")
+
+    @classmethod
+    def load(cls, folder: Path, space: RequestSpace) -> "LearnedChannel":
+        """The channel saved in `folder`. Its memory comes back empty when its vectors were made in another
+        space (a new encoder): the pipeline teaches it again from its ledger."""
+        config = read_json(folder / "config.json")
+        if config.get("kind") != LEARNING_KIND or int(config.get("format_version", 0)) > FORMAT_VERSION:
+            raise ArtifactError(f"{folder}: not a learned channel this toolscout can read")
+        channel = cls(space, LearningSettings.from_dict(config.get("settings")))
+        with open(folder / "scorecard.jsonl", encoding="utf-8") as fh:
+            channel.scorecard.add([Scored.from_dict(json.loads(line)) for line in fh if line.strip()])
+        memory = read_json(folder / "memory.json")
+        channel.joined = {t: float(w) for t, w in memory.get("joined", {}).items()}
+        if config.get("space") != space.name:
+            return channel
+        vectors = dict(zip(memory["keys"], np.load(folder / "vectors.npy")))
+        channel.restore([(key, vectors[key], tool, source, rank, when) for key, tool, rank, when, sources
+                         in memory["taught"] for source, n in sources.items() for _ in range(int(n))],
+                        memory["key_of"])
+        channel.refresh_weights()
+        return channel
+
+
+def _merge(ids: list[str], scores: np.ndarray, lifted: dict[str, tuple[float, float]], calibration: Calibration,
+           joined: dict[str, float], k: int) -> tuple[list[str], list[float]]:
+    """The untaught list with the lifted tools moved to where their probability earns (module doc): each goes
+    above the first tool it is likelier than, but never above a tool the untaught ranking put above it that
+    joined the catalog after its evidence was taught. Scores stay in order."""
+    position = {tool: i for i, tool in enumerate(ids)}
+    base_p = [calibration.base(i + 1) for i in range(len(ids))]
+    rising = {t: ps for t, ps in lifted.items() if ps[0] > (base_p[position[t]] if t in position else 0.0)}
+    if not rising:
+        return ids[:k], [float(s) for s in scores[:k]]
+    order = [t for t in ids if t not in rising]
+    keys = {t: base_p[position[t]] for t in order}
+    for tool, (p, since) in sorted(rising.items(), key=lambda item: (-item[1][0], position.get(item[0], len(ids)))):
+        at = next((i for i, other in enumerate(order) if keys[other] < p), len(order))
+        mine = position.get(tool, len(ids))
+        shielded = [i for i, other in enumerate(order) if position.get(other, len(ids)) < mine
+                    and joined.get(other, 0.0) > since]
+        at = max([at] + [i + 1 for i in shielded])
+        order.insert(at, tool)
+        keys[tool] = p
+    out_scores, above = [], np.inf
+    for tool in order[:k]:
+        own = float(scores[position[tool]]) if tool in position else 0.0
+        score = max(own, _score_for(keys[tool], base_p, scores)) if tool in rising else own
+        above = min(above, score)
+        out_scores.append(above)
+    return order[:k], out_scores
+
+
+def _score_for(p: float, base_p: list[float], scores: np.ndarray) -> float:
+    """The untaught score of the rank probability `p` earns (interpolated between ranks)."""
+    if not len(scores):
+        return p
+    if p >= base_p[0]:
+        return float(scores[0]) * (1.0 + p - base_p[0])
+    for i in range(1, len(base_p)):
+        if p >= base_p[i]:
+            span = base_p[i - 1] - base_p[i]
+            t = (p - base_p[i]) / span if span > 0 else 1.0
+            return float(scores[i] + t * (scores[i - 1] - scores[i]))
+    return float(scores[-1])
+
+

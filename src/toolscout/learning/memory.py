@@ -1,0 +1,289 @@
+"""The requests feedback taught, as vectors: what a new task is matched against, and what the deployment's
+calibration (`calibration.py`) is fitted on.
+
+One row per distinct request (its key: the request as `incidental.teachable` keeps it, case and spacing
+ignored), holding its vector and, per tool it taught, the sources that taught it and where the untaught
+ranking had put that tool for it. Tools taught by no source leave; a row with no tool left is freed.
+
+Anchors: the `ANCHORS` keys with the smallest hashes (a pure function of which keys are held, so every
+replica and every replay picks the same ones, and taking a source back leaves the anchors it would have had)
+play new tasks for the calibration. For each anchor and each taught tool, `best` holds the highest
+similarity between the anchor and another request that taught the tool; additions raise it in place, a
+tool that loses a request is recomputed over the requests it still has.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from .calibration import EMPTY, NEIGHBOUR_TOOLS, RANK_EDGES, SIM_BINS, BinCounts, fit, rank_bucket, sim_bin
+
+ANCHORS = 800  # requests that play new tasks for the calibration (chosen on train-split validation)
+MIN_TOOLS = 5  # taught tools below which similarity earns nothing (see `_refit`)
+NEIGHBOUR_ROWS = 50  # nearest requests read for a task: the tools they taught are its learned candidates
+_MISSING = -np.inf
+_SLACK = 16  # extra candidates the float32 scan passes on, so rounding cannot change which rows are nearest
+
+
+def _similarities(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a @ b.T in float64, rounded to 1e-9: the same pair gives the same similarity whichever product it was
+    computed in (float32 products of different shapes round differently, and the anchors' state must not
+    depend on the order requests came in)."""
+    return np.round(a.astype(np.float64) @ b.astype(np.float64).T, 9)
+
+
+def key_hash(key: str) -> int:
+    return int.from_bytes(hashlib.sha1(key.encode("utf-8")).digest()[:8], "big")
+
+
+@dataclass
+class Taught:
+    """One tool a request taught: how many requests of each source that reduce to it taught the tool, and
+    where the untaught ranking put the tool for it."""
+
+    sources: dict[str, int] = field(default_factory=dict)
+    untaught_rank: int | None = None
+    last_taught: float = 0.0  # when it was last taught (the catalog it was weighed against is that day's)
+
+
+class RequestMemory:
+    """See the module doc. Not thread-safe: the pipeline serialises writes under its write lock."""
+
+    def __init__(self, dim: int):
+        self.dim = dim
+        self.vectors = np.zeros((0, dim), dtype=np.float32)
+        self.keys: list[str | None] = []  # row -> key (None: a free row)
+        self.row_of: dict[str, int] = {}
+        self.taught: dict[str, dict[str, Taught]] = {}  # key -> tool -> Taught
+        self.rows_of_tool: dict[str, set[int]] = {}
+        self._free: list[int] = []
+        self.anchors: list[str] = []  # anchor keys, smallest hash first
+        self._best = np.zeros((0, 0), dtype=np.float64)  # anchor x tool column
+        self._column: dict[str, int] = {}
+        self._hashes: dict[str, int] = {}
+        self._tools_of_column: list[str] = []
+        self.calibration = EMPTY
+
+    def __len__(self) -> int:
+        return len(self.row_of)
+
+    @property
+    def tools(self) -> set[str]:
+        return set(self.rows_of_tool)
+
+    # writing -------------------------------------------------------------------------------------
+    def add(self, items: Sequence[tuple[str, np.ndarray | None, str, str, int | None, float]]) -> None:
+        """(key, vector, tool, source, untaught rank, time) taught (the vector may be None for a key already
+        held); then the anchors and the calibration follow."""
+        new_pairs: list[tuple[int, str]] = []
+        new_keys: list[str] = []
+        for key, vector, tool, source, rank, when in items:
+            row = self.row_of.get(key)
+            if row is None:
+                row = self._new_row(key, vector)
+                new_keys.append(key)
+            entry = self.taught[key].get(tool)
+            if entry is None:
+                entry = self.taught[key][tool] = Taught(untaught_rank=rank)
+                self.rows_of_tool.setdefault(tool, set()).add(row)
+                new_pairs.append((row, tool))
+            entry.sources[source] = entry.sources.get(source, 0) + 1
+            entry.last_taught = max(entry.last_taught, float(when))
+        fresh = self._admit_anchors(new_keys)
+        self._raise([i for i in range(len(self.anchors)) if i not in fresh], new_pairs)
+        self._raise(sorted(fresh), self._all_pairs())
+        self._refit()
+
+    def remove(self, items: Iterable[tuple[str, str, str | None]]) -> None:
+        """(key, tool, source) taken back once (source None: every source of that entry)."""
+        emptied: set[str] = set()
+        freed: list[str] = []
+        for key, tool, source in items:
+            entry = self.taught.get(key, {}).get(tool)
+            if entry is None:
+                continue
+            if source is None:
+                entry.sources.clear()
+            elif source in entry.sources:
+                entry.sources[source] -= 1
+                if entry.sources[source] <= 0:
+                    del entry.sources[source]
+            if entry.sources:
+                continue
+            del self.taught[key][tool]
+            row = self.row_of[key]
+            self.rows_of_tool[tool].discard(row)
+            if not self.rows_of_tool[tool]:
+                del self.rows_of_tool[tool]
+            emptied.add(tool)
+            if not self.taught[key]:
+                self._free_row(key)
+                freed.append(key)
+        if not emptied:
+            return
+        fresh = self._choose_anchors() if set(freed) & set(self.anchors) else set()
+        for tool in emptied:
+            self._best[:, self._col(tool)] = _MISSING
+        stale = [i for i in range(len(self.anchors)) if i not in fresh]
+        self._raise(stale, [(row, tool) for tool in sorted(emptied) for row in sorted(self.rows_of_tool.get(tool, ()))])
+        self._raise(sorted(fresh), self._all_pairs())
+        self._refit()
+
+    def pairs(self) -> list[tuple[str, str, str, int]]:
+        """Every (key, tool, source, times) held, sorted."""
+        return sorted((key, tool, source, n) for key, tools in self.taught.items() for tool, entry in tools.items()
+                      for source, n in entry.sources.items())
+
+    def _all_pairs(self) -> list[tuple[int, str]]:
+        return [(row, tool) for tool in sorted(self.rows_of_tool) for row in sorted(self.rows_of_tool[tool])]
+
+    def _new_row(self, key: str, vector: np.ndarray | None) -> int:
+        if vector is None:
+            raise ValueError(f"no vector for the new request {key!r}")
+        vector = np.asarray(vector, dtype=np.float32).reshape(-1)
+        norm = float(np.linalg.norm(vector))
+        if norm > 0 and abs(norm - 1.0) > 1e-6:  # a unit vector is kept as it is: its bits, wherever it is read
+            vector = vector / norm
+        if self._free:
+            row = self._free.pop()
+            self.keys[row] = key
+        else:
+            row = len(self.keys)
+            self.keys.append(key)
+            if row >= len(self.vectors):
+                grown = np.zeros((max(64, 2 * len(self.vectors)), self.dim), dtype=np.float32)
+                grown[: len(self.vectors)] = self.vectors
+                self.vectors = grown
+        self.vectors[row] = vector
+        self.row_of[key] = row
+        self.taught[key] = {}
+        return row
+
+    def _free_row(self, key: str) -> None:
+        row = self.row_of.pop(key)
+        del self.taught[key]
+        self._hashes.pop(key, None)
+        self.keys[row] = None
+        self.vectors[row] = 0.0
+        self._free.append(row)
+
+    # matching ------------------------------------------------------------------------------------
+    def nearest_tools(self, vectors: np.ndarray, rows: int = NEIGHBOUR_ROWS) -> list[list[tuple[str, float, float]]]:
+        """For each task vector, the tools its `rows` nearest requests taught, each with its highest
+        similarity and when that request last taught it, most similar first (ties by tool id). The scan is a float32 product; the candidates'
+        similarities are then computed again exactly (`_similarities`), so they do not depend on where a
+        request sits in memory (a replica, or a memory that forgot a source, holds it elsewhere)."""
+        vectors = np.atleast_2d(np.asarray(vectors, dtype=np.float32))
+        if not self.row_of:
+            return [[] for _ in range(len(vectors))]
+        used = len(self.keys)
+        scan = self.vectors[:used] @ vectors.T  # rows x tasks
+        if self._free:
+            scan[self._free] = _MISSING
+        wide = min(rows + _SLACK, used)
+        out = []
+        for column in range(scan.shape[1]):
+            top = np.argpartition(-scan[:, column], wide - 1)[:wide] if wide < used else np.arange(used)
+            top = np.asarray([r for r in top if self.keys[r] is not None], dtype=np.int64)
+            exact = _similarities(self.vectors[top], vectors[column][None, :])[:, 0]
+            order = sorted(range(len(top)), key=lambda i: (-exact[i], self.keys[top[i]]))[:rows]
+            best: dict[str, tuple[float, float]] = {}
+            for i in order:
+                for tool, entry in self.taught[self.keys[top[i]]].items():
+                    if tool not in best:  # `order` is most similar first
+                        best[tool] = (float(exact[i]), entry.last_taught)
+            out.append(sorted(((t, s, w) for t, (s, w) in best.items()), key=lambda item: (-item[1], item[0])))
+        return out
+
+    # anchors and calibration -----------------------------------------------------------------------
+    def _admit_anchors(self, keys: list[str]) -> set[int]:
+        """New keys join the anchors when their hash is among the ANCHORS smallest; the indexes of the anchors
+        that are new (their similarities must be computed whole)."""
+        if not keys:
+            return set()
+        largest = self._hash_of(self.anchors[-1]) if self.anchors else None
+        if len(self.anchors) >= ANCHORS and all(self._hash_of(k) >= largest for k in keys):
+            return set()
+        return self._choose_anchors()
+
+    def _choose_anchors(self) -> set[int]:
+        """The ANCHORS keys with the smallest hashes; returns the indexes of those that were not anchors."""
+        chosen = heapq.nsmallest(ANCHORS, self.row_of, key=self._hash_of)
+        old = {key: i for i, key in enumerate(self.anchors)}
+        best = np.full((len(chosen), self._best.shape[1]), _MISSING, dtype=np.float64)
+        fresh = set()
+        for i, key in enumerate(chosen):
+            if key in old:
+                best[i] = self._best[old[key]]
+            else:
+                fresh.add(i)
+        self.anchors, self._best = chosen, best
+        return fresh
+
+    def _hash_of(self, key: str) -> int:
+        found = self._hashes.get(key)
+        if found is None:
+            found = self._hashes[key] = key_hash(key)
+        return found
+
+    def _col(self, tool: str) -> int:
+        col = self._column.get(tool)
+        if col is None:
+            col = self._column[tool] = len(self._tools_of_column)
+            self._tools_of_column.append(tool)
+            if col >= self._best.shape[1]:  # room for more tools, doubling
+                grown = np.full((len(self.anchors), max(16, 2 * col)), _MISSING, dtype=np.float64)
+                grown[:, : self._best.shape[1]] = self._best
+                self._best = grown
+        return col
+
+    def _raise(self, anchors: Sequence[int], pairs: list[tuple[int, str]], chunk: int = 4096) -> None:
+        """Raise the anchors' similarities by the (row, tool) pairs: best[a, tool] = max(best, sim(a, row))."""
+        if not len(anchors) or not pairs:
+            return
+        anchors = np.asarray(anchors, dtype=np.int64)
+        anchor_rows = np.asarray([self.row_of[self.anchors[a]] for a in anchors])
+        cols = np.asarray([self._col(tool) for _row, tool in pairs])
+        rows = np.asarray([row for row, _tool in pairs])
+        order = np.argsort(cols, kind="stable")
+        cols, rows = cols[order], rows[order]
+        for start in range(0, len(rows), chunk):
+            part_rows, part_cols = rows[start:start + chunk], cols[start:start + chunk]
+            sims = _similarities(self.vectors[anchor_rows], self.vectors[part_rows])  # anchors x pairs
+            sims[anchor_rows[:, None] == part_rows[None, :]] = _MISSING  # an anchor is not its own neighbour
+            heads = np.flatnonzero(np.r_[True, part_cols[1:] != part_cols[:-1]])
+            peak = np.maximum.reduceat(sims, heads, axis=1)  # anchors x distinct columns
+            target = part_cols[heads]
+            self._best[np.ix_(anchors, target)] = np.maximum(self._best[np.ix_(anchors, target)], peak)
+
+    def _refit(self) -> None:
+        """The calibration of what is held now. With fewer than MIN_TOOLS tools taught, requests near each
+        other are requests of the same few tools whatever a task needs: leave-one-out cannot tell "similar
+        means the same tool" from "every request is that tool's", so similarity earns nothing yet (a burst
+        of one tool's traffic must not lift it for every task near it)."""
+        neighbours = BinCounts.zeros(SIM_BINS)
+        for i, key in enumerate(self.anchors if len(self.rows_of_tool) >= MIN_TOOLS else ()):
+            for tool, similarity in self._anchor_tools(i):
+                where = sim_bin(similarity)
+                neighbours.hits[where] += float(tool in self.taught[key])
+                neighbours.trials[where] += 1
+        found = np.zeros(len(RANK_EDGES) + 1)
+        for tools in self.taught.values():
+            for entry in tools.values():
+                found[rank_bucket(entry.untaught_rank)] += 1
+        self.calibration = fit(neighbours, found, len(self.taught))
+
+    def _anchor_tools(self, anchor: int) -> list[tuple[str, float]]:
+        """The NEIGHBOUR_TOOLS tools nearest to an anchor (ties by tool id, as `nearest_tools` orders them)."""
+        row = self._best[anchor, : len(self._tools_of_column)]
+        live = np.flatnonzero(row > _MISSING)
+        if not len(live):
+            return []
+        cand = live[np.argsort(-row[live], kind="stable")][: NEIGHBOUR_TOOLS + 8]
+        ranked = sorted(((self._tools_of_column[c], float(row[c])) for c in cand), key=lambda t: (-t[1], t[0]))
+        return ranked[:NEIGHBOUR_TOOLS]

@@ -1,0 +1,97 @@
+"""Every deployment measures its own learning: each event is scored before it is learned.
+
+For every tool an event says served its task, three ranks are recorded before anything is learned from it:
+where the ranking as served put the tool (`served`, learning at the weight in force), where the untaught
+ranking put it (`untaught`), and where learning at full weight would have (`learned`). Ranks past the depth
+scored are None. From these records come the running figures (mean reciprocal rank, top-1 and top-5 rates),
+per namespace, split by whether the tool had been taught before the event, and the automatic weight: when
+learning at full weight ranks the last `WINDOW` records of a namespace worse than the untaught ranking does,
+beyond doubt (the paired difference of reciprocal ranks below zero by more than two standard errors), its
+weight in that namespace goes down (to 0 when even that bound is a loss of `TOLERANCE` in mean reciprocal
+rank), and back up when it recovers. Noise does not move it: a stream that switches from one tool's tasks to
+another's makes a short window look better or worse by chance. The weight is a function of the records held,
+so taking a source back (its records go with it) leaves the weight it would have had.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Sequence
+
+from ..feedback import Scored
+
+WINDOW = 1000  # recent (event, tool) records per namespace the automatic weight reads
+MIN_EVENTS = 50  # fewer recent events than this: too little to judge, full weight
+TOLERANCE = 0.05  # mean reciprocal rank lost (learned vs untaught) at which the weight reaches 0
+DEPTH = 100  # ranks scored
+
+
+def figures(records: Sequence[Scored]) -> dict[str, Any]:
+    """Mean reciprocal rank, top-1 and top-5 rates of the served, untaught and full-weight rankings."""
+    out: dict[str, Any] = {"events": len(records)}
+    for name in ("served", "untaught", "learned"):
+        ranks = [getattr(r, name) for r in records]
+        n = max(1, len(ranks))
+        out[name] = {"mrr": round(sum(1.0 / r for r in ranks if r) / n, 4),
+                     "top1": round(sum(1 for r in ranks if r == 1) / n, 4),
+                     "top5": round(sum(1 for r in ranks if r and r <= 5) / n, 4)}
+    return out
+
+
+def automatic_weight(recent: Sequence[Scored]) -> float:
+    """The weight learning earns from the namespace's recent records (module doc)."""
+    if len(recent) < MIN_EVENTS:
+        return 1.0
+    gains = [(1.0 / r.learned if r.learned else 0.0) - (1.0 / r.untaught if r.untaught else 0.0) for r in recent]
+    mean = sum(gains) / len(gains)
+    spread = (sum((g - mean) ** 2 for g in gains) / (len(gains) - 1)) ** 0.5
+    upper = mean + 2.0 * spread / len(gains) ** 0.5  # what learning gains at best, given the noise
+    return 1.0 if upper >= 0 else max(0.0, 1.0 + upper / TOLERANCE)
+
+
+class Scorecard:
+    """The records, in the order they were scored. Not thread-safe: the pipeline serialises writes."""
+
+    def __init__(self, records: Iterable[Scored] = ()):
+        self.records: list[Scored] = list(records)
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def add(self, records: Iterable[Scored]) -> None:
+        self.records.extend(records)
+
+    def forget(self, source: str) -> None:
+        self.records = [r for r in self.records if r.source != source]
+
+    def drop_tool(self, tool: str) -> None:
+        self.records = [r for r in self.records if r.tool != tool]
+
+    def rollback(self, before: float) -> None:
+        self.records = [r for r in self.records if r.time < before]
+
+    def namespaces(self) -> list[str]:
+        return sorted({r.namespace for r in self.records})
+
+    def recent(self, namespace: str) -> list[Scored]:
+        found: list[Scored] = []
+        for record in reversed(self.records):
+            if record.namespace == namespace:
+                found.append(record)
+                if len(found) == WINDOW:
+                    break
+        return found[::-1]
+
+    def weights(self) -> dict[str, float]:
+        """namespace -> the automatic weight (namespaces with no records are at full weight)."""
+        return {ns: automatic_weight(self.recent(ns)) for ns in self.namespaces()}
+
+    def report(self) -> dict[str, Any]:
+        """Figures over every record, and per namespace: all, recent, tools taught before / not."""
+        out: dict[str, Any] = {"all": figures(self.records), "namespaces": {}}
+        for ns in self.namespaces():
+            mine = [r for r in self.records if r.namespace == ns]
+            out["namespaces"][ns] = {"all": figures(mine), "recent": figures(self.recent(ns)),
+                                     "taught_before": figures([r for r in mine if r.taught_before]),
+                                     "new_tools": figures([r for r in mine if not r.taught_before]),
+                                     "automatic_weight": round(automatic_weight(self.recent(ns)), 4)}
+        return out

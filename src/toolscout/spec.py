@@ -1,0 +1,152 @@
+"""A pipeline's saved configuration (`PipelineSpec`): how it ranks, apart from where its tools, vectors and
+learned state live.
+
+A deployment is one saved pipeline configuration plus a storage backend. `ToolScout.save` writes the spec
+into the directory's `config.json`; `toolscout index --store` and `toolscout migrate` record it in the
+PostgreSQL index table's configuration (`store/pg_config.py`); and every deployment builds its pipeline from
+it through one factory, `ToolScout.build`. Only the retrievers' indexed data comes from the backend: a
+directory's files, or a tenant's rows (`toolscout.pg_pipeline`).
+
+What it holds:
+- `retriever`: the first stage as a tree of nodes `{"name", "settings", "components"}`: each retriever's
+  `settings()` (what its own `config.json` records besides indexed data, less where its vectors are stored),
+  and a hybrid's components in order;
+- `intents`: how multi-request tasks are split and merged (`IntentMerge.to_dict`; None: never);
+- `reranker`: the second stage's own `config.json` (a reference to its model directory or LLM endpoint), or None;
+- `fast_queries`: the fast tier that encodes tasks ("table", "student"), or None.
+
+Learned state, and the operator's learning settings, are the learning channel's own (`toolscout.learning`):
+each backend keeps them beside the catalog, per tenant, and they change while the pipeline serves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from .artifacts import read_json
+from .retrievers.base import Composite, Retriever, retriever_class
+
+PIPELINE_KIND = "toolscout.pipeline"
+PIPELINE_FORMAT = 1  # the format version of a pipeline directory's config.json
+# what a retriever's config.json records about where its vectors are stored: the backend's, never the spec's
+STORAGE_SETTINGS = ("store", "store_kind")
+_CONFIG_KEYS = ("kind", "format_version", "retriever", "components")  # a config.json's frame, not settings
+
+# builds one leaf of the first stage: (its node, its folder inside the retriever's, e.g. "component1")
+LeafSource = Callable[[Mapping[str, Any], str], Retriever]
+
+
+@dataclass(frozen=True)
+class PipelineSpec:
+    """See the module doc."""
+
+    retriever: dict
+    intents: dict | None = None
+    reranker: dict | None = None
+    fast_queries: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"retriever": self.retriever, "intents": self.intents, "reranker": self.reranker,
+                "fast_queries": self.fast_queries}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "PipelineSpec":
+        return cls(dict(data["retriever"]), data.get("intents"), data.get("reranker"), data.get("fast_queries"))
+
+    @classmethod
+    def describe(cls, retriever: Retriever, intents: Any = None, reranker: Any = None,
+                 fast_queries: str | None = None) -> "PipelineSpec":
+        """The spec of a pipeline made of these parts (`intents`: an IntentMerge or its dict; `reranker`: a
+        Reranker or its config)."""
+        from .rerank.base import reranker_config
+
+        if reranker is not None and not isinstance(reranker, Mapping):
+            reranker = reranker_config(reranker)
+        if intents is not None and not isinstance(intents, Mapping):
+            intents = intents.to_dict()
+        return cls(node_of(retriever), None if intents is None else dict(intents),
+                   None if reranker is None else dict(reranker), fast_queries)
+
+    @classmethod
+    def read(cls, folder: Path, config: Mapping[str, Any]) -> "PipelineSpec":
+        """The spec of the pipeline directory version `folder` (its `config` read): as saved, or, for a
+        directory saved before specs were, as its files describe it."""
+        if config.get("pipeline"):
+            return cls.from_dict(config["pipeline"])
+        reranker = folder / "reranker" / "config.json"
+        return cls(_node_of_folder(folder / "retriever"), config.get("intents"),
+                   read_json(reranker) if reranker.exists() else None, config.get("fast_queries"))
+
+    def first_stage(self, leaf: LeafSource) -> Retriever:
+        """The first stage this spec describes: each leaf made by `leaf`, composites made here from their
+        settings (so a directory's and a database's hybrid fuse alike)."""
+        return _build(self.retriever, "", leaf)
+
+    def make_reranker(self) -> Any:
+        """The reranker the spec refers to, loaded (None when there is none)."""
+        from .rerank.base import reranker_from_config
+
+        return None if self.reranker is None else reranker_from_config(self.reranker)
+
+    def leaves(self) -> list["Leaf"]:
+        """Every leaf of the first stage, in order."""
+        return list(_leaves(self.retriever, "", ""))
+
+
+@dataclass(frozen=True)
+class Leaf:
+    """A first-stage retriever that is no composite: `folder` is where a directory keeps it inside
+    `retriever/` ("" for the retriever itself, "component1", ...); `where` names it for people."""
+
+    folder: str
+    where: str
+    node: dict
+
+
+def differences(there: Any, here: Any, path: str = "") -> list[str]:
+    """Where two specs (as dicts) differ, one line per setting: "path: there's value, here's value"."""
+    if isinstance(there, Mapping) and isinstance(here, Mapping):
+        return [line for key in sorted(set(there) | set(here), key=str)
+                for line in differences(there.get(key), here.get(key), f"{path}.{key}".lstrip("."))]
+    if isinstance(there, list) and isinstance(here, list) and len(there) == len(here) and path.endswith("components"):
+        return [line for i, (a, b) in enumerate(zip(there, here)) for line in differences(a, b, f"{path}[{i}]")]
+    return [] if there == here else [f"{path}: {there!r} there, {here!r} here"]
+
+
+def node_of(retriever: Retriever) -> dict[str, Any]:
+    """A first stage as a spec's tree (see the module doc)."""
+    node = {"name": retriever.name, "settings": _without_storage(retriever.settings())}
+    if isinstance(retriever, Composite):
+        node["components"] = [node_of(part) for part in retriever.components]
+    return node
+
+
+def _without_storage(settings: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in settings.items() if k not in STORAGE_SETTINGS}
+
+
+def _node_of_folder(folder: Path) -> dict[str, Any]:
+    config = read_json(folder / "config.json")
+    node = {"name": config["retriever"],
+            "settings": _without_storage({k: v for k, v in config.items() if k not in _CONFIG_KEYS})}
+    if "components" in config:
+        node["components"] = [_node_of_folder(folder / f"component{i}") for i in range(len(config["components"]))]
+    return node
+
+
+def _build(node: Mapping[str, Any], where: str, leaf: LeafSource) -> Retriever:
+    if "components" not in node:
+        return leaf(node, where)
+    parts = [_build(child, f"{where}/component{i}".lstrip("/"), leaf) for i, child in enumerate(node["components"])]
+    return retriever_class(node["name"])(parts, **node["settings"])
+
+
+def _leaves(node: Mapping[str, Any], folder: str, where: str):
+    if "components" not in node:
+        yield Leaf(folder, where or "the retriever", dict(node))
+        return
+    for i, child in enumerate(node["components"]):
+        inner = f"component {i} of the {node['name']}" + (f", {where}" if where else "")
+        yield from _leaves(child, f"{folder}/component{i}".lstrip("/"), inner)

@@ -1,0 +1,393 @@
+"""Learning from use as its own channel (`toolscout.learning`): the calibration and the memory checked against
+brute force, the merge worked out by hand, what a request teaches, and the pipeline's guarantees: untaught
+tasks and new tools keep their ranking, a source taken back or a rollback restores rankings exactly, every
+event is scored before it is learned, and a namespace whose learning goes wrong turns it down by itself."""
+
+import itertools
+import random
+
+import numpy as np
+import pytest
+from traffic import CALENDAR, FACTS, FILES, MAIL, RAIN
+
+from toolscout import ToolScout
+from toolscout.feedback import FeedbackEvent
+from toolscout.learning import GATE, LearnedChannel, Lesson
+from toolscout.learning.calibration import PRIOR, SIM_BINS, BinCounts, Calibration, isotonic, sim_bin
+from toolscout.learning.incidental import teachable
+from toolscout.learning.memory import ANCHORS, RequestMemory
+from toolscout.learning.space import HashedSpace
+from toolscout.results import Results
+from toolscout.tool import Tool
+
+# ------------------------------------------------------------------------------------ calibration
+
+def brute_isotonic(values, weights):
+    """The weighted least-squares non-decreasing fit, by trying every partition into constant blocks."""
+    n, best = len(values), None
+    for cuts in itertools.product([False, True], repeat=n - 1):
+        blocks, start = [], 0
+        for i, cut in enumerate(cuts + (True,)):
+            if cut:
+                blocks.append((start, i + 1))
+                start = i + 1
+        means = [np.average(values[a:b], weights=weights[a:b]) for a, b in blocks]
+        if any(x > y + 1e-12 for x, y in zip(means, means[1:])):
+            continue
+        fit = np.concatenate([[m] * (b - a) for m, (a, b) in zip(means, blocks)])
+        cost = float(np.sum(weights * (values - fit) ** 2))
+        if best is None or cost < best[0] - 1e-12:
+            best = (cost, fit)
+    return best[1]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_isotonic_is_the_least_squares_monotone_fit(seed):
+    rng = np.random.default_rng(seed)
+    values, weights = rng.random(7), rng.integers(1, 5, 7).astype(float)
+    np.testing.assert_allclose(isotonic(values, weights), brute_isotonic(values, weights), atol=1e-12)
+
+
+def test_bin_rates_shrink_toward_zero_with_little_evidence():
+    counts = BinCounts.zeros(3)
+    counts.hits[:] = [0, 1, 10]
+    counts.trials[:] = [0, 1, 10]
+    # hits / (trials + PRIOR): 0, 1/6, 10/15, already increasing
+    np.testing.assert_allclose(counts.rates(increasing=True), [0, 1 / (1 + PRIOR), 10 / (10 + PRIOR)])
+
+
+# ------------------------------------------------------------------------------------ memory
+
+def brute_calibration(memory: RequestMemory) -> tuple[np.ndarray, np.ndarray]:
+    """The anchors' counts recomputed from nothing: for each anchor (the ANCHORS smallest hashes), every
+    taught tool's highest similarity over the other requests that taught it; its three nearest tools."""
+    from toolscout.learning.calibration import NEIGHBOUR_TOOLS
+    from toolscout.learning.memory import key_hash
+
+    keys = sorted(memory.row_of, key=key_hash)[:ANCHORS]
+    vec = {k: memory.vectors[memory.row_of[k]] for k in memory.row_of}
+    hits, trials = np.zeros(SIM_BINS), np.zeros(SIM_BINS)
+    for anchor in keys:
+        best = {}
+        for key, tools in memory.taught.items():
+            if key == anchor:
+                continue
+            sim = round(float(vec[key].astype(np.float64) @ vec[anchor].astype(np.float64)), 9)
+            for tool in tools:
+                best[tool] = max(best.get(tool, -np.inf), sim)
+        ranked = sorted(best.items(), key=lambda t: (-t[1], t[0]))[:NEIGHBOUR_TOOLS]
+        for tool, sim in ranked:
+            hits[sim_bin(sim)] += float(tool in memory.taught[anchor])
+            trials[sim_bin(sim)] += 1
+    return hits, trials
+
+
+def test_the_memory_kept_up_write_by_write_equals_one_built_from_nothing():
+    """Anchors, their similarities and the calibration are kept up incrementally as requests come and go;
+    after any sequence of writes they must be what a brute-force pass over the final memory gives, and what
+    a memory built at once from the same lessons holds."""
+    rng = random.Random(3)
+    base = np.random.default_rng(3).normal(size=(12, 16)).astype(np.float32)
+    tools = [f"t{i}" for i in range(6)]
+    held: list[tuple] = []
+    memory = RequestMemory(16)
+    for step in range(300):
+        if held and rng.random() < 0.3:
+            key, _v, tool, source, _r, _t = held.pop(rng.randrange(len(held)))
+            memory.remove([(key, tool, source)])
+        else:
+            cluster = rng.randrange(12)
+            key = f"request {cluster} {rng.randrange(15)}"
+            vector = base[cluster] + 0.3 * np.random.default_rng(hash(key) % 2**32).normal(size=16)
+            lesson = (key, vector.astype(np.float32), tools[cluster % 6 if rng.random() < 0.8 else rng.randrange(6)],
+                      f"s{rng.randrange(3)}", rng.choice([1, 2, 5, None]), float(step))
+            if memory.row_of.get(key) is not None:  # a key keeps the vector it was first taught with
+                lesson = (key, None, *lesson[2:])
+            memory.add([lesson])
+            held.append(lesson)
+    got = memory.calibration
+    counts = brute_calibration(memory)
+    from toolscout.learning.calibration import fit
+
+    found = np.zeros(len(got.by_rank))
+    from toolscout.learning.calibration import rank_bucket
+    for tools_ in memory.taught.values():
+        for entry in tools_.values():
+            found[rank_bucket(entry.untaught_rank)] += 1
+    want = fit(BinCounts(*counts), found, len(memory.taught))
+    for name in ("by_similarity", "by_rank"):
+        np.testing.assert_allclose(getattr(got, name), getattr(want, name), atol=1e-6)
+    fresh = RequestMemory(16)
+    fresh.add([(k, memory.vectors[memory.row_of[k]], tool, source, entry.untaught_rank, entry.last_taught)
+               for k, tools_ in memory.taught.items() for tool, entry in tools_.items()
+               for source, n in entry.sources.items() for _ in range(n)])
+    assert fresh.pairs() == memory.pairs() and fresh.anchors == memory.anchors
+    for name in ("by_similarity", "by_rank"):
+        np.testing.assert_allclose(getattr(fresh.calibration, name), getattr(got, name), atol=1e-6)
+    queries = base[:4]
+    assert memory.nearest_tools(queries) == fresh.nearest_tools(queries)
+
+
+# ------------------------------------------------------------------------------------ the merge
+
+class _Space:
+    name, dim = "fixed", 2
+
+    def tasks(self, queries):
+        return np.tile(np.asarray([[1.0, 0.0]], dtype=np.float32), (len(queries), 1))
+
+    def requests(self, texts):
+        return np.asarray([[1.0, 0.0] if "near" in t else [0.0, 1.0] for t in texts], dtype=np.float32)
+
+
+def test_a_lifted_tool_goes_where_its_probability_earns_and_scores_stay_in_order():
+    channel = LearnedChannel(_Space())
+    channel.teach([Lesson("a near request", "x", "s", 3)])  # one lesson: the calibration is set by hand below
+    channel.memory.calibration = Calibration(by_similarity=np.full(SIM_BINS, 0.5),
+                                             by_rank=np.asarray([0.6, 0.4, 0.1] + [0.0] * 11))
+    base = Results((np.asarray(["u1", "u2", "x", "u3"], dtype=object),), (np.asarray([4.0, 3.0, 2.0, 1.0]),))
+    ranked = channel.rank(["task"], base, 4, lambda t: True, lambda t: None)
+    ids, scores = ranked[0]
+    # x's learned probability 0.5 passes the gate and beats rank 2's 0.4: between u1 (0.6) and u2
+    assert list(ids) == ["u1", "x", "u2", "u3"]
+    # its score is the untaught score at probability 0.5: halfway between ranks 1 (0.6, 4.0) and 2 (0.4, 3.0)
+    np.testing.assert_allclose(scores, [4.0, 3.5, 3.0, 1.0])
+    channel.settings = channel.settings.updated({"*": 0.5})  # weight 0.5: 0.25 is under the gate
+    assert list(channel.rank(["task"], base, 4, lambda t: True, lambda t: None)[0][0]) == ["u1", "u2", "x", "u3"]
+    assert GATE > 0.25
+
+
+def test_a_tool_only_learning_knows_enters_below_what_the_untaught_ranking_is_surer_of():
+    channel = LearnedChannel(_Space())
+    channel.teach([Lesson("a near request", "new", "s", None)])
+    channel.memory.calibration = Calibration(by_similarity=np.full(SIM_BINS, 0.35),
+                                             by_rank=np.asarray([0.6, 0.4, 0.3] + [0.0] * 11))
+    base = Results((np.asarray(["u1", "u2", "u3"], dtype=object),), (np.asarray([4.0, 3.0, 2.0]),))
+    ids, scores = channel.rank(["task"], base, 3, lambda t: True, lambda t: None)[0]
+    assert list(ids) == ["u1", "u2", "new"] and scores[2] <= scores[1]
+    ids, _ = channel.rank(["task"], base, 3, lambda t: t != "new", lambda t: None)[0]  # filtered out
+    assert list(ids) == ["u1", "u2", "u3"]
+
+
+def test_evidence_older_than_a_tool_never_lifts_a_tool_above_it():
+    """x's evidence was taught at time 10; u2 joined the catalog at 20, so that evidence never weighed x
+    against u2: x may pass u1 (there before) but not u2, which the untaught ranking put above it."""
+    channel = LearnedChannel(_Space())
+    channel.teach([Lesson("a near request", "x", "s", 4, time=10.0)])
+    channel.memory.calibration = Calibration(by_similarity=np.full(SIM_BINS, 0.9),
+                                             by_rank=np.asarray([0.6, 0.4, 0.3, 0.1] + [0.0] * 10))
+    base = Results((np.asarray(["u1", "u2", "u3", "x"], dtype=object),), (np.asarray([4.0, 3.0, 2.0, 1.0]),))
+    assert list(channel.rank(["task"], base, 4, lambda t: True, lambda t: None)[0][0]) == ["x", "u1", "u2", "u3"]
+    channel.tools_joined(["u2"], 20.0)
+    assert list(channel.rank(["task"], base, 4, lambda t: True, lambda t: None)[0][0]) == ["u1", "u2", "x", "u3"]
+    channel.tools_joined(["u2"], 5.0)  # joined before the evidence: weighed against it
+    assert list(channel.rank(["task"], base, 4, lambda t: True, lambda t: None)[0][0]) == ["x", "u1", "u2", "u3"]
+
+
+# ------------------------------------------------------------------------------------ what a request teaches
+
+def test_numbers_quotes_and_addresses_are_not_what_a_request_teaches():
+    assert teachable("Remind me at 9:30am to call 555-0134") == "Remind me at to call"
+    assert teachable("Open https://x.org/a/b and mail bob@example.com the file /tmp/a/b.txt") == "Open and mail the file"
+    assert teachable('Search GitHub issues for "crash on start"') == "Search GitHub issues for"
+    assert teachable("Remember that Alice likes tea") == "Remember that Alice likes tea"  # names say what, too
+    assert teachable("42") == "42"  # nothing left: the request as it came
+
+
+def test_requests_that_differ_in_numbers_only_teach_one_thing(encoder):
+    channel = ToolScout.from_tools(WEATHERISH, encoder=encoder).learning
+    assert channel.key("Remind me at 9:30 to call 555-0134") == channel.key("remind me at 11:15 to call 555-9876")
+
+
+def test_names_and_numbers_in_a_request_do_not_move_other_tasks(taught, encoder):
+    """The memory tool taught by requests about people (names, numbers and all): a task that only shares a
+    name or a number with them ranks as it would untaught."""
+    scout = ToolScout.from_tools(WEATHERISH, encoder=encoder)
+    untaught = ToolScout.from_tools(WEATHERISH, encoder=encoder)
+    people = [f"remember that {who} {what}" for who, what in itertools.product(
+        ["Alice", "Bob", "my aunt Rosa", "Dr. Chen"], ["likes tea", "was born in 1984", "lives at 12 Elm Street",
+                                                       "prefers calls after 6pm", "is allergic to nuts"])]
+    scout.learn(traffic(people, "memory.store", 20) + background(12, start=500.0))
+    for task in ["send Alice an email", "email Bob the 1984 report", "what is the weather at 6pm in Rosa's town"]:
+        assert scout.retrieve([task], 8).as_lists() == untaught.retrieve([task], 8).as_lists(), task
+    assert scout.search("remember that Carol likes coffee", k=1)[0].tool.id == "memory.store"
+
+
+# ------------------------------------------------------------------------------------ the pipeline
+
+WEATHERISH = [
+    Tool("weather.forecast", "get_forecast", "Weather forecast for a city: temperature, rain and wind for the "
+         "coming days.", namespace="weather"),
+    Tool("weather.now", "current_weather", "Current temperature and conditions at a place.", namespace="weather"),
+    Tool("advice.umbrella", "packing_advisor", "Tells you what to take along on a trip.", namespace="advice"),
+    Tool("mail.send", "send_email", "Send an email message to a recipient.", namespace="mail"),
+    Tool("mail.search", "search_inbox", "Find emails in the inbox matching words.", namespace="mail"),
+    Tool("calendar.create", "create_event", "Create a calendar event with a title and a start time.",
+         namespace="calendar"),
+    Tool("files.read", "read_file", "Read a text file from disk.", namespace="files"),
+    Tool("memory.store", "create_entities", "Remember facts about people and things for later.", namespace="memory"),
+]
+def traffic(requests, tool, n, source="agent", start=0.0):
+    return [FeedbackEvent(q, (tool,), source, time=start + i) for i, q in enumerate(requests[:n])]
+
+
+def background(n=12, source="agent", start=100.0):
+    """Traffic for four more tools: a calibration needs several taught tools before similarity earns anything."""
+    return (traffic(MAIL, "mail.send", n, source, start) + traffic(CALENDAR, "calendar.create", n, source, start + 100)
+            + traffic(FILES, "files.read", n, source, start + 200) + traffic(FACTS, "memory.store", n, source, start + 300))
+
+
+@pytest.fixture(scope="module")
+def taught(encoder):
+    scout = ToolScout.from_tools(WEATHERISH, encoder=encoder)
+    untaught = ToolScout.from_tools(WEATHERISH, encoder=encoder)
+    scout.learn(traffic(RAIN, "advice.umbrella", 50) + background())
+    return scout, untaught
+
+
+def test_learning_lifts_the_taught_tool_for_tasks_like_the_taught_ones(taught):
+    scout, untaught = taught
+    task = "will I need a raincoat on Sunday"
+    assert untaught.search(task, k=3)[0].tool.id != "advice.umbrella"
+    assert scout.search(task, k=3)[0].tool.id == "advice.umbrella"
+
+
+@pytest.mark.parametrize("task", ["read the notes file on disk", "what is the temperature in Paris right now",
+                                  "put a dentist appointment in my calendar", "find the email from the bank"])
+def test_tasks_unlike_the_taught_ones_rank_exactly_as_untaught(taught, task):
+    scout, untaught = taught
+    assert scout.retrieve([task], 8).as_lists() == untaught.retrieve([task], 8).as_lists()
+
+
+def test_a_tool_added_after_learning_is_found_as_in_an_untaught_index(taught, encoder):
+    scout, untaught = taught
+    new = Tool("translate.text", "translate", "Translate text into another language.", namespace="translate")
+    copy = ToolScout.from_tools(WEATHERISH, encoder=encoder)  # taught exactly as `scout` was
+    copy.learn(traffic(RAIN, "advice.umbrella", 50) + background())
+    copy.add([new])
+    fresh = ToolScout.from_tools(WEATHERISH + [new], encoder=encoder)
+    for task in ["translate this sentence into German", "how do you say good morning in Italian"]:
+        assert copy.search(task, k=1)[0].tool.id == "translate.text"
+        assert copy.retrieve([task], 9).as_lists() == fresh.retrieve([task], 9).as_lists()
+
+
+def test_a_tool_like_the_taught_ones_added_after_learning_keeps_its_untaught_place(taught, encoder):
+    """A new tool that does what the taught one does: the evidence predates it, so learning never pushes it
+    below where an untaught index that always had it puts it."""
+    scout, _untaught = taught
+    copy = ToolScout.from_tools(WEATHERISH, encoder=encoder)
+    copy.learn(traffic(RAIN, "advice.umbrella", 50) + background())
+    rival = Tool("advice.rain", "rain_kit_advisor", "Says whether to take an umbrella or a raincoat today.",
+                 namespace="advice")
+    copy.add([rival])
+    fresh = ToolScout.from_tools(WEATHERISH + [rival], encoder=encoder)
+    for task in ["will I need a raincoat on Sunday", "should I take my umbrella to work", "rain gear for tonight?"]:
+        learned, plain = copy.retrieve([task], 9).as_lists()[0], fresh.retrieve([task], 9).as_lists()[0]
+        assert learned.index("advice.rain") <= plain.index("advice.rain"), task
+
+
+def test_every_event_is_scored_before_it_is_learned_as_a_replay_by_hand_finds(encoder):
+    """The scorecard's figures against an independent replay through the public search: for each event, the
+    used tool's rank in what `search` served just before it was learned, and in an untaught index."""
+    scout = ToolScout.from_tools(WEATHERISH, encoder=encoder)
+    untaught = ToolScout.from_tools(WEATHERISH, encoder=encoder)
+    events = background(6) + traffic(RAIN, "advice.umbrella", 40, start=1000.0)
+    served, plain = [], []
+    for event in events:
+        served.append(_rank(scout, event))
+        plain.append(_rank(untaught, event))
+        scout.learn([event])
+    report = scout.learning_report()["measured"]
+    for name, ranks in (("served", served), ("untaught", plain)):
+        assert report["all"][name]["mrr"] == pytest.approx(round(sum(1 / r for r in ranks if r) / len(ranks), 4))
+        assert report["all"][name]["top1"] == pytest.approx(round(sum(r == 1 for r in ranks) / len(ranks), 4))
+        assert report["all"][name]["top5"] == pytest.approx(round(sum(1 for r in ranks if r and r <= 5) / len(ranks), 4))
+    assert served != plain  # learning changed what was served along the way
+    advice = report["namespaces"]["advice"]
+    assert advice["all"]["events"] == 40 and advice["new_tools"]["events"] == 1  # only the first was untaught
+
+
+def _rank(scout, event):
+    ids = [h.tool.id for h in scout.search(event.query, k=len(WEATHERISH), match_names=False)]
+    return ids.index(event.tool_ids[0]) + 1 if event.tool_ids[0] in ids else None
+
+
+def test_learning_made_worse_on_purpose_turns_its_weight_down_and_says_so(encoder, caplog):
+    """Agents change their minds: "umbrella" tasks that taught the advisor now use the forecast. Learning
+    at full weight keeps lifting the advisor, so recent events rank the tool actually used lower than the
+    untaught ranking does: the namespace's weight goes down by itself, and that is logged and reported."""
+    scout = ToolScout.from_tools(WEATHERISH, encoder=encoder)
+    scout.learn(traffic(RAIN, "advice.umbrella", 60) + background())
+    assert scout.learning.weight("weather") == 1.0
+    task = "will I need a raincoat on Sunday"
+    assert scout.search(task, k=1)[0].tool.id == "advice.umbrella"
+    with caplog.at_level("WARNING"):
+        for i, event in enumerate(traffic(RAIN, "weather.forecast", 60, source="agent-2", start=1000.0)):
+            scout.learn([event])
+    assert scout.learning.weight("weather") < 1.0
+    assert "learning in namespace 'weather': weight 1.00 ->" in caplog.text
+    weights = scout.learning_report()["weights"]
+    assert weights["weather"]["how"] == "automatic" and weights["weather"]["weight"] < 1.0
+
+
+def test_a_burst_of_one_tools_traffic_lifts_it_for_no_task(encoder):
+    """Requests of one tool alone are all near each other: a calibration from them cannot tell similarity
+    from "everything is that tool", so nothing is lifted until several tools are taught."""
+    scout = ToolScout.from_tools(WEATHERISH, encoder=encoder)
+    untaught = ToolScout.from_tools(WEATHERISH, encoder=encoder)
+    scout.learn(traffic(RAIN, "advice.umbrella", 80))
+    tasks = ["will I need a raincoat on Sunday", "is it going to rain in Oslo", "pack for a rainy weekend"]
+    assert scout.retrieve(tasks, 8).as_lists() == untaught.retrieve(tasks, 8).as_lists()
+
+
+def test_a_rollback_restores_the_rankings_of_that_time_exactly(encoder):
+    scout = ToolScout.from_tools(WEATHERISH, encoder=encoder)
+    tasks = ["will I need a raincoat on Sunday", "email Sam about lunch", "read a file", "weather in Rome"]
+    scout.learn(traffic(RAIN, "advice.umbrella", 40) + background(8))
+    at_noon = scout.retrieve(tasks, 8).as_lists()
+    report_at_noon = scout.learning_report()
+    later = scout.learn(traffic(MAIL, "mail.send", 30, start=5000.0) + traffic(RAIN, "weather.now", 30, "b", start=5000.0))
+    assert scout.retrieve(tasks, 8).as_lists() != at_noon
+    assert len(scout.rollback(5000.0)) == len(later.learned)
+    assert scout.retrieve(tasks, 8).as_lists() == at_noon
+    assert scout.learning_report() == report_at_noon
+
+
+def test_forgetting_every_source_restores_the_untaught_ranking_bit_for_bit(taught, encoder):
+    scout = ToolScout.from_tools(WEATHERISH, encoder=encoder)
+    before = scout.retrieve(["will I need a raincoat on Sunday", "email Sam"], 8)
+    scout.learn(traffic(RAIN, "advice.umbrella", 40, "a") + background(10, "b"))
+    assert scout.forget("a") == ["advice.umbrella"]
+    assert scout.forget("b") == ["calendar.create", "files.read", "mail.send", "memory.store"]
+    after = scout.retrieve(["will I need a raincoat on Sunday", "email Sam"], 8)
+    assert after.as_lists() == before.as_lists()
+    assert all(np.array_equal(a, b) for a, b in zip(after.scores, before.scores))
+
+
+def test_freeze_records_but_does_not_learn_until_unfrozen(encoder):
+    scout = ToolScout.from_tools(WEATHERISH, encoder=encoder)
+    task = "will I need a raincoat on Sunday"
+    before = scout.retrieve([task], 8).as_lists()
+    scout.set_learning(freeze=True, when=0.0)
+    scout.learn(traffic(RAIN, "advice.umbrella", 50, start=10.0) + background())
+    assert scout.retrieve([task], 8).as_lists() == before and scout.ledger.summary("advice.umbrella")["learned"] == 50
+    scout.set_learning(freeze=False)
+    assert scout.search(task, k=1)[0].tool.id == "advice.umbrella"
+
+
+def test_the_channel_and_its_measurements_survive_a_save(taught, tmp_path):
+    scout, _untaught = taught
+    scout.save(tmp_path / "idx")
+    loaded = ToolScout.load(tmp_path / "idx")
+    tasks = ["will I need a raincoat on Sunday", "email Sam about lunch"]
+    assert loaded.retrieve(tasks, 8).as_lists() == scout.retrieve(tasks, 8).as_lists()
+    assert loaded.learning_report() == scout.learning_report()
+
+
+def test_a_pipeline_without_an_encoder_learns_in_hashed_word_space():
+    scout = ToolScout.from_tools(WEATHERISH, retriever="bm25")
+    assert isinstance(scout.learning.space, HashedSpace)
+    task = "do I need my umbrella today"
+    assert "advice.umbrella" not in scout.retrieve([task], 8).as_lists()[0]  # it shares no word with the task
+    scout.learn(traffic(RAIN, "advice.umbrella", 60) + background())
+    assert scout.search(task, k=1)[0].tool.id == "advice.umbrella"
