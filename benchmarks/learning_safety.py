@@ -59,7 +59,7 @@ def main(argv=None) -> int:
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.cost:
-        return cost(args)
+        return cost_report(args)
     if args.worker:
         print(json.dumps({name: measure(args.data / name, args) for name in args.sets.split(",")}))
         return 0
@@ -205,7 +205,27 @@ def _cell(group: dict) -> str:
 
 # ------------------------------------------------------------------------------------ cost
 
-def cost(args) -> int:
+def cost_report(args) -> int:
+    """`cost` on this checkout, and (with --baseline-src) on the other tree in a child process, side by side."""
+    if args.worker:
+        print(json.dumps(cost(args)))
+        return 0
+    out = {"machine": machine_line(), "now": cost(args)}
+    if args.baseline_src:
+        env = dict(os.environ, PYTHONPATH=f"{Path(args.baseline_src).resolve()}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+        command = [sys.executable, __file__, "--cost", "--worker", "--data", str(args.data), "--agents",
+                   str(args.agents), "--seed", str(args.seed)]
+        done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+        sys.stderr.write(done.stderr)
+        if done.returncode:
+            raise SystemExit(f"the cost measurement on {args.baseline_src} failed (exit {done.returncode})")
+        out["baseline"] = json.loads(done.stdout.strip().splitlines()[-1])
+    print(json.dumps(out, indent=1))
+    write_json(args.json, out)
+    return 0
+
+
+def cost(args) -> dict:
     """Search latency with 0 and 100,000 events, memory per 100,000 events, events per second."""
     import resource
 
@@ -219,7 +239,7 @@ def cost(args) -> int:
     rng = random.Random(args.seed)
     tests = rng.sample(tests, 400)
     scout = ToolScout.from_tools(tools)
-    out = {"machine": machine_line(), "tools": len(tools)}
+    out = {"tools": len(tools)}
     out["latency_untaught"] = _latency(scout, tests)
     events = [{"query": q.text, "tool_ids": [f"{name}/{t}" for t in q.labels], "source": f"agent-{i % args.agents}"}
               for i, (name, q) in enumerate(rng.choices(train, k=100_000))]
@@ -229,13 +249,13 @@ def cost(args) -> int:
         scout.learn(events[at:at + 500])
     seconds = time.perf_counter() - start
     out["feedback_events_per_s"] = round(len(events) / seconds, 1)
-    out["distinct_requests"] = len(scout.learning.memory)
     out["peak_rss_growth_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - rss, 1)
-    out["memory_vectors_mb"] = round(scout.learning.memory.vectors.nbytes / 2**20, 1)
+    learning = getattr(scout, "learning", None)  # the baseline tree has no learned channel
+    if learning is not None:
+        out["distinct_requests"] = len(learning.memory)
+        out["memory_vectors_mb"] = round(learning.memory.vectors.nbytes / 2**20, 1)
     out["latency_100k_events"] = _latency(scout, tests)
-    print(json.dumps(out, indent=1))
-    write_json(args.json, out)
-    return 0
+    return out
 
 
 def _latency(scout, queries) -> dict:
