@@ -38,7 +38,7 @@ DESCRIPTION = ("Put toolscout in front of the MCP servers (and OpenAPI services)
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
-    from ..gateway.config import PING_EVERY_S
+    from ..gateway.config import PING_EVERY_S, SEARCH_WAIT_S
 
     p = sub.add_parser("gateway", help="one MCP endpoint in front of many servers: search, call, learn",
                        description=DESCRIPTION, usage="toolscout gateway CONFIG [options]\n"
@@ -74,6 +74,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    help="ping every MCP upstream this often (and at once after a call times out); one that misses "
                         "2 pings in a row, or times out 3 calls in a row, is restarted (default %(default)s; "
                         "0: only after a timed-out call)")
+    p.add_argument("--search-wait", type=float, default=SEARCH_WAIT_S, metavar="SECONDS",
+                   help="how long searches wait, in all, for a server that is starting and has no tools in the index "
+                        "yet (a new index); the answer names the servers not yet searchable (default %(default)s)")
     p.add_argument("--strict", action="store_true",
                    help="refuse to start when a server's config cannot be resolved (an unset ${VAR}, a command "
                         "not found); by default that server is down, with the reason, and the others serve")
@@ -99,7 +102,7 @@ def cmd_gateway(args: argparse.Namespace) -> int:
     settings = GatewaySettings(index=index, pin=args.pin, hide_unavailable=args.unavailable == "hide",
                                expose=args.expose, attribution=args.learn_from_calls, window=args.attribution_window,
                                relist_every=args.relist_every, ping_every=args.ping_every,
-                               service=service_options(args))
+                               search_wait=max(0.0, args.search_wait), service=service_options(args))
     auth = auth_from_args(args)
     gateway = open_gateway(config, settings)
     freeze_loaded_objects()

@@ -9,7 +9,8 @@
                             answers are event streams (a call's progress rides them); a body over
                             --mcp-max-body is refused with a JSON-RPC error
 
-and `/health` lists each upstream with its state, tool count and last error; `/tools/{id}` adds the tool's
+`/search` waits for upstreams still starting with no tools indexed, as `search_tools` does, and names those it
+could not search (`not_searchable`); `/health` lists each upstream with its state, tool count and last error; `/tools/{id}` adds the tool's
 upstream, whether it answers now, and its definition record (fingerprint, changes, held). A platform that
 uses OpenAI or Anthropic function calling searches with `/search` and executes through this route.
 """
@@ -72,6 +73,9 @@ class GatewayApi:
             return JSON(result)
 
         app.add_exception_handler(UpstreamUnavailable, _unavailable)
+
+    async def before_search(self, principal: Principal, namespaces: list[str] | None) -> dict[str, Any]:
+        return {"not_searchable": await self.gateway.searchable(principal, namespaces)}
 
     def searched(self, principal: Principal, query: str, hits: list) -> None:
         self.gateway.searched(http_session(principal), query, hits)

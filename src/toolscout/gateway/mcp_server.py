@@ -3,7 +3,8 @@ every upstream's.
 
 - `search_tools(task, k=5, namespaces=None)`: the best tools for a task, as `toolscout serve` ranks them,
   each with its id, name, namespace (the upstream), description, input schema, score, match and
-  `available` (whether its upstream answers now); `abstained` when no tool fits.
+  `available` (whether its upstream answers now); `abstained` when no tool fits; `not_searchable`: the
+  upstreams whose tools it could not search (still starting once the gateway waited for them, or down).
 - `call_tool(name, arguments)`: forwards the call to the upstream that runs the tool (`name` is an id that
   `search_tools` returned, or a bare tool name that only one tool carries) and returns its result as it
   came: content blocks, `structuredContent`, `isError`. A call that cannot be forwarded is an error result
@@ -75,11 +76,13 @@ _NATIVE_NAME = re.compile(r"[^A-Za-z0-9_.-]")
 INSTRUCTIONS = ("toolscout is a gateway to many tool servers. Call search_tools with the task in plain language to "
                 "find the tools that fit it, then call_tool with a found tool's id and its arguments: the call "
                 "goes to the server that runs the tool, and its result comes back unchanged. toolscout learns "
-                "from the calls which tools serve which tasks. An empty search result means no tool fits.")
+                "from the calls which tools serve which tasks. An empty search result means no tool fits, unless "
+                "not_searchable names servers whose tools could not be searched yet.")
 SEARCH_DESCRIPTION = ("Find the tools that fit a task, best first, among every server behind this gateway. Returns "
                       "each tool's id (pass it to call_tool), name, description and input schema (JSON Schema), "
                       "with the namespace (server) that runs it and whether that server answers now. Returns no "
-                      "tools when nothing fits.")
+                      "tools when nothing fits; not_searchable names the servers whose tools could not be "
+                      "searched (still starting, or down).")
 CALL_DESCRIPTION = ("Call a tool that search_tools found: name is its id (or its name, when only one tool has it), "
                     "arguments an object matching its input schema. Returns the tool's own result.")
 
@@ -88,9 +91,19 @@ class GatewayFoundTool(FoundTool):
     available: bool = Field(description="Whether the server that runs the tool answers now.")
 
 
+class NotSearchable(BaseModel):
+    server: str = Field(description="The server (namespace) whose tools the search could not find.")
+    status: Literal["starting", "down"] = Field(description="starting: it has not listed its tools yet; down: it "
+                                                            "does not answer, and its tools are not in the index.")
+    reason: str = Field(description="Why, in words.")
+
+
 class GatewaySearchResult(BaseModel):
     tools: list[GatewayFoundTool]
     abstained: bool = Field(description="True when no tool fits the task.")
+    not_searchable: list[NotSearchable] = Field(
+        default_factory=list, description="Servers whose tools this search could not find (still starting after "
+                                          "the gateway waited for them, or down); search again later for theirs.")
 
 
 class SearchArgs(BaseModel, extra="forbid"):
@@ -227,13 +240,14 @@ class GatewayMcp:
         if not args.task.strip():
             raise InvalidRequest("task must not be blank")
         session = self._session(ctx)
-        hits = await self.gateway.search(args.task, args.k, principal=principal, session=session,
-                                         namespaces=args.namespaces)
+        searched = await self.gateway.search(args.task, args.k, principal=principal, session=session,
+                                             namespaces=args.namespaces)
+        hits = searched.hits
         if self.metrics is not None:
             self.metrics.count("queries")
             self.metrics.count("abstained", not hits)
         found = [_found(h.to_dict()) for h in hits]
-        payload = {"tools": found, "abstained": not hits}
+        payload = {"tools": found, "abstained": not hits, "not_searchable": searched.not_searchable}
         if self.expose == "found" and self._expose(session, [h.tool.id for h in hits]):
             await self._announce_tools_changed(ctx)
         return text_result(payload)

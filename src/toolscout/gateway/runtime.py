@@ -24,7 +24,7 @@ from ..errors import ToolScoutError
 from ..pipeline import ToolScout
 from ..serve.service import ToolService
 from .attribution import DEFAULT_RULE, DEFAULT_WINDOW, CallAttribution
-from .config import PING_EVERY_S, GatewayConfig, UpstreamSpec
+from .config import PING_EVERY_S, SEARCH_WAIT_S, GatewayConfig, UpstreamSpec
 from .core import Gateway, GatewayOptions
 from .definitions import DefinitionLedger
 from .mcp_server import GatewayMcp
@@ -50,6 +50,7 @@ class GatewaySettings:
     window: int = DEFAULT_WINDOW
     relist_every: float = 300.0
     ping_every: float = PING_EVERY_S
+    search_wait: float = SEARCH_WAIT_S
     service: dict[str, Any] = field(default_factory=dict)
 
 
@@ -63,7 +64,8 @@ def open_gateway(config: GatewayConfig, settings: GatewaySettings) -> Gateway:
         upstreams = [make_upstream(spec, settings) for spec in config.upstreams]
         definitions = DefinitionLedger(settings.index, pin=settings.pin)
         attribution = CallAttribution(settings.attribution, settings.window)
-        options = GatewayOptions(settings.hide_unavailable, frozenset(u.name for u in config.upstreams if not u.enabled))
+        options = GatewayOptions(settings.hide_unavailable, frozenset(u.name for u in config.upstreams if not u.enabled),
+                                 search_wait=settings.search_wait)
         gateway = Gateway(service, upstreams, definitions, attribution, options)
         gateway.prune(config.names())
         return gateway
