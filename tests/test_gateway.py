@@ -27,6 +27,7 @@ from gateways import (  # noqa: E402
     raw_server,
     npm_everything,
     start_gateway,
+    stdio_env,
     stop,
     stub,
     time_server,
@@ -136,7 +137,7 @@ def test_sdk_client_over_stdio_through_the_gateway(tmp_path, mode):
                                      "ghost": {"command": str(tmp_path / "no-such-server")}})
     params = StdioServerParameters(command=sys.executable, args=["-m", "toolscout", "gateway", str(config), "--index",
                                                                  str(tmp_path / "index"), "--no-fsync"],
-                                   env={"HF_HUB_OFFLINE": "1", "PATH": os.environ.get("PATH", "")})
+                                   env=stdio_env())
 
     async def session():
         async with Client(params, mode=mode) as client:

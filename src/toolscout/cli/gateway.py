@@ -95,34 +95,75 @@ def cmd_gateway(args: argparse.Namespace) -> int:
     single_threaded_math()
     _check_dependencies()
     from ..gateway.config import load_config
-    from ..gateway.runtime import GatewaySettings, open_gateway
+    from ..gateway.runtime import GatewaySettings, claim_index
 
     config = load_config(args.config, strict=args.strict)
-    index = Path(args.index) if args.index else default_index(Path(args.config))
+    index = gateway_index(args)
     settings = GatewaySettings(index=index, pin=args.pin, hide_unavailable=args.unavailable == "hide",
                                expose=args.expose, attribution=args.learn_from_calls, window=args.attribution_window,
                                relist_every=args.relist_every, ping_every=args.ping_every,
                                search_wait=max(0.0, args.search_wait), service=service_options(args))
     auth = auth_from_args(args)
-    gateway = open_gateway(config, settings)
-    freeze_loaded_objects()
+    lock = claim_index(index)
+    if lock is None:
+        return _attach_stdio(config, settings, args)
+    try:
+        gateway = _open(config, settings)
+    except BaseException:
+        lock.release()
+        raise
     names = ", ".join(u.name + ("" if u.enabled else " (disabled)") + (" (down: see below)" if u.problem else "")
                       for u in config.upstreams)
     print(f"toolscout gateway: {len(config.upstreams)} upstreams ({names}); index {index}", file=sys.stderr)
     for name, problem in config.problems:
         print(f"toolscout gateway: {name} will not start: {problem}", file=sys.stderr)
     if args.port is None:
-        return _serve_stdio(gateway, args)
-    return _serve_http(gateway, auth, args)
+        return _serve_stdio(gateway, args, lock)
+    try:
+        return _serve_http(gateway, auth, args)
+    finally:
+        lock.release()
 
 
-def _serve_stdio(gateway, args: argparse.Namespace) -> int:
+def _open(config, settings):
+    """The gateway over its index (this process holds the index's lock)."""
+    from ..gateway.runtime import open_gateway
+
+    gateway = open_gateway(config, settings)
+    freeze_loaded_objects()
+    return gateway
+
+
+def _serve_stdio(gateway, args: argparse.Namespace, lock) -> int:
     from ..gateway.mcp_server import GatewayMcp
     from ..gateway.runtime import serve_stdio
 
     print("toolscout gateway: MCP over stdio", file=sys.stderr)
-    serve_stdio(gateway, GatewayMcp(gateway, expose=args.expose))
+    serve_stdio(gateway, GatewayMcp(gateway, expose=args.expose), index=gateway_index(args), lock=lock)
     return 0
+
+
+def _attach_stdio(config, settings, args: argparse.Namespace) -> int:
+    """Another gateway holds the index: relay this host to it (and take the index over when it stops)."""
+    from ..errors import ToolScoutError
+    from ..gateway.mcp_server import GatewayMcp
+    from ..gateway.runtime import attach_stdio, index_in_use
+
+    if args.port is not None:
+        raise ToolScoutError(index_in_use(settings.index))
+
+    def make_owner():
+        gateway = _open(config, settings)
+        return gateway, GatewayMcp(gateway, expose=args.expose)
+
+    print(f"toolscout gateway: another gateway serves {settings.index}: attaching to it (MCP over stdio)",
+          file=sys.stderr)
+    attach_stdio(settings.index, make_owner)
+    return 0
+
+
+def gateway_index(args: argparse.Namespace) -> Path:
+    return Path(args.index) if args.index else default_index(Path(args.config))
 
 
 def _serve_http(gateway, auth, args: argparse.Namespace) -> int:
@@ -134,7 +175,7 @@ def _serve_http(gateway, auth, args: argparse.Namespace) -> int:
     if args.host not in LOOPBACK and not auth.enabled:
         print(f"toolscout gateway: warning: listening on {args.host} with no token: anyone who can reach it may "
               "call every upstream's tools (give --token or --tokens)", file=sys.stderr)
-    extension = GatewayApi(gateway, GatewayMcp(gateway, auth=auth, expose=args.expose))
+    extension = GatewayApi(gateway, GatewayMcp(gateway, auth=auth, expose=args.expose), index=gateway_index(args))
     app = create_app(gateway.service, auth, max_body_bytes=args.max_body, host=args.host, extension=extension,
                      mcp_max_body_bytes=args.mcp_max_body)
     print(f"toolscout gateway: http://{args.host}:{args.port} (MCP at /mcp, API docs at /docs)", file=sys.stderr)

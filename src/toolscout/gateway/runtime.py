@@ -7,15 +7,22 @@ tools whose definitions changed meanwhile are embedded again.
 
 SIGTERM (or SIGINT) stops a gateway in order: calls in flight get `core.SHUTDOWN_GRACE_S` to finish, the rest
 are cancelled (upstream too) and answered with an error that says so, then the upstreams are stopped.
+
+Several gateways on one index (hosts.py): the one that claims the index's lock (`claim_index`) opens it and
+serves, over stdio or HTTP, and also serves the hosts of the others over the index's socket; a stdio gateway
+that finds the lock held relays its host to that one (`attach_stdio`, bridge.py), and takes the index over
+when it stops.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import shutil
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import anyio
 
@@ -25,8 +32,10 @@ from ..pipeline import ToolScout
 from ..serve.service import ToolService
 from .attribution import DEFAULT_RULE, DEFAULT_WINDOW, CallAttribution
 from .config import PING_EVERY_S, SEARCH_WAIT_S, GatewayConfig, UpstreamSpec
+from .bridge import Bridge
 from .core import Gateway, GatewayOptions
 from .definitions import DefinitionLedger
+from .hosts import RUNTIME_FILES, Endpoint, IndexLock, serve_hosts
 from .mcp_server import GatewayMcp
 from .mcp_upstream import McpUpstream
 from .openapi_upstream import OpenApiUpstream
@@ -81,19 +90,51 @@ def make_upstream(spec: UpstreamSpec, settings: GatewaySettings) -> Upstream:
                        ping_every=settings.ping_every)
 
 
+def claim_index(folder: Path) -> IndexLock | None:
+    """The lock that makes this gateway the owner of the index `folder` (made if new); None when another
+    gateway holds it (a stdio gateway then attaches to that one: `attach_stdio`)."""
+    ensure_index(folder)
+    return IndexLock.claim(folder)
+
+
+def index_in_use(folder: Path) -> str:
+    """Why a gateway that must own its index (one serving HTTP) cannot have `folder`."""
+    endpoint = Endpoint.read(folder)
+    owner = f"the gateway of pid {endpoint.pid}" if endpoint is not None else "another gateway"
+    return (f"{folder}: {owner} holds this index ({folder / 'gateway.lock'}); a gateway serving HTTP needs an index "
+            "of its own (--index DIR), while stdio gateways on one config share it")
+
+
 def ensure_index(folder: Path) -> None:
-    """Make `folder` an empty index of the default pipeline, unless it is one already."""
+    """Make `folder` an empty index of the default pipeline, unless it is one already. Made beside it and
+    renamed into place, so gateways that start together on a new index make it once (the others' are dropped)."""
     if (folder / POINTER).is_file():
         return
-    if folder.exists() and any(folder.iterdir()):
+    _check_folder(folder)
+    logger.info("making a new index in %s", folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = folder.parent / f".{folder.name}.new-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    ToolScout.from_tools([]).save(staging)
+    try:
+        os.rename(staging, folder)  # onto nothing or an empty folder; a folder with anything in it refuses
+    except OSError:
+        shutil.rmtree(staging, ignore_errors=True)
+        if not (folder / POINTER).is_file():
+            raise
+
+
+def _check_folder(folder: Path) -> None:
+    if folder.exists() and not (folder / POINTER).is_file() and any(p.name not in RUNTIME_FILES
+                                                                      for p in folder.iterdir()):
         raise ToolScoutError(f"{folder}: exists but is not a toolscout index (no {POINTER} file); give --index an "
                              "empty or new folder, or one a gateway made")
-    logger.info("making a new index in %s", folder)
-    ToolScout.from_tools([]).save(folder)
 
 
-def serve_stdio(gateway: Gateway, mcp: GatewayMcp) -> None:
-    """MCP over stdio until the host closes it (or SIGTERM), with the upstreams supervised meanwhile."""
+def serve_stdio(gateway: Gateway, mcp: GatewayMcp, index: Path | None = None, lock: IndexLock | None = None) -> None:
+    """MCP over stdio until the host closes it (or SIGTERM), with the upstreams supervised meanwhile, and the
+    hosts of other gateways on `index` served over its socket; `lock` (the index's) is released at the end,
+    once the index is closed."""
 
     async def main() -> None:
         # the signals stay ours until the upstreams are stopped: a host that closes the gateway's stdin and then
@@ -104,15 +145,32 @@ def serve_stdio(gateway: Gateway, mcp: GatewayMcp) -> None:
                 async with anyio.create_task_group() as tasks:
                     watch.start_soon(_stop_on_signal, gateway, signals, tasks.cancel_scope)
                     tasks.start_soon(gateway.run)
+                    if index is not None and await tasks.start(serve_hosts, mcp, index) is not None:
+                        logger.info("other hosts that run a gateway on %s attach to this one", index)
                     await mcp.run_stdio()
+                    await gateway.shutdown()  # the calls of attached hosts in flight get their grace
                     tasks.cancel_scope.cancel()
                 watch.cancel_scope.cancel()
 
     try:
         anyio.run(main, backend_options={"use_uvloop": _has_uvloop()})
     finally:
-        gateway.close()
-        gateway.service.close()
+        try:
+            gateway.close()
+            gateway.service.close()
+        finally:
+            if lock is not None:
+                lock.release()
+
+
+def attach_stdio(index: Path, make_owner: Callable[[], tuple[Gateway, GatewayMcp]]) -> None:
+    """Serve the host on stdio through the gateway that owns `index` (bridge.py), taking the index over when
+    that one stops: then `make_owner()` (in a worker thread) opens it."""
+    bridge = Bridge(index, make_owner)
+    try:
+        anyio.run(bridge.run, backend_options={"use_uvloop": _has_uvloop()})
+    finally:
+        bridge.close()
 
 
 async def _stop_on_signal(gateway: Gateway, signals: Any, scope: anyio.CancelScope) -> None:
