@@ -95,20 +95,15 @@ def cmd_gateway(args: argparse.Namespace) -> int:
     single_threaded_math()
     _check_dependencies()
     from ..gateway.config import load_config
-    from ..gateway.runtime import GatewaySettings, claim_index
 
     config = load_config(args.config, strict=args.strict)
     index = gateway_index(args)
-    settings = GatewaySettings(index=index, pin=args.pin, hide_unavailable=args.unavailable == "hide",
-                               expose=args.expose, attribution=args.learn_from_calls, window=args.attribution_window,
-                               relist_every=args.relist_every, ping_every=args.ping_every,
-                               search_wait=max(0.0, args.search_wait), service=service_options(args))
-    auth = auth_from_args(args)
-    lock = claim_index(index)
-    if lock is None:
-        return _attach_stdio(config, settings, args)
+    lock = _claim(index)
+    if lock is None:  # another gateway owns the index: this one only relays (and imports no more than that)
+        return _attach_stdio(config, args)
     try:
-        gateway = _open(config, settings)
+        auth = auth_from_args(args)
+        gateway = _open(config, args)
     except BaseException:
         lock.release()
         raise
@@ -125,10 +120,27 @@ def cmd_gateway(args: argparse.Namespace) -> int:
         lock.release()
 
 
-def _open(config, settings):
-    """The gateway over its index (this process holds the index's lock)."""
-    from ..gateway.runtime import open_gateway
+def _claim(index: Path):
+    """The lock that makes this gateway the owner of `index` (made first if new: gateways started together
+    make it once); None when another gateway holds it."""
+    from ..artifacts import POINTER
+    from ..gateway.hosts import IndexLock
 
+    if not (index / POINTER).is_file():
+        from ..gateway.runtime import ensure_index
+
+        ensure_index(index)
+    return IndexLock.claim(index)
+
+
+def _open(config, args: argparse.Namespace):
+    """The gateway over its index (this process holds the index's lock)."""
+    from ..gateway.runtime import GatewaySettings, open_gateway
+
+    settings = GatewaySettings(index=gateway_index(args), pin=args.pin, hide_unavailable=args.unavailable == "hide",
+                               expose=args.expose, attribution=args.learn_from_calls, window=args.attribution_window,
+                               relist_every=args.relist_every, ping_every=args.ping_every,
+                               search_wait=max(0.0, args.search_wait), service=service_options(args))
     gateway = open_gateway(config, settings)
     freeze_loaded_objects()
     return gateway
@@ -143,22 +155,25 @@ def _serve_stdio(gateway, args: argparse.Namespace, lock) -> int:
     return 0
 
 
-def _attach_stdio(config, settings, args: argparse.Namespace) -> int:
+def _attach_stdio(config, args: argparse.Namespace) -> int:
     """Another gateway holds the index: relay this host to it (and take the index over when it stops)."""
     from ..errors import ToolScoutError
-    from ..gateway.mcp_server import GatewayMcp
-    from ..gateway.runtime import attach_stdio, index_in_use
+    from ..gateway.bridge import attach_stdio
+    from ..gateway.hosts import in_use
 
+    index = gateway_index(args)
     if args.port is not None:
-        raise ToolScoutError(index_in_use(settings.index))
+        raise ToolScoutError(in_use(index) + "; a gateway serving HTTP needs an index of its own (--index DIR), "
+                             "while stdio gateways on one config share it")
 
     def make_owner():
-        gateway = _open(config, settings)
+        from ..gateway.mcp_server import GatewayMcp
+
+        gateway = _open(config, args)
         return gateway, GatewayMcp(gateway, expose=args.expose)
 
-    print(f"toolscout gateway: another gateway serves {settings.index}: attaching to it (MCP over stdio)",
-          file=sys.stderr)
-    attach_stdio(settings.index, make_owner)
+    print(f"toolscout gateway: another gateway serves {index}: attaching to it (MCP over stdio)", file=sys.stderr)
+    attach_stdio(index, make_owner)
     return 0
 
 
@@ -213,10 +228,11 @@ def default_index(config: Path) -> Path:
 
 
 def _check_dependencies() -> None:
+    """Found, not imported: a gateway that attaches to another imports none of them."""
+    import importlib.util
+
     from ..errors import MissingDependency
 
     for module in ("fastapi", "uvicorn", "mcp", "httpx"):
-        try:
-            __import__(module)
-        except ImportError:
-            raise MissingDependency(module, "toolscout gateway", extra="serve") from None
+        if importlib.util.find_spec(module) is None:
+            raise MissingDependency(module, "toolscout gateway", extra="serve")

@@ -302,3 +302,15 @@ async def _host_pipes() -> AsyncIterator[tuple[Any, Any]]:
             yield lines, out
             return
         yield anyio.wrap_file(sys.stdin), anyio.wrap_file(sys.stdout)
+
+
+def attach_stdio(folder: Path, make_owner: Callable[[], tuple[Any, Any]]) -> None:
+    """Serve the host on stdio through the gateway that owns `folder`, taking the index over when that one
+    stops: then `make_owner()` (in a worker thread) opens it and returns (Gateway, GatewayMcp)."""
+    from .stdio import has_uvloop
+
+    bridge = Bridge(folder, make_owner)
+    try:
+        anyio.run(bridge.run, backend_options={"use_uvloop": has_uvloop()})
+    finally:
+        bridge.close()

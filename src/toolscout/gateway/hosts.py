@@ -109,6 +109,13 @@ class Endpoint:
         Path(self.socket).unlink(missing_ok=True)
 
 
+def in_use(folder: Path) -> str:
+    """Who holds the index `folder`, in words."""
+    endpoint = Endpoint.read(folder)
+    owner = f"the gateway of pid {endpoint.pid}" if endpoint is not None else "another gateway"
+    return f"{folder}: {owner} holds this index ({folder / LOCK_FILE})"
+
+
 def socket_path(folder: Path) -> str:
     """`INDEX/gateway.sock`, or, when that path is too long for a unix socket, one in the temporary folder
     named after the index (and the user)."""

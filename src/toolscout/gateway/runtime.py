@@ -8,10 +8,10 @@ tools whose definitions changed meanwhile are embedded again.
 SIGTERM (or SIGINT) stops a gateway in order: calls in flight get `core.SHUTDOWN_GRACE_S` to finish, the rest
 are cancelled (upstream too) and answered with an error that says so, then the upstreams are stopped.
 
-Several gateways on one index (hosts.py): the one that claims the index's lock (`claim_index`) opens it and
-serves, over stdio or HTTP, and also serves the hosts of the others over the index's socket; a stdio gateway
-that finds the lock held relays its host to that one (`attach_stdio`, bridge.py), and takes the index over
-when it stops.
+Several gateways on one index (hosts.py): the one that holds the index's lock (`hosts.IndexLock`) opens it
+and serves, over stdio or HTTP, and also serves the hosts of the others over the index's socket; a stdio
+gateway that finds the lock held relays its host to that one (`bridge.attach_stdio`), and takes the index
+over when it stops.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import shutil
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import anyio
 
@@ -32,10 +32,10 @@ from ..pipeline import ToolScout
 from ..serve.service import ToolService
 from .attribution import DEFAULT_RULE, DEFAULT_WINDOW, CallAttribution
 from .config import PING_EVERY_S, SEARCH_WAIT_S, GatewayConfig, UpstreamSpec
-from .bridge import Bridge
 from .core import Gateway, GatewayOptions
 from .definitions import DefinitionLedger
-from .hosts import RUNTIME_FILES, Endpoint, IndexLock, serve_hosts
+from .hosts import RUNTIME_FILES, IndexLock, serve_hosts
+from .stdio import has_uvloop
 from .mcp_server import GatewayMcp
 from .mcp_upstream import McpUpstream
 from .openapi_upstream import OpenApiUpstream
@@ -90,21 +90,6 @@ def make_upstream(spec: UpstreamSpec, settings: GatewaySettings) -> Upstream:
                        ping_every=settings.ping_every)
 
 
-def claim_index(folder: Path) -> IndexLock | None:
-    """The lock that makes this gateway the owner of the index `folder` (made if new); None when another
-    gateway holds it (a stdio gateway then attaches to that one: `attach_stdio`)."""
-    ensure_index(folder)
-    return IndexLock.claim(folder)
-
-
-def index_in_use(folder: Path) -> str:
-    """Why a gateway that must own its index (one serving HTTP) cannot have `folder`."""
-    endpoint = Endpoint.read(folder)
-    owner = f"the gateway of pid {endpoint.pid}" if endpoint is not None else "another gateway"
-    return (f"{folder}: {owner} holds this index ({folder / 'gateway.lock'}); a gateway serving HTTP needs an index "
-            "of its own (--index DIR), while stdio gateways on one config share it")
-
-
 def ensure_index(folder: Path) -> None:
     """Make `folder` an empty index of the default pipeline, unless it is one already. Made beside it and
     renamed into place, so gateways that start together on a new index make it once (the others' are dropped)."""
@@ -153,7 +138,7 @@ def serve_stdio(gateway: Gateway, mcp: GatewayMcp, index: Path | None = None, lo
                 watch.cancel_scope.cancel()
 
     try:
-        anyio.run(main, backend_options={"use_uvloop": _has_uvloop()})
+        anyio.run(main, backend_options={"use_uvloop": has_uvloop()})
     finally:
         try:
             gateway.close()
@@ -161,16 +146,6 @@ def serve_stdio(gateway: Gateway, mcp: GatewayMcp, index: Path | None = None, lo
         finally:
             if lock is not None:
                 lock.release()
-
-
-def attach_stdio(index: Path, make_owner: Callable[[], tuple[Gateway, GatewayMcp]]) -> None:
-    """Serve the host on stdio through the gateway that owns `index` (bridge.py), taking the index over when
-    that one stops: then `make_owner()` (in a worker thread) opens it."""
-    bridge = Bridge(index, make_owner)
-    try:
-        anyio.run(bridge.run, backend_options={"use_uvloop": _has_uvloop()})
-    finally:
-        bridge.close()
 
 
 async def _stop_on_signal(gateway: Gateway, signals: Any, scope: anyio.CancelScope) -> None:
@@ -197,11 +172,3 @@ def serve_http(app: Any, gateway: Gateway, host: str, port: int, log_level: str)
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False,
                             timeout_graceful_shutdown=3)
     Server(config).run()
-
-
-def _has_uvloop() -> bool:
-    try:
-        import uvloop  # noqa: F401
-    except ImportError:
-        return False
-    return True

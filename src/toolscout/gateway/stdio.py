@@ -253,3 +253,12 @@ async def stream_pipes(reader: asyncio.StreamReader, writer: asyncio.StreamWrite
         yield lines, _Writer(writer)
     finally:
         lines.cancel()
+
+
+def has_uvloop() -> bool:
+    """Whether uvloop is installed (the gateway's event loop then runs on it)."""
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return False
+    return True
