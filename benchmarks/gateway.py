@@ -2,6 +2,7 @@
 
     python benchmarks/gateway.py                        # metatool's tools on 20 servers, every test task
     python benchmarks/gateway.py --set ../shared/data/bfcl --servers 24 --max-queries 1000 --json out.json
+    python benchmarks/gateway.py --sections stdio_startup,hosts   # a host's first search; hosts sharing an index
 
 The set's tools are dealt to `--servers` stub MCP servers (tests/fixtures/mcp_stub.py: each serves its share
 of the tool list and answers a call by echoing what it received), and a real `toolscout gateway` stands in
@@ -16,7 +17,14 @@ front of them. Four measurements, each through the official MCP SDK client:
    connected, on a new index and again on a restart over the index it left;
 4. learning from calls: an agent searches each task of one half and calls its gold tools (no /feedback, no
    record_tool_use); nDCG@10 of the other half before and after, over all of its tasks and over those
-   whose gold tools no call touched.
+   whose gold tools no call touched;
+5. a host's first search (`stdio_startup`): the SDK client launches a stdio gateway and searches the first
+   test task as soon as the handshake is done: seconds to the handshake and to that search's answer, its
+   hits and the servers it named not searchable; on a new index, on the index it kept, and on a new index
+   with `--search-wait 0` (what a host got before searches waited for starting servers);
+6. hosts sharing an index (`hosts`): a second host's gateway attaches to the first's (seconds to its
+   handshake and first search); the first quits (seconds until its gateway has exited), then the second
+   searches: seconds to that answer, which comes once the second's gateway has taken the index over.
 """
 
 from __future__ import annotations
@@ -49,7 +57,7 @@ def main(argv=None) -> int:
     parser.add_argument("--servers", type=int, default=20, help="stub servers the tools are dealt to (default 20)")
     parser.add_argument("--max-queries", type=int, default=None, help="use the first N test tasks (default all)")
     parser.add_argument("--calls", type=int, default=2000, help="calls timed in the forwarding section")
-    parser.add_argument("--sections", default="quality,forwarding,startup,learning")
+    parser.add_argument("--sections", default="quality,forwarding,startup,learning,stdio_startup,hosts")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", default=None, help="write the figures here")
     args = parser.parse_args(argv)
@@ -65,6 +73,10 @@ def main(argv=None) -> int:
         figures.update(http_sections(catalog, work, sections, args.seed))
     if "forwarding" in sections:
         figures["forwarding"] = anyio.run(forwarding, catalog, work, args.calls)
+    if "stdio_startup" in sections:
+        figures["stdio_startup"] = stdio_startups(catalog, work)
+    if "hosts" in sections:
+        figures["hosts"] = anyio.run(shared_hosts, catalog, work)
     print(json.dumps(figures, indent=1))
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=1))
@@ -215,6 +227,88 @@ async def agent(url: str, tasks: list) -> int:
                 assert not result.is_error, result.content[0].text
                 calls += 1
     return calls
+
+
+# ------------------------------------------------------------------- a host's first search, shared hosts
+
+def stdio_params(catalog: dict, index: Path, *flags: str):
+    from mcp import StdioServerParameters
+
+    return StdioServerParameters(command=sys.executable, args=[
+        "-m", "toolscout", "gateway", str(catalog["config"]), "--index", str(index), "--no-fsync", *flags],
+        env={**os.environ, "HF_HUB_OFFLINE": "1"})
+
+
+def stdio_startups(catalog: dict, work: Path) -> dict:
+    """A host's first search on a new index, on the index that run kept, and on a new index without waiting."""
+    index = work / "stdio-index"
+    return {"new_index": anyio.run(first_search, catalog, index),
+            "kept_index": anyio.run(first_search, catalog, index),
+            "new_index_search_wait_0": anyio.run(first_search, catalog, work / "stdio-index-nowait",
+                                                 ("--search-wait", "0"))}
+
+
+async def first_search(catalog: dict, index: Path, flags: tuple = ()) -> dict:
+    """Launch a stdio gateway and search the first test task as soon as the handshake is done."""
+    from mcp import Client
+
+    task, gold = catalog["tasks"][0]
+    started = time.perf_counter()
+    async with Client(stdio_params(catalog, index, *flags)) as client:
+        handshake = time.perf_counter() - started
+        result = await client.call_tool("search_tools", {"task": task, "k": K})
+        answered = time.perf_counter() - started
+    found = result.structured_content
+    return {"handshake_s": round(handshake, 2), "first_search_s": round(answered, 2), "hits": len(found["tools"]),
+            "gold_in_hits": any(t["id"] in gold for t in found["tools"]),
+            "not_searchable": len(found.get("not_searchable", []))}
+
+
+async def shared_hosts(catalog: dict, work: Path) -> dict:
+    """A second host's gateway attaching to the first's, and taking the index over when the first quits."""
+    from mcp import Client
+
+    index, task = work / "stdio-index", catalog["tasks"][0][0]  # the index the first-search section kept
+    out: dict = {}
+    first_quit, second_quit, first_done = anyio.Event(), anyio.Event(), anyio.Event()
+    clients: dict = {}
+
+    async def host(name, quit_event, ready, done=None):
+        try:
+            async with Client(stdio_params(catalog, index)) as client:
+                clients[name] = client
+                ready.set()
+                await quit_event.wait()
+        finally:
+            if done is not None:
+                done.set()
+
+    async with anyio.create_task_group() as hosts:
+        first_ready, second_ready = anyio.Event(), anyio.Event()
+        hosts.start_soon(host, "first", first_quit, first_ready, first_done)
+        await first_ready.wait()
+        for name in catalog["servers"]:  # every upstream up (a call waits for its server): nothing else runs
+            if catalog["lists"][name]:
+                tool = catalog["lists"][name][0]["name"]
+                result = await clients["first"].call_tool("call_tool", {"name": f"{name}.{tool}", "arguments": {}})
+                assert not result.is_error, result.content[0].text
+        started = time.perf_counter()
+        hosts.start_soon(host, "second", second_quit, second_ready)
+        await second_ready.wait()
+        out["attach_handshake_s"] = round(time.perf_counter() - started, 2)
+        result = await clients["second"].call_tool("search_tools", {"task": task, "k": K})
+        out["attach_first_search_s"] = round(time.perf_counter() - started, 2)
+        out["attach_first_search_hits"] = len(result.structured_content["tools"])
+        started = time.perf_counter()
+        first_quit.set()
+        await first_done.wait()
+        out["first_quit_s"] = round(time.perf_counter() - started, 2)  # its gateway stopped its servers and exited
+        started = time.perf_counter()  # the second's next search: through the gateway that took the index over
+        result = await clients["second"].call_tool("search_tools", {"task": task, "k": K})
+        out["take_over_search_s"] = round(time.perf_counter() - started, 2)
+        out["take_over_search_hits"] = len(result.structured_content["tools"])
+        second_quit.set()
+    return out
 
 
 # ---------------------------------------------------------------------------------- call forwarding

@@ -177,13 +177,22 @@ def sent_upstream(wire: Path) -> "list[dict]":
     return [json.loads(line) for line in wire.read_text().splitlines() if line.strip()]
 
 
-def gateway_stdio(config: Path, index: Path, *flags: str) -> "object":
-    """StdioServerParameters that start a gateway over stdio (the SDK client launches it)."""
+def gateway_stdio(config: Path, index: "Path | None", *flags: str) -> "object":
+    """StdioServerParameters that start a gateway over stdio (the SDK client launches it); `index` None: the
+    config's default index (under $XDG_STATE_HOME, which the caller's environment may point anywhere)."""
     from mcp import StdioServerParameters
 
-    return StdioServerParameters(command=sys.executable, args=["-m", "toolscout", "gateway", str(config), "--index",
-                                                               str(index), "--no-fsync", *flags],
-                                 env={"HF_HUB_OFFLINE": "1", "PATH": os.environ.get("PATH", "")})
+    where = ["--index", str(index)] if index is not None else []
+    return StdioServerParameters(command=sys.executable, args=["-m", "toolscout", "gateway", str(config), *where,
+                                                               "--no-fsync", *flags], env=stdio_env())
+
+
+def stdio_env() -> dict:
+    """The environment of a gateway the SDK client starts (it passes on only what it is given): offline, the
+    caller's PATH, and the PYTHONPATH and XDG_STATE_HOME it runs under, if any (a worktree's source)."""
+    env = {"HF_HUB_OFFLINE": "1", "PATH": os.environ.get("PATH", "")}
+    env.update({k: os.environ[k] for k in ("PYTHONPATH", "XDG_STATE_HOME") if k in os.environ})
+    return env
 
 
 __all__ = ["stop"]

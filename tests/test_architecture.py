@@ -34,7 +34,7 @@ LAYERS = [
                     "toolscout.serve.schemas", "toolscout.serve.ui", "toolscout.serve.__main__",
                     "toolscout.serve/__init__", "toolscout/__init__", "toolscout.__main__",
                     "toolscout.gateway.mcp_server", "toolscout.gateway.http", "toolscout.gateway.runtime",
-                    "toolscout.gateway.stdio"]),
+                    "toolscout.gateway.stdio", "toolscout.gateway.hosts", "toolscout.gateway.bridge"]),
 ]
 LAYER_OF = {name: rank for rank, (_label, names) in enumerate(LAYERS) for name in names}
 

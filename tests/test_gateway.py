@@ -27,6 +27,7 @@ from gateways import (  # noqa: E402
     raw_server,
     npm_everything,
     start_gateway,
+    stdio_env,
     stop,
     stub,
     time_server,
@@ -70,7 +71,8 @@ def gateway(tmp_path_factory):
             "gamma": {"command": "sh", "args": ["-c", f'test -f {folder / "gamma.off"} && exit 3; '
                                                       f'exec {sys.executable} {STUB} gamma']}},
             openapi={"shop": {"spec": f"{shop.url}/openapi.json", "base_url": shop.url, "forwardHeaders": ["X-User"]}})
-        proc, url = start_gateway(config, folder / "index", "--tokens", str(folder / "tokens.json"))
+        proc, url = start_gateway(config, folder / "index", "--tokens", str(folder / "tokens.json"),
+                                  "--search-wait", "2")
         try:
             wait_up(url, ["time", "alpha", "beta", "slow", "zoo", "shop", "gamma"], proc)
             proc.late_state = upstreams(url)["late"]["state"]  # the others are searchable: late still starts
@@ -135,7 +137,7 @@ def test_sdk_client_over_stdio_through_the_gateway(tmp_path, mode):
                                      "ghost": {"command": str(tmp_path / "no-such-server")}})
     params = StdioServerParameters(command=sys.executable, args=["-m", "toolscout", "gateway", str(config), "--index",
                                                                  str(tmp_path / "index"), "--no-fsync"],
-                                   env={"HF_HUB_OFFLINE": "1", "PATH": os.environ.get("PATH", "")})
+                                   env=stdio_env())
 
     async def session():
         async with Client(params, mode=mode) as client:
@@ -352,6 +354,9 @@ def test_a_slow_upstream_does_not_hold_up_search_and_its_tools_come_when_it_does
     # `late` waits 15 s before it answers: the others were up and searchable without it
     assert proc.late_state == "starting"
     assert [h["id"] for h in proc.late_hits["results"][0]["hits"]][0] == "zoo.count_zebra_stripes"
+    # the search waited its 2 s for late, then answered naming it (the other upstreams are searchable)
+    assert proc.late_hits["not_searchable"] == [{"server": "late", "status": "starting",
+                                                 "reason": "it has not listed its tools yet"}]
     wait_up(url, ["late"])
     hits = httpx.post(f"{url}/search", json={"query": "count zebra stripes in a photo", "k": 5}).json()
     assert "late.count_zebra_stripes" in [h["id"] for h in hits["results"][0]["hits"]]

@@ -38,7 +38,7 @@ DESCRIPTION = ("Put toolscout in front of the MCP servers (and OpenAPI services)
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
-    from ..gateway.config import PING_EVERY_S
+    from ..gateway.config import PING_EVERY_S, SEARCH_WAIT_S
 
     p = sub.add_parser("gateway", help="one MCP endpoint in front of many servers: search, call, learn",
                        description=DESCRIPTION, usage="toolscout gateway CONFIG [options]\n"
@@ -74,6 +74,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    help="ping every MCP upstream this often (and at once after a call times out); one that misses "
                         "2 pings in a row, or times out 3 calls in a row, is restarted (default %(default)s; "
                         "0: only after a timed-out call)")
+    p.add_argument("--search-wait", type=float, default=SEARCH_WAIT_S, metavar="SECONDS",
+                   help="how long searches wait, in all, for a server that is starting and has no tools in the index "
+                        "yet (a new index); the answer names the servers not yet searchable (default %(default)s)")
     p.add_argument("--strict", action="store_true",
                    help="refuse to start when a server's config cannot be resolved (an unset ${VAR}, a command "
                         "not found); by default that server is down, with the reason, and the others serve")
@@ -92,34 +95,90 @@ def cmd_gateway(args: argparse.Namespace) -> int:
     single_threaded_math()
     _check_dependencies()
     from ..gateway.config import load_config
-    from ..gateway.runtime import GatewaySettings, open_gateway
 
     config = load_config(args.config, strict=args.strict)
-    index = Path(args.index) if args.index else default_index(Path(args.config))
-    settings = GatewaySettings(index=index, pin=args.pin, hide_unavailable=args.unavailable == "hide",
-                               expose=args.expose, attribution=args.learn_from_calls, window=args.attribution_window,
-                               relist_every=args.relist_every, ping_every=args.ping_every,
-                               service=service_options(args))
-    auth = auth_from_args(args)
-    gateway = open_gateway(config, settings)
-    freeze_loaded_objects()
+    index = gateway_index(args)
+    lock = _claim(index)
+    if lock is None:  # another gateway owns the index: this one only relays (and imports no more than that)
+        return _attach_stdio(config, args)
+    try:
+        auth = auth_from_args(args)
+        gateway = _open(config, args)
+    except BaseException:
+        lock.release()
+        raise
     names = ", ".join(u.name + ("" if u.enabled else " (disabled)") + (" (down: see below)" if u.problem else "")
                       for u in config.upstreams)
     print(f"toolscout gateway: {len(config.upstreams)} upstreams ({names}); index {index}", file=sys.stderr)
     for name, problem in config.problems:
         print(f"toolscout gateway: {name} will not start: {problem}", file=sys.stderr)
     if args.port is None:
-        return _serve_stdio(gateway, args)
-    return _serve_http(gateway, auth, args)
+        return _serve_stdio(gateway, args, lock)
+    try:
+        return _serve_http(gateway, auth, args)
+    finally:
+        lock.release()
 
 
-def _serve_stdio(gateway, args: argparse.Namespace) -> int:
+def _claim(index: Path):
+    """The lock that makes this gateway the owner of `index` (made first if new: gateways started together
+    make it once); None when another gateway holds it."""
+    from ..artifacts import POINTER
+    from ..gateway.hosts import IndexLock
+
+    if not (index / POINTER).is_file():
+        from ..gateway.runtime import ensure_index
+
+        ensure_index(index)
+    return IndexLock.claim(index)
+
+
+def _open(config, args: argparse.Namespace):
+    """The gateway over its index (this process holds the index's lock)."""
+    from ..gateway.runtime import GatewaySettings, open_gateway
+
+    settings = GatewaySettings(index=gateway_index(args), pin=args.pin, hide_unavailable=args.unavailable == "hide",
+                               expose=args.expose, attribution=args.learn_from_calls, window=args.attribution_window,
+                               relist_every=args.relist_every, ping_every=args.ping_every,
+                               search_wait=max(0.0, args.search_wait), service=service_options(args))
+    gateway = open_gateway(config, settings)
+    freeze_loaded_objects()
+    return gateway
+
+
+def _serve_stdio(gateway, args: argparse.Namespace, lock) -> int:
     from ..gateway.mcp_server import GatewayMcp
     from ..gateway.runtime import serve_stdio
 
     print("toolscout gateway: MCP over stdio", file=sys.stderr)
-    serve_stdio(gateway, GatewayMcp(gateway, expose=args.expose))
+    serve_stdio(gateway, GatewayMcp(gateway, expose=args.expose), index=gateway_index(args), lock=lock)
     return 0
+
+
+def _attach_stdio(config, args: argparse.Namespace) -> int:
+    """Another gateway holds the index: relay this host to it (and take the index over when it stops)."""
+    from ..errors import ToolScoutError
+    from ..gateway.bridge import attach_stdio
+    from ..gateway.hosts import in_use
+
+    index = gateway_index(args)
+    if args.port is not None:
+        raise ToolScoutError(in_use(index) + "; a gateway serving HTTP needs an index of its own (--index DIR), "
+                             "while stdio gateways on one config share it")
+
+    def make_owner():
+        from ..gateway.mcp_server import GatewayMcp
+
+        gateway = _open(config, args)
+        return gateway, GatewayMcp(gateway, expose=args.expose)
+
+    print(f"toolscout gateway: another gateway serves {index}: attaching to it (MCP over stdio)", file=sys.stderr)
+    attach_stdio(index, make_owner)
+    return 0
+
+
+def gateway_index(args: argparse.Namespace) -> Path:
+    return Path(args.index) if args.index else default_index(Path(args.config))
 
 
 def _serve_http(gateway, auth, args: argparse.Namespace) -> int:
@@ -131,7 +190,7 @@ def _serve_http(gateway, auth, args: argparse.Namespace) -> int:
     if args.host not in LOOPBACK and not auth.enabled:
         print(f"toolscout gateway: warning: listening on {args.host} with no token: anyone who can reach it may "
               "call every upstream's tools (give --token or --tokens)", file=sys.stderr)
-    extension = GatewayApi(gateway, GatewayMcp(gateway, auth=auth, expose=args.expose))
+    extension = GatewayApi(gateway, GatewayMcp(gateway, auth=auth, expose=args.expose), index=gateway_index(args))
     app = create_app(gateway.service, auth, max_body_bytes=args.max_body, host=args.host, extension=extension,
                      mcp_max_body_bytes=args.mcp_max_body)
     print(f"toolscout gateway: http://{args.host}:{args.port} (MCP at /mcp, API docs at /docs)", file=sys.stderr)
@@ -169,10 +228,11 @@ def default_index(config: Path) -> Path:
 
 
 def _check_dependencies() -> None:
+    """Found, not imported: a gateway that attaches to another imports none of them."""
+    import importlib.util
+
     from ..errors import MissingDependency
 
     for module in ("fastapi", "uvicorn", "mcp", "httpx"):
-        try:
-            __import__(module)
-        except ImportError:
-            raise MissingDependency(module, "toolscout gateway", extra="serve") from None
+        if importlib.util.find_spec(module) is None:
+            raise MissingDependency(module, "toolscout gateway", extra="serve")

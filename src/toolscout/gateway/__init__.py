@@ -18,5 +18,10 @@ docs/gateway.md describes it for users; `core.py` holds its policies.
     mcp_server.py        what an agent sees over MCP
     stdio.py             the gateway's own stdio pipes and the fast lane for call_tool
     http.py              what the HTTP API adds (POST /tools/{id}/call, /health upstreams)
-    runtime.py           assembling a gateway and running it over stdio or HTTP
+    hosts.py             several hosts on one machine: the index's lock, and its owner serving the hosts
+                         of other gateways over a unix socket
+    bridge.py            a gateway attached to the owner: its host relayed, the index taken over when the
+                         owner stops
+    runtime.py           assembling a gateway and running it over stdio or HTTP (owning its index, or
+                         attached to the gateway that does)
 """

@@ -44,6 +44,10 @@ from ..errors import ToolScoutError
 
 DEFAULT_TIMEOUT_S = 60.0
 PING_EVERY_S = 10.0  # how often the gateway pings each MCP upstream (mcp_upstream: what a missed ping does)
+# How long searches wait, in all, for an upstream that is starting and has no tools in the index yet (a new
+# index, a server new to the config), counted from the first search that waits for it (core.Gateway.searchable).
+# 20 stdio servers on two busy cores listed their tools within 12 s of the gateway's start (docs/gateway.md).
+SEARCH_WAIT_S = 10.0
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _MCP_KEYS = {"command", "args", "env", "cwd", "url", "headers", "type", "transport", "timeout", "enabled",

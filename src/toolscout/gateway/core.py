@@ -10,6 +10,10 @@ The interfaces (the MCP server in `mcp_server.py`, the HTTP routes in `http.py`)
 policy of the gateway is here. Who may see and call what is the service's `Principal`: a caller that cannot
 see a tool's namespace can neither find nor call it.
 
+- A search waits for the upstreams it could find tools of that are starting and have none in the index yet
+  (a new index, a server new to the config), `GatewayOptions.search_wait` seconds at most for each, counted
+  from the first search that waited for it; its answer names the upstreams whose tools it could not search
+  (`searchable`), so a search is never empty only because upstreams were still starting.
 - A call names its server even when the tool is unknown: `NS.tool` of a server that is still starting waits
   for it (up to its timeout; its listing may bring the tool), and of a server that is down fails at once
   with the reason (an unset variable, a missing command, a crash...).
@@ -45,6 +49,7 @@ from ..serve.errors import ServiceError
 from ..serve.service import ADMIN, Principal, Reach, ToolService
 from ..tool import Tool
 from .attribution import CallAttribution
+from .config import SEARCH_WAIT_S
 from .definitions import DefinitionLedger
 from .upstream import NO_RELAY, Listing, Relay, ToolResult, Upstream, UpstreamUnavailable
 
@@ -66,10 +71,20 @@ class ShuttingDown(ServiceError):
 @dataclass(frozen=True)
 class GatewayOptions:
     """`hide_unavailable`: leave the tools of a down upstream out of search (else they are marked
-    `available: false`). `disabled`: upstreams the config turned off (their tools stay indexed, hidden)."""
+    `available: false`). `disabled`: upstreams the config turned off (their tools stay indexed, hidden).
+    `search_wait`: seconds searches wait, in all, for an upstream that is starting with no tools indexed."""
 
     hide_unavailable: bool = False
     disabled: frozenset[str] = frozenset()
+    search_wait: float = SEARCH_WAIT_S
+
+
+@dataclass(frozen=True)
+class Searched:
+    """A search's answer: its hits, and the upstreams whose tools it could not search (`Gateway.searchable`)."""
+
+    hits: list[Hit]
+    not_searchable: list[dict[str, str]]
 
 
 def http_session(principal: Principal) -> str:
@@ -89,6 +104,9 @@ class Gateway:
         self._names_lock = threading.Lock()  # listings are indexed in worker threads
         for tool in service.tools:
             self._names.setdefault(tool.name, set()).add(tool.id)
+        self._indexed = {tool.namespace or "" for tool in service.tools}  # namespaces with tools in the index
+        self._listed: set[str] = set()  # upstreams that listed their tools since the gateway started
+        self._wait_until: dict[str, float] = {}  # upstream -> when searches stop waiting for it
         service.reach = self.reach
         self._listeners: list[Listener] = []
         self._subscriptions: dict[str, int] = {}  # resource (as subscribe returns it) -> agents subscribed
@@ -158,6 +176,8 @@ class Gateway:
                 self._names.get(tool.name, set()).discard(tool.id)
             for tool in listing.tools:
                 self._names.setdefault(tool.name, set()).add(tool.id)
+            (self._indexed.add if listing.tools else self._indexed.discard)(listing.upstream)
+            self._listed.add(listing.upstream)
 
     def prune(self, namespaces: Iterable[str]) -> list[str]:
         """Remove the indexed tools of namespaces no upstream serves any more (a server taken out of the
@@ -167,6 +187,7 @@ class Gateway:
         if stale:
             self.service.delete(stale)
             logger.warning("removed %d tools of servers no longer in the config", len(stale))
+            self._indexed &= keep
         return stale
 
     # what search may return --------------------------------------------------------------------
@@ -179,9 +200,11 @@ class Gateway:
         return Reach(namespaces=usable, held=self.definitions.held_ids(), down=down)
 
     async def search(self, task: str, k: int, *, principal: Principal, session: str,
-                     namespaces: list[str] | None = None) -> list[Hit]:
-        """The default pipeline's best tools for `task`, as `toolscout serve` ranks them; remembered as the
-        session's latest search (for attributing its calls)."""
+                     namespaces: list[str] | None = None) -> Searched:
+        """The default pipeline's best tools for `task`, as `toolscout serve` ranks them, once the upstreams
+        still starting have listed theirs (`searchable`); remembered as the session's latest search (for
+        attributing its calls)."""
+        not_searchable = await self.searchable(principal, namespaces)
         future = self.service.search_future(task, k, principal=principal, namespaces=namespaces)
         if future is not None:
             hits = await asyncio.wrap_future(future)
@@ -189,7 +212,32 @@ class Gateway:
             hits = await anyio.to_thread.run_sync(lambda: self.service.search(task, k, principal=principal,
                                                                               namespaces=namespaces))
         self.searched(session, task, hits)
-        return hits
+        return Searched(hits, not_searchable)
+
+    async def searchable(self, principal: Principal, namespaces: Iterable[str] | None = None) -> list[dict[str, str]]:
+        """Wait for the upstreams a search by `principal` (within `namespaces`) could find tools of that are
+        starting and have no tools in the index yet, each `options.search_wait` seconds at most in all (counted
+        from the first search that waited for it, so one that never comes up delays searches once); then the
+        upstreams whose tools the search cannot find: `[{"server", "status": "starting" | "down", "reason"}]`."""
+        wanted = None if namespaces is None else set(namespaces)
+        offering = [u for u in self._offering(principal) if wanted is None or u.name in wanted]
+        now = anyio.current_time()
+        waits = [(u, self._wait_until.setdefault(u.name, now + self.options.search_wait) - now)
+                 for u in offering if u.status.state == "starting" and u.name not in self._listed
+                 and u.name not in self._indexed]
+        if any(within > 0 for _u, within in waits):
+            async with anyio.create_task_group() as tasks:
+                for upstream, within in waits:
+                    if within > 0:
+                        tasks.start_soon(upstream.wait_up, within)
+        return [_not_searchable(u) for u in offering if not self._searchable(u)]
+
+    def _searchable(self, upstream: Upstream) -> bool:
+        """Whether search finds the upstream's tools now: it is up (and has listed them), or its tools are in
+        the index from before and are shown while it is not up (not `hide_unavailable`)."""
+        if upstream.status.state == "up":
+            return True
+        return not self.options.hide_unavailable and upstream.name in self._indexed
 
     def searched(self, session: str, task: str, hits: list[Hit]) -> None:
         self.attribution.searched(session, task, [h.tool.id for h in hits])
@@ -477,6 +525,16 @@ class CallLearner:
             logger.exception("learning from %d forwarded calls failed", len(events))
         finally:
             self.done += len(events)
+
+
+def _not_searchable(upstream: Upstream) -> dict[str, str]:
+    """What a search's answer says of an upstream whose tools it could not search."""
+    state = upstream.status.state
+    if state == "starting":
+        reason = "it has not listed its tools yet"
+    else:
+        reason = upstream.status.last_error or "it is not connected"
+    return {"server": upstream.name, "status": state, "reason": reason}
 
 
 def _as_forwarded(result: ToolResult) -> ToolResult:

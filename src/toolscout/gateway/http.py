@@ -9,12 +9,14 @@
                             answers are event streams (a call's progress rides them); a body over
                             --mcp-max-body is refused with a JSON-RPC error
 
-and `/health` lists each upstream with its state, tool count and last error; `/tools/{id}` adds the tool's
+`/search` waits for upstreams still starting with no tools indexed, as `search_tools` does, and names those it
+could not search (`not_searchable`); `/health` lists each upstream with its state, tool count and last error; `/tools/{id}` adds the tool's
 upstream, whether it answers now, and its definition record (fingerprint, changes, held). A platform that
 uses OpenAI or Anthropic function calling searches with `/search` and executes through this route.
 """
 
 import contextlib
+from pathlib import Path
 from typing import Annotated, Any, AsyncIterator
 
 import anyio
@@ -31,6 +33,7 @@ from ..serve.middleware import JSON, error_response
 from ..serve.schemas import ERRORS, ErrorResponse
 from ..serve.service import Principal
 from .core import Gateway, http_session
+from .hosts import serve_hosts
 from .mcp_server import GatewayMcp
 from .upstream import UpstreamUnavailable
 
@@ -51,8 +54,8 @@ class CallResponse(BaseModel):
 class GatewayApi:
     """The gateway's additions to the HTTP API (`serve.http.ApiExtension`)."""
 
-    def __init__(self, gateway: Gateway, mcp: GatewayMcp):
-        self.gateway, self.mcp = gateway, mcp
+    def __init__(self, gateway: Gateway, mcp: GatewayMcp, index: Path | None = None):
+        self.gateway, self.mcp, self.index = gateway, mcp, index  # index: whose socket stdio gateways attach to
 
     def add_routes(self, app: FastAPI, api: Api) -> None:
         gateway = self.gateway
@@ -73,6 +76,9 @@ class GatewayApi:
 
         app.add_exception_handler(UpstreamUnavailable, _unavailable)
 
+    async def before_search(self, principal: Principal, namespaces: list[str] | None) -> dict[str, Any]:
+        return {"not_searchable": await self.gateway.searchable(principal, namespaces)}
+
     def searched(self, principal: Principal, query: str, hits: list) -> None:
         self.gateway.searched(http_session(principal), query, hits)
 
@@ -84,10 +90,13 @@ class GatewayApi:
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
-        """The upstreams are supervised while the app serves; at its end, calls still in flight are shut down
-        (runtime.serve_http does it as soon as the signal comes) before the upstreams are stopped."""
+        """The upstreams are supervised while the app serves (and stdio gateways on the same index attach to
+        this one: hosts.py); at its end, calls still in flight are shut down (runtime.serve_http does it as
+        soon as the signal comes) before the upstreams are stopped."""
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(self.gateway.run)
+            if self.index is not None:
+                await tasks.start(serve_hosts, self.mcp, self.index)
             try:
                 yield
             finally:

@@ -3,7 +3,8 @@ every upstream's.
 
 - `search_tools(task, k=5, namespaces=None)`: the best tools for a task, as `toolscout serve` ranks them,
   each with its id, name, namespace (the upstream), description, input schema, score, match and
-  `available` (whether its upstream answers now); `abstained` when no tool fits.
+  `available` (whether its upstream answers now); `abstained` when no tool fits; `not_searchable`: the
+  upstreams whose tools it could not search (still starting once the gateway waited for them, or down).
 - `call_tool(name, arguments)`: forwards the call to the upstream that runs the tool (`name` is an id that
   `search_tools` returned, or a bare tool name that only one tool carries) and returns its result as it
   came: content blocks, `structuredContent`, `isError`. A call that cannot be forwarded is an error result
@@ -25,11 +26,15 @@ Besides tools, what the protocol carries passes through (`core.Gateway` holds th
   to every `subscriptions/listen` stream on the 2026 protocol).
 
 A session is what the gateway attributes calls to: the stdio connection, an HTTP client's `Mcp-Session-Id`,
-or else the caller's token (core.Gateway._source says whose feedback it is).
+or else the caller's token (core.Gateway._source says whose feedback it is). Hosts attached over the index's
+socket (`hosts.py`, several hosts on one machine) are served like the stdio host, each a session and a
+feedback source of its own (`local:PID`, `session:local:PID`).
 """
 
 # No `from __future__ import annotations` needed by the SDK here (handlers are plain callables), but the
 # pydantic models below are read at run time, so their annotations stay real.
+import contextvars
+import dataclasses
 import logging
 import re
 from collections import OrderedDict
@@ -75,22 +80,48 @@ _NATIVE_NAME = re.compile(r"[^A-Za-z0-9_.-]")
 INSTRUCTIONS = ("toolscout is a gateway to many tool servers. Call search_tools with the task in plain language to "
                 "find the tools that fit it, then call_tool with a found tool's id and its arguments: the call "
                 "goes to the server that runs the tool, and its result comes back unchanged. toolscout learns "
-                "from the calls which tools serve which tasks. An empty search result means no tool fits.")
+                "from the calls which tools serve which tasks. An empty search result means no tool fits, unless "
+                "not_searchable names servers whose tools could not be searched yet.")
 SEARCH_DESCRIPTION = ("Find the tools that fit a task, best first, among every server behind this gateway. Returns "
                       "each tool's id (pass it to call_tool), name, description and input schema (JSON Schema), "
                       "with the namespace (server) that runs it and whether that server answers now. Returns no "
-                      "tools when nothing fits.")
+                      "tools when nothing fits; not_searchable names the servers whose tools could not be "
+                      "searched (still starting, or down).")
 CALL_DESCRIPTION = ("Call a tool that search_tools found: name is its id (or its name, when only one tool has it), "
                     "arguments an object matching its input schema. Returns the tool's own result.")
+
+
+@dataclasses.dataclass
+class _Host:
+    """A host served over a pipe (the gateway's stdio, or a host attached over the index's socket): who it is
+    and what its `initialize` declared it can answer."""
+
+    principal: Principal
+    session: str
+    capabilities: dict = dataclasses.field(default_factory=dict)
+
+
+# the host whose connection a handler serves: set by the task that serves it, inherited by its handlers
+_HOST: "contextvars.ContextVar[Optional[_Host]]" = contextvars.ContextVar("toolscout_gateway_host", default=None)
 
 
 class GatewayFoundTool(FoundTool):
     available: bool = Field(description="Whether the server that runs the tool answers now.")
 
 
+class NotSearchable(BaseModel):
+    server: str = Field(description="The server (namespace) whose tools the search could not find.")
+    status: Literal["starting", "down"] = Field(description="starting: it has not listed its tools yet; down: it "
+                                                            "does not answer, and its tools are not in the index.")
+    reason: str = Field(description="Why, in words.")
+
+
 class GatewaySearchResult(BaseModel):
     tools: list[GatewayFoundTool]
     abstained: bool = Field(description="True when no tool fits the task.")
+    not_searchable: list[NotSearchable] = Field(
+        default_factory=list, description="Servers whose tools this search could not find (still starting after "
+                                          "the gateway waited for them, or down); search again later for theirs.")
 
 
 class SearchArgs(BaseModel, extra="forbid"):
@@ -132,7 +163,6 @@ class GatewayMcp:
             raise ValueError(f"unknown --expose {expose!r}; known: {', '.join(EXPOSE)}")
         self.gateway, self.auth, self.stdio_principal = gateway, auth, stdio_principal
         self.expose, self.metrics = expose, metrics
-        self._stdio_capabilities: dict = {}  # what the stdio host declared in its initialize (`observe`)
         self.bus = InMemorySubscriptionBus()
         self._listen = ListenHandler(self.bus)
         self._exposed: OrderedDict[str, OrderedDict[str, str]] = OrderedDict()  # session -> native name -> id
@@ -158,8 +188,28 @@ class GatewayMcp:
 
         from .stdio import pipe_stdio
 
-        async with pipe_stdio(self) as (stdin, stdout), stdio_server(stdin, stdout) as (read, write):
-            await self.server.run(read, write, self.initialization_options())
+        serving = _HOST.set(_Host(self.stdio_principal, "stdio"))
+        try:
+            async with pipe_stdio(self) as (stdin, stdout), stdio_server(stdin, stdout) as (read, write):
+                await self.server.run(read, write, self.initialization_options())
+        finally:
+            _HOST.reset(serving)
+
+    async def run_local(self, reader: Any, writer: Any, pid: int) -> None:
+        """Serve a host attached over the index's socket (asyncio streams; `hosts.py`) until it leaves, as the
+        stdio host is served, but as a session and feedback source of its own: `local:PID` (the process that
+        bridges that host), `session:local:PID`."""
+        from mcp.server.stdio import stdio_server
+
+        from .stdio import stream_pipes
+
+        name = f"local:{pid}"
+        serving = _HOST.set(_Host(dataclasses.replace(self.stdio_principal, name=name, source=f"session:{name}"), name))
+        try:
+            async with stream_pipes(reader, writer, self) as (lines, out), stdio_server(lines, out) as (read, write):
+                await self.server.run(read, write, self.initialization_options())
+        finally:
+            _HOST.reset(serving)
 
     # the fast lane over stdio (stdio.FastLane) ----------------------------------------------------
     def claims(self, message: dict) -> bool:
@@ -174,7 +224,8 @@ class GatewayMcp:
         params = message["params"]
         meta = params.get("_meta") if isinstance(params.get("_meta"), dict) else {}
         request = _StdioRequest(str(meta.get(PROTOCOL_VERSION_META, "")), "call_tool", params.get("arguments") or {})
-        elicits = self._stdio_capabilities.get("elicitation") is not None
+        host = _HOST.get()
+        elicits = host is not None and host.capabilities.get("elicitation") is not None
         request.relay = lane.relay(meta.get("progressToken"), elicits=elicits)
         return {"jsonrpc": "2.0", "id": message["id"], "result": await self._call_tool(request, request)}
 
@@ -227,13 +278,14 @@ class GatewayMcp:
         if not args.task.strip():
             raise InvalidRequest("task must not be blank")
         session = self._session(ctx)
-        hits = await self.gateway.search(args.task, args.k, principal=principal, session=session,
-                                         namespaces=args.namespaces)
+        searched = await self.gateway.search(args.task, args.k, principal=principal, session=session,
+                                             namespaces=args.namespaces)
+        hits = searched.hits
         if self.metrics is not None:
             self.metrics.count("queries")
             self.metrics.count("abstained", not hits)
         found = [_found(h.to_dict()) for h in hits]
-        payload = {"tools": found, "abstained": not hits}
+        payload = {"tools": found, "abstained": not hits, "not_searchable": searched.not_searchable}
         if self.expose == "found" and self._expose(session, [h.tool.id for h in hits]):
             await self._announce_tools_changed(ctx)
         return text_result(payload)
@@ -280,9 +332,10 @@ class GatewayMcp:
 
     def observe(self, message: dict) -> None:
         """A message the stdio lane saw go to the SDK: the host's initialize tells what it can answer."""
-        if message.get("method") == "initialize" and isinstance(message.get("params"), dict):
+        host = _HOST.get()
+        if host is not None and message.get("method") == "initialize" and isinstance(message.get("params"), dict):
             capabilities = message["params"].get("capabilities")
-            self._stdio_capabilities = capabilities if isinstance(capabilities, dict) else {}
+            host.capabilities = capabilities if isinstance(capabilities, dict) else {}
 
     async def _list_prompts(self, ctx: Any, params: Any) -> Any:
         self._remember(ctx)
@@ -377,14 +430,18 @@ class GatewayMcp:
     # sessions ----------------------------------------------------------------------------------
     def _principal(self, ctx: Any) -> Principal:
         request = getattr(ctx, "request", None)
-        if request is None or self.auth is None:  # stdio
+        if request is None:  # a host over a pipe: the gateway's stdio, or one attached over the socket
+            host = _HOST.get()
+            return host.principal if host is not None else self.stdio_principal
+        if self.auth is None:
             return self.stdio_principal
         return self.auth.authenticate(request.headers.get("authorization"), write=False)
 
     def _session(self, ctx: Any) -> str:
         request = getattr(ctx, "request", None)
         if request is None:
-            return "stdio"
+            host = _HOST.get()
+            return host.session if host is not None else "stdio"
         session_id = request.headers.get("mcp-session-id")
         if session_id:
             return f"mcp:{session_id}"

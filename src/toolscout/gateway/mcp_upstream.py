@@ -485,6 +485,9 @@ class _Signals:
         self.up.set()
 
     def disconnected(self) -> None:
+        """A connection ended, or an attempt failed: whoever waited for this attempt (`wait_up`) hears now
+        that it did not come up, and later waits are for the next attempt."""
+        self.up.set()
         self.up = anyio.Event()
 
 

@@ -7,11 +7,18 @@ tools whose definitions changed meanwhile are embedded again.
 
 SIGTERM (or SIGINT) stops a gateway in order: calls in flight get `core.SHUTDOWN_GRACE_S` to finish, the rest
 are cancelled (upstream too) and answered with an error that says so, then the upstreams are stopped.
+
+Several gateways on one index (hosts.py): the one that holds the index's lock (`hosts.IndexLock`) opens it
+and serves, over stdio or HTTP, and also serves the hosts of the others over the index's socket; a stdio
+gateway that finds the lock held relays its host to that one (`bridge.attach_stdio`), and takes the index
+over when it stops.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import shutil
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,9 +31,11 @@ from ..errors import ToolScoutError
 from ..pipeline import ToolScout
 from ..serve.service import ToolService
 from .attribution import DEFAULT_RULE, DEFAULT_WINDOW, CallAttribution
-from .config import PING_EVERY_S, GatewayConfig, UpstreamSpec
+from .config import PING_EVERY_S, SEARCH_WAIT_S, GatewayConfig, UpstreamSpec
 from .core import Gateway, GatewayOptions
 from .definitions import DefinitionLedger
+from .hosts import RUNTIME_FILES, IndexLock, serve_hosts
+from .stdio import has_uvloop
 from .mcp_server import GatewayMcp
 from .mcp_upstream import McpUpstream
 from .openapi_upstream import OpenApiUpstream
@@ -50,6 +59,7 @@ class GatewaySettings:
     window: int = DEFAULT_WINDOW
     relist_every: float = 300.0
     ping_every: float = PING_EVERY_S
+    search_wait: float = SEARCH_WAIT_S
     service: dict[str, Any] = field(default_factory=dict)
 
 
@@ -63,7 +73,8 @@ def open_gateway(config: GatewayConfig, settings: GatewaySettings) -> Gateway:
         upstreams = [make_upstream(spec, settings) for spec in config.upstreams]
         definitions = DefinitionLedger(settings.index, pin=settings.pin)
         attribution = CallAttribution(settings.attribution, settings.window)
-        options = GatewayOptions(settings.hide_unavailable, frozenset(u.name for u in config.upstreams if not u.enabled))
+        options = GatewayOptions(settings.hide_unavailable, frozenset(u.name for u in config.upstreams if not u.enabled),
+                                 search_wait=settings.search_wait)
         gateway = Gateway(service, upstreams, definitions, attribution, options)
         gateway.prune(config.names())
         return gateway
@@ -80,18 +91,35 @@ def make_upstream(spec: UpstreamSpec, settings: GatewaySettings) -> Upstream:
 
 
 def ensure_index(folder: Path) -> None:
-    """Make `folder` an empty index of the default pipeline, unless it is one already."""
+    """Make `folder` an empty index of the default pipeline, unless it is one already. Made beside it and
+    renamed into place, so gateways that start together on a new index make it once (the others' are dropped)."""
     if (folder / POINTER).is_file():
         return
-    if folder.exists() and any(folder.iterdir()):
+    _check_folder(folder)
+    logger.info("making a new index in %s", folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = folder.parent / f".{folder.name}.new-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    ToolScout.from_tools([]).save(staging)
+    try:
+        os.rename(staging, folder)  # onto nothing or an empty folder; a folder with anything in it refuses
+    except OSError:
+        shutil.rmtree(staging, ignore_errors=True)
+        if not (folder / POINTER).is_file():
+            raise
+
+
+def _check_folder(folder: Path) -> None:
+    if folder.exists() and not (folder / POINTER).is_file() and any(p.name not in RUNTIME_FILES
+                                                                      for p in folder.iterdir()):
         raise ToolScoutError(f"{folder}: exists but is not a toolscout index (no {POINTER} file); give --index an "
                              "empty or new folder, or one a gateway made")
-    logger.info("making a new index in %s", folder)
-    ToolScout.from_tools([]).save(folder)
 
 
-def serve_stdio(gateway: Gateway, mcp: GatewayMcp) -> None:
-    """MCP over stdio until the host closes it (or SIGTERM), with the upstreams supervised meanwhile."""
+def serve_stdio(gateway: Gateway, mcp: GatewayMcp, index: Path | None = None, lock: IndexLock | None = None) -> None:
+    """MCP over stdio until the host closes it (or SIGTERM), with the upstreams supervised meanwhile, and the
+    hosts of other gateways on `index` served over its socket; `lock` (the index's) is released at the end,
+    once the index is closed."""
 
     async def main() -> None:
         # the signals stay ours until the upstreams are stopped: a host that closes the gateway's stdin and then
@@ -102,15 +130,22 @@ def serve_stdio(gateway: Gateway, mcp: GatewayMcp) -> None:
                 async with anyio.create_task_group() as tasks:
                     watch.start_soon(_stop_on_signal, gateway, signals, tasks.cancel_scope)
                     tasks.start_soon(gateway.run)
+                    if index is not None and await tasks.start(serve_hosts, mcp, index) is not None:
+                        logger.info("other hosts that run a gateway on %s attach to this one", index)
                     await mcp.run_stdio()
+                    await gateway.shutdown()  # the calls of attached hosts in flight get their grace
                     tasks.cancel_scope.cancel()
                 watch.cancel_scope.cancel()
 
     try:
-        anyio.run(main, backend_options={"use_uvloop": _has_uvloop()})
+        anyio.run(main, backend_options={"use_uvloop": has_uvloop()})
     finally:
-        gateway.close()
-        gateway.service.close()
+        try:
+            gateway.close()
+            gateway.service.close()
+        finally:
+            if lock is not None:
+                lock.release()
 
 
 async def _stop_on_signal(gateway: Gateway, signals: Any, scope: anyio.CancelScope) -> None:
@@ -137,11 +172,3 @@ def serve_http(app: Any, gateway: Gateway, host: str, port: int, log_level: str)
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False,
                             timeout_graceful_shutdown=3)
     Server(config).run()
-
-
-def _has_uvloop() -> bool:
-    try:
-        import uvloop  # noqa: F401
-    except ImportError:
-        return False
-    return True

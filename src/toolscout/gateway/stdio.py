@@ -18,6 +18,9 @@ The lane speaks the rest of the protocol for the requests it claims, as the SDK 
 out as `notifications/progress` with the host's token; an upstream's elicitation during it goes to the host
 as an `elicitation/create` request of the lane's own (ids `toolscout-lane-N`), whose answer the lane takes
 back. A line longer than LINE_LIMIT is answered with a JSON-RPC error, never the end of the connection.
+
+`stream_pipes` serves any pair of asyncio streams the same way: a host attached over the index's socket
+(`hosts.py`) gets the fast lane too.
 """
 
 from __future__ import annotations
@@ -227,14 +230,35 @@ async def pipe_stdio(lane: FastLane | None = None) -> AsyncIterator[tuple[Any, A
     write_transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin,
                                                               os.fdopen(wire_out, "wb", buffering=0))
     writer = asyncio.StreamWriter(write_transport, protocol, None, loop)
-    lines = _Lines(reader, writer, lane)
     try:
-        yield lines, _Writer(writer)
+        async with stream_pipes(reader, writer, lane) as pipes:
+            yield pipes
     finally:
-        lines.cancel()
         read_transport.close()
         write_transport.close()
         os.dup2(saved_in, 0)
         os.dup2(saved_out, 1)
         os.close(saved_in)
         os.close(saved_out)
+
+
+@asynccontextmanager
+async def stream_pipes(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                       lane: FastLane | None = None) -> AsyncIterator[tuple[Any, Any]]:
+    """(lines, writer) for `stdio_server` over any pair of asyncio streams (a host attached over a socket,
+    `hosts.py`), with the fast lane as over the gateway's own stdio; claimed requests still in flight are
+    cancelled at the end."""
+    lines = _Lines(reader, writer, lane)
+    try:
+        yield lines, _Writer(writer)
+    finally:
+        lines.cancel()
+
+
+def has_uvloop() -> bool:
+    """Whether uvloop is installed (the gateway's event loop then runs on it)."""
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return False
+    return True

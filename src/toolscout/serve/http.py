@@ -82,6 +82,11 @@ class ApiExtension(Protocol):
         """Add its routes (and their error handlers) to `app`."""
         ...
 
+    async def before_search(self, principal: Principal, namespaces: list[str] | None) -> dict[str, Any]:
+        """Awaited before each `/search`; fields its answer adds (the gateway waits for upstreams still
+        starting, and names those it could not search)."""
+        ...
+
     def searched(self, principal: Principal, query: str, hits: list) -> None:
         """One search's hits, as `/search` answered them."""
         ...
@@ -264,17 +269,19 @@ def _add_search_routes(app: FastAPI, api: Api) -> None:
         options = dict(principal=principal, namespaces=body.namespaces, ids=body.ids, exclude_ids=body.exclude_ids,
                        min_score=min_score, always_include=body.always_include, match_names=body.match_names,
                        explain=body.explain)
+        added = await api.extension.before_search(principal, body.namespaces) if api.extension is not None else {}
         future = service.search_future(body.query, body.k, **options) if body.query is not None else None
         if future is None:
-            return await run_in_threadpool(search_in_thread, body, principal, options)
-        return search_response(body, principal, [body.query], [await asyncio.wrap_future(future)])
+            return await run_in_threadpool(search_in_thread, body, principal, options, added)
+        return search_response(body, principal, [body.query], [await asyncio.wrap_future(future)], added)
 
-    def search_in_thread(body: SearchRequest, principal: Principal, options: dict) -> Response:
+    def search_in_thread(body: SearchRequest, principal: Principal, options: dict, added: dict) -> Response:
         queries = [body.query] if body.query is not None else list(body.queries or [])
         hits = service.search(queries, body.k, **options)
-        return search_response(body, principal, queries, hits)
+        return search_response(body, principal, queries, hits, added)
 
-    def search_response(body: SearchRequest, principal: Principal, queries: list[str], hits: list) -> Response:
+    def search_response(body: SearchRequest, principal: Principal, queries: list[str], hits: list,
+                        added: dict) -> Response:
         results = []
         for query, query_hits in zip(queries, hits):
             abstained = not any(h.match != "always" for h in query_hits)
@@ -288,7 +295,7 @@ def _add_search_routes(app: FastAPI, api: Api) -> None:
             metrics.count("queries")
             metrics.count("abstained", abstained)
             metrics.count("name_match", any(h.match == "name" for h in query_hits))
-        return JSON({"results": results, "version": service.version(principal)})
+        return JSON({"results": results, "version": service.version(principal), **added})
 
 
 def _definitions(service: ToolService, hits: list, fmt: str, principal: Principal) -> list[dict[str, Any]]:

@@ -259,6 +259,9 @@ class QueryResult(BaseModel):
 class SearchResponse(BaseModel):
     results: list[QueryResult]
     version: int
+    not_searchable: list[dict[str, str]] | None = Field(
+        None, description="A gateway's only: the servers whose tools the search could not find, each "
+                          "{server, status: starting | down, reason}.")
 
 
 class WriteResponse(BaseModel):

@@ -1,0 +1,76 @@
+"""A gateway's first searches, while its upstreams start: the official MCP SDK client launches `toolscout
+gateway CONFIG` over stdio on a new index, in front of stub servers that are slow to start
+(tests/fixtures/mcp_stub.py --start-delay) and one whose command does not exist. A search waits for the
+servers still starting that have no tools in the index (bounded by --search-wait), and its answer names the
+servers it could not search."""
+
+import json
+import time
+
+import anyio
+import pytest
+
+pytest.importorskip("mcp")
+from mcp import Client  # noqa: E402
+
+from gateways import gateway_stdio, stub, time_server, write_config  # noqa: E402
+
+pytestmark = pytest.mark.slow  # starts gateways and upstream servers
+
+ZEBRA = {"name": "count_zebra_stripes", "description": "Count the stripes of a zebra in a photo",
+         "inputSchema": {"type": "object", "properties": {"photo": {"type": "string"}}}}
+
+
+def ids(result) -> list[str]:
+    assert not result.is_error, result.content[0].text
+    return [t["id"] for t in result.structured_content["tools"]]
+
+
+def test_the_first_search_on_a_new_index_waits_for_a_server_slow_to_start(tmp_path):
+    (tmp_path / "zoo.json").write_text(json.dumps([ZEBRA]))
+    config = write_config(tmp_path, {
+        "zoo": stub("zoo", "--start-delay", "3", "--no-builtins", "--tools", str(tmp_path / "zoo.json")),
+        "time": time_server(),
+        "ghost": {"command": str(tmp_path / "no-such-server")}})
+
+    async def session():
+        async with Client(gateway_stdio(config, tmp_path / "index")) as client:
+            started = time.monotonic()
+            first = await client.call_tool("search_tools", {"task": "count the stripes of a zebra", "k": 3})
+            waited = time.monotonic() - started
+            assert ids(first)[0] == "zoo.count_zebra_stripes", first.structured_content
+            assert first.structured_content["abstained"] is False
+            # the server that cannot start is named, with why; the ones that started are not
+            (ghost,) = first.structured_content["not_searchable"]
+            assert ghost["server"] == "ghost" and ghost["status"] == "down"
+            assert "no-such-server" in ghost["reason"]
+            assert waited < 10  # the gateway's default wait; zoo came up within it
+            timed = await client.call_tool("search_tools", {"task": "what time is it in Tokyo", "k": 3})
+            assert "time.get_current_time" in ids(timed)
+
+    anyio.run(session)
+
+
+def test_a_server_that_does_not_come_up_within_the_wait_is_named_and_waited_for_once(tmp_path):
+    (tmp_path / "zoo.json").write_text(json.dumps([ZEBRA]))
+    config = write_config(tmp_path, {
+        "late": stub("late", "--start-delay", "600", "--no-builtins", "--tools", str(tmp_path / "zoo.json")),
+        "alpha": stub("alpha")})
+
+    async def session():
+        async with Client(gateway_stdio(config, tmp_path / "index", "--search-wait", "6")) as client:
+            started = time.monotonic()
+            first = await client.call_tool("search_tools", {"task": "echo the text back", "k": 3})
+            waited = time.monotonic() - started
+            assert ids(first)[0] == "alpha.echo"  # alpha came up while the search waited
+            assert first.structured_content["not_searchable"] == [
+                {"server": "late", "status": "starting", "reason": "it has not listed its tools yet"}]
+            assert 5 < waited < 30  # it waited its bound for late (on two busy cores, give the answer time)
+            started = time.monotonic()
+            again = await client.call_tool("search_tools", {"task": "count the stripes of a zebra", "k": 3})
+            assert time.monotonic() - started < 3  # late's wait is spent: later searches answer at once
+            assert [s["server"] for s in again.structured_content["not_searchable"]] == ["late"]
+            only_alpha = await client.call_tool("search_tools", {"task": "echo", "namespaces": ["alpha"]})
+            assert only_alpha.structured_content["not_searchable"] == []  # late is not among what it searched
+
+    anyio.run(session)
