@@ -40,6 +40,7 @@ from gateways import (  # noqa: E402
 pytestmark = pytest.mark.slow  # starts gateways, upstream servers and an HTTP app
 
 ADMIN, AGENT, ALPHA_ONLY = "admin-token-1", "agent-7-token", "alpha-only-token"
+LEARNER = "learner-token"  # a client only the learning test uses: its feedback is its own
 ZEBRA = {"name": "count_zebra_stripes", "description": "Count the stripes of a zebra in a photo",
          "inputSchema": {"type": "object", "properties": {"photo": {"type": "string"}}}}
 ZOO_TOOLS = [ZEBRA,
@@ -52,14 +53,15 @@ ZOO_TOOLS = [ZEBRA,
 
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory):
-    """One gateway over HTTP in front of six upstreams, with three tokens."""
+    """One gateway over HTTP in front of six upstreams, with four tokens."""
     folder = tmp_path_factory.mktemp("gateway")
     (folder / "zoo.json").write_text(json.dumps(ZOO_TOOLS))
     (folder / "late.json").write_text(json.dumps([ZEBRA]))
     (folder / "tokens.json").write_text(json.dumps({"tokens": [
         {"token": ADMIN, "name": "admin", "write": True},
         {"token": AGENT, "name": "agent-7"},
-        {"token": ALPHA_ONLY, "name": "alpha-only", "namespaces": ["alpha"]}]}))
+        {"token": ALPHA_ONLY, "name": "alpha-only", "namespaces": ["alpha"]},
+        {"token": LEARNER, "name": "learner"}]}))
     with OpenApiApp() as shop:
         config = write_config(folder, {
             "time": time_server(),
@@ -418,9 +420,11 @@ def test_calls_after_a_search_teach_the_index_and_can_be_taken_back(gateway):
 
     before = ranking()
     shown: list[str] = []
+    candidates = ("alpha.echo", "gamma.echo", "slow.echo", "beta.echo", "alpha.pid", "beta.pid", "gamma.pid", "alpha.fail")
+    taught_before = {t: learned(t) for t in candidates}  # other clients' earlier calls in this module
 
     async def agent():
-        async with mcp_http(url, AGENT) as client:
+        async with mcp_http(url, LEARNER) as client:
             shown.extend(found(await client.call_tool("search_tools", {"task": task, "k": 3})))
             for text in ("a", "b"):  # the second search result, not the first: what the agent chose
                 result = await client.call_tool("call_tool", {"name": shown[1], "arguments": {"text": text}})
@@ -431,11 +435,12 @@ def test_calls_after_a_search_teach_the_index_and_can_be_taken_back(gateway):
 
     anyio.run(agent)
     wait_for(lambda: learned_all(url), "the calls' feedback to be learned", 30)
-    assert learned(shown[1]) == 1  # no /feedback posted, no record_tool_use: the call taught it (once per source)
-    assert learned(shown[-1]) == 0  # a tool the search did not return: its call taught the search nothing
-    forgot = httpx.delete(f"{url}/feedback", params={"source": "agent-7"}, headers=auth(ADMIN))
+    # no /feedback posted, no record_tool_use: the call taught it (twice, but once per source)
+    assert learned(shown[1]) == taught_before[shown[1]] + 1
+    assert learned(shown[-1]) == taught_before[shown[-1]]  # a tool the search did not return taught nothing
+    forgot = httpx.delete(f"{url}/feedback", params={"source": "learner"}, headers=auth(ADMIN))
     assert forgot.status_code == 200 and forgot.json()["tools"] == 1  # the token's client is the source
-    assert learned(shown[1]) == 0 and ranking() == before
+    assert learned(shown[1]) == taught_before[shown[1]] and ranking() == before
 
 
 # ------------------------------------------------------------------ pinning, hiding, exposing found tools
