@@ -5,11 +5,13 @@
                                                        # and POST /tools/{id}/call
     toolscout gateway approve --config servers.json    # accept every changed tool definition (see --pin)
     toolscout gateway approve ID... --index DIR        # accept these
+    toolscout gateway servers.json --port 8080 --store postgresql://...   # a replica: any number share one index
 
 CONFIG is the `mcpServers` JSON of Claude Desktop or Cursor (`gateway/config.py`). The index lives in
 --index DIR, by default in $XDG_STATE_HOME/toolscout/gateway/ (~/.local/state/...), one folder per config
-file. Environment variables are read here, once: TOOLSCOUT_TOKEN (--token's default), XDG_STATE_HOME and
-the config's own ${VAR}s.
+file; or, with --store, in PostgreSQL, shared by every gateway on that DSN (`?tenant=`: which catalog), each
+keeping its upstreams' logs in a folder of its own under the same state directory. Environment variables
+are read here, once: TOOLSCOUT_TOKEN (--token's default), XDG_STATE_HOME and the config's own ${VAR}s.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("gateway", help="one MCP endpoint in front of many servers: search, call, learn",
                        description=DESCRIPTION, usage="toolscout gateway CONFIG [options]\n"
                                                       "       toolscout gateway approve [ID ...] "
-                                                      "(--config CONFIG | --index DIR) [--list]")
+                                                      "(--config CONFIG | --index DIR | --store DSN) [--list]")
     p.add_argument("config", metavar="CONFIG", help="the mcpServers JSON file (or 'approve', see above)")
     p.add_argument("ids", nargs="*", metavar="ID", help=argparse.SUPPRESS)
     p.add_argument("--config", dest="config_file", default=None, help=argparse.SUPPRESS)
@@ -51,6 +53,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--index", default=None, metavar="DIR",
                    help="the gateway's index directory (default: one per config under $XDG_STATE_HOME/toolscout/"
                         "gateway); a restart re-embeds only tools whose definitions changed")
+    p.add_argument("--store", default=None, metavar="DSN",
+                   help="keep the index in PostgreSQL at DSN (postgresql://...; ?tenant=T: whose catalog) instead: "
+                        "any number of gateways on one DSN share the catalog, tool definitions, approvals and what "
+                        "calls taught (docs/gateway.md, Replicas)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on with --port (default %(default)s)")
     p.add_argument("--port", type=int, default=None, help="serve HTTP on this port (default: MCP over stdio)")
     add_access_arguments(p)
@@ -95,17 +101,22 @@ def cmd_gateway(args: argparse.Namespace) -> int:
     from ..gateway.runtime import GatewaySettings, open_gateway
 
     config = load_config(args.config, strict=args.strict)
+    store = _store(args)
     index = Path(args.index) if args.index else default_index(Path(args.config))
-    settings = GatewaySettings(index=index, pin=args.pin, hide_unavailable=args.unavailable == "hide",
+    if store is not None:
+        index = replica_folder(Path(args.config), args.port)
+    settings = GatewaySettings(index=index, store=store, pin=args.pin, hide_unavailable=args.unavailable == "hide",
                                expose=args.expose, attribution=args.learn_from_calls, window=args.attribution_window,
                                relist_every=args.relist_every, ping_every=args.ping_every,
                                service=service_options(args))
     auth = auth_from_args(args)
+    check_tenants(auth, store)
     gateway = open_gateway(config, settings)
     freeze_loaded_objects()
     names = ", ".join(u.name + ("" if u.enabled else " (disabled)") + (" (down: see below)" if u.problem else "")
                       for u in config.upstreams)
-    print(f"toolscout gateway: {len(config.upstreams)} upstreams ({names}); index {index}", file=sys.stderr)
+    where = gateway.service.describe() if store else index
+    print(f"toolscout gateway: {len(config.upstreams)} upstreams ({names}); index {where}", file=sys.stderr)
     for name, problem in config.problems:
         print(f"toolscout gateway: {name} will not start: {problem}", file=sys.stderr)
     if args.port is None:
@@ -141,6 +152,9 @@ def _serve_http(gateway, auth, args: argparse.Namespace) -> int:
 
 def cmd_approve(args: argparse.Namespace) -> int:
     """Accept changed tool definitions: the given ids, or every tool waiting (with none given)."""
+    store = _store(args)
+    if store is not None:
+        return _approve_shared(args, store)
     from ..gateway.definitions import DefinitionLedger
 
     if args.index:
@@ -148,10 +162,27 @@ def cmd_approve(args: argparse.Namespace) -> int:
     elif args.config_file:
         index = default_index(Path(args.config_file))
     else:
-        raise ValueError("approve needs the gateway's index: --index DIR, or --config CONFIG for its default")
+        raise ValueError("approve needs the gateway's index: --index DIR, --config CONFIG for its default, or "
+                         "--store DSN for gateways on PostgreSQL")
     if not index.is_dir():
         raise ValueError(f"{index}: no gateway index there (has the gateway run with this config?)")
-    ledger = DefinitionLedger(index, pin=True)
+    return _approve(args, DefinitionLedger(index, pin=True))
+
+
+def _approve_shared(args: argparse.Namespace, store: str) -> int:
+    """`approve` for gateway replicas on PostgreSQL: the definitions their tenant shares."""
+    from ..gateway.definitions import DefinitionLedger, SharedRecords
+    from ..store.pg_catalog import PgCatalog
+    from ..store.pg_gateway import PgGatewayState
+
+    catalog = PgCatalog.from_spec(store)
+    try:
+        return _approve(args, DefinitionLedger(SharedRecords(PgGatewayState(catalog)), pin=True))
+    finally:
+        catalog.close()
+
+
+def _approve(args: argparse.Namespace, ledger) -> int:
     if args.list:
         waiting = ledger.pending()
         print("\n".join(waiting) if waiting else "no tool is waiting for approval")
@@ -159,6 +190,45 @@ def cmd_approve(args: argparse.Namespace) -> int:
     approved = ledger.approve(args.ids or None)
     print(f"approved {len(approved)} tool definition(s)" + (": " + ", ".join(approved[:20]) if approved else ""))
     return 0
+
+
+def _store(args: argparse.Namespace) -> str | None:
+    """The --store DSN, checked: a PostgreSQL one, and not with --index."""
+    if args.store is None:
+        return None
+    from ..store.pgvector import is_postgres_spec
+
+    if not is_postgres_spec(args.store):
+        raise ValueError(f"--store takes a PostgreSQL DSN (postgresql://...), not {args.store!r}; a gateway's own "
+                         "index directory is --index DIR")
+    if args.index:
+        raise ValueError("give --index DIR (an index of this gateway's own) or --store DSN (one shared by replicas), "
+                         "not both")
+    return args.store
+
+
+def check_tenants(auth, store: str | None) -> None:
+    """Tokens bound to a tenant must name the gateway's: a gateway serves one catalog (the store's `?tenant=`)."""
+    if not auth.tenants:
+        return
+    if store is None:
+        raise ValueError("tokens bound to tenants need the PostgreSQL store (--store postgresql://...?tenant=T); a "
+                         "gateway's own index holds one catalog")
+    from ..store.pgvector import PgSpec
+
+    tenant = PgSpec.parse(store).tenant
+    others = sorted(auth.tenants - {tenant})
+    if others:
+        raise ValueError(f"tokens are bound to tenant(s) {', '.join(map(repr, others))}, but this gateway serves "
+                         f"tenant {tenant!r} (?tenant= in --store): run one gateway (or set of replicas) per tenant, "
+                         "each with its tenant's tokens")
+
+
+def replica_folder(config: Path, port: int | None) -> Path:
+    """Where a replica on PostgreSQL keeps its upstreams' logs: beside the config's default index, one folder per
+    port (over stdio, one for all)."""
+    index = default_index(config)
+    return index.with_name(f"{index.name}-replicas") / (f"port-{port}" if port is not None else "stdio")
 
 
 def default_index(config: Path) -> Path:
