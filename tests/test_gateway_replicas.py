@@ -81,7 +81,7 @@ def catalog_version(pg, table, tenant="default"):
 def listed_since(pg, table, mark, namespaces, replicas=2):
     """Whether each of `replicas` replicas has listed each namespace after the database time `mark`."""
     with db(pg) as conn:
-        rows = conn.execute("SELECT namespace, count(*) FROM toolscout_listings WHERE tbl = %s AND at > %s "
+        rows = conn.execute("SELECT namespace, count(*) FROM toolscout_listings WHERE tbl = %s AND listed_at > %s "
                             "GROUP BY namespace", [table, mark]).fetchall()
     return all(dict(rows).get(ns, 0) >= replicas for ns in namespaces)
 

@@ -5,10 +5,10 @@
   reads only what changed since it last looked (one indexed query when nothing did). What a record holds, and
   how a listing changes it, is the gateway's (`gateway/definitions.py`): `observe` applies its `merge` to the
   stored records under a lock, so replicas that see the same change record it once.
-- Listings (`toolscout_listings`): per upstream (namespace) and replica, the ids that replica last listed, and
-  when it was last known alive (`at`, refreshed by `heartbeat`). The gateway lets a tool go only when no live
-  replica's listing holds it (`gateway/listings.py`), with one listing of a namespace written at a time across
-  replicas (`namespace_lock`, an advisory lock).
+- Listings (`toolscout_listings`): per upstream (namespace) and replica, the ids that replica last listed
+  (`listed_at`), and when it was last known alive (`at`, refreshed by `heartbeat`). The gateway lets a tool
+  go only when no live replica's listing holds it (`gateway/listings.py`), with one listing of a namespace
+  written at a time across replicas (`namespace_lock`, an advisory lock).
 
 `catalog` is the tenant's `PgCatalog` (or any `pgvector.PgTenant`): its pool, table and tenant.
 """
@@ -96,7 +96,7 @@ class PgGatewayState:
         with self.database.connection() as conn, conn.transaction():
             conn.execute("INSERT INTO toolscout_listings (tbl, tenant, namespace, replica, ids) "
                          "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (tbl, tenant, namespace, replica) "
-                         "DO UPDATE SET ids = EXCLUDED.ids, at = now()",
+                         "DO UPDATE SET ids = EXCLUDED.ids, listed_at = now(), at = now()",
                          [self.table, self.tenant, namespace, replica, list(ids)])
             rows = conn.execute("SELECT DISTINCT unnest(ids) FROM toolscout_listings WHERE tbl = %s AND tenant = %s "
                                 "AND namespace = %s AND (replica = %s OR at > now() - make_interval(secs => %s))",

@@ -27,7 +27,7 @@ Shared bookkeeping tables (one set per database):
     toolscout_definitions(tbl, tenant, id, first_seen, first, fields, changes, approved, stamp)
                                                                            gateway replicas: each tool definition's
                                                                            fingerprint, its changes and approval
-    toolscout_listings(tbl, tenant, namespace, replica, ids, at)           gateway replicas: each one's latest
+    toolscout_listings(tbl, tenant, namespace, replica, ids, listed_at, at)  gateway replicas: each one's latest
                                                                            listing of each upstream (`at`: alive)
 
 Migrations run in one transaction under an advisory lock, so concurrent processes starting against a
@@ -228,8 +228,8 @@ def _v6(table: str, dim: int) -> list[str]:
         "CREATE INDEX IF NOT EXISTS toolscout_definitions_by_stamp ON toolscout_definitions (tbl, tenant, stamp)",
         """CREATE TABLE IF NOT EXISTS toolscout_listings (
               tbl text NOT NULL, tenant text NOT NULL, namespace text NOT NULL, replica text NOT NULL,
-              ids text[] NOT NULL, at timestamptz NOT NULL DEFAULT now(),
-              PRIMARY KEY (tbl, tenant, namespace, replica))""",
+              ids text[] NOT NULL, listed_at timestamptz NOT NULL DEFAULT now(),
+              at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (tbl, tenant, namespace, replica))""",
     ]
 
 
