@@ -225,11 +225,14 @@ def test_schema_migrations_are_versioned_and_upgrade_existing_rows(pg):
                      "WHERE id = 'old'")  # a taught tool's vector blended, its own one kept aside
     store = PgVectorStore.from_spec(spec(pg, table), 3)
     assert store.search(np.array([[1, 0, 0]], dtype=np.float32), 5).as_lists() == [["old"]]
-    assert store.database.migrated == [5]
+    assert store.database.migrated == [5, 6]
     with psycopg.connect(pg, autocommit=True) as conn:
         rows = conn.execute("SELECT version FROM toolscout_schema_migrations WHERE tbl = %s ORDER BY 1",
                             [table]).fetchall()
-        assert rows == [(1,), (2,), (3,), (4,), (5,)]
+        assert rows == [(1,), (2,), (3,), (4,), (5,), (6,)]
+        # v6: what gateway replicas share beside the catalog (definitions, listings) has its tables
+        assert conn.execute("SELECT to_regclass('toolscout_definitions') IS NOT NULL, "
+                            "to_regclass('toolscout_listings') IS NOT NULL").fetchone() == (True, True)
         # v5: learning is a channel of its own: the taught tool has its own vector back, and no usage words
         assert conn.execute(f"SELECT embedding::text, joined_at FROM {table} WHERE id = 'old'").fetchone() == \
             ("[1,0,0]", 0.0)

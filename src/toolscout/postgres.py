@@ -21,7 +21,7 @@ from typing import Any, Sequence
 from .artifacts import read_config, read_json, write_artifact
 from .benchmark import read_jsonl
 from .defaults import DEFAULT_INTENTS, DEFAULT_RETRIEVER
-from .errors import ToolScoutError
+from .errors import MissingDependency, ToolScoutError
 from .feedback import PER_SOURCE_CAP
 from .intents import IntentMerge
 from .pg_pipeline import check_servable, index_config, table_spec, with_search
@@ -31,7 +31,7 @@ from .spec import PIPELINE_FORMAT, PIPELINE_KIND, PipelineSpec, differences
 from .store.local import load_store
 from .store.pg_config import SEARCH_MODES, IndexConfig, check_compatible
 from .store.pg_catalog import PgCatalog
-from .store.pgvector import NeedVectors, PgRow, PgSpec, PgStoreError, PgVectorStore
+from .store.pgvector import NeedVectors, PgRow, PgSpec, PgStoreError, PgVectorStore, redact
 from .tool import TextView, Tool, tool_text, tools_by_id
 from .version import __version__
 
@@ -194,6 +194,44 @@ def set_search_mode(database, search: str) -> None:
     config = IndexConfig.from_dict(stored)  # raises when nothing is indexed yet
     pipeline = with_search(table_spec(config), search)
     database.set_config({**stored, **index_config(pipeline, config.feedback_cap).to_dict()})
+
+
+def is_configured(spec: str | PgSpec) -> bool:
+    """Whether the index table of `spec` exists and records its catalog's configuration (what serving it needs)."""
+    spec = spec if isinstance(spec, PgSpec) else PgSpec.parse(spec)
+    try:
+        import psycopg
+    except ImportError:
+        raise MissingDependency("psycopg", "the PostgreSQL store", extra="postgres") from None
+    try:
+        with psycopg.connect(spec.dsn, autocommit=True, connect_timeout=30) as conn:
+            if conn.execute("SELECT to_regclass('toolscout_indexes')").fetchone()[0] is None:
+                return False
+            row = conn.execute("SELECT config FROM toolscout_indexes WHERE tbl = %s", [spec.table]).fetchone()
+    except psycopg.OperationalError as exc:
+        raise PgStoreError(f"cannot connect to {redact(spec.dsn)}: {str(exc).strip()}") from None
+    return bool(row and (row[0] or {}).get("model"))
+
+
+def configure_new_table(spec: str | PgSpec, encoder, pipeline: PipelineSpec) -> bool:
+    """Record `pipeline` as the pipeline of `spec`'s index table (its tenant's catalog empty), unless the table
+    records one already: under an advisory lock, so processes starting together on a new database configure it
+    once. Whether the table's vectors are now `encoder`'s (False: another process configured it otherwise)."""
+    catalog = PgCatalog.from_spec(spec, encoder.dim)
+    key = [f"toolscout.configure.{catalog.table}"]
+    try:
+        with catalog.database.connection() as conn:
+            conn.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", key)
+            try:
+                stored = catalog.database.config()
+                if stored.get("model"):
+                    return (stored["model"], stored.get("encoding", "exact")) == (encoder.name, encoding_of(encoder))
+                index_catalog(catalog, [], encoder, pipeline)
+                return True
+            finally:
+                conn.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", key)
+    finally:
+        catalog.close()
 
 
 def write_pointer(out: str | Path, store: PgSpec, pipeline: PipelineSpec, tools: int) -> None:

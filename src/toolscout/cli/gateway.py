@@ -5,11 +5,13 @@
                                                        # and POST /tools/{id}/call
     toolscout gateway approve --config servers.json    # accept every changed tool definition (see --pin)
     toolscout gateway approve ID... --index DIR        # accept these
+    toolscout gateway servers.json --port 8080 --store postgresql://...   # a replica: any number share one index
 
 CONFIG is the `mcpServers` JSON of Claude Desktop or Cursor (`gateway/config.py`). The index lives in
 --index DIR, by default in $XDG_STATE_HOME/toolscout/gateway/ (~/.local/state/...), one folder per config
-file. Environment variables are read here, once: TOOLSCOUT_TOKEN (--token's default), XDG_STATE_HOME and
-the config's own ${VAR}s.
+file; or, with --store, in PostgreSQL, shared by every gateway on that DSN (`?tenant=`: which catalog), each
+keeping its upstreams' logs in a folder of its own under the same state directory. Environment variables
+are read here, once: TOOLSCOUT_TOKEN (--token's default), XDG_STATE_HOME and the config's own ${VAR}s.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("gateway", help="one MCP endpoint in front of many servers: search, call, learn",
                        description=DESCRIPTION, usage="toolscout gateway CONFIG [options]\n"
                                                       "       toolscout gateway approve [ID ...] "
-                                                      "(--config CONFIG | --index DIR) [--list]")
+                                                      "(--config CONFIG | --index DIR | --store DSN) [--list]")
     p.add_argument("config", metavar="CONFIG", help="the mcpServers JSON file (or 'approve', see above)")
     p.add_argument("ids", nargs="*", metavar="ID", help=argparse.SUPPRESS)
     p.add_argument("--config", dest="config_file", default=None, help=argparse.SUPPRESS)
@@ -51,6 +53,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--index", default=None, metavar="DIR",
                    help="the gateway's index directory (default: one per config under $XDG_STATE_HOME/toolscout/"
                         "gateway); a restart re-embeds only tools whose definitions changed")
+    p.add_argument("--store", default=None, metavar="DSN",
+                   help="keep the index in PostgreSQL at DSN (postgresql://...; ?tenant=T: whose catalog) instead: "
+                        "any number of gateways on one DSN share the catalog, tool definitions, approvals and what "
+                        "calls taught (docs/gateway.md, Replicas)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on with --port (default %(default)s)")
     p.add_argument("--port", type=int, default=None, help="serve HTTP on this port (default: MCP over stdio)")
     add_access_arguments(p)
@@ -97,27 +103,33 @@ def cmd_gateway(args: argparse.Namespace) -> int:
     from ..gateway.config import load_config
 
     config = load_config(args.config, strict=args.strict)
-    index = gateway_index(args)
-    lock = _claim(index)
-    if lock is None:  # another gateway owns the index: this one only relays (and imports no more than that)
-        return _attach_stdio(config, args)
+    store = _store(args)
+    auth = auth_from_args(args)
+    check_tenants(auth, store)
+    lock = None
+    if store is None:  # replicas on PostgreSQL share the database; gateways on one folder share its owner
+        lock = _claim(gateway_index(args))
+        if lock is None:  # another gateway owns the index: this one only relays (and imports no more than that)
+            return _attach_stdio(config, args)
     try:
-        auth = auth_from_args(args)
-        gateway = _open(config, args)
+        gateway = _open(config, args, store)
     except BaseException:
-        lock.release()
+        if lock is not None:
+            lock.release()
         raise
     names = ", ".join(u.name + ("" if u.enabled else " (disabled)") + (" (down: see below)" if u.problem else "")
                       for u in config.upstreams)
-    print(f"toolscout gateway: {len(config.upstreams)} upstreams ({names}); index {index}", file=sys.stderr)
+    where = gateway.service.describe() if store else gateway_index(args)
+    print(f"toolscout gateway: {len(config.upstreams)} upstreams ({names}); index {where}", file=sys.stderr)
     for name, problem in config.problems:
         print(f"toolscout gateway: {name} will not start: {problem}", file=sys.stderr)
     if args.port is None:
         return _serve_stdio(gateway, args, lock)
     try:
-        return _serve_http(gateway, auth, args)
+        return _serve_http(gateway, auth, args, hosts=lock is not None)
     finally:
-        lock.release()
+        if lock is not None:
+            lock.release()
 
 
 def _claim(index: Path):
@@ -133,11 +145,13 @@ def _claim(index: Path):
     return IndexLock.claim(index)
 
 
-def _open(config, args: argparse.Namespace):
-    """The gateway over its index (this process holds the index's lock)."""
+def _open(config, args: argparse.Namespace, store: str | None = None):
+    """The gateway over its index (this process holds the index's lock), or a replica on the `store` tenant
+    (with a folder of its own for its upstreams' logs)."""
     from ..gateway.runtime import GatewaySettings, open_gateway
 
-    settings = GatewaySettings(index=gateway_index(args), pin=args.pin, hide_unavailable=args.unavailable == "hide",
+    index = gateway_index(args) if store is None else replica_folder(Path(args.config), args.port)
+    settings = GatewaySettings(index=index, store=store, pin=args.pin, hide_unavailable=args.unavailable == "hide",
                                expose=args.expose, attribution=args.learn_from_calls, window=args.attribution_window,
                                relist_every=args.relist_every, ping_every=args.ping_every,
                                search_wait=max(0.0, args.search_wait), service=service_options(args))
@@ -151,7 +165,8 @@ def _serve_stdio(gateway, args: argparse.Namespace, lock) -> int:
     from ..gateway.runtime import serve_stdio
 
     print("toolscout gateway: MCP over stdio", file=sys.stderr)
-    serve_stdio(gateway, GatewayMcp(gateway, expose=args.expose), index=gateway_index(args), lock=lock)
+    hosts = gateway_index(args) if lock is not None else None  # a replica's hosts share the database instead
+    serve_stdio(gateway, GatewayMcp(gateway, expose=args.expose), index=hosts, lock=lock)
     return 0
 
 
@@ -181,7 +196,7 @@ def gateway_index(args: argparse.Namespace) -> Path:
     return Path(args.index) if args.index else default_index(Path(args.config))
 
 
-def _serve_http(gateway, auth, args: argparse.Namespace) -> int:
+def _serve_http(gateway, auth, args: argparse.Namespace, hosts: bool = True) -> int:
     from ..gateway.http import GatewayApi
     from ..gateway.mcp_server import GatewayMcp
     from ..gateway.runtime import serve_http
@@ -190,7 +205,8 @@ def _serve_http(gateway, auth, args: argparse.Namespace) -> int:
     if args.host not in LOOPBACK and not auth.enabled:
         print(f"toolscout gateway: warning: listening on {args.host} with no token: anyone who can reach it may "
               "call every upstream's tools (give --token or --tokens)", file=sys.stderr)
-    extension = GatewayApi(gateway, GatewayMcp(gateway, auth=auth, expose=args.expose), index=gateway_index(args))
+    extension = GatewayApi(gateway, GatewayMcp(gateway, auth=auth, expose=args.expose),
+                           index=gateway_index(args) if hosts else None)
     app = create_app(gateway.service, auth, max_body_bytes=args.max_body, host=args.host, extension=extension,
                      mcp_max_body_bytes=args.mcp_max_body)
     print(f"toolscout gateway: http://{args.host}:{args.port} (MCP at /mcp, API docs at /docs)", file=sys.stderr)
@@ -200,6 +216,9 @@ def _serve_http(gateway, auth, args: argparse.Namespace) -> int:
 
 def cmd_approve(args: argparse.Namespace) -> int:
     """Accept changed tool definitions: the given ids, or every tool waiting (with none given)."""
+    store = _store(args)
+    if store is not None:
+        return _approve_shared(args, store)
     from ..gateway.definitions import DefinitionLedger
 
     if args.index:
@@ -207,10 +226,27 @@ def cmd_approve(args: argparse.Namespace) -> int:
     elif args.config_file:
         index = default_index(Path(args.config_file))
     else:
-        raise ValueError("approve needs the gateway's index: --index DIR, or --config CONFIG for its default")
+        raise ValueError("approve needs the gateway's index: --index DIR, --config CONFIG for its default, or "
+                         "--store DSN for gateways on PostgreSQL")
     if not index.is_dir():
         raise ValueError(f"{index}: no gateway index there (has the gateway run with this config?)")
-    ledger = DefinitionLedger(index, pin=True)
+    return _approve(args, DefinitionLedger(index, pin=True))
+
+
+def _approve_shared(args: argparse.Namespace, store: str) -> int:
+    """`approve` for gateway replicas on PostgreSQL: the definitions their tenant shares."""
+    from ..gateway.definitions import DefinitionLedger, SharedRecords
+    from ..store.pg_catalog import PgCatalog
+    from ..store.pg_gateway import PgGatewayState
+
+    catalog = PgCatalog.from_spec(store)
+    try:
+        return _approve(args, DefinitionLedger(SharedRecords(PgGatewayState(catalog)), pin=True))
+    finally:
+        catalog.close()
+
+
+def _approve(args: argparse.Namespace, ledger) -> int:
     if args.list:
         waiting = ledger.pending()
         print("\n".join(waiting) if waiting else "no tool is waiting for approval")
@@ -218,6 +254,45 @@ def cmd_approve(args: argparse.Namespace) -> int:
     approved = ledger.approve(args.ids or None)
     print(f"approved {len(approved)} tool definition(s)" + (": " + ", ".join(approved[:20]) if approved else ""))
     return 0
+
+
+def _store(args: argparse.Namespace) -> str | None:
+    """The --store DSN, checked: a PostgreSQL one, and not with --index."""
+    if args.store is None:
+        return None
+    from ..store.pgvector import is_postgres_spec
+
+    if not is_postgres_spec(args.store):
+        raise ValueError(f"--store takes a PostgreSQL DSN (postgresql://...), not {args.store!r}; a gateway's own "
+                         "index directory is --index DIR")
+    if args.index:
+        raise ValueError("give --index DIR (an index of this gateway's own) or --store DSN (one shared by replicas), "
+                         "not both")
+    return args.store
+
+
+def check_tenants(auth, store: str | None) -> None:
+    """Tokens bound to a tenant must name the gateway's: a gateway serves one catalog (the store's `?tenant=`)."""
+    if not auth.tenants:
+        return
+    if store is None:
+        raise ValueError("tokens bound to tenants need the PostgreSQL store (--store postgresql://...?tenant=T); a "
+                         "gateway's own index holds one catalog")
+    from ..store.pgvector import PgSpec
+
+    tenant = PgSpec.parse(store).tenant
+    others = sorted(auth.tenants - {tenant})
+    if others:
+        raise ValueError(f"tokens are bound to tenant(s) {', '.join(map(repr, others))}, but this gateway serves "
+                         f"tenant {tenant!r} (?tenant= in --store): run one gateway (or set of replicas) per tenant, "
+                         "each with its tenant's tokens")
+
+
+def replica_folder(config: Path, port: int | None) -> Path:
+    """Where a replica on PostgreSQL keeps its upstreams' logs: beside the config's default index, one folder per
+    port (over stdio, one for all)."""
+    index = default_index(config)
+    return index.with_name(f"{index.name}-replicas") / (f"port-{port}" if port is not None else "stdio")
 
 
 def default_index(config: Path) -> Path:

@@ -11,7 +11,9 @@ docs/gateway.md describes it for users; `core.py` holds its policies.
                          pings, calls, prompts and resources
     mcp_connection.py    one connection below the SDK client: its transport screened, the server's stderr log
     openapi_upstream.py  an HTTP API described by OpenAPI: each operation a tool
-    definitions.py       tool definition fingerprints, changes and approvals (--pin)
+    definitions.py       tool definition fingerprints, changes and approvals (--pin): in the index directory,
+                         or shared by replicas in PostgreSQL
+    listings.py          which indexed tools a listing lets go: the gateway's own index, or one replicas share
     attribution.py       which search a forwarded call answers (learning from calls)
     core.py              Gateway: index the listings, search, resolve and forward calls, prompts and
                          resources, learn, shut down

@@ -1,7 +1,8 @@
 """The gateway: one catalog of every upstream's tools, searched like `toolscout serve`, with calls forwarded
 to the upstream that runs each tool, and learning from the calls it forwards.
 
-    upstreams (config.py) ──listings──▶ index (the service's catalog, a pipeline directory)
+    upstreams (config.py) ──listings──▶ index (the service's catalog: a pipeline directory, or PostgreSQL
+                                        shared by replicas; listings.py says what a listing lets go)
     agent ── search ──▶ ToolService.search ──▶ hits (held tools left out, `available` from upstream state)
     agent ── call ──▶ resolve the id ──▶ the upstream's `call` ──▶ its result, as it came
                                       └──▶ attribution (attribution.py) ──▶ feedback, learned in the background
@@ -51,6 +52,7 @@ from ..tool import Tool
 from .attribution import CallAttribution
 from .config import SEARCH_WAIT_S
 from .definitions import DefinitionLedger
+from .listings import OwnListings
 from .upstream import NO_RELAY, Listing, Relay, ToolResult, Upstream, UpstreamUnavailable
 
 logger = logging.getLogger(__name__)
@@ -96,8 +98,10 @@ class Gateway:
     """See the module doc. Its async methods run in the gateway's event loop; the service is thread-safe."""
 
     def __init__(self, service: ToolService, upstreams: Iterable[Upstream], definitions: DefinitionLedger,
-                 attribution: CallAttribution, options: GatewayOptions = GatewayOptions()):
+                 attribution: CallAttribution, options: GatewayOptions = GatewayOptions(), *,
+                 listings: Any = None):
         self.service, self.definitions, self.attribution, self.options = service, definitions, attribution, options
+        self.listings = listings or OwnListings()  # what a listing lets go (listings.py)
         self.upstreams: dict[str, Upstream] = {u.name: u for u in upstreams}
         self.learner = CallLearner(service)
         self._names: dict[str, set[str]] = {}  # bare tool name -> ids, for calls by name
@@ -123,9 +127,25 @@ class Gateway:
                     tasks.start_soon(upstream.run, self.index_listing, self._noticed, name=f"upstream {upstream.name}")
                 else:
                     upstream.status.change("disabled")
+            if self.listings.heartbeat_every:
+                tasks.start_soon(self._beat, self.listings.heartbeat_every, name="listings heartbeat")
+
+    async def _beat(self, every: float) -> None:
+        """Say this gateway is alive to the replicas it shares the catalog with, and prune what none serves."""
+        while True:
+            await anyio.sleep(every)
+            try:
+                await anyio.to_thread.run_sync(self.listings.heartbeat)
+                await anyio.to_thread.run_sync(self.prune, list(self.upstreams))
+            except Exception as exc:  # the database is away: the next beat tries again
+                logger.warning("telling the other replicas this gateway is alive failed: %s", exc)
 
     def close(self) -> None:
         self.learner.close()
+        try:
+            self.listings.close()
+        except Exception as exc:  # the others see it gone after listings.LIVE_S instead
+            logger.warning("telling the other replicas this gateway stops failed: %s", exc)
 
     async def shutdown(self, grace: float = SHUTDOWN_GRACE_S) -> None:
         """Refuse new calls; give those in flight `grace` seconds to finish, then cancel them (each caller gets
@@ -164,13 +184,14 @@ class Gateway:
         await anyio.to_thread.run_sync(self._write_listing, listing)
 
     def _write_listing(self, listing: Listing) -> None:
-        _total, indexed = self.service.list(ADMIN, namespace=listing.upstream, limit=1 << 30)
-        listed = {t.id for t in listing.tools}
-        gone = [t for t in indexed if t.id not in listed]
-        if listing.tools:
-            self.service.upsert(listing.tools)
-        if gone:
-            self.service.delete([t.id for t in gone])
+        with self.listings.writing(listing.upstream):
+            _total, indexed = self.service.list(ADMIN, namespace=listing.upstream, limit=1 << 30)
+            kept = self.listings.keep(listing.upstream, [t.id for t in listing.tools])
+            gone = [t for t in indexed if t.id not in kept]
+            if listing.tools:
+                self.service.upsert(listing.tools)
+            if gone:
+                self.service.delete([t.id for t in gone])
         with self._names_lock:
             for tool in gone:
                 self._names.get(tool.name, set()).discard(tool.id)
@@ -181,11 +202,16 @@ class Gateway:
 
     def prune(self, namespaces: Iterable[str]) -> list[str]:
         """Remove the indexed tools of namespaces no upstream serves any more (a server taken out of the
-        config); returns their ids."""
-        keep = set(namespaces)
-        stale = [t.id for t in self.service.tools if (t.namespace or "") not in keep]
+        config; with replicas, of every replica's: listings.py); returns their ids."""
+        namespaces, stale = list(namespaces), []
+        for namespace in self.listings.prunable(self.service.namespaces(ADMIN), namespaces):
+            with self.listings.writing(namespace):  # no replica lists it meanwhile
+                if self.listings.prunable([namespace], namespaces):
+                    ids = [t.id for t in self.service.list(ADMIN, namespace=namespace, limit=1 << 30)[1]]
+                    if ids:
+                        self.service.delete(ids)
+                        stale += ids
         if stale:
-            self.service.delete(stale)
             logger.warning("removed %d tools of servers no longer in the config", len(stale))
             self._indexed &= keep
         return stale

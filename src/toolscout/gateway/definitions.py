@@ -7,10 +7,12 @@ which carry MCP's annotation hints), and records every later change with the fie
 definition seen is trusted; with `pin`, a tool whose definition differs from the one approved is held out
 of search and calls until `approve` (`toolscout gateway approve`) accepts its present definition.
 
-Two files in the gateway's index directory, each written atomically: `gateway-definitions.json` (written
-by the gateway only) and `gateway-approvals.json` (written by `approve`, under a file lock, from the CLI or
-the running gateway). The gateway rereads the approvals when the file changes, so an approval made from
-another process takes effect at the next search or call.
+Where the records live (`DefinitionRecords`): two files in the gateway's index directory (`FolderRecords`),
+each written atomically under a file lock: `gateway-definitions.json` and `gateway-approvals.json` (written by
+`approve`, from the CLI or the running gateway); or, for gateway replicas on PostgreSQL, rows every replica
+shares (`SharedRecords`, over `store/pg_gateway.py`), where replicas that see the same change record it once.
+The ledger rereads what changed when it changed, so an approval made from another process (or replica) takes
+effect at the next search or call.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Protocol, Sequence
 
 from ..errors import NotFound, ToolScoutError
 from ..tool import Tool
@@ -46,40 +48,61 @@ def _digest(value: Any) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
 
 
-class DefinitionLedger:
-    """See the module doc. Safe from several threads."""
+class DefinitionRecords(Protocol):
+    """Where a ledger's records live. `where` names it in messages; `changes(since)` is (a stamp, id -> record
+    changed since the stamp `since`, id -> approved digest changed since), or None when nothing changed (cheap:
+    the ledger asks at every search); `observe` applies `merged` to the records of the fingerprints seen and
+    returns the ids whose definition changed; `approve` records approved digests."""
 
-    def __init__(self, folder: Path, *, pin: bool = False):
-        self.folder, self.pin = Path(folder), pin
+    where: str
+
+    def changes(self, since: Any) -> tuple[Any, dict[str, dict[str, Any]], dict[str, str]] | None: ...
+
+    def observe(self, seen: dict[str, dict[str, str]], now: float) -> list[str]: ...
+
+    def approve(self, digests: dict[str, str]) -> None: ...
+
+
+def merged(entry: dict[str, Any] | None, fields: dict[str, str], now: float) -> dict[str, Any] | None:
+    """The record of a tool after a listing showed it with the fingerprint `fields` (None: unchanged)."""
+    if entry is None:
+        return {"first_seen": now, "first": fields["*"], "fields": fields, "changes": []}
+    if entry["fields"]["*"] == fields["*"]:
+        return None
+    touched = [name for name in FIELDS if entry["fields"].get(name) != fields[name]]
+    change = {"at": now, "from": entry["fields"]["*"], "to": fields["*"], "fields": touched}
+    return {**entry, "fields": fields, "changes": (list(entry["changes"]) + [change])[-MAX_CHANGES_KEPT:]}
+
+
+class DefinitionLedger:
+    """See the module doc. `records`: where they live (a folder: its `FolderRecords`). Safe from several threads."""
+
+    def __init__(self, records: DefinitionRecords | Path | str, *, pin: bool = False):
+        self.records = FolderRecords(Path(records)) if isinstance(records, (Path, str)) else records
+        self.pin = pin
         self._lock = threading.Lock()
-        self._tools: dict[str, dict[str, Any]] = _read(self.folder / DEFINITIONS_FILE).get("tools", {})
+        self._tools: dict[str, dict[str, Any]] = {}
         self._approved: dict[str, str] = {}
-        self._approvals_stamp: tuple[int, int] | None = None
+        self._stamp: Any = None
         self._held: frozenset[str] | None = None  # held_ids, until definitions or approvals change
-        self._reload_approvals()
+        self._refresh()
+
+    def _refresh(self) -> None:
+        """Take in what changed in the records since last read."""
+        with self._lock:
+            news = self.records.changes(self._stamp)
+            if news is None:
+                return
+            self._stamp, tools, approved = news
+            self._tools.update(tools)
+            self._approved.update(approved)
+            self._held = None
 
     # what the gateway sees ----------------------------------------------------------------------
     def observe(self, tools: Iterable[Tool]) -> list[str]:
         """Record the definitions in a listing; returns the ids whose definition changed since last seen."""
-        now, changed, new = time.time(), [], 0
-        with self._lock:
-            for tool in tools:
-                fields = fingerprint(tool)
-                entry = self._tools.get(tool.id)
-                if entry is None:
-                    self._tools[tool.id] = {"first_seen": now, "first": fields["*"], "fields": fields, "changes": []}
-                    new += 1
-                    continue
-                if entry["fields"]["*"] == fields["*"]:
-                    continue
-                touched = [name for name in FIELDS if entry["fields"].get(name) != fields[name]]
-                entry["changes"] = (entry["changes"] + [{"at": now, "from": entry["fields"]["*"], "to": fields["*"],
-                                                         "fields": touched}])[-MAX_CHANGES_KEPT:]
-                entry["fields"] = fields
-                changed.append(tool.id)
-            if changed or new:
-                self._held = None
-                _write(self.folder / DEFINITIONS_FILE, {"tools": self._tools})
+        changed = self.records.observe({tool.id: fingerprint(tool) for tool in tools}, time.time())
+        self._refresh()
         return changed
 
     def held(self, tool_id: str) -> bool:
@@ -87,7 +110,7 @@ class DefinitionLedger:
         approved one."""
         if not self.pin:
             return False
-        self._reload_approvals()
+        self._refresh()
         entry = self._tools.get(tool_id)
         return entry is not None and entry["fields"]["*"] != self._approved_digest(tool_id, entry)
 
@@ -95,7 +118,7 @@ class DefinitionLedger:
         """Every id `held` says is held (kept between changes: searches ask for it each time)."""
         if not self.pin:
             return frozenset()
-        self._reload_approvals()
+        self._refresh()
         with self._lock:
             if self._held is None:
                 self._held = frozenset(tid for tid, entry in self._tools.items()
@@ -104,51 +127,94 @@ class DefinitionLedger:
 
     def describe(self, tool_id: str) -> dict[str, Any] | None:
         """What `/tools/{id}` shows: the fingerprint, when first seen, its changes, whether it is held."""
+        self._refresh()
         entry = self._tools.get(tool_id)
         if entry is None:
             return None
-        self._reload_approvals()
         approved = self._approved_digest(tool_id, entry)
         return {"digest": entry["fields"]["*"], "first_seen": entry["first_seen"],
                 "changed": entry["fields"]["*"] != entry["first"], "approved": entry["fields"]["*"] == approved,
                 "held": self.pin and entry["fields"]["*"] != approved, "changes": entry["changes"][-10:]}
 
     def _approved_digest(self, tool_id: str, entry: dict[str, Any]) -> str:
-        return self._approved.get(tool_id, entry["first"])
+        return self._approved.get(tool_id) or entry["first"]
 
     # approvals ---------------------------------------------------------------------------------
     def pending(self) -> list[str]:
         """Ids whose present definition is not the approved one (what `approve` with no ids accepts)."""
-        self._reload_approvals()
+        self._refresh()
         return sorted(tid for tid, entry in self._tools.items()
                       if entry["fields"]["*"] != self._approved_digest(tid, entry))
 
     def approve(self, ids: Sequence[str] | None = None) -> list[str]:
         """Accept the present definition of `ids` (None: of every tool whose definition changed); returns
         the ids approved. NotFound names an id the gateway has never seen."""
+        self._refresh()
         unknown = [tid for tid in ids or () if tid not in self._tools]
         if unknown:
-            raise NotFound(f"no tool with id {unknown[0]!r} has been seen by the gateway of {self.folder}")
+            raise NotFound(f"no tool with id {unknown[0]!r} has been seen by {self.records.where}")
         chosen = list(ids) if ids else self.pending()
-        with _file_lock(self.folder / (APPROVALS_FILE + ".lock")):
-            approved = _read(self.folder / APPROVALS_FILE).get("approved", {})
-            for tid in chosen:
-                approved[tid] = self._tools[tid]["fields"]["*"]
-            _write(self.folder / APPROVALS_FILE, {"approved": approved})
-        self._reload_approvals(force=True)
+        self.records.approve({tid: self._tools[tid]["fields"]["*"] for tid in chosen})
+        self._refresh()
         return chosen
 
-    def _reload_approvals(self, force: bool = False) -> None:
-        path = self.folder / APPROVALS_FILE
-        try:
-            stat = path.stat()
-            stamp = (stat.st_mtime_ns, stat.st_size)
-        except FileNotFoundError:
-            stamp = None
-        if stamp == self._approvals_stamp and not force:
-            return
-        self._approved = _read(path).get("approved", {}) if stamp is not None else {}
-        self._approvals_stamp, self._held = stamp, None
+
+class FolderRecords:
+    """The records as two JSON files in a gateway's index directory, each changed under a file lock (so several
+    processes may observe and approve), written beside and renamed; reread when a file changes."""
+
+    def __init__(self, folder: Path):
+        self.folder = Path(folder)
+        self.where = f"the gateway of {self.folder}"
+
+    def changes(self, since: Any) -> tuple[Any, dict[str, dict[str, Any]], dict[str, str]] | None:
+        stamp = (_stamp(self.folder / DEFINITIONS_FILE), _stamp(self.folder / APPROVALS_FILE))
+        if stamp == since:
+            return None
+        return (stamp, _read(self.folder / DEFINITIONS_FILE).get("tools", {}),
+                _read(self.folder / APPROVALS_FILE).get("approved", {}))
+
+    def observe(self, seen: dict[str, dict[str, str]], now: float) -> list[str]:
+        with _file_lock(self.folder / (DEFINITIONS_FILE + ".lock")):
+            tools = _read(self.folder / DEFINITIONS_FILE).get("tools", {})
+            updates = {tid: entry for tid, fields in seen.items() if (entry := merged(tools.get(tid), fields, now))}
+            if updates:
+                _write(self.folder / DEFINITIONS_FILE, {"tools": {**tools, **updates}})
+        return [tid for tid in updates if tid in tools]
+
+    def approve(self, digests: dict[str, str]) -> None:
+        with _file_lock(self.folder / (APPROVALS_FILE + ".lock")):
+            approved = _read(self.folder / APPROVALS_FILE).get("approved", {})
+            _write(self.folder / APPROVALS_FILE, {"approved": {**approved, **digests}})
+
+
+class SharedRecords:
+    """The records in the PostgreSQL tables gateway replicas share (`store/pg_gateway.PgGatewayState`)."""
+
+    def __init__(self, state: Any):
+        self.state = state
+        self.where = f"the gateways of tenant {state.tenant!r} of index table {state.table!r}"
+
+    def changes(self, since: Any) -> tuple[Any, dict[str, dict[str, Any]], dict[str, str]] | None:
+        stamp, records = self.state.definitions_since(since or 0)
+        if not records:
+            return None
+        tools = {tid: {k: r[k] for k in ("first_seen", "first", "fields", "changes")} for tid, r in records.items()}
+        return stamp, tools, {tid: r["approved"] for tid, r in records.items() if r["approved"]}
+
+    def observe(self, seen: dict[str, dict[str, str]], now: float) -> list[str]:
+        return self.state.observe(seen, lambda entry, fields: merged(entry, fields, now))
+
+    def approve(self, digests: dict[str, str]) -> None:
+        self.state.approve(digests)
+
+
+def _stamp(path: Path) -> tuple[int, int, int] | None:
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        return None
+    return (stat.st_mtime_ns, stat.st_size, stat.st_ino)
 
 
 def _read(path: Path) -> dict[str, Any]:

@@ -5,6 +5,11 @@ writes), made with the default pipeline the first time; the gateway's definition
 upstreams' stderr logs (`upstream-logs/NAME.log`) live beside it. A restart loads it as it was, so only
 tools whose definitions changed meanwhile are embedded again.
 
+Or the index is a tenant of a PostgreSQL index table (`store`, `toolscout serve --store`'s), shared by any
+number of gateway replicas: a new table gets the default pipeline (once, however many replicas start
+together); definition records and each replica's listings are rows beside it (`store/pg_gateway.py`,
+`listings.py`); `index` is then this replica's own folder, for its upstreams' logs.
+
 SIGTERM (or SIGINT) stops a gateway in order: calls in flight get `core.SHUTDOWN_GRACE_S` to finish, the rest
 are cancelled (upstream too) and answered with an error that says so, then the upstreams are stopped.
 
@@ -33,8 +38,9 @@ from ..serve.service import ToolService
 from .attribution import DEFAULT_RULE, DEFAULT_WINDOW, CallAttribution
 from .config import PING_EVERY_S, SEARCH_WAIT_S, GatewayConfig, UpstreamSpec
 from .core import Gateway, GatewayOptions
-from .definitions import DefinitionLedger
+from .definitions import DefinitionLedger, SharedRecords
 from .hosts import RUNTIME_FILES, IndexLock, serve_hosts
+from .listings import OwnListings, SharedListings
 from .stdio import has_uvloop
 from .mcp_server import GatewayMcp
 from .mcp_upstream import McpUpstream
@@ -52,6 +58,7 @@ class GatewaySettings:
     (fsync, min_score, batch_workers, limits, feedback_cap)."""
 
     index: Path
+    store: str | None = None
     pin: bool = False
     hide_unavailable: bool = False
     expose: str = "none"
@@ -67,20 +74,60 @@ def open_gateway(config: GatewayConfig, settings: GatewaySettings) -> Gateway:
     """The gateway over `settings.index` (made if new), its upstreams not yet started (`Gateway.run`)."""
     for warning in config.warnings:
         logger.warning("%s", warning)
-    ensure_index(settings.index)
-    service = ToolService.open(settings.index, **settings.service)
+    service = open_service(settings)
     try:
+        definitions, listings = _records(service, settings)
         upstreams = [make_upstream(spec, settings) for spec in config.upstreams]
-        definitions = DefinitionLedger(settings.index, pin=settings.pin)
         attribution = CallAttribution(settings.attribution, settings.window)
         options = GatewayOptions(settings.hide_unavailable, frozenset(u.name for u in config.upstreams if not u.enabled),
                                  search_wait=settings.search_wait)
-        gateway = Gateway(service, upstreams, definitions, attribution, options)
+        gateway = Gateway(service, upstreams, definitions, attribution, options, listings=listings)
         gateway.prune(config.names())
         return gateway
     except BaseException:
         service.close()
         raise
+
+
+def open_service(settings: GatewaySettings) -> ToolService:
+    """The service over the gateway's index: its directory (made if new), or its PostgreSQL tenant (a new table
+    configured with the default pipeline)."""
+    if settings.store is None:
+        ensure_index(settings.index)
+        return ToolService.open(settings.index, **settings.service)
+    return ToolService.open(settings.store, encoder=ensure_store(settings.store), **settings.service)
+
+
+def _records(service: ToolService, settings: GatewaySettings) -> tuple[DefinitionLedger, Any]:
+    """The gateway's definition records and what its listings let go: in its directory, or shared with the other
+    replicas on its PostgreSQL tenant."""
+    if settings.store is None:
+        return DefinitionLedger(settings.index, pin=settings.pin), OwnListings()
+    from ..store.pg_gateway import PgGatewayState
+
+    state = PgGatewayState(service.catalog.pg_catalog)
+    return DefinitionLedger(SharedRecords(state), pin=settings.pin), SharedListings(state)
+
+
+def ensure_store(spec: str) -> Any:
+    """Give the index table of `spec` the default pipeline, unless it has a pipeline already (as `ensure_index`
+    does a folder); the encoder loaded for it (None when the table had one, or got another meanwhile)."""
+    from ..postgres import configure_new_table, is_configured
+    from ..retrievers.base import encoding_parts
+
+    if is_configured(spec):
+        return None
+    logger.info("%s records no pipeline yet: recording the default one (unless another replica does first)",
+                redacted(spec))
+    pipeline = ToolScout.from_tools([])
+    encoder = encoding_parts(pipeline.retriever)[0].encoder
+    return encoder if configure_new_table(spec, encoder, pipeline.spec) else None
+
+
+def redacted(spec: str) -> str:
+    from ..store.pgvector import PgSpec
+
+    return str(PgSpec.parse(spec))
 
 
 def make_upstream(spec: UpstreamSpec, settings: GatewaySettings) -> Upstream:

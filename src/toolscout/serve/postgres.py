@@ -251,7 +251,7 @@ class PostgresTenant:
                 by_id = {t.id: t for t in tools}
                 vectors.update(self._encode([by_id[i] for i in exc.ids if i not in vectors], texts))
                 continue
-            result.seq = self.seen = max(self.seen, outcome.version)
+            result.seq, self.seen = outcome.version, max(self.seen, outcome.version)  # this write's own version
             return result
         raise ServiceError("the tools kept changing under this write; retry")
 

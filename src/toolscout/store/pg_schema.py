@@ -24,6 +24,11 @@ Shared bookkeeping tables (one set per database):
     toolscout_usage(tbl, tenant, tool_id, source, n, vsum)                 per tool and source, the sum of the
                                                                            taught requests' embeddings
     toolscout_feedback_totals(tbl, tenant, events, failures)               events reported, all outcomes
+    toolscout_definitions(tbl, tenant, id, first_seen, first, fields, changes, approved, stamp)
+                                                                           gateway replicas: each tool definition's
+                                                                           fingerprint, its changes and approval
+    toolscout_listings(tbl, tenant, namespace, replica, ids, listed_at, at)  gateway replicas: each one's latest
+                                                                           listing of each upstream (`at`: alive)
 
 Migrations run in one transaction under an advisory lock, so concurrent processes starting against a
 fresh database apply them exactly once. A database migrated by a newer toolscout is refused.
@@ -213,6 +218,21 @@ def _v5(table: str, dim: int) -> list[str]:
     ]
 
 
+def _v6(table: str, dim: int) -> list[str]:
+    return [
+        "CREATE SEQUENCE IF NOT EXISTS toolscout_definitions_stamp",
+        """CREATE TABLE IF NOT EXISTS toolscout_definitions (
+              tbl text NOT NULL, tenant text NOT NULL, id text NOT NULL, first_seen double precision NOT NULL,
+              first text NOT NULL, fields jsonb NOT NULL, changes jsonb NOT NULL DEFAULT '[]', approved text,
+              stamp bigint NOT NULL DEFAULT nextval('toolscout_definitions_stamp'), PRIMARY KEY (tbl, tenant, id))""",
+        "CREATE INDEX IF NOT EXISTS toolscout_definitions_by_stamp ON toolscout_definitions (tbl, tenant, stamp)",
+        """CREATE TABLE IF NOT EXISTS toolscout_listings (
+              tbl text NOT NULL, tenant text NOT NULL, namespace text NOT NULL, replica text NOT NULL,
+              ids text[] NOT NULL, listed_at timestamptz NOT NULL DEFAULT now(),
+              at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (tbl, tenant, namespace, replica))""",
+    ]
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "tools table partitioned by tenant, HNSW (inner product) index, versions and change log", _v1),
     Migration(2, "lexical search: generated tsvector column over the text view, GIN index", _v2),
@@ -221,6 +241,8 @@ MIGRATIONS: tuple[Migration, ...] = (
               _v4),
     Migration(5, "learning as its own channel: request vectors, scores, settings and epoch; tool vectors unmoved",
               _v5),
+    Migration(6, "gateway replicas: shared tool definitions and approvals, each replica's listing of each upstream",
+              _v6),
 )
 LATEST = MIGRATIONS[-1].version
 
