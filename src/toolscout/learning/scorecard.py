@@ -45,7 +45,8 @@ def automatic_weight(recent: Sequence[Scored]) -> float:
     mean = sum(gains) / len(gains)
     spread = (sum((g - mean) ** 2 for g in gains) / (len(gains) - 1)) ** 0.5
     upper = mean + 2.0 * spread / len(gains) ** 0.5  # what learning gains at best, given the noise
-    return 1.0 if upper >= 0 else max(0.0, 1.0 + upper / TOLERANCE)
+    # in hundredths: a change too small to print is no change (and logs nothing)
+    return 1.0 if upper >= 0 else max(0.0, round(1.0 + upper / TOLERANCE, 2))
 
 
 class Scorecard:
