@@ -21,6 +21,7 @@ import anyio
 
 from ..artifacts import POINTER
 from ..errors import ToolScoutError
+from ..hits import CALIBRATED
 from ..pipeline import ToolScout
 from ..serve.service import ToolService
 from .attribution import DEFAULT_RULE, DEFAULT_WINDOW, CallAttribution
@@ -40,7 +41,8 @@ FLUSH_S = 0.1  # after shutting calls down over stdio: time for their answers to
 @dataclass(frozen=True)
 class GatewaySettings:
     """How to run a gateway, beyond its config (the CLI's flags). `service`: options for `ToolService.open`
-    (fsync, min_score, batch_workers, limits, feedback_cap)."""
+    (fsync, min_score, min_probability (default: the calibration's threshold), batch_workers, limits,
+    feedback_cap)."""
 
     index: Path
     pin: bool = False
@@ -58,7 +60,8 @@ def open_gateway(config: GatewayConfig, settings: GatewaySettings) -> Gateway:
     for warning in config.warnings:
         logger.warning("%s", warning)
     ensure_index(settings.index)
-    service = ToolService.open(settings.index, **settings.service)
+    # a gateway abstains by default when no tool is likely relevant (the calibration's threshold)
+    service = ToolService.open(settings.index, **{"min_probability": CALIBRATED, **settings.service})
     try:
         upstreams = [make_upstream(spec, settings) for spec in config.upstreams]
         definitions = DefinitionLedger(settings.index, pin=settings.pin)
