@@ -12,8 +12,9 @@ zero-shot checks (bfcl and gorilla_huggingface are never fitted on, not even as 
 - tasks no tool fits: for every ordered pair of sets, `--elsewhere` of one set's tasks ranked against the
   other set's catalog, every hit labelled irrelevant. They weigh `--no-match-share` of the fit (the
   probabilities assume about that share of tasks has no tool in the catalog);
-- the threshold: the highest probability of the best hit that keeps `--keep` of recall@k (k = `-k`, the
-  gateway's default) of the train tasks against their own catalogs (macro over sets).
+- the threshold, on what a search abstains on (the chance that one of its best five hits is relevant,
+  `toolscout.hits.abstains`): the highest that keeps `--keep` of recall@k (k = `-k`, the gateway's
+  default) of the train tasks against their own catalogs (macro over sets).
 
 Rebuild it after changing the default pipeline (encoder, fusion) or `toolscout.relevance.FEATURES`; the
 test splits are read only by `benchmarks/scores.py`, which reports how well it holds there.
@@ -97,12 +98,14 @@ def fit(own: dict, other: list, no_match_share: float):
 
 
 def threshold_for(model, own: dict, k: int, keep: float) -> float:
-    """The highest best-hit probability keeping `keep` of macro recall@k on the sets' own tasks."""
-    from toolscout.eval.calibration import AbstentionCase, choose_threshold
+    """The highest threshold on what a search abstains on (the chance that one of its best
+    `hits.ABSTAIN_DEPTH` is relevant) keeping `keep` of macro recall@k on the sets' own tasks."""
+    from toolscout.eval.calibration import AbstentionCase, any_relevant, choose_threshold
+    from toolscout.hits import ABSTAIN_DEPTH
     from toolscout.relevance import Calibration
 
     probe = Calibration(model, 0.0, {}, {})
-    cases = [AbstentionCase(name, float(probe.probabilities(f)[0]), float(labels[:k].sum() / n))
+    cases = [AbstentionCase(name, any_relevant(probe.probabilities(f)[:ABSTAIN_DEPTH]), float(labels[:k].sum() / n))
              for name, rows in own.items() for f, labels, n in rows if len(labels) and n]
     return choose_threshold(cases, keep)
 
@@ -133,8 +136,8 @@ def main(argv=None) -> int:
     threshold = threshold_for(model, own, args.k, args.keep)
     about = {"fitted_on": {name: len(rows) for name, rows in own.items()}, "elsewhere_tasks": len(other),
              "elsewhere_weight": round(weight_other, 6), "no_match_share": args.no_match_share,
-             "threshold_rule": f"the highest best-hit probability keeping {args.keep:.0%} of macro recall@{args.k} "
-                               "of train tasks against their own catalogs",
+             "threshold_rule": f"on the chance that one of the best five hits is relevant: the highest keeping "
+                               f"{args.keep:.0%} of macro recall@{args.k} of train tasks against their own catalogs",
              "command": "python scripts/build_calibration.py --data ../shared/data", "seed": args.seed}
     calibration = Calibration(model, round(threshold, 6), signature(scout.spec), about)
     out = args.out or CALIBRATION_DIR / "toolscout-tools.json"

@@ -10,6 +10,7 @@ from toolscout.eval.calibration import (
     AbstentionCase,
     LogisticModel,
     abstention,
+    any_relevant,
     choose_threshold,
     expected_calibration_error,
     reliability_table,
@@ -65,6 +66,11 @@ def test_logistic_fit_matches_a_reference_library():
 def test_logistic_fit_refuses_labels_of_one_kind():
     with pytest.raises(ValueError, match="both relevant and irrelevant"):
         LogisticModel.fit(("a",), np.ones((3, 1)), np.ones(3))
+
+
+def test_the_chance_that_one_of_several_is_relevant():
+    assert any_relevant([0.2, 0.2, 0.2]) == pytest.approx(1 - 0.8 ** 3)  # 0.488
+    assert any_relevant([0.5]) == 0.5 and any_relevant([]) == 0.0 and any_relevant([1.0, 0.3]) == 1.0
 
 
 def test_abstention_threshold_keeps_the_asked_share_of_recall():
@@ -130,22 +136,57 @@ def test_a_probability_does_not_depend_on_k(default_scout):
     assert [(h.tool.id, h.probability) for h in two] == [(h.tool.id, h.probability) for h in five[:2]]
 
 
-def test_min_probability_abstains_and_is_refused_without_a_calibration(default_scout, tools):
+def test_min_probability_abstains_where_hits_have_probabilities(default_scout, tools):
     from toolscout.errors import InvalidRequest
 
     assert default_scout.search("qwxzv plork", k=3, min_probability="calibrated") == []
     assert default_scout.search("what will the weather be tomorrow in Paris", k=3, min_probability="calibrated")
     assert default_scout.search("qwxzv plork", k=3, min_probability=0.0)
-    with pytest.raises(InvalidRequest, match="no calibration"):
-        ToolScout.from_tools(tools, retriever="bm25").search("weather", min_probability=0.5)
+    # no calibration, no probabilities: nothing to abstain on
+    assert ToolScout.from_tools(tools, retriever="bm25").search("weather", min_probability=0.99)
     with pytest.raises(InvalidRequest, match="from 0 to 1"):
         default_scout.search("weather", min_probability=1.5)
+
+
+def test_what_learning_lifts_for_a_task_carries_its_learned_probability(encoder):
+    from test_learning import RAIN, WEATHERISH, background, traffic
+
+    from toolscout.query import Query
+
+    scout = ToolScout.from_tools(WEATHERISH, encoder=encoder)
+    untaught = ToolScout.from_tools(WEATHERISH, encoder=encoder)
+    scout.learn(traffic(RAIN, "advice.umbrella", 50) + background())
+    task = "will I need a raincoat on Sunday"
+    learned = scout.learning.lifts([Query.of(task)], lambda _t: True, scout._namespace_of)[0]["advice.umbrella"][0]
+    before = next(h.probability for h in untaught.search(task, k=10, match_names=False)
+                  if h.tool.id == "advice.umbrella")
+    hits = scout.search(task, k=3, min_probability="calibrated")
+    assert hits[0].tool.id == "advice.umbrella"
+    # the deployment's own evidence is a probability of the same thing: the hit has at least it
+    assert hits[0].probability >= learned > before
+    assert [h.probability for h in hits] == sorted((h.probability for h in hits), reverse=True)
 
 
 def test_a_calibration_of_other_features_is_refused_with_the_fix():
     model = LogisticModel(("score",), (0.0,), (1.0,), (1.0,), 0.0)
     with pytest.raises(Exception, match="build_calibration.py"):
         Calibration(model, 0.2, {}, {})
+
+
+def test_near_twin_tools_split_their_probability_but_the_search_still_answers(encoder):
+    from conftest import sample_tools
+
+    twins = [Tool(f"{ns}.echo", "echo", "Echo the given text back to the caller.", namespace=ns)
+             for ns in ("alpha", "beta", "gamma")]
+    scout = ToolScout.from_tools(sample_tools() + twins, encoder=encoder)
+    task = "echo this text back"
+    hits = scout.search(task, k=5, match_names=False)
+    assert {h.tool.id for h in hits[:3]} == {t.id for t in twins}
+    # which of three equal tools the task needs, nobody can say: none is surely the one alone, but one of
+    # them likely is, and that is what abstention asks (hits.abstains)
+    twin_p = [h.probability for h in hits[:3]]
+    assert max(twin_p) < 0.6 and any_relevant(twin_p) > max(twin_p) + 0.2
+    assert scout.search(task, k=5, min_probability="calibrated")
 
 
 def test_the_nonsense_task_abstains_through_the_service(tmp_path, default_scout):

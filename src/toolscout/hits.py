@@ -4,9 +4,10 @@ A ranking (ids and scores from a retriever or a database) becomes the hits a cal
 the same for the Python API, the local server and the PostgreSQL server:
 
 1. tools the query *names* (`NameIndex`: `get_weather`, `getWeather`, one typo) come first, `match="name"`;
-2. then the ranked tools, unless the search abstains: the best score is below `min_score`, or the best
-   hit's probability below `min_probability` (a task no tool fits gets no ranked tools rather than k weak
-   ones), up to k hits in all;
+2. then the ranked tools, unless the search abstains: the best score is below `min_score`, or the chance
+   that one of the best `ABSTAIN_DEPTH` ranked tools is relevant (from their calibrated probabilities,
+   `eval.calibration.any_relevant`) is below `min_probability` (a task no tool fits gets no ranked tools
+   rather than k weak ones), up to k hits in all;
 3. then the `always_include` ids, after the k (`match="always"`).
 
 With `explain`, each hit also carries the query's words that its tool's text view contains (`matched_words`).
@@ -26,11 +27,16 @@ from dataclasses import dataclass, replace
 from typing import Any, Iterable, Mapping, Protocol, Sequence
 
 from .errors import InvalidRequest
+from .eval.calibration import any_relevant
 from .query import Query
 from .tool import Tool, split_identifier, tool_text
 
 MATCHES = ("retrieval", "name", "always")
 CALIBRATED = "calibrated"  # min_probability: the threshold chosen with the pipeline's calibration
+# min_probability gates the chance that one of this many best ranked tools is relevant, not the best one's
+# alone: near-twin tools (the same tool on three servers) split their probability, and one of them is
+# still likely right. Five: the gateway's k; the ranking behind probabilities is at least ten deep.
+ABSTAIN_DEPTH = 5
 
 
 @dataclass(frozen=True)
@@ -120,8 +126,9 @@ def assemble_hits(query: Query, ids: Sequence[str], scores: Sequence[float], nam
 
 
 def abstains(scores: Sequence[float], probabilities: Sequence[float] | None, policy: HitPolicy) -> bool:
-    """Whether a search leaves out its ranked tools: nothing was ranked, or the best is below a threshold
-    (`min_score` on the score; `min_probability` on the probability, where the ranking has them)."""
+    """Whether a search leaves out its ranked tools: nothing was ranked, or it is below a threshold
+    (`min_score` on the best score; `min_probability` on the chance that one of the best `ABSTAIN_DEPTH`
+    is relevant, where the ranking has probabilities)."""
     if policy.min_score is None and policy.min_probability is None:
         return False
     if not len(scores):
@@ -132,7 +139,7 @@ def abstains(scores: Sequence[float], probabilities: Sequence[float] | None, pol
         return False
     if isinstance(policy.min_probability, str):
         raise ValueError(f"min_probability {policy.min_probability!r} must be resolved to a number first")
-    return float(probabilities[0]) < policy.min_probability
+    return any_relevant(probabilities[:ABSTAIN_DEPTH]) < policy.min_probability
 
 
 def explained(query: str, hits: Sequence[Hit]) -> list[Hit]:

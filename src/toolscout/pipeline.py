@@ -20,6 +20,8 @@ from pathlib import Path
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
+import numpy as np
+
 from .artifacts import read_config, write_artifact
 from .benchmark import read_jsonl
 from .defaults import DEFAULT_INTENTS, DEFAULT_RETRIEVER
@@ -538,16 +540,24 @@ class ToolScout:
     def _ranked(self, queries: list[Query], k: int, filter: Filter | None) -> Results:
         """First stage (request by request for multi-request tasks), what was learned from use, then the
         reranker over the top `depth` (caller holds the read lock)."""
+        return self._ranked_and_lifted(queries, k, filter)[0]
+
+    def _ranked_and_lifted(self, queries: list[Query], k: int,
+                           filter: Filter | None) -> tuple[Results, list[dict[str, tuple[float, float]]] | None]:
+        """`_ranked`, and what learning lifted for each query (`LearnedChannel.lifts`; None when it is off)."""
         depth = k if self.reranker is None else max(k, self.reranker.depth)
+        lifts = None
         if not self.learning.active:
             candidates = self._first_stage(queries, depth, filter)
         else:
             base = self._first_stage(queries, max(depth, LEARNED_DEPTH), filter)
-            candidates = self.learning.rank(queries, base, depth, self._allows(filter), self._namespace_of)
+            allows = self._allows(filter)
+            lifts = self.learning.lifts(queries, allows, self._namespace_of)
+            candidates = self.learning.rank(queries, base, depth, allows, self._namespace_of, lifts=lifts)
         if self.reranker is not None:
             texts = [q.text for q in queries]
             candidates = self.reranker.rerank(texts, candidates, self._tools, self.retriever).top(k)
-        return self._below_replacements(candidates, filter)
+        return self._below_replacements(candidates, filter), lifts
 
     def _below_replacements(self, results: Results, filter: Filter | None) -> Results:
         """Each deprecated tool in `results` just below its replacement (`toolscout.deprecation`)."""
@@ -597,8 +607,8 @@ class ToolScout:
         `min_score` is the abstention threshold: when the best retrieved tool scores below it, no
         retrieved tool is returned (a task no tool fits gets an empty list, not k weak matches).
         `min_probability` does the same on the best hit's calibrated probability: a number in [0, 1], or
-        "calibrated" (`toolscout.hits.CALIBRATED`) for the threshold chosen with the calibration (none
-        when this pipeline has no calibration; a number then is an error).
+        "calibrated" (`toolscout.hits.CALIBRATED`) for the threshold chosen with the calibration. A pipeline
+        with no calibration gives no probabilities, and so never abstains on them (`calibration` is None).
         `match_names`: a query that is a tool's name, exactly or nearly (`get_weather`, `getWeather`,
         `weather.get_weather`, one typo), ranks that tool first, whatever the threshold (`match="name"`).
         `always_include`: tool ids returned after the ranked ones, not counted in k (`match="always"`);
@@ -617,8 +627,8 @@ class ToolScout:
         policy = replace(policy, min_probability=self._threshold(policy.min_probability))
         with self._lock.read():
             depth = policy.k if self.calibration is None else max(policy.k, RELEVANCE_DEPTH)
-            results = self._ranked(queries, depth, filter)
-            chances = self._probabilities(queries, results)
+            results, lifts = self._ranked_and_lifted(queries, depth, filter)
+            chances = self._probabilities(queries, results, lifts)
             results = results.top(policy.k)
             source = _CatalogSource(self, filter)
             return [assemble_hits(q, ids, scores, self._named(q.text, filter) if policy.match_names else [], policy,
@@ -633,17 +643,22 @@ class ToolScout:
         if isinstance(min_probability, str) or not 0.0 <= float(min_probability) <= 1.0:
             raise InvalidRequest(f"min_probability must be a number from 0 to 1 or {CALIBRATED!r}, got "
                                  f"{min_probability!r}")
-        if self.calibration is None:
-            raise InvalidRequest("min_probability needs hit probabilities, and no calibration was fitted for this "
-                                 "pipeline (docs/scores.md): use min_score, or the default pipeline")
         return float(min_probability)
 
-    def _probabilities(self, queries: list[Query], results: Results) -> list[Any]:
-        """Each ranking's calibrated probabilities (`toolscout.relevance`), or None per query without them."""
+    def _probabilities(self, queries: list[Query], results: Results, lifts: Sequence[Mapping] | None) -> list[Any]:
+        """Each ranking's calibrated probabilities (`toolscout.relevance`), or None per query without them. A
+        tool that learning lifted for the task (`lifts`) has at least its learned probability, the
+        deployment's own evidence that it serves such tasks (and the probabilities still never rise down the
+        list)."""
         calibration, dense = self.calibration, self._dense
         if calibration is None or dense is None:
             return [None] * len(queries)
-        return [calibration.probabilities(rows) for rows in features_of(dense, queries, results)]
+        out = [calibration.probabilities(rows) for rows in features_of(dense, queries, results)]
+        for p, (ids, _scores), lifted in zip(out, results, lifts or ()):
+            if lifted:
+                learned = np.array([lifted[t][0] if t in lifted else 0.0 for t in ids])
+                p[:] = np.minimum.accumulate(np.maximum(p, learned))
+        return out
 
     def _named(self, query: str, filter: Filter | None) -> list[str]:
         return [tid for tid in self._names.lookup(query)

@@ -16,8 +16,8 @@ A logistic model maps them to P(relevant) (`eval.calibration.LogisticModel`); do
 never rises (each is capped by the one above), so it orders hits as their scores do. The model is fitted
 offline on the dev sets' train splits, with tasks of one set searched against another set's catalog as
 tasks no tool fits, and ships as a small JSON file in `data/calibration/` with the threshold below which
-nothing is likely relevant (`python scripts/build_calibration.py` rebuilds it; docs/scores.md has the
-figures on the test splits). A calibration belongs to the pipeline it was fitted for (`applies_to`: the
+nothing is likely relevant (the chance that one of the best five hits is: `hits.abstains`). `python
+scripts/build_calibration.py` rebuilds it; docs/scores.md has the figures on the test splits. A calibration belongs to the pipeline it was fitted for (`applies_to`: the
 first stage, its fusion and encoder, no reranker): any other pipeline gets no probabilities.
 """
 
@@ -106,8 +106,9 @@ def features_of(part: Encoding, queries: Sequence[Query], results: Results) -> l
 @dataclass(frozen=True)
 class Calibration:
     """A fitted relevance model and what it is for. `applies_to`: the `signature` of the pipelines it
-    was fitted for; `threshold`: the best hit's probability below which a search abstains (chosen on train
-    splits); `about`: how it was made (data, rule, the command that rebuilds it)."""
+    was fitted for; `threshold`: below it a search abstains (on the chance that one of its best hits is
+    relevant, `hits.abstains`; chosen on train splits); `about`: how it was made (data, rule, the command
+    that rebuilds it)."""
 
     model: LogisticModel
     threshold: float

@@ -6,9 +6,10 @@
 - `expected_calibration_error` and `reliability_table`: how far predicted probabilities are from the
   observed rates, in equal-width bins (the share of items in a bin times |mean predicted − observed|,
   summed over bins).
-- `choose_threshold` / `abstention`: an abstention threshold on a query's best value (a score, or a
-  probability), chosen on train-split queries as the highest that keeps `keep` of the recall of queries the
-  catalog can serve, and what it does to queries it cannot serve (`AbstentionCase`).
+- `any_relevant`, `choose_threshold` / `abstention`: an abstention threshold on a query's best value (a
+  score, or the chance that one of its best hits is relevant), chosen on train-split queries as the highest
+  that keeps `keep` of the recall of queries the catalog can serve, and what it does to queries it cannot
+  serve (`AbstentionCase`).
 """
 
 from __future__ import annotations
@@ -141,6 +142,13 @@ def reliability_table(probabilities: Sequence[float], labels: Sequence[float],
 
 
 # -------------------------------------------------------------------------------- abstention
+
+def any_relevant(probabilities: Sequence[float]) -> float:
+    """The chance that at least one of several items is relevant, each with its own probability, taken as
+    independent: 1 − Π(1 − p). Three near-twin tools at 0.2 each make 0.49: one of them is likely right,
+    though which one is not."""
+    return float(1.0 - np.prod(1.0 - np.clip(np.asarray(probabilities, dtype=np.float64), 0.0, 1.0)))
+
 
 @dataclass(frozen=True)
 class AbstentionCase:
