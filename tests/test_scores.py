@@ -296,3 +296,19 @@ def _without(tool_id):
     from toolscout.results import Filter
 
     return Filter.make(exclude_ids=[tool_id])
+
+
+def test_min_probability_on_the_command_line():
+    import argparse
+
+    from toolscout.cli.serve import add_service_arguments, probability_threshold, service_options
+
+    assert probability_threshold("0.3") == 0.3 and probability_threshold("calibrated") == "calibrated"
+    with pytest.raises(argparse.ArgumentTypeError, match="from 0 to 1"):
+        probability_threshold("2")
+    parser = argparse.ArgumentParser()
+    add_service_arguments(parser)
+    for flags, expected in (([], "absent"), (["--min-probability", "off"], None),
+                            (["--min-probability", "0.4"], 0.4), (["--min-probability", "calibrated"], "calibrated")):
+        options = service_options(parser.parse_args(flags))
+        assert options.get("min_probability", "absent") == expected  # absent: serve off, the gateway calibrated
