@@ -118,7 +118,9 @@ def main(argv=None) -> int:
     parser.add_argument("--elsewhere", type=int, default=60,
                         help="tasks of each set ranked against each other set's catalog (default %(default)s)")
     parser.add_argument("--no-match-share", type=float, default=0.1, help="(default %(default)s)")
-    parser.add_argument("--keep", type=float, default=0.95, help="share of recall@k to keep (default %(default)s)")
+    parser.add_argument("--keep", type=float, default=0.98,
+                        help="share of recall@k to keep (default %(default)s: an agent left with nothing for a task a "
+                             "tool serves loses more than one shown weak tools with low probabilities)")
     parser.add_argument("-k", type=int, default=5, help="(default %(default)s: the gateway's)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=None, help="default: the packaged calibration")
