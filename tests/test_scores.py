@@ -312,3 +312,22 @@ def test_min_probability_on_the_command_line():
                             (["--min-probability", "0.4"], 0.4), (["--min-probability", "calibrated"], "calibrated")):
         options = service_options(parser.parse_args(flags))
         assert options.get("min_probability", "absent") == expected  # absent: serve off, the gateway calibrated
+
+
+def test_http_search_answers_each_hit_with_its_probability(tmp_path, default_scout):
+    from starlette.testclient import TestClient
+
+    from toolscout.serve import ToolService, create_app
+
+    default_scout.save(tmp_path / "idx")
+    with ToolService.open(tmp_path / "idx", fsync=False, batch_workers=0) as service:
+        client = TestClient(create_app(service))
+        body = client.post("/search", json={"query": "what will the weather be tomorrow in Paris", "k": 3}).json()
+        hits = body["results"][0]["hits"]
+        assert hits[0]["id"] == "weather.get_forecast" and 0 < hits[0]["probability"] <= 1
+        assert [h["probability"] for h in hits] == sorted((h["probability"] for h in hits), reverse=True)
+        nonsense = client.post("/search", json={"query": "qwxzv plork", "min_probability": 0.3}).json()["results"][0]
+        assert nonsense["abstained"] and nonsense["hits"] == []
+        assert client.post("/search", json={"query": "qwxzv plork"}).json()["results"][0]["hits"]  # serve: off
+        schema = client.get("/openapi.json").json()["components"]["schemas"]
+        assert "probability" in schema["HitOut"]["properties"] and "min_probability" in schema["SearchRequest"]["properties"]
