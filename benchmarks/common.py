@@ -112,6 +112,70 @@ def _plain(value):
 
 # ---------------------------------------------------------------------- encoding and quality checks
 
+class CachingEncoder:
+    """Wraps an `Encoder`: vectors of texts seen before come from an on-disk cache (keyed by the model
+    name and a hash of the text), the rest are encoded and added. Call `flush()` to write the cache."""
+
+    def __init__(self, encoder: Any, folder: str | os.PathLike):
+        self.encoder = encoder
+        self.name = encoder.name
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.backend_in_use = getattr(encoder, "backend_in_use", None)  # what an index built with it records
+        tag = hashlib.sha1(f"{encoder.name}|{getattr(encoder, 'path', '')}|{self.backend_in_use}".encode()).hexdigest()[:12]
+        self._file = self.folder / f"{tag}.npz"
+        self._index: dict[str, int] = {}
+        self._vectors = np.zeros((0, encoder.dim), dtype=np.float32)
+        if self._file.exists():
+            with np.load(self._file) as data:
+                keys, vectors = list(data["keys"]), data["vectors"]
+            if len(keys) == len(vectors):
+                self._index = {str(k): i for i, k in enumerate(keys)}
+                self._vectors = vectors
+        self._dirty = False
+
+    @property
+    def dim(self) -> int:
+        return self.encoder.dim
+
+    @staticmethod
+    def _key(text: str) -> str:
+        return hashlib.sha1(text.encode("utf-8")).hexdigest()
+
+    def encode(self, texts: Sequence[str], batch_size: int = 64, show_progress: bool = False) -> np.ndarray:
+        keys = [self._key(t) for t in texts]
+        missing = list(dict.fromkeys(k for k in keys if k not in self._index))
+        if missing:
+            first = {k: t for k, t in zip(reversed(keys), reversed(list(texts)))}
+            vectors = self.encoder.encode([first[k] for k in missing], batch_size=batch_size, show_progress=show_progress)
+            start = len(self._vectors)
+            self._vectors = np.concatenate([self._vectors, vectors.astype(np.float32)])
+            self._index.update({k: start + i for i, k in enumerate(missing)})
+            self._dirty = True
+        return self._vectors[[self._index[k] for k in keys]]
+
+    def encode_queries(self, queries: Sequence) -> np.ndarray:
+        """As the wrapped `Encoder`'s: transcripts weigh in their latest turn (`toolscout.conversation`);
+        a request cut from a task is embedded alone (the cache is keyed by text: no late chunking)."""
+        from toolscout.conversation import emphasise_latest_turn
+        from toolscout.query import as_queries
+
+        queries = as_queries(queries)
+        return emphasise_latest_turn(self.encode([q.text for q in queries]), [q.latest_turn for q in queries],
+                                     self.encode, self.encoder.latest_turn_weight)
+
+    def flush(self) -> None:
+        """Write the cache (one file, replaced atomically: concurrent runs cannot leave it half written)."""
+        if not self._dirty:
+            return
+        keys = np.array(sorted(self._index, key=self._index.get))
+        tmp = self._file.with_name(f".{self._file.stem}.{os.getpid()}.tmp.npz")
+        np.savez(tmp, keys=keys, vectors=self._vectors)
+        os.replace(tmp, self._file)
+        self._dirty = False
+
+
+
 def encode_ms(encode: Callable[[list[str]], object], tasks: Sequence[str]) -> float:
     """Median milliseconds of `encode([task])` over `tasks` (bypass any query cache first)."""
     times = []

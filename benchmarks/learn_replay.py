@@ -234,7 +234,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     from toolscout.retrievers.dense import encoder_for
-    from toolscout.serve.abstain import CachingEncoder
+    from common import CachingEncoder
 
     print(machine_line(), file=sys.stderr)
     work = Path(args.work or tempfile.mkdtemp(prefix="toolscout-replay-"))

@@ -57,7 +57,7 @@ def build_index(args) -> Path:
     from toolscout.pipeline import ToolScout
     from toolscout.retrievers.base import retriever_class
     from toolscout.retrievers.dense import encoder_for
-    from toolscout.serve.abstain import CachingEncoder
+    from common import CachingEncoder
 
     index = Path(args.work) / "index"
     if (index / "CURRENT").exists():

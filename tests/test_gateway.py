@@ -393,6 +393,9 @@ def test_a_token_scoped_to_one_namespace_can_neither_find_nor_call_another(gatew
     async def session():
         async with mcp_http(url, ALPHA_ONLY) as client:
             result = await client.call_tool("search_tools", {"task": "what time is it in Tokyo", "k": 10})
+            # nothing in alpha tells the time: the gateway may abstain, and never shows another namespace
+            assert {t["namespace"] for t in result.structured_content["tools"]} <= {"alpha"}
+            result = await client.call_tool("search_tools", {"task": "echo my text back", "k": 10})
             assert {t["namespace"] for t in result.structured_content["tools"]} == {"alpha"}
             call = await client.call_tool("call_tool", {"name": "time.get_current_time",
                                                         "arguments": {"timezone": "UTC"}})

@@ -287,3 +287,46 @@ def test_the_mcp_body_limit_is_its_own_and_answers_a_json_rpc_error():
         assert "1000 bytes (the server's --mcp-max-body)" in refused.json()["error"]["message"]
     api = client.post("/search", content=b"x" * 101, headers={"content-type": "application/json"})
     assert api.status_code == 413 and api.json()["error"]["type"] == "payload_too_large"  # the API's own shape
+
+
+# ------------------------------------------------------------------------------------- abstention by default
+
+def test_the_gateway_abstains_by_default_when_no_tool_is_likely_relevant(tmp_path):
+    """A gateway's searches carry each hit's probability and answer a nonsense task with nothing: its service
+    abstains on the calibration's threshold unless told otherwise."""
+    import anyio
+    from conftest import sample_tools
+
+    from toolscout.gateway.config import parse_config
+    from toolscout.gateway.mcp_server import _found
+    from toolscout.gateway.runtime import GatewaySettings, open_gateway
+    from toolscout.hits import CALIBRATED
+    from toolscout.serve.service import ADMIN
+
+    tools = sample_tools()
+    # one (never started) server per namespace of the tools, so that search may return them
+    servers = {ns: {"command": sys.executable} for ns in {t.namespace for t in tools}}
+    config = parse_config({"mcpServers": servers}, tmp_path / "servers.json", {})
+    gateway = open_gateway(config, GatewaySettings(index=tmp_path / "idx"))
+    try:
+        assert gateway.service.min_probability == CALIBRATED
+        gateway.service.upsert(tools)
+
+        async def search(task):
+            return await gateway.search(task, 5, principal=ADMIN, session="s")
+
+        assert anyio.run(search, "qwxzv plork") == []
+        hits = anyio.run(search, "what will the weather be tomorrow in Paris")
+        assert hits[0].tool.id == "weather.get_forecast"
+        found = [_found(h.to_dict()) for h in hits]
+        assert all(0 <= f["probability"] <= 1 for f in found)
+        assert found[0]["probability"] > gateway.service.catalog.scout.calibration.threshold
+    finally:
+        gateway.close()
+        gateway.service.close()
+    off = open_gateway(config, GatewaySettings(index=tmp_path / "idx", service={"min_probability": None}))
+    try:
+        assert off.service.search("qwxzv plork", k=5)  # --min-probability off: every search answers
+    finally:
+        off.close()
+        off.service.close()

@@ -293,25 +293,6 @@ def test_journal_append_and_replay_roundtrip(tmp_path):
     assert [(r["seq"], r["op"]) for r in records] == [(1, "base"), (2, "delete")]
 
 
-def test_abstention_threshold_keeps_the_asked_share_of_recall():
-    from toolscout.serve.abstain import Scored, choose_threshold, evaluate
-
-    # set a: recall 1 at top scores .9 .8 .7 .6; set b: recall 1 at .5, recall 0 at .4; no-match tops below
-    rows = [Scored("a", "train", s, 1.0, n) for s, n in ((.9, .3), (.8, .65), (.7, .2), (.6, .55))]
-    rows += [Scored("b", "train", .5, 1.0, .1), Scored("b", "train", .4, 0.0, .45)]
-    # macro recall without abstention: (1 + 0.5) / 2 = 0.75. At t=.6: a keeps 1, b keeps 0 -> 0.5 (67%);
-    # at t=.5: a 1, b 0.5 -> 0.75 (100%). keep=0.9 -> the highest threshold with >= 0.675 is 0.5.
-    assert choose_threshold(rows, keep=0.9) == 0.5
-    assert choose_threshold(rows, keep=0.6) == 0.6
-    report = evaluate(rows, 0.5)
-    assert report["queries"] == 6
-    assert report["nomatch_abstained"] == pytest.approx(100 * 4 / 6)  # .3 .2 .1 .45 are below .5; .65 .55 not
-    assert report["normal_answered"] == pytest.approx(100 * 5 / 6)  # all but the .4
-    assert report["recall_without_abstention"] == pytest.approx(100 * 5 / 6)
-    assert report["recall"] == pytest.approx(100 * 5 / 6)  # the query dropped (.4) had recall 0 anyway
-    assert evaluate(rows, 0.75)["recall"] == pytest.approx(100 * 2 / 6)
-
-
 def test_answers_are_cached_per_catalog_version_and_never_served_after_a_write(tmp_path, tools):
     svc = ToolService.open(make_dir(tmp_path, tools), fsync=False)
     first = svc.search("translate text between languages", k=3)

@@ -4,11 +4,16 @@ A ranking (ids and scores from a retriever or a database) becomes the hits a cal
 the same for the Python API, the local server and the PostgreSQL server:
 
 1. tools the query *names* (`NameIndex`: `get_weather`, `getWeather`, one typo) come first, `match="name"`;
-2. then the ranked tools, unless the best score is below the abstention threshold `min_score` (a task no
-   tool fits gets no ranked tools rather than k weak ones), up to k hits in all;
+2. then the ranked tools, unless the search abstains: the best score is below `min_score`, or the chance
+   that one of the best `ABSTAIN_DEPTH` ranked tools is relevant (from their calibrated probabilities,
+   `eval.calibration.any_relevant`) is below `min_probability` (a task no tool fits gets no ranked tools
+   rather than k weak ones), up to k hits in all;
 3. then the `always_include` ids, after the k (`match="always"`).
 
 With `explain`, each hit also carries the query's words that its tool's text view contains (`matched_words`).
+Each ranked hit carries its calibrated `probability` when the pipeline has one (`toolscout.relevance`);
+`min_probability=CALIBRATED` asks for the threshold shipped with that calibration (the pipeline resolves
+it before the hits are assembled).
 
 Where the tools and the scores of tools the ranking did not return come from is the storage's business
 (`HitSource`); the order of the steps is decided here only.
@@ -22,10 +27,16 @@ from dataclasses import dataclass, replace
 from typing import Any, Iterable, Mapping, Protocol, Sequence
 
 from .errors import InvalidRequest
+from .eval.calibration import any_relevant
 from .query import Query
 from .tool import Tool, split_identifier, tool_text
 
 MATCHES = ("retrieval", "name", "always")
+CALIBRATED = "calibrated"  # min_probability: the threshold chosen with the pipeline's calibration
+# min_probability gates the chance that one of this many best ranked tools is relevant, not the best one's
+# alone: near-twin tools (the same tool on three servers) split their probability, and one of them is
+# still likely right. Five: the gateway's k; the ranking behind probabilities is at least ten deep.
+ABSTAIN_DEPTH = 5
 
 
 @dataclass(frozen=True)
@@ -36,6 +47,10 @@ class Hit:
     the tool, so it ranks first) or "always" (listed in `always_include`). `matched`: the query's words
     found in the tool's text view, when the search asked to explain (None otherwise). `available`: whether
     the server that runs the tool answers now, where that is known (the gateway; None otherwise).
+    `probability`: the calibrated probability that the tool is one the task needs (`toolscout.relevance`),
+    comparable across tasks and catalogs; None when the pipeline has no calibration, or for a tool the
+    ranking did not return (a name match or an always-included tool outside it). The score orders hits;
+    the probability says how likely each is right.
     """
 
     tool: Tool
@@ -44,6 +59,7 @@ class Hit:
     match: str = "retrieval"
     matched: tuple[str, ...] | None = None
     available: bool | None = None
+    probability: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The hit as JSON, as every interface shows it (HTTP, MCP, `toolscout search --json`)."""
@@ -57,15 +73,19 @@ class Hit:
             out["matched"] = list(self.matched)
         if self.available is not None:
             out["available"] = self.available
+        if self.probability is not None:
+            out["probability"] = round(float(self.probability), 4)
         return out
 
 
 @dataclass(frozen=True)
 class HitPolicy:
-    """What one search asks for beyond its ranking (see the module doc)."""
+    """What one search asks for beyond its ranking (see the module doc). `min_probability`: a probability,
+    `CALIBRATED`, or None (no threshold)."""
 
     k: int
     min_score: float | None = None
+    min_probability: float | str | None = None
     always_include: tuple[str, ...] = ()
     match_names: bool = True
     explain: bool = False
@@ -84,13 +104,14 @@ class HitSource(Protocol):
 
 
 def assemble_hits(query: Query, ids: Sequence[str], scores: Sequence[float], named: Sequence[str],
-                  policy: HitPolicy, source: HitSource) -> list[Hit]:
-    """The hits of one query from its ranking (`ids`, `scores`, best first) and the ids it names (`named`,
-    already within the search's filter). `explain` lists the words of the text search read."""
+                  policy: HitPolicy, source: HitSource, probabilities: Sequence[float] | None = None) -> list[Hit]:
+    """The hits of one query from its ranking (`ids`, `scores`, best first; `probabilities`: the ranked
+    tools' calibrated probabilities, None without a calibration) and the ids it names (`named`, already
+    within the search's filter). `explain` lists the words of the text search read."""
     retrieved = {tid: float(s) for tid, s in zip(ids, scores)}
+    chance = {} if probabilities is None else {tid: float(p) for tid, p in zip(ids, probabilities)}
     chosen: dict[str, str] = dict.fromkeys(named[: policy.k], "name")
-    abstain = policy.min_score is not None and (not len(scores) or float(scores[0]) < policy.min_score)
-    if not abstain:
+    if not abstains(scores, probabilities, policy):
         ranked = [tid for tid in retrieved if tid not in chosen][: policy.k - len(chosen)]
         chosen.update(dict.fromkeys(ranked, "retrieval"))
     for tid in policy.always_include:
@@ -99,9 +120,26 @@ def assemble_hits(query: Query, ids: Sequence[str], scores: Sequence[float], nam
     unranked = [tid for tid in chosen if tid in tools and tid not in retrieved]
     extra = source.scores(query, unranked) if unranked else {}
     present = [(tid, match) for tid, match in chosen.items() if tid in tools]
-    hits = [Hit(tools[tid], retrieved[tid] if tid in retrieved else float(extra.get(tid, 0.0)), rank, match)
-            for rank, (tid, match) in enumerate(present, 1)]
+    hits = [Hit(tools[tid], retrieved[tid] if tid in retrieved else float(extra.get(tid, 0.0)), rank, match,
+                probability=chance.get(tid)) for rank, (tid, match) in enumerate(present, 1)]
     return explained(query.text, hits) if policy.explain else hits
+
+
+def abstains(scores: Sequence[float], probabilities: Sequence[float] | None, policy: HitPolicy) -> bool:
+    """Whether a search leaves out its ranked tools: nothing was ranked, or it is below a threshold
+    (`min_score` on the best score; `min_probability` on the chance that one of the best `ABSTAIN_DEPTH`
+    is relevant, where the ranking has probabilities)."""
+    if policy.min_score is None and policy.min_probability is None:
+        return False
+    if not len(scores):
+        return True
+    if policy.min_score is not None and float(scores[0]) < policy.min_score:
+        return True
+    if policy.min_probability is None or probabilities is None:
+        return False
+    if isinstance(policy.min_probability, str):
+        raise ValueError(f"min_probability {policy.min_probability!r} must be resolved to a number first")
+    return any_relevant(probabilities[:ABSTAIN_DEPTH]) < policy.min_probability
 
 
 def explained(query: str, hits: Sequence[Hit]) -> list[Hit]:
@@ -172,6 +210,10 @@ class NameIndex:
                         keys.discard(key)
                         if not keys:
                             del self._grams[gram]
+
+    def exact(self, name: str) -> list[str]:
+        """Ids of the tools whose name, title, id or `namespace.name` is `name` (after normalising)."""
+        return list(self._exact.get(self.squash(name), ()))
 
     def lookup(self, query: str) -> list[str]:
         """Ids of the tools `query` names (best match first), or [] when it names none."""

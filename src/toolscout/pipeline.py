@@ -20,19 +20,24 @@ from pathlib import Path
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
+import numpy as np
+
 from .artifacts import read_config, write_artifact
 from .benchmark import read_jsonl
 from .defaults import DEFAULT_INTENTS, DEFAULT_RETRIEVER
+from .deprecation import Deprecation, deprecation_of, rank_below_replacements
 from .encoders.fast import fast_query_kind, tier_of
-from .errors import FastQueriesUnavailable, NotFound, ToolScoutError
+from .errors import FastQueriesUnavailable, InvalidRequest, NotFound, ToolScoutError
 from .feedback import FeedbackEvent, LearnResult, Usage, UsageLedger
-from .hits import Hit, HitPolicy, NameIndex, assemble_hits, checked_k, checked_queries
+from .hits import CALIBRATED, Hit, HitPolicy, NameIndex, assemble_hits, checked_k, checked_queries
 from .intents import IntentMerge
 from .learning import LearnedChannel, LearningSettings, Lesson, Scored
 from .learning.channel import DEPTH as LEARNED_DEPTH
 from .learning.scorecard import DEPTH as SCORED_DEPTH
 from .learning.space import space_for
 from .query import Query, as_queries
+from .relevance import DEPTH as RELEVANCE_DEPTH
+from .relevance import Calibration, dense_part, features_of, shipped_calibration
 from .rerank.base import Reranker, load_reranker
 from .results import Filter, Results
 from .retrievers.base import Retriever, encoding_parts, load_retriever, make_retriever, task_encoders
@@ -104,6 +109,11 @@ class ToolScout:
     With a `reranker` (see `toolscout.rerank`), the first stage's top `reranker.depth` candidates (or k,
     when larger) go to the reranker, whose order and scores are the answer; it never adds or drops a tool.
 
+    A tool that says it is deprecated ranks just below the tool it names as its replacement, when the
+    catalog has that tool (`toolscout.deprecation`; `demote_deprecated = False` turns this off). Hits carry
+    a calibrated `probability` when a calibration was fitted for this pipeline (`calibration`, found by
+    `toolscout.relevance.shipped_calibration`; None otherwise).
+
     Writes (`add`, `remove`) and reads may come from different threads: searches run concurrently
     under a shared lock, a write takes it exclusively, and each search sees the catalog either before
     or after a write, never half of one.
@@ -125,8 +135,13 @@ class ToolScout:
                 self.retriever.index(list(self._tools.values()))
         self._names = NameIndex(self._tools.values())
         self._name_counts = Counter(t.name for t in self._tools.values())
+        self._deprecated: dict[str, Deprecation] = {}  # id -> what a deprecated tool says (replacement name)
+        self._note_deprecations(self._tools.values())
+        self.demote_deprecated = True
         self.saved_config: dict[str, Any] = {}  # config.json of the directory this was loaded from
         self._saved_tier: str | None = None  # the fast tier `save` records: use_fast_queries's, or as loaded
+        self.calibration: Calibration | None = shipped_calibration(self.spec)
+        self._dense = dense_part(retriever) if self.calibration is not None else None  # what the features read
 
     # construction ------------------------------------------------------------------------
     @classmethod
@@ -357,6 +372,15 @@ class ToolScout:
             self._names.add(tool)
             self._name_counts[tool.name] += 1
             self._tools[tool.id] = tool
+        self._note_deprecations(tools)
+
+    def _note_deprecations(self, tools: Iterable[Tool]) -> None:
+        for tool in tools:
+            said = deprecation_of(tool)
+            if said is None:
+                self._deprecated.pop(tool.id, None)
+            else:
+                self._deprecated[tool.id] = said
 
     def _drop(self, ids: Iterable[str]) -> None:
         """Known tool ids out of the catalog and its name indexes (write lock held)."""
@@ -364,6 +388,7 @@ class ToolScout:
             old = self._tools.pop(tool_id)
             self._names.remove(old)
             self._name_counts[old.name] -= 1
+            self._deprecated.pop(tool_id, None)
 
     # learning from use ---------------------------------------------------------------------
     def learn(self, events: Iterable[FeedbackEvent | Mapping[str, Any]]) -> LearnResult:
@@ -515,16 +540,56 @@ class ToolScout:
     def _ranked(self, queries: list[Query], k: int, filter: Filter | None) -> Results:
         """First stage (request by request for multi-request tasks), what was learned from use, then the
         reranker over the top `depth` (caller holds the read lock)."""
+        return self._ranked_and_lifted(queries, k, filter)[0]
+
+    def _ranked_and_lifted(self, queries: list[Query], k: int,
+                           filter: Filter | None) -> tuple[Results, list[dict[str, tuple[float, float]]] | None]:
+        """`_ranked`, and what learning lifted for each query (`LearnedChannel.lifts`; None when it is off)."""
         depth = k if self.reranker is None else max(k, self.reranker.depth)
+        lifts = None
         if not self.learning.active:
             candidates = self._first_stage(queries, depth, filter)
         else:
             base = self._first_stage(queries, max(depth, LEARNED_DEPTH), filter)
-            candidates = self.learning.rank(queries, base, depth, self._allows(filter), self._namespace_of)
-        if self.reranker is None:
-            return candidates
-        texts = [q.text for q in queries]
-        return self.reranker.rerank(texts, candidates, self._tools, self.retriever).top(k)
+            allows = self._allows(filter)
+            lifts = self.learning.lifts(queries, allows, self._namespace_of)
+            candidates = self.learning.rank(queries, base, depth, allows, self._namespace_of, lifts=lifts)
+        if self.reranker is not None:
+            texts = [q.text for q in queries]
+            candidates = self.reranker.rerank(texts, candidates, self._tools, self.retriever).top(k)
+        return self._below_replacements(candidates, filter), lifts
+
+    def _below_replacements(self, results: Results, filter: Filter | None) -> Results:
+        """Each deprecated tool in `results` just below its replacement (`toolscout.deprecation`)."""
+        if not self.demote_deprecated or not self._deprecated:
+            return results
+        allows = self._allows(filter)
+
+        def successor(tool_id: str) -> str | None:
+            said = self._deprecated.get(tool_id)
+            return None if said is None or said.replacement is None else \
+                self._replacement_of(tool_id, said.replacement, allows)
+
+        ranked = [rank_below_replacements(ids, scores, successor) if any(t in self._deprecated for t in ids)
+                  else (ids, scores) for ids, scores in results]
+        return Results(tuple(ids for ids, _ in ranked), tuple(scores for _, scores in ranked))
+
+    def replacements(self) -> dict[str, str | None]:
+        """Each tool that says it is deprecated, with the id of the catalog tool that replaces it (None when
+        it names none, or none the catalog has): what `demote_deprecated` acts on."""
+        with self._lock.read():
+            return {tool_id: None if said.replacement is None else
+                    self._replacement_of(tool_id, said.replacement, lambda _t: True)
+                    for tool_id, said in self._deprecated.items()}
+
+    def _replacement_of(self, tool_id: str, name: str, allows: Callable[[str], bool]) -> str | None:
+        """The one tool `name` names that a search may return, preferring the deprecated tool's namespace
+        (None when there is none, or several)."""
+        found = [t for t in self._names.exact(name) if t != tool_id and allows(t)]
+        namespace = self._tools[tool_id].namespace
+        same = [t for t in found if self._tools[t].namespace == namespace]
+        chosen = same or found
+        return chosen[0] if len(chosen) == 1 else None
 
     def _first_stage(self, queries: list[Query], depth: int, filter: Filter | None) -> Results:
         """The untaught ranking: the retriever, request by request for multi-request tasks."""
@@ -534,13 +599,16 @@ class ToolScout:
 
     def search(self, query: str | Sequence[str], k: int = 5, *, namespaces: Iterable[str] | None = None,
                filter: Filter | None = None, min_score: float | None = None,
-               always_include: Iterable[str] = (), match_names: bool = True,
-               explain: bool = False) -> list[Hit] | list[list[Hit]]:
+               min_probability: float | str | None = None, always_include: Iterable[str] = (),
+               match_names: bool = True, explain: bool = False) -> list[Hit] | list[list[Hit]]:
         """The k best tools for `query`, best first; a list of queries gives one list per query.
 
         `namespaces` restricts results to tools in those namespaces (and so does `filter`; both apply).
         `min_score` is the abstention threshold: when the best retrieved tool scores below it, no
         retrieved tool is returned (a task no tool fits gets an empty list, not k weak matches).
+        `min_probability` does the same on the best hit's calibrated probability: a number in [0, 1], or
+        "calibrated" (`toolscout.hits.CALIBRATED`) for the threshold chosen with the calibration. A pipeline
+        with no calibration gives no probabilities, and so never abstains on them (`calibration` is None).
         `match_names`: a query that is a tool's name, exactly or nearly (`get_weather`, `getWeather`,
         `weather.get_weather`, one typo), ranks that tool first, whatever the threshold (`match="name"`).
         `always_include`: tool ids returned after the ranked ones, not counted in k (`match="always"`);
@@ -548,19 +616,49 @@ class ToolScout:
         the query's words found in its tool's text view. (`toolscout.hits` has the policy.)
         """
         queries = checked_queries(query)
-        policy = HitPolicy(checked_k(k), min_score, tuple(dict.fromkeys(always_include)), bool(match_names),
-                           bool(explain))
+        policy = HitPolicy(checked_k(k), min_score, min_probability, tuple(dict.fromkeys(always_include)),
+                           bool(match_names), bool(explain))
         hits = self._hits(queries, Filter.restrict(filter, namespaces), policy)
         return hits[0] if isinstance(query, str) else hits
 
     def _hits(self, queries: Sequence[str | Query], filter: Filter | None, policy: HitPolicy) -> list[list[Hit]]:
         """`search` of checked queries: the ranking, name matches and tools all from one read of the catalog."""
         queries = as_queries(queries)
+        policy = replace(policy, min_probability=self._threshold(policy.min_probability))
         with self._lock.read():
-            results = self._ranked(queries, policy.k, filter)
+            depth = policy.k if self.calibration is None else max(policy.k, RELEVANCE_DEPTH)
+            results, lifts = self._ranked_and_lifted(queries, depth, filter)
+            chances = self._probabilities(queries, results, lifts)
+            results = results.top(policy.k)
             source = _CatalogSource(self, filter)
             return [assemble_hits(q, ids, scores, self._named(q.text, filter) if policy.match_names else [], policy,
-                                  source) for q, (ids, scores) in zip(queries, results)]
+                                  source, p) for q, (ids, scores), p in zip(queries, results, chances)]
+
+    def _threshold(self, min_probability: float | str | None) -> float | None:
+        """`min_probability` as a number: "calibrated" is the calibration's threshold (None without one)."""
+        if min_probability is None:
+            return None
+        if min_probability == CALIBRATED:
+            return None if self.calibration is None else self.calibration.threshold
+        if isinstance(min_probability, str) or not 0.0 <= float(min_probability) <= 1.0:
+            raise InvalidRequest(f"min_probability must be a number from 0 to 1 or {CALIBRATED!r}, got "
+                                 f"{min_probability!r}")
+        return float(min_probability)
+
+    def _probabilities(self, queries: list[Query], results: Results, lifts: Sequence[Mapping] | None) -> list[Any]:
+        """Each ranking's calibrated probabilities (`toolscout.relevance`), or None per query without them. A
+        tool that learning lifted for the task (`lifts`) has at least its learned probability, the
+        deployment's own evidence that it serves such tasks (and the probabilities still never rise down the
+        list)."""
+        calibration, dense = self.calibration, self._dense
+        if calibration is None or dense is None:
+            return [None] * len(queries)
+        out = [calibration.probabilities(rows) for rows in features_of(dense, queries, results)]
+        for p, (ids, _scores), lifted in zip(out, results, lifts or ()):
+            if lifted:
+                learned = np.array([lifted[t][0] if t in lifted else 0.0 for t in ids])
+                p[:] = np.minimum.accumulate(np.maximum(p, learned))
+        return out
 
     def _named(self, query: str, filter: Filter | None) -> list[str]:
         return [tid for tid in self._names.lookup(query)

@@ -61,8 +61,12 @@ def add_access_arguments(p: argparse.ArgumentParser) -> None:
 def add_service_arguments(p: argparse.ArgumentParser) -> None:
     """What the service core does with searches and feedback, shared by serve and gateway."""
     p.add_argument("--min-score", type=float, default=None,
-                   help="abstention threshold: return no tool when the best scores below it "
-                        "(calibrate with `python -m toolscout.serve.abstain`)")
+                   help="abstention threshold on the score: return no tool when the best scores below it "
+                        "(a score belongs to one pipeline: benchmarks/abstain.py calibrates one)")
+    p.add_argument("--min-probability", type=probability_threshold, default=None, metavar="P|calibrated|off",
+                   help="abstention threshold on the best hit's calibrated probability (docs/scores.md): a number "
+                        "from 0 to 1, 'calibrated' for the threshold chosen with the calibration, or 'off' "
+                        "(default: off for serve, calibrated for gateway)")
     p.add_argument("--max-body", type=int, default=1 << 20, metavar="BYTES",
                    help="largest request body the API's routes accept (default %(default)s)")
     p.add_argument("--mcp-max-body", type=int, default=64 << 20, metavar="BYTES",
@@ -96,8 +100,24 @@ def service_options(args: argparse.Namespace) -> dict:
 
     limits = FeedbackLimits(rate=args.feedback_rate or None, burst=args.feedback_burst,
                             volume=args.feedback_volume or None)
-    return {"fsync": not args.no_fsync, "min_score": args.min_score, "batch_workers": args.batch_workers,
-            "limits": limits, "feedback_cap": args.feedback_cap}
+    options = {"fsync": not args.no_fsync, "min_score": args.min_score, "batch_workers": args.batch_workers,
+               "limits": limits, "feedback_cap": args.feedback_cap}
+    if args.min_probability is not None:  # given: "off" is None, else a number or "calibrated"
+        options["min_probability"] = None if args.min_probability == "off" else args.min_probability
+    return options
+
+
+def probability_threshold(text: str) -> float | str:
+    """--min-probability: a number from 0 to 1, "calibrated" or "off"."""
+    if text in ("calibrated", "off"):
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number from 0 to 1, 'calibrated' or 'off', got {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"a probability is from 0 to 1, got {value}")
+    return value
 
 
 def single_threaded_math() -> None:

@@ -2,9 +2,11 @@
 every upstream's.
 
 - `search_tools(task, k=5, namespaces=None)`: the best tools for a task, as `toolscout serve` ranks them,
-  each with its id, name, namespace (the upstream), description, input schema, score, match and
-  `available` (whether its upstream answers now); `abstained` when no tool fits; `not_searchable`: the
-  upstreams whose tools it could not search (still starting once the gateway waited for them, or down).
+  each with its id, name, namespace (the upstream), description, input schema, score, `probability` (how
+  likely it is a tool the task needs, calibrated), match and `available` (whether its upstream answers
+  now); `abstained` when no tool is likely relevant (the gateway abstains by default: `gateway/runtime.py`);
+  `not_searchable`: the upstreams whose tools it could not search (still starting once the gateway waited
+  for them, or down).
 - `call_tool(name, arguments)`: forwards the call to the upstream that runs the tool (`name` is an id that
   `search_tools` returned, or a bare tool name that only one tool carries) and returns its result as it
   came: content blocks, `structuredContent`, `isError`. A call that cannot be forwarded is an error result

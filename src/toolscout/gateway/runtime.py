@@ -33,6 +33,7 @@ import anyio
 
 from ..artifacts import POINTER
 from ..errors import ToolScoutError
+from ..hits import CALIBRATED
 from ..pipeline import ToolScout
 from ..serve.service import ToolService
 from .attribution import DEFAULT_RULE, DEFAULT_WINDOW, CallAttribution
@@ -55,7 +56,8 @@ FLUSH_S = 0.1  # after shutting calls down over stdio: time for their answers to
 @dataclass(frozen=True)
 class GatewaySettings:
     """How to run a gateway, beyond its config (the CLI's flags). `service`: options for `ToolService.open`
-    (fsync, min_score, batch_workers, limits, feedback_cap)."""
+    (fsync, min_score, min_probability (default: the calibration's threshold), batch_workers, limits,
+    feedback_cap)."""
 
     index: Path
     store: str | None = None
@@ -92,10 +94,12 @@ def open_gateway(config: GatewayConfig, settings: GatewaySettings) -> Gateway:
 def open_service(settings: GatewaySettings) -> ToolService:
     """The service over the gateway's index: its directory (made if new), or its PostgreSQL tenant (a new table
     configured with the default pipeline)."""
+    # a gateway abstains by default when no tool is likely relevant (the calibration's threshold)
+    options = {"min_probability": CALIBRATED, **settings.service}
     if settings.store is None:
         ensure_index(settings.index)
-        return ToolService.open(settings.index, **settings.service)
-    return ToolService.open(settings.store, encoder=ensure_store(settings.store), **settings.service)
+        return ToolService.open(settings.index, **options)
+    return ToolService.open(settings.store, encoder=ensure_store(settings.store), **options)
 
 
 def _records(service: ToolService, settings: GatewaySettings) -> tuple[DefinitionLedger, Any]:

@@ -183,19 +183,29 @@ class LearnedChannel:
 
     # ranking -------------------------------------------------------------------------------------
     def rank(self, queries: Sequence[Query], base: Results, k: int, allows: Callable[[str], bool],
-             namespace_of: Callable[[str], str | None], full_weight: bool = False) -> Results:
+             namespace_of: Callable[[str], str | None], full_weight: bool = False,
+             lifts: Sequence[Mapping[str, tuple[float, float]]] | None = None) -> Results:
         """The untaught ranking `base` (one list per query, at least DEPTH deep when it can be) with what was
-        learned (module doc), cut to `k`."""
-        near = self.memory.nearest_tools(self.space.tasks(queries))
+        learned (module doc), cut to `k`. `lifts`: what `lifts` gave for these queries (computed when None)."""
         calibration = self.calibration
+        if lifts is None:
+            lifts = self.lifts(queries, allows, namespace_of, full_weight, calibration)
         ids_out, scores_out = [], []
-        for (ids, scores), tools in zip(base, near):
-            lifted = self._lifted(tools, calibration, allows, namespace_of, full_weight)
-            ranked_ids, ranked_scores = _merge(list(ids), np.asarray(scores, dtype=np.float64), lifted, calibration,
-                                               self.joined, k)
+        for (ids, scores), lifted in zip(base, lifts):
+            ranked_ids, ranked_scores = _merge(list(ids), np.asarray(scores, dtype=np.float64), dict(lifted),
+                                               calibration, self.joined, k)
             ids_out.append(np.asarray(ranked_ids, dtype=object))
             scores_out.append(np.asarray(ranked_scores, dtype=np.float32))
         return Results(tuple(ids_out), tuple(scores_out))
+
+    def lifts(self, queries: Sequence[Query], allows: Callable[[str], bool],
+              namespace_of: Callable[[str], str | None], full_weight: bool = False,
+              calibration: Calibration | None = None) -> list[dict[str, tuple[float, float]]]:
+        """For each query, the tools what was learned lifts for it: tool -> (learned probability that it is one
+        the task needs, when its evidence was taught)."""
+        calibration = calibration or self.calibration
+        near = self.memory.nearest_tools(self.space.tasks(queries))
+        return [self._lifted(tools, calibration, allows, namespace_of, full_weight) for tools in near]
 
     def _lifted(self, tools: list[tuple[str, float, float]], calibration: Calibration, allows, namespace_of,
                 full_weight: bool) -> dict[str, tuple[float, float]]:

@@ -163,8 +163,8 @@ def hits_of(scout: Any, queries: Sequence[str], filter: Filter | None, policy: H
     """`ToolScout.search` under a search's hit policy (the public entry point: it checks the queries and k
     again, which costs microseconds, rather than the service reaching into the pipeline's internals)."""
     return scout.search(list(queries), policy.k, filter=filter, min_score=policy.min_score,
-                        always_include=policy.always_include, match_names=policy.match_names,
-                        explain=policy.explain)
+                        min_probability=policy.min_probability, always_include=policy.always_include,
+                        match_names=policy.match_names, explain=policy.explain)
 
 
 def page_of(scout: Any, namespace: str | None, namespaces: frozenset[str] | None, offset: int,

@@ -1,7 +1,8 @@
 """The HTTP API (FastAPI) over one `ToolService`.
 
     POST   /search              {"query": "..."} or {"queries": [...]}, k, namespaces, ids, exclude_ids,
-                                min_score / abstain, always_include, match_names, explain, format
+                                min_score / min_probability / abstain, always_include, match_names, explain,
+                                format (each hit: score, and its calibrated probability)
     GET    /tools               ?namespace=&offset=&limit=
     GET    /tools/{id}
     PUT    /tools/{id}          one tool (toolscout record); creates or replaces
@@ -266,9 +267,11 @@ def _add_search_routes(app: FastAPI, api: Api) -> None:
         # per request: two thread hops cost more CPU than the response itself). Several queries, and a
         # service that does not batch, are answered in a worker thread.
         min_score = body.min_score if body.min_score is not None else (service.min_score if body.abstain else None)
+        min_probability = body.min_probability if body.min_probability is not None else \
+            (service.min_probability if body.abstain else None)
         options = dict(principal=principal, namespaces=body.namespaces, ids=body.ids, exclude_ids=body.exclude_ids,
-                       min_score=min_score, always_include=body.always_include, match_names=body.match_names,
-                       explain=body.explain)
+                       min_score=min_score, min_probability=min_probability, always_include=body.always_include,
+                       match_names=body.match_names, explain=body.explain)
         added = await api.extension.before_search(principal, body.namespaces) if api.extension is not None else {}
         future = service.search_future(body.query, body.k, **options) if body.query is not None else None
         if future is None:

@@ -43,8 +43,10 @@ class FoundTool(BaseModel):
     input_schema: dict[str, Any] = Field(description="JSON Schema of the tool's arguments.")
     namespace: str | None = Field(None, description="The server or group the tool belongs to.")
     id: str = Field(description="Unique id in the catalog (namespace.name).")
-    score: float
+    score: float = Field(description="Orders the tools (higher is better); not comparable across tasks.")
     match: str = Field(description="retrieval, name (the task named this tool) or always.")
+    probability: Optional[float] = Field(None, ge=0, le=1, description=(
+        "How likely the tool is one the task needs (calibrated: comparable across tasks and catalogs)."))
 
 
 class SearchToolsResult(BaseModel):
@@ -119,7 +121,7 @@ def build_mcp_server(service: ToolService, *, auth: AuthConfig | None = None, st
 
 def _found(hit: dict[str, Any]) -> dict[str, Any]:
     """The fields of a hit's JSON (`Hit.to_dict`) that `search_tools` returns."""
-    return {key: hit[key] for key in FoundTool.model_fields}
+    return {key: hit[key] for key in FoundTool.model_fields if key in hit}
 
 
 def _principal(ctx: Any, auth: AuthConfig | None, stdio_principal: Principal, feedback: bool = False) -> Principal:

@@ -69,8 +69,13 @@ class SearchRequest(_Strict):
     namespaces: list[Ident] | None = Field(None, description="Only tools of these namespaces.")
     ids: list[Ident] | None = Field(None, description="Only these tool ids.")
     exclude_ids: list[Ident] = Field(default_factory=list, description="Never these tool ids.")
-    abstain: bool = Field(True, description="Return nothing when no tool fits (the server's threshold).")
-    min_score: float | None = Field(None, description="Abstention threshold for this request (overrides the server's).")
+    abstain: bool = Field(True, description="Return nothing when no tool fits (the server's thresholds).")
+    min_score: float | None = Field(None, description="Abstention threshold on the best score for this request "
+                                                      "(overrides the server's).")
+    min_probability: Annotated[float, Field(ge=0, le=1)] = Field(
+        None, description="Abstention threshold on the best hit's probability for this request (overrides the "
+                          "server's). Hits carry probabilities where the pipeline has a calibration (the default "
+                          "one); elsewhere this never abstains.")
     always_include: list[Ident] = Field(default_factory=list, description="Tool ids to return in any case.")
     match_names: bool = Field(True, description="A query naming a tool ranks that tool first.")
     explain: bool = Field(False, description="Add to each hit `matched`: the query's words found in the tool's "
@@ -245,6 +250,10 @@ class HitOut(BaseModel):
                                                         "when the request asks to `explain`.")
     available: bool | None = Field(None, description="Whether the server that runs the tool answers now (a "
                                                      "gateway only).")
+    probability: float | None = Field(None, ge=0, le=1, description=(
+        "The calibrated probability that the tool is one the task needs, comparable across tasks and catalogs "
+        "(`score` orders the hits); left out when the pipeline has no calibration, and for a tool the ranking "
+        "did not return (a name match or always-included tool outside it)."))
 
 
 class QueryResult(BaseModel):

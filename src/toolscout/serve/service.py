@@ -8,8 +8,9 @@ every replica). The storage is the only thing that differs (`serve/catalog.py`);
   never sees, gets, lists or writes a tool outside them (a tool with no namespace counts as namespace
   ""); a principal bound to a tenant works on that tenant's catalog only;
 - what a search returns: the request's filter within the principal's namespaces, the abstention
-  threshold (the server's unless the request says otherwise), the server's always-included tools, and
-  name matches (`toolscout.hits` assembles the hits);
+  thresholds on the best score and on the best hit's calibrated probability (the server's unless the
+  request says otherwise), the server's always-included tools, and name matches (`toolscout.hits`
+  assembles the hits);
 - batching: single-query searches that arrive while others are being answered are coalesced
   (`SearchBatcher`): queries with the same options go through the encoder and the vector scan
   together, which is what lets two cores serve many concurrent clients.
@@ -102,7 +103,8 @@ EVERYWHERE = Reach()
 class ToolService:
     """Search and edit a catalog, safely from many threads. See the module doc."""
 
-    def __init__(self, catalog: Catalog, *, min_score: float | None = None, always_include: Sequence[str] = (),
+    def __init__(self, catalog: Catalog, *, min_score: float | None = None,
+                 min_probability: float | str | None = None, always_include: Sequence[str] = (),
                  batch_workers: int = 2, limits: FeedbackLimits | None = None, cache_size: int = 10_000,
                  reach: Callable[[], Reach] | None = None):
         self.catalog = catalog
@@ -114,6 +116,7 @@ class ToolService:
         self._retrain_lock = threading.Lock()
         self._retrain_state: dict[str, Any] = {"state": "never"}
         self.min_score = min_score
+        self.min_probability = min_probability  # a probability, "calibrated" (the calibration's own) or None
         self.always_include = tuple(always_include)
         self.started_at = time.time()
         self._closed = False
@@ -129,8 +132,8 @@ class ToolService:
         PostgreSQL; `feedback_cap` (requests one feedback source may teach one tool) is recorded with the
         catalog; `fast_queries` ("table" or True, or "student") encodes tasks with that fast tier distilled
         from the index's encoder (`encoders/fast.py`), False with the encoder itself, None as a directory
-        was saved (PostgreSQL: the encoder); `options` (min_score, always_include, batch_workers,
-        limits) go to the service."""
+        was saved (PostgreSQL: the encoder); `options` (min_score, min_probability, always_include,
+        batch_workers, limits) go to the service."""
         from ..store.pgvector import is_postgres_spec
 
         if is_postgres_spec(target):
@@ -165,13 +168,13 @@ class ToolService:
     def search(self, query: str | Sequence[str], k: int = 5, *, principal: Principal = ADMIN,
                namespaces: Iterable[str] | None = None, ids: Iterable[str] | None = None,
                exclude_ids: Iterable[str] = (), min_score: float | None = _UNSET,
-               always_include: Iterable[str] = (), match_names: bool = True,
-               explain: bool = False) -> list[Hit] | list[list[Hit]]:
-        """`ToolScout.search` within what `principal` may see. `min_score` defaults to the service's
-        abstention threshold (pass None for none); `always_include` adds to the service's list."""
+               min_probability: float | str | None = _UNSET, always_include: Iterable[str] = (),
+               match_names: bool = True, explain: bool = False) -> list[Hit] | list[list[Hit]]:
+        """`ToolScout.search` within what `principal` may see. `min_score` and `min_probability` default to
+        the service's abstention thresholds (pass None for none); `always_include` adds to the service's list."""
         queries = checked_queries(query)
-        options = self._options(k, principal, namespaces, ids, exclude_ids, min_score, always_include, match_names,
-                                explain)
+        options = self._options(k, principal, namespaces, ids, exclude_ids, (min_score, min_probability),
+                                always_include, match_names, explain)
         if isinstance(query, str):
             return self._answer(options, query).result()
         return self._search_many(options, queries)
@@ -179,16 +182,16 @@ class ToolService:
     def search_future(self, query: str, k: int = 5, *, principal: Principal = ADMIN,
                       namespaces: Iterable[str] | None = None, ids: Iterable[str] | None = None,
                       exclude_ids: Iterable[str] = (), min_score: float | None = _UNSET,
-                      always_include: Iterable[str] = (), match_names: bool = True,
-                      explain: bool = False) -> Future | None:
+                      min_probability: float | str | None = _UNSET, always_include: Iterable[str] = (),
+                      match_names: bool = True, explain: bool = False) -> Future | None:
         """`search` of one query without blocking: a Future of its hits, answered in a batch with other
         callers' concurrent queries (what the HTTP API's event loop awaits). None when this service does
         not batch searches (then call `search`, in a thread)."""
         if self._batcher is None or self._closed:
             return None
         checked_queries([query] if isinstance(query, str) else query)
-        options = self._options(k, principal, namespaces, ids, exclude_ids, min_score, always_include, match_names,
-                                explain)
+        options = self._options(k, principal, namespaces, ids, exclude_ids, (min_score, min_probability),
+                                always_include, match_names, explain)
         return self._answer(options, query)
 
     def _answer(self, options: tuple, query: str) -> Future:
@@ -215,17 +218,20 @@ class ToolService:
         if not done.cancelled() and done.exception() is None:
             self.answers.put(key, done.result())
 
-    def _options(self, k, principal, namespaces, ids, exclude_ids, min_score, always_include, match_names,
+    def _options(self, k, principal, namespaces, ids, exclude_ids, thresholds, always_include, match_names,
                  explain) -> tuple:
         """Everything one search asks, as a hashable key (searches with equal keys are batched together; the
-        answers cache is keyed by it too, so what `reach` says now is part of it)."""
+        answers cache is keyed by it too, so what `reach` says now is part of it). `thresholds`: the request's
+        (min_score, min_probability), each _UNSET for the service's."""
         reach = self.reach()
         flt = Filter.make(namespaces=principal.namespaces, ids=ids, exclude_ids=set(exclude_ids) | reach.held)
         flt = Filter.restrict(Filter.restrict(flt, namespaces), reach.namespaces)
-        threshold = self.min_score if min_score is _UNSET else min_score
+        min_score, min_probability = thresholds
+        min_score = self.min_score if min_score is _UNSET else min_score
+        min_probability = self.min_probability if min_probability is _UNSET else min_probability
         always = tuple(dict.fromkeys(self.always_include + tuple(always_include)))
-        return (principal.tenant, flt, HitPolicy(checked_k(k), threshold, always, bool(match_names), bool(explain)),
-                reach.down)
+        policy = HitPolicy(checked_k(k), min_score, min_probability, always, bool(match_names), bool(explain))
+        return (principal.tenant, flt, policy, reach.down)
 
     def _search_many(self, options: tuple, queries: Sequence[str]) -> list[list[Hit]]:
         tenant, flt, policy, down = options
@@ -428,7 +434,8 @@ class ToolService:
                 **self.catalog.stats(), "uptime_s": round(time.time() - self.started_at, 3),
                 "feedback_events": feedback["events"], "feedback_failures": feedback["failures"],
                 "feedback_learned": sum(feedback["sources"].values()), "feedback_sources": len(feedback["sources"]),
-                "min_score": self.min_score, "writes": "failed: " + self.failed if self.failed else "ok",
+                "min_score": self.min_score, "min_probability": self.min_probability,
+                "writes": "failed: " + self.failed if self.failed else "ok",
                 "search_batches": self._batcher.batches if self._batcher else None,
                 "batched_queries": self._batcher.queries if self._batcher else None,
                 "answer_cache_hits": self.answers.hits, "answer_cache_misses": self.answers.misses,
