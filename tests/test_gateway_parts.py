@@ -307,13 +307,13 @@ def test_the_gateway_abstains_by_default_when_no_tool_is_likely_relevant(tmp_pat
     # one (never started) server per namespace of the tools, so that search may return them
     servers = {ns: {"command": sys.executable} for ns in {t.namespace for t in tools}}
     config = parse_config({"mcpServers": servers}, tmp_path / "servers.json", {})
-    gateway = open_gateway(config, GatewaySettings(index=tmp_path / "idx"))
+    gateway = open_gateway(config, GatewaySettings(index=tmp_path / "idx", search_wait=0))
     try:
         assert gateway.service.min_probability == CALIBRATED
         gateway.service.upsert(tools)
 
         async def search(task):
-            return await gateway.search(task, 5, principal=ADMIN, session="s")
+            return (await gateway.search(task, 5, principal=ADMIN, session="s")).hits
 
         assert anyio.run(search, "qwxzv plork") == []
         hits = anyio.run(search, "what will the weather be tomorrow in Paris")
