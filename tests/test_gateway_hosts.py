@@ -51,7 +51,8 @@ class Host:
         command = f'echo $$ > "{self.pid_file}"; exec "$0" "$@"'  # the gateway's pid, then the gateway itself
         self.params = StdioServerParameters(command="sh", args=[
             "-c", command, sys.executable, "-m", "toolscout", "gateway", str(config), "--index",
-            str(folder / "index"), "--no-fsync"], env=stdio_env())
+            str(folder / "index"), "--no-fsync",
+            "--min-probability", "off"], env=stdio_env())  # ranks, not abstention, say what was shared
         self.name, self.mode = name, mode
         self.client = None
         self._quit, self._done = anyio.Event(), anyio.Event()

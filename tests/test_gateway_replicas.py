@@ -51,7 +51,8 @@ def start_replicas(config, store, n, *flags, timeout=240):
         port = free_port()
         log = tempfile.NamedTemporaryFile(prefix="toolscout-replica-", suffix=".log", delete=False)
         proc = subprocess.Popen([sys.executable, "-m", "toolscout", "gateway", str(config), "--store", store,
-                                 "--port", str(port), "--log-level", "info", *flags],
+                                 "--port", str(port), "--log-level", "info",
+                                 "--min-probability", "off", *flags],  # ranks, not abstention, say what was shared
                                 env=env, stdout=subprocess.DEVNULL, stderr=log)
         proc.log_path = log.name
         started.append((proc, f"http://127.0.0.1:{port}"))

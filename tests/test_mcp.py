@@ -117,7 +117,8 @@ def http_server(served, tmp_path_factory):
 def test_sdk_client_lists_and_calls_search_tools_over_stdio(served):
     params = StdioServerParameters(command=sys.executable,
                                    args=["-m", "toolscout.serve", *served(), "--mcp", "--min-score", "0.3"],
-                                   env={"HF_HUB_OFFLINE": "1", "PATH": os.environ.get("PATH", "")})
+                                   env={"HF_HUB_OFFLINE": "1", "PATH": os.environ.get("PATH", ""),
+                                        "PYTHONPATH": os.environ.get("PYTHONPATH", "")})  # this checkout's toolscout
 
     async def session():
         async with Client(params) as client:
@@ -142,8 +143,9 @@ def test_sdk_client_lists_and_calls_search_tools_over_stdio(served):
             bad = await client.call_tool("search_tools", {"task": "x", "k": 0})
             assert bad.is_error
 
-            # reporting use teaches the index at once: a task close to no tool (so nothing passes the 0.3
-            # threshold) finds the tool that served three phrasings of it
+            # reporting use is recorded at once (once per source); one tool's reports alone lift it for no
+            # task, not even their own: until several tools are taught, the index cannot tell "similar
+            # requests need this tool" from "every request is this tool's" (docs/learning.md)
             task = "zyzzyva quark frobnicate"
             assert (await client.call_tool("search_tools", {"task": task})).structured_content["abstained"]
             recorded = await client.call_tool("record_tool_use", {"task": task, "tool_ids": ["hotels.book", "x.y"]})
@@ -152,8 +154,7 @@ def test_sdk_client_lists_and_calls_search_tools_over_stdio(served):
             assert again.structured_content["duplicate"] is True
             for phrasing in ("quark zyzzyva frobnication", "frobnicate the zyzzyva quarks"):
                 await client.call_tool("record_tool_use", {"task": phrasing, "tool_ids": ["hotels.book"]})
-            found = (await client.call_tool("search_tools", {"task": task, "k": 1})).structured_content["tools"]
-            assert [t["id"] for t in found] == ["hotels.book"]
+            assert (await client.call_tool("search_tools", {"task": task})).structured_content["abstained"]
 
     anyio.run(session)
 

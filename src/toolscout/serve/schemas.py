@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -190,13 +189,12 @@ class LearningSettingsIn(_Strict):
 
 
 class RollbackIn(_Strict):
-    before: float | datetime = Field(description="Take back what was learned at or after this time (ISO 8601, or "
-                                                 "seconds since the epoch).")
+    # seconds only: every date-time string the schema would allow is not one Python can read (years before 1,
+    # leap seconds); `toolscout learning rollback --before` takes ISO 8601 and sends seconds
+    before: float = Field(allow_inf_nan=False, description="Take back what was learned at or after this time "
+                                                           "(seconds since the epoch).")
 
     def before_epoch(self) -> float:
-        if isinstance(self.before, datetime):
-            when = self.before if self.before.tzinfo else self.before.replace(tzinfo=timezone.utc)
-            return when.timestamp()
         return float(self.before)
 
 
