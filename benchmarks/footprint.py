@@ -60,6 +60,13 @@ TORCH = "torch==2.13.0"  # the CPU build on these machines; installed first wher
 FASTMCP = "fastmcp==4.2.3"
 ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 
+
+def child_env() -> dict[str, str]:
+    """The environment of everything this starts: offline, and without the caller's PYTHONPATH, through which a
+    fresh venv would see a source tree (its egg-info tells pip toolscout is "already satisfied", and its
+    gateway would import that tree instead of the installed wheel)."""
+    return {**{k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}, **ENV}
+
 # (label, wheel: "this" | "baseline" | None, extras or requirement, torch first)
 INSTALLS = [
     ("toolscout (core)", "this", "", False),
@@ -132,11 +139,14 @@ def make_venvs(work: Path, baseline: str, sections: list[str]) -> dict[str, Venv
         if not (folder / ".installed").is_file():
             shutil.rmtree(folder, ignore_errors=True)
             started = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True)
+            subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True, env=child_env())
             pip = [str(folder / "bin" / "python"), "-m", "pip", "install", "--quiet"]
             if torch_first:
-                subprocess.run([*pip, TORCH], check=True)
-            subprocess.run([*pip, requirement], check=True)
+                subprocess.run([*pip, TORCH], check=True, env=child_env())
+            subprocess.run([*pip, requirement], check=True, env=child_env())
+            if wheel is not None:  # pip installed the wheel itself, not only its dependencies
+                subprocess.run([str(folder / "bin" / "python"), "-c", "import toolscout"], check=True,
+                               env=child_env(), cwd=folder)
             (folder / ".installed").write_text(f"{requirement}\n{time.perf_counter() - started:.0f} s\n")
         venvs[label] = Venv(folder, site_packages_mib(folder))
         print(f"  {label}: {venvs[label].size_mib:.0f} MiB", file=sys.stderr)
@@ -281,7 +291,7 @@ async def run_gateway(command: list[str], side: Side, dealt: dict, probe: tuple[
     journal = index / "journal.log"
     pidfile.unlink(missing_ok=True)
     params = StdioServerParameters(command="/bin/sh", args=["-c", 'echo $$ > "$0"; exec "$@"', str(pidfile), *command],
-                                   env={**os.environ, **ENV})
+                                   env=child_env())
     default_grace = sdk_stdio.PROCESS_TERMINATION_TIMEOUT
     sdk_stdio.PROCESS_TERMINATION_TIMEOUT = grace or default_grace  # read by the SDK when it stops the server
     out: dict = {"journal_bytes": journal.stat().st_size if journal.is_file() else 0}
@@ -390,7 +400,7 @@ def serve_section(venvs: dict[str, Venv], work: Path, args) -> dict:
         write_benchmark(folder / "catalog", tools, [])
         started = time.perf_counter()
         subprocess.run([venvs["toolscout[gateway]"].bin("toolscout"), "index", str(folder / "catalog" / "tools.jsonl"),
-                        "--out", str(index)], check=True, env={**os.environ, **ENV}, stdout=subprocess.DEVNULL)
+                        "--out", str(index)], check=True, env=child_env(), stdout=subprocess.DEVNULL)
         out["index_build_s (lean)"] = round(time.perf_counter() - started, 1)
     queries = sample_queries(sets, args.searches, seed=2)
     for kind in [k for k in ("lean", "today") if k in args.systems.split(",")]:
@@ -408,7 +418,7 @@ def serve_once(venv: Venv, index: Path, queries: list[str], log: Path) -> dict:
     port = free_port()
     started = time.perf_counter()
     proc = subprocess.Popen([venv.bin("toolscout"), "serve", str(index), "--port", str(port), "--no-fsync"],
-                            env={**os.environ, **ENV}, stdout=subprocess.DEVNULL, stderr=open(log, "w"))
+                            env=child_env(), stdout=subprocess.DEVNULL, stderr=open(log, "w"))
     url = f"http://127.0.0.1:{port}"
     try:
         while True:

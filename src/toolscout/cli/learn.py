@@ -178,6 +178,9 @@ class LearningTarget:
         return self.service.rollback_learning(before)
 
     def _http(self, method: str, path: str, body: dict | None = None) -> dict:
+        from ..errors import require
+
+        require("httpx", feature="talking to a running server's /learning", extra="serve")
         import httpx
 
         headers = {"authorization": f"Bearer {self.token}"} if self.token else {}
