@@ -330,3 +330,33 @@ def test_the_gateway_abstains_by_default_when_no_tool_is_likely_relevant(tmp_pat
     finally:
         off.close()
         off.service.close()
+
+
+def test_a_server_taken_out_of_the_config_takes_its_tools_out_of_the_index(tmp_path):
+    """The gateway opens on an index that holds tools of a server no longer in its config: they are removed, and
+    it starts (it failed with a NameError once, after removing them)."""
+    from conftest import sample_tools
+
+    from toolscout.gateway.config import parse_config
+    from toolscout.gateway.runtime import GatewaySettings, open_gateway
+
+    tools = sample_tools()
+    namespaces = sorted({t.namespace for t in tools})
+    config = parse_config({"mcpServers": {ns: {"command": sys.executable} for ns in namespaces}},
+                          tmp_path / "servers.json", {})
+    settings = GatewaySettings(index=tmp_path / "idx", search_wait=0, service={"fsync": False})
+    gateway = open_gateway(config, settings)
+    try:
+        gateway.service.upsert(tools)
+    finally:
+        gateway.close()
+        gateway.service.close()
+    kept = parse_config({"mcpServers": {ns: {"command": sys.executable} for ns in namespaces[1:]}},
+                        tmp_path / "servers.json", {})
+    gateway = open_gateway(kept, settings)
+    try:
+        assert sorted(gateway.service.namespaces()) == namespaces[1:]
+        assert namespaces[0] not in gateway._indexed
+    finally:
+        gateway.close()
+        gateway.service.close()

@@ -211,9 +211,9 @@ class Gateway:
                     if ids:
                         self.service.delete(ids)
                         stale += ids
+                    self._indexed.discard(namespace)
         if stale:
             logger.warning("removed %d tools of servers no longer in the config", len(stale))
-            self._indexed &= keep
         return stale
 
     # what search may return --------------------------------------------------------------------
