@@ -29,7 +29,6 @@ see a tool's namespace can neither find nor call it.
 
 from __future__ import annotations
 
-import asyncio
 import difflib
 import logging
 import queue
@@ -231,12 +230,7 @@ class Gateway:
         still starting have listed theirs (`searchable`); remembered as the session's latest search (for
         attributing its calls)."""
         not_searchable = await self.searchable(principal, namespaces)
-        future = self.service.search_future(task, k, principal=principal, namespaces=namespaces)
-        if future is not None:
-            hits = await asyncio.wrap_future(future)
-        else:
-            hits = await anyio.to_thread.run_sync(lambda: self.service.search(task, k, principal=principal,
-                                                                              namespaces=namespaces))
+        hits = await self.service.search_async(task, k, principal=principal, namespaces=namespaces)
         self.searched(session, task, hits)
         return Searched(hits, not_searchable)
 

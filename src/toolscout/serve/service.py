@@ -18,6 +18,7 @@ every replica). The storage is the only thing that differs (`serve/catalog.py`);
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -193,6 +194,17 @@ class ToolService:
         options = self._options(k, principal, namespaces, ids, exclude_ids, (min_score, min_probability),
                                 always_include, match_names, explain)
         return self._answer(options, query)
+
+    async def search_async(self, query: str, k: int = 5, **options: Any) -> list[Hit]:
+        """`search` of one query, awaited in an asyncio event loop (what the MCP servers and the gateway
+        await): the batcher's Future, so no thread waits on it; in a worker thread when this service does
+        not batch. `options` as `search` takes them."""
+        future = self.search_future(query, k, **options)
+        if future is not None:
+            return await asyncio.wrap_future(future)
+        import anyio.to_thread  # the serve extra's; only a service without a batcher gets here
+
+        return await anyio.to_thread.run_sync(lambda: self.search(query, k, **options))
 
     def _answer(self, options: tuple, query: str) -> Future:
         """A Future of one query's hits: from the answers cache when this catalog version answered it
