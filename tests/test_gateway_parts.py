@@ -298,7 +298,7 @@ def test_the_gateway_abstains_by_default_when_no_tool_is_likely_relevant(tmp_pat
     from conftest import sample_tools
 
     from toolscout.gateway.config import parse_config
-    from toolscout.gateway.mcp_server import _found
+    from toolscout.gateway.mcp_server import GatewayMcp
     from toolscout.gateway.runtime import GatewaySettings, open_gateway
     from toolscout.hits import CALIBRATED
     from toolscout.serve.service import ADMIN
@@ -318,7 +318,8 @@ def test_the_gateway_abstains_by_default_when_no_tool_is_likely_relevant(tmp_pat
         assert anyio.run(search, "qwxzv plork") == []
         hits = anyio.run(search, "what will the weather be tomorrow in Paris")
         assert hits[0].tool.id == "weather.get_forecast"
-        found = [_found(h.to_dict()) for h in hits]
+        mcp = GatewayMcp(gateway)
+        found = [mcp.found(h.to_dict()) for h in hits]
         assert all(0 <= f["probability"] <= 1 for f in found)
         assert found[0]["probability"] > gateway.service.catalog.scout.calibration.threshold
     finally:

@@ -42,7 +42,7 @@ import anyio.lowlevel
 import anyio.to_thread
 
 from ..errors import Conflict, Forbidden, InvalidRequest, NotFound, RateLimited
-from ..feedback import FeedbackEvent, LearnResult
+from ..feedback import FeedbackEvent
 from ..hits import Hit
 from ..serve.auth import ANONYMOUS
 from ..serve.errors import ServiceError
@@ -348,10 +348,6 @@ class Gateway:
         if principal in (ADMIN, ANONYMOUS):
             return f"session:{session}"[:200]
         return principal.name
-
-    def record(self, task: str, tool_ids: list[str], outcome: str | None, principal: Principal) -> LearnResult:
-        """Explicit feedback (`record_tool_use`), as `POST /feedback` takes it."""
-        return self.service.feedback([{"query": task, "tool_ids": tool_ids, "outcome": outcome}], principal)
 
     # prompts and resources --------------------------------------------------------------------
     def listen(self, listener: Listener) -> None:
