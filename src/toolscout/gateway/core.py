@@ -93,8 +93,27 @@ def http_session(principal: Principal) -> str:
     return f"http:{principal.name}"
 
 
+def upstream_reach(upstreams: Iterable[Upstream], options: GatewayOptions,
+                   definitions: DefinitionLedger) -> Callable[[], Reach]:
+    """What search may return now, as the gateway's service is given it (`ToolService(reach=...)`): the tools of
+    enabled upstreams (with `hide_unavailable`, of those up), none held until approved, each marked with
+    whether its upstream answers."""
+    upstreams = list(upstreams)
+
+    def reach() -> Reach:
+        down = frozenset(u.name for u in upstreams if u.name not in options.disabled and u.status.state != "up")
+        usable = frozenset(u.name for u in upstreams) - options.disabled
+        if options.hide_unavailable:
+            usable -= down
+        return Reach(namespaces=usable, held=definitions.held_ids(), down=down)
+
+    return reach
+
+
 class Gateway:
-    """See the module doc. Its async methods run in the gateway's event loop; the service is thread-safe."""
+    """See the module doc. Its async methods run in the gateway's event loop; the service is thread-safe.
+    The service was made with `upstream_reach` of the same upstreams, options and definitions
+    (`runtime.open_gateway`), so its searches return what may be called."""
 
     def __init__(self, service: ToolService, upstreams: Iterable[Upstream], definitions: DefinitionLedger,
                  attribution: CallAttribution, options: GatewayOptions = GatewayOptions(), *,
@@ -110,7 +129,6 @@ class Gateway:
         self._indexed = {tool.namespace or "" for tool in service.tools}  # namespaces with tools in the index
         self._listed: set[str] = set()  # upstreams that listed their tools since the gateway started
         self._wait_until: dict[str, float] = {}  # upstream -> when searches stop waiting for it
-        service.reach = self.reach
         self._listeners: list[Listener] = []
         self._subscriptions: dict[str, int] = {}  # resource (as subscribe returns it) -> agents subscribed
         self._calls: set[anyio.CancelScope] = set()  # calls in flight, cancelled at shutdown
@@ -215,15 +233,7 @@ class Gateway:
             logger.warning("removed %d tools of servers no longer in the config", len(stale))
         return stale
 
-    # what search may return --------------------------------------------------------------------
-    def reach(self) -> Reach:
-        down = frozenset(name for name, u in self.upstreams.items()
-                         if name not in self.options.disabled and u.status.state != "up")
-        usable = frozenset(self.upstreams) - self.options.disabled
-        if self.options.hide_unavailable:
-            usable -= down
-        return Reach(namespaces=usable, held=self.definitions.held_ids(), down=down)
-
+    # search ------------------------------------------------------------------------------------
     async def search(self, task: str, k: int, *, principal: Principal, session: str,
                      namespaces: list[str] | None = None) -> Searched:
         """The default pipeline's best tools for `task`, as `toolscout serve` ranks them, once the upstreams
