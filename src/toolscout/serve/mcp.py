@@ -46,8 +46,8 @@ SEARCH_DESCRIPTION = ("Find the tools that fit a task, best first. Returns each 
 
 # The arguments, declared once: the SDK reads them from `build_mcp_server`'s functions, pydantic from the
 # gateway's argument models (gateway/mcp_server.py); both servers' input schemas come from these.
-SearchTask = Annotated[str, Field(min_length=1, max_length=1 << 20, description="The task in plain language (a whole "
-                                                                              "conversation is fine), or a tool's name.")]
+SearchTask = Annotated[str, Field(min_length=1, max_length=1 << 20, description=(
+    "The task in plain language (a whole conversation is fine), or a tool's name."))]
 Namespaces = Annotated[Optional[list[str]], Field(description="Only tools of these namespaces (servers).")]
 RecordTask = Annotated[str, Field(min_length=1, max_length=20000, description="The task as it was searched for.")]
 ToolIds = Annotated[list[str], Field(min_length=1, max_length=64,
