@@ -20,12 +20,13 @@ upstreams it could not search.
 
 # No `from __future__ import annotations` here: the SDK reads the tool function's annotations at run
 # time, and they refer to local values (max_k).
+import contextlib
 import logging
-from typing import Annotated, Any, Literal, Optional
+from typing import Annotated, Any, Iterator, Literal, Optional
 
 from pydantic import BaseModel, Field
 
-from ..errors import Forbidden, InvalidRequest
+from ..errors import Forbidden, InvalidRequest, ToolScoutError
 from ..hits import Hit
 from ..version import __version__
 from .auth import AuthConfig, AuthError
@@ -147,12 +148,13 @@ def build_mcp_server(service: ToolService, *, auth: AuthConfig | None = None, st
 
     async def search_tools(task: SearchTask, ctx: Context, k: at_most(max_k) = default_k,
                            namespaces: Namespaces = None) -> SearchToolsResult:
-        principal = _caller(surface, ctx)
-        return SearchToolsResult.model_validate(await surface.search_tools(task, k, principal, namespaces))
+        with _told():
+            answer = await surface.search_tools(task, k, _caller(surface, ctx), namespaces)
+        return SearchToolsResult.model_validate(answer)
 
     def record_tool_use(task: RecordTask, tool_ids: ToolIds, ctx: Context, outcome: Outcome = None) -> RecordedUse:
-        principal = _caller(surface, ctx, feedback=True)
-        return surface.record_tool_use(task, tool_ids, outcome, principal)  # in a worker thread: it writes
+        with _told():  # in a worker thread: it writes
+            return surface.record_tool_use(task, tool_ids, outcome, _caller(surface, ctx, feedback=True))
 
     server.add_tool(search_tools, name="search_tools", title="Search tools", description=SEARCH_DESCRIPTION,
                     structured_output=True)
@@ -182,6 +184,18 @@ def _caller(surface: ToolSearchMcp, ctx: Any, feedback: bool = False) -> Princip
         return surface.principal(request, feedback=feedback)
     except AuthError as exc:  # the HTTP route checked the token already; this only guards misuse
         raise Forbidden(exc.message) from None
+
+
+@contextlib.contextmanager
+def _told() -> Iterator[None]:
+    """toolscout's own errors reach the agent with their message: the SDK shows only the tool's name for any
+    other exception (it takes them for crashes, and logs their traceback)."""
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    try:
+        yield
+    except ToolScoutError as exc:
+        raise ToolError(str(exc)) from exc
 
 
 def mcp_http_app(server: Any, *, host: str = "127.0.0.1", path: str = "/mcp", max_body_bytes: int = 1 << 20):
