@@ -298,7 +298,7 @@ def test_the_gateway_abstains_by_default_when_no_tool_is_likely_relevant(tmp_pat
     from conftest import sample_tools
 
     from toolscout.gateway.config import parse_config
-    from toolscout.gateway.mcp_server import _found
+    from toolscout.gateway.mcp_server import GatewayMcp
     from toolscout.gateway.runtime import GatewaySettings, open_gateway
     from toolscout.hits import CALIBRATED
     from toolscout.serve.service import ADMIN
@@ -318,7 +318,8 @@ def test_the_gateway_abstains_by_default_when_no_tool_is_likely_relevant(tmp_pat
         assert anyio.run(search, "qwxzv plork") == []
         hits = anyio.run(search, "what will the weather be tomorrow in Paris")
         assert hits[0].tool.id == "weather.get_forecast"
-        found = [_found(h.to_dict()) for h in hits]
+        mcp = GatewayMcp(gateway)
+        found = [mcp.found(h.to_dict()) for h in hits]
         assert all(0 <= f["probability"] <= 1 for f in found)
         assert found[0]["probability"] > gateway.service.catalog.scout.calibration.threshold
     finally:
@@ -330,3 +331,72 @@ def test_the_gateway_abstains_by_default_when_no_tool_is_likely_relevant(tmp_pat
     finally:
         off.close()
         off.service.close()
+
+
+def test_a_server_taken_out_of_the_config_takes_its_tools_out_of_the_index(tmp_path):
+    """The gateway opens on an index that holds tools of a server no longer in its config: they are removed, and
+    it starts (it failed with a NameError once, after removing them)."""
+    from conftest import sample_tools
+
+    from toolscout.gateway.config import parse_config
+    from toolscout.gateway.runtime import GatewaySettings, open_gateway
+
+    tools = sample_tools()
+    namespaces = sorted({t.namespace for t in tools})
+    config = parse_config({"mcpServers": {ns: {"command": sys.executable} for ns in namespaces}},
+                          tmp_path / "servers.json", {})
+    settings = GatewaySettings(index=tmp_path / "idx", search_wait=0, service={"fsync": False})
+    gateway = open_gateway(config, settings)
+    try:
+        gateway.service.upsert(tools)
+    finally:
+        gateway.close()
+        gateway.service.close()
+    kept = parse_config({"mcpServers": {ns: {"command": sys.executable} for ns in namespaces[1:]}},
+                        tmp_path / "servers.json", {})
+    gateway = open_gateway(kept, settings)
+    try:
+        assert sorted(gateway.service.namespaces()) == namespaces[1:]
+        assert namespaces[0] not in gateway._indexed
+    finally:
+        gateway.close()
+        gateway.service.close()
+
+
+def test_the_gateways_mcp_endpoint_reads_the_apis_tokens_and_counts_into_its_metrics(tmp_path):
+    """`gateway_app` makes the gateway's MCP server with the API's tokens and metrics (nothing is set on it
+    afterwards): a token's rights hold on /mcp, and its searches show in /metrics."""
+    from conftest import sample_tools
+    from starlette.testclient import TestClient
+
+    from toolscout.gateway.config import parse_config
+    from toolscout.gateway.http import gateway_app
+    from toolscout.gateway.runtime import GatewaySettings, open_gateway
+    from toolscout.serve.auth import AuthConfig
+
+    tools = sample_tools()
+    servers = {ns: {"command": sys.executable, "disabled": True} for ns in {t.namespace for t in tools}}
+    gateway = open_gateway(parse_config({"mcpServers": servers}, tmp_path / "servers.json", {}),
+                           GatewaySettings(index=tmp_path / "idx", search_wait=0))
+    gateway.service.upsert(tools)
+    write(tmp_path / "tokens.json", {"tokens": [{"token": "reader-123", "name": "reader"}]})
+    app = gateway_app(gateway, AuthConfig.build(tokens_file=tmp_path / "tokens.json"))
+    headers = {"accept": "application/json, text/event-stream", "authorization": "Bearer reader-123"}
+
+    def rpc(client, method, params=None, **extra):
+        message = {"jsonrpc": "2.0", "method": method, **({"id": 1, "params": params} if params is not None else {})}
+        return client.post("/mcp", json=message, headers={**headers, **extra})
+
+    with TestClient(app, base_url="http://127.0.0.1:8080") as client:
+        hello = rpc(client, "initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                                           "clientInfo": {"name": "test", "version": "1"}})
+        session = {"mcp-session-id": hello.headers["mcp-session-id"]}
+        rpc(client, "notifications/initialized", **session)
+        searched = rpc(client, "tools/call", {"name": "search_tools", "arguments": {"task": "weather"}}, **session)
+        assert '"abstained":true' in searched.text
+        recorded = rpc(client, "tools/call", {"name": "record_tool_use",
+                                              "arguments": {"task": "weather", "tool_ids": ["weather.get_forecast"]}},
+                       **session)
+        assert "token 'reader' may not post feedback" in recorded.text  # the token's rights, not the stdio host's
+        metrics = client.get("/metrics", headers=headers).text
+        assert 'toolscout_search_events_total{event="queries"} 1' in metrics  # the app closes the gateway

@@ -142,6 +142,8 @@ def test_sdk_client_lists_and_calls_search_tools_over_stdio(served):
             assert result.structured_content == {"tools": [], "abstained": True}
             bad = await client.call_tool("search_tools", {"task": "x", "k": 0})
             assert bad.is_error
+            blank = await client.call_tool("search_tools", {"task": "   "})  # toolscout's own errors say why
+            assert blank.is_error and blank.content[0].text.endswith("task must not be blank")
 
             # reporting use is recorded at once (once per source); one tool's reports alone lift it for no
             # task, not even their own: until several tools are taught, the index cannot tell "similar
@@ -178,9 +180,10 @@ def test_streamable_http_endpoint_applies_the_callers_token(http_server):
             headers={"authorization": f"Bearer {token}"}))
         async with Client(transport) as client:
             result = await client.call_tool("record_tool_use", {"task": "archive old mail", "tool_ids": ["mail.search"]})
-            return result.is_error, result.structured_content
+            return result.is_error, result.structured_content or result.content[0].text
 
-    assert anyio.run(record, "everything-1")[0]  # a read-only token without feedback permission
+    refused = anyio.run(record, "everything-1")  # a read-only token without feedback permission
+    assert refused[0] and refused[1].endswith("may not post tool-use feedback")
     assert anyio.run(record, "feedback-mail-1") == (False, {"learned": 1, "duplicate": False, "unknown_tools": []})
     r = httpx.post(f"{http_server}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
     assert r.status_code == 401

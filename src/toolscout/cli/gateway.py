@@ -197,18 +197,14 @@ def gateway_index(args: argparse.Namespace) -> Path:
 
 
 def _serve_http(gateway, auth, args: argparse.Namespace, hosts: bool = True) -> int:
-    from ..gateway.http import GatewayApi
-    from ..gateway.mcp_server import GatewayMcp
+    from ..gateway.http import gateway_app
     from ..gateway.runtime import serve_http
-    from ..serve.http import create_app
 
     if args.host not in LOOPBACK and not auth.enabled:
         print(f"toolscout gateway: warning: listening on {args.host} with no token: anyone who can reach it may "
               "call every upstream's tools (give --token or --tokens)", file=sys.stderr)
-    extension = GatewayApi(gateway, GatewayMcp(gateway, auth=auth, expose=args.expose),
-                           index=gateway_index(args) if hosts else None)
-    app = create_app(gateway.service, auth, max_body_bytes=args.max_body, host=args.host, extension=extension,
-                     mcp_max_body_bytes=args.mcp_max_body)
+    app = gateway_app(gateway, auth, expose=args.expose, index=gateway_index(args) if hosts else None,
+                      max_body_bytes=args.max_body, host=args.host, mcp_max_body_bytes=args.mcp_max_body)
     print(f"toolscout gateway: http://{args.host}:{args.port} (MCP at /mcp, API docs at /docs)", file=sys.stderr)
     serve_http(app, gateway, args.host, args.port, args.log_level)
     return 0

@@ -29,7 +29,6 @@ see a tool's namespace can neither find nor call it.
 
 from __future__ import annotations
 
-import asyncio
 import difflib
 import logging
 import queue
@@ -43,7 +42,7 @@ import anyio.lowlevel
 import anyio.to_thread
 
 from ..errors import Conflict, Forbidden, InvalidRequest, NotFound, RateLimited
-from ..feedback import FeedbackEvent, LearnResult
+from ..feedback import FeedbackEvent
 from ..hits import Hit
 from ..serve.auth import ANONYMOUS
 from ..serve.errors import ServiceError
@@ -94,8 +93,27 @@ def http_session(principal: Principal) -> str:
     return f"http:{principal.name}"
 
 
+def upstream_reach(upstreams: Iterable[Upstream], options: GatewayOptions,
+                   definitions: DefinitionLedger) -> Callable[[], Reach]:
+    """What search may return now, as the gateway's service is given it (`ToolService(reach=...)`): the tools of
+    enabled upstreams (with `hide_unavailable`, of those up), none held until approved, each marked with
+    whether its upstream answers."""
+    upstreams = list(upstreams)
+
+    def reach() -> Reach:
+        down = frozenset(u.name for u in upstreams if u.name not in options.disabled and u.status.state != "up")
+        usable = frozenset(u.name for u in upstreams) - options.disabled
+        if options.hide_unavailable:
+            usable -= down
+        return Reach(namespaces=usable, held=definitions.held_ids(), down=down)
+
+    return reach
+
+
 class Gateway:
-    """See the module doc. Its async methods run in the gateway's event loop; the service is thread-safe."""
+    """See the module doc. Its async methods run in the gateway's event loop; the service is thread-safe.
+    The service was made with `upstream_reach` of the same upstreams, options and definitions
+    (`runtime.open_gateway`), so its searches return what may be called."""
 
     def __init__(self, service: ToolService, upstreams: Iterable[Upstream], definitions: DefinitionLedger,
                  attribution: CallAttribution, options: GatewayOptions = GatewayOptions(), *,
@@ -111,7 +129,6 @@ class Gateway:
         self._indexed = {tool.namespace or "" for tool in service.tools}  # namespaces with tools in the index
         self._listed: set[str] = set()  # upstreams that listed their tools since the gateway started
         self._wait_until: dict[str, float] = {}  # upstream -> when searches stop waiting for it
-        service.reach = self.reach
         self._listeners: list[Listener] = []
         self._subscriptions: dict[str, int] = {}  # resource (as subscribe returns it) -> agents subscribed
         self._calls: set[anyio.CancelScope] = set()  # calls in flight, cancelled at shutdown
@@ -211,32 +228,19 @@ class Gateway:
                     if ids:
                         self.service.delete(ids)
                         stale += ids
+                    self._indexed.discard(namespace)
         if stale:
             logger.warning("removed %d tools of servers no longer in the config", len(stale))
-            self._indexed &= keep
         return stale
 
-    # what search may return --------------------------------------------------------------------
-    def reach(self) -> Reach:
-        down = frozenset(name for name, u in self.upstreams.items()
-                         if name not in self.options.disabled and u.status.state != "up")
-        usable = frozenset(self.upstreams) - self.options.disabled
-        if self.options.hide_unavailable:
-            usable -= down
-        return Reach(namespaces=usable, held=self.definitions.held_ids(), down=down)
-
+    # search ------------------------------------------------------------------------------------
     async def search(self, task: str, k: int, *, principal: Principal, session: str,
                      namespaces: list[str] | None = None) -> Searched:
         """The default pipeline's best tools for `task`, as `toolscout serve` ranks them, once the upstreams
         still starting have listed theirs (`searchable`); remembered as the session's latest search (for
         attributing its calls)."""
         not_searchable = await self.searchable(principal, namespaces)
-        future = self.service.search_future(task, k, principal=principal, namespaces=namespaces)
-        if future is not None:
-            hits = await asyncio.wrap_future(future)
-        else:
-            hits = await anyio.to_thread.run_sync(lambda: self.service.search(task, k, principal=principal,
-                                                                              namespaces=namespaces))
+        hits = await self.service.search_async(task, k, principal=principal, namespaces=namespaces)
         self.searched(session, task, hits)
         return Searched(hits, not_searchable)
 
@@ -354,10 +358,6 @@ class Gateway:
         if principal in (ADMIN, ANONYMOUS):
             return f"session:{session}"[:200]
         return principal.name
-
-    def record(self, task: str, tool_ids: list[str], outcome: str | None, principal: Principal) -> LearnResult:
-        """Explicit feedback (`record_tool_use`), as `POST /feedback` takes it."""
-        return self.service.feedback([{"query": task, "tool_ids": tool_ids, "outcome": outcome}], principal)
 
     # prompts and resources --------------------------------------------------------------------
     def listen(self, listener: Listener) -> None:

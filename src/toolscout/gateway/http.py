@@ -27,8 +27,9 @@ from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
 from ..errors import Forbidden
-from ..serve.auth import ANONYMOUS
-from ..serve.http import Api
+from ..serve.auth import ANONYMOUS, AuthConfig
+from ..serve.http import Api, create_app
+from ..serve.metrics import Metrics
 from ..serve.middleware import JSON, error_response
 from ..serve.schemas import ERRORS, ErrorResponse
 from ..serve.service import Principal
@@ -51,8 +52,18 @@ class CallResponse(BaseModel):
     isError: bool = False
 
 
+def gateway_app(gateway: Gateway, auth: AuthConfig, *, expose: str = "none", index: Path | None = None,
+                **options: Any) -> Any:
+    """The gateway's HTTP app: `toolscout serve`'s API over the gateway's catalog, with the gateway's routes and its
+    MCP server at /mcp, which reads the same tokens and counts into the same metrics. `index`: whose socket stdio
+    gateways attach to; `options` go to `create_app` (host, max_body_bytes, mcp_max_body_bytes)."""
+    metrics = Metrics()
+    mcp = GatewayMcp(gateway, auth=auth, metrics=metrics, expose=expose)
+    return create_app(gateway.service, auth, metrics=metrics, extension=GatewayApi(gateway, mcp, index), **options)
+
+
 class GatewayApi:
-    """The gateway's additions to the HTTP API (`serve.http.ApiExtension`)."""
+    """The gateway's additions to the HTTP API (`serve.http.ApiExtension`); `mcp` serves /mcp."""
 
     def __init__(self, gateway: Gateway, mcp: GatewayMcp, index: Path | None = None):
         self.gateway, self.mcp, self.index = gateway, mcp, index  # index: whose socket stdio gateways attach to
@@ -105,7 +116,6 @@ class GatewayApi:
         await anyio.to_thread.run_sync(self.gateway.close)
 
     def mcp_app(self, api: Api, host: str, max_body_bytes: int) -> Any:
-        self.mcp.auth, self.mcp.metrics = api.auth, api.metrics
         # sessions: a 2025-protocol client keeps one (Mcp-Session-Id), which is what calls are attributed to;
         # answers as event streams, which carry a call's progress and an upstream's elicitation to the agent
         return self.mcp.server.streamable_http_app(streamable_http_path="/mcp", stateless_http=False,

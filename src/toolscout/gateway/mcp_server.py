@@ -61,8 +61,20 @@ from mcp_types import PROTOCOL_VERSION_META_KEY as PROTOCOL_VERSION_META
 from pydantic import BaseModel, Field, ValidationError
 
 from ..errors import Conflict, Forbidden, InvalidRequest, NotFound, RateLimited
+from ..hits import Hit
 from ..serve.auth import ANONYMOUS, AuthConfig, AuthError
-from ..serve.mcp import RECORD_DESCRIPTION, FoundTool, RecordedUse
+from ..serve.mcp import (
+    RECORD_DESCRIPTION,
+    FoundTool,
+    Namespaces,
+    Outcome,
+    RecordedUse,
+    RecordTask,
+    SearchTask,
+    ToolIds,
+    ToolSearchMcp,
+    at_most,
+)
 from ..serve.service import Principal
 from ..version import __version__
 from .core import STDIO, Gateway, ShuttingDown, http_session
@@ -127,10 +139,9 @@ class GatewaySearchResult(BaseModel):
 
 
 class SearchArgs(BaseModel, extra="forbid"):
-    task: str = Field(min_length=1, max_length=1 << 20,
-                      description="The task in plain language (a whole conversation is fine), or a tool's name.")
-    k: int = Field(5, ge=1, le=50, description="How many tools to return at most.")
-    namespaces: Optional[list[str]] = Field(None, description="Only tools of these namespaces (servers).")
+    task: SearchTask
+    k: at_most(50) = 5
+    namespaces: Namespaces = None
 
 
 class CallArgs(BaseModel, extra="forbid"):
@@ -139,11 +150,9 @@ class CallArgs(BaseModel, extra="forbid"):
 
 
 class RecordArgs(BaseModel, extra="forbid"):
-    task: str = Field(min_length=1, max_length=20000, description="The task as it was searched for.")
-    tool_ids: list[str] = Field(min_length=1, max_length=64,
-                                description="The ids (from search_tools) of the tools that served it.")
-    outcome: Optional[Literal["success", "failure"]] = Field(None, description="Whether they served it "
-                                                                               "(default success).")
+    task: RecordTask
+    tool_ids: ToolIds
+    outcome: Outcome = None
 
 
 def _tool(name: str, title: str, description: str, args: type[BaseModel], result: type[BaseModel] | None) -> Any:
@@ -156,15 +165,20 @@ OWN_TOOLS = [_tool("search_tools", "Search tools", SEARCH_DESCRIPTION, SearchArg
              _tool("record_tool_use", "Record tool use", RECORD_DESCRIPTION, RecordArgs, RecordedUse)]
 
 
-class GatewayMcp:
-    """The gateway's MCP server (see the module doc); `server` is the SDK's low-level `Server`."""
+class GatewayMcp(ToolSearchMcp):
+    """The gateway's MCP server (see the module doc); `server` is the SDK's low-level `Server`. What
+    `search_tools` and `record_tool_use` do, and who calls, is `toolscout serve`'s (`ToolSearchMcp`); the
+    gateway's search waits for upstreams and says which it could not search, and its found tools say
+    whether their upstream answers."""
+
+    found_tool = GatewayFoundTool
 
     def __init__(self, gateway: Gateway, *, auth: AuthConfig | None = None, stdio_principal: Principal = STDIO,
                  expose: str = "none", metrics: Any = None):
         if expose not in EXPOSE:
             raise ValueError(f"unknown --expose {expose!r}; known: {', '.join(EXPOSE)}")
-        self.gateway, self.auth, self.stdio_principal = gateway, auth, stdio_principal
-        self.expose, self.metrics = expose, metrics
+        super().__init__(gateway.service, auth=auth, stdio_principal=stdio_principal, metrics=metrics)
+        self.gateway, self.expose = gateway, expose
         self.bus = InMemorySubscriptionBus()
         self._listen = ListenHandler(self.bus)
         self._exposed: OrderedDict[str, OrderedDict[str, str]] = OrderedDict()  # session -> native name -> id
@@ -277,20 +291,22 @@ class GatewayMcp:
             return error_result(f"{name}: an internal error in toolscout (logged on the gateway)")
 
     async def _search(self, ctx: Any, principal: Principal, args: SearchArgs) -> Any:
-        if not args.task.strip():
-            raise InvalidRequest("task must not be blank")
         session = self._session(ctx)
-        searched = await self.gateway.search(args.task, args.k, principal=principal, session=session,
-                                             namespaces=args.namespaces)
-        hits = searched.hits
-        if self.metrics is not None:
-            self.metrics.count("queries")
-            self.metrics.count("abstained", not hits)
-        found = [_found(h.to_dict()) for h in hits]
-        payload = {"tools": found, "abstained": not hits, "not_searchable": searched.not_searchable}
-        if self.expose == "found" and self._expose(session, [h.tool.id for h in hits]):
+        answer = await self.search_tools(args.task, args.k, principal, args.namespaces, session)
+        if self.expose == "found" and self._expose(session, [tool["id"] for tool in answer["tools"]]):
             await self._announce_tools_changed(ctx)
-        return text_result(payload)
+        return text_result(answer)
+
+    async def search(self, task: str, k: int, principal: Principal, namespaces: list[str] | None,
+                     session: str) -> tuple[list[Hit], dict[str, Any]]:
+        """The gateway's search (it waits for upstreams still starting), and the upstreams it could not search."""
+        searched = await self.gateway.search(task, k, principal=principal, session=session, namespaces=namespaces)
+        return searched.hits, {"not_searchable": searched.not_searchable}
+
+    def found(self, hit: dict[str, Any]) -> dict[str, Any]:
+        found = super().found(hit)
+        found["available"] = hit.get("available", True) is not False
+        return found
 
     async def _forward(self, ctx: Any, principal: Principal, name: str, arguments: dict[str, Any]) -> Any:
         if not isinstance(arguments, dict):
@@ -303,10 +319,7 @@ class GatewayMcp:
                                        headers=headers, relay=self._relay(ctx))
 
     def _record(self, principal: Principal, args: RecordArgs) -> Any:
-        result = self.gateway.record(args.task, args.tool_ids, args.outcome, principal)
-        payload = RecordedUse(learned=len(result.learned), duplicate=bool(result.duplicates),
-                              unknown_tools=result.unknown).model_dump()
-        return text_result(payload)
+        return text_result(self.record_tool_use(args.task, args.tool_ids, args.outcome, principal).model_dump())
 
     # what passes through ------------------------------------------------------------------------
     def _relay(self, ctx: Any) -> Relay:
@@ -431,13 +444,12 @@ class GatewayMcp:
 
     # sessions ----------------------------------------------------------------------------------
     def _principal(self, ctx: Any) -> Principal:
-        request = getattr(ctx, "request", None)
-        if request is None:  # a host over a pipe: the gateway's stdio, or one attached over the socket
-            host = _HOST.get()
-            return host.principal if host is not None else self.stdio_principal
-        if self.auth is None:
-            return self.stdio_principal
-        return self.auth.authenticate(request.headers.get("authorization"), write=False)
+        return self.principal(getattr(ctx, "request", None))
+
+    def piped_principal(self) -> Principal:
+        """A host over a pipe: the gateway's stdio, or one attached over the socket (each its own principal)."""
+        host = _HOST.get()
+        return host.principal if host is not None else self.stdio_principal
 
     def _session(self, ctx: Any) -> str:
         request = getattr(ctx, "request", None)
@@ -482,13 +494,6 @@ def _tagged(ctx: Any, result: dict[str, Any]) -> dict[str, Any]:
     if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
         result.setdefault("resultType", "complete")
     return result
-
-
-def _found(hit: dict[str, Any]) -> dict[str, Any]:
-    """The fields of a hit's JSON (`Hit.to_dict`) that `search_tools` returns."""
-    found = {key: hit.get(key) for key in GatewayFoundTool.model_fields}
-    found["available"] = hit.get("available", True) is not False
-    return found
 
 
 class _StdioRequest:

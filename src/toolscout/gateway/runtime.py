@@ -35,10 +35,11 @@ from ..artifacts import POINTER
 from ..errors import ToolScoutError
 from ..hits import CALIBRATED
 from ..pipeline import ToolScout
-from ..serve.service import ToolService
+from ..serve.catalog import Catalog
+from ..serve.service import CATALOG_OPTIONS, ToolService, open_catalog
 from .attribution import DEFAULT_RULE, DEFAULT_WINDOW, CallAttribution
 from .config import PING_EVERY_S, SEARCH_WAIT_S, GatewayConfig, UpstreamSpec
-from .core import Gateway, GatewayOptions
+from .core import Gateway, GatewayOptions, upstream_reach
 from .definitions import DefinitionLedger, SharedRecords
 from .hosts import RUNTIME_FILES, IndexLock, serve_hosts
 from .listings import OwnListings, SharedListings
@@ -73,43 +74,51 @@ class GatewaySettings:
 
 
 def open_gateway(config: GatewayConfig, settings: GatewaySettings) -> Gateway:
-    """The gateway over `settings.index` (made if new), its upstreams not yet started (`Gateway.run`)."""
+    """The gateway over `settings.index` (made if new), its upstreams not yet started (`Gateway.run`). Made in
+    the order each part needs the others: the catalog, the definition records kept beside it, the upstreams,
+    then the service, which is given what search may return (`upstream_reach`), then the gateway."""
     for warning in config.warnings:
         logger.warning("%s", warning)
-    service = open_service(settings)
+    catalog, service_options = open_catalog_of(settings)
+    service = None
     try:
-        definitions, listings = _records(service, settings)
+        definitions, listings = _records(catalog, settings)
         upstreams = [make_upstream(spec, settings) for spec in config.upstreams]
         attribution = CallAttribution(settings.attribution, settings.window)
         options = GatewayOptions(settings.hide_unavailable, frozenset(u.name for u in config.upstreams if not u.enabled),
                                  search_wait=settings.search_wait)
+        service = ToolService(catalog, reach=upstream_reach(upstreams, options, definitions), **service_options)
         gateway = Gateway(service, upstreams, definitions, attribution, options, listings=listings)
         gateway.prune(config.names())
         return gateway
     except BaseException:
-        service.close()
+        if service is not None:
+            service.close()
+        else:
+            catalog.close()
         raise
 
 
-def open_service(settings: GatewaySettings) -> ToolService:
-    """The service over the gateway's index: its directory (made if new), or its PostgreSQL tenant (a new table
-    configured with the default pipeline)."""
+def open_catalog_of(settings: GatewaySettings) -> tuple[Catalog, dict[str, Any]]:
+    """The catalog of the gateway's index: its directory (made if new), or its PostgreSQL tenant (a new table
+    configured with the default pipeline); and the options of `settings.service` that are the service's."""
     # a gateway abstains by default when no tool is likely relevant (the calibration's threshold)
     options = {"min_probability": CALIBRATED, **settings.service}
+    storage = {key: options.pop(key) for key in CATALOG_OPTIONS if key in options}
     if settings.store is None:
         ensure_index(settings.index)
-        return ToolService.open(settings.index, **options)
-    return ToolService.open(settings.store, encoder=ensure_store(settings.store), **options)
+        return open_catalog(settings.index, **storage), options
+    return open_catalog(settings.store, encoder=ensure_store(settings.store), **storage), options
 
 
-def _records(service: ToolService, settings: GatewaySettings) -> tuple[DefinitionLedger, Any]:
+def _records(catalog: Catalog, settings: GatewaySettings) -> tuple[DefinitionLedger, Any]:
     """The gateway's definition records and what its listings let go: in its directory, or shared with the other
     replicas on its PostgreSQL tenant."""
     if settings.store is None:
         return DefinitionLedger(settings.index, pin=settings.pin), OwnListings()
     from ..store.pg_gateway import PgGatewayState
 
-    state = PgGatewayState(service.catalog.pg_catalog)
+    state = PgGatewayState(catalog.pg_catalog)
     return DefinitionLedger(SharedRecords(state), pin=settings.pin), SharedListings(state)
 
 

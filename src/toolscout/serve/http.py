@@ -127,11 +127,13 @@ class Api:
 
 def create_app(service: ToolService, auth: AuthConfig | None = None, *, max_body_bytes: int = MAX_BODY_BYTES,
                mcp: bool = True, host: str = "127.0.0.1", close_service: bool = True,
-               extension: ApiExtension | None = None, mcp_max_body_bytes: int = MCP_MAX_BODY_BYTES) -> Any:
+               extension: ApiExtension | None = None, mcp_max_body_bytes: int = MCP_MAX_BODY_BYTES,
+               metrics: Metrics | None = None) -> Any:
     """The ASGI app. `mcp`: also serve MCP (streamable HTTP) at /mcp, taking bodies up to
     `mcp_max_body_bytes` (the API's own routes: `max_body_bytes`). `close_service`: compact and release the
-    catalog at shutdown. `extension`: what a deployment adds (the gateway)."""
-    api = Api(service, Metrics(), auth or AuthConfig(), extension)
+    catalog at shutdown. `extension`: what a deployment adds (the gateway). `metrics`: what /metrics counts
+    (new ones unless given: an extension's MCP server counts into the same)."""
+    api = Api(service, metrics or Metrics(), auth or AuthConfig(), extension)
     mcp_app = (extension.mcp_app(api, host, mcp_max_body_bytes) if extension is not None
                else _mcp_app(api, host, mcp_max_body_bytes)) if mcp else None
     lifespan = _lifespan(service, mcp_app, close_service, extension)

@@ -10,16 +10,24 @@ call. It returns an empty list when no tool fits the task (abstention). `record_
 outcome=None)` reports which tools served a task; the index learns from it at once (`toolscout.feedback`).
 Over HTTP the caller's bearer token decides which namespaces it may see and whether it may report use,
 as for the HTTP API; over stdio the host that launched the server may.
+
+This is toolscout's one MCP surface: `ToolSearchMcp` is what those two tools do (who calls, the check on
+a task, the search, what a found tool shows, recording use) and the arguments' types are declared here
+once. `build_mcp_server` serves it on the SDK's `MCPServer`; the gateway's server (`gateway/mcp_server.py`)
+extends it on the SDK's low-level server with `call_tool`, the upstreams' prompts and resources, and the
+upstreams it could not search.
 """
 
 # No `from __future__ import annotations` here: the SDK reads the tool function's annotations at run
 # time, and they refer to local values (max_k).
+import contextlib
 import logging
-from typing import Annotated, Any, Literal, Optional
+from typing import Annotated, Any, Iterator, Literal, Optional
 
 from pydantic import BaseModel, Field
 
-from ..errors import Forbidden, InvalidRequest
+from ..errors import Forbidden, InvalidRequest, ToolScoutError
+from ..hits import Hit
 from ..version import __version__
 from .auth import AuthConfig, AuthError
 from .service import ADMIN, Principal, ToolService
@@ -35,6 +43,23 @@ RECORD_DESCRIPTION = ("After calling tools that search_tools returned, report wh
 SEARCH_DESCRIPTION = ("Find the tools that fit a task, best first. Returns each tool's name, description and input "
                       "schema (JSON Schema) ready to call, with the namespace (server) that hosts it. Returns no "
                       "tools when nothing in the catalog fits.")
+
+
+# The arguments, declared once: the SDK reads them from `build_mcp_server`'s functions, pydantic from the
+# gateway's argument models (gateway/mcp_server.py); both servers' input schemas come from these.
+SearchTask = Annotated[str, Field(min_length=1, max_length=1 << 20, description=(
+    "The task in plain language (a whole conversation is fine), or a tool's name."))]
+Namespaces = Annotated[Optional[list[str]], Field(description="Only tools of these namespaces (servers).")]
+RecordTask = Annotated[str, Field(min_length=1, max_length=20000, description="The task as it was searched for.")]
+ToolIds = Annotated[list[str], Field(min_length=1, max_length=64,
+                                     description="The ids (from search_tools) of the tools that served it.")]
+Outcome = Annotated[Optional[Literal["success", "failure"]],
+                    Field(description="Whether they served it (default success).")]
+
+
+def at_most(max_k: int) -> Any:
+    """The type of `k`, a server's own bound on it."""
+    return Annotated[int, Field(ge=1, le=max_k, description="How many tools to return at most.")]
 
 
 class FoundTool(BaseModel):
@@ -60,57 +85,76 @@ class RecordedUse(BaseModel):
     unknown_tools: list[str] = Field(description="Ids that name no tool the caller may see (ignored).")
 
 
-def build_mcp_server(service: ToolService, *, auth: AuthConfig | None = None, stdio_principal: Principal = ADMIN,
-                     default_k: int = 5, max_k: int = 50, metrics: Any = None):
-    """An `MCPServer` answering `search_tools` from `service`. Over HTTP the principal comes from the
-    request's bearer token (`auth`); over stdio it is `stdio_principal`."""
-    from mcp.server import MCPServer
-    from mcp.server.mcpserver import Context
+class ToolSearchMcp:
+    """What a toolscout MCP server answers `search_tools` and `record_tool_use` with, whatever SDK layer
+    carries the calls: who calls (`principal`), the check on a task, the search, what a found tool shows,
+    and recording use. `build_mcp_server` serves it; the gateway's server extends it (`GatewayMcp`)."""
 
-    root = logging.getLogger()
-    guard = logging.NullHandler() if not root.handlers else None
-    if guard is not None:  # MCPServer calls logging.basicConfig: keep the process's logging as it was
-        root.addHandler(guard)
-    try:
-        server = MCPServer("toolscout", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
-    finally:
-        if guard is not None:
-            root.removeHandler(guard)
+    found_tool: type[FoundTool] = FoundTool  # the fields a found tool shows
 
-    def search_tools(
-        task: Annotated[str, Field(min_length=1, max_length=1 << 20,
-                                   description="The task in plain language (a whole conversation is fine), or a "
-                                               "tool's name.")],
-        ctx: Context,
-        k: Annotated[int, Field(ge=1, le=max_k, description="How many tools to return at most.")] = default_k,
-        namespaces: Annotated[Optional[list[str]],
-                              Field(description="Only tools of these namespaces (servers).")] = None,
-    ) -> SearchToolsResult:
-        principal = _principal(ctx, auth, stdio_principal)
+    def __init__(self, service: ToolService, *, auth: AuthConfig | None = None, stdio_principal: Principal = ADMIN,
+                 metrics: Any = None):
+        self.service, self.auth, self.stdio_principal, self.metrics = service, auth, stdio_principal, metrics
+
+    def principal(self, request: Any, *, feedback: bool = False) -> Principal:
+        """Who calls: over HTTP (`request`), its bearer token (AuthError when the token may not); over a pipe
+        or in-process (no request), the host that launched the server."""
+        if request is None:
+            return self.piped_principal()
+        if self.auth is None:  # an app built without tokens
+            return self.stdio_principal
+        return self.auth.authenticate(request.headers.get("authorization"), write=False, feedback=feedback)
+
+    def piped_principal(self) -> Principal:
+        return self.stdio_principal
+
+    async def search_tools(self, task: str, k: int, principal: Principal, namespaces: list[str] | None,
+                           session: str = "stdio") -> dict[str, Any]:
+        """`search_tools`' answer: the found tools, best first, whether it abstained, and what `search` adds."""
         if not task.strip():
             raise InvalidRequest("task must not be blank")
-        hits = service.search(task, k, principal=principal, namespaces=namespaces)
-        if metrics is not None:
-            metrics.count("queries")
-            metrics.count("abstained", not hits)
-        return SearchToolsResult(tools=[FoundTool(**_found(h.to_dict())) for h in hits], abstained=not hits)
+        hits, added = await self.search(task, k, principal, namespaces, session)
+        if self.metrics is not None:
+            self.metrics.count("queries")
+            self.metrics.count("abstained", not hits)
+        return {"tools": [self.found(hit.to_dict()) for hit in hits], "abstained": not hits, **added}
 
-    def record_tool_use(
-        task: Annotated[str, Field(min_length=1, max_length=20000,
-                                   description="The task as it was searched for.")],
-        tool_ids: Annotated[list[str], Field(min_length=1, max_length=64,
-                                             description="The ids (from search_tools) of the tools that served it.")],
-        ctx: Context,
-        outcome: Annotated[Optional[Literal["success", "failure"]],
-                           Field(description="Whether they served it (default success).")] = None,
-    ) -> RecordedUse:
-        principal = _principal(ctx, auth, stdio_principal, feedback=True)
-        result = service.feedback([{"query": task, "tool_ids": tool_ids, "outcome": outcome}], principal)
-        if metrics is not None:
-            metrics.count("feedback_events", result.events)
-            metrics.count("feedback_learned", len(result.learned))
-        return RecordedUse(learned=len(result.learned), duplicate=bool(result.duplicates),
-                           unknown_tools=result.unknown)
+    async def search(self, task: str, k: int, principal: Principal, namespaces: list[str] | None,
+                     session: str) -> tuple[list[Hit], dict[str, Any]]:
+        """The hits for a task, and the fields the answer adds (none here; the gateway adds the upstreams it
+        could not search). `session`: whose search it is, for a server that remembers."""
+        return await self.service.search_async(task, k, principal=principal, namespaces=namespaces), {}
+
+    def found(self, hit: dict[str, Any]) -> dict[str, Any]:
+        """The fields of a hit's JSON (`Hit.to_dict`) that `search_tools` returns."""
+        return {key: hit.get(key) for key in self.found_tool.model_fields}
+
+    def record_tool_use(self, task: str, tool_ids: list[str], outcome: str | None, principal: Principal) -> RecordedUse:
+        result = self.service.feedback([{"query": task, "tool_ids": tool_ids, "outcome": outcome}], principal)
+        if self.metrics is not None:
+            self.metrics.count("feedback_events", result.events)
+            self.metrics.count("feedback_learned", len(result.learned))
+        return RecordedUse(learned=len(result.learned), duplicate=bool(result.duplicates), unknown_tools=result.unknown)
+
+
+def build_mcp_server(service: ToolService, *, auth: AuthConfig | None = None, stdio_principal: Principal = ADMIN,
+                     default_k: int = 5, max_k: int = 50, metrics: Any = None):
+    """An `MCPServer` answering `search_tools` and `record_tool_use` from `service` (`ToolSearchMcp`). Over HTTP
+    the principal comes from the request's bearer token (`auth`); over stdio it is `stdio_principal`."""
+    from mcp.server.mcpserver import Context
+
+    surface = ToolSearchMcp(service, auth=auth, stdio_principal=stdio_principal, metrics=metrics)
+    server = _mcp_server()
+
+    async def search_tools(task: SearchTask, ctx: Context, k: at_most(max_k) = default_k,
+                           namespaces: Namespaces = None) -> SearchToolsResult:
+        with _told():
+            answer = await surface.search_tools(task, k, _caller(surface, ctx), namespaces)
+        return SearchToolsResult.model_validate(answer)
+
+    def record_tool_use(task: RecordTask, tool_ids: ToolIds, ctx: Context, outcome: Outcome = None) -> RecordedUse:
+        with _told():  # in a worker thread: it writes
+            return surface.record_tool_use(task, tool_ids, outcome, _caller(surface, ctx, feedback=True))
 
     server.add_tool(search_tools, name="search_tools", title="Search tools", description=SEARCH_DESCRIPTION,
                     structured_output=True)
@@ -119,19 +163,39 @@ def build_mcp_server(service: ToolService, *, auth: AuthConfig | None = None, st
     return server
 
 
-def _found(hit: dict[str, Any]) -> dict[str, Any]:
-    """The fields of a hit's JSON (`Hit.to_dict`) that `search_tools` returns."""
-    return {key: hit[key] for key in FoundTool.model_fields if key in hit}
+def _mcp_server() -> Any:
+    from mcp.server import MCPServer
 
-
-def _principal(ctx: Any, auth: AuthConfig | None, stdio_principal: Principal, feedback: bool = False) -> Principal:
-    request = getattr(getattr(ctx, "request_context", None), "request", None)
-    if request is None or auth is None:  # stdio, or an in-process client
-        return stdio_principal
+    root = logging.getLogger()
+    guard = logging.NullHandler() if not root.handlers else None
+    if guard is not None:  # MCPServer calls logging.basicConfig: keep the process's logging as it was
+        root.addHandler(guard)
     try:
-        return auth.authenticate(request.headers.get("authorization"), write=False, feedback=feedback)
+        return MCPServer("toolscout", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
+    finally:
+        if guard is not None:
+            root.removeHandler(guard)
+
+
+def _caller(surface: ToolSearchMcp, ctx: Any, feedback: bool = False) -> Principal:
+    """Who makes an `MCPServer` tool call: its context holds the HTTP request (None over stdio)."""
+    request = getattr(getattr(ctx, "request_context", None), "request", None)
+    try:
+        return surface.principal(request, feedback=feedback)
     except AuthError as exc:  # the HTTP route checked the token already; this only guards misuse
         raise Forbidden(exc.message) from None
+
+
+@contextlib.contextmanager
+def _told() -> Iterator[None]:
+    """toolscout's own errors reach the agent with their message: the SDK shows only the tool's name for any
+    other exception (it takes them for crashes, and logs their traceback)."""
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    try:
+        yield
+    except ToolScoutError as exc:
+        raise ToolError(str(exc)) from exc
 
 
 def mcp_http_app(server: Any, *, host: str = "127.0.0.1", path: str = "/mcp", max_body_bytes: int = 1 << 20):

@@ -18,6 +18,7 @@ every replica). The storage is the only thing that differs (`serve/catalog.py`);
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -40,7 +41,8 @@ from .limits import FeedbackLimits
 _UNSET: Any = object()
 logger = logging.getLogger(__name__)
 
-__all__ = ["ToolService", "Principal", "ADMIN", "Reach", "WriteResult", "ServiceError", "ServiceUnavailable"]
+__all__ = ["ToolService", "Principal", "ADMIN", "Reach", "WriteResult", "ServiceError", "ServiceUnavailable",
+           "open_catalog"]
 
 
 @dataclass(frozen=True)
@@ -127,26 +129,11 @@ class ToolService:
     def open(cls, target: str | Path, *, fsync: bool = True, compact_every: int = 10_000, encoder: Any = None,
              max_stale_s: float = 1.0, feedback_cap: int | None = None, fast_queries: bool | str | None = None,
              **options: Any) -> "ToolService":
-        """Serve `target`: a PostgreSQL store spec (postgresql://...) or a pipeline directory. `fsync` and
-        `compact_every` apply to a directory; `encoder` (an already loaded one) and `max_stale_s` to
-        PostgreSQL; `feedback_cap` (requests one feedback source may teach one tool) is recorded with the
-        catalog; `fast_queries` ("table" or True, or "student") encodes tasks with that fast tier distilled
-        from the index's encoder (`encoders/fast.py`), False with the encoder itself, None as a directory
-        was saved (PostgreSQL: the encoder); `options` (min_score, min_probability, always_include,
-        batch_workers, limits) go to the service."""
-        from ..store.pgvector import is_postgres_spec
-
-        if is_postgres_spec(target):
-            from .postgres import PostgresCatalog
-
-            catalog = PostgresCatalog.open(str(target), encoder=encoder, max_stale_s=max_stale_s,
-                                           fast_queries=fast_queries)
-        else:
-            from .local import DirectoryCatalog
-
-            catalog = DirectoryCatalog.open(target, fsync=fsync, compact_every=compact_every, fast_queries=fast_queries)
-        if feedback_cap is not None:
-            catalog.set_feedback_cap(feedback_cap)
+        """Serve `target`: a PostgreSQL store spec (postgresql://...) or a pipeline directory (`open_catalog`
+        says what its options do); `options` (min_score, min_probability, always_include, batch_workers,
+        limits, reach) go to the service."""
+        catalog = open_catalog(target, fsync=fsync, compact_every=compact_every, encoder=encoder,
+                               max_stale_s=max_stale_s, feedback_cap=feedback_cap, fast_queries=fast_queries)
         return cls(catalog, **options)
 
     def close(self, compact: bool = True) -> None:
@@ -193,6 +180,17 @@ class ToolService:
         options = self._options(k, principal, namespaces, ids, exclude_ids, (min_score, min_probability),
                                 always_include, match_names, explain)
         return self._answer(options, query)
+
+    async def search_async(self, query: str, k: int = 5, **options: Any) -> list[Hit]:
+        """`search` of one query, awaited in an asyncio event loop (what the MCP servers and the gateway
+        await): the batcher's Future, so no thread waits on it; in a worker thread when this service does
+        not batch. `options` as `search` takes them."""
+        future = self.search_future(query, k, **options)
+        if future is not None:
+            return await asyncio.wrap_future(future)
+        import anyio.to_thread  # the serve extra's; only a service without a batcher gets here
+
+        return await anyio.to_thread.run_sync(lambda: self.search(query, k, **options))
 
     def _answer(self, options: tuple, query: str) -> Future:
         """A Future of one query's hits: from the answers cache when this catalog version answered it
@@ -440,3 +438,30 @@ class ToolService:
                 "batched_queries": self._batcher.queries if self._batcher else None,
                 "answer_cache_hits": self.answers.hits, "answer_cache_misses": self.answers.misses,
                 "learning": self.catalog.tenant(None).learning_report(brief=True)}
+
+
+CATALOG_OPTIONS = ("fsync", "compact_every", "encoder", "max_stale_s", "feedback_cap", "fast_queries")
+
+
+def open_catalog(target: str | Path, *, fsync: bool = True, compact_every: int = 10_000, encoder: Any = None,
+                 max_stale_s: float = 1.0, feedback_cap: int | None = None,
+                 fast_queries: bool | str | None = None) -> Catalog:
+    """The storage of `target`, for a `ToolService`: a PostgreSQL store spec (postgresql://...) or a pipeline
+    directory. `fsync` and `compact_every` apply to a directory; `encoder` (an already loaded one) and
+    `max_stale_s` to PostgreSQL; `feedback_cap` (requests one feedback source may teach one tool) is recorded
+    with the catalog; `fast_queries` ("table" or True, or "student") encodes tasks with that fast tier distilled
+    from the index's encoder (`encoders/fast.py`), False with the encoder itself, None as a directory was saved
+    (PostgreSQL: the encoder). These are `CATALOG_OPTIONS`."""
+    from ..store.pgvector import is_postgres_spec
+
+    if is_postgres_spec(target):
+        from .postgres import PostgresCatalog
+
+        catalog = PostgresCatalog.open(str(target), encoder=encoder, max_stale_s=max_stale_s, fast_queries=fast_queries)
+    else:
+        from .local import DirectoryCatalog
+
+        catalog = DirectoryCatalog.open(target, fsync=fsync, compact_every=compact_every, fast_queries=fast_queries)
+    if feedback_cap is not None:
+        catalog.set_feedback_cap(feedback_cap)
+    return catalog
