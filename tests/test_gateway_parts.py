@@ -1,6 +1,7 @@
 """The gateway's parts that need no running server: its config file (and the servers whose entries cannot be
 resolved), the call attribution rule, the tool definition ledger (rug pulls and approvals), the OpenAPI
-request a call becomes, what a service's reach does to search, and the /mcp body limit."""
+request a call becomes, what a service's reach does to search, the /mcp body limit, and how upstreams are
+started (a few at a time; one a call needs at once)."""
 
 import json
 import subprocess
@@ -400,3 +401,109 @@ def test_the_gateways_mcp_endpoint_reads_the_apis_tokens_and_counts_into_its_met
         assert "token 'reader' may not post feedback" in recorded.text  # the token's rights, not the stdio host's
         metrics = client.get("/metrics", headers=headers).text
         assert 'toolscout_search_events_total{event="queries"} 1' in metrics  # the app closes the gateway
+
+
+# ------------------------------------------------------------------------------------- upstream start-up
+
+class _SlowToStart:
+    """An upstream that never finishes starting: what the gateway's pacing sees of a server loading for long.
+    Its calls are answered once `run` has begun (a call waits for its server to have been started)."""
+
+    def __init__(self, name: str):
+        from toolscout.gateway.upstream import Extras, UpstreamStatus
+
+        self.name, self.timeout, self.forward_headers = name, 5.0, ()
+        self.status, self.extras = UpstreamStatus(name, "stdio", name), Extras()
+        self.started_at: float | None = None
+
+    async def run(self, sink, notice=None) -> None:
+        import anyio
+
+        self.started_at = anyio.current_time()
+        await anyio.sleep_forever()
+
+    async def call(self, tool, arguments, headers, relay=None):
+        import anyio
+
+        while self.started_at is None:
+            await anyio.sleep(0.01)
+        return {"content": [{"type": "text", "text": f"{self.name} answered"}]}
+
+    async def wait_up(self, within: float) -> bool:
+        import anyio
+
+        await anyio.sleep(within)
+        return False
+
+    async def relist(self) -> None:
+        pass
+
+
+def _paced_gateway(tmp_path, monkeypatch, turn_s: float, at_once: int):
+    from conftest import sample_tools
+
+    from toolscout import ToolScout
+    from toolscout.gateway import core
+    from toolscout.gateway.attribution import DEFAULT_RULE, DEFAULT_WINDOW
+    from toolscout.serve.service import ToolService
+
+    monkeypatch.setattr(core, "START_TURN_S", turn_s)
+    ToolScout.from_tools(sample_tools(), retriever="bm25").save(tmp_path / "idx")
+    service = ToolService.open(tmp_path / "idx", fsync=False, batch_workers=0)
+    indexed = sorted(service.namespaces())
+    upstreams = [_SlowToStart(name) for name in [*indexed, "fresh"]]  # "fresh" has no tools in the index yet
+    gateway = core.Gateway(service, upstreams, DefinitionLedger(tmp_path / "idx"),
+                           CallAttribution(DEFAULT_RULE, DEFAULT_WINDOW), core.GatewayOptions(starts_at_once=at_once))
+    return gateway, upstreams
+
+
+def test_upstreams_start_a_few_at_a_time_those_with_no_tools_indexed_first(tmp_path, monkeypatch):
+    import anyio
+
+    gateway, upstreams = _paced_gateway(tmp_path, monkeypatch, turn_s=0.3, at_once=2)
+
+    async def scenario():
+        async with anyio.create_task_group() as tasks:
+            began = anyio.current_time()
+            tasks.start_soon(gateway.run)
+            await anyio.sleep(0.1)
+            started = [u.name for u in upstreams if u.started_at is not None]
+            assert len(started) == 2 and "fresh" in started  # two turns; the one search needs first
+            await anyio.sleep(0.3 * (len(upstreams) // 2) + 0.2)
+            assert all(u.started_at is not None for u in upstreams)
+            offsets = sorted(u.started_at - began for u in upstreams)
+            assert offsets[2] >= 0.29 and offsets[-1] >= 0.3 * ((len(upstreams) - 1) // 2) - 0.01
+            tasks.cancel_scope.cancel()
+
+    try:
+        anyio.run(scenario)
+    finally:
+        gateway.close()
+        gateway.service.close()
+
+
+def test_a_call_starts_its_upstream_out_of_turn(tmp_path, monkeypatch):
+    import anyio
+
+    from toolscout.serve.service import ADMIN
+
+    gateway, upstreams = _paced_gateway(tmp_path, monkeypatch, turn_s=60.0, at_once=1)
+    last = upstreams[-2]  # indexed: queued behind "fresh" and the others, an hour of turns away
+    tool = next(t for t in gateway.service.tools if t.namespace == last.name)
+
+    async def scenario():
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(gateway.run)
+            await anyio.sleep(0.05)
+            assert last.started_at is None
+            with anyio.fail_after(5):
+                result = await gateway.call(tool.id, {}, principal=ADMIN, session="s")
+            assert result["content"][0]["text"] == f"{last.name} answered"
+            assert {u.name for u in upstreams if u.started_at is not None} == {"fresh", last.name}
+            tasks.cancel_scope.cancel()
+
+    try:
+        anyio.run(scenario)
+    finally:
+        gateway.close()
+        gateway.service.close()

@@ -48,6 +48,15 @@ PING_EVERY_S = 10.0  # how often the gateway pings each MCP upstream (mcp_upstre
 # index, a server new to the config), counted from the first search that waits for it (core.Gateway.searchable).
 # 20 stdio servers on two busy cores listed their tools within 12 s of the gateway's start (docs/gateway.md).
 SEARCH_WAIT_S = 10.0
+# Upstreams start a few at a time (core.Gateway.run): each start is mostly CPU (an interpreter or node loading),
+# and twenty at once on a laptop's cores starve the gateway's own first answers. A turn ends when the upstream
+# is up or down, or after START_TURN_S, so a slow server holds the others back by that much at most.
+START_TURN_S = 1.0
+
+
+def starts_at_once() -> int:
+    """How many upstreams start together: one per core, at least two."""
+    return max(2, os.cpu_count() or 2)
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _MCP_KEYS = {"command", "args", "env", "cwd", "url", "headers", "type", "transport", "timeout", "enabled",

@@ -15,6 +15,8 @@ see a tool's namespace can neither find nor call it.
   (a new index, a server new to the config), `GatewayOptions.search_wait` seconds at most for each, counted
   from the first search that waited for it; its answer names the upstreams whose tools it could not search
   (`searchable`), so a search is never empty only because upstreams were still starting.
+- Upstreams start a few at a time (`run`), those with no tools in the index first, so a gateway restarted over
+  its kept index answers searches while its servers load; one that a search or a call waits for starts at once.
 - A call names its server even when the tool is unknown: `NS.tool` of a server that is still starting waits
   for it (up to its timeout; its listing may bring the tool), and of a server that is down fails at once
   with the reason (an unset variable, a missing command, a crash...).
@@ -34,7 +36,7 @@ import logging
 import queue
 import re
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Iterable, Mapping
 
 import anyio
@@ -49,7 +51,7 @@ from ..serve.errors import ServiceError
 from ..serve.service import ADMIN, Principal, Reach, ToolService
 from ..tool import Tool
 from .attribution import CallAttribution
-from .config import SEARCH_WAIT_S
+from .config import SEARCH_WAIT_S, START_TURN_S, starts_at_once
 from .definitions import DefinitionLedger
 from .listings import OwnListings
 from .upstream import NO_RELAY, Listing, Relay, ToolResult, Upstream, UpstreamUnavailable
@@ -73,11 +75,13 @@ class ShuttingDown(ServiceError):
 class GatewayOptions:
     """`hide_unavailable`: leave the tools of a down upstream out of search (else they are marked
     `available: false`). `disabled`: upstreams the config turned off (their tools stay indexed, hidden).
-    `search_wait`: seconds searches wait, in all, for an upstream that is starting with no tools indexed."""
+    `search_wait`: seconds searches wait, in all, for an upstream that is starting with no tools indexed.
+    `starts_at_once`: how many upstreams start together (`run`)."""
 
     hide_unavailable: bool = False
     disabled: frozenset[str] = frozenset()
     search_wait: float = SEARCH_WAIT_S
+    starts_at_once: int = field(default_factory=starts_at_once)
 
 
 @dataclass(frozen=True)
@@ -134,18 +138,47 @@ class Gateway:
         self._calls: set[anyio.CancelScope] = set()  # calls in flight, cancelled at shutdown
         self._closing = False
         self._drained: Any = None  # an anyio.Event while shutting down
+        enabled = [u for u in self.upstreams.values() if u.name not in options.disabled]
+        # upstreams not started yet, in the order they start (those a search needs first)
+        self._queued = {u.name: u for u in sorted(enabled, key=lambda u: u.name in self._indexed)}
+        self._tasks: Any = None  # run's task group, once it runs
 
     # running -----------------------------------------------------------------------------------
     async def run(self) -> None:
-        """Supervise every enabled upstream at once (a slow one holds up no other), until cancelled."""
+        """Supervise every enabled upstream (a slow one holds up no other), until cancelled. They start
+        `options.starts_at_once` at a time (config.START_TURN_S), those with no tools in the index first; one that
+        a search or a call waits for starts at once."""
         async with anyio.create_task_group() as tasks:
+            self._tasks = tasks
             for upstream in self.upstreams.values():
-                if upstream.name not in self.options.disabled:
-                    tasks.start_soon(upstream.run, self.index_listing, self._noticed, name=f"upstream {upstream.name}")
-                else:
+                if upstream.name in self.options.disabled:
                     upstream.status.change("disabled")
             if self.listings.heartbeat_every:
                 tasks.start_soon(self._beat, self.listings.heartbeat_every, name="listings heartbeat")
+            turns = anyio.Semaphore(self.options.starts_at_once)
+            while self._queued:
+                await turns.acquire()
+                if self._queued:
+                    self._start(next(iter(self._queued)), turns)
+                else:
+                    turns.release()
+
+    def _start(self, name: str, turns: Any = None) -> None:
+        """Start the queued upstream `name` now; `turns` (the pacing's) is given back when its start ends."""
+        upstream = self._queued.pop(name)
+        self._tasks.start_soon(upstream.run, self.index_listing, self._noticed, name=f"upstream {name}")
+        if turns is not None:
+            self._tasks.start_soon(self._turn_ends, upstream, turns)
+
+    @staticmethod
+    async def _turn_ends(upstream: Upstream, turns: Any) -> None:
+        await upstream.wait_up(START_TURN_S)
+        turns.release()
+
+    def _needed(self, upstream: Upstream) -> None:
+        """A search or a call waits for `upstream`: if it is still queued, it starts now, out of turn."""
+        if upstream.name in self._queued and self._tasks is not None:
+            self._start(upstream.name)
 
     async def _beat(self, every: float) -> None:
         """Say this gateway is alive to the replicas it shares the catalog with, and prune what none serves."""
@@ -259,6 +292,7 @@ class Gateway:
             async with anyio.create_task_group() as tasks:
                 for upstream, within in waits:
                     if within > 0:
+                        self._needed(upstream)
                         tasks.start_soon(upstream.wait_up, within)
         return [_not_searchable(u) for u in offering if not self._searchable(u)]
 
@@ -311,6 +345,7 @@ class Gateway:
         if self.definitions.held(tool.id):
             raise Conflict(f"tool {tool.id!r} changed since it was approved (see GET /tools/{tool.id}); an operator "
                            f"approves it with: toolscout gateway approve {tool.id}")
+        self._needed(upstream)
         lowered = {k.lower(): v for k, v in (headers or {}).items()}
         forwarded = {h: lowered[h] for h in upstream.forward_headers if h in lowered}
         result = await self._forwarded(upstream.call(tool, arguments, forwarded, relay), f"the call of {tool.id}")
@@ -326,6 +361,7 @@ class Gateway:
             upstream = self._named_upstream(name, principal)
             if upstream is None:
                 raise
+        self._needed(upstream)
         if await upstream.wait_up(upstream.timeout):
             return self.resolve(name, principal)
         state = "still starting" if upstream.status.state == "starting" else "down"
