@@ -21,7 +21,8 @@ Sections:
    every gateway), each gateway started by the official MCP SDK client over stdio, as a host starts it.
    Figures: seconds from launch to the first answered `search_tools` and to the first search that returns a
    probe task's gold tool; the gateway process's RSS once every upstream is indexed ("after start-up"), after
-   `--searches` searches each followed by a call of the first tool found (the stub echoes it), and its peak;
+   `--searches` searches each followed by a call of the first tool found (the stub echoes it; fewer when they
+   outlast `--workload-budget` seconds, and the json says how many), and its peak;
    then the same gateway restarted over the index it kept: seconds to its first answered search, and how many
    of that answer's tools were reachable then (0: answered before its upstreams were up). fastmcp runs its
    documented shared-session proxy: one fastmcp `Client` over the same mcpServers config, connected, handed to
@@ -90,6 +91,9 @@ def main(argv=None) -> int:
     parser.add_argument("--sizes", default="265,10000", help="gateway catalog sizes (tools)")
     parser.add_argument("--servers", type=int, default=20)
     parser.add_argument("--searches", type=int, default=1000, help="searches (each with a call) per gateway")
+    parser.add_argument("--workload-budget", type=float, default=300.0,
+                        help="seconds a gateway's searches and calls may take; fewer are run past it (fastmcp's "
+                             "BM25 search over 10,000 tools takes seconds each)")
     parser.add_argument("--systems", default="lean,today,fastmcp", help="gateways to run (default: all three)")
     parser.add_argument("--serve-tools", type=int, default=43000)
     parser.add_argument("--baseline", default=BASELINE, help="git commit of today's toolscout (default %(default)s)")
@@ -211,8 +215,8 @@ asyncio.run(main())
 class Side:
     """How a gateway is driven: its search and call tools' arguments and the tool names it returns."""
 
-    def __init__(self, kind: str):
-        self.kind = kind
+    def __init__(self, kind: str, budget_s: float = float("inf")):
+        self.kind, self.budget_s = kind, budget_s  # budget_s: seconds the workload may take
 
     def search(self, task: str) -> tuple[str, dict]:
         return ("search_tools", {"task": task, "k": K} if self.kind != "fastmcp" else {"query": task})
@@ -241,7 +245,7 @@ def gateway_section(venvs: dict[str, Venv], work: Path, size: int, args) -> dict
     (folder / "fastmcp_proxy.py").write_text(FASTMCP_PROXY)
     for kind, label in GATEWAY_VENVS.items():
         if kind in args.systems.split(","):
-            out[kind] = one_gateway(kind, venvs[label], folder, dealt, probe, tasks)
+            out[kind] = one_gateway(kind, venvs[label], folder, dealt, probe, tasks, args.workload_budget)
             print(f"    {json.dumps(out[kind])}", file=sys.stderr)
     return out
 
@@ -250,7 +254,8 @@ RESTART_FIGURES = ("first_answer_s", "first_answer_cpu_s", "first_answer_reachab
                    "journal_bytes")
 
 
-def one_gateway(kind: str, venv: Venv, folder: Path, dealt: dict, probe: tuple[str, str], tasks: list[str]) -> dict:
+def one_gateway(kind: str, venv: Venv, folder: Path, dealt: dict, probe: tuple[str, str], tasks: list[str],
+                budget_s: float) -> dict:
     """Three launches: a new index with the workload, stopped as the SDK client stops a server (stdin closed, 2 s,
     then SIGTERM); a restart over what that left (a journal the gateway had no time to fold in is replayed),
     stopped cleanly (the client waits for it to exit, so it saves its index); a restart over that saved index."""
@@ -263,8 +268,8 @@ def one_gateway(kind: str, venv: Venv, folder: Path, dealt: dict, probe: tuple[s
     runs = {}
     for name, work, grace in (("start", tasks, None), ("restart_after_host_stop", [], 60.0), ("restart", [], None)):
         print(f"  gateway {kind}, {dealt['tools']} tools: {name}", file=sys.stderr)
-        runs[name] = anyio.run(run_gateway, command, Side(kind), dealt, probe, work, folder / f"{kind}.pid", grace,
-                               index)
+        runs[name] = anyio.run(run_gateway, command, Side(kind, budget_s), dealt, probe, work, folder / f"{kind}.pid",
+                               grace, index)
     return {"start": runs["start"], **{name: {k: runs[name].get(k) for k in RESTART_FIGURES + ("stop_s",)}
                                        for name in ("restart_after_host_stop", "restart")}}
 
@@ -357,9 +362,13 @@ async def until(check, timeout: float = 1800.0, every: float = 0.05):
 
 
 async def workload(client, side: Side, tasks: list[str]) -> dict:
-    """Each task searched, then the first tool it found called (the stub echoes the call)."""
+    """Each task searched, then the first tool it found called (the stub echoes the call), until the tasks or
+    the side's time budget run out."""
     times = {"search": [], "call": []}
+    ends = time.perf_counter() + side.budget_s
     for task in tasks:
+        if time.perf_counter() > ends:
+            break
         started = time.perf_counter()
         found = await search(client, side, task)
         times["search"].append((time.perf_counter() - started) * 1000)

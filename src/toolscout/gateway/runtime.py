@@ -21,10 +21,12 @@ over when it stops.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
 import signal
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -201,11 +203,36 @@ def serve_stdio(gateway: Gateway, mcp: GatewayMcp, index: Path | None = None, lo
         anyio.run(main, backend_options={"use_uvloop": has_uvloop()})
     finally:
         try:
-            gateway.close()
-            gateway.service.close()
+            with _saving_through_signals():
+                gateway.close()
+                gateway.service.close()
         finally:
             if lock is not None:
                 lock.release()
+
+
+@contextlib.contextmanager
+def _saving_through_signals():
+    """SIGTERM and SIGINT wait while the gateway saves its index: a host that closes the gateway's stdin sends
+    SIGTERM 2 s later (the SDK's client does), and a save cut short leaves the journal to be replayed, with
+    the feedback in it learned again, at the next start. A host's SIGKILL still ends it (nothing is lost:
+    the snapshot is written atomically)."""
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
+        yield
+        return
+    said = []
+
+    def wait(signum: int, _frame: Any) -> None:
+        if not said:
+            said.append(signum)
+            logger.info("%s: saving the index first", signal.Signals(signum).name)
+
+    previous = {sig: signal.signal(sig, wait) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 async def _stop_on_signal(gateway: Gateway, signals: Any, scope: anyio.CancelScope) -> None:
