@@ -223,8 +223,8 @@ def test_a_bug_inside_toolscout_is_a_logged_500_not_a_404_or_422(served, bug, ca
         def broken(*_args, **_kwargs):
             raise bug
 
-        tenant = catalog.tenant(None)
-        tenant.get = broken
+        pipeline = catalog.tenant(None).pipeline()  # what the service reads
+        pipeline.get = broken
         with caplog.at_level(logging.ERROR, logger="toolscout.serve"):
             r = client.get("/tools/mail.send")
         assert r.status_code == 500 and r.json()["error"]["type"] == "internal_error"

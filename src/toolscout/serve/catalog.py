@@ -2,23 +2,24 @@
 (`serve/local.py`) and the shared PostgreSQL index (`serve/postgres.py`).
 
 `ToolService` (`serve/service.py`) holds every policy: who may see and write what, search filters,
-abstention, name matches, always-include, batching. A `Catalog` only stores and ranks: it answers for
-one tenant at a time (`Catalog.tenant`), and every method of a `TenantCatalog` is a plain storage
-operation with no notion of callers. Checks that depend on the stored state (may this caller overwrite
-this existing tool?) are handed in as callbacks that the storage runs at the moment it reads that state,
-so a check and the write it guards see the same catalog.
+abstention, name matches, always-include, batching. It reads (searches, gets, lists) the tenant's pipeline
+itself, a `ToolScout`; a `Catalog` only stores: for one tenant at a time (`Catalog.tenant`), a
+`TenantCatalog` keeps that pipeline current and makes writes durable, with no notion of callers. Checks
+that depend on the stored state (may this caller overwrite this existing tool?) are handed in as callbacks
+that the storage runs at the moment it reads that state, so a check and the write it guards see the same
+catalog. What only some storages can do (compact, retrain) are protocols of their own.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence, runtime_checkable
 
 from ..feedback import FeedbackEvent, LearnResult
-from ..hits import Hit, HitPolicy
-from ..results import Filter
 from ..tool import Tool
+
+if TYPE_CHECKING:
+    from ..pipeline import ToolScout
 
 # authorize(new tool, the stored tool it replaces or None): raises Forbidden to refuse the write.
 Authorize = Callable[[Tool, "Tool | None"], None]
@@ -42,24 +43,15 @@ class WriteResult:
 
 
 class TenantCatalog(Protocol):
-    """One tenant's tools, searchable and editable."""
+    """One tenant's catalog in a storage: the pipeline every read goes to, and the durable writes.
 
-    def search(self, queries: Sequence[str], filter: Filter | None, policy: HitPolicy) -> list[list[Hit]]:
-        """One list of hits per query (`toolscout.hits.assemble_hits` over this storage's ranking)."""
-        ...
+    Reads are not verbs of the storage: the service reads the pipeline itself (`ToolScout`), so search, get
+    and lists are declared once, there. What a storage adds is where state lives: how writes become durable
+    (a journal, a transaction) and how its pipeline is kept current (a replica follows the database)."""
 
-    def get(self, tool_id: str) -> Tool | None: ...
-
-    def page(self, namespace: str | None, namespaces: frozenset[str] | None, offset: int,
-             limit: int) -> tuple[int, list[Tool]]:
-        """(tools matching, one page of them, ordered by id): in `namespace` when given, within `namespaces`
-        (None: all)."""
-        ...
-
-    def namespace_counts(self, namespaces: frozenset[str] | None) -> dict[str, int]: ...
-
-    def name_count(self, name: str) -> int:
-        """How many tools carry this name (more than one: agents need a qualified name)."""
+    def pipeline(self, fresh: bool = True) -> ToolScout:
+        """The tenant's pipeline, current as of the catalog's version now (`fresh`), or else as of this
+        process's last read or write (cheaper; may lag other replicas a little)."""
         ...
 
     def version(self) -> int:
@@ -86,10 +78,6 @@ class TenantCatalog(Protocol):
         """Take back, durably and exactly, everything feedback from `source` taught; the tools it had taught."""
         ...
 
-    def learning_report(self, brief: bool = False) -> dict[str, Any]:
-        """`LearnedChannel.report` of this catalog's pipeline."""
-        ...
-
     def set_learning(self, weights: dict[str, float | None], freeze: bool | None) -> dict[str, Any]:
         """Durably set learning's weights (None: automatic) and freeze it or not; the settings now."""
         ...
@@ -98,19 +86,13 @@ class TenantCatalog(Protocol):
         """Durably take back what was learned at or after `before`; how many (request, tool) pairs."""
         ...
 
-    def namespaces_of(self, ids: Sequence[str]) -> dict[str, str | None]:
-        """id -> namespace of each of `ids` in the catalog (unknown ids left out)."""
-        ...
-
     def feedback_of(self, tool_id: str) -> dict[str, int]:
-        """What feedback taught one tool: {"learned", "sources", "reported"}."""
+        """What feedback taught one tool: {"learned", "sources", "reported"} (kept where the feedback is)."""
         ...
 
     def feedback_totals(self) -> dict[str, Any]:
         """Feedback over the whole catalog: events, failures, learned requests, requests per source."""
         ...
-
-    def __len__(self) -> int: ...
 
 
 class Catalog(Protocol):
@@ -128,20 +110,6 @@ class Catalog(Protocol):
         """Where the catalog lives, for people (a directory, a DSN without its password)."""
         ...
 
-    def compact(self) -> bool:
-        """Fold pending writes into a snapshot now; False when there is nothing to do."""
-        ...
-
-    def check_retraining(self, method: str, **options: Any) -> None:
-        """Raise now what `retrain` would refuse before training: Conflict (a storage that cannot, too little
-        feedback, one already running) or InvalidRequest (an unknown method or setting)."""
-        ...
-
-    def retrain(self, method: str, workdir: Any = None, **options: Any) -> Any:
-        """Heavier learning from the feedback so far (`toolscout.train.feedback`), swapped in only when it
-        ranks held-back feedback better; refused as `check_retraining` says."""
-        ...
-
     def set_feedback_cap(self, cap: int) -> None:
         """From now on, one feedback source teaches one tool at most `cap` requests (kept with the catalog)."""
         ...
@@ -155,27 +123,28 @@ class Catalog(Protocol):
         ...
 
 
-# ------------------------------------------------------------------------ reads over an in-process pipeline
-# What a catalog that ranks with an in-process `ToolScout` answers from it (the directory and every
-# PostgreSQL replica alike).
+# Abilities only some storages have: the service asks `isinstance(catalog, Compacts)`, and a storage
+# without one declares nothing (no stub that answers "no").
 
-def hits_of(scout: Any, queries: Sequence[str], filter: Filter | None, policy: HitPolicy) -> list[list[Hit]]:
-    """`ToolScout.search` under a search's hit policy (the public entry point: it checks the queries and k
-    again, which costs microseconds, rather than the service reaching into the pipeline's internals)."""
-    return scout.search(list(queries), policy.k, filter=filter, min_score=policy.min_score,
-                        min_probability=policy.min_probability, always_include=policy.always_include,
-                        match_names=policy.match_names, explain=policy.explain)
+@runtime_checkable
+class Compacts(Protocol):
+    """A storage that folds pending writes into a snapshot (a directory and its journal)."""
 
-
-def page_of(scout: Any, namespace: str | None, namespaces: frozenset[str] | None, offset: int,
-            limit: int) -> tuple[int, list[Tool]]:
-    """(tools matching, one page of them, ordered by id)."""
-    tools = [t for t in scout.tools if (namespaces is None or (t.namespace or "") in namespaces)
-             and (namespace is None or (t.namespace or "") == namespace)]
-    tools.sort(key=lambda t: t.id)
-    return len(tools), tools[offset:offset + limit]
+    def compact(self) -> bool:
+        """Fold pending writes into a snapshot now; False when there is nothing to do."""
+        ...
 
 
-def namespace_counts_of(scout: Any, namespaces: frozenset[str] | None) -> dict[str, int]:
-    counts = Counter((t.namespace or "") for t in scout.tools)
-    return {ns: n for ns, n in sorted(counts.items()) if namespaces is None or ns in namespaces}
+@runtime_checkable
+class Retrains(Protocol):
+    """A storage whose pipeline's models can be retrained from its feedback (`toolscout.train.feedback`)."""
+
+    def check_retraining(self, method: str, **options: Any) -> None:
+        """Raise now what `retrain` would refuse before training: Conflict (too little feedback, one already
+        running) or InvalidRequest (an unknown method or setting)."""
+        ...
+
+    def retrain(self, method: str, workdir: Any = None, **options: Any) -> Any:
+        """Heavier learning from the feedback so far, swapped in only when it ranks held-back feedback
+        better; refused as `check_retraining` says."""
+        ...

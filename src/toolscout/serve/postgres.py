@@ -26,13 +26,11 @@ import time
 from typing import Any, Sequence
 
 from ..encoders.fast import fast_queries_for, fast_query_kind
-from ..errors import Conflict, InvalidRequest, NotFound
+from ..errors import InvalidRequest, NotFound
 from ..feedback import FeedbackEvent, LearnResult, Scored
-from ..hits import Hit, HitPolicy
 from ..pg_pipeline import check_servable, table_spec
 from ..pipeline import ToolScout
 from ..postgres import encode_rows
-from ..results import Filter
 from ..retrievers.base import task_encoders
 from ..retrievers.dense import encoder_for, vector_hash
 from ..store import pg_feedback
@@ -40,7 +38,7 @@ from ..store.pg_config import IndexConfig
 from ..store.pg_catalog import PgCatalog, StoredRow, stored_tool
 from ..store.pgvector import NeedVectors, PgRow, PgSpec, PgStoreError
 from ..tool import TextView, Tool, tool_text
-from .catalog import Authorize, Visible, WriteResult, hits_of, namespace_counts_of, page_of
+from .catalog import Authorize, Visible, WriteResult
 from .errors import ServiceError
 from .pg_replica import Replica
 
@@ -103,24 +101,12 @@ class PostgresCatalog:
     def describe(self) -> str:
         return str(self.pg_catalog.spec)
 
-    def check_retraining(self, method: str, **options: Any) -> None:
-        raise Conflict("heavier learning (--train) works on a pipeline directory: the PostgreSQL store keeps "
-                       "one encoder per index table. Export the feedback, train with `toolscout train`, and "
-                       "index the catalog into a new table with the trained model")
-
-    def retrain(self, method: str, workdir: Any = None, **options: Any) -> Any:
-        self.check_retraining(method, **options)
-
     def set_feedback_cap(self, cap: int) -> None:
         if cap < 1:
             raise InvalidRequest(f"the feedback cap must be at least 1, got {cap}")
         config = self.pg_catalog.database.config()
         self.pg_catalog.database.set_config({**config, "feedback_cap": int(cap)})  # every replica's next feedback
         self.config = IndexConfig.from_dict({**config, "feedback_cap": int(cap)})
-
-    def compact(self) -> bool:
-        """Nothing to compact: the database holds every write."""
-        return False
 
     def stats(self) -> dict[str, Any]:
         replica = self.tenant(None).replica
@@ -145,6 +131,7 @@ class PostgresTenant:
         self.seen = -1  # the newest version a search or write of this process saw
         self.checked_at = 0.0
 
+    # reads: the service reads the pipeline itself ---------------------------------------------
     def pipeline(self, fresh: bool = True) -> ToolScout:
         """The replica's pipeline, brought up to the database's version now (`fresh`, or when this process
         last read it over `max_stale_s` ago), else to the newest version this process has seen."""
@@ -152,23 +139,6 @@ class PostgresTenant:
             self.checked_at = time.monotonic()
             return self.replica.catch_up(self.current_version())
         return self.replica.catch_up(max(self.seen, 0))
-
-    # reads ---------------------------------------------------------------------------------
-    def search(self, queries: Sequence[str], filter: Filter | None, policy: HitPolicy) -> list[list[Hit]]:
-        return hits_of(self.pipeline(), queries, filter, policy)
-
-    def get(self, tool_id: str) -> Tool | None:
-        return self.pipeline().get(tool_id, None)
-
-    def page(self, namespace: str | None, namespaces: frozenset[str] | None, offset: int,
-             limit: int) -> tuple[int, list[Tool]]:
-        return page_of(self.pipeline(), namespace, namespaces, offset, limit)
-
-    def namespace_counts(self, namespaces: frozenset[str] | None) -> dict[str, int]:
-        return namespace_counts_of(self.pipeline(), namespaces)
-
-    def name_count(self, name: str) -> int:
-        return self.pipeline(fresh=False).name_count(name)
 
     def version(self) -> int:
         """The tenant's catalog version as of the last search or write this process made for it."""
@@ -181,9 +151,6 @@ class PostgresTenant:
         version = self.pg_catalog.version()
         self.seen = max(self.seen, version)
         return version
-
-    def __len__(self) -> int:
-        return len(self.pipeline())
 
     # feedback ------------------------------------------------------------------------------
     def learn(self, events: Sequence[FeedbackEvent]) -> LearnResult:
@@ -220,12 +187,6 @@ class PostgresTenant:
         stored, version = self.pg_catalog.set_learning(settings.to_dict())
         self.seen = max(self.seen, version)
         return stored
-
-    def learning_report(self, brief: bool = False) -> dict[str, Any]:
-        return self.pipeline().learning_report(brief)
-
-    def namespaces_of(self, ids: Sequence[str]) -> dict[str, str | None]:
-        return {tid: doc.get("namespace") for tid, doc in self.pg_catalog.docs(list(ids)).items() if doc is not None}
 
     def feedback_of(self, tool_id: str) -> dict[str, int]:
         return pg_feedback.summary(self.pg_catalog, tool_id)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import Counter
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -30,10 +31,11 @@ from ..errors import Conflict, Forbidden, InvalidRequest, NotFound
 from ..feedback import DEFAULT_SOURCE, FeedbackEvent, LearnResult
 from ..hits import Hit, HitPolicy, checked_k, checked_queries
 from ..lru import LRU
+from ..query import Query
 from ..results import Filter
 from ..tool import Tool, tools_by_id
 from .batcher import SearchBatcher
-from .catalog import Catalog, TenantCatalog, WriteResult
+from .catalog import Catalog, Compacts, Retrains, TenantCatalog, WriteResult
 from .errors import ServiceError, ServiceUnavailable
 from .limits import FeedbackLimits
 
@@ -171,15 +173,16 @@ class ToolService:
                min_probability: float | str | None = _UNSET, always_include: Iterable[str] = (),
                match_names: bool = True, explain: bool = False) -> list[Hit] | list[list[Hit]]:
         """`ToolScout.search` within what `principal` may see. `min_score` and `min_probability` default to
-        the service's abstention thresholds (pass None for none); `always_include` adds to the service's list."""
-        queries = checked_queries(query)
+        the service's abstention thresholds (pass None for none); `always_include` adds to the service's list.
+        A task may come as a `Query` (`hits.checked_queries`, where a caller focused it already)."""
+        queries = checked_queries(query)  # the one check of the tasks, and their one focusing
         options = self._options(k, principal, namespaces, ids, exclude_ids, (min_score, min_probability),
                                 always_include, match_names, explain)
-        if isinstance(query, str):
-            return self._answer(options, query).result()
+        if isinstance(query, (str, Query)):
+            return self._answer(options, queries[0]).result()
         return self._search_many(options, queries)
 
-    def search_future(self, query: str, k: int = 5, *, principal: Principal = ADMIN,
+    def search_future(self, query: str | Query, k: int = 5, *, principal: Principal = ADMIN,
                       namespaces: Iterable[str] | None = None, ids: Iterable[str] | None = None,
                       exclude_ids: Iterable[str] = (), min_score: float | None = _UNSET,
                       min_probability: float | str | None = _UNSET, always_include: Iterable[str] = (),
@@ -189,12 +192,12 @@ class ToolService:
         not batch searches (then call `search`, in a thread)."""
         if self._batcher is None or self._closed:
             return None
-        checked_queries([query] if isinstance(query, str) else query)
+        (task,) = checked_queries([query])
         options = self._options(k, principal, namespaces, ids, exclude_ids, (min_score, min_probability),
                                 always_include, match_names, explain)
-        return self._answer(options, query)
+        return self._answer(options, task)
 
-    def _answer(self, options: tuple, query: str) -> Future:
+    def _answer(self, options: tuple, query: Query) -> Future:
         """A Future of one query's hits: from the answers cache when this catalog version answered it
         before, else from the batcher (or computed here when there is none), then cached."""
         key = None
@@ -233,48 +236,52 @@ class ToolService:
         policy = HitPolicy(checked_k(k), min_score, min_probability, always, bool(match_names), bool(explain))
         return (principal.tenant, flt, policy, reach.down)
 
-    def _search_many(self, options: tuple, queries: Sequence[str]) -> list[list[Hit]]:
+    def _search_many(self, options: tuple, queries: Sequence[Query]) -> list[list[Hit]]:
         tenant, flt, policy, down = options
-        answers = self.catalog.tenant(tenant).search(list(queries), flt, policy)
+        answers = self.catalog.tenant(tenant).pipeline().hits(list(queries), flt, policy)  # checked: not again
         if down is None:
             return answers
         return [[replace(h, available=(h.tool.namespace or "") not in down) for h in hits] for hits in answers]
 
-    # catalog reads -------------------------------------------------------------------------
+    # catalog reads: straight from the tenant's pipeline -----------------------------------------
     def _tenant(self, principal: Principal) -> TenantCatalog:
         return self.catalog.tenant(principal.tenant)
 
     def get(self, tool_id: str, principal: Principal = ADMIN) -> Tool:
         """The tool with this id; NotFound if there is none *that principal may see*."""
-        tool = self._tenant(principal).get(tool_id)
+        tool = self._tenant(principal).pipeline().get(tool_id, None)
         if tool is None or not principal.sees(tool):
             raise NotFound(f"no tool with id {tool_id!r}")
         return tool
 
     def list(self, principal: Principal = ADMIN, namespace: str | None = None, offset: int = 0,
              limit: int = 100) -> tuple[int, list[Tool]]:
-        """(number of visible tools matching, one page of them)."""
-        return self._tenant(principal).page(namespace, principal.namespaces, offset, limit)
+        """(number of visible tools matching, one page of them, ordered by id)."""
+        tools = [t for t in self._tenant(principal).pipeline().tools
+                 if principal.sees(t) and (namespace is None or (t.namespace or "") == namespace)]
+        tools.sort(key=lambda t: t.id)
+        return len(tools), tools[offset:offset + limit]
 
     def namespaces(self, principal: Principal = ADMIN) -> dict[str, int]:
-        return self._tenant(principal).namespace_counts(principal.namespaces)
+        """Each namespace the caller may see, with its tool count ("": tools with no namespace)."""
+        counts = Counter((t.namespace or "") for t in self._tenant(principal).pipeline().tools)
+        return {ns: n for ns, n in sorted(counts.items()) if principal.sees_namespace(ns)}
 
     @property
     def tools(self) -> list[Tool]:
-        """Every tool of the default tenant's catalog, whoever asks (filter with `Principal.sees`)."""
-        catalog = self.catalog.tenant(None)
-        return catalog.page(None, None, 0, max(1, len(catalog)))[1]
+        """Every tool of the default tenant's catalog, by id, whoever asks (filter with `Principal.sees`)."""
+        return sorted(self.catalog.tenant(None).pipeline().tools, key=lambda t: t.id)
 
     def name_is_shared(self, name: str, principal: Principal = ADMIN) -> bool:
         """True when more than one tool in the caller's catalog has this name (agents need a qualified one)."""
-        return self._tenant(principal).name_count(name) > 1
+        return self._tenant(principal).pipeline(fresh=False).name_count(name) > 1
 
     def version(self, principal: Principal = ADMIN) -> int:
         """The catalog version (bumped by every write) the caller's next read sees."""
         return self._tenant(principal).version()
 
     def __len__(self) -> int:
-        return len(self.catalog.tenant(None))
+        return len(self.catalog.tenant(None).pipeline())
 
     # writes --------------------------------------------------------------------------------
     def upsert(self, tools: Iterable[Tool], principal: Principal = ADMIN) -> WriteResult:
@@ -302,8 +309,9 @@ class ToolService:
             return LearnResult()
         tenant = self._tenant(principal)
         self.limits.admit(principal.tenant, events, tenant.feedback_totals()["sources"])
-        namespaces = tenant.namespaces_of(list({t for e in events for t in e.tool_ids}))
-        visible = {t for t, ns in namespaces.items() if principal.sees_namespace(ns)}
+        pipeline = tenant.pipeline()
+        named = (pipeline.get(t, None) for t in {t for e in events for t in e.tool_ids})
+        visible = {tool.id for tool in named if tool is not None and principal.sees(tool)}
         kept = [replace(e, tool_ids=ids) for e in events if (ids := tuple(t for t in e.tool_ids if t in visible))]
         result = tenant.learn(kept) if kept else LearnResult()
         result.events = len(events)
@@ -332,10 +340,10 @@ class ToolService:
     def learning(self, principal: Principal = ADMIN) -> dict[str, Any]:
         """How learning from use is doing (`toolscout.learning`): its settings, weights and calibration, and
         the deployment's own measurement of it, per namespace (only the caller's namespaces)."""
-        report = self._tenant(principal).learning_report()
+        report = self._tenant(principal).pipeline().learning_report()
         report["measured"]["namespaces"] = {ns: figures for ns, figures in report["measured"]["namespaces"].items()
-                                            if principal.sees_namespace(ns or None)}
-        report["weights"] = {ns: w for ns, w in report["weights"].items() if principal.sees_namespace(ns or None)}
+                                            if principal.sees_namespace(ns)}
+        report["weights"] = {ns: w for ns, w in report["weights"].items() if principal.sees_namespace(ns)}
         if principal.namespaces is not None:  # the totals would tell of namespaces the caller cannot see
             report["measured"].pop("all", None)
         return report
@@ -377,7 +385,7 @@ class ToolService:
         with self._retrain_lock:
             if self._retrain_state.get("state") == "running":
                 raise Conflict("a retraining is already running")
-            self.catalog.check_retraining(method, **options)
+            self._retraining_storage().check_retraining(method, **options)
             self._retrain_state = {"state": "running", "method": method, "started_at": time.time()}
             started = dict(self._retrain_state)  # a quick failure may replace it before this returns
         if not background:
@@ -388,7 +396,7 @@ class ToolService:
 
     def _run_retraining(self, method: str, options: dict[str, Any], raise_errors: bool) -> dict[str, Any]:
         try:
-            result = self.catalog.retrain(method, **options)
+            result = self._retraining_storage().retrain(method, **options)
             state = {"state": "swapped" if result.improved else "kept", **result.to_dict()}
         except Exception as exc:  # the pipeline is unchanged; the error is the caller's, or in retraining()
             state = {"state": "failed", "method": method, "error": str(exc)}
@@ -403,14 +411,22 @@ class ToolService:
             self._retrain_state = {**state, "finished_at": time.time()}
             return dict(self._retrain_state)
 
+    def _retraining_storage(self) -> Retrains:
+        if not isinstance(self.catalog, Retrains):
+            raise Conflict(f"heavier learning (--train) retrains a pipeline directory's models; a {self.catalog.kind} "
+                           "catalog keeps one encoder per index table. Export the feedback, train with `toolscout "
+                           "train`, and index the catalog into a new table with the trained model")
+        return self.catalog
+
     def retraining(self) -> dict[str, Any]:
         """How the last retraining went: state running / swapped / kept / failed, with its scores."""
         with self._retrain_lock:
             return dict(self._retrain_state)
 
     def compact(self) -> bool:
-        """Fold the writes so far into a snapshot now (a directory); False when there is nothing to do."""
-        return self.catalog.compact()
+        """Fold the writes so far into a snapshot now (a directory); False when there is nothing to do (or
+        nothing to fold: the database holds every write)."""
+        return isinstance(self.catalog, Compacts) and self.catalog.compact()
 
     def _check_can_write(self, principal: Principal) -> None:
         if not principal.write:
@@ -439,4 +455,4 @@ class ToolService:
                 "search_batches": self._batcher.batches if self._batcher else None,
                 "batched_queries": self._batcher.queries if self._batcher else None,
                 "answer_cache_hits": self.answers.hits, "answer_cache_misses": self.answers.misses,
-                "learning": self.catalog.tenant(None).learning_report(brief=True)}
+                "learning": self.catalog.tenant(None).pipeline().learning_report(brief=True)}
