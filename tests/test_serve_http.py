@@ -218,7 +218,7 @@ def test_malformed_requests_get_clear_4xx_json_errors(served):
 @pytest.mark.parametrize("bug", [KeyError("a slip"), ValueError("a slip"), RuntimeError("a slip")])
 def test_a_bug_inside_toolscout_is_a_logged_500_not_a_404_or_422(served, bug, caplog):
     with served() as client:
-        catalog = client.app.app.app.app.state.service.catalog  # Observe > InternalErrors > BodyLimit > FastAPI
+        catalog = client.app.app.app.app.state.service.storage  # Observe > InternalErrors > BodyLimit > FastAPI
 
         def broken(*_args, **_kwargs):
             raise bug

@@ -109,7 +109,7 @@ def _records(service: ToolService, settings: GatewaySettings) -> tuple[Definitio
         return DefinitionLedger(settings.index, pin=settings.pin), OwnListings()
     from ..store.pg_gateway import PgGatewayState
 
-    state = PgGatewayState(service.catalog.pg_catalog)
+    state = PgGatewayState(service.storage.pg_catalog)
     return DefinitionLedger(SharedRecords(state), pin=settings.pin), SharedListings(state)
 
 

@@ -1,8 +1,8 @@
 """The one service core behind the HTTP API and the MCP server.
 
-`ToolService.open(TARGET)` serves a pipeline directory (`serve/local.py`: a snapshot plus a journal of
-acknowledged writes) or a PostgreSQL index (`serve/postgres.py`: one catalog per tenant, shared by
-every replica). The storage is the only thing that differs (`serve/catalog.py`); every policy is here:
+`ToolService.open(TARGET)` serves a pipeline directory (`serve/directory.py`: a snapshot plus a journal of
+acknowledged writes) or a PostgreSQL index (`serve/pg_storage.py`: one catalog per tenant, shared by
+every replica). The storage is the only thing that differs (`serve/storage.py`); every policy is here:
 
 - who sees and writes what: every call takes a `Principal`. A principal restricted to some namespaces
   never sees, gets, lists or writes a tool outside them (a tool with no namespace counts as namespace
@@ -35,7 +35,7 @@ from ..query import Query
 from ..results import Filter
 from ..tool import Tool, tools_by_id
 from .batcher import SearchBatcher
-from .catalog import Catalog, Compacts, Retrains, TenantCatalog, WriteResult
+from .storage import Compacts, Retrains, Storage, TenantStorage, WriteResult
 from .errors import ServiceError, ServiceUnavailable
 from .limits import FeedbackLimits
 
@@ -105,11 +105,11 @@ EVERYWHERE = Reach()
 class ToolService:
     """Search and edit a catalog, safely from many threads. See the module doc."""
 
-    def __init__(self, catalog: Catalog, *, min_score: float | None = None,
+    def __init__(self, storage: Storage, *, min_score: float | None = None,
                  min_probability: float | str | None = None, always_include: Sequence[str] = (),
                  batch_workers: int = 2, limits: FeedbackLimits | None = None, cache_size: int = 10_000,
                  reach: Callable[[], Reach] | None = None):
-        self.catalog = catalog
+        self.storage = storage
         self.reach = reach or (lambda: EVERYWHERE)
         # answers by (catalog version, options, task): a write or feedback bumps the version, so an answer
         # from before it is never served after it
@@ -139,17 +139,17 @@ class ToolService:
         from ..store.pgvector import is_postgres_spec
 
         if is_postgres_spec(target):
-            from .postgres import PostgresCatalog
+            from .pg_storage import PgStorage
 
-            catalog = PostgresCatalog.open(str(target), encoder=encoder, max_stale_s=max_stale_s,
-                                           fast_queries=fast_queries)
+            storage = PgStorage.open(str(target), encoder=encoder, max_stale_s=max_stale_s,
+                                     fast_queries=fast_queries)
         else:
-            from .local import DirectoryCatalog
+            from .directory import DirectoryStorage
 
-            catalog = DirectoryCatalog.open(target, fsync=fsync, compact_every=compact_every, fast_queries=fast_queries)
+            storage = DirectoryStorage.open(target, fsync=fsync, compact_every=compact_every, fast_queries=fast_queries)
         if feedback_cap is not None:
-            catalog.set_feedback_cap(feedback_cap)
-        return cls(catalog, **options)
+            storage.set_feedback_cap(feedback_cap)
+        return cls(storage, **options)
 
     def close(self, compact: bool = True) -> None:
         """Stop the search workers and release the storage (`compact=False`: no final snapshot)."""
@@ -158,7 +158,7 @@ class ToolService:
         self._closed = True
         if self._batcher is not None:
             self._batcher.close()
-        self.catalog.close(compact=compact)
+        self.storage.close(compact=compact)
 
     def __enter__(self) -> "ToolService":
         return self
@@ -201,8 +201,8 @@ class ToolService:
         """A Future of one query's hits: from the answers cache when this catalog version answered it
         before, else from the batcher (or computed here when there is none), then cached."""
         key = None
-        if self.catalog.versions_are_local:  # else reading the version costs a round trip: no answer cache
-            key = (self.catalog.tenant(options[0]).current_version(), options, query)
+        if self.storage.versions_are_local:  # else reading the version costs a round trip: no answer cache
+            key = (self.storage.tenant(options[0]).current_version(), options, query)
             cached = self.answers.get(key)
             if cached is not None:
                 future: Future = Future()
@@ -238,14 +238,14 @@ class ToolService:
 
     def _search_many(self, options: tuple, queries: Sequence[Query]) -> list[list[Hit]]:
         tenant, flt, policy, down = options
-        answers = self.catalog.tenant(tenant).pipeline().hits(list(queries), flt, policy)  # checked: not again
+        answers = self.storage.tenant(tenant).pipeline().hits(list(queries), flt, policy)  # checked: not again
         if down is None:
             return answers
         return [[replace(h, available=(h.tool.namespace or "") not in down) for h in hits] for hits in answers]
 
     # catalog reads: straight from the tenant's pipeline -----------------------------------------
-    def _tenant(self, principal: Principal) -> TenantCatalog:
-        return self.catalog.tenant(principal.tenant)
+    def _tenant(self, principal: Principal) -> TenantStorage:
+        return self.storage.tenant(principal.tenant)
 
     def get(self, tool_id: str, principal: Principal = ADMIN) -> Tool:
         """The tool with this id; NotFound if there is none *that principal may see*."""
@@ -270,7 +270,7 @@ class ToolService:
     @property
     def tools(self) -> list[Tool]:
         """Every tool of the default tenant's catalog, by id, whoever asks (filter with `Principal.sees`)."""
-        return sorted(self.catalog.tenant(None).pipeline().tools, key=lambda t: t.id)
+        return sorted(self.storage.tenant(None).pipeline().tools, key=lambda t: t.id)
 
     def name_is_shared(self, name: str, principal: Principal = ADMIN) -> bool:
         """True when more than one tool in the caller's catalog has this name (agents need a qualified one)."""
@@ -281,7 +281,7 @@ class ToolService:
         return self._tenant(principal).version()
 
     def __len__(self) -> int:
-        return len(self.catalog.tenant(None).pipeline())
+        return len(self.storage.tenant(None).pipeline())
 
     # writes --------------------------------------------------------------------------------
     def upsert(self, tools: Iterable[Tool], principal: Principal = ADMIN) -> WriteResult:
@@ -412,11 +412,11 @@ class ToolService:
             return dict(self._retrain_state)
 
     def _retraining_storage(self) -> Retrains:
-        if not isinstance(self.catalog, Retrains):
-            raise Conflict(f"heavier learning (--train) retrains a pipeline directory's models; a {self.catalog.kind} "
-                           "catalog keeps one encoder per index table. Export the feedback, train with `toolscout "
+        if not isinstance(self.storage, Retrains):
+            raise Conflict(f"heavier learning (--train) retrains a pipeline directory's models; a {self.storage.kind} "
+                           "storage keeps one encoder per index table. Export the feedback, train with `toolscout "
                            "train`, and index the catalog into a new table with the trained model")
-        return self.catalog
+        return self.storage
 
     def retraining(self) -> dict[str, Any]:
         """How the last retraining went: state running / swapped / kept / failed, with its scores."""
@@ -426,7 +426,7 @@ class ToolService:
     def compact(self) -> bool:
         """Fold the writes so far into a snapshot now (a directory); False when there is nothing to do (or
         nothing to fold: the database holds every write)."""
-        return isinstance(self.catalog, Compacts) and self.catalog.compact()
+        return isinstance(self.storage, Compacts) and self.storage.compact()
 
     def _check_can_write(self, principal: Principal) -> None:
         if not principal.write:
@@ -438,16 +438,16 @@ class ToolService:
     @property
     def failed(self) -> str | None:
         """Why writes are refused (None while they are accepted)."""
-        return self.catalog.failed
+        return self.storage.failed
 
     def describe(self) -> str:
-        return self.catalog.describe()
+        return self.storage.describe()
 
     def stats(self) -> dict[str, Any]:
         """Figures for /health and /metrics: the catalog's size and version, and the storage's own."""
-        feedback = self.catalog.tenant(None).feedback_totals()
-        return {"tools": len(self), "version": self.version(), "storage": self.catalog.kind,
-                **self.catalog.stats(), "uptime_s": round(time.time() - self.started_at, 3),
+        feedback = self.storage.tenant(None).feedback_totals()
+        return {"tools": len(self), "version": self.version(), "storage": self.storage.kind,
+                **self.storage.stats(), "uptime_s": round(time.time() - self.started_at, 3),
                 "feedback_events": feedback["events"], "feedback_failures": feedback["failures"],
                 "feedback_learned": sum(feedback["sources"].values()), "feedback_sources": len(feedback["sources"]),
                 "min_score": self.min_score, "min_probability": self.min_probability,
@@ -455,4 +455,4 @@ class ToolService:
                 "search_batches": self._batcher.batches if self._batcher else None,
                 "batched_queries": self._batcher.queries if self._batcher else None,
                 "answer_cache_hits": self.answers.hits, "answer_cache_misses": self.answers.misses,
-                "learning": self.catalog.tenant(None).pipeline().learning_report(brief=True)}
+                "learning": self.storage.tenant(None).pipeline().learning_report(brief=True)}

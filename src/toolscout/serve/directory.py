@@ -1,6 +1,6 @@
-"""A pipeline directory as the service's catalog: `toolscout serve DIR`.
+"""A pipeline directory as the service's storage: `toolscout serve DIR`.
 
-`DirectoryCatalog.open(DIR)` loads the pipeline directory (written by `toolscout index` or
+`DirectoryStorage.open(DIR)` loads the pipeline directory (written by `toolscout index` or
 `ToolScout.save`), takes its lock (one server per directory) and replays the journal of writes
 acknowledged since its last snapshot.
 
@@ -36,7 +36,7 @@ from ..postgres import recorded_spec
 from ..retrievers.base import task_encoders
 from ..tool import Tool
 from ..train.feedback import Retrained
-from .catalog import Authorize, Visible, WriteResult
+from .storage import Authorize, Visible, WriteResult
 from .errors import ServiceError, ServiceUnavailable
 from .journal import Journal
 
@@ -44,8 +44,8 @@ LOCK_FILE = "serve.lock"
 logger = logging.getLogger(__name__)
 
 
-class DirectoryCatalog:
-    """The catalog of one pipeline directory, safely from many threads. See the module doc."""
+class DirectoryStorage:
+    """The storage of one pipeline directory (its one catalog), safely from many threads. See the module doc."""
 
     kind = "directory"
     versions_are_local = True
@@ -70,7 +70,7 @@ class DirectoryCatalog:
     # lifecycle -----------------------------------------------------------------------------
     @classmethod
     def open(cls, folder: str | os.PathLike, *, fsync: bool = True, fast_queries: bool | str | None = None,
-             **options: Any) -> "DirectoryCatalog":
+             **options: Any) -> "DirectoryStorage":
         """Load `folder`, take its lock (one server per directory) and replay its journal. `fast_queries`:
         how tasks are encoded (`ToolScout.load`: None, as the directory was saved)."""
         folder = Path(folder)
@@ -109,7 +109,7 @@ class DirectoryCatalog:
                 os.close(self._lock_fd)
                 self._lock_fd = None
 
-    def tenant(self, name: str | None) -> "DirectoryCatalog":
+    def tenant(self, name: str | None) -> "DirectoryStorage":
         if name is not None:
             raise InvalidRequest(f"tenant {name!r}: a pipeline directory holds one catalog; tenants need the "
                                  "PostgreSQL store (--store postgresql://...)")

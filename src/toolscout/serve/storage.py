@@ -1,10 +1,10 @@
 """The storage behind the one service core: what varies between a local pipeline directory
-(`serve/local.py`) and the shared PostgreSQL index (`serve/postgres.py`).
+(`serve/directory.py`) and the shared PostgreSQL index (`serve/pg_storage.py`).
 
 `ToolService` (`serve/service.py`) holds every policy: who may see and write what, search filters,
 abstention, name matches, always-include, batching. It reads (searches, gets, lists) the tenant's pipeline
-itself, a `ToolScout`; a `Catalog` only stores: for one tenant at a time (`Catalog.tenant`), a
-`TenantCatalog` keeps that pipeline current and makes writes durable, with no notion of callers. Checks
+itself, a `ToolScout`; a `Storage` only stores: for one tenant at a time (`Storage.tenant`), a
+`TenantStorage` keeps that pipeline current and makes writes durable, with no notion of callers. Checks
 that depend on the stored state (may this caller overwrite this existing tool?) are handed in as callbacks
 that the storage runs at the moment it reads that state, so a check and the write it guards see the same
 catalog. What only some storages can do (compact, retrain) are protocols of their own.
@@ -42,7 +42,7 @@ class WriteResult:
                 "unchanged": self.unchanged, "deleted": self.deleted}
 
 
-class TenantCatalog(Protocol):
+class TenantStorage(Protocol):
     """One tenant's catalog in a storage: the pipeline every read goes to, and the durable writes.
 
     Reads are not verbs of the storage: the service reads the pipeline itself (`ToolScout`), so search, get
@@ -95,14 +95,14 @@ class TenantCatalog(Protocol):
         ...
 
 
-class Catalog(Protocol):
+class Storage(Protocol):
     """Every tenant's catalog in one storage."""
 
     kind: str  # "directory" or "postgresql"
     failed: str | None  # set when writes are refused after a storage failure (health reads it)
     versions_are_local: bool  # this process sees every write (a directory): its version is current for free
 
-    def tenant(self, name: str | None) -> TenantCatalog:
+    def tenant(self, name: str | None) -> TenantStorage:
         """The catalog of tenant `name` (None: the storage's default tenant)."""
         ...
 
@@ -123,7 +123,7 @@ class Catalog(Protocol):
         ...
 
 
-# Abilities only some storages have: the service asks `isinstance(catalog, Compacts)`, and a storage
+# Abilities only some storages have: the service asks `isinstance(storage, Compacts)`, and a storage
 # without one declares nothing (no stub that answers "no").
 
 @runtime_checkable
