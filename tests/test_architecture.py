@@ -18,7 +18,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 LAYERS = [
     ("foundation", ["toolscout.errors", "toolscout.registry", "toolscout.defaults", "toolscout.version",
                     "toolscout.artifacts", "toolscout.results", "toolscout.rows", "toolscout.tool",
-                    "toolscout.conversation", "toolscout.benchmark", "toolscout.models", "toolscout.llm",
+                    "toolscout.conversation", "toolscout.benchmark_sets", "toolscout.models", "toolscout.llm",
                     "toolscout.feedback", "toolscout.lru", "toolscout.query", "toolscout.deprecation"]),
     ("storage, encoders, parsing, measurement", ["toolscout.store", "toolscout.encoders", "toolscout.ingest",
                                                  "toolscout.eval"]),

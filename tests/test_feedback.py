@@ -138,7 +138,7 @@ SAMPLE = __import__("pathlib").Path(__file__).resolve().parents[1] / "src" / "to
 
 
 def sample_with_feedback(encoder, retriever="hybrid"):
-    from toolscout.benchmark import load_benchmark
+    from toolscout.benchmark_sets import load_benchmark
 
     bench = load_benchmark(SAMPLE)
     options = {} if retriever == "bm25" else {"encoder": encoder}

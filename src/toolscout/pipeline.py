@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Se
 import numpy as np
 
 from .artifacts import read_config, write_artifact
-from .benchmark import read_jsonl
+from .benchmark_sets import read_jsonl
 from .defaults import DEFAULT_INTENTS, DEFAULT_RETRIEVER
 from .deprecation import Deprecation, deprecation_of, rank_below_replacements
 from .encoders.fast import fast_query_kind, tier_of
