@@ -415,6 +415,23 @@ def test_retraining_is_for_trusted_tokens_and_reports_its_state(served):
         assert client.get("/admin/learn", headers=ADMIN).json() == {"state": "never"}
 
 
+def test_each_task_is_focused_once_per_search(served, monkeypatch):
+    """The HTTP answer, the service and the pipeline read one `Query` per task (its `truncated` too), so a
+    long task is focused once per search, not once per layer."""
+    import toolscout.query
+    from toolscout.conversation import focus
+
+    focused = []
+    monkeypatch.setattr(toolscout.query, "focus", lambda text: focused.append(text) or focus(text))
+    with served() as client:
+        focused.clear()
+        assert client.post("/search", json={"query": "book a flight to Paris", "k": 2}).status_code == 200
+        assert focused == ["book a flight to Paris"]
+        focused.clear()
+        r = client.post("/search", json={"queries": ["book a flight", "send an email"], "k": 2})
+        assert r.status_code == 200 and focused == ["book a flight", "send an email"]
+
+
 def test_a_task_longer_than_search_reads_is_answered_and_says_it_was_cut(served):
     with served(max_body_bytes=1 << 20) as client:
         image = "data:image/png;base64," + "iVBORw0KGgoAAAANSUhEUgAA" * 2000  # 48,000 characters of blob
