@@ -36,9 +36,9 @@ from ..postgres import recorded_spec
 from ..retrievers.base import task_encoders
 from ..tool import Tool
 from ..train.feedback import Retrained
-from .storage import Authorize, Visible, WriteResult
 from .errors import ServiceError, ServiceUnavailable
 from .journal import Journal
+from .storage import Authorize, Visible, WriteResult
 
 LOCK_FILE = "serve.lock"
 logger = logging.getLogger(__name__)

@@ -38,9 +38,9 @@ from ..store.pg_config import IndexConfig
 from ..store.pg_catalog import PgCatalog, StoredRow, stored_tool
 from ..store.pgvector import NeedVectors, PgRow, PgSpec, PgStoreError
 from ..tool import TextView, Tool, tool_text
-from .storage import Authorize, Visible, WriteResult
 from .errors import ServiceError
 from .pg_replica import Replica
+from .storage import Authorize, Visible, WriteResult
 
 WRITE_ATTEMPTS = 3
 

@@ -35,9 +35,9 @@ from ..query import Query
 from ..results import Filter
 from ..tool import Tool, tools_by_id
 from .batcher import SearchBatcher
-from .storage import Compacts, Retrains, Storage, TenantStorage, WriteResult
 from .errors import ServiceError, ServiceUnavailable
 from .limits import FeedbackLimits
+from .storage import Compacts, Retrains, Storage, TenantStorage, WriteResult
 
 _UNSET: Any = object()
 logger = logging.getLogger(__name__)
