@@ -71,7 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-    from toolscout.benchmark import load_benchmark
+    from toolscout.benchmark_sets import load_benchmark
     from toolscout.eval.calibration import abstention, choose_threshold
     from toolscout.pipeline import ToolScout
 

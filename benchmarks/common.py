@@ -32,7 +32,7 @@ def benchmark_folders(data_dir: Path) -> list[Path]:
 
 
 def load_sets(data_dir: Path):
-    from toolscout.benchmark import load_benchmark
+    from toolscout.benchmark_sets import load_benchmark
 
     return [load_benchmark(folder) for folder in benchmark_folders(data_dir)]
 
@@ -324,7 +324,7 @@ def deal_tools(tools, servers: int, work: Path, python: str = sys.executable) ->
 def deal_catalog(folder: Path, servers: int, work: Path, max_queries: int | None) -> dict:
     """A benchmark folder's tools dealt to `servers` stub servers (`deal_tools`), with its test tasks and their
     gold labels as gateway ids (SERVER.name); tasks whose gold tools were all dropped are left out."""
-    from toolscout.benchmark import load_benchmark
+    from toolscout.benchmark_sets import load_benchmark
 
     bench = load_benchmark(folder)
     dealt = deal_tools(bench.tools, servers, work)

@@ -399,7 +399,7 @@ def rss_mib(pid: int) -> dict[str, float]:
 # --------------------------------------------------------------------------------------------- serve
 
 def serve_section(venvs: dict[str, Venv], work: Path, args) -> dict:
-    from toolscout.benchmark import write_benchmark
+    from toolscout.benchmark_sets import write_benchmark
 
     tools, sets, note = build_catalog(DEFAULT_DATA, args.serve_tools)
     folder = work / f"serve-{args.serve_tools}"

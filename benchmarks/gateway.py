@@ -184,7 +184,7 @@ def export_catalog(index: Path, tasks: list, folder: Path) -> Path:
     order, and the gateway's is the order its upstreams listed in), with the tasks, as a benchmark folder.
     Read from the index the stopped gateway left (its last snapshot holds every write)."""
     from toolscout.artifacts import read_config
-    from toolscout.benchmark import Query, read_jsonl, write_benchmark
+    from toolscout.benchmark_sets import Query, read_jsonl, write_benchmark
     from toolscout.tool import Tool
 
     snapshot, _config = read_config(index)

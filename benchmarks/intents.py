@@ -36,7 +36,7 @@ VARIANTS = {
 
 def query_sets(data: Path, names: list[str], split: str, fraction: float = 0.1):
     """The sets with the queries of `split`; "validation" is carved from the train split."""
-    from toolscout.benchmark import BenchmarkSet, Query, load_benchmark
+    from toolscout.benchmark_sets import BenchmarkSet, Query, load_benchmark
     from toolscout.train.data import in_validation
 
     out = []

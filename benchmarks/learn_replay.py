@@ -40,7 +40,7 @@ VALIDATION_CURVE = (100, 1000, 3000, None)  # --in-process --curve: partial feed
 
 def feedback_and_queries(data: Path, name: str, split: str, fraction: float = 0.1):
     """(bench, feedback events, evaluation queries) for one set under the chosen split."""
-    from toolscout.benchmark import load_benchmark
+    from toolscout.benchmark_sets import load_benchmark
     from toolscout.train.data import in_validation
 
     bench = load_benchmark(data / name)

@@ -112,7 +112,7 @@ def plan(bench, args) -> dict:
 
 def measure(folder: Path, args) -> dict:
     from toolscout import ToolScout
-    from toolscout.benchmark import load_benchmark
+    from toolscout.benchmark_sets import load_benchmark
 
     bench = load_benchmark(folder)
     p = plan(bench, args)
@@ -230,7 +230,7 @@ def cost(args) -> dict:
     import resource
 
     from toolscout import ToolScout
-    from toolscout.benchmark import load_benchmark
+    from toolscout.benchmark_sets import load_benchmark
 
     sets = [load_benchmark(args.data / name) for name in ("metatool", "toollens", "rotbench", "sealtools")]
     tools = [t.with_changes(id=f"{s.name}/{t.id}", namespace=s.name) for s in sets for t in s.tools]

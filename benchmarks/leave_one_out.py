@@ -101,7 +101,7 @@ def train_recipe(model, data) -> dict:
 def cmd_rank(args) -> None:
     import torch
 
-    from toolscout.benchmark import load_benchmark
+    from toolscout.benchmark_sets import load_benchmark
     from toolscout.retrievers.bm25 import BM25Retriever
     from toolscout.retrievers.dense import DenseRetriever, encoder_for
     from toolscout.train.data import load_training_data

@@ -52,7 +52,7 @@ DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
 def build_index(args) -> Path:
-    from toolscout.benchmark import load_benchmark
+    from toolscout.benchmark_sets import load_benchmark
     from toolscout.defaults import DEFAULT_RETRIEVER
     from toolscout.pipeline import ToolScout
     from toolscout.retrievers.base import retriever_class
@@ -93,7 +93,7 @@ def build_index(args) -> Path:
 def load_queries(data: Path, seed: int) -> list[str]:
     """Every distinct task of the benchmark sets (all splits: unique traffic needs tens of thousands),
     shuffled."""
-    from toolscout.benchmark import load_benchmark
+    from toolscout.benchmark_sets import load_benchmark
 
     queries: dict[str, None] = {}
     for folder in sorted(data.iterdir()):

@@ -61,7 +61,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     from pgtest import postgres_uri
 
-    from toolscout.benchmark import load_benchmark
+    from toolscout.benchmark_sets import load_benchmark
 
     bench = load_benchmark(Path(args.set))
     tasks = random.Random(args.seed).sample(bench.split("test"), min(args.tasks, len(bench.split("test"))))

@@ -62,7 +62,7 @@ def main(argv=None) -> int:
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
 
-    from toolscout.benchmark import load_benchmark
+    from toolscout.benchmark_sets import load_benchmark
     from toolscout.encoders import PROBE_TEXTS, Encoder
     from toolscout.encoders.packaged import assembled_from
     from toolscout.encoders.query_cache import QueryCache

@@ -215,7 +215,7 @@ def main(argv=None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     print(machine_line(), file=sys.stderr)
 
-    from toolscout.benchmark import load_benchmark
+    from toolscout.benchmark_sets import load_benchmark
     from toolscout.pipeline import ToolScout
     from toolscout.retrievers.dense import encoder_for
 

@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
 
-    from toolscout.benchmark import load_benchmark
+    from toolscout.benchmark_sets import load_benchmark
     from toolscout.pipeline import ToolScout
     from toolscout.train import load_training_data
 

@@ -25,7 +25,7 @@ CACHE = Path(__file__).resolve().parents[1] / "runs" / "zero_shot_fold"  # BM25 
 
 
 def fold_data():
-    from toolscout.benchmark import load_benchmark
+    from toolscout.benchmark_sets import load_benchmark
     from toolscout.train.data import TrainingData, load_training_data
 
     data = load_training_data([DATA / s for s in FOLD_TRAIN], validation_fraction=0.0)
@@ -91,7 +91,7 @@ def rankings(retriever, tools, queries, depth=100):
 
 
 def cmd_score(args):
-    from toolscout.benchmark import load_benchmark
+    from toolscout.benchmark_sets import load_benchmark
     from toolscout.eval import evaluate
     from toolscout.retrievers.bm25 import BM25Retriever
     from toolscout.retrievers.dense import DenseRetriever, encoder_for

@@ -59,7 +59,7 @@ def ranked_rows(scout, queries, labels_of) -> list[tuple[np.ndarray, np.ndarray,
 
 def collect(folder: Path, sets: list[str], per_set: int, elsewhere: int, seed: int):
     """Ranked rows of each set's own tasks (by set) and of tasks against other sets' catalogs."""
-    from toolscout.benchmark import load_benchmark
+    from toolscout.benchmark_sets import load_benchmark
     from toolscout.pipeline import ToolScout
     from toolscout.retrievers.dense import encoder_for
 

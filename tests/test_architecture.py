@@ -3,7 +3,9 @@
 - layers only look down: no module imports (at its top or inside a function) from a layer above its own;
 - no import cycles: no module imports, through others, a module that imports it (imports inside functions
   count; those under `if TYPE_CHECKING:` do not);
-- functions are short enough to read at once: none over 80 lines without a stated reason.
+- functions are short enough to read at once: none over 80 lines without a stated reason;
+- the service's storages only store: each declares the storage contract (`serve/storage.py`) and nothing
+  more, and that contract declares no read of the pipeline (search, get, lists are `ToolScout`'s alone).
 """
 
 import ast
@@ -18,7 +20,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 LAYERS = [
     ("foundation", ["toolscout.errors", "toolscout.registry", "toolscout.defaults", "toolscout.version",
                     "toolscout.artifacts", "toolscout.results", "toolscout.rows", "toolscout.tool",
-                    "toolscout.conversation", "toolscout.benchmark", "toolscout.models", "toolscout.llm",
+                    "toolscout.conversation", "toolscout.benchmark_sets", "toolscout.models", "toolscout.llm",
                     "toolscout.feedback", "toolscout.lru", "toolscout.query", "toolscout.deprecation"]),
     ("storage, encoders, parsing, measurement", ["toolscout.store", "toolscout.encoders", "toolscout.ingest",
                                                  "toolscout.eval"]),
@@ -209,3 +211,50 @@ def _long_in(root: Path, path: Path) -> list[str]:
         return long_functions(path)
     finally:
         SRC = saved
+
+
+# ------------------------------------------------------------------------- the service's middle layers
+# A storage stores: it hands the service its tenant's pipeline (`ToolScout`), which the service reads itself,
+# and makes writes durable. Reads are declared once, on the pipeline; a storage that forwarded them again
+# (search, get, a page, a count) would be a layer of verbs with nothing of its own.
+
+STORAGE_CONTRACT = SRC / "toolscout" / "serve" / "storage.py"
+STORAGES = [SRC / "toolscout" / "serve" / "directory.py", SRC / "toolscout" / "serve" / "pg_storage.py"]
+PIPELINE = SRC / "toolscout" / "pipeline.py"
+DURABLE = {"learn", "forget", "rollback", "set_learning"}  # pipeline verbs a storage makes durable first
+
+
+def methods(path: Path) -> dict[str, set[str]]:
+    """class name -> the names of the methods and annotated attributes it declares (not inherited)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return {node.name: {item.name if not isinstance(item, ast.AnnAssign) else item.target.id
+                        for item in node.body if isinstance(item, (ast.FunctionDef, ast.AnnAssign))}
+            for node in tree.body if isinstance(node, ast.ClassDef)}
+
+
+def _public(names: set[str]) -> set[str]:
+    """What callers may call: names without a leading underscore, and dunders (`__len__` is a read too)."""
+    return {n for n in names if not n.startswith("_") or (n.startswith("__") and n != "__init__")}
+
+
+def test_the_storage_contract_declares_no_read_of_the_pipeline():
+    contract = methods(STORAGE_CONTRACT)
+    pipeline = _public(methods(PIPELINE)["ToolScout"])
+    shared = {name: _public(contract[name]) & pipeline for name in ("Storage", "TenantStorage")}
+    assert shared == {"Storage": set(), "TenantStorage": DURABLE}
+
+
+def test_every_storage_declares_its_contract_and_nothing_more():
+    contract = methods(STORAGE_CONTRACT)
+    allowed = set().union(*(_public(contract[name]) for name in ("Storage", "TenantStorage", "Compacts", "Retrains")))
+    extra = {f"{path.name}: {cls}": sorted(_public(names) - allowed - {"open"})
+             for path in STORAGES for cls, names in methods(path).items() if not cls.startswith("_")}
+    assert {where: names for where, names in extra.items() if names} == {}
+    assert len(extra) == 3  # DirectoryStorage, PgStorage, PgTenantStorage: a storage that moves is still checked
+
+
+def test_the_verb_check_sees_a_forwarded_read(tmp_path):
+    fake = tmp_path / "storage.py"
+    fake.write_text("class Store:\n    kind: str\n    def search(self, queries): ...\n    def _own(self): ...\n"
+                    "    def __len__(self): ...\n")
+    assert _public(methods(fake)["Store"]) == {"kind", "search", "__len__"}

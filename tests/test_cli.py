@@ -108,7 +108,7 @@ def reference_metrics(folder, k):
     from ranx import Qrels, Run, evaluate
 
     from toolscout import ToolScout
-    from toolscout.benchmark import load_benchmark
+    from toolscout.benchmark_sets import load_benchmark
 
     bench = load_benchmark(folder)
     scout = ToolScout.from_tools(bench.tools, retriever="bm25")

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from toolscout.benchmark import load_benchmark
+from toolscout.benchmark_sets import load_benchmark
 from toolscout.eval import EvalReport, evaluate, query_metrics
 from toolscout.retrievers.bm25 import BM25Retriever
 
@@ -188,7 +188,7 @@ def test_progress_bar_runs(capsys):
 
 def test_also_at_adds_smaller_cutoffs_from_the_same_rankings():
     """recall@2 and recall@3 from one top-3 ranking: gold {a, c}, ranking [a, b, c] → 1/2 and 2/2."""
-    from toolscout.benchmark import BenchmarkSet, Query
+    from toolscout.benchmark_sets import BenchmarkSet, Query
     from toolscout.eval.runner import evaluate
     from toolscout.results import Results
     from toolscout.tool import Tool

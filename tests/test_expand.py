@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from fakellm import FakeLLM, Reply, all_of, mentions, model_is
 
-from toolscout.benchmark import Query, load_benchmark
+from toolscout.benchmark_sets import Query, load_benchmark
 from toolscout.cli.expand import add_parsers as add_expand_parsers
 from toolscout.cli.expand import cmd_expand, journal_path
 from toolscout.cli.options import view_from_args

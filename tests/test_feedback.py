@@ -138,7 +138,7 @@ SAMPLE = __import__("pathlib").Path(__file__).resolve().parents[1] / "src" / "to
 
 
 def sample_with_feedback(encoder, retriever="hybrid"):
-    from toolscout.benchmark import load_benchmark
+    from toolscout.benchmark_sets import load_benchmark
 
     bench = load_benchmark(SAMPLE)
     options = {} if retriever == "bm25" else {"encoder": encoder}
@@ -194,10 +194,10 @@ def test_a_retraining_is_swapped_in_with_the_writes_made_while_it_trained(encode
 
     monkeypatch.setattr(heavy, "retrain", fake)
     score = 40.0
-    assert service.retrain("mlc")["state"] == "kept" and service.catalog.scout is not other
+    assert service.retrain("mlc")["state"] == "kept" and service.storage.scout is not other
     score = 60.0
     state = service.retrain("mlc")
-    assert state["state"] == "swapped" and service.catalog.scout is other
+    assert state["state"] == "swapped" and service.storage.scout is other
     assert other.get("late.tool60", None) is not None and other.ledger.summary("late.tool60")["learned"] == 1
     service.close()
     again = ToolService.open(folder)  # the swap was saved

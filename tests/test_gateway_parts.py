@@ -322,7 +322,7 @@ def test_the_gateway_abstains_by_default_when_no_tool_is_likely_relevant(tmp_pat
         mcp = GatewayMcp(gateway)
         found = [mcp.found(h.to_dict()) for h in hits]
         assert all(0 <= f["probability"] <= 1 for f in found)
-        assert found[0]["probability"] > gateway.service.catalog.scout.calibration.threshold
+        assert found[0]["probability"] > gateway.service.storage.scout.calibration.threshold
     finally:
         gateway.close()
         gateway.service.close()

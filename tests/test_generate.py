@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from fakellm import FakeLLM, Reply, mentions
 
-from toolscout.benchmark import load_benchmark
+from toolscout.benchmark_sets import load_benchmark
 from toolscout.cli.generate import add_parsers as add_generate_parsers
 from toolscout.cli.generate import cmd_generate
 from toolscout.generate import GenerateConfig, NearDuplicateIndex, check_pick, generate_queries, similarity

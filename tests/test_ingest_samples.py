@@ -6,7 +6,7 @@ from collections import Counter
 from pathlib import Path
 
 import toolscout
-from toolscout.benchmark import load_benchmark
+from toolscout.benchmark_sets import load_benchmark
 from toolscout.ingest import LoadReport, load_tools
 
 CATALOGS = Path(toolscout.__file__).parent / "data" / "catalogs"

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from toolscout.artifacts import ArtifactError, resolve
-from toolscout.benchmark import BenchmarkSet, Query, write_benchmark
+from toolscout.benchmark_sets import BenchmarkSet, Query, write_benchmark
 from toolscout.cli import main
 from toolscout.encoders import Encoder
 from toolscout.pipeline import ToolScout

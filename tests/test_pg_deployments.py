@@ -179,7 +179,7 @@ def test_a_migrated_directory_keeps_its_pipeline(tmp_path, tools, encoder):
     store_spec = spec(postgres_uri(), new_table())
     migrate_directory(tmp_path / "local", store_spec)
     with ToolService.open(store_spec, encoder=encoder, batch_workers=0) as service:
-        pipeline = service.catalog.tenant(None).pipeline()
+        pipeline = service.storage.tenant(None).pipeline()
         assert pipeline.spec == local.spec and pipeline.retriever.fusion == "score"
         for q in QUERIES:
             got = [(h.tool.id, round(h.score, 5)) for h in service.search(q, K, min_score=None)]

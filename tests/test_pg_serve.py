@@ -128,7 +128,7 @@ def test_cli_index_search_and_migrate_with_a_postgres_store(pg, tmp_path, tools,
     from toolscout.serve.auth import AuthConfig
 
     service = _open_service(build_parser().parse_args(["serve", str(tmp_path / "idx")]), AuthConfig())
-    assert service.catalog.kind == "postgresql" and "tenant=team-a" in service.describe()
+    assert service.storage.kind == "postgresql" and "tenant=team-a" in service.describe()
     assert len(service) == len(tools)
     service.close()
     # re-indexing an unchanged catalog embeds nothing; the table's search mode can be switched

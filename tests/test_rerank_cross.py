@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from toolscout.artifacts import ArtifactError, write_artifact
-from toolscout.benchmark import Query, load_benchmark
+from toolscout.benchmark_sets import Query, load_benchmark
 from toolscout.cli import main
 from toolscout.models import model_base
 from toolscout.rerank.base import RERANKER_KIND, fuse_with_first_stage, load_reranker, zscores

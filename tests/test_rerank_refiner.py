@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from toolscout.benchmark import Query
+from toolscout.benchmark_sets import Query
 from toolscout.cli import main
 from toolscout.encoders import Encoder
 from toolscout.pipeline import ToolScout

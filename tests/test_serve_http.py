@@ -218,13 +218,13 @@ def test_malformed_requests_get_clear_4xx_json_errors(served):
 @pytest.mark.parametrize("bug", [KeyError("a slip"), ValueError("a slip"), RuntimeError("a slip")])
 def test_a_bug_inside_toolscout_is_a_logged_500_not_a_404_or_422(served, bug, caplog):
     with served() as client:
-        catalog = client.app.app.app.app.state.service.catalog  # Observe > InternalErrors > BodyLimit > FastAPI
+        catalog = client.app.app.app.app.state.service.storage  # Observe > InternalErrors > BodyLimit > FastAPI
 
         def broken(*_args, **_kwargs):
             raise bug
 
-        tenant = catalog.tenant(None)
-        tenant.get = broken
+        pipeline = catalog.tenant(None).pipeline()  # what the service reads
+        pipeline.get = broken
         with caplog.at_level(logging.ERROR, logger="toolscout.serve"):
             r = client.get("/tools/mail.send")
         assert r.status_code == 500 and r.json()["error"]["type"] == "internal_error"
@@ -413,6 +413,23 @@ def test_retraining_is_for_trusted_tokens_and_reports_its_state(served):
         assert ("too little feedback" in e["message"]) == (served.store == "directory")
         assert ("pipeline directory" in e["message"]) == (served.store == "postgresql")
         assert client.get("/admin/learn", headers=ADMIN).json() == {"state": "never"}
+
+
+def test_each_task_is_focused_once_per_search(served, monkeypatch):
+    """The HTTP answer, the service and the pipeline read one `Query` per task (its `truncated` too), so a
+    long task is focused once per search, not once per layer."""
+    import toolscout.query
+    from toolscout.conversation import focus
+
+    focused = []
+    monkeypatch.setattr(toolscout.query, "focus", lambda text: focused.append(text) or focus(text))
+    with served() as client:
+        focused.clear()
+        assert client.post("/search", json={"query": "book a flight to Paris", "k": 2}).status_code == 200
+        assert focused == ["book a flight to Paris"]
+        focused.clear()
+        r = client.post("/search", json={"queries": ["book a flight", "send an email"], "k": 2})
+        assert r.status_code == 200 and focused == ["book a flight", "send an email"]
 
 
 def test_a_task_longer_than_search_reads_is_answered_and_says_it_was_cut(served):

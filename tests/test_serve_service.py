@@ -17,7 +17,7 @@ def make_dir(tmp_path, tools, retriever="bm25"):
 
 
 def state(service):
-    return {t.id: t for t in service.catalog.scout.tools}
+    return {t.id: t for t in service.storage.scout.tools}
 
 
 def new_tool(i, ns="extra", text="Translate text between languages"):
@@ -38,14 +38,14 @@ def test_writes_survive_a_restart_without_compaction(tmp_path, tools):
     again = ToolService.open(folder)
     assert state(again) == expected and again.version() == 2
     assert again.search("play some music", k=1)[0].tool.id == "weather.get_forecast"
-    assert "mail.send" not in again.catalog.scout
+    assert "mail.send" not in again.storage.scout
     again.close()
 
 
 def test_unchanged_upsert_is_not_journalled(tmp_path, tools):
     svc = ToolService.open(make_dir(tmp_path, tools))
     result = svc.upsert([tools[0], tools[1]])
-    assert result.unchanged == [tools[0].id, tools[1].id] and result.seq == 0 and svc.catalog.journal.records == 0
+    assert result.unchanged == [tools[0].id, tools[1].id] and result.seq == 0 and svc.storage.journal.records == 0
     svc.close()
 
 
@@ -54,8 +54,8 @@ def test_compaction_writes_a_snapshot_and_empties_the_journal(tmp_path, tools):
     svc = ToolService.open(folder, compact_every=3)
     for i in range(3):
         svc.upsert([new_tool(i)])
-    svc.catalog._compactor.join()  # the third write started a background compaction
-    assert svc.catalog.compactions == 1 and svc.catalog.journal.records == 0
+    svc.storage._compactor.join()  # the third write started a background compaction
+    assert svc.storage.compactions == 1 and svc.storage.journal.records == 0
     svc.upsert([new_tool(9)])
     expected = state(svc)
     svc.close()  # compacts the last write too
@@ -74,7 +74,7 @@ def test_crash_between_snapshot_and_journal_reset_replays_nothing_twice(tmp_path
     svc.upsert([new_tool(2)])
     expected = state(svc)
     # the snapshot is committed but the process dies before the journal is reset
-    svc.catalog.scout.save(folder, extra_config={"journal_seq": svc.version()})
+    svc.storage.scout.save(folder, extra_config={"journal_seq": svc.version()})
     svc.close(compact=False)
     again = ToolService.open(folder)
     assert state(again) == expected and again.version() == 3
@@ -91,7 +91,7 @@ def test_torn_last_record_is_dropped_and_a_damaged_middle_record_stops_the_start
     half = encode_record({"seq": 2, "op": "delete", "ids": ["extra.t1"]})[:-7]
     journal.write_bytes(good + half)  # a write that was in flight when the process died
     svc = ToolService.open(folder)
-    assert "extra.t1" in svc.catalog.scout and svc.version() == 1
+    assert "extra.t1" in svc.storage.scout and svc.version() == 1
     assert journal.read_bytes() == good  # the torn tail is cut off before new appends
     svc.upsert([new_tool(2)])
     svc.close(compact=False)
@@ -114,7 +114,7 @@ def test_a_failed_apply_is_aborted_in_the_journal(tmp_path, tools, monkeypatch):
     def broken(_tools, **_when):
         raise RuntimeError("encoder crashed")
 
-    monkeypatch.setattr(svc.catalog.scout, "add", broken)
+    monkeypatch.setattr(svc.storage.scout, "add", broken)
     with pytest.raises(RuntimeError):
         svc.upsert([new_tool(1)])
     monkeypatch.undo()
@@ -122,7 +122,7 @@ def test_a_failed_apply_is_aborted_in_the_journal(tmp_path, tools, monkeypatch):
     assert svc.version() == 2
     svc.close(compact=False)
     again = ToolService.open(folder)
-    assert "extra.t1" not in again.catalog.scout and "extra.t2" in again.catalog.scout
+    assert "extra.t1" not in again.storage.scout and "extra.t2" in again.storage.scout
     again.close()
 
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from toolscout import ToolScout
-from toolscout.benchmark import load_benchmark
+from toolscout.benchmark_sets import load_benchmark
 from toolscout.cli import main
 from toolscout.retrievers import make_retriever
 from toolscout.retrievers.tool2vec import Tool2VecRetriever

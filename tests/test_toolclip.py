@@ -13,7 +13,7 @@ import torch
 
 from toolscout import ToolScout
 from toolscout.artifacts import ArtifactError
-from toolscout.benchmark import BenchmarkSet, Query
+from toolscout.benchmark_sets import BenchmarkSet, Query
 from toolscout.models import model_config
 from toolscout.results import Filter
 from toolscout.retrievers.toolclip import ToolCLIPRetriever

@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from toolscout.benchmark import BenchmarkSet, Query
+from toolscout.benchmark_sets import BenchmarkSet, Query
 from toolscout.results import Results
 from toolscout.tool import Tool
 from toolscout.train.data import load_training_data

@@ -259,13 +259,15 @@ def _discard(index: dict[str, dict[str, None]], key: str, tool_id: str) -> bool:
     return True
 
 
-def checked_queries(query: str | Sequence[str]) -> list[str]:
-    """The tasks of one search as a list: each a non-blank string."""
-    queries = [query] if isinstance(query, str) else list(query)
+def checked_queries(query: str | Query | Sequence[str | Query]) -> list[Query]:
+    """The tasks of one search, each as the `Query` every stage reads: a task sent as text must hold more
+    than white space, and is focused here (`Query.of`), once. A `Query` was made from a checked task: it
+    passes as it is, so a caller that needs `truncated` (the HTTP answer) focuses nothing twice."""
+    queries = [query] if isinstance(query, (str, Query)) else list(query)
     for q in queries:
-        if not isinstance(q, str) or not q.strip():
+        if not isinstance(q, Query) and (not isinstance(q, str) or not q.strip()):
             raise InvalidRequest("each query must be a non-empty string")
-    return queries
+    return [q if isinstance(q, Query) else Query.of(q) for q in queries]
 
 
 def checked_k(k: int) -> int:

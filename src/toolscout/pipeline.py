@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Se
 import numpy as np
 
 from .artifacts import read_config, write_artifact
-from .benchmark import read_jsonl
+from .benchmark_sets import read_jsonl
 from .defaults import DEFAULT_INTENTS, DEFAULT_RETRIEVER
 from .deprecation import Deprecation, deprecation_of, rank_below_replacements
 from .encoders.fast import fast_query_kind, tier_of
@@ -618,12 +618,13 @@ class ToolScout:
         queries = checked_queries(query)
         policy = HitPolicy(checked_k(k), min_score, min_probability, tuple(dict.fromkeys(always_include)),
                            bool(match_names), bool(explain))
-        hits = self._hits(queries, Filter.restrict(filter, namespaces), policy)
-        return hits[0] if isinstance(query, str) else hits
+        hits = self.hits(queries, Filter.restrict(filter, namespaces), policy)
+        return hits[0] if isinstance(query, (str, Query)) else hits
 
-    def _hits(self, queries: Sequence[str | Query], filter: Filter | None, policy: HitPolicy) -> list[list[Hit]]:
-        """`search` of checked queries: the ranking, name matches and tools all from one read of the catalog."""
-        queries = as_queries(queries)
+    def hits(self, queries: Sequence[Query], filter: Filter | None, policy: HitPolicy) -> list[list[Hit]]:
+        """`search` of queries and a policy already checked (`hits.checked_queries`, `checked_k`): what a
+        service that checked them where they came in calls, so nothing is checked or focused twice. The
+        ranking, name matches and tools all come from one read of the catalog."""
         policy = replace(policy, min_probability=self._threshold(policy.min_probability))
         with self._lock.read():
             depth = policy.k if self.calibration is None else max(policy.k, RELEVANCE_DEPTH)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .artifacts import read_config, read_json, write_artifact
-from .benchmark import read_jsonl
+from .benchmark_sets import read_jsonl
 from .defaults import DEFAULT_INTENTS, DEFAULT_RETRIEVER
 from .errors import MissingDependency, ToolScoutError
 from .feedback import PER_SOURCE_CAP

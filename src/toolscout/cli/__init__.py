@@ -16,7 +16,7 @@ from typing import Sequence
 from ..errors import ToolScoutError
 
 # modules whose commands `toolscout --help` lists, in this order
-COMMAND_MODULES = ("catalog", "evaluate", "training", "learn", "expand", "generate", "serve", "gateway", "postgres")
+COMMAND_MODULES = ("catalog", "evaluate", "training", "learn", "expand", "generate", "serve", "gateway", "pg_store")
 
 
 def build_parser() -> argparse.ArgumentParser:

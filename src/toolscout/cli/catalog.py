@@ -54,7 +54,7 @@ def cmd_index(args: argparse.Namespace) -> int:
 
     tools = _load_catalogs(args)
     if is_postgres_spec(args.store):  # the shared PostgreSQL index: the same pipeline, its data in the database
-        from .postgres import index_into_postgres
+        from .pg_store import index_into_postgres
 
         return index_into_postgres(args, tools)
     start = time.perf_counter()
@@ -93,7 +93,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 
     spec = recorded_spec(args.dir)
     if spec:  # indexed into PostgreSQL: search the database, not the snapshot
-        from .postgres import open_postgres_service
+        from .pg_store import open_postgres_service
 
         with open_postgres_service(spec, fast_queries=args.fast_queries) as service:
             query_hits = service.search(list(args.query), k=args.k, namespaces=args.namespace, min_score=None)

@@ -44,7 +44,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from ..benchmark import load_benchmark
+    from ..benchmark_sets import load_benchmark
     from ..eval import evaluate, format_table, plot_reports
 
     reranker = reranker_from_args(args)

@@ -14,7 +14,7 @@ from typing import Callable, Iterator, Protocol, Sequence
 
 import numpy as np
 
-from ..benchmark import BenchmarkSet, Query, load_benchmark
+from ..benchmark_sets import BenchmarkSet, Query, load_benchmark
 from ..results import Results
 from ..tool import Tool
 from .metrics import query_metrics

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from ..benchmark import BenchmarkSet
+from ..benchmark_sets import BenchmarkSet
 from ..tool import PROFILE_FIELDS, TextView
 from .catalog import read_catalog
 from .views import PROTOCOLS, ablation_views, make_view, parse_profile_fields

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from ..benchmark import Query, load_queries, read_jsonl
+from ..benchmark_sets import Query, load_queries, read_jsonl
 from ..tool import Tool
 
 _FILE_MODE = 0o644
@@ -69,7 +69,7 @@ def _with_row_usage(tool: Tool, row: Mapping[str, Any] | None) -> Tool:
 
 def tool_row(tool: Tool, original: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """A benchmark `tools.jsonl` row for `tool`: its original row when it has one, with `profile` and
-    `usage` set from the tool (`toolscout.benchmark.tool_from_row` reads it back)."""
+    `usage` set from the tool (`toolscout.benchmark_sets.tool_from_row` reads it back)."""
     if original is not None:
         row = dict(original)
     else:

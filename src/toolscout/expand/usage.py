@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from ..benchmark import Query
+from ..benchmark_sets import Query
 from ..tool import Tool
 
 USAGE_SPLIT = "train"

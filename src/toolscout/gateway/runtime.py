@@ -37,8 +37,8 @@ from ..artifacts import POINTER
 from ..errors import ToolScoutError
 from ..hits import CALIBRATED
 from ..pipeline import ToolScout
-from ..serve.catalog import Catalog
-from ..serve.service import CATALOG_OPTIONS, ToolService, open_catalog
+from ..serve.storage import Storage
+from ..serve.service import STORAGE_OPTIONS, ToolService, open_storage
 from .attribution import DEFAULT_RULE, DEFAULT_WINDOW, CallAttribution
 from .config import PING_EVERY_S, SEARCH_WAIT_S, GatewayConfig, UpstreamSpec
 from .core import Gateway, GatewayOptions, upstream_reach
@@ -81,15 +81,15 @@ def open_gateway(config: GatewayConfig, settings: GatewaySettings) -> Gateway:
     then the service, which is given what search may return (`upstream_reach`), then the gateway."""
     for warning in config.warnings:
         logger.warning("%s", warning)
-    catalog, service_options = open_catalog_of(settings)
+    storage, service_options = open_storage_of(settings)
     service = None
     try:
-        definitions, listings = _records(catalog, settings)
+        definitions, listings = _records(storage, settings)
         upstreams = [make_upstream(spec, settings) for spec in config.upstreams]
         attribution = CallAttribution(settings.attribution, settings.window)
         options = GatewayOptions(settings.hide_unavailable, frozenset(u.name for u in config.upstreams if not u.enabled),
                                  search_wait=settings.search_wait)
-        service = ToolService(catalog, reach=upstream_reach(upstreams, options, definitions), **service_options)
+        service = ToolService(storage, reach=upstream_reach(upstreams, options, definitions), **service_options)
         gateway = Gateway(service, upstreams, definitions, attribution, options, listings=listings)
         gateway.prune(config.names())
         return gateway
@@ -97,30 +97,30 @@ def open_gateway(config: GatewayConfig, settings: GatewaySettings) -> Gateway:
         if service is not None:
             service.close()
         else:
-            catalog.close()
+            storage.close()
         raise
 
 
-def open_catalog_of(settings: GatewaySettings) -> tuple[Catalog, dict[str, Any]]:
-    """The catalog of the gateway's index: its directory (made if new), or its PostgreSQL tenant (a new table
+def open_storage_of(settings: GatewaySettings) -> tuple[Storage, dict[str, Any]]:
+    """The storage of the gateway's index: its directory (made if new), or its PostgreSQL tenant (a new table
     configured with the default pipeline); and the options of `settings.service` that are the service's."""
     # a gateway abstains by default when no tool is likely relevant (the calibration's threshold)
     options = {"min_probability": CALIBRATED, **settings.service}
-    storage = {key: options.pop(key) for key in CATALOG_OPTIONS if key in options}
+    kept = {key: options.pop(key) for key in STORAGE_OPTIONS if key in options}
     if settings.store is None:
         ensure_index(settings.index)
-        return open_catalog(settings.index, **storage), options
-    return open_catalog(settings.store, encoder=ensure_store(settings.store), **storage), options
+        return open_storage(settings.index, **kept), options
+    return open_storage(settings.store, encoder=ensure_store(settings.store), **kept), options
 
 
-def _records(catalog: Catalog, settings: GatewaySettings) -> tuple[DefinitionLedger, Any]:
+def _records(storage: Storage, settings: GatewaySettings) -> tuple[DefinitionLedger, Any]:
     """The gateway's definition records and what its listings let go: in its directory, or shared with the other
     replicas on its PostgreSQL tenant."""
     if settings.store is None:
         return DefinitionLedger(settings.index, pin=settings.pin), OwnListings()
     from ..store.pg_gateway import PgGatewayState
 
-    state = PgGatewayState(catalog.pg_catalog)
+    state = PgGatewayState(storage.pg_catalog)
     return DefinitionLedger(SharedRecords(state), pin=settings.pin), SharedListings(state)
 
 

@@ -25,7 +25,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from ..benchmark import Query
+from ..benchmark_sets import Query
 from ..llm import LLMClient, LLMError, parse_json_reply
 from ..tool import Tool
 from .dedupe import NearDuplicateIndex

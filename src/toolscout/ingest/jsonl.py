@@ -1,6 +1,6 @@
 """Benchmark `tools.jsonl` rows `{id, name, description, parameters, category, doc}` (README, "Evaluation").
 
-Rows go through `toolscout.benchmark.tool_from_row`, so a catalog loads exactly as the benchmark
+Rows go through `toolscout.benchmark_sets.tool_from_row`, so a catalog loads exactly as the benchmark
 loader reads it, and row ids are kept as they are (queries refer to them). Aliases (`input_schema`,
 `inputSchema`, ...) fill a missing `parameters`; `returns`, `examples`, `limitations`, `tags` are read
 under their aliases too. A folder path means its `tools.jsonl`. Lines are read here rather than with
@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from ..benchmark import tool_from_row
+from ..benchmark_sets import tool_from_row
 from ..errors import CatalogError
 from ..tool import Tool
 from .common import PARAMETER_KEYS, Context, Entry, collect, read_extras, type_name

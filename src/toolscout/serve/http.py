@@ -41,8 +41,9 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..conversation import focus
 from ..errors import CatalogError, Conflict, Forbidden, InvalidRequest, NotFound, RateLimited
+from ..hits import checked_queries
+from ..query import Query as Task  # a task as search reads it (FastAPI's Query is a parameter)
 from ..version import __version__
 from . import ui
 from .auth import AuthConfig, AuthError
@@ -274,23 +275,26 @@ def _add_search_routes(app: FastAPI, api: Api) -> None:
         options = dict(principal=principal, namespaces=body.namespaces, ids=body.ids, exclude_ids=body.exclude_ids,
                        min_score=min_score, min_probability=min_probability, always_include=body.always_include,
                        match_names=body.match_names, explain=body.explain)
+        # the tasks checked and focused once, here: the service takes them as they are, and the answer
+        # says from them whether focusing cut anything
+        tasks = checked_queries(body.query if body.query is not None else body.queries)
         added = await api.extension.before_search(principal, body.namespaces) if api.extension is not None else {}
-        future = service.search_future(body.query, body.k, **options) if body.query is not None else None
+        future = service.search_future(tasks[0], body.k, **options) if body.query is not None else None
         if future is None:
-            return await run_in_threadpool(search_in_thread, body, principal, options, added)
-        return search_response(body, principal, [body.query], [await asyncio.wrap_future(future)], added)
+            return await run_in_threadpool(search_in_thread, body, principal, tasks, options, added)
+        return search_response(body, principal, tasks, [await asyncio.wrap_future(future)], added)
 
-    def search_in_thread(body: SearchRequest, principal: Principal, options: dict, added: dict) -> Response:
-        queries = [body.query] if body.query is not None else list(body.queries or [])
-        hits = service.search(queries, body.k, **options)
-        return search_response(body, principal, queries, hits, added)
+    def search_in_thread(body: SearchRequest, principal: Principal, tasks: list[Task], options: dict,
+                         added: dict) -> Response:
+        return search_response(body, principal, tasks, service.search(tasks, body.k, **options), added)
 
-    def search_response(body: SearchRequest, principal: Principal, queries: list[str], hits: list,
+    def search_response(body: SearchRequest, principal: Principal, tasks: list[Task], hits: list,
                         added: dict) -> Response:
         results = []
-        for query, query_hits in zip(queries, hits):
+        sent = [body.query] if body.query is not None else list(body.queries)
+        for query, task, query_hits in zip(sent, tasks, hits):
             abstained = not any(h.match != "always" for h in query_hits)
-            entry: dict[str, Any] = {"query": query, "abstained": abstained, "truncated": focus(query)[1],
+            entry: dict[str, Any] = {"query": query, "abstained": abstained, "truncated": task.truncated,
                                      "hits": [h.to_dict() for h in query_hits]}
             if body.format != "toolscout":
                 entry["tools"] = _definitions(service, query_hits, body.format, principal)

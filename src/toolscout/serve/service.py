@@ -1,8 +1,8 @@
 """The one service core behind the HTTP API and the MCP server.
 
-`ToolService.open(TARGET)` serves a pipeline directory (`serve/local.py`: a snapshot plus a journal of
-acknowledged writes) or a PostgreSQL index (`serve/postgres.py`: one catalog per tenant, shared by
-every replica). The storage is the only thing that differs (`serve/catalog.py`); every policy is here:
+`ToolService.open(TARGET)` serves a pipeline directory (`serve/directory.py`: a snapshot plus a journal of
+acknowledged writes) or a PostgreSQL index (`serve/pg_storage.py`: one catalog per tenant, shared by
+every replica). The storage is the only thing that differs (`serve/storage.py`); every policy is here:
 
 - who sees and writes what: every call takes a `Principal`. A principal restricted to some namespaces
   never sees, gets, lists or writes a tool outside them (a tool with no namespace counts as namespace
@@ -22,6 +22,7 @@ import asyncio
 import logging
 import threading
 import time
+from collections import Counter
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -31,18 +32,19 @@ from ..errors import Conflict, Forbidden, InvalidRequest, NotFound
 from ..feedback import DEFAULT_SOURCE, FeedbackEvent, LearnResult
 from ..hits import Hit, HitPolicy, checked_k, checked_queries
 from ..lru import LRU
+from ..query import Query
 from ..results import Filter
 from ..tool import Tool, tools_by_id
 from .batcher import SearchBatcher
-from .catalog import Catalog, TenantCatalog, WriteResult
 from .errors import ServiceError, ServiceUnavailable
 from .limits import FeedbackLimits
+from .storage import Compacts, Retrains, Storage, TenantStorage, WriteResult
 
 _UNSET: Any = object()
 logger = logging.getLogger(__name__)
 
 __all__ = ["ToolService", "Principal", "ADMIN", "Reach", "WriteResult", "ServiceError", "ServiceUnavailable",
-           "open_catalog"]
+           "open_storage"]
 
 
 @dataclass(frozen=True)
@@ -105,11 +107,11 @@ EVERYWHERE = Reach()
 class ToolService:
     """Search and edit a catalog, safely from many threads. See the module doc."""
 
-    def __init__(self, catalog: Catalog, *, min_score: float | None = None,
+    def __init__(self, storage: Storage, *, min_score: float | None = None,
                  min_probability: float | str | None = None, always_include: Sequence[str] = (),
                  batch_workers: int = 2, limits: FeedbackLimits | None = None, cache_size: int = 10_000,
                  reach: Callable[[], Reach] | None = None):
-        self.catalog = catalog
+        self.storage = storage
         self.reach = reach or (lambda: EVERYWHERE)
         # answers by (catalog version, options, task): a write or feedback bumps the version, so an answer
         # from before it is never served after it
@@ -129,12 +131,12 @@ class ToolService:
     def open(cls, target: str | Path, *, fsync: bool = True, compact_every: int = 10_000, encoder: Any = None,
              max_stale_s: float = 1.0, feedback_cap: int | None = None, fast_queries: bool | str | None = None,
              **options: Any) -> "ToolService":
-        """Serve `target`: a PostgreSQL store spec (postgresql://...) or a pipeline directory (`open_catalog`
+        """Serve `target`: a PostgreSQL store spec (postgresql://...) or a pipeline directory (`open_storage`
         says what its options do); `options` (min_score, min_probability, always_include, batch_workers,
         limits, reach) go to the service."""
-        catalog = open_catalog(target, fsync=fsync, compact_every=compact_every, encoder=encoder,
+        storage = open_storage(target, fsync=fsync, compact_every=compact_every, encoder=encoder,
                                max_stale_s=max_stale_s, feedback_cap=feedback_cap, fast_queries=fast_queries)
-        return cls(catalog, **options)
+        return cls(storage, **options)
 
     def close(self, compact: bool = True) -> None:
         """Stop the search workers and release the storage (`compact=False`: no final snapshot)."""
@@ -143,7 +145,7 @@ class ToolService:
         self._closed = True
         if self._batcher is not None:
             self._batcher.close()
-        self.catalog.close(compact=compact)
+        self.storage.close(compact=compact)
 
     def __enter__(self) -> "ToolService":
         return self
@@ -158,15 +160,16 @@ class ToolService:
                min_probability: float | str | None = _UNSET, always_include: Iterable[str] = (),
                match_names: bool = True, explain: bool = False) -> list[Hit] | list[list[Hit]]:
         """`ToolScout.search` within what `principal` may see. `min_score` and `min_probability` default to
-        the service's abstention thresholds (pass None for none); `always_include` adds to the service's list."""
-        queries = checked_queries(query)
+        the service's abstention thresholds (pass None for none); `always_include` adds to the service's list.
+        A task may come as a `Query` (`hits.checked_queries`, where a caller focused it already)."""
+        queries = checked_queries(query)  # the one check of the tasks, and their one focusing
         options = self._options(k, principal, namespaces, ids, exclude_ids, (min_score, min_probability),
                                 always_include, match_names, explain)
-        if isinstance(query, str):
-            return self._answer(options, query).result()
+        if isinstance(query, (str, Query)):
+            return self._answer(options, queries[0]).result()
         return self._search_many(options, queries)
 
-    def search_future(self, query: str, k: int = 5, *, principal: Principal = ADMIN,
+    def search_future(self, query: str | Query, k: int = 5, *, principal: Principal = ADMIN,
                       namespaces: Iterable[str] | None = None, ids: Iterable[str] | None = None,
                       exclude_ids: Iterable[str] = (), min_score: float | None = _UNSET,
                       min_probability: float | str | None = _UNSET, always_include: Iterable[str] = (),
@@ -176,12 +179,12 @@ class ToolService:
         not batch searches (then call `search`, in a thread)."""
         if self._batcher is None or self._closed:
             return None
-        checked_queries([query] if isinstance(query, str) else query)
+        (task,) = checked_queries([query])
         options = self._options(k, principal, namespaces, ids, exclude_ids, (min_score, min_probability),
                                 always_include, match_names, explain)
-        return self._answer(options, query)
+        return self._answer(options, task)
 
-    async def search_async(self, query: str, k: int = 5, **options: Any) -> list[Hit]:
+    async def search_async(self, query: str | Query, k: int = 5, **options: Any) -> list[Hit]:
         """`search` of one query, awaited in an asyncio event loop (what the MCP servers and the gateway
         await): the batcher's Future, so no thread waits on it; in a worker thread when this service does
         not batch. `options` as `search` takes them."""
@@ -192,12 +195,12 @@ class ToolService:
 
         return await anyio.to_thread.run_sync(lambda: self.search(query, k, **options))
 
-    def _answer(self, options: tuple, query: str) -> Future:
+    def _answer(self, options: tuple, query: Query) -> Future:
         """A Future of one query's hits: from the answers cache when this catalog version answered it
         before, else from the batcher (or computed here when there is none), then cached."""
         key = None
-        if self.catalog.versions_are_local:  # else reading the version costs a round trip: no answer cache
-            key = (self.catalog.tenant(options[0]).current_version(), options, query)
+        if self.storage.versions_are_local:  # else reading the version costs a round trip: no answer cache
+            key = (self.storage.tenant(options[0]).current_version(), options, query)
             cached = self.answers.get(key)
             if cached is not None:
                 future: Future = Future()
@@ -231,48 +234,52 @@ class ToolService:
         policy = HitPolicy(checked_k(k), min_score, min_probability, always, bool(match_names), bool(explain))
         return (principal.tenant, flt, policy, reach.down)
 
-    def _search_many(self, options: tuple, queries: Sequence[str]) -> list[list[Hit]]:
+    def _search_many(self, options: tuple, queries: Sequence[Query]) -> list[list[Hit]]:
         tenant, flt, policy, down = options
-        answers = self.catalog.tenant(tenant).search(list(queries), flt, policy)
+        answers = self.storage.tenant(tenant).pipeline().hits(list(queries), flt, policy)  # checked: not again
         if down is None:
             return answers
         return [[replace(h, available=(h.tool.namespace or "") not in down) for h in hits] for hits in answers]
 
-    # catalog reads -------------------------------------------------------------------------
-    def _tenant(self, principal: Principal) -> TenantCatalog:
-        return self.catalog.tenant(principal.tenant)
+    # catalog reads: straight from the tenant's pipeline -----------------------------------------
+    def _tenant(self, principal: Principal) -> TenantStorage:
+        return self.storage.tenant(principal.tenant)
 
     def get(self, tool_id: str, principal: Principal = ADMIN) -> Tool:
         """The tool with this id; NotFound if there is none *that principal may see*."""
-        tool = self._tenant(principal).get(tool_id)
+        tool = self._tenant(principal).pipeline().get(tool_id, None)
         if tool is None or not principal.sees(tool):
             raise NotFound(f"no tool with id {tool_id!r}")
         return tool
 
     def list(self, principal: Principal = ADMIN, namespace: str | None = None, offset: int = 0,
              limit: int = 100) -> tuple[int, list[Tool]]:
-        """(number of visible tools matching, one page of them)."""
-        return self._tenant(principal).page(namespace, principal.namespaces, offset, limit)
+        """(number of visible tools matching, one page of them, ordered by id)."""
+        tools = [t for t in self._tenant(principal).pipeline().tools
+                 if principal.sees(t) and (namespace is None or (t.namespace or "") == namespace)]
+        tools.sort(key=lambda t: t.id)
+        return len(tools), tools[offset:offset + limit]
 
     def namespaces(self, principal: Principal = ADMIN) -> dict[str, int]:
-        return self._tenant(principal).namespace_counts(principal.namespaces)
+        """Each namespace the caller may see, with its tool count ("": tools with no namespace)."""
+        counts = Counter((t.namespace or "") for t in self._tenant(principal).pipeline().tools)
+        return {ns: n for ns, n in sorted(counts.items()) if principal.sees_namespace(ns)}
 
     @property
     def tools(self) -> list[Tool]:
-        """Every tool of the default tenant's catalog, whoever asks (filter with `Principal.sees`)."""
-        catalog = self.catalog.tenant(None)
-        return catalog.page(None, None, 0, max(1, len(catalog)))[1]
+        """Every tool of the default tenant's catalog, by id, whoever asks (filter with `Principal.sees`)."""
+        return sorted(self.storage.tenant(None).pipeline().tools, key=lambda t: t.id)
 
     def name_is_shared(self, name: str, principal: Principal = ADMIN) -> bool:
         """True when more than one tool in the caller's catalog has this name (agents need a qualified one)."""
-        return self._tenant(principal).name_count(name) > 1
+        return self._tenant(principal).pipeline(fresh=False).name_count(name) > 1
 
     def version(self, principal: Principal = ADMIN) -> int:
         """The catalog version (bumped by every write) the caller's next read sees."""
         return self._tenant(principal).version()
 
     def __len__(self) -> int:
-        return len(self.catalog.tenant(None))
+        return len(self.storage.tenant(None).pipeline())
 
     # writes --------------------------------------------------------------------------------
     def upsert(self, tools: Iterable[Tool], principal: Principal = ADMIN) -> WriteResult:
@@ -300,8 +307,9 @@ class ToolService:
             return LearnResult()
         tenant = self._tenant(principal)
         self.limits.admit(principal.tenant, events, tenant.feedback_totals()["sources"])
-        namespaces = tenant.namespaces_of(list({t for e in events for t in e.tool_ids}))
-        visible = {t for t, ns in namespaces.items() if principal.sees_namespace(ns)}
+        pipeline = tenant.pipeline()
+        named = (pipeline.get(t, None) for t in {t for e in events for t in e.tool_ids})
+        visible = {tool.id for tool in named if tool is not None and principal.sees(tool)}
         kept = [replace(e, tool_ids=ids) for e in events if (ids := tuple(t for t in e.tool_ids if t in visible))]
         result = tenant.learn(kept) if kept else LearnResult()
         result.events = len(events)
@@ -330,10 +338,10 @@ class ToolService:
     def learning(self, principal: Principal = ADMIN) -> dict[str, Any]:
         """How learning from use is doing (`toolscout.learning`): its settings, weights and calibration, and
         the deployment's own measurement of it, per namespace (only the caller's namespaces)."""
-        report = self._tenant(principal).learning_report()
+        report = self._tenant(principal).pipeline().learning_report()
         report["measured"]["namespaces"] = {ns: figures for ns, figures in report["measured"]["namespaces"].items()
-                                            if principal.sees_namespace(ns or None)}
-        report["weights"] = {ns: w for ns, w in report["weights"].items() if principal.sees_namespace(ns or None)}
+                                            if principal.sees_namespace(ns)}
+        report["weights"] = {ns: w for ns, w in report["weights"].items() if principal.sees_namespace(ns)}
         if principal.namespaces is not None:  # the totals would tell of namespaces the caller cannot see
             report["measured"].pop("all", None)
         return report
@@ -375,7 +383,7 @@ class ToolService:
         with self._retrain_lock:
             if self._retrain_state.get("state") == "running":
                 raise Conflict("a retraining is already running")
-            self.catalog.check_retraining(method, **options)
+            self._retraining_storage().check_retraining(method, **options)
             self._retrain_state = {"state": "running", "method": method, "started_at": time.time()}
             started = dict(self._retrain_state)  # a quick failure may replace it before this returns
         if not background:
@@ -386,7 +394,7 @@ class ToolService:
 
     def _run_retraining(self, method: str, options: dict[str, Any], raise_errors: bool) -> dict[str, Any]:
         try:
-            result = self.catalog.retrain(method, **options)
+            result = self._retraining_storage().retrain(method, **options)
             state = {"state": "swapped" if result.improved else "kept", **result.to_dict()}
         except Exception as exc:  # the pipeline is unchanged; the error is the caller's, or in retraining()
             state = {"state": "failed", "method": method, "error": str(exc)}
@@ -401,14 +409,22 @@ class ToolService:
             self._retrain_state = {**state, "finished_at": time.time()}
             return dict(self._retrain_state)
 
+    def _retraining_storage(self) -> Retrains:
+        if not isinstance(self.storage, Retrains):
+            raise Conflict(f"heavier learning (--train) retrains a pipeline directory's models; a {self.storage.kind} "
+                           "storage keeps one encoder per index table. Export the feedback, train with `toolscout "
+                           "train`, and index the catalog into a new table with the trained model")
+        return self.storage
+
     def retraining(self) -> dict[str, Any]:
         """How the last retraining went: state running / swapped / kept / failed, with its scores."""
         with self._retrain_lock:
             return dict(self._retrain_state)
 
     def compact(self) -> bool:
-        """Fold the writes so far into a snapshot now (a directory); False when there is nothing to do."""
-        return self.catalog.compact()
+        """Fold the writes so far into a snapshot now (a directory); False when there is nothing to do (or
+        nothing to fold: the database holds every write)."""
+        return isinstance(self.storage, Compacts) and self.storage.compact()
 
     def _check_can_write(self, principal: Principal) -> None:
         if not principal.write:
@@ -420,16 +436,16 @@ class ToolService:
     @property
     def failed(self) -> str | None:
         """Why writes are refused (None while they are accepted)."""
-        return self.catalog.failed
+        return self.storage.failed
 
     def describe(self) -> str:
-        return self.catalog.describe()
+        return self.storage.describe()
 
     def stats(self) -> dict[str, Any]:
         """Figures for /health and /metrics: the catalog's size and version, and the storage's own."""
-        feedback = self.catalog.tenant(None).feedback_totals()
-        return {"tools": len(self), "version": self.version(), "storage": self.catalog.kind,
-                **self.catalog.stats(), "uptime_s": round(time.time() - self.started_at, 3),
+        feedback = self.storage.tenant(None).feedback_totals()
+        return {"tools": len(self), "version": self.version(), "storage": self.storage.kind,
+                **self.storage.stats(), "uptime_s": round(time.time() - self.started_at, 3),
                 "feedback_events": feedback["events"], "feedback_failures": feedback["failures"],
                 "feedback_learned": sum(feedback["sources"].values()), "feedback_sources": len(feedback["sources"]),
                 "min_score": self.min_score, "min_probability": self.min_probability,
@@ -437,31 +453,31 @@ class ToolService:
                 "search_batches": self._batcher.batches if self._batcher else None,
                 "batched_queries": self._batcher.queries if self._batcher else None,
                 "answer_cache_hits": self.answers.hits, "answer_cache_misses": self.answers.misses,
-                "learning": self.catalog.tenant(None).learning_report(brief=True)}
+                "learning": self.storage.tenant(None).pipeline().learning_report(brief=True)}
 
 
-CATALOG_OPTIONS = ("fsync", "compact_every", "encoder", "max_stale_s", "feedback_cap", "fast_queries")
+STORAGE_OPTIONS = ("fsync", "compact_every", "encoder", "max_stale_s", "feedback_cap", "fast_queries")
 
 
-def open_catalog(target: str | Path, *, fsync: bool = True, compact_every: int = 10_000, encoder: Any = None,
+def open_storage(target: str | Path, *, fsync: bool = True, compact_every: int = 10_000, encoder: Any = None,
                  max_stale_s: float = 1.0, feedback_cap: int | None = None,
-                 fast_queries: bool | str | None = None) -> Catalog:
+                 fast_queries: bool | str | None = None) -> Storage:
     """The storage of `target`, for a `ToolService`: a PostgreSQL store spec (postgresql://...) or a pipeline
     directory. `fsync` and `compact_every` apply to a directory; `encoder` (an already loaded one) and
     `max_stale_s` to PostgreSQL; `feedback_cap` (requests one feedback source may teach one tool) is recorded
     with the catalog; `fast_queries` ("table" or True, or "student") encodes tasks with that fast tier distilled
     from the index's encoder (`encoders/fast.py`), False with the encoder itself, None as a directory was saved
-    (PostgreSQL: the encoder). These are `CATALOG_OPTIONS`."""
+    (PostgreSQL: the encoder). These are `STORAGE_OPTIONS`."""
     from ..store.pgvector import is_postgres_spec
 
     if is_postgres_spec(target):
-        from .postgres import PostgresCatalog
+        from .pg_storage import PgStorage
 
-        catalog = PostgresCatalog.open(str(target), encoder=encoder, max_stale_s=max_stale_s, fast_queries=fast_queries)
+        storage = PgStorage.open(str(target), encoder=encoder, max_stale_s=max_stale_s, fast_queries=fast_queries)
     else:
-        from .local import DirectoryCatalog
+        from .directory import DirectoryStorage
 
-        catalog = DirectoryCatalog.open(target, fsync=fsync, compact_every=compact_every, fast_queries=fast_queries)
+        storage = DirectoryStorage.open(target, fsync=fsync, compact_every=compact_every, fast_queries=fast_queries)
     if feedback_cap is not None:
-        catalog.set_feedback_cap(feedback_cap)
-    return catalog
+        storage.set_feedback_cap(feedback_cap)
+    return storage

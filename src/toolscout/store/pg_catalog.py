@@ -4,7 +4,7 @@ under lock), whole-catalog replaces, and tool-use feedback (`pg_feedback`). The 
 `PgVectorStore` (`PgCatalog.vectors`, store/pgvector.py), which this builds on. It sits in the store layer
 because `toolscout.postgres` (indexing, migrating) writes catalogs as the servers do.
 
-- `write(rows, delete)`: one transaction (the version bumped first, the ids logged last, see `PgTenant`).
+- `write(rows, delete)`: one transaction (the version bumped first, the ids logged last, see `PgTenantRows`).
   An `inspect` callback sees the stored rows under lock and decides what is written; a row without a
   vector keeps the stored one when its content hash is unchanged, else the write raises NeedVectors.
 - `write(rows, replace=True)`: the tenant's whole catalog. A new partition is built and indexed beside
@@ -28,7 +28,7 @@ from ..tool import Tool
 from . import pg_feedback
 from . import pg_schema as schema
 from .base import checked_vectors
-from .pgvector import (NeedVectors, NothingToWrite, PgRow, PgSpec, PgStoreError, PgTenant, PgVectorStore, as_array,
+from .pgvector import (NeedVectors, NothingToWrite, PgRow, PgSpec, PgStoreError, PgTenantRows, PgVectorStore, as_array,
                        as_jsonb, checked_vector, doc_of, refuse_nul)
 
 REPLACE_LOCK = 0x746F6F6C73637270  # advisory lock held by a swap: one swap at a time in the database
@@ -65,7 +65,7 @@ class _CatalogMoved(Exception):
     """Another write committed while a replace was building its partition."""
 
 
-class PgCatalog(PgTenant):
+class PgCatalog(PgTenantRows):
     """The catalog of one tenant of one index table, around `vectors` (its PgVectorStore, sharing its
     database and tenant). See the module doc."""
 
@@ -92,7 +92,7 @@ class PgCatalog(PgTenant):
 
     @property
     def before_commit(self) -> Callable[[], None] | None:
-        """One fault-injection point for the catalog's writes and its vector store's (`PgTenant`)."""
+        """One fault-injection point for the catalog's writes and its vector store's (`PgTenantRows`)."""
         return self.vectors.before_commit
 
     @before_commit.setter

@@ -8,7 +8,7 @@ from typing import Any
 
 from ..feedback import PER_SOURCE_CAP
 from ..tool import TextView
-from .pgvector import PgStoreError, PgTenant
+from .pgvector import PgStoreError, PgTenantRows
 
 SEARCH_MODES = ("dense", "hybrid")
 
@@ -51,7 +51,7 @@ class IndexConfig:
                    data.get("encoding", "exact"), data.get("pipeline"))
 
 
-def check_compatible(catalog: PgTenant, config: IndexConfig, stored: dict[str, Any] | None = None) -> None:
+def check_compatible(catalog: PgTenantRows, config: IndexConfig, stored: dict[str, Any] | None = None) -> None:
     """Refuse to mix encoders, text views or summary weights in one index table (their vectors are not
     comparable). `catalog`: the tenant's catalog (or store) about to be written; `stored`: the table's
     configuration when the caller has just read it. (Whether the table's pipeline is the same is

@@ -12,7 +12,7 @@ and what every replica's learned channel (`toolscout.learning`) is built from:
   build their channel again; new feedback rows are taken in by their sequence numbers.
 
 Tool vectors are never moved by feedback. `store` in every function is the tenant's catalog or vector store
-(`pgvector.PgTenant`); the functions that change rows run inside the caller's write transaction (which has
+(`pgvector.PgTenantRows`); the functions that change rows run inside the caller's write transaction (which has
 bumped the tenant's version and will log it), so a search sees feedback applied wholly or not at all.
 """
 

@@ -10,7 +10,7 @@
   go only when no live replica's listing holds it (`gateway/listings.py`), with one listing of a namespace
   written at a time across replicas (`namespace_lock`, an advisory lock).
 
-`catalog` is the tenant's `PgCatalog` (or any `pgvector.PgTenant`): its pool, table and tenant.
+`catalog` is the tenant's `PgCatalog` (or any `pgvector.PgTenantRows`): its pool, table and tenant.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ in PGPASSWORD or in ~/.pgpass.
 
 This module holds what every user of the database shares: the spec (`PgSpec`), the connection pool on a
 migrated index table (`PgDatabase`), one tenant's rows and the write transaction they are changed in
-(`PgTenant`), and `PgVectorStore`: the store contract (`store/base.py`) over one tenant's rows, which
+(`PgTenantRows`), and `PgVectorStore`: the store contract (`store/base.py`) over one tenant's rows, which
 `DenseRetriever` uses as it uses the numpy store. The tenant's catalog around the vectors (documents,
 versions and change log, whole-catalog replaces, feedback) is `PgCatalog` (`store/pg_catalog.py`).
 
@@ -341,7 +341,7 @@ def refuse_nul(value: Any, what: str, path: str = "") -> None:
 
 # -------------------------------------------------------------------------------------- tenant
 
-class PgTenant:
+class PgTenantRows:
     """One tenant's rows in one index table: what the tenant's vector store (`PgVectorStore`) and its
     catalog (`pg_catalog.PgCatalog`) share. Every statement names the tenant. Every write is one
     transaction that first bumps the tenant's version (`_bump`: writers of a tenant queue on that row)
@@ -426,7 +426,7 @@ class PgTenant:
 
 # --------------------------------------------------------------------------------------- store
 
-class PgVectorStore(PgTenant):
+class PgVectorStore(PgTenantRows):
     """The store contract (`store/base.py`) on PostgreSQL + pgvector, for one tenant of one index table.
     See the module doc; the tenant's catalog around these vectors is `pg_catalog.PgCatalog`."""
 

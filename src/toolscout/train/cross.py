@@ -46,7 +46,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from ..artifacts import ArtifactError, write_artifact, write_json
-from ..benchmark import Query
+from ..benchmark_sets import Query
 from ..encoders import quiet_transformers
 from ..eval.metrics import ndcg_at_k
 from ..models import model_base, model_config

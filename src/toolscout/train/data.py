@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from ..benchmark import BenchmarkSet, Query, load_benchmark
+from ..benchmark_sets import BenchmarkSet, Query, load_benchmark
 from ..errors import ToolScoutError
 from ..tool import Tool
 

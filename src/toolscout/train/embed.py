@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from ..artifacts import write_artifact, write_json
-from ..benchmark import Query
+from ..benchmark_sets import Query
 from ..encoders import quiet_transformers
 from ..models import model_base
 from ..results import Filter

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from ..benchmark import Query
+from ..benchmark_sets import Query
 from ..errors import Conflict, InvalidRequest
 from ..pipeline import ToolScout
 from ..retrievers.base import HasEncoder, make_retriever, parts

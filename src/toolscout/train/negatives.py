@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..benchmark import Query
+from ..benchmark_sets import Query
 from ..results import Filter, Results
 
 

@@ -48,7 +48,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..benchmark import Query
+from ..benchmark_sets import Query
 from ..models import model_config
 from ..results import Filter
 from ..retrievers.toolclip_model import DESCRIPTION_TEXTS, ToolCLIPConfig, ToolCLIPEncoder, load_model, new_model

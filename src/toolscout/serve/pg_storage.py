@@ -1,4 +1,4 @@
-"""The shared PostgreSQL index as the service's catalog: `toolscout serve --store postgresql://...`.
+"""The shared PostgreSQL index as the service's storage: `toolscout serve --store postgresql://...`.
 
 - The database is the catalog. There is no directory, journal or snapshot: every process serving the
   same DSN and table serves the same catalog, and a write is durable and visible to every replica once
@@ -26,13 +26,11 @@ import time
 from typing import Any, Sequence
 
 from ..encoders.fast import fast_queries_for, fast_query_kind
-from ..errors import Conflict, InvalidRequest, NotFound
+from ..errors import InvalidRequest, NotFound
 from ..feedback import FeedbackEvent, LearnResult, Scored
-from ..hits import Hit, HitPolicy
 from ..pg_pipeline import check_servable, table_spec
 from ..pipeline import ToolScout
 from ..postgres import encode_rows
-from ..results import Filter
 from ..retrievers.base import task_encoders
 from ..retrievers.dense import encoder_for, vector_hash
 from ..store import pg_feedback
@@ -40,15 +38,15 @@ from ..store.pg_config import IndexConfig
 from ..store.pg_catalog import PgCatalog, StoredRow, stored_tool
 from ..store.pgvector import NeedVectors, PgRow, PgSpec, PgStoreError
 from ..tool import TextView, Tool, tool_text
-from .catalog import Authorize, Visible, WriteResult, hits_of, namespace_counts_of, page_of
 from .errors import ServiceError
 from .pg_replica import Replica
+from .storage import Authorize, Visible, WriteResult
 
 WRITE_ATTEMPTS = 3
 
 
-class PostgresCatalog:
-    """Every tenant's catalog in one PostgreSQL index table. Open with `PostgresCatalog.open(spec)`."""
+class PgStorage:
+    """Every tenant's catalog in one PostgreSQL index table. Open with `PgStorage.open(spec)`."""
 
     kind = "postgresql"
     versions_are_local = False  # other replicas write too: a version read is a round trip
@@ -66,12 +64,12 @@ class PostgresCatalog:
         self.view = TextView.from_dict(config.view)
         self.max_stale_s = max_stale_s
         self.failed: str | None = None  # the database keeps every write: nothing here disables writes
-        self._tenants: dict[str, PostgresTenant] = {}
+        self._tenants: dict[str, PgTenantStorage] = {}
         self._tenants_lock = threading.Lock()
 
     @classmethod
     def open(cls, spec: str | PgSpec, *, encoder: Any = None, max_stale_s: float = 1.0,
-             fast_queries: bool | str | None = None) -> "PostgresCatalog":
+             fast_queries: bool | str | None = None) -> "PgStorage":
         """Connect to the index table of `spec` (migrating its schema if needed) and load the encoder its
         configuration names (`fast_queries`: how tasks are encoded, `encoders/fast.py`: None as the table's
         pipeline says, False the encoder itself, "table" or "student" that fast tier). A pipeline this
@@ -89,7 +87,7 @@ class PostgresCatalog:
             pg_catalog.close()
             raise
 
-    def tenant(self, name: str | None) -> "PostgresTenant":
+    def tenant(self, name: str | None) -> "PgTenantStorage":
         name = name or self.pg_catalog.tenant
         state = self._tenants.get(name)
         if state is None:
@@ -97,19 +95,11 @@ class PostgresCatalog:
                 state = self._tenants.get(name)
                 if state is None:
                     own = self.pg_catalog if name == self.pg_catalog.tenant else self.pg_catalog.for_tenant(name)
-                    state = self._tenants[name] = PostgresTenant(self, own)
+                    state = self._tenants[name] = PgTenantStorage(self, own)
         return state
 
     def describe(self) -> str:
         return str(self.pg_catalog.spec)
-
-    def check_retraining(self, method: str, **options: Any) -> None:
-        raise Conflict("heavier learning (--train) works on a pipeline directory: the PostgreSQL store keeps "
-                       "one encoder per index table. Export the feedback, train with `toolscout train`, and "
-                       "index the catalog into a new table with the trained model")
-
-    def retrain(self, method: str, workdir: Any = None, **options: Any) -> Any:
-        self.check_retraining(method, **options)
 
     def set_feedback_cap(self, cap: int) -> None:
         if cap < 1:
@@ -117,10 +107,6 @@ class PostgresCatalog:
         config = self.pg_catalog.database.config()
         self.pg_catalog.database.set_config({**config, "feedback_cap": int(cap)})  # every replica's next feedback
         self.config = IndexConfig.from_dict({**config, "feedback_cap": int(cap)})
-
-    def compact(self) -> bool:
-        """Nothing to compact: the database holds every write."""
-        return False
 
     def stats(self) -> dict[str, Any]:
         replica = self.tenant(None).replica
@@ -135,40 +121,24 @@ class PostgresCatalog:
         self.pg_catalog.close()
 
 
-class PostgresTenant:
-    """One tenant of a `PostgresCatalog`: its catalog in the database and its replica (see the module doc)."""
+class PgTenantStorage:
+    """One tenant of a `PgStorage`: its catalog in the database and its replica (see the module doc)."""
 
-    def __init__(self, catalog: PostgresCatalog, pg_catalog: PgCatalog):
-        self.catalog = catalog
+    def __init__(self, storage: PgStorage, pg_catalog: PgCatalog):
+        self.storage = storage  # what the table's tenants share: its encoder, configuration and text view
         self.pg_catalog = pg_catalog
-        self.replica = Replica(pg_catalog, catalog.encoder, catalog.config, catalog.fast_queries)
+        self.replica = Replica(pg_catalog, storage.encoder, storage.config, storage.fast_queries)
         self.seen = -1  # the newest version a search or write of this process saw
         self.checked_at = 0.0
 
+    # reads: the service reads the pipeline itself ---------------------------------------------
     def pipeline(self, fresh: bool = True) -> ToolScout:
         """The replica's pipeline, brought up to the database's version now (`fresh`, or when this process
         last read it over `max_stale_s` ago), else to the newest version this process has seen."""
-        if fresh or time.monotonic() - self.checked_at > self.catalog.max_stale_s:
+        if fresh or time.monotonic() - self.checked_at > self.storage.max_stale_s:
             self.checked_at = time.monotonic()
             return self.replica.catch_up(self.current_version())
         return self.replica.catch_up(max(self.seen, 0))
-
-    # reads ---------------------------------------------------------------------------------
-    def search(self, queries: Sequence[str], filter: Filter | None, policy: HitPolicy) -> list[list[Hit]]:
-        return hits_of(self.pipeline(), queries, filter, policy)
-
-    def get(self, tool_id: str) -> Tool | None:
-        return self.pipeline().get(tool_id, None)
-
-    def page(self, namespace: str | None, namespaces: frozenset[str] | None, offset: int,
-             limit: int) -> tuple[int, list[Tool]]:
-        return page_of(self.pipeline(), namespace, namespaces, offset, limit)
-
-    def namespace_counts(self, namespaces: frozenset[str] | None) -> dict[str, int]:
-        return namespace_counts_of(self.pipeline(), namespaces)
-
-    def name_count(self, name: str) -> int:
-        return self.pipeline(fresh=False).name_count(name)
 
     def version(self) -> int:
         """The tenant's catalog version as of the last search or write this process made for it."""
@@ -181,9 +151,6 @@ class PostgresTenant:
         version = self.pg_catalog.version()
         self.seen = max(self.seen, version)
         return version
-
-    def __len__(self) -> int:
-        return len(self.pipeline())
 
     # feedback ------------------------------------------------------------------------------
     def learn(self, events: Sequence[FeedbackEvent]) -> LearnResult:
@@ -221,12 +188,6 @@ class PostgresTenant:
         self.seen = max(self.seen, version)
         return stored
 
-    def learning_report(self, brief: bool = False) -> dict[str, Any]:
-        return self.pipeline().learning_report(brief)
-
-    def namespaces_of(self, ids: Sequence[str]) -> dict[str, str | None]:
-        return {tid: doc.get("namespace") for tid, doc in self.pg_catalog.docs(list(ids)).items() if doc is not None}
-
     def feedback_of(self, tool_id: str) -> dict[str, int]:
         return pg_feedback.summary(self.pg_catalog, tool_id)
 
@@ -237,7 +198,7 @@ class PostgresTenant:
     def upsert(self, tools: Sequence[Tool], authorize: Authorize) -> WriteResult:
         """Insert or replace tools by id; committed when this returns. Vectors are made outside the
         transaction; if another replica changed a text meanwhile, that tool is embedded and the write retried."""
-        view, weight = self.catalog.view, self.catalog.config.summary_weight
+        view, weight = self.storage.view, self.storage.config.summary_weight
         texts = {t.id: tool_text(t, view) for t in tools}
         hashes = {t.id: vector_hash(t, view, texts[t.id], weight) for t in tools}
         stored = self.pg_catalog.hashes(list(texts))
@@ -273,7 +234,7 @@ class PostgresTenant:
 
     def _encode(self, tools: list[Tool], texts: dict[str, str]) -> dict:
         """id -> vector, made as the table's other vectors were (its summary weight)."""
-        return encode_rows(self.catalog.encoder, tools, self.catalog.view, texts, self.catalog.config.summary_weight)
+        return encode_rows(self.storage.encoder, tools, self.storage.view, texts, self.storage.config.summary_weight)
 
 
 class _UpsertCheck:

@@ -1,6 +1,6 @@
-"""A pipeline directory as the service's catalog: `toolscout serve DIR`.
+"""A pipeline directory as the service's storage: `toolscout serve DIR`.
 
-`DirectoryCatalog.open(DIR)` loads the pipeline directory (written by `toolscout index` or
+`DirectoryStorage.open(DIR)` loads the pipeline directory (written by `toolscout index` or
 `ToolScout.save`), takes its lock (one server per directory) and replays the journal of writes
 acknowledged since its last snapshot.
 
@@ -31,23 +31,21 @@ from typing import Any, Sequence
 from ..artifacts import POINTER
 from ..errors import Conflict, InvalidRequest, NotFound, ToolScoutError
 from ..feedback import FeedbackEvent, LearnResult
-from ..hits import Hit, HitPolicy
 from ..pipeline import ToolScout
 from ..postgres import recorded_spec
-from ..results import Filter
 from ..retrievers.base import task_encoders
 from ..tool import Tool
 from ..train.feedback import Retrained
-from .catalog import Authorize, Visible, WriteResult, hits_of, namespace_counts_of, page_of
 from .errors import ServiceError, ServiceUnavailable
 from .journal import Journal
+from .storage import Authorize, Visible, WriteResult
 
 LOCK_FILE = "serve.lock"
 logger = logging.getLogger(__name__)
 
 
-class DirectoryCatalog:
-    """The catalog of one pipeline directory, safely from many threads. See the module doc."""
+class DirectoryStorage:
+    """The storage of one pipeline directory (its one catalog), safely from many threads. See the module doc."""
 
     kind = "directory"
     versions_are_local = True
@@ -72,7 +70,7 @@ class DirectoryCatalog:
     # lifecycle -----------------------------------------------------------------------------
     @classmethod
     def open(cls, folder: str | os.PathLike, *, fsync: bool = True, fast_queries: bool | str | None = None,
-             **options: Any) -> "DirectoryCatalog":
+             **options: Any) -> "DirectoryStorage":
         """Load `folder`, take its lock (one server per directory) and replay its journal. `fast_queries`:
         how tasks are encoded (`ToolScout.load`: None, as the directory was saved)."""
         folder = Path(folder)
@@ -111,7 +109,7 @@ class DirectoryCatalog:
                 os.close(self._lock_fd)
                 self._lock_fd = None
 
-    def tenant(self, name: str | None) -> "DirectoryCatalog":
+    def tenant(self, name: str | None) -> "DirectoryStorage":
         if name is not None:
             raise InvalidRequest(f"tenant {name!r}: a pipeline directory holds one catalog; tenants need the "
                                  "PostgreSQL store (--store postgresql://...)")
@@ -126,31 +124,15 @@ class DirectoryCatalog:
         with self._writer:
             self.scout.ledger.per_source_cap = int(cap)  # saved with the next snapshot
 
-    # reads ---------------------------------------------------------------------------------
-    def search(self, queries: Sequence[str], filter: Filter | None, policy: HitPolicy) -> list[list[Hit]]:
-        return hits_of(self.scout, queries, filter, policy)
-
-    def get(self, tool_id: str) -> Tool | None:
-        return self.scout.get(tool_id, None)
-
-    def page(self, namespace: str | None, namespaces: frozenset[str] | None, offset: int,
-             limit: int) -> tuple[int, list[Tool]]:
-        return page_of(self.scout, namespace, namespaces, offset, limit)
-
-    def namespace_counts(self, namespaces: frozenset[str] | None) -> dict[str, int]:
-        return namespace_counts_of(self.scout, namespaces)
-
-    def name_count(self, name: str) -> int:
-        return self.scout.name_count(name)
+    # reads: the service reads the pipeline itself ---------------------------------------------
+    def pipeline(self, fresh: bool = True) -> ToolScout:
+        return self.scout  # one process owns the directory: its pipeline is always current
 
     def version(self) -> int:
         return self.seq
 
     def current_version(self) -> int:
         return self.seq  # one process owns the directory: what it knows is current
-
-    def __len__(self) -> int:
-        return len(self.scout)
 
     # writes --------------------------------------------------------------------------------
     def upsert(self, tools: Sequence[Tool], authorize: Authorize) -> WriteResult:
@@ -217,9 +199,6 @@ class DirectoryCatalog:
             self._apply(record, lambda: settings.append(_set_learning(self.scout, record)))
         return settings[0].to_dict()
 
-    def learning_report(self, brief: bool = False) -> dict[str, Any]:
-        return self.scout.learning_report(brief)
-
     def forget(self, source: str) -> list[str]:
         with self._writer:
             self._check_open()
@@ -257,10 +236,6 @@ class DirectoryCatalog:
         if result.improved:
             self.compact()
         return result
-
-    def namespaces_of(self, ids: Sequence[str]) -> dict[str, str | None]:
-        found = {tid: self.scout.get(tid, None) for tid in ids}
-        return {tid: tool.namespace for tid, tool in found.items() if tool is not None}
 
     def feedback_of(self, tool_id: str) -> dict[str, int]:
         return self.scout.ledger.summary(tool_id)
