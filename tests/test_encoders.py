@@ -358,6 +358,8 @@ def test_int8_is_used_only_for_a_model_whose_recorded_quality_check_passed(tmp_p
     reloaded = DenseRetriever.load(tmp_path / "index")
     assert reloaded.encoder.backend_in_use == "onnx-int8"
     assert reloaded.search(["mail to Bob"], 1).ids[0][0] == "a"
+    # recording checks changed nothing an export is made from: one export per encoding, made once
+    assert len(list(cache.glob("*-onnx-int8-*"))) == 1 and len(list(cache.glob("*-onnx-*"))) == 2
 
 
 @pytest.mark.slow  # exports and quantises a model

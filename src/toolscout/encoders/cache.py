@@ -26,6 +26,7 @@ from .onnx_export import (
     export_onnx,
 )
 from .onnx_runtime import OnnxEncoder
+from .quality import QUALITY_FILE
 from .torch_utils import state_digest
 
 logger = logging.getLogger(__name__)
@@ -36,10 +37,12 @@ def default_onnx_cache() -> Path:
 
 
 def folder_fingerprint(folder: Path) -> str:
-    """The folder's path plus each file's relative name, size and mtime (changes when weights are re-saved)."""
+    """The folder's path plus each file's relative name, size and mtime (changes when weights are re-saved). The
+    int8 quality record is left out: recording a check changes nothing an export is made from."""
     parts = [str(folder)]
     for path in sorted(folder.rglob("*")):
-        if path.is_file() and not any(p.startswith(".") for p in path.relative_to(folder).parts):
+        relative = path.relative_to(folder)
+        if path.is_file() and relative.as_posix() != QUALITY_FILE and not any(p.startswith(".") for p in relative.parts):
             stat = path.stat()
             parts.append(f"{path.relative_to(folder).as_posix()}\t{stat.st_size}\t{stat.st_mtime_ns}")
     return "\n".join(parts)
