@@ -391,3 +391,45 @@ def test_a_pipeline_without_an_encoder_learns_in_hashed_word_space():
     assert "advice.umbrella" not in scout.retrieve([task], 8).as_lists()[0]  # it shares no word with the task
     scout.learn(traffic(RAIN, "advice.umbrella", 60) + background())
     assert scout.search(task, k=1)[0].tool.id == "advice.umbrella"
+
+
+def test_the_calibration_counts_each_anchors_nearest_tools_as_brute_force_does():
+    """The leave-one-out counts the calibration is fitted on, computed for all anchors at once, equal a
+    brute-force count: for each anchor request, each tool's best similarity to that tool's other requests,
+    its three nearest tools (ties by id), each a trial in its similarity bin and a hit if the anchor taught it;
+    also after requests are forgotten and anchors change."""
+    from toolscout.learning import memory as mem
+    from toolscout.learning.calibration import NEIGHBOUR_TOOLS, RANK_EDGES, fit, rank_bucket
+
+    rng = np.random.default_rng(7)
+    memory = mem.RequestMemory(dim=16)
+    tools = [f"t{i:02d}" for i in range(12)]
+    items = []
+    for i in range(900):  # more requests than anchors
+        vector = rng.normal(size=16).astype(np.float32)
+        for tool in rng.choice(tools, size=int(rng.integers(1, 3)), replace=False):
+            items.append((f"request {i}", vector / np.linalg.norm(vector), str(tool), "s", int(rng.integers(1, 30)), 0.0))
+    memory.add(items[:400])
+    memory.add(items[400:])
+
+    def brute_force() -> dict:
+        counts = BinCounts.zeros(SIM_BINS)
+        for key in memory.anchors:
+            row = memory.row_of[key]
+            best = {}
+            for tool, rows in memory.rows_of_tool.items():
+                others = [r for r in rows if r != row]
+                if others:
+                    best[tool] = float(mem._similarities(memory.vectors[[row]], memory.vectors[others]).max())
+            for tool, similarity in sorted(best.items(), key=lambda t: (-t[1], t[0]))[:NEIGHBOUR_TOOLS]:
+                counts.hits[sim_bin(similarity)] += float(tool in memory.taught[key])
+                counts.trials[sim_bin(similarity)] += 1
+        found = np.zeros(len(RANK_EDGES) + 1)
+        for taught in memory.taught.values():
+            for entry in taught.values():
+                found[rank_bucket(entry.untaught_rank)] += 1
+        return fit(counts, found, len(memory.taught)).to_dict()
+
+    assert len(memory.anchors) == mem.ANCHORS and memory.calibration.to_dict() == brute_force()
+    memory.remove([(key, tool, None) for key in memory.anchors[:40] for tool in list(memory.taught[key])])
+    assert memory.calibration.to_dict() == brute_force()

@@ -21,7 +21,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from .calibration import EMPTY, NEIGHBOUR_TOOLS, RANK_EDGES, SIM_BINS, BinCounts, fit, rank_bucket, sim_bin
+from .calibration import EMPTY, NEIGHBOUR_TOOLS, RANK_EDGES, SIM_BINS, BinCounts, fit, rank_bucket
 
 ANCHORS = 800  # requests that play new tasks for the calibration (chosen on train-split validation)
 MIN_TOOLS = 5  # taught tools below which similarity earns nothing (see `_refit`)
@@ -267,23 +267,38 @@ class RequestMemory:
         means the same tool" from "every request is that tool's", so similarity earns nothing yet (a burst
         of one tool's traffic must not lift it for every task near it)."""
         neighbours = BinCounts.zeros(SIM_BINS)
-        for i, key in enumerate(self.anchors if len(self.rows_of_tool) >= MIN_TOOLS else ()):
-            for tool, similarity in self._anchor_tools(i):
-                where = sim_bin(similarity)
-                neighbours.hits[where] += float(tool in self.taught[key])
-                neighbours.trials[where] += 1
+        if len(self.rows_of_tool) >= MIN_TOOLS and self.anchors:
+            columns, similarities = self._anchors_nearest()
+            live = similarities > _MISSING
+            bins = np.clip((similarities[live] * SIM_BINS).astype(np.int64), 0, SIM_BINS - 1)  # calibration.sim_bin
+            np.add.at(neighbours.trials, bins, 1.0)
+            np.add.at(neighbours.hits, bins, self._anchors_taught()[np.nonzero(live)[0], columns[live]])
         found = np.zeros(len(RANK_EDGES) + 1)
         for tools in self.taught.values():
             for entry in tools.values():
                 found[rank_bucket(entry.untaught_rank)] += 1
         self.calibration = fit(neighbours, found, len(self.taught))
 
-    def _anchor_tools(self, anchor: int) -> list[tuple[str, float]]:
-        """The NEIGHBOUR_TOOLS tools nearest to an anchor (ties by tool id, as `nearest_tools` orders them)."""
-        row = self._best[anchor, : len(self._tools_of_column)]
-        live = np.flatnonzero(row > _MISSING)
-        if not len(live):
-            return []
-        cand = live[np.argsort(-row[live], kind="stable")][: NEIGHBOUR_TOOLS + 8]
-        ranked = sorted(((self._tools_of_column[c], float(row[c])) for c in cand), key=lambda t: (-t[1], t[0]))
-        return ranked[:NEIGHBOUR_TOOLS]
+    def _anchors_nearest(self) -> tuple[np.ndarray, np.ndarray]:
+        """The NEIGHBOUR_TOOLS tools nearest to each anchor (by its best similarity to each tool's requests,
+        ties by tool id, as `nearest_tools` orders them): their columns and similarities, anchors x tools,
+        -inf where an anchor has fewer. All anchors in one pass: it runs on every event learned."""
+        best = self._best[:, : len(self._tools_of_column)]
+        width = min(NEIGHBOUR_TOOLS + 8, best.shape[1])
+        candidates = np.argsort(-best, axis=1, kind="stable")[:, :width]
+        similarities = np.take_along_axis(best, candidates, axis=1)
+        order = np.lexsort((self._id_ranks()[candidates], -similarities), axis=1)[:, :NEIGHBOUR_TOOLS]
+        return np.take_along_axis(candidates, order, axis=1), np.take_along_axis(similarities, order, axis=1)
+
+    def _id_ranks(self) -> np.ndarray:
+        """Each tool column's rank among the columns' tool ids (the tie-break of equal similarities)."""
+        ranks = np.empty(len(self._tools_of_column), dtype=np.int64)
+        ranks[np.argsort(np.asarray(self._tools_of_column, dtype=object), kind="stable")] = np.arange(len(ranks))
+        return ranks
+
+    def _anchors_taught(self) -> np.ndarray:
+        """anchors x tool columns: 1.0 where the anchor's own request taught that tool."""
+        taught = np.zeros((len(self.anchors), len(self._tools_of_column)))
+        for i, key in enumerate(self.anchors):
+            taught[i, [self._column[tool] for tool in self.taught[key] if tool in self._column]] = 1.0
+        return taught
