@@ -457,29 +457,38 @@ def _paced_gateway(tmp_path, monkeypatch, turn_s: float, at_once: int):
     return gateway, upstreams
 
 
+def _while_running(gateway, scenario) -> None:
+    """Run `scenario(when the gateway started)` while the gateway runs; then close it."""
+    import anyio
+
+    async def main():
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(gateway.run)
+            await scenario(anyio.current_time())
+            tasks.cancel_scope.cancel()
+
+    try:
+        anyio.run(main)
+    finally:
+        gateway.close()
+        gateway.service.close()
+
+
 def test_upstreams_start_a_few_at_a_time_those_with_no_tools_indexed_first(tmp_path, monkeypatch):
     import anyio
 
     gateway, upstreams = _paced_gateway(tmp_path, monkeypatch, turn_s=0.3, at_once=2)
 
-    async def scenario():
-        async with anyio.create_task_group() as tasks:
-            began = anyio.current_time()
-            tasks.start_soon(gateway.run)
-            await anyio.sleep(0.1)
-            started = [u.name for u in upstreams if u.started_at is not None]
-            assert len(started) == 2 and "fresh" in started  # two turns; the one search needs first
-            await anyio.sleep(0.3 * (len(upstreams) // 2) + 0.2)
-            assert all(u.started_at is not None for u in upstreams)
-            offsets = sorted(u.started_at - began for u in upstreams)
-            assert offsets[2] >= 0.29 and offsets[-1] >= 0.3 * ((len(upstreams) - 1) // 2) - 0.01
-            tasks.cancel_scope.cancel()
+    async def scenario(began: float):
+        await anyio.sleep(0.1)  # a third of a turn: what started at once
+        started = [u.name for u in upstreams if u.started_at is not None]
+        assert len(started) == 2 and "fresh" in started  # two turns; the one search needs first
+        await anyio.sleep(0.3 * (len(upstreams) // 2) + 0.2)
+        assert all(u.started_at is not None for u in upstreams)
+        offsets = sorted(u.started_at - began for u in upstreams)
+        assert offsets[2] >= 0.29 and offsets[-1] >= 0.3 * ((len(upstreams) - 1) // 2) - 0.01
 
-    try:
-        anyio.run(scenario)
-    finally:
-        gateway.close()
-        gateway.service.close()
+    _while_running(gateway, scenario)
 
 
 def test_a_call_starts_its_upstream_out_of_turn(tmp_path, monkeypatch):
@@ -491,19 +500,13 @@ def test_a_call_starts_its_upstream_out_of_turn(tmp_path, monkeypatch):
     last = upstreams[-2]  # indexed: queued behind "fresh" and the others, an hour of turns away
     tool = next(t for t in gateway.service.tools if t.namespace == last.name)
 
-    async def scenario():
-        async with anyio.create_task_group() as tasks:
-            tasks.start_soon(gateway.run)
-            await anyio.sleep(0.05)
+    async def scenario(_began: float):
+        with anyio.fail_after(5):
+            while upstreams[-1].started_at is None:  # "fresh" took the one turn
+                await anyio.sleep(0.01)
             assert last.started_at is None
-            with anyio.fail_after(5):
-                result = await gateway.call(tool.id, {}, principal=ADMIN, session="s")
-            assert result["content"][0]["text"] == f"{last.name} answered"
-            assert {u.name for u in upstreams if u.started_at is not None} == {"fresh", last.name}
-            tasks.cancel_scope.cancel()
+            result = await gateway.call(tool.id, {}, principal=ADMIN, session="s")
+        assert result["content"][0]["text"] == f"{last.name} answered"
+        assert {u.name for u in upstreams if u.started_at is not None} == {"fresh", last.name}
 
-    try:
-        anyio.run(scenario)
-    finally:
-        gateway.close()
-        gateway.service.close()
+    _while_running(gateway, scenario)
