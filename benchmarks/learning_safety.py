@@ -110,9 +110,17 @@ def plan(bench, args) -> dict:
     return {"traffic": traffic, "scored": scored, "new": new, "events": events}
 
 
+def load_benchmark(folder: Path):
+    """A benchmark folder, read by whichever toolscout runs this (a baseline may predate the module's name)."""
+    try:
+        from toolscout.benchmark_sets import load_benchmark as load
+    except ModuleNotFoundError:  # toolscout before benchmark.py became benchmark_sets.py (a019de5)
+        from toolscout.benchmark import load_benchmark as load
+    return load(folder)
+
+
 def measure(folder: Path, args) -> dict:
     from toolscout import ToolScout
-    from toolscout.benchmark_sets import load_benchmark
 
     bench = load_benchmark(folder)
     p = plan(bench, args)
@@ -230,7 +238,6 @@ def cost(args) -> dict:
     import resource
 
     from toolscout import ToolScout
-    from toolscout.benchmark_sets import load_benchmark
 
     sets = [load_benchmark(args.data / name) for name in ("metatool", "toollens", "rotbench", "sealtools")]
     tools = [t.with_changes(id=f"{s.name}/{t.id}", namespace=s.name) for s in sets for t in s.tools]
