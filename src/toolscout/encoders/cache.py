@@ -44,7 +44,7 @@ def folder_fingerprint(folder: Path) -> str:
         relative = path.relative_to(folder)
         if path.is_file() and relative.as_posix() != QUALITY_FILE and not any(p.startswith(".") for p in relative.parts):
             stat = path.stat()
-            parts.append(f"{path.relative_to(folder).as_posix()}\t{stat.st_size}\t{stat.st_mtime_ns}")
+            parts.append(f"{relative.as_posix()}\t{stat.st_size}\t{stat.st_mtime_ns}")
     return "\n".join(parts)
 
 

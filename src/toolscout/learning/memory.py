@@ -271,8 +271,11 @@ class RequestMemory:
             columns, similarities = self._anchors_nearest()
             live = similarities > _MISSING
             bins = np.clip((similarities[live] * SIM_BINS).astype(np.int64), 0, SIM_BINS - 1)  # calibration.sim_bin
+            anchors, _ = np.nonzero(live)  # row-major, as the boolean index `[live]` reads them
+            taught = [float(self._tools_of_column[c] in self.taught[self.anchors[a]])
+                      for a, c in zip(anchors, columns[live])]  # did the anchor's own request teach it
             np.add.at(neighbours.trials, bins, 1.0)
-            np.add.at(neighbours.hits, bins, self._anchors_taught()[np.nonzero(live)[0], columns[live]])
+            np.add.at(neighbours.hits, bins, taught)
         found = np.zeros(len(RANK_EDGES) + 1)
         for tools in self.taught.values():
             for entry in tools.values():
@@ -295,10 +298,3 @@ class RequestMemory:
         ranks = np.empty(len(self._tools_of_column), dtype=np.int64)
         ranks[np.argsort(np.asarray(self._tools_of_column, dtype=object), kind="stable")] = np.arange(len(ranks))
         return ranks
-
-    def _anchors_taught(self) -> np.ndarray:
-        """anchors x tool columns: 1.0 where the anchor's own request taught that tool."""
-        taught = np.zeros((len(self.anchors), len(self._tools_of_column)))
-        for i, key in enumerate(self.anchors):
-            taught[i, [self._column[tool] for tool in self.taught[key] if tool in self._column]] = 1.0
-        return taught
