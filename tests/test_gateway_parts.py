@@ -12,7 +12,6 @@ import pytest
 
 pytest.importorskip("mcp")
 
-from toolscout import Tool  # noqa: E402
 from toolscout.errors import CatalogError, NotFound  # noqa: E402
 from toolscout.gateway.attribution import CallAttribution  # noqa: E402
 from toolscout.gateway.config import ConfigError, load_config  # noqa: E402

@@ -57,6 +57,8 @@ START_TURN_S = 1.0
 def starts_at_once() -> int:
     """How many upstreams start together: one per core, at least two."""
     return max(2, os.cpu_count() or 2)
+
+
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _MCP_KEYS = {"command", "args", "env", "cwd", "url", "headers", "type", "transport", "timeout", "enabled",
