@@ -12,10 +12,10 @@ from traffic import CALENDAR, FACTS, FILES, MAIL, RAIN
 
 from toolscout import ToolScout
 from toolscout.feedback import FeedbackEvent
-from toolscout.learning import GATE, LearnedChannel, Lesson
+from toolscout.learning import CAUTIOUS_GATE, GATE, LearnedChannel, Lesson
 from toolscout.learning.calibration import PRIOR, SIM_BINS, BinCounts, Calibration, isotonic, sim_bin
 from toolscout.learning.incidental import teachable
-from toolscout.learning.memory import ANCHORS, RequestMemory
+from toolscout.learning.memory import ANCHORS, RequestMemory, _similarities
 from toolscout.learning.space import HashedSpace
 from toolscout.results import Results
 from toolscout.tool import Tool
@@ -52,34 +52,39 @@ def test_bin_rates_shrink_toward_zero_with_little_evidence():
     counts = BinCounts.zeros(3)
     counts.hits[:] = [0, 1, 10]
     counts.trials[:] = [0, 1, 10]
-    # hits / (trials + PRIOR): 0, 1/6, 10/15, already increasing
+    # hits / (trials + PRIOR), already increasing
     np.testing.assert_allclose(counts.rates(increasing=True), [0, 1 / (1 + PRIOR), 10 / (10 + PRIOR)])
 
 
 # ------------------------------------------------------------------------------------ memory
 
-def brute_calibration(memory: RequestMemory) -> tuple[np.ndarray, np.ndarray]:
-    """The anchors' counts recomputed from nothing: for each anchor (the ANCHORS smallest hashes), every
-    taught tool's highest similarity over the other requests that taught it; its three nearest tools."""
-    from toolscout.learning.calibration import NEIGHBOUR_TOOLS
+def brute_calibration(memory: RequestMemory) -> Calibration:
+    """The calibration recomputed from nothing: for each anchor (the ANCHORS smallest hashes), every taught
+    tool's highest similarity over the other requests that taught it; its three nearest tools (ties by id)
+    are trials in their similarity bins, hits where the anchor taught them, and those at the anchor's highest
+    similarity (the nearest request's tools) are counted again in the nearest table."""
+    from toolscout.learning.calibration import NEIGHBOUR_TOOLS, RANK_EDGES, fit, rank_bucket
     from toolscout.learning.memory import key_hash
 
-    keys = sorted(memory.row_of, key=key_hash)[:ANCHORS]
-    vec = {k: memory.vectors[memory.row_of[k]] for k in memory.row_of}
-    hits, trials = np.zeros(SIM_BINS), np.zeros(SIM_BINS)
-    for anchor in keys:
+    neighbours, nearest = BinCounts.zeros(SIM_BINS), BinCounts.zeros(SIM_BINS)
+    for anchor in sorted(memory.row_of, key=key_hash)[:ANCHORS]:
+        row = memory.row_of[anchor]
         best = {}
-        for key, tools in memory.taught.items():
-            if key == anchor:
-                continue
-            sim = round(float(vec[key].astype(np.float64) @ vec[anchor].astype(np.float64)), 9)
-            for tool in tools:
-                best[tool] = max(best.get(tool, -np.inf), sim)
+        for tool, rows in memory.rows_of_tool.items():
+            others = [r for r in rows if r != row]
+            if others:
+                best[tool] = float(_similarities(memory.vectors[[row]], memory.vectors[others]).max())
         ranked = sorted(best.items(), key=lambda t: (-t[1], t[0]))[:NEIGHBOUR_TOOLS]
         for tool, sim in ranked:
-            hits[sim_bin(sim)] += float(tool in memory.taught[anchor])
-            trials[sim_bin(sim)] += 1
-    return hits, trials
+            hit = float(tool in memory.taught[anchor])
+            for counts in (neighbours, nearest) if sim >= ranked[0][1] else (neighbours,):
+                counts.hits[sim_bin(sim)] += hit
+                counts.trials[sim_bin(sim)] += 1
+    found = np.zeros(len(RANK_EDGES) + 1)
+    for tools in memory.taught.values():
+        for entry in tools.values():
+            found[rank_bucket(entry.untaught_rank)] += 1
+    return fit(neighbours, nearest, found, len(memory.taught))
 
 
 def test_the_memory_kept_up_write_by_write_equals_one_built_from_nothing():
@@ -106,24 +111,13 @@ def test_the_memory_kept_up_write_by_write_equals_one_built_from_nothing():
             memory.add([lesson])
             held.append(lesson)
     got = memory.calibration
-    counts = brute_calibration(memory)
-    from toolscout.learning.calibration import fit
-
-    found = np.zeros(len(got.by_rank))
-    from toolscout.learning.calibration import rank_bucket
-    for tools_ in memory.taught.values():
-        for entry in tools_.values():
-            found[rank_bucket(entry.untaught_rank)] += 1
-    want = fit(BinCounts(*counts), found, len(memory.taught))
-    for name in ("by_similarity", "by_rank"):
-        np.testing.assert_allclose(getattr(got, name), getattr(want, name), atol=1e-6)
+    assert got.to_dict() == brute_calibration(memory).to_dict()
     fresh = RequestMemory(16)
     fresh.add([(k, memory.vectors[memory.row_of[k]], tool, source, entry.untaught_rank, entry.last_taught)
                for k, tools_ in memory.taught.items() for tool, entry in tools_.items()
                for source, n in entry.sources.items() for _ in range(n)])
     assert fresh.pairs() == memory.pairs() and fresh.anchors == memory.anchors
-    for name in ("by_similarity", "by_rank"):
-        np.testing.assert_allclose(getattr(fresh.calibration, name), getattr(got, name), atol=1e-6)
+    assert fresh.calibration.to_dict() == got.to_dict()
     queries = base[:4]
     assert memory.nearest_tools(queries) == fresh.nearest_tools(queries)
 
@@ -143,7 +137,7 @@ class _Space:
 def test_a_lifted_tool_goes_where_its_probability_earns_and_scores_stay_in_order():
     channel = LearnedChannel(_Space())
     channel.teach([Lesson("a near request", "x", "s", 3)])  # one lesson: the calibration is set by hand below
-    channel.memory.calibration = Calibration(by_similarity=np.full(SIM_BINS, 0.5),
+    channel.memory.calibration = Calibration(by_similarity=np.full(SIM_BINS, 0.5), by_nearest=np.full(SIM_BINS, 0.5),
                                              by_rank=np.asarray([0.6, 0.4, 0.1] + [0.0] * 11))
     base = Results((np.asarray(["u1", "u2", "x", "u3"], dtype=object),), (np.asarray([4.0, 3.0, 2.0, 1.0]),))
     ranked = channel.rank(["task"], base, 4, lambda t: True, lambda t: None)
@@ -157,11 +151,31 @@ def test_a_lifted_tool_goes_where_its_probability_earns_and_scores_stay_in_order
     assert GATE > 0.25
 
 
+def test_a_taught_tool_passes_taught_tools_on_its_own_table_and_untaught_ones_only_on_the_cautious_one():
+    """x was taught by the request nearest to the task: 0.7 in the nearest request's table, 0.45 in the
+    cautious table of every near tool. It passes t2 (0.5 at rank 2), which the deployment was taught too, on
+    the first; not u1 (0.6), which nobody taught and only 0.45 could pass; and when t2 was never taught,
+    not t2 either. u3 (0.3) it passes on 0.45, but not on a cautious 0.35, under the cautious gate."""
+    base = Results((np.asarray(["u1", "t2", "u3", "x"], dtype=object),), (np.asarray([4.0, 3.0, 2.0, 1.0]),))
+    by_rank = np.asarray([0.6, 0.5, 0.3, 0.1] + [0.0] * 10)
+    for t2_taught, cautious, want in ((True, 0.45, ["u1", "x", "t2", "u3"]), (False, 0.45, ["u1", "t2", "x", "u3"]),
+                                      (True, 0.35, ["u1", "t2", "u3", "x"])):
+        channel = LearnedChannel(_Space())
+        channel.teach([Lesson("a near request", "x", "s", 4)]
+                      + ([Lesson("a far request", "t2", "s", 2)] if t2_taught else []))
+        channel.memory.calibration = Calibration(by_similarity=np.full(SIM_BINS, cautious),
+                                                 by_nearest=np.full(SIM_BINS, 0.7), by_rank=by_rank)
+        lifted = channel.lifts(["task"], lambda t: True, lambda t: None)[0]["x"]
+        assert (lifted.probability, lifted.cautious) == (0.7, cautious if cautious >= CAUTIOUS_GATE else 0.0)
+        assert list(channel.rank(["task"], base, 4, lambda t: True, lambda t: None)[0][0]) == want
+    assert GATE <= 0.35 < CAUTIOUS_GATE <= 0.45
+
+
 def test_a_tool_only_learning_knows_enters_below_what_the_untaught_ranking_is_surer_of():
     channel = LearnedChannel(_Space())
     channel.teach([Lesson("a near request", "new", "s", None)])
-    channel.memory.calibration = Calibration(by_similarity=np.full(SIM_BINS, 0.35),
-                                             by_rank=np.asarray([0.6, 0.4, 0.3] + [0.0] * 11))
+    channel.memory.calibration = Calibration(by_similarity=np.full(SIM_BINS, 0.45), by_nearest=np.full(SIM_BINS, 0.45),
+                                             by_rank=np.asarray([0.6, 0.5, 0.3] + [0.0] * 11))
     base = Results((np.asarray(["u1", "u2", "u3"], dtype=object),), (np.asarray([4.0, 3.0, 2.0]),))
     ids, scores = channel.rank(["task"], base, 3, lambda t: True, lambda t: None)[0]
     assert list(ids) == ["u1", "u2", "new"] and scores[2] <= scores[1]
@@ -174,7 +188,7 @@ def test_evidence_older_than_a_tool_never_lifts_a_tool_above_it():
     against u2: x may pass u1 (there before) but not u2, which the untaught ranking put above it."""
     channel = LearnedChannel(_Space())
     channel.teach([Lesson("a near request", "x", "s", 4, time=10.0)])
-    channel.memory.calibration = Calibration(by_similarity=np.full(SIM_BINS, 0.9),
+    channel.memory.calibration = Calibration(by_similarity=np.full(SIM_BINS, 0.9), by_nearest=np.full(SIM_BINS, 0.9),
                                              by_rank=np.asarray([0.6, 0.4, 0.3, 0.1] + [0.0] * 10))
     base = Results((np.asarray(["u1", "u2", "u3", "x"], dtype=object),), (np.asarray([4.0, 3.0, 2.0, 1.0]),))
     assert list(channel.rank(["task"], base, 4, lambda t: True, lambda t: None)[0][0]) == ["x", "u1", "u2", "u3"]
@@ -397,9 +411,9 @@ def test_the_calibration_counts_each_anchors_nearest_tools_as_brute_force_does()
     """The leave-one-out counts the calibration is fitted on, computed for all anchors at once, equal a
     brute-force count: for each anchor request, each tool's best similarity to that tool's other requests,
     its three nearest tools (ties by id), each a trial in its similarity bin and a hit if the anchor taught it;
-    also after requests are forgotten and anchors change."""
+    the nearest request's tools (two tools of one request tie) counted again in the nearest table; also
+    after requests are forgotten and anchors change."""
     from toolscout.learning import memory as mem
-    from toolscout.learning.calibration import NEIGHBOUR_TOOLS, RANK_EDGES, fit, rank_bucket
 
     rng = np.random.default_rng(7)
     memory = mem.RequestMemory(dim=16)
@@ -412,24 +426,6 @@ def test_the_calibration_counts_each_anchors_nearest_tools_as_brute_force_does()
     memory.add(items[:400])
     memory.add(items[400:])
 
-    def brute_force() -> dict:
-        counts = BinCounts.zeros(SIM_BINS)
-        for key in memory.anchors:
-            row = memory.row_of[key]
-            best = {}
-            for tool, rows in memory.rows_of_tool.items():
-                others = [r for r in rows if r != row]
-                if others:
-                    best[tool] = float(mem._similarities(memory.vectors[[row]], memory.vectors[others]).max())
-            for tool, similarity in sorted(best.items(), key=lambda t: (-t[1], t[0]))[:NEIGHBOUR_TOOLS]:
-                counts.hits[sim_bin(similarity)] += float(tool in memory.taught[key])
-                counts.trials[sim_bin(similarity)] += 1
-        found = np.zeros(len(RANK_EDGES) + 1)
-        for taught in memory.taught.values():
-            for entry in taught.values():
-                found[rank_bucket(entry.untaught_rank)] += 1
-        return fit(counts, found, len(memory.taught)).to_dict()
-
-    assert len(memory.anchors) == mem.ANCHORS and memory.calibration.to_dict() == brute_force()
+    assert len(memory.anchors) == mem.ANCHORS and memory.calibration.to_dict() == brute_calibration(memory).to_dict()
     memory.remove([(key, tool, None) for key in memory.anchors[:40] for tool in list(memory.taught[key])])
-    assert memory.calibration.to_dict() == brute_force()
+    assert memory.calibration.to_dict() == brute_calibration(memory).to_dict()

@@ -657,7 +657,7 @@ class ToolScout:
         out = [calibration.probabilities(rows) for rows in features_of(dense, queries, results)]
         for p, (ids, _scores), lifted in zip(out, results, lifts or ()):
             if lifted:
-                learned = np.array([lifted[t][0] if t in lifted else 0.0 for t in ids])
+                learned = np.array([lifted[t].probability if t in lifted else 0.0 for t in ids])
                 p[:] = np.minimum.accumulate(np.maximum(p, learned))
         return out
 

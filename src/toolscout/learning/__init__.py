@@ -3,8 +3,8 @@
 (`incidental.py`), where tasks and requests are compared (`space.py`), and the deployment's measurement of
 its own learning (`scorecard.py`)."""
 
-from .channel import DEPTH, GATE, LearnedChannel, LearningSettings, Lesson
+from .channel import CAUTIOUS_GATE, DEPTH, GATE, LearnedChannel, LearningSettings, Lesson, Lift
 from ..feedback import Scored
 from .scorecard import Scorecard
 
-__all__ = ["LearnedChannel", "LearningSettings", "Lesson", "Scored", "Scorecard", "GATE", "DEPTH"]
+__all__ = ["LearnedChannel", "LearningSettings", "Lesson", "Scored", "Scorecard", "GATE", "CAUTIOUS_GATE", "DEPTH", "Lift"]

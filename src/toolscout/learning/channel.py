@@ -3,15 +3,26 @@ feedback taught moves a tool up only where the deployment's own evidence says it
 
 For a task, the untaught ranking (the first stage, `base`) gives each tool a probability from its rank,
 and the taught requests nearest to the task give each tool they taught a probability from its similarity
-(both fitted by `calibration.py` on this deployment's feedback). A tool is ranked by the larger of the two,
-but its learned probability counts only from `GATE` up (a lift needs evidence that the tool is more likely
-needed than not-quite-half), times the weight learning has in its namespace. So:
+(both fitted by `calibration.py` on this deployment's feedback). A taught tool moves above another tool
+when its learned probability is higher than the other's untaught one, and only from `GATE` up, times the
+weight learning has in its namespace. Which learned probability, and which gate, depends on the tool
+it would pass:
+
+- passing a tool the deployment was taught too, it is the probability of its table (the nearest taught
+  request's tools have a table of their own: which of the taught tools a task needs, the nearest request
+  tells best);
+- passing a tool nobody taught, it is the cautious one, the table of every near tool, and only from
+  `CAUTIOUS_GATE` up. The nearest request's table is fitted on tasks whose tools were taught, so it
+  cannot know how many tasks need a tool nobody taught: after a burst of a few tools' traffic it is sure
+  of them for every task near them.
+
+So:
 
 - a task unlike every taught request ranks exactly as untaught; so does every task while little is taught
   (few requests fit a calibration that says little, whose probabilities stay under the gate);
-- a taught tool moves above an untaught one only where it is the likelier of the two, never otherwise: a
-  tool nobody used yet keeps its place below nothing learned without that evidence, and a tool added after
-  learning is found as it would be in an untaught index;
+- a tool nobody used yet keeps its place below nothing learned without the cautious evidence that the
+  taught tool is the likelier one, and a tool added after learning is found as it would be in an untaught
+  index (evidence older than a tool never passes it);
 - a tool that matches everything is a hub: its requests sit near many other tools' requests, which the
   calibration counts as misses, so similarity to them earns less.
 
@@ -26,7 +37,7 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -41,6 +52,7 @@ from .scorecard import Scorecard
 from .space import RequestSpace
 
 GATE = 0.3  # the least learned probability that may lift a tool (chosen on train-split validation)
+CAUTIOUS_GATE = 0.4  # the least cautious probability that may pass a tool nobody taught (the same)
 DEPTH = 30  # untaught candidates read per task when something is learned
 LEARNING_KIND = "toolscout.learning"
 FORMAT_VERSION = 1
@@ -78,6 +90,14 @@ class LearningSettings:
     def from_dict(cls, data: dict | None) -> "LearningSettings":
         data = data or {}
         return cls({str(k): float(v) for k, v in (data.get("weights") or {}).items()}, data.get("frozen_at"))
+
+
+class Lift(NamedTuple):
+    """What learning says of one tool for one task (module doc)."""
+
+    probability: float  # that the task needs it: what it passes a taught tool with
+    cautious: float  # the same from every near tool's table: what it passes a tool nobody taught with (0: none)
+    since: float  # when its evidence was last taught
 
 
 @dataclass(frozen=True)
@@ -184,7 +204,7 @@ class LearnedChannel:
     # ranking -------------------------------------------------------------------------------------
     def rank(self, queries: Sequence[Query], base: Results, k: int, allows: Callable[[str], bool],
              namespace_of: Callable[[str], str | None], full_weight: bool = False,
-             lifts: Sequence[Mapping[str, tuple[float, float]]] | None = None) -> Results:
+             lifts: Sequence[Mapping[str, Lift]] | None = None) -> Results:
         """The untaught ranking `base` (one list per query, at least DEPTH deep when it can be) with what was
         learned (module doc), cut to `k`. `lifts`: what `lifts` gave for these queries (computed when None)."""
         calibration = self.calibration
@@ -193,32 +213,34 @@ class LearnedChannel:
         ids_out, scores_out = [], []
         for (ids, scores), lifted in zip(base, lifts):
             ranked_ids, ranked_scores = _merge(list(ids), np.asarray(scores, dtype=np.float64), dict(lifted),
-                                               calibration, self.joined, k)
+                                               calibration, self.joined, self.memory.rows_of_tool, k)
             ids_out.append(np.asarray(ranked_ids, dtype=object))
             scores_out.append(np.asarray(ranked_scores, dtype=np.float32))
         return Results(tuple(ids_out), tuple(scores_out))
 
     def lifts(self, queries: Sequence[Query], allows: Callable[[str], bool],
               namespace_of: Callable[[str], str | None], full_weight: bool = False,
-              calibration: Calibration | None = None) -> list[dict[str, tuple[float, float]]]:
-        """For each query, the tools what was learned lifts for it: tool -> (learned probability that it is one
-        the task needs, when its evidence was taught)."""
+              calibration: Calibration | None = None) -> list[dict[str, Lift]]:
+        """For each query, the tools what was learned lifts for it, with what learning says of each."""
         calibration = calibration or self.calibration
         near = self.memory.nearest_tools(self.space.tasks(queries))
         return [self._lifted(tools, calibration, allows, namespace_of, full_weight) for tools in near]
 
     def _lifted(self, tools: list[tuple[str, float, float]], calibration: Calibration, allows, namespace_of,
-                full_weight: bool) -> dict[str, tuple[float, float]]:
-        """tool -> (learned probability, when its evidence was taught), for the tools that pass the gate."""
-        out: dict[str, tuple[float, float]] = {}
+                full_weight: bool) -> dict[str, Lift]:
+        """The tools that pass the gate. `tools` is most similar first: the first one's similarity is the
+        nearest taught request's, whether or not the caller may see its tools (the calibration counted every
+        tool)."""
+        out: dict[str, Lift] = {}
+        top = tools[0][1] if tools else 0.0
         for tool, similarity, since in tools:
             if not allows(tool):
                 continue
-            p = calibration.learned(similarity)
-            if not full_weight:
-                p *= self.weight(namespace_of(tool))
+            weight = 1.0 if full_weight else self.weight(namespace_of(tool))
+            p = calibration.learned(similarity, nearest=similarity >= top) * weight
             if p >= GATE:
-                out[tool] = (p, since)
+                cautious = calibration.learned(similarity, nearest=False) * weight
+                out[tool] = Lift(p, cautious if cautious >= CAUTIOUS_GATE else 0.0, since)
         return out
 
     def tools_joined(self, ids: Iterable[str], when: float) -> None:
@@ -280,26 +302,29 @@ class LearnedChannel:
         return channel
 
 
-def _merge(ids: list[str], scores: np.ndarray, lifted: dict[str, tuple[float, float]], calibration: Calibration,
-           joined: dict[str, float], k: int) -> tuple[list[str], list[float]]:
+def _merge(ids: list[str], scores: np.ndarray, lifted: dict[str, Lift], calibration: Calibration,
+           joined: dict[str, float], taught: Mapping[str, object], k: int) -> tuple[list[str], list[float]]:
     """The untaught list with the lifted tools moved to where their probability earns (module doc): each goes
-    above the first tool it is likelier than, but never above a tool the untaught ranking put above it that
-    joined the catalog after its evidence was taught. Scores stay in order."""
+    just below the lowest tool above it that it may not pass: one more likely than its probability (its
+    cautious one, for a tool not in `taught`), or one that joined the catalog after its evidence was taught.
+    Scores stay in order."""
     position = {tool: i for i, tool in enumerate(ids)}
     base_p = [calibration.base(i + 1) for i in range(len(ids))]
-    rising = {t: ps for t, ps in lifted.items() if ps[0] > (base_p[position[t]] if t in position else 0.0)}
+    rising = {t: lift for t, lift in lifted.items()
+              if lift.probability > (base_p[position[t]] if t in position else 0.0)}
     if not rising:
         return ids[:k], [float(s) for s in scores[:k]]
     order = [t for t in ids if t not in rising]
     keys = {t: base_p[position[t]] for t in order}
-    for tool, (p, since) in sorted(rising.items(), key=lambda item: (-item[1][0], position.get(item[0], len(ids)))):
-        at = next((i for i, other in enumerate(order) if keys[other] < p), len(order))
-        mine = position.get(tool, len(ids))
-        shielded = [i for i, other in enumerate(order) if position.get(other, len(ids)) < mine
-                    and joined.get(other, 0.0) > since]
-        at = max([at] + [i + 1 for i in shielded])
-        order.insert(at, tool)
-        keys[tool] = p
+    below = len(ids)
+    for tool, lift in sorted(rising.items(), key=lambda item: (-item[1].probability, position.get(item[0], below))):
+        mine = position.get(tool, below)
+        blocking = [i for i, other in enumerate(order)
+                    if other in rising or position.get(other, below) < mine
+                    if keys[other] >= (lift.probability if other in taught else lift.cautious)
+                    or (position.get(other, below) < mine and joined.get(other, 0.0) > lift.since)]
+        order.insert(max(blocking) + 1 if blocking else 0, tool)
+        keys[tool] = lift.probability
     out_scores, above = [], np.inf
     for tool in order[:k]:
         own = float(scores[position[tool]]) if tool in position else 0.0

@@ -266,21 +266,24 @@ class RequestMemory:
         other are requests of the same few tools whatever a task needs: leave-one-out cannot tell "similar
         means the same tool" from "every request is that tool's", so similarity earns nothing yet (a burst
         of one tool's traffic must not lift it for every task near it)."""
-        neighbours = BinCounts.zeros(SIM_BINS)
+        neighbours, nearest = BinCounts.zeros(SIM_BINS), BinCounts.zeros(SIM_BINS)
         if len(self.rows_of_tool) >= MIN_TOOLS and self.anchors:
             columns, similarities = self._anchors_nearest()
             live = similarities > _MISSING
             bins = np.clip((similarities[live] * SIM_BINS).astype(np.int64), 0, SIM_BINS - 1)  # calibration.sim_bin
             anchors, _ = np.nonzero(live)  # row-major, as the boolean index `[live]` reads them
-            taught = [float(self._tools_of_column[c] in self.taught[self.anchors[a]])
-                      for a, c in zip(anchors, columns[live])]  # did the anchor's own request teach it
-            np.add.at(neighbours.trials, bins, 1.0)
-            np.add.at(neighbours.hits, bins, taught)
+            taught = np.asarray([float(self._tools_of_column[c] in self.taught[self.anchors[a]])
+                                 for a, c in zip(anchors, columns[live])])  # did the anchor's own request teach it
+            # the nearest request's tools: those at the anchor's highest similarity (one request's tools tie)
+            first = (similarities >= similarities[:, :1])[live]
+            for counts, chosen in ((neighbours, slice(None)), (nearest, first)):
+                np.add.at(counts.trials, bins[chosen], 1.0)
+                np.add.at(counts.hits, bins[chosen], taught[chosen])
         found = np.zeros(len(RANK_EDGES) + 1)
         for tools in self.taught.values():
             for entry in tools.values():
                 found[rank_bucket(entry.untaught_rank)] += 1
-        self.calibration = fit(neighbours, found, len(self.taught))
+        self.calibration = fit(neighbours, nearest, found, len(self.taught))
 
     def _anchors_nearest(self) -> tuple[np.ndarray, np.ndarray]:
         """The NEIGHBOUR_TOOLS tools nearest to each anchor (by its best similarity to each tool's requests,
