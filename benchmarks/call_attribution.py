@@ -9,7 +9,8 @@ call exactly the gold tools of each task after searching (k=5); a share of the s
 (search A, search B, then the calls of A, then those of B), the rest work one task at a time. Each call
 becomes feedback by the rule under test (`toolscout.gateway.attribution`):
 
-- attribution precision: the share of calls attributed to the task the tool served;
+- attribution: the share of calls attributed to the task the tool served, and to another task (a call
+  attributed to none teaches nothing);
 - nDCG@10 of the validation tasks after learning from the attributed calls, against no learning.
 
 The figures, and the rule chosen from them, are in docs/gateway.md.
@@ -65,10 +66,11 @@ def simulate_set(bench, train, args) -> dict:
     for share in PLAN_AHEAD:
         sessions = make_sessions(traffic, share, random.Random(args.seed + 1))
         for rule in RULES:
-            events, precision = attribute(sessions, found, rule)
+            events, right, wrong = attribute(sessions, found, rule)
             source = f"{rule}-{share}"
             scout.learn([{"query": task, "tool_ids": [tool], "source": source} for task, tool in events])
-            out[f"{rule}@plan{share}"] = {"precision": round(100 * precision, 2), "ndcg": ndcg(scout, validation)}
+            out[f"{rule}@plan{share}"] = {"precision": round(100 * right, 2), "wrong": round(100 * wrong, 2),
+                                          "ndcg": ndcg(scout, validation)}
             scout.forget(source)  # back to the index before learning, exactly
     return out
 
@@ -86,8 +88,9 @@ def make_sessions(traffic, plan_share: float, rng: random.Random) -> list[list[t
     return sessions
 
 
-def attribute(sessions, found: dict, rule: str) -> tuple[list[tuple[str, str]], float]:
-    """(task, tool) feedback events by `rule`, and the share attributed to the task the tool served."""
+def attribute(sessions, found: dict, rule: str) -> tuple[list[tuple[str, str]], float, float]:
+    """(task, tool) feedback events by `rule`, the share of calls attributed to the task the tool served,
+    and the share attributed to another task (the rest teach nothing)."""
     from toolscout.gateway.attribution import CallAttribution
 
     attribution = CallAttribution(rule)
@@ -104,7 +107,7 @@ def attribute(sessions, found: dict, rule: str) -> tuple[list[tuple[str, str]], 
             if task is not None:
                 events.append((task, tool))
                 right += task == served
-    return events, right / max(1, calls)
+    return events, right / max(1, calls), (len(events) - right) / max(1, calls)
 
 
 def ndcg(scout, validation) -> float:
@@ -120,7 +123,7 @@ def mean_over_sets(figures: dict) -> dict:
     out = {"no_learning": round(sum(s["no_learning"] for s in sets) / len(sets), 2)}
     for key in sets[0]:
         if key != "no_learning":
-            out[key] = {m: round(sum(s[key][m] for s in sets) / len(sets), 2) for m in ("precision", "ndcg")}
+            out[key] = {m: round(sum(s[key][m] for s in sets) / len(sets), 2) for m in ("precision", "wrong", "ndcg")}
     return out
 
 

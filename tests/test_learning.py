@@ -171,6 +171,31 @@ def test_a_taught_tool_passes_taught_tools_on_its_own_table_and_untaught_ones_on
     assert GATE <= 0.35 < CAUTIOUS_GATE <= 0.45
 
 
+class _Angles:
+    """Requests "one", "two", ... at growing angles from the task: "one" is the nearest."""
+
+    name, dim = "angles", 2
+    ORDER = ("one", "two", "three", "four")
+
+    def tasks(self, queries):
+        return np.tile(np.asarray([[1.0, 0.0]], dtype=np.float32), (len(queries), 1))
+
+    def requests(self, texts):
+        angles = [0.1 * (1 + self.ORDER.index(t)) for t in texts]
+        return np.asarray([[np.cos(a), np.sin(a)] for a in angles], dtype=np.float32)
+
+
+def test_only_the_three_nearest_tools_may_pass_a_tool_nobody_taught():
+    """The cautious table counted each anchor's three nearest tools: a, b and c (cautious 0.5) pass u1 (0.45),
+    which nobody taught; d, the fourth, has no cautious probability and stays below it."""
+    channel = LearnedChannel(_Angles())
+    channel.teach([Lesson(request, tool, "s", 2) for request, tool in zip(_Angles.ORDER, "abcd")])
+    channel.memory.calibration = Calibration(by_similarity=np.full(SIM_BINS, 0.5), by_nearest=np.full(SIM_BINS, 0.9),
+                                             by_rank=np.asarray([0.45] + [0.1] * 4 + [0.0] * 9))
+    base = Results((np.asarray(["u1", "a", "b", "c", "d"], dtype=object),), (np.asarray([5.0, 4.0, 3.0, 2.0, 1.0]),))
+    assert list(channel.rank(["task"], base, 5, lambda t: True, lambda t: None)[0][0]) == ["a", "b", "c", "u1", "d"]
+
+
 def test_a_tool_only_learning_knows_enters_below_what_the_untaught_ranking_is_surer_of():
     channel = LearnedChannel(_Space())
     channel.teach([Lesson("a near request", "new", "s", None)])

@@ -11,8 +11,8 @@ it would pass:
 - passing a tool the deployment was taught too, it is the probability of its table (the nearest taught
   request's tools have a table of their own: which of the taught tools a task needs, the nearest request
   tells best);
-- passing a tool nobody taught, it is the cautious one, the table of every near tool, and only from
-  `CAUTIOUS_GATE` up. The nearest request's table is fitted on tasks whose tools were taught, so it
+- passing a tool nobody taught, it is the cautious one, the table of every near tool, only for the
+  three tools nearest the task (those the table counted) and only from `CAUTIOUS_GATE` up. The nearest request's table is fitted on tasks whose tools were taught, so it
   cannot know how many tasks need a tool nobody taught: after a burst of a few tools' traffic it is sure
   of them for every task near them.
 
@@ -44,7 +44,7 @@ import numpy as np
 from ..artifacts import ArtifactError, read_json, write_json
 from ..query import Query
 from ..results import Results
-from .calibration import Calibration
+from .calibration import NEIGHBOUR_TOOLS, Calibration
 from .incidental import teachable
 from .memory import RequestMemory
 from ..feedback import Scored
@@ -233,13 +233,15 @@ class LearnedChannel:
         tool)."""
         out: dict[str, Lift] = {}
         top = tools[0][1] if tools else 0.0
-        for tool, similarity, since in tools:
+        for place, (tool, similarity, since) in enumerate(tools):
             if not allows(tool):
                 continue
             weight = 1.0 if full_weight else self.weight(namespace_of(tool))
             p = calibration.learned(similarity, nearest=similarity >= top) * weight
             if p >= GATE:
-                cautious = calibration.learned(similarity, nearest=False) * weight
+                # the cautious table counted each anchor's three nearest tools: further ones have no cautious
+                # probability (many tools at a middling similarity would each pass the tools nobody taught)
+                cautious = calibration.learned(similarity, nearest=False) * weight if place < NEIGHBOUR_TOOLS else 0.0
                 out[tool] = Lift(p, cautious if cautious >= CAUTIOUS_GATE else 0.0, since)
         return out
 
