@@ -7,4 +7,5 @@ from .channel import CAUTIOUS_GATE, DEPTH, GATE, LearnedChannel, LearningSetting
 from ..feedback import Scored
 from .scorecard import Scorecard
 
-__all__ = ["LearnedChannel", "LearningSettings", "Lesson", "Scored", "Scorecard", "GATE", "CAUTIOUS_GATE", "DEPTH", "Lift"]
+__all__ = ["LearnedChannel", "LearningSettings", "Lesson", "Lift", "Scored", "Scorecard", "GATE", "CAUTIOUS_GATE",
+           "DEPTH"]

@@ -12,9 +12,9 @@ it would pass:
   request's tools have a table of their own: which of the taught tools a task needs, the nearest request
   tells best);
 - passing a tool nobody taught, it is the cautious one, the table of every near tool, only for the
-  three tools nearest the task (those the table counted) and only from `CAUTIOUS_GATE` up. The nearest request's table is fitted on tasks whose tools were taught, so it
-  cannot know how many tasks need a tool nobody taught: after a burst of a few tools' traffic it is sure
-  of them for every task near them.
+  three tools nearest the task (those the table counted) and only from `CAUTIOUS_GATE` up. The nearest
+  request's table is fitted on tasks whose tools were taught, so it cannot know how many tasks need a
+  tool nobody taught: after a burst of a few tools' traffic it is sure of them for every task near them.
 
 So:
 
@@ -241,7 +241,8 @@ class LearnedChannel:
             if p >= GATE:
                 # the cautious table counted each anchor's three nearest tools: further ones have no cautious
                 # probability (many tools at a middling similarity would each pass the tools nobody taught)
-                cautious = calibration.learned(similarity, nearest=False) * weight if place < NEIGHBOUR_TOOLS else 0.0
+                near_enough = place < NEIGHBOUR_TOOLS
+                cautious = calibration.learned(similarity, nearest=False) * weight if near_enough else 0.0
                 out[tool] = Lift(p, cautious if cautious >= CAUTIOUS_GATE else 0.0, since)
         return out
 
