@@ -49,6 +49,11 @@ def sim_bin(similarity: float) -> int:
     return min(max(int(similarity * SIM_BINS), 0), SIM_BINS - 1)
 
 
+def sim_bins(similarities: np.ndarray) -> np.ndarray:
+    """`sim_bin` of each similarity (both truncate toward zero)."""
+    return np.clip((np.asarray(similarities) * SIM_BINS).astype(np.int64), 0, SIM_BINS - 1)
+
+
 def rank_bucket(rank: int | None) -> int:
     """The bucket of a 1-based rank (None: not in the untaught ranking's depth)."""
     if rank is None:

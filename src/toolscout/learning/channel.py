@@ -321,12 +321,15 @@ def _merge(ids: list[str], scores: np.ndarray, lifted: dict[str, Lift], calibrat
     keys = {t: base_p[position[t]] for t in order}
     below = len(ids)
     for tool, lift in sorted(rising.items(), key=lambda item: (-item[1].probability, position.get(item[0], below))):
-        mine = position.get(tool, below)
-        blocking = [i for i, other in enumerate(order)
-                    if other in rising or position.get(other, below) < mine
-                    if keys[other] >= (lift.probability if other in taught else lift.cautious)
-                    or (position.get(other, below) < mine and joined.get(other, 0.0) > lift.since)]
-        order.insert(max(blocking) + 1 if blocking else 0, tool)
+        mine, at = position.get(tool, below), 0
+        for i, other in enumerate(order):  # just below the last tool it may not pass
+            earlier = position.get(other, below) < mine  # the untaught ranking put `other` above it
+            if not (earlier or other in rising):
+                continue
+            likelier = keys[other] >= (lift.probability if other in taught else lift.cautious)
+            if likelier or (earlier and joined.get(other, 0.0) > lift.since):
+                at = i + 1
+        order.insert(at, tool)
         keys[tool] = lift.probability
     out_scores, above = [], np.inf
     for tool in order[:k]:

@@ -21,7 +21,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from .calibration import EMPTY, NEIGHBOUR_TOOLS, RANK_EDGES, SIM_BINS, BinCounts, fit, rank_bucket
+from .calibration import EMPTY, NEIGHBOUR_TOOLS, RANK_EDGES, SIM_BINS, BinCounts, fit, rank_bucket, sim_bins
 
 ANCHORS = 800  # requests that play new tasks for the calibration (chosen on train-split validation)
 MIN_TOOLS = 5  # taught tools below which similarity earns nothing (see `_refit`)
@@ -270,7 +270,7 @@ class RequestMemory:
         if len(self.rows_of_tool) >= MIN_TOOLS and self.anchors:
             columns, similarities = self._anchors_nearest()
             live = similarities > _MISSING
-            bins = np.clip((similarities[live] * SIM_BINS).astype(np.int64), 0, SIM_BINS - 1)  # calibration.sim_bin
+            bins = sim_bins(similarities[live])
             anchors, _ = np.nonzero(live)  # row-major, as the boolean index `[live]` reads them
             taught = np.asarray([float(self._tools_of_column[c] in self.taught[self.anchors[a]])
                                  for a, c in zip(anchors, columns[live])])  # did the anchor's own request teach it
