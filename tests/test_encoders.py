@@ -300,6 +300,12 @@ def test_query_vectors_are_cached_and_a_changed_encoder_empties_the_cache():
     assert calls[-1] == ["ab"] and len(calls) == 4
     cache.vectors([Query.of("xab").part("ab")], "k2", compute)  # the same words cut from a task: its own entry
     assert calls[-1] == ["ab"] and len(calls) == 5
+    transcript = "user: book a flight for me\nassistant: where to?\nuser: to Oslo please"
+    chat = Query.of(transcript)  # its latest user turn weighs in its vector
+    assert chat.text == transcript and chat.latest_turn == "user: to Oslo please"
+    cache.vectors([Query(transcript)], "k2", compute)  # the same text read whole: not the transcript's vector
+    cache.vectors([chat], "k2", compute)
+    assert calls[-2:] == [[transcript], [transcript]]
 
 
 def test_the_encoder_answers_repeated_queries_from_its_cache(encoder):

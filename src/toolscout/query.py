@@ -49,9 +49,9 @@ class Query:
 
     @property
     def cache_key(self) -> Hashable:
-        """What this query's vector depends on: its text, or for a request the task and the span too (the
-        same words cut from two tasks pool different token vectors)."""
-        return self.text if self.within is None else ("part", *self.within)
+        """What this query's vector depends on: its text and latest turn (which weighs in), or for a request
+        the task and the span too (the same words cut from two tasks pool different token vectors)."""
+        return (self.text, self.latest_turn) if self.within is None else ("part", *self.within)
 
 
 def as_queries(queries: Sequence[str | Query]) -> list[Query]:
