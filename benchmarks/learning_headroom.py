@@ -27,8 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from common import DEFAULT_DATA, DEV_SETS, machine_line, write_json
-from learning_safety import BATCH, K, load_benchmark, plan
+from common import machine_line, write_json
+from learning_safety import BATCH, K, load_benchmark, plan, plan_arguments
 
 RANK_GROUPS = (1, 3, 10, 30)  # upper rank of each group; past the last (or absent): a group of its own
 SIM_BIN = 0.1
@@ -37,14 +37,7 @@ RUNS = ("now", "best cells", "safe cells")
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
-    parser.add_argument("--sets", default=",".join(DEV_SETS))
-    parser.add_argument("--tune", action="store_true", help="the train split's halves (tuning), not the test split")
-    parser.add_argument("--max-scored", type=int, default=800, help="scored tasks per set at most")
-    parser.add_argument("--new-tools", type=float, default=0.05, help="share of the catalog added after learning")
-    parser.add_argument("--agents", type=int, default=20, help="feedback sources the events come from")
-    parser.add_argument("--seed", type=int, default=0)
+    parser = plan_arguments(argparse.ArgumentParser(description=__doc__.split("\n\n")[0]))
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     sets = {}

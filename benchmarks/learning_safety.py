@@ -43,8 +43,8 @@ POINTS = (0, 100, 1000)
 BATCH = 50
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def plan_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The options `plan` reads (and the data and sets), shared with the scripts that replay its plan."""
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--sets", default=",".join(DEV_SETS))
     parser.add_argument("--tune", action="store_true", help="the train split's halves (tuning), not the test split")
@@ -52,6 +52,11 @@ def main(argv=None) -> int:
     parser.add_argument("--new-tools", type=float, default=0.05, help="share of the catalog added after learning")
     parser.add_argument("--agents", type=int, default=20, help="feedback sources the events come from")
     parser.add_argument("--seed", type=int, default=0)
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = plan_arguments(argparse.ArgumentParser(description=__doc__.split("\n\n")[0]))
     parser.add_argument("--baseline-src", type=Path, default=None,
                         help="another toolscout source tree to measure beside this one (its src/ folder)")
     parser.add_argument("--cost", action="store_true", help="measure learning's cost instead (see the doc)")
