@@ -28,13 +28,16 @@ install_chromium() {
 }
 install_chromium || true
 
-# A real third-party MCP server from npm for the gateway's tests (tests/test_gateway.py): the reference
-# "everything" server, installed where the tests look for it. Without npm that test skips, saying so.
-install_everything_server() {
+# From npm, for the gateway's tests: a real third-party MCP server (the reference "everything" server) and a
+# second MCP client (the MCP Inspector's CLI, tests/test_gateway_inspector.py), installed where the tests look
+# for them. Without npm those tests skip, saying so.
+install_npm_tools() {
   command -v npm >/dev/null 2>&1 || return 0
-  [ -x .npm-upstreams/node_modules/.bin/mcp-server-everything ] && return 0
+  [ -x .npm-upstreams/node_modules/.bin/mcp-server-everything ] \
+    && [ -f .npm-upstreams/node_modules/@modelcontextprotocol/inspector-cli/build/index.js ] && return 0
   mkdir -p .npm-upstreams
   npm install --prefix .npm-upstreams --no-audit --no-fund --silent @modelcontextprotocol/server-everything@2026.8.31 \
-    >/dev/null 2>&1 || echo "setup: npm could not install @modelcontextprotocol/server-everything" >&2
+    @modelcontextprotocol/inspector-cli@1.0.3 >/dev/null 2>&1 \
+    || echo "setup: npm could not install @modelcontextprotocol/server-everything and inspector-cli" >&2
 }
-install_everything_server
+install_npm_tools

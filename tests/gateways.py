@@ -148,17 +148,29 @@ class OpenApiApp:
         self.thread.join(10)
 
 
-def npm_everything() -> "Path | None":
-    """The bin of @modelcontextprotocol/server-everything, as scripts/setup.sh installs it with npm (None
-    when this machine has no npm)."""
-    folder = Path(__file__).resolve().parents[1] / ".npm-upstreams" / "node_modules" / ".bin"
-    path = folder / "mcp-server-everything"
+NPM_TOOLS = Path(__file__).resolve().parents[1] / ".npm-upstreams" / "node_modules"
+
+
+def npm_installed(relative: str, package: str) -> "Path | None":
+    """A file of an npm package as scripts/setup.sh installs it under .npm-upstreams (None when this machine
+    has no npm; a failure when npm is there and the package is not)."""
+    path = NPM_TOOLS / relative
     if path.exists():
         return path
     if shutil.which("npm") is None:
         return None
     raise AssertionError(f"{path} is missing though npm is installed: run scripts/setup.sh, which installs "
-                         "@modelcontextprotocol/server-everything there")
+                         f"{package} there")
+
+
+def npm_everything() -> "Path | None":
+    """The bin of @modelcontextprotocol/server-everything (None when this machine has no npm)."""
+    return npm_installed(".bin/mcp-server-everything", "@modelcontextprotocol/server-everything")
+
+
+def inspector_cli() -> "Path | None":
+    """The MCP Inspector's CLI entry point (None when this machine has no npm)."""
+    return npm_installed("@modelcontextprotocol/inspector-cli/build/index.js", "@modelcontextprotocol/inspector-cli")
 
 
 def everything_tapped(wire: Path) -> "dict | None":
