@@ -87,22 +87,21 @@ def brute_calibration(memory: RequestMemory) -> Calibration:
     return fit(neighbours, nearest, found, len(memory.taught))
 
 
-def test_the_memory_kept_up_write_by_write_equals_one_built_from_nothing():
-    """Anchors, their similarities and the calibration are kept up incrementally as requests come and go;
-    after any sequence of writes they must be what a brute-force pass over the final memory gives, and what
-    a memory built at once from the same lessons holds."""
-    rng = random.Random(3)
-    base = np.random.default_rng(3).normal(size=(12, 16)).astype(np.float32)
+def churned_memory(seed: int = 3, steps: int = 300, per_cluster: int = 15) -> "tuple[RequestMemory, np.ndarray]":
+    """A memory after `steps` random writes (70% lessons in 12 clusters of `per_cluster` requests, 30% a held
+    lesson taken back, so rows are freed and reused), and the clusters' centres."""
+    rng = random.Random(seed)
+    base = np.random.default_rng(seed).normal(size=(12, 16)).astype(np.float32)
     tools = [f"t{i}" for i in range(6)]
     held: list[tuple] = []
     memory = RequestMemory(16)
-    for step in range(300):
+    for step in range(steps):
         if held and rng.random() < 0.3:
             key, _v, tool, source, _r, _t = held.pop(rng.randrange(len(held)))
             memory.remove([(key, tool, source)])
         else:
             cluster = rng.randrange(12)
-            key = f"request {cluster} {rng.randrange(15)}"
+            key = f"request {cluster} {rng.randrange(per_cluster)}"
             vector = base[cluster] + 0.3 * np.random.default_rng(hash(key) % 2**32).normal(size=16)
             lesson = (key, vector.astype(np.float32), tools[cluster % 6 if rng.random() < 0.8 else rng.randrange(6)],
                       f"s{rng.randrange(3)}", rng.choice([1, 2, 5, None]), float(step))
@@ -110,6 +109,14 @@ def test_the_memory_kept_up_write_by_write_equals_one_built_from_nothing():
                 lesson = (key, None, *lesson[2:])
             memory.add([lesson])
             held.append(lesson)
+    return memory, base
+
+
+def test_the_memory_kept_up_write_by_write_equals_one_built_from_nothing():
+    """Anchors, their similarities and the calibration are kept up incrementally as requests come and go;
+    after any sequence of writes they must be what a brute-force pass over the final memory gives, and what
+    a memory built at once from the same lessons holds."""
+    memory, base = churned_memory()
     got = memory.calibration
     assert got.to_dict() == brute_calibration(memory).to_dict()
     fresh = RequestMemory(16)
@@ -120,6 +127,24 @@ def test_the_memory_kept_up_write_by_write_equals_one_built_from_nothing():
     assert fresh.calibration.to_dict() == got.to_dict()
     queries = base[:4]
     assert memory.nearest_tools(queries) == fresh.nearest_tools(queries)
+
+
+@pytest.mark.parametrize("rows", [1, 5, 50, 500])  # one request; fewer than held (scan and cut); all held
+def test_nearest_tools_are_those_the_nearest_requests_taught_as_brute_force_finds_them(rows):
+    memory, base = churned_memory(seed=5, steps=600, per_cluster=40)
+    memory.remove([(key, tool, None) for key in sorted(memory.taught)[::7] for tool in list(memory.taught[key])])
+    assert memory._free and len(memory) > 50 + 16  # freed rows, and more requests than the scan passes on
+    tasks = np.concatenate([base, np.random.default_rng(9).normal(size=(6, 16))]).astype(np.float32)
+    tasks /= np.linalg.norm(tasks, axis=1, keepdims=True)
+    for task, got in zip(tasks, memory.nearest_tools(tasks, rows)):
+        sims = {key: float(_similarities(task[None, :], memory.vectors[[row]])[0, 0])
+                for key, row in memory.row_of.items()}
+        nearest = sorted(sims, key=lambda key: (-sims[key], key))[:rows]
+        best: dict = {}
+        for key in nearest:
+            for tool, entry in memory.taught[key].items():
+                best.setdefault(tool, (sims[key], entry.last_taught))
+        assert got == sorted(((t, s, w) for t, (s, w) in best.items()), key=lambda item: (-item[1], item[0]))
 
 
 # ------------------------------------------------------------------------------------ the merge

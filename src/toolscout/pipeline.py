@@ -478,9 +478,11 @@ class ToolScout:
         base = self._first_stage(tasks, SCORED_DEPTH, None)
         served, learned = base, base
         if self.learning.active:
-            served = self.learning.rank(tasks, base, SCORED_DEPTH, self._allows(None), self._namespace_of)
-            learned = self.learning.rank(tasks, base, SCORED_DEPTH, self._allows(None), self._namespace_of,
-                                         full_weight=True)
+            allows, near = self._allows(None), self.learning.nearest(tasks)  # one match serves both weights
+            served, learned = (
+                self.learning.rank(tasks, base, SCORED_DEPTH, allows, self._namespace_of,
+                                   lifts=self.learning.lifts(tasks, allows, self._namespace_of, full, near=near))
+                for full in (False, True))  # as served (the namespace's weight), and at full weight
         out: dict[tuple[str, str], tuple[int | None, int | None, int | None]] = {}
         for query, lists in zip(queries, zip(served, base, learned)):
             positions = [{t: r for r, t in enumerate(ids, 1)} for ids, _scores in lists]

@@ -218,12 +218,18 @@ class LearnedChannel:
             scores_out.append(np.asarray(ranked_scores, dtype=np.float32))
         return Results(tuple(ids_out), tuple(scores_out))
 
+    def nearest(self, queries: Sequence[Query]) -> list[list[tuple[str, float, float]]]:
+        """For each query, the tools its nearest taught requests taught (`RequestMemory.nearest_tools`)."""
+        return self.memory.nearest_tools(self.space.tasks(queries))
+
     def lifts(self, queries: Sequence[Query], allows: Callable[[str], bool],
               namespace_of: Callable[[str], str | None], full_weight: bool = False,
-              calibration: Calibration | None = None) -> list[dict[str, Lift]]:
-        """For each query, the tools what was learned lifts for it, with what learning says of each."""
+              calibration: Calibration | None = None,
+              near: Sequence[list[tuple[str, float, float]]] | None = None) -> list[dict[str, Lift]]:
+        """For each query, the tools what was learned lifts for it, with what learning says of each. `near`:
+        what `nearest` gave for these queries (computed when None)."""
         calibration = calibration or self.calibration
-        near = self.memory.nearest_tools(self.space.tasks(queries))
+        near = self.nearest(queries) if near is None else near
         return [self._lifted(tools, calibration, allows, namespace_of, full_weight) for tools in near]
 
     def _lifted(self, tools: list[tuple[str, float, float]], calibration: Calibration, allows, namespace_of,

@@ -28,6 +28,7 @@ MIN_TOOLS = 5  # taught tools below which similarity earns nothing (see `_refit`
 NEIGHBOUR_ROWS = 50  # nearest requests read for a task: the tools they taught are its learned candidates
 _MISSING = -np.inf
 _SLACK = 16  # extra candidates the float32 scan passes on, so rounding cannot change which rows are nearest
+_EXACT_CHUNK = 64  # tasks whose candidates are compared exactly at once
 
 
 def _similarities(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -35,6 +36,12 @@ def _similarities(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     computed in (float32 products of different shapes round differently, and the anchors' state must not
     depend on the order requests came in)."""
     return np.round(a.astype(np.float64) @ b.astype(np.float64).T, 9)
+
+
+def _pair_similarities(candidates: np.ndarray, tasks: np.ndarray) -> np.ndarray:
+    """candidates[t, i] . tasks[t] for every task t and its candidates i, in float64 rounded to 1e-9 as
+    `_similarities` (each pair's sum runs over the dimensions alone, whatever the shapes around it)."""
+    return np.round(np.einsum("tid,td->ti", candidates.astype(np.float64), tasks.astype(np.float64)), 9)
 
 
 def key_hash(key: str) -> int:
@@ -175,30 +182,45 @@ class RequestMemory:
     # matching ------------------------------------------------------------------------------------
     def nearest_tools(self, vectors: np.ndarray, rows: int = NEIGHBOUR_ROWS) -> list[list[tuple[str, float, float]]]:
         """For each task vector, the tools its `rows` nearest requests taught, each with its highest
-        similarity and when that request last taught it, most similar first (ties by tool id). The scan is a float32 product; the candidates'
-        similarities are then computed again exactly (`_similarities`), so they do not depend on where a
-        request sits in memory (a replica, or a memory that forgot a source, holds it elsewhere)."""
+        similarity and when that request last taught it, most similar first (ties by tool id). The scan is a
+        float32 product; the candidates' similarities are then computed again exactly (`_pair_similarities`), so
+        they do not depend on where a request sits in memory (a replica, or a memory that forgot a source,
+        holds it elsewhere)."""
         vectors = np.atleast_2d(np.asarray(vectors, dtype=np.float32))
         if not self.row_of:
             return [[] for _ in range(len(vectors))]
-        used = len(self.keys)
-        scan = self.vectors[:used] @ vectors.T  # rows x tasks
-        if self._free:
-            scan[self._free] = _MISSING
-        wide = min(rows + _SLACK, used)
+        candidates = self._candidates(vectors, rows + _SLACK)
         out = []
-        for column in range(scan.shape[1]):
-            top = np.argpartition(-scan[:, column], wide - 1)[:wide] if wide < used else np.arange(used)
-            top = np.asarray([r for r in top if self.keys[r] is not None], dtype=np.int64)
-            exact = _similarities(self.vectors[top], vectors[column][None, :])[:, 0]
-            order = sorted(range(len(top)), key=lambda i: (-exact[i], self.keys[top[i]]))[:rows]
-            best: dict[str, tuple[float, float]] = {}
-            for i in order:
-                for tool, entry in self.taught[self.keys[top[i]]].items():
-                    if tool not in best:  # `order` is most similar first
-                        best[tool] = (float(exact[i]), entry.last_taught)
-            out.append(sorted(((t, s, w) for t, (s, w) in best.items()), key=lambda item: (-item[1], item[0])))
+        for start in range(0, len(vectors), _EXACT_CHUNK):  # chunks bound the float64 copy of the candidates
+            part = candidates[start:start + _EXACT_CHUNK]
+            exact = _pair_similarities(self.vectors[part], vectors[start:start + _EXACT_CHUNK])
+            out.extend(self._taught_by(top, sims, rows) for top, sims in zip(part, exact))
         return out
+
+    def _candidates(self, vectors: np.ndarray, wide: int) -> np.ndarray:
+        """tasks x candidates: the rows the float32 scan finds nearest to each task, `wide` of them (every held
+        row when fewer are held). Free rows are zero vectors, scored -inf: with at least `wide` rows held,
+        none is among the candidates."""
+        used, held = len(self.keys), len(self.row_of)
+        if wide >= held:
+            rows = np.asarray([r for r, key in enumerate(self.keys) if key is not None], dtype=np.int64)
+            return np.broadcast_to(rows, (len(vectors), len(rows)))
+        scan = vectors @ self.vectors[:used].T  # tasks x rows
+        if self._free:
+            scan[:, self._free] = _MISSING
+        return np.argpartition(scan, used - wide, axis=1)[:, used - wide:]  # the `wide` largest, unordered
+
+    def _taught_by(self, top: np.ndarray, exact: np.ndarray, rows: int) -> list[tuple[str, float, float]]:
+        """The tools the `rows` most similar of the candidate rows `top` taught (`exact`: their similarities),
+        each at its highest similarity, most similar first (ties by tool id)."""
+        keys = [self.keys[r] for r in top]
+        order = sorted(range(len(top)), key=lambda i: (-exact[i], keys[i]))[:rows]
+        best: dict[str, tuple[float, float]] = {}
+        for i in order:
+            for tool, entry in self.taught[keys[i]].items():
+                if tool not in best:  # `order` is most similar first
+                    best[tool] = (float(exact[i]), entry.last_taught)
+        return sorted(((t, s, w) for t, (s, w) in best.items()), key=lambda item: (-item[1], item[0]))
 
     # anchors and calibration -----------------------------------------------------------------------
     def _admit_anchors(self, keys: list[str]) -> set[int]:
