@@ -134,7 +134,7 @@ def test_nearest_tools_are_those_the_nearest_requests_taught_as_brute_force_find
     memory, base = churned_memory(seed=5, steps=600, per_cluster=40)
     memory.remove([(key, tool, None) for key in sorted(memory.taught)[::7] for tool in list(memory.taught[key])])
     assert memory._free and len(memory) > 50 + 16  # freed rows, and more requests than the scan passes on
-    tasks = np.concatenate([base, np.random.default_rng(9).normal(size=(6, 16))]).astype(np.float32)
+    tasks = np.concatenate([base, np.random.default_rng(9).normal(size=(60, 16))]).astype(np.float32)  # > one chunk
     tasks /= np.linalg.norm(tasks, axis=1, keepdims=True)
     for task, got in zip(tasks, memory.nearest_tools(tasks, rows)):
         sims = {key: float(_similarities(task[None, :], memory.vectors[[row]])[0, 0])

@@ -28,7 +28,7 @@ MIN_TOOLS = 5  # taught tools below which similarity earns nothing (see `_refit`
 NEIGHBOUR_ROWS = 50  # nearest requests read for a task: the tools they taught are its learned candidates
 _MISSING = -np.inf
 _SLACK = 16  # extra candidates the float32 scan passes on, so rounding cannot change which rows are nearest
-_EXACT_CHUNK = 64  # tasks whose candidates are compared exactly at once
+_TASK_CHUNK = 64  # tasks matched at once (a scan of every remembered request each)
 
 
 def _similarities(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -189,12 +189,12 @@ class RequestMemory:
         vectors = np.atleast_2d(np.asarray(vectors, dtype=np.float32))
         if not self.row_of:
             return [[] for _ in range(len(vectors))]
-        candidates = self._candidates(vectors, rows + _SLACK)
         out = []
-        for start in range(0, len(vectors), _EXACT_CHUNK):  # chunks bound the float64 copy of the candidates
-            part = candidates[start:start + _EXACT_CHUNK]
-            exact = _pair_similarities(self.vectors[part], vectors[start:start + _EXACT_CHUNK])
-            out.extend(self._taught_by(top, sims, rows) for top, sims in zip(part, exact))
+        for start in range(0, len(vectors), _TASK_CHUNK):  # chunks bound the scan and the candidates' copies
+            part = vectors[start:start + _TASK_CHUNK]
+            candidates = self._candidates(part, rows + _SLACK)
+            exact = _pair_similarities(self.vectors[candidates], part)
+            out.extend(self._taught_by(top, sims, rows) for top, sims in zip(candidates, exact))
         return out
 
     def _candidates(self, vectors: np.ndarray, wide: int) -> np.ndarray:
