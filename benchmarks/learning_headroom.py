@@ -70,7 +70,7 @@ def measure(folder: Path, args) -> dict:
         scout.learn(p["events"][at:at + BATCH])
     now = scout.retrieve(texts, K).ids
     channel = scout.learning
-    nearest = channel.memory.nearest_tools(channel.space.tasks(texts))
+    nearest = channel.nearest(texts)
     taught = {t for e in p["events"] for t in e["tool_ids"]}
     rows = []
     for q, ids, learned, tools in zip(scored, base, now, nearest):

@@ -103,11 +103,9 @@ def test_the_inspector_cli_starts_the_gateway_over_stdio_and_finds_and_calls_a_t
     target = [sys.executable, "-m", "toolscout", "gateway", str(config), "--index", str(tmp_path / "index"),
               "--no-fsync"]
     # a new index: the first search waits for the time server to list its tools
-    found = inspect(target, "tools/call", "--tool-name", "search_tools", "--tool-arg",
-                    "task=convert 9am London time to New York time")
+    found = call(target, "search_tools", task="convert 9am London time to New York time")
     assert found["structuredContent"]["tools"][0]["id"] == "time.convert_time"
-    converted = inspect(target, "tools/call", "--tool-name", "call_tool", "--tool-arg", "name=time.convert_time",
-                        'arguments={"source_timezone": "Europe/London", "time": "09:00", '
-                        '"target_timezone": "America/New_York"}')
+    converted = call(target, "call_tool", name="time.convert_time", arguments={
+        "source_timezone": "Europe/London", "time": "09:00", "target_timezone": "America/New_York"})
     assert not converted.get("isError"), converted
     assert converted["structuredContent"]["target"]["datetime"][11:16] in {"04:00", "05:00"}  # 5 h or 4 h behind

@@ -203,8 +203,8 @@ class RequestMemory:
         none is among the candidates."""
         used, held = len(self.keys), len(self.row_of)
         if wide >= held:
-            rows = np.asarray([r for r, key in enumerate(self.keys) if key is not None], dtype=np.int64)
-            return np.broadcast_to(rows, (len(vectors), len(rows)))
+            rows = np.fromiter(self.row_of.values(), dtype=np.int64, count=held)  # any order: `_taught_by` sorts
+            return np.broadcast_to(rows, (len(vectors), held))
         scan = vectors @ self.vectors[:used].T  # tasks x rows
         if self._free:
             scan[:, self._free] = _MISSING
