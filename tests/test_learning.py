@@ -150,7 +150,7 @@ def test_nearest_tools_are_those_the_nearest_requests_taught_as_brute_force_find
 # ------------------------------------------------------------------------------------ the merge
 
 class _Space:
-    name, dim = "fixed", 2
+    name, dim, case_blind = "fixed", 2, True
 
     def tasks(self, queries):
         return np.tile(np.asarray([[1.0, 0.0]], dtype=np.float32), (len(queries), 1))
@@ -199,7 +199,7 @@ def test_a_taught_tool_passes_taught_tools_on_its_own_table_and_untaught_ones_on
 class _Angles:
     """Requests "one", "two", ... at growing angles from the task: "one" is the nearest."""
 
-    name, dim = "angles", 2
+    name, dim, case_blind = "angles", 2, True
     ORDER = ("one", "two", "three", "four")
 
     def tasks(self, queries):
@@ -261,6 +261,39 @@ def test_numbers_quotes_and_addresses_are_not_what_a_request_teaches():
 def test_requests_that_differ_in_numbers_only_teach_one_thing(encoder):
     channel = ToolScout.from_tools(WEATHERISH, encoder=encoder).learning
     assert channel.key("Remind me at 9:30 to call 555-0134") == channel.key("remind me at 11:15 to call 555-9876")
+
+
+def test_a_task_just_searched_teaches_with_the_vector_its_search_made(encoder, monkeypatch):
+    """The default encoder ignores letter case, so a request is embedded as written: the task an agent searched
+    before using a tool costs no second encoding, and its vector is its key's (lowercased) all the same."""
+    assert encoder.case_blind
+    scout = ToolScout.from_tools(WEATHERISH, encoder=encoder)
+    task = "Send Bob An Email About The Quarterly Sales Figures"
+    scout.search(task, k=3)
+    encoded, encode = [], encoder._encode_queries
+    monkeypatch.setattr(encoder, "_encode_queries", lambda queries: encoded.extend(q.text for q in queries) or encode(queries))
+    scout.learn([FeedbackEvent(task, ("mail.send",), "agent")])
+    assert encoded == []
+    memory = scout.learning.memory
+    as_key = scout.learning.space.requests([scout.learning.key(task)])[0]  # what embedding the key itself gives
+    np.testing.assert_array_equal(memory.vectors[memory.row_of[scout.learning.key(task)]], as_key)
+
+
+def test_a_tokenizer_is_case_blind_only_when_it_lowercases():
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
+
+    from toolscout.encoders.onnx_runtime import CASE_PROBE, same_tokens
+
+    vocab = {w: i for i, w in enumerate(dict.fromkeys(["[UNK]", *CASE_PROBE.split(), *CASE_PROBE.lower().split()]))}
+
+    def tokenize(lowercase: bool):
+        tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+        tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+        if lowercase:
+            tokenizer.normalizer = normalizers.Lowercase()
+        return lambda text: tokenizer.encode(text).ids
+
+    assert same_tokens(tokenize(lowercase=True)) and not same_tokens(tokenize(lowercase=False))
 
 
 def test_names_and_numbers_in_a_request_do_not_move_other_tasks(taught, encoder):

@@ -72,7 +72,7 @@ from .onnx_export import (
     pooling_spec,
 )
 from .late_chunk import TokenRun, onnx_token_runs, torch_token_runs
-from .onnx_runtime import OnnxEncoder, runtime_graph
+from .onnx_runtime import OnnxEncoder, runtime_graph, same_tokens
 from .quality import SAME_ENCODING_COSINE, approved, recorded, same_encoding
 from .query_cache import QueryCache
 from .packaged import package_folder
@@ -288,6 +288,14 @@ class Encoder:
         if self.backend_in_use != "torch" and self._onnx is not None:
             return self._onnx.dim
         return st_dimension(self._torch_model())
+
+    @property
+    def case_blind(self) -> bool:
+        """Whether letter case changes nothing this encoder reads (`onnx_runtime.same_tokens`)."""
+        if self.backend_in_use != "torch" and self._onnx is not None:
+            return self._onnx.case_blind
+        tokenizer = self._torch_model().tokenizer
+        return same_tokens(lambda text: tokenizer(text)["input_ids"])
 
     def encode(self, texts: Sequence[str], batch_size: int = 64, show_progress: bool = False) -> np.ndarray:
         if isinstance(texts, str):

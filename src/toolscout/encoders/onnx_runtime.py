@@ -13,6 +13,13 @@ import numpy as np
 
 
 SPLIT_LAYER_NORM = "layer_norm_split"  # meta.json: model.onnx already is `runtime_graph`'s graph (a shipped export)
+CASE_PROBE = "Send An Email To Bob About The Q3 Report"
+
+
+def same_tokens(tokenize) -> bool:
+    """Whether `tokenize` reads a text the same in either letter case (its tokenizer lowercases, as the
+    default model's does): then a text's vector does not depend on its case."""
+    return list(tokenize(CASE_PROBE)) == list(tokenize(CASE_PROBE.lower()))
 
 
 class OnnxEncoder:
@@ -61,6 +68,7 @@ class OnnxEncoder:
         # a long text alone runs on every core (`session_for`); built on first use
         self._wide = None if not self.per_text or (os.cpu_count() or 1) < 2 else False
         self.input_names = list(self.meta["inputs"])
+        self.case_blind = same_tokens(lambda text: self.tokenizer.encode(text).ids)
         self.output_names = [o.name for o in self.session.get_outputs()]  # "tokens" since export format 3
 
     def _new_session(self, threads: int | None):

@@ -165,20 +165,23 @@ class LearnedChannel:
         return " ".join(teachable(request).lower().split())
 
     # writing -------------------------------------------------------------------------------------
-    def prepare(self, requests: Sequence[str]) -> dict[str, np.ndarray]:
-        """The vectors of `requests`' keys not yet in memory (made outside the write lock)."""
-        keys = list(dict.fromkeys(self.key(r) for r in requests))
-        missing = [k for k in keys if k not in self.memory.row_of]
-        return dict(zip(missing, self.space.requests(missing))) if missing else {}
+    def prepare(self, requests: Iterable[str], made: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+        """The vectors of `requests`' keys neither in memory nor in `made` (made outside the write lock). A
+        space blind to case embeds a request as written (teachable part only), which for a task just
+        searched is the vector its search made; any other space embeds the key."""
+        written: dict[str, str] = {}  # key -> the text embedded for it
+        for request in requests:
+            key = self.key(request)
+            if key not in written and key not in self.memory.row_of and key not in (made or {}):
+                written[key] = teachable(request) if self.space.case_blind else key
+        return dict(zip(written, self.space.requests(list(written.values())))) if written else {}
 
     def teach(self, lessons: Sequence[Lesson], prepared: dict[str, np.ndarray] | None = None) -> None:
         if not lessons:
             return
         keys = {lesson.request: self.key(lesson.request) for lesson in lessons}
         vectors = dict(prepared or {})
-        missing = [k for k in dict.fromkeys(keys.values()) if k not in vectors and k not in self.memory.row_of]
-        if missing:
-            vectors.update(zip(missing, self.space.requests(missing)))
+        vectors.update(self.prepare(keys, vectors))
         self.key_of.update(keys)
         self.memory.add([(keys[l.request], vectors.get(keys[l.request]), l.tool, l.source, l.untaught_rank, l.time)
                          for l in lessons])

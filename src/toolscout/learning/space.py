@@ -19,6 +19,10 @@ from ..query import Query, as_queries
 class RequestSpace(Protocol):
     name: str
     dim: int
+    # whether letter case changes no vector: a request is then embedded as it was written, so a task just
+    # searched comes from the encoder's query cache instead of being encoded again (a request's key, what
+    # it is remembered under, ignores case either way)
+    case_blind: bool
 
     def tasks(self, queries: Sequence[Query]) -> np.ndarray:
         """Unit vectors of tasks as searched."""
@@ -32,6 +36,10 @@ class EncoderSpace:
         self.encoder = encoder
         self.name, self.dim = f"encoder:{encoder.name}", int(encoder.dim)
 
+    @property
+    def case_blind(self) -> bool:
+        return self.encoder.case_blind  # asked each time: the encoder may move to torch (weights trained in place)
+
     def tasks(self, queries: Sequence[Query]) -> np.ndarray:
         return _unit(self.encoder.encode_queries(as_queries(queries)))
 
@@ -44,6 +52,8 @@ _WORD = re.compile(r"[a-z0-9]{2,}")
 
 class HashedSpace:
     """Words hashed into `dim` buckets, counted with a logarithm (a repeated word says little more)."""
+
+    case_blind = True  # words are lowercased before they are hashed
 
     def __init__(self, dim: int = 512):
         self.name, self.dim = f"hashed:{dim}", dim
