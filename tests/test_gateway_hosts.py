@@ -18,7 +18,7 @@ import pytest
 pytest.importorskip("mcp")
 from mcp import Client, StdioServerParameters  # noqa: E402
 
-from gateways import start_gateway, stdio_env, stop, stub, time_server, wait_up, write_config  # noqa: E402
+from gateways import learned_all, start_gateway, stdio_env, stop, stub, time_server, wait_for, wait_up, write_config  # noqa: E402
 from traffic import RAIN_TASK, mixed  # noqa: E402
 
 from toolscout.artifacts import read_config  # noqa: E402
@@ -201,6 +201,7 @@ def test_a_stdio_host_attaches_to_a_gateway_serving_http_on_the_same_index(tmp_p
                 await host.quit()
 
         anyio.run(session)
+        wait_for(lambda: learned_all(url), "the stdio host's call to be learned", 30, proc)
         echo = httpx.get(f"{url}/tools/alpha.echo", timeout=10).json()["feedback"]
         assert echo["learned"] == 1 and echo["sources"] == 1  # the stdio host's call, learned by the HTTP gateway
         refused = _run_gateway(config, tmp_path / "index", "--port", "1")  # HTTP needs an index of its own

@@ -6,15 +6,20 @@ started (a few at a time; one a call needs at once)."""
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("mcp")
 
+from gateways import wait_for  # noqa: E402
+
 from toolscout.errors import CatalogError, NotFound  # noqa: E402
+from toolscout.feedback import FeedbackEvent, LearnResult  # noqa: E402
 from toolscout.gateway.attribution import CallAttribution  # noqa: E402
 from toolscout.gateway.config import ConfigError, load_config  # noqa: E402
+from toolscout.gateway.core import CallLearner  # noqa: E402
 from toolscout.gateway.definitions import DefinitionLedger  # noqa: E402
 from toolscout.gateway.openapi_upstream import _request  # noqa: E402
 from toolscout.ingest import parse_tools  # noqa: E402
@@ -141,6 +146,33 @@ def test_a_search_takes_feedback_for_window_calls_only():
     assert [rule.called("s", "a") for _ in range(3)] == ["task", "task", None]
     with pytest.raises(ValueError, match="unknown attribution rule"):
         CallAttribution("first")
+
+
+class _Recorder:
+    """A service that records each batch of feedback it is given."""
+
+    def __init__(self):
+        self.batches = []
+
+    def feedback(self, events, principal):
+        self.batches.append([e.query for e in events])
+        return LearnResult(learned=list(events))
+
+
+def test_calls_that_follow_one_another_are_learned_as_one_batch_and_a_stop_ends_the_wait():
+    """The learner holds the first call while the next ones come (`gather_s`), and learns them together;
+    closing it learns what it holds at once, without waiting out the window."""
+    service = _Recorder()
+    learner = CallLearner(service, gather_s=60.0)
+    learner.submit(FeedbackEvent("first", ("a",), "s"))
+    wait_for(lambda: learner._queue.empty(), "the learner to take the first call")  # it now waits for more
+    for task in ("second", "third"):
+        learner.submit(FeedbackEvent(task, ("a",), "s"))
+    started = time.monotonic()
+    learner.close()
+    assert time.monotonic() - started < 10  # the stop ended the 60 s window
+    assert service.batches == [["first", "second", "third"]]
+    assert learner.stats() == {"events": 3, "pending": 0, "learned": 3, "dropped": 0}
 
 
 # ------------------------------------------------------------------------------------- definitions

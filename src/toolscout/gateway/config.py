@@ -52,6 +52,9 @@ SEARCH_WAIT_S = 10.0
 # and twenty at once on a laptop's cores starve the gateway's own first answers. A turn ends when the upstream
 # is up or down, or after START_TURN_S, so a slow server holds the others back by that much at most.
 START_TURN_S = 1.0
+# A forwarded call's lesson waits this long for the calls after it, and they are learned as one batch
+# (core.CallLearner): learning each call alone kept an agent's next search sharing the cores with it.
+LEARN_GATHER_S = 0.25
 
 
 def starts_at_once() -> int:

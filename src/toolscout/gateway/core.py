@@ -36,6 +36,7 @@ import logging
 import queue
 import re
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Iterable, Mapping
 
@@ -51,7 +52,7 @@ from ..serve.errors import ServiceError
 from ..serve.service import ADMIN, Principal, Reach, ToolService
 from ..tool import Tool
 from .attribution import CallAttribution
-from .config import SEARCH_WAIT_S, START_TURN_S, starts_at_once
+from .config import LEARN_GATHER_S, SEARCH_WAIT_S, START_TURN_S, starts_at_once
 from .definitions import DefinitionLedger
 from .listings import OwnListings
 from .upstream import NO_RELAY, Listing, Relay, ToolResult, Upstream, UpstreamUnavailable
@@ -542,10 +543,15 @@ class Gateway:
 
 
 class CallLearner:
-    """Feedback from forwarded calls, learned on a thread of its own so that no call waits for it."""
+    """Feedback from forwarded calls, learned on a thread of its own so that no call waits for it, in
+    batches: a call's lesson waits `gather_s` for the calls that follow it, and they are learned together
+    (one pass scores them, one refit of the calibration follows), so an agent's next search shares the
+    cores with one batch's learning, not with every call's (docs/gateway.md)."""
 
-    def __init__(self, service: ToolService):
-        self.service = service
+    BATCH = 256
+
+    def __init__(self, service: ToolService, gather_s: float = LEARN_GATHER_S):
+        self.service, self.gather_s = service, gather_s
         self.learned = self.dropped = self.submitted = self.done = 0
         self._queue: queue.Queue = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="toolscout-call-learner", daemon=True)
@@ -565,15 +571,25 @@ class CallLearner:
 
     def _run(self) -> None:
         while True:
-            batch = [self._queue.get()]
-            while len(batch) < 256 and not self._queue.empty():
-                batch.append(self._queue.get())
+            batch = self._gather()
             stop = None in batch
             events = [e for e in batch if e is not None]
             if events:
                 self._learn(events)
             if stop:
                 return
+
+    def _gather(self) -> list[FeedbackEvent | None]:
+        """The next batch: the first call waiting, and the calls that follow it for `gather_s` (at most
+        BATCH; a stop ends it at once)."""
+        batch = [self._queue.get()]
+        deadline = time.monotonic() + self.gather_s
+        while len(batch) < self.BATCH and batch[-1] is not None:
+            try:
+                batch.append(self._queue.get(timeout=max(0.0, deadline - time.monotonic())))
+            except queue.Empty:
+                break
+        return batch
 
     def _learn(self, events: list[FeedbackEvent]) -> None:
         try:
