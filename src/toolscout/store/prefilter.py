@@ -2,9 +2,9 @@
 
 Scoring queries against a big catalog reads every stored vector once per matrix product, so it is bound
 by memory bandwidth, not arithmetic (43k x 384 float32 = 66 MB). An int8 copy of the rows is a quarter
-of that, small enough to stay in a server CPU's cache, and torch multiplies int8 matrices natively
-(`torch._int_mm`): on one core of the 2-core EPYC, 20k rows, 0.13 ms for one query and 0.6 ms for eight,
-against 2.1 and 5.1 ms in float32 and 1.6 and 3.0 ms from a bfloat16 copy. Its scores are approximate,
+of that, and onnxruntime (which every install has: it runs the encoder) multiplies it by int8 queries
+with its integer kernel (`data/kernels/matmul_integer.onnx`, one MatMulInteger node; written by
+`scripts/make_matmul_integer.py`), so no torch is needed. Its scores are approximate,
 but each has a hard error bound, so they select a small candidate set per query that is guaranteed to
 contain the exact top-k; the candidates are then rescored in float32. The result is the exact search's
 result, not an approximation.
@@ -22,12 +22,15 @@ of at least t - 2 delta. Every such row is kept; the others cannot be in the top
 
 from __future__ import annotations
 
+import functools
 import logging
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
 logger = logging.getLogger(__name__)
+KERNEL = Path(__file__).resolve().parent.parent / "data" / "kernels" / "matmul_integer.onnx"
 
 LEVELS = 127  # symmetric int8
 ROUNDING_MARGIN = 1e-4  # x |r| |q|: float32 rounding of a 384..4096-term dot product stays far below this
@@ -44,6 +47,42 @@ def quantise_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     return codes.astype(np.int8), scales, errors
 
 
+class IntegerProduct:
+    """Integer dot products of int8 rows and int8 queries, exact, through onnxruntime's MatMulInteger. Its
+    fast kernel takes uint8 on the left, so the rows are kept offset by 128 (`stored`), and
+    (r + 128) . q - 128 sum(q) = r . q in int32 (384 x 255 x 127 and far beyond fit)."""
+
+    def __init__(self):
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1  # searches run side by side, one per core
+        self.session = ort.InferenceSession(str(KERNEL), options, providers=["CPUExecutionProvider"])
+
+    @staticmethod
+    def stored(codes: np.ndarray) -> np.ndarray:
+        """int8 codes as the product keeps them: offset by 128, as uint8 (flipping the sign bit does it)."""
+        return np.ascontiguousarray(codes, dtype=np.int8).view(np.uint8) ^ np.uint8(0x80)
+
+    def __call__(self, stored: np.ndarray, queries: np.ndarray) -> np.ndarray:
+        """(queries, rows) int32 products of int8 `queries` with the rows held as `stored`."""
+        offset = self.session.run(None, {"rows": stored, "queries": np.ascontiguousarray(queries.T)})[0]
+        scores = np.ascontiguousarray(offset.T)  # each query's scores in one run of memory: read per query next
+        scores -= 128 * queries.sum(axis=1, dtype=np.int32)[:, None]
+        return scores
+
+
+@functools.cache
+def integer_product() -> IntegerProduct | None:
+    """The one product every prefilter shares (sessions take concurrent runs); None when onnxruntime
+    cannot run the kernel here (the stores then scan in float32)."""
+    try:
+        return IntegerProduct()
+    except Exception as exc:  # noqa: BLE001  (an import error, or onnxruntime refusing the graph)
+        logger.info("int8 prefilter unavailable: %s", exc)
+        return None
+
+
 class Int8Prefilter:
     """An int8 copy of a store's matrix that narrows each query's exact search to a few rows.
 
@@ -51,36 +90,29 @@ class Int8Prefilter:
     the written rows only (rebuilding the copy took ~140 ms a write: under a writer at 4 writes/s, most
     of a two-core server's time). The bound reads the largest row norm and rounding error, kept per row."""
 
-    def __init__(self, codes: np.ndarray, scales: np.ndarray, norms: np.ndarray, errors: np.ndarray):
-        self._set(codes, scales.astype(np.float32), norms, errors)
+    def __init__(self, product: IntegerProduct, codes: np.ndarray, scales: np.ndarray, norms: np.ndarray,
+                 errors: np.ndarray):
+        self.product = product
+        self._set(product.stored(codes), scales.astype(np.float32), norms, errors)
 
-    def _set(self, codes: np.ndarray, scales: np.ndarray, norms: np.ndarray, errors: np.ndarray) -> None:
-        import torch
-
-        self._codes = np.ascontiguousarray(codes, dtype=np.int8)
-        self.codes = torch.from_numpy(self._codes)  # shares memory: in-place row updates show through
+    def _set(self, stored: np.ndarray, scales: np.ndarray, norms: np.ndarray, errors: np.ndarray) -> None:
+        self.stored = np.ascontiguousarray(stored)  # the int8 codes as the product keeps them
         self.scales, self.norms, self.errors = scales, norms, errors
         self.max_norm = float(norms.max()) if len(norms) else 0.0
         self.max_error = float(errors.max()) if len(errors) else 0.0
 
     @classmethod
     def build(cls, matrix: np.ndarray) -> "Int8Prefilter | None":
-        """The prefilter for `matrix`, or None when torch (or its int8 product) is missing, the matrix is
-        not finite, or the bound fails its check on stored rows."""
-        try:
-            import torch  # noqa: F401
-        except ImportError:
-            return None
-        if not len(matrix) or not np.isfinite(matrix).all():
+        """The prefilter for `matrix`, or None when the integer product cannot run here, the matrix is not
+        finite, or the bound fails its check on stored rows."""
+        product = integer_product()
+        if product is None or not len(matrix) or not np.isfinite(matrix).all():
             return None
         codes, scales, errors = quantise_rows(matrix)
-        prefilter = cls(codes, scales, np.linalg.norm(matrix.astype(np.float64), axis=1), errors)
+        prefilter = cls(product, codes, scales, np.linalg.norm(matrix.astype(np.float64), axis=1), errors)
         probes = np.vstack([matrix[: min(4, len(matrix))], matrix.mean(axis=0, keepdims=True)])
-        try:  # the products searches use: one query alone and a batch
-            checks = [(prefilter.bounds(probes[:1]), probes[:1]), (prefilter.bounds(probes), probes)]
-        except RuntimeError as exc:  # a torch without this int8 kernel
-            logger.info("int8 prefilter unavailable: %s", exc)
-            return None
+        # the products searches use: one query alone and a batch
+        checks = [(prefilter.bounds(probes[:1]), probes[:1]), (prefilter.bounds(probes), probes)]
         for (approx, delta), batch in checks:
             error = np.abs(approx - batch.astype(np.float64) @ matrix.T.astype(np.float64)).max(axis=1)
             if np.any(error > BOUND_SAFETY * delta):
@@ -93,7 +125,7 @@ class Int8Prefilter:
         if not np.isfinite(vectors).all():
             return False
         codes, scales, errors = quantise_rows(vectors)
-        self._codes[rows], self.scales[rows], self.errors[rows] = codes, scales, errors
+        self.stored[rows], self.scales[rows], self.errors[rows] = self.product.stored(codes), scales, errors
         self.norms[rows] = np.linalg.norm(vectors.astype(np.float64), axis=1)
         self.max_norm, self.max_error = float(self.norms.max()), float(self.errors.max())
         return True
@@ -102,23 +134,22 @@ class Int8Prefilter:
         if not np.isfinite(vectors).all():
             return False
         codes, scales, errors = quantise_rows(vectors)
-        self._set(np.concatenate([self._codes, codes]), np.concatenate([self.scales, scales.astype(np.float32)]),
+        self._set(np.concatenate([self.stored, self.product.stored(codes)]),
+                  np.concatenate([self.scales, scales.astype(np.float32)]),
                   np.concatenate([self.norms, np.linalg.norm(vectors.astype(np.float64), axis=1)]),
                   np.concatenate([self.errors, errors]))
         return True
 
     def keep(self, rows: np.ndarray) -> bool:
         """Keep only `rows` (indices or a mask, as the store keeps its matrix's)."""
-        self._set(self._codes[rows], self.scales[rows], self.norms[rows], self.errors[rows])
+        self._set(self.stored[rows], self.scales[rows], self.norms[rows], self.errors[rows])
         return len(self.norms) > 0
 
     def bounds(self, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(approximate scores of every row for each query, (queries, rows); each query's error bound)."""
-        import torch
-
         queries = np.atleast_2d(np.asarray(queries, dtype=np.float32))
         codes, scales, errors = quantise_rows(queries)
-        approx = torch._int_mm(torch.from_numpy(codes), self.codes.T).numpy() * self.scales[None, :]
+        approx = self.product(self.stored, codes) * self.scales[None, :]
         approx *= scales.astype(np.float32)[:, None]
         q_norms = np.linalg.norm(queries.astype(np.float64), axis=1)
         n, e = self.max_norm, self.max_error
