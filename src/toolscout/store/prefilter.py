@@ -37,14 +37,35 @@ ROUNDING_MARGIN = 1e-4  # x |r| |q|: float32 rounding of a 384..4096-term dot pr
 BOUND_SAFETY = 1.0  # the measured error must stay within this times the bound when the copy is checked
 
 
+CHUNK = 4096  # rows worked on in float64 at once: a whole large catalog in float64 would double a server's peak
+
+
 def quantise_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(int8 rows, per-row scales, per-row rounding-error norms) of float `rows`."""
-    rows = np.asarray(rows, dtype=np.float64)
-    peak = np.abs(rows).max(axis=1) if rows.shape[1] else np.zeros(len(rows))
-    scales = np.where(peak > 0, peak / LEVELS, 1.0)
-    codes = np.clip(np.rint(rows / scales[:, None]), -LEVELS, LEVELS)
-    errors = np.linalg.norm(rows - codes * scales[:, None], axis=1)
-    return codes.astype(np.int8), scales, errors
+    rows = np.asarray(rows)
+    codes = np.empty(rows.shape, dtype=np.int8)
+    scales, errors = np.empty(len(rows)), np.empty(len(rows))
+    for start in range(0, len(rows), CHUNK):
+        part, at = rows[start:start + CHUNK].astype(np.float64), slice(start, start + CHUNK)
+        peak = np.abs(part).max(axis=1) if part.shape[1] else np.zeros(len(part))
+        scales[at] = np.where(peak > 0, peak / LEVELS, 1.0)
+        rounded = np.clip(np.rint(part / scales[at, None]), -LEVELS, LEVELS)
+        errors[at] = np.linalg.norm(part - rounded * scales[at, None], axis=1)
+        codes[at] = rounded
+    return codes, scales, errors
+
+
+def row_norms(rows: np.ndarray) -> np.ndarray:
+    """Each row's norm, in float64 (a chunk at a time)."""
+    return np.concatenate([np.linalg.norm(rows[start:start + CHUNK].astype(np.float64), axis=1)
+                           for start in range(0, len(rows), CHUNK)] or [np.zeros(0)])
+
+
+def exact_scores(queries: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """queries . rows in float64, (queries, rows), a chunk of rows at a time."""
+    queries = queries.astype(np.float64)
+    return np.concatenate([queries @ rows[start:start + CHUNK].T.astype(np.float64)
+                           for start in range(0, len(rows), CHUNK)] or [np.zeros((len(queries), 0))], axis=1)
 
 
 class IntegerProduct:
@@ -109,12 +130,12 @@ class Int8Prefilter:
         if product is None or not len(matrix) or not np.isfinite(matrix).all():
             return None
         codes, scales, errors = quantise_rows(matrix)
-        prefilter = cls(product, codes, scales, np.linalg.norm(matrix.astype(np.float64), axis=1), errors)
+        prefilter = cls(product, codes, scales, row_norms(matrix), errors)
         probes = np.vstack([matrix[: min(4, len(matrix))], matrix.mean(axis=0, keepdims=True)])
         # the products searches use: one query alone and a batch
         checks = [(prefilter.bounds(probes[:1]), probes[:1]), (prefilter.bounds(probes), probes)]
         for (approx, delta), batch in checks:
-            error = np.abs(approx - batch.astype(np.float64) @ matrix.T.astype(np.float64)).max(axis=1)
+            error = np.abs(approx - exact_scores(batch, matrix)).max(axis=1)
             if np.any(error > BOUND_SAFETY * delta):
                 logger.warning("int8 prefilter disabled: measured error %.3g exceeds its bound", float(error.max()))
                 return None
@@ -126,7 +147,7 @@ class Int8Prefilter:
             return False
         codes, scales, errors = quantise_rows(vectors)
         self.stored[rows], self.scales[rows], self.errors[rows] = self.product.stored(codes), scales, errors
-        self.norms[rows] = np.linalg.norm(vectors.astype(np.float64), axis=1)
+        self.norms[rows] = row_norms(vectors)
         self.max_norm, self.max_error = float(self.norms.max()), float(self.errors.max())
         return True
 
@@ -136,7 +157,7 @@ class Int8Prefilter:
         codes, scales, errors = quantise_rows(vectors)
         self._set(np.concatenate([self.stored, self.product.stored(codes)]),
                   np.concatenate([self.scales, scales.astype(np.float32)]),
-                  np.concatenate([self.norms, np.linalg.norm(vectors.astype(np.float64), axis=1)]),
+                  np.concatenate([self.norms, row_norms(vectors)]),
                   np.concatenate([self.errors, errors]))
         return True
 
