@@ -15,7 +15,7 @@ pytest.importorskip("mcp")
 
 from gateways import wait_for  # noqa: E402
 
-from toolscout.errors import CatalogError, NotFound  # noqa: E402
+from toolscout.errors import CatalogError, NotFound, RateLimited  # noqa: E402
 from toolscout.feedback import FeedbackEvent, LearnResult  # noqa: E402
 from toolscout.gateway.attribution import CallAttribution  # noqa: E402
 from toolscout.gateway.config import ConfigError, load_config  # noqa: E402
@@ -149,12 +149,15 @@ def test_a_search_takes_feedback_for_window_calls_only():
 
 
 class _Recorder:
-    """A service that records each batch of feedback it is given."""
+    """A service that records each batch of feedback it is given, and refuses any batch holding a call of
+    `over_limit` (as the service's feedback limits refuse a batch: nothing counted)."""
 
-    def __init__(self):
-        self.batches = []
+    def __init__(self, over_limit=None):
+        self.batches, self.over_limit = [], over_limit
 
     def feedback(self, events, principal):
+        if any(e.source == self.over_limit for e in events):
+            raise RateLimited(f"feedback source {self.over_limit!r} sends too much")
         self.batches.append([e.query for e in events])
         return LearnResult(learned=list(events))
 
@@ -173,6 +176,27 @@ def test_calls_that_follow_one_another_are_learned_as_one_batch_and_a_stop_ends_
     assert time.monotonic() - started < 10  # the stop ended the 60 s window
     assert service.batches == [["first", "second", "third"]]
     assert learner.stats() == {"events": 3, "pending": 0, "learned": 3, "dropped": 0}
+
+
+def test_a_batch_is_learned_when_its_wait_ends_without_a_stop():
+    service = _Recorder()
+    learner = CallLearner(service, gather_s=0.05)
+    learner.submit(FeedbackEvent("alone", ("a",), "s"))
+    wait_for(lambda: service.batches, "the wait to end and the call to be learned", 10)
+    assert service.batches == [["alone"]] and learner.stats()["pending"] == 0
+    learner.close()
+
+
+def test_a_source_over_its_limits_loses_only_its_own_calls_from_a_batch():
+    service = _Recorder(over_limit="greedy")
+    learner = CallLearner(service, gather_s=60.0)
+    learner.submit(FeedbackEvent("mine", ("a",), "polite"))
+    wait_for(lambda: learner._queue.empty(), "the learner to take the first call")
+    learner.submit(FeedbackEvent("too much", ("a",), "greedy"))
+    learner.submit(FeedbackEvent("mine too", ("a",), "polite"))
+    learner.close()
+    assert service.batches == [["mine", "mine too"]]
+    assert learner.stats() == {"events": 3, "pending": 0, "learned": 2, "dropped": 1}
 
 
 # ------------------------------------------------------------------------------------- definitions

@@ -279,6 +279,31 @@ def test_a_task_just_searched_teaches_with_the_vector_its_search_made(encoder, m
     np.testing.assert_array_equal(memory.vectors[memory.row_of[scout.learning.key(task)]], as_key)
 
 
+class _CaseReading:
+    """A space that reads case: every text embedded is kept, so a test sees what was embedded."""
+
+    name, dim, case_blind = "cased", 2, False
+
+    def __init__(self):
+        self.embedded = []
+
+    def tasks(self, queries):
+        return np.tile(np.asarray([[1.0, 0.0]], dtype=np.float32), (len(queries), 1))
+
+    def requests(self, texts):
+        self.embedded.extend(texts)
+        return np.asarray([[1.0, 0.0] if t[0].isupper() else [0.0, 1.0] for t in texts], dtype=np.float32)
+
+
+def test_a_space_that_reads_case_embeds_the_key_whichever_spelling_came_first():
+    first, second = LearnedChannel(_CaseReading()), LearnedChannel(_CaseReading())
+    spellings = [Lesson("Send Mail to Bob at 9:30", "mail.send", "a", 1), Lesson("send mail to bob at 11", "mail.send", "b", 1)]
+    first.teach(spellings)
+    second.teach(spellings[::-1])
+    assert first.space.embedded == second.space.embedded == ["send mail to bob at"]
+    np.testing.assert_array_equal(first.memory.vectors[:1], second.memory.vectors[:1])
+
+
 def test_a_tokenizer_is_case_blind_only_when_it_lowercases():
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
 

@@ -187,8 +187,10 @@ def test_int8_prefilter_returns_the_exact_top_k_even_among_near_duplicates():
 
 
 def test_the_integer_product_is_numpys_exact_integer_product():
-    """onnxruntime's kernel over the offset rows gives every int8 dot product exactly, extremes included."""
-    from toolscout.store.prefilter import integer_product
+    """onnxruntime's kernel over the offset rows gives every dot product of int8 rows and queries within
+    QUERY_LEVELS exactly, extremes included (all-extreme rows and queries are where a saturating kernel
+    would be wrong)."""
+    from toolscout.store.prefilter import QUERY_LEVELS, integer_product
 
     rng = np.random.default_rng(9)
     rows = rng.integers(-128, 128, size=(3001, 384), dtype=np.int8)
@@ -196,8 +198,8 @@ def test_the_integer_product_is_numpys_exact_integer_product():
     product = integer_product()
     stored = product.stored(rows)
     for m in (1, 5, 64):
-        queries = rng.integers(-128, 128, size=(m, 384), dtype=np.int8)
-        queries[0] = -128
+        queries = rng.integers(-QUERY_LEVELS, QUERY_LEVELS + 1, size=(m, 384), dtype=np.int8)
+        queries[0], queries[-1][::2] = QUERY_LEVELS, -QUERY_LEVELS
         got = product(stored, queries)
         assert got.shape == (m, 3001)
         np.testing.assert_array_equal(got, queries.astype(np.int64) @ rows.T.astype(np.int64))

@@ -121,8 +121,8 @@ def probability_threshold(text: str) -> float | str:
 
 
 def single_threaded_math() -> None:
-    """Concurrent requests already keep the cores busy: a multi-threaded BLAS (or torch, which runs the
-    int8 prefilter) per vector scan only adds spinning threads (measured: 2x the CPU per search on
+    """Concurrent requests already keep the cores busy: a multi-threaded BLAS per vector scan only adds
+    spinning threads (measured: 2x the CPU per search on
     2 cores). Set before numpy and torch load; overridable. Also caps glibc's malloc arenas
     (`few_malloc_arenas`), before any thread starts."""
     for var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS"):

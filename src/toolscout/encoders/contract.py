@@ -22,3 +22,12 @@ class QueryEncoder(Protocol):
         """One unit row per query (`toolscout.query`: plain strings are read as `Query.of` reads them),
         float32, shape (len(queries), dim)."""
         ...
+
+
+@runtime_checkable
+class KnowsCase(Protocol):
+    """An encoder that can say whether letter case changes its vectors (`Encoder.case_blind`); one that
+    cannot is taken to read case."""
+
+    @property
+    def case_blind(self) -> bool: ...

@@ -592,17 +592,36 @@ class CallLearner:
         return batch
 
     def _learn(self, events: list[FeedbackEvent]) -> None:
+        """One batch. When a source in it is over its feedback limits (the whole batch is refused, nothing
+        counted), its sources are learned one by one, so only that source's calls are dropped."""
+        refused = self._attempt(events)
+        if refused is not None:
+            by_source: dict[str, list[FeedbackEvent]] = {}
+            for event in events:
+                by_source.setdefault(event.source, []).append(event)
+            if len(by_source) == 1:
+                self._drop(events, refused)
+            for group in by_source.values() if len(by_source) > 1 else ():
+                if (again := self._attempt(group)) is not None:
+                    self._drop(group, again)
+        self.done += len(events)
+
+    def _attempt(self, events: list[FeedbackEvent]) -> RateLimited | None:
+        """Learn `events`; the RateLimited that refused them all, else None. A bug is logged and its events
+        dropped: the gateway goes on forwarding calls."""
         try:
             result = self.service.feedback(events, ADMIN)  # trusted: each event names its own source
             self.learned += len(result.learned)
         except RateLimited as exc:
-            self.dropped += len(events)
-            logger.warning("feedback from %d forwarded calls dropped: %s", len(events), exc)
-        except Exception:  # a bug: logged, and the gateway goes on forwarding calls
+            return exc
+        except Exception:
             self.dropped += len(events)
             logger.exception("learning from %d forwarded calls failed", len(events))
-        finally:
-            self.done += len(events)
+        return None
+
+    def _drop(self, events: list[FeedbackEvent], reason: RateLimited) -> None:
+        self.dropped += len(events)
+        logger.warning("feedback from %d forwarded calls dropped: %s", len(events), reason)
 
 
 def _not_searchable(upstream: Upstream) -> dict[str, str]:

@@ -167,13 +167,17 @@ class LearnedChannel:
     # writing -------------------------------------------------------------------------------------
     def prepare(self, requests: Iterable[str], made: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
         """The vectors of `requests`' keys neither in memory nor in `made` (made outside the write lock). A
-        space blind to case embeds a request as written (teachable part only), which for a task just
-        searched is the vector its search made; any other space embeds the key."""
+        space blind to case embeds a request as written (its teachable part), which for a task just
+        searched that it all teaches is the vector its search made; any other space embeds the key, so
+        a vector never depends on which spelling came first."""
+        case_blind = self.space.case_blind
         written: dict[str, str] = {}  # key -> the text embedded for it
         for request in requests:
             key = self.key(request)
             if key not in written and key not in self.memory.row_of and key not in (made or {}):
-                written[key] = teachable(request) if self.space.case_blind else key
+                as_written = teachable(request)
+                # a key restored from an older reduction may not be this text's: then the key itself
+                written[key] = as_written if case_blind and " ".join(as_written.lower().split()) == key else key
         return dict(zip(written, self.space.requests(list(written.values())))) if written else {}
 
     def teach(self, lessons: Sequence[Lesson], prepared: dict[str, np.ndarray] | None = None) -> None:

@@ -13,15 +13,17 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
+from ..encoders.contract import KnowsCase
 from ..query import Query, as_queries
 
 
 class RequestSpace(Protocol):
     name: str
     dim: int
-    # whether letter case changes no vector: a request is then embedded as it was written, so a task just
-    # searched comes from the encoder's query cache instead of being encoded again (a request's key, what
-    # it is remembered under, ignores case either way)
+    # whether letter case changes no vector: a request is then embedded as it was written (what it
+    # teaches of it), so a task just searched whose text it all teaches comes from the encoder's query
+    # cache instead of being encoded again (a request's key, what it is remembered under, ignores case
+    # either way)
     case_blind: bool
 
     def tasks(self, queries: Sequence[Query]) -> np.ndarray:
@@ -38,7 +40,8 @@ class EncoderSpace:
 
     @property
     def case_blind(self) -> bool:
-        return self.encoder.case_blind  # asked each time: the encoder may move to torch (weights trained in place)
+        # asked each time: the encoder may move to torch (weights trained in place)
+        return isinstance(self.encoder, KnowsCase) and self.encoder.case_blind
 
     def tasks(self, queries: Sequence[Query]) -> np.ndarray:
         return _unit(self.encoder.encode_queries(as_queries(queries)))

@@ -33,6 +33,10 @@ logger = logging.getLogger(__name__)
 KERNEL = Path(__file__).resolve().parent.parent / "data" / "kernels" / "matmul_integer.onnx"
 
 LEVELS = 127  # symmetric int8
+# Queries get fewer levels: on x86 CPUs with AVX2 but no VNNI, onnxruntime's uint8 x int8 kernel adds each
+# pair of products in saturating int16 (VPMADDUBSW), and 2 x 255 x 63 < 32767 keeps every sum exact there.
+# The coarser query only widens its error bound, so a few more candidates are rescored.
+QUERY_LEVELS = 63
 ROUNDING_MARGIN = 1e-4  # x |r| |q|: float32 rounding of a 384..4096-term dot product stays far below this
 BOUND_SAFETY = 1.0  # the measured error must stay within this times the bound when the copy is checked
 
@@ -40,16 +44,16 @@ BOUND_SAFETY = 1.0  # the measured error must stay within this times the bound w
 CHUNK = 4096  # rows worked on in float64 at once: a whole large catalog in float64 would double a server's peak
 
 
-def quantise_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(int8 rows, per-row scales, per-row rounding-error norms) of float `rows`."""
+def quantise_rows(rows: np.ndarray, levels: int = LEVELS) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(int8 rows, per-row scales, per-row rounding-error norms) of float `rows`, within +-`levels`."""
     rows = np.asarray(rows)
     codes = np.empty(rows.shape, dtype=np.int8)
     scales, errors = np.empty(len(rows)), np.empty(len(rows))
     for start in range(0, len(rows), CHUNK):
         part, at = rows[start:start + CHUNK].astype(np.float64), slice(start, start + CHUNK)
         peak = np.abs(part).max(axis=1) if part.shape[1] else np.zeros(len(part))
-        scales[at] = np.where(peak > 0, peak / LEVELS, 1.0)
-        rounded = np.clip(np.rint(part / scales[at, None]), -LEVELS, LEVELS)
+        scales[at] = np.where(peak > 0, peak / levels, 1.0)
+        rounded = np.clip(np.rint(part / scales[at, None]), -levels, levels)
         errors[at] = np.linalg.norm(part - rounded * scales[at, None], axis=1)
         codes[at] = rounded
     return codes, scales, errors
@@ -69,9 +73,9 @@ def exact_scores(queries: np.ndarray, rows: np.ndarray) -> np.ndarray:
 
 
 class IntegerProduct:
-    """Integer dot products of int8 rows and int8 queries, exact, through onnxruntime's MatMulInteger. Its
-    fast kernel takes uint8 on the left, so the rows are kept offset by 128 (`stored`), and
-    (r + 128) . q - 128 sum(q) = r . q in int32 (384 x 255 x 127 and far beyond fit)."""
+    """Integer dot products of int8 rows and queries within +-QUERY_LEVELS, exact on every CPU, through
+    onnxruntime's MatMulInteger. Its fast kernel takes uint8 on the left, so the rows are kept offset by
+    128 (`stored`), and (r + 128) . q - 128 sum(q) = r . q in int32 (4096 x 255 x 63 fits)."""
 
     def __init__(self):
         import onnxruntime as ort
@@ -169,7 +173,7 @@ class Int8Prefilter:
     def bounds(self, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(approximate scores of every row for each query, (queries, rows); each query's error bound)."""
         queries = np.atleast_2d(np.asarray(queries, dtype=np.float32))
-        codes, scales, errors = quantise_rows(queries)
+        codes, scales, errors = quantise_rows(queries, QUERY_LEVELS)
         approx = self.product(self.stored, codes) * self.scales[None, :]
         approx *= scales.astype(np.float32)[:, None]
         q_norms = np.linalg.norm(queries.astype(np.float64), axis=1)
