@@ -162,8 +162,8 @@ def write_table(out: Path, rows: np.ndarray, bias: np.ndarray, info: dict, probe
     from ..store.prefilter import quantise_rows  # the int8 scheme the vector store's prefilter uses
 
     out.mkdir(parents=True, exist_ok=True)
-    codes, scales, _errors = quantise_rows(rows)
-    np.savez_compressed(out / TABLE, codes=codes, scales=scales.astype(np.float32),
+    quantised = quantise_rows(rows)
+    np.savez_compressed(out / TABLE, codes=quantised.codes, scales=quantised.scales.astype(np.float32),
                         bias=np.asarray(bias, dtype=np.float32))
     (out / MANIFEST).write_text(json.dumps(info, indent=2, default=str) + "\n", encoding="utf-8")
     table = load_table(out, tokenizer, info)

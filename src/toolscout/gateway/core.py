@@ -596,15 +596,19 @@ class CallLearner:
         counted), its sources are learned one by one, so only that source's calls are dropped."""
         refused = self._attempt(events)
         if refused is not None:
-            by_source: dict[str, list[FeedbackEvent]] = {}
-            for event in events:
-                by_source.setdefault(event.source, []).append(event)
-            if len(by_source) == 1:
-                self._drop(events, refused)
-            for group in by_source.values() if len(by_source) > 1 else ():
-                if (again := self._attempt(group)) is not None:
-                    self._drop(group, again)
+            self._learn_by_source(events, refused)
         self.done += len(events)
+
+    def _learn_by_source(self, events: list[FeedbackEvent], refused: RateLimited) -> None:
+        by_source: dict[str, list[FeedbackEvent]] = {}
+        for event in events:
+            by_source.setdefault(event.source, []).append(event)
+        if len(by_source) == 1:
+            self._drop(events, refused)
+            return
+        for group in by_source.values():
+            if (again := self._attempt(group)) is not None:
+                self._drop(group, again)
 
     def _attempt(self, events: list[FeedbackEvent]) -> RateLimited | None:
         """Learn `events`; the RateLimited that refused them all, else None. A bug is logged and its events

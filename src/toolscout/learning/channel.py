@@ -162,7 +162,7 @@ class LearnedChannel:
         known = self.key_of.get(request)
         if known is not None:
             return known
-        return " ".join(teachable(request).lower().split())
+        return _key_of(teachable(request))
 
     # writing -------------------------------------------------------------------------------------
     def prepare(self, requests: Iterable[str], made: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
@@ -177,7 +177,7 @@ class LearnedChannel:
             if key not in written and key not in self.memory.row_of and key not in (made or {}):
                 as_written = teachable(request)
                 # a key restored from an older reduction may not be this text's: then the key itself
-                written[key] = as_written if case_blind and " ".join(as_written.lower().split()) == key else key
+                written[key] = as_written if case_blind and _key_of(as_written) == key else key
         return dict(zip(written, self.space.requests(list(written.values())))) if written else {}
 
     def teach(self, lessons: Sequence[Lesson], prepared: dict[str, np.ndarray] | None = None) -> None:
@@ -316,6 +316,11 @@ class LearnedChannel:
                         memory["key_of"])
         channel.refresh_weights()
         return channel
+
+
+def _key_of(teachable_text: str) -> str:
+    """What a request's teachable text is remembered under: case and spacing ignored."""
+    return " ".join(teachable_text.lower().split())
 
 
 def _merge(ids: list[str], scores: np.ndarray, lifted: dict[str, Lift], calibration: Calibration,

@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import logging
 from pathlib import Path
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import numpy as np
 
@@ -44,25 +44,29 @@ BOUND_SAFETY = 1.0  # the measured error must stay within this times the bound w
 CHUNK = 4096  # rows worked on in float64 at once: a whole large catalog in float64 would double a server's peak
 
 
-def quantise_rows(rows: np.ndarray, levels: int = LEVELS) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(int8 rows, per-row scales, per-row rounding-error norms) of float `rows`, within +-`levels`."""
+class Quantised(NamedTuple):
+    """Float rows as int8 codes with one scale per row, and what the error bound reads of each row."""
+
+    codes: np.ndarray  # int8
+    scales: np.ndarray
+    errors: np.ndarray  # the norm of each row's rounding error
+    norms: np.ndarray  # each row's own norm
+
+
+def quantise_rows(rows: np.ndarray, levels: int = LEVELS) -> Quantised:
+    """`rows` rounded to int8 within +-`levels` (a chunk at a time in float64)."""
     rows = np.asarray(rows)
     codes = np.empty(rows.shape, dtype=np.int8)
-    scales, errors = np.empty(len(rows)), np.empty(len(rows))
+    scales, errors, norms = np.empty(len(rows)), np.empty(len(rows)), np.empty(len(rows))
     for start in range(0, len(rows), CHUNK):
         part, at = rows[start:start + CHUNK].astype(np.float64), slice(start, start + CHUNK)
         peak = np.abs(part).max(axis=1) if part.shape[1] else np.zeros(len(part))
         scales[at] = np.where(peak > 0, peak / levels, 1.0)
         rounded = np.clip(np.rint(part / scales[at, None]), -levels, levels)
         errors[at] = np.linalg.norm(part - rounded * scales[at, None], axis=1)
+        norms[at] = np.linalg.norm(part, axis=1)
         codes[at] = rounded
-    return codes, scales, errors
-
-
-def row_norms(rows: np.ndarray) -> np.ndarray:
-    """Each row's norm, in float64 (a chunk at a time)."""
-    return np.concatenate([np.linalg.norm(rows[start:start + CHUNK].astype(np.float64), axis=1)
-                           for start in range(0, len(rows), CHUNK)] or [np.zeros(0)])
+    return Quantised(codes, scales, errors, norms)
 
 
 def exact_scores(queries: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -115,10 +119,9 @@ class Int8Prefilter:
     the written rows only (rebuilding the copy took ~140 ms a write: under a writer at 4 writes/s, most
     of a two-core server's time). The bound reads the largest row norm and rounding error, kept per row."""
 
-    def __init__(self, product: IntegerProduct, codes: np.ndarray, scales: np.ndarray, norms: np.ndarray,
-                 errors: np.ndarray):
+    def __init__(self, product: IntegerProduct, rows: Quantised):
         self.product = product
-        self._set(product.stored(codes), scales.astype(np.float32), norms, errors)
+        self._set(product.stored(rows.codes), rows.scales.astype(np.float32), rows.norms, rows.errors)
 
     def _set(self, stored: np.ndarray, scales: np.ndarray, norms: np.ndarray, errors: np.ndarray) -> None:
         self.stored = np.ascontiguousarray(stored)  # the int8 codes as the product keeps them
@@ -133,8 +136,7 @@ class Int8Prefilter:
         product = integer_product()
         if product is None or not len(matrix) or not np.isfinite(matrix).all():
             return None
-        codes, scales, errors = quantise_rows(matrix)
-        prefilter = cls(product, codes, scales, row_norms(matrix), errors)
+        prefilter = cls(product, quantise_rows(matrix))
         probes = np.vstack([matrix[: min(4, len(matrix))], matrix.mean(axis=0, keepdims=True)])
         # the products searches use: one query alone and a batch
         checks = [(prefilter.bounds(probes[:1]), probes[:1]), (prefilter.bounds(probes), probes)]
@@ -149,20 +151,19 @@ class Int8Prefilter:
     def set_rows(self, rows: Sequence[int], vectors: np.ndarray) -> bool:
         if not np.isfinite(vectors).all():
             return False
-        codes, scales, errors = quantise_rows(vectors)
-        self.stored[rows], self.scales[rows], self.errors[rows] = self.product.stored(codes), scales, errors
-        self.norms[rows] = row_norms(vectors)
+        new = quantise_rows(vectors)
+        self.stored[rows], self.scales[rows] = self.product.stored(new.codes), new.scales
+        self.errors[rows], self.norms[rows] = new.errors, new.norms
         self.max_norm, self.max_error = float(self.norms.max()), float(self.errors.max())
         return True
 
     def append(self, vectors: np.ndarray) -> bool:
         if not np.isfinite(vectors).all():
             return False
-        codes, scales, errors = quantise_rows(vectors)
-        self._set(np.concatenate([self.stored, self.product.stored(codes)]),
-                  np.concatenate([self.scales, scales.astype(np.float32)]),
-                  np.concatenate([self.norms, row_norms(vectors)]),
-                  np.concatenate([self.errors, errors]))
+        new = quantise_rows(vectors)
+        self._set(np.concatenate([self.stored, self.product.stored(new.codes)]),
+                  np.concatenate([self.scales, new.scales.astype(np.float32)]),
+                  np.concatenate([self.norms, new.norms]), np.concatenate([self.errors, new.errors]))
         return True
 
     def keep(self, rows: np.ndarray) -> bool:
@@ -173,10 +174,9 @@ class Int8Prefilter:
     def bounds(self, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(approximate scores of every row for each query, (queries, rows); each query's error bound)."""
         queries = np.atleast_2d(np.asarray(queries, dtype=np.float32))
-        codes, scales, errors = quantise_rows(queries, QUERY_LEVELS)
+        codes, scales, errors, q_norms = quantise_rows(queries, QUERY_LEVELS)
         approx = self.product(self.stored, codes) * self.scales[None, :]
         approx *= scales.astype(np.float32)[:, None]
-        q_norms = np.linalg.norm(queries.astype(np.float64), axis=1)
         n, e = self.max_norm, self.max_error
         delta = (n + e) * errors + e * (q_norms + errors) + e * errors + ROUNDING_MARGIN * n * q_norms
         return approx, delta
