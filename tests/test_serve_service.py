@@ -1,6 +1,7 @@
 """The service core: journal, replay, compaction, permissions, concurrency; and the pipeline's search
 policies the servers rely on (name matches, always_include, abstention threshold)."""
 
+import json
 import threading
 
 import pytest
@@ -135,6 +136,45 @@ def test_one_server_per_directory(tmp_path, tools):
     ToolService.open(folder).close()
     with pytest.raises(ServiceError, match="not a pipeline directory"):
         ToolService.open(tmp_path)
+
+
+def test_index_refuses_a_directory_a_server_serves_and_replaces_the_old_journal_with_the_catalog(tmp_path, tools,
+                                                                                                   capsys):
+    from toolscout.cli import main
+
+    folder = make_dir(tmp_path, tools)
+    catalog = tmp_path / "catalog.json"
+    catalog.write_text(json.dumps([{"name": f"t{i}", "description": f"Translate text, variant {i}"} for i in range(3)]))
+    index = ["index", str(catalog), "--out", str(folder), "--retriever", "bm25"]
+    svc = ToolService.open(folder)
+    svc.upsert([new_tool(1)])
+    capsys.readouterr()
+    assert main(index) != 0 and "another toolscout server is serving this directory" in capsys.readouterr().err
+    svc.close(compact=False)  # as if killed: the journal holds a write the snapshot lacks
+    assert main(index) == 0
+    again = ToolService.open(folder)
+    assert sorted(state(again)) == ["t0", "t1", "t2"]  # the old catalog's journalled write is not replayed over it
+    again.upsert([new_tool(2)])
+    again.close(compact=False)
+    reopened = ToolService.open(folder)
+    assert sorted(state(reopened)) == ["extra.t2", "t0", "t1", "t2"]  # and the new journal goes on from there
+    reopened.close()
+
+
+def test_cli_search_sees_the_writes_a_running_server_journalled_and_leaves_its_journal_alone(tmp_path, tools, capsys):
+    from toolscout.cli import main
+
+    folder = make_dir(tmp_path, tools)
+    svc = ToolService.open(folder)
+    svc.upsert([Tool("zoo.feed", "feed_zebras", "Feed the zebras at the zoo")])
+    with open(folder / JOURNAL, "ab") as fh:  # a write in flight: a torn last line the server has not finished
+        fh.write(encode_record({"seq": 2, "op": "delete", "ids": ["zoo.feed"]})[:20])
+    size = (folder / JOURNAL).stat().st_size
+    capsys.readouterr()
+    assert main(["search", str(folder), "feed the zebras", "-k", "1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["hits"][0]["id"] == "zoo.feed"
+    assert (folder / JOURNAL).stat().st_size == size  # a reader cuts nothing off the server's journal
+    svc.storage.journal.close()
 
 
 # ------------------------------------------------------------------------------ permissions

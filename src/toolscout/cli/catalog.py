@@ -50,6 +50,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_index(args: argparse.Namespace) -> int:
+    from ..serve.directory import replacing
     from ..store.pgvector import is_postgres_spec
 
     tools = _load_catalogs(args)
@@ -58,8 +59,9 @@ def cmd_index(args: argparse.Namespace) -> int:
 
         return index_into_postgres(args, tools)
     start = time.perf_counter()
-    scout = pipeline_from_args(args, tools)
-    scout.save(args.out)
+    with replacing(args.out) as config:  # refused while a server serves it, before the build
+        scout = pipeline_from_args(args, tools)
+        scout.save(args.out, extra_config=config)
     took = time.perf_counter() - start
     tier = {"table": ", tasks through the static table", "student": ", tasks through the query student"}.get(
         args.fast_queries, "")
@@ -88,8 +90,8 @@ def _load_catalogs(args: argparse.Namespace) -> list:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    from ..pipeline import ToolScout
     from ..postgres import recorded_spec
+    from ..serve.directory import current_pipeline
 
     spec = recorded_spec(args.dir)
     if spec:  # indexed into PostgreSQL: search the database, not the snapshot
@@ -97,9 +99,9 @@ def cmd_search(args: argparse.Namespace) -> int:
 
         with open_postgres_service(spec, fast_queries=args.fast_queries) as service:
             query_hits = service.search(list(args.query), k=args.k, namespaces=args.namespace, min_score=None)
-    else:
-        query_hits = ToolScout.load(args.dir, fast_queries=args.fast_queries).search(list(args.query), k=args.k,
-                                                                                     namespaces=args.namespace)
+    else:  # the directory as its server serves it: the snapshot and the writes journalled since
+        query_hits = current_pipeline(args.dir, fast_queries=args.fast_queries).search(
+            list(args.query), k=args.k, namespaces=args.namespace)
     if args.json:
         out = [{"query": q, "hits": [h.to_dict() for h in hits]} for q, hits in zip(args.query, query_hits)]
         print(json.dumps(out[0] if len(out) == 1 else out, indent=2, ensure_ascii=False))
@@ -129,12 +131,14 @@ def print_hits(query: str, hits: list) -> None:
 def cmd_demo(args: argparse.Namespace) -> int:
     from ..ingest import load_tools
     from ..pipeline import ToolScout
+    from ..serve.directory import replacing
 
     catalog = Path(__file__).resolve().parents[1] / "data" / "catalogs" / "apibank_sample"
     tools = load_tools(catalog)
     print(f"Indexing {len(tools)} tools from the bundled sample catalog ({catalog.name}) with {args.retriever}...")
-    scout = ToolScout.from_tools(tools, retriever=args.retriever)
-    scout.save(args.out)
+    with replacing(args.out) as config:
+        scout = ToolScout.from_tools(tools, retriever=args.retriever)
+        scout.save(args.out, extra_config=config)
     for task in EXAMPLE_TASKS:
         print_hits(task, scout.search(task, k=3))
     print(f"\nSaved the index to {args.out}. Search it again, or serve it over HTTP and MCP:\n"

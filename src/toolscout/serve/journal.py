@@ -78,6 +78,14 @@ class Journal:
     # reading -------------------------------------------------------------------------------
     def replay(self) -> Iterator[dict[str, Any]]:
         """Every intact record, in order; cuts off a torn last record. Call once, before `append`."""
+        return self._read(cut_torn=True)
+
+    def read(self) -> Iterator[dict[str, Any]]:
+        """Every intact record, in order, changing nothing: what a reader beside a running server sees (a
+        torn last record is the write in flight, not acknowledged yet)."""
+        return self._read(cut_torn=False)
+
+    def _read(self, cut_torn: bool) -> Iterator[dict[str, Any]]:
         if not self.path.exists():
             return
         data = self.path.read_bytes()
@@ -89,7 +97,8 @@ class Journal:
             record = _decode_line(line)
             if record is None:
                 if offset + len(line) >= len(data):  # the last line: a write that never completed
-                    self._truncate(offset)
+                    if cut_torn:
+                        self._truncate(offset)
                     break
                 raise JournalError(
                     f"{self.path}:{lineno}: damaged journal record before the end of the file; the records after "
