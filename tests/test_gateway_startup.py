@@ -74,3 +74,31 @@ def test_a_server_that_does_not_come_up_within_the_wait_is_named_and_waited_for_
             assert only_alpha.structured_content["not_searchable"] == []  # late is not among what it searched
 
     anyio.run(session)
+
+
+def test_a_call_to_a_server_still_queued_to_start_waits_for_it_instead_of_failing(tmp_path):
+    """On a kept index the gateway answers at once and starts its upstreams a few at a time: a call to one
+    whose start is still queued starts it out of turn and waits for it (it failed at once, saying the server
+    "did not come up within 60 s", when the call came before the server's supervisor had run)."""
+    (tmp_path / "zoo.json").write_text(json.dumps([ZEBRA]))
+    zoo = stub("zoo", "--no-builtins", "--tools", str(tmp_path / "zoo.json"))
+
+    async def index_them(config):
+        async with Client(gateway_stdio(config, tmp_path / "index")) as client:
+            assert ids(await client.call_tool("search_tools", {"task": "count zebra stripes"}))[0] == \
+                "zoo.count_zebra_stripes"
+
+    anyio.run(index_them, write_config(tmp_path, {"alpha": stub("alpha"), "beta": stub("beta"), "zoo": zoo}))
+    # the same servers, the first two slow to start: they hold both turns while zoo waits in the queue
+    slow = write_config(tmp_path, {"alpha": stub("alpha", "--start-delay", "4"),
+                                   "beta": stub("beta", "--start-delay", "4"), "zoo": zoo})
+
+    async def call_first():
+        async with Client(gateway_stdio(slow, tmp_path / "index")) as client:
+            called = await client.call_tool("call_tool", {"name": "zoo.count_zebra_stripes",
+                                                          "arguments": {"photo": "p.jpg"}})
+            assert not called.is_error, called.content[0].text
+            assert json.loads(called.content[0].text) == {"server": "zoo", "tool": "count_zebra_stripes",
+                                                          "arguments": {"photo": "p.jpg"}}
+
+    anyio.run(call_first)

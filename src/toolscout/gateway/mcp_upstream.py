@@ -99,14 +99,15 @@ class McpUpstream:
         self._connection: Connection | None = None
         self._sink: ListingSink | None = None
         self._notice: Notice | None = None
-        self._events: Any = None  # _Signals, made inside the event loop by run()
+        self._events: Any = None  # _Signals, made inside the event loop (`_signals`)
         self._relays: dict[int, Relay] = {}  # calls in flight that can answer an elicitation
         self._timeouts_in_a_row = 0
         quiet_sdk_parse_errors()
 
     # supervision -------------------------------------------------------------------------------
     async def run(self, sink: ListingSink, notice: Notice | None = None) -> None:
-        self._sink, self._notice, self._events = sink, notice, _Signals()
+        self._sink, self._notice = sink, notice
+        self._signals()
         if self.spec.problem:  # nothing to try until the config is fixed and the gateway restarted
             self.status.change("down", f"not started: {self.spec.problem}")
             logger.warning("upstream %s is down: %s", self.name, self.status.last_error)
@@ -432,10 +433,17 @@ class McpUpstream:
         raise UpstreamUnavailable(f"upstream {self.name!r} is down: {self.status.last_error or 'not connected'}")
 
     async def wait_up(self, within: float) -> bool:
-        if self._client is None and self.status.state == "starting" and self._events is not None:
+        if self._client is None and self.status.state == "starting":
             with anyio.move_on_after(within):
-                await self._events.up.wait()
+                await self._signals().up.wait()
         return self._client is not None
+
+    def _signals(self) -> "_Signals":
+        """The supervisor's events, made in the event loop by the first that needs them: `run`, or a call that
+        waits for an upstream whose start is scheduled but has not run yet."""
+        if self._events is None:
+            self._events = _Signals()
+        return self._events
 
     def _drop(self) -> None:
         """The connection is broken: end it, so the supervisor reconnects."""

@@ -67,7 +67,7 @@ class OpenApiUpstream:
         self._read: anyio.Event | None = None  # set once the document has been read (or failed to be)
 
     async def run(self, sink: ListingSink, notice: Notice | None = None) -> None:
-        self._relist, self._read = anyio.Event(), anyio.Event()
+        self._relist, self._read = anyio.Event(), self._read or anyio.Event()
         if self.spec.problem:
             self.status.change("down", f"not started: {self.spec.problem}")
             logger.warning("upstream %s is down: %s", self.name, self.status.last_error)
@@ -99,7 +99,9 @@ class OpenApiUpstream:
             self._relist.set()
 
     async def wait_up(self, within: float) -> bool:
-        if self.status.state == "starting" and self._read is not None:
+        if self.status.state == "starting":
+            if self._read is None:  # its start is scheduled and has not run yet: it sets this one
+                self._read = anyio.Event()
             with anyio.move_on_after(within):
                 await self._read.wait()
         return self.status.state == "up"
