@@ -228,3 +228,35 @@ def test_cli_learn_imports_logs_forgets_sources_and_refuses_a_served_directory(e
     with ToolService.open(folder):
         assert main(["learn", str(folder), str(log)]) == 1
     assert "another toolscout server is serving this directory" in capsys.readouterr().err
+
+
+def test_cli_learning_reports_beside_a_server_and_refuses_bad_arguments_before_changing_anything(encoder, tmp_path,
+                                                                                                  capsys):
+    import json
+    import socket
+
+    from toolscout.cli import main
+    from toolscout.serve import ToolService
+
+    folder = tmp_path / "idx"
+    ToolScout.from_tools(sample_with_feedback(encoder, "bm25").tools, retriever="bm25").save(folder)
+    with ToolService.open(folder) as service:  # a server (a stdio gateway has no URL) holds the directory
+        service.feedback([FeedbackEvent("put a meeting with Ann in my calendar", ("apibank::AddMeeting",))])
+        capsys.readouterr()
+        assert main(["learning", "report", str(folder), "--json"]) == 0  # read beside it: its journal's feedback
+        assert json.loads(capsys.readouterr().out)["events_scored"] == 1
+        assert main(["learning", "freeze", str(folder)]) == 1  # a write still needs the server
+        assert "another toolscout server" in capsys.readouterr().err
+    version = (folder / "CURRENT").read_text()
+    for argv, says in ((["rollback", str(folder), "--before", "1e30"], "out of range"),
+                       (["rollback", str(folder), "--before", "nan"], "out of range"),
+                       (["weight", str(folder), "mail", "abc"], "give a number from 0 to 1, or auto")):
+        assert main(["learning", *argv]) == 1
+        err = capsys.readouterr().err
+        assert says in err and "Traceback" not in err, err
+    assert (folder / "CURRENT").read_text() == version  # refused before anything was written
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    assert main(["learning", "report", f"http://127.0.0.1:{port}"]) == 1
+    assert f"http://127.0.0.1:{port}: cannot reach the server" in capsys.readouterr().err

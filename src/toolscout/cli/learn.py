@@ -90,8 +90,10 @@ def add_learning_parsers(sub: argparse._SubParsersAction) -> None:
                        description="Every feedback event is scored before it is learned: where the used tool ranked "
                                    "as served, untaught, and with learning at full weight. `report` shows those "
                                    "figures per namespace and the weight learning has in each; `weight`, `freeze`, "
-                                   "`unfreeze` and `rollback` change it. TARGET: a pipeline directory (no server "
-                                   "may hold it), postgresql://... or the URL of a running server or gateway.")
+                                   "`unfreeze` and `rollback` change it. TARGET: a pipeline directory, "
+                                   "postgresql://... or the URL of a running server or gateway. `report` reads "
+                                   "a directory even while a server or a stdio gateway holds it; the verbs that "
+                                   "change learning need it free, or the server's URL.")
     verbs = p.add_subparsers(dest="verb", metavar="VERB", required=True)
     report = verbs.add_parser("report", help="the deployment's own measurement of its learning")
     report.add_argument("target", metavar="TARGET")
@@ -115,18 +117,19 @@ def add_learning_parsers(sub: argparse._SubParsersAction) -> None:
 def cmd_learning(args: argparse.Namespace) -> int:
     import os
 
-    target = LearningTarget.of(args.target, args.token if args.token is not None else os.environ.get("TOOLSCOUT_TOKEN"))
+    # every argument is read before anything is opened or changed
+    before = parse_time(args.before) if args.verb == "rollback" else None
+    weights = {args.namespace: parse_weight(args.weight)} if args.verb == "weight" else None
+    token = args.token if args.token is not None else os.environ.get("TOOLSCOUT_TOKEN")
+    target = LearningTarget.of(args.target, token, read_only=args.verb == "report")
     try:
         if args.verb == "report":
             report = target.report()
             print(json.dumps(report, indent=2) if args.json else render_report(report))
         elif args.verb == "rollback":
-            before = parse_time(args.before)
             print(f"took back {target.rollback(before)} (request, tool) pairs learned at or after "
                   f"{datetime.fromtimestamp(before, timezone.utc).isoformat()}", file=sys.stderr)
         else:
-            weights = {args.namespace: None if args.weight == "auto" else float(args.weight)} \
-                if args.verb == "weight" else None
             freeze = {"freeze": True, "unfreeze": False}.get(args.verb)
             print(json.dumps(target.settings(weights, freeze)), file=sys.stderr)
     finally:
@@ -135,10 +138,17 @@ def cmd_learning(args: argparse.Namespace) -> int:
 
 
 def parse_time(text: str) -> float:
+    """--before: an ISO 8601 time or seconds since the epoch, a time a calendar can show."""
     try:
-        return float(text)
+        seconds = float(text)
     except ValueError:
-        pass
+        seconds = None
+    if seconds is not None:
+        try:
+            datetime.fromtimestamp(seconds, timezone.utc)
+        except (ValueError, OverflowError, OSError):  # NaN, or past what a calendar shows
+            raise ValueError(f"--before {text!r}: not a time (seconds since the epoch out of range)") from None
+        return seconds
     try:
         when = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
@@ -147,24 +157,41 @@ def parse_time(text: str) -> float:
     return (when if when.tzinfo else when.replace(tzinfo=timezone.utc)).timestamp()
 
 
+def parse_weight(text: str) -> float | None:
+    """A weight: a number from 0 to 1 (checked where it is set), or auto (None)."""
+    if text == "auto":
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"weight {text!r}: give a number from 0 to 1, or auto") from None
+
+
 class LearningTarget:
     """A directory or database opened here, or a running server reached over HTTP."""
 
-    def __init__(self, service=None, url: str | None = None, token: str | None = None):
-        self.service, self.url, self.token = service, url, token
+    def __init__(self, service=None, url: str | None = None, token: str | None = None, pipeline=None):
+        self.service, self.url, self.token, self.pipeline = service, url, token, pipeline
 
     @classmethod
-    def of(cls, target: str, token: str | None) -> "LearningTarget":
+    def of(cls, target: str, token: str | None, read_only: bool = False) -> "LearningTarget":
+        """`read_only`: a directory is read as its server serves it, beside the server (a stdio gateway has
+        no URL to ask), instead of opened for writing, which a server holding it refuses."""
         if target.startswith(("http://", "https://")):
             return cls(url=target.rstrip("/"), token=token)
         from ..postgres import recorded_spec
+        from ..serve.directory import current_pipeline
         from ..serve.limits import FeedbackLimits
         from ..serve.service import ToolService
 
-        return cls(ToolService.open(recorded_spec(target) or target, batch_workers=0,
-                                    limits=FeedbackLimits(rate=None, volume=None)))
+        spec = recorded_spec(target)
+        if read_only and not spec:
+            return cls(pipeline=current_pipeline(target))
+        return cls(ToolService.open(spec or target, batch_workers=0, limits=FeedbackLimits(rate=None, volume=None)))
 
     def report(self) -> dict:
+        if self.pipeline is not None:
+            return self.pipeline.learning_report()
         return self._http("GET", "/learning") if self.url else self.service.learning()
 
     def settings(self, weights, freeze) -> dict:
@@ -184,7 +211,10 @@ class LearningTarget:
         import httpx
 
         headers = {"authorization": f"Bearer {self.token}"} if self.token else {}
-        response = httpx.request(method, self.url + path, json=body, headers=headers, timeout=60)
+        try:
+            response = httpx.request(method, self.url + path, json=body, headers=headers, timeout=60)
+        except httpx.HTTPError as exc:  # nothing listening, a refused connection, a timeout
+            raise ValueError(f"{self.url}: cannot reach the server: {exc or type(exc).__name__}") from None
         if response.status_code >= 400:
             try:
                 message = response.json()["error"]["message"]
