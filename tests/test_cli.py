@@ -168,3 +168,19 @@ def test_index_splits_multi_request_tasks_unless_told_not_to(capsys, tmp_path):
         assert run(capsys, "index", catalog, "--out", idx, "--retriever", "dense", *flags)[0] == 0
         code, out, _ = run(capsys, "search", idx, task, "-k", "5", "--json")
         assert code == 0 and [h["id"] for h in json.loads(out)["hits"]] == expected[split]
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["serve", "idx", "--port", "99999"], "argument --port: expected a number from 1 to 65535, got '99999'"),
+    (["serve", "idx", "--port", "-1"], "argument --port: expected a number from 1 to 65535"),
+    (["serve", "idx", "--max-body", "-5"], "argument --max-body: expected a number at least 1"),
+    (["serve", "idx", "--min-score", "nan"], "argument --min-score: expected a finite number"),
+    (["serve", "idx", "--feedback-cap", "0"], "argument --feedback-cap: expected a number at least 1"),
+    (["serve", "idx", "--batch-workers", "two"], "argument --batch-workers: expected a whole number, got 'two'"),
+    (["gateway", "servers.json", "--search-wait", "-1"], "argument --search-wait: expected a number at least 0"),
+    (["gateway", "servers.json", "--port", "70000"], "argument --port: expected a number from 1 to 65535"),
+])
+def test_numbers_out_of_range_are_refused_naming_the_flag_before_anything_starts(capsys, argv, says):
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2 and says in capsys.readouterr().err

@@ -23,8 +23,10 @@ import os
 import sys
 from pathlib import Path
 
+from .options import number_in
 from .serve import (
     LOOPBACK,
+    PORT,
     add_access_arguments,
     add_service_arguments,
     auth_from_args,
@@ -58,7 +60,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                         "any number of gateways on one DSN share the catalog, tool definitions, approvals and what "
                         "calls taught (docs/gateway.md, Replicas)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on with --port (default %(default)s)")
-    p.add_argument("--port", type=int, default=None, help="serve HTTP on this port (default: MCP over stdio)")
+    p.add_argument("--port", type=PORT, default=None, help="serve HTTP on this port (default: MCP over stdio)")
     add_access_arguments(p)
     p.add_argument("--pin", action="store_true",
                    help="hold a tool whose description or schema changed since first seen out of search and calls "
@@ -71,16 +73,16 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--learn-from-calls", choices=["holding", "latest", "off"], default="holding",
                    help="which search a forwarded call teaches: the latest whose results held the tool, else none "
                         "(holding, the default: docs/gateway.md), always the latest (credits unrelated calls), or none")
-    p.add_argument("--attribution-window", type=int, default=8, metavar="CALLS",
+    p.add_argument("--attribution-window", type=number_in(int, 1), default=8, metavar="CALLS",
                    help="calls after which a search no longer takes their feedback (default %(default)s)")
-    p.add_argument("--relist-every", type=float, default=300.0, metavar="SECONDS",
+    p.add_argument("--relist-every", type=number_in(float, 1), default=300.0, metavar="SECONDS",
                    help="list every upstream's tools again this often, besides its change notifications "
                         "(default %(default)s)")
-    p.add_argument("--ping-every", type=float, default=PING_EVERY_S, metavar="SECONDS",
+    p.add_argument("--ping-every", type=number_in(float, 0), default=PING_EVERY_S, metavar="SECONDS",
                    help="ping every MCP upstream this often (and at once after a call times out); one that misses "
                         "2 pings in a row, or times out 3 calls in a row, is restarted (default %(default)s; "
                         "0: only after a timed-out call)")
-    p.add_argument("--search-wait", type=float, default=SEARCH_WAIT_S, metavar="SECONDS",
+    p.add_argument("--search-wait", type=number_in(float, 0), default=SEARCH_WAIT_S, metavar="SECONDS",
                    help="how long searches wait, in all, for a server that is starting and has no tools in the index "
                         "yet (a new index); the answer names the servers not yet searchable (default %(default)s)")
     p.add_argument("--strict", action="store_true",

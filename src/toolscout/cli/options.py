@@ -27,6 +27,26 @@ STUDENT_QUERIES_HELP = ("the middle tier: encode tasks with the four-layer query
 FAST_QUERY_FLAGS = {"table": "--fast-queries", "student": "--student-queries"}  # tier -> its flag
 
 
+def number_in(kind: type, low: float, high: float | None = None):
+    """An argparse type: an int or float (`kind`), finite, from `low` (to `high`), so a value out of range is
+    refused naming the flag, before anything starts."""
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {'a whole number' if kind is int else 'a number'}, "
+                                             f"got {text!r}") from None
+        if value != value or value in (float("inf"), float("-inf")):
+            raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+        if value < low or (high is not None and value > high):
+            span = f"from {low:g} to {high:g}" if high is not None else f"at least {low:g}"
+            raise argparse.ArgumentTypeError(f"expected a number {span}, got {text!r}")
+        return value
+
+    return parse
+
+
 def add_fast_queries(parser: argparse.ArgumentParser, *, saved: bool = True) -> None:
     """--fast-queries (the static table) or --student-queries, into `fast_queries` ("table" or "student";
     None: as the index was saved). Two flags, not one option with a value: `--fast-queries DIR` must keep

@@ -11,7 +11,10 @@ import os
 import sys
 from typing import Sequence
 
-from .options import add_fast_queries
+from ..feedback import PER_SOURCE_CAP
+from .options import add_fast_queries, number_in
+
+PORT = number_in(int, 1, 65535)
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 DESCRIPTION = ("Serve DIR (written by `toolscout index`). Default: the HTTP API on --host:--port with the MCP "
@@ -34,7 +37,7 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                         "any number of servers on one DSN serve one catalog (docs/postgres.md). A DIR indexed with "
                         "--store postgresql://... is served from its database without this flag")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default %(default)s)")
-    p.add_argument("--port", type=int, default=8080, help="port to listen on (default %(default)s)")
+    p.add_argument("--port", type=PORT, default=8080, help="port to listen on (default %(default)s)")
     p.add_argument("--mcp", nargs="?", const="stdio", choices=["stdio", "http"], default=None,
                    help="serve MCP only: over stdio (the default with --mcp) or streamable HTTP at /mcp")
     add_access_arguments(p)
@@ -42,7 +45,7 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                    help="a tool id returned with every search (repeatable)")
     p.add_argument("--namespace", action="append", default=None,
                    help="MCP over stdio: only tools of this namespace (repeatable)")
-    p.add_argument("--compact-every", type=int, default=10_000, metavar="N",
+    p.add_argument("--compact-every", type=number_in(int, 1), default=10_000, metavar="N",
                    help="write a full snapshot after N journalled writes (default %(default)s)")
     add_service_arguments(p)
     add_fast_queries(p)
@@ -60,29 +63,29 @@ def add_access_arguments(p: argparse.ArgumentParser) -> None:
 
 def add_service_arguments(p: argparse.ArgumentParser) -> None:
     """What the service core does with searches and feedback, shared by serve and gateway."""
-    p.add_argument("--min-score", type=float, default=None,
+    p.add_argument("--min-score", type=number_in(float, float("-inf")), default=None,
                    help="abstention threshold on the score: return no tool when the best scores below it "
                         "(a score belongs to one pipeline: benchmarks/abstain.py calibrates one)")
     p.add_argument("--min-probability", type=probability_threshold, default=None, metavar="P|calibrated|off",
                    help="abstention threshold on the best hit's calibrated probability (docs/scores.md): a number "
                         "from 0 to 1, 'calibrated' for the threshold chosen with the calibration, or 'off' "
                         "(default: off for serve, calibrated for gateway)")
-    p.add_argument("--max-body", type=int, default=1 << 20, metavar="BYTES",
+    p.add_argument("--max-body", type=number_in(int, 1), default=1 << 20, metavar="BYTES",
                    help="largest request body the API's routes accept (default %(default)s)")
-    p.add_argument("--mcp-max-body", type=int, default=64 << 20, metavar="BYTES",
+    p.add_argument("--mcp-max-body", type=number_in(int, 1), default=64 << 20, metavar="BYTES",
                    help="largest request body /mcp accepts: tool calls carry files and images (default %(default)s)")
     p.add_argument("--no-fsync", action="store_true",
                    help="do not fsync the journal (tests and benchmarks only: a power cut may lose acknowledged writes)")
-    p.add_argument("--feedback-rate", type=float, default=200.0, metavar="EVENTS_PER_S",
+    p.add_argument("--feedback-rate", type=number_in(float, 0), default=200.0, metavar="EVENTS_PER_S",
                    help="tool-use feedback a source may post per second on average (default %(default)s; 0: no limit)")
-    p.add_argument("--feedback-burst", type=float, default=2000.0, metavar="EVENTS",
+    p.add_argument("--feedback-burst", type=number_in(float, 1), default=2000.0, metavar="EVENTS",
                    help="feedback events a source may post at once (default %(default)s)")
-    p.add_argument("--feedback-volume", type=int, default=200_000, metavar="REQUESTS",
+    p.add_argument("--feedback-volume", type=number_in(int, 0), default=200_000, metavar="REQUESTS",
                    help="requests one source may have teaching the index at once (default %(default)s; 0: no limit)")
-    p.add_argument("--feedback-cap", type=int, default=None, metavar="N",
+    p.add_argument("--feedback-cap", type=number_in(int, 1), default=None, metavar="N",
                    help="requests one feedback source may teach one tool (kept with the index; default "
-                        "the index's own, 200 for a new one)")
-    p.add_argument("--batch-workers", type=int, default=2, metavar="N",
+                        f"the index's own, {PER_SOURCE_CAP:,} for a new one)")
+    p.add_argument("--batch-workers", type=number_in(int, 0), default=2, metavar="N",
                    help="threads that run batched searches (default %(default)s; 0: no batching)")
 
 
