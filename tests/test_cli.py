@@ -56,6 +56,10 @@ def test_errors_name_the_problem_and_exit_non_zero(capsys, tmp_path):
     assert code == 1 and "missing" in err
     code, _, err = run(capsys, "index", CATALOGS / "petstore_openapi.yaml", "--out", tmp_path / "j", "--retriever", "nope")
     assert code == 1 and "known: bm25, dense" in err
+    run(capsys, "index", CATALOGS / "petstore_openapi.yaml", "--out", tmp_path / "k", "--retriever", "bm25")
+    (tmp_path / "k" / "CURRENT").write_text("v000009")  # copied in part: the version it names is not there
+    code, _, err = run(capsys, "search", tmp_path / "k", "x")
+    assert code == 1 and "CURRENT names the version 'v000009', which is not there" in err
 
 
 def test_lenient_index_skips_and_reports_bad_tools(capsys, tmp_path):

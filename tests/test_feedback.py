@@ -3,6 +3,7 @@ save around it, heavier learning and the `toolscout learn` command. The learned 
 tests/test_learning.py."""
 
 import json
+import re
 import shutil
 
 import numpy as np
@@ -260,3 +261,23 @@ def test_cli_learning_reports_beside_a_server_and_refuses_bad_arguments_before_c
         port = sock.getsockname()[1]
     assert main(["learning", "report", f"http://127.0.0.1:{port}"]) == 1
     assert f"http://127.0.0.1:{port}: cannot reach the server" in capsys.readouterr().err
+
+
+def test_a_feedback_log_reads_as_written_and_each_fault_names_the_file_and_line(tmp_path):
+    good = '{"query": "book a table", "tool_ids": ["dining.reserve"]}\n'
+    log = tmp_path / "bom.jsonl"
+    log.write_bytes(b"\xef\xbb\xbf" + good.encode())  # a byte-order mark some editors write
+    assert [e.tool_ids for e in events_from_jsonl(log)] == [("dining.reserve",)]
+    latin = tmp_path / "latin1.jsonl"
+    latin.write_bytes('{"query": "caf\u00e9", "tool_ids": ["x"]}\n'.encode("latin-1"))
+    for path, says in ((latin, f"{latin}: not UTF-8 text (byte 14"), (tmp_path / "missing.jsonl", "missing.jsonl: cannot "
+                       "read the feedback log: No such file"), (tmp_path, "cannot read the feedback log: Is a directory")):
+        with pytest.raises(InvalidRequest, match=re.escape(says)):
+            events_from_jsonl(path)
+    for line, says in (('{"query": "q", "tool_ids": "dining.reserve"}', "'tool_ids' must be a list of tool ids"),
+                       ('{"query": "q", "tool_ids": ["x"], "time": 1e300}', "'time' must be seconds since the epoch"),
+                       ('{"query": "q", "tool_ids": ["x"], "time": Infinity}', "'time' must be seconds since the epoch")):
+        bad = tmp_path / "bad.jsonl"
+        bad.write_text(good + line + "\n")
+        with pytest.raises(InvalidRequest, match=re.escape(f"{bad}:2: feedback: {says}")):
+            events_from_jsonl(bad)

@@ -213,6 +213,17 @@ def test_malformed_requests_get_clear_4xx_json_errors(served):
         assert error(client.get("/nope"), 404)["type"] == "not_found"
         assert error(client.delete("/search"), 405)["type"] == "method_not_allowed"
         assert error(client.get("/tools", params={"limit": 0}), 422)["details"][0]["field"] == "query.limit"
+        # a body of one of two shapes is told what is wrong with the shape it meant
+        batch = {"events": [{"query": "a", "tool_ids": ["mail.send"]}, {"query": "b"}]}
+        assert error(client.post("/feedback", json=batch, headers=ADMIN), 422)["message"] == \
+            "events.1.tool_ids: Field required"
+        assert error(client.post("/feedback", json={"query": "b"}, headers=ADMIN), 422)["message"] == \
+            "tool_ids: Field required"
+        nan = b'{"query": "x", "min_score": NaN}'  # Python's parser reads it; JSON has no NaN
+        e = error(client.post("/search", content=nan, headers={"content-type": "application/json"}), 422)
+        assert e["details"][0]["field"] == "min_score"
+        e = error(client.put("/tools/" + "x" * 513, json={"name": "x"}, headers=ADMIN), 422)  # feedback could not name it
+        assert e["details"][0]["field"] == "path.tool_id"
 
 
 @pytest.mark.parametrize("bug", [KeyError("a slip"), ValueError("a slip"), RuntimeError("a slip")])

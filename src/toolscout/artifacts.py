@@ -80,6 +80,10 @@ def resolve(root: str | os.PathLike) -> Path:
     live = current_version(root)
     if live is not None:
         return live
+    if (root / POINTER).exists():
+        name = (root / POINTER).read_text(encoding="utf-8").strip()
+        raise ArtifactError(f"{root}: {POINTER} names the version {name!r}, which is not there (the directory was "
+                            "damaged or copied in part); restore it, or index the catalog again")
     if (root / CONFIG).exists():
         return root
     raise ArtifactError(f"{root}: not a toolscout artefact (no {POINTER} file and no {CONFIG})")

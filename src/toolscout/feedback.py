@@ -37,6 +37,9 @@ PER_SOURCE_CAP = 1000  # requests one source may add to one tool (see the module
 _SPACES = re.compile(r"\s+")
 
 
+LATEST_TIME = 253402300799.0  # the last second of the year 9999: the latest time a calendar shows
+
+
 @dataclass(frozen=True)
 class FeedbackEvent:
     """A task and the tools that served it. `source`: who reports it (its influence can be taken back as
@@ -62,7 +65,7 @@ class FeedbackEvent:
         if self.outcome is not None and self.outcome not in OUTCOMES:
             raise InvalidRequest(f"feedback: 'outcome' must be one of {', '.join(OUTCOMES)}, got {self.outcome!r}")
         if self.time is not None and (isinstance(self.time, bool) or not isinstance(self.time, (int, float))
-                                      or not self.time >= 0):
+                                      or not 0 <= self.time <= LATEST_TIME):
             raise InvalidRequest(f"feedback: 'time' must be seconds since the epoch, got {self.time!r}")
 
     @property
@@ -85,7 +88,9 @@ class FeedbackEvent:
         if unknown:
             raise InvalidRequest(f"feedback: unknown field(s) {sorted(unknown)}; known: query, tool_ids, source, "
                                  "outcome, time")
-        return cls(data.get("query"), data.get("tool_ids") or (), data.get("source") or DEFAULT_SOURCE,
+        if not isinstance(data.get("tool_ids"), (list, tuple)):  # a bare string is one id to a Python caller, not here
+            raise InvalidRequest(f"feedback: 'tool_ids' must be a list of tool ids, got {data.get('tool_ids')!r:.80}")
+        return cls(data.get("query"), data["tool_ids"], data.get("source") or DEFAULT_SOURCE,
                    data.get("outcome"), data.get("time"))
 
     def at(self, when: float) -> "FeedbackEvent":
@@ -298,15 +303,20 @@ def _stored_usage(tool_id: str, source: str, item: Any) -> Usage:
 def events_from_jsonl(path: str | Path) -> list[FeedbackEvent]:
     """Feedback events from a JSONL log (one event object per line); errors name the file and line."""
     path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8-sig")  # a byte-order mark some editors write is not an event
+    except UnicodeDecodeError as exc:
+        raise InvalidRequest(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
+    except OSError as exc:
+        raise InvalidRequest(f"{path}: cannot read the feedback log: {exc.strerror or exc}") from None
     events = []
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                events.append(FeedbackEvent.from_dict(json.loads(line)))
-            except json.JSONDecodeError as exc:
-                raise InvalidRequest(f"{path}:{lineno}: not a JSON object ({exc.msg})") from None
-            except InvalidRequest as exc:
-                raise InvalidRequest(f"{path}:{lineno}: {exc}") from None
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            events.append(FeedbackEvent.from_dict(json.loads(line)))
+        except json.JSONDecodeError as exc:
+            raise InvalidRequest(f"{path}:{lineno}: not a JSON object ({exc.msg})") from None
+        except InvalidRequest as exc:
+            raise InvalidRequest(f"{path}:{lineno}: {exc}") from None
     return events

@@ -35,7 +35,7 @@ import json
 from dataclasses import dataclass
 from typing import Annotated, Any, Protocol
 
-from fastapi import Depends, FastAPI, Query, Request
+from fastapi import Depends, FastAPI, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.concurrency import run_in_threadpool
@@ -52,6 +52,7 @@ from .metrics import Metrics
 from .middleware import JSON, BearerGate, BodyLimit, InternalErrors, Observe, error_response, internal_error_response
 from .schemas import (
     ERRORS,
+    MAX_ID_CHARS,
     FEEDBACK_ERRORS,
     RETRAIN_ERRORS,
     DeleteRequest,
@@ -218,9 +219,27 @@ async def _validation_error(_request: Request, exc: RequestValidationError) -> J
                               kind="invalid_json")
     details = [{"field": ".".join(str(p) for p in e.get("loc", ()) if p != "body") or "body",
                 "message": "unknown field (not allowed)" if e.get("type") == "extra_forbidden" else e.get("msg"),
-                "type": e.get("type")} for e in errors]
+                "type": e.get("type")} for e in _as_meant(errors)]
     first = details[0]
     return error_response(422, f"{first['field']}: {first['message']}", details)
+
+
+def _as_meant(errors: list[dict]) -> list[dict]:
+    """A body that may take one of several shapes (one feedback event, or {"events": [...]}) fails each: the
+    errors of the shape it meant, the one whose top-level fields it got right, come first, without the shape's
+    name in their fields."""
+    def shape(error: dict) -> str | None:
+        loc = error.get("loc", ())
+        return loc[1] if len(loc) > 2 and loc[0] == "body" and str(loc[1])[:1].isupper() else None
+
+    if not any(shape(e) for e in errors):
+        return errors
+    misses: dict[str | None, int] = {}
+    for error in errors:  # per shape, the errors of a top-level field missing or not its own
+        misses[shape(error)] = misses.get(shape(error), 0) + (len(error.get("loc", ())) == 3)
+    meant = min(misses, key=lambda name: misses[name])  # the first shape with the fewest (dicts keep order)
+    ordered = sorted(errors, key=lambda e: shape(e) != meant)
+    return [{**e, "loc": ("body", *e["loc"][2:])} if shape(e) else e for e in ordered]
 
 
 async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -324,6 +343,9 @@ def tool_dict(tool) -> dict[str, Any]:
     return data
 
 
+ToolId = Annotated[str, Path(max_length=MAX_ID_CHARS)]  # what a write may name, feedback may name too
+
+
 def _add_catalog_routes(app: FastAPI, api: Api) -> None:
     service = api.service
     Reader = Annotated[Principal, Depends(api.reader)]
@@ -350,7 +372,7 @@ def _add_catalog_routes(app: FastAPI, api: Api) -> None:
         return JSON({"namespaces": service.namespaces(principal)})
 
     @app.put("/tools/{tool_id:path}", response_model=WriteResponse, responses=ERRORS, tags=["catalog"])
-    def put_tool(tool_id: str, body: ToolFields, principal: Writer) -> Response:
+    def put_tool(tool_id: ToolId, body: ToolFields, principal: Writer) -> Response:
         """Create or replace one tool (only its changed text is re-embedded). Durable when answered."""
         return JSON(service.upsert([body.to_tool(tool_id)], principal).to_dict())
 

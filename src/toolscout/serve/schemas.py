@@ -38,14 +38,16 @@ CatalogFormat = Literal["openai", "anthropic", "mcp", "openapi"]  # the ones a J
 # that matters and says when it cut the rest (`truncated`, toolscout.conversation.focus)
 # the schema states the rule; the service checks it (toolscout.hits), with its own message
 Text = Annotated[str, StringConstraints(min_length=1, max_length=1 << 20), SAYS_NOT_BLANK]
-Ident = Annotated[str, StringConstraints(min_length=1, max_length=512)]
+MAX_ID_CHARS = 512  # a tool id: what a write may name is what feedback may name
+Ident = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ID_CHARS)]
 
 
 class _Strict(BaseModel):
     # No unknown fields, and no coercion (0 is not false, "5" is not 5): a body means what the schema says.
     # An optional field is typed without None and defaults to None: it may be left out, and an explicit
     # null is refused like any other wrong type (the schema has no null for it either).
-    model_config = ConfigDict(extra="forbid", strict=True)
+    # JSON has no NaN or Infinity (Python's parser reads them): no number field takes them.
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
 def _one_of(*alternatives: str, exclusive: dict[str, tuple[str, ...]] | None = None) -> dict:
