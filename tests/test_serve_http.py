@@ -178,6 +178,9 @@ def test_malformed_requests_get_clear_4xx_json_errors(served):
         error = expect_error
         e = error(client.post("/search", content=b'{"query": "x",', headers={"content-type": "application/json"}), 400)
         assert e["type"] == "invalid_json"
+        e = error(client.post("/search", content='{"query": "caf\u00e9"}'.encode("latin-1"),
+                              headers={"content-type": "application/json"}), 400)
+        assert e == {"type": "invalid_json", "message": "request body is not JSON text in UTF-8"}
         e = error(client.post("/search", json={"query": "x", "top_k": 3}), 422)
         assert e["message"] == "top_k: unknown field (not allowed)"
         e = error(client.put("/tools/a.b", json={"name": "b", "nmespace": "a"}, headers=ADMIN), 422)

@@ -246,6 +246,8 @@ async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResp
     message = exc.detail if isinstance(exc.detail, str) else json.dumps(exc.detail)
     if exc.status_code == 404 and message == "Not Found":
         message = "no such route; see /docs for the API"
+    if exc.status_code == 400 and message == "There was an error parsing the body":  # FastAPI's, when not UTF-8
+        return error_response(400, "request body is not JSON text in UTF-8", kind="invalid_json")
     headers = exc.headers
     if exc.status_code == 405:  # Starlette names the first matching route's methods only; a path has several
         headers = {**(headers or {}), "Allow": ", ".join(_allowed_methods(request))}
