@@ -17,10 +17,6 @@ DEFAULT_RETRIEVER = "hybrid"
 HYBRID_FUSION = "max"
 HYBRID_WEIGHTS = {"bm25": 1.0, "dense": 3.0}
 
-# The search a PostgreSQL index table is given when not told: hybrid, the default pipeline above, which
-# every replica runs in its own process (serve/pg_replica.py).
-DEFAULT_PG_SEARCH = "hybrid"
-
 # How `ToolScout.from_tools` splits and merges tasks that hold several requests (`IntentMerge` settings;
 # None: it does not). Decided on validation queries carved from the train splits with the default encoder
 # and fusion above (benchmarks/intents.py --split validation, docs/default-model.md): "max" with each

@@ -67,8 +67,8 @@ def add_service_arguments(p: argparse.ArgumentParser) -> None:
                    help="abstention threshold on the score: return no tool when the best scores below it "
                         "(a score belongs to one pipeline: benchmarks/abstain.py calibrates one)")
     p.add_argument("--min-probability", type=probability_threshold, default=None, metavar="P|calibrated|off",
-                   help="abstention threshold on the best hit's calibrated probability (docs/scores.md): a number "
-                        "from 0 to 1, 'calibrated' for the threshold chosen with the calibration, or 'off' "
+                   help="abstention threshold on the chance that one of the best five hits is relevant, from their "
+                        "calibrated probabilities (docs/scores.md): a number from 0 to 1, 'calibrated' for the threshold chosen with the calibration, or 'off' "
                         "(default: off for serve, calibrated for gateway)")
     p.add_argument("--max-body", type=number_in(int, 1), default=1 << 20, metavar="BYTES",
                    help="largest request body the API's routes accept (default %(default)s)")
