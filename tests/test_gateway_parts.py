@@ -106,10 +106,29 @@ def test_config_refuses_bad_files_and_names(tmp_path):
                                                 "openapi": {"a": {"spec": "s.json"}}}))
 
 
+def test_a_malformed_entry_is_a_server_down_with_its_reason_and_the_others_serve(tmp_path):
+    path = write(tmp_path / "c.json", {"mcpServers": {
+        "fine": {"command": "sh"}, "noargs": {"command": "sh", "args": "--flag"}, "late": {"command": "sh", "timeout": "soon"},
+        "web": {"url": "ftp://h/mcp"}, "nowhere": {"command": "sh", "cwd": "./no-such-dir"}, "junk": "sh",
+        "off": {"command": "sh", "args": 5, "enabled": False}}, "openapi": {"pets": {"spec": 7}}})
+    config = load_config(path, environ={})
+    by_name = {u.name: u for u in config.upstreams}
+    assert by_name["fine"].problem is None and by_name["off"].enabled is False
+    assert by_name["noargs"].problem == f"{path}: mcpServers.noargs.args: must be a list of strings"
+    assert by_name["late"].problem.startswith(f"{path}: mcpServers.late.timeout: seconds one call may take")
+    assert (by_name["web"].kind, by_name["pets"].kind, by_name["junk"].kind) == ("http", "openapi", "stdio")
+    assert by_name["junk"].problem == f"{path}: mcpServers.junk: must be an object of settings"
+    assert by_name["nowhere"].problem == f"{path}: mcpServers.nowhere.cwd: no such directory " \
+                                         f"'{tmp_path / 'no-such-dir'}'"
+    assert [name for name, _why in config.problems] == ["noargs", "late", "web", "nowhere", "junk", "pets"]
+    with pytest.raises(ConfigError, match="mcpServers.noargs.args: must be a list"):  # --strict: it stops the gateway
+        load_config(path, environ={}, strict=True)
+
+
 def test_cli_reports_a_config_error_and_exits_1(tmp_path):
     path = write(tmp_path / "c.json", {"mcpServers": {"srv": {"command": "x", "timeout": "soon"}}})
-    done = subprocess.run([sys.executable, "-m", "toolscout", "gateway", str(path), "--index", str(tmp_path / "i")],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-m", "toolscout", "gateway", str(path), "--index", str(tmp_path / "i"),
+                           "--strict"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 1
     assert f"{path}: mcpServers.srv.timeout" in done.stderr
     assert not (tmp_path / "i").exists()  # nothing made before the config was read

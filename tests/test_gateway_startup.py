@@ -102,3 +102,20 @@ def test_a_call_to_a_server_still_queued_to_start_waits_for_it_instead_of_failin
                                                           "arguments": {"photo": "p.jpg"}}
 
     anyio.run(call_first)
+
+
+def test_a_server_that_never_answers_the_handshake_is_named_for_that_not_for_its_command(tmp_path):
+    """Its command started: the reason is the handshake that got no answer (a TimeoutError is an OSError, and
+    it was reported as "cannot start the command")."""
+    config = write_config(tmp_path, {"mute": {"command": "sh", "args": ["-c", "sleep 600"], "timeout": 1},
+                                     "alpha": stub("alpha")})
+
+    async def session():
+        async with Client(gateway_stdio(config, tmp_path / "index", "--search-wait", "30")) as client:
+            first = await client.call_tool("search_tools", {"task": "echo the text back", "k": 3})
+            (mute,) = first.structured_content["not_searchable"]
+            assert mute["server"] == "mute" and mute["status"] == "down", mute
+            assert "no answer to the MCP handshake and tools/list within 10 s" in mute["reason"], mute
+            assert "cannot start the command" not in mute["reason"]
+
+    anyio.run(session)

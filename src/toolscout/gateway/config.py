@@ -16,7 +16,9 @@ taken as the server's process takes it (relative to where the gateway runs).
 One bad server never stops the rest: an entry whose values cannot be resolved (a `${VAR}` that is not set
 and has no default, a command that cannot be found) is read all the same, with the reason in its
 `problem`; the gateway marks that server down with that reason and serves the others. `strict=True` (the
-CLI's `--strict`) makes either an error instead, as a mistake in the file's shape always is.
+CLI's `--strict`) makes either an error instead. So is a mistake in an entry's shape (`args` that is not a
+list, a `timeout` that is not a number): that server is down with the reason, unless strict. A file that
+is not a config at all, or a name that cannot be a namespace, is always an error.
 
 Each entry's name becomes the namespace of its tools (ids `NAME.tool`), so names are letters, digits,
 `_` and `-`. `${VAR}` (or `${VAR:-default}`) in `env`, `headers` and `base_url` is read from the
@@ -38,7 +40,7 @@ import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from ..errors import ToolScoutError
 
@@ -143,8 +145,8 @@ def parse_config(data: Any, path: Path, environ: Mapping[str, str], *, strict: b
     if "mcpServers" not in data and "openapi" not in data:
         raise ConfigError(f"{path}: no 'mcpServers' (nor 'openapi') section: nothing to put behind the gateway")
     reader = _Reader(path, environ, strict)
-    upstreams = [reader.mcp(name, entry) for name, entry in _section(data, "mcpServers", path).items()]
-    upstreams += [reader.openapi(name, entry) for name, entry in _section(data, "openapi", path).items()]
+    upstreams = [reader.entry(reader.mcp, name, entry) for name, entry in _section(data, "mcpServers", path).items()]
+    upstreams += [reader.entry(reader.openapi, name, entry) for name, entry in _section(data, "openapi", path).items()]
     unknown = sorted(set(data) - {"mcpServers", "openapi"})
     if unknown:
         reader.warnings.append(f"{path}: top-level key(s) {unknown} ignored")
@@ -172,6 +174,21 @@ class _Reader:
         self.problem: str | None = None  # the entry being read: the first value that could not be resolved
         self.enabled = True  # the entry being read: whether it is enabled
 
+    def entry(self, read: Callable[[str, Any], UpstreamSpec], name: Any, entry: Any) -> UpstreamSpec:
+        """One entry, as `read` (`mcp` or `openapi`) reads it. An entry whose shape is wrong (args not a list, a
+        timeout that is not a number, ...) is a server that is down with that reason, so one bad entry does not
+        stop the others; when strict it is an error, as is a name that cannot be a namespace."""
+        try:
+            return read(name, entry)
+        except ConfigError as exc:
+            self.problem = None
+            if self.strict or not isinstance(name, str) or not _NAME.match(name):
+                raise
+            settings = entry if isinstance(entry, dict) else {}
+            kind = "openapi" if read == self.openapi else "http" if "url" in settings else "stdio"
+            enabled = settings.get("enabled") is not False and settings.get("disabled") is not True
+            return UpstreamSpec(name, kind, enabled=enabled, problem=str(exc))
+
     def mcp(self, name: str, entry: Any) -> UpstreamSpec:
         where = self._entry(name, entry, "mcpServers", _MCP_KEYS)
         kind = self._kind(where, entry)
@@ -184,6 +201,8 @@ class _Reader:
             env, cwd = self._strings(where, entry, "env"), self._path(self._string(where, entry, "cwd"))
             if self.enabled and find_command(command) is None:
                 self._unresolved(f"{where}.command: {missing_command(command)}")
+            if self.enabled and cwd is not None and not Path(cwd).is_dir():
+                self._unresolved(f"{where}.cwd: no such directory {cwd!r}")
             return UpstreamSpec(name, "stdio", command=command, args=tuple(str(a) for a in args), env=env, cwd=cwd,
                                 problem=self._take_problem(), **common)
         url = self._string(where, entry, "url", required=True)

@@ -139,7 +139,7 @@ class McpUpstream:
     def _failed(self, exc: BaseException) -> str:
         while getattr(exc, "exceptions", None):  # a task group's: the first is what failed
             exc = exc.exceptions[0]  # type: ignore[attr-defined]
-        if isinstance(exc, OSError) and self.spec.kind == "stdio":
+        if isinstance(exc, OSError) and not isinstance(exc, TimeoutError) and self.spec.kind == "stdio":
             return f"cannot start the command {self.spec.command!r}: {exc.strerror or exc}" + self.log.last_words()
         return error_reason(exc) + self.log.last_words()
 
