@@ -190,6 +190,51 @@ def test_prompts_resources_progress_cancellation_and_elicitation_over_http(tmp_p
         stop(proc)
 
 
+def test_hosts_over_http_are_told_when_an_upstream_brings_prompts_and_only_of_servers_their_token_sees(tmp_path):
+    """Hosts list prompts once, at connect, before slow servers are up: they are told when the prompts come
+    (the first listing was not announced), through capabilities that say so over HTTP (the streamable-HTTP
+    handshake said no list ever changes), and only about servers their token may see."""
+    everything = npm_everything()
+    if everything is None:
+        pytest.skip(NO_NPM)
+    config = write_config(tmp_path, {  # e1 comes up after the hosts connected; e2 not within the test
+        "e1": {"command": "sh", "args": ["-c", f'sleep 2; exec "{everything}" stdio']},
+        "e2": {"command": "sh", "args": ["-c", f'sleep 600; exec "{everything}" stdio']}})
+    tokens = tmp_path / "tokens.json"
+    tokens.write_text(json.dumps({"tokens": [{"token": "alice-token-1", "name": "alice", "namespaces": ["e1"]},
+                                             {"token": "bob-token-2", "name": "bob", "namespaces": ["e2"]}]}))
+    proc, url = start_gateway(config, tmp_path / "index", "--tokens", str(tokens), "--search-wait", "0")
+    heard: dict[str, list[str]] = {"alice": [], "bob": []}
+
+    def host(token: str, who: str):
+        async def on_message(message):
+            if isinstance(message, (types.PromptListChangedNotification, types.ResourceListChangedNotification)):
+                heard[who].append(type(message).__name__)
+
+        transport = streamable_http_client(f"{url}/mcp", http_client=httpx2.AsyncClient(
+            headers={"Authorization": f"Bearer {token}"}, timeout=60))
+        return Client(transport, mode="legacy", message_handler=on_message)
+
+    try:
+        async def session():
+            async with host("alice-token-1", "alice") as alice, host("bob-token-2", "bob") as bob:
+                for client in (alice, bob):
+                    capabilities = client.server_capabilities
+                    assert capabilities.prompts.list_changed and capabilities.resources.list_changed
+                    assert (await client.list_prompts()).prompts == []  # at connect: e1 is not up yet
+                with anyio.fail_after(60):
+                    while "PromptListChangedNotification" not in heard["alice"]:
+                        await anyio.sleep(0.1)
+                names = [p.name for p in (await alice.list_prompts(cache_mode="refresh")).prompts]
+                assert names and all(name.startswith("e1.") for name in names)
+                await bob.list_prompts(cache_mode="refresh")  # a round trip: anything sent to bob has arrived
+                assert heard["bob"] == []  # e1's change is not bob's business
+
+        anyio.run(session)
+    finally:
+        stop(proc)
+
+
 @pytest.mark.filterwarnings("ignore:resources/(un)?subscribe is removed")
 @pytest.mark.parametrize("mode", ["auto", "legacy"])  # a listen stream naming the resource / resources/subscribe
 def test_a_resource_subscription_passes_through_and_its_updates_come_back(tmp_path, reference, mode):

@@ -63,9 +63,10 @@ STDIO = Principal("stdio", None, False, feedback=True, source="session:stdio")
 SERVER_INFO_META = "io.modelcontextprotocol/serverInfo"
 SHUTDOWN_GRACE_S = 1.5  # what calls in flight get to finish when the gateway stops, before they are cancelled
 RESOURCE_PREFIX = "toolscout://"  # a resource of upstream NS is toolscout://NS/<its own URI>
-# What an interface is told of the upstreams' prompts and resources: (what, uri) with what "prompts" or
-# "resources" (a list changed) or "updated" (the resource `uri`, as `subscribe` returned it, changed).
-Listener = Callable[[str, "str | None"], Awaitable[None]]
+# What an interface is told of the upstreams' prompts and resources: (upstream, what, uri) with what "prompts"
+# or "resources" (a list of that upstream's changed) or "updated" (the resource `uri`, as `subscribe` returned
+# it, changed); the upstream, so that only those who may see its namespace are told.
+Listener = Callable[[str, str, "str | None"], Awaitable[None]]
 
 
 class ShuttingDown(ServiceError):
@@ -408,7 +409,7 @@ class Gateway:
             return  # nobody here subscribed to it
         for listener in list(self._listeners):
             try:
-                await listener(what, exposed)
+                await listener(upstream, what, exposed)
             except Exception:  # one interface's failure does not stop the others hearing it
                 logger.exception("telling an interface that %s's %s changed failed", upstream, what)
 

@@ -179,12 +179,14 @@ class GatewayMcp(ToolSearchMcp):
             raise ValueError(f"unknown --expose {expose!r}; known: {', '.join(EXPOSE)}")
         super().__init__(gateway.service, auth=auth, stdio_principal=stdio_principal, metrics=metrics)
         self.gateway, self.expose = gateway, expose
-        self.bus = InMemorySubscriptionBus()
-        self._listen = ListenHandler(self.bus)
+        # 2026-protocol listen streams, one bus per set of namespaces a caller sees (a stream has no session to
+        # address; a change of a server's lists reaches the streams of callers who may see that server)
+        self._buses: dict[frozenset[str] | None, tuple[InMemorySubscriptionBus, ListenHandler]] = {}
         self._exposed: OrderedDict[str, OrderedDict[str, str]] = OrderedDict()  # session -> native name -> id
-        self._sessions: OrderedDict[str, Any] = OrderedDict()  # 2025-protocol sessions: key -> ServerSession
+        # 2025-protocol sessions: key -> (ServerSession, who it is)
+        self._sessions: OrderedDict[str, tuple[Any, Principal]] = OrderedDict()
         self._subscribers: dict[str, dict[str, str]] = {}  # resource (gateway's key) -> session key -> its URI
-        self.server = Server("toolscout-gateway", version=__version__, instructions=INSTRUCTIONS,
+        self.server = _Announcing("toolscout-gateway", version=__version__, instructions=INSTRUCTIONS,
                              on_list_tools=self._list_tools, on_call_tool=self._call_tool,
                              on_subscriptions_listen=self._listen_for_events,
                              on_list_prompts=self._list_prompts, on_get_prompt=self._get_prompt,
@@ -193,11 +195,12 @@ class GatewayMcp(ToolSearchMcp):
                              on_subscribe_resource=self._subscribe, on_unsubscribe_resource=self._unsubscribe,
                              on_completion=self._complete, cache_hints=CACHE_HINTS)
         self.server.middleware = []  # the SDK's tracing layer: a span per message, for nothing without an exporter
+        self.server.notifications = NotificationOptions(tools_changed=self.expose == "found", prompts_changed=True,
+                                                        resources_changed=True)
         gateway.listen(self._changed)
 
     def initialization_options(self) -> Any:
-        return self.server.create_initialization_options(NotificationOptions(
-            tools_changed=self.expose == "found", prompts_changed=True, resources_changed=True))
+        return self.server.create_initialization_options()
 
     async def run_stdio(self) -> None:
         from mcp.server.stdio import stdio_server
@@ -294,7 +297,7 @@ class GatewayMcp(ToolSearchMcp):
         session = self._session(ctx)
         answer = await self.search_tools(args.task, args.k, principal, args.namespaces, session)
         if self.expose == "found" and self._expose(session, [tool["id"] for tool in answer["tools"]]):
-            await self._announce_tools_changed(ctx)
+            await self._announce_tools_changed(ctx, principal)
         return text_result(answer)
 
     async def search(self, task: str, k: int, principal: Principal, namespaces: list[str] | None,
@@ -401,7 +404,7 @@ class GatewayMcp(ToolSearchMcp):
             for uri in uris:
                 async with _as_rpc_errors():
                     keys.append((await self.gateway.subscribe(uri, principal), uri))
-            return await self._listen(ctx, params)
+            return await self._bus(principal)[1](ctx, params)
         finally:  # the stream ends by cancellation: the unsubscribing is shielded from it (and bounded)
             with anyio.CancelScope(shield=True), anyio.move_on_after(UNSUBSCRIBE_WITHIN_S):
                 for key, uri in keys:
@@ -410,20 +413,35 @@ class GatewayMcp(ToolSearchMcp):
                     except Exception as exc:  # the stream is over either way
                         logger.debug("unsubscribing %s after its listen stream ended: %s", key, exc)
 
-    async def _changed(self, what: str, uri: str | None) -> None:
-        """The upstreams' prompts or resources changed (core.Listener): tell the agents' clients."""
+    def _bus(self, principal: Principal) -> tuple[InMemorySubscriptionBus, ListenHandler]:
+        """The listen streams' bus of the callers who see what `principal` sees (made on first use; as many as
+        the token rules have namespace sets)."""
+        bus = self._buses.get(principal.namespaces)
+        if bus is None:
+            made = InMemorySubscriptionBus()
+            bus = self._buses[principal.namespaces] = (made, ListenHandler(made))
+        return bus
+
+    async def _changed(self, upstream: str, what: str, uri: str | None) -> None:
+        """An upstream's prompts or resources changed (core.Listener): tell the clients of the agents who may
+        see that upstream."""
+        sees = [bus for namespaces, (bus, _h) in list(self._buses.items())
+                if namespaces is None or upstream in namespaces]
         if what == "updated" and uri is not None:
-            await self.bus.publish(ResourceUpdated(uri=uri))
+            for bus in sees:
+                await bus.publish(ResourceUpdated(uri=uri))
             for session, subscribed_as in list(self._subscribers.get(uri, {}).items()):
                 await self._notify(session, lambda s, u=subscribed_as: s.send_resource_updated(u))
             return
-        await self.bus.publish(PromptsListChanged() if what == "prompts" else ResourcesListChanged())
-        for session in list(self._sessions):
-            await self._notify(session, lambda s: s.send_prompt_list_changed() if what == "prompts"
-                               else s.send_resource_list_changed())
+        for bus in sees:
+            await bus.publish(PromptsListChanged() if what == "prompts" else ResourcesListChanged())
+        for session, (_s, principal) in list(self._sessions.items()):
+            if principal.sees_namespace(upstream):
+                await self._notify(session, lambda s: s.send_prompt_list_changed() if what == "prompts"
+                                   else s.send_resource_list_changed())
 
     async def _notify(self, session: str, send: Any) -> None:
-        server_session = self._sessions.get(session)
+        server_session = self._sessions.get(session, (None, None))[0]
         if server_session is None:
             return
         try:
@@ -437,7 +455,7 @@ class GatewayMcp(ToolSearchMcp):
         if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
             return
         key = self._session(ctx)
-        self._sessions[key] = ctx.session
+        self._sessions[key] = (ctx.session, self._principal(ctx))
         self._sessions.move_to_end(key)
         while len(self._sessions) > SESSIONS_KEPT:
             self._sessions.popitem(last=False)
@@ -479,14 +497,26 @@ class GatewayMcp(ToolSearchMcp):
             exposed.popitem(last=False)
         return added
 
-    async def _announce_tools_changed(self, ctx: Any) -> None:
-        """Tell the host to list tools again: on the 2025 protocol through the session, on the 2026 one to
-        every `subscriptions/listen` stream (that protocol has no sessions to address)."""
+    async def _announce_tools_changed(self, ctx: Any, principal: Principal) -> None:
+        """Tell the host to list tools again: on the 2025 protocol through the session, on the 2026 one to the
+        `subscriptions/listen` streams of callers who see what this one sees (that protocol has no sessions)."""
         try:
             await ctx.session.send_tool_list_changed()
         except Exception as exc:  # a session that cannot take notifications still has its search result
             logger.debug("tools/list_changed not sent: %s", exc)
-        await self.bus.publish(ToolsListChanged())
+        await self._bus(principal)[0].publish(ToolsListChanged())
+
+
+class _Announcing(Server):
+    """The SDK's server, announcing the list changes the gateway sends (`notifications`) whichever transport
+    answers the handshake: the streamable-HTTP session manager asks the server itself, with no options, and
+    its hosts were told no list ever changes."""
+
+    notifications = NotificationOptions()
+
+    def create_initialization_options(self, notification_options: NotificationOptions | None = None,
+                                      *args: Any, **kwargs: Any) -> Any:
+        return super().create_initialization_options(notification_options or self.notifications, *args, **kwargs)
 
 
 def _tagged(ctx: Any, result: dict[str, Any]) -> dict[str, Any]:

@@ -155,7 +155,7 @@ class McpUpstream:
                     client_info=types.Implementation(name="toolscout-gateway", version=__version__)))
                 connection.protocol = client.protocol_version
                 await self._publish(await self._list(client, connection))
-                await self._list_extras(client, notify=False)
+                await self._list_extras(client)  # hosts that listed before it came up are told it has some
                 await self._resubscribe(client)
                 deadline.deadline = math.inf  # connected: from here on the connection lasts as long as it can
                 self._client = client
