@@ -141,6 +141,33 @@ def test_cli_index_search_and_migrate_with_a_postgres_store(pg, tmp_path, tools,
     assert "retriever.name: 'dense' there, 'hybrid' here" in err
 
 
+def test_cli_learns_and_reports_on_a_postgres_store_and_a_migration_counts_what_it_left(pg, tmp_path, tools, encoder,
+                                                                                       capsys):
+    """`toolscout learn --store DSN LOG` (docs/postgres.md: a directory's feedback reaches the database so),
+    `toolscout learning report DSN`, and `migrate` of a directory that learned, which says how many events
+    stayed behind."""
+    from toolscout.cli import main
+
+    catalog = tmp_path / "tools.json"
+    catalog.write_text(json.dumps([{"type": "function", "function": {"name": t.name, "description": t.description,
+                                                                     "parameters": t.parameters}} for t in tools]))
+    log = tmp_path / "feedback.jsonl"
+    log.write_text("".join(json.dumps({"query": q, "tool_ids": [t.name]}) + "\n"
+                           for q, t in (("book me a flight to Rome", tools[0]), ("what is the weather", tools[1]))))
+    store_spec = spec(pg, new_table(), "team-a")
+    assert main(["index", str(catalog), "--out", str(tmp_path / "idx"), "--store", store_spec]) == 0
+    capsys.readouterr()
+    assert main(["learn", "--store", store_spec, str(log)]) == 0  # the log is not taken for a directory
+    assert "2 events: 2 (tool, request) pairs learned" in capsys.readouterr().err
+    assert main(["learning", "report", store_spec, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["events_scored"] == 2
+    assert main(["index", str(catalog), "--out", str(tmp_path / "local")]) == 0
+    assert main(["learn", str(tmp_path / "local"), str(log)]) == 0
+    capsys.readouterr()
+    assert main(["migrate", str(tmp_path / "local"), "--store", spec(pg, new_table(), "team-b")]) == 0
+    assert "warning: the 2 feedback events" in capsys.readouterr().err
+
+
 def test_tenants_are_isolated_on_every_http_path(pg, tmp_path, tools, encoder):
     from starlette.testclient import TestClient
 

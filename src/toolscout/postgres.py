@@ -22,7 +22,7 @@ from .artifacts import read_config, read_json, write_artifact
 from .benchmark_sets import read_jsonl
 from .defaults import DEFAULT_INTENTS, DEFAULT_RETRIEVER
 from .errors import MissingDependency, ToolScoutError
-from .feedback import PER_SOURCE_CAP
+from .feedback import PER_SOURCE_CAP, UsageLedger
 from .intents import IntentMerge
 from .pg_pipeline import check_servable, index_config, table_spec, with_search
 from .retrievers.base import make_retriever
@@ -173,7 +173,7 @@ def migrate_directory(folder: str | Path, spec: str | PgSpec, *, search: str | N
     finally:
         catalog.close()
     ledger = live / "feedback.json"
-    report.feedback_left = len(read_json(ledger).get("events", [])) if ledger.exists() else 0
+    report.feedback_left = UsageLedger.load(ledger).events if ledger.exists() else 0
     return report
 
 

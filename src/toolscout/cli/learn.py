@@ -22,7 +22,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                                    "taught; or train a heavier model on the feedback so far and keep it only if "
                                    "held-back feedback ranks better.")
     p.add_argument("dir", metavar="DIR", nargs="?", default=None,
-                   help="pipeline directory (optional with --store); no server may be serving it")
+                   help="pipeline directory (none with --store: every positional is then a log); no server may "
+                        "be serving it")
     p.add_argument("logs", metavar="LOG", nargs="*", help="feedback logs (JSONL) to import")
     p.add_argument("--store", default=None, metavar="DSN", help="the PostgreSQL index at DSN instead of DIR")
     p.add_argument("--source", default="import", help="source of events that name none (default %(default)s)")
@@ -42,6 +43,8 @@ def cmd_learn(args: argparse.Namespace) -> int:
     from ..serve.limits import FeedbackLimits
     from ..serve.service import ToolService
 
+    if args.store and args.dir is not None:  # `learn --store DSN LOG...`: the first positional is a log, not DIR
+        args.logs, args.dir = [args.dir, *args.logs], None
     if not (args.logs or args.forget or args.train):
         raise ValueError("nothing to do: give feedback logs, --forget SOURCE or --train METHOD")
     target = args.store or recorded_spec(args.dir) or args.dir
@@ -158,13 +161,16 @@ def parse_time(text: str) -> float:
 
 
 def parse_weight(text: str) -> float | None:
-    """A weight: a number from 0 to 1 (checked where it is set), or auto (None)."""
+    """A weight: a number from 0 to 1, or auto (None)."""
     if text == "auto":
         return None
     try:
-        return float(text)
+        weight = float(text)
     except ValueError:
-        raise ValueError(f"weight {text!r}: give a number from 0 to 1, or auto") from None
+        weight = float("nan")
+    if not 0.0 <= weight <= 1.0:  # NaN fails it too
+        raise ValueError(f"weight {text!r}: give a number from 0 to 1, or auto")
+    return weight
 
 
 class LearningTarget:
@@ -184,7 +190,9 @@ class LearningTarget:
         from ..serve.limits import FeedbackLimits
         from ..serve.service import ToolService
 
-        spec = recorded_spec(target)
+        from ..store.pgvector import is_postgres_spec
+
+        spec = target if is_postgres_spec(target) else recorded_spec(target)
         if read_only and not spec:
             return cls(pipeline=current_pipeline(target))
         return cls(ToolService.open(spec or target, batch_workers=0, limits=FeedbackLimits(rate=None, volume=None)))
