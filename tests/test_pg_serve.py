@@ -387,6 +387,8 @@ def test_a_nul_character_is_refused_by_name_and_nothing_is_written(pg, tools, en
             service.feedback([{"query": "ok", "tool_ids": ["mail.send"]}, {"query": "o\x00k", "tool_ids": ["mail.send"]}])
         with pytest.raises(NotFound):  # an id to look up is looked up in the replica: no tool has it
             service.get("mail\x00send")
+        with pytest.raises(InvalidRequest, match=r"learning weights: the namespace 'a\\x00b' holds a NUL character"):
+            service.set_learning(weights={"a\x00b": 0.5})
         assert service.version() == version and "x.nul" not in {t.id for t in service.list()[1]}
         assert service.feedback_of("mail.send")["reported"] == 0  # the good event was not written either
     finally:
@@ -432,3 +434,63 @@ def test_replicas_rank_exactly_as_the_library_before_and_after_feedback(pg, tool
     finally:
         one.close()
         two.close()
+
+
+def _pg_ctl(data, *command: str) -> None:
+    """Start or stop the PostgreSQL of `data` from another process (pgserver keeps one server object per
+    process: starting it again in this one would hand back the stopped one)."""
+    import subprocess
+    import sys
+
+    script = ("import sys, warnings; warnings.simplefilter('ignore'); import pgserver; "
+              "from pgserver._commands import pg_ctl; d = sys.argv[1]; "
+              "pgserver.get_server(d, cleanup_mode=None) if sys.argv[2] == 'start' "
+              "else pg_ctl(['-w', '-m', 'fast', 'stop'], pgdata=d, user='pgserver')")
+    subprocess.run([sys.executable, "-c", script, str(data), *command], check=True, capture_output=True, timeout=120)
+
+
+def test_a_database_that_stops_is_a_fast_503_naming_it_and_its_return_serves_without_a_500(tmp_path, tools,
+                                                                                           encoder):
+    """Down: every request is told within seconds that the database does not answer (it was a 500 after a
+    30 s wait, /health too). Back: the connections the restart closed are replaced, not handed to requests."""
+    import pgserver
+    import psycopg
+    from starlette.testclient import TestClient
+
+    from toolscout.postgres import index_catalog
+    from toolscout.serve import ToolService
+    from toolscout.serve.http import create_app
+    from toolscout.store.pgvector import PgVectorStore
+
+    data = tmp_path / "pgdata"
+    _pg_ctl(data, "start")
+    try:
+        uri = pgserver.get_server(str(data), cleanup_mode=None).get_uri()
+        with psycopg.connect(uri, autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        store_spec = spec(uri, new_table())
+        store = PgVectorStore.from_spec(store_spec, encoder.dim)
+        index_catalog(store, tools, encoder, ToolScout.from_tools([], retriever="dense", encoder=encoder).spec)
+        store.close()
+        with ToolService.open(store_spec, encoder=encoder, batch_workers=0) as service:
+            client = TestClient(create_app(service))
+            assert client.post("/search", json={"query": RAIN_TASK}).status_code == 200
+            _pg_ctl(data, "stop")
+            for path, call in (("/search", lambda: client.post("/search", json={"query": RAIN_TASK})),
+                               ("/health", lambda: client.get("/health"))):
+                started = time.monotonic()
+                answer = call()
+                assert answer.status_code == 503, (path, answer.text)
+                assert answer.json()["error"]["message"].startswith("the PostgreSQL database postgresql://")
+                assert time.monotonic() - started < 15, path
+            _pg_ctl(data, "start")
+            deadline, statuses = time.monotonic() + 90, []
+            while not statuses or statuses[-1] != 200:
+                assert time.monotonic() < deadline, statuses
+                statuses.append(client.post("/search", json={"query": RAIN_TASK}).status_code)
+            assert set(statuses) <= {200, 503}, statuses  # never a 500
+            _pg_ctl(data, "stop")  # a restart while nobody asks: the pool holds connections it closed
+            _pg_ctl(data, "start")
+            assert [client.post("/search", json={"query": RAIN_TASK}).status_code for _ in range(8)] == [200] * 8
+    finally:
+        _pg_ctl(data, "stop")

@@ -48,7 +48,7 @@ def assert_same(pg_results, local_results):
 # ------------------------------------------------------------------------------ no database needed
 
 def test_spec_parsing_keeps_libpq_parameters_and_never_records_the_password():
-    from toolscout.store.pgvector import PgSpec, redact
+    from toolscout.store.pgvector import PgSpec, PgStoreError, redact
 
     s = PgSpec.parse("postgresql://bob:s3cret@db.example:5433/tools?sslmode=require&tenant=acme%20co&table=tools_v2")
     assert s.dsn == "postgresql://bob:s3cret@db.example:5433/tools?sslmode=require"
@@ -61,6 +61,26 @@ def test_spec_parsing_keeps_libpq_parameters_and_never_records_the_password():
         PgSpec.parse("postgresql:///db?table=Robert');DROP")
     with pytest.raises(Exception, match="expected postgresql://"):
         PgSpec.parse("mysql://h/db")
+    with pytest.raises(PgStoreError, match='invalid URI query parameter: "sslmod".*toolscout\'s own: table, tenant'):
+        PgSpec.parse("postgresql://u:pw@h/db?sslmod=require&tenant=t")  # a misspelt libpq parameter, before connecting
+
+
+def test_a_table_someone_else_made_is_refused_by_name_and_kept(pg):
+    import psycopg
+
+    from toolscout.store.pg_schema import SchemaError
+    from toolscout.store.pgvector import PgVectorStore
+
+    table = new_table()
+    with psycopg.connect(pg, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, note text)")
+        conn.execute(f"INSERT INTO {table} VALUES (1, 'keep me')")
+    for dim in (8, None):  # indexing into it (its dimension given), and serving it (read from the table)
+        with pytest.raises(SchemaError, match=f"a table named '{table}' exists in this database, but toolscout did "
+                                              "not make it"):
+            PgVectorStore.from_spec(spec(pg, table), dim).get(["x"])
+    with psycopg.connect(pg, autocommit=True) as conn:
+        assert conn.execute(f"SELECT note FROM {table}").fetchall() == [("keep me",)]
 
 
 # ---------------------------------------------------------------------------------------- parity

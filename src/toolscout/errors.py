@@ -1,8 +1,8 @@
 """Exceptions users see. Each message says what was wrong, where, and what to do.
 
 The servers map these types, and only these, to HTTP statuses (`serve/http.py`): `NotFound` 404,
-`Forbidden` 403, `Conflict` 409, `InvalidRequest` and `CatalogError` 422, `RateLimited` 429, the service's
-`ServiceError` 503. Any other exception is a bug inside toolscout and becomes a logged 500. Each type also
+`Forbidden` 403, `Conflict` 409, `InvalidRequest` and `CatalogError` 422, `RateLimited` 429, `Unavailable`
+and the service's `ServiceError` 503. Any other exception is a bug inside toolscout and becomes a logged 500. Each type also
 derives from the built-in exception Python callers would expect (`KeyError`, `ValueError`,
 `PermissionError`, `RuntimeError`), so `except KeyError` keeps working in code that uses the library directly.
 """
@@ -34,6 +34,11 @@ class Forbidden(ToolScoutError, PermissionError):
 class Conflict(ToolScoutError, RuntimeError):
     """The request is well formed, but what it asks cannot be done in the present state (a retraining
     already running, too little feedback to retrain on yet, a storage that cannot retrain)."""
+
+
+class Unavailable(ToolScoutError, ConnectionError):
+    """Something toolscout depends on (the PostgreSQL database) is not answering now; the same request may
+    succeed later. Nothing was changed."""
 
 
 class RateLimited(ToolScoutError):

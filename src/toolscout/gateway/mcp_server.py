@@ -60,7 +60,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from mcp_types import PROTOCOL_VERSION_META_KEY as PROTOCOL_VERSION_META
 from pydantic import BaseModel, Field, ValidationError
 
-from ..errors import Conflict, Forbidden, InvalidRequest, NotFound, RateLimited
+from ..errors import Conflict, Forbidden, InvalidRequest, NotFound, RateLimited, Unavailable
 from ..hits import Hit
 from ..serve.auth import ANONYMOUS, AuthConfig, AuthError
 from ..serve.mcp import (
@@ -285,7 +285,8 @@ class GatewayMcp(ToolSearchMcp):
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first.get("loc", ())) or "arguments"
             return error_result(f"{name}: {where}: {first.get('msg')}")
-        except (NotFound, Forbidden, InvalidRequest, Conflict, RateLimited, UpstreamUnavailable, ShuttingDown) as exc:
+        except (NotFound, Forbidden, InvalidRequest, Conflict, RateLimited, Unavailable, UpstreamUnavailable,
+                ShuttingDown) as exc:
             return error_result(str(exc))
         except AuthError as exc:
             return error_result(exc.message)

@@ -41,7 +41,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..errors import CatalogError, Conflict, Forbidden, InvalidRequest, NotFound, RateLimited
+from ..errors import CatalogError, Conflict, Forbidden, InvalidRequest, NotFound, RateLimited, Unavailable
 from ..hits import checked_queries
 from ..query import Query as Task  # a task as search reads it (FastAPI's Query is a parameter)
 from ..version import __version__
@@ -189,7 +189,7 @@ def _lifespan(service: ToolService, mcp_app: Any, close_service: bool, extension
 
 # toolscout's own error types and their statuses; anything else is a 500 (see InternalErrors)
 STATUS_OF = ((NotFound, 404), (Forbidden, 403), (Conflict, 409), (InvalidRequest, 422), (CatalogError, 422),
-             (ServiceError, 503))
+             (ServiceError, 503), (Unavailable, 503))
 
 
 def _add_error_handlers(app: FastAPI) -> None:

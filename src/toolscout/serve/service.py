@@ -351,6 +351,8 @@ class ToolService:
         """An operator sets learning's weight per namespace (None: automatic again), or freezes / unfreezes it."""
         self._check_operator(principal, "change how the index learns")
         for namespace, weight in (weights or {}).items():
+            if "\x00" in namespace:  # no namespace holds one, and PostgreSQL cannot store it
+                raise InvalidRequest(f"learning weights: the namespace {namespace!r} holds a NUL character (U+0000)")
             if weight is not None and not (isinstance(weight, (int, float)) and 0.0 <= weight <= 1.0):
                 raise InvalidRequest(f"learning weight for namespace {namespace!r} must be between 0 and 1 (or "
                                      f"null for automatic), got {weight!r}")

@@ -256,6 +256,14 @@ def applied_versions(conn, table: str) -> list[int]:
     return [r[0] for r in rows]
 
 
+def check_not_foreign(conn, table: str) -> None:
+    """A table of that name that toolscout did not make (no schema version recorded for it) is someone
+    else's: refused, and left as it is."""
+    if conn.execute("SELECT to_regclass(%s)", [table]).fetchone()[0] is not None:
+        raise SchemaError(f"a table named {table!r} exists in this database, but toolscout did not make it (no "
+                          "schema version is recorded for it); choose another table (?table=NAME in the store spec)")
+
+
 def migrate(conn, table: str, dim: int, target: int = LATEST) -> list[int]:
     """Bring index table `table` up to schema version `target`; return the versions applied now.
 
@@ -269,6 +277,8 @@ def migrate(conn, table: str, dim: int, target: int = LATEST) -> list[int]:
                           tbl text NOT NULL, version integer NOT NULL, description text NOT NULL,
                           applied_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (tbl, version))""")
         done = set(applied_versions(conn, table))
+        if not done:
+            check_not_foreign(conn, table)
         newer = [v for v in done if v > LATEST]
         if newer:
             raise SchemaError(f"index table {table!r} is at schema version {max(newer)}, newer than this toolscout "

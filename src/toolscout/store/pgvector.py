@@ -46,7 +46,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 
-from ..errors import InvalidRequest, MissingDependency, ToolScoutError
+from ..errors import InvalidRequest, MissingDependency, ToolScoutError, Unavailable
 from ..results import Filter, Results
 from . import pg_feedback
 from . import pg_schema as schema
@@ -58,6 +58,7 @@ OWN_PARAMS = ("tenant", "table")
 NOTIFY_CHANNEL = "toolscout"
 CHANGES_KEPT = 1000  # change-log entries kept per tenant; a reader further behind reloads everything
 MAX_EF_SEARCH = 1000  # pgvector's limit
+POOL_WAIT_S = 5.0  # the longest a request waits for a connection: a database that is down fails fast (503)
 T = TypeVar("T")
 
 
@@ -105,7 +106,10 @@ class PgSpec:
                 own[key] = unquote(value)
             else:
                 kept.append(pair)
-        dsn = urlunsplit((parts.scheme, parts.netloc, parts.path, "&".join(kept), parts.fragment))
+        # by hand: urlunsplit drops the '//' of an empty host (postgresql:///db, a local socket)
+        dsn = f"{parts.scheme}://{parts.netloc}{parts.path}" + (f"?{'&'.join(kept)}" if kept else "") + \
+            (f"#{parts.fragment}" if parts.fragment else "")
+        _check_conninfo(dsn)
         tenant = tenant if tenant is not None else own.get("tenant", "default")
         table = table if table is not None else own.get("table", schema.DEFAULT_TABLE)
         check_tenant(tenant)
@@ -131,6 +135,21 @@ def check_tenant(tenant: str) -> str:
     if not isinstance(tenant, str) or not tenant or len(tenant) > 200:
         raise ValueError(f"invalid tenant {tenant!r}: a non-empty string of at most 200 characters")
     return tenant
+
+
+def _check_conninfo(dsn: str) -> None:
+    """A DSN libpq would refuse (a misspelt parameter: `sslmod=`) is refused here, naming it, before any
+    command has started; without psycopg installed, opening the store says what to install instead."""
+    try:
+        from psycopg import ProgrammingError
+        from psycopg.conninfo import conninfo_to_dict
+    except ImportError:
+        return
+    try:
+        conninfo_to_dict(dsn)
+    except ProgrammingError as exc:
+        raise PgStoreError(f"{redact(dsn)}: {str(exc).strip()} (libpq's connection parameters: host, port, dbname, user, "
+                           f"password, sslmode, ...; toolscout's own: {', '.join(sorted(OWN_PARAMS))})") from None
 
 
 def redact(dsn: str) -> str:
@@ -197,15 +216,20 @@ class PgDatabase:
                         self._prepare(conn)
                 except psycopg.OperationalError as exc:
                     raise PgStoreError(f"cannot connect to {redact(self.dsn)}: {str(exc).strip()}") from None
-                self._pool = ConnectionPool(self.dsn, min_size=1, max_size=self.pool_size, timeout=self.timeout,
-                                            kwargs={"autocommit": True}, configure=self._configure, open=True,
-                                            name=f"toolscout-{self.table}")
+                # each connection is checked as it is taken (one that a database restart closed is replaced,
+                # not handed to a request), and a request waits POOL_WAIT_S at most for one
+                self._pool = ConnectionPool(self.dsn, min_size=1, max_size=self.pool_size,
+                                            timeout=min(self.timeout, POOL_WAIT_S), kwargs={"autocommit": True},
+                                            configure=self._configure, check=ConnectionPool.check_connection,
+                                            open=True, name=f"toolscout-{self.table}")
         return self._pool
 
     def _prepare(self, conn) -> None:
         """Migrate the schema (creating the table needs the dimension) and check the dimension."""
         stored = schema.table_dim(conn, self.table)
         if stored is None and self._dim is None:
+            if not schema.applied_versions(conn, self.table):
+                schema.check_not_foreign(conn, self.table)
             raise PgStoreError(f"{redact(self.dsn)}: no index table {self.table!r} yet; index a catalog into it first "
                                "(toolscout index CATALOG --out DIR --store postgresql://...)")
         self.migrated = schema.migrate(conn, self.table, self._dim or stored)
@@ -226,17 +250,23 @@ class PgDatabase:
     def connection(self):
         """A pooled autocommit connection. A NUL character in what a request sends (a tool id, a
         namespace) is the caller's error, not the store's: it becomes InvalidRequest (writes name the
-        field first, `refuse_nul`)."""
+        field first, `refuse_nul`). A database that does not answer (down, restarting, out of connections)
+        is Unavailable, naming it: the request may succeed later."""
         import psycopg
+        from psycopg_pool import PoolTimeout
 
-        with self._open().connection() as conn:
-            try:
-                yield conn
-            except psycopg.DataError as exc:
-                if "NUL (0x00)" not in str(exc):
-                    raise
-                raise InvalidRequest("the request holds a NUL character (U+0000), which PostgreSQL cannot store "
-                                     "or compare; remove it") from exc
+        try:
+            with self._open().connection() as conn:
+                try:
+                    yield conn
+                except psycopg.DataError as exc:
+                    if "NUL (0x00)" not in str(exc) and "\\u0000" not in str(exc):
+                        raise
+                    raise InvalidRequest("the request holds a NUL character (U+0000), which PostgreSQL cannot "
+                                         "store or compare; remove it") from exc
+        except (psycopg.OperationalError, PoolTimeout) as exc:
+            raise Unavailable(f"the PostgreSQL database {redact(self.dsn)} is not answering: "
+                              f"{str(exc).strip() or type(exc).__name__}") from exc
 
     def close(self) -> None:
         with self._lock:
