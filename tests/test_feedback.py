@@ -268,6 +268,9 @@ def test_a_feedback_log_reads_as_written_and_each_fault_names_the_file_and_line(
     log = tmp_path / "bom.jsonl"
     log.write_bytes(b"\xef\xbb\xbf" + good.encode())  # a byte-order mark some editors write
     assert [e.tool_ids for e in events_from_jsonl(log)] == [("dining.reserve",)]
+    separated = tmp_path / "separator.jsonl"  # U+2028 is a line break to str.splitlines, not to JSON Lines
+    separated.write_text(json.dumps({"query": "book\u2028a table", "tool_ids": ["x"]}, ensure_ascii=False) + "\r\n")
+    assert [e.query for e in events_from_jsonl(separated)] == ["book\u2028a table"]
     latin = tmp_path / "latin1.jsonl"
     latin.write_bytes('{"query": "caf\u00e9", "tool_ids": ["x"]}\n'.encode("latin-1"))
     for path, says in ((latin, f"{latin}: not UTF-8 text (byte 14"), (tmp_path / "missing.jsonl", "missing.jsonl: cannot "

@@ -2,6 +2,7 @@
 `toolscout index/search/migrate --store`, tenant isolation over HTTP, and two server processes on one DSN
 seeing each other's writes at once."""
 
+import contextlib
 import json
 import threading
 import time
@@ -481,7 +482,7 @@ def test_a_database_that_stops_is_a_fast_503_naming_it_and_its_return_serves_wit
                 started = time.monotonic()
                 answer = call()
                 assert answer.status_code == 503, (path, answer.text)
-                assert answer.json()["error"]["message"].startswith("the PostgreSQL database postgresql://")
+                assert "PostgreSQL database postgresql://" in answer.json()["error"]["message"], answer.text
                 assert time.monotonic() - started < 15, path
             _pg_ctl(data, "start")
             deadline, statuses = time.monotonic() + 90, []
@@ -492,5 +493,6 @@ def test_a_database_that_stops_is_a_fast_503_naming_it_and_its_return_serves_wit
             _pg_ctl(data, "stop")  # a restart while nobody asks: the pool holds connections it closed
             _pg_ctl(data, "start")
             assert [client.post("/search", json={"query": RAIN_TASK}).status_code for _ in range(8)] == [200] * 8
-    finally:
-        _pg_ctl(data, "stop")
+    finally:  # stopped whatever happened; a failure to stop must not hide the test's own
+        with contextlib.suppress(Exception):
+            _pg_ctl(data, "stop")

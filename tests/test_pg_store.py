@@ -340,3 +340,24 @@ def test_a_writer_killed_before_commit_leaves_the_previous_state(pg, tmp_path, m
         tables = conn.execute("SELECT count(*) FROM pg_class WHERE relname LIKE %s AND relkind = 'r'",
                               [store.table + "\\_t%"]).fetchone()[0]
     assert tables == 1  # the live partition only
+
+
+def test_a_statement_that_fails_on_its_own_is_not_taken_for_a_database_that_is_down(pg):
+    """A timeout or a deadlock is the statement's: retrying will not help, so it is not Unavailable (503)."""
+    import psycopg
+
+    from toolscout.errors import Unavailable
+    from toolscout.store.pgvector import PgDatabase, PgSpec
+
+    parsed = PgSpec.parse(spec(pg, new_table()))
+    database = PgDatabase(parsed.dsn, parsed.table, dim=8)
+    try:
+        with pytest.raises(psycopg.errors.QueryCanceled) as raised:
+            with database.connection() as conn, conn.transaction():
+                conn.execute("SET LOCAL statement_timeout = 1")
+                conn.execute("SELECT pg_sleep(1)")
+        assert not isinstance(raised.value, Unavailable)
+        with database.connection() as conn:  # the connection went back to the pool fit for use
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+    finally:
+        database.close()

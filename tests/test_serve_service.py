@@ -174,7 +174,29 @@ def test_cli_search_sees_the_writes_a_running_server_journalled_and_leaves_its_j
     assert main(["search", str(folder), "feed the zebras", "-k", "1", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["hits"][0]["id"] == "zoo.feed"
     assert (folder / JOURNAL).stat().st_size == size  # a reader cuts nothing off the server's journal
-    svc.storage.journal.close()
+    svc.close(compact=False)
+
+
+def test_a_reader_beside_a_server_reads_again_when_a_compaction_moves_under_it(tmp_path, tools, monkeypatch):
+    from toolscout.serve import held
+
+    folder = make_dir(tmp_path, tools)
+    svc = ToolService.open(folder)
+    svc.upsert([Tool("zoo.feed", "feed_zebras", "Feed the zebras at the zoo")])
+    load = ToolScout.load
+    compacted = []
+
+    def load_then_compact(*args, **kwargs):  # the server compacts between the reader's snapshot and journal
+        scout = load(*args, **kwargs)
+        if not compacted:
+            svc.storage.compact()
+            compacted.append(True)
+        return scout
+
+    monkeypatch.setattr(held.ToolScout, "load", load_then_compact)
+    assert "zoo.feed" in held.current_pipeline(folder)  # the old snapshot and the new journal lack it
+    assert compacted
+    svc.close()
 
 
 # ------------------------------------------------------------------------------ permissions

@@ -310,7 +310,7 @@ def events_from_jsonl(path: str | Path) -> list[FeedbackEvent]:
     except OSError as exc:
         raise InvalidRequest(f"{path}: cannot read the feedback log: {exc.strerror or exc}") from None
     events = []
-    for lineno, line in enumerate(text.splitlines(), 1):
+    for lineno, line in enumerate(text.split("\n"), 1):  # not splitlines(): U+2028 may sit inside a query
         if not line.strip():
             continue
         try:

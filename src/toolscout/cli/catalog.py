@@ -50,18 +50,19 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_index(args: argparse.Namespace) -> int:
-    from ..serve.directory import replacing
+    from ..serve.held import replacing
     from ..store.pgvector import is_postgres_spec
 
     tools = _load_catalogs(args)
-    if is_postgres_spec(args.store):  # the shared PostgreSQL index: the same pipeline, its data in the database
-        from .pg_store import index_into_postgres
+    with replacing(args.out) as replacement:  # refused while a server serves it, before the build
+        if is_postgres_spec(args.store):  # the shared PostgreSQL index: the same pipeline, its data in the database
+            from .pg_store import index_into_postgres
 
-        return index_into_postgres(args, tools)
-    start = time.perf_counter()
-    with replacing(args.out) as config:  # refused while a server serves it, before the build
+            return index_into_postgres(args, tools, replacement)
+        start = time.perf_counter()
         scout = pipeline_from_args(args, tools)
-        scout.save(args.out, extra_config=config)
+        scout.save(args.out, extra_config=replacement.config)
+        replacement.saved()
     took = time.perf_counter() - start
     tier = {"table": ", tasks through the static table", "student": ", tasks through the query student"}.get(
         args.fast_queries, "")
@@ -91,7 +92,7 @@ def _load_catalogs(args: argparse.Namespace) -> list:
 
 def cmd_search(args: argparse.Namespace) -> int:
     from ..postgres import recorded_spec
-    from ..serve.directory import current_pipeline
+    from ..serve.held import current_pipeline
 
     spec = recorded_spec(args.dir)
     if spec:  # indexed into PostgreSQL: search the database, not the snapshot
@@ -131,14 +132,15 @@ def print_hits(query: str, hits: list) -> None:
 def cmd_demo(args: argparse.Namespace) -> int:
     from ..ingest import load_tools
     from ..pipeline import ToolScout
-    from ..serve.directory import replacing
+    from ..serve.held import replacing
 
     catalog = Path(__file__).resolve().parents[1] / "data" / "catalogs" / "apibank_sample"
     tools = load_tools(catalog)
     print(f"Indexing {len(tools)} tools from the bundled sample catalog ({catalog.name}) with {args.retriever}...")
-    with replacing(args.out) as config:
+    with replacing(args.out) as replacement:
         scout = ToolScout.from_tools(tools, retriever=args.retriever)
-        scout.save(args.out, extra_config=config)
+        scout.save(args.out, extra_config=replacement.config)
+        replacement.saved()
     for task in EXAMPLE_TASKS:
         print_hits(task, scout.search(task, k=3))
     print(f"\nSaved the index to {args.out}. Search it again, or serve it over HTTP and MCP:\n"

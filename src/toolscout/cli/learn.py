@@ -186,7 +186,7 @@ class LearningTarget:
         if target.startswith(("http://", "https://")):
             return cls(url=target.rstrip("/"), token=token)
         from ..postgres import recorded_spec
-        from ..serve.directory import current_pipeline
+        from ..serve.held import current_pipeline
         from ..serve.limits import FeedbackLimits
         from ..serve.service import ToolService
 

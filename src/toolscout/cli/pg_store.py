@@ -9,6 +9,7 @@ import time
 from typing import TYPE_CHECKING, Sequence
 
 if TYPE_CHECKING:
+    from ..serve.held import Replacement
     from ..tool import Tool
 
 # The PostgreSQL modules (and the pipeline they build) are imported by the commands that use them: every
@@ -29,11 +30,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=migrate_command)
 
 
-def index_into_postgres(args: argparse.Namespace, tools: Sequence[Tool]) -> int:
+def index_into_postgres(args: argparse.Namespace, tools: Sequence[Tool], replacement: "Replacement") -> int:
     """Make `tools` the tenant's catalog in the database (re-embedding only changed texts) and the pipeline
     the flags describe the table's (the one a local index of the same flags builds; refused, naming the
     setting, when the store cannot serve it), then write `--out` as a pipeline directory that points at
-    the database: `ToolScout.load(DIR)`, `toolscout search/serve DIR` build that pipeline from it."""
+    the database: `ToolScout.load(DIR)`, `toolscout search/serve DIR` build that pipeline from it
+    (`replacement`: `--out` held, as `serve.held.replacing` holds it)."""
     from ..pg_pipeline import check_servable
     from ..postgres import index_catalog, write_pointer
     from ..retrievers.base import encoding_parts
@@ -55,6 +57,7 @@ def index_into_postgres(args: argparse.Namespace, tools: Sequence[Tool]) -> int:
     finally:
         catalog.close()
     write_pointer(args.out, spec, pipeline.spec, report.tools)  # the DSN without its password
+    replacement.saved()
     took = time.perf_counter() - start
     print(f"indexed {report.tools} tools ({report.embedded} embedded, the rest unchanged) into {spec} "
           f"version {report.version} with {pipeline.retriever.name} in {took:.1f}s → {args.out}", file=sys.stderr)

@@ -40,7 +40,7 @@ import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 from ..errors import ToolScoutError
 
@@ -100,8 +100,10 @@ class UpstreamSpec:
     def describe(self) -> str:
         """Where this upstream is, for people (no secrets: headers and env values are left out)."""
         if self.kind == "stdio":
-            return " ".join([self.command or "", *self.args]).strip()
-        return self.url if self.kind == "http" else f"{self.spec} ({self.base_url or 'servers[0] of the spec'})"
+            return " ".join([self.command or "", *self.args]).strip() or "(no command: see its problem)"
+        if self.kind == "http":
+            return self.url or "(no url: see its problem)"
+        return f"{self.spec} ({self.base_url or 'servers[0] of the spec'})" if self.spec else "(no spec: see its problem)"
 
 
 @dataclass(frozen=True)
@@ -145,8 +147,8 @@ def parse_config(data: Any, path: Path, environ: Mapping[str, str], *, strict: b
     if "mcpServers" not in data and "openapi" not in data:
         raise ConfigError(f"{path}: no 'mcpServers' (nor 'openapi') section: nothing to put behind the gateway")
     reader = _Reader(path, environ, strict)
-    upstreams = [reader.entry(reader.mcp, name, entry) for name, entry in _section(data, "mcpServers", path).items()]
-    upstreams += [reader.entry(reader.openapi, name, entry) for name, entry in _section(data, "openapi", path).items()]
+    upstreams = [reader.entry(section, name, entry) for section in ("mcpServers", "openapi")
+                 for name, entry in _section(data, section, path).items()]
     unknown = sorted(set(data) - {"mcpServers", "openapi"})
     if unknown:
         reader.warnings.append(f"{path}: top-level key(s) {unknown} ignored")
@@ -157,6 +159,11 @@ def parse_config(data: Any, path: Path, environ: Mapping[str, str], *, strict: b
                               "openapi); names become namespaces and must be unique")
         seen.add(upstream.name)
     return GatewayConfig(path, tuple(upstreams), tuple(reader.warnings))
+
+
+def _enabled_of(entry: dict) -> bool:
+    """Whether an entry is enabled: `enabled: false` or, as some hosts write it, `disabled: true` turn it off."""
+    return entry.get("enabled", True) is not False and entry.get("disabled", False) is not True
 
 
 def _section(data: dict, key: str, path: Path) -> dict[str, Any]:
@@ -174,20 +181,19 @@ class _Reader:
         self.problem: str | None = None  # the entry being read: the first value that could not be resolved
         self.enabled = True  # the entry being read: whether it is enabled
 
-    def entry(self, read: Callable[[str, Any], UpstreamSpec], name: Any, entry: Any) -> UpstreamSpec:
-        """One entry, as `read` (`mcp` or `openapi`) reads it. An entry whose shape is wrong (args not a list, a
-        timeout that is not a number, ...) is a server that is down with that reason, so one bad entry does not
-        stop the others; when strict it is an error, as is a name that cannot be a namespace."""
+    def entry(self, section: str, name: Any, entry: Any) -> UpstreamSpec:
+        """One entry of `section` ("mcpServers" or "openapi"). An entry whose shape is wrong (args not a list,
+        a timeout that is not a number, ...) is a server that is down with that reason, so one bad entry does
+        not stop the others; when strict it is an error, as is a name that cannot be a namespace."""
         try:
-            return read(name, entry)
+            return self.openapi(name, entry) if section == "openapi" else self.mcp(name, entry)
         except ConfigError as exc:
             self.problem = None
             if self.strict or not isinstance(name, str) or not _NAME.match(name):
                 raise
             settings = entry if isinstance(entry, dict) else {}
-            kind = "openapi" if read == self.openapi else "http" if "url" in settings else "stdio"
-            enabled = settings.get("enabled") is not False and settings.get("disabled") is not True
-            return UpstreamSpec(name, kind, enabled=enabled, problem=str(exc))
+            kind = "openapi" if section == "openapi" else "http" if "url" in settings else "stdio"
+            return UpstreamSpec(name, kind, enabled=_enabled_of(settings), problem=str(exc))
 
     def mcp(self, name: str, entry: Any) -> UpstreamSpec:
         where = self._entry(name, entry, "mcpServers", _MCP_KEYS)
@@ -273,14 +279,12 @@ class _Reader:
         timeout = entry.get("timeout", DEFAULT_TIMEOUT_S)
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 86_400:
             raise ConfigError(f"{where}.timeout: seconds one call may take, a number above 0, got {timeout!r}")
-        enabled = entry.get("enabled", True)
-        disabled = entry.get("disabled", False)
-        if not isinstance(enabled, bool) or not isinstance(disabled, bool):
+        if not isinstance(entry.get("enabled", True), bool) or not isinstance(entry.get("disabled", False), bool):
             raise ConfigError(f"{where}: 'enabled' and 'disabled' must be true or false")
         forward = entry.get("forwardHeaders", entry.get("forward_headers", []))
         if not isinstance(forward, list) or not all(isinstance(h, str) and h.strip() for h in forward):
             raise ConfigError(f"{where}.forwardHeaders: must be a list of header names")
-        self.enabled = enabled and not disabled
+        self.enabled = _enabled_of(entry)
         return {"timeout": float(timeout), "enabled": self.enabled,
                 "forward_headers": tuple(h.strip().lower() for h in forward)}
 

@@ -181,7 +181,7 @@ class GatewayMcp(ToolSearchMcp):
         self.gateway, self.expose = gateway, expose
         # 2026-protocol listen streams, one bus per set of namespaces a caller sees (a stream has no session to
         # address; a change of a server's lists reaches the streams of callers who may see that server)
-        self._buses: dict[frozenset[str] | None, tuple[InMemorySubscriptionBus, ListenHandler]] = {}
+        self._buses: dict[frozenset[str] | None, _Bus] = {}
         self._exposed: OrderedDict[str, OrderedDict[str, str]] = OrderedDict()  # session -> native name -> id
         # 2025-protocol sessions: key -> (ServerSession, who it is)
         self._sessions: OrderedDict[str, tuple[Any, Principal]] = OrderedDict()
@@ -405,7 +405,7 @@ class GatewayMcp(ToolSearchMcp):
             for uri in uris:
                 async with _as_rpc_errors():
                     keys.append((await self.gateway.subscribe(uri, principal), uri))
-            return await self._bus(principal)[1](ctx, params)
+            return await self._bus(principal).handler(ctx, params)
         finally:  # the stream ends by cancellation: the unsubscribing is shielded from it (and bounded)
             with anyio.CancelScope(shield=True), anyio.move_on_after(UNSUBSCRIBE_WITHIN_S):
                 for key, uri in keys:
@@ -414,20 +414,18 @@ class GatewayMcp(ToolSearchMcp):
                     except Exception as exc:  # the stream is over either way
                         logger.debug("unsubscribing %s after its listen stream ended: %s", key, exc)
 
-    def _bus(self, principal: Principal) -> tuple[InMemorySubscriptionBus, ListenHandler]:
+    def _bus(self, principal: Principal) -> "_Bus":
         """The listen streams' bus of the callers who see what `principal` sees (made on first use; as many as
         the token rules have namespace sets)."""
         bus = self._buses.get(principal.namespaces)
         if bus is None:
-            made = InMemorySubscriptionBus()
-            bus = self._buses[principal.namespaces] = (made, ListenHandler(made))
+            bus = self._buses[principal.namespaces] = _Bus(principal)
         return bus
 
     async def _changed(self, upstream: str, what: str, uri: str | None) -> None:
         """An upstream's prompts or resources changed (core.Listener): tell the clients of the agents who may
         see that upstream."""
-        sees = [bus for namespaces, (bus, _h) in list(self._buses.items())
-                if namespaces is None or upstream in namespaces]
+        sees = [bus.events for bus in list(self._buses.values()) if bus.seen_by.sees_namespace(upstream)]
         if what == "updated" and uri is not None:
             for bus in sees:
                 await bus.publish(ResourceUpdated(uri=uri))
@@ -505,7 +503,16 @@ class GatewayMcp(ToolSearchMcp):
             await ctx.session.send_tool_list_changed()
         except Exception as exc:  # a session that cannot take notifications still has its search result
             logger.debug("tools/list_changed not sent: %s", exc)
-        await self._bus(principal)[0].publish(ToolsListChanged())
+        await self._bus(principal).events.publish(ToolsListChanged())
+
+
+class _Bus:
+    """The 2026-protocol listen streams of callers who see what `seen_by` sees, and the events they hear."""
+
+    def __init__(self, seen_by: Principal):
+        self.seen_by = seen_by
+        self.events = InMemorySubscriptionBus()
+        self.handler = ListenHandler(self.events)
 
 
 class _Announcing(Server):

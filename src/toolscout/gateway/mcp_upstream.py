@@ -155,7 +155,7 @@ class McpUpstream:
                     client_info=types.Implementation(name="toolscout-gateway", version=__version__)))
                 connection.protocol = client.protocol_version
                 await self._publish(await self._list(client, connection))
-                await self._list_extras(client)  # hosts that listed before it came up are told it has some
+                known = await self._list_extras(client)
                 await self._resubscribe(client)
                 deadline.deadline = math.inf  # connected: from here on the connection lasts as long as it can
                 self._client = client
@@ -163,6 +163,7 @@ class McpUpstream:
                 self.status.connects += 1
                 self.status.change("up")
                 self._events.connected()
+                await self._announce(known)  # hosts that listed before it came up hear that it has some
                 async with anyio.create_task_group() as tasks:
                     tasks.start_soon(self._listen_for_changes, client)
                     tasks.start_soon(self._keep_listing_current, client, connection)
@@ -243,9 +244,10 @@ class McpUpstream:
                             namespace=self.name, report=report)
         return Listing(self.name, tools, tuple(connection.skipped) + tuple(report.skipped))
 
-    async def _list_extras(self, client: Any, notify: bool = True) -> None:
+    async def _list_extras(self, client: Any) -> Extras:
         """The server's prompts, resources and resource templates, as its capabilities say it has them; a
-        list it fails to give is logged and left empty (its tools still serve)."""
+        list it fails to give is logged and left empty (its tools still serve). Returns what was known before
+        (`_announce` tells the agents what changed)."""
         capabilities = client.server_capabilities
         has = {"prompts": capabilities.prompts is not None, "resources": capabilities.resources is not None,
                "resourceTemplates": capabilities.resources is not None}
@@ -261,11 +263,16 @@ class McpUpstream:
             found["prompts"], found["resources"], found["resourceTemplates"],
             subscribe=bool(getattr(capabilities.resources, "subscribe", False)),
             completions=capabilities.completions is not None)
-        if notify and self._notice is not None:
-            if before.prompts != self.extras.prompts:
-                await self._notice(self.name, "prompts", None)
-            if (before.resources, before.templates) != (self.extras.resources, self.extras.templates):
-                await self._notice(self.name, "resources", None)
+        return before
+
+    async def _announce(self, before: Extras) -> None:
+        """Tell the agents which of the server's lists changed since `before`."""
+        if self._notice is None:
+            return
+        if before.prompts != self.extras.prompts:
+            await self._notice(self.name, "prompts", None)
+        if (before.resources, before.templates) != (self.extras.resources, self.extras.templates):
+            await self._notice(self.name, "resources", None)
 
     async def _publish(self, listing: Listing) -> None:
         for where, why in listing.skipped:
@@ -294,7 +301,7 @@ class McpUpstream:
                 if tools:
                     await self._publish(await self._list(client, connection))
                 if extras:
-                    await self._list_extras(client)
+                    await self._announce(await self._list_extras(client))
             except Exception as exc:  # the server stopped answering: reconnect
                 self.status.last_error = f"re-listing failed: {error_reason(exc)}"
                 connection.end()

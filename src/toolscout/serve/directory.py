@@ -20,16 +20,15 @@ One directory holds one catalog: tenants need the PostgreSQL store.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import logging
 import os
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
-from ..artifacts import POINTER, read_config
+from ..artifacts import POINTER
 from ..errors import Conflict, InvalidRequest, NotFound, ToolScoutError
 from ..feedback import FeedbackEvent, LearnResult
 from ..pipeline import ToolScout
@@ -75,12 +74,12 @@ class DirectoryStorage:
         """Load `folder`, take its lock (one server per directory) and replay its journal. `fast_queries`:
         how tasks are encoded (`ToolScout.load`: None, as the directory was saved)."""
         folder = Path(folder)
-        _check_servable(folder)
-        lock_fd = _lock_directory(folder)
+        check_servable(folder)
+        lock_fd = lock_directory(folder)
         try:
             scout = ToolScout.load(folder, fast_queries=fast_queries)
             journal = Journal(folder, fsync=fsync)
-            seq = _replay(scout, list(journal.replay()), _snapshot_seq(scout), journal.path)
+            seq = replay_journal(scout, list(journal.replay()), snapshot_seq(scout), journal.path)
             return cls(scout, folder, journal=journal, seq=seq, lock_fd=lock_fd, **options)
         except BaseException:
             os.close(lock_fd)
@@ -223,7 +222,7 @@ class DirectoryStorage:
             result = retrain(self.scout, method, workdir, **options)
             if result.improved:
                 with self._writer:  # writes made while it trained go into the new pipeline too
-                    _replay(result.scout, self.journal.records_after(since), since, self.journal.path)
+                    replay_journal(result.scout, self.journal.records_after(since), since, self.journal.path)
                     self.scout = result.scout
         finally:
             self._retraining = False
@@ -310,7 +309,7 @@ class DirectoryStorage:
             logger.error("compaction of %s failed: %s", self.folder, exc)
 
 
-def _check_servable(folder: Path) -> None:
+def check_servable(folder: Path) -> None:
     if not (folder / POINTER).is_file():
         raise ServiceError(f"{folder}: not a pipeline directory written by `toolscout index` or ToolScout.save "
                            f"(no {POINTER} file); index a catalog into it first")
@@ -320,57 +319,12 @@ def _check_servable(folder: Path) -> None:
                            "ToolService.open(DIR's store spec), or `toolscout serve DIR`, which does")
 
 
-def _snapshot_seq(scout: ToolScout) -> int:
+def snapshot_seq(scout: ToolScout) -> int:
     """The last journal record the snapshot `scout` was loaded from holds."""
     return int(scout.saved_config.get("journal_seq", 0))
 
 
-def current_pipeline(folder: str | os.PathLike, *, fast_queries: bool | str | None = None) -> ToolScout:
-    """The pipeline of a directory as a server would serve it now: its snapshot with the journal's writes
-    and feedback applied. Reads only (no lock, the journal untouched), so it may run beside the server
-    that holds the directory."""
-    folder = Path(folder)
-    _check_servable(folder)
-    scout = ToolScout.load(folder, fast_queries=fast_queries)
-    journal = Journal(folder, fsync=False)
-    _replay(scout, list(journal.read()), _snapshot_seq(scout), journal.path)
-    return scout
-
-
-@contextlib.contextmanager
-def replacing(folder: str | os.PathLike) -> Iterator[dict[str, int]]:
-    """Hold a directory while a new pipeline replaces the one in it (`toolscout index --out DIR`): refused
-    while a server serves it. Yields the config the new snapshot must carry so that no record of the old
-    journal (writes to the catalog being replaced) is ever replayed over it; once it is saved, the journal
-    starts afresh."""
-    folder = Path(folder)
-    if not (folder / POINTER).is_file():
-        yield {}
-        return
-    lock_fd = _lock_directory(folder)
-    try:
-        journal = Journal(folder)
-        records = list(journal.read())
-        last = max((r["seq"] for r in records), default=0)
-        pending = sum(1 for r in records if r["seq"] > _saved_journal_seq(folder) and r.get("op") != "base")
-        yield {"journal_seq": last}
-        if pending:
-            logger.warning("%s: its journal held %d writes made since its last snapshot; they belonged to the "
-                           "catalog now replaced", folder, pending)
-        if journal.path.exists():
-            journal.reset(last)
-    finally:
-        os.close(lock_fd)
-
-
-def _saved_journal_seq(folder: Path) -> int:
-    try:
-        return int(read_config(folder)[1].get("journal_seq", 0))
-    except (ToolScoutError, OSError, ValueError):  # an unreadable snapshot holds none of the journal
-        return 0
-
-
-def _lock_directory(folder: Path) -> int:
+def lock_directory(folder: Path) -> int:
     fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -381,7 +335,7 @@ def _lock_directory(folder: Path) -> int:
     return fd
 
 
-def _replay(scout: ToolScout, records: list[dict[str, Any]], snapshot_seq: int, where: Path) -> int:
+def replay_journal(scout: ToolScout, records: list[dict[str, Any]], snapshot_seq: int, where: Path) -> int:
     """Apply the journal records newer than the snapshot, in order; return the last sequence number.
     Runs of tool writes are applied as one batch (their net effect: last write per id wins), so a long
     journal re-embeds in one pass; feedback records are applied where they stand between them."""

@@ -177,6 +177,13 @@ def _require_psycopg():
         raise MissingDependency(exc.name or "psycopg", "the PostgreSQL store", extra="postgres") from None
 
 
+def _server_gone_errors() -> tuple[type[BaseException], ...]:
+    """The errors of a database that shut down or is starting, whatever the connection's state says."""
+    from psycopg import errors
+
+    return (errors.AdminShutdown, errors.CrashShutdown, errors.CannotConnectNow)
+
+
 class PgDatabase:
     """A connection pool on one database whose index table `table` is migrated to the latest schema.
     Shared by the stores of every tenant of that table (`PgVectorStore.for_tenant`). Opens lazily.
@@ -255,16 +262,23 @@ class PgDatabase:
         import psycopg
         from psycopg_pool import PoolTimeout
 
+        conn = None
         try:
             with self._open().connection() as conn:
                 try:
                     yield conn
                 except psycopg.DataError as exc:
-                    if "NUL (0x00)" not in str(exc) and "\\u0000" not in str(exc):
+                    if "NUL (0x00)" not in str(exc) and not isinstance(exc, psycopg.errors.UntranslatableCharacter):
                         raise
                     raise InvalidRequest("the request holds a NUL character (U+0000), which PostgreSQL cannot "
                                          "store or compare; remove it") from exc
-        except (psycopg.OperationalError, PoolTimeout) as exc:
+        except PoolTimeout as exc:
+            waited = min(self.timeout, POOL_WAIT_S)
+            raise Unavailable(f"no connection to the PostgreSQL database {redact(self.dsn)} within {waited:g} s: "
+                              "it does not answer, or every connection is busy") from exc
+        except psycopg.OperationalError as exc:
+            if conn is not None and not conn.broken and not isinstance(exc, _server_gone_errors()):
+                raise  # the statement's own failure (a timeout, a deadlock): retrying will not help
             raise Unavailable(f"the PostgreSQL database {redact(self.dsn)} is not answering: "
                               f"{str(exc).strip() or type(exc).__name__}") from exc
 

@@ -1,0 +1,93 @@
+"""A pipeline directory seen by a command beside the server that may hold it (`serve/directory.py`: one
+server per directory, its writes in a journal beside the snapshot): `toolscout search` and `toolscout learning
+report` read it as that server serves it, and `toolscout index --out DIR` replaces it only while no server
+holds it, so the old catalog's journal is never replayed over the new one."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from pathlib import Path
+from typing import Iterator
+
+from ..artifacts import POINTER, ArtifactError, read_config
+from ..errors import ToolScoutError
+from ..pipeline import ToolScout
+from .directory import check_servable, lock_directory, replay_journal, snapshot_seq
+from .errors import ServiceError
+from .journal import Journal
+
+READ_TRIES = 3  # a reader beside a server reads again this often when a compaction moves under it
+logger = logging.getLogger(__name__)
+
+
+def current_pipeline(folder: str | os.PathLike, *, fast_queries: bool | str | None = None) -> ToolScout:
+    """The pipeline of a directory as a server would serve it now: its snapshot with the journal's writes
+    and feedback applied. Reads only (no lock, the journal untouched), so it may run beside the server
+    that holds the directory; a compaction by that server between reading the snapshot and the journal
+    (the journal then starts after the snapshot read) is read again."""
+    folder = Path(folder)
+    check_servable(folder)
+    for attempt in range(READ_TRIES):
+        try:
+            scout = ToolScout.load(folder, fast_queries=fast_queries)
+        except (ArtifactError, OSError):  # the version being read was removed by a compaction
+            if attempt == READ_TRIES - 1:
+                raise
+            continue
+        journal = Journal(folder, fsync=False)
+        records = list(journal.read())
+        base = next((r["seq"] for r in records if r.get("op") == "base"), None)
+        if base is None or base <= snapshot_seq(scout):  # the journal goes on from this snapshot
+            replay_journal(scout, records, snapshot_seq(scout), journal.path)
+            return scout
+    raise ServiceError(f"{folder}: its server compacted it {READ_TRIES} times while it was read; try again")
+
+
+class Replacement:
+    """A directory held while a new pipeline replaces the one in it (`replacing`). `config` is what the new
+    snapshot must carry so that no record of the old journal (writes to the catalog being replaced) is ever
+    replayed over it; `saved()`, once it is saved, starts the journal afresh."""
+
+    def __init__(self, folder: Path, journal: Journal | None = None, last: int = 0, pending: int = 0):
+        self.folder, self.journal, self.last, self.pending = folder, journal, last, pending
+
+    @property
+    def config(self) -> dict[str, int]:
+        return {"journal_seq": self.last} if self.journal is not None else {}
+
+    def saved(self) -> None:
+        if self.journal is None:
+            return
+        if self.pending:
+            logger.warning("%s: its journal held %d writes made since its last snapshot; they belonged to the "
+                           "catalog now replaced", self.folder, self.pending)
+        if self.journal.path.exists():
+            self.journal.reset(self.last)
+
+
+@contextlib.contextmanager
+def replacing(folder: str | os.PathLike) -> Iterator[Replacement]:
+    """Hold a directory while a new pipeline replaces the one in it (`toolscout index --out DIR`, into a
+    directory or PostgreSQL): refused while a server serves it (see `Replacement`)."""
+    folder = Path(folder)
+    if not (folder / POINTER).is_file():
+        yield Replacement(folder)
+        return
+    lock_fd = lock_directory(folder)
+    try:
+        journal = Journal(folder)
+        records = journal.records_after(-1)  # every intact record: a damaged journal is being replaced anyway
+        saved_seq = _saved_journal_seq(folder)
+        yield Replacement(folder, journal, max((r["seq"] for r in records), default=0),
+                          sum(1 for r in records if r["seq"] > saved_seq and r.get("op") != "base"))
+    finally:
+        os.close(lock_fd)
+
+
+def _saved_journal_seq(folder: Path) -> int:
+    try:
+        return int(read_config(folder)[1].get("journal_seq", 0))
+    except (ToolScoutError, OSError, ValueError):  # an unreadable snapshot holds none of the journal
+        return 0
