@@ -32,3 +32,27 @@ def test_expand_and_generate_commands(tmp_path, capsys):
         assert main(["generate", str(SAMPLE), "--n", "5", "--out", str(tmp_path / "g.jsonl"), *llm]) == 1
     assert "give a folder" in capsys.readouterr().err
     assert len((tmp_path / "g" / "queries.jsonl").read_text().splitlines()) == 5
+
+
+def test_an_llm_that_is_not_there_fails_naming_it_and_an_out_of_other_origin_is_never_overwritten(tmp_path, capsys):
+    import shutil
+    import socket
+
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+    llm = ["--base-url", url, "--model", "m", "--no-cache", "--quiet", "--max-retries", "0"]
+    assert main(["generate", str(SAMPLE), "--n", "3", "--out", str(tmp_path / "g"), *llm]) == 1
+    assert f"POST {url}/chat/completions: cannot reach the server" in capsys.readouterr().err
+    assert main(["expand", str(SAMPLE), "--out", str(tmp_path / "x"), "--limit", "2", *llm]) == 1
+    assert "every one of 2 requests to the LLM failed" in capsys.readouterr().err
+    labelled = tmp_path / "labelled"  # a benchmark folder with its own hand-labelled queries
+    shutil.copytree(SAMPLE, labelled)
+    before = {p.name: p.read_bytes() for p in labelled.iterdir()}
+    with FakeLLM() as fake:
+        working = ["--base-url", fake.url, "--model", "m", "--no-cache", "--quiet"]
+        assert main(["expand", str(SAMPLE), "--out", str(labelled), *working]) == 1
+        assert main(["generate", str(SAMPLE), "--n", "3", "--out", str(labelled), *working]) == 1
+        assert main(["expand", str(SAMPLE), "--out", str(tmp_path / "x"), "--limit", "2", *working]) == 0  # its own: resumed
+    assert "holds files `toolscout expand` did not write" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in labelled.iterdir()} == before

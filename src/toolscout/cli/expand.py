@@ -58,12 +58,13 @@ def journal_path(out: str | os.PathLike, given: str | None = None) -> Path:
 
 
 def cmd_expand(args: argparse.Namespace) -> int:
-    from ..expand.catalog import is_folder_output, read_catalog, write_catalog
+    from ..expand.catalog import check_output, is_folder_output, read_catalog, write_catalog
     from ..expand.usage import UsageReport, expand_usage
 
     if not wants_llm(args) and args.usage is None:
         raise ValueError("nothing to do: give an LLM (--base-url and --model, or --llm-config) for profiles, "
                          "and/or --usage N to append train-split queries")
+    check_output(args.out, ("expand_report.json", "expand-journal.jsonl"), "toolscout expand")
     catalog = read_catalog(args.catalog, format=args.format, lenient=args.lenient)
     tools = catalog.tools
     print(f"{args.catalog}: {len(tools)} tools", file=sys.stderr)
@@ -94,6 +95,19 @@ def cmd_expand(args: argparse.Namespace) -> int:
     return 0
 
 
+def _fail_when_the_llm_never_answered(result) -> None:
+    """Tools attempted and none expanded, every draft an LLM error: the LLM is not there (or not an LLM).
+    Finished tools stay in the journal either way."""
+    from ..llm import LLMError
+
+    report = result.report
+    if report.expanded or report.regenerated or not report.llm_errors:
+        return
+    errors = [d.get("error") for record in result.outcomes.values() for d in record.get("drafts", []) if d.get("error")]
+    if errors:
+        raise LLMError(f"every one of {len(errors)} requests to the LLM failed; the last: {errors[-1]}")
+
+
 def _run_llm_expansion(args: argparse.Namespace, tools: list) -> tuple[list, dict]:
     from ..expand.pipeline import ExpandConfig, expand_tools
 
@@ -116,6 +130,7 @@ def _run_llm_expansion(args: argparse.Namespace, tools: list) -> tuple[list, dic
                   file=sys.stderr)
             raise
     print(result.report.format(), file=sys.stderr)
+    _fail_when_the_llm_never_answered(result)
     return result.tools, {**result.report.to_dict(), "journal": str(journal),
                           "models": {"model": config.model, "strong_model": config.strong_model,
                                      "judge_model": (config.judge_model or config.model) if config.judge else None}}

@@ -42,13 +42,14 @@ def add_parsers(sub: Any) -> None:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from ..expand.catalog import atomic_write_text, is_folder_output, jsonl_text, read_catalog, write_catalog
+    from ..expand.catalog import atomic_write_text, check_output, is_folder_output, jsonl_text, read_catalog, write_catalog
     from ..generate.pipeline import GenerateConfig, generate_queries
 
     if not is_folder_output(args.out):
         raise ValueError(f"--out {args.out}: give a folder; generation writes tools.jsonl and queries.jsonl into it")
     if not wants_llm(args):
         raise ValueError("generate needs an LLM: --base-url and --model, or --llm-config")
+    check_output(args.out, ("generate_report.json", "generation.jsonl"), "toolscout generate")
     settings = llm_settings(args)
     config = GenerateConfig(n=args.n, sample_size=args.sample_size, min_tools=args.min_tools, max_tools=args.max_tools,
                             examples=args.examples, polish=not args.no_polish, polish_model=args.polish_model,

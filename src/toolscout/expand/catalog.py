@@ -134,6 +134,25 @@ def is_folder_output(out: str | os.PathLike) -> bool:
     return Path(out).suffix.lower() != ".jsonl"
 
 
+def check_output(out: str | os.PathLike, own: Sequence[str], command: str) -> None:
+    """Refuse, before any LLM call, an `--out` that holds what `command` did not write: a folder is this
+    command's when it is empty or holds one of the files it writes (`own`: its report or journal, so a
+    rerun resumes); a `*.jsonl` file is, when its journal sits beside it. Anything else (a benchmark folder
+    with hand-labelled queries, a trained model, a file of another origin) would be overwritten."""
+    out = Path(out)
+    if not out.exists():
+        return
+    if is_folder_output(out):
+        if not out.is_dir():
+            raise ValueError(f"--out {out}: exists and is not a folder")
+        if not any(out.iterdir()) or any((out / name).exists() for name in own):
+            return
+        raise ValueError(f"--out {out}: the folder holds files `{command}` did not write (none of "
+                         f"{', '.join(own)}); give a new folder, so nothing in it is overwritten")
+    if out.is_dir() or not out.with_name(out.stem + ".journal.jsonl").exists():
+        raise ValueError(f"--out {out}: exists and `{command}` did not write it; give a new file name")
+
+
 def tools_path(out: str | os.PathLike) -> Path:
     """Where the tools of output `out` go: `out` itself for `*.jsonl`, else `out/tools.jsonl`."""
     out = Path(out)

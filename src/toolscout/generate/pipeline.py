@@ -128,6 +128,7 @@ class _Outcome:
     text: str = ""
     polished: bool = False
     polish_failed: bool = False
+    error: str = ""  # why the LLM request failed (reason "llm_error")
 
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -226,8 +227,8 @@ class _Generator:
                                                          job.examples),
                                      model=self.model, json_mode=True, temperature=self.config.temperature,
                                      max_tokens=self.config.max_tokens)
-        except LLMError:
-            return _Outcome("llm_error")
+        except LLMError as exc:
+            return _Outcome("llm_error", error=str(exc))
         reason, labels, names, text = check_pick(reply.text, job.names, self.catalog_names,
                                                  self.config.min_tools, self.config.max_tools)
         outcome = _Outcome(reason, labels, names, text, text)
@@ -264,6 +265,10 @@ def generate_queries(tools: Sequence[Tool], client: LLMClient, config: GenerateC
                 if isinstance(outcome, BaseException):
                     raise outcome
                 outcomes[index] = outcome
+            if not accepted and all(o.reason == "llm_error" for o in outcomes):
+                # a whole batch failed before anything worked: the LLM is not there (or not an LLM)
+                raise LLMError(f"all {size} requests of a batch to the LLM failed before any query was accepted; "
+                               f"the last: {outcomes[-1].error}")
             for outcome in outcomes:  # submission order: reproducible
                 report.attempts += 1
                 if outcome.reason is None and not dedupe.add(outcome.text):
