@@ -188,3 +188,24 @@ def test_numbers_out_of_range_are_refused_naming_the_flag_before_anything_starts
     with pytest.raises(SystemExit) as exited:
         main(argv)
     assert exited.value.code == 2 and says in capsys.readouterr().err
+
+
+def test_eval_and_train_refuse_mistakes_before_the_work_naming_what_to_do(capsys, tmp_path):
+    from toolscout.artifacts import write_artifact
+    from toolscout.models import model_base
+
+    sample = CATALOGS / "apibank_sample"
+    code, _, err = run(capsys, "train", "tool2vec", "--data", sample, "--out", tmp_path / "m", "-o", "nosuch=1")
+    assert code == 1 and "-o nosuch: not an option of tool2vec; its options: encoder, finetune" in err
+    assert not (tmp_path / "m").exists()
+    with write_artifact(tmp_path / "cross", model_base("cross")):  # a second stage's model directory
+        pass
+    code, _, err = run(capsys, "eval", sample, "--retriever", "dense", "--model", tmp_path / "cross", "--quiet")
+    assert code == 1 and f"is a 'cross' model; evaluate it with --rerank {tmp_path / 'cross'}" in err
+    code, _, err = run(capsys, "eval", sample, "--retriever", "bm25", "--json", tmp_path / "nowhere" / "r.json")
+    assert code == 1 and f"--json {tmp_path / 'nowhere' / 'r.json'}: the folder {tmp_path / 'nowhere'} does not exist" in err
+    unlabelled = tmp_path / "unlabelled"
+    unlabelled.mkdir()
+    (unlabelled / "tools.jsonl").write_text((sample / "tools.jsonl").read_text())
+    code, _, err = run(capsys, "eval", unlabelled, "--retriever", "bm25", "--quiet")
+    assert code == 1 and "unlabelled: no queries.jsonl; set skipped" in err

@@ -33,7 +33,7 @@ def model_config(path: str | Path | None, method: str | None = None) -> tuple[Pa
         return None
     if method is not None and config.get("method") != method:
         raise ArtifactError(f"{path}: is a {config.get('method')!r} model, not a {method!r} model; "
-                            f"evaluate it with --retriever {config.get('method')}")
+                            f"`toolscout eval SET --model {path}` names the flags that use it")
     return folder, config
 
 

@@ -12,8 +12,8 @@ from typing import Any
 from ..defaults import DEFAULT_RETRIEVER
 
 ENCODER_BACKENDS = ("auto", "exact", "torch", "onnx", "onnx-int8")  # toolscout.encoders.BACKENDS, without importing it
-from .options import (add_fast_queries, add_rerank_options, add_retriever_options, intents_from_args, model_for,
-                      reranker_from_args, retriever_options)
+from .options import (add_fast_queries, add_rerank_options, add_retriever_options, flags_for_model, intents_from_args,
+                      model_for, reranker_from_args, retriever_options)
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -47,6 +47,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from ..benchmark_sets import load_benchmark
     from ..eval import evaluate, format_table, plot_reports
 
+    for flag, path in (("--json", args.json), ("--plot", args.plot)):  # before the evaluation, not after it
+        if path and not Path(path).resolve().parent.is_dir():
+            raise ValueError(f"{flag} {path}: the folder {Path(path).resolve().parent} does not exist")
     reranker = reranker_from_args(args)
     sets = [load_benchmark(s) for s in args.sets]
     reports = []
@@ -79,7 +82,8 @@ def system_options(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
         from ..models import model_config
 
         method = model_config(args.model)[1].get("method")
-        raise ValueError(f"--model {args.model} is a {method!r} model; evaluate it with --retriever {method}")
+        raise ValueError(f"--model {args.model} is a {method!r} model; evaluate it with "
+                         f"{flags_for_model(args.model, method)}")
     encoders: dict[str | None, Any] = {}
     systems = {}
     for name in names:

@@ -88,6 +88,17 @@ def intents_from_args(args: argparse.Namespace) -> Any:
     return DEFAULT_INTENT_MERGE if args.split_requests else None
 
 
+def flags_for_model(model: str, method: str) -> str:
+    """The flags that use a model `method` trained: the retrievers it is trained for take it as --model; a
+    second stage (cross, refiner) is given as --rerank."""
+    from ..retrievers.base import REGISTRY, retriever_class
+
+    names = [name for name in REGISTRY if retriever_class(name).accepts.trained_by == method]
+    if names:
+        return f"--retriever {' (or '.join(names)}{')' * (len(names) - 1)} --model {model}"
+    return f"--rerank {model}"
+
+
 def model_for(model: str | None, name: str) -> str | None:
     """--model for retriever `name` among several compared ones: a trained model directory goes only to
     the retriever its method trains; a plain encoder name or folder to every retriever that takes a model."""

@@ -34,6 +34,21 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=cmd_train)
 
 
+def _check_options(method: str, fit, options: dict) -> None:
+    """-o keys the trainer does not take are refused naming them and the ones it does, before training
+    (a trainer taking **options, toolclip's, checks its own)."""
+    import inspect
+
+    parameters = inspect.signature(fit).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return
+    known = sorted(name for name in list(parameters)[2:] if name not in ("model", "config", "resume"))  # after data, out
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise ValueError(f"-o {', '.join(unknown)}: not an option of {method}; its options: "
+                         f"{', '.join(known) or 'none'}")
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from ..train import TrainConfig, load_training_data, trainer_for
 
@@ -46,6 +61,7 @@ def cmd_train(args: argparse.Namespace) -> int:
                  if getattr(args, key) is not None}
     config = TrainConfig(progress=not args.quiet, **overrides)
     options = parse_options(args.option)
+    _check_options(args.method, fit, options)
     if args.no_resume:
         options["resume"] = False
     summary = fit(data, args.out, model=args.model, config=config, **options)

@@ -69,8 +69,8 @@ def evaluate(
     work = [(b, _queries_of(b, split, max_queries, warnings)) for b in bench]
     work = [(b, qs) for b, qs in work if qs]
     if not work:
-        raise ValueError(f"no set has labelled queries in split {split!r} (splits: {', '.join(SPLITS)}); "
-                         "nothing to evaluate")
+        raise ValueError(f"no set has labelled queries in split {split!r} (splits: {', '.join(SPLITS)}): "
+                         f"{'; '.join(warnings)}; nothing to evaluate")
 
     set_reports: dict[str, SetReport] = {}
     total_build_s = 0.0
@@ -118,7 +118,9 @@ def _queries_of(bset: BenchmarkSet, split: str, max_queries: int | None, warning
                         f"(first: {unlabelled[0].id!r})")
         queries = [q for q in queries if q.labels]
     if not queries:
-        warnings.append(f"{bset.name}: no labelled {split} queries; set skipped")
+        why = "no queries.jsonl" if not bset.queries and bset.path is not None and \
+            not (bset.path / "queries.jsonl").exists() else f"no labelled {split} queries"
+        warnings.append(f"{bset.name}: {why}; set skipped")
     return queries[:max_queries] if max_queries is not None else queries
 
 
