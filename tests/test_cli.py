@@ -202,6 +202,10 @@ def test_eval_and_train_refuse_mistakes_before_the_work_naming_what_to_do(capsys
         pass
     code, _, err = run(capsys, "eval", sample, "--retriever", "dense", "--model", tmp_path / "cross", "--quiet")
     assert code == 1 and f"is a 'cross' model; evaluate it with --rerank {tmp_path / 'cross'}" in err
+    code, _, err = run(capsys, "train", "tool2vec", "--data", sample, "--out", tmp_path / "cross")
+    assert code == 1 and "holds a 'cross' model; train tool2vec into another folder" in err
+    with pytest.raises(SystemExit):  # an untrained model is not a model
+        main(["train", "tool2vec", "--data", str(sample), "--out", str(tmp_path / "m"), "--epochs", "0"])
     code, _, err = run(capsys, "eval", sample, "--retriever", "bm25", "--json", tmp_path / "nowhere" / "r.json")
     assert code == 1 and f"--json {tmp_path / 'nowhere' / 'r.json'}: the folder {tmp_path / 'nowhere'} does not exist" in err
     unlabelled = tmp_path / "unlabelled"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .options import parse_options
+from .options import number_in, parse_options
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -17,12 +17,14 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    help="base encoder name or path (default: the default encoder, toolscout-tools; toolclip's "
                         "towers start from all-MiniLM-L6-v2), or a model directory that an earlier `train` of the "
                         "same method (toolclip, embed, cross) wrote, to continue training it")
-    p.add_argument("--epochs", type=int, default=None)
-    p.add_argument("--batch-size", type=int, default=None)
-    p.add_argument("--lr", type=float, default=None)
-    p.add_argument("--max-steps", type=int, default=None, help="stop after N optimiser steps")
-    p.add_argument("--eval-every", type=int, default=None, help="validate every N steps (default: each epoch)")
-    p.add_argument("--patience", type=int, default=None, help="validations without improvement before stopping")
+    p.add_argument("--epochs", type=number_in(int, 1), default=None)
+    p.add_argument("--batch-size", type=number_in(int, 1), default=None)
+    p.add_argument("--lr", type=number_in(float, 0), default=None)
+    p.add_argument("--max-steps", type=number_in(int, 1), default=None, help="stop after N optimiser steps")
+    p.add_argument("--eval-every", type=number_in(int, 1), default=None,
+                   help="validate every N steps (default: each epoch)")
+    p.add_argument("--patience", type=number_in(int, 1), default=None,
+                   help="validations without improvement before stopping")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     p.add_argument("--validation-fraction", type=float, default=0.1,
@@ -32,6 +34,17 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    help="method-specific option, VALUE parsed as JSON when it can be (repeatable)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(handler=cmd_train)
+
+
+def _check_out(out: str, method: str) -> None:
+    """An --out holding a model another method trained is refused before training: training there would
+    replace it (the same method's model is continued or replaced, as --model and resume say)."""
+    from ..models import model_config
+
+    held = model_config(out)
+    if held is not None and held[1].get("method") != method:
+        raise ValueError(f"--out {out}: holds a {held[1].get('method')!r} model; train {method} into another "
+                         "folder, or remove that one first")
 
 
 def _check_options(method: str, fit, options: dict) -> None:
@@ -53,6 +66,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from ..train import TrainConfig, load_training_data, trainer_for
 
     fit = trainer_for(args.method)
+    _check_out(args.out, args.method)
     data = load_training_data(args.data, validation_fraction=args.validation_fraction)
     print(f"training {args.method} on {', '.join(data.sets)}: {len(data.train)} train and "
           f"{len(data.validation)} validation queries, {len(data.tools)} tools", file=sys.stderr)

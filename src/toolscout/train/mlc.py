@@ -284,6 +284,11 @@ def _calibrate_fallback(net, validation: Sequence, train: Sequence, tool_ids: li
     labels = np.zeros(cosine.shape, dtype=bool)
     for row, q in enumerate(queries):
         labels[row, [column[t] for t in q.labels if t in column]] = True
+    if not labels.any() or labels.all():
+        raise ValueError(f"too little to calibrate mlc's scores on: the {len(queries)} "
+                         f"{'validation' if validation else 'training'} queries it reads give no "
+                         f"{'gold' if not labels.any() else 'non-gold'} (query, tool) pair among {len(tool_ids)} "
+                         "tools; train on more labelled queries")
     slope, intercept = fit_platt(cosine.ravel(), labels.ravel())
     return {"slope": slope, "intercept": intercept, "fitted_on": "validation" if validation else "train",
             "queries": len(queries), "pairs": int(labels.size), "positives": int(labels.sum())}
