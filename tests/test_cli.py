@@ -206,8 +206,14 @@ def test_eval_and_train_refuse_mistakes_before_the_work_naming_what_to_do(capsys
     assert code == 1 and "holds a 'cross' model; train tool2vec into another folder" in err
     with pytest.raises(SystemExit):  # an untrained model is not a model
         main(["train", "tool2vec", "--data", str(sample), "--out", str(tmp_path / "m"), "--epochs", "0"])
-    code, _, err = run(capsys, "eval", sample, "--retriever", "bm25", "--json", tmp_path / "nowhere" / "r.json")
-    assert code == 1 and f"--json {tmp_path / 'nowhere' / 'r.json'}: the folder {tmp_path / 'nowhere'} does not exist" in err
+    (tmp_path / "afile").write_text("not a folder")
+    code, _, err = run(capsys, "eval", sample, "--retriever", "bm25", "--json", tmp_path / "afile" / "r.json")
+    assert code == 1 and f"--json {tmp_path / 'afile' / 'r.json'}: cannot make its folder: " in err
+    code, _, err = run(capsys, "eval", sample, "--retriever", "bm25", "--model", "all-MiniLM-L6-v2")
+    assert code == 1 and "--model all-MiniLM-L6-v2: none of --retriever bm25 takes a model" in err
+    assert run(capsys, "index", sample, "--out", tmp_path / "idx", "--retriever", "bm25")[0] == 0
+    code, _, err = run(capsys, "train", "tool2vec", "--data", sample, "--out", tmp_path / "idx")
+    assert code == 1 and "holds something that is not a toolscout model" in err
     unlabelled = tmp_path / "unlabelled"
     unlabelled.mkdir()
     (unlabelled / "tools.jsonl").write_text((sample / "tools.jsonl").read_text())

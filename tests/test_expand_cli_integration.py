@@ -56,3 +56,7 @@ def test_an_llm_that_is_not_there_fails_naming_it_and_an_out_of_other_origin_is_
         assert main(["expand", str(SAMPLE), "--out", str(tmp_path / "x"), "--limit", "2", *working]) == 0  # its own: resumed
     assert "holds files `toolscout expand` did not write" in capsys.readouterr().err
     assert {p.name: p.read_bytes() for p in labelled.iterdir()} == before
+    for _ in range(2):  # its own outputs are written again: a file named as the output, a folder it wrote
+        assert main(["expand", str(SAMPLE), "--out", str(tmp_path / "u.jsonl"), "--usage", "2"]) == 0
+        assert main(["expand", str(SAMPLE), "--out", str(tmp_path / "u"), "--usage", "2",
+                     "--report", str(tmp_path / "u-report.json")]) == 0

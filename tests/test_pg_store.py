@@ -343,7 +343,8 @@ def test_a_writer_killed_before_commit_leaves_the_previous_state(pg, tmp_path, m
 
 
 def test_a_statement_that_fails_on_its_own_is_not_taken_for_a_database_that_is_down(pg):
-    """A timeout or a deadlock is the statement's: retrying will not help, so it is not Unavailable (503)."""
+    """A statement timeout is the statement's: retrying will not help, so it is not Unavailable (503); a lock
+    not granted (as a deadlock) is worth retrying, and is."""
     import psycopg
 
     from toolscout.errors import Unavailable
@@ -359,5 +360,12 @@ def test_a_statement_that_fails_on_its_own_is_not_taken_for_a_database_that_is_d
         assert not isinstance(raised.value, Unavailable)
         with database.connection() as conn:  # the connection went back to the pool fit for use
             assert conn.execute("SELECT 1").fetchone() == (1,)
+        # a lock not granted in time (like a deadlock or a serialization failure) may be granted next time
+        with psycopg.connect(parsed.dsn, autocommit=True) as holder, holder.transaction():
+            holder.execute(f"LOCK TABLE {parsed.table} IN ACCESS EXCLUSIVE MODE")
+            with pytest.raises(Unavailable, match="rolled the request back .*; retry it"):
+                with database.connection() as conn, conn.transaction():
+                    conn.execute("SET LOCAL lock_timeout = '50ms'")
+                    conn.execute(f"SELECT count(*) FROM {parsed.table}")
     finally:
         database.close()

@@ -48,8 +48,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from ..eval import evaluate, format_table, plot_reports
 
     for flag, path in (("--json", args.json), ("--plot", args.plot)):  # before the evaluation, not after it
-        if path and not Path(path).resolve().parent.is_dir():
-            raise ValueError(f"{flag} {path}: the folder {Path(path).resolve().parent} does not exist")
+        if path:
+            try:
+                Path(path).resolve().parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise ValueError(f"{flag} {path}: cannot make its folder: {exc.strerror or exc}") from None
     reranker = reranker_from_args(args)
     sets = [load_benchmark(s) for s in args.sets]
     reports = []
@@ -81,7 +84,10 @@ def system_options(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     if args.model and not any(models.values()):
         from ..models import model_config
 
-        method = model_config(args.model)[1].get("method")
+        trained = model_config(args.model)
+        if trained is None:  # an encoder's name or folder, and no retriever given takes one
+            raise ValueError(f"--model {args.model}: none of --retriever {', '.join(names)} takes a model")
+        method = trained[1].get("method")
         raise ValueError(f"--model {args.model} is a {method!r} model; evaluate it with "
                          f"{flags_for_model(args.model, method)}")
     encoders: dict[str | None, Any] = {}

@@ -19,6 +19,8 @@ from typing import Any
 
 from .options import add_llm_options, llm_settings, wants_llm
 
+REPORT = "expand_report.json"  # what a folder output always holds: it marks the folder as expand's
+
 # ------------------------------------------------------------------------------------------ expand
 
 def add_parsers(sub: Any) -> None:
@@ -64,7 +66,7 @@ def cmd_expand(args: argparse.Namespace) -> int:
     if not wants_llm(args) and args.usage is None:
         raise ValueError("nothing to do: give an LLM (--base-url and --model, or --llm-config) for profiles, "
                          "and/or --usage N to append train-split queries")
-    check_output(args.out, ("expand_report.json", "expand-journal.jsonl"), "toolscout expand")
+    check_output(args.out, (Path(args.out) / REPORT, journal_path(args.out, args.journal)), "toolscout expand")
     catalog = read_catalog(args.catalog, format=args.format, lenient=args.lenient)
     tools = catalog.tools
     print(f"{args.catalog}: {len(tools)} tools", file=sys.stderr)
@@ -85,9 +87,10 @@ def cmd_expand(args: argparse.Namespace) -> int:
         tools, report["expand"] = _run_llm_expansion(args, tools)
 
     written = write_catalog(args.out, tools, catalog)
-    report_file = Path(args.report) if args.report else (Path(args.out) / "expand_report.json"
-                                                         if is_folder_output(args.out) else None)
-    if report_file is not None:
+    # a folder always holds its report: it marks the folder as expand's, so a rerun may write into it
+    report_files = ([Path(args.out) / REPORT] if is_folder_output(args.out) else []) + \
+        ([Path(args.report)] if args.report else [])
+    for report_file in report_files:
         report_file.parent.mkdir(parents=True, exist_ok=True)
         report_file.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     copied = " (queries copied)" if catalog.queries_file and is_folder_output(args.out) else ""
@@ -95,17 +98,13 @@ def cmd_expand(args: argparse.Namespace) -> int:
     return 0
 
 
-def _fail_when_the_llm_never_answered(result) -> None:
-    """Tools attempted and none expanded, every draft an LLM error: the LLM is not there (or not an LLM).
-    Finished tools stay in the journal either way."""
+def _fail_when_the_llm_never_answered(report) -> None:
+    """Every draft this run asked for an LLM error: the LLM is not there (or not an LLM). Finished tools
+    stay in the journal either way."""
     from ..llm import LLMError
 
-    report = result.report
-    if report.expanded or report.regenerated or not report.llm_errors:
-        return
-    errors = [d.get("error") for record in result.outcomes.values() for d in record.get("drafts", []) if d.get("error")]
-    if errors:
-        raise LLMError(f"every one of {len(errors)} requests to the LLM failed; the last: {errors[-1]}")
+    if report.drafts and report.llm_errors == report.drafts:
+        raise LLMError(f"every one of {report.drafts} requests to the LLM failed; the last: {report.last_llm_error}")
 
 
 def _run_llm_expansion(args: argparse.Namespace, tools: list) -> tuple[list, dict]:
@@ -130,7 +129,7 @@ def _run_llm_expansion(args: argparse.Namespace, tools: list) -> tuple[list, dic
                   file=sys.stderr)
             raise
     print(result.report.format(), file=sys.stderr)
-    _fail_when_the_llm_never_answered(result)
+    _fail_when_the_llm_never_answered(result.report)
     return result.tools, {**result.report.to_dict(), "journal": str(journal),
                           "models": {"model": config.model, "strong_model": config.strong_model,
                                      "judge_model": (config.judge_model or config.model) if config.judge else None}}

@@ -49,7 +49,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
         raise ValueError(f"--out {args.out}: give a folder; generation writes tools.jsonl and queries.jsonl into it")
     if not wants_llm(args):
         raise ValueError("generate needs an LLM: --base-url and --model, or --llm-config")
-    check_output(args.out, ("generate_report.json", "generation.jsonl"), "toolscout generate")
+    check_output(args.out, (Path(args.out) / "generate_report.json", Path(args.out) / "generation.jsonl"),
+                 "toolscout generate")
     settings = llm_settings(args)
     config = GenerateConfig(n=args.n, sample_size=args.sample_size, min_tools=args.min_tools, max_tools=args.max_tools,
                             examples=args.examples, polish=not args.no_polish, polish_model=args.polish_model,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from .options import number_in, parse_options
 
@@ -37,11 +38,19 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 def _check_out(out: str, method: str) -> None:
-    """An --out holding a model another method trained is refused before training: training there would
+    """An --out holding anything but a model of this method is refused before training: training there would
     replace it (the same method's model is continued or replaced, as --model and resume say)."""
     from ..models import model_config
 
-    held = model_config(out)
+    folder = Path(out)
+    if not folder.exists():
+        return
+    if not folder.is_dir():
+        raise ValueError(f"--out {out}: is a file; give a folder for the model")
+    held = model_config(folder)
+    if held is None and any(folder.iterdir()):
+        raise ValueError(f"--out {out}: holds something that is not a toolscout model (an index, a benchmark "
+                         "folder?); give a new folder")
     if held is not None and held[1].get("method") != method:
         raise ValueError(f"--out {out}: holds a {held[1].get('method')!r} model; train {method} into another "
                          "folder, or remove that one first")
@@ -55,7 +64,7 @@ def _check_options(method: str, fit, options: dict) -> None:
     parameters = inspect.signature(fit).parameters
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
         return
-    known = sorted(name for name in list(parameters)[2:] if name not in ("model", "config", "resume"))  # after data, out
+    known = sorted(name for name in list(parameters)[2:] if name not in ("model", "config"))  # after data, out
     unknown = sorted(set(options) - set(known))
     if unknown:
         raise ValueError(f"-o {', '.join(unknown)}: not an option of {method}; its options: "

@@ -134,23 +134,23 @@ def is_folder_output(out: str | os.PathLike) -> bool:
     return Path(out).suffix.lower() != ".jsonl"
 
 
-def check_output(out: str | os.PathLike, own: Sequence[str], command: str) -> None:
-    """Refuse, before any LLM call, an `--out` that holds what `command` did not write: a folder is this
-    command's when it is empty or holds one of the files it writes (`own`: its report or journal, so a
-    rerun resumes); a `*.jsonl` file is, when its journal sits beside it. Anything else (a benchmark folder
-    with hand-labelled queries, a trained model, a file of another origin) would be overwritten."""
+def check_output(out: str | os.PathLike, own: Sequence[str | os.PathLike], command: str) -> None:
+    """Refuse, before any LLM call, a folder `--out` that holds what `command` did not write: it is this
+    command's when it is empty or holds one of the files the command writes there (`own`: its report or
+    journal, so a rerun resumes). Anything else (a benchmark folder with hand-labelled queries, a trained
+    model) would be overwritten. A `*.jsonl` file named as the output is replaced, as an output file is."""
     out = Path(out)
     if not out.exists():
         return
-    if is_folder_output(out):
-        if not out.is_dir():
-            raise ValueError(f"--out {out}: exists and is not a folder")
-        if not any(out.iterdir()) or any((out / name).exists() for name in own):
-            return
+    if not is_folder_output(out):
+        if out.is_dir():
+            raise ValueError(f"--out {out}: is a folder; a *.jsonl output is a file")
+        return
+    if not out.is_dir():
+        raise ValueError(f"--out {out}: exists and is not a folder")
+    if any(out.iterdir()) and not any(Path(path).exists() for path in own):
         raise ValueError(f"--out {out}: the folder holds files `{command}` did not write (none of "
-                         f"{', '.join(own)}); give a new folder, so nothing in it is overwritten")
-    if out.is_dir() or not out.with_name(out.stem + ".journal.jsonl").exists():
-        raise ValueError(f"--out {out}: exists and `{command}` did not write it; give a new file name")
+                         f"{', '.join(Path(p).name for p in own)}); give a new folder, so nothing in it is overwritten")
 
 
 def tools_path(out: str | os.PathLike) -> Path:

@@ -255,6 +255,8 @@ class ExpandReport:
     judged_unfaithful: int = 0
     judge_unreadable: int = 0
     llm_errors: int = 0
+    drafts: int = 0  # drafts this run asked for (llm_errors of them failed)
+    last_llm_error: str = ""
     problems: Counter = field(default_factory=Counter)
     llm: dict[str, Any] = field(default_factory=dict)
     elapsed_s: float = 0.0
@@ -262,8 +264,10 @@ class ExpandReport:
     def count(self, outcome: ToolOutcome) -> None:
         setattr(self, outcome.status, getattr(self, outcome.status) + 1)
         for draft in outcome.drafts:
+            self.drafts += 1
             if draft.error:
                 self.llm_errors += 1
+                self.last_llm_error = draft.error
             if draft.verdict is not None and draft.verdict.faithful is False:
                 self.judged_unfaithful += 1
             if draft.verdict is not None and draft.verdict.faithful is None:

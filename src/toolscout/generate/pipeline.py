@@ -265,10 +265,10 @@ def generate_queries(tools: Sequence[Tool], client: LLMClient, config: GenerateC
                 if isinstance(outcome, BaseException):
                     raise outcome
                 outcomes[index] = outcome
-            if not accepted and all(o.reason == "llm_error" for o in outcomes):
-                # a whole batch failed before anything worked: the LLM is not there (or not an LLM)
-                raise LLMError(f"all {size} requests of a batch to the LLM failed before any query was accepted; "
-                               f"the last: {outcomes[-1].error}")
+            if report.attempts == 0 and all(o.reason == "llm_error" for o in outcomes):
+                # the whole first batch failed: the LLM is not there (or not an LLM)
+                raise LLMError(f"all {size} requests of the first batch to the LLM failed; the last: "
+                               f"{outcomes[-1].error}")
             for outcome in outcomes:  # submission order: reproducible
                 report.attempts += 1
                 if outcome.reason is None and not dedupe.add(outcome.text):

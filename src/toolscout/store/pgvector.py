@@ -177,6 +177,19 @@ def _require_psycopg():
         raise MissingDependency(exc.name or "psycopg", "the PostgreSQL store", extra="postgres") from None
 
 
+def _first_line(exc: BaseException) -> str:
+    """An error's message without the statement excerpt PostgreSQL adds below it."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _retryable(exc: BaseException) -> bool:
+    """SQLSTATE class 40 (transaction rollback: deadlock, serialization failure) or 55P03 (lock not
+    available): PostgreSQL asks for the transaction to be tried again."""
+    state = getattr(exc, "sqlstate", None) or ""
+    return state.startswith("40") or state == "55P03"
+
+
 def _server_gone_errors() -> tuple[type[BaseException], ...]:
     """The errors of a database that shut down or is starting, whatever the connection's state says."""
     from psycopg import errors
@@ -277,10 +290,13 @@ class PgDatabase:
             raise Unavailable(f"no connection to the PostgreSQL database {redact(self.dsn)} within {waited:g} s: "
                               "it does not answer, or every connection is busy") from exc
         except psycopg.OperationalError as exc:
+            if _retryable(exc):  # a deadlock, a serialization failure, a lock not granted: it may succeed again
+                raise Unavailable(f"the PostgreSQL database {redact(self.dsn)} rolled the request back "
+                                  f"({_first_line(exc)}); retry it") from exc
             if conn is not None and not conn.broken and not isinstance(exc, _server_gone_errors()):
-                raise  # the statement's own failure (a timeout, a deadlock): retrying will not help
+                raise  # the statement's own failure (a statement timeout, a value too large): a bug or a limit
             raise Unavailable(f"the PostgreSQL database {redact(self.dsn)} is not answering: "
-                              f"{str(exc).strip() or type(exc).__name__}") from exc
+                              f"{_first_line(exc)}") from exc
 
     def close(self) -> None:
         with self._lock:

@@ -84,6 +84,7 @@ def fit_mlc(data: TrainingData, out: str | Path, *, model: str | None = None, co
     column = {tid: i for i, tid in enumerate(tool_ids)}
     examples = [(q.text, [column[label] for label in q.labels]) for q in data.train]
     validation = _subset(data.validation, validation_queries)
+    _check_calibratable(_calibration_queries(validation, data.train), column, bool(validation))  # before training
     descriptions = [tool_text(data.tools[tid], view) for tid in tool_ids]
     encoder = Encoder.load(model, device=device, max_seq_length=max_seq_length, backend="torch")
     set_seed(config.seed)
@@ -275,20 +276,30 @@ def random_sample(items: Sequence, n: int, seed: int) -> list:
     return [items[i] for i in sorted(rng.choice(len(items), size=n, replace=False))]
 
 
+def _calibration_queries(validation: Sequence, train: Sequence) -> list:
+    """The queries mlc's fallback scores are calibrated on: the validation queries, else some training ones."""
+    return list(validation) or random_sample(train, CALIBRATION_QUERIES, 0)
+
+
+def _check_calibratable(queries: Sequence, column: dict[str, int], validation: bool) -> None:
+    """Refuse, before training, queries that give calibration no gold or no other (query, tool) pair."""
+    gold = sum(len({t for t in q.labels if t in column}) for q in queries)
+    if gold == 0 or gold == len(queries) * len(column):
+        raise ValueError(f"too little to calibrate mlc's scores on: the {len(queries)} "
+                         f"{'validation' if validation else 'training'} queries it reads give no "
+                         f"{'gold' if gold == 0 else 'non-gold'} (query, tool) pair among {len(column)} tools; "
+                         "train on more labelled queries")
+
+
 def _calibrate_fallback(net, validation: Sequence, train: Sequence, tool_ids: list[str], descriptions: list[str],
                         batch_size: int) -> dict:
     """Fit P(needed | cosine) = sigmoid(slope · cos + intercept) on held-out (or training) queries."""
-    queries = list(validation) or random_sample(train, CALIBRATION_QUERIES, 0)
+    queries = _calibration_queries(validation, train)
     column = {tid: i for i, tid in enumerate(tool_ids)}
     cosine = net.encode([q.text for q in queries], batch_size) @ net.encode(descriptions, batch_size).T
     labels = np.zeros(cosine.shape, dtype=bool)
     for row, q in enumerate(queries):
         labels[row, [column[t] for t in q.labels if t in column]] = True
-    if not labels.any() or labels.all():
-        raise ValueError(f"too little to calibrate mlc's scores on: the {len(queries)} "
-                         f"{'validation' if validation else 'training'} queries it reads give no "
-                         f"{'gold' if not labels.any() else 'non-gold'} (query, tool) pair among {len(tool_ids)} "
-                         "tools; train on more labelled queries")
     slope, intercept = fit_platt(cosine.ravel(), labels.ravel())
     return {"slope": slope, "intercept": intercept, "fitted_on": "validation" if validation else "train",
             "queries": len(queries), "pairs": int(labels.size), "positives": int(labels.sum())}
