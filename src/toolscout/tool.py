@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Iterable, Mapping, Sequence
 
-from .errors import InvalidRequest
+from .errors import InvalidRequest, listed
 
 # Profile fields written by document expansion (Tool-REX). `example_usage` is kept on the tool but left
 # out of the retrieval text by default: the paper's ablation found it hurts retrieval.
@@ -54,11 +54,24 @@ class Tool:
             raise InvalidRequest(f"tool id must be a non-empty string, got {self.id!r}")
         if not isinstance(self.name, str) or not self.name:
             raise InvalidRequest(f"tool {self.id!r}: name must be a non-empty string, got {self.name!r}")
+        # every field a retriever reads is checked here, so a bad tool fails before any index takes it
+        if not isinstance(self.description, str):
+            raise InvalidRequest(f"tool {self.id!r}: description must be a string, got {type(self.description).__name__}")
+        for name in ("namespace", "category", "title", "method", "path", "limitations"):
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), str):
+                raise InvalidRequest(f"tool {self.id!r}: {name} must be a string, got {type(getattr(self, name)).__name__}")
+        for name in ("parameters", "returns", "profile"):
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), Mapping):
+                raise InvalidRequest(f"tool {self.id!r}: {name} must be an object, got {type(getattr(self, name)).__name__}")
         # Accept lists from callers; store tuples so the record stays immutable.
         for name in ("tags", "examples", "usage"):
             value = getattr(self, name)
-            if not isinstance(value, tuple):
-                object.__setattr__(self, name, tuple(value or ()))
+            if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, (tuple, list, type(None))):
+                raise InvalidRequest(f"tool {self.id!r}: {name} must be a list of strings, got {type(value).__name__}")
+            value = tuple(value or ())
+            if not all(isinstance(item, str) for item in value):
+                raise InvalidRequest(f"tool {self.id!r}: {name} must be a list of strings")
+            object.__setattr__(self, name, value)
 
     def with_changes(self, **changes: Any) -> "Tool":
         return replace(self, **changes)
@@ -220,7 +233,7 @@ def content_hash(text: str) -> str:
 def tools_by_id(tools: Iterable[Tool], what: str = "one batch") -> dict[str, Tool]:
     """The tools of one catalog or write, keyed by id: Tool objects only, no id twice."""
     out: dict[str, Tool] = {}
-    for tool in tools:
+    for tool in listed(tools, "tools"):
         if not isinstance(tool, Tool):
             raise TypeError(f"expected Tool objects, got {type(tool).__name__}; use toolscout.load_tools to "
                             "parse catalogs")

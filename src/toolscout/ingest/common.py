@@ -14,7 +14,7 @@ import reprlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
-from ..errors import CatalogError
+from ..errors import CatalogError, InvalidRequest
 from ..tool import Tool
 
 # Source field names that mean the same thing, canonical name first.
@@ -262,4 +262,9 @@ def slugify(text: str) -> str:
 
 
 def make_tool(namespace: str | None, name: str, **fields: Any) -> Tool:
-    return Tool(id=qualified_id(namespace, name), name=name, namespace=namespace, **fields)
+    """The tool a catalog item describes; a field `Tool` refuses is the catalog's error (lenient loading
+    skips the item)."""
+    try:
+        return Tool(id=qualified_id(namespace, name), name=name, namespace=namespace, **fields)
+    except InvalidRequest as exc:
+        raise CatalogError(str(exc)) from None

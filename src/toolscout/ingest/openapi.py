@@ -209,8 +209,10 @@ class _OperationParser:
             if not isinstance(response, Mapping):
                 continue
             schema = response.get("schema") if self.swagger2 else _json_media(response.get("content"))
-            if schema is not None:
-                return self.resolver.resolve(schema, where)
+            if isinstance(schema, Mapping):  # a schema that is not an object describes nothing
+                resolved = self.resolver.resolve(schema, where)
+                if isinstance(resolved, Mapping):
+                    return resolved
         return None
 
 

@@ -42,6 +42,7 @@ from typing import Callable, Iterable, Mapping, NamedTuple, Sequence
 import numpy as np
 
 from ..artifacts import ArtifactError, read_json, write_json
+from ..errors import InvalidRequest
 from ..query import Query
 from ..results import Results
 from .calibration import NEIGHBOUR_TOOLS, Calibration
@@ -72,7 +73,8 @@ class LearningSettings:
     def updated(self, weights: Mapping[str, float | None] | None = None, freeze: bool | None = None,
                 when: float | None = None) -> "LearningSettings":
         """These settings with `weights` set (None for a namespace: automatic again) and frozen (at `when`,
-        unless already frozen) or unfrozen."""
+        unless already frozen) or unfrozen. What an operator may set is checked here, for every caller."""
+        _check_settings(weights, freeze)
         merged = dict(self.weights)
         for namespace, weight in (weights or {}).items():
             if weight is None:
@@ -90,6 +92,20 @@ class LearningSettings:
     def from_dict(cls, data: dict | None) -> "LearningSettings":
         data = data or {}
         return cls({str(k): float(v) for k, v in (data.get("weights") or {}).items()}, data.get("frozen_at"))
+
+
+def _check_settings(weights: object, freeze: object) -> None:
+    if weights is not None and not isinstance(weights, Mapping):
+        raise InvalidRequest(f"learning weights: give an object of namespace to weight, got {type(weights).__name__}")
+    for namespace, weight in (weights or {}).items():
+        if not isinstance(namespace, str) or "\x00" in namespace:  # PostgreSQL cannot store a NUL either
+            raise InvalidRequest(f"learning weights: {namespace!r} is not a namespace")
+        if weight is not None and (isinstance(weight, bool) or not isinstance(weight, (int, float))
+                                   or not 0.0 <= weight <= 1.0):  # NaN fails it too
+            raise InvalidRequest(f"learning weight for namespace {namespace!r} must be between 0 and 1 (or null "
+                                 f"for automatic), got {weight!r}")
+    if freeze is not None and not isinstance(freeze, bool):
+        raise InvalidRequest(f"learning freeze: true or false, got {freeze!r}")
 
 
 class Lift(NamedTuple):

@@ -26,10 +26,11 @@ from collections import Counter
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from ..errors import Conflict, Forbidden, InvalidRequest, NotFound
 from ..feedback import DEFAULT_SOURCE, FeedbackEvent, LearnResult
+from ..learning import LearningSettings
 from ..hits import Hit, HitPolicy, checked_k, checked_queries
 from ..lru import LRU
 from ..query import Query
@@ -39,6 +40,9 @@ from .batcher import SearchBatcher
 from .errors import ServiceError, ServiceUnavailable
 from .limits import FeedbackLimits
 from .storage import Compacts, Retrains, Storage, TenantStorage, WriteResult
+
+if TYPE_CHECKING:
+    from ..pipeline import ToolScout
 
 _UNSET: Any = object()
 logger = logging.getLogger(__name__)
@@ -103,6 +107,19 @@ class Reach:
 
 EVERYWHERE = Reach()
 
+
+
+def _visible_totals(scout: "ToolScout", principal: Principal, namespaces: Mapping[str, Any]) -> dict[str, int]:
+    """The learning report's totals over the tools `principal` may see: requests that taught one of them,
+    those tools, and the events scored in their namespaces."""
+    def visible(tool_id: str) -> bool:
+        tool = scout.get(tool_id, None)
+        return tool is not None and principal.sees_namespace(tool.namespace)
+
+    memory = scout.learning.memory
+    return {"requests": sum(1 for tools in memory.taught.values() if any(visible(t) for t in tools)),
+            "tools_taught": sum(1 for t in memory.tools if visible(t)),
+            "events_scored": sum(figures["all"]["events"] for figures in namespaces.values())}
 
 class ToolService:
     """Search and edit a catalog, safely from many threads. See the module doc."""
@@ -338,24 +355,22 @@ class ToolService:
     def learning(self, principal: Principal = ADMIN) -> dict[str, Any]:
         """How learning from use is doing (`toolscout.learning`): its settings, weights and calibration, and
         the deployment's own measurement of it, per namespace (only the caller's namespaces)."""
-        report = self._tenant(principal).pipeline().learning_report()
+        scout = self._tenant(principal).pipeline()
+        report = scout.learning_report()
         report["measured"]["namespaces"] = {ns: figures for ns, figures in report["measured"]["namespaces"].items()
                                             if principal.sees_namespace(ns)}
         report["weights"] = {ns: w for ns, w in report["weights"].items() if principal.sees_namespace(ns)}
         if principal.namespaces is not None:  # the totals would tell of namespaces the caller cannot see
             report["measured"].pop("all", None)
+            report.pop("calibration", None)  # fitted on every namespace's feedback
+            report.update(_visible_totals(scout, principal, report["measured"]["namespaces"]))
         return report
 
     def set_learning(self, principal: Principal = ADMIN, *, weights: Mapping[str, float | None] | None = None,
                      freeze: bool | None = None) -> dict[str, Any]:
         """An operator sets learning's weight per namespace (None: automatic again), or freezes / unfreezes it."""
         self._check_operator(principal, "change how the index learns")
-        for namespace, weight in (weights or {}).items():
-            if "\x00" in namespace:  # no namespace holds one, and PostgreSQL cannot store it
-                raise InvalidRequest(f"learning weights: the namespace {namespace!r} holds a NUL character (U+0000)")
-            if weight is not None and not (isinstance(weight, (int, float)) and 0.0 <= weight <= 1.0):
-                raise InvalidRequest(f"learning weight for namespace {namespace!r} must be between 0 and 1 (or "
-                                     f"null for automatic), got {weight!r}")
+        LearningSettings().updated(weights, freeze)  # checked before the storage records anything
         return self._tenant(principal).set_learning(dict(weights or {}), freeze)
 
     def rollback_learning(self, before: float, principal: Principal = ADMIN) -> int:
