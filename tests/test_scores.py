@@ -331,3 +331,15 @@ def test_http_search_answers_each_hit_with_its_probability(tmp_path, default_sco
         assert client.post("/search", json={"query": "qwxzv plork"}).json()["results"][0]["hits"]  # serve: off
         schema = client.get("/openapi.json").json()["components"]["schemas"]
         assert "probability" in schema["HitOut"]["properties"] and "min_probability" in schema["SearchRequest"]["properties"]
+
+
+def test_a_ranking_where_nothing_scored_above_zero_has_finite_features_and_its_top_is_itself():
+    """A namespace of one tool that shares nothing with the task scores 0: log(crowd) was log(0), and the
+    calibration read the -inf as a sure hit (probability 1.0, no abstention)."""
+    import numpy as np
+
+    from toolscout.relevance import FEATURES, ranking_features
+
+    rows = ranking_features("list my folder", [0.0, 0.0], [0.05, 0.02], np.eye(2, 4))
+    assert np.isfinite(rows).all()
+    assert rows[0, FEATURES.index("relative")] == 1.0 and rows[0, FEATURES.index("log_crowd")] == np.log(2)

@@ -59,7 +59,8 @@ def ranking_features(text: str, scores: Sequence[float], cosines: Sequence[float
     if not n:
         return np.zeros((0, len(FEATURES)))
     rank = np.arange(1, n + 1, dtype=np.float64)
-    relative = s / max(float(s[0]), 1e-9)
+    # the top hit is 1 and crowds itself, even when nothing scored above zero (log(0) made it -inf)
+    relative = s / float(s[0]) if s[0] > 0 else np.where(s >= s[0], 1.0, 0.0)
     requests = float(min(max(len(split_intents(text)), 1), MAX_REQUESTS))
     redundancy = _redundancy(np.asarray(vectors, dtype=np.float64))
     best = float(cos.max())
