@@ -1,8 +1,11 @@
 """A server killed (SIGKILL) in the middle of a stream of writes restarts with every acknowledged write;
 a server stopped with SIGTERM saves a snapshot and leaves an empty journal. Real subprocesses."""
 
-import pytest
+import os
 import signal
+import socket
+
+import pytest
 import threading
 import time
 
@@ -135,3 +138,44 @@ def test_sigkill_during_feedback_keeps_every_acknowledged_event_once(tmp_path, t
         assert got in (want, want + [in_flight[0][1]] if in_flight[0][0] == tool_id else want), tool_id
         assert learned[tool_id] == len(got)
     assert ledger.events in (len(acknowledged), len(acknowledged) + 1)
+
+
+def test_sigterm_of_an_mcp_only_http_server_saves_a_snapshot_too(tmp_path, tools):
+    """`toolscout serve DIR --mcp http` ends a SIGTERM as the API server does: the feedback its MCP clients
+    recorded goes into a snapshot and the journal starts afresh (uvicorn ends by the signal itself, so only
+    the app's lifespan runs at shutdown, and this app's did not close the catalog)."""
+    import subprocess
+    import sys
+
+    import anyio
+    from mcp import Client
+
+    folder = tmp_path / "idx"
+    ToolScout.from_tools(tools, retriever="bm25").save(folder)
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "toolscout", "serve", str(folder), "--mcp", "http", "--port",
+                             str(port)], env={**os.environ, "HF_HUB_OFFLINE": "1"}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while True:  # up once it takes connections (a GET of /mcp opens a stream that stays open)
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=2).close()
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, "the MCP server did not come up"
+                time.sleep(0.2)
+
+        async def record():
+            async with Client(f"http://127.0.0.1:{port}/mcp") as client:
+                done = await client.call_tool("record_tool_use", {"task": "send the report by email",
+                                                                  "tool_ids": ["mail.send"]})
+                assert not done.is_error, done.content[0].text
+
+        anyio.run(record)
+        assert [r["op"] for r in Journal(folder).read()] == ["feedback"]  # read beside the live server
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    assert [r["op"] for r in Journal(folder).replay()] == ["base"]
+    assert ToolScout.load(folder).ledger.summary("mail.send")["learned"] == 1

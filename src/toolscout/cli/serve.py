@@ -256,7 +256,12 @@ def _app(service, auth, args):
     @contextlib.asynccontextmanager
     async def lifespan(_app):
         async with inner.router.lifespan_context(inner):
-            yield
+            try:
+                yield
+            finally:  # as the API's app does: uvicorn ends a SIGTERM by the signal, past this function's finally
+                import anyio.to_thread
+
+                await anyio.to_thread.run_sync(service.close)
 
     app = Starlette(routes=[Route("/mcp", endpoint=BearerGate(inner.router.routes[0].endpoint, auth),
                                   methods=["GET", "POST", "DELETE"])], lifespan=lifespan)
