@@ -255,6 +255,15 @@ def test_a_changed_definition_is_recorded_with_its_fields_and_held_until_approve
         ledger.approve(["alpha.nope"])
 
 
+def test_approve_refuses_a_config_and_a_store_together(tmp_path, capsys):
+    """--config names a gateway's own index, --store the definitions replicas share: one or the other (with
+    both, --config was ignored without a word)."""
+    from toolscout.cli import main
+
+    assert main(["gateway", "approve", "--store", "postgresql:///db", "--config", str(tmp_path / "c.json")]) == 1
+    assert "give --config CONFIG (its gateway's own index) or --store DSN" in capsys.readouterr().err
+
+
 def test_without_pin_changes_are_recorded_but_nothing_is_held(tmp_path):
     ledger = DefinitionLedger(tmp_path, pin=False)
     ledger.observe(mcp_tools())

@@ -57,6 +57,7 @@ def test_spec_parsing_keeps_libpq_parameters_and_never_records_the_password():
     assert PgSpec.parse(str(s)).tenant == "acme co"
     assert redact("postgres://u:p@h/db?password=x&host=/tmp/s") == "postgres://u@h/db?host=/tmp/s"
     assert PgSpec.parse("postgresql:///db").tenant == "default"
+    assert redact("postgresql:///db?password=x") == "postgresql:///db" == PgSpec.parse("postgresql:///db").dsn
     with pytest.raises(ValueError, match="invalid index table name"):
         PgSpec.parse("postgresql:///db?table=Robert');DROP")
     with pytest.raises(Exception, match="expected postgresql://"):

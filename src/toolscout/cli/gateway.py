@@ -216,6 +216,9 @@ def cmd_approve(args: argparse.Namespace) -> int:
     """Accept changed tool definitions: the given ids, or every tool waiting (with none given)."""
     store = _store(args)
     if store is not None:
+        if args.config_file:
+            raise ValueError("give --config CONFIG (its gateway's own index) or --store DSN (the definitions "
+                             "replicas share), not both")
         return _approve_shared(args, store)
     from ..gateway.definitions import DefinitionLedger
 

@@ -42,7 +42,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, TypeVar
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import numpy as np
 
@@ -106,9 +106,7 @@ class PgSpec:
                 own[key] = unquote(value)
             else:
                 kept.append(pair)
-        # by hand: urlunsplit drops the '//' of an empty host (postgresql:///db, a local socket)
-        dsn = f"{parts.scheme}://{parts.netloc}{parts.path}" + (f"?{'&'.join(kept)}" if kept else "") + \
-            (f"#{parts.fragment}" if parts.fragment else "")
+        dsn = _unsplit(parts.scheme, parts.netloc, parts.path, "&".join(kept), parts.fragment)
         _check_conninfo(dsn)
         tenant = tenant if tenant is not None else own.get("tenant", "default")
         table = table if table is not None else own.get("table", schema.DEFAULT_TABLE)
@@ -163,7 +161,12 @@ def redact(dsn: str) -> str:
         userinfo, _, hosts = netloc.rpartition("@")
         netloc = f"{userinfo.partition(':')[0]}@{hosts}"
     query = "&".join(p for p in parts.query.split("&") if p and not p.startswith("password="))
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    return _unsplit(parts.scheme, netloc, parts.path, query, parts.fragment)
+
+
+def _unsplit(scheme: str, netloc: str, path: str, query: str, fragment: str) -> str:
+    """urlunsplit, keeping the '//' of an empty host (postgresql:///db, a local socket), which it drops."""
+    return f"{scheme}://{netloc}{path}" + (f"?{query}" if query else "") + (f"#{fragment}" if fragment else "")
 
 
 # ------------------------------------------------------------------------------------- database
