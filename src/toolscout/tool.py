@@ -55,18 +55,18 @@ class Tool:
         if not isinstance(self.name, str) or not self.name:
             raise InvalidRequest(f"tool {self.id!r}: name must be a non-empty string, got {self.name!r}")
         # every field a retriever reads is checked here, so a bad tool fails before any index takes it
-        if not isinstance(self.description, str):
-            raise InvalidRequest(f"tool {self.id!r}: description must be a string, got {type(self.description).__name__}")
-        for name in ("namespace", "category", "title", "method", "path", "limitations"):
-            if getattr(self, name) is not None and not isinstance(getattr(self, name), str):
-                raise InvalidRequest(f"tool {self.id!r}: {name} must be a string, got {type(getattr(self, name)).__name__}")
-        for name in ("parameters", "returns", "profile"):
-            if getattr(self, name) is not None and not isinstance(getattr(self, name), Mapping):
-                raise InvalidRequest(f"tool {self.id!r}: {name} must be an object, got {type(getattr(self, name)).__name__}")
+        for names, kinds, what in ((("description",), str, "a string"),
+                                   (("namespace", "category", "title", "method", "path", "limitations"),
+                                    (str, type(None)), "a string"),
+                                   (("parameters", "returns", "profile"), (Mapping, type(None)), "an object")):
+            for name in names:
+                value = getattr(self, name)
+                if not isinstance(value, kinds):
+                    raise InvalidRequest(f"tool {self.id!r}: {name} must be {what}, got {type(value).__name__}")
         # Accept lists from callers; store tuples so the record stays immutable.
         for name in ("tags", "examples", "usage"):
             value = getattr(self, name)
-            if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, (tuple, list, type(None))):
+            if not isinstance(value, (tuple, list, type(None))):
                 raise InvalidRequest(f"tool {self.id!r}: {name} must be a list of strings, got {type(value).__name__}")
             value = tuple(value or ())
             if not all(isinstance(item, str) for item in value):

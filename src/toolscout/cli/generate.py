@@ -42,7 +42,8 @@ def add_parsers(sub: Any) -> None:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from ..expand.catalog import atomic_write_text, check_output, is_folder_output, jsonl_text, read_catalog, write_catalog
+    from ..expand.catalog import (atomic_write_text, check_output, is_folder_output, jsonl_text, read_catalog,
+                                  write_catalog)
     from ..generate.pipeline import GenerateConfig, generate_queries
 
     if not is_folder_output(args.out):

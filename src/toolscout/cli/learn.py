@@ -122,7 +122,7 @@ def cmd_learning(args: argparse.Namespace) -> int:
 
     # every argument is read before anything is opened or changed
     before = parse_time(args.before) if args.verb == "rollback" else None
-    weights = {args.namespace: parse_weight(args.weight)} if args.verb == "weight" else None
+    weights = parse_weight(args.weight, args.namespace) if args.verb == "weight" else None
     token = args.token if args.token is not None else os.environ.get("TOOLSCOUT_TOKEN")
     target = LearningTarget.of(args.target, token, read_only=args.verb == "report")
     try:
@@ -160,17 +160,19 @@ def parse_time(text: str) -> float:
     return (when if when.tzinfo else when.replace(tzinfo=timezone.utc)).timestamp()
 
 
-def parse_weight(text: str) -> float | None:
-    """A weight: a number from 0 to 1, or auto (None)."""
+def parse_weight(text: str, namespace: str) -> dict[str, float | None]:
+    """`{namespace: weight}` from a number (checked as every setter checks it, `check_settings`, before it is
+    sent anywhere: a NaN cannot even travel as JSON) or auto (None)."""
+    from ..learning import check_settings
+
     if text == "auto":
-        return None
+        return {namespace: None}
     try:
-        weight = float(text)
+        weights = {namespace: float(text)}
     except ValueError:
-        weight = float("nan")
-    if not 0.0 <= weight <= 1.0:  # NaN fails it too
-        raise ValueError(f"weight {text!r}: give a number from 0 to 1, or auto")
-    return weight
+        raise ValueError(f"weight {text!r}: give a number from 0 to 1, or auto") from None
+    check_settings(weights, None)
+    return weights
 
 
 class LearningTarget:
@@ -189,7 +191,6 @@ class LearningTarget:
         from ..serve.held import current_pipeline
         from ..serve.limits import FeedbackLimits
         from ..serve.service import ToolService
-
         from ..store.pgvector import is_postgres_spec
 
         spec = target if is_postgres_spec(target) else recorded_spec(target)

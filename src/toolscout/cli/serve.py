@@ -68,8 +68,9 @@ def add_service_arguments(p: argparse.ArgumentParser) -> None:
                         "(a score belongs to one pipeline: benchmarks/abstain.py calibrates one)")
     p.add_argument("--min-probability", type=probability_threshold, default=None, metavar="P|calibrated|off",
                    help="abstention threshold on the chance that one of the best five hits is relevant, from their "
-                        "calibrated probabilities (docs/scores.md): a number from 0 to 1, 'calibrated' for the threshold chosen with the calibration, or 'off' "
-                        "(default: off for serve, calibrated for gateway)")
+                        "calibrated probabilities (docs/scores.md): a number from 0 to 1, 'calibrated' for the "
+                        "threshold chosen with the calibration, or 'off' (default: off for serve, calibrated for "
+                        "gateway)")
     p.add_argument("--max-body", type=number_in(int, 1), default=1 << 20, metavar="BYTES",
                    help="largest request body the API's routes accept (default %(default)s)")
     p.add_argument("--mcp-max-body", type=number_in(int, 1), default=64 << 20, metavar="BYTES",

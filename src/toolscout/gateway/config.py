@@ -103,7 +103,9 @@ class UpstreamSpec:
             return " ".join([self.command or "", *self.args]).strip() or "(no command: see its problem)"
         if self.kind == "http":
             return self.url or "(no url: see its problem)"
-        return f"{self.spec} ({self.base_url or 'servers[0] of the spec'})" if self.spec else "(no spec: see its problem)"
+        if not self.spec:
+            return "(no spec: see its problem)"
+        return f"{self.spec} ({self.base_url or 'servers[0] of the spec'})"
 
 
 @dataclass(frozen=True)

@@ -187,13 +187,13 @@ class GatewayMcp(ToolSearchMcp):
         self._sessions: OrderedDict[str, tuple[Any, Principal]] = OrderedDict()
         self._subscribers: dict[str, dict[str, str]] = {}  # resource (gateway's key) -> session key -> its URI
         self.server = _Announcing("toolscout-gateway", version=__version__, instructions=INSTRUCTIONS,
-                             on_list_tools=self._list_tools, on_call_tool=self._call_tool,
-                             on_subscriptions_listen=self._listen_for_events,
-                             on_list_prompts=self._list_prompts, on_get_prompt=self._get_prompt,
-                             on_list_resources=self._list_resources, on_read_resource=self._read_resource,
-                             on_list_resource_templates=self._list_resource_templates,
-                             on_subscribe_resource=self._subscribe, on_unsubscribe_resource=self._unsubscribe,
-                             on_completion=self._complete, cache_hints=CACHE_HINTS)
+                                   on_list_tools=self._list_tools, on_call_tool=self._call_tool,
+                                   on_subscriptions_listen=self._listen_for_events,
+                                   on_list_prompts=self._list_prompts, on_get_prompt=self._get_prompt,
+                                   on_list_resources=self._list_resources, on_read_resource=self._read_resource,
+                                   on_list_resource_templates=self._list_resource_templates,
+                                   on_subscribe_resource=self._subscribe, on_unsubscribe_resource=self._unsubscribe,
+                                   on_completion=self._complete, cache_hints=CACHE_HINTS)
         self.server.middleware = []  # the SDK's tracing layer: a span per message, for nothing without an exporter
         self.server.notifications = NotificationOptions(tools_changed=self.expose == "found", prompts_changed=True,
                                                         resources_changed=True)

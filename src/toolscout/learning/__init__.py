@@ -3,9 +3,9 @@
 (`incidental.py`), where tasks and requests are compared (`space.py`), and the deployment's measurement of
 its own learning (`scorecard.py`)."""
 
-from .channel import CAUTIOUS_GATE, DEPTH, GATE, LearnedChannel, LearningSettings, Lesson, Lift
+from .channel import CAUTIOUS_GATE, DEPTH, GATE, LearnedChannel, LearningSettings, Lesson, Lift, check_settings
 from ..feedback import Scored
 from .scorecard import Scorecard
 
 __all__ = ["LearnedChannel", "LearningSettings", "Lesson", "Lift", "Scored", "Scorecard", "GATE", "CAUTIOUS_GATE",
-           "DEPTH"]
+           "DEPTH", "check_settings"]

@@ -74,7 +74,7 @@ class LearningSettings:
                 when: float | None = None) -> "LearningSettings":
         """These settings with `weights` set (None for a namespace: automatic again) and frozen (at `when`,
         unless already frozen) or unfrozen. What an operator may set is checked here, for every caller."""
-        _check_settings(weights, freeze)
+        check_settings(weights, freeze)
         merged = dict(self.weights)
         for namespace, weight in (weights or {}).items():
             if weight is None:
@@ -94,7 +94,8 @@ class LearningSettings:
         return cls({str(k): float(v) for k, v in (data.get("weights") or {}).items()}, data.get("frozen_at"))
 
 
-def _check_settings(weights: object, freeze: object) -> None:
+def check_settings(weights: object, freeze: object) -> None:
+    """What an operator may set: weights from 0 to 1 (None: automatic) per namespace, and freeze true or false."""
     if weights is not None and not isinstance(weights, Mapping):
         raise InvalidRequest(f"learning weights: give an object of namespace to weight, got {type(weights).__name__}")
     for namespace, weight in (weights or {}).items():

@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from ..errors import Conflict, Forbidden, InvalidRequest, NotFound
 from ..feedback import DEFAULT_SOURCE, FeedbackEvent, LearnResult
-from ..learning import LearningSettings
 from ..hits import Hit, HitPolicy, checked_k, checked_queries
+from ..learning import check_settings
 from ..lru import LRU
 from ..query import Query
 from ..results import Filter
@@ -108,7 +108,6 @@ class Reach:
 EVERYWHERE = Reach()
 
 
-
 def _visible_totals(scout: "ToolScout", principal: Principal, namespaces: Mapping[str, Any]) -> dict[str, int]:
     """The learning report's totals over the tools `principal` may see: requests that taught one of them,
     those tools, and the events scored in their namespaces."""
@@ -120,6 +119,7 @@ def _visible_totals(scout: "ToolScout", principal: Principal, namespaces: Mappin
     return {"requests": sum(1 for tools in memory.taught.values() if any(visible(t) for t in tools)),
             "tools_taught": sum(1 for t in memory.tools if visible(t)),
             "events_scored": sum(figures["all"]["events"] for figures in namespaces.values())}
+
 
 class ToolService:
     """Search and edit a catalog, safely from many threads. See the module doc."""
@@ -370,7 +370,7 @@ class ToolService:
                      freeze: bool | None = None) -> dict[str, Any]:
         """An operator sets learning's weight per namespace (None: automatic again), or freezes / unfreezes it."""
         self._check_operator(principal, "change how the index learns")
-        LearningSettings().updated(weights, freeze)  # checked before the storage records anything
+        check_settings(weights, freeze)  # before the storage records anything
         return self._tenant(principal).set_learning(dict(weights or {}), freeze)
 
     def rollback_learning(self, before: float, principal: Principal = ADMIN) -> int:

@@ -259,6 +259,8 @@ def applied_versions(conn, table: str) -> list[int]:
 def check_not_foreign(conn, table: str) -> None:
     """A table of that name that toolscout did not make (no schema version recorded for it) is someone
     else's: refused, and left as it is."""
+    if applied_versions(conn, table):
+        return
     if conn.execute("SELECT to_regclass(%s)", [table]).fetchone()[0] is not None:
         raise SchemaError(f"a table named {table!r} exists in this database, but toolscout did not make it (no "
                           "schema version is recorded for it); choose another table (?table=NAME in the store spec)")
@@ -276,9 +278,8 @@ def migrate(conn, table: str, dim: int, target: int = LATEST) -> list[int]:
         conn.execute("""CREATE TABLE IF NOT EXISTS toolscout_schema_migrations (
                           tbl text NOT NULL, version integer NOT NULL, description text NOT NULL,
                           applied_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (tbl, version))""")
+        check_not_foreign(conn, table)
         done = set(applied_versions(conn, table))
-        if not done:
-            check_not_foreign(conn, table)
         newer = [v for v in done if v > LATEST]
         if newer:
             raise SchemaError(f"index table {table!r} is at schema version {max(newer)}, newer than this toolscout "

@@ -146,8 +146,8 @@ def _check_conninfo(dsn: str) -> None:
     try:
         conninfo_to_dict(dsn)
     except ProgrammingError as exc:
-        raise PgStoreError(f"{redact(dsn)}: {str(exc).strip()} (libpq's connection parameters: host, port, dbname, user, "
-                           f"password, sslmode, ...; toolscout's own: {', '.join(sorted(OWN_PARAMS))})") from None
+        raise PgStoreError(f"{redact(dsn)}: {str(exc).strip()} (libpq's connection parameters: host, port, dbname, "
+                           f"user, password, sslmode, ...; toolscout's own: {', '.join(sorted(OWN_PARAMS))})") from None
 
 
 def redact(dsn: str) -> str:
@@ -214,6 +214,7 @@ class PgDatabase:
         self.ef_search = min(int(ef_search), MAX_EF_SEARCH)
         self.pool_size = pool_size
         self.timeout = timeout
+        self.pool_wait = min(timeout, POOL_WAIT_S)  # the longest a request waits for a pooled connection
         self.migrated: list[int] = []  # migrations this object applied when it opened
         self._pool = None
         self._lock = threading.Lock()
@@ -242,7 +243,7 @@ class PgDatabase:
                 # each connection is checked as it is taken (one that a database restart closed is replaced,
                 # not handed to a request), and a request waits POOL_WAIT_S at most for one
                 self._pool = ConnectionPool(self.dsn, min_size=1, max_size=self.pool_size,
-                                            timeout=min(self.timeout, POOL_WAIT_S), kwargs={"autocommit": True},
+                                            timeout=self.pool_wait, kwargs={"autocommit": True},
                                             configure=self._configure, check=ConnectionPool.check_connection,
                                             open=True, name=f"toolscout-{self.table}")
         return self._pool
@@ -251,8 +252,7 @@ class PgDatabase:
         """Migrate the schema (creating the table needs the dimension) and check the dimension."""
         stored = schema.table_dim(conn, self.table)
         if stored is None and self._dim is None:
-            if not schema.applied_versions(conn, self.table):
-                schema.check_not_foreign(conn, self.table)
+            schema.check_not_foreign(conn, self.table)
             raise PgStoreError(f"{redact(self.dsn)}: no index table {self.table!r} yet; index a catalog into it first "
                                "(toolscout index CATALOG --out DIR --store postgresql://...)")
         self.migrated = schema.migrate(conn, self.table, self._dim or stored)
@@ -289,9 +289,8 @@ class PgDatabase:
                     raise InvalidRequest("the request holds a NUL character (U+0000), which PostgreSQL cannot "
                                          "store or compare; remove it") from exc
         except PoolTimeout as exc:
-            waited = min(self.timeout, POOL_WAIT_S)
-            raise Unavailable(f"no connection to the PostgreSQL database {redact(self.dsn)} within {waited:g} s: "
-                              "it does not answer, or every connection is busy") from exc
+            raise Unavailable(f"no connection to the PostgreSQL database {redact(self.dsn)} within "
+                              f"{self.pool_wait:g} s: it does not answer, or every connection is busy") from exc
         except psycopg.OperationalError as exc:
             if _retryable(exc):  # a deadlock, a serialization failure, a lock not granted: it may succeed again
                 raise Unavailable(f"the PostgreSQL database {redact(self.dsn)} rolled the request back "
