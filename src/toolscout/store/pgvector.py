@@ -59,6 +59,9 @@ NOTIFY_CHANNEL = "toolscout"
 CHANGES_KEPT = 1000  # change-log entries kept per tenant; a reader further behind reloads everything
 MAX_EF_SEARCH = 1000  # pgvector's limit
 POOL_WAIT_S = 5.0  # the longest a request waits for a connection: a database that is down fails fast (503)
+# the pool's reconnection backoff doubles without bound, so after a long outage the database could be back for
+# a minute before the next attempt: each round of attempts gives up after this, and the next request starts one
+RECONNECT_S = 10.0
 T = TypeVar("T")
 
 
@@ -245,7 +248,8 @@ class PgDatabase:
                 self._pool = ConnectionPool(self.dsn, min_size=1, max_size=self.pool_size,
                                             timeout=self.pool_wait, kwargs={"autocommit": True},
                                             configure=self._configure, check=ConnectionPool.check_connection,
-                                            open=True, name=f"toolscout-{self.table}")
+                                            reconnect_timeout=RECONNECT_S, open=True,
+                                            name=f"toolscout-{self.table}")
         return self._pool
 
     def _prepare(self, conn) -> None:
