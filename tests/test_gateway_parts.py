@@ -593,3 +593,34 @@ def test_a_call_starts_its_upstream_out_of_turn(tmp_path, monkeypatch):
         assert {u.name for u in upstreams if u.started_at is not None} == {"fresh", last.name}
 
     _while_running(gateway, scenario)
+
+
+def test_calls_still_being_gathered_at_shutdown_are_learned_and_kept(tmp_path):
+    """The HTTP gateway stops its call learner before the catalog closes: the calls of the last moments
+    before a SIGTERM were learned into a closed catalog ("the service is closed") and lost."""
+    from conftest import sample_tools
+    from starlette.testclient import TestClient
+
+    from toolscout.gateway.config import parse_config
+    from toolscout.gateway.http import gateway_app
+    from toolscout.gateway.runtime import GatewaySettings, open_gateway
+    from toolscout.serve.auth import AuthConfig
+    from toolscout.serve.service import ToolService
+
+    tools = sample_tools()
+    servers = {ns: {"command": sys.executable, "disabled": True} for ns in {t.namespace for t in tools}}
+    gateway = open_gateway(parse_config({"mcpServers": servers}, tmp_path / "servers.json", {}),
+                           GatewaySettings(index=tmp_path / "idx", search_wait=0))
+    gateway.service.upsert(tools)
+    gateway.learner.close()
+    gateway.learner = CallLearner(gateway.service, gather_s=60.0)  # the window is still open at shutdown
+    taught = tools[0].id
+    with TestClient(gateway_app(gateway, AuthConfig())) as client:
+        assert client.get(f"/tools/{taught}").json()["feedback"]["learned"] == 0
+        gateway.learner.submit(FeedbackEvent("a task its forwarded call served", (taught,), "session:a"))
+        assert gateway.learner.stats()["pending"] == 1
+    reopened = ToolService.open(tmp_path / "idx", fsync=False, batch_workers=0)
+    try:
+        assert reopened.feedback_of(taught)["learned"] == 1
+    finally:
+        reopened.close()

@@ -169,18 +169,16 @@ def _mcp_app(api: Api, host: str, max_body_bytes: int):
 def _lifespan(service: ToolService, mcp_app: Any, close_service: bool, extension: ApiExtension | None):
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI):
+        import anyio.to_thread
+
         async with contextlib.AsyncExitStack() as stack:
+            if close_service:  # pushed first, so it runs last: what the extension writes as it stops is kept
+                stack.push_async_callback(anyio.to_thread.run_sync, service.close)
             if mcp_app is not None:
                 await stack.enter_async_context(mcp_app.router.lifespan_context(mcp_app))
             if extension is not None:
                 await stack.enter_async_context(extension.running())
-            try:
-                yield
-            finally:
-                if close_service:
-                    import anyio.to_thread
-
-                    await anyio.to_thread.run_sync(service.close)
+            yield
 
     return lifespan
 
