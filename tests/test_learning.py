@@ -97,8 +97,8 @@ def churned_memory(seed: int = 3, steps: int = 300, per_cluster: int = 15) -> "t
     memory = RequestMemory(16)
     for step in range(steps):
         if held and rng.random() < 0.3:
-            key, _v, tool, source, _r, _t = held.pop(rng.randrange(len(held)))
-            memory.remove([(key, tool, source)])
+            key, _v, tool, source, _r, when = held.pop(rng.randrange(len(held)))
+            memory.remove([(key, tool, source, when)])
         else:
             cluster = rng.randrange(12)
             key = f"request {cluster} {rng.randrange(per_cluster)}"
@@ -119,11 +119,14 @@ def test_the_memory_kept_up_write_by_write_equals_one_built_from_nothing():
     memory, base = churned_memory()
     got = memory.calibration
     assert got.to_dict() == brute_calibration(memory).to_dict()
-    fresh = RequestMemory(16)
-    fresh.add([(k, memory.vectors[memory.row_of[k]], tool, source, entry.untaught_rank, entry.last_taught)
-               for k, tools_ in memory.taught.items() for tool, entry in tools_.items()
-               for source, n in entry.sources.items() for _ in range(n)])
+    fresh = RequestMemory(16)  # the lessons still held, taught at once in another order
+    fresh.add([(k, memory.vectors[memory.row_of[k]], tool, source, rank, when)
+               for k, tools_ in sorted(memory.taught.items(), reverse=True) for tool, entry in tools_.items()
+               for source, lessons in entry.lessons.items() for when, rank in lessons[::-1]])
     assert fresh.pairs() == memory.pairs() and fresh.anchors == memory.anchors
+    # what each entry derives from its lessons is what it would be had the lessons taken back never come
+    assert ({(k, t): (e.untaught_rank, e.last_taught) for k, tools_ in memory.taught.items() for t, e in tools_.items()}
+            == {(k, t): (e.untaught_rank, e.last_taught) for k, tools_ in fresh.taught.items() for t, e in tools_.items()})
     assert fresh.calibration.to_dict() == got.to_dict()
     queries = base[:4]
     assert memory.nearest_tools(queries) == fresh.nearest_tools(queries)
@@ -132,7 +135,7 @@ def test_the_memory_kept_up_write_by_write_equals_one_built_from_nothing():
 @pytest.mark.parametrize("rows", [1, 5, 50, 500])  # one request; fewer than held (scan and cut); all held
 def test_nearest_tools_are_those_the_nearest_requests_taught_as_brute_force_finds_them(rows):
     memory, base = churned_memory(seed=5, steps=600, per_cluster=40)
-    memory.remove([(key, tool, None) for key in sorted(memory.taught)[::7] for tool in list(memory.taught[key])])
+    memory.remove([(key, tool, None, None) for key in sorted(memory.taught)[::7] for tool in list(memory.taught[key])])
     assert memory._free and len(memory) > 50 + 16  # freed rows, and more requests than the scan passes on
     tasks = np.concatenate([base, np.random.default_rng(9).normal(size=(60, 16))]).astype(np.float32)  # > one chunk
     tasks /= np.linalg.norm(tasks, axis=1, keepdims=True)
@@ -403,9 +406,15 @@ def test_a_tool_like_the_taught_ones_added_after_learning_keeps_its_untaught_pla
                  namespace="advice")
     copy.add([rival])
     fresh = ToolScout.from_tools(WEATHERISH + [rival], encoder=encoder)
-    for task in ["will I need a raincoat on Sunday", "should I take my umbrella to work", "rain gear for tonight?"]:
+    tasks = ["will I need a raincoat on Sunday", "should I take my umbrella to work", "rain gear for tonight?"]
+    for task in tasks:
         learned, plain = copy.retrieve([task], 9).as_lists()[0], fresh.retrieve([task], 9).as_lists()[0]
         assert learned.index("advice.rain") <= plain.index("advice.rain"), task
+    # a channel taught afresh (`relearn`, as /admin/learn does; a PostgreSQL replica that follows its database
+    # from a new start) still knows when the tool joined: it forgot, and pushed the rival down
+    rankings = copy.retrieve(tasks, 9).as_lists()
+    copy.relearn()
+    assert copy.retrieve(tasks, 9).as_lists() == rankings
 
 
 def test_every_event_is_scored_before_it_is_learned_as_a_replay_by_hand_finds(encoder):
@@ -475,6 +484,32 @@ def test_a_rollback_restores_the_rankings_of_that_time_exactly(encoder):
     assert scout.learning_report() == report_at_noon
 
 
+def test_taking_back_newer_evidence_restores_the_place_of_a_tool_that_joined_in_between(encoder):
+    """Source a teaches the advisor, a rival joins at 500, source b teaches the same requests at 1000 (now
+    weighed against the rival). Forgetting b, or rolling back to 1000, must rank as before b posted: the
+    entry's last time taught went back too (it stayed at 1000, so a's older evidence passed the rival)."""
+    rival = Tool("advice.rain", "rain_kit_advisor", "Says whether to take an umbrella or a raincoat today.",
+                 namespace="advice")
+    tasks = ["will I need a raincoat on Sunday", "should I take my umbrella to work", "rain gear for tonight?",
+             "do I need an umbrella today"]
+
+    def taught(with_b: bool) -> ToolScout:
+        scout = ToolScout.from_tools(WEATHERISH, encoder=encoder)
+        scout.learn(traffic(RAIN, "advice.umbrella", 50, "a") + background(12, "a"))
+        scout.add([rival], when=500.0)
+        if with_b:
+            scout.learn(traffic(RAIN, "advice.umbrella", 50, "b", start=1000.0))
+        return scout
+
+    before_b = taught(False).retrieve(tasks, 9).as_lists()
+    forgot, rolled_back = taught(True), taught(True)
+    assert forgot.retrieve(tasks, 9).as_lists() != before_b  # b's newer evidence lifts the advisor past the rival
+    forgot.forget("b")
+    rolled_back.rollback(1000.0)
+    assert forgot.retrieve(tasks, 9).as_lists() == before_b
+    assert rolled_back.retrieve(tasks, 9).as_lists() == before_b
+
+
 def test_forgetting_every_source_restores_the_untaught_ranking_bit_for_bit(taught, encoder):
     scout = ToolScout.from_tools(WEATHERISH, encoder=encoder)
     before = scout.retrieve(["will I need a raincoat on Sunday", "email Sam"], 8)
@@ -535,5 +570,5 @@ def test_the_calibration_counts_each_anchors_nearest_tools_as_brute_force_does()
     memory.add(items[400:])
 
     assert len(memory.anchors) == mem.ANCHORS and memory.calibration.to_dict() == brute_calibration(memory).to_dict()
-    memory.remove([(key, tool, None) for key in memory.anchors[:40] for tool in list(memory.taught[key])])
+    memory.remove([(key, tool, None, None) for key in memory.anchors[:40] for tool in list(memory.taught[key])])
     assert memory.calibration.to_dict() == brute_calibration(memory).to_dict()

@@ -419,7 +419,7 @@ class ToolScout:
         Returns the ids of the tools it had taught."""
         with self._lock.write():
             removed = self.ledger.forget(source)
-            self.learning.unteach([(u.query, u.tool_id, u.source) for u in removed])
+            self.learning.unteach([(u.query, u.tool_id, u.source, u.time) for u in removed])
             self.learning.scorecard.forget(source)
             self._log_weights(self.learning.refresh_weights())
         return sorted({u.tool_id for u in removed})
@@ -429,7 +429,7 @@ class ToolScout:
         that time again (the catalog aside). Returns what was taken back."""
         with self._lock.write():
             removed = self.ledger.rollback(before)
-            self.learning.unteach([(u.query, u.tool_id, u.source) for u in removed])
+            self.learning.unteach([(u.query, u.tool_id, u.source, u.time) for u in removed])
             self.learning.scorecard.rollback(before)
             self._log_weights(self.learning.refresh_weights())
         return removed
@@ -454,7 +454,7 @@ class ToolScout:
         vectors already made), remember `key_of` (request -> key) and add the scored `records`."""
         with self._lock.write():
             if settings is not None:
-                self.learning = LearnedChannel(self.learning.space, settings)
+                self.learning = self.learning.afresh(settings)
             self.learning.restore(lessons, key_of or {}, records)
             self.learning.refresh_weights()
 
@@ -495,7 +495,7 @@ class ToolScout:
         feedback learns from the rest only)."""
         with self._lock.write():
             scorecard = self.learning.scorecard
-            self.learning = LearnedChannel(self.learning.space, self.learning.settings)
+            self.learning = self.learning.afresh()
             self.learning.scorecard = scorecard
             self.learning.teach(self._lessons([u for u in self.ledger.taught() if keep(u)]))
             self.learning.refresh_weights()

@@ -56,7 +56,7 @@ GATE = 0.3  # the least learned probability that may lift a tool (chosen on trai
 CAUTIOUS_GATE = 0.4  # the least cautious probability that may pass a tool nobody taught (the same)
 DEPTH = 30  # untaught candidates read per task when something is learned
 LEARNING_KIND = "toolscout.learning"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: each lesson's time and untaught rank (1: a count per source)
 
 
 @dataclass(frozen=True)
@@ -141,6 +141,13 @@ class LearnedChannel:
         self.joined: dict[str, float] = {}  # tool -> when it joined the catalog (absent: before any learning)
         self._automatic: dict[str, float] = {}
 
+    def afresh(self, settings: LearningSettings | None = None) -> "LearnedChannel":
+        """An empty channel in this space, under `settings` (these by default). When tools joined stays: it
+        is a fact of the catalog, not something learned, and a tool added after learning keeps its place."""
+        channel = LearnedChannel(self.space, settings or self.settings)
+        channel.joined = dict(self.joined)
+        return channel
+
     # state ---------------------------------------------------------------------------------------
     @property
     def active(self) -> bool:
@@ -216,12 +223,12 @@ class LearnedChannel:
             self.memory.add(list(lessons))
         self.scorecard.add(records)
 
-    def unteach(self, lessons: Iterable[tuple[str, str, str]]) -> None:
-        """(request, tool, source) taken back."""
-        self.memory.remove([(self.key(request), tool, source) for request, tool, source in lessons])
+    def unteach(self, lessons: Iterable[tuple[str, str, str, float]]) -> None:
+        """(request, tool, source, time) taken back."""
+        self.memory.remove([(self.key(request), tool, source, when) for request, tool, source, when in lessons])
 
     def drop_tool(self, tool: str) -> None:
-        self.memory.remove([(key, t, None) for key, tools in list(self.memory.taught.items())
+        self.memory.remove([(key, t, None, None) for key, tools in list(self.memory.taught.items())
                             for t in tools if t == tool])
         self.scorecard.drop_tool(tool)
 
@@ -305,7 +312,7 @@ class LearnedChannel:
                                             "space": self.space.name, "settings": self.settings.to_dict()})
         np.save(folder / "vectors.npy", self.memory.vectors[[self.memory.row_of[k] for k in keys]]
                 if keys else np.zeros((0, self.space.dim), np.float32))
-        taught = [[key, tool, entry.untaught_rank, entry.last_taught, dict(sorted(entry.sources.items()))]
+        taught = [[key, tool, {source: [list(lesson) for lesson in lessons] for source, lessons in sorted(entry.lessons.items())}]
                   for key in keys for tool, entry in sorted(self.memory.taught[key].items())]
         write_json(folder / "memory.json", {"keys": keys, "taught": taught, "key_of": self.key_of,
                                             "joined": self.joined})
@@ -328,11 +335,20 @@ class LearnedChannel:
         if config.get("space") != space.name:
             return channel
         vectors = dict(zip(memory["keys"], np.load(folder / "vectors.npy")))
-        channel.restore([(key, vectors[key], tool, source, rank, when) for key, tool, rank, when, sources
-                         in memory["taught"] for source, n in sources.items() for _ in range(int(n))],
-                        memory["key_of"])
+        channel.restore([(key, vectors[key], tool, source, rank, when) for key, tool, source, when, rank
+                         in _saved_lessons(memory["taught"], int(config.get("format_version", 1)))], memory["key_of"])
         channel.refresh_weights()
         return channel
+
+
+def _saved_lessons(taught: list, version: int) -> list[tuple[str, str, str, float, int | None]]:
+    """(key, tool, source, time, untaught rank) of each lesson saved, in the order taught. Format 1 kept a
+    count per source with the entry's last time and first rank, which every lesson takes."""
+    if version < 2:
+        return [(key, tool, source, when, rank) for key, tool, rank, when, sources in taught
+                for source, n in sources.items() for _ in range(int(n))]
+    return [(key, tool, source, when, rank) for key, tool, sources in taught
+            for source, lessons in sources.items() for when, rank in lessons]
 
 
 def _key_of(teachable_text: str) -> str:

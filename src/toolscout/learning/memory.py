@@ -50,12 +50,41 @@ def key_hash(key: str) -> int:
 
 @dataclass
 class Taught:
-    """One tool a request taught: how many requests of each source that reduce to it taught the tool, and
-    where the untaught ranking put the tool for it."""
+    """One tool a request taught: per source, each lesson's time and where the untaught ranking put the tool
+    then. What is derived from them (the last time taught; the untaught rank of the earliest lesson, ties by
+    source) does not depend on the order lessons came in, and is recomputed when one is taken back: the
+    entry is what it would have been had that lesson never come."""
 
-    sources: dict[str, int] = field(default_factory=dict)
+    lessons: dict[str, list[tuple[float, int | None]]] = field(default_factory=dict)
     untaught_rank: int | None = None
     last_taught: float = 0.0  # when it was last taught (the catalog it was weighed against is that day's)
+    _earliest: tuple[float, str] | None = None
+
+    @property
+    def sources(self) -> dict[str, int]:
+        return {source: len(taught) for source, taught in self.lessons.items()}
+
+    def teach(self, source: str, when: float, rank: int | None) -> None:
+        when = float(when)
+        self.lessons.setdefault(source, []).append((when, rank))
+        self.last_taught = max(self.last_taught, when)
+        if self._earliest is None or (when, source) < self._earliest:
+            self._earliest, self.untaught_rank = (when, source), rank
+
+    def take_back(self, source: str | None, when: float | None) -> None:
+        """One lesson of `source` (the one taught at `when`, else its latest; source None: every lesson)."""
+        if source is None:
+            self.lessons.clear()
+        elif source in self.lessons:
+            taught = self.lessons[source]
+            times = [t for t, _rank in taught]
+            del taught[times.index(when) if when in times else times.index(max(times))]
+            if not taught:
+                del self.lessons[source]
+        every = [(t, s, rank) for s, taught in self.lessons.items() for t, rank in taught]
+        self.last_taught = max((t for t, _s, _rank in every), default=0.0)
+        first = min(every, key=lambda lesson: lesson[:2], default=None)
+        self._earliest, self.untaught_rank = (first[:2], first[2]) if first else (None, None)
 
 
 class RequestMemory:
@@ -96,31 +125,26 @@ class RequestMemory:
                 new_keys.append(key)
             entry = self.taught[key].get(tool)
             if entry is None:
-                entry = self.taught[key][tool] = Taught(untaught_rank=rank)
+                entry = self.taught[key][tool] = Taught()
                 self.rows_of_tool.setdefault(tool, set()).add(row)
                 new_pairs.append((row, tool))
-            entry.sources[source] = entry.sources.get(source, 0) + 1
-            entry.last_taught = max(entry.last_taught, float(when))
+            entry.teach(source, when, rank)
         fresh = self._admit_anchors(new_keys)
         self._raise([i for i in range(len(self.anchors)) if i not in fresh], new_pairs)
         self._raise(sorted(fresh), self._all_pairs())
         self._refit()
 
-    def remove(self, items: Iterable[tuple[str, str, str | None]]) -> None:
-        """(key, tool, source) taken back once (source None: every source of that entry)."""
+    def remove(self, items: Iterable[tuple[str, str, str | None, float | None]]) -> None:
+        """(key, tool, source, time) taken back once (source None: every source of that entry; time None: the
+        source's latest lesson)."""
         emptied: set[str] = set()
         freed: list[str] = []
-        for key, tool, source in items:
+        for key, tool, source, when in items:
             entry = self.taught.get(key, {}).get(tool)
             if entry is None:
                 continue
-            if source is None:
-                entry.sources.clear()
-            elif source in entry.sources:
-                entry.sources[source] -= 1
-                if entry.sources[source] <= 0:
-                    del entry.sources[source]
-            if entry.sources:
+            entry.take_back(source, when)
+            if entry.lessons:
                 continue
             del self.taught[key][tool]
             row = self.row_of[key]
