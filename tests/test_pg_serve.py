@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from pgtest import new_table, postgres_uri, spec
 from servers import start_server
-from traffic import RAIN_TASK, mixed
+from traffic import RAIN, RAIN_TASK, events, mixed
 
 from toolscout import ToolScout
 from toolscout.tool import Tool
@@ -364,6 +364,36 @@ def test_feedback_through_one_replica_changes_the_others_rankings_at_once(pg, to
         assert two.learning()["measured"]["namespaces"]["travel"]["all"]["events"] == 12  # scored before learning
         two.forget("default")  # taken back through the other replica: exactly as before
         assert [(h.tool.id, h.score) for h in one.search(RAIN_TASK, 5, min_score=None)] == before
+    finally:
+        one.close()
+        two.close()
+
+
+def test_replicas_turn_down_the_weight_of_the_namespace_whose_lifts_did_harm_as_the_library_does(pg, tools,
+                                                                                                   encoder):
+    """Scores keep whose lifts passed a tool (schema v7): a replica that only reads them from the database
+    turns down the weight of the namespace whose tool was lifted wrongly, as the library does, and leaves
+    the namespace of the tool the agents use at full weight."""
+    from toolscout.postgres import index_catalog
+    from toolscout.serve import ToolService
+    from toolscout.store.pgvector import PgVectorStore
+
+    store_spec = spec(pg, new_table())
+    index_catalog(PgVectorStore.from_spec(store_spec, encoder.dim), tools, encoder)
+    library = ToolScout.from_tools(tools, encoder=encoder)
+    one = ToolService.open(store_spec, encoder=encoder, batch_workers=0)
+    two = ToolService.open(store_spec, encoder=encoder, batch_workers=0)
+    try:
+        first = mixed({"rain": "hotels.book", "mail": "mail.send", "calendar": "calendar.create",
+                       "files": "files.read", "facts": "calendar.list"}, 60, start=0.0)
+        one.feedback(first)
+        library.learn(first)
+        for event in events(RAIN, "weather.get_forecast", 60, "agent-2", start=1000.0):  # minds changed
+            one.feedback([event])
+            library.learn([event])
+        weights = {ns: w["weight"] for ns, w in two.learning()["weights"].items()}
+        assert weights == {ns: w["weight"] for ns, w in library.learning_report()["weights"].items()}
+        assert weights["travel"] < 1.0 and weights.get("weather", 1.0) == 1.0
     finally:
         one.close()
         two.close()

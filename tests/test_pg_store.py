@@ -246,11 +246,14 @@ def test_schema_migrations_are_versioned_and_upgrade_existing_rows(pg):
                      "WHERE id = 'old'")  # a taught tool's vector blended, its own one kept aside
     store = PgVectorStore.from_spec(spec(pg, table), 3)
     assert store.search(np.array([[1, 0, 0]], dtype=np.float32), 5).as_lists() == [["old"]]
-    assert store.database.migrated == [5, 6]
+    assert store.database.migrated == [5, 6, 7]
     with psycopg.connect(pg, autocommit=True) as conn:
         rows = conn.execute("SELECT version FROM toolscout_schema_migrations WHERE tbl = %s ORDER BY 1",
                             [table]).fetchall()
-        assert rows == [(1,), (2,), (3,), (4,), (5,), (6,)]
+        assert rows == [(1,), (2,), (3,), (4,), (5,), (6,), (7,)]
+        # v7: scores name whose lifts passed a tool; those recorded before say none
+        assert conn.execute("SELECT column_default FROM information_schema.columns WHERE table_name = "
+                            "'toolscout_scored' AND column_name = 'passed_by'").fetchone() == ("'{}'::text[]",)
         # v6: what gateway replicas share beside the catalog (definitions, listings) has its tables
         assert conn.execute("SELECT to_regclass('toolscout_definitions') IS NOT NULL, "
                             "to_regclass('toolscout_listings') IS NOT NULL").fetchone() == (True, True)

@@ -114,7 +114,8 @@ class Usage:
 @dataclass(frozen=True)
 class Scored:
     """One (event, tool) scored before it was learned (`toolscout.learning.scorecard`): where the ranking as
-    served, the untaught ranking and learning at full weight put the tool (None: past the depth scored)."""
+    served, the untaught ranking and learning at full weight put the tool (None: past the depth scored), and
+    whose lifts passed it."""
 
     time: float
     source: str
@@ -125,15 +126,17 @@ class Scored:
     served: int | None
     untaught: int | None
     learned: int | None
+    # the namespaces of the tools learning (at full weight) moved above this one: whose lifts cost it its place
+    passed_by: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "passed_by": list(self.passed_by)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Scored":
         return cls(float(data["time"]), str(data["source"]), str(data.get("namespace") or ""), str(data["tool"]),
                    str(data.get("query", "")), bool(data["taught_before"]), data.get("served"),
-                   data.get("untaught"), data.get("learned"))
+                   data.get("untaught"), data.get("learned"), tuple(str(n) for n in data.get("passed_by") or ()))
 
 
 @dataclass

@@ -34,6 +34,7 @@ from .intents import IntentMerge
 from .learning import LearnedChannel, LearningSettings, Lesson, Scored
 from .learning.channel import DEPTH as LEARNED_DEPTH
 from .learning.scorecard import DEPTH as SCORED_DEPTH
+from .learning.scorecard import UNRANKED, Ranks, ranks_of
 from .learning.space import space_for
 from .query import Query, as_queries
 from .relevance import DEPTH as RELEVANCE_DEPTH
@@ -407,9 +408,7 @@ class ToolScout:
             before = self.learning.memory.tools
             result = self.ledger.add(events, known=self._tools,
                                      untaught={key: r[1] for key, r in ranks.items()})
-            self.learning.score([Scored(e.time, e.source, self._tools[t].namespace or "", t, e.query, t in before,
-                                        *ranks.get((e.query, t), (None, None, None)))
-                                 for e in teaching for t in e.tool_ids if t in self._tools])
+            self.learning.score(self.score_records(teaching, ranks, before))
             self.learning.teach(self._lessons(result.learned), prepared)
             self._log_weights(self.learning.refresh_weights())
         return result
@@ -469,9 +468,10 @@ class ToolScout:
         return [Lesson(u.query, u.tool_id, u.source, u.untaught_rank, u.time) for u in usages
                 if frozen_at is None or u.time < frozen_at]
 
-    def score(self, queries: list[str]) -> dict[tuple[str, str], tuple[int | None, int | None, int | None]]:
-        """(query, tool) -> its ranks as served, untaught and learned at full weight, for every tool in the
-        depth scored: an event's score before it is learned (call under the read lock, or with no writer)."""
+    def score(self, queries: list[str]) -> dict[tuple[str, str], Ranks]:
+        """(query, tool) -> its ranks as served, untaught and learned at full weight (and whose lifts passed
+        it), for every tool in the depth scored: an event's score before it is learned (call under the read
+        lock, or with no writer)."""
         if not queries:
             return {}
         tasks = as_queries(queries)
@@ -483,12 +483,19 @@ class ToolScout:
                 self.learning.rank(tasks, base, SCORED_DEPTH, allows, self._namespace_of,
                                    lifts=self.learning.lifts(tasks, allows, self._namespace_of, full, near=near))
                 for full in (False, True))  # as served (the namespace's weight), and at full weight
-        out: dict[tuple[str, str], tuple[int | None, int | None, int | None]] = {}
+        out: dict[tuple[str, str], Ranks] = {}
         for query, lists in zip(queries, zip(served, base, learned)):
-            positions = [{t: r for r, t in enumerate(ids, 1)} for ids, _scores in lists]
-            for tool in set().union(*positions):
-                out[(query, tool)] = tuple(p.get(tool) for p in positions)  # type: ignore[assignment]
+            ranked = ranks_of(*(list(ids) for ids, _scores in lists), self._namespace_of)
+            out.update(((query, tool), ranks) for tool, ranks in ranked.items())
         return out
+
+    def score_records(self, events: Sequence[FeedbackEvent], ranks: Mapping[tuple[str, str], Ranks],
+                      taught_before: set[str]) -> list[Scored]:
+        """One record per known tool of each event, from its `ranks` (`score`). One dict read per tool:
+        safe while writes go on."""
+        return [Scored(e.time, e.source, tool.namespace or "", tool.id, e.query, tool.id in taught_before,
+                       *ranks.get((e.query, tool.id), UNRANKED))
+                for e in events for tool in (self._tools.get(t) for t in e.tool_ids) if tool is not None]
 
     def relearn(self, keep: Callable[[Usage], bool] = lambda _usage: True) -> None:
         """Teach the channel afresh what the ledger holds that `keep` accepts (a copy judged on held-back

@@ -4,18 +4,20 @@ For every tool an event says served its task, three ranks are recorded before an
 where the ranking as served put the tool (`served`, learning at the weight in force), where the untaught
 ranking put it (`untaught`), and where learning at full weight would have (`learned`). Ranks past the depth
 scored are None. From these records come the running figures (mean reciprocal rank, top-1 and top-5 rates),
-per namespace, split by whether the tool had been taught before the event, and the automatic weight: when
-learning at full weight ranks the last `WINDOW` records of a namespace worse than the untaught ranking does,
-beyond doubt (the paired difference of reciprocal ranks below zero by more than two standard errors), its
+per namespace, split by whether the tool had been taught before the event, and the automatic weight. A
+namespace's weight scales the lifts of its tools, so it is judged on the records those lifts touched: its
+tools' records, except where learning cost a tool its place, which speak against the namespaces of the tools
+that passed it (`answers_for`; the tool's own namespace did it no harm). When learning at full weight ranks
+the last `WINDOW` such records worse than the untaught ranking does, beyond doubt (the paired difference of reciprocal ranks below zero by more than two standard errors), its
 weight in that namespace goes down (to 0 when even that bound is a loss of `TOLERANCE` in mean reciprocal
 rank), and back up when it recovers. Noise does not move it: a stream that switches from one tool's tasks to
-another's makes a short window look better or worse by chance. The weight is a function of the records held,
-so taking a source back (its records go with it) leaves the weight it would have had.
+another's makes a short window look better or worse by chance. The weight is a function of the records held;
+a source taken back takes its records along (the others keep the ranks they were scored with).
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
 from ..feedback import Scored
 
@@ -23,6 +25,46 @@ WINDOW = 1000  # recent (event, tool) records per namespace the automatic weight
 MIN_EVENTS = 50  # fewer recent events than this: too little to judge, full weight
 TOLERANCE = 0.05  # mean reciprocal rank lost (learned vs untaught) at which the weight reaches 0
 DEPTH = 100  # ranks scored
+
+
+class Ranks(NamedTuple):
+    """Where a task's rankings put one tool before an event about it was learned, and the namespaces of the
+    tools learning at full weight moved above it (`passed_by`)."""
+
+    served: int | None
+    untaught: int | None
+    learned: int | None
+    passed_by: tuple[str, ...] = ()
+
+
+UNRANKED = Ranks(None, None, None)
+
+
+def ranks_of(served: Sequence[str], untaught: Sequence[str], learned: Sequence[str],
+             namespace_of: Callable[[str], str | None]) -> dict[str, Ranks]:
+    """Each tool's `Ranks` in one task's three rankings (1-based; absent: past the depth)."""
+    positions = [{t: r for r, t in enumerate(ids, 1)} for ids in (served, untaught, learned)]
+    out = {}
+    for tool in set().union(*positions):
+        ranks = [p.get(tool) for p in positions]
+        out[tool] = Ranks(*ranks, _passed_by(tool, ranks[1], ranks[2], positions[1], learned, namespace_of))
+    return out
+
+
+def _passed_by(tool: str, untaught: int | None, learned: int | None, untaught_at: dict[str, int],
+               learned_ids: Sequence[str], namespace_of: Callable[[str], str | None]) -> tuple[str, ...]:
+    """The namespaces of the tools above `tool` at full weight that the untaught ranking had below it (or
+    not at all): the lifts that cost it its place (none when it lost none)."""
+    if untaught is None or (learned is not None and learned <= untaught):
+        return ()
+    above = learned_ids[:learned - 1] if learned is not None else learned_ids
+    return tuple(sorted({namespace_of(t) or "" for t in above if untaught_at.get(t, untaught + 1) > untaught}))
+
+
+def answers_for(record: Scored) -> tuple[str, ...]:
+    """The namespaces whose weight a record speaks to: where learning cost the tool its place, those whose
+    lifts passed it (their weight is what moved them); otherwise the tool's own (its lift, or none)."""
+    return record.passed_by or (record.namespace,)
 
 
 def figures(records: Sequence[Scored]) -> dict[str, Any]:
@@ -74,17 +116,26 @@ class Scorecard:
         return sorted({r.namespace for r in self.records})
 
     def recent(self, namespace: str) -> list[Scored]:
+        """The namespace's last WINDOW records: those of its tools."""
+        return self._last(lambda record: record.namespace == namespace)
+
+    def answered_for(self, namespace: str) -> list[Scored]:
+        """The last WINDOW records that speak to the namespace's weight (`answers_for`)."""
+        return self._last(lambda record: namespace in answers_for(record))
+
+    def _last(self, chosen: Callable[[Scored], bool]) -> list[Scored]:
         found: list[Scored] = []
         for record in reversed(self.records):
-            if record.namespace == namespace:
+            if chosen(record):
                 found.append(record)
                 if len(found) == WINDOW:
                     break
         return found[::-1]
 
     def weights(self) -> dict[str, float]:
-        """namespace -> the automatic weight (namespaces with no records are at full weight)."""
-        return {ns: automatic_weight(self.recent(ns)) for ns in self.namespaces()}
+        """namespace -> the automatic weight (namespaces no record speaks to are at full weight)."""
+        spoken = sorted({ns for record in self.records for ns in answers_for(record)})
+        return {ns: automatic_weight(self.answered_for(ns)) for ns in spoken}
 
     def report(self) -> dict[str, Any]:
         """Figures over every record, and per namespace: all, recent, tools taught before / not."""
@@ -94,5 +145,5 @@ class Scorecard:
             out["namespaces"][ns] = {"all": figures(mine), "recent": figures(self.recent(ns)),
                                      "taught_before": figures([r for r in mine if r.taught_before]),
                                      "new_tools": figures([r for r in mine if not r.taught_before]),
-                                     "automatic_weight": round(automatic_weight(self.recent(ns)), 4)}
+                                     "automatic_weight": round(automatic_weight(self.answered_for(ns)), 4)}
         return out

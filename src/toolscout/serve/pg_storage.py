@@ -27,7 +27,7 @@ from typing import Any, Sequence
 
 from ..encoders.fast import fast_queries_for, fast_query_kind
 from ..errors import InvalidRequest, NotFound
-from ..feedback import FeedbackEvent, LearnResult, Scored
+from ..feedback import FeedbackEvent, LearnResult
 from ..pg_pipeline import check_servable, table_spec
 from ..pipeline import ToolScout
 from ..postgres import encode_rows
@@ -163,9 +163,7 @@ class PgTenantStorage:
         queries = list(dict.fromkeys(e.query for e in teaching))
         ranks = pipeline.score(queries)
         channel, before = pipeline.learning, pipeline.learning.memory.tools
-        records = [Scored(e.time, e.source, tool.namespace or "", tool.id, e.query, tool.id in before,
-                          *ranks.get((e.query, tool.id), (None, None, None)))
-                   for e in teaching for tool in (pipeline.get(t, None) for t in e.tool_ids) if tool is not None]
+        records = pipeline.score_records(teaching, ranks, before)
         keys = {q: channel.key(q) for q in queries}
         result, version = self.pg_catalog.learn(events, keys, {k: r[1] for k, r in ranks.items()},
                                                 channel.prepare(queries), records)

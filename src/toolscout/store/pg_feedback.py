@@ -115,9 +115,10 @@ def _store_scored(store, conn, scored: Sequence[Scored]) -> None:
     if scored:
         with conn.cursor() as cur:
             cur.executemany("INSERT INTO toolscout_scored (tbl, tenant, time, source, namespace, tool_id, query, "
-                            "taught_before, served, untaught, learned) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, "
-                            "%s, %s)", [(store.table, store.tenant, r.time, r.source, r.namespace, r.tool, r.query,
-                                         r.taught_before, r.served, r.untaught, r.learned) for r in scored])
+                            "taught_before, served, untaught, learned, passed_by) VALUES (%s, %s, %s, %s, %s, %s, %s, "
+                            "%s, %s, %s, %s, %s)",
+                            [(store.table, store.tenant, r.time, r.source, r.namespace, r.tool, r.query,
+                              r.taught_before, r.served, r.untaught, r.learned, list(r.passed_by)) for r in scored])
 
 
 # taking back ------------------------------------------------------------------------------------
@@ -202,9 +203,10 @@ def scored_since(store, seq: int = 0) -> tuple[int, list[Scored]]:
     """(the newest sequence number, the scores recorded after `seq`, in order)."""
     with store.database.connection() as conn:
         rows = conn.execute("SELECT seq, time, source, namespace, tool_id, query, taught_before, served, untaught, "
-                            "learned FROM toolscout_scored WHERE tbl = %s AND tenant = %s AND seq > %s ORDER BY seq",
-                            [store.table, store.tenant, seq]).fetchall()
-    records = [Scored(float(t), s, ns, tool, q, bool(tb), sv, ut, ln) for _seq, t, s, ns, tool, q, tb, sv, ut, ln in rows]
+                            "learned, passed_by FROM toolscout_scored WHERE tbl = %s AND tenant = %s AND seq > %s "
+                            "ORDER BY seq", [store.table, store.tenant, seq]).fetchall()
+    records = [Scored(float(t), s, ns, tool, q, bool(tb), sv, ut, ln, tuple(by))
+               for _seq, t, s, ns, tool, q, tb, sv, ut, ln, by in rows]
     return (int(rows[-1][0]) if rows else seq), records
 
 

@@ -233,6 +233,10 @@ def _v6(table: str, dim: int) -> list[str]:
     ]
 
 
+def _v7(table: str, dim: int) -> list[str]:
+    return ["ALTER TABLE toolscout_scored ADD COLUMN IF NOT EXISTS passed_by text[] NOT NULL DEFAULT '{}'"]
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "tools table partitioned by tenant, HNSW (inner product) index, versions and change log", _v1),
     Migration(2, "lexical search: generated tsvector column over the text view, GIN index", _v2),
@@ -243,6 +247,7 @@ MIGRATIONS: tuple[Migration, ...] = (
               _v5),
     Migration(6, "gateway replicas: shared tool definitions and approvals, each replica's listing of each upstream",
               _v6),
+    Migration(7, "scores name the namespaces whose lifts passed a tool (what the automatic weight reads)", _v7),
 )
 LATEST = MIGRATIONS[-1].version
 
