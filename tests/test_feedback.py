@@ -229,6 +229,15 @@ def test_cli_learn_imports_logs_forgets_sources_and_refuses_a_served_directory(e
     with ToolService.open(folder):
         assert main(["learn", str(folder), str(log)]) == 1
     assert "another toolscout server is serving this directory" in capsys.readouterr().err
+    # frozen: events a log dates before the freeze would be learned at once, so the import is refused
+    assert main(["learning", "freeze", str(folder)]) == 0
+    old = tmp_path / "old.jsonl"
+    old.write_text(json.dumps({"query": "remind me to call Bo", "tool_ids": ["apibank::AddReminder"],
+                               "time": 1_000_000_000}) + "\n")
+    capsys.readouterr()
+    assert main(["learn", str(folder), str(old)]) == 1
+    assert "learning is frozen since" in capsys.readouterr().err
+    assert ToolScout.load(folder).ledger.sources() == {"import": 1}
 
 
 def test_cli_learning_reports_beside_a_server_and_refuses_bad_arguments_before_changing_anything(encoder, tmp_path,

@@ -55,6 +55,7 @@ def cmd_learn(args: argparse.Namespace) -> int:
     service = ToolService.open(target, batch_workers=0, limits=FeedbackLimits(rate=None, volume=None))
     try:
         if events:
+            _refuse_while_frozen(service, events)
             _import(service, events)
         for source in args.forget:
             print(f"forgot source {source!r}: {len(service.forget(source))} tools as before", file=sys.stderr)
@@ -67,6 +68,18 @@ def cmd_learn(args: argparse.Namespace) -> int:
     finally:
         service.close()
     return 0
+
+
+def _refuse_while_frozen(service, events) -> None:
+    """A freeze holds back what is taught from its time on; events a log dates before it would be learned at
+    once, which is not what an operator who froze learning means."""
+    frozen_at = service.learning()["frozen_at"]
+    older = sum(1 for e in events if frozen_at is not None and e.time is not None and e.time < frozen_at)
+    if older:
+        when = datetime.fromtimestamp(frozen_at, timezone.utc).isoformat()
+        raise ValueError(f"learning is frozen since {when}, and {older} of these events are dated before it, so "
+                         "they would be learned at once: unfreeze first (toolscout learning unfreeze), or import "
+                         "them later")
 
 
 def _import(service, events) -> None:
@@ -108,7 +121,8 @@ def add_learning_parsers(sub: argparse._SubParsersAction) -> None:
     for name, text in (("freeze", "learn nothing taught from now on (it is still recorded and scored)"),
                        ("unfreeze", "learn what was held back, and go on learning")):
         verbs.add_parser(name, help=text).add_argument("target", metavar="TARGET")
-    rollback = verbs.add_parser("rollback", help="take back everything learned at or after a time")
+    rollback = verbs.add_parser("rollback", help="take back everything learned at or after a time (the time each "
+                                "event happened: an imported log of older events goes with `learn --forget SOURCE`)")
     rollback.add_argument("target", metavar="TARGET")
     rollback.add_argument("--before", required=True, metavar="TIME",
                           help="ISO 8601 time (UTC unless it says) or seconds since the epoch")
