@@ -67,6 +67,53 @@ def test_compaction_writes_a_snapshot_and_empties_the_journal(tmp_path, tools):
     again.close()
 
 
+def test_a_snapshot_the_disk_cannot_hold_is_a_503_naming_why_and_loses_no_write(tmp_path, tools):
+    """A full disk during a compaction was a bare 500 (and a traceback at shutdown) while /health said ok:
+    it is a 503 saying why, /health shows it, writes go on into the journal, and closing keeps them."""
+    import errno
+
+    from starlette.testclient import TestClient
+
+    from toolscout.serve.http import create_app
+
+    folder = make_dir(tmp_path, tools)
+    svc = ToolService.open(folder)
+    scout = svc.storage.scout
+    save = scout.save
+
+    def full_disk(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def body(tool):
+        return {"name": tool.name, "namespace": tool.namespace, "description": tool.description}
+
+    with TestClient(create_app(svc, close_service=False)) as client:
+        assert client.put("/tools/extra.t1", json=body(new_tool(1))).status_code == 200
+        scout.save = full_disk
+        answer = client.post("/admin/compact")
+        assert answer.status_code == 503, answer.text
+        assert "No space left on device" in answer.json()["error"]["message"]
+        assert client.get("/health").json()["snapshots"].startswith("failed: could not save a snapshot")
+        assert client.put("/tools/extra.t2", json=body(new_tool(2))).status_code == 200
+        expected = state(svc)
+        svc.close()  # its snapshot fails too: logged, and the journal is closed with every write
+        assert svc.storage.journal.records == 2
+    scout.save = save
+    again = ToolService.open(folder)
+    assert state(again) == expected
+    assert again.compact() and again.stats()["snapshots"] == "ok"
+    again.close()
+
+
+def test_a_directory_whose_lock_cannot_be_written_is_refused_saying_what_reads_it(tmp_path, tools):
+    from toolscout.serve.directory import LOCK_FILE
+
+    folder = make_dir(tmp_path, tools)
+    (folder / LOCK_FILE).mkdir()  # not a file this process can open for writing (as a read-only disk is)
+    with pytest.raises(ServiceError, match=r"cannot open serve.lock for writing \(Is a directory\).*only reads"):
+        ToolService.open(folder)
+
+
 def test_crash_between_snapshot_and_journal_reset_replays_nothing_twice(tmp_path, tools):
     folder = make_dir(tmp_path, tools)
     svc = ToolService.open(folder)

@@ -61,6 +61,7 @@ class DirectoryStorage:
         self.compactions = 0
         self.last_compaction_s: float | None = None
         self.failed: str | None = None  # set when a write could not be recorded; writes are refused
+        self.snapshot_failed: str | None = None  # why the last snapshot could not be saved (writes go on)
         self._writer = threading.Lock()
         self._compactor: threading.Thread | None = None
         self._lock_fd = lock_fd
@@ -94,7 +95,10 @@ class DirectoryStorage:
         if compactor is not None:
             compactor.join()
         if compact and self.failed is None:
-            self.compact()
+            try:
+                self.compact()
+            except ServiceUnavailable as exc:  # the journal holds every write: the next start replays it
+                logger.error("%s", exc)
         with self._writer:
             self._closed = True
             self.journal.close()
@@ -257,7 +261,13 @@ class DirectoryStorage:
             if self._closed or self.journal.records == 0 or self._retraining:
                 return False
             start = time.perf_counter()
-            self.scout.save(self.folder, extra_config={"journal_seq": self.seq})
+            try:
+                self.scout.save(self.folder, extra_config={"journal_seq": self.seq})
+            except OSError as exc:  # a full or read-only disk: the next compaction tries again
+                self.snapshot_failed = f"could not save a snapshot in {self.folder}: {exc}"
+                raise ServiceUnavailable(f"{self.snapshot_failed}; every acknowledged write is still in the "
+                                         "journal") from exc
+            self.snapshot_failed = None
             self.journal.reset(self.seq)
             self.compactions += 1
             self.last_compaction_s = time.perf_counter() - start
@@ -268,7 +278,8 @@ class DirectoryStorage:
                 "task_encoders": task_encoders(self.scout.retriever),
                 "journal_records": self.journal.records,
                 "journal_bytes": self.journal.bytes, "compactions": self.compactions,
-                "last_compaction_s": self.last_compaction_s}
+                "last_compaction_s": self.last_compaction_s,
+                "snapshots": "failed: " + self.snapshot_failed if self.snapshot_failed else "ok"}
 
     # internals -----------------------------------------------------------------------------
     def _check_open(self) -> None:
@@ -325,7 +336,12 @@ def snapshot_seq(scout: ToolScout) -> int:
 
 
 def lock_directory(folder: Path) -> int:
-    fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise ServiceError(f"{folder}: cannot open {LOCK_FILE} for writing ({exc.strerror}): a server, and a "
+                           "command that changes the directory, write there (`toolscout search DIR` only reads)"
+                           ) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
