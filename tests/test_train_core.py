@@ -1,3 +1,4 @@
+import json
 import math
 
 import pytest
@@ -111,6 +112,35 @@ def test_trainer_reduces_loss_and_resumes_to_identical_weights(tmp_path):
     model_c, trainer_c, _, _ = _trainer(tmp_path / "b", None)
     summary_c = trainer_c.fit(resume=True)
     assert summary_c.resumed_from_step == 10 and summary_c.steps == 32
+    for p, q in zip(model.parameters(), model_c.parameters()):
+        assert torch.allclose(p, q, atol=1e-6)
+
+
+def test_ctrl_c_ends_training_after_the_step_in_progress_and_checkpoints_it(tmp_path):
+    """A Ctrl-C came during step 13: the step finishes, step 13 is checkpointed (the last periodic checkpoint
+    was step 10, so three steps were lost), and the resumed run ends with the uninterrupted run's weights."""
+    import os
+    import signal
+
+    model, trainer, _, _ = _trainer(tmp_path / "a", None)
+    trainer.fit()
+    model_b, trainer_b, loss_b, _ = _trainer(tmp_path / "b", None)
+    calls = []
+
+    def interrupted_loss(batch):
+        calls.append(1)
+        if len(calls) == 13:
+            os.kill(os.getpid(), signal.SIGINT)  # as a terminal's Ctrl-C
+        return loss_b(batch)
+
+    trainer_b.loss_fn = interrupted_loss
+    with pytest.raises(KeyboardInterrupt):
+        trainer_b.fit()
+    assert json.loads((trainer_b.checkpoint_dir / "state.json").read_text())["step"] == 13
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back
+    model_c, trainer_c, _, _ = _trainer(tmp_path / "b", None)
+    summary_c = trainer_c.fit(resume=True)
+    assert summary_c.resumed_from_step == 13 and summary_c.steps == 32
     for p, q in zip(model.parameters(), model_c.parameters()):
         assert torch.allclose(p, q, atol=1e-6)
 

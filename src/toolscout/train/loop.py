@@ -9,10 +9,13 @@ it already did), and optionally a validation function returning nDCG@10 in point
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import random
+import signal
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -135,7 +138,8 @@ class Trainer:
         run = self._start_run(resume, optimizer, scheduler)
         progress = _progress(total_steps, run.state["step"], self.method, cfg.progress)
         try:
-            self._train(run, _Steps(params, optimizer, scheduler, steps_per_epoch, total_steps), progress)
+            with _ctrl_c_ends_the_step(run):
+                self._train(run, _Steps(params, optimizer, scheduler, steps_per_epoch, total_steps), progress)
         finally:
             progress.close()
         if run.best_state is not None:  # keep the weights that validated best, not the last ones
@@ -167,10 +171,14 @@ class Trainer:
                 self._report(run, loss, progress)
                 if self.validate and (state["step"] % eval_every == 0 or state["step"] == steps.total):
                     self._validate(run, progress)
-                if state["step"] % cfg.checkpoint_every == 0 and not run.stop:
+                if (state["step"] % cfg.checkpoint_every == 0 and not run.stop) or run.interrupted:
                     state["elapsed"] = time.perf_counter() - run.start_time
                     state["history"] = run.summary.history
                     self._save_checkpoint(state, steps.optimizer, steps.scheduler, run.best_state)
+                if run.interrupted:
+                    progress.write(f"interrupted after step {state['step']}: its checkpoint is in "
+                                   f"{self.checkpoint_dir}; the same command resumes from it")
+                    raise KeyboardInterrupt
                 if run.stop or state["step"] >= steps.total:
                     break
 
@@ -270,6 +278,27 @@ class _Steps:
     total: int
 
 
+@contextlib.contextmanager
+def _ctrl_c_ends_the_step(run: "_Run"):
+    """While training runs, a first Ctrl-C (SIGINT) ends it after the step in progress, which is checkpointed
+    (an interrupted optimiser step would leave half-updated weights); a second one stops at once. Signals
+    reach the main thread only: training elsewhere (a service's retraining) keeps the default."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGINT)
+
+    def asked(_signum, _frame):
+        run.interrupted = True
+        signal.signal(signal.SIGINT, previous)
+
+    signal.signal(signal.SIGINT, asked)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 @dataclass
 class _Run:
     """A run in progress: the summary it fills, the resumable `state` (step, examples, best score...),
@@ -280,6 +309,7 @@ class _Run:
     best_state: dict | None
     start_time: float
     stop: bool = False
+    interrupted: bool = False  # Ctrl-C came: end after the step in progress, checkpointed
 
     def summarise(self, steps_per_epoch: int) -> RunSummary:
         summary, state = self.summary, self.state
