@@ -185,3 +185,26 @@ def test_misuse_of_the_python_api_is_refused_naming_the_argument_and_changes_not
         with pytest.raises(InvalidRequest, match=says):
             call()
     assert [h.tool.id for h in scout.search("send an email", k=20)] == before and "zz.zebra" not in scout
+
+
+def test_every_reader_of_a_pipeline_directory_reads_the_format_it_writes_and_refuses_a_newer_one(tmp_path, tools):
+    """`recorded_spec` read pipeline configs with the default format limit (1): a directory of the format
+    `save` writes was taken for no pipeline directory (a PostgreSQL pointer served as an empty local index)."""
+    import json
+
+    from toolscout.artifacts import ArtifactError
+    from toolscout.postgres import recorded_spec
+    from toolscout.spec import PIPELINE_FORMAT
+
+    folder = tmp_path / "idx"
+    ToolScout.from_tools(tools, retriever="bm25").save(folder)
+    config_file = folder / (folder / "CURRENT").read_text().strip() / "config.json"
+    config = json.loads(config_file.read_text())
+    assert config["format_version"] == PIPELINE_FORMAT > 1
+    config["postgres"] = "postgresql://db.example/toolscout?table=t"
+    config_file.write_text(json.dumps(config))
+    assert recorded_spec(folder) == "postgresql://db.example/toolscout?table=t"
+    config["format_version"] = PIPELINE_FORMAT + 1
+    config_file.write_text(json.dumps(config))
+    with pytest.raises(ArtifactError, match=f"format_version {PIPELINE_FORMAT + 1} is not supported.*upgrade toolscout"):
+        ToolScout.load(folder)

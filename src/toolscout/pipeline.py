@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Se
 
 import numpy as np
 
-from .artifacts import read_config, write_artifact
+from .artifacts import write_artifact
 from .benchmark_sets import read_jsonl
 from .defaults import DEFAULT_INTENTS, DEFAULT_RETRIEVER
 from .deprecation import Deprecation, deprecation_of, rank_below_replacements
@@ -42,7 +42,7 @@ from .relevance import Calibration, dense_part, features_of, shipped_calibration
 from .rerank.base import Reranker, load_reranker
 from .results import Filter, Results
 from .retrievers.base import Retriever, encoding_parts, load_retriever, make_retriever, task_encoders
-from .spec import PIPELINE_FORMAT, PIPELINE_KIND, LeafSource, PipelineSpec
+from .spec import PIPELINE_FORMAT, PIPELINE_KIND, LeafSource, PipelineSpec, read_pipeline_config
 from .tool import TextView, Tool, tools_by_id
 from .version import __version__
 
@@ -180,7 +180,7 @@ class ToolScout:
         A directory written by `toolscout index --store postgresql://...` points at its database, which is
         the catalog: the pipeline is built from the table's pipeline spec and the tenant's rows, tools,
         vectors and learned state as they are now, as every server replica builds it (`from_tenant`)."""
-        folder, config = read_config(path, kind=PIPELINE_KIND, max_format=FORMAT_VERSION)
+        folder, config = read_pipeline_config(path)
         if config.get("postgres"):
             from .pg_pipeline import TenantParts
 

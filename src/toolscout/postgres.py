@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from .artifacts import read_config, read_json, write_artifact
+from .artifacts import read_json, write_artifact
 from .benchmark_sets import read_jsonl
 from .defaults import DEFAULT_INTENTS, DEFAULT_RETRIEVER
 from .errors import MissingDependency, ToolScoutError
@@ -27,7 +27,7 @@ from .intents import IntentMerge
 from .pg_pipeline import check_servable, index_config, table_spec, with_search
 from .retrievers.base import make_retriever
 from .retrievers.dense import embed_tools, encoding_of, vector_hash
-from .spec import PIPELINE_FORMAT, PIPELINE_KIND, PipelineSpec, differences
+from .spec import PIPELINE_FORMAT, PIPELINE_KIND, PipelineSpec, differences, read_pipeline_config
 from .store.local import load_store
 from .store.pg_config import SEARCH_MODES, IndexConfig, check_compatible
 from .store.pg_catalog import PgCatalog
@@ -143,7 +143,7 @@ def migrate_directory(folder: str | Path, spec: str | PgSpec, *, search: str | N
     the PostgreSQL store `spec`: its tools, text views, content hashes and the vectors as they are (no
     re-embedding), replacing the tenant's catalog, and its pipeline as the table's (`search`: switched to
     dense or hybrid search first, `with_search`). A pipeline the store cannot serve is refused."""
-    live, config = read_config(folder, kind=PIPELINE_KIND)
+    live, config = read_pipeline_config(folder)
     if config.get("postgres"):
         raise PgStoreError(f"{folder}: is indexed into PostgreSQL already ({config['postgres']}); index its catalog "
                            "again with toolscout index CATALOG --store DSN")
@@ -252,7 +252,7 @@ def recorded_spec(folder: str | Path | None) -> str | None:
     if folder is None:
         return None
     try:
-        _live, config = read_config(folder, kind=PIPELINE_KIND)
+        _live, config = read_pipeline_config(folder)
     except ToolScoutError:  # not (yet) a pipeline directory: the local service says what is wrong
         return None
     return config.get("postgres")

@@ -25,11 +25,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from .artifacts import read_json
+from .artifacts import read_config, read_json
 from .retrievers.base import Composite, Retriever, retriever_class
 
 PIPELINE_KIND = "toolscout.pipeline"
-PIPELINE_FORMAT = 1  # the format version of a pipeline directory's config.json
+# the format version of a pipeline directory's config.json. 2: the feedback ledger keeps each event's time and
+# untaught rank and the learned channel each lesson; a toolscout that reads up to 1 misread them (a traceback
+# in feedback.json), and now says to upgrade instead. Format 1 directories are read as before.
+PIPELINE_FORMAT = 2
+
+
+def read_pipeline_config(folder: str | Path) -> tuple[Path, dict[str, Any]]:
+    """A pipeline directory's live version folder and config, checked: its kind, and a format this toolscout
+    reads (every reader of a pipeline directory comes here, so none refuses a format the others read)."""
+    return read_config(folder, kind=PIPELINE_KIND, max_format=PIPELINE_FORMAT)
+
+
 # what a retriever's config.json records about where its vectors are stored: the backend's, never the spec's
 STORAGE_SETTINGS = ("store", "store_kind")
 _CONFIG_KEYS = ("kind", "format_version", "retriever", "components")  # a config.json's frame, not settings

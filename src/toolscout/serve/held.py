@@ -11,9 +11,10 @@ import os
 from pathlib import Path
 from typing import Iterator
 
-from ..artifacts import POINTER, ArtifactError, read_config
+from ..artifacts import POINTER, ArtifactError
 from ..errors import ToolScoutError
 from ..pipeline import ToolScout
+from ..spec import read_pipeline_config
 from .directory import check_servable, lock_directory, replay_journal, snapshot_seq
 from .errors import ServiceError
 from .journal import Journal
@@ -88,6 +89,6 @@ def replacing(folder: str | os.PathLike) -> Iterator[Replacement]:
 
 def _saved_journal_seq(folder: Path) -> int:
     try:
-        return int(read_config(folder)[1].get("journal_seq", 0))
+        return int(read_pipeline_config(folder)[1].get("journal_seq", 0))
     except (ToolScoutError, OSError, ValueError):  # an unreadable snapshot holds none of the journal
         return 0

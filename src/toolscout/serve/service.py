@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
-from ..errors import Conflict, Forbidden, InvalidRequest, NotFound
+from ..errors import Conflict, Forbidden, NotFound
 from ..feedback import DEFAULT_SOURCE, FeedbackEvent, LearnResult
 from ..hits import Hit, HitPolicy, checked_k, checked_queries
 from ..learning import check_settings
