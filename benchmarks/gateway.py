@@ -183,11 +183,11 @@ def export_catalog(index: Path, tasks: list, folder: Path) -> Path:
     """The tools exactly as the gateway indexed them, in its index's order (rankings break ties by catalog
     order, and the gateway's is the order its upstreams listed in), with the tasks, as a benchmark folder.
     Read from the index the stopped gateway left (its last snapshot holds every write)."""
-    from toolscout.artifacts import read_config
     from toolscout.benchmark_sets import Query, read_jsonl, write_benchmark
+    from toolscout.spec import read_pipeline_config
     from toolscout.tool import Tool
 
-    snapshot, _config = read_config(index)
+    snapshot, _config = read_pipeline_config(index)
     tools = [Tool.from_dict(row) for _n, row in read_jsonl(snapshot / "tools.jsonl")]
     write_benchmark(folder, tools, [Query(f"q{i}", text, tuple(gold), "test") for i, (text, gold) in enumerate(tasks)])
     return folder
