@@ -89,6 +89,36 @@ def test_swagger2_body_parameter_and_definitions():
                                   "properties": {"tags": {"type": "array", "items": {"type": "string"}}}}
 
 
+SWAGGER2_REFFED_BODIES = {
+    "swagger": "2.0", "info": {"title": "Notes"},
+    "parameters": {"NoteBody": {"name": "note", "in": "body", "required": True,
+                                "schema": {"$ref": "#/definitions/Note"}}},
+    "definitions": {"Note": {"type": "object", "required": ["text"], "properties": {"text": {"type": "string"}}}},
+    "paths": {
+        "/notes": {"post": {"operationId": "addNote", "parameters": [{"$ref": "#/parameters/NoteBody"}]}},
+        "/notes/{id}": {
+            "parameters": [{"name": "id", "in": "path", "required": True, "type": "string"},
+                           {"name": "body", "in": "body", "schema": {"type": "string", "description": "old"}}],
+            "put": {"operationId": "putNote",  # its own body replaces the path item's
+                    "parameters": [{"name": "payload", "in": "body", "schema": {"type": "array"}}]},
+            "patch": {"operationId": "patchNote"}}}}
+
+
+def test_swagger2_body_parameter_by_ref_or_at_path_level_is_the_body():
+    tools = {t.name: t for t in parse_tools(SWAGGER2_REFFED_BODIES)}
+    add = tools["addNote"]  # a $ref to #/parameters: the body's properties merged in
+    assert add.parameters == {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}
+    assert add.raw["parameter_locations"] == {"text": "body"}
+    assert add.raw["body"] == {"media_type": "application/json", "whole": None}
+    patch = tools["patchNote"]  # the path item's body parameter applies to its operations
+    assert patch.parameters["properties"] == {"id": {"type": "string"},
+                                              "body": {"type": "string", "description": "old"}}
+    assert patch.raw["body"] == {"media_type": "application/json", "whole": "body"}
+    put = tools["putNote"]  # the operation's body parameter wins over the path item's
+    assert put.parameters["properties"] == {"id": {"type": "string"}, "body": {"type": "array"}}
+    assert put.raw["parameter_locations"] == {"id": "path", "body": "body"}
+
+
 def spec_with(op: dict, components: dict | None = None) -> dict:
     return {"openapi": "3.0.0", "info": {"title": "T"}, "paths": {"/items/{id}": {"put": op}},
             "components": components or {}}

@@ -4,7 +4,8 @@
 - description: summary + description; tags: the operation's tags (plus `deprecated` when it is).
 - parameters: one JSON object schema. Path, query, header and cookie parameters (path-level ones
   included, operation-level ones overriding) become properties; path parameters and `required: true`
-  ones are required. The request body (JSON first, then form media types) is merged in when it is a
+  ones are required. The request body (JSON first, then form media types; Swagger 2.0: the `in: body`
+  parameter, found as the others are, by `$ref` or at path level) is merged in when it is a
   plain object whose property names do not clash with a parameter; otherwise it becomes one `body`
   property. Local `$ref`s are inlined (see `schema.py`); `xml` and `x-*` keywords are dropped.
 - returns: the JSON schema of the lowest 2xx response that has one.
@@ -91,8 +92,8 @@ class _OperationParser:
             raise self.ctx.error(at(position, "operationId"), "field 'operationId' must be a non-empty string")
         name = op_id.strip() if op_id else f"{method.upper()} {path}"
         budget = Budget()
-        properties, required, locations = self._parameters(position, op, shared, path_at, budget)
-        body = self._merge_body(position, op, properties, required, locations, budget)
+        properties, required, locations, body_param = self._parameters(position, op, shared, path_at, budget)
+        body = self._merge_body(position, op, body_param, properties, required, locations, budget)
         tags = [t for t in self._list(op, position, "tags") if isinstance(t, str)]
         if op.get("deprecated") is True:
             tags.append("deprecated")
@@ -107,6 +108,27 @@ class _OperationParser:
 
     # ------------------------------------------------------------------------------- parameters
     def _parameters(self, position: str, op: Mapping, shared: Any, path_at: str, budget: Budget):
+        """(properties, required, locations, the body parameter as (object, position) or None)."""
+        properties: dict[str, Any] = {}
+        required: list[str] = []
+        locations: dict[str, str] = {}
+        body = None
+        for (name, location), (param, where) in self._chosen(position, op, shared, path_at).items():
+            if location == "body":  # Swagger 2.0 body parameter: handled with the request body
+                body = (param, where)
+                continue
+            key = name if name not in properties else f"{location}_{name}"
+            schema = self.resolver.resolve(self._parameter_schema(param, where), at(where, "schema"), budget)
+            if isinstance(param.get("description"), str) and param["description"].strip():
+                schema = {**schema, "description": param["description"].strip()}
+            properties[key] = schema
+            locations[key] = location
+            if location == "path" or param.get("required") is True:
+                required.append(key)
+        return properties, required, locations, body
+
+    def _chosen(self, position: str, op: Mapping, shared: Any, path_at: str) -> dict:
+        """Each parameter, refs followed, by (name, in): path-level ones, then the operation's over them."""
         chosen: dict[tuple[str, str], tuple[Mapping, str]] = {}
         for owner_at, params in ((path_at, shared), (position, op.get("parameters") or [])):
             if not isinstance(params, list):
@@ -119,21 +141,7 @@ class _OperationParser:
                 if not isinstance(name, str) or not name or not isinstance(location, str):
                     raise self.ctx.error(where, "a parameter needs string fields 'name' and 'in'")
                 chosen[(name, location)] = (param, where)  # operation-level overrides path-level
-        properties: dict[str, Any] = {}
-        required: list[str] = []
-        locations: dict[str, str] = {}
-        for (name, location), (param, where) in chosen.items():
-            if location == "body":  # Swagger 2.0 body parameter: handled with the request body
-                continue
-            key = name if name not in properties else f"{location}_{name}"
-            schema = self.resolver.resolve(self._parameter_schema(param, where), at(where, "schema"), budget)
-            if isinstance(param.get("description"), str) and param["description"].strip():
-                schema = {**schema, "description": param["description"].strip()}
-            properties[key] = schema
-            locations[key] = location
-            if location == "path" or param.get("required") is True:
-                required.append(key)
-        return properties, required, locations
+        return chosen
 
     def _list(self, obj: Mapping, position: str, key: str) -> list:
         value = obj.get(key)
@@ -156,22 +164,19 @@ class _OperationParser:
         return dict(media) if media is not None else {}
 
     # ------------------------------------------------------------------------------- request body
-    def _merge_body(self, position: str, op: Mapping, properties: dict, required: list, locations: dict,
-                    budget: Budget) -> dict[str, Any] | None:
-        """Add the request body's arguments; returns where the body goes ({"media_type", "whole"}), or None."""
-        body_at = at(position, "requestBody")
+    def _merge_body(self, position: str, op: Mapping, body_param: tuple[Mapping, str] | None, properties: dict,
+                    required: list, locations: dict, budget: Budget) -> dict[str, Any] | None:
+        """Add the request body's arguments (Swagger 2.0: `body_param`, the `in: body` parameter); returns
+        where the body goes ({"media_type", "whole"}), or None."""
         if self.swagger2:
-            body = next((p for p in self._list(op, position, "parameters")
-                         if isinstance(p, Mapping) and p.get("in") == "body"), None)
-            if body is None:
+            if body_param is None:
                 return None
-            body, _ = self.resolver.deref(body, body_at)
-            body = require_mapping(self.ctx, body, body_at, "a body parameter object")
+            body, body_at = body_param
             media_type, schema_at, raw_schema = "application/json", at(body_at, "schema"), body.get("schema")
         else:
             if op.get("requestBody") is None:
                 return None
-            body, body_at = self.resolver.deref(op["requestBody"], body_at)
+            body, body_at = self.resolver.deref(op["requestBody"], at(position, "requestBody"))
             body = require_mapping(self.ctx, body, body_at, "a request body object")
             media_type, raw_schema = _body_media(body.get("content"))
             schema_at = at(at(at(body_at, "content"), media_type or "?"), "schema")
