@@ -28,7 +28,7 @@ from ..tool import Tool
 from .common import Context, Entry, at, collect, make_tool, type_name
 from .docstrings import Docstring, parse_docstring
 from .guard import check_tree
-from .pytypes import HintTooDeep, jsonable_default, type_schema
+from .pytypes import HintTooDeep, jsonable_default, self_contained, type_schema
 
 MODULE_ATTR = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 
@@ -134,7 +134,7 @@ def _parameters(ctx: Context, position: str, signature: inspect.Signature, hints
     parameters: dict[str, Any] = {"type": "object", "properties": properties}
     if required:
         parameters["required"] = required
-    return parameters
+    return self_contained(parameters)
 
 
 def _hint_schema(ctx: Context, where: str, hint: Any) -> dict[str, Any]:
@@ -156,7 +156,7 @@ def _type_hints(ctx: Context, fn: Any, position: str) -> dict[str, Any]:
 def _returns(ctx: Context, position: str, annotation: Any, text: str) -> dict[str, Any] | None:
     if annotation is None or annotation is type(None):
         return {"description": text} if text else None
-    schema = _hint_schema(ctx, at(position, "returns"), annotation)
+    schema = self_contained(_hint_schema(ctx, at(position, "returns"), annotation))
     if text:
         schema = {**schema, "description": text}
     return schema or None
