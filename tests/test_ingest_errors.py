@@ -35,6 +35,38 @@ def test_syntax_errors_raise_even_in_lenient_mode():
             load_tools(FIXTURES / name, lenient=True)
 
 
+DUPLICATE_PATHS_YAML = """openapi: 3.0.0
+info: {title: DK}
+x-base: &base {summary: shared, operationId: base}
+paths:
+  /pets:
+    get: {operationId: listPets}
+  /users:
+    get: {<<: *base, operationId: listUsers}
+  /pets:
+    post: {operationId: createPet}
+"""
+
+
+def test_a_key_written_twice_is_refused_with_both_places(tmp_path):
+    spec = tmp_path / "merged.yaml"
+    spec.write_text(DUPLICATE_PATHS_YAML)
+    with pytest.raises(CatalogError) as info:
+        load_tools(spec, lenient=True)  # not a bad tool: the file itself says two things
+    assert str(info.value) == (f"{spec}: line 9, column 3: duplicate key '/pets' (first at line 5, column 3); "
+                               "a key may appear once in an object: merge the two entries")
+    spec.write_text(DUPLICATE_PATHS_YAML.replace("  /pets:\n    post", "  /kittens:\n    post"))
+    assert [t.name for t in load_tools(spec)] == ["listPets", "listUsers", "createPet"]  # a merge key overrides
+
+    tools = tmp_path / "tools.json"
+    tools.write_text('{"tools": [{"name": "a", "inputSchema": {"type": "object"},\n  "name": "b"}]}')
+    with pytest.raises(CatalogError, match=r"tools.json: line 2, column 3: duplicate key 'name' \(first at line 1, "
+                                           r"column 13\); a key may appear once"):
+        load_tools(tools)
+    tools.write_text('{"tools": [{"name": "a", "inputSchema": {"name": "a"}}, {"name": "b", "inputSchema": {}}]}')
+    assert [t.name for t in load_tools(tools)] == ["a", "b"]  # one key in several objects is no duplicate
+
+
 def test_missing_name_names_file_position_and_field():
     message = error_of("missing_name.json")
     assert message.startswith(f"{FIXTURES / 'missing_name.json'}: tools[1].function: field 'name' is missing")

@@ -31,7 +31,8 @@ Format detection (when `format` is None), first rule that applies:
 
 Errors: malformed input raises `toolscout.errors.CatalogError` naming the file, the position (an index
 path such as `tools[3].function.parameters` or `paths./pets.get`, `line N` for JSONL, line and column
-for JSON/YAML syntax, the byte offset of invalid UTF-8) and the field. Hostile input is bounded before
+for JSON/YAML syntax and for a key written twice in one object, which is refused rather than read as
+the last one, the byte offset of invalid UTF-8) and the field. Hostile input is bounded before
 any parser sees it (`guard.py`: nesting depth, alias expansion, cycles, NaN/Infinity, non-JSON YAML
 values; `text.py`: invalid UTF-8, JSON beyond Python's limits; `yaml_loader.py`: Python tags, merge-key
 bombs; `schema.py`: $ref cycles and fan-out); schemas built from Python type hints keep the same bounds
