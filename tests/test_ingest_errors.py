@@ -149,6 +149,35 @@ def test_lenient_openapi_skips_the_operation_with_the_broken_ref():
     assert [position for position, _ in report.skipped] == ["paths./pets.post"]
 
 
+BAD_PATH_ITEMS_YAML = """openapi: 3.0.0
+info: {title: Items}
+paths:
+  /good:
+    get: {operationId: listGood}
+  /d: "notanobject"
+  /x: {$ref: '#/paths/~1y'}
+  /y: {$ref: '#/paths/~1x'}
+  /z: {$ref: '#/components/pathItems/Nope'}
+  /after:
+    get: {operationId: listAfter}
+"""
+
+
+def test_lenient_openapi_skips_a_malformed_path_item_and_reports_it(tmp_path):
+    spec = tmp_path / "items.yaml"
+    spec.write_text(BAD_PATH_ITEMS_YAML)
+    report = LoadReport()
+    tools = load_tools(spec, lenient=True, report=report)
+    assert [t.name for t in tools] == ["listGood", "listAfter"]
+    skipped = dict(report.skipped)
+    assert list(skipped) == ["paths./d", "paths./x", "paths./y", "paths./z"]
+    assert skipped["paths./d"] == f"{spec}: paths./d: a path item must be an object, got string"
+    assert "refers to itself in a loop" in skipped["paths./x"]
+    assert "broken $ref '#/components/pathItems/Nope'" in skipped["paths./z"]
+    with pytest.raises(CatalogError, match=r"items.yaml: paths./d: a path item must be an object, got string"):
+        load_tools(spec)
+
+
 def test_lenient_anthropic_bad_schema():
     report = LoadReport()
     tools = load_tools(FIXTURES / "params_not_object.json", lenient=True, report=report)

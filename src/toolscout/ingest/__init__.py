@@ -37,7 +37,8 @@ any parser sees it (`guard.py`: nesting depth, alias expansion, cycles, NaN/Infi
 values; `text.py`: invalid UTF-8, JSON beyond Python's limits; `yaml_loader.py`: Python tags, merge-key
 bombs; `schema.py`: $ref cycles and fan-out); schemas built from Python type hints keep the same bounds
 (`pytypes.py`, `python.py`). So no other exception escapes and no catalog takes unbounded time or memory
-(`tests/test_ingest_fuzz.py` checks this). `lenient=True` skips a bad tool, records `(position, message)`
+(`tests/test_ingest_fuzz.py` checks this). `lenient=True` skips a bad tool (in OpenAPI, also a path item that
+is not an object or whose $ref is broken or loops: its operations), records `(position, message)`
 in `LoadReport.skipped` and goes on; a file that cannot be parsed at all still raises. Tools that a
 format defines but that cannot be retrieved (Anthropic server tools, OpenAI built-ins) are always
 skipped and reported.

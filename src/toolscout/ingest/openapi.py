@@ -64,13 +64,24 @@ def parse(spec: Any, ctx: Context) -> list[Entry]:
 def _operations(ctx: Context, resolver: RefResolver, paths: Mapping[str, Any]):
     for path, item in paths.items():
         where = at("paths", str(path))
-        item, _ = resolver.deref(item, where)
-        if not isinstance(item, Mapping):
-            raise ctx.error(where, f"a path item must be an object, got {type(item).__name__}")
+        try:
+            item = _path_item(ctx, resolver, item, where)
+        except CatalogError as exc:  # lenient: the path item's operations are skipped, as a bad one would be
+            if not ctx.lenient:
+                raise
+            ctx.skip(where, str(exc))
+            continue
         shared = item.get("parameters") or []
         for method, op in item.items():  # document order
             if str(method).lower() in HTTP_METHODS:
                 yield at(where, str(method)), (str(path), str(method).lower(), op, shared, where)
+
+
+def _path_item(ctx: Context, resolver: RefResolver, item: Any, where: str) -> Mapping[str, Any]:
+    item, _ = resolver.deref(item, where)
+    if not isinstance(item, Mapping):
+        raise ctx.error(where, f"a path item must be an object, got {type_name(item)}")
+    return item
 
 
 class _OperationParser:
