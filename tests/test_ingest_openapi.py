@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from toolscout.errors import CatalogError
 from toolscout.ingest import LoadReport, load_tools, parse_tools
 from toolscout.ingest import schema as schema_helpers
+from toolscout.ingest.common import slugify
 
 FIXTURES = Path(__file__).parent / "fixtures" / "ingest"
 
@@ -72,6 +76,33 @@ def test_recursive_schema_is_cut_with_a_placeholder(pets):
 def test_caller_namespace_replaces_the_title():
     tools = load_tools(FIXTURES / "openapi_pets.yaml", namespace="clinic")
     assert tools[0].id == "clinic.listPets"
+
+
+@pytest.mark.parametrize("title, namespace", [
+    ("天気予報 API", "天気予報-api"), ("郵便 API", "郵便-api"), ("Погода", "погода"), ("Café API", "café-api"),
+    ("मौसम सेवा", "मौसम-सेवा"),  # the vowel signs (combining marks) stay with their letters
+    ("Ｗｅａｔｈｅｒ　API", "weather-api"), ("🚀", None)])
+def test_a_title_in_any_script_keeps_its_letters_in_the_namespace(title, namespace):
+    spec = {"openapi": "3.0.0", "info": {"title": title}, "paths": {"/w": {"get": {"operationId": "get"}}}}
+    [tool] = parse_tools(spec)
+    assert (tool.namespace, tool.id) == (namespace, f"{namespace}.get" if namespace else "get")
+
+
+@given(st.text(alphabet=st.characters(max_codepoint=127)))
+def test_an_ascii_title_slugs_as_it_always_did(title):
+    assert slugify(title) == re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")  # the rule before Unicode
+
+
+def test_apis_titled_in_other_scripts_do_not_collide():
+    from toolscout import ToolScout
+
+    tools = [tool for title, summary in (("天気予報 API", "weather forecast"), ("郵便 API", "postal code lookup"))
+             for tool in parse_tools({"openapi": "3.0.0", "info": {"title": title},
+                                      "paths": {"/q": {"get": {"operationId": "query", "summary": summary}}}})]
+    assert [t.id for t in tools] == ["天気予報-api.query", "郵便-api.query"]  # both were 'api.query'
+    scout = ToolScout.from_tools(tools, retriever="bm25")
+    [hit] = scout.search("query", k=5, namespaces=["郵便-api"])
+    assert hit.tool.id == "郵便-api.query"
 
 
 def test_swagger2_body_parameter_and_definitions():

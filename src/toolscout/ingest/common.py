@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import reprlib
+import unicodedata
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
@@ -257,8 +258,15 @@ def read_extras(ctx: Context, obj: Mapping[str, Any], position: str) -> dict[str
 
 
 def slugify(text: str) -> str:
-    """'Swagger Petstore - OpenAPI 3.0' → 'swagger-petstore-openapi-3-0' (no dots: ids are namespace.name)."""
-    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    """'Swagger Petstore - OpenAPI 3.0' → 'swagger-petstore-openapi-3-0', '天気予報 API' → '天気予報-api'.
+
+    Letters and digits of any script (with the marks that complete them), NFKC-folded and lowercased;
+    every run of anything else is one '-', so there is no dot (ids are namespace.name). A namespace is any
+    non-empty string to the service; ASCII titles slug as they always did.
+    """
+    folded = unicodedata.normalize("NFKC", text).lower()
+    kept = "".join(c if c.isalnum() or unicodedata.category(c).startswith("M") else "-" for c in folded)
+    return re.sub(r"-+", "-", kept).strip("-")
 
 
 def make_tool(namespace: str | None, name: str, **fields: Any) -> Tool:

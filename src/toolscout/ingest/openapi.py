@@ -9,7 +9,8 @@
   plain object whose property names do not clash with a parameter; otherwise it becomes one `body`
   property. Local `$ref`s are inlined (see `schema.py`); `xml` and `x-*` keywords are dropped.
 - returns: the JSON schema of the lowest 2xx response that has one.
-- namespace: the caller's, else `info.title` slugified ('Swagger Petstore' → 'swagger-petstore').
+- namespace: the caller's, else `info.title` slugified ('Swagger Petstore' → 'swagger-petstore', '天気予報 API'
+  → '天気予報-api': `common.slugify`).
 - raw: {"method", "path", "operation" (as written), "parameter_locations" (property → path|query|
   header|cookie|body|formData), "body" ({"media_type", "whole": the property holding the whole body, or
   null when the body's properties were merged in}; absent without a body)}: what an HTTP caller needs to
