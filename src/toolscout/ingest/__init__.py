@@ -43,6 +43,11 @@ in `LoadReport.skipped` and goes on; a file that cannot be parsed at all still r
 format defines but that cannot be retrieved (Anthropic server tools, OpenAI built-ins) are always
 skipped and reported.
 
+Warnings (`LoadReport.warnings`, each naming the file): `$ref`s to other files left unresolved, a caller
+namespace a grouped MCP file ignores, type hints that could not be resolved, a catalog that gave no tool.
+`LoadReport.notices()` is both, skipped tools and warnings, one line each, as the CLI prints them and the
+HTTP API returns them.
+
 Ids: `namespace.name` when the tool has a namespace (an MCP server, an OpenAPI spec's title, the
 caller's `namespace=`), else the name; benchmark rows keep their own ids. The same name in two
 namespaces gives two tools; the same id twice in one source is an error naming both positions (in

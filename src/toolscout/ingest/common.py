@@ -40,6 +40,11 @@ class LoadReport:
     warnings: list[str] = field(default_factory=list)
     source: str | None = None
 
+    def notices(self) -> list[str]:
+        """What a person should be told of the load, one line each, each naming its file once: the tools
+        skipped, then the warnings (the CLI prints them, the HTTP API returns them)."""
+        return [f"{message} (skipped)" for _position, message in self.skipped] + list(self.warnings)
+
     def summary(self) -> str:
         text = f"{self.source or '<object>'}: {self.loaded} tools ({self.format or 'unknown format'})"
         if self.skipped:
@@ -55,14 +60,20 @@ class Context:
     lenient: bool = False
     report: LoadReport = field(default_factory=LoadReport)
     namespace: str | None = None  # the caller's namespace, for tools their source does not place
+    empty_hint: str | None = None  # where this format's tools come from, said when a catalog gives none
+    skips: int = 0  # tools skipped by this load
 
     def error(self, position: str, problem: str, hint: str | None = None) -> CatalogError:
         return catalog_error(self.source, position, problem, hint)
 
     def skip(self, position: str, message: str) -> None:
+        """Record a tool left out; `message` names the file and position (a CatalogError's text)."""
         self.report.skipped.append((position, message))
+        self.skips += 1
 
     def warn(self, message: str) -> None:
+        """Record something the user should know; the file's name is put before `message` here."""
+        message = f"{self.source}: {message}"
         if message not in self.report.warnings:
             self.report.warnings.append(message)
 
@@ -116,7 +127,8 @@ def collect(ctx: Context, items: Iterable[tuple[str, Any]],
 
 
 def finish(ctx: Context, entries: list[Entry]) -> list[Tool]:
-    """Check that ids are unique (a true duplicate is an error naming both positions) and count."""
+    """Check that ids are unique (a true duplicate is an error naming both positions) and count; a catalog
+    that gives no tool is worth a warning (an empty spec is rarely what was meant)."""
     first_at: dict[str, str] = {}
     tools: list[Tool] = []
     for position, tool in entries:
@@ -130,6 +142,9 @@ def finish(ctx: Context, entries: list[Entry]) -> list[Tool]:
         first_at[tool.id] = position
         tools.append(tool)
     ctx.report.loaded += len(tools)
+    if not tools:
+        why = "every tool in it was skipped" if ctx.skips else "it holds none"
+        ctx.warn(f"no tools loaded: {why}" + (f" ({ctx.empty_hint})" if ctx.empty_hint and not ctx.skips else ""))
     return tools
 
 

@@ -44,7 +44,7 @@ def parse(obj: Any, ctx: Context) -> list[Entry]:
     entries: list[Entry] = []
     groups = list(_groups(obj, ctx, ""))
     if ctx.namespace and any(server for server, _, _ in groups):
-        ctx.warn(f"{ctx.source}: namespace {ctx.namespace!r} ignored: this file names its servers, "
+        ctx.warn(f"namespace {ctx.namespace!r} ignored: this file names its servers, "
                  "which become the namespaces")
     for server, position, tools in groups:
         namespace = server or ctx.namespace

@@ -54,6 +54,8 @@ def parse(spec: Any, ctx: Context) -> list[Entry]:
                         f"unsupported OpenAPI version {brief(version)}", "OpenAPI 3.x and Swagger 2.0 are supported")
     paths = spec.get("paths") or {}
     paths = require_mapping(ctx, paths, "paths", "an object of paths")
+    ctx.empty_hint = "an OpenAPI document's tools are the operations under 'paths'" + (
+        "; its 'webhooks' are requests the API sends, not operations to call" if spec.get("webhooks") else "")
     info = spec.get("info") if isinstance(spec.get("info"), Mapping) else {}
     title = info.get("title") if isinstance(info.get("title"), str) else ""
     namespace = ctx.namespace or slugify(title) or None

@@ -37,6 +37,7 @@ def parse(obj: Any, ctx: Context) -> list[Entry]:
     items = [obj] if callable(obj) else obj
     if not isinstance(items, (list, tuple)):
         raise ctx.error("", f"expected a list of Python callables, got {type_name(obj)}")
+    ctx.empty_hint = "a module's tools are its TOOLS list, else the public functions it defines"
     return collect(ctx, ((f"[{i}]", fn) for i, fn in enumerate(items)), lambda pos, fn: _tool(ctx, pos, fn))
 
 
@@ -149,7 +150,7 @@ def _type_hints(ctx: Context, fn: Any, position: str) -> dict[str, Any]:
     try:
         return typing.get_type_hints(target, include_extras=True)
     except Exception as exc:  # an unresolvable forward reference: fall back to untyped parameters
-        ctx.warn(f"{ctx.source}: {position}: type hints could not be resolved ({exc}); those parameters are untyped")
+        ctx.warn(f"{position}: type hints could not be resolved ({exc}); those parameters are untyped")
         return {}
 
 
