@@ -173,6 +173,32 @@ def test_tool_crud_and_versions(served, tools):
             assert not compacted["compacted"] and "journal_records" not in compacted
 
 
+def test_a_posted_catalog_answers_with_what_reading_it_skipped_or_warned_of(served):
+    weather = {"openapi": "3.0.0", "info": {"title": "天気予報 API"}, "paths": {"/f": {"get": {
+        "operationId": "forecast", "summary": "Weather forecast", "parameters": [
+            {"name": "city", "in": "query", "schema": {"$ref": "common.yaml#/City"}}]}}}}
+    hooks = {"openapi": "3.1.0", "info": {"title": "Hooks"}, "webhooks": {"newPet": {"post": {"operationId": "n"}}}}
+    anthropic = [{"name": "search_web", "type": "web_search_20250305"},
+                 {"name": "get_stock", "description": "Stock price", "input_schema": {"type": "object"}}]
+    with served() as client:
+        r = client.post("/tools", headers=ADMIN, json={"catalog": weather})
+        assert r.status_code == 200 and r.json()["created"] == ["天気予報-api.forecast"]
+        assert r.json()["warnings"] == ["catalog: paths./f.get.parameters[0].schema: $ref 'common.yaml#/City' "
+                                        "points outside this file and was kept unresolved"]
+        assert client.get("/namespaces").json()["namespaces"]["天気予報-api"] == 1
+        r = client.post("/tools", headers=ADMIN, json={"catalog": hooks})
+        assert r.status_code == 200 and r.json()["created"] == []
+        assert r.json()["warnings"] == ["catalog: no tools loaded: it holds none (an OpenAPI document's tools are "
+                                        "the operations under 'paths'; its 'webhooks' are requests the API sends, "
+                                        "not operations to call)"]
+        r = client.post("/tools", headers=ADMIN, json={"catalog": anthropic, "namespace": "fin"})
+        assert r.json()["created"] == ["fin.get_stock"]
+        assert r.json()["warnings"] == ["catalog: [0]: Anthropic server tool 'search_web' (type 'web_search_20250305') "
+                                        "runs on Anthropic's side and has no input_schema to retrieve by (skipped)"]
+        r = client.post("/tools", headers=ADMIN, json={"tools": [{"name": "ocr", "namespace": "lang"}]})
+        assert "warnings" not in r.json()  # records are not read as a catalog
+
+
 def test_malformed_requests_get_clear_4xx_json_errors(served):
     with served(max_body_bytes=2048) as client:
         error = expect_error
