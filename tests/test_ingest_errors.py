@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -79,10 +80,37 @@ def test_parameters_not_an_object():
 
 
 def test_parameters_of_another_type_than_object():
-    with pytest.raises(CatalogError, match=r"t.json: tools\[0\].function.parameters: field 'parameters' must "
-                                           r"describe an object \(type 'object'\), got type 'string'"):
+    with pytest.raises(CatalogError, match=r"t.json: tools\[0\].function.parameters.type: must be 'object' \(tool "
+                                           r"arguments are one JSON object\), got 'string'"):
         parse_tools({"tools": [{"type": "function", "function": {"name": "a", "parameters": {"type": "string"}}}]},
                     source="t.json")
+
+
+def test_parameters_are_checked_by_one_rule_in_every_format(tmp_path):
+    openai = tmp_path / "openai.json"
+    openai.write_text(json.dumps([{"type": "function", "function": {"name": "a", "parameters": {
+        "type": "object", "properties": {"q": {"type": "string"}, "n": "integer"}}}}]))
+    with pytest.raises(CatalogError) as info:
+        load_tools(openai)
+    assert str(info.value) == (f"{openai}: [0].function.parameters.properties.n: must be a JSON schema (an object, "
+                               "or true/false), got string")
+    mcp = tmp_path / "mcp.json"
+    mcp.write_text(json.dumps({"tools": [{"name": "a", "inputSchema": {"properties": [1, 2]}}]}))
+    with pytest.raises(CatalogError, match=r"mcp.json: tools\[0\].inputSchema.properties: must be an object mapping"):
+        load_tools(mcp)
+    rows = tmp_path / "tools.jsonl"
+    rows.write_text(json.dumps({"id": "a", "name": "a", "parameters": {"properties": {}, "required": "q"}}) + "\n")
+    with pytest.raises(CatalogError, match=r"tools.jsonl:1: field 'parameters.required' must be a list of argument "
+                                           r"names \(strings\), got string"):
+        load_tools(rows)
+    spec = {"openapi": "3.0.0", "info": {"title": "T"}, "paths": {"/h": {"post": {
+        "operationId": "h", "requestBody": {"content": {"application/json": {"schema": "oops"}}}}}}}
+    with pytest.raises(CatalogError, match=r"^s.json: paths./h.post.requestBody.content.application/json.schema: a "
+                                           r"schema must be a JSON schema object \(or true/false\), got string"):
+        parse_tools(spec, source="s.json")
+    spec["paths"]["/h"]["post"] = {"operationId": "h", "parameters": [{"name": "q", "in": "query", "schema": 5}]}
+    with pytest.raises(CatalogError, match=r"paths./h.post.parameters\[0\].schema: a schema must be a JSON schema"):
+        parse_tools(spec, source="s.json")
 
 
 def test_openapi_broken_ref():

@@ -199,6 +199,23 @@ def test_a_posted_catalog_answers_with_what_reading_it_skipped_or_warned_of(serv
         assert "warnings" not in r.json()  # records are not read as a catalog
 
 
+def test_parameters_that_cannot_describe_arguments_are_refused_as_from_a_file(served):
+    with served() as client:
+        start = client.get("/health").json()["version"]
+        e = expect_error(client.post("/tools", headers=ADMIN, json={"tools": [
+            {"name": "x", "parameters": {"type": "array"}}]}), 422)
+        assert e["message"] == "tool 'x': parameters.type must be 'object' (tool arguments are one JSON object), " \
+                               "got 'array'"
+        e = expect_error(client.put("/tools/y", headers=ADMIN, json={"name": "y", "parameters": {
+            "properties": {"a": {"type": "string"}}, "required": "a"}}), 422)
+        assert e["message"] == "tool 'y': parameters.required must be a list of argument names (strings), got string"
+        catalog = [{"type": "function", "function": {"name": "z", "parameters": {"properties": {"a": "notaschema"}}}}]
+        e = expect_error(client.post("/tools", headers=ADMIN, json={"catalog": catalog}), 422)
+        assert e["message"] == "catalog: [0].function.parameters.properties.a: must be a JSON schema (an object, or " \
+                               "true/false), got string"
+        assert client.get("/health").json()["version"] == start  # nothing was written
+
+
 def test_malformed_requests_get_clear_4xx_json_errors(served):
     with served(max_body_bytes=2048) as client:
         error = expect_error

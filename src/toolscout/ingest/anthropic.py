@@ -42,7 +42,7 @@ def _tool(ctx: Context, position: str, item: Any) -> Tool | None:
                            "runs on Anthropic's side and has no input_schema to retrieve by")
         return None
     fields = read_extras(ctx, item, position)
-    return make_tool(ctx.namespace, read_name(ctx, item, position),
+    return make_tool(ctx, position, ctx.namespace, read_name(ctx, item, position),
                      description=read_description(ctx, item, position),
                      parameters=read_schema(ctx, item, position, _SCHEMA_KEYS, must_be_object=True),
                      raw=item, **fields)

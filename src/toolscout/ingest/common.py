@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
 from ..errors import CatalogError, InvalidRequest
-from ..tool import Tool
+from ..tool import Tool, parameters_problem
 
 # Source field names that mean the same thing, canonical name first.
 PARAMETER_KEYS = ("parameters", "input_schema", "inputSchema", "args_schema", "argsSchema")
@@ -217,11 +217,9 @@ def read_schema(ctx: Context, obj: Mapping[str, Any], position: str, keys: tuple
     where = at(position, key)
     if not isinstance(value, Mapping):
         raise ctx.error(where, f"field {key!r} must be a JSON schema object, got {type_name(value)}")
-    declared = value.get("type")
-    if must_be_object and declared is not None and declared != "object":
-        raise ctx.error(where, f"field {key!r} must describe an object (type 'object'), got type "
-                        f"{brief(declared)}",
-                        "tool arguments are always passed as one JSON object")
+    problem = parameters_problem(value) if must_be_object else None  # the rule `Tool` applies, placed here
+    if problem:
+        raise ctx.error(at(where, problem[0]) if problem[0] else where, problem[1])
     return dict(value)
 
 
@@ -284,10 +282,10 @@ def slugify(text: str) -> str:
     return re.sub(r"-+", "-", kept).strip("-")
 
 
-def make_tool(namespace: str | None, name: str, **fields: Any) -> Tool:
-    """The tool a catalog item describes; a field `Tool` refuses is the catalog's error (lenient loading
-    skips the item)."""
+def make_tool(ctx: Context, position: str, namespace: str | None, name: str, **fields: Any) -> Tool:
+    """The tool the catalog item at `position` describes; a field `Tool` refuses is the catalog's error,
+    naming the file and the item (lenient loading skips the item)."""
     try:
         return Tool(id=qualified_id(namespace, name), name=name, namespace=namespace, **fields)
     except InvalidRequest as exc:
-        raise CatalogError(str(exc)) from None
+        raise ctx.error(position, str(exc)) from None

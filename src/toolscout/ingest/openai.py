@@ -47,6 +47,6 @@ def _tool(ctx: Context, position: str, item: Any) -> Tool | None:
                            "has no name and parameters of its own to retrieve by")
         return None
     fields = read_extras(ctx, fn, where)
-    return make_tool(ctx.namespace, read_name(ctx, fn, where), description=read_description(ctx, fn, where),
+    return make_tool(ctx, position, ctx.namespace, read_name(ctx, fn, where), description=read_description(ctx, fn, where),
                      parameters=read_schema(ctx, fn, where, PARAMETER_KEYS, must_be_object=True),
                      raw=item, **fields)

@@ -116,7 +116,7 @@ class _OperationParser:
         raw = {"method": method.upper(), "path": path, "operation": op, "parameter_locations": locations}
         if body is not None:
             raw["body"] = body
-        return make_tool(self.namespace, name, description=join_summary(summary, description),
+        return make_tool(self.ctx, position, self.namespace, name, description=join_summary(summary, description),
                          parameters=object_schema(properties, required), returns=self._returns(position, op),
                          tags=tuple(dict.fromkeys(tags)), method=method.upper(), path=path, raw=raw)
 
@@ -169,13 +169,21 @@ class _OperationParser:
             if schema.get("type") == "file":
                 schema = {"type": "string", "format": "binary"}
             return schema
-        if isinstance(param.get("schema"), Mapping):
-            return dict(param["schema"])
+        schema = self._schema_at(param.get("schema"), at(where, "schema"))
+        if isinstance(schema, Mapping):
+            return dict(schema)
         media = _json_media(param.get("content"))
         if media is not None and not isinstance(media, Mapping):
             raise self.ctx.error(at(where, "content"), "a media type's schema must be an object, got "
                                  f"{type_name(media)}")
         return dict(media) if media is not None else {}
+
+    def _schema_at(self, schema: Any, where: str) -> Any:
+        """`schema` (None when absent), refused when it cannot be a JSON schema (an object, or true/false)."""
+        if schema is not None and not isinstance(schema, (Mapping, bool)):
+            raise self.ctx.error(where, f"a schema must be a JSON schema object (or true/false), got "
+                                 f"{type_name(schema)}")
+        return schema
 
     # ------------------------------------------------------------------------------- request body
     def _merge_body(self, position: str, op: Mapping, body_param: tuple[Mapping, str] | None, properties: dict,
@@ -194,7 +202,7 @@ class _OperationParser:
             body = require_mapping(self.ctx, body, body_at, "a request body object")
             media_type, raw_schema = _body_media(body.get("content"))
             schema_at = at(at(at(body_at, "content"), media_type or "?"), "schema")
-        if raw_schema is None:
+        if self._schema_at(raw_schema, schema_at) is None:
             return None
         schema = self.resolver.resolve(raw_schema, schema_at, budget)
         body_required = body.get("required") is True

@@ -111,7 +111,7 @@ def _tool(ctx: Context, position: str, fn: Any) -> Tool:
     returns = _returns(ctx, position, hints.get("return", signature.return_annotation), doc.returns)
     for key, schema in (("parameters", parameters), ("returns", returns)):  # the bounds of any catalog schema
         check_tree(schema, ctx.source, json_only=True, position=at(position, key))
-    return make_tool(ctx.namespace, name, description=doc.description, parameters=parameters, returns=returns,
+    return make_tool(ctx, position, ctx.namespace, name, description=doc.description, parameters=parameters, returns=returns,
                      examples=doc.examples, raw=fn)
 
 
