@@ -71,6 +71,7 @@ def test_parameters_may_use_any_json_schema_feature():
                         "$defs": {"A": {"type": "string"}}, "additionalProperties": False, "required": ["a"]},
                        {"allOf": [{"properties": {"a": {}}}], "patternProperties": {"^x": {}}},
                        {"type": "dict", "properties": {"a": {"type": "integer"}}},  # BFCL's spelling of object
+                       {"type": "object", "properties": None, "required": None},  # Go's nil map and slice
                        {}):
         assert Tool("x", "x", parameters=parameters).parameters == parameters
 
