@@ -193,6 +193,16 @@ def test_docstring_styles_parse_the_same_facts():
 
 
 
+def test_a_module_level_lambda_is_left_out_with_a_warning(tmp_path):
+    module = tmp_path / "helpers.py"
+    module.write_text('normalize = lambda s: s.strip().lower()\n\n\ndef get_weather(city: str) -> dict:\n'
+                      '    """Get the weather forecast for a city."""\n')
+    report = LoadReport()
+    assert [t.name for t in load_tools(module, report=report)] == ["get_weather"]
+    assert report.warnings == [f"{module}: normalize is a lambda, not a function defined with def: not taken as a "
+                               "tool"]
+
+
 # ------------------------------------------------------------------ pydantic models inside parameters
 
 def check(schema: dict, instance: Any) -> None:

@@ -116,7 +116,7 @@ def load_tools(source: str | os.PathLike | list | dict | Callable, format: str |
             return live_mcp.load_live_tools(name, namespace=namespace, lenient=lenient, report=report)
         if format in (None, "python") and (python.MODULE_ATTR.match(name) or format == "python"):
             try:
-                callables = python.import_callables(name)
+                callables = python.import_callables(name, report)
             except CatalogError as exc:  # it may have been meant as a file name
                 raise CatalogError(f"{exc}; nor is there a file or folder of that name") from None
             return parse_tools(callables, "python", lenient, name, namespace, report)
@@ -124,7 +124,7 @@ def load_tools(source: str | os.PathLike | list | dict | Callable, format: str |
                            "a benchmark folder, or 'package.module:attr')")
     fmt = format or format_of_path(path)
     if fmt == "python":
-        return parse_tools(python.load_file(path, name), "python", lenient, name, namespace, report)
+        return parse_tools(python.load_file(path, name, report), "python", lenient, name, namespace, report)
     if fmt == "jsonl" and (path.is_dir() or path.suffix.lower() not in (".json", ".yaml", ".yml")):
         file = jsonl.tools_file(path, name)
         shown = name if file == path else os.path.join(name, file.name)

@@ -40,6 +40,12 @@ class LoadReport:
     warnings: list[str] = field(default_factory=list)
     source: str | None = None
 
+    def warn(self, source: str, message: str) -> None:
+        """Record something the user should know about `source` (named before `message`), once."""
+        message = f"{source}: {message}"
+        if message not in self.warnings:
+            self.warnings.append(message)
+
     def notices(self) -> list[str]:
         """What a person should be told of the load, one line each, each naming its file once: the tools
         skipped, then the warnings (the CLI prints them, the HTTP API returns them)."""
@@ -72,10 +78,8 @@ class Context:
         self.skips += 1
 
     def warn(self, message: str) -> None:
-        """Record something the user should know; the file's name is put before `message` here."""
-        message = f"{self.source}: {message}"
-        if message not in self.report.warnings:
-            self.report.warnings.append(message)
+        """Record something the user should know; the file's name is put before `message`."""
+        self.report.warn(self.source, message)
 
 
 def catalog_error(source: str, position: str, problem: str, hint: str | None = None) -> CatalogError:

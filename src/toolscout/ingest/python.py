@@ -1,7 +1,8 @@
 """Python callables as tools: `load_tools([f, g])`, `"package.module:attr"` or `"path/to/tools.py"`.
 
 From a module (file or import path) the tools are its `TOOLS` list when it has one, else its public
-module-level functions (defined there, not imported; names not starting with `_`), in source order.
+module-level functions (defined there with `def`, not imported; names not starting with `_`), in source
+order; a lambda assigned at module level is left out with a warning.
 `module:attr` may name one callable, a list of them, or a module. Loading a file runs it, as any import does.
 
 Per callable: name = `__name__`; description = the docstring's first paragraph; per-parameter
@@ -25,7 +26,7 @@ from typing import Any, Callable
 
 from ..errors import CatalogError
 from ..tool import Tool
-from .common import Context, Entry, at, collect, make_tool, type_name
+from .common import Context, Entry, LoadReport, at, collect, make_tool, type_name
 from .docstrings import Docstring, parse_docstring
 from .guard import check_tree
 from .pytypes import HintTooDeep, jsonable_default, self_contained, type_schema
@@ -43,17 +44,24 @@ def parse(obj: Any, ctx: Context) -> list[Entry]:
 
 # ------------------------------------------------------------------------------------ finding them
 
-def callables_from_module(module: ModuleType, source: str) -> list[Callable]:
+def callables_from_module(module: ModuleType, source: str, report: LoadReport) -> list[Callable]:
     tools = getattr(module, "TOOLS", None)
     if tools is not None:
         if not isinstance(tools, (list, tuple)):
             raise CatalogError(f"{source}: TOOLS must be a list of callables, got {type_name(tools)}")
         return list(tools)
-    return [value for name, value in vars(module).items()
-            if inspect.isfunction(value) and value.__module__ == module.__name__ and not name.startswith("_")]
+    found = []
+    for name, value in vars(module).items():
+        if not inspect.isfunction(value) or value.__module__ != module.__name__ or name.startswith("_"):
+            continue
+        if value.__name__ == "<lambda>":  # a helper assigned at module level, not a function the module defines
+            report.warn(source, f"{name} is a lambda, not a function defined with def: not taken as a tool")
+            continue
+        found.append(value)
+    return found
 
 
-def import_callables(spec: str) -> list[Callable]:
+def import_callables(spec: str, report: LoadReport) -> list[Callable]:
     """`package.module:attr` (a callable, a list of them, or a module) or a module path alone."""
     module_name, _, attr = spec.partition(":")
     try:
@@ -65,11 +73,11 @@ def import_callables(spec: str) -> list[Callable]:
             raise CatalogError(f"{spec}: module {module_name!r} has no attribute {attr!r}")
         target = getattr(target, part)
     if isinstance(target, ModuleType):
-        return callables_from_module(target, spec)
+        return callables_from_module(target, spec, report)
     return [target] if callable(target) else target
 
 
-def load_file(path: Path, source: str) -> list[Callable]:
+def load_file(path: Path, source: str, report: LoadReport) -> list[Callable]:
     """Import a .py file under a private module name and take its tools."""
     name = "toolscout_user_" + re.sub(r"\W", "_", str(path.resolve()))
     module_spec = importlib.util.spec_from_file_location(name, path)
@@ -82,7 +90,7 @@ def load_file(path: Path, source: str) -> list[Callable]:
     except (Exception, SystemExit) as exc:  # sys.exit() at import must not end the caller's process
         sys.modules.pop(name, None)
         raise CatalogError(f"{source}: running the module failed ({type(exc).__name__}: {exc})") from None
-    return callables_from_module(module, source)
+    return callables_from_module(module, source, report)
 
 
 # ------------------------------------------------------------------------------------ one callable
