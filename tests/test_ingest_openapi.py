@@ -214,3 +214,27 @@ def test_broken_ref_deep_in_components_names_the_operation():
 def test_unsupported_version_fails():
     with pytest.raises(CatalogError, match=r"x.json: openapi: unsupported OpenAPI version '1.2'"):
         parse_tools({"openapi": "1.2", "paths": {}}, source="x.json")
+
+
+def test_a_ref_without_its_slash_is_called_malformed():
+    op = {"operationId": "get", "parameters": [{"name": "q", "in": "query", "schema": {"$ref": "#components/schemas/Q"}}]}
+    with pytest.raises(CatalogError) as info:
+        parse_tools(spec_with(op, {"schemas": {"Q": {"type": "string"}}}), source="s.json")
+    assert str(info.value) == ("s.json: paths./items/{id}.put.parameters[0].schema.$ref: malformed $ref "
+                               "'#components/schemas/Q': a ref inside this file is '#/' and a path; write "
+                               "'#/components/schemas/Q'")
+
+
+def test_a_parameter_in_another_file_is_said_to_be_one():
+    op = {"operationId": "get", "parameters": [{"$ref": "common.yaml#/parameters/Q"}]}
+    with pytest.raises(CatalogError) as info:
+        parse_tools(spec_with(op), source="s.json")
+    assert str(info.value) == ("s.json: paths./items/{id}.put.parameters[0]: the parameter is a $ref to another file "
+                               "('common.yaml#/parameters/Q'), which is not read; bundle the spec into one file")
+
+
+def test_a_document_forced_to_openapi_without_a_version_field_is_said_not_to_be_one():
+    with pytest.raises(CatalogError) as info:
+        parse_tools({"tools": [{"name": "a", "inputSchema": {"type": "object"}}]}, format="openapi", source="c.json")
+    assert str(info.value) == ("c.json: not an OpenAPI document: it has no 'openapi' (3.x) or 'swagger' (2.0) field; "
+                               "check the file, or the format asked for")

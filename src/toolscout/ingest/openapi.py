@@ -48,6 +48,9 @@ _SWAGGER2_SCHEMA_KEYS = ("type", "format", "items", "enum", "default", "minimum"
 
 def parse(spec: Any, ctx: Context) -> list[Entry]:
     spec = require_mapping(ctx, spec, "", "an OpenAPI document (an object)")
+    if "openapi" not in spec and "swagger" not in spec:
+        raise ctx.error("", "not an OpenAPI document: it has no 'openapi' (3.x) or 'swagger' (2.0) field",
+                        "check the file, or the format asked for")
     version = str(spec.get("openapi") or spec.get("swagger") or "")
     if not re.match(r"^(3\.|2\.0)", version):
         raise ctx.error("openapi" if "openapi" in spec else "swagger",
@@ -151,6 +154,9 @@ class _OperationParser:
                 where = at(at(owner_at, "parameters"), i)
                 param, where = self.resolver.deref(param, where)
                 param = require_mapping(self.ctx, param, where, "a parameter object")
+                if isinstance(param.get("$ref"), str):  # left unresolved: it points into another file
+                    raise self.ctx.error(where, f"the parameter is a $ref to another file ({brief(param['$ref'])}), "
+                                         "which is not read", "bundle the spec into one file")
                 name, location = param.get("name"), param.get("in")
                 if not isinstance(name, str) or not name or not isinstance(location, str):
                     raise self.ctx.error(where, "a parameter needs string fields 'name' and 'in'")

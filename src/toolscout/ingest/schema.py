@@ -49,6 +49,9 @@ class RefResolver:
 
     def lookup(self, ref: str, where: str) -> tuple[Any, str]:
         """The target of a local ref and its index path; a broken ref raises naming where it was."""
+        if ref != "#" and not ref.startswith("#/"):  # '#definitions/X': the slash forgotten
+            raise self.ctx.error(at(where, "$ref"), f"malformed $ref {brief(ref)}: a ref inside this file is '#/' "
+                                 f"and a path", f"write {brief('#/' + ref[1:])}")
         parts = [unquote(p).replace("~1", "/").replace("~0", "~") for p in ref[2:].split("/")] if ref != "#" else []
         node: Any = self.document
         for i, part in enumerate(parts):
