@@ -94,7 +94,7 @@ def test_a_tool_id_in_two_catalogs_names_both_and_namespaces_per_catalog_resolve
                        "--out", tmp_path / "i", "--retriever", "bm25")
     assert code == 0 and "indexed 2 tools" in err, err
     code, out, _ = run(capsys, "search", tmp_path / "i", "look up the weather", "--json")
-    assert [h["id"] for h in json.loads(out)["hits"]][0] == "weather.lookup"
+    assert json.loads(out)["hits"][0]["id"] == "weather.lookup"
     code, _, err = run(capsys, "index", one, two, "--namespace", "weather", "--out", tmp_path / "j")
     assert code == 1 and "1 --namespace for 2 catalogs: give one per catalog" in err
 

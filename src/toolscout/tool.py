@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import reprlib
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -152,23 +153,22 @@ def parameters_problem(schema: Any) -> tuple[str, str] | None:
     if not isinstance(schema, Mapping):
         return "", f"must be a JSON schema object, got {_json_type(schema)}"
     if schema.get("type", "object") not in OBJECT_TYPES:
-        return "type", f"must be 'object' (tool arguments are one JSON object), got {schema['type']!r}"[:300]
-    properties = _unless_null(schema.get("properties"), {})  # null: what Go servers write for an empty map
+        return "type", f"must be 'object' (tool arguments are one JSON object), got {reprlib.repr(schema['type'])}"
+    properties = schema.get("properties")
+    if properties is None:  # absent, or null: what a Go server writes for an empty map
+        properties = {}
     if not isinstance(properties, Mapping):
-        return "properties", f"must be an object mapping each argument's name to its schema, got " \
-                             f"{_json_type(properties)}"
+        what = _json_type(properties)
+        return "properties", f"must be an object mapping each argument's name to its schema, got {what}"
     for name, value in properties.items():
         if not isinstance(value, (Mapping, bool)):
             return f"properties.{name}", f"must be a JSON schema (an object, or true/false), got {_json_type(value)}"
-    required = _unless_null(schema.get("required"), [])
-    if not isinstance(required, (list, tuple)) or not all(isinstance(r, str) for r in required):
-        return "required", f"must be a list of argument names (strings), got {_json_type(required)}" + (
-            "" if not isinstance(required, (list, tuple)) else " holding other values")
+    required = schema.get("required")
+    if required is not None and not isinstance(required, (list, tuple)):
+        return "required", f"must be a list of argument names (strings), got {_json_type(required)}"
+    if not all(isinstance(r, str) for r in required or ()):
+        return "required", "must be a list of argument names (strings), got array holding other values"
     return None
-
-
-def _unless_null(value: Any, default: Any) -> Any:
-    return default if value is None else value
 
 
 def _json_type(value: Any) -> str:
