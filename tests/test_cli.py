@@ -68,7 +68,46 @@ def test_lenient_index_skips_and_reports_bad_tools(capsys, tmp_path):
         {"name": "good", "description": "fine", "inputSchema": {"type": "object"}},
         {"name": "bad", "inputSchema": 5}]}))
     code, _, err = run(capsys, "index", bad, "--out", tmp_path / "i", "--retriever", "bm25", "--lenient")
-    assert code == 0 and "skipped" in err and "indexed 1 tools" in err
+    assert code == 0 and "indexed 1 tools" in err
+    assert f"warning: {bad}: tools[1].inputSchema: field 'inputSchema' must be a JSON schema object, got int " \
+           "(skipped)\n" in err  # the file named once
+
+
+def test_index_prints_the_warnings_of_each_load(capsys, tmp_path):
+    spec = tmp_path / "ext.yaml"
+    spec.write_text("openapi: 3.0.0\ninfo: {title: Ext}\npaths:\n  /a:\n    get:\n      operationId: a\n"
+                    "      parameters: [{name: p, in: query, schema: {$ref: 'common.yaml#/P'}}]\n")
+    code, _, err = run(capsys, "index", spec, "--out", tmp_path / "i", "--retriever", "bm25", "--lenient")
+    assert code == 0, err
+    assert f"warning: {spec}: paths./a.get.parameters[0].schema: $ref 'common.yaml#/P' points outside this file and was " \
+           "kept unresolved\n" in err
+
+
+def test_a_tool_id_in_two_catalogs_names_both_and_namespaces_per_catalog_resolve_it(capsys, tmp_path):
+    one, two = tmp_path / "one.json", tmp_path / "two.json"
+    for path, text in ((one, "Look up the weather"), (two, "Look up a word")):
+        path.write_text(json.dumps([{"type": "function", "function": {"name": "lookup", "description": text}}]))
+    code, _, err = run(capsys, "index", one, two, "--out", tmp_path / "i", "--retriever", "bm25")
+    assert code == 1 and f"duplicate tool id 'lookup': in {one} and in {two}" in err
+    assert "--namespace once per catalog" in err
+    code, _, err = run(capsys, "index", one, two, "--namespace", "weather", "--namespace", "words",
+                       "--out", tmp_path / "i", "--retriever", "bm25")
+    assert code == 0 and "indexed 2 tools" in err, err
+    code, out, _ = run(capsys, "search", tmp_path / "i", "look up the weather", "--json")
+    assert json.loads(out)["hits"][0]["id"] == "weather.lookup"
+    code, _, err = run(capsys, "index", one, two, "--namespace", "weather", "--out", tmp_path / "j")
+    assert code == 1 and "1 --namespace for 2 catalogs: give one per catalog" in err
+
+
+def test_catalogs_that_give_no_tool_are_told_and_indexing_nothing_fails(capsys, tmp_path):
+    webhooks = tmp_path / "hooks.yaml"
+    webhooks.write_text("openapi: 3.1.0\ninfo: {title: Hooks}\nwebhooks:\n  newPet:\n    post: {operationId: n}\n")
+    code, _, err = run(capsys, "index", webhooks, "--out", tmp_path / "i", "--retriever", "bm25")
+    assert code == 1 and f"warning: {webhooks}: no tools loaded: it holds none" in err and "'webhooks'" in err
+    assert f"error: nothing to index: {webhooks} gave no tools" in err and not (tmp_path / "i").exists()
+    code, _, err = run(capsys, "index", webhooks, CATALOGS / "petstore_openapi.yaml", "--out", tmp_path / "i",
+                       "--retriever", "bm25")
+    assert code == 0 and f"warning: {webhooks}: no tools loaded" in err and "indexed 19 tools" in err
 
 
 @pytest.mark.slow  # indexes and evaluates whole sets

@@ -309,6 +309,15 @@ def test_each_argument_goes_where_the_openapi_document_puts_it():
     assert form["data"] == {"user": "ann", "password": "pw"} and "json" not in form
 
 
+def test_a_swagger2_body_parameter_given_by_ref_is_sent_as_the_body():
+    spec = {"swagger": "2.0", "info": {"title": "Notes"},
+            "parameters": {"NoteBody": {"name": "note", "in": "body", "schema": {
+                "type": "object", "properties": {"text": {"type": "string"}}}}},
+            "paths": {"/notes": {"post": {"operationId": "addNote", "parameters": [{"$ref": "#/parameters/NoteBody"}]}}}}
+    [tool] = parse_tools(spec, format="openapi")
+    assert _request(tool, {"text": "hi"}, "http://h", {})["json"] == {"text": "hi"}
+
+
 def test_an_argument_the_operation_does_not_take_or_a_missing_path_argument_is_refused():
     with pytest.raises(CatalogError, match="takes no argument 'colour'"):
         _request(pets_tool("addPet"), {"ownerId": 1, "colour": "red"}, "http://h", {})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -35,6 +36,38 @@ def test_syntax_errors_raise_even_in_lenient_mode():
             load_tools(FIXTURES / name, lenient=True)
 
 
+DUPLICATE_PATHS_YAML = """openapi: 3.0.0
+info: {title: DK}
+x-base: &base {summary: shared, operationId: base}
+paths:
+  /pets:
+    get: {operationId: listPets}
+  /users:
+    get: {<<: *base, operationId: listUsers}
+  /pets:
+    post: {operationId: createPet}
+"""
+
+
+def test_a_key_written_twice_is_refused_with_both_places(tmp_path):
+    spec = tmp_path / "merged.yaml"
+    spec.write_text(DUPLICATE_PATHS_YAML)
+    with pytest.raises(CatalogError) as info:
+        load_tools(spec, lenient=True)  # not a bad tool: the file itself says two things
+    assert str(info.value) == (f"{spec}: line 9, column 3: duplicate key '/pets' (first at line 5, column 3); "
+                               "a key may appear once in an object: merge the two entries")
+    spec.write_text(DUPLICATE_PATHS_YAML.replace("  /pets:\n    post", "  /kittens:\n    post"))
+    assert [t.name for t in load_tools(spec)] == ["listPets", "listUsers", "createPet"]  # a merge key overrides
+
+    tools = tmp_path / "tools.json"
+    tools.write_text('{"tools": [{"name": "a", "inputSchema": {"type": "object"},\n  "name": "b"}]}')
+    with pytest.raises(CatalogError, match=r"tools.json: line 2, column 3: duplicate key 'name' \(first at line 1, "
+                                           r"column 13\); a key may appear once"):
+        load_tools(tools)
+    tools.write_text('{"tools": [{"name": "a", "inputSchema": {"name": "a"}}, {"name": "b", "inputSchema": {}}]}')
+    assert [t.name for t in load_tools(tools)] == ["a", "b"]  # one key in several objects is no duplicate
+
+
 def test_missing_name_names_file_position_and_field():
     message = error_of("missing_name.json")
     assert message.startswith(f"{FIXTURES / 'missing_name.json'}: tools[1].function: field 'name' is missing")
@@ -47,10 +80,37 @@ def test_parameters_not_an_object():
 
 
 def test_parameters_of_another_type_than_object():
-    with pytest.raises(CatalogError, match=r"t.json: tools\[0\].function.parameters: field 'parameters' must "
-                                           r"describe an object \(type 'object'\), got type 'string'"):
+    with pytest.raises(CatalogError, match=r"t.json: tools\[0\].function.parameters.type: must be 'object' \(tool "
+                                           r"arguments are one JSON object\), got 'string'"):
         parse_tools({"tools": [{"type": "function", "function": {"name": "a", "parameters": {"type": "string"}}}]},
                     source="t.json")
+
+
+def test_parameters_are_checked_by_one_rule_in_every_format(tmp_path):
+    openai = tmp_path / "openai.json"
+    openai.write_text(json.dumps([{"type": "function", "function": {"name": "a", "parameters": {
+        "type": "object", "properties": {"q": {"type": "string"}, "n": "integer"}}}}]))
+    with pytest.raises(CatalogError) as info:
+        load_tools(openai)
+    assert str(info.value) == (f"{openai}: [0].function.parameters.properties.n: must be a JSON schema (an object, "
+                               "or true/false), got string")
+    mcp = tmp_path / "mcp.json"
+    mcp.write_text(json.dumps({"tools": [{"name": "a", "inputSchema": {"properties": [1, 2]}}]}))
+    with pytest.raises(CatalogError, match=r"mcp.json: tools\[0\].inputSchema.properties: must be an object mapping"):
+        load_tools(mcp)
+    rows = tmp_path / "tools.jsonl"
+    rows.write_text(json.dumps({"id": "a", "name": "a", "parameters": {"properties": {}, "required": "q"}}) + "\n")
+    with pytest.raises(CatalogError, match=r"tools.jsonl:1: field 'parameters.required' must be a list of argument "
+                                           r"names \(strings\), got string"):
+        load_tools(rows)
+    spec = {"openapi": "3.0.0", "info": {"title": "T"}, "paths": {"/h": {"post": {
+        "operationId": "h", "requestBody": {"content": {"application/json": {"schema": "oops"}}}}}}}
+    with pytest.raises(CatalogError, match=r"^s.json: paths./h.post.requestBody.content.application/json.schema: a "
+                                           r"schema must be a JSON schema object \(or true/false\), got string"):
+        parse_tools(spec, source="s.json")
+    spec["paths"]["/h"]["post"] = {"operationId": "h", "parameters": [{"name": "q", "in": "query", "schema": 5}]}
+    with pytest.raises(CatalogError, match=r"paths./h.post.parameters\[0\].schema: a schema must be a JSON schema"):
+        parse_tools(spec, source="s.json")
 
 
 def test_openapi_broken_ref():
@@ -115,6 +175,35 @@ def test_lenient_openapi_skips_the_operation_with_the_broken_ref():
     tools = load_tools(FIXTURES / "broken_ref.yaml", lenient=True, report=report)
     assert [t.id for t in tools] == ["broken-refs.listPets"]
     assert [position for position, _ in report.skipped] == ["paths./pets.post"]
+
+
+BAD_PATH_ITEMS_YAML = """openapi: 3.0.0
+info: {title: Items}
+paths:
+  /good:
+    get: {operationId: listGood}
+  /d: "notanobject"
+  /x: {$ref: '#/paths/~1y'}
+  /y: {$ref: '#/paths/~1x'}
+  /z: {$ref: '#/components/pathItems/Nope'}
+  /after:
+    get: {operationId: listAfter}
+"""
+
+
+def test_lenient_openapi_skips_a_malformed_path_item_and_reports_it(tmp_path):
+    spec = tmp_path / "items.yaml"
+    spec.write_text(BAD_PATH_ITEMS_YAML)
+    report = LoadReport()
+    tools = load_tools(spec, lenient=True, report=report)
+    assert [t.name for t in tools] == ["listGood", "listAfter"]
+    skipped = dict(report.skipped)
+    assert list(skipped) == ["paths./d", "paths./x", "paths./y", "paths./z"]
+    assert skipped["paths./d"] == f"{spec}: paths./d: a path item must be an object, got string"
+    assert "refers to itself in a loop" in skipped["paths./x"]
+    assert "broken $ref '#/components/pathItems/Nope'" in skipped["paths./z"]
+    with pytest.raises(CatalogError, match=r"items.yaml: paths./d: a path item must be an object, got string"):
+        load_tools(spec)
 
 
 def test_lenient_anthropic_bad_schema():

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from toolscout.errors import CatalogError
 from toolscout.ingest import LoadReport, load_tools, parse_tools
 from toolscout.ingest import schema as schema_helpers
+from toolscout.ingest.common import slugify
 
 FIXTURES = Path(__file__).parent / "fixtures" / "ingest"
 
@@ -74,6 +78,33 @@ def test_caller_namespace_replaces_the_title():
     assert tools[0].id == "clinic.listPets"
 
 
+@pytest.mark.parametrize("title, namespace", [
+    ("天気予報 API", "天気予報-api"), ("郵便 API", "郵便-api"), ("Погода", "погода"), ("Café API", "café-api"),
+    ("मौसम सेवा", "मौसम-सेवा"),  # the vowel signs (combining marks) stay with their letters
+    ("Ｗｅａｔｈｅｒ　API", "weather-api"), ("🚀", None)])
+def test_a_title_in_any_script_keeps_its_letters_in_the_namespace(title, namespace):
+    spec = {"openapi": "3.0.0", "info": {"title": title}, "paths": {"/w": {"get": {"operationId": "get"}}}}
+    [tool] = parse_tools(spec)
+    assert (tool.namespace, tool.id) == (namespace, f"{namespace}.get" if namespace else "get")
+
+
+@given(st.text(alphabet=st.characters(max_codepoint=127)))
+def test_an_ascii_title_slugs_as_it_always_did(title):
+    assert slugify(title) == re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")  # the rule before Unicode
+
+
+def test_apis_titled_in_other_scripts_do_not_collide():
+    from toolscout import ToolScout
+
+    tools = [tool for title, summary in (("天気予報 API", "weather forecast"), ("郵便 API", "postal code lookup"))
+             for tool in parse_tools({"openapi": "3.0.0", "info": {"title": title},
+                                      "paths": {"/q": {"get": {"operationId": "query", "summary": summary}}}})]
+    assert [t.id for t in tools] == ["天気予報-api.query", "郵便-api.query"]  # both were 'api.query'
+    scout = ToolScout.from_tools(tools, retriever="bm25")
+    [hit] = scout.search("query", k=5, namespaces=["郵便-api"])
+    assert hit.tool.id == "郵便-api.query"
+
+
 def test_swagger2_body_parameter_and_definitions():
     tools = load_tools(FIXTURES / "swagger2.json")
     update, listing = tools
@@ -87,6 +118,36 @@ def test_swagger2_body_parameter_and_definitions():
     assert listing.name == "GET /todos"
     assert listing.parameters == {"type": "object",
                                   "properties": {"tags": {"type": "array", "items": {"type": "string"}}}}
+
+
+SWAGGER2_REFFED_BODIES = {
+    "swagger": "2.0", "info": {"title": "Notes"},
+    "parameters": {"NoteBody": {"name": "note", "in": "body", "required": True,
+                                "schema": {"$ref": "#/definitions/Note"}}},
+    "definitions": {"Note": {"type": "object", "required": ["text"], "properties": {"text": {"type": "string"}}}},
+    "paths": {
+        "/notes": {"post": {"operationId": "addNote", "parameters": [{"$ref": "#/parameters/NoteBody"}]}},
+        "/notes/{id}": {
+            "parameters": [{"name": "id", "in": "path", "required": True, "type": "string"},
+                           {"name": "body", "in": "body", "schema": {"type": "string", "description": "old"}}],
+            "put": {"operationId": "putNote",  # its own body replaces the path item's
+                    "parameters": [{"name": "payload", "in": "body", "schema": {"type": "array"}}]},
+            "patch": {"operationId": "patchNote"}}}}
+
+
+def test_swagger2_body_parameter_by_ref_or_at_path_level_is_the_body():
+    tools = {t.name: t for t in parse_tools(SWAGGER2_REFFED_BODIES)}
+    add = tools["addNote"]  # a $ref to #/parameters: the body's properties merged in
+    assert add.parameters == {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}
+    assert add.raw["parameter_locations"] == {"text": "body"}
+    assert add.raw["body"] == {"media_type": "application/json", "whole": None}
+    patch = tools["patchNote"]  # the path item's body parameter applies to its operations
+    assert patch.parameters["properties"] == {"id": {"type": "string"},
+                                              "body": {"type": "string", "description": "old"}}
+    assert patch.raw["body"] == {"media_type": "application/json", "whole": "body"}
+    put = tools["putNote"]  # the operation's body parameter wins over the path item's
+    assert put.parameters["properties"] == {"id": {"type": "string"}, "body": {"type": "array"}}
+    assert put.raw["parameter_locations"] == {"id": "path", "body": "body"}
 
 
 def spec_with(op: dict, components: dict | None = None) -> dict:
@@ -153,3 +214,27 @@ def test_broken_ref_deep_in_components_names_the_operation():
 def test_unsupported_version_fails():
     with pytest.raises(CatalogError, match=r"x.json: openapi: unsupported OpenAPI version '1.2'"):
         parse_tools({"openapi": "1.2", "paths": {}}, source="x.json")
+
+
+def test_a_ref_without_its_slash_is_called_malformed():
+    op = {"operationId": "get", "parameters": [{"name": "q", "in": "query", "schema": {"$ref": "#components/schemas/Q"}}]}
+    with pytest.raises(CatalogError) as info:
+        parse_tools(spec_with(op, {"schemas": {"Q": {"type": "string"}}}), source="s.json")
+    assert str(info.value) == ("s.json: paths./items/{id}.put.parameters[0].schema.$ref: malformed $ref "
+                               "'#components/schemas/Q': a ref inside this file is '#/' and a path; write "
+                               "'#/components/schemas/Q'")
+
+
+def test_a_parameter_in_another_file_is_said_to_be_one():
+    op = {"operationId": "get", "parameters": [{"$ref": "common.yaml#/parameters/Q"}]}
+    with pytest.raises(CatalogError) as info:
+        parse_tools(spec_with(op), source="s.json")
+    assert str(info.value) == ("s.json: paths./items/{id}.put.parameters[0]: the parameter is a $ref to another file "
+                               "('common.yaml#/parameters/Q'), which is not read; bundle the spec into one file")
+
+
+def test_a_document_forced_to_openapi_without_a_version_field_is_said_not_to_be_one():
+    with pytest.raises(CatalogError) as info:
+        parse_tools({"tools": [{"name": "a", "inputSchema": {"type": "object"}}]}, format="openapi", source="c.json")
+    assert str(info.value) == ("c.json: not an OpenAPI document: it has no 'openapi' (3.x) or 'swagger' (2.0) field; "
+                               "check the file, or the format asked for")

@@ -190,3 +190,51 @@ def test_docstring_styles_parse_the_same_facts():
         assert doc.description == "Add numbers."
         assert doc.params == {"a": "First.", "b": "Second, continued."}
         assert doc.returns == "The sum."
+
+
+
+def test_a_module_level_lambda_is_left_out_with_a_warning(tmp_path):
+    module = tmp_path / "helpers.py"
+    module.write_text('normalize = lambda s: s.strip().lower()\n\n\ndef get_weather(city: str) -> dict:\n'
+                      '    """Get the weather forecast for a city."""\n')
+    report = LoadReport()
+    assert [t.name for t in load_tools(module, report=report)] == ["get_weather"]
+    assert report.warnings == [f"{module}: normalize is a lambda, not a function defined with def: not taken as a "
+                               "tool"]
+
+
+# ------------------------------------------------------------------ pydantic models inside parameters
+
+def check(schema: dict, instance: Any) -> None:
+    """jsonschema's verdict: a ref that points nowhere raises its own error, not a ValidationError."""
+    pytest.importorskip("jsonschema").validate(instance, schema)
+
+
+@pytest.fixture(scope="module")
+def pydantic_tools():
+    pytest.importorskip("pydantic")
+    return {t.name: t for t in load_tools(FIXTURES / "pydantic_tools.py")}
+
+
+def test_nested_and_recursive_pydantic_models_give_self_contained_schemas(pydantic_tools):
+    jsonschema = pytest.importorskip("jsonschema")
+    tool = pydantic_tools["create_customers"]
+    rome = {"name": "A", "address": {"city": "Rome"}}
+    tree = {"name": "root", "children": [{"name": "leaf", "children": []}]}
+    check(tool.parameters, {"first": rome, "others": [rome], "tree": tree})
+    with pytest.raises(jsonschema.ValidationError, match="'city' is a required property"):
+        check(tool.parameters, {"first": {"name": "A", "address": {}}, "others": []})
+    with pytest.raises(jsonschema.ValidationError, match="'name' is a required property"):
+        check(tool.parameters, {"first": rome, "others": [], "tree": {"name": "r", "children": [{}]}})
+    check(tool.returns, [rome])  # the return type's definitions are at its own root
+    with pytest.raises(jsonschema.ValidationError, match="'city' is a required property"):
+        check(tool.returns, [{"name": "A", "address": {"town": "Rome"}}])
+
+
+def test_two_different_models_of_one_name_keep_their_own_definitions(pydantic_tools):
+    jsonschema = pytest.importorskip("jsonschema")
+    tool = pydantic_tools["move"]
+    customer = {"name": "A", "address": {"city": "Rome"}}
+    check(tool.parameters, {"customer": customer, "to": {"address": {"street": "Via Roma"}}})
+    with pytest.raises(jsonschema.ValidationError, match="'street' is a required property"):
+        check(tool.parameters, {"customer": customer, "to": {"address": {"city": "Rome"}}})

@@ -173,6 +173,49 @@ def test_tool_crud_and_versions(served, tools):
             assert not compacted["compacted"] and "journal_records" not in compacted
 
 
+def test_a_posted_catalog_answers_with_what_reading_it_skipped_or_warned_of(served):
+    weather = {"openapi": "3.0.0", "info": {"title": "天気予報 API"}, "paths": {"/f": {"get": {
+        "operationId": "forecast", "summary": "Weather forecast", "parameters": [
+            {"name": "city", "in": "query", "schema": {"$ref": "common.yaml#/City"}}]}}}}
+    hooks = {"openapi": "3.1.0", "info": {"title": "Hooks"}, "webhooks": {"newPet": {"post": {"operationId": "n"}}}}
+    anthropic = [{"name": "search_web", "type": "web_search_20250305"},
+                 {"name": "get_stock", "description": "Stock price", "input_schema": {"type": "object"}}]
+    with served() as client:
+        r = client.post("/tools", headers=ADMIN, json={"catalog": weather})
+        assert r.status_code == 200 and r.json()["created"] == ["天気予報-api.forecast"]
+        assert r.json()["warnings"] == ["catalog: paths./f.get.parameters[0].schema: $ref 'common.yaml#/City' "
+                                        "points outside this file and was kept unresolved"]
+        assert client.get("/namespaces").json()["namespaces"]["天気予報-api"] == 1
+        r = client.post("/tools", headers=ADMIN, json={"catalog": hooks})
+        assert r.status_code == 200 and r.json()["created"] == []
+        assert r.json()["warnings"] == ["catalog: no tools loaded: it holds none (an OpenAPI document's tools are "
+                                        "the operations under 'paths'; its 'webhooks' are requests the API sends, "
+                                        "not operations to call)"]
+        r = client.post("/tools", headers=ADMIN, json={"catalog": anthropic, "namespace": "fin"})
+        assert r.json()["created"] == ["fin.get_stock"]
+        assert r.json()["warnings"] == ["catalog: [0]: Anthropic server tool 'search_web' (type 'web_search_20250305') "
+                                        "runs on Anthropic's side and has no input_schema to retrieve by (skipped)"]
+        r = client.post("/tools", headers=ADMIN, json={"tools": [{"name": "ocr", "namespace": "lang"}]})
+        assert "warnings" not in r.json()  # records are not read as a catalog
+
+
+def test_parameters_that_cannot_describe_arguments_are_refused_as_from_a_file(served):
+    with served() as client:
+        start = client.get("/health").json()["version"]
+        e = expect_error(client.post("/tools", headers=ADMIN, json={"tools": [
+            {"name": "x", "parameters": {"type": "array"}}]}), 422)
+        assert e["message"] == "tool 'x': parameters.type must be 'object' (tool arguments are one JSON object), " \
+                               "got 'array'"
+        e = expect_error(client.put("/tools/y", headers=ADMIN, json={"name": "y", "parameters": {
+            "properties": {"a": {"type": "string"}}, "required": "a"}}), 422)
+        assert e["message"] == "tool 'y': parameters.required must be a list of argument names (strings), got string"
+        catalog = [{"type": "function", "function": {"name": "z", "parameters": {"properties": {"a": "notaschema"}}}}]
+        e = expect_error(client.post("/tools", headers=ADMIN, json={"catalog": catalog}), 422)
+        assert e["message"] == "catalog: [0].function.parameters.properties.a: must be a JSON schema (an object, or " \
+                               "true/false), got string"
+        assert client.get("/health").json()["version"] == start  # nothing was written
+
+
 def test_malformed_requests_get_clear_4xx_json_errors(served):
     with served(max_body_bytes=2048) as client:
         error = expect_error
@@ -204,13 +247,15 @@ def test_malformed_requests_get_clear_4xx_json_errors(served):
         items = client.get("/openapi.json").json()["components"]["schemas"]["UpsertRequest"]["properties"]
         assert {"type": "array", "minItems": 1, "items": {"type": "object"}} in items["catalog"]["anyOf"]
         big = {"query": "x" * 3000}
-        assert error(client.post("/search", json=big), 413)["type"] == "payload_too_large"  # the body limit, not the task
+        e = error(client.post("/search", json=big), 413)  # the body limit, not the task
+        assert e == {"type": "payload_too_large",
+                     "message": "request body is larger than the limit of 2048 bytes (the server's --max-body)"}
 
         def chunks():  # no Content-Length: the limit is enforced while reading
             for _ in range(10):
                 yield b" " * 500
         e = error(client.post("/search", content=chunks(), headers={"content-type": "application/json"}), 413)
-        assert "2048 bytes" in e["message"]
+        assert e["message"] == "request body is larger than the limit of 2048 bytes (the server's --max-body)"
         e = error(client.post("/search", content=b"query=x", headers={"content-type": "text/plain"}), 415)
         assert "application/json" in e["message"]
         assert error(client.get("/nope"), 404)["type"] == "not_found"

@@ -1,3 +1,5 @@
+import json
+
 import pytest
 
 from toolscout.tool import TextView, Tool, content_hash, split_identifier, tool_text
@@ -45,6 +47,55 @@ def test_tool_rejects_bad_fields():
         Tool("x", "")
     with pytest.raises(ValueError, match="unknown Tool field"):
         Tool.from_dict({"id": "x", "name": "x", "nonsense": 1})
+
+
+@pytest.mark.parametrize("parameters, message", [
+    ({"type": "array"}, "parameters.type must be 'object' (tool arguments are one JSON object), got 'array'"),
+    ({"properties": [1, 2]}, "parameters.properties must be an object mapping each argument's name to its schema, "
+                             "got array"),
+    ({"properties": {"a": "notaschema"}}, "parameters.properties.a must be a JSON schema (an object, or true/false), "
+                                          "got string"),
+    ({"properties": {"a": {}}, "required": "a"}, "parameters.required must be a list of argument names (strings), "
+                                                 "got string"),
+    ({"required": ["a", 1]}, "parameters.required must be a list of argument names (strings), got array holding "
+                             "other values"),
+])
+def test_parameters_that_cannot_describe_arguments_are_refused_naming_the_field(parameters, message):
+    with pytest.raises(ValueError) as info:
+        Tool("x", "x", parameters=parameters)
+    assert str(info.value) == f"tool 'x': {message}"
+
+
+def test_parameters_may_use_any_json_schema_feature():
+    for parameters in ({"type": "object", "properties": {"a": {"$ref": "#/$defs/A"}, "b": True, "c": False},
+                        "$defs": {"A": {"type": "string"}}, "additionalProperties": False, "required": ["a"]},
+                       {"allOf": [{"properties": {"a": {}}}], "patternProperties": {"^x": {}}},
+                       {"type": "dict", "properties": {"a": {"type": "integer"}}},  # BFCL's spelling of object
+                       {"type": "object", "properties": None, "required": None},  # Go's nil map and slice
+                       {}):
+        assert Tool("x", "x", parameters=parameters).parameters == parameters
+
+
+def test_a_stored_tool_loads_with_the_parameters_it_was_stored_with(tmp_path):
+    """Tools written before every route checked parameters (over HTTP, say) are not lost when the index loads."""
+    from toolscout import ToolScout
+
+    ToolScout.from_tools([Tool("a", "a", "alpha tool"), Tool("b", "b", "beta tool")], retriever="bm25").save(
+        tmp_path / "idx")
+    rows = tmp_path / "idx" / (tmp_path / "idx" / "CURRENT").read_text().strip() / "tools.jsonl"
+    lines = rows.read_text().splitlines()
+    lines[1] = json.dumps({"id": "b", "name": "b", "description": "beta tool", "parameters": {"type": "array"}})
+    rows.write_text("\n".join(lines) + "\n")
+    scout = ToolScout.load(tmp_path / "idx")
+    assert scout.get("b").parameters == {"type": "array"} and scout.search("beta", k=1)[0].tool.id == "b"
+
+    from toolscout.serve.held import current_pipeline
+    from toolscout.serve.journal import Journal
+
+    journal = Journal(tmp_path / "idx", fsync=False)  # a write acknowledged, not yet in a snapshot
+    journal.append({"seq": 1, "op": "upsert", "tools": [{"id": "c", "name": "c", "parameters": {"required": "q"}}]})
+    journal.close()
+    assert current_pipeline(tmp_path / "idx").get("c").parameters == {"required": "q"}
 
 
 def test_content_hash_changes_with_text():

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 from .errors import CatalogError
-from .tool import Tool
+from .tool import Tool, parameters_problem
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,9 @@ def tool_from_row(row: Mapping[str, Any], where: str = "") -> Tool:
     params = row.get("parameters")
     if params is not None and not isinstance(params, Mapping):
         raise CatalogError(f"{where}: field 'parameters' must be an object or null, got {type(params).__name__}")
+    problem = parameters_problem(params)
+    if problem:
+        raise CatalogError(f"{where}: field 'parameters{'.' if problem[0] else ''}{problem[0]}' {problem[1]}")
     description = row.get("description") or ""
     if not isinstance(description, str):
         raise CatalogError(f"{where}: field 'description' must be a string")

@@ -189,7 +189,7 @@ class ToolScout:
                 return cls.from_tenant(tenant, fast_queries=fast_queries)
             finally:
                 tenant.release()
-        tools = [Tool.from_dict(row) for _n, row in read_jsonl(folder / "tools.jsonl")]
+        tools = [Tool.from_record(row) for _n, row in read_jsonl(folder / "tools.jsonl")]
         ledger = UsageLedger.load(folder / FEEDBACK_FILE) if (folder / FEEDBACK_FILE).exists() else None
         learned = folder / LEARNING_FOLDER
         scout = cls.build(PipelineSpec.read(folder, config), tools, lambda _node, where: load_retriever(

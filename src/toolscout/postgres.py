@@ -159,7 +159,7 @@ def migrate_directory(folder: str | Path, spec: str | PgSpec, *, search: str | N
                            "and PostgreSQL servers search them exactly (up to 100,000 tools, then pgvector's HNSW "
                            "graph): re-index the catalog with --store numpy, or straight into PostgreSQL "
                            "(toolscout index CATALOG --store DSN)")
-    tools = [Tool.from_dict(row) for _n, row in read_jsonl(live / "tools.jsonl")]
+    tools = [Tool.from_record(row) for _n, row in read_jsonl(live / "tools.jsonl")]
     vectors = _stored_vectors(folder, retriever_dir, rconf, tools)
     hashes_file = retriever_dir / "hashes.json"
     spec = spec if isinstance(spec, PgSpec) else PgSpec.parse(spec)

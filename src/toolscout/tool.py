@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import reprlib
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -19,6 +20,8 @@ from .errors import InvalidRequest, listed
 # out of the retrieval text by default: the paper's ablation found it hurts retrieval.
 PROFILE_FIELDS = ("function", "tags", "when_to_use", "limitations", "example_usage")
 DEFAULT_PROFILE_FIELDS = ("function", "tags", "when_to_use", "limitations")
+# What a tool's parameters schema may say its type is: 'dict' is how BFCL's function definitions spell it.
+OBJECT_TYPES = ("object", "dict")
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,23 @@ class Tool:
             if not all(isinstance(item, str) for item in value):
                 raise InvalidRequest(f"tool {self.id!r}: {name} must be a list of strings")
             object.__setattr__(self, name, value)
+        problem = parameters_problem(self.parameters)
+        if problem:
+            field_at, why = problem
+            raise InvalidRequest(f"tool {self.id!r}: parameters{'.' if field_at else ''}{field_at} {why}")
+
+    @classmethod
+    def from_record(cls, data: Mapping[str, Any]) -> "Tool":
+        """A tool as an index directory, its journal or the database stored it. Parameters stored before
+        `parameters_problem` was every route's rule load as they were: refusing them would lose the tool."""
+        try:
+            return cls.from_dict(data)
+        except InvalidRequest:
+            if not isinstance(data.get("parameters"), Mapping) or not parameters_problem(data["parameters"]):
+                raise
+        tool = cls.from_dict({**data, "parameters": None})
+        object.__setattr__(tool, "parameters", data["parameters"])
+        return tool
 
     def with_changes(self, **changes: Any) -> "Tool":
         return replace(self, **changes)
@@ -120,6 +140,40 @@ class Tool:
         if self.parameters:
             return dict(self.parameters)
         return {"type": "object", "properties": {}}
+
+
+def parameters_problem(schema: Any) -> tuple[str, str] | None:
+    """Why `schema` cannot be a tool's parameters, as (the field at fault under `parameters`, "" for itself;
+    the problem), or None when it can. The one rule of every route a tool comes in by (catalog files, the
+    HTTP API, `Tool` itself): arguments travel as one JSON object, so the schema describes an object, its
+    `properties` map each argument to a schema (an object, or true/false) and `required` lists names.
+    Everything else JSON Schema allows ($defs, additionalProperties, allOf, ...) is the schema's own."""
+    if schema is None:
+        return None
+    if not isinstance(schema, Mapping):
+        return "", f"must be a JSON schema object, got {_json_type(schema)}"
+    if schema.get("type", "object") not in OBJECT_TYPES:
+        return "type", f"must be 'object' (tool arguments are one JSON object), got {reprlib.repr(schema['type'])}"
+    properties = schema.get("properties")
+    if properties is None:  # absent, or null: what a Go server writes for an empty map
+        properties = {}
+    if not isinstance(properties, Mapping):
+        what = _json_type(properties)
+        return "properties", f"must be an object mapping each argument's name to its schema, got {what}"
+    for name, value in properties.items():
+        if not isinstance(value, (Mapping, bool)):
+            return f"properties.{name}", f"must be a JSON schema (an object, or true/false), got {_json_type(value)}"
+    required = schema.get("required")
+    if required is not None and not isinstance(required, (list, tuple)):
+        return "required", f"must be a list of argument names (strings), got {_json_type(required)}"
+    if not all(isinstance(r, str) for r in required or ()):
+        return "required", "must be a list of argument names (strings), got array holding other values"
+    return None
+
+
+def _json_type(value: Any) -> str:
+    return {dict: "object", list: "array", tuple: "array", str: "string", bool: "boolean", int: "integer",
+            float: "number", type(None): "null"}.get(type(value), type(value).__name__)
 
 
 # --------------------------------------------------------------------------------------------- views

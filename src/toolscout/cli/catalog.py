@@ -26,7 +26,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    help="catalog files: OpenAI/Anthropic tools, MCP tools/list, OpenAPI, Python module, benchmark JSONL")
     p.add_argument("--out", required=True, help="pipeline directory to write (replaced atomically)")
     p.add_argument("--format", default=None, help="catalog format, when detection is not wanted")
-    p.add_argument("--namespace", default=None, help="namespace for the tools of a single catalog")
+    p.add_argument("--namespace", action="append", default=None,
+                   help="namespace for a catalog's tools: once, for a single catalog, or once per catalog in order")
     p.add_argument("--lenient", action="store_true", help="skip and report malformed tools instead of failing")
     add_rerank_options(p)
     add_retriever_options(p)
@@ -71,23 +72,37 @@ def cmd_index(args: argparse.Namespace) -> int:
 
 
 def _load_catalogs(args: argparse.Namespace) -> list:
-    """Every catalog's tools, reporting what --lenient skipped; an id in two catalogs fails clearly."""
+    """Every catalog's tools, telling what each load skipped or warned of; an id in two catalogs, or no tool
+    in any, fails clearly."""
+    from ..errors import CatalogError
     from ..ingest import LoadReport, load_tools
-    from ..tool import tools_by_id
 
-    if args.namespace and len(args.catalogs) > 1:
-        raise ValueError("--namespace applies to a single catalog; index catalogs one namespace at a time")
-    tools = []
-    for catalog in args.catalogs:
+    tools, came_from = [], {}  # id -> the position of its catalog on the command line
+    for i, (catalog, namespace) in enumerate(zip(args.catalogs, _namespaces(args))):
         report = LoadReport()
-        loaded = load_tools(catalog, format=args.format, lenient=args.lenient, namespace=args.namespace, report=report)
-        for position, message in report.skipped:
-            print(f"warning: {catalog}: skipped {position}: {message}", file=sys.stderr)
+        loaded = load_tools(catalog, format=args.format, lenient=args.lenient, namespace=namespace, report=report)
+        for line in report.notices():
+            print(f"warning: {line}", file=sys.stderr)
         print(f"{catalog}: {len(loaded)} tools ({report.format})", file=sys.stderr)
+        for tool in loaded:
+            if came_from.setdefault(tool.id, i) != i:
+                first = args.catalogs[came_from[tool.id]]
+                raise CatalogError(f"duplicate tool id {tool.id!r}: in {first} and in {catalog}; ids are "
+                                   "unique in an index: rename one of the tools, or give each catalog its namespace "
+                                   "(--namespace once per catalog, in their order)")
         tools.extend(loaded)
-    tools_by_id(tools, "two catalogs: give each catalog its own --namespace (index them in separate runs) or "
-                       "rename one")
+    if not tools:
+        raise CatalogError(f"nothing to index: {', '.join(args.catalogs)} gave no tools (see the warnings above)")
     return tools
+
+
+def _namespaces(args: argparse.Namespace) -> list:
+    """The namespace of each catalog: none, the one given for a single catalog, or one given per catalog."""
+    given = args.namespace or []
+    if given and len(given) != len(args.catalogs):
+        raise ValueError(f"{len(given)} --namespace for {len(args.catalogs)} catalogs: give one per catalog, in "
+                         "their order, or none")
+    return given or [None] * len(args.catalogs)
 
 
 def cmd_search(args: argparse.Namespace) -> int:

@@ -31,15 +31,22 @@ Format detection (when `format` is None), first rule that applies:
 
 Errors: malformed input raises `toolscout.errors.CatalogError` naming the file, the position (an index
 path such as `tools[3].function.parameters` or `paths./pets.get`, `line N` for JSONL, line and column
-for JSON/YAML syntax, the byte offset of invalid UTF-8) and the field. Hostile input is bounded before
+for JSON/YAML syntax and for a key written twice in one object, which is refused rather than read as
+the last one, the byte offset of invalid UTF-8) and the field. Hostile input is bounded before
 any parser sees it (`guard.py`: nesting depth, alias expansion, cycles, NaN/Infinity, non-JSON YAML
 values; `text.py`: invalid UTF-8, JSON beyond Python's limits; `yaml_loader.py`: Python tags, merge-key
 bombs; `schema.py`: $ref cycles and fan-out); schemas built from Python type hints keep the same bounds
 (`pytypes.py`, `python.py`). So no other exception escapes and no catalog takes unbounded time or memory
-(`tests/test_ingest_fuzz.py` checks this). `lenient=True` skips a bad tool, records `(position, message)`
+(`tests/test_ingest_fuzz.py` checks this). `lenient=True` skips a bad tool (in OpenAPI, also a path item that
+is not an object or whose $ref is broken or loops: its operations), records `(position, message)`
 in `LoadReport.skipped` and goes on; a file that cannot be parsed at all still raises. Tools that a
 format defines but that cannot be retrieved (Anthropic server tools, OpenAI built-ins) are always
 skipped and reported.
+
+Warnings (`LoadReport.warnings`, each naming the file): `$ref`s to other files left unresolved, a caller
+namespace a grouped MCP file ignores, type hints that could not be resolved, a catalog that gave no tool.
+`LoadReport.notices()` is both, skipped tools and warnings, one line each, as the CLI prints them and the
+HTTP API returns them.
 
 Ids: `namespace.name` when the tool has a namespace (an MCP server, an OpenAPI spec's title, the
 caller's `namespace=`), else the name; benchmark rows keep their own ids. The same name in two
@@ -109,7 +116,7 @@ def load_tools(source: str | os.PathLike | list | dict | Callable, format: str |
             return live_mcp.load_live_tools(name, namespace=namespace, lenient=lenient, report=report)
         if format in (None, "python") and (python.MODULE_ATTR.match(name) or format == "python"):
             try:
-                callables = python.import_callables(name)
+                callables = python.import_callables(name, report)
             except CatalogError as exc:  # it may have been meant as a file name
                 raise CatalogError(f"{exc}; nor is there a file or folder of that name") from None
             return parse_tools(callables, "python", lenient, name, namespace, report)
@@ -117,7 +124,7 @@ def load_tools(source: str | os.PathLike | list | dict | Callable, format: str |
                            "a benchmark folder, or 'package.module:attr')")
     fmt = format or format_of_path(path)
     if fmt == "python":
-        return parse_tools(python.load_file(path, name), "python", lenient, name, namespace, report)
+        return parse_tools(python.load_file(path, name, report), "python", lenient, name, namespace, report)
     if fmt == "jsonl" and (path.is_dir() or path.suffix.lower() not in (".json", ".yaml", ".yml")):
         file = jsonl.tools_file(path, name)
         shown = name if file == path else os.path.join(name, file.name)

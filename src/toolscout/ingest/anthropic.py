@@ -39,10 +39,10 @@ def _tool(ctx: Context, position: str, item: Any) -> Tool | None:
     if kind not in (None, "custom") and not any(k in item for k in _SCHEMA_KEYS):
         label = item.get("name") or kind
         ctx.skip(position, f"{ctx.source}: {position}: Anthropic server tool {brief(label)} (type {brief(kind)}) "
-                           "skipped: it runs on Anthropic's side and has no input_schema to retrieve by")
+                           "runs on Anthropic's side and has no input_schema to retrieve by")
         return None
     fields = read_extras(ctx, item, position)
-    return make_tool(ctx.namespace, read_name(ctx, item, position),
+    return make_tool(ctx, position, ctx.namespace, read_name(ctx, item, position),
                      description=read_description(ctx, item, position),
                      parameters=read_schema(ctx, item, position, _SCHEMA_KEYS, must_be_object=True),
                      raw=item, **fields)

@@ -11,11 +11,12 @@ from __future__ import annotations
 import json
 import re
 import reprlib
+import unicodedata
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
 from ..errors import CatalogError, InvalidRequest
-from ..tool import Tool
+from ..tool import Tool, parameters_problem
 
 # Source field names that mean the same thing, canonical name first.
 PARAMETER_KEYS = ("parameters", "input_schema", "inputSchema", "args_schema", "argsSchema")
@@ -39,6 +40,17 @@ class LoadReport:
     warnings: list[str] = field(default_factory=list)
     source: str | None = None
 
+    def warn(self, source: str, message: str) -> None:
+        """Record something the user should know about `source` (named before `message`), once."""
+        message = f"{source}: {message}"
+        if message not in self.warnings:
+            self.warnings.append(message)
+
+    def notices(self) -> list[str]:
+        """What a person should be told of the load, one line each, each naming its file once: the tools
+        skipped, then the warnings (the CLI prints them, the HTTP API returns them)."""
+        return [f"{message} (skipped)" for _position, message in self.skipped] + list(self.warnings)
+
     def summary(self) -> str:
         text = f"{self.source or '<object>'}: {self.loaded} tools ({self.format or 'unknown format'})"
         if self.skipped:
@@ -54,16 +66,20 @@ class Context:
     lenient: bool = False
     report: LoadReport = field(default_factory=LoadReport)
     namespace: str | None = None  # the caller's namespace, for tools their source does not place
+    empty_hint: str | None = None  # where this format's tools come from, said when a catalog gives none
+    skips: int = 0  # tools skipped by this load
 
     def error(self, position: str, problem: str, hint: str | None = None) -> CatalogError:
         return catalog_error(self.source, position, problem, hint)
 
     def skip(self, position: str, message: str) -> None:
+        """Record a tool left out; `message` names the file and position (a CatalogError's text)."""
         self.report.skipped.append((position, message))
+        self.skips += 1
 
     def warn(self, message: str) -> None:
-        if message not in self.report.warnings:
-            self.report.warnings.append(message)
+        """Record something the user should know; the file's name is put before `message`."""
+        self.report.warn(self.source, message)
 
 
 def catalog_error(source: str, position: str, problem: str, hint: str | None = None) -> CatalogError:
@@ -115,7 +131,8 @@ def collect(ctx: Context, items: Iterable[tuple[str, Any]],
 
 
 def finish(ctx: Context, entries: list[Entry]) -> list[Tool]:
-    """Check that ids are unique (a true duplicate is an error naming both positions) and count."""
+    """Check that ids are unique (a true duplicate is an error naming both positions) and count; a catalog
+    that gives no tool is worth a warning (an empty spec is rarely what was meant)."""
     first_at: dict[str, str] = {}
     tools: list[Tool] = []
     for position, tool in entries:
@@ -129,6 +146,9 @@ def finish(ctx: Context, entries: list[Entry]) -> list[Tool]:
         first_at[tool.id] = position
         tools.append(tool)
     ctx.report.loaded += len(tools)
+    if not tools:
+        why = "every tool in it was skipped" if ctx.skips else "it holds none"
+        ctx.warn(f"no tools loaded: {why}" + (f" ({ctx.empty_hint})" if ctx.empty_hint and not ctx.skips else ""))
     return tools
 
 
@@ -201,11 +221,9 @@ def read_schema(ctx: Context, obj: Mapping[str, Any], position: str, keys: tuple
     where = at(position, key)
     if not isinstance(value, Mapping):
         raise ctx.error(where, f"field {key!r} must be a JSON schema object, got {type_name(value)}")
-    declared = value.get("type")
-    if must_be_object and declared is not None and declared != "object":
-        raise ctx.error(where, f"field {key!r} must describe an object (type 'object'), got type "
-                        f"{brief(declared)}",
-                        "tool arguments are always passed as one JSON object")
+    problem = parameters_problem(value) if must_be_object else None  # the rule `Tool` applies, placed here
+    if problem:
+        raise ctx.error(at(where, problem[0]) if problem[0] else where, problem[1])
     return dict(value)
 
 
@@ -257,14 +275,21 @@ def read_extras(ctx: Context, obj: Mapping[str, Any], position: str) -> dict[str
 
 
 def slugify(text: str) -> str:
-    """'Swagger Petstore - OpenAPI 3.0' → 'swagger-petstore-openapi-3-0' (no dots: ids are namespace.name)."""
-    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    """'Swagger Petstore - OpenAPI 3.0' → 'swagger-petstore-openapi-3-0', '天気予報 API' → '天気予報-api'.
+
+    Letters and digits of any script (with the marks that complete them), NFKC-folded and lowercased;
+    every run of anything else is one '-', so there is no dot (ids are namespace.name). A namespace is any
+    non-empty string to the service; ASCII titles slug as they always did.
+    """
+    folded = unicodedata.normalize("NFKC", text).lower()
+    kept = "".join(c if c.isalnum() or unicodedata.category(c).startswith("M") else "-" for c in folded)
+    return re.sub(r"-+", "-", kept).strip("-")
 
 
-def make_tool(namespace: str | None, name: str, **fields: Any) -> Tool:
-    """The tool a catalog item describes; a field `Tool` refuses is the catalog's error (lenient loading
-    skips the item)."""
+def make_tool(ctx: Context, position: str, namespace: str | None, name: str, **fields: Any) -> Tool:
+    """The tool the catalog item at `position` describes; a field `Tool` refuses is the catalog's error,
+    naming the file and the item (lenient loading skips the item)."""
     try:
         return Tool(id=qualified_id(namespace, name), name=name, namespace=namespace, **fields)
     except InvalidRequest as exc:
-        raise CatalogError(str(exc)) from None
+        raise ctx.error(position, str(exc)) from None

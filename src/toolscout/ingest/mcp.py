@@ -44,7 +44,7 @@ def parse(obj: Any, ctx: Context) -> list[Entry]:
     entries: list[Entry] = []
     groups = list(_groups(obj, ctx, ""))
     if ctx.namespace and any(server for server, _, _ in groups):
-        ctx.warn(f"{ctx.source}: namespace {ctx.namespace!r} ignored: this file names its servers, "
+        ctx.warn(f"namespace {ctx.namespace!r} ignored: this file names its servers, "
                  "which become the namespaces")
     for server, position, tools in groups:
         namespace = server or ctx.namespace
@@ -107,7 +107,7 @@ def _tool(ctx: Context, position: str, item: Any, namespace: str | None) -> Tool
     hint_tags = tuple(tag for hint, tag in HINT_TAGS.items() if annotations.get(hint) is True)
     fields["tags"] = tuple(dict.fromkeys(fields.get("tags", ()) + hint_tags))
     title = read_text(ctx, item, position, "title") or read_text(ctx, annotations, at(position, "annotations"), "title")
-    return make_tool(namespace, read_name(ctx, item, position),
+    return make_tool(ctx, position, namespace, read_name(ctx, item, position),
                      description=read_description(ctx, item, position) or title, title=title,
                      parameters=read_schema(ctx, item, position, _SCHEMA_KEYS, must_be_object=True),
                      raw=item, **fields)

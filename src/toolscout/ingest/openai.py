@@ -43,10 +43,10 @@ def _tool(ctx: Context, position: str, item: Any) -> Tool | None:
     elif kind in (None, "function", "custom"):  # custom tools take free text: a name and description, no schema
         fn, where = item, position
     else:
-        ctx.skip(position, f"{ctx.source}: {position}: built-in OpenAI tool of type {brief(kind)} skipped: "
-                           "it has no name and parameters of its own to retrieve by")
+        ctx.skip(position, f"{ctx.source}: {position}: built-in OpenAI tool of type {brief(kind)} "
+                           "has no name and parameters of its own to retrieve by")
         return None
     fields = read_extras(ctx, fn, where)
-    return make_tool(ctx.namespace, read_name(ctx, fn, where), description=read_description(ctx, fn, where),
+    return make_tool(ctx, position, ctx.namespace, read_name(ctx, fn, where), description=read_description(ctx, fn, where),
                      parameters=read_schema(ctx, fn, where, PARAMETER_KEYS, must_be_object=True),
                      raw=item, **fields)

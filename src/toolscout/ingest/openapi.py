@@ -4,11 +4,13 @@
 - description: summary + description; tags: the operation's tags (plus `deprecated` when it is).
 - parameters: one JSON object schema. Path, query, header and cookie parameters (path-level ones
   included, operation-level ones overriding) become properties; path parameters and `required: true`
-  ones are required. The request body (JSON first, then form media types) is merged in when it is a
+  ones are required. The request body (JSON first, then form media types; Swagger 2.0: the `in: body`
+  parameter, found as the others are, by `$ref` or at path level) is merged in when it is a
   plain object whose property names do not clash with a parameter; otherwise it becomes one `body`
   property. Local `$ref`s are inlined (see `schema.py`); `xml` and `x-*` keywords are dropped.
 - returns: the JSON schema of the lowest 2xx response that has one.
-- namespace: the caller's, else `info.title` slugified ('Swagger Petstore' → 'swagger-petstore').
+- namespace: the caller's, else `info.title` slugified ('Swagger Petstore' → 'swagger-petstore', '天気予報 API'
+  → '天気予報-api': `common.slugify`).
 - raw: {"method", "path", "operation" (as written), "parameter_locations" (property → path|query|
   header|cookie|body|formData), "body" ({"media_type", "whole": the property holding the whole body, or
   null when the body's properties were merged in}; absent without a body)}: what an HTTP caller needs to
@@ -46,12 +48,17 @@ _SWAGGER2_SCHEMA_KEYS = ("type", "format", "items", "enum", "default", "minimum"
 
 def parse(spec: Any, ctx: Context) -> list[Entry]:
     spec = require_mapping(ctx, spec, "", "an OpenAPI document (an object)")
+    if "openapi" not in spec and "swagger" not in spec:
+        raise ctx.error("", "not an OpenAPI document: it has no 'openapi' (3.x) or 'swagger' (2.0) field",
+                        "check the file, or the format asked for")
     version = str(spec.get("openapi") or spec.get("swagger") or "")
     if not re.match(r"^(3\.|2\.0)", version):
         raise ctx.error("openapi" if "openapi" in spec else "swagger",
                         f"unsupported OpenAPI version {brief(version)}", "OpenAPI 3.x and Swagger 2.0 are supported")
     paths = spec.get("paths") or {}
     paths = require_mapping(ctx, paths, "paths", "an object of paths")
+    ctx.empty_hint = "an OpenAPI document's tools are the operations under 'paths'" + (
+        "; its 'webhooks' are requests the API sends, not operations to call" if spec.get("webhooks") else "")
     info = spec.get("info") if isinstance(spec.get("info"), Mapping) else {}
     title = info.get("title") if isinstance(info.get("title"), str) else ""
     namespace = ctx.namespace or slugify(title) or None
@@ -63,13 +70,24 @@ def parse(spec: Any, ctx: Context) -> list[Entry]:
 def _operations(ctx: Context, resolver: RefResolver, paths: Mapping[str, Any]):
     for path, item in paths.items():
         where = at("paths", str(path))
-        item, _ = resolver.deref(item, where)
-        if not isinstance(item, Mapping):
-            raise ctx.error(where, f"a path item must be an object, got {type(item).__name__}")
+        try:
+            item = _path_item(ctx, resolver, item, where)
+        except CatalogError as exc:  # lenient: the path item's operations are skipped, as a bad one would be
+            if not ctx.lenient:
+                raise
+            ctx.skip(where, str(exc))
+            continue
         shared = item.get("parameters") or []
         for method, op in item.items():  # document order
             if str(method).lower() in HTTP_METHODS:
                 yield at(where, str(method)), (str(path), str(method).lower(), op, shared, where)
+
+
+def _path_item(ctx: Context, resolver: RefResolver, item: Any, where: str) -> Mapping[str, Any]:
+    item, _ = resolver.deref(item, where)
+    if not isinstance(item, Mapping):
+        raise ctx.error(where, f"a path item must be an object, got {type_name(item)}")
+    return item
 
 
 class _OperationParser:
@@ -91,8 +109,8 @@ class _OperationParser:
             raise self.ctx.error(at(position, "operationId"), "field 'operationId' must be a non-empty string")
         name = op_id.strip() if op_id else f"{method.upper()} {path}"
         budget = Budget()
-        properties, required, locations = self._parameters(position, op, shared, path_at, budget)
-        body = self._merge_body(position, op, properties, required, locations, budget)
+        properties, required, locations, body_param = self._parameters(position, op, shared, path_at, budget)
+        body = self._merge_body(position, op, body_param, properties, required, locations, budget)
         tags = [t for t in self._list(op, position, "tags") if isinstance(t, str)]
         if op.get("deprecated") is True:
             tags.append("deprecated")
@@ -101,29 +119,20 @@ class _OperationParser:
         raw = {"method": method.upper(), "path": path, "operation": op, "parameter_locations": locations}
         if body is not None:
             raw["body"] = body
-        return make_tool(self.namespace, name, description=join_summary(summary, description),
+        return make_tool(self.ctx, position, self.namespace, name, description=join_summary(summary, description),
                          parameters=object_schema(properties, required), returns=self._returns(position, op),
                          tags=tuple(dict.fromkeys(tags)), method=method.upper(), path=path, raw=raw)
 
     # ------------------------------------------------------------------------------- parameters
     def _parameters(self, position: str, op: Mapping, shared: Any, path_at: str, budget: Budget):
-        chosen: dict[tuple[str, str], tuple[Mapping, str]] = {}
-        for owner_at, params in ((path_at, shared), (position, op.get("parameters") or [])):
-            if not isinstance(params, list):
-                raise self.ctx.error(at(owner_at, "parameters"), "field 'parameters' must be a list")
-            for i, param in enumerate(params):
-                where = at(at(owner_at, "parameters"), i)
-                param, where = self.resolver.deref(param, where)
-                param = require_mapping(self.ctx, param, where, "a parameter object")
-                name, location = param.get("name"), param.get("in")
-                if not isinstance(name, str) or not name or not isinstance(location, str):
-                    raise self.ctx.error(where, "a parameter needs string fields 'name' and 'in'")
-                chosen[(name, location)] = (param, where)  # operation-level overrides path-level
+        """(properties, required, locations, the body parameter as (object, position) or None)."""
         properties: dict[str, Any] = {}
         required: list[str] = []
         locations: dict[str, str] = {}
-        for (name, location), (param, where) in chosen.items():
+        body = None
+        for (name, location), (param, where) in self._chosen(position, op, shared, path_at).items():
             if location == "body":  # Swagger 2.0 body parameter: handled with the request body
+                body = (param, where)
                 continue
             key = name if name not in properties else f"{location}_{name}"
             schema = self.resolver.resolve(self._parameter_schema(param, where), at(where, "schema"), budget)
@@ -133,7 +142,26 @@ class _OperationParser:
             locations[key] = location
             if location == "path" or param.get("required") is True:
                 required.append(key)
-        return properties, required, locations
+        return properties, required, locations, body
+
+    def _chosen(self, position: str, op: Mapping, shared: Any, path_at: str) -> dict:
+        """Each parameter, refs followed, by (name, in): path-level ones, then the operation's over them."""
+        chosen: dict[tuple[str, str], tuple[Mapping, str]] = {}
+        for owner_at, params in ((path_at, shared), (position, op.get("parameters") or [])):
+            if not isinstance(params, list):
+                raise self.ctx.error(at(owner_at, "parameters"), "field 'parameters' must be a list")
+            for i, param in enumerate(params):
+                where = at(at(owner_at, "parameters"), i)
+                param, where = self.resolver.deref(param, where)
+                param = require_mapping(self.ctx, param, where, "a parameter object")
+                if isinstance(param.get("$ref"), str):  # left unresolved: it points into another file
+                    raise self.ctx.error(where, f"the parameter is a $ref to another file ({brief(param['$ref'])}), "
+                                         "which is not read", "bundle the spec into one file")
+                name, location = param.get("name"), param.get("in")
+                if not isinstance(name, str) or not name or not isinstance(location, str):
+                    raise self.ctx.error(where, "a parameter needs string fields 'name' and 'in'")
+                chosen[(name, location)] = (param, where)  # operation-level overrides path-level
+        return chosen
 
     def _list(self, obj: Mapping, position: str, key: str) -> list:
         value = obj.get(key)
@@ -147,35 +175,40 @@ class _OperationParser:
             if schema.get("type") == "file":
                 schema = {"type": "string", "format": "binary"}
             return schema
-        if isinstance(param.get("schema"), Mapping):
-            return dict(param["schema"])
+        schema = self._schema_at(param.get("schema"), at(where, "schema"))
+        if isinstance(schema, Mapping):
+            return dict(schema)
         media = _json_media(param.get("content"))
         if media is not None and not isinstance(media, Mapping):
             raise self.ctx.error(at(where, "content"), "a media type's schema must be an object, got "
                                  f"{type_name(media)}")
         return dict(media) if media is not None else {}
 
+    def _schema_at(self, schema: Any, where: str) -> Any:
+        """`schema` (None when absent), refused when it cannot be a JSON schema (an object, or true/false)."""
+        if schema is not None and not isinstance(schema, (Mapping, bool)):
+            raise self.ctx.error(where, f"a schema must be a JSON schema object (or true/false), got "
+                                 f"{type_name(schema)}")
+        return schema
+
     # ------------------------------------------------------------------------------- request body
-    def _merge_body(self, position: str, op: Mapping, properties: dict, required: list, locations: dict,
-                    budget: Budget) -> dict[str, Any] | None:
-        """Add the request body's arguments; returns where the body goes ({"media_type", "whole"}), or None."""
-        body_at = at(position, "requestBody")
+    def _merge_body(self, position: str, op: Mapping, body_param: tuple[Mapping, str] | None, properties: dict,
+                    required: list, locations: dict, budget: Budget) -> dict[str, Any] | None:
+        """Add the request body's arguments (Swagger 2.0: `body_param`, the `in: body` parameter); returns
+        where the body goes ({"media_type", "whole"}), or None."""
         if self.swagger2:
-            body = next((p for p in self._list(op, position, "parameters")
-                         if isinstance(p, Mapping) and p.get("in") == "body"), None)
-            if body is None:
+            if body_param is None:
                 return None
-            body, _ = self.resolver.deref(body, body_at)
-            body = require_mapping(self.ctx, body, body_at, "a body parameter object")
+            body, body_at = body_param
             media_type, schema_at, raw_schema = "application/json", at(body_at, "schema"), body.get("schema")
         else:
             if op.get("requestBody") is None:
                 return None
-            body, body_at = self.resolver.deref(op["requestBody"], body_at)
+            body, body_at = self.resolver.deref(op["requestBody"], at(position, "requestBody"))
             body = require_mapping(self.ctx, body, body_at, "a request body object")
             media_type, raw_schema = _body_media(body.get("content"))
             schema_at = at(at(at(body_at, "content"), media_type or "?"), "schema")
-        if raw_schema is None:
+        if self._schema_at(raw_schema, schema_at) is None:
             return None
         schema = self.resolver.resolve(raw_schema, schema_at, budget)
         body_required = body.get("required") is True

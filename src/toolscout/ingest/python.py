@@ -1,7 +1,8 @@
 """Python callables as tools: `load_tools([f, g])`, `"package.module:attr"` or `"path/to/tools.py"`.
 
 From a module (file or import path) the tools are its `TOOLS` list when it has one, else its public
-module-level functions (defined there, not imported; names not starting with `_`), in source order.
+module-level functions (defined there with `def`, not imported; names not starting with `_`), in source
+order; a lambda assigned at module level is left out with a warning.
 `module:attr` may name one callable, a list of them, or a module. Loading a file runs it, as any import does.
 
 Per callable: name = `__name__`; description = the docstring's first paragraph; per-parameter
@@ -25,10 +26,10 @@ from typing import Any, Callable
 
 from ..errors import CatalogError
 from ..tool import Tool
-from .common import Context, Entry, at, collect, make_tool, type_name
+from .common import Context, Entry, LoadReport, at, collect, make_tool, type_name
 from .docstrings import Docstring, parse_docstring
 from .guard import check_tree
-from .pytypes import HintTooDeep, jsonable_default, type_schema
+from .pytypes import HintTooDeep, jsonable_default, self_contained, type_schema
 
 MODULE_ATTR = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 
@@ -37,22 +38,30 @@ def parse(obj: Any, ctx: Context) -> list[Entry]:
     items = [obj] if callable(obj) else obj
     if not isinstance(items, (list, tuple)):
         raise ctx.error("", f"expected a list of Python callables, got {type_name(obj)}")
+    ctx.empty_hint = "a module's tools are its TOOLS list, else the public functions it defines"
     return collect(ctx, ((f"[{i}]", fn) for i, fn in enumerate(items)), lambda pos, fn: _tool(ctx, pos, fn))
 
 
 # ------------------------------------------------------------------------------------ finding them
 
-def callables_from_module(module: ModuleType, source: str) -> list[Callable]:
+def callables_from_module(module: ModuleType, source: str, report: LoadReport) -> list[Callable]:
     tools = getattr(module, "TOOLS", None)
     if tools is not None:
         if not isinstance(tools, (list, tuple)):
             raise CatalogError(f"{source}: TOOLS must be a list of callables, got {type_name(tools)}")
         return list(tools)
-    return [value for name, value in vars(module).items()
-            if inspect.isfunction(value) and value.__module__ == module.__name__ and not name.startswith("_")]
+    found = []
+    for name, value in vars(module).items():
+        if not inspect.isfunction(value) or value.__module__ != module.__name__ or name.startswith("_"):
+            continue
+        if value.__name__ == "<lambda>":  # a helper assigned at module level, not a function the module defines
+            report.warn(source, f"{name} is a lambda, not a function defined with def: not taken as a tool")
+            continue
+        found.append(value)
+    return found
 
 
-def import_callables(spec: str) -> list[Callable]:
+def import_callables(spec: str, report: LoadReport) -> list[Callable]:
     """`package.module:attr` (a callable, a list of them, or a module) or a module path alone."""
     module_name, _, attr = spec.partition(":")
     try:
@@ -64,11 +73,11 @@ def import_callables(spec: str) -> list[Callable]:
             raise CatalogError(f"{spec}: module {module_name!r} has no attribute {attr!r}")
         target = getattr(target, part)
     if isinstance(target, ModuleType):
-        return callables_from_module(target, spec)
+        return callables_from_module(target, spec, report)
     return [target] if callable(target) else target
 
 
-def load_file(path: Path, source: str) -> list[Callable]:
+def load_file(path: Path, source: str, report: LoadReport) -> list[Callable]:
     """Import a .py file under a private module name and take its tools."""
     name = "toolscout_user_" + re.sub(r"\W", "_", str(path.resolve()))
     module_spec = importlib.util.spec_from_file_location(name, path)
@@ -81,7 +90,7 @@ def load_file(path: Path, source: str) -> list[Callable]:
     except (Exception, SystemExit) as exc:  # sys.exit() at import must not end the caller's process
         sys.modules.pop(name, None)
         raise CatalogError(f"{source}: running the module failed ({type(exc).__name__}: {exc})") from None
-    return callables_from_module(module, source)
+    return callables_from_module(module, source, report)
 
 
 # ------------------------------------------------------------------------------------ one callable
@@ -110,7 +119,7 @@ def _tool(ctx: Context, position: str, fn: Any) -> Tool:
     returns = _returns(ctx, position, hints.get("return", signature.return_annotation), doc.returns)
     for key, schema in (("parameters", parameters), ("returns", returns)):  # the bounds of any catalog schema
         check_tree(schema, ctx.source, json_only=True, position=at(position, key))
-    return make_tool(ctx.namespace, name, description=doc.description, parameters=parameters, returns=returns,
+    return make_tool(ctx, position, ctx.namespace, name, description=doc.description, parameters=parameters, returns=returns,
                      examples=doc.examples, raw=fn)
 
 
@@ -134,7 +143,7 @@ def _parameters(ctx: Context, position: str, signature: inspect.Signature, hints
     parameters: dict[str, Any] = {"type": "object", "properties": properties}
     if required:
         parameters["required"] = required
-    return parameters
+    return self_contained(parameters)
 
 
 def _hint_schema(ctx: Context, where: str, hint: Any) -> dict[str, Any]:
@@ -149,14 +158,14 @@ def _type_hints(ctx: Context, fn: Any, position: str) -> dict[str, Any]:
     try:
         return typing.get_type_hints(target, include_extras=True)
     except Exception as exc:  # an unresolvable forward reference: fall back to untyped parameters
-        ctx.warn(f"{ctx.source}: {position}: type hints could not be resolved ({exc}); those parameters are untyped")
+        ctx.warn(f"{position}: type hints could not be resolved ({exc}); those parameters are untyped")
         return {}
 
 
 def _returns(ctx: Context, position: str, annotation: Any, text: str) -> dict[str, Any] | None:
     if annotation is None or annotation is type(None):
         return {"description": text} if text else None
-    schema = _hint_schema(ctx, at(position, "returns"), annotation)
+    schema = self_contained(_hint_schema(ctx, at(position, "returns"), annotation))
     if text:
         schema = {**schema, "description": text}
     return schema or None

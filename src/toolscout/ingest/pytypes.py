@@ -5,7 +5,8 @@ dict/Mapping[str, X]→object (additionalProperties X); Optional[X] / X | None�
 added to its type (or `anyOf` with null); other unions→anyOf; Literal[...] and Enum subclasses→enum
 (with the type when all values share one); Annotated[X, "text" | Field(description=...)]→X plus that
 description; datetime/date/time/UUID→string with a format; pydantic models→their own JSON schema;
-dataclasses and TypedDicts→object schemas. Anything else (Any, no hint, unknown classes, a class whose
+dataclasses and TypedDicts→object schemas. `self_contained` then moves the definitions pydantic nests
+(`$defs`) to the root of the tool's schema, where their refs point. Anything else (Any, no hint, unknown classes, a class whose
 own hints cannot be resolved) → {} (any value). Values that are not plain JSON (NaN, sets, objects:
 `guard.check_tree`) are left out of enums and defaults; hints nested deeper than `guard.MAX_DEPTH` raise
 `HintTooDeep` (a hostile hint would otherwise exhaust the stack).
@@ -155,6 +156,61 @@ def _model_schema(cls: type) -> dict[str, Any]:
         return dict(cls.model_json_schema())
     except Exception:  # noqa: BLE001 - pydantic cannot describe the user's model (arbitrary types): any value
         return {}
+
+
+def self_contained(schema: dict[str, Any]) -> dict[str, Any]:
+    """`schema` with every `$defs` inside it moved to its root, where its refs (`#/$defs/Name`) look.
+
+    pydantic writes a model's definitions at the model's own root, so a model nested in a parameter (or in a
+    list) would refer to nothing; recursive models need their definitions kept, so they are lifted, not
+    inlined. Two different definitions under one name: the later one is renamed `Name_2` (its refs too).
+    """
+    lifted: dict[str, Any] = {}
+    out = _lift(schema, lifted)
+    return {**out, "$defs": lifted} if lifted else out
+
+
+def _lift(node: Any, lifted: dict[str, Any]) -> Any:
+    if isinstance(node, list):
+        return [_lift(v, lifted) for v in node]
+    if not isinstance(node, dict):
+        return node
+    own = node.get("$defs")
+    renames = _renames(own, lifted) if isinstance(own, dict) else {}
+    if renames:
+        node = _renamed(node, renames)
+    if isinstance(own, dict):
+        for name, definition in node["$defs"].items():
+            lifted[renames.get(name, name)] = _lift(definition, lifted)
+    return {k: _lift(v, lifted) for k, v in node.items() if not (k == "$defs" and isinstance(own, dict))}
+
+
+def _renames(own: dict[str, Any], lifted: dict[str, Any]) -> dict[str, str]:
+    """New names for the definitions of `own` that clash with different ones already lifted."""
+    renames: dict[str, str] = {}
+    changed = True
+    while changed:  # a rename changes the refs of the others, which may then clash in turn
+        changed = False
+        for name, definition in own.items():
+            target = renames.get(name, name)
+            if target in lifted and lifted[target] != _renamed(definition, renames):
+                taken = set(lifted) | set(own) | set(renames.values())
+                renames[name] = next(f"{name}_{i}" for i in range(2, len(taken) + 3) if f"{name}_{i}" not in taken)
+                changed = True
+    return renames
+
+
+def _renamed(node: Any, renames: dict[str, str]) -> Any:
+    """`node` with its `#/$defs/Old` refs pointing at the new names."""
+    if isinstance(node, list):
+        return [_renamed(v, renames) for v in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: _renamed(v, renames) for k, v in node.items()}
+    ref = out.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/$defs/") and ref[len("#/$defs/"):] in renames:
+        out["$ref"] = "#/$defs/" + renames[ref[len("#/$defs/"):]]
+    return out
 
 
 def _object(title: str, props: dict[str, Any], required: list[str]) -> dict[str, Any]:

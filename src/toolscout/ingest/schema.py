@@ -49,6 +49,9 @@ class RefResolver:
 
     def lookup(self, ref: str, where: str) -> tuple[Any, str]:
         """The target of a local ref and its index path; a broken ref raises naming where it was."""
+        if ref != "#" and not ref.startswith("#/"):  # '#definitions/X': the slash forgotten
+            raise self.ctx.error(at(where, "$ref"), f"malformed $ref {brief(ref)}: a ref inside this file is '#/' "
+                                 f"and a path", f"write {brief('#/' + ref[1:])}")
         parts = [unquote(p).replace("~1", "/").replace("~0", "~") for p in ref[2:].split("/")] if ref != "#" else []
         node: Any = self.document
         for i, part in enumerate(parts):
@@ -65,7 +68,7 @@ class RefResolver:
     def _is_local(self, ref: str, where: str) -> bool:
         if ref.startswith("#"):
             return True
-        self.ctx.warn(f"{self.ctx.source}: {where}: $ref {brief(ref)} points outside this file and was kept unresolved")
+        self.ctx.warn(f"{where}: $ref {brief(ref)} points outside this file and was kept unresolved")
         return False
 
     def deref(self, node: Any, where: str) -> tuple[Any, str]:
@@ -121,7 +124,7 @@ class RefResolver:
         if budget.left <= 0 or budget.nodes_left <= 0:
             return "reference not expanded (size limit)"
         if self.total_left <= 0:
-            self.ctx.warn(f"{self.ctx.source}: $refs beyond {MAX_INLINED_TOTAL} inlined schema objects in all were "
+            self.ctx.warn(f"$refs beyond {MAX_INLINED_TOTAL} inlined schema objects in all were "
                           "left as placeholders")
             return "reference not expanded (size limit for the whole spec)"
         if depth >= MAX_DEPTH:

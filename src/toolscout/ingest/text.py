@@ -5,7 +5,8 @@
 - `parse_json` (a whole file: line and column) and `parse_json_line` (one JSONL line: its column):
   `json.loads`, except that every problem is a CatalogError naming its place: syntax, and what Python's
   reader cannot take beyond syntax (nesting that exhausts its recursion, integers longer than Python
-  converts). The wording of each kind of problem lives here only.
+  converts), and keys named twice in one object (the reader would keep the last silently). The wording of
+  each kind of problem lives here only.
 """
 
 from __future__ import annotations
@@ -20,7 +21,11 @@ from .guard import DEPTH_HINT, MAX_DEPTH, MAX_INT_DIGITS
 
 # A JSON string (unrolled loop: no catastrophic backtracking) or a bracket; used only to locate problems.
 _STRING_OR_BRACKET = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
+_KEY_OR_BRACKET = re.compile(r'("[^"\\]*(?:\\.[^"\\]*)*")(\s*:)?|[\[\]{}]')
 _NEWLINE = b"\n"
+# Duplicate keys are refused rather than read as JSON and YAML readers do (the last one wins): in a catalog
+# they are a mistake, usually of hand-merged specs, and what the first one held would be lost without a word.
+DUPLICATE_HINT = "a key may appear once in an object: merge the two entries"
 _STRING_OR_LONG_NUMBER = re.compile(rf'"[^"\\]*(?:\\.[^"\\]*)*"|\d{{{MAX_INT_DIGITS + 1},}}')
 
 
@@ -65,7 +70,12 @@ def parse_json_line(text: str, where: str) -> Any:
 
 def _loads(text: str) -> Any:
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_unique_keys)
+    except _DuplicateKey:
+        key, index, first = _first_duplicate(text)
+        line, column = _line_and_column(text, first)
+        raise _Problem(f"duplicate key {key!r} (first at line {line}, column {column})", DUPLICATE_HINT,
+                       index) from None
     except json.JSONDecodeError as exc:
         raise _Problem(f"invalid JSON ({exc.msg})", "fix the syntax there", exc.pos, exc) from None
     except RecursionError:
@@ -73,6 +83,34 @@ def _loads(text: str) -> Any:
     except ValueError:  # Python refuses to turn an integer of more than 4,300 digits into an int
         at = next((m.start() for m in _STRING_OR_LONG_NUMBER.finditer(text) if m.group()[0] != '"'), 0)
         raise _Problem(f"a number with more than {MAX_INT_DIGITS} digits", "write it as a string", at) from None
+
+
+class _DuplicateKey(Exception):
+    """An object that names a key twice (found by the reader; `_first_duplicate` then finds where)."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):  # json.loads would keep the last value silently
+        raise _DuplicateKey
+    return obj
+
+
+def _first_duplicate(text: str) -> tuple[str, int, int]:
+    """(key, index of its second mention, index of its first) for the first key an object names twice."""
+    open_objects: list[dict[str, int] | None] = []  # per open bracket: the keys seen ({}), or None ([])
+    for token in _KEY_OR_BRACKET.finditer(text):
+        if token.group(1) is None:  # a bracket
+            if token.group() in "{[":
+                open_objects.append({} if token.group() == "{" else None)
+            elif open_objects:
+                open_objects.pop()
+        elif token.group(2) and open_objects and open_objects[-1] is not None:  # a string before ':' is a key
+            key, seen = json.loads(token.group(1)), open_objects[-1]
+            if key in seen:
+                return key, token.start(), seen[key]
+            seen[key] = token.start()
+    return "?", 0, 0  # not reached: the reader found one
 
 
 def _too_deep_at(text: str) -> int:

@@ -12,7 +12,8 @@ Python parser takes seconds per megabyte), PyYAML's own composer and SafeConstru
   names where level MAX_DEPTH + 1 opens, whichever PyYAML is installed;
 - merge keys (`<<`) keep one entry per key as they merge, so chained merges cannot grow exponentially
   (a "merge-key bomb"); what the mapping means is unchanged;
-- integers longer than Python converts are an error with their line, not a bare ValueError.
+- integers longer than Python converts are an error with their line, not a bare ValueError;
+- a key written twice in one mapping is an error with both lines (PyYAML would keep the last silently).
 
 `load` turns every problem into a CatalogError with its line and column. Alias bombs ("billion laughs") build a small, shared object here; `guard.check_tree` measures and stops
 them afterwards.
@@ -30,6 +31,7 @@ from yaml.resolver import Resolver
 
 from ..errors import CatalogError
 from .guard import DEPTH_HINT, MAX_DEPTH, MAX_INT_DIGITS
+from .text import DUPLICATE_HINT
 
 try:
     from yaml._yaml import CParser
@@ -43,10 +45,11 @@ except ImportError:  # PyYAML built without libyaml
     _PARSER = (Reader, Scanner, Parser)
 _LIBYAML_NESTING_CAP = "maximum nesting depth"  # in the problem libyaml >= 0.2.5 reports at its own cap
 _TOO_DEEP = f"nested deeper than {MAX_DEPTH} levels; {DEPTH_HINT}"
+_MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
 class BeyondLimit(yaml.MarkedYAMLError):
-    """YAML within the syntax but beyond what a catalog may hold (`problem` says what), at `problem_mark`."""
+    """YAML within the syntax but not what a catalog may hold (`problem` says what), at `problem_mark`."""
 
 
 class CatalogLoader(Composer, *_PARSER, SafeConstructor, Resolver):  # type: ignore[misc]
@@ -69,6 +72,7 @@ class CatalogLoader(Composer, *_PARSER, SafeConstructor, Resolver):  # type: ign
             self._depth -= 1
 
     def flatten_mapping(self, node: Any) -> None:
+        _refuse_duplicate_keys(node)  # before merging: merged keys may be overridden, written ones not
         SafeConstructor.flatten_mapping(self, node)
         node.value = _one_entry_per_key(node.value)
 
@@ -85,6 +89,18 @@ CatalogLoader.yaml_implicit_resolvers = {
     first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
     for first, resolvers in Resolver.yaml_implicit_resolvers.items()
 }
+
+
+def _refuse_duplicate_keys(node: Any) -> None:
+    """Raise at the second of two equal keys written in one mapping (`text.DUPLICATE_HINT` says why)."""
+    first: dict[tuple[str, str], Any] = {}
+    for key, _value in node.value:
+        if not isinstance(key, ScalarNode) or key.tag == _MERGE_TAG:
+            continue
+        mark = first.setdefault((key.tag, key.value), key.start_mark)
+        if mark is not key.start_mark:
+            raise BeyondLimit(None, None, f"duplicate key {key.value!r} (first at line {mark.line + 1}, column "
+                              f"{mark.column + 1}); {DUPLICATE_HINT}", key.start_mark)
 
 
 def _one_entry_per_key(pairs: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:

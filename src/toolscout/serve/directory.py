@@ -365,7 +365,7 @@ def replay_journal(scout: ToolScout, records: list[dict[str, Any]], snapshot_seq
         if op in ("base", "abort") or record["seq"] <= snapshot_seq or record["seq"] in aborted:
             continue
         if op == "upsert":
-            pending.update({row["id"]: Tool.from_dict(row) for row in record["tools"]})
+            pending.update({row["id"]: Tool.from_record(row) for row in record["tools"]})
             for row in record["tools"]:
                 joined.setdefault(row["id"], float(record.get("time", 0.0)))
         elif op == "delete":

@@ -7,6 +7,7 @@
     GET    /tools/{id}
     PUT    /tools/{id}          one tool (toolscout record); creates or replaces
     POST   /tools               {"tools": [records]} or {"catalog": <any catalog object>, "format", "namespace"}
+                                (a catalog's answer lists its `warnings`: tools skipped, no tools, ...)
     DELETE /tools/{id}
     POST   /tools/delete        {"ids": [...]}
     GET    /namespaces
@@ -378,14 +379,15 @@ def _add_catalog_routes(app: FastAPI, api: Api) -> None:
 
     @app.post("/tools", response_model=WriteResponse, responses=ERRORS, tags=["catalog"])
     def upsert_tools(body: UpsertRequest, principal: Writer) -> Response:
-        """Create or replace many tools: toolscout records, or a whole catalog in any format."""
+        """Create or replace many tools: toolscout records, or a whole catalog in any format (the answer then
+        lists what reading it skipped or warned of)."""
         if body.tools is not None:
-            tools = [t.to_tool() for t in body.tools]
-        else:
-            from ..ingest import parse_tools
+            return JSON(service.upsert([t.to_tool() for t in body.tools], principal).to_dict())
+        from ..ingest import LoadReport, parse_tools
 
-            tools = parse_tools(body.catalog, format=body.format, namespace=body.namespace, source="catalog")
-        return JSON(service.upsert(tools, principal).to_dict())
+        report = LoadReport()
+        tools = parse_tools(body.catalog, format=body.format, namespace=body.namespace, source="catalog", report=report)
+        return JSON({**service.upsert(tools, principal).to_dict(), "warnings": report.notices()})
 
     @app.delete("/tools/{tool_id:path}", response_model=WriteResponse, responses=ERRORS, tags=["catalog"])
     def delete_tool(tool_id: str, principal: Writer) -> Response:

@@ -54,9 +54,13 @@ def error_response(status: int, message: str, details: list | None = None, heade
     return JSONResponse({"error": body}, status_code=status, headers=headers)
 
 
+def too_large(limit: int) -> str:
+    return f"request body is larger than the limit of {limit} bytes (the server's --max-body)"
+
+
 class _TooLarge(StarletteHTTPException):
     def __init__(self, limit: int):
-        super().__init__(413, f"request body is larger than the limit of {limit} bytes")
+        super().__init__(413, too_large(limit))
 
 
 class BodyLimit:
@@ -78,7 +82,7 @@ class BodyLimit:
         if scope["path"].startswith("/mcp"):
             return await self._mcp(scope, receive, send, length)
         if length is not None and length.isdigit() and int(length) > self.max_bytes:
-            return await error_response(413, f"request body is larger than the limit of {self.max_bytes} bytes")(
+            return await error_response(413, too_large(self.max_bytes))(
                 scope, receive, send)
         media = headers.get("content-type", "").split(";")[0].strip().lower()
         if (length is None or length != "0") and media and media != "application/json" and not media.endswith("+json"):

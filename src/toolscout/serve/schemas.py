@@ -279,6 +279,9 @@ class WriteResponse(BaseModel):
     updated: list[str]
     unchanged: list[str]
     deleted: list[str]
+    warnings: list[str] | None = Field(None, description=(
+        "For a `catalog` posted: what reading it skipped (tools no one can call, such as an API's server-side "
+        "tools) or warned of (a catalog with no tools, $refs to other files left as they are), one line each."))
 
 
 class ErrorBody(BaseModel):

@@ -46,7 +46,7 @@ class StoredRow:
 
 def stored_tool(tool_id: str, namespace: str | None, doc: dict | None) -> Tool:
     """The Tool a row holds (a row written without its document: a stand-in with its namespace)."""
-    return Tool.from_dict(doc) if doc is not None else Tool(tool_id, tool_id, namespace=namespace or None)
+    return Tool.from_record(doc) if doc is not None else Tool(tool_id, tool_id, namespace=namespace or None)
 
 
 @dataclass
