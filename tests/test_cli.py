@@ -106,6 +106,23 @@ def test_eval_writes_the_design_json_shape(capsys, tmp_path):
     assert "--bootstrap needs 0 or more" in capsys.readouterr().err
 
 
+def test_eval_says_what_it_skipped_on_stderr_and_in_the_json(capsys, tmp_path):
+    """beta's b9 has no labels and gamma_corpus has no queries.jsonl: both are left out, and said so."""
+    out_json = tmp_path / "r.json"
+    skipped = ["beta: skipped 1 test queries with no labels (first: 'b9')", "gamma_corpus: no queries.jsonl; set skipped"]
+    code, out, err = run(capsys, "eval", EVAL_SETS / "beta", EVAL_SETS / "gamma_corpus", "--retriever", "bm25",
+                         "--json", out_json, "--quiet")
+    assert code == 0, err
+    assert [line for line in err.splitlines() if line.startswith("warning: ")] == [f"warning: {w}" for w in skipped]
+    data = json.loads(out_json.read_text())
+    assert data["warnings"] == skipped and set(data["sets"]) == {"beta"} and data["sets"]["beta"]["queries"] == 8
+    code, out, err = run(capsys, "eval", EVAL_SETS / "beta", EVAL_SETS / "gamma_corpus", "--retriever", "bm25",
+                         "--retriever", "dense", "--json", out_json, "--quiet", "--bootstrap", "0")
+    assert code == 0, err
+    assert err.count("warning: ") == 2  # once, though both systems skipped the same
+    assert all(system["warnings"] == skipped for system in json.loads(out_json.read_text())["systems"].values())
+
+
 def reference_metrics(folder, k):
     """nDCG, recall and MRR at k from ranx, and completeness counted by hand, in points, for the BM25
     pipeline's rankings of the set's labelled test queries (each ranked alone; `eval` skips unlabelled ones)."""

@@ -64,6 +64,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
                                     split=args.split, pooled=args.pooled, name=label, progress=not args.quiet,
                                     max_queries=args.max_queries,
                                     also_at=[int(c) for c in args.also_k.split(",") if c.strip()]))
+    for line in dict.fromkeys(w for r in reports for w in r.warnings):  # every system skips the same queries
+        print(f"warning: {line}", file=sys.stderr)
     print(format_table(reports, per_category=args.per_category))
     comparisons = _compare(reports, args)
     if args.json:
