@@ -95,6 +95,9 @@ def test_eval_writes_the_design_json_shape(capsys, tmp_path):
     data = json.loads(out_json.read_text())
     assert set(data["systems"]) == {"bm25", "dense"} and data["comparisons"][0]["b"] == "dense"
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the bootstrap pools alpha's 8 and beta's 8 labelled queries, unlike the table's macro mean: said so
+    comparison = next(line for line in out.splitlines() if line.startswith("dense vs bm25: ndcg@10: B − A = "))
+    assert comparison.endswith("pooled over 16 queries of 2 sets") and data["comparisons"][0]["n_queries"] == 16
 
     code, out, err = run(capsys, "eval", EVAL_SETS / "alpha", "--retriever", "bm25", "--retriever", "dense",
                          "--json", out_json, "--quiet", "--bootstrap", "0")  # 0: the systems, not compared

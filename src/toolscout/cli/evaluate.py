@@ -130,6 +130,7 @@ def _resamples(text: str) -> int:
 
 def _compare(reports: list, args: argparse.Namespace) -> list[dict[str, Any]]:
     from ..eval import paired_bootstrap
+    from ..eval.report import counted
 
     comparisons = []
     if args.bootstrap == 0:
@@ -137,5 +138,7 @@ def _compare(reports: list, args: argparse.Namespace) -> list[dict[str, Any]]:
     for other in reports[1:]:
         result = paired_bootstrap(reports[0], other, metric=f"ndcg@{args.k}", n_resamples=args.bootstrap)
         comparisons.append({"a": reports[0].name, "b": other.name, **result.to_dict()})
-        print(f"{other.name} vs {reports[0].name}: {result}")
+        # the test pools queries (each weighs the same), while the table's mean row weighs each set the same
+        over = f"pooled over {result.n_queries} queries of {counted(len(reports[0].sets), 'set')}"
+        print(f"{other.name} vs {reports[0].name}: {result.line(over)}")
     return comparisons
