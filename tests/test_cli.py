@@ -231,6 +231,12 @@ def test_eval_and_train_refuse_mistakes_before_the_work_naming_what_to_do(capsys
     assert code == 1 and f"--json {tmp_path / 'afile' / 'r.json'}: cannot make its folder: " in err
     code, _, err = run(capsys, "eval", sample, "--retriever", "bm25", "--model", "all-MiniLM-L6-v2")
     assert code == 1 and "--model all-MiniLM-L6-v2: none of --retriever bm25 takes a model" in err
+    # an untrained tool2vec is a description retriever under another name: refused as an untrained mlc is
+    for name, model, says in (("tool2vec", [], "none was given"), ("mlc", [], "none was given"),
+                              ("tool2vec", ["--model", "all-MiniLM-L6-v2"], "--model all-MiniLM-L6-v2 is not one")):
+        code, _, err = run(capsys, "eval", sample, "--retriever", name, *model, "--quiet")
+        assert code == 1 and f"--retriever {name} needs --model DIR, a `toolscout train {name}` directory ({says}; " \
+            f"write one with `toolscout train {name} --data SET_DIR --out DIR`)" in err, err
     assert run(capsys, "index", sample, "--out", tmp_path / "idx", "--retriever", "bm25")[0] == 0
     code, _, err = run(capsys, "train", "tool2vec", "--data", sample, "--out", tmp_path / "idx")
     assert code == 1 and "holds something that is not a toolscout model" in err

@@ -92,6 +92,8 @@ def system_options(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
         method = trained[1].get("method")
         raise ValueError(f"--model {args.model} is a {method!r} model; evaluate it with "
                          f"{flags_for_model(args.model, method)}")
+    for name in names:
+        _check_trained(name, models[name] or args.model)
     encoders: dict[str | None, Any] = {}
     systems = {}
     for name in names:
@@ -108,6 +110,20 @@ def system_options(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
             options["encoder"] = encoders[model]
         systems[name] = options
     return systems
+
+
+def _check_trained(name: str, model: str | None) -> None:
+    """A retriever that is its method only with a model directory (`Accepts.needs_trained_model`) is refused
+    without one: tool2vec would rank by descriptions alone under its name (no usage is learned during an eval)."""
+    from ..models import model_config
+    from ..retrievers.base import retriever_class
+
+    accepts = retriever_class(name).accepts
+    trained = model_config(model)
+    if accepts.needs_trained_model and (trained is None or trained[1].get("method") != accepts.trained_by):
+        given = f"--model {model} is not one" if model else "none was given"
+        raise ValueError(f"--retriever {name} needs --model DIR, a `toolscout train {accepts.trained_by}` directory "
+                         f"({given}; write one with `toolscout train {accepts.trained_by} --data SET_DIR --out DIR`)")
 
 
 def _factory(name: str, options: dict[str, Any], reranker: Any, fast_queries: str | None = None):
