@@ -203,6 +203,7 @@ def test_index_splits_multi_request_tasks_unless_told_not_to(capsys, tmp_path):
     (["serve", "idx", "--batch-workers", "two"], "argument --batch-workers: expected a whole number, got 'two'"),
     (["gateway", "servers.json", "--search-wait", "-1"], "argument --search-wait: expected a number at least 0"),
     (["gateway", "servers.json", "--port", "70000"], "argument --port: expected a number from 1 to 65535"),
+    (["eval", "set", "--max-queries", "0"], "argument --max-queries: expected a number at least 1, got '0'"),
 ])
 def test_numbers_out_of_range_are_refused_naming_the_flag_before_anything_starts(capsys, argv, says):
     with pytest.raises(SystemExit) as exited:
@@ -245,3 +246,17 @@ def test_eval_and_train_refuse_mistakes_before_the_work_naming_what_to_do(capsys
     (unlabelled / "tools.jsonl").write_text((sample / "tools.jsonl").read_text())
     code, _, err = run(capsys, "eval", unlabelled, "--retriever", "bm25", "--quiet")
     assert code == 1 and "unlabelled: no queries.jsonl; set skipped" in err
+
+
+def test_max_queries_help_warns_that_the_first_n_may_not_represent_the_split(capsys, shared_data):
+    """--max-queries takes the first N; its help's example is checked against the data it names."""
+    with pytest.raises(SystemExit):
+        main(["eval", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert ("the first N of the split in file order (the same ones every run), which may not represent the split: "
+            "sealtools' first 150 test queries all need one tool, while 78% of its test split needs several") in help_text
+    from toolscout.benchmark_sets import load_benchmark
+
+    test = load_benchmark(shared_data / "sealtools").split("test")
+    assert all(len(q.labels) == 1 for q in test[:150])
+    assert round(100 * sum(len(q.labels) > 1 for q in test) / len(test)) == 78

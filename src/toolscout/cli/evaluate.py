@@ -13,7 +13,7 @@ from ..defaults import DEFAULT_RETRIEVER
 
 ENCODER_BACKENDS = ("auto", "exact", "torch", "onnx", "onnx-int8")  # toolscout.encoders.BACKENDS, without importing it
 from .options import (add_fast_queries, add_rerank_options, add_retriever_options, flags_for_model, intents_from_args,
-                      model_for, reranker_from_args, retriever_options)
+                      model_for, number_in, reranker_from_args, retriever_options)
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -28,7 +28,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-k", type=int, default=10, help="cut-off for the metrics (default %(default)s)")
     p.add_argument("--pooled", action="store_true", help="search the union of all sets' tools")
     p.add_argument("--split", default="test", help="query split to evaluate (default %(default)s)")
-    p.add_argument("--max-queries", type=int, default=None, help="evaluate at most N queries per set")
+    p.add_argument("--max-queries", type=number_in(int, 1), default=None, metavar="N",
+                   help="evaluate at most N queries per set: the first N of the split in file order (the same ones "
+                        "every run), which may not represent the split: sealtools' first 150 test queries all "
+                        "need one tool, while 78%% of its test split needs several")
     p.add_argument("--per-category", action="store_true", help="also print metrics per tool category")
     p.add_argument("--json", default=None, metavar="FILE", help="write metrics and latency as JSON")
     p.add_argument("--plot", default=None, metavar="FILE.png", help="bar chart comparing the systems")
