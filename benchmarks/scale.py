@@ -20,8 +20,9 @@ query encoding. HNSW recall@10 is measured against exact search on the same vect
 The `rerank` section times each second stage given with `--cross DIR` / `--refiner DIR` (trained model
 directories) on the top-20 and top-64 BM25 candidates of each query over the same catalog, one query at a
 time; the first stage's own time is not included (it is the sections above). Candidate vectors for the
-refiner are its description embeddings, computed once before timing (with a Tool2Vec first stage they
-come from its store). The LLM reranker is not timed: its latency is the endpoint's.
+refiner are its description embeddings, computed once before timing (a refiner that carries Tool2Vec usage
+blends it into them on each call, as it does behind any first stage). The LLM reranker is not timed: its
+latency is the endpoint's.
 
 Add a section by writing `section_NAME(ctx) -> dict` and listing it in SECTIONS.
 """

@@ -134,6 +134,9 @@ def test_eval_writes_the_design_json_shape(capsys, tmp_path):
     data = json.loads(out_json.read_text())
     assert set(data["systems"]) == {"bm25", "dense"} and data["comparisons"][0]["b"] == "dense"
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the bootstrap pools alpha's 8 and beta's 8 labelled queries, unlike the table's macro mean: said so
+    comparison = next(line for line in out.splitlines() if line.startswith("dense vs bm25: ndcg@10: B − A = "))
+    assert comparison.endswith("pooled over 16 queries of 2 sets") and data["comparisons"][0]["n_queries"] == 16
 
     code, out, err = run(capsys, "eval", EVAL_SETS / "alpha", "--retriever", "bm25", "--retriever", "dense",
                          "--json", out_json, "--quiet", "--bootstrap", "0")  # 0: the systems, not compared
@@ -143,6 +146,23 @@ def test_eval_writes_the_design_json_shape(capsys, tmp_path):
     with pytest.raises(SystemExit):  # refused before any set is evaluated
         run(capsys, "eval", EVAL_SETS / "alpha", "--bootstrap", "-1")
     assert "--bootstrap needs 0 or more" in capsys.readouterr().err
+
+
+def test_eval_says_what_it_skipped_on_stderr_and_in_the_json(capsys, tmp_path):
+    """beta's b9 has no labels and gamma_corpus has no queries.jsonl: both are left out, and said so."""
+    out_json = tmp_path / "r.json"
+    skipped = ["beta: skipped 1 test queries with no labels (first: 'b9')", "gamma_corpus: no queries.jsonl; set skipped"]
+    code, out, err = run(capsys, "eval", EVAL_SETS / "beta", EVAL_SETS / "gamma_corpus", "--retriever", "bm25",
+                         "--json", out_json, "--quiet")
+    assert code == 0, err
+    assert [line for line in err.splitlines() if line.startswith("warning: ")] == [f"warning: {w}" for w in skipped]
+    data = json.loads(out_json.read_text())
+    assert data["warnings"] == skipped and set(data["sets"]) == {"beta"} and data["sets"]["beta"]["queries"] == 8
+    code, out, err = run(capsys, "eval", EVAL_SETS / "beta", EVAL_SETS / "gamma_corpus", "--retriever", "bm25",
+                         "--retriever", "dense", "--json", out_json, "--quiet", "--bootstrap", "0")
+    assert code == 0, err
+    assert err.count("warning: ") == 2  # once, though both systems skipped the same
+    assert all(system["warnings"] == skipped for system in json.loads(out_json.read_text())["systems"].values())
 
 
 def reference_metrics(folder, k):
@@ -222,6 +242,7 @@ def test_index_splits_multi_request_tasks_unless_told_not_to(capsys, tmp_path):
     (["serve", "idx", "--batch-workers", "two"], "argument --batch-workers: expected a whole number, got 'two'"),
     (["gateway", "servers.json", "--search-wait", "-1"], "argument --search-wait: expected a number at least 0"),
     (["gateway", "servers.json", "--port", "70000"], "argument --port: expected a number from 1 to 65535"),
+    (["eval", "set", "--max-queries", "0"], "argument --max-queries: expected a number at least 1, got '0'"),
 ])
 def test_numbers_out_of_range_are_refused_naming_the_flag_before_anything_starts(capsys, argv, says):
     with pytest.raises(SystemExit) as exited:
@@ -250,6 +271,12 @@ def test_eval_and_train_refuse_mistakes_before_the_work_naming_what_to_do(capsys
     assert code == 1 and f"--json {tmp_path / 'afile' / 'r.json'}: cannot make its folder: " in err
     code, _, err = run(capsys, "eval", sample, "--retriever", "bm25", "--model", "all-MiniLM-L6-v2")
     assert code == 1 and "--model all-MiniLM-L6-v2: none of --retriever bm25 takes a model" in err
+    # an untrained tool2vec is a description retriever under another name: refused as an untrained mlc is
+    for name, model, says in (("tool2vec", [], "none was given"), ("mlc", [], "none was given"),
+                              ("tool2vec", ["--model", "all-MiniLM-L6-v2"], "--model all-MiniLM-L6-v2 is not one")):
+        code, _, err = run(capsys, "eval", sample, "--retriever", name, *model, "--quiet")
+        assert code == 1 and f"--retriever {name} needs --model DIR, a `toolscout train {name}` directory ({says}; " \
+            f"write one with `toolscout train {name} --data SET_DIR --out DIR`)" in err, err
     assert run(capsys, "index", sample, "--out", tmp_path / "idx", "--retriever", "bm25")[0] == 0
     code, _, err = run(capsys, "train", "tool2vec", "--data", sample, "--out", tmp_path / "idx")
     assert code == 1 and "holds something that is not a toolscout model" in err
@@ -258,3 +285,17 @@ def test_eval_and_train_refuse_mistakes_before_the_work_naming_what_to_do(capsys
     (unlabelled / "tools.jsonl").write_text((sample / "tools.jsonl").read_text())
     code, _, err = run(capsys, "eval", unlabelled, "--retriever", "bm25", "--quiet")
     assert code == 1 and "unlabelled: no queries.jsonl; set skipped" in err
+
+
+def test_max_queries_help_warns_that_the_first_n_may_not_represent_the_split(capsys, shared_data):
+    """--max-queries takes the first N; its help's example is checked against the data it names."""
+    with pytest.raises(SystemExit):
+        main(["eval", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert ("the first N of the split in file order (the same ones every run), which may not represent the split: "
+            "sealtools' first 150 test queries all need one tool, while 78% of its test split needs several") in help_text
+    from toolscout.benchmark_sets import load_benchmark
+
+    test = load_benchmark(shared_data / "sealtools").split("test")
+    assert all(len(q.labels) == 1 for q in test[:150])
+    assert round(100 * sum(len(q.labels) > 1 for q in test) / len(test)) == 78

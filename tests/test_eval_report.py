@@ -34,10 +34,11 @@ def test_table_for_one_system(reports):
     alpha_row = next(line for line in lines if "alpha" in line and "toolscout" not in line)
     assert "81.25" in alpha_row  # recall@2 of alpha, worked out in test_eval_runner
     assert "87.50" in alpha_row  # mrr@2
-    mean_row = next(line for line in lines if line.strip("│┃ ").startswith("mean"))
+    mean_row = next(line for line in lines if line.strip("│┃ ").startswith("macro mean (2 sets)"))
     # macro means of the hand-worked figures in test_eval_runner: recall@2 (81.25 + 93.75) / 2,
     # completeness@2 (75.00 + 87.50) / 2
     assert "87.50" in mean_row and "81.25" in mean_row
+    assert "16 in all" in mean_row  # alpha's 8 queries and beta's 8 labelled ones: a total, not the mean's weight
     assert "\x1b[" not in text  # plain text, no terminal colour codes
 
 

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import shutil
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from toolscout.artifacts import ArtifactError
 from toolscout.benchmark_sets import Query
 from toolscout.cli import main
 from toolscout.encoders import Encoder
@@ -101,7 +104,7 @@ def test_training_lowers_the_loss_and_reloads_to_identical_scores(trained, sampl
     assert summary.steps == 15 and len(losses) >= 2 and losses[-1] < losses[0], summary.history
     assert summary.data["train_candidate_recall"] > 0 and summary.best_validation is not None
     config = json.loads((out / (out / "CURRENT").read_text().strip() / "config.json").read_text())
-    assert config["method"] == "refiner" and config["depth"] == 8 and config["vectors"] == "first_stage"
+    assert config["method"] == "refiner" and config["depth"] == 8 and config["vectors"] == "tool2vec"
 
     a, b = load_reranker(out), ToolRefinerReranker(str(out))
     assert isinstance(a, ToolRefinerReranker) and a.depth == 8
@@ -109,7 +112,8 @@ def test_training_lowers_the_loss_and_reloads_to_identical_scores(trained, sampl
     ids = list(tools)[:6]
     candidates = Results.from_lists([ids, ids[::-1]], [[1.0] * 6, [1.0] * 6])
     queries = ["check my appointment", "what is the weather"]
-    with pytest.warns(UserWarning, match="using description embeddings"):  # no first stage: said, not hidden
+    with warnings.catch_warnings():  # no first stage: the refiner makes the Tool2Vec vectors it carries
+        warnings.simplefilter("error")
         ra, rb = a.rerank(queries, candidates, tools), b.rerank(queries, candidates, tools)
     for (ia, sa), (ib, sb), given in zip(ra, rb, candidates.ids):
         assert sorted(ia) == sorted(given) and len(ia) == len(given)  # exactly the candidates, reordered
@@ -160,3 +164,117 @@ def test_cli_eval_with_rerank_compares_against_the_first_stage(trained, tmp_path
     capsys.readouterr()
     assert main(["eval", str(SAMPLE), "--rerank-depth", "5", "--quiet"]) == 1
     assert "--rerank-depth and --rerank-option need --rerank" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------- ToolRefiner + MLC (the paper's rows)
+
+@pytest.fixture(scope="module")
+def mlc_pipeline(sample_data, tmp_path_factory):
+    """A Tool2Vec model, an MLC model, and a refiner trained on the MLC's candidates with the Tool2Vec
+    model's vectors: each as small as training allows."""
+    from toolscout.train.mlc import fit_mlc
+    from toolscout.train.tool2vec import fit_tool2vec
+
+    root = tmp_path_factory.mktemp("refiner-mlc")
+    quick = TrainConfig(batch_size=4, max_steps=2, warmup_ratio=0.0, progress=False)
+    fit_tool2vec(sample_data, root / "t2v", config=quick, priors=(1.0,))
+    fit_mlc(sample_data, root / "mlc", config=quick, probe_epochs=2, max_seq_length=32, validate_at_start=False)
+    fit_refiner(sample_data, root / "refiner", config=quick, resume=False, first_stage_model=str(root / "mlc"),
+                tool2vec_model=str(root / "t2v"), depth=8, max_query_length=24)
+    return root
+
+
+def test_refiner_behind_mlc_reads_the_tool2vec_models_vectors(mlc_pipeline, sample_data, monkeypatch):
+    from toolscout.retrievers.mlc import MLCRetriever
+    from toolscout.retrievers.tool2vec import Tool2VecRetriever
+
+    root = mlc_pipeline
+    config = json.loads((root / "refiner" / (root / "refiner" / "CURRENT").read_text().strip() / "config.json").read_text())
+    assert config["first_stage"] == "mlc" and config["vectors"] == "tool2vec"
+    tools = list(sample_data.tools.values())
+    scout = ToolScout.from_tools(tools, retriever="mlc", model=str(root / "mlc"), reranker=str(root / "refiner"))
+    seen = []  # (candidate ids, the vectors the refiner read for them, the first stage it was given)
+    read = scout.reranker.candidate_vectors
+
+    def recording(ids, by_id, first_stage):
+        vectors = read(ids, by_id, first_stage)
+        seen.append((list(ids), vectors, first_stage))
+        return vectors
+
+    monkeypatch.setattr(scout.reranker, "candidate_vectors", recording)
+    with warnings.catch_warnings():  # no "using description embeddings" fallback
+        warnings.simplefilter("error")
+        scout.retrieve(["set an alarm for 7am", "schedule an appointment with Dr. Smith"], k=5)
+    tool2vec = Tool2VecRetriever(model=str(root / "t2v"))  # the oracle: the Tool2Vec model's own stored vectors
+    tool2vec.index(tools)
+    assert len(seen) == 2 and all(isinstance(first, MLCRetriever) for _ids, _v, first in seen)
+    for ids, vectors, _first in seen:
+        assert len(ids) == 8
+        np.testing.assert_allclose(vectors, tool2vec.store.get(ids), atol=1e-5)
+    # tools with training usage have usage vectors, not their descriptions
+    used = [(tid, v) for ids, vectors, _first in seen for tid, v in zip(ids, vectors) if tid in scout.reranker.usage]
+    assert used
+    described = scout.reranker.description_vectors([sample_data.tools[tid] for tid, _v in used])
+    assert all(float(v @ d) < 0.99 for (_tid, v), d in zip(used, described))
+
+
+def test_mlc_training_candidates_leave_the_query_out_of_its_gold_tool2vec_vectors(mlc_pipeline, sample_data):
+    root = mlc_pipeline
+    builder = CandidateBuilder(sample_data, "mlc", str(root / "mlc"), None, TextView(), prior=1.0, depth=8,
+                               progress=False)
+    e, d = builder.train_vectors, builder.descriptions
+    cands = builder.build(sample_data.train, e, leave_one_out=True)
+    checked = 0
+    for i, (q, c) in enumerate(zip(sample_data.train, cands)):
+        for j, tid in enumerate(c.ids):
+            users = [k for k, other in enumerate(sample_data.train) if tid in other.labels]
+            row = builder.row[tid]
+            others = [k for k in users if k != i]
+            expected = e[others].sum(0) + d[row] if others else d[row]  # prior 1: one query's worth of description
+            np.testing.assert_allclose(c.vectors[j], expected / np.linalg.norm(expected), atol=1e-5)
+            checked += tid in q.labels and len(others) > 0
+    assert checked > 10  # gold tools with other usage queries were checked, not only descriptions
+
+
+def test_old_refiner_directories_load_and_say_when_they_fall_back(mlc_pipeline, sample_data, tmp_path):
+    """A directory written before refiners carried their vectors (vectors 'first_stage', no usage table)."""
+    from toolscout.retrievers.mlc import MLCRetriever
+    from toolscout.retrievers.tool2vec import Tool2VecRetriever
+
+    old = tmp_path / "old"
+    shutil.copytree(mlc_pipeline / "refiner", old)
+    version = old / (old / "CURRENT").read_text().strip()
+    config = json.loads((version / "config.json").read_text())
+    config.update(vectors="first_stage", first_stage="tool2vec")
+    del config["prior"]
+    (version / "config.json").write_text(json.dumps(config))
+    (version / "usage.npz").unlink()
+    refiner = ToolRefinerReranker(str(old))
+    tools = sample_data.tools
+    ids = list(tools)[:6]
+    tool2vec = Tool2VecRetriever(model=str(mlc_pipeline / "t2v"))
+    tool2vec.index(list(tools.values()))
+    np.testing.assert_allclose(refiner.candidate_vectors(ids, tools, tool2vec), tool2vec.store.get(ids))
+    mlc = MLCRetriever(model=str(mlc_pipeline / "mlc"))
+    with pytest.warns(UserWarning, match="trained before refiners carried their Tool2Vec vectors"):
+        refiner.candidate_vectors(ids, tools, mlc)
+    with pytest.raises(ArtifactError, match="usage.npz: missing"):
+        ToolRefinerReranker(str(old), vectors="tool2vec")
+
+
+def test_train_refiner_refuses_first_stage_models_that_do_not_fit(mlc_pipeline, tmp_path, capsys):
+    root = mlc_pipeline
+    cases = [
+        (["-o", "first_stage=mlc"], "first_stage=mlc needs -o first_stage_model=DIR, a `toolscout train mlc` directory"),
+        (["-o", "first_stage=mlc", "-o", f"first_stage_model={root / 't2v'}"],
+         "is a 'tool2vec' model; it should be a `toolscout train mlc` directory (for a tool2vec first stage: "
+         "-o first_stage=tool2vec)"),
+        (["-o", f"first_stage_model={root / 'mlc'}", "-o", f"tool2vec_model={root / 'mlc'}"],
+         "is a 'mlc' model; it should be a `toolscout train tool2vec` directory"),
+        (["-o", "first_stage=bm25", "-o", f"tool2vec_model={root / 't2v'}"],
+         "behind a bm25 first stage the refiner reads description vectors"),
+    ]
+    for options, says in cases:
+        code = main(["train", "refiner", "--data", str(SAMPLE), "--out", str(tmp_path / "r"), "--quiet", *options])
+        assert code == 1 and says in capsys.readouterr().err, options
+        assert not (tmp_path / "r").exists()

@@ -13,7 +13,7 @@ from ..defaults import DEFAULT_RETRIEVER
 
 ENCODER_BACKENDS = ("auto", "exact", "torch", "onnx", "onnx-int8")  # toolscout.encoders.BACKENDS, without importing it
 from .options import (add_fast_queries, add_rerank_options, add_retriever_options, flags_for_model, intents_from_args,
-                      model_for, reranker_from_args, retriever_options)
+                      model_for, number_in, reranker_from_args, retriever_options)
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -28,7 +28,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-k", type=int, default=10, help="cut-off for the metrics (default %(default)s)")
     p.add_argument("--pooled", action="store_true", help="search the union of all sets' tools")
     p.add_argument("--split", default="test", help="query split to evaluate (default %(default)s)")
-    p.add_argument("--max-queries", type=int, default=None, help="evaluate at most N queries per set")
+    p.add_argument("--max-queries", type=number_in(int, 1), default=None, metavar="N",
+                   help="evaluate at most N queries per set: the first N of the split in file order (the same ones "
+                        "every run), which may not represent the split: sealtools' first 150 test queries all "
+                        "need one tool, while 78%% of its test split needs several")
     p.add_argument("--per-category", action="store_true", help="also print metrics per tool category")
     p.add_argument("--json", default=None, metavar="FILE", help="write metrics and latency as JSON")
     p.add_argument("--plot", default=None, metavar="FILE.png", help="bar chart comparing the systems")
@@ -64,6 +67,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
                                     split=args.split, pooled=args.pooled, name=label, progress=not args.quiet,
                                     max_queries=args.max_queries,
                                     also_at=[int(c) for c in args.also_k.split(",") if c.strip()]))
+    for line in dict.fromkeys(w for r in reports for w in r.warnings):  # every system skips the same queries
+        print(f"warning: {line}", file=sys.stderr)
     print(format_table(reports, per_category=args.per_category))
     comparisons = _compare(reports, args)
     if args.json:
@@ -90,6 +95,8 @@ def system_options(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
         method = trained[1].get("method")
         raise ValueError(f"--model {args.model} is a {method!r} model; evaluate it with "
                          f"{flags_for_model(args.model, method)}")
+    for name in names:
+        _check_trained(name, models[name] or args.model)
     encoders: dict[str | None, Any] = {}
     systems = {}
     for name in names:
@@ -106,6 +113,20 @@ def system_options(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
             options["encoder"] = encoders[model]
         systems[name] = options
     return systems
+
+
+def _check_trained(name: str, model: str | None) -> None:
+    """A retriever that is its method only with a model directory (`Accepts.needs_trained_model`) is refused
+    without one: tool2vec would rank by descriptions alone under its name (no usage is learned during an eval)."""
+    from ..models import model_config
+    from ..retrievers.base import retriever_class
+
+    accepts = retriever_class(name).accepts
+    trained = model_config(model)
+    if accepts.needs_trained_model and (trained is None or trained[1].get("method") != accepts.trained_by):
+        given = f"--model {model} is not one" if model else "none was given"
+        raise ValueError(f"--retriever {name} needs --model DIR, a `toolscout train {accepts.trained_by}` directory "
+                         f"({given}; write one with `toolscout train {accepts.trained_by} --data SET_DIR --out DIR`)")
 
 
 def _factory(name: str, options: dict[str, Any], reranker: Any, fast_queries: str | None = None):
@@ -128,6 +149,7 @@ def _resamples(text: str) -> int:
 
 def _compare(reports: list, args: argparse.Namespace) -> list[dict[str, Any]]:
     from ..eval import paired_bootstrap
+    from ..eval.report import counted
 
     comparisons = []
     if args.bootstrap == 0:
@@ -135,5 +157,7 @@ def _compare(reports: list, args: argparse.Namespace) -> list[dict[str, Any]]:
     for other in reports[1:]:
         result = paired_bootstrap(reports[0], other, metric=f"ndcg@{args.k}", n_resamples=args.bootstrap)
         comparisons.append({"a": reports[0].name, "b": other.name, **result.to_dict()})
-        print(f"{other.name} vs {reports[0].name}: {result}")
+        # the test pools queries (each weighs the same), while the table's mean row weighs each set the same
+        over = f"pooled over {result.n_queries} queries of {counted(len(reports[0].sets), 'set')}"
+        print(f"{other.name} vs {reports[0].name}: {result.line(over)}")
     return comparisons

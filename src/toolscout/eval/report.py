@@ -22,6 +22,11 @@ def _set_names(reports: Sequence[EvalReport]) -> list[str]:
     return list(names)
 
 
+def counted(n: int, noun: str) -> str:
+    """"1 set", "2 sets"."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def _cell(values: dict, key: str) -> str:
     value = values.get(key)
     return MISSING if value is None else f"{value:.2f}"
@@ -29,8 +34,9 @@ def _cell(values: dict, key: str) -> str:
 
 def format_table(reports: Sequence[EvalReport], metrics: Sequence[str] | None = None,
                  per_category: bool = False) -> str:
-    """A text table: one row per set, then the macro mean, then latency and build time; one column per
-    system × metric (points). `per_category` adds a row per category under each set."""
+    """A text table: one row per set, then the macro mean (each set weighs the same; its query cell is the
+    total), then latency and build time; one column per system × metric (points). `per_category` adds a row
+    per category under each set."""
     from rich.console import Console
     from rich.table import Table
 
@@ -52,7 +58,9 @@ def format_table(reports: Sequence[EvalReport], metrics: Sequence[str] | None = 
         if per_category:
             _add_category_rows(table, reports, name, metrics)
     table.add_section()
-    table.add_row("mean", str(reports[0].n_queries), *[_cell(r.mean, m) for r in reports for m in metrics])
+    # a macro mean: each set weighs the same, so its query cell is the total, said as one (not the mean's weight)
+    table.add_row(f"macro mean ({counted(len(reports[0].sets), 'set')})", f"{reports[0].n_queries} in all",
+                  *[_cell(r.mean, m) for r in reports for m in metrics])
     table.add_section()
     for label, value in (("latency p50 ms", lambda r: f"{r.p50_ms:.2f}"), ("latency p99 ms", lambda r: f"{r.p99_ms:.2f}"),
                          ("queries/s", lambda r: f"{r.throughput_qps:.1f}"), ("build s", lambda r: f"{r.build_s:.2f}")):

@@ -46,8 +46,12 @@ class BootstrapResult:
         return self.p_value < alpha
 
     def __str__(self) -> str:
+        return self.line(f"{self.n_queries} queries")
+
+    def line(self, over: str) -> str:
+        """The result in one line, ending with what it was computed `over` (e.g. "pooled over 40 queries of 2 sets")."""
         return (f"{self.metric}: B − A = {self.diff:+.2f} points (95% CI {self.ci_low:+.2f} to {self.ci_high:+.2f}), "
-                f"p = {self.p_value:.4f}, {self.n_queries} queries")
+                f"p = {self.p_value:.4f}, {over}")
 
 
 def paired_bootstrap(a: EvalReport, b: EvalReport, metric: str = "ndcg@10", n_resamples: int = 10000,

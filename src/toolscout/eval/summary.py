@@ -92,7 +92,8 @@ class EvalReport:
         return len(self.latency_ms) / total_s if total_s > 0 else 0.0
 
     def to_json(self) -> dict[str, Any]:
-        """The `eval --json` document (README, "Evaluation"; metrics in points), plus system, k, throughput, build time."""
+        """The `eval --json` document (README, "Evaluation"; metrics in points), plus system, k, throughput, build
+        time, and what the run skipped and why (`warnings`)."""
         return {
             "sets": {name: s.to_json() for name, s in self.sets.items()},
             "mean": self.mean,
@@ -101,6 +102,7 @@ class EvalReport:
             "k": self.k,
             "throughput_qps": self.throughput_qps,
             "build_s": self.build_s,
+            "warnings": list(self.warnings),
         }
 
     def save_json(self, path: str | os.PathLike) -> Path:

@@ -11,8 +11,7 @@ head initialised to zero, so an untrained (or briefly trained) refiner ranks exa
 did and training only has to learn corrections (without this, short CPU runs ranked slightly worse than
 Tool2Vec alone: rotbench validation 88.08 vs 88.22 after one epoch).
 
-`v_i` is the candidate's vector (its Tool2Vec vector when the first stage is Tool2Vec, else its
-description embedding) and `P` a learned projection into the transformer's embedding space. Every
+`v_i` is the candidate's vector and `P` a learned projection into the transformer's embedding space. Every
 position attends to every other, so a candidate is judged against the query *and* against its rivals.
 A linear head gives one logit per candidate position; training is binary cross-entropy against "this
 tool is needed". The transformer starts from the default encoder's weights (all-MiniLM-L6-v2; the paper
@@ -22,10 +21,16 @@ Candidate positions use position ids `cap + i` (cap = the query length limit), s
 never depends on how long the query is, and the rank order of the first stage is visible to the model.
 
 Where candidate vectors come from at search time (`vectors` setting, saved with the model):
-  "first_stage" — the first stage's stored vectors (`retriever.store.get(ids)`, e.g. Tool2Vec vectors),
-                  when it has them with the dimension the refiner was trained on; otherwise the tool's
-                  description embedding, computed with the refiner's description encoder (and a
-                  warning, because the refiner was trained on other vectors);
+  "tool2vec"    — the Tool2Vec vectors the refiner was trained with, whatever the first stage (the paper
+                  reads precomputed Tool2Vec vectors behind MLC too): the model directory carries their
+                  usage table (`usage.npz`) and prior, and a tool's vector is that usage blended with its
+                  description embedding (the description encoder's), exactly as the Tool2Vec retriever makes
+                  it; a tool with no usage is its description embedding, as in Tool2Vec. What
+                  `train refiner` writes behind a tool2vec or mlc first stage.
+  "first_stage" — the first stage's stored vectors (`retriever.store.get(ids)`), when it has them with the
+                  dimension the refiner was trained on; otherwise the tool's description embedding (and a
+                  warning, because the refiner was trained on other vectors). What `train refiner` writes
+                  behind a dense first stage, and what refiners trained before "tool2vec" existed hold;
   "description" — always the description embedding.
 """
 
@@ -47,8 +52,9 @@ from ..retrievers.base import Encoding
 from ..tool import TextView, Tool, content_hash, tool_text
 from .base import DEFAULT_DEPTH, check_candidates, reordered, write_reranker_config
 
-VECTOR_SOURCES = ("first_stage", "description")
+VECTOR_SOURCES = ("tool2vec", "first_stage", "description")
 HEADS_FILE = "heads.pt"
+USAGE_FILE = "usage.npz"  # the carried Tool2Vec usage table ("tool2vec" vectors)
 
 
 def build_refiner_net(transformer, vector_dim: int, query_cap: int):
@@ -81,6 +87,17 @@ def load_transformer(path: str):
         return AutoModel.from_pretrained(path), AutoTokenizer.from_pretrained(path)
 
 
+def carried_usage(folder: Path, config: Mapping[str, Any], dim: int):
+    """(usage table, prior) of the Tool2Vec vectors a refiner directory carries ("tool2vec" vectors)."""
+    from ..retrievers.tool2vec import UsageTable
+
+    path = folder / USAGE_FILE
+    if not path.exists():
+        raise ArtifactError(f"{path}: missing; this refiner's vectors are 'tool2vec' only when its directory "
+                            "carries their usage table (refiners trained before that read vectors='first_stage')")
+    return UsageTable.load(path, dim), float(config["prior"])
+
+
 class ToolRefinerReranker:
     """A trained ToolRefiner (`toolscout train refiner --out DIR`) as a pipeline's second stage.
 
@@ -111,6 +128,8 @@ class ToolRefinerReranker:
         self.query_cap = int(config["max_query_length"])
         self.view = TextView.from_dict(config.get("view"))
         self.description_encoder_name = config.get("description_encoder")
+        self.usage, self.prior = (carried_usage(folder, config, self.vector_dim) if self.vectors == "tool2vec"
+                                  else (None, 0.0))
         transformer, self.tokenizer = load_transformer(str(folder / "transformer"))
         self.net = build_refiner_net(transformer, self.vector_dim, self.query_cap)
         heads = torch.load(folder / HEADS_FILE, map_location="cpu", weights_only=True)
@@ -127,15 +146,29 @@ class ToolRefinerReranker:
     # vectors -----------------------------------------------------------------------------
     def candidate_vectors(self, ids: Sequence[str], tools: Mapping[str, Tool], first_stage: Any) -> np.ndarray:
         """[len(ids), D] vectors for the candidates (see the module doc for where they come from)."""
+        if self.vectors == "tool2vec":
+            return self.tool2vec_vectors([tools[i] for i in ids])
         if self.vectors == "first_stage":
             if isinstance(first_stage, Encoding) and first_stage.store.dim == self.vector_dim:
                 return np.asarray(first_stage.store.get(list(ids)), dtype=np.float32)
-            if not self._warned:
-                self._warned = True
-                warnings.warn("ToolRefiner: the first stage has no stored tool vectors of dimension "
-                              f"{self.vector_dim}; using description embeddings, which it was not trained on",
-                              stacklevel=3)
+            self._warn_fallback()
         return self.description_vectors([tools[i] for i in ids])
+
+    def _warn_fallback(self) -> None:
+        if self._warned:
+            return
+        self._warned = True
+        retrain = (f" ({self.model_dir} was trained before refiners carried their Tool2Vec vectors: train it again "
+                   "to rerank any first stage with them)" if self.config.get("first_stage") == "tool2vec" else "")
+        warnings.warn("ToolRefiner: the first stage has no stored tool vectors of dimension "
+                      f"{self.vector_dim}; using description embeddings, which it was not trained on{retrain}",
+                      stacklevel=4)
+
+    def tool2vec_vectors(self, tools: Sequence[Tool]) -> np.ndarray:
+        """The carried Tool2Vec vectors of `tools`: their usage blended with their description embeddings."""
+        descriptions = self.description_vectors(tools)
+        return np.stack([self.usage.blended(t.id, d, self.prior) for t, d in zip(tools, descriptions)]) \
+            if len(tools) else descriptions
 
     def description_vectors(self, tools: Sequence[Tool]) -> np.ndarray:
         texts = [tool_text(t, self.view) for t in tools]

@@ -25,10 +25,14 @@ class Accepts:
     `model`: a `model=` encoder name or path, or a model directory; `trained_by`: the `toolscout train`
     method whose directories `model=` may name (None: plain encoders only); `store`: `store=` (numpy,
     faiss:..., a PostgreSQL DSN); `view`: `view=` (a TextView); `encoder`: an already loaded `encoder=`,
-    so one encoder can serve many indexes (an evaluation over several sets loads it once)."""
+    so one encoder can serve many indexes (an evaluation over several sets loads it once);
+    `needs_trained_model`: it is its method only with a `trained_by` directory (mlc refuses to start
+    without one; tool2vec without one, and without usage given in code, ranks by descriptions alone), so
+    an evaluation or a refiner's first stage without one is refused."""
 
     model: bool = False
     trained_by: str | None = None
+    needs_trained_model: bool = False
     store: bool = False
     view: bool = False
     encoder: bool = False

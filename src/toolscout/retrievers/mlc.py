@@ -92,7 +92,7 @@ class MLCRetriever:
     """
 
     name = "mlc"
-    accepts = Accepts(model=True, trained_by="mlc", view=True)
+    accepts = Accepts(model=True, trained_by="mlc", needs_trained_model=True, view=True)
 
     def __init__(self, model: str | Path | None = None, fallback: str | None = "dense", view: TextView | None = None,
                  batch_size: int = 64, backend: str = "auto", device: str | None = None,

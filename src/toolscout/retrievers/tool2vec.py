@@ -43,6 +43,15 @@ class UsageTable:
     def __contains__(self, tool_id: str) -> bool:
         return tool_id in self.sums
 
+    def blended(self, tool_id: str, description: np.ndarray, prior: float) -> np.ndarray:
+        """The Tool2Vec paper's blend: normalise(prior · d/‖d‖ + Σ q_i), at the description's length; a
+        tool nobody used is its description. (ToolRefiner's carried vectors are made here too.)"""
+        if tool_id not in self.sums:
+            return description
+        length = float(np.linalg.norm(description))
+        mixed = prior * description / max(length, 1e-12) + self.sums[tool_id]
+        return (length * mixed / max(float(np.linalg.norm(mixed)), 1e-12)).astype(np.float32)
+
     def save(self, path: Path) -> None:
         ids = sorted(self.sums)
         np.savez(path, ids=np.asarray(ids, dtype=str),
@@ -67,7 +76,7 @@ class Tool2VecRetriever(DenseRetriever):
     """
 
     name = "tool2vec"
-    accepts = Accepts(model=True, trained_by="tool2vec", store=True, view=True)
+    accepts = Accepts(model=True, trained_by="tool2vec", needs_trained_model=True, store=True, view=True)
 
     def __init__(self, model: str | None = None, usage: Mapping[str, Sequence[str]] | None = None,
                  prior: float | None = None, store: str = "numpy", view: TextView | None = None,
@@ -97,12 +106,7 @@ class Tool2VecRetriever(DenseRetriever):
                 self.usage.add(tool_id, self.encoder.encode(list(queries), batch_size=batch_size))
 
     def _blend(self, tool_id: str, description: np.ndarray) -> np.ndarray:
-        """The Tool2Vec paper's blend: normalise(prior · d/‖d‖ + Σ q_i), at the description's length."""
-        if tool_id not in self.usage:
-            return description
-        length = float(np.linalg.norm(description))
-        mixed = self.prior * description / max(length, 1e-12) + self.usage.sums[tool_id]
-        return (length * mixed / max(float(np.linalg.norm(mixed)), 1e-12)).astype(np.float32)
+        return self.usage.blended(tool_id, description, self.prior)
 
     def _tool_vectors(self, tools: Sequence[Tool], texts: list[str]) -> np.ndarray:
         descriptions = super()._tool_vectors(tools, texts)

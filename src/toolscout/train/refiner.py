@@ -1,8 +1,8 @@
 """`toolscout train refiner`: fit ToolRefiner (see `toolscout.rerank.refiner`) on a real first stage's
 candidates, so its negatives are exactly the mistakes that first stage makes.
 
-First stages (`first_stage`):
-  "tool2vec" (default) — usage vectors from the training queries (prior-blended with descriptions, as
+First stages (`first_stage`; by default the method of `first_stage_model`, else "tool2vec"):
+  "tool2vec" — usage vectors from the training queries (prior-blended with descriptions, as
         `train tool2vec` does), or the vectors of an existing `train tool2vec` directory
         (`first_stage_model`). Leave-one-out: a training query's own embedding is taken out of its gold
         tools' vectors before ranking and before those vectors enter the refiner. Without this the first
@@ -10,9 +10,16 @@ First stages (`first_stage`):
         queries (each gold vector contains the query), and the refiner would learn to trust a signal
         that is absent at search time. (Applied to a given directory only when its usage table was
         built from exactly these training queries; otherwise the run says so in its summary.)
+  "mlc" — the rankings of a `train mlc` directory (`first_stage_model`, required), with Tool2Vec vectors
+        as above: from the training queries, or from `tool2vec_model` (the paper's "ToolRefiner + MLC").
+        Leave-one-out applies to the vectors; the MLC model's rankings of its own training queries are
+        what they are (easier than on new queries).
   "dense" — description vectors (no leakage to remove);
-  any other registered retriever (bm25, hybrid, ...) — its rankings, with description vectors.
+  any other registered retriever (bm25, hybrid, ...) — its rankings (with its model directory, when
+        `first_stage_model` names one), with description vectors.
 
+Behind tool2vec and mlc the model directory carries the Tool2Vec usage table it was trained with
+(`usage.npz`), so the reranker makes the same vectors behind any first stage (vectors="tool2vec").
 Candidates for a query come from its own training set's tools (the test protocol). Validation reranks
 the first stage's top `depth` for the held-out queries and measures nDCG@10; early stopping and the
 best-weights rule come from `Trainer`. The model directory holds `transformer/` (HF weights and
@@ -34,6 +41,7 @@ from ..eval.metrics import ndcg_at_k
 from ..models import model_base, model_config
 from ..rerank.refiner import (
     HEADS_FILE,
+    USAGE_FILE,
     VECTOR_SOURCES,
     build_refiner_net,
     load_transformer,
@@ -59,19 +67,88 @@ def _unit(v: np.ndarray) -> np.ndarray:
     return v / np.maximum(np.linalg.norm(v, axis=-1, keepdims=True), 1e-12)
 
 
+TOOL2VEC_FIRST_STAGES = ("tool2vec", "mlc")  # the paper's first stages, behind which the refiner reads Tool2Vec vectors
+
+
+def trained_vectors(first_stage: str) -> str:
+    """The `vectors` setting (rerank/refiner.py) of a refiner trained behind `first_stage`: the Tool2Vec
+    vectors it carries behind tool2vec and mlc, a dense first stage's own stored vectors, else descriptions."""
+    if first_stage in TOOL2VEC_FIRST_STAGES:
+        return "tool2vec"
+    return "first_stage" if first_stage == "dense" else "description"
+
+
+def _method_of(path: str | None) -> str | None:
+    trained = model_config(path)
+    return trained[1].get("method") if trained else None
+
+
+def first_stage_of(first_stage: str | None, first_stage_model: str | None) -> str:
+    """`first_stage` as given, else the retriever `first_stage_model` was trained for, else "tool2vec"."""
+    from ..retrievers.base import REGISTRY
+
+    method = _method_of(first_stage_model)
+    return first_stage or (method if method in REGISTRY else "tool2vec")
+
+
+def _check_model_dir(option: str, path: str, method: str) -> None:
+    from ..retrievers.base import REGISTRY
+
+    found = _method_of(path)
+    if found == method:
+        return
+    what = f"is a {found!r} model" if found else "is not a toolscout model directory"
+    hint = f" (for a {found} first stage: -o first_stage={found})" if option == "first_stage_model" and \
+        found in REGISTRY else ""
+    raise ValueError(f"-o {option}={path}: {what}; it should be a `toolscout train {method}` directory{hint}")
+
+
+def tool2vec_source(first_stage: str, first_stage_model: str | None, tool2vec_model: str | None) -> str | None:
+    """The `train tool2vec` directory whose vectors the refiner is trained on (None: made from the training
+    queries), after checking that the model directories given fit `first_stage`."""
+    from ..retrievers.base import retriever_class
+
+    accepts = retriever_class(first_stage).accepts  # an unknown name is refused, listing the known ones
+    if first_stage_model is not None:
+        if first_stage == "dense" or not accepts.model:
+            raise ValueError(f"-o first_stage_model: the {first_stage} first stage takes no model directory"
+                             + (" (it ranks with --model's encoder)" if first_stage == "dense" else ""))
+        _check_model_dir("first_stage_model", first_stage_model, accepts.trained_by)
+    elif accepts.needs_trained_model and first_stage != "tool2vec":  # tool2vec's usage is made here
+        raise ValueError(f"first_stage={first_stage} needs -o first_stage_model=DIR, a `toolscout train "
+                         f"{accepts.trained_by}` directory")
+    if tool2vec_model is not None:
+        if trained_vectors(first_stage) != "tool2vec":
+            raise ValueError(f"-o tool2vec_model: behind a {first_stage} first stage the refiner reads "
+                             f"{trained_vectors(first_stage)} vectors (Tool2Vec ones behind "
+                             f"{' or '.join(TOOL2VEC_FIRST_STAGES)})")
+        _check_model_dir("tool2vec_model", tool2vec_model, "tool2vec")
+    if first_stage != "tool2vec":
+        return tool2vec_model
+    if first_stage_model and tool2vec_model and Path(first_stage_model).resolve() != Path(tool2vec_model).resolve():
+        raise ValueError("-o first_stage_model and -o tool2vec_model name two Tool2Vec models; behind a tool2vec "
+                         "first stage the refiner reads the first stage's vectors: give one")
+    return first_stage_model or tool2vec_model
+
+
 class CandidateBuilder:
-    """Ranks each query's own set's tools with the chosen first stage and keeps the top `depth`."""
+    """Ranks each query's own set's tools with the chosen first stage and keeps the top `depth`.
+
+    `vectors` are the candidate vectors the refiner reads (`trained_vectors`): Tool2Vec vectors (from
+    `tool2vec_model`, a `train tool2vec` directory, or made from the training queries), a dense first
+    stage's vectors, or descriptions."""
 
     def __init__(self, data: TrainingData, first_stage: str, first_stage_model: str | None, model: str | None,
-                 view: TextView, prior: float, depth: int, progress: bool):
+                 view: TextView, prior: float, depth: int, progress: bool, tool2vec_model: str | None = None):
         from ..retrievers.dense import default_summary_weight, embed_tools, encoder_for
 
         self.data, self.first_stage, self.depth, self.view = data, first_stage, depth, view
+        self.first_stage_model = first_stage_model
+        self.vector_kind = trained_vectors(first_stage)
         self.set_of = tool_sets(data)
         self.notes: dict = {}
-        trained = model_config(first_stage_model, method="tool2vec") if first_stage_model else None
-        if first_stage_model and trained is None:
-            raise ValueError(f"first_stage_model {first_stage_model!r} is not a `toolscout train tool2vec` directory")
+        source = tool2vec_source(first_stage, first_stage_model, tool2vec_model)
+        trained = model_config(source, method="tool2vec") if source else None
         if trained is not None:
             folder, config = trained
             self.encoder_name = str(folder / "encoder") if config.get("finetuned") else config.get("encoder")
@@ -96,7 +173,8 @@ class CandidateBuilder:
         self.sums = np.zeros((len(ids), dim), np.float32)
         self.counts = np.zeros(len(ids), np.int64)
         self.leave_one_out = False
-        if first_stage == "tool2vec":
+        self.usage = None  # the Tool2Vec usage table the refiner carries ("tool2vec" vectors)
+        if self.vector_kind == "tool2vec":
             self._usage(trained)
         self.vectors = self._blend(self.sums, self.counts)
 
@@ -104,6 +182,8 @@ class CandidateBuilder:
         """Tool2Vec usage sums: from the training queries, or from the `train tool2vec` directory's table.
         Leave-one-out (subtracting a query from its gold tools' vectors) is only right when the usage
         is exactly these training queries, so a directory's table is compared against them first."""
+        from ..retrievers.tool2vec import UsageTable
+
         for q, vec in zip(self.data.train, self.train_vectors):
             for label in q.labels:
                 if label in self.row:
@@ -111,16 +191,18 @@ class CandidateBuilder:
                     self.counts[self.row[label]] += 1
         self.leave_one_out = True
         if trained is None:
+            self.usage = UsageTable(self.descriptions.shape[1])
+            for tid, i in self.row.items():
+                if self.counts[i]:
+                    self.usage.sums[tid], self.usage.counts[tid] = self.sums[i].copy(), int(self.counts[i])
             return
-        from ..retrievers.tool2vec import UsageTable
-
-        table = UsageTable.load(trained[0] / "usage.npz", self.descriptions.shape[1])
+        self.usage = UsageTable.load(trained[0] / "usage.npz", self.descriptions.shape[1])  # carried whole
         own_counts = self.counts.copy()
         self.sums[:] = 0
         self.counts[:] = 0
-        for tid, total in table.sums.items():
+        for tid, total in self.usage.sums.items():
             if tid in self.row:
-                self.sums[self.row[tid]], self.counts[self.row[tid]] = total, table.counts[tid]
+                self.sums[self.row[tid]], self.counts[self.row[tid]] = total, self.usage.counts[tid]
         self.leave_one_out = bool(np.array_equal(own_counts, self.counts))
         self.notes["leave_one_out"] = self.leave_one_out
         if not self.leave_one_out:
@@ -131,10 +213,17 @@ class CandidateBuilder:
         blended = _unit(sums + self.prior * self.descriptions)
         return np.where((counts > 0)[:, None], blended, self.descriptions).astype(np.float32)
 
+    def _without(self, row: int, query_vector: np.ndarray) -> np.ndarray:
+        """Tool `row`'s Tool2Vec vector without one of its usage queries (its description if that was the only one)."""
+        if self.counts[row] == 1:
+            return self.descriptions[row]
+        return _unit(self.sums[row] - query_vector + self.prior * self.descriptions[row])
+
     def build(self, queries, query_vectors: np.ndarray, leave_one_out: bool) -> list[Candidates]:
+        leave_one_out = leave_one_out and self.leave_one_out
         if self.first_stage in ("tool2vec", "dense"):
-            return self._by_vectors(queries, query_vectors, leave_one_out and self.leave_one_out)
-        return self._by_retriever(queries)
+            return self._by_vectors(queries, query_vectors, leave_one_out)
+        return self._by_retriever(queries, query_vectors, leave_one_out)
 
     def _set_rows(self) -> dict[str, np.ndarray]:
         groups: dict[str, list[int]] = {}
@@ -161,8 +250,7 @@ class CandidateBuilder:
                 if leave_one_out:
                     for g in gold:
                         if g in where and self.counts[g] > 0:
-                            own[where[g]] = (self.descriptions[g] if self.counts[g] == 1 else
-                                             _unit(self.sums[g] - e + self.prior * self.descriptions[g]))
+                            own[where[g]] = self._without(g, e)
                             scores[m, where[g]] = float(own[where[g]] @ e)
                 top = np.argsort(-scores[m], kind="stable")[: self.depth]
                 vectors = set_vectors[top].copy()
@@ -174,34 +262,45 @@ class CandidateBuilder:
                 out[i] = Candidates(ids, vectors, labels, scores[m, top].astype(np.float32))
         return out  # type: ignore[return-value]
 
-    def _by_retriever(self, queries) -> list[Candidates]:
+    def _retriever(self):
         from ..retrievers.base import make_retriever
 
+        model = {"model": self.first_stage_model} if self.first_stage_model else {}
+        return make_retriever(self.first_stage, **model)
+
+    def _by_retriever(self, queries, query_vectors: np.ndarray, leave_one_out: bool) -> list[Candidates]:
+        """Candidates ranked by the first stage itself, each set's tools indexed in turn; their vectors are
+        `self.vectors` (Tool2Vec ones leave-one-out for a training query's gold tools)."""
         by_set: dict[str, list[int]] = {}
         for i, q in enumerate(queries):
             by_set.setdefault(self.set_of.get(q.labels[0], "") if q.labels else "", []).append(i)
         out: list[Candidates | None] = [None] * len(queries)
+        retriever = self._retriever()
         for name, members in by_set.items():
-            tools = [self.data.tools[t] for t in self.ids if self.set_of.get(t, "") == name]
-            retriever = make_retriever(self.first_stage)
-            retriever.index(tools)
+            retriever.index([self.data.tools[t] for t in self.ids if self.set_of.get(t, "") == name])
             results = retriever.search([queries[i].text for i in members], self.depth)
             for i, (ids, scores) in zip(members, results):
-                ids = list(ids)
-                gold = set(queries[i].labels)
-                out[i] = Candidates(ids, self.descriptions[[self.row[t] for t in ids]],
-                                    np.asarray([1.0 if t in gold else 0.0 for t in ids], np.float32),
+                rows = [self.row[t] for t in ids]
+                gold = {self.row[t] for t in queries[i].labels if t in self.row}
+                vectors = self.vectors[rows]
+                for j, r in enumerate(rows):
+                    if leave_one_out and r in gold and self.counts[r] > 0:
+                        vectors[j] = self._without(r, query_vectors[i])
+                out[i] = Candidates(list(ids), vectors, np.asarray([1.0 if r in gold else 0.0 for r in rows], np.float32),
                                     np.asarray(scores, np.float32))
         return out  # type: ignore[return-value]
 
 
 def fit_refiner(data: TrainingData, out: str | Path, *, model: str | None = None, config: TrainConfig | None = None,
-                resume: bool = True, first_stage: str = "tool2vec", first_stage_model: str | None = None,
-                depth: int = 32, prior: float = 1.0, max_query_length: int = 64, head_lr: float = 1e-3,
-                max_validation: int | None = 500, validate_start: bool = True,
+                resume: bool = True, first_stage: str | None = None, first_stage_model: str | None = None,
+                tool2vec_model: str | None = None, depth: int = 32, prior: float = 1.0, max_query_length: int = 64,
+                head_lr: float = 1e-3, max_validation: int | None = 500, validate_start: bool = True,
                 view: TextView | dict | None = None) -> RunSummary:
     """Train ToolRefiner on `data.train` over `first_stage`'s top `depth` candidates; write a model dir.
 
+    `first_stage`: a retriever name (default: what `first_stage_model` was trained for, else tool2vec);
+    `first_stage_model`: its model directory; `tool2vec_model`: behind mlc, the `train tool2vec` directory
+    whose vectors the refiner reads (default: Tool2Vec vectors made from the training queries).
     `model`: the transformer to start from and the encoder of queries and descriptions (default
     all-MiniLM-L6-v2). `prior`: the Tool2Vec description blend when the usage is built here.
     `head_lr`: learning rate of the fresh projection and output head (the transformer uses `config.lr`).
@@ -214,14 +313,16 @@ def fit_refiner(data: TrainingData, out: str | Path, *, model: str | None = None
     view = TextView.from_dict(view) if isinstance(view, dict) else (view or TextView())
     device = pick_device(config.device)
     start = time.perf_counter()
-    builder = CandidateBuilder(data, first_stage, first_stage_model, model, view, prior, depth, config.progress)
+    first_stage = first_stage_of(first_stage, first_stage_model)
+    builder = CandidateBuilder(data, first_stage, first_stage_model, model, view, prior, depth, config.progress,
+                               tool2vec_model)
     train = builder.build(data.train, builder.train_vectors, leave_one_out=True)
     validation_queries = data.validation[:max_validation] if max_validation else data.validation
     validation = builder.build(validation_queries, builder.validation_vectors[:len(validation_queries)],
                                leave_one_out=False)
     prepare_s = time.perf_counter() - start
 
-    base_path = resolve_model(builder.encoder_name if first_stage_model else model)
+    base_path = resolve_model(builder.encoder_name)  # `model`, or the Tool2Vec directory's encoder
     transformer, tokenizer = load_transformer(base_path)
     dim = builder.descriptions.shape[1]
     net = _refiner_net(transformer, dim, max_query_length, head_lr, device)
@@ -238,13 +339,13 @@ def fit_refiner(data: TrainingData, out: str | Path, *, model: str | None = None
     if validation and validate_start:
         summary.data["first_stage_validation"] = round(_first_stage_ndcg(validation, validation_queries), 3)
     summary.config = {**summary.config, "depth": depth, "head_lr": head_lr, "max_query_length": max_query_length,
-                      "first_stage": first_stage, "first_stage_model": first_stage_model, "prior": builder.prior}
-    vectors = "first_stage" if first_stage in ("tool2vec", "dense") else "description"
-    config_out = model_base("refiner", base_model=base_path, depth=depth, vectors=vectors, vector_dim=dim,
-                            max_query_length=max_query_length, view=builder.view.to_dict(),
+                      "first_stage": first_stage, "first_stage_model": first_stage_model,
+                      "tool2vec_model": tool2vec_model, "prior": builder.prior}
+    config_out = model_base("refiner", base_model=base_path, depth=depth, vectors=builder.vector_kind,
+                            vector_dim=dim, max_query_length=max_query_length, view=builder.view.to_dict(),
                             description_encoder=builder.encoder_name, first_stage=first_stage,
-                            summary=summary.to_dict())
-    _save_refiner(out, config_out, net, transformer, tokenizer, summary)
+                            prior=builder.prior, summary=summary.to_dict())
+    _save_refiner(out, config_out, net, transformer, tokenizer, summary, builder.usage)
     trainer.finish()
     return summary
 
@@ -327,11 +428,14 @@ def _first_stage_ndcg(validation: list[Candidates], queries: Sequence) -> float:
         / max(1, len(validation))
 
 
-def _save_refiner(out: str | Path, config: dict, net, transformer, tokenizer, summary: RunSummary) -> None:
+def _save_refiner(out: str | Path, config: dict, net, transformer, tokenizer, summary: RunSummary, usage) -> None:
+    """The model directory; `usage`: the Tool2Vec usage table its "tool2vec" vectors are made from."""
     import torch
 
-    assert config["vectors"] in VECTOR_SOURCES
+    assert config["vectors"] in VECTOR_SOURCES and (usage is not None) == (config["vectors"] == "tool2vec")
     with write_artifact(out, config) as folder, quiet_transformers():
+        if usage is not None:
+            usage.save(folder / USAGE_FILE)
         transformer.save_pretrained(str(folder / "transformer"))
         tokenizer.save_pretrained(str(folder / "transformer"))
         torch.save({k: v for k, v in net.state_dict().items() if not k.startswith("transformer.")}, folder / HEADS_FILE)
