@@ -21,8 +21,8 @@ from mcp import Client, StdioServerParameters  # noqa: E402
 from gateways import learned_all, start_gateway, stdio_env, stop, stub, time_server, wait_for, wait_up, write_config  # noqa: E402
 from traffic import RAIN_TASK, mixed  # noqa: E402
 
-from toolscout.artifacts import read_config  # noqa: E402
 from toolscout.feedback import UsageLedger  # noqa: E402
+from toolscout.spec import read_pipeline_config  # noqa: E402
 
 pytestmark = pytest.mark.slow  # starts several gateways and their upstream servers
 
@@ -123,7 +123,7 @@ def owner_pid(folder: Path) -> int:
 
 def taught(folder: Path) -> UsageLedger:
     """What the index learned, as the last gateway to own it saved it."""
-    snapshot, _config = read_config(folder / "index")
+    snapshot, _config = read_pipeline_config(folder / "index")
     return UsageLedger.load(snapshot / "feedback.json")
 
 

@@ -203,14 +203,14 @@ def test_the_tier_is_saved_with_the_index_and_used_wherever_it_is_loaded(tmp_pat
     """`toolscout index --fast-queries` records the route: `load`, `search` and `serve` encode tasks
     through the table without being told, `--encoder-queries` / fast_queries=False override it, and an
     index saved before the route was recorded still uses the encoder."""
-    from toolscout.artifacts import read_config
     from toolscout.cli import main
+    from toolscout.spec import read_pipeline_config
 
     catalog = Path(__file__).resolve().parents[1] / "src/toolscout/data/catalogs/mcp_reference_servers.json"
     folder = tmp_path / "idx"
     assert main(["index", str(catalog), "--out", str(folder), "--fast-queries"]) == 0
     assert "tasks through the static table" in capsys.readouterr().err
-    assert read_config(folder, kind="toolscout.pipeline")[1]["fast_queries"] == "table"
+    assert read_pipeline_config(folder)[1]["fast_queries"] == "table"
     saved = ToolScout.load(folder)
     assert saved.fast_queries == "table" and ToolScout.load(folder, fast_queries=False).fast_queries is None
     task = "what time is it in Tokyo"

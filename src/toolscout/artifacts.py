@@ -89,8 +89,9 @@ def resolve(root: str | os.PathLike) -> Path:
     raise ArtifactError(f"{root}: not a toolscout artefact (no {POINTER} file and no {CONFIG})")
 
 
-def read_config(root: str | os.PathLike, kind: str | None = None, max_format: int = 1) -> tuple[Path, dict]:
-    """Load the config of the artefact at `root`, checking its kind and format version."""
+def read_config(root: str | os.PathLike, kind: str | None = None, *, max_format: int) -> tuple[Path, dict]:
+    """Load the config of the artefact at `root`, checking its kind and that its format version is one this
+    toolscout reads (`max_format`: each kind's own; no default, so no reader refuses what its writer writes)."""
     folder = resolve(root)
     config = read_json(folder / CONFIG)
     if kind is not None and config.get("kind") != kind:

@@ -43,6 +43,7 @@ from ..results import Results
 from ..tool import TextView, Tool, tool_text
 from .base import (
     DEFAULT_DEPTH,
+    FORMAT_VERSION,
     RERANKER_KIND,
     check_candidates,
     fuse_with_first_stage,
@@ -267,7 +268,7 @@ class CrossEncoderReranker:
 
     @classmethod
     def load(cls, folder: str | Path, **options: Any) -> "CrossEncoderReranker":
-        _folder, config = read_config(folder, kind=RERANKER_KIND)
+        _folder, config = read_config(folder, kind=RERANKER_KIND, max_format=FORMAT_VERSION)
         if config.get("reranker") != METHOD:
             raise ArtifactError(f"{folder}: holds a {config.get('reranker')!r} reranker, not {METHOD!r}")
         keys = ("model", "depth", "batch_size", "view", "max_length", "first_stage_weight")

@@ -50,7 +50,7 @@ from ..models import model_config
 from ..results import Results
 from ..retrievers.base import Encoding
 from ..tool import TextView, Tool, content_hash, tool_text
-from .base import DEFAULT_DEPTH, check_candidates, reordered, write_reranker_config
+from .base import DEFAULT_DEPTH, FORMAT_VERSION, check_candidates, reordered, write_reranker_config
 
 VECTOR_SOURCES = ("tool2vec", "first_stage", "description")
 HEADS_FILE = "heads.pt"
@@ -225,7 +225,7 @@ class ToolRefinerReranker:
 
     @classmethod
     def load(cls, folder: Path, **options: Any) -> "ToolRefinerReranker":
-        _folder, config = read_config(folder)
+        _folder, config = read_config(folder, max_format=FORMAT_VERSION)
         settings = {"depth": config.get("depth"), "vectors": config.get("vectors"),
                     "batch_size": config.get("batch_size", 16), **options}
         return cls(config["model"], **settings)
