@@ -633,3 +633,25 @@ def test_calls_still_being_gathered_at_shutdown_are_learned_and_kept(tmp_path):
         assert reopened.feedback_of(taught)["learned"] == 1
     finally:
         reopened.close()
+
+
+def test_an_api_document_that_names_a_key_twice_is_read_with_the_last_and_a_warning(tmp_path, caplog):
+    """A third party's OpenAPI document with a key written twice (which `toolscout index` refuses) would take
+    the gateway's upstream down over a slip its operator cannot fix: the last value is kept, and logged."""
+    import functools
+
+    from toolscout.errors import DuplicateKey
+    from toolscout.gateway.openapi_upstream import _third_party
+    from toolscout.ingest.detect import read_structured
+
+    text = {"spec.json": '{"openapi": "3.0.0", "info": {"title": "T", "description": "a", "description": "b"}}',
+            "spec.yaml": "openapi: 3.0.0\ninfo:\n  title: T\n  description: a\n  description: b\n"}
+    for name, body in text.items():
+        (tmp_path / name).write_text(body)
+        with pytest.raises(DuplicateKey, match="duplicate key 'description'"):
+            read_structured(tmp_path / name)  # a catalog given to index: refused
+        with caplog.at_level("WARNING"):
+            document = _third_party(functools.partial(read_structured, tmp_path / name, name))
+        assert document["info"] == {"title": "T", "description": "b"}
+        assert f"{name}: line" in caplog.text and "(the last one is kept)" in caplog.text
+        caplog.clear()

@@ -241,3 +241,24 @@ def test_toolscout_load_tools_is_the_same_function():
     import toolscout
 
     assert toolscout.load_tools is load_tools
+
+
+def test_a_live_servers_listing_keeps_a_schema_the_catalog_rule_refuses_unless_it_is_no_object():
+    """The gateway reads its upstreams' listings `as_served`: a property that is not a schema is the server's
+    business (kept, with a warning); a schema that is not an object cannot take arguments (skipped)."""
+    from toolscout.ingest import LoadReport, parse_tools
+
+    listing = {"tools": [
+        {"name": "geocode", "description": "Coordinates of an address",
+         "inputSchema": {"type": "object", "properties": {"address": "string"}}},
+        {"name": "scalar", "description": "Takes a bare string", "inputSchema": {"type": "string"}}]}
+    report = LoadReport()
+    tools = parse_tools(listing, format="mcp", lenient=True, namespace="maps", report=report, as_served=True)
+    assert [t.id for t in tools] == ["maps.geocode"]
+    assert tools[0].parameters == {"type": "object", "properties": {"address": "string"}}
+    assert report.warnings == ["<object>: tools[0].inputSchema.properties.address: must be a JSON schema (an "
+                               "object, or true/false), got string (kept as the server gave it)"]
+    assert [position for position, _message in report.skipped] == ["tools[1]"]
+    catalog = LoadReport()  # the same listing given as a catalog to index: both are refused
+    assert parse_tools(listing, format="mcp", lenient=True, namespace="maps", report=catalog) == []
+    assert len(catalog.skipped) == 2

@@ -72,6 +72,8 @@ def test_parameters_may_use_any_json_schema_feature():
                        {"allOf": [{"properties": {"a": {}}}], "patternProperties": {"^x": {}}},
                        {"type": "dict", "properties": {"a": {"type": "integer"}}},  # BFCL's spelling of object
                        {"type": "object", "properties": None, "required": None},  # Go's nil map and slice
+                       {"type": None, "properties": {"a": {}}},  # a nil type, unsaid as before the rule
+                       {"type": ["object", "null"], "properties": {"a": {}}},  # a list of types allowing one
                        {}):
         assert Tool("x", "x", parameters=parameters).parameters == parameters
 

@@ -16,6 +16,10 @@ class CatalogError(ToolScoutError, ValueError):
     """A catalog file or object could not be read as tools."""
 
 
+class DuplicateKey(CatalogError):
+    """A catalog names a key twice in one object (a reader keeping the last would lose the first)."""
+
+
 class InvalidRequest(ToolScoutError, ValueError):
     """An argument or request field is wrong (a blank query, k < 1, a duplicate id in one write)."""
 

@@ -89,8 +89,14 @@ class Tool:
         except InvalidRequest:
             if not isinstance(data.get("parameters"), Mapping) or not parameters_problem(data["parameters"]):
                 raise
-        tool = cls.from_dict({**data, "parameters": None})
-        object.__setattr__(tool, "parameters", data["parameters"])
+        return cls.from_dict({**data, "parameters": None}).keeping_parameters(data["parameters"])
+
+    def keeping_parameters(self, parameters: Mapping[str, Any]) -> "Tool":
+        """This tool with `parameters` as written, even where `parameters_problem` refuses them: what was
+        stored before the rule, or what a live server the gateway proxies says it takes (the server accepts
+        its own schema; refusing it would hide a tool that works)."""
+        tool = replace(self, parameters=None)
+        object.__setattr__(tool, "parameters", parameters)
         return tool
 
     def with_changes(self, **changes: Any) -> "Tool":
@@ -152,8 +158,10 @@ def parameters_problem(schema: Any) -> tuple[str, str] | None:
         return None
     if not isinstance(schema, Mapping):
         return "", f"must be a JSON schema object, got {_json_type(schema)}"
-    if schema.get("type", "object") not in OBJECT_TYPES:
-        return "type", f"must be 'object' (tool arguments are one JSON object), got {reprlib.repr(schema['type'])}"
+    declared = schema.get("type")  # absent or null: unsaid; a list of types must allow an object
+    allowed = declared if isinstance(declared, list) else [declared]
+    if declared is not None and not any(isinstance(t, str) and t in OBJECT_TYPES for t in allowed):
+        return "type", f"must be 'object' (tool arguments are one JSON object), got {reprlib.repr(declared)}"
     properties = schema.get("properties")
     if properties is None:  # absent, or null: what a Go server writes for an empty map
         properties = {}

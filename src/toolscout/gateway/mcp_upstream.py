@@ -241,7 +241,9 @@ class McpUpstream:
         raw = await self._pages(client, types.ListToolsRequest, "tools")
         report = LoadReport()
         tools = parse_tools({"tools": raw}, format="mcp", lenient=True, source=f"upstream {self.name}",
-                            namespace=self.name, report=report)
+                            namespace=self.name, report=report, as_served=True)
+        for warning in report.warnings:
+            logger.warning("%s", warning)
         return Listing(self.name, tools, tuple(connection.skipped) + tuple(report.skipped))
 
     async def _list_extras(self, client: Any) -> Extras:

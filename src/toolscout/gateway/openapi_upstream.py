@@ -14,17 +14,18 @@ re-indexed without a restart.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 from urllib.parse import quote, urljoin
 
 import anyio
 import httpx
 
-from ..errors import CatalogError
+from ..errors import CatalogError, DuplicateKey
 from ..ingest import parse_tools
 from ..ingest.common import LoadReport
 from ..ingest.detect import parse_json, read_structured
@@ -113,7 +114,9 @@ class OpenApiUpstream:
         document, where = await self._document()
         report = LoadReport()
         tools = parse_tools(document, format="openapi", lenient=True, source=where, namespace=self.name,
-                            report=report)
+                            report=report, as_served=True)
+        for warning in report.warnings:
+            logger.warning("%s", warning)
         self.base_url = self.spec.base_url or _base_url(document, self.spec.spec or "")
         if self.base_url is None:
             raise CatalogError(f"{where} names no absolute server URL; give the API's address as base_url in "
@@ -125,12 +128,14 @@ class OpenApiUpstream:
     async def _document(self) -> tuple[Any, str]:
         location = self.spec.spec or ""
         if not location.lower().startswith(("http://", "https://")):
-            return await anyio.to_thread.run_sync(read_structured, Path(location), location), location
+            read = functools.partial(read_structured, Path(location), location)
+            return await anyio.to_thread.run_sync(_third_party, read), location
         assert self._http is not None
         response = await self._http.get(location)
         response.raise_for_status()
         text = response.text
-        document = parse_json(text, location) if text.lstrip()[:1] in ("{", "[") else load_yaml(text, location)
+        parse = parse_json if text.lstrip()[:1] in ("{", "[") else load_yaml
+        document = _third_party(functools.partial(parse, text, location))
         check_tree(document, location, json_only=True)
         return document, location
 
@@ -236,3 +241,14 @@ def _text(value: Any) -> str:
 
 def _query(value: Any) -> Any:
     return [_text(v) for v in value] if isinstance(value, list) else _text(value)
+
+
+def _third_party(read: Callable[..., Any]) -> Any:
+    """A document an API publishes, read with `read(unique=...)`: a key it names twice is logged and the
+    last kept, as its own readers do (an upstream down over a slip its operator cannot fix would be worse;
+    a catalog given to `toolscout index` is refused for it)."""
+    try:
+        return read(unique=True)
+    except DuplicateKey as exc:
+        logger.warning("%s (the last one is kept)", exc)
+        return read(unique=False)

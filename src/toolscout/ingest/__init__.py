@@ -81,18 +81,19 @@ def _check_format(format: str | None) -> None:
 
 
 def parse_tools(obj: Any, format: str | None = None, lenient: bool = False, source: str = "<object>",
-                namespace: str | None = None, report: LoadReport | None = None) -> list[Tool]:
-    """Tools from an object already in memory: parsed JSON/YAML, or a list of Python callables."""
+                namespace: str | None = None, report: LoadReport | None = None, as_served: bool = False) -> list[Tool]:
+    """Tools from an object already in memory: parsed JSON/YAML, or a list of Python callables.
+    `as_served`: a live server's listing, whose parameters schemas are kept as it gives them (`Context`)."""
     _check_format(format)
     check_tree(obj, source)
-    return _parse(obj, format, lenient, source, namespace, report)
+    return _parse(obj, format, lenient, source, namespace, report, as_served)
 
 
 def _parse(obj: Any, format: str | None, lenient: bool, source: str, namespace: str | None,
-           report: LoadReport | None) -> list[Tool]:
+           report: LoadReport | None, as_served: bool = False) -> list[Tool]:
     """`parse_tools` for an object already checked by `check_tree`."""
     report = report if report is not None else LoadReport()
-    ctx = Context(source=source, lenient=lenient, report=report, namespace=namespace)
+    ctx = Context(source=source, lenient=lenient, report=report, namespace=namespace, as_served=as_served)
     fmt = format or detect_format(obj, source)
     tools = finish(ctx, _PARSERS[fmt](obj, ctx))
     report.format, report.source = fmt, source

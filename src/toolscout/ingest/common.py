@@ -66,6 +66,9 @@ class Context:
     lenient: bool = False
     report: LoadReport = field(default_factory=LoadReport)
     namespace: str | None = None  # the caller's namespace, for tools their source does not place
+    # a live server's listing, as the gateway proxies it: a parameters schema the rule refuses is kept, with a
+    # warning (the server takes its own schema; the rule is for catalogs toolscout is given to index)
+    as_served: bool = False
     empty_hint: str | None = None  # where this format's tools come from, said when a catalog gives none
     skips: int = 0  # tools skipped by this load
 
@@ -222,9 +225,17 @@ def read_schema(ctx: Context, obj: Mapping[str, Any], position: str, keys: tuple
     if not isinstance(value, Mapping):
         raise ctx.error(where, f"field {key!r} must be a JSON schema object, got {type_name(value)}")
     problem = parameters_problem(value) if must_be_object else None  # the rule `Tool` applies, placed here
-    if problem:
+    if problem and _kept_as_served(ctx, problem):
+        ctx.warn(f"{at(where, problem[0])}: {problem[1]} (kept as the server gave it)")
+    elif problem:
         raise ctx.error(at(where, problem[0]) if problem[0] else where, problem[1])
     return dict(value)
+
+
+def _kept_as_served(ctx: Context, problem: tuple[str, str]) -> bool:
+    """Whether a live server's parameters schema is kept despite `problem`: unless it does not describe an
+    object at all (no arguments could be sent: skipped, as always), the server takes its own schema."""
+    return ctx.as_served and problem[0] not in ("", "type")
 
 
 def _strings(ctx: Context, value: Any, where: str, key: str) -> tuple[str, ...]:
@@ -277,10 +288,23 @@ def read_extras(ctx: Context, obj: Mapping[str, Any], position: str) -> dict[str
 def slugify(text: str) -> str:
     """'Swagger Petstore - OpenAPI 3.0' → 'swagger-petstore-openapi-3-0', '天気予報 API' → '天気予報-api'.
 
-    Letters and digits of any script (with the marks that complete them), NFKC-folded and lowercased;
-    every run of anything else is one '-', so there is no dot (ids are namespace.name). A namespace is any
-    non-empty string to the service; ASCII titles slug as they always did.
+    Every run of what is not a letter or digit is one '-', so there is no dot (ids are namespace.name). The
+    letters were ASCII only, which left a word in another script out ('天気予報 API' and '郵便 API' were both
+    'api'): a title with such a word keeps the letters and digits of every script (with the marks that
+    complete them), NFKC-folded and lowercased. Any other title slugs as it always did ('Café API' is still
+    'caf-api'), so the ids of catalogs indexed before stay what they were.
     """
+    words = [word for word in text.split() if _unicode_slug(word)]
+    if all(_ascii_slug(word) for word in words) and _ascii_slug(text):
+        return _ascii_slug(text)
+    return _unicode_slug(text)
+
+
+def _ascii_slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def _unicode_slug(text: str) -> str:
     folded = unicodedata.normalize("NFKC", text).lower()
     kept = "".join(c if c.isalnum() or unicodedata.category(c).startswith("M") else "-" for c in folded)
     return re.sub(r"-+", "-", kept).strip("-")
@@ -289,7 +313,12 @@ def slugify(text: str) -> str:
 def make_tool(ctx: Context, position: str, namespace: str | None, name: str, **fields: Any) -> Tool:
     """The tool the catalog item at `position` describes; a field `Tool` refuses is the catalog's error,
     naming the file and the item (lenient loading skips the item)."""
+    parameters = fields.get("parameters")
+    problem = parameters_problem(parameters)
+    kept = problem is not None and _kept_as_served(ctx, problem)
     try:
-        return Tool(id=qualified_id(namespace, name), name=name, namespace=namespace, **fields)
+        tool = Tool(id=qualified_id(namespace, name), name=name, namespace=namespace,
+                    **{**fields, "parameters": None if kept else parameters})
     except InvalidRequest as exc:
         raise ctx.error(position, str(exc)) from None
+    return tool.keeping_parameters(parameters) if kept else tool

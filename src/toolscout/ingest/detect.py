@@ -99,16 +99,17 @@ def detect_format(obj: Any, source: str = "<object>") -> str:
 
 # ------------------------------------------------------------------------------------ reading files
 
-def read_structured(path: Path, source: str | None = None) -> Any:
+def read_structured(path: Path, source: str | None = None, unique: bool = True) -> Any:
     """A .json/.yaml/.yml file (or one without those suffixes: JSON first, then YAML) as Python objects,
-    checked by `guard.check_tree` (bounded, acyclic, JSON data only)."""
+    checked by `guard.check_tree` (bounded, acyclic, JSON data only). `unique`: a key written twice is an
+    error (DuplicateKey), else the last is kept."""
     source = source or str(path)
     text = decode(path.read_bytes(), source)
     suffix = path.suffix.lower()
     if suffix == ".json" or (suffix not in (".yaml", ".yml") and text.lstrip()[:1] in ("{", "[")):
-        obj = parse_json(text, source)
+        obj = parse_json(text, source, unique)
     else:
-        obj = yaml_loader.load(text, source)
+        obj = yaml_loader.load(text, source, unique)
     if not isinstance(obj, (Mapping, list)):
         raise CatalogError(f"{source}: expected a JSON or YAML object or list of tools, got {type_name(obj)}")
     check_tree(obj, source, json_only=True)

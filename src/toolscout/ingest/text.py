@@ -16,7 +16,7 @@ import json
 import re
 from typing import Any
 
-from ..errors import CatalogError
+from ..errors import CatalogError, DuplicateKey
 from .guard import DEPTH_HINT, MAX_DEPTH, MAX_INT_DIGITS
 
 # A JSON string (unrolled loop: no catastrophic backtracking) or a bracket; used only to locate problems.
@@ -32,9 +32,10 @@ _STRING_OR_LONG_NUMBER = re.compile(rf'"[^"\\]*(?:\\.[^"\\]*)*"|\d{{{MAX_INT_DIG
 class _Problem(Exception):
     """JSON text that cannot be read: `problem`, `hint`, and the `index` of the character at fault."""
 
-    def __init__(self, problem: str, hint: str, index: int, syntax: json.JSONDecodeError | None = None):
+    def __init__(self, problem: str, hint: str, index: int, syntax: json.JSONDecodeError | None = None,
+                 kind: type[CatalogError] = CatalogError):
         super().__init__(problem)
-        self.problem, self.hint, self.index, self.syntax = problem, hint, index, syntax
+        self.problem, self.hint, self.index, self.syntax, self.kind = problem, hint, index, syntax, kind
 
 
 def decode(data: bytes, source: str, offset: int | None = None) -> str:
@@ -49,13 +50,14 @@ def decode(data: bytes, source: str, offset: int | None = None) -> str:
                            "UTF-8") from None
 
 
-def parse_json(text: str, source: str) -> Any:
-    """The JSON file `text`; a problem raises CatalogError with its line and column."""
+def parse_json(text: str, source: str, unique: bool = True) -> Any:
+    """The JSON file `text`; a problem raises CatalogError with its line and column (DuplicateKey for a key
+    named twice; `unique=False` keeps the last instead, as JSON readers do)."""
     try:
-        return _loads(text)
+        return _loads(text, unique)
     except _Problem as exc:
         line, column = _line_and_column(text, exc.index)
-        raise CatalogError(f"{source}: line {line}, column {column}: {exc.problem}; {exc.hint}") from None
+        raise exc.kind(f"{source}: line {line}, column {column}: {exc.problem}; {exc.hint}") from None
 
 
 def parse_json_line(text: str, where: str) -> Any:
@@ -68,14 +70,14 @@ def parse_json_line(text: str, where: str) -> Any:
         raise CatalogError(f"{where}: {exc.problem} (column {exc.index + 1}); {exc.hint}") from None
 
 
-def _loads(text: str) -> Any:
+def _loads(text: str, unique: bool = True) -> Any:
     try:
-        return json.loads(text, object_pairs_hook=_unique_keys)
+        return json.loads(text, object_pairs_hook=_unique_keys if unique else None)
     except _DuplicateKey:
         key, index, first = _first_duplicate(text)
         line, column = _line_and_column(text, first)
         raise _Problem(f"duplicate key {key!r} (first at line {line}, column {column})", DUPLICATE_HINT,
-                       index) from None
+                       index, kind=DuplicateKey) from None
     except json.JSONDecodeError as exc:
         raise _Problem(f"invalid JSON ({exc.msg})", "fix the syntax there", exc.pos, exc) from None
     except RecursionError:

@@ -29,7 +29,7 @@ from yaml.constructor import SafeConstructor
 from yaml.nodes import ScalarNode
 from yaml.resolver import Resolver
 
-from ..errors import CatalogError
+from ..errors import CatalogError, DuplicateKey
 from .guard import DEPTH_HINT, MAX_DEPTH, MAX_INT_DIGITS
 from .text import DUPLICATE_HINT
 
@@ -50,6 +50,10 @@ _MERGE_TAG = "tag:yaml.org,2002:merge"
 
 class BeyondLimit(yaml.MarkedYAMLError):
     """YAML within the syntax but not what a catalog may hold (`problem` says what), at `problem_mark`."""
+
+
+class _NamedTwice(BeyondLimit):
+    """A key written twice in one mapping (`DuplicateKey` to the caller)."""
 
 
 class CatalogLoader(Composer, *_PARSER, SafeConstructor, Resolver):  # type: ignore[misc]
@@ -84,6 +88,14 @@ class CatalogLoader(Composer, *_PARSER, SafeConstructor, Resolver):  # type: ign
                               node.start_mark) from None
 
 
+class LastKeyLoader(CatalogLoader):
+    """CatalogLoader that keeps the last of two equal keys, as YAML readers do (`load(unique=False)`)."""
+
+    def flatten_mapping(self, node: Any) -> None:
+        SafeConstructor.flatten_mapping(self, node)
+        node.value = _one_entry_per_key(node.value)
+
+
 CatalogLoader.add_constructor("tag:yaml.org,2002:int", CatalogLoader.construct_yaml_int)
 CatalogLoader.yaml_implicit_resolvers = {
     first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
@@ -99,7 +111,7 @@ def _refuse_duplicate_keys(node: Any) -> None:
             continue
         mark = first.setdefault((key.tag, key.value), key.start_mark)
         if mark is not key.start_mark:
-            raise BeyondLimit(None, None, f"duplicate key {key.value!r} (first at line {mark.line + 1}, column "
+            raise _NamedTwice(None, None, f"duplicate key {key.value!r} (first at line {mark.line + 1}, column "
                               f"{mark.column + 1}); {DUPLICATE_HINT}", key.start_mark)
 
 
@@ -118,20 +130,22 @@ def _one_entry_per_key(pairs: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
     return out
 
 
-def load(text: str, source: str) -> Any:
+def load(text: str, source: str, unique: bool = True) -> Any:
     """The one document in `text`; a problem raises CatalogError naming `source` and, where known, the
-    line and column."""
+    line and column (DuplicateKey for a key written twice; `unique=False` keeps the last instead)."""
     try:
-        return _compose(text)
+        return _compose(text, CatalogLoader if unique else LastKeyLoader)
+    except _NamedTwice as exc:
+        raise DuplicateKey(_marked_message(exc, source)) from None
     except yaml.MarkedYAMLError as exc:
         raise CatalogError(_marked_message(exc, source)) from None
     except yaml.YAMLError as exc:
         raise CatalogError(f"{source}: invalid YAML ({exc})") from None
 
 
-def _compose(text: str) -> Any:
+def _compose(text: str, loader: type = CatalogLoader) -> Any:
     try:
-        return yaml.load(text, Loader=CatalogLoader)  # noqa: S506 - SafeConstructor: plain data only
+        return yaml.load(text, Loader=loader)  # noqa: S506 - SafeConstructor: plain data only
     except yaml.MarkedYAMLError as exc:
         if _LIBYAML_NESTING_CAP not in str(exc.problem) or exc.problem_mark is None:
             raise
