@@ -11,7 +11,7 @@ import pytest
 from traffic import CALENDAR, FACTS, FILES, MAIL, RAIN
 
 from toolscout import ToolScout
-from toolscout.feedback import FeedbackEvent
+from toolscout.feedback import FeedbackEvent, Scored
 from toolscout.learning import CAUTIOUS_GATE, GATE, LearnedChannel, Lesson
 from toolscout.learning.calibration import PRIOR, SIM_BINS, BinCounts, Calibration, isotonic, sim_bin
 from toolscout.learning.incidental import teachable
@@ -464,6 +464,20 @@ def test_learning_made_worse_on_purpose_turns_its_weight_down_and_says_so(encode
     assert scout.search(task, k=1)[0].tool.id == "weather.forecast"  # what the agents use now
 
 
+def test_a_namespace_judged_only_through_the_tools_its_lifts_passed_is_reported_with_its_weight():
+    """Sixty events of 'weather' tools that learning moved from rank 1 to 3, each passed by an 'ads' tool:
+    'ads' has no record of its own, yet its weight goes to 0 (a loss of 0.67 in mean reciprocal rank, far
+    beyond the 0.05 that turns it off) and the report lists it; 'weather' keeps full weight."""
+    from toolscout.learning.scorecard import Scorecard
+
+    card = Scorecard([Scored(float(i), "s", "weather", "weather.now", f"task {i}", True, 3, 1, 3, ("ads",))
+                      for i in range(60)])
+    assert card.weights() == {"ads": 0.0, "weather": 1.0}
+    report = card.report()["namespaces"]
+    assert report["ads"]["automatic_weight"] == 0.0 and report["ads"]["all"]["events"] == 0
+    assert report["weather"]["automatic_weight"] == 1.0 and report["weather"]["all"]["events"] == 60
+
+
 def test_a_burst_of_one_tools_traffic_lifts_it_for_no_task(encoder):
     """Requests of one tool alone are all near each other: a calibration from them cannot tell similarity
     from "everything is that tool", so nothing is lifted until several tools are taught."""
@@ -487,7 +501,7 @@ def test_a_rollback_restores_the_rankings_of_that_time_exactly(encoder):
     assert scout.learning_report() == report_at_noon
 
 
-def test_taking_back_newer_evidence_restores_the_place_of_a_tool_that_joined_in_between(encoder):
+def test_taking_back_newer_evidence_restores_the_place_of_a_tool_that_joined_in_between(encoder, tmp_path):
     """Source a teaches the advisor, a rival joins at 500, source b teaches the same requests at 1000 (now
     weighed against the rival). Forgetting b, or rolling back to 1000, must rank as before b posted: the
     entry's last time taught went back too (it stayed at 1000, so a's older evidence passed the rival)."""
@@ -506,11 +520,37 @@ def test_taking_back_newer_evidence_restores_the_place_of_a_tool_that_joined_in_
 
     before_b = taught(False).retrieve(tasks, 9).as_lists()
     forgot, rolled_back = taught(True), taught(True)
-    assert forgot.retrieve(tasks, 9).as_lists() != before_b  # b's newer evidence lifts the advisor past the rival
+    forgot_before = forgot.retrieve(tasks, 9).as_lists()
+    assert forgot_before != before_b  # b's newer evidence lifts the advisor past the rival
     forgot.forget("b")
     rolled_back.rollback(1000.0)
     assert forgot.retrieve(tasks, 9).as_lists() == before_b
     assert rolled_back.retrieve(tasks, 9).as_lists() == before_b
+    # a directory saved in format 1 (one time and rank per request and tool, as toolscout wrote it before)
+    # is taught again from its ledger when it loads, so taking b back restores the ranking there too
+    folder = tmp_path / "idx"
+    taught(True).save(folder)
+    as_format_1(folder / (folder / "CURRENT").read_text().strip() / "learning")
+    old = ToolScout.load(folder)
+    assert old.retrieve(tasks, 9).as_lists() == forgot_before
+    old.forget("b")
+    assert old.retrieve(tasks, 9).as_lists() == before_b
+
+
+def as_format_1(learning: "Path") -> None:
+    """Rewrite a saved learned channel as format 1 stored it: per request and tool, the first lesson's
+    untaught rank, the last time taught and a count per source."""
+    import json
+
+    memory = json.loads((learning / "memory.json").read_text())
+    rows = []
+    for key, tool, sources in memory["taught"]:
+        lessons = sorted((when, source, rank) for source, taught in sources.items() for when, rank in taught)
+        rows.append([key, tool, lessons[0][2], lessons[-1][0], {s: len(t) for s, t in sources.items()}])
+    memory["taught"] = rows
+    (learning / "memory.json").write_text(json.dumps(memory))
+    config = json.loads((learning / "config.json").read_text())
+    (learning / "config.json").write_text(json.dumps({**config, "format_version": 1}))
 
 
 def test_forgetting_every_source_restores_the_untaught_ranking_bit_for_bit(taught, encoder):

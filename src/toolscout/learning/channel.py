@@ -323,7 +323,9 @@ class LearnedChannel:
     @classmethod
     def load(cls, folder: Path, space: RequestSpace) -> "LearnedChannel":
         """The channel saved in `folder`. Its memory comes back empty when its vectors were made in another
-        space (a new encoder): the pipeline teaches it again from its ledger."""
+        space (a new encoder), or were saved in format 1, which kept one time and rank per request and tool
+        (taking a lesson back could not restore the one before it): the pipeline teaches it again from its
+        ledger, which holds each event's."""
         config = read_json(folder / "config.json")
         if config.get("kind") != LEARNING_KIND or int(config.get("format_version", 0)) > FORMAT_VERSION:
             raise ArtifactError(f"{folder}: not a learned channel this toolscout can read")
@@ -332,23 +334,13 @@ class LearnedChannel:
             channel.scorecard.add([Scored.from_dict(json.loads(line)) for line in fh if line.strip()])
         memory = read_json(folder / "memory.json")
         channel.joined = {t: float(w) for t, w in memory.get("joined", {}).items()}
-        if config.get("space") != space.name:
+        if config.get("space") != space.name or int(config.get("format_version", 1)) < FORMAT_VERSION:
             return channel
         vectors = dict(zip(memory["keys"], np.load(folder / "vectors.npy")))
-        channel.restore([(key, vectors[key], tool, source, rank, when) for key, tool, source, when, rank
-                         in _saved_lessons(memory["taught"], int(config.get("format_version", 1)))], memory["key_of"])
+        channel.restore([(key, vectors[key], tool, source, rank, when) for key, tool, sources in memory["taught"]
+                         for source, lessons in sources.items() for when, rank in lessons], memory["key_of"])
         channel.refresh_weights()
         return channel
-
-
-def _saved_lessons(taught: list, version: int) -> list[tuple[str, str, str, float, int | None]]:
-    """(key, tool, source, time, untaught rank) of each lesson saved, in the order taught. Format 1 kept a
-    count per source with the entry's last time and first rank, which every lesson takes."""
-    if version < 2:
-        return [(key, tool, source, when, rank) for key, tool, rank, when, sources in taught
-                for source, n in sources.items() for _ in range(int(n))]
-    return [(key, tool, source, when, rank) for key, tool, sources in taught
-            for source, lessons in sources.items() for when, rank in lessons]
 
 
 def _key_of(teachable_text: str) -> str:

@@ -113,7 +113,8 @@ class Scorecard:
         self.records = [r for r in self.records if r.time < before]
 
     def namespaces(self) -> list[str]:
-        return sorted({r.namespace for r in self.records})
+        """Those of the tools scored, and those whose lifts passed one (their weight is judged too)."""
+        return sorted({ns for r in self.records for ns in (r.namespace, *r.passed_by)})
 
     def recent(self, namespace: str) -> list[Scored]:
         """The namespace's last WINDOW records: those of its tools."""
@@ -134,8 +135,7 @@ class Scorecard:
 
     def weights(self) -> dict[str, float]:
         """namespace -> the automatic weight (namespaces no record speaks to are at full weight)."""
-        spoken = sorted({ns for record in self.records for ns in answers_for(record)})
-        return {ns: automatic_weight(self.answered_for(ns)) for ns in spoken}
+        return {ns: automatic_weight(self.answered_for(ns)) for ns in self.namespaces()}
 
     def report(self) -> dict[str, Any]:
         """Figures over every record, and per namespace: all, recent, tools taught before / not."""
