@@ -203,7 +203,15 @@ def test_a_retraining_is_swapped_in_with_the_writes_made_while_it_trained(encode
     service.close()
     again = ToolService.open(folder)  # the swap was saved
     assert again.get("late.tool60").name == "late_tool" and again.feedback_of("late.tool60")["learned"] == 1
-    again.close()
+    # a retraining with no write journalled since the last snapshot (a server just restarted) is saved too
+    quiet = sample_with_feedback(encoder, retriever="bm25")
+    quiet.add([Tool("quiet.tool", "quiet_tool", "Only the retrained pipeline has it.", namespace="quiet")])
+    monkeypatch.setattr(heavy, "retrain", lambda scout, method, workdir=None, **options: heavy.Retrained(
+        method, 50.0, 70.0, 10, 3, str(tmp_path / "m"), quiet))
+    assert again.storage.journal.records == 0 and again.retrain("mlc")["state"] == "swapped"
+    again.close(compact=False)  # as if killed right after
+    with ToolService.open(folder) as reopened:
+        assert reopened.get("quiet.tool").name == "quiet_tool"
 
 
 def test_cli_learn_imports_logs_forgets_sources_and_refuses_a_served_directory(encoder, tmp_path, capsys):

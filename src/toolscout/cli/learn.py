@@ -55,7 +55,6 @@ def cmd_learn(args: argparse.Namespace) -> int:
     service = ToolService.open(target, batch_workers=0, limits=FeedbackLimits(rate=None, volume=None))
     try:
         if events:
-            _refuse_while_frozen(service, events)
             _import(service, events)
         for source in args.forget:
             print(f"forgot source {source!r}: {len(service.forget(source))} tools as before", file=sys.stderr)
@@ -68,18 +67,6 @@ def cmd_learn(args: argparse.Namespace) -> int:
     finally:
         service.close()
     return 0
-
-
-def _refuse_while_frozen(service, events) -> None:
-    """A freeze holds back what is taught from its time on; events a log dates before it would be learned at
-    once, which is not what an operator who froze learning means."""
-    frozen_at = service.learning()["frozen_at"]
-    older = sum(1 for e in events if frozen_at is not None and e.time is not None and e.time < frozen_at)
-    if older:
-        when = datetime.fromtimestamp(frozen_at, timezone.utc).isoformat()
-        raise ValueError(f"learning is frozen since {when}, and {older} of these events are dated before it, so "
-                         "they would be learned at once: unfreeze first (toolscout learning unfreeze), or import "
-                         "them later")
 
 
 def _import(service, events) -> None:

@@ -231,7 +231,11 @@ class DirectoryStorage:
         finally:
             self._retraining = False
         if result.improved:
-            self.compact()
+            try:  # saved even with no write journalled since the last snapshot: the pipeline itself changed
+                self.compact(force=True)
+            except ServiceUnavailable as exc:
+                logger.error("the retrained pipeline serves, but %s; a restart before a snapshot succeeds serves "
+                             "the previous one", exc)
         return result
 
     def feedback_of(self, tool_id: str) -> dict[str, int]:
@@ -254,11 +258,12 @@ class DirectoryStorage:
         finally:
             self.seq = seq
 
-    def compact(self) -> bool:
-        """Save a full snapshot and empty the journal (searches go on; writes wait). False if nothing to do,
-        and while a retraining runs (it needs the journal's records since it began)."""
+    def compact(self, force: bool = False) -> bool:
+        """Save a full snapshot and empty the journal (searches go on; writes wait). False if nothing to do
+        (no write journalled, unless `force`), and while a retraining runs (it needs the journal's records
+        since it began)."""
         with self._writer:
-            if self._closed or self.journal.records == 0 or self._retraining:
+            if self._closed or (self.journal.records == 0 and not force) or self._retraining:
                 return False
             start = time.perf_counter()
             try:

@@ -25,10 +25,11 @@ import time
 from collections import Counter
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
-from ..errors import Conflict, Forbidden, NotFound
+from ..errors import Conflict, Forbidden, InvalidRequest, NotFound
 from ..feedback import DEFAULT_SOURCE, FeedbackEvent, LearnResult
 from ..hits import Hit, HitPolicy, checked_k, checked_queries
 from ..learning import check_settings
@@ -323,8 +324,9 @@ class ToolService:
         if not events:
             return LearnResult()
         tenant = self._tenant(principal)
-        self.limits.admit(principal.tenant, events, tenant.feedback_totals()["sources"])
         pipeline = tenant.pipeline()
+        _refuse_before_a_freeze(events, pipeline.learning.settings.frozen_at)
+        self.limits.admit(principal.tenant, events, tenant.feedback_totals()["sources"])
         named = (pipeline.get(t, None) for t in {t for e in events for t in e.tool_ids})
         visible = {tool.id for tool in named if tool is not None and principal.sees(tool)}
         kept = [replace(e, tool_ids=ids) for e in events if (ids := tuple(t for t in e.tool_ids if t in visible))]
@@ -498,3 +500,15 @@ def open_storage(target: str | Path, *, fsync: bool = True, compact_every: int =
     if feedback_cap is not None:
         storage.set_feedback_cap(feedback_cap)
     return storage
+
+
+def _refuse_before_a_freeze(events: Sequence[FeedbackEvent], frozen_at: float | None) -> None:
+    """A freeze holds back what is taught from its time on; an event dated before it (a log imported later)
+    would be learned at once, which is not what an operator who froze learning means. (The HTTP and MCP
+    routes stamp each event as it arrives; a caller that dates its events is refused.)"""
+    older = sum(1 for e in events if frozen_at is not None and e.time is not None and e.time < frozen_at)
+    if older:
+        when = datetime.fromtimestamp(frozen_at, timezone.utc).isoformat()
+        raise InvalidRequest(f"learning is frozen since {when}, and {older} of these events are dated before it, "
+                             "so they would be learned at once: unfreeze first (toolscout learning unfreeze), or "
+                             "send them later")
