@@ -238,3 +238,13 @@ def test_two_different_models_of_one_name_keep_their_own_definitions(pydantic_to
     check(tool.parameters, {"customer": customer, "to": {"address": {"street": "Via Roma"}}})
     with pytest.raises(jsonschema.ValidationError, match="'street' is a required property"):
         check(tool.parameters, {"customer": customer, "to": {"address": {"city": "Rome"}}})
+
+
+def test_a_default_that_holds_a_defs_key_is_data_and_stays_as_written(pydantic_tools):
+    """Lifting definitions walks schemas, not the values a schema holds: a default with a "$defs" key was
+    emptied and its content lifted into the tool's definitions (where 1 is no schema)."""
+    jsonschema = pytest.importorskip("jsonschema")
+    tool = pydantic_tools["configure"]
+    assert tool.parameters["properties"]["options"]["default"] == {"$defs": {"keep": 1}}
+    jsonschema.Draft202012Validator.check_schema(tool.parameters)
+    check(tool.parameters, {"customer": {"name": "A", "address": {"city": "Rome"}}})

@@ -170,6 +170,10 @@ def self_contained(schema: dict[str, Any]) -> dict[str, Any]:
     return {**out, "$defs": lifted} if lifted else out
 
 
+# keywords whose values are data, not schemas: a "$defs" key inside a default or an example is a value
+_DATA_KEYWORDS = frozenset({"default", "const", "enum", "examples", "example"})
+
+
 def _lift(node: Any, lifted: dict[str, Any]) -> Any:
     if isinstance(node, list):
         return [_lift(v, lifted) for v in node]
@@ -182,7 +186,8 @@ def _lift(node: Any, lifted: dict[str, Any]) -> Any:
     if isinstance(own, dict):
         for name, definition in node["$defs"].items():
             lifted[renames.get(name, name)] = _lift(definition, lifted)
-    return {k: _lift(v, lifted) for k, v in node.items() if not (k == "$defs" and isinstance(own, dict))}
+    return {k: v if k in _DATA_KEYWORDS else _lift(v, lifted) for k, v in node.items()
+            if not (k == "$defs" and isinstance(own, dict))}
 
 
 def _renames(own: dict[str, Any], lifted: dict[str, Any]) -> dict[str, str]:
@@ -206,7 +211,7 @@ def _renamed(node: Any, renames: dict[str, str]) -> Any:
         return [_renamed(v, renames) for v in node]
     if not isinstance(node, dict):
         return node
-    out = {k: _renamed(v, renames) for k, v in node.items()}
+    out = {k: v if k in _DATA_KEYWORDS else _renamed(v, renames) for k, v in node.items()}
     ref = out.get("$ref")
     if isinstance(ref, str) and ref.startswith("#/$defs/") and ref[len("#/$defs/"):] in renames:
         out["$ref"] = "#/$defs/" + renames[ref[len("#/$defs/"):]]

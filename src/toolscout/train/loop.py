@@ -287,6 +287,8 @@ def _ctrl_c_ends_the_step(run: "_Run"):
         yield
         return
     previous = signal.getsignal(signal.SIGINT)
+    if previous is None:  # a handler installed outside Python: put Python's own back
+        previous = signal.default_int_handler
 
     def asked(_signum, _frame):
         run.interrupted = True
