@@ -263,6 +263,14 @@ def test_cli_learning_reports_beside_a_server_and_refuses_bad_arguments_before_c
         capsys.readouterr()
         assert main(["learning", "report", str(folder), "--json"]) == 0  # read beside it: its journal's feedback
         assert json.loads(capsys.readouterr().out)["events_scored"] == 1
+        assert main(["learning", "report", str(folder)]) == 0  # the table: one event, scored before anything
+        table = capsys.readouterr().out.splitlines()  # was learned, so every ranking put its tool in one place
+        assert table[2].endswith("| MRR learned vs untaught, the records its weight reads | weight |")
+        _, ns, events, mrr, _top1, weighed, weight, _ = table[4].split("|")
+        served, untaught, learned = mrr.split(" / ")
+        assert (ns.strip(), events.strip(), weight.strip()) == ("(none)", "1", "1.00 (automatic)")
+        assert served.strip() == untaught.strip() == learned.strip()
+        assert weighed.strip() == f"{learned.strip()} vs {untaught.strip()}"
         assert main(["learning", "freeze", str(folder)]) == 1  # a write still needs the server
         assert "another toolscout server" in capsys.readouterr().err
     version = (folder / "CURRENT").read_text()

@@ -476,6 +476,20 @@ def test_a_namespace_judged_only_through_the_tools_its_lifts_passed_is_reported_
     report = card.report()["namespaces"]
     assert report["ads"]["automatic_weight"] == 0.0 and report["ads"]["all"]["events"] == 0
     assert report["weather"]["automatic_weight"] == 1.0 and report["weather"]["all"]["events"] == 60
+    # what the weight read is shown beside it: ads's 60 losses (1/3 learned vs 1 untaught), none of weather's
+    assert report["ads"]["weighed"]["events"] == 60 and report["ads"]["weighed"]["learned"]["mrr"] == 0.3333
+    assert report["weather"]["weighed"]["events"] == 0
+
+
+def test_losses_scored_before_scores_kept_who_passed_the_tool_turn_no_weight_down():
+    """Records from before `passed_by` (an upgraded directory or database) say nothing of who passed the
+    tool; charged to its own namespace, as the old rule did, they kept that namespace at 0 after the upgrade."""
+    from toolscout.learning.scorecard import Scorecard
+
+    old = [Scored(float(i), "s", "weather", "weather.now", f"task {i}", True, 3, 1, 3) for i in range(60)]
+    assert Scorecard(old).weights() == {"weather": 1.0}
+    gains = [Scored(float(i), "s", "weather", "weather.now", f"task {i}", True, 1, 3, 1) for i in range(60)]
+    assert Scorecard(old + gains).weights() == {"weather": 1.0}
 
 
 def test_a_burst_of_one_tools_traffic_lifts_it_for_no_task(encoder):

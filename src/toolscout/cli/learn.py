@@ -245,10 +245,10 @@ def render_report(report: dict) -> str:
              + (f"; frozen since {datetime.fromtimestamp(report['frozen_at'], timezone.utc).isoformat()}"
                 if report.get("frozen_at") else ""),
              "", "| namespace | events | MRR served / untaught / full weight | top-1 served / untaught | "
-             "recent MRR learned vs untaught | weight |", "|---|---|---|---|---|---|"]
+             "MRR learned vs untaught, the records its weight reads | weight |", "|---|---|---|---|---|---|"]
     weights = report["weights"]
     for ns, figures in report["measured"]["namespaces"].items():
-        every, recent = figures["all"], figures["recent"]
+        every, recent = figures["all"], figures.get("weighed", figures["recent"])  # an older server: its own
         w = weights.get(ns, {"weight": 1.0, "how": "automatic"})
         lines.append(f"| {ns or '(none)'} | {every['events']} | {every['served']['mrr']:.3f} / "
                      f"{every['untaught']['mrr']:.3f} / {every['learned']['mrr']:.3f} | {every['served']['top1']:.3f} / "

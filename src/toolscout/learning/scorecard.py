@@ -63,8 +63,16 @@ def _passed_by(tool: str, untaught: int | None, learned: int | None, untaught_at
 
 def answers_for(record: Scored) -> tuple[str, ...]:
     """The namespaces whose weight a record speaks to: where learning cost the tool its place, those whose
-    lifts passed it (their weight is what moved them); otherwise the tool's own (its lift, or none)."""
-    return record.passed_by or (record.namespace,)
+    lifts passed it (their weight is what moved them); otherwise the tool's own (its lift, or none). A loss
+    scored before records kept who passed the tool (no `passed_by`; a loss always has a passer) speaks to
+    none: charging it to the tool's own namespace would keep that namespace's weight down."""
+    if _reciprocal(record.learned) < _reciprocal(record.untaught):
+        return record.passed_by
+    return (record.namespace,)
+
+
+def _reciprocal(rank: int | None) -> float:
+    return 1.0 / rank if rank else 0.0
 
 
 def figures(records: Sequence[Scored]) -> dict[str, Any]:
@@ -83,7 +91,7 @@ def automatic_weight(recent: Sequence[Scored]) -> float:
     """The weight learning earns from the namespace's recent records (module doc)."""
     if len(recent) < MIN_EVENTS:
         return 1.0
-    gains = [(1.0 / r.learned if r.learned else 0.0) - (1.0 / r.untaught if r.untaught else 0.0) for r in recent]
+    gains = [_reciprocal(r.learned) - _reciprocal(r.untaught) for r in recent]
     mean = sum(gains) / len(gains)
     spread = (sum((g - mean) ** 2 for g in gains) / (len(gains) - 1)) ** 0.5
     upper = mean + 2.0 * spread / len(gains) ** 0.5  # what learning gains at best, given the noise
@@ -143,6 +151,7 @@ class Scorecard:
         for ns in self.namespaces():
             mine = [r for r in self.records if r.namespace == ns]
             out["namespaces"][ns] = {"all": figures(mine), "recent": figures(self.recent(ns)),
+                                     "weighed": figures(self.answered_for(ns)),
                                      "taught_before": figures([r for r in mine if r.taught_before]),
                                      "new_tools": figures([r for r in mine if not r.taught_before]),
                                      "automatic_weight": round(automatic_weight(self.answered_for(ns)), 4)}
