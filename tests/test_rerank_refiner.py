@@ -274,7 +274,50 @@ def test_train_refiner_refuses_first_stage_models_that_do_not_fit(mlc_pipeline, 
         (["-o", "first_stage=bm25", "-o", f"tool2vec_model={root / 't2v'}"],
          "behind a bm25 first stage the refiner reads description vectors"),
     ]
+    # a Tool2Vec directory of another set: its usage names none of these tools (every candidate would have
+    # been a description vector, labelled Tool2Vec's, and trained without a word)
+    import shutil
+
+    other = tmp_path / "other-t2v"
+    shutil.copytree(root / "t2v", other)
+    table = next(other.glob("v*/usage.npz"))
+    usage = dict(np.load(table))
+    np.savez(table, **{**usage, "ids": np.asarray([f"elsewhere::{i}" for i in usage["ids"]], dtype=str)})
+    cases.append((["-o", f"first_stage_model={root / 'mlc'}", "-o", f"tool2vec_model={other}"],
+                  "its Tool2Vec usage names none of these tools (trained on another set?)"))
     for options, says in cases:
         code = main(["train", "refiner", "--data", str(SAMPLE), "--out", str(tmp_path / "r"), "--quiet", *options])
         assert code == 1 and says in capsys.readouterr().err, options
         assert not (tmp_path / "r").exists()
+
+
+def test_a_pipeline_follows_its_refiner_trained_again_in_place(trained, sample_data, tmp_path):
+    """The pipeline saved only the refiner's directory and what was chosen for it: it recorded the model's
+    vectors too, so a refiner trained again in the same directory behind another first stage (vectors of
+    its own first stage now) failed to load ('usage.npz: missing'); and a pipeline saved before (its
+    vectors 'first_stage' then, the model's default) read the wrong ones behind the retrained model."""
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(trained[0], model)
+    tools = list(sample_data.tools.values())
+    ToolScout.from_tools(tools, retriever="dense", reranker=model).save(tmp_path / "p")
+    saved = json.loads((tmp_path / "p" / (tmp_path / "p" / "CURRENT").read_text().strip() / "reranker"
+                        / "config.json").read_text())
+    assert saved["chosen"] == [] and "vectors" not in saved
+    quick = TrainConfig(batch_size=4, max_steps=2, warmup_ratio=0.0, progress=False)
+    fit_refiner(sample_data, model, config=quick, resume=False, first_stage="dense", depth=8, max_query_length=24)
+    again = ToolScout.load(tmp_path / "p")
+    assert again.reranker.vectors == "first_stage" and len(again.search("set an alarm for 7am", k=3)) == 3
+    old = {**saved, "vectors": "tool2vec", "depth": 8}  # as saved before `chosen`: the model's of that day
+    del old["chosen"]
+    assert saved_as(tmp_path / "old", old).vectors == "first_stage"
+    assert saved_as(tmp_path / "chose", {**old, "vectors": "description", "depth": 4}).chosen == {
+        "depth": 4, "vectors": "description"}  # what differed from the model was chosen
+
+
+def saved_as(folder, config) -> ToolRefinerReranker:
+    """The refiner a pipeline's reranker folder holding `config` loads."""
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(config))
+    return ToolRefinerReranker.load(folder)

@@ -26,7 +26,8 @@ Where candidate vectors come from at search time (`vectors` setting, saved with 
                   usage table (`usage.npz`) and prior, and a tool's vector is that usage blended with its
                   description embedding (the description encoder's), exactly as the Tool2Vec retriever makes
                   it; a tool with no usage is its description embedding, as in Tool2Vec. What
-                  `train refiner` writes behind a tool2vec or mlc first stage.
+                  `train refiner` writes behind a tool2vec or mlc first stage. The usage is the one it
+                  was trained with: usage a Tool2Vec retriever takes in later (`add_usage`) is not read.
   "first_stage" — the first stage's stored vectors (`retriever.store.get(ids)`), when it has them with the
                   dimension the refiner was trained on; otherwise the tool's description embedding (and a
                   warning, because the refiner was trained on other vectors). What `train refiner` writes
@@ -98,6 +99,17 @@ def carried_usage(folder: Path, config: Mapping[str, Any], dim: int):
     return UsageTable.load(path, dim), float(config["prior"])
 
 
+def _chosen_before(config: Mapping[str, Any]) -> list[str]:
+    """What a pipeline saved before `chosen` existed had chosen: it recorded the model's depth and vectors of
+    that day too. Vectors could only be chosen away from the default then ('description'); a depth other
+    than the model's was chosen. The rest is the model's own now (a refiner trained again in place has its
+    own)."""
+    trained = model_config(config["model"], method="refiner")
+    own_depth = trained[1].get("depth", DEFAULT_DEPTH) if trained is not None else None
+    return ((["depth"] if config.get("depth") not in (None, own_depth) else [])
+            + (["vectors"] if config.get("vectors") == "description" else []))
+
+
 class ToolRefinerReranker:
     """A trained ToolRefiner (`toolscout train refiner --out DIR`) as a pipeline's second stage.
 
@@ -120,6 +132,9 @@ class ToolRefinerReranker:
         self.config = config
         self.depth = int(depth or config.get("depth", DEFAULT_DEPTH))
         self.vectors = vectors or config.get("vectors", "first_stage")
+        # what a pipeline saves of them: only what was chosen, so that a refiner trained again in place
+        # brings its own depth and vectors to the indexes that use it
+        self.chosen = {"depth": depth, "vectors": vectors}
         if self.vectors not in VECTOR_SOURCES:
             raise ValueError(f"vectors must be one of {', '.join(VECTOR_SOURCES)}, got {self.vectors!r}")
         self.batch_size = batch_size
@@ -220,12 +235,17 @@ class ToolRefinerReranker:
 
     # persistence -------------------------------------------------------------------------
     def save(self, folder: Path) -> None:
-        write_reranker_config(folder, self.name, model=self.model_dir, depth=self.depth, vectors=self.vectors,
-                              batch_size=self.batch_size)
+        write_reranker_config(folder, self.name, model=self.model_dir, batch_size=self.batch_size,
+                              chosen=sorted(k for k, v in self.chosen.items() if v is not None),
+                              **{k: v for k, v in self.chosen.items() if v is not None})
 
     @classmethod
     def load(cls, folder: Path, **options: Any) -> "ToolRefinerReranker":
         _folder, config = read_config(folder, max_format=FORMAT_VERSION)
-        settings = {"depth": config.get("depth"), "vectors": config.get("vectors"),
+        chosen = config.get("chosen")
+        if chosen is None:
+            chosen = _chosen_before(config)
+        settings = {"depth": config.get("depth") if "depth" in chosen else None,
+                    "vectors": config.get("vectors") if "vectors" in chosen else None,
                     "batch_size": config.get("batch_size", 16), **options}
         return cls(config["model"], **settings)

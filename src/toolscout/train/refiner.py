@@ -28,6 +28,8 @@ tokenizer), `heads.pt` (projection, score embedding, output head and prior weigh
 
 from __future__ import annotations
 
+import warnings
+
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -203,11 +205,15 @@ class CandidateBuilder:
         for tid, total in self.usage.sums.items():
             if tid in self.row:
                 self.sums[self.row[tid]], self.counts[self.row[tid]] = total, self.usage.counts[tid]
+        if own_counts.any() and not self.counts.any():
+            raise ValueError(f"{trained[0]}: its Tool2Vec usage names none of these tools (trained on another "
+                             "set?): give the tool2vec directory trained on this data")
         self.leave_one_out = bool(np.array_equal(own_counts, self.counts))
         self.notes["leave_one_out"] = self.leave_one_out
         if not self.leave_one_out:
             self.notes["warning"] = ("the tool2vec directory's usage differs from these training queries: "
                                      "no leave-one-out, so training candidates are easier than real ones")
+            warnings.warn(f"{trained[0]}: {self.notes['warning']}", stacklevel=2)
 
     def _blend(self, sums: np.ndarray, counts: np.ndarray) -> np.ndarray:
         blended = _unit(sums + self.prior * self.descriptions)
