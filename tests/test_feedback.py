@@ -174,6 +174,36 @@ def test_retraining_scores_both_pipelines_on_held_back_feedback_and_swaps_only_a
         assert result.scout.retriever.components[1].name == "mlc"
 
 
+@pytest.mark.slow  # trains
+@pytest.mark.usefixtures("torch_encoders")
+def test_a_retrained_model_is_kept_with_the_index_that_refers_to_it(encoder, tmp_path, monkeypatch):
+    """The swapped-in pipeline refers to the model a retraining wrote; it was written in a temporary folder,
+    so an index served after that folder was cleaned away (a reboot) would not load."""
+    import shutil
+
+    import toolscout.train.feedback as heavy
+    from toolscout.serve import ToolService
+    from toolscout.train.loop import TrainConfig
+
+    folder = tmp_path / "idx"
+    sample_with_feedback(encoder).save(folder)
+    scratch = tmp_path / "scratch"
+    mkdtemp = heavy.tempfile.mkdtemp
+    monkeypatch.setattr(heavy.tempfile, "mkdtemp", lambda prefix=None, **kw: str(scratch)
+                        if prefix == "toolscout-retrain-" else mkdtemp(prefix=prefix, **kw))
+    scores = iter([10.0, 20.0])  # held-back nDCG: the baseline, then the candidate, which wins
+    monkeypatch.setattr(heavy, "validation_ndcg", lambda search, queries: next(scores))
+    with ToolService.open(folder, fsync=False) as service:
+        service.storage.retrain("mlc", config=TrainConfig(max_steps=2, batch_size=8, progress=False),
+                                probe_epochs=1, max_seq_length=32, validate_at_start=False)
+        assert service.storage.scout.retriever.components[1].name == "mlc"
+    shutil.rmtree(scratch)
+    models = [p.name for p in (folder / "models").iterdir()]
+    assert len(models) == 1 and models[0].startswith("mlc-")
+    reopened = ToolScout.load(folder)
+    assert reopened.retriever.components[1].name == "mlc" and reopened.search("check my calendar", k=3)
+
+
 def test_a_retraining_is_swapped_in_with_the_writes_made_while_it_trained(encoder, tmp_path, monkeypatch):
     """The swap itself, with a stand-in trainer: a candidate that scores better replaces the pipeline, and
     a tool written (and feedback given) while it trained is in the new pipeline too; a worse one changes

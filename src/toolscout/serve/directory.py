@@ -41,6 +41,7 @@ from .journal import Journal
 from .storage import Authorize, Visible, WriteResult
 
 LOCK_FILE = "serve.lock"
+MODELS = "models"  # models a retraining trained, which the pipeline swapped in refers to
 logger = logging.getLogger(__name__)
 
 
@@ -222,8 +223,9 @@ class DirectoryStorage:
             if self._retraining:
                 raise Conflict("a retraining is already running on this index")
             self._retraining, since = True, self.seq
-        try:
-            result = retrain(self.scout, method, workdir, **options)
+        try:  # the model stays with the index, which refers to it (a temporary folder may be cleaned away)
+            model_dir = self.folder / MODELS / f"{method}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}"
+            result = retrain(self.scout, method, workdir, model_dir=model_dir, **options)
             if result.improved:
                 with self._writer:  # writes made while it trained go into the new pipeline too
                     replay_journal(result.scout, self.journal.records_after(since), since, self.journal.path)

@@ -111,14 +111,16 @@ def check_retraining(scout: ToolScout, method: str, options: dict[str, Any], hol
 
 
 def retrain(scout: ToolScout, method: str, workdir: str | Path | None = None, *, holdout: float = HOLDOUT,
-            config: TrainConfig | None = None, **options: Any) -> Retrained:
+            config: TrainConfig | None = None, model_dir: str | Path | None = None, **options: Any) -> Retrained:
     """One round of heavier learning on `scout`'s feedback (module doc); `scout` itself is not changed.
-    `options`: TrainConfig's fields (over `config`) and the method's own fit settings."""
+    `options`: TrainConfig's fields (over `config`) and the method's own fit settings. `model_dir`: where
+    the trained model goes (default: in `workdir`, a temporary folder): the pipeline swapped in refers to
+    it, so a deployment keeps it with its index."""
     config, options = split_options(method, options, config)
     train, test = split_feedback(scout, holdout)
     workdir = Path(workdir or tempfile.mkdtemp(prefix="toolscout-retrain-"))
     data = TrainingData({t.id: t for t in scout.tools}, train, [], ["feedback"])
-    model_dir = workdir / method
+    model_dir = Path(model_dir or workdir / method)
     _train(method, data, model_dir, scout, config, options)
     trained = {q.text for q in train}
     baseline = _learned_copy(scout, workdir / "baseline", trained.__contains__, None, None)
