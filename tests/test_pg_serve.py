@@ -515,9 +515,10 @@ def test_a_database_that_stops_is_a_fast_503_naming_it_and_its_return_serves_wit
                 assert answer.status_code == 503, (path, answer.text)
                 assert "PostgreSQL database postgresql://" in answer.json()["error"]["message"], answer.text
                 assert time.monotonic() - started < 15, path
-            # down long enough for the pool's doubling backoff to wait past a request's 5 s (it waited up to a
-            # minute after a longer outage): the first request after the database is back is answered
-            outage = time.monotonic() + 36
+            # down about 20 s in all (the two requests above waited 5 s each): the pool's doubling backoff would
+            # try next at about 31 s, past the 5 s a request waits (it waited up to a minute after a longer
+            # outage); the first request after the database is back is answered
+            outage = time.monotonic() + 8
             while time.monotonic() < outage:
                 assert client.post("/search", json={"query": RAIN_TASK}).status_code == 503
             _pg_ctl(data, "start")
