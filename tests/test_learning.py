@@ -481,6 +481,23 @@ def test_a_namespace_judged_only_through_the_tools_its_lifts_passed_is_reported_
     assert report["weather"]["weighed"]["events"] == 0
 
 
+def test_the_records_each_weight_reads_are_its_last_window_as_a_filter_of_all_finds_them():
+    """One pass collects every namespace's window (the weights are refreshed after each batch learned, and
+    a pass per namespace cost a second at 100,000 records); the oracle filters all records per namespace."""
+    from toolscout.learning.scorecard import WINDOW, Scorecard, answers_for
+
+    rng = random.Random(7)
+    records = []
+    for i in range(3 * WINDOW):
+        ns, untaught, learned = rng.choice("abc"), rng.randrange(1, 6), rng.randrange(1, 6)
+        passers = tuple(sorted(set(rng.sample("abcd", rng.randrange(1, 3))))) if learned > untaught else ()
+        records.append(Scored(float(i), "s", ns, f"{ns}.t", "q", True, learned, untaught, learned, passers))
+    windows = Scorecard(records).answered_for()
+    assert set(windows) == set("abcd")
+    for ns, found in windows.items():
+        assert found == [r for r in records if ns in answers_for(r)][-WINDOW:], ns
+
+
 def test_losses_scored_before_scores_kept_who_passed_the_tool_turn_no_weight_down():
     """Records from before `passed_by` (an upgraded directory or database) say nothing of who passed the
     tool; charged to its own namespace, as the old rule did, they kept that namespace at 0 after the upgrade."""

@@ -128,9 +128,15 @@ class Scorecard:
         """The namespace's last WINDOW records: those of its tools."""
         return self._last(lambda record: record.namespace == namespace)
 
-    def answered_for(self, namespace: str) -> list[Scored]:
-        """The last WINDOW records that speak to the namespace's weight (`answers_for`)."""
-        return self._last(lambda record: namespace in answers_for(record))
+    def answered_for(self) -> dict[str, list[Scored]]:
+        """Per namespace, the last WINDOW records that speak to its weight (`answers_for`), in order: one
+        pass over the records (the weights are refreshed after every batch learned)."""
+        windows: dict[str, list[Scored]] = {ns: [] for ns in self.namespaces()}
+        for record in reversed(self.records):
+            for ns in answers_for(record):
+                if len(windows[ns]) < WINDOW:
+                    windows[ns].append(record)
+        return {ns: found[::-1] for ns, found in windows.items()}
 
     def _last(self, chosen: Callable[[Scored], bool]) -> list[Scored]:
         found: list[Scored] = []
@@ -143,16 +149,16 @@ class Scorecard:
 
     def weights(self) -> dict[str, float]:
         """namespace -> the automatic weight (namespaces no record speaks to are at full weight)."""
-        return {ns: automatic_weight(self.answered_for(ns)) for ns in self.namespaces()}
+        return {ns: automatic_weight(found) for ns, found in self.answered_for().items()}
 
     def report(self) -> dict[str, Any]:
         """Figures over every record, and per namespace: all, recent, tools taught before / not."""
         out: dict[str, Any] = {"all": figures(self.records), "namespaces": {}}
-        for ns in self.namespaces():
+        for ns, weighed in self.answered_for().items():
             mine = [r for r in self.records if r.namespace == ns]
             out["namespaces"][ns] = {"all": figures(mine), "recent": figures(self.recent(ns)),
-                                     "weighed": figures(self.answered_for(ns)),
+                                     "weighed": figures(weighed),
                                      "taught_before": figures([r for r in mine if r.taught_before]),
                                      "new_tools": figures([r for r in mine if not r.taught_before]),
-                                     "automatic_weight": round(automatic_weight(self.answered_for(ns)), 4)}
+                                     "automatic_weight": round(automatic_weight(weighed), 4)}
         return out
