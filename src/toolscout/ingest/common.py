@@ -314,7 +314,7 @@ def make_tool(ctx: Context, position: str, namespace: str | None, name: str, **f
     """The tool the catalog item at `position` describes; a field `Tool` refuses is the catalog's error,
     naming the file and the item (lenient loading skips the item)."""
     parameters = fields.get("parameters")
-    problem = parameters_problem(parameters)
+    problem = parameters_problem(parameters) if ctx.as_served else None  # `Tool` checks every other load
     kept = problem is not None and _kept_as_served(ctx, problem)
     try:
         tool = Tool(id=qualified_id(namespace, name), name=name, namespace=namespace,

@@ -312,7 +312,8 @@ class LearnedChannel:
                                             "space": self.space.name, "settings": self.settings.to_dict()})
         np.save(folder / "vectors.npy", self.memory.vectors[[self.memory.row_of[k] for k in keys]]
                 if keys else np.zeros((0, self.space.dim), np.float32))
-        taught = [[key, tool, {source: [list(lesson) for lesson in lessons] for source, lessons in sorted(entry.lessons.items())}]
+        taught = [[key, tool, {source: [list(lesson) for lesson in lessons]
+                               for source, lessons in sorted(entry.lessons.items())}]
                   for key in keys for tool, entry in sorted(self.memory.taught[key].items())]
         write_json(folder / "memory.json", {"keys": keys, "taught": taught, "key_of": self.key_of,
                                             "joined": self.joined})

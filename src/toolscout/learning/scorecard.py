@@ -8,11 +8,12 @@ per namespace, split by whether the tool had been taught before the event, and t
 namespace's weight scales the lifts of its tools, so it is judged on the records those lifts touched: its
 tools' records, except where learning cost a tool its place, which speak against the namespaces of the tools
 that passed it (`answers_for`; the tool's own namespace did it no harm). When learning at full weight ranks
-the last `WINDOW` such records worse than the untaught ranking does, beyond doubt (the paired difference of reciprocal ranks below zero by more than two standard errors), its
-weight in that namespace goes down (to 0 when even that bound is a loss of `TOLERANCE` in mean reciprocal
-rank), and back up when it recovers. Noise does not move it: a stream that switches from one tool's tasks to
-another's makes a short window look better or worse by chance. The weight is a function of the records held;
-a source taken back takes its records along (the others keep the ranks they were scored with).
+the last `WINDOW` such records worse than the untaught ranking does, beyond doubt (the paired difference of
+reciprocal ranks below zero by more than two standard errors), its weight in that namespace goes down (to 0
+when even that bound is a loss of `TOLERANCE` in mean reciprocal rank), and back up when it recovers. Noise
+does not move it: a stream that switches from one tool's tasks to another's makes a short window look better
+or worse by chance. The weight is a function of the records held; a source taken back takes its records
+along (the others keep the ranks they were scored with).
 """
 
 from __future__ import annotations
@@ -126,7 +127,13 @@ class Scorecard:
 
     def recent(self, namespace: str) -> list[Scored]:
         """The namespace's last WINDOW records: those of its tools."""
-        return self._last(lambda record: record.namespace == namespace)
+        found: list[Scored] = []
+        for record in reversed(self.records):
+            if record.namespace == namespace:
+                found.append(record)
+                if len(found) == WINDOW:
+                    break
+        return found[::-1]
 
     def answered_for(self) -> dict[str, list[Scored]]:
         """Per namespace, the last WINDOW records that speak to its weight (`answers_for`), in order: one
@@ -137,15 +144,6 @@ class Scorecard:
                 if len(windows[ns]) < WINDOW:
                     windows[ns].append(record)
         return {ns: found[::-1] for ns, found in windows.items()}
-
-    def _last(self, chosen: Callable[[Scored], bool]) -> list[Scored]:
-        found: list[Scored] = []
-        for record in reversed(self.records):
-            if chosen(record):
-                found.append(record)
-                if len(found) == WINDOW:
-                    break
-        return found[::-1]
 
     def weights(self) -> dict[str, float]:
         """namespace -> the automatic weight (namespaces no record speaks to are at full weight)."""
