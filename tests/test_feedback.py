@@ -217,7 +217,8 @@ def test_a_retraining_is_swapped_in_with_the_writes_made_while_it_trained(encode
     service = ToolService.open(folder, fsync=False)
     other = sample_with_feedback(encoder, retriever="bm25")  # "the trained pipeline": a distinct object
 
-    def fake(scout, method, workdir=None, **options):  # writes land while "training" runs
+    def fake(scout, method, workdir=None, model_dir=None, **options):  # writes land while "training" runs
+        (model_dir / "weights").mkdir(parents=True)  # the model it trained, kept with the index
         tool_id = f"late.tool{int(score)}"
         service.upsert([Tool(tool_id, "late_tool", "Arrived while the model trained.", namespace="late")])
         service.feedback([{"query": "a late request about zebras", "tool_ids": [tool_id]}])
@@ -226,6 +227,7 @@ def test_a_retraining_is_swapped_in_with_the_writes_made_while_it_trained(encode
     monkeypatch.setattr(heavy, "retrain", fake)
     score = 40.0
     assert service.retrain("mlc")["state"] == "kept" and service.storage.scout is not other
+    assert list((folder / "models").iterdir()) == []  # a model not swapped in is not kept
     score = 60.0
     state = service.retrain("mlc")
     assert state["state"] == "swapped" and service.storage.scout is other

@@ -23,6 +23,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -232,6 +233,8 @@ class DirectoryStorage:
                     self.scout = result.scout
         finally:
             self._retraining = False
+        if not result.improved:  # nothing refers to it: it would only fill the index folder
+            shutil.rmtree(model_dir, ignore_errors=True)
         if result.improved:
             try:  # saved even with no write journalled since the last snapshot: the pipeline itself changed
                 self.compact(force=True)
