@@ -248,10 +248,10 @@ def render_report(report: dict) -> str:
              "MRR learned vs untaught, the records its weight reads | weight |", "|---|---|---|---|---|---|"]
     weights = report["weights"]
     for ns, figures in report["measured"]["namespaces"].items():
-        every, recent = figures["all"], figures.get("weighed", figures["recent"])  # an older server: its own
+        every, weighed = figures["all"], figures.get("weighed", figures["recent"])  # an older server: its own
         w = weights.get(ns, {"weight": 1.0, "how": "automatic"})
         lines.append(f"| {ns or '(none)'} | {every['events']} | {every['served']['mrr']:.3f} / "
                      f"{every['untaught']['mrr']:.3f} / {every['learned']['mrr']:.3f} | {every['served']['top1']:.3f} / "
-                     f"{every['untaught']['top1']:.3f} | {recent['learned']['mrr']:.3f} vs {recent['untaught']['mrr']:.3f} "
+                     f"{every['untaught']['top1']:.3f} | {weighed['learned']['mrr']:.3f} vs {weighed['untaught']['mrr']:.3f} "
                      f"| {w['weight']:.2f} ({w['how']}) |")
     return "\n".join(lines)
