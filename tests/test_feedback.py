@@ -208,6 +208,7 @@ def test_a_retraining_is_swapped_in_with_the_writes_made_while_it_trained(encode
     """The swap itself, with a stand-in trainer: a candidate that scores better replaces the pipeline, and
     a tool written (and feedback given) while it trained is in the new pipeline too; a worse one changes
     nothing."""
+    import toolscout.serve.directory as directory
     import toolscout.train.feedback as heavy
     from toolscout.serve import ToolService
     from toolscout.tool import Tool
@@ -232,6 +233,14 @@ def test_a_retraining_is_swapped_in_with_the_writes_made_while_it_trained(encode
     state = service.retrain("mlc")
     assert state["state"] == "swapped" and service.storage.scout is other
     assert other.get("late.tool60", None) is not None and other.ledger.summary("late.tool60")["learned"] == 1
+    # a retraining that ends within the same second and is not swapped in leaves the served model alone
+    served = list((folder / "models").iterdir())
+    with monkeypatch.context() as within_that_second:
+        within_that_second.setattr(heavy, "retrain", lambda scout, method, workdir=None, model_dir=None, **_: (
+            model_dir.mkdir(parents=True, exist_ok=True), heavy.Retrained(method, 50.0, 40.0, 10, 3, str(model_dir), None))[1])
+        stamp = served[0].name.removeprefix("mlc-")
+        within_that_second.setattr(directory.time, "strftime", lambda fmt, t=None: stamp)
+        assert service.retrain("mlc")["state"] == "kept" and list((folder / "models").iterdir()) == served
     service.close()
     again = ToolService.open(folder)  # the swap was saved
     assert again.get("late.tool60").name == "late_tool" and again.feedback_of("late.tool60")["learned"] == 1

@@ -225,7 +225,7 @@ class DirectoryStorage:
                 raise Conflict("a retraining is already running on this index")
             self._retraining, since = True, self.seq
         try:  # the model stays with the index, which refers to it (a temporary folder may be cleaned away)
-            model_dir = self.folder / MODELS / f"{method}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}"
+            model_dir = self._new_model_dir(method)
             result = retrain(self.scout, method, workdir, model_dir=model_dir, **options)
             if result.improved:
                 with self._writer:  # writes made while it trained go into the new pipeline too
@@ -242,6 +242,17 @@ class DirectoryStorage:
                 logger.error("the retrained pipeline serves, but %s; a restart before a snapshot succeeds serves "
                              "the previous one", exc)
         return result
+
+    def _new_model_dir(self, method: str) -> Path:
+        """A folder no earlier retraining wrote: a retraining not swapped in removes its folder, which must
+        never be the one the serving pipeline refers to (two retrainings can end within one second)."""
+        stem = f"{method}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}"
+        taken = self.folder / MODELS / stem
+        n = 1
+        while taken.exists():
+            n += 1
+            taken = self.folder / MODELS / f"{stem}-{n}"
+        return taken
 
     def feedback_of(self, tool_id: str) -> dict[str, int]:
         return self.scout.ledger.summary(tool_id)
