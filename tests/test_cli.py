@@ -69,7 +69,7 @@ def test_lenient_index_skips_and_reports_bad_tools(capsys, tmp_path):
         {"name": "bad", "inputSchema": 5}]}))
     code, _, err = run(capsys, "index", bad, "--out", tmp_path / "i", "--retriever", "bm25", "--lenient")
     assert code == 0 and "indexed 1 tools" in err
-    assert f"warning: {bad}: tools[1].inputSchema: field 'inputSchema' must be a JSON schema object, got int " \
+    assert f"warning: {bad}: tools[1].inputSchema: field 'inputSchema' must be a JSON schema object, got integer " \
            "(skipped)\n" in err  # the file named once
 
 

@@ -1130,17 +1130,17 @@ REGRESSIONS: dict[str, tuple[str, Any, str]] = {
                                  + "}" * 10_000 + "}\n", f":1: {_DEEP} (column 802); {_FLATTEN}"),
     # TypeError in tool_from_row (tuple(5)); a profile that is not an object was kept (Tool.profile is a mapping)
     "JSONL tags 5": (".jsonl", '{"id": "a", "name": "a", "tags": 5}\n',
-                     ":1: field 'tags' must be a string or a list or null, got int"),
+                     ":1: field 'tags' must be a string or a list or null, got integer"),
     "JSONL usage 5": (".jsonl", '{"id": "a", "name": "a", "usage": 5}\n',
-                      ":1: field 'usage' must be a list or null, got int"),
+                      ":1: field 'usage' must be a list or null, got integer"),
     "JSONL profile [1]": (".jsonl", '{"id": "a", "name": "a", "profile": [1]}\n',
                           ":1: field 'profile' must be an object or null, got array"),
     # TypeError: 'int' object is not iterable (the same for a media type's schema)
     "OpenAPI tags 5": ("memory", {**_SPEC, "paths": {"/a": {"get": {"operationId": "a", "tags": 5}}}},
-                       ": paths./a.get.tags: field 'tags' must be a list, got int"),
+                       ": paths./a.get.tags: field 'tags' must be a list, got integer"),
     "OpenAPI media schema 5": ("memory", {**_SPEC, "paths": {"/a": {"get": {"operationId": "a", "parameters": [
         {"name": "q", "in": "query", "content": {"application/json": {"schema": 5}}}]}}}},
-        ": paths./a.get.parameters[0].content: a media type's schema must be an object, got int"),
+        ": paths./a.get.parameters[0].content: a media type's schema must be an object, got integer"),
     # ValueError: invalid literal for int() ('²' is a digit to str.isdigit; 5,000 digits: ValueError too)
     "OpenAPI $ref index ²": ("memory", {**_SPEC, "paths": {"/a": {"get": {"operationId": "a", "parameters": [
         {"$ref": "#/paths/~1a/get/parameters/²"}]}}}},

@@ -157,7 +157,7 @@ def parameters_problem(schema: Any) -> tuple[str, str] | None:
     if schema is None:
         return None
     if not isinstance(schema, Mapping):
-        return "", f"must be a JSON schema object, got {_json_type(schema)}"
+        return "", f"must be a JSON schema object, got {json_type(schema)}"
     declared = schema.get("type")  # absent or null: unsaid; a list of types must allow an object
     allowed = declared if isinstance(declared, list) else [declared]
     if declared is not None and not any(isinstance(t, str) and t in OBJECT_TYPES for t in allowed):
@@ -166,20 +166,21 @@ def parameters_problem(schema: Any) -> tuple[str, str] | None:
     if properties is None:  # absent, or null: what a Go server writes for an empty map
         properties = {}
     if not isinstance(properties, Mapping):
-        what = _json_type(properties)
+        what = json_type(properties)
         return "properties", f"must be an object mapping each argument's name to its schema, got {what}"
     for name, value in properties.items():
         if not isinstance(value, (Mapping, bool)):
-            return f"properties.{name}", f"must be a JSON schema (an object, or true/false), got {_json_type(value)}"
+            return f"properties.{name}", f"must be a JSON schema (an object, or true/false), got {json_type(value)}"
     required = schema.get("required")
     if required is not None and not isinstance(required, (list, tuple)):
-        return "required", f"must be a list of argument names (strings), got {_json_type(required)}"
+        return "required", f"must be a list of argument names (strings), got {json_type(required)}"
     if not all(isinstance(r, str) for r in required or ()):
         return "required", "must be a list of argument names (strings), got array holding other values"
     return None
 
 
-def _json_type(value: Any) -> str:
+def json_type(value: Any) -> str:
+    """The JSON name of `value`'s type, for messages about a file or request that holds it."""
     return {dict: "object", list: "array", tuple: "array", str: "string", bool: "boolean", int: "integer",
             float: "number", type(None): "null"}.get(type(value), type(value).__name__)
 

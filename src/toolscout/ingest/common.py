@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
 from ..errors import CatalogError, InvalidRequest
-from ..tool import Tool, parameters_problem
+from ..tool import Tool, json_type, parameters_problem
 
 # Source field names that mean the same thing, canonical name first.
 PARAMETER_KEYS = ("parameters", "input_schema", "inputSchema", "args_schema", "argsSchema")
@@ -103,11 +103,6 @@ def brief(value: Any, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def type_name(value: Any) -> str:
-    return {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}.get(
-        type(value), type(value).__name__)
-
-
 # ----------------------------------------------------------------------------------- the two loops
 
 Entry = tuple[str, Tool]
@@ -164,11 +159,11 @@ def tool_items(obj: Any, ctx: Context, keys: tuple[str, ...] = ("tools",)) -> li
         if key is None:
             return [("tool", obj)]
         if not isinstance(obj[key], list):
-            raise ctx.error(key, f"expected a list of tools, got {type_name(obj[key])}")
+            raise ctx.error(key, f"expected a list of tools, got {json_type(obj[key])}")
         return [(at(key, i), item) for i, item in enumerate(obj[key])]
     if isinstance(obj, (list, tuple)):
         return [(f"[{i}]", item) for i, item in enumerate(obj)]
-    raise ctx.error("", f"expected a list of tools or an object with 'tools', got {type_name(obj)}")
+    raise ctx.error("", f"expected a list of tools or an object with 'tools', got {json_type(obj)}")
 
 
 def qualified_id(namespace: str | None, name: str) -> str:
@@ -177,7 +172,7 @@ def qualified_id(namespace: str | None, name: str) -> str:
 
 def require_mapping(ctx: Context, obj: Any, position: str, what: str = "a tool object") -> Mapping[str, Any]:
     if not isinstance(obj, Mapping):
-        raise ctx.error(position, f"expected {what}, got {type_name(obj)}")
+        raise ctx.error(position, f"expected {what}, got {json_type(obj)}")
     return obj
 
 
@@ -194,7 +189,7 @@ def read_text(ctx: Context, obj: Mapping[str, Any], position: str, key: str) -> 
     if value is None:
         return ""
     if not isinstance(value, str):
-        raise ctx.error(at(position, key), f"field {key!r} must be a string, got {type_name(value)}")
+        raise ctx.error(at(position, key), f"field {key!r} must be a string, got {json_type(value)}")
     return value.strip()
 
 
@@ -223,7 +218,7 @@ def read_schema(ctx: Context, obj: Mapping[str, Any], position: str, keys: tuple
         value = value.model_json_schema()
     where = at(position, key)
     if not isinstance(value, Mapping):
-        raise ctx.error(where, f"field {key!r} must be a JSON schema object, got {type_name(value)}")
+        raise ctx.error(where, f"field {key!r} must be a JSON schema object, got {json_type(value)}")
     problem = parameters_problem(value) if must_be_object else None  # the rule `Tool` applies, placed here
     if problem and _kept_as_served(ctx, problem):
         ctx.warn(f"{at(where, problem[0])}: {problem[1]} (kept as the server gave it)")
@@ -247,7 +242,7 @@ def _strings(ctx: Context, value: Any, where: str, key: str) -> tuple[str, ...]:
         return tuple(v if isinstance(v, str) else json.dumps(v, ensure_ascii=False, default=str) for v in value)
     if isinstance(value, Mapping):  # an example object: keep it as JSON text
         return (json.dumps(value, ensure_ascii=False, default=str),)
-    raise ctx.error(where, f"field {key!r} must be a string or a list, got {type_name(value)}")
+    raise ctx.error(where, f"field {key!r} must be a string or a list, got {json_type(value)}")
 
 
 def read_extras(ctx: Context, obj: Mapping[str, Any], position: str) -> dict[str, Any]:
@@ -265,7 +260,7 @@ def read_extras(ctx: Context, obj: Mapping[str, Any], position: str) -> dict[str
         tags.extend(_strings(ctx, category, at(position, "category"), "category"))
     elif category is not None:
         if not isinstance(category, str):
-            raise ctx.error(at(position, "category"), f"field 'category' must be a string, got {type_name(category)}")
+            raise ctx.error(at(position, "category"), f"field 'category' must be a string, got {json_type(category)}")
         out["category"] = category or None
     if tags:
         out["tags"] = tuple(dict.fromkeys(t for t in tags if t))

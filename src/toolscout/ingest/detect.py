@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import CatalogError
+from ..tool import json_type
 from . import yaml_loader
-from .common import at, catalog_error, type_name
+from .common import at, catalog_error
 from .guard import check_tree
 from .text import decode, parse_json
 
@@ -72,14 +73,14 @@ def detect_format(obj: Any, source: str = "<object>") -> str:
             return "mcp"
         if "tools" in obj:
             if not isinstance(obj["tools"], list):
-                raise catalog_error(source, "tools", f"expected a list of tools, got {type_name(obj['tools'])}")
+                raise catalog_error(source, "tools", f"expected a list of tools, got {json_type(obj['tools'])}")
             items, prefix = obj["tools"], "tools"
         else:
             items, prefix = [obj], ""
     elif isinstance(obj, (list, tuple)) or callable(obj):
         items, prefix = (list(obj) if not callable(obj) else [obj]), ""
     else:
-        raise catalog_error(source, "", f"expected a tool catalog (an object or a list), got {type_name(obj)}")
+        raise catalog_error(source, "", f"expected a tool catalog (an object or a list), got {json_type(obj)}")
     if not items:
         raise catalog_error(source, prefix, "the catalog holds no tools, so its format cannot be told",
                             FORMAT_HINT)
@@ -111,6 +112,6 @@ def read_structured(path: Path, source: str | None = None, unique: bool = True) 
     else:
         obj = yaml_loader.load(text, source, unique)
     if not isinstance(obj, (Mapping, list)):
-        raise CatalogError(f"{source}: expected a JSON or YAML object or list of tools, got {type_name(obj)}")
+        raise CatalogError(f"{source}: expected a JSON or YAML object or list of tools, got {json_type(obj)}")
     check_tree(obj, source, json_only=True)
     return obj

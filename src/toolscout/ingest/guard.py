@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import CatalogError
-from .common import at, brief, type_name
+from .common import at, brief
 
 DEPTH_HINT = "flatten the schema (real tool schemas are far shallower)"
 
@@ -72,7 +72,7 @@ class _Walk:
             elif isinstance(key, _KEY_TYPES) and not (isinstance(key, float) and not math.isfinite(key)):
                 size += 8
             else:
-                raise self.fail(f"key {brief(key)} is a {type_name(key)}, not a string",
+                raise self.fail(f"key {brief(key)} is a {type(key).__name__}, not a string",
                                 "object keys must be strings (or numbers, true, false, null)")
             if type(child) is str and len(child) < _LONG_STRING and child.isascii():  # the common case, kept fast
                 size += len(child) + 2
@@ -125,7 +125,7 @@ class _Walk:
         if isinstance(value, int) and not -_INT_LIMIT < value < _INT_LIMIT:
             raise self.fail(f"a number with more than {MAX_INT_DIGITS} digits", "write it as a string", key)
         if self.json_only and not isinstance(value, _JSON_SCALARS):
-            raise self.fail(f"a {type_name(value)} value is not JSON (YAML tags such as !!binary, !!set and "
+            raise self.fail(f"a {type(value).__name__} value is not JSON (YAML tags such as !!binary, !!set and "
                             "!!timestamp make them)", "write it as plain data: a string, number, list or object", key)
         return 8
 

@@ -15,8 +15,8 @@ from typing import Any, Iterator, Mapping
 
 from ..benchmark_sets import tool_from_row
 from ..errors import CatalogError
-from ..tool import Tool
-from .common import PARAMETER_KEYS, Context, Entry, collect, read_extras, type_name
+from ..tool import Tool, json_type
+from .common import PARAMETER_KEYS, Context, Entry, collect, read_extras
 from .guard import check_tree
 from .text import decode, parse_json_line
 
@@ -39,7 +39,7 @@ def parse(rows: Any, ctx: Context) -> list[Entry]:
     if isinstance(rows, Mapping) and isinstance(rows.get("tools"), list):
         rows = rows["tools"]
     if not isinstance(rows, (list, tuple)):
-        raise ctx.error("", f"expected a list of benchmark tool rows, got {type_name(rows)}")
+        raise ctx.error("", f"expected a list of benchmark tool rows, got {json_type(rows)}")
     return collect(ctx, ((f"[{i}]", row) for i, row in enumerate(rows)), lambda pos, row: _tool(ctx, pos, row))
 
 
@@ -77,7 +77,7 @@ def _row(raw: bytes, where: str, start: int) -> dict | None:
         return None
     obj = parse_json_line(line.rstrip(), where)  # a trailing newline would shift the error's column
     if not isinstance(obj, dict):
-        raise CatalogError(f"{where}: expected a JSON object, got {type_name(obj)}")
+        raise CatalogError(f"{where}: expected a JSON object, got {json_type(obj)}")
     check_tree(obj, where, json_only=True)
     return obj
 
@@ -87,7 +87,7 @@ def _tool(ctx: Context, position: str, row: Any) -> Tool:
         raise CatalogError(row.message)
     where = f"{ctx.source}:{position[5:]}" if position.startswith("line ") else f"{ctx.source}: {position}"
     if not isinstance(row, Mapping):
-        raise CatalogError(f"{where}: expected a tool row object, got {type_name(row)}")
+        raise CatalogError(f"{where}: expected a tool row object, got {json_type(row)}")
     _check_types(row, where)
     if row.get("parameters") is None:
         alias = next((k for k in PARAMETER_KEYS[1:] if row.get(k) is not None), None)
@@ -109,4 +109,4 @@ def _check_types(row: Mapping, where: str) -> None:
         value = row.get(key)
         if value is not None and not isinstance(value, types):
             wanted = " or ".join({str: "a string", list: "a list", Mapping: "an object"}[t] for t in types)
-            raise CatalogError(f"{where}: field {key!r} must be {wanted} or null, got {type_name(value)}")
+            raise CatalogError(f"{where}: field {key!r} must be {wanted} or null, got {json_type(value)}")

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any, Iterator, Mapping
 
-from ..tool import Tool
+from ..tool import Tool, json_type
 from .common import (
     PARAMETER_KEYS,
     Context,
@@ -32,7 +32,6 @@ from .common import (
     read_schema,
     read_text,
     require_mapping,
-    type_name,
 )
 
 _SCHEMA_KEYS = ("inputSchema",) + tuple(k for k in PARAMETER_KEYS if k != "inputSchema")
@@ -85,7 +84,7 @@ def _groups(obj: Any, ctx: Context, position: str,
     if "tools" not in obj:
         raise ctx.error(position, "expected a 'tools' list (an MCP tools/list result)")
     if not isinstance(obj["tools"], list):
-        raise ctx.error(at(position, "tools"), f"expected a list of tools, got {type_name(obj['tools'])}")
+        raise ctx.error(at(position, "tools"), f"expected a list of tools, got {json_type(obj['tools'])}")
     yield server, at(position, "tools"), obj["tools"]
 
 
@@ -102,7 +101,7 @@ def _tool(ctx: Context, position: str, item: Any, namespace: str | None) -> Tool
     annotations = item.get("annotations") or {}
     if not isinstance(annotations, Mapping):
         raise ctx.error(at(position, "annotations"),
-                        f"field 'annotations' must be an object, got {type_name(annotations)}")
+                        f"field 'annotations' must be an object, got {json_type(annotations)}")
     fields = read_extras(ctx, item, position)  # outputSchema → returns is one of its aliases
     hint_tags = tuple(tag for hint, tag in HINT_TAGS.items() if annotations.get(hint) is True)
     fields["tags"] = tuple(dict.fromkeys(fields.get("tags", ()) + hint_tags))

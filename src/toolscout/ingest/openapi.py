@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import CatalogError
-from ..tool import Tool
+from ..tool import Tool, json_type
 from .common import (
     Context,
     Entry,
@@ -36,7 +36,6 @@ from .common import (
     read_text,
     require_mapping,
     slugify,
-    type_name,
 )
 from .schema import Budget, RefResolver, is_plain_object, object_schema
 
@@ -86,7 +85,7 @@ def _operations(ctx: Context, resolver: RefResolver, paths: Mapping[str, Any]):
 def _path_item(ctx: Context, resolver: RefResolver, item: Any, where: str) -> Mapping[str, Any]:
     item, _ = resolver.deref(item, where)
     if not isinstance(item, Mapping):
-        raise ctx.error(where, f"a path item must be an object, got {type_name(item)}")
+        raise ctx.error(where, f"a path item must be an object, got {json_type(item)}")
     return item
 
 
@@ -166,7 +165,7 @@ class _OperationParser:
     def _list(self, obj: Mapping, position: str, key: str) -> list:
         value = obj.get(key)
         if value is not None and not isinstance(value, list):
-            raise self.ctx.error(at(position, key), f"field {key!r} must be a list, got {type_name(value)}")
+            raise self.ctx.error(at(position, key), f"field {key!r} must be a list, got {json_type(value)}")
         return value or []
 
     def _parameter_schema(self, param: Mapping, where: str) -> dict[str, Any]:
@@ -181,14 +180,14 @@ class _OperationParser:
         media = _json_media(param.get("content"))
         if media is not None and not isinstance(media, Mapping):
             raise self.ctx.error(at(where, "content"), "a media type's schema must be an object, got "
-                                 f"{type_name(media)}")
+                                 f"{json_type(media)}")
         return dict(media) if media is not None else {}
 
     def _schema_at(self, schema: Any, where: str) -> Any:
         """`schema` (None when absent), refused when it cannot be a JSON schema (an object, or true/false)."""
         if schema is not None and not isinstance(schema, (Mapping, bool)):
             raise self.ctx.error(where, f"a schema must be a JSON schema object (or true/false), got "
-                                 f"{type_name(schema)}")
+                                 f"{json_type(schema)}")
         return schema
 
     # ------------------------------------------------------------------------------- request body

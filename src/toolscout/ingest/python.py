@@ -25,8 +25,8 @@ from types import ModuleType
 from typing import Any, Callable
 
 from ..errors import CatalogError
-from ..tool import Tool
-from .common import Context, Entry, LoadReport, at, collect, make_tool, type_name
+from ..tool import Tool, json_type
+from .common import Context, Entry, LoadReport, at, collect, make_tool
 from .docstrings import Docstring, parse_docstring
 from .guard import check_tree
 from .pytypes import HintTooDeep, jsonable_default, self_contained, type_schema
@@ -37,7 +37,7 @@ MODULE_ATTR = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 def parse(obj: Any, ctx: Context) -> list[Entry]:
     items = [obj] if callable(obj) else obj
     if not isinstance(items, (list, tuple)):
-        raise ctx.error("", f"expected a list of Python callables, got {type_name(obj)}")
+        raise ctx.error("", f"expected a list of Python callables, got {json_type(obj)}")
     ctx.empty_hint = "a module's tools are its TOOLS list, else the public functions it defines"
     return collect(ctx, ((f"[{i}]", fn) for i, fn in enumerate(items)), lambda pos, fn: _tool(ctx, pos, fn))
 
@@ -48,7 +48,7 @@ def callables_from_module(module: ModuleType, source: str, report: LoadReport) -
     tools = getattr(module, "TOOLS", None)
     if tools is not None:
         if not isinstance(tools, (list, tuple)):
-            raise CatalogError(f"{source}: TOOLS must be a list of callables, got {type_name(tools)}")
+            raise CatalogError(f"{source}: TOOLS must be a list of callables, got {json_type(tools)}")
         return list(tools)
     found = []
     for name, value in vars(module).items():
@@ -104,7 +104,7 @@ def _callable_name(fn: Any) -> str | None:
 
 def _tool(ctx: Context, position: str, fn: Any) -> Tool:
     if not callable(fn):
-        raise ctx.error(position, f"expected a callable, got {type_name(fn)}")
+        raise ctx.error(position, f"expected a callable, got {json_type(fn)}")
     name = _callable_name(fn)
     if name is None:
         raise ctx.error(position, "a lambda has no name to call it by", "define it with def, or wrap it")
