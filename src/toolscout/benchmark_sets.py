@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 from .errors import CatalogError
-from .tool import Tool, parameters_problem
+from .tool import Tool, json_type, parameters_problem
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ def tool_from_row(row: Mapping[str, Any], where: str = "") -> Tool:
             raise CatalogError(f"{where}: field {key!r} must be a non-empty string")
     params = row.get("parameters")
     if params is not None and not isinstance(params, Mapping):
-        raise CatalogError(f"{where}: field 'parameters' must be an object or null, got {type(params).__name__}")
+        raise CatalogError(f"{where}: field 'parameters' must be an object or null, got {json_type(params)}")
     problem = parameters_problem(params)
     if problem:
         raise CatalogError(f"{where}: field 'parameters{'.' if problem[0] else ''}{problem[0]}' {problem[1]}")
@@ -67,7 +67,7 @@ def read_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
             except json.JSONDecodeError as exc:
                 raise CatalogError(f"{path}:{lineno}: invalid JSON ({exc.msg} at column {exc.colno})") from None
             if not isinstance(obj, dict):
-                raise CatalogError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
+                raise CatalogError(f"{path}:{lineno}: expected a JSON object, got {json_type(obj)}")
             yield lineno, obj
 
 
