@@ -273,6 +273,9 @@ def test_train_refiner_refuses_first_stage_models_that_do_not_fit(mlc_pipeline, 
          "is a 'mlc' model; it should be a `toolscout train tool2vec` directory"),
         (["-o", "first_stage=bm25", "-o", f"tool2vec_model={root / 't2v'}"],
          "behind a bm25 first stage the refiner reads description vectors"),
+        # the Tool2Vec model's encoder (the default) made its vectors: another --model would be ignored
+        (["--model", "minilm", "-o", f"first_stage_model={root / 'mlc'}", "-o", f"tool2vec_model={root / 't2v'}"],
+         f"--model minilm: the refiner reads the Tool2Vec vectors of {root / 't2v'}, which the encoder "),
     ]
     # a Tool2Vec directory of another set: its usage names none of these tools (every candidate would have
     # been a description vector, labelled Tool2Vec's, and trained without a word)

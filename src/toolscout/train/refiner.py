@@ -133,6 +133,18 @@ def tool2vec_source(first_stage: str, first_stage_model: str | None, tool2vec_mo
     return first_stage_model or tool2vec_model
 
 
+def _check_same_encoder(model: str | None, tool2vec_encoder: str, source: str) -> None:
+    """A refiner reads Tool2Vec vectors in the space of the encoder that made them, so it trains over that
+    encoder: another `model` given with them would be ignored, which is refused instead."""
+    from ..encoders.resolve import resolve_model
+
+    if model is None or resolve_model(model) == resolve_model(tool2vec_encoder):
+        return
+    raise ValueError(f"--model {model}: the refiner reads the Tool2Vec vectors of {source}, which the encoder "
+                     f"{tool2vec_encoder} made, and trains over that encoder; leave --model out (or give that "
+                     "encoder)")
+
+
 class CandidateBuilder:
     """Ranks each query's own set's tools with the chosen first stage and keeps the top `depth`.
 
@@ -154,6 +166,7 @@ class CandidateBuilder:
         if trained is not None:
             folder, config = trained
             self.encoder_name = str(folder / "encoder") if config.get("finetuned") else config.get("encoder")
+            _check_same_encoder(model, self.encoder_name, source)
             self.prior = float(config.get("prior", prior))
             self.view = TextView.from_dict(config.get("view")) if config.get("view") else view
         else:
