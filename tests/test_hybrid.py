@@ -3,7 +3,7 @@ import pytest
 
 from toolscout import ToolScout
 from toolscout.retrievers import make_retriever
-from toolscout.retrievers.hybrid import HybridRetriever
+from toolscout.retrievers.hybrid import COSINE_FLOOR, HybridRetriever
 
 QUERY = "book a room for two nights in Rome"
 
@@ -61,6 +61,20 @@ def test_max_fusion_takes_nothing_from_a_list_without_a_positive_score():
     hybrid = HybridRetriever(["bm25", "bm25"], fusion="max")
     assert list(hybrid._contributions(np.array([4.0, 2.0, 1.0]))) == [1.0, 0.5, 0.25]
     assert list(hybrid._contributions(np.array([-0.1, -0.3]))) == [0.0, 0.0]
+
+
+def test_max_fusion_divides_a_cosine_list_by_at_least_the_floor(tools, encoder):
+    # a best cosine of 0.02 is no real match: the list counts as 0.02 / 0.1 of one (it was a full match,
+    # and a tool at -0.05 scored -2.5 times one); BM25's scores (term matches) have no floor
+    bm25, dense = make_retriever("bm25"), make_retriever("dense", encoder=encoder)
+    hybrid = HybridRetriever([bm25, dense])
+    assert hybrid._contributions(np.array([0.02, -0.05]), COSINE_FLOOR) == pytest.approx([0.2, -0.5])
+    assert hybrid._contributions(np.array([0.5, 0.25]), COSINE_FLOOR) == pytest.approx([1.0, 0.5])
+    hybrid.index(tools)
+    dense_list = dense.search(["qwxzv plork"], 12)[0][1]
+    fused = hybrid.search(["qwxzv plork"], 12)
+    assert 0 < dense_list[0] < COSINE_FLOOR  # the nonsense task matches no term and no tool's meaning
+    assert fused.scores[0][0] == pytest.approx(3.0 * dense_list[0] / COSINE_FLOOR, rel=1e-5)
 
 
 def test_hybrid_pipeline_saves_loads_and_updates(tools, encoder, tmp_path):

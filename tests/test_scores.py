@@ -333,6 +333,23 @@ def test_http_search_answers_each_hit_with_its_probability(tmp_path, default_sco
         assert "probability" in schema["HitOut"]["properties"] and "min_probability" in schema["SearchRequest"]["properties"]
 
 
+def test_a_catalog_of_two_tools_abstains_on_tasks_neither_fits_and_keeps_its_scores_in_range(encoder):
+    """mcp-server-time's two tools, as the real server lists them: for a task neither fits, the best dense
+    cosine is about 0, and dividing by it made the top a full match (probability 0.999) and the other tool
+    score -46. A task the server serves still gets its tool with the probability it had."""
+    from gateways import TIME_SERVER
+
+    from toolscout.ingest import load_tools
+
+    scout = ToolScout.from_tools(load_tools(f"mcp:{TIME_SERVER} --local-timezone Europe/Paris"), encoder=encoder)
+    for nonsense in ("qwxzv plork", "order a pizza with extra cheese"):
+        hits = scout.search(nonsense, k=2)
+        assert max(h.probability for h in hits) < 0.05 and min(h.score for h in hits) > -4.0, hits
+        assert scout.search(nonsense, k=2, min_probability="calibrated") == []
+    best = scout.search("convert 9am London time to New York time", k=2)[0]
+    assert best.tool.name == "convert_time" and best.probability > 0.5
+
+
 def test_a_ranking_where_nothing_scored_above_zero_has_finite_features_and_its_top_is_itself():
     """A namespace of one tool that shares nothing with the task scores 0: log(crowd) was log(0), and the
     calibration read the -inf as a sure hit (probability 1.0, no abstention)."""

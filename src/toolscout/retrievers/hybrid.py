@@ -23,6 +23,7 @@ from ..results import Filter, Results
 from ..tool import TextView
 from .base import (
     Accepts,
+    Encoding,
     Retriever,
     load_retriever,
     make_retriever,
@@ -32,6 +33,12 @@ from .base import (
 FUSIONS = ("rrf", "max", "score")
 RRF_K = 60  # reciprocal-rank fusion's constant, when not told
 DEPTH = 100  # how many of each component's hits are fused, when not told
+
+
+# Max fusion divides a cosine list by at least this: a best cosine under it is no real match (the best of
+# every dev set's training task is above 0.15), and dividing by a best near 0 (a catalog of one or two tools,
+# a task nothing fits) made its top a full match and its other tools' scores huge and negative.
+COSINE_FLOOR = 0.1
 
 
 def default_settings(names: Sequence[str]) -> dict[str, Any]:
@@ -89,26 +96,27 @@ class HybridRetriever:
         queries = as_queries(queries)  # each task read once, then handed to every component
         depth = max(k, self.depth)
         per_component = [comp.search(queries, depth, filter) for comp in self.components]
+        floors = [COSINE_FLOOR if isinstance(comp, Encoding) else 0.0 for comp in self.components]
         ids_out, scores_out = [], []
         for q in range(len(queries)):
             fused: dict[str, float] = {}
-            for weight, results in zip(self.weights, per_component):
+            for weight, results, floor in zip(self.weights, per_component, floors):
                 ids, scores = results[q]
-                for tid, contribution in zip(ids, self._contributions(scores)):
+                for tid, contribution in zip(ids, self._contributions(scores, floor)):
                     fused[tid] = fused.get(tid, 0.0) + weight * contribution
             ranked = sorted(fused.items(), key=lambda item: -item[1])[:k]
             ids_out.append(np.asarray([tid for tid, _ in ranked], dtype=object))
             scores_out.append(np.asarray([s for _, s in ranked], dtype=np.float32))
         return Results(tuple(ids_out), tuple(scores_out))
 
-    def _contributions(self, scores: np.ndarray) -> np.ndarray:
+    def _contributions(self, scores: np.ndarray, floor: float = 0.0) -> np.ndarray:
         if self.fusion == "rrf":
             return 1.0 / (self.rrf_k + np.arange(1, len(scores) + 1))
         if len(scores) == 0:
             return scores
         low, high = float(scores.min()), float(scores.max())
         if self.fusion == "max":  # a list whose best score is not positive (no real match) adds nothing
-            return scores / high if high > 0 else np.zeros_like(scores)
+            return scores / max(high, floor) if high > 0 else np.zeros_like(scores)
         return np.ones_like(scores) if high == low else (scores - low) / (high - low)
 
     def save(self, folder: Path) -> None:
