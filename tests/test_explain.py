@@ -39,10 +39,9 @@ def test_pipeline_explains_retrieved_name_and_always_hits(tools):
 
     named = scout.search("send email", k=1, explain=True)[0]
     assert (named.tool.id, named.match, named.matched) == ("mail.send", "name", ("send", "email"))
-    # BM25 reads "send_email" in a query as one word (\w includes "_"), which the tool's text does not hold
-    # (its name is split into "send email"): the name matches, no word does
+    # a task's snake_case identifier is read as its words, as the tool's name is indexed ("send email")
     named = scout.search("send_email", k=1, explain=True)[0]
-    assert (named.tool.id, named.match, named.matched) == ("mail.send", "name", ())
+    assert (named.tool.id, named.match, named.matched) == ("mail.send", "name", ("send", "email"))
 
     repeated = scout.search("Emails, emails and EMAIL", k=1, filter=Filter.make(ids=["mail.send"]), explain=True)
     assert repeated[0].matched == ("emails", "email")  # each word once, as written (lowercased)

@@ -49,6 +49,17 @@ def test_bm25_matches_bm25s_on_a_real_catalog(tools):
         assert r.scores(query) == pytest.approx(expected, rel=1e-6)
 
 
+def test_bm25_reads_a_snake_case_identifier_in_a_task_as_the_words_of_the_tool_it_names(tools):
+    # the text view indexes the tool `send_email` as "send email": a task that writes the identifier finds
+    # it (its token "send_email" matched nothing), and --explain shows the words it matched on
+    from toolscout import ToolScout
+
+    scout = ToolScout.from_tools(tools, retriever="bm25")
+    hits = scout.search("use send_email please", k=3, explain=True)
+    assert hits and hits[0].tool.name == "send_email" and hits[0].matched == ("send", "email")
+    assert scout.retriever.scores("send_email") == pytest.approx(scout.retriever.scores("send email"))
+
+
 def test_bm25_finds_the_obvious_tools_and_honours_filters(tools):
     r = make_retriever("bm25")
     r.index(tools)

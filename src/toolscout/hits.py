@@ -144,10 +144,10 @@ def abstains(scores: Sequence[float], probabilities: Sequence[float] | None, pol
 
 def explained(query: str, hits: Sequence[Hit]) -> list[Hit]:
     """`hits`, each with the query words its tool's text view contains (`matched_words`)."""
-    from .retrievers.bm25 import Tokenizer
+    from .retrievers.bm25 import Tokenizer, task_text
 
     tokenizer = Tokenizer()
-    words = tokenizer.words(query)
+    words = tokenizer.words(task_text(query))
     terms = tokenizer.stems(words)
     return [replace(hit, matched=matched_words(words, terms, tokenizer(tool_text(hit.tool)))) for hit in hits]
 

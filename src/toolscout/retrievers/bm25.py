@@ -21,6 +21,14 @@ from .base import Accepts, write_retriever_config
 from .bm25_index import InvertedIndex
 
 _TOKEN = re.compile(r"(?u)\b\w\w+\b")
+_SNAKE = re.compile(r"(?<=[^\W_])_+(?=[^\W_])")
+
+
+def task_text(text: str) -> str:
+    """A task as BM25 reads it: snake_case identifiers split into their words, as the text view splits tool
+    names and parameters ("send_email" then meets the tool `send_email`, indexed as "send email"). camelCase
+    stays whole: in tasks it is mostly a brand ("iPhone", "eBay"), not an identifier."""
+    return _SNAKE.sub(" ", text)
 
 
 class Tokenizer:
@@ -116,7 +124,7 @@ class BM25Retriever:
         query = query if isinstance(query, Query) else Query.of(query)
         tail = query.latest_turn
         text = query.text if tail is None else f"{query.text}\n{without_speaker_labels(tail)}"
-        words = self.tokenizer(text)
+        words = self.tokenizer(task_text(text))
         return self._index.scores(words)
 
     def search(self, queries: Sequence[Query | str], k: int = 10, filter: Filter | None = None) -> Results:
