@@ -271,6 +271,20 @@ def test_a_deprecated_tool_ranks_below_its_replacement(retriever, encoder):
     assert scout.search(task, k=1, filter=_without("fs.read_text_file"))[0].tool.id == "fs.read_file"
 
 
+def test_a_task_near_a_deprecated_tools_name_gets_its_replacement_first(encoder):
+    # "read a file" is near read_file's name (one word between), which put the deprecated tool first as
+    # the tool the task names; naming it exactly still does, and so does a near match once the search may
+    # not return the replacement
+    scout = ToolScout.from_tools(FILESYSTEM, encoder=encoder)
+    hits = scout.search("read a file", k=len(FILESYSTEM))
+    assert hits[0].tool.id == "fs.read_text_file" and {h.match for h in hits} == {"retrieval"}
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+    named = scout.search("read_file", k=2)[0]
+    assert (named.tool.id, named.match) == ("fs.read_file", "name")
+    alone = scout.search("read a file", k=1, filter=_without("fs.read_text_file"))[0]
+    assert (alone.tool.id, alone.match) == ("fs.read_file", "name")
+
+
 def test_a_replacement_the_catalog_lacks_changes_nothing(tools):
     old = Tool("weather.old_forecast", "old_forecast", "Weather forecast for a city. Deprecated: use forecast_v9 "
                "instead.", namespace="weather")

@@ -575,9 +575,7 @@ class ToolScout:
         allows = self._allows(filter)
 
         def successor(tool_id: str) -> str | None:
-            said = self._deprecated.get(tool_id)
-            return None if said is None or said.replacement is None else \
-                self._replacement_of(tool_id, said.replacement, allows)
+            return self._successor(tool_id, allows)
 
         ranked = [rank_below_replacements(ids, scores, successor) if any(t in self._deprecated for t in ids)
                   else (ids, scores) for ids, scores in results]
@@ -590,6 +588,12 @@ class ToolScout:
             return {tool_id: None if said.replacement is None else
                     self._replacement_of(tool_id, said.replacement, lambda _t: True)
                     for tool_id, said in self._deprecated.items()}
+
+    def _successor(self, tool_id: str, allows: Callable[[str], bool]) -> str | None:
+        """The tool that replaces `tool_id` and a search may return (None: not deprecated, or none)."""
+        said = self._deprecated.get(tool_id)
+        return None if said is None or said.replacement is None else \
+            self._replacement_of(tool_id, said.replacement, allows)
 
     def _replacement_of(self, tool_id: str, name: str, allows: Callable[[str], bool]) -> str | None:
         """The one tool `name` names that a search may return, preferring the deprecated tool's namespace
@@ -672,8 +676,15 @@ class ToolScout:
         return out
 
     def _named(self, query: str, filter: Filter | None) -> list[str]:
-        return [tid for tid in self._names.lookup(query)
-                if filter is None or filter.allows(tid, self._tools[tid].namespace)]
+        """The tools `query` names, within `filter`. A deprecated tool whose replacement the search may
+        return counts only when the query names it exactly: "read a file" is near `read_file`'s name, and a
+        near match must not put the tool the catalog says not to use above its replacement."""
+        allows = self._allows(filter)
+        named = [tid for tid in self._names.lookup(query) if allows(tid)]
+        if not self.demote_deprecated or not any(tid in self._deprecated for tid in named):
+            return named
+        exact = set(self._names.exact(query))
+        return [tid for tid in named if tid in exact or self._successor(tid, allows) is None]
 
 
 class _CatalogSource:
