@@ -238,7 +238,8 @@ def test_http_call_route_forwards_and_maps_errors(gateway):
         {"server": "alpha", "tool": "echo", "arguments": {"text": "hi"}})}],
         "structuredContent": {"server": "alpha", "tool": "echo", "arguments": {"text": "hi"}}, "isError": False}
     assert httpx.post(f"{url}/tools/alpha.nope/call", headers=auth(AGENT), json={}).status_code == 404
-    assert httpx.post(f"{url}/tools/alpha.echo/call", json={}).status_code == 403  # reads open, calls need a token
+    anonymous = httpx.post(f"{url}/tools/alpha.echo/call", json={})  # reads are open, calls need a token
+    assert (anonymous.status_code, anonymous.headers.get("www-authenticate")) == (401, "Bearer")
     bad = httpx.post(f"{url}/tools/alpha.echo/call", headers=auth(AGENT), json={"arguments": [1]})
     assert bad.status_code == 422
     tool = httpx.get(f"{url}/tools/alpha.echo").json()

@@ -26,8 +26,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
-from ..errors import Forbidden
-from ..serve.auth import ANONYMOUS, AuthConfig
+from ..serve.auth import ANONYMOUS, AuthConfig, AuthError
 from ..serve.http import Api, create_app
 from ..serve.metrics import Metrics
 from ..serve.middleware import JSON, error_response
@@ -73,8 +72,10 @@ class GatewayApi:
 
         def caller(request: Request) -> Principal:
             principal = api.reader(request)
-            if principal is ANONYMOUS:  # reads may be open, but a call acts on someone's behalf
-                raise Forbidden("calling tools through this gateway needs a bearer token")
+            if principal is ANONYMOUS:  # reads may be open, but a call acts on someone's behalf: 401, as a
+                # write without a token is (the credentials are missing, not insufficient)
+                raise AuthError(401, "calling tools through this gateway needs a bearer token "
+                                     "(Authorization: Bearer TOKEN)")
             return principal
 
         @app.post("/tools/{tool_id:path}/call", response_model=CallResponse, responses=CALL_ERRORS, tags=["gateway"])
