@@ -306,7 +306,9 @@ def test_tokens_guard_writes_and_restrict_namespaces(served):
         r = client.put("/tools/travel.x2", json={**tool, "namespace": "travel"}, headers=MAIL)
         assert r.status_code == 403 and r.json()["error"]["type"] == "forbidden"
         r = client.put("/tools/flights.book", json={**tool, "name": "book_flight"}, headers=MAIL)
-        assert r.status_code == 403  # taking over another namespace's tool by id
+        assert r.status_code == 403  # taking over another namespace's tool by id: named by where it is
+        assert r.json()["error"]["message"] == ("tool 'flights.book': namespace 'travel' (where the stored tool "
+                                                "is) is outside what this token may write")
         assert client.get("/tools/flights.book").json()["namespace"] == "travel"
         assert client.delete("/tools/flights.book", headers=MAIL).status_code == 404
         assert client.post("/admin/compact", headers=MAIL).status_code == 403

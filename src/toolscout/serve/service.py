@@ -83,8 +83,11 @@ class Principal:
 
     def authorize_write(self, tool: Tool, old: Tool | None) -> None:
         """Raise Forbidden unless this principal may write `tool` over `old` (the stored tool, or None)."""
-        if not self.sees(tool) or (old is not None and not self.sees(old)):
-            raise Forbidden(f"tool {tool.id!r}: namespace {tool.namespace!r} is outside what this token may write")
+        for held in (tool, old):  # the namespace it would go to, then the one it is in (a move writes both)
+            if held is not None and not self.sees(held):
+                where = "" if held is tool else " (where the stored tool is)"
+                raise Forbidden(f"tool {tool.id!r}: namespace {held.namespace!r}{where} is outside what this token "
+                                "may write")
 
     @property
     def filter(self) -> Filter | None:
