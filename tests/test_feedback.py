@@ -289,6 +289,28 @@ def test_cli_learn_imports_logs_forgets_sources_and_refuses_a_served_directory(e
     assert ToolScout.load(folder).ledger.sources() == {"import": 1}
 
 
+def test_cli_learn_train_says_what_runs_and_shows_the_trainers_progress(encoder, tmp_path, capsys, monkeypatch):
+    """A retraining takes minutes: the command says what it does and the trainer shows its progress (it was
+    silent until the verdict), unless --quiet; a setting given with -o still wins."""
+    import toolscout.train.feedback as heavy
+    from toolscout.cli import main
+
+    folder = tmp_path / "idx"
+    sample_with_feedback(encoder, retriever="bm25").save(folder)
+    seen = []
+
+    def trainer(scout, method, workdir=None, model_dir=None, **options):  # the options a real one would get
+        seen.append(options)
+        return heavy.Retrained(method, 50.0, 40.0, 10, 3, str(model_dir), None)
+
+    monkeypatch.setattr(heavy, "retrain", trainer)
+    assert main(["learn", str(folder), "--train", "mlc"]) == 0
+    assert "training mlc on the feedback so far" in capsys.readouterr().err
+    assert main(["learn", str(folder), "--train", "mlc", "--quiet"]) == 0
+    assert main(["learn", str(folder), "--train", "mlc", "-o", "progress=false", "-o", "max_steps=3"]) == 0
+    assert seen == [{"progress": True}, {"progress": False}, {"progress": False, "max_steps": 3}]
+
+
 def test_cli_learning_reports_beside_a_server_and_refuses_bad_arguments_before_changing_anything(encoder, tmp_path,
                                                                                                   capsys):
     import json

@@ -33,6 +33,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    help="train this on the feedback so far; swapped in only when held-back feedback ranks better")
     p.add_argument("--option", "-o", action="append", default=[], metavar="KEY=VALUE",
                    help="a setting of the --train trainer, VALUE parsed as JSON when it can be (repeatable)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars while --train trains")
     p.set_defaults(handler=cmd_learn)
     add_learning_parsers(sub)
 
@@ -58,8 +59,10 @@ def cmd_learn(args: argparse.Namespace) -> int:
             _import(service, events)
         for source in args.forget:
             print(f"forgot source {source!r}: {len(service.forget(source))} tools as before", file=sys.stderr)
-        if args.train:
-            state = service.retrain(args.train, **parse_options(args.option))
+        if args.train:  # minutes of work: say what runs, and show the trainer's progress
+            print(f"training {args.train} on the feedback so far, then scoring it and the pipeline as it is on "
+                  "the feedback held back", file=sys.stderr)
+            state = service.retrain(args.train, **{"progress": not args.quiet, **parse_options(args.option)})
             verdict = "swapped in" if state["state"] == "swapped" else "kept the pipeline as it was"
             print(f"{args.train}: held-back nDCG@10 {state['candidate_ndcg@10']:.2f} vs {state['baseline_ndcg@10']:.2f} "
                   f"({state['train_queries']} requests trained on, {state['holdout_queries']} held back): {verdict}",
