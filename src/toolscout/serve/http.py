@@ -224,9 +224,9 @@ async def _validation_error(_request: Request, exc: RequestValidationError) -> J
 
 
 def _as_meant(errors: list[dict]) -> list[dict]:
-    """A body that may take one of several shapes (one feedback event, or {"events": [...]}) fails each: the
-    errors of the shape it meant, the one whose top-level fields it got right, come first, without the shape's
-    name in their fields."""
+    """A body that may take one of several shapes (one feedback event, or {"events": [...]}) fails each: only
+    the errors of the shape it meant, the one whose top-level fields it got right, without the shape's name in
+    their fields (the other shape's errors, "query: Field required" for a batch, would only mislead)."""
     def shape(error: dict) -> str | None:
         loc = error.get("loc", ())
         return loc[1] if len(loc) > 2 and loc[0] == "body" and str(loc[1])[:1].isupper() else None
@@ -237,8 +237,7 @@ def _as_meant(errors: list[dict]) -> list[dict]:
     for error in errors:  # per shape, the errors of a top-level field missing or not its own
         misses[shape(error)] = misses.get(shape(error), 0) + (len(error.get("loc", ())) == 3)
     meant = min(misses, key=lambda name: misses[name])  # the first shape with the fewest (dicts keep order)
-    ordered = sorted(errors, key=lambda e: shape(e) != meant)
-    return [{**e, "loc": ("body", *e["loc"][2:])} if shape(e) else e for e in ordered]
+    return [{**e, "loc": ("body", *e["loc"][2:])} if shape(e) else e for e in errors if shape(e) in (meant, None)]
 
 
 async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
