@@ -167,7 +167,7 @@ def test_lenient_jsonl_skips_bad_lines_and_goes_on():
     tools = load_tools(FIXTURES / "bad_line.jsonl", lenient=True, report=report)
     assert [t.id for t in tools] == ["a", "b", "e"]
     assert [position for position, _ in report.skipped] == ["line 3", "line 4"]
-    assert "bad_line.jsonl:4: field 'parameters' must be an object or null, got list" in report.skipped[1][1]
+    assert "bad_line.jsonl:4: field 'parameters' must be an object or null, got array" in report.skipped[1][1]
 
 
 def test_lenient_openapi_skips_the_operation_with_the_broken_ref():

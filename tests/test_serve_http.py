@@ -191,6 +191,9 @@ def test_a_posted_catalog_answers_with_what_reading_it_skipped_or_warned_of(serv
         assert r.json()["warnings"] == ["catalog: no tools loaded: it holds none (an OpenAPI document's tools are "
                                         "the operations under 'paths'; its 'webhooks' are requests the API sends, "
                                         "not operations to call)"]
+        r = client.post("/tools", headers=ADMIN, json={"catalog": {"tools": []}})  # was a 422 asking for a format
+        assert r.status_code == 200 and r.json()["created"] == []
+        assert r.json()["warnings"] == ["catalog: no tools loaded: it holds none"]
         r = client.post("/tools", headers=ADMIN, json={"catalog": anthropic, "namespace": "fin"})
         assert r.json()["created"] == ["fin.get_stock"]
         assert r.json()["warnings"] == ["catalog: [0]: Anthropic server tool 'search_web' (type 'web_search_20250305') "

@@ -81,9 +81,8 @@ def detect_format(obj: Any, source: str = "<object>") -> str:
         items, prefix = (list(obj) if not callable(obj) else [obj]), ""
     else:
         raise catalog_error(source, "", f"expected a tool catalog (an object or a list), got {json_type(obj)}")
-    if not items:
-        raise catalog_error(source, prefix, "the catalog holds no tools, so its format cannot be told",
-                            FORMAT_HINT)
+    if not items:  # no tools reads alike in every format that lists them: none, with `finish`'s warning
+        return "mcp" if prefix == "tools" else "openai"
     first_seen: dict[str, str] = {}
     for i, item in enumerate(items):
         fmt = format_of_item(item)
