@@ -254,3 +254,20 @@ def test_jsonrpc_error_response():
 def test_mcp_server_entry_without_a_name():
     with pytest.raises(CatalogError, match=r"\[1\]: a server entry needs a 'server' or 'name' string"):
         parse_tools([{"server": "a", "tools": []}, {"tools": [{"name": "x", "inputSchema": {}}]}], format="mcp")
+
+
+def test_a_format_given_that_reads_no_tool_says_which_format_the_catalog_reads_as():
+    # an OpenAI list read as Anthropic's: each entry is skipped as a server tool, which names the wrong
+    # format; the report also says the format it reads as. A format that reads it, or a catalog of none, says
+    # nothing more
+    openai_list = [{"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
+                                                     "parameters": {"type": "object", "properties": {}}}}]
+    report = LoadReport()
+    assert parse_tools(openai_list, format="anthropic", source="a.json", report=report) == []
+    assert report.warnings[-1] == ("a.json: it reads as openai, not anthropic: pass format='openai' or none "
+                                   "(CLI: --format openai, or no --format)")
+    report = LoadReport()
+    assert [t.name for t in parse_tools(openai_list, format="openai", report=report)] == ["get_weather"]
+    assert report.warnings == []
+    report = LoadReport()
+    assert parse_tools({"tools": []}, format="anthropic", report=report) == [] and len(report.warnings) == 1

@@ -97,7 +97,21 @@ def _parse(obj: Any, format: str | None, lenient: bool, source: str, namespace: 
     fmt = format or detect_format(obj, source)
     tools = finish(ctx, _PARSERS[fmt](obj, ctx))
     report.format, report.source = fmt, source
+    if not tools and ctx.skips and format is not None:
+        _say_if_another_format(obj, format, ctx)
     return tools
+
+
+def _say_if_another_format(obj: Any, format: str, ctx: Context) -> None:
+    """A format given that skipped every tool of a catalog that reads as another: say which (an OpenAI
+    list read as Anthropic's loses every entry, each for a reason that names the wrong format)."""
+    try:
+        detected = detect_format(obj, ctx.source)
+    except CatalogError:
+        return
+    if detected != format:
+        ctx.warn(f"it reads as {detected}, not {format}: pass format={detected!r} or none "
+                 f"(CLI: --format {detected}, or no --format)")
 
 
 def load_tools(source: str | os.PathLike | list | dict | Callable, format: str | None = None,
