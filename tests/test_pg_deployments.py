@@ -207,6 +207,7 @@ def test_what_postgresql_cannot_serve_is_refused_naming_the_setting(catalog_file
     err = capsys.readouterr().err
     assert "serves every tenant with another pipeline" in err
     assert "retriever.settings.weights: [1.0, 3.0] there, [1.0, 1.0] here" in err
+    assert "--search dense|hybrid" not in err  # switching the first stage would not change its weights
     # a directory that points at the database is no directory to journal writes in
     with pytest.raises(ServiceError, match="was indexed into PostgreSQL"):
         ToolService.open(out)

@@ -139,7 +139,7 @@ def test_cli_index_search_and_migrate_with_a_postgres_store(pg, tmp_path, tools,
     # the default index search (hybrid) no longer matches the table's: refused, naming what differs
     assert main(["index", str(catalog), "--out", str(tmp_path / "idx"), "--store", store_spec]) == 1
     assert "serves every tenant with another pipeline" in (err := capsys.readouterr().err)
-    assert "retriever.name: 'dense' there, 'hybrid' here" in err
+    assert "retriever.name: 'dense' there, 'hybrid' here" in err and "migrate --store DSN --search" in err
 
 
 def test_cli_learns_and_reports_on_a_postgres_store_and_a_migration_counts_what_it_left(pg, tmp_path, tools, encoder,

@@ -109,10 +109,14 @@ def check_pipeline(catalog: PgCatalog, pipeline: PipelineSpec, stored: dict[str,
         return
     changed = differences(table_spec(IndexConfig.from_dict(stored)).to_dict(), pipeline.to_dict())
     if changed:
-        raise PgStoreError(f"index table {catalog.table!r} serves every tenant with another pipeline than this one "
-                           f"(there: the table's; here: this index's): {'; '.join(changed[:6])}. One table serves one "
-                           "pipeline: index this one into another table (add ?table=NAME to the store spec), or "
-                           "switch the table's first stage (toolscout migrate --store DSN --search dense|hybrid)")
+        # `migrate --search` switches the first stage between dense and hybrid (with that one's defaults)
+        switch = any(line.startswith("retriever.name:") for line in changed)
+        remedy = ("index this one into another table (add ?table=NAME to the store spec), or index it with the "
+                  "table's settings" + (", or switch the table's first stage for every tenant (toolscout migrate "
+                                        "--store DSN --search dense|hybrid)" if switch else ""))
+        raise PgStoreError(f"index table {catalog.table!r} serves every tenant with another pipeline than this one: "
+                           f"{'; '.join(changed[:6])} (each: the table's setting 'there', this index's 'here'). "
+                           f"One table serves one pipeline: {remedy}")
 
 
 def encode_rows(encoder, tools: Sequence[Tool], view: TextView, texts: dict[str, str], summary_weight: float,
