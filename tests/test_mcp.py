@@ -215,6 +215,9 @@ def test_index_tools_of_an_mcp_url(http_server):
 
     tools = load_live_tools(f"{http_server}/mcp", headers={"authorization": "Bearer everything-1"})
     assert [t.id for t in tools] == ["toolscout.search_tools", "toolscout.record_tool_use"]
+    # the prefix is for commands, but an endpoint written with it is one (it was run as a command 'http://...')
+    prefixed = load_live_tools(f"mcp:{http_server}/mcp", headers={"authorization": "Bearer everything-1"})
+    assert [t.to_dict() for t in prefixed] == [t.to_dict() for t in tools]
     assert tools[0].parameters["required"] == ["task"] and tools[0].returns is not None
     assert tools[1].parameters["required"] == ["task", "tool_ids"]
     with pytest.raises(CatalogError, match="could not list"):

@@ -4,7 +4,8 @@ Sources (what `load_tools` and `toolscout index` accept):
 
     mcp:COMMAND ARGS...          launch the server over stdio, e.g. "mcp:uvx mcp-server-git" (one argument,
                                  quoted in a shell; split like a shell would)
-    http://HOST/PATH, https://...   a streamable-HTTP endpoint, e.g. http://localhost:8000/mcp
+    http://HOST/PATH, https://...   a streamable-HTTP endpoint, e.g. http://localhost:8000/mcp (also with the
+                                 prefix: mcp:http://...)
 
 The tools go under the server's namespace: the caller's `namespace` when given (CLI: --namespace),
 else the name the server reports in its initialize / discover result, else the command's or host's
@@ -32,6 +33,17 @@ MAX_PAGES = 1000
 
 def is_live_source(source: str) -> bool:
     return source.startswith(PREFIX) or bool(_URL.match(source))
+
+
+def _command(source: str) -> str | None:
+    """The command of an `mcp:COMMAND` source; None for an endpoint (`mcp:http://...` is one too: it
+    was run as a command named 'http://...')."""
+    rest = source[len(PREFIX):] if source.startswith(PREFIX) else None
+    return None if rest is None or _URL.match(rest.strip()) else rest
+
+
+def _endpoint(source: str) -> str:
+    return source[len(PREFIX):].strip() if source.startswith(PREFIX) else source
 
 
 def load_live_tools(source: str, namespace: str | None = None, lenient: bool = False,
@@ -66,22 +78,23 @@ def list_live_tools(source: str, timeout: float = 60.0, headers: Mapping[str, st
 
 
 def _target(source: str, headers: Mapping[str, str] | None, env: Mapping[str, str] | None) -> Any:
-    if source.startswith(PREFIX):
+    command = _command(source)
+    if command is not None:
         from mcp import StdioServerParameters
 
         try:
-            argv = shlex.split(source[len(PREFIX):])
+            argv = shlex.split(command)
         except ValueError as exc:
             raise CatalogError(f"{source}: cannot split the command: {exc}") from None
         if not argv:
             raise CatalogError(f"{source}: give the command that starts the server, e.g. 'mcp:uvx mcp-server-git'")
         return StdioServerParameters(command=argv[0], args=argv[1:], env=dict(env) if env else None)
     if not headers:
-        return source
+        return _endpoint(source)
     import httpx2
     from mcp.client.streamable_http import streamable_http_client
 
-    return streamable_http_client(source, http_client=httpx2.AsyncClient(headers=dict(headers), timeout=30.0))
+    return streamable_http_client(_endpoint(source), http_client=httpx2.AsyncClient(headers=dict(headers), timeout=30.0))
 
 
 async def _list(target: Any, timeout: float) -> tuple[str | None, list[dict[str, Any]]]:
@@ -104,13 +117,14 @@ async def _list(target: Any, timeout: float) -> tuple[str | None, list[dict[str,
 
 
 def _fallback_name(source: str) -> str:
-    if source.startswith(PREFIX):
-        argv = shlex.split(source[len(PREFIX):])
+    command = _command(source)
+    if command is not None:
+        argv = shlex.split(command)
         words = [a for a in argv if not a.startswith("-")]
         name = Path(words[-1] if len(words) > 1 and words[0] in ("uvx", "npx", "python", "python3", "node")
                     else words[0]).stem
     else:
-        name = urlsplit(source).hostname or "mcp"
+        name = urlsplit(_endpoint(source)).hostname or "mcp"
     return re.sub(r"[^A-Za-z0-9_-]+", "_", name) or "mcp"
 
 
