@@ -467,6 +467,7 @@ def test_pin_holds_a_changed_tool_until_approved_and_hide_leaves_out_a_down_upst
         assert "alpha.echo" not in search("echo the text back", namespaces=["alpha"])
         held = call("alpha.echo", text="x")
         assert held.status_code == 409 and "toolscout gateway approve alpha.echo" in held.json()["error"]["message"]
+        assert held.json()["error"]["type"] == "conflict"
         approved = subprocess.run([sys.executable, "-m", "toolscout", "gateway", "approve", "--config", str(config),
                                    "--index", str(index)], capture_output=True, text=True, timeout=120)
         assert approved.returncode == 0 and "alpha.echo" in approved.stdout

@@ -17,8 +17,8 @@ from .metrics import Metrics
 logger = logging.getLogger("toolscout.serve")
 
 KINDS = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found", 405: "method_not_allowed",
-         413: "payload_too_large", 415: "unsupported_media_type", 422: "invalid_request", 500: "internal_error",
-         503: "unavailable"}
+         409: "conflict", 413: "payload_too_large", 415: "unsupported_media_type", 422: "invalid_request",
+         500: "internal_error", 503: "unavailable"}
 
 
 try:  # orjson writes the same JSON several times faster: a search response is much of a request's CPU
