@@ -339,7 +339,8 @@ def test_cli_learning_reports_beside_a_server_and_refuses_bad_arguments_before_c
     version = (folder / "CURRENT").read_text()
     for argv, says in ((["rollback", str(folder), "--before", "1e30"], "out of range"),
                        (["rollback", str(folder), "--before", "nan"], "out of range"),
-                       (["weight", str(folder), "mail", "abc"], "give a number from 0 to 1, or auto")):
+                       (["weight", str(folder), "mail", "abc"], "give a number from 0 to 1, or auto"),
+                       (["weight", str(folder), "mail", "2"], "weight '2': give a number from 0 to 1, or auto")):
         assert main(["learning", *argv]) == 1
         err = capsys.readouterr().err
         assert says in err and "Traceback" not in err, err

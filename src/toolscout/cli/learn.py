@@ -167,6 +167,7 @@ def parse_time(text: str) -> float:
 def parse_weight(text: str, namespace: str) -> dict[str, float | None]:
     """`{namespace: weight}` from a number (checked as every setter checks it, `check_settings`, before it is
     sent anywhere: a NaN cannot even travel as JSON) or auto (None)."""
+    from ..errors import InvalidRequest
     from ..learning import check_settings
 
     if text == "auto":
@@ -175,7 +176,10 @@ def parse_weight(text: str, namespace: str) -> dict[str, float | None]:
         weights = {namespace: float(text)}
     except ValueError:
         raise ValueError(f"weight {text!r}: give a number from 0 to 1, or auto") from None
-    check_settings(weights, None)
+    try:
+        check_settings(weights, None)
+    except InvalidRequest:  # its message speaks of JSON's null; on the command line the word is auto
+        raise ValueError(f"weight {text!r}: give a number from 0 to 1, or auto") from None
     return weights
 
 
