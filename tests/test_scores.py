@@ -201,6 +201,22 @@ def test_the_nonsense_task_abstains_through_the_service(tmp_path, default_scout)
         assert service.search("qwxzv plork", k=5, min_probability=None)  # a request may turn it off
 
 
+def test_a_probability_threshold_on_a_pipeline_without_calibration_is_said_at_start(tmp_path, tools, caplog):
+    # a BM25 pipeline has no calibration: the threshold abstains on nothing, which the log says once
+    from toolscout.hits import CALIBRATED
+    from toolscout.serve import ToolService
+
+    ToolScout.from_tools(tools, retriever="bm25").save(tmp_path / "bm25")
+    with caplog.at_level("WARNING", logger="toolscout.serve"):
+        with ToolService.open(tmp_path / "bm25", fsync=False, min_probability=CALIBRATED, batch_workers=0) as service:
+            assert service.search("qwxzv plork book", k=5)  # answered: nothing to abstain on
+        with ToolService.open(tmp_path / "bm25", fsync=False, batch_workers=0):
+            pass
+    said = [r.getMessage() for r in caplog.records if "has no calibration" in r.getMessage()]
+    assert said == ["min_probability 'calibrated': this pipeline has no calibration (only the default pipeline "
+                    "ships one, docs/scores.md), so no search abstains on probability"]
+
+
 # ----------------------------------------------------------------------------- deprecated tools
 
 FILESYSTEM = [  # as @modelcontextprotocol/server-filesystem lists them (shortened)

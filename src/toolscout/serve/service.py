@@ -29,7 +29,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
-from ..errors import Conflict, Forbidden, InvalidRequest, NotFound
+from ..errors import Conflict, Forbidden, InvalidRequest, NotFound, ToolScoutError
 from ..feedback import DEFAULT_SOURCE, FeedbackEvent, LearnResult
 from ..hits import Hit, HitPolicy, checked_k, checked_queries
 from ..learning import check_settings
@@ -146,6 +146,19 @@ class ToolService:
         self.started_at = time.time()
         self._closed = False
         self._batcher = SearchBatcher(self._search_many, batch_workers) if batch_workers > 0 else None
+        if min_probability is not None:
+            self._say_if_uncalibrated()
+
+    def _say_if_uncalibrated(self) -> None:
+        """A probability threshold on a pipeline with no calibration abstains on nothing: say so at start,
+        not by answers that never abstain."""
+        try:
+            scout = self.storage.tenant(None).pipeline(fresh=False)
+        except ToolScoutError:  # the store cannot say now (a database not answering): its searches will
+            return
+        if scout.calibration is None:
+            logger.warning("min_probability %r: this pipeline has no calibration (only the default pipeline ships "
+                           "one, docs/scores.md), so no search abstains on probability", self.min_probability)
 
     # lifecycle -----------------------------------------------------------------------------
     @classmethod
