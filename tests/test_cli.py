@@ -148,6 +148,20 @@ def test_eval_writes_the_design_json_shape(capsys, tmp_path):
     assert "--bootstrap needs 0 or more" in capsys.readouterr().err
 
 
+def test_eval_plot_without_matplotlib_is_refused_before_the_evaluation(capsys, tmp_path, monkeypatch):
+    # a lean install: --plot failed after the whole evaluation had run
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else
+                        find_spec(name, *a))
+    out_json = tmp_path / "m.json"
+    code, _, err = run(capsys, "eval", EVAL_SETS / "alpha", "--retriever", "bm25", "--json", out_json,
+                       "--plot", tmp_path / "p.png", "--quiet")
+    assert code == 1 and "matplotlib" in err and "pip install" in err
+    assert not out_json.exists()  # nothing was evaluated
+
+
 def test_eval_says_what_it_skipped_on_stderr_and_in_the_json(capsys, tmp_path):
     """beta's b9 has no labels and gamma_corpus has no queries.jsonl: both are left out, and said so."""
     out_json = tmp_path / "r.json"

@@ -48,8 +48,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from ..benchmark_sets import load_benchmark
+    from ..errors import require
     from ..eval import evaluate, format_table, plot_reports
 
+    if args.plot:  # a lean install has no matplotlib: said before the evaluation, not after it
+        require("matplotlib", feature="plotting evaluation reports (--plot)", extra="plot")
     for flag, path in (("--json", args.json), ("--plot", args.plot)):  # before the evaluation, not after it
         if path:
             try:
