@@ -179,3 +179,28 @@ def test_sigterm_of_an_mcp_only_http_server_saves_a_snapshot_too(tmp_path, tools
         proc.wait(timeout=60)
     assert [r["op"] for r in Journal(folder).replay()] == ["base"]
     assert ToolScout.load(folder).ledger.summary("mail.send")["learned"] == 1
+
+
+@pytest.mark.parametrize("command", ["serve", "gateway"])
+def test_a_port_in_use_fails_before_anything_says_it_is_serving(tmp_path, tools, command):
+    """`toolscout serve`/`gateway` on a taken port printed "serving ... at http://127.0.0.1:PORT" and only then
+    uvicorn's "address already in use": the port is bound first now."""
+    import json
+    import subprocess
+    import sys
+
+    if command == "serve":
+        ToolScout.from_tools(tools, retriever="bm25").save(tmp_path / "idx")
+        args = ["serve", str(tmp_path / "idx")]
+    else:
+        config = tmp_path / "servers.json"
+        config.write_text(json.dumps({"mcpServers": {}}))
+        args = ["gateway", str(config), "--index", str(tmp_path / "gw")]
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        run = subprocess.run([sys.executable, "-m", "toolscout", *args, "--port", str(port)], capture_output=True,
+                             text=True, timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert run.returncode == 3, run.stderr[-2000:]
+    assert "address already in use" in run.stderr.lower() and f"127.0.0.1:{port} (" not in run.stderr, run.stderr

@@ -207,8 +207,8 @@ def _serve_http(gateway, auth, args: argparse.Namespace, hosts: bool = True) -> 
               "call every upstream's tools (give --token or --tokens)", file=sys.stderr)
     app = gateway_app(gateway, auth, expose=args.expose, index=gateway_index(args) if hosts else None,
                       max_body_bytes=args.max_body, host=args.host, mcp_max_body_bytes=args.mcp_max_body)
-    print(f"toolscout gateway: http://{args.host}:{args.port} (MCP at /mcp, API docs at /docs)", file=sys.stderr)
-    serve_http(app, gateway, args.host, args.port, args.log_level)
+    serve_http(app, gateway, args.host, args.port, args.log_level,
+               announce=f"toolscout gateway: http://{args.host}:{args.port} (MCP at /mcp, API docs at /docs)")
     return 0
 
 

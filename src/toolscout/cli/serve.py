@@ -173,13 +173,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
             print(f"toolscout: warning: listening on {args.host} with no token: anyone who can reach it may change "
                   "the catalog (give --token or --tokens)", file=sys.stderr)
         app = _app(service, auth, args)
-        import uvicorn
+        from ..serve.listen import run_server
 
         source, where = where, f"http://{args.host}:{args.port}"
         what = "MCP at /mcp" if args.mcp == "http" else "API docs at /docs, MCP at /mcp"
-        print(f"toolscout: serving {len(service)} tools from {source} at {where} ({what})", file=sys.stderr)
-        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False,
-                    timeout_graceful_shutdown=10)
+        run_server(app, args.host, args.port, args.log_level, graceful_s=10,
+                   announce=f"toolscout: serving {len(service)} tools from {source} at {where} ({what})")
         return 0
     finally:
         service.close()

@@ -242,12 +242,15 @@ async def _stop_on_signal(gateway: Gateway, signals: Any, scope: anyio.CancelSco
         scope.cancel()
 
 
-def serve_http(app: Any, gateway: Gateway, host: str, port: int, log_level: str) -> None:
+def serve_http(app: Any, gateway: Gateway, host: str, port: int, log_level: str, announce: str) -> None:
     """The HTTP API under uvicorn until SIGTERM or SIGINT, which first shuts the gateway's calls down (so every
-    caller gets an answer within about two seconds), then lets uvicorn stop."""
+    caller gets an answer within about two seconds), then lets uvicorn stop. `announce` is said once the port
+    is bound (`serve.listen`)."""
     import asyncio
 
     import uvicorn
+
+    from ..serve.listen import run_server
 
     class Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: Any) -> None:
@@ -256,6 +259,4 @@ def serve_http(app: Any, gateway: Gateway, host: str, port: int, log_level: str)
                 loop.call_soon_threadsafe(lambda: loop.create_task(gateway.shutdown()))
             super().handle_exit(sig, frame)
 
-    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False,
-                            timeout_graceful_shutdown=3)
-    Server(config).run()
+    run_server(app, host, port, log_level, announce, graceful_s=3, server_class=Server)
