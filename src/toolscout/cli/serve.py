@@ -57,7 +57,8 @@ def add_access_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--token", default=None,
                    help="bearer token that may read and write (default: $TOOLSCOUT_TOKEN); writes need it")
     p.add_argument("--tokens", default=None, metavar="FILE",
-                   help='per-token permissions, JSON {"tokens": [{"token", "name", "namespaces", "write"}]}')
+                   help='per-token permissions, JSON {"tokens": [{"token", "name", "namespaces", "write", "feedback", '
+                        '"source", "tenant"}]} (docs/serving.md)')
     p.add_argument("--require-read-token", action="store_true", help="searches and reads need a token too")
 
 
