@@ -35,8 +35,8 @@ RRF_K = 60  # reciprocal-rank fusion's constant, when not told
 DEPTH = 100  # how many of each component's hits are fused, when not told
 
 
-# Max fusion divides a cosine list by at least this: a best cosine under it is no real match (the best of
-# every dev set's training task is above 0.15), and dividing by a best near 0 (a catalog of one or two tools,
+# Max fusion divides a cosine list by at least this: a best cosine under it is no real match (every training
+# task of the dev sets finds a tool above it), and dividing by a best near 0 (a catalog of one or two tools,
 # a task nothing fits) made its top a full match and its other tools' scores huge and negative.
 COSINE_FLOOR = 0.1
 
