@@ -76,6 +76,8 @@ class HybridRetriever:
         if len(self.weights) != len(self.components):
             raise ValueError(f"{len(self.weights)} weights for {len(self.components)} components")
         self.fusion, self.rrf_k, self.depth = fusion, rrf_k, depth
+        # each list's divisor floor, decided once (a protocol check per search cost as much as the fusion)
+        self._floors = [COSINE_FLOOR if isinstance(comp, Encoding) else 0.0 for comp in self.components]
 
     def __len__(self) -> int:
         return len(self.components[0])
@@ -96,11 +98,10 @@ class HybridRetriever:
         queries = as_queries(queries)  # each task read once, then handed to every component
         depth = max(k, self.depth)
         per_component = [comp.search(queries, depth, filter) for comp in self.components]
-        floors = [COSINE_FLOOR if isinstance(comp, Encoding) else 0.0 for comp in self.components]
         ids_out, scores_out = [], []
         for q in range(len(queries)):
             fused: dict[str, float] = {}
-            for weight, results, floor in zip(self.weights, per_component, floors):
+            for weight, results, floor in zip(self.weights, per_component, self._floors):
                 ids, scores = results[q]
                 for tid, contribution in zip(ids, self._contributions(scores, floor)):
                     fused[tid] = fused.get(tid, 0.0) + weight * contribution
