@@ -57,7 +57,11 @@ def test_bm25_reads_a_snake_case_identifier_in_a_task_as_the_words_of_the_tool_i
     scout = ToolScout.from_tools(tools, retriever="bm25")
     hits = scout.search("use send_email please", k=3, explain=True)
     assert hits and hits[0].tool.name == "send_email" and hits[0].matched == ("send", "email")
-    assert scout.retriever.scores("send_email") == pytest.approx(scout.retriever.scores("send email"))
+    # and a description that names an identifier whole is still found by it (the split alone lost it)
+    legacy = Tool("ops.purge", "purge", "Replaces the legacy flush_redis command.", namespace="ops")
+    ops = ToolScout.from_tools([*tools, legacy, Tool("ops.flush_logs", "flush_logs", "Flush the logs.")],
+                               retriever="bm25")
+    assert "ops.purge" in [h.tool.id for h in ops.search("flush_redis", k=5)]
 
 
 def test_bm25_finds_the_obvious_tools_and_honours_filters(tools):

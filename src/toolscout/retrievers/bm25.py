@@ -21,14 +21,15 @@ from .base import Accepts, write_retriever_config
 from .bm25_index import InvertedIndex
 
 _TOKEN = re.compile(r"(?u)\b\w\w+\b")
-_SNAKE = re.compile(r"(?<=[^\W_])_+(?=[^\W_])")
+_SNAKE = re.compile(r"\b[^\W_]+(?:_+[^\W_]+)+\b")
 
 
 def task_text(text: str) -> str:
-    """A task as BM25 reads it: snake_case identifiers split into their words, as the text view splits tool
-    names and parameters ("send_email" then meets the tool `send_email`, indexed as "send email"). camelCase
-    stays whole: in tasks it is mostly a brand ("iPhone", "eBay"), not an identifier."""
-    return _SNAKE.sub(" ", text)
+    """A task as BM25 reads it: each snake_case identifier kept and followed by its words. The text view
+    splits tool names and parameters ("send_email" meets the tool `send_email`, indexed as "send email"),
+    while descriptions keep the identifiers they mention whole ("replaces the legacy flush_redis command").
+    camelCase stays whole: in tasks it is mostly a brand ("iPhone", "eBay"), not an identifier."""
+    return _SNAKE.sub(lambda found: f"{found.group(0)} {found.group(0).replace('_', ' ')}", text)
 
 
 class Tokenizer:
