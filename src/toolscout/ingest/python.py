@@ -25,7 +25,7 @@ from types import ModuleType
 from typing import Any, Callable
 
 from ..errors import CatalogError
-from ..tool import Tool, json_type
+from ..tool import Tool
 from .common import Context, Entry, LoadReport, at, collect, make_tool
 from .docstrings import Docstring, parse_docstring
 from .guard import check_tree
@@ -37,7 +37,7 @@ MODULE_ATTR = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 def parse(obj: Any, ctx: Context) -> list[Entry]:
     items = [obj] if callable(obj) else obj
     if not isinstance(items, (list, tuple)):
-        raise ctx.error("", f"expected a list of Python callables, got {json_type(obj)}")
+        raise ctx.error("", f"expected a list of Python callables, got {type(obj).__name__}")
     ctx.empty_hint = "a module's tools are its TOOLS list, else the public functions it defines"
     return collect(ctx, ((f"[{i}]", fn) for i, fn in enumerate(items)), lambda pos, fn: _tool(ctx, pos, fn))
 
@@ -48,7 +48,7 @@ def callables_from_module(module: ModuleType, source: str, report: LoadReport) -
     tools = getattr(module, "TOOLS", None)
     if tools is not None:
         if not isinstance(tools, (list, tuple)):
-            raise CatalogError(f"{source}: TOOLS must be a list of callables, got {json_type(tools)}")
+            raise CatalogError(f"{source}: TOOLS must be a list of callables, got {type(tools).__name__}")
         return list(tools)
     found = []
     for name, value in vars(module).items():
@@ -104,7 +104,7 @@ def _callable_name(fn: Any) -> str | None:
 
 def _tool(ctx: Context, position: str, fn: Any) -> Tool:
     if not callable(fn):
-        raise ctx.error(position, f"expected a callable, got {json_type(fn)}")
+        raise ctx.error(position, f"expected a callable, got {type(fn).__name__}")
     name = _callable_name(fn)
     if name is None:
         raise ctx.error(position, "a lambda has no name to call it by", "define it with def, or wrap it")
