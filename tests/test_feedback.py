@@ -236,8 +236,11 @@ def test_a_retraining_is_swapped_in_with_the_writes_made_while_it_trained(encode
     # a retraining that ends within the same second and is not swapped in leaves the served model alone
     served = list((folder / "models").iterdir())
     with monkeypatch.context() as within_that_second:
-        within_that_second.setattr(heavy, "retrain", lambda scout, method, workdir=None, model_dir=None, **_: (
-            model_dir.mkdir(parents=True, exist_ok=True), heavy.Retrained(method, 50.0, 40.0, 10, 3, str(model_dir), None))[1])
+        def kept(scout, method, workdir=None, model_dir=None, **_):  # a real trainer writes into model_dir
+            model_dir.mkdir(parents=True, exist_ok=True)
+            return heavy.Retrained(method, 50.0, 40.0, 10, 3, str(model_dir), None)
+
+        within_that_second.setattr(heavy, "retrain", kept)
         stamp = served[0].name.removeprefix("mlc-")
         within_that_second.setattr(directory.time, "strftime", lambda fmt, t=None: stamp)
         assert service.retrain("mlc")["state"] == "kept" and list((folder / "models").iterdir()) == served

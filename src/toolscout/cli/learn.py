@@ -167,18 +167,14 @@ def parse_time(text: str) -> float:
 def parse_weight(text: str, namespace: str) -> dict[str, float | None]:
     """`{namespace: weight}` from a number (checked as every setter checks it, `check_settings`, before it is
     sent anywhere: a NaN cannot even travel as JSON) or auto (None)."""
-    from ..errors import InvalidRequest
     from ..learning import check_settings
 
     if text == "auto":
         return {namespace: None}
-    try:
+    try:  # check_settings' InvalidRequest (a ValueError) speaks of JSON's null; here the word is auto
         weights = {namespace: float(text)}
-    except ValueError:
-        raise ValueError(f"weight {text!r}: give a number from 0 to 1, or auto") from None
-    try:
         check_settings(weights, None)
-    except InvalidRequest:  # its message speaks of JSON's null; on the command line the word is auto
+    except ValueError:
         raise ValueError(f"weight {text!r}: give a number from 0 to 1, or auto") from None
     return weights
 
@@ -259,6 +255,6 @@ def render_report(report: dict) -> str:
         w = weights.get(ns, {"weight": 1.0, "how": "automatic"})
         lines.append(f"| {ns or '(none)'} | {every['events']} | {every['served']['mrr']:.3f} / "
                      f"{every['untaught']['mrr']:.3f} / {every['learned']['mrr']:.3f} | {every['served']['top1']:.3f} / "
-                     f"{every['untaught']['top1']:.3f} | {weighed['learned']['mrr']:.3f} vs {weighed['untaught']['mrr']:.3f} "
-                     f"| {w['weight']:.2f} ({w['how']}) |")
+                     f"{every['untaught']['top1']:.3f} | {weighed['learned']['mrr']:.3f} vs "
+                     f"{weighed['untaught']['mrr']:.3f} | {w['weight']:.2f} ({w['how']}) |")
     return "\n".join(lines)

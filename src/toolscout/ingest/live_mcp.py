@@ -94,7 +94,8 @@ def _target(source: str, headers: Mapping[str, str] | None, env: Mapping[str, st
     import httpx2
     from mcp.client.streamable_http import streamable_http_client
 
-    return streamable_http_client(_endpoint(source), http_client=httpx2.AsyncClient(headers=dict(headers), timeout=30.0))
+    client = httpx2.AsyncClient(headers=dict(headers), timeout=30.0)
+    return streamable_http_client(_endpoint(source), http_client=client)
 
 
 async def _list(target: Any, timeout: float) -> tuple[str | None, list[dict[str, Any]]]:

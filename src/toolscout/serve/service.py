@@ -319,10 +319,10 @@ class ToolService:
     def upsert(self, tools: Iterable[Tool], principal: Principal = ADMIN) -> WriteResult:
         """Insert or replace tools by id; durable when this returns. Unchanged tools cost nothing."""
         batch = list(tools_by_id(tools, "one request").values())
+        self._check_can_write(principal)  # who may write comes before what is written
         for tool in batch:  # Tool allows it, so that an index stored with one still loads and can delete it
             if not tool.id.strip() or not tool.name.strip():
                 raise InvalidRequest(f"tool {tool.id!r}: its id and its name need a character other than whitespace")
-        self._check_can_write(principal)
         return self._tenant(principal).upsert(batch, principal.authorize_write)
 
     def delete(self, ids: Iterable[str], principal: Principal = ADMIN) -> WriteResult:
