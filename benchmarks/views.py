@@ -34,6 +34,7 @@ VIEWS = {
     "no-parameters": TextView(parameters=False),
     "no-tags": TextView(tags=False),
     "name+description": TextView(parameters=False, tags=False, profile_fields=()),
+    "descriptions-as-written": TextView(descriptions="as-written"),
 }
 
 

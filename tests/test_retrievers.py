@@ -98,7 +98,7 @@ def test_dense_scores_are_cosines_of_the_text_view_plus_a_weighted_summary(tools
     summary = encoder.encode([tool_text(t, short) for t in tools]) @ q
     assert tool_text(tools[0], short) == "\n".join(tool_text(tools[0]).split("\n")[:2])  # name, description
     assert summary_view(TextView(description=False, category=True)) == TextView(  # never more than the view shows
-        description=False, parameters=False, tags=False, profile_fields=())
+        description=False, parameters=False, tags=False, profile_fields=(), descriptions="lead")
     for weight, expected_scores in ((None, (full + 0.3 * summary) / 1.3), (0.0, full),
                                     (2.0, (full + 2.0 * summary) / 3.0)):
         r = make_retriever("dense", encoder=encoder, summary_weight=weight)

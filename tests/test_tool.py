@@ -108,3 +108,31 @@ def test_view_can_keep_the_raw_identifier_and_shows_titles():
     tool = Tool("t", "get_weather", "d", title="Weather lookup")
     assert tool_text(tool, TextView(raw_name=True, parameters=False)).startswith("Weather lookup (get_weather (get weather))")
     assert tool_text(tool).startswith("Weather lookup (get weather)\nd")
+
+
+def test_descriptions_are_read_as_plain_text_cut_for_encoders_and_summarised_by_their_first_sentence():
+    from toolscout.retrievers.dense import summary_view
+    from toolscout.tool import DESCRIPTION_CHARS
+
+    note = ("Creating issues [triggers notifications](https://docs.github.com/rest/guides). See <a href=\"/x\">secondary "
+            "rate limits</a> &amp; <code>best practices</code>: https://docs.github.com/limits ")
+    description = f"Create an issue. Any user with pull access can create one.\n\n{note * 12}"
+    tool = Tool(id="issues/create", name="issues/create", description=description,
+                parameters={"type": "object", "properties": {"title": {"type": "string", "description": "The title."}}})
+    text = tool_text(tool)
+    name, body, params = text.split("\n", 1)[0], text.split("\n", 1)[1].rsplit("\n", 1)[0], text.rsplit("\n", 1)[1]
+    assert name == "issues create" and params == "Parameters: title: The title."  # the parameters stay in reach
+    plain = ("Create an issue. Any user with pull access can create one.\n\n"
+             + "Creating issues triggers notifications. See secondary rate limits & best practices: " * 12)
+    assert DESCRIPTION_CHARS // 2 < len(body) <= DESCRIPTION_CHARS  # cut at a word, not at one character
+    assert body == plain[:len(body)] and plain[len(body)] == " "
+    assert tool_text(tool, summary_view(TextView())) == "issues create\nCreate an issue."
+    # A view saved before this reading (no `descriptions` key) reads descriptions whole and as written, in
+    # the summary too, so an index built then keeps the texts its stored vectors were made from.
+    saved = {k: v for k, v in TextView().to_dict().items() if k != "descriptions"}
+    old = TextView.from_dict(saved)
+    assert tool_text(tool, old) == f"issues create\n{description}\nParameters: title: The title."
+    assert tool_text(tool, summary_view(old)) == f"issues create\n{description}"
+    assert TextView.from_dict(TextView().to_dict()) == TextView()
+    with pytest.raises(ValueError, match="descriptions must be one of plain, lead, as-written, not 'short'"):
+        TextView(descriptions="short")

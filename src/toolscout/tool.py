@@ -8,6 +8,7 @@ server or a Python function looks the same to the rest of the code.
 from __future__ import annotations
 
 import hashlib
+import html
 import json
 import re
 import reprlib
@@ -187,6 +188,60 @@ def json_type(value: Any) -> str:
 
 # --------------------------------------------------------------------------------------------- views
 
+# How a view reads a tool's description (`TextView.descriptions`):
+#   "plain"       markup reduced to its words and cut at DESCRIPTION_CHARS: an OpenAPI operation's KB of
+#                 markdown would otherwise fill an encoder's window and push the name and parameters out;
+#   "lead"        the plain description's first sentence, at most LEAD_CHARS (the dense summary of a "plain" view);
+#   "as-written"  whole and as written (views saved before descriptions were read as plain text).
+DESCRIPTION_FORMS = ("plain", "lead", "as-written")
+DESCRIPTION_CHARS = 600  # chosen on long OpenAPI descriptions and the dev sets' train queries (docs/methods.md)
+LEAD_CHARS = 300
+
+_MARKDOWN_LINK = re.compile(r"!?\[([^\]]*)\]\((?:[^()]|\([^)]*\))*\)")
+_HTML_LINK = re.compile(r"<a\s[^>]*>(.*?)</a>", re.S | re.I)
+_HTML_BREAK = re.compile(r"</p>\s*<p>|<br\s*/?>", re.I)
+_HTML_TAG = re.compile(r"</?(?:p|a|code|br|ul|ol|li|strong|em|b|i|pre|span|div|details|summary|table|thead|tbody|tr"
+                       r"|td|th|h[1-6]|blockquote|sup|sub|img|hr)\b[^<>]*>", re.I)
+_URL = re.compile(r"<?https?://[^\s)>\]]+>?")
+_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]?\s+(?=[A-Z0-9\"'`(\[*])")
+
+
+def plain_text(text: str) -> str:
+    """`text` with markup reduced to its words: a markdown or HTML link to its text, a bare URL dropped,
+    common HTML tags removed and entities decoded."""
+    if "http" not in text and "](" not in text and "<" not in text and "&" not in text:
+        return text
+    text = _HTML_BREAK.sub("\n", _HTML_LINK.sub(r"\1", text))
+    text = html.unescape(_HTML_TAG.sub("", text))
+    text = _URL.sub("", _MARKDOWN_LINK.sub(r"\1", text))
+    return re.sub(r"[ \t]{2,}", " ", text)
+
+
+def cut_at_word(text: str, chars: int) -> str:
+    """`text` cut to at most `chars` characters, at a word boundary where one is in the second half."""
+    if len(text) <= chars:
+        return text
+    cut = text[:chars]
+    space = cut.rfind(" ")
+    return (cut[:space] if space > chars // 2 else cut).rstrip(" ,;:")
+
+
+def lead_sentence(text: str, chars: int = LEAD_CHARS) -> str:
+    """The first sentence of `text`'s first paragraph, at most `chars` characters."""
+    paragraph = re.split(r"\n\s*\n", text.strip(), maxsplit=1)[0]
+    return cut_at_word(_SENTENCE_END.split(paragraph, maxsplit=1)[0].strip(), chars)
+
+
+def description_text(description: str, form: str) -> str:
+    """`description` as a view of form `form` (`DESCRIPTION_FORMS`) reads it."""
+    if form == "as-written":
+        return description
+    plain = plain_text(description)
+    if form == "lead":
+        return plain if len(plain) <= LEAD_CHARS else lead_sentence(plain)
+    return cut_at_word(plain, DESCRIPTION_CHARS)
+
+
 _CAMEL_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 _NAME_SEPARATORS = re.compile(r"[_\-./:\s]+")
 
@@ -218,6 +273,12 @@ class TextView:
     profile_fields: tuple[str, ...] = DEFAULT_PROFILE_FIELDS
     usage: int = 0  # append up to this many known usage queries (document-side Tool2Vec)
     max_chars: int = 4000
+    descriptions: str = "plain"  # how the description is read: one of DESCRIPTION_FORMS
+
+    def __post_init__(self) -> None:
+        if self.descriptions not in DESCRIPTION_FORMS:
+            raise ValueError(f"text view: descriptions must be one of {', '.join(DESCRIPTION_FORMS)}, "
+                             f"not {self.descriptions!r}")
 
     def to_dict(self) -> dict[str, Any]:
         data = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -229,6 +290,7 @@ class TextView:
         if not data:
             return cls()
         data = dict(data)
+        data.setdefault("descriptions", "as-written")  # saved before descriptions were read as plain text
         if "profile_fields" in data:
             data["profile_fields"] = tuple(data["profile_fields"])
         return cls(**data)
@@ -260,7 +322,7 @@ def tool_text(tool: Tool, view: TextView | None = None) -> str:
             words = f"{tool.title} ({words})"
         parts.append(words)
     if view.description and tool.description:
-        parts.append(tool.description)
+        parts.append(description_text(tool.description, view.descriptions))
     if view.category and tool.category:
         parts.append(f"Category: {tool.category}")
     if view.tags and tool.tags:

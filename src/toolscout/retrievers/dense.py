@@ -51,8 +51,11 @@ SUMMARY_WEIGHT = 0.3  # the best on train-split validation queries (benchmarks/v
 
 def summary_view(view: TextView) -> TextView:
     """The short second text embedded for each tool (see DenseRetriever): the parts of `view` that say
-    what the tool is (name, description), without the parameter list, tags, category, profile or usage."""
-    return replace(view, parameters=False, tags=False, category=False, profile_fields=(), usage=0)
+    what the tool is (name, description), without the parameter list, tags, category, profile or usage.
+    A view reading plain descriptions summarises by their first sentence: a long description otherwise
+    drowns the name, which is what a task most often matches."""
+    lead = "lead" if view.descriptions == "plain" else view.descriptions
+    return replace(view, parameters=False, tags=False, category=False, profile_fields=(), usage=0, descriptions=lead)
 
 
 def trained_view(model: str | Path | None) -> TextView | None:
