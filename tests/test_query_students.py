@@ -98,8 +98,12 @@ def test_a_student_whose_check_failed_or_is_missing_is_refused(shipped, models):
     manifest = json.loads((models / "tiny-student" / packaged.MANIFEST).read_text())
     try:
         rewrite_manifest(models, quality={"onnx-int8": {**manifest["quality"]["onnx-int8"], **verdict(*FAILED)}})
+        teacher = load(shipped)
+        assert teacher.backend_in_use == "onnx-int8"
+        exports = sorted((shipped / "onnx").iterdir())
         with pytest.raises(QueryStudentError, match="cannot serve here"):
-            query_student_for(load(shipped))
+            query_student_for(teacher)
+        assert sorted((shipped / "onnx").iterdir()) == exports  # refused before exporting a student it cannot use
         rewrite_manifest(models, quality={})
         with pytest.raises(QueryStudentError, match="cannot serve here"):
             query_student_for(load(shipped))

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import packaged
+from .quality import approved
 from ..errors import FastQueriesUnavailable, MissingDependency
 
 if TYPE_CHECKING:
@@ -65,6 +66,9 @@ def query_student_for(encoder: "Encoder") -> "Encoder":
     if encoder.backend_in_use != "onnx-int8":
         raise QueryStudentError(f"the query student {name} was checked beside {encoder.name}'s int8 encoding, which "
                                 f"does not run here ({encoder.fallback_reason or f'backend {encoder.backend!r}'})")
+    if not approved(packaged.packaged_models()[name]):  # refused before assembling and exporting it for nothing
+        raise QueryStudentError(f"the query student {name} cannot serve here: its quality check did not pass or "
+                                "was not recorded")
     try:
         student = _student(name, encoder)
     except (packaged.PackagedModelError, MissingDependency) as exc:  # a lean install: no base, no torch
