@@ -134,5 +134,6 @@ def test_descriptions_are_read_as_plain_text_cut_for_encoders_and_summarised_by_
     assert tool_text(tool, old) == f"issues create\n{description}\nParameters: title: The title."
     assert tool_text(tool, summary_view(old)) == f"issues create\n{description}"
     assert TextView.from_dict(TextView().to_dict()) == TextView()
+    assert TextView.from_dict({"parameters": False}) == TextView(parameters=False)  # written by hand: today's reading
     with pytest.raises(ValueError, match="descriptions must be one of plain, lead, as-written, not 'short'"):
         TextView(descriptions="short")

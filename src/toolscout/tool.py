@@ -191,10 +191,11 @@ def json_type(value: Any) -> str:
 # How a view reads a tool's description (`TextView.descriptions`):
 #   "plain"       markup reduced to its words and cut at DESCRIPTION_CHARS: an OpenAPI operation's KB of
 #                 markdown would otherwise fill an encoder's window and push the name and parameters out;
-#   "lead"        the plain description's first sentence, at most LEAD_CHARS (the dense summary of a "plain" view);
+#   "lead"        the plain description, or its first sentence where it is longer than LEAD_CHARS (the dense
+#                 summary of a "plain" view);
 #   "as-written"  whole and as written (views saved before descriptions were read as plain text).
 DESCRIPTION_FORMS = ("plain", "lead", "as-written")
-DESCRIPTION_CHARS = 600  # chosen on long OpenAPI descriptions and the dev sets' train queries (docs/methods.md)
+DESCRIPTION_CHARS = 600  # chosen on long OpenAPI descriptions and the dev sets' train queries (README: text view)
 LEAD_CHARS = 300
 
 _MARKDOWN_LINK = re.compile(r"!?\[([^\]]*)\]\((?:[^()]|\([^)]*\))*\)")
@@ -290,7 +291,10 @@ class TextView:
         if not data:
             return cls()
         data = dict(data)
-        data.setdefault("descriptions", "as-written")  # saved before descriptions were read as plain text
+        if "descriptions" not in data and set(data) >= {f.name for f in fields(cls)} - {"descriptions"}:
+            # every other field: a view saved whole before descriptions were read as plain text (a partial
+            # one is written by hand, and its other fields are today's defaults)
+            data["descriptions"] = "as-written"
         if "profile_fields" in data:
             data["profile_fields"] = tuple(data["profile_fields"])
         return cls(**data)
