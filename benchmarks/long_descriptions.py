@@ -1,12 +1,12 @@
 """Long descriptions: the default pipeline on real OpenAPI specs whose operations carry kilobytes of markdown,
-with descriptions read as written and as plain text (`TextView.descriptions`, docs/methods.md).
+with descriptions read as written and as plain text (`TextView.descriptions`; README, "text view").
 
 The specs are GitHub's REST API (1,078 operations, long markdown descriptions) and Stripe's (short ones),
 as the openapi-spec-validator 0.9.0 sdist ships them for its own benchmarks; `pip download` fetches it
 once into --cache (or give --spec NAME=PATH). The tasks are ours (benchmarks/tasks/NAME_tasks.jsonl):
 written and labelled from each spec's list of operations before any ranking was seen. None of this data
 was used to train anything; the plain reading's cut (600 characters) and lead sentence were chosen on
-GitHub's tasks and the dev sets' train queries, so GitHub's figure is not an unseen test.
+these tasks and the dev sets' train queries, so neither figure is an unseen test.
 
     python benchmarks/long_descriptions.py --json out.json
     python benchmarks/long_descriptions.py --spec github=github.yaml --spec stripe=stripe.yaml

@@ -62,6 +62,19 @@ def test_errors_name_the_problem_and_exit_non_zero(capsys, tmp_path):
     assert code == 1 and "CURRENT names the version 'v000009', which is not there" in err
 
 
+def test_index_takes_a_text_view_as_json_and_names_a_setting_it_does_not_know(capsys, tmp_path):
+    from toolscout.tool import TextView
+
+    code, _, err = run(capsys, "index", CATALOGS / "petstore_openapi.yaml", "--out", tmp_path / "idx", "-o",
+                       'view={"parameters": false, "descriptions": "as-written"}', "--retriever", "bm25")
+    assert code == 0, err
+    saved = json.loads(next((tmp_path / "idx").glob("v*/retriever/config.json")).read_text())["view"]
+    assert TextView.from_dict(saved) == TextView(parameters=False, descriptions="as-written")
+    code, _, err = run(capsys, "index", CATALOGS / "petstore_openapi.yaml", "--out", tmp_path / "bad", "-o",
+                       'view={"parmeters": false}', "--retriever", "bm25")
+    assert code == 1 and "text view: unknown setting(s) ['parmeters']" in err and not (tmp_path / "bad").exists()
+
+
 def test_lenient_index_skips_and_reports_bad_tools(capsys, tmp_path):
     bad = tmp_path / "mixed.json"
     bad.write_text(json.dumps({"tools": [

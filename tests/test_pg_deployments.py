@@ -216,3 +216,41 @@ def test_what_postgresql_cannot_serve_is_refused_naming_the_setting(catalog_file
     # a directory that points at the database is no directory to journal writes in
     with pytest.raises(ServiceError, match="was indexed into PostgreSQL"):
         ToolService.open(out)
+
+
+def test_a_table_made_reading_descriptions_as_written_keeps_that_reading(catalog_file, tmp_path, tools, encoder):
+    """A table indexed before descriptions were read as plain text (its view saved without `descriptions`, as
+    that code saved it): `toolscout index --store` with default flags joins it and keeps its reading, instead
+    of refusing the table's own pipeline; vectors made reading them as plain text are refused, naming both."""
+    from toolscout.postgres import index_catalog, migrate_directory
+    from toolscout.spec import PipelineSpec, read_pipeline_config
+    from toolscout.store.pg_catalog import PgCatalog
+    from toolscout.store.pgvector import PgSpec, PgStoreError
+    from toolscout.tool import TextView
+
+    uri, table = postgres_uri(), new_table()
+
+    def table_view() -> dict:
+        catalog = PgCatalog.from_spec(PgSpec.parse(spec(uri, table, "first")), encoder.dim)
+        try:
+            return catalog.database.config()["view"]
+        finally:
+            catalog.close()
+
+    catalog = PgCatalog.from_spec(PgSpec.parse(spec(uri, table, "first")), encoder.dim)
+    try:
+        index_catalog(catalog, tools, encoder, view=TextView(descriptions="as-written"))
+    finally:
+        catalog.close()
+    saved = table_view()
+    assert "descriptions" not in saved and TextView.from_dict(saved).descriptions == "as-written"
+    pointer = tmp_path / "pointer"
+    assert main(["index", str(catalog_file), "--out", str(pointer), "--store", spec(uri, table, "second")]) == 0
+    assert table_view() == saved
+    _live, config = read_pipeline_config(pointer)
+    served = PipelineSpec.from_dict(config["pipeline"])  # what the pointer records and its servers build
+    views = [leaf.node["settings"]["view"] for leaf in served.leaves() if "view" in leaf.node["settings"]]
+    assert views and all(TextView.from_dict(v).descriptions == "as-written" for v in views)
+    ToolScout.from_tools(tools, encoder=encoder).save(tmp_path / "plain")
+    with pytest.raises(PgStoreError, match="reads tool descriptions as-written .* these vectors read them plain"):
+        migrate_directory(tmp_path / "plain", spec(uri, table, "third"))

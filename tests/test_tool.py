@@ -135,5 +135,32 @@ def test_descriptions_are_read_as_plain_text_cut_for_encoders_and_summarised_by_
     assert tool_text(tool, summary_view(old)) == f"issues create\n{description}"
     assert TextView.from_dict(TextView().to_dict()) == TextView()
     assert TextView.from_dict({"parameters": False}) == TextView(parameters=False)  # written by hand: today's reading
+    # an old index re-saved by this version saves its view as that code did, so that code still reads it
+    assert TextView.from_dict(saved).to_dict() == saved
+    with pytest.raises(ValueError, match=r"unknown setting\(s\) \['summary_chars'\].*newer toolscout"):
+        TextView.from_dict({**saved, "summary_chars": 100})  # a view from a newer toolscout
     with pytest.raises(ValueError, match="descriptions must be one of plain, lead, as-written, not 'short'"):
         TextView(descriptions="short")
+
+
+@pytest.mark.parametrize("written, plain, lead", [
+    ("If n<p or p>n. Then stop.", "If n<p or p>n. Then stop.", "If n<p or p>n."),  # not tags: prose stays
+    ("Use x <b and c> y or List<String>. More.", "Use x <b and c> y or List<String>. More.",
+     "Use x <b and c> y or List<String>."),
+    ("See <a href=\"/rl\">rate limits</a> &amp; <code>best practices</code>.", "See rate limits & best practices.",
+     "See rate limits & best practices."),
+    ("Go to <https://example.com/a_(b)> now.", "Go to now.", "Go to now."),
+    ("Docs at https://x.com/docs. Then more.", "Docs at. Then more.", "Docs at."),  # the full stop is the sentence's
+    ("Read [the guide](https://d.com/a_(b)) (https://d.com/c) and call os.system().",
+     "Read the guide and call os.system().", "Read the guide and call os.system()."),
+    ("Match files, e.g. *.py ones, in the U.K. office. Then more.", "Match files, e.g. *.py ones, in the U.K. office. "
+     "Then more.", "Match files, e.g. *.py ones, in the U.K. office."),
+    ("Call it (see the docs.) And then.", "Call it (see the docs.) And then.", "Call it (see the docs.)"),
+    ("Based on the paper by Feichtenhofer et al. They are trained.", "Based on the paper by Feichtenhofer et al. They "
+     "are trained.", "Based on the paper by Feichtenhofer et al."),
+])
+def test_plain_text_keeps_prose_and_the_lead_is_the_first_sentence(written, plain, lead):
+    from toolscout.tool import lead_sentence, plain_text
+
+    assert plain_text(written) == plain
+    assert lead_sentence(plain) == lead

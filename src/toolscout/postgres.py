@@ -13,8 +13,10 @@ readers see the old catalog until the new one is complete, and a crash leaves th
 
 from __future__ import annotations
 
+import json
+import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -24,16 +26,18 @@ from .defaults import DEFAULT_INTENTS, DEFAULT_RETRIEVER
 from .errors import MissingDependency, ToolScoutError
 from .feedback import PER_SOURCE_CAP, UsageLedger
 from .intents import IntentMerge
-from .pg_pipeline import check_servable, index_config, table_spec, with_search
+from .pg_pipeline import check_servable, dense_settings, index_config, table_spec, with_search
 from .retrievers.base import make_retriever
 from .retrievers.dense import embed_tools, encoding_of, vector_hash
 from .spec import PIPELINE_FORMAT, PIPELINE_KIND, PipelineSpec, differences, read_pipeline_config
 from .store.local import load_store
-from .store.pg_config import SEARCH_MODES, IndexConfig, check_compatible
+from .store.pg_config import SEARCH_MODES, IndexConfig, check_compatible, check_same_reading
 from .store.pg_catalog import PgCatalog
 from .store.pgvector import NeedVectors, PgRow, PgSpec, PgStoreError, PgVectorStore, redact
 from .tool import TextView, Tool, tool_text, tools_by_id
 from .version import __version__
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -60,7 +64,7 @@ def index_catalog(catalog: PgCatalog | PgVectorStore, tools: Sequence[Tool], enc
         raise ValueError("a pipeline's view and summary weight are its dense retriever's settings: give them there")
     catalog = PgCatalog.of(catalog)
     stored = catalog.database.config()
-    pipeline = pipeline or default_pipeline(encoder, stored, view, summary_weight)
+    pipeline = with_table_reading(pipeline or default_pipeline(encoder, stored, view, summary_weight), stored)
     check_servable(pipeline)
     config = index_config(pipeline, stored.get("feedback_cap") or PER_SOURCE_CAP)
     if (config.model, config.encoding) != (encoder.name, encoding_of(encoder)):
@@ -102,11 +106,34 @@ def default_pipeline(encoder, stored: dict[str, Any], view: TextView | None = No
     return PipelineSpec.describe(retriever, IntentMerge.from_dict(DEFAULT_INTENTS))
 
 
+def with_table_reading(spec: PipelineSpec, stored: dict[str, Any]) -> PipelineSpec:
+    """`spec` with its first stage reading tool descriptions as the table's vectors were made (`stored`: the
+    table's configuration; `TextView.descriptions`). One table has one text view: a table indexed before
+    descriptions were read as plain text goes on reading them as written, for every tenant, until its
+    catalogs are indexed into a new table."""
+    if not stored.get("model"):
+        return spec
+    reading = TextView.from_dict(stored.get("view")).descriptions
+    data = json.loads(json.dumps(spec.to_dict()))
+    moved = False
+    for leaf in PipelineSpec.from_dict(data).leaves():
+        settings = leaf.node.get("settings") or {}
+        if isinstance(settings.get("view"), dict) and TextView.from_dict(settings["view"]).descriptions != reading:
+            settings["view"] = replace(TextView.from_dict(settings["view"]), descriptions=reading).to_dict()
+            moved = True
+    if not moved:
+        return spec
+    logger.warning("the index table reads tool descriptions %s, as its vectors were made: kept (index into a new "
+                   "table, ?table=NAME, for another reading)", reading)
+    return PipelineSpec.from_dict(data)
+
+
 def check_pipeline(catalog: PgCatalog, pipeline: PipelineSpec, stored: dict[str, Any]) -> None:
     """Refuse to write a catalog served with `pipeline` into a table that serves another one (`stored`: the
     table's configuration): each of the table's servers builds one pipeline for all its tenants."""
     if not stored.get("model"):
         return
+    check_same_reading(catalog.table, stored.get("view"), dense_settings(pipeline).get("view"))
     changed = differences(table_spec(IndexConfig.from_dict(stored)).to_dict(), pipeline.to_dict())
     if changed:
         # `migrate --search` switches the first stage between dense and hybrid (with that one's defaults)

@@ -31,8 +31,10 @@ from .retrievers.base import Composite, Retriever, retriever_class
 PIPELINE_KIND = "toolscout.pipeline"
 # the format version of a pipeline directory's config.json. 2: the feedback ledger keeps each event's time and
 # untaught rank and the learned channel each lesson; a toolscout that reads up to 1 misread them (a traceback
-# in feedback.json), and now says to upgrade instead. Format 1 directories are read as before.
-PIPELINE_FORMAT = 2
+# in feedback.json), and now says to upgrade instead. Format 1 directories are read as before. 3: a text view
+# may read descriptions as plain text (`TextView.descriptions`), which a toolscout reading up to 2 failed on
+# with a TypeError; formats 1 and 2 are read as before (their views read descriptions as written).
+PIPELINE_FORMAT = 3
 
 
 def read_pipeline_config(folder: str | Path) -> tuple[Path, dict[str, Any]]:

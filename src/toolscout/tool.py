@@ -195,27 +195,39 @@ def json_type(value: Any) -> str:
 #                 summary of a "plain" view);
 #   "as-written"  whole and as written (views saved before descriptions were read as plain text).
 DESCRIPTION_FORMS = ("plain", "lead", "as-written")
+# the fields every saved view had before `descriptions` existed (a whole view without it reads as written)
+SAVED_BEFORE_DESCRIPTIONS = frozenset({"name", "raw_name", "description", "parameters", "tags", "category",
+                                       "profile_fields", "usage", "max_chars"})
 DESCRIPTION_CHARS = 600  # chosen on long OpenAPI descriptions and the dev sets' train queries (README: text view)
 LEAD_CHARS = 300
 
-_MARKDOWN_LINK = re.compile(r"!?\[([^\]]*)\]\((?:[^()]|\([^)]*\))*\)")
-_HTML_LINK = re.compile(r"<a\s[^>]*>(.*?)</a>", re.S | re.I)
+_MARKDOWN_LINK = re.compile(r"!?\[([^\[\]]*)\]\((?:[^()\s]|\([^()\s]*\))*\)")
+_HTML_LINK = re.compile(r"<a\s[^<>]*>([^<]*)</a>", re.I)
 _HTML_BREAK = re.compile(r"</p>\s*<p>|<br\s*/?>", re.I)
+# a tag only as HTML writes one (attributes with values), so "<b and c>" or "n<p or p>n" in prose stay
+_HTML_ATTRIBUTES = r"(?:\s+[\w:-]+\s*=\s*(?:\"[^\"]*\"|'[^']*'|[^\s\"'<>]+))*"
 _HTML_TAG = re.compile(r"</?(?:p|a|code|br|ul|ol|li|strong|em|b|i|pre|span|div|details|summary|table|thead|tbody|tr"
-                       r"|td|th|h[1-6]|blockquote|sup|sub|img|hr)\b[^<>]*>", re.I)
-_URL = re.compile(r"<?https?://[^\s)>\]]+>?")
-_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]?\s+(?=[A-Z0-9\"'`(\[*])")
+                       r"|td|th|h[1-6]|blockquote|sup|sub|img|hr)" + _HTML_ATTRIBUTES + r"\s*/?>", re.I)
+_URL_IN_PARENS = re.compile(r"\(\s*<?https?://[^\s<>()]*>?\s*\)")
+_AUTOLINK = re.compile(r"<https?://[^\s<>]*>")
+_URL = re.compile(r"https?://[^\s<>()\[\]]*[^\s<>()\[\].,;:!?'\"]")  # a sentence's full stop is not the URL's
+_SPACE_BEFORE_STOP = re.compile(r"[ \t]+([.,;:!?])(?=\s|$)")
+_SENTENCE_END = re.compile(r"(?:(?<=[.!?])|(?<=[.!?][\"')\]]))\s+(?=[A-Z0-9\"'`(\[*])")
+# words ending in a full stop that rarely end a sentence ("et al." and "etc." often do, so they are not here)
+_ABBREVIATIONS = frozenset({"e.g.", "i.e.", "vs.", "approx.", "cf.", "Dr.", "Mr.", "Ms.", "Mrs.", "St.", "No.", "vol.",
+                            "Inc.", "Ltd."})
+_INITIALS = re.compile(r"(?:[A-Za-z]\.)+")  # "U.K.", "J."
 
 
 def plain_text(text: str) -> str:
-    """`text` with markup reduced to its words: a markdown or HTML link to its text, a bare URL dropped,
-    common HTML tags removed and entities decoded."""
+    """`text` with markup reduced to its words: a markdown or HTML link to its text, a URL dropped, common
+    HTML tags removed and entities decoded (inline code, emphasis and lists stay as written)."""
     if "http" not in text and "](" not in text and "<" not in text and "&" not in text:
         return text
     text = _HTML_BREAK.sub("\n", _HTML_LINK.sub(r"\1", text))
     text = html.unescape(_HTML_TAG.sub("", text))
-    text = _URL.sub("", _MARKDOWN_LINK.sub(r"\1", text))
-    return re.sub(r"[ \t]{2,}", " ", text)
+    text = _URL.sub("", _AUTOLINK.sub("", _URL_IN_PARENS.sub("", _MARKDOWN_LINK.sub(r"\1", text))))
+    return re.sub(r"[ \t]{2,}", " ", _SPACE_BEFORE_STOP.sub(r"\1", text))
 
 
 def cut_at_word(text: str, chars: int) -> str:
@@ -229,8 +241,12 @@ def cut_at_word(text: str, chars: int) -> str:
 
 def lead_sentence(text: str, chars: int = LEAD_CHARS) -> str:
     """The first sentence of `text`'s first paragraph, at most `chars` characters."""
-    paragraph = re.split(r"\n\s*\n", text.strip(), maxsplit=1)[0]
-    return cut_at_word(_SENTENCE_END.split(paragraph, maxsplit=1)[0].strip(), chars)
+    paragraph = re.split(r"\n\s*\n", text.strip(), maxsplit=1)[0].strip()
+    for end in _SENTENCE_END.finditer(paragraph):
+        last_word = paragraph[:end.start()].rsplit(None, 1)[-1].rstrip("\"')]")
+        if last_word not in _ABBREVIATIONS and not _INITIALS.fullmatch(last_word):
+            return cut_at_word(paragraph[:end.start()], chars)
+    return cut_at_word(paragraph, chars)
 
 
 def description_text(description: str, form: str) -> str:
@@ -282,8 +298,12 @@ class TextView:
                              f"not {self.descriptions!r}")
 
     def to_dict(self) -> dict[str, Any]:
+        """The view as saved. A view reading descriptions as written is saved as views were before the
+        field existed (without it), so an index made then and re-saved now is the same to older readers."""
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         data["profile_fields"] = list(self.profile_fields)
+        if self.descriptions == "as-written":
+            del data["descriptions"]
         return data
 
     @classmethod
@@ -291,9 +311,13 @@ class TextView:
         if not data:
             return cls()
         data = dict(data)
-        if "descriptions" not in data and set(data) >= {f.name for f in fields(cls)} - {"descriptions"}:
-            # every other field: a view saved whole before descriptions were read as plain text (a partial
-            # one is written by hand, and its other fields are today's defaults)
+        unknown = sorted(set(data) - {f.name for f in fields(cls)})
+        if unknown:
+            raise ValueError(f"text view: unknown setting(s) {unknown}; known: {sorted(f.name for f in fields(cls))} "
+                             "(a view saved by a newer toolscout needs that version)")
+        if "descriptions" not in data and set(data) >= SAVED_BEFORE_DESCRIPTIONS:
+            # a view saved whole before descriptions were read as plain text (a partial one is written by
+            # hand, and its other fields are today's defaults)
             data["descriptions"] = "as-written"
         if "profile_fields" in data:
             data["profile_fields"] = tuple(data["profile_fields"])

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, Sequence, runtime_checkable
+from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 
 from ..artifacts import read_config, write_json
 from ..encoders.contract import QueryEncoder
 from ..query import Query
 from ..registry import lookup
 from ..results import Filter, Results
-from ..tool import Tool
+from ..tool import TextView, Tool
 
 RETRIEVER_KIND = "toolscout.retriever"
 FORMAT_VERSION = 1
@@ -142,6 +142,9 @@ def retriever_class(name: str):
 
 
 def make_retriever(name: str, **options) -> Retriever:
+    """A new retriever `name` with constructor `options`; a text view may be given as its dict (`-o view=JSON`)."""
+    if isinstance(options.get("view"), Mapping):
+        options["view"] = TextView.from_dict(options["view"])
     return retriever_class(name)(**options)
 
 

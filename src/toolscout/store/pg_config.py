@@ -51,6 +51,17 @@ class IndexConfig:
                    data.get("encoding", "exact"), data.get("pipeline"))
 
 
+def check_same_reading(table: str, stored_view: dict | None, view: dict | None) -> None:
+    """Refuse vectors made reading tool descriptions otherwise than the table's (`TextView.descriptions`),
+    saying so: a table indexed before descriptions were read as plain text keeps reading them as written."""
+    there, here = TextView.from_dict(stored_view), TextView.from_dict(view)
+    if there.descriptions != here.descriptions:
+        raise PgStoreError(f"index table {table!r} reads tool descriptions {there.descriptions} (its vectors were "
+                           f"made so), and these vectors read them {here.descriptions}: one table has one reading. "
+                           "Use another table for them (add ?table=NAME to the store spec), or index the catalog "
+                           "itself (toolscout index CATALOG --store ...), which keeps the table's reading")
+
+
 def check_compatible(catalog: PgTenantRows, config: IndexConfig, stored: dict[str, Any] | None = None) -> None:
     """Refuse to mix encoders, text views or summary weights in one index table (their vectors are not
     comparable). `catalog`: the tenant's catalog (or store) about to be written; `stored`: the table's
@@ -61,6 +72,7 @@ def check_compatible(catalog: PgTenantRows, config: IndexConfig, stored: dict[st
     stored = catalog.database.config() if stored is None else stored
     if not stored.get("model"):
         return
+    check_same_reading(catalog.table, stored.get("view"), config.view)
     if (stored["model"] != config.model or TextView.from_dict(stored.get("view")) != TextView.from_dict(config.view)
             or float(stored.get("summary_weight", 0.0)) != config.summary_weight
             or stored.get("encoding", "exact") != config.encoding):
