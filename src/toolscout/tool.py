@@ -299,7 +299,8 @@ class TextView:
 
     def to_dict(self) -> dict[str, Any]:
         """The view as saved. A view reading descriptions as written is saved as views were before the
-        field existed (without it), so an index made then and re-saved now is the same to older readers."""
+        field existed (without it): a view saved then is saved unchanged (a PostgreSQL table's configuration,
+        which older replicas read too, and the pipeline it is compared with)."""
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         data["profile_fields"] = list(self.profile_fields)
         if self.descriptions == "as-written":
