@@ -156,6 +156,10 @@ def test_descriptions_are_read_as_plain_text_cut_for_encoders_and_summarised_by_
     ("Match files, e.g. *.py ones, in the U.K. office. Then more.", "Match files, e.g. *.py ones, in the U.K. office. "
      "Then more.", "Match files, e.g. *.py ones, in the U.K. office."),
     ("Call it (see the docs.) And then.", "Call it (see the docs.) And then.", "Call it (see the docs.)"),
+    ("Filter with ?limit=10&region=eu&copy=true &amp; more. See Fig. 3 below. Then.",  # entities need their ";"
+     "Filter with ?limit=10&region=eu&copy=true & more. See Fig. 3 below. Then.",
+     "Filter with ?limit=10&region=eu&copy=true & more."),
+    ("See Fig. 3 for details. Then more.", "See Fig. 3 for details. Then more.", "See Fig. 3 for details."),
     ("Based on the paper by Feichtenhofer et al. They are trained.", "Based on the paper by Feichtenhofer et al. They "
      "are trained.", "Based on the paper by Feichtenhofer et al."),
 ])

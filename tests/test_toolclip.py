@@ -155,6 +155,20 @@ def test_tool_parts_split_name_description_and_parameters(tools):
     assert (document.name, document.parameters) == (parts.name, parts.parameters)
 
 
+def test_a_model_reading_descriptions_as_written_keeps_reading_them_so(tools):
+    """A ToolCLIP model saved before descriptions were read as plain text (its view read as written) splits
+    and hashes its tools from the descriptions as written, as it was trained."""
+    from toolscout.retrievers.toolclip_model import hash_view
+    from toolscout.tool import TextView
+
+    tool = Tool("t", "get_x", "See [the docs](https://x.io/a). Returns <b>x</b> &amp; y.")
+    saved = TextView.from_dict({k: v for k, v in TextView().to_dict().items() if k != "descriptions"})
+    assert tool_parts(tool, saved).description == "See [the docs](https://x.io/a). Returns <b>x</b> &amp; y."
+    assert tool_parts(tool, TextView()).description == "See the docs. Returns x & y."
+    assert hash_view(ToolCLIPConfig(view=saved.to_dict())).descriptions == "as-written"
+    assert hash_view(ToolCLIPConfig()).descriptions == "plain"
+
+
 def test_document_option_reaches_the_saved_architecture(tools, tmp_path):
     options = ToolCLIPOptions.make(description_text="document", gate_bias=[-2, 3, -2], **TINY)
     config = options.architecture("default")

@@ -208,6 +208,9 @@ _HTML_BREAK = re.compile(r"</p>\s*<p>|<br\s*/?>", re.I)
 _HTML_ATTRIBUTES = r"(?:\s+[\w:-]+\s*=\s*(?:\"[^\"]*\"|'[^']*'|[^\s\"'<>]+))*"
 _HTML_TAG = re.compile(r"</?(?:p|a|code|br|ul|ol|li|strong|em|b|i|pre|span|div|details|summary|table|thead|tbody|tr"
                        r"|td|th|h[1-6]|blockquote|sup|sub|img|hr)" + _HTML_ATTRIBUTES + r"\s*/?>", re.I)
+# an entity as written with its semicolon: `html.unescape` alone also reads "&copy" and "&reg" in a query
+# string ("?limit=10&region=eu" lost its "region")
+_ENTITY = re.compile(r"&(?:#\d+|#[xX][0-9a-fA-F]+|[A-Za-z][A-Za-z0-9]*);")
 _URL_IN_PARENS = re.compile(r"\(\s*<?https?://[^\s<>()]*>?\s*\)")
 _AUTOLINK = re.compile(r"<https?://[^\s<>]*>")
 _URL = re.compile(r"https?://[^\s<>()\[\]]*[^\s<>()\[\].,;:!?'\"]")  # a sentence's full stop is not the URL's
@@ -215,17 +218,18 @@ _SPACE_BEFORE_STOP = re.compile(r"[ \t]+([.,;:!?])(?=\s|$)")
 _SENTENCE_END = re.compile(r"(?:(?<=[.!?])|(?<=[.!?][\"')\]]))\s+(?=[A-Z0-9\"'`(\[*])")
 # words ending in a full stop that rarely end a sentence ("et al." and "etc." often do, so they are not here)
 _ABBREVIATIONS = frozenset({"e.g.", "i.e.", "vs.", "approx.", "cf.", "Dr.", "Mr.", "Ms.", "Mrs.", "St.", "No.", "vol.",
-                            "Inc.", "Ltd."})
+                            "Inc.", "Ltd.", "Fig.", "Sec.", "Eq."})
 _INITIALS = re.compile(r"(?:[A-Za-z]\.)+")  # "U.K.", "J."
 
 
 def plain_text(text: str) -> str:
     """`text` with markup reduced to its words: a markdown or HTML link to its text, a URL dropped, common
-    HTML tags removed and entities decoded (inline code, emphasis and lists stay as written)."""
+    HTML tags removed (inside code spans too) and entities decoded; markdown emphasis, lists and code spans
+    are left as written."""
     if "http" not in text and "](" not in text and "<" not in text and "&" not in text:
         return text
     text = _HTML_BREAK.sub("\n", _HTML_LINK.sub(r"\1", text))
-    text = html.unescape(_HTML_TAG.sub("", text))
+    text = _ENTITY.sub(lambda entity: html.unescape(entity[0]), _HTML_TAG.sub("", text))
     text = _URL.sub("", _AUTOLINK.sub("", _URL_IN_PARENS.sub("", _MARKDOWN_LINK.sub(r"\1", text))))
     return re.sub(r"[ \t]{2,}", " ", _SPACE_BEFORE_STOP.sub(r"\1", text))
 

@@ -41,7 +41,7 @@ The torch modules are in `toolclip_nn`, imported only when a model is built or l
 from __future__ import annotations
 
 import threading
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -135,8 +135,7 @@ def tool_parts(tool: Tool, view: TextView | None = None, max_params: int = 8,
     if tool.title and tool.title.lower() != name.lower():
         name = f"{tool.title} ({name})"
     whole = description_text == "document"
-    desc_view = TextView(**{**view.to_dict(), "name": whole, "parameters": whole, "usage": 0,
-                            "profile_fields": tuple(view.profile_fields)})
+    desc_view = replace(view, name=whole, parameters=whole, usage=0)
     description = tool_text(tool, desc_view).strip()
     params = tuple(p for p in parameter_lines(tool.parameters) if p)[:max_params]
     return ToolParts(name, description, params)
@@ -145,8 +144,7 @@ def tool_parts(tool: Tool, view: TextView | None = None, max_params: int = 8,
 def hash_view(config: ToolCLIPConfig) -> TextView:
     """A text view that changes whenever any of a tool's ToolCLIP parts changes (for content hashes)."""
     view = config.text_view
-    return TextView(**{**view.to_dict(), "name": True, "raw_name": True, "parameters": True, "usage": 0,
-                       "max_chars": 10**9, "profile_fields": tuple(view.profile_fields)})
+    return replace(view, name=True, raw_name=True, parameters=True, usage=0, max_chars=10**9)
 
 
 def _torch():
