@@ -13,7 +13,7 @@ readers see the old catalog until the new one is complete, and a crash leaves th
 
 from __future__ import annotations
 
-import json
+import copy
 import logging
 import time
 from dataclasses import dataclass, replace
@@ -47,6 +47,7 @@ class CatalogReport:
     version: int
     summary_weight: float = 0.0
     feedback_left: int = 0  # feedback events a migrated directory holds, which stay with it
+    pipeline: PipelineSpec | None = None  # what the table serves the catalog with (`index_catalog`)
 
 
 def index_catalog(catalog: PgCatalog | PgVectorStore, tools: Sequence[Tool], encoder,
@@ -88,7 +89,7 @@ def index_catalog(catalog: PgCatalog | PgVectorStore, tools: Sequence[Tool], enc
         rows = [PgRow(t.id, t.namespace, vectors.get(t.id), texts[t.id], hashes[t.id], t.to_record()) for t in tools]
         try:
             outcome = catalog.write(rows, replace=True, config=config.to_dict())
-            return CatalogReport(len(tools), len(vectors), outcome.version, config.summary_weight)
+            return CatalogReport(len(tools), len(vectors), outcome.version, config.summary_weight, pipeline=pipeline)
         except NeedVectors as exc:  # a stored vector changed or vanished meanwhile: embed those too
             vectors.update(encode([i for i in exc.ids if i not in vectors], False))
     raise PgStoreError("the catalog kept changing while it was being indexed; retry")
@@ -114,12 +115,13 @@ def with_table_reading(spec: PipelineSpec, stored: dict[str, Any]) -> PipelineSp
     if not stored.get("model"):
         return spec
     reading = TextView.from_dict(stored.get("view")).descriptions
-    data = json.loads(json.dumps(spec.to_dict()))
+    data = copy.deepcopy(spec.to_dict())
     moved = False
-    for leaf in PipelineSpec.from_dict(data).leaves():
+    for leaf in PipelineSpec.from_dict(data).leaves():  # the leaves' nodes are `data`'s own
         settings = leaf.node.get("settings") or {}
-        if isinstance(settings.get("view"), dict) and TextView.from_dict(settings["view"]).descriptions != reading:
-            settings["view"] = replace(TextView.from_dict(settings["view"]), descriptions=reading).to_dict()
+        view = TextView.from_dict(settings["view"]) if isinstance(settings.get("view"), dict) else None
+        if view is not None and view.descriptions != reading:
+            settings["view"] = replace(view, descriptions=reading).to_dict()
             moved = True
     if not moved:
         return spec

@@ -37,7 +37,7 @@ def index_into_postgres(args: argparse.Namespace, tools: Sequence[Tool], replace
     the database: `ToolScout.load(DIR)`, `toolscout search/serve DIR` build that pipeline from it
     (`replacement`: `--out` held, as `serve.held.replacing` holds it)."""
     from ..pg_pipeline import check_servable
-    from ..postgres import index_catalog, with_table_reading, write_pointer
+    from ..postgres import index_catalog, write_pointer
     from ..retrievers.base import encoding_parts
     from ..spec import PipelineSpec
     from ..store.pg_catalog import PgCatalog
@@ -53,11 +53,11 @@ def index_into_postgres(args: argparse.Namespace, tools: Sequence[Tool], replace
     encoder = encoding_parts(pipeline.retriever)[0].encoder
     catalog = PgCatalog.from_spec(spec, encoder.dim)
     try:
-        served = with_table_reading(pipeline.spec, catalog.database.config())
-        report = index_catalog(catalog, tools, encoder, served, progress=True)
+        report = index_catalog(catalog, tools, encoder, pipeline.spec, progress=True)
     finally:
         catalog.close()
-    write_pointer(args.out, spec, served, report.tools)  # the DSN without its password
+    # the pipeline the table serves: the flags', reading descriptions as the table does (`with_table_reading`)
+    write_pointer(args.out, spec, report.pipeline, report.tools)  # the DSN without its password
     replacement.saved()
     took = time.perf_counter() - start
     print(f"indexed {report.tools} tools ({report.embedded} embedded, the rest unchanged) into {spec} "

@@ -5,8 +5,9 @@ because it ignores the retrievers' incomparable score scales. `fusion="max"` —
 are divided by its best score for the query (so 1 is the best match and a tool scores by how close it
 comes to it; an encoder's cosines by at least `COSINE_FLOOR`), then summed with weights. `fusion="score"`
 — the same with min–max scaling over each retriever's top `depth`, which stretches a list whose scores are
-all close (a query no tool fits well) as far as one with a clear winner. A tool a retriever did not return gets 0 from it. Defaults (max
-fusion, BM25 : dense = 1 : 3, chosen leaving one training set out at a time): `toolscout.defaults`.
+all close (a query no tool fits well) as far as one with a clear winner. A tool a retriever did not
+return gets 0 from it. Defaults (max fusion, BM25 : dense = 1 : 3, chosen leaving one training set out at
+a time): `toolscout.defaults`.
 """
 
 from __future__ import annotations
