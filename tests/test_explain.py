@@ -7,6 +7,7 @@ kept when its Snowball stem is a stem of the tool's text view (name words, descr
 from toolscout import ToolScout
 from toolscout.hits import matched_words
 from toolscout.results import Filter
+from toolscout.tool import TextView
 
 # query words: sending, messages, emails, colleague, about, flight
 # stems:       send,    messag,   email,  colleagu,  about, flight
@@ -50,3 +51,14 @@ def test_pipeline_explains_retrieved_name_and_always_hits(tools):
 def test_without_explain_hits_carry_no_words(tools):
     hit = ToolScout.from_tools(tools, retriever="bm25").search(TASK, k=1)[0]
     assert hit.matched is None and "matched" not in hit.to_dict()
+
+
+def test_the_words_are_those_of_the_view_the_index_reads(tools, tmp_path):
+    # an index that leaves descriptions out: "emails" is only in search_inbox's description, so it is not
+    # a word its text search read; send_email keeps "messages" from its body parameter ("Message text")
+    ToolScout.from_tools(tools, retriever="bm25", view=TextView(description=False)).save(tmp_path / "idx")
+    scout = ToolScout.load(tmp_path / "idx")
+    within = Filter.make(ids=["mail.send", "mail.search"])
+    hits = scout.search(TASK, k=1, filter=within, explain=True, always_include=["mail.search"])
+    assert {h.tool.id: list(h.matched) for h in hits} == {"mail.send": ["sending", "messages", "emails"],
+                                                          "mail.search": []}

@@ -29,7 +29,7 @@ from typing import Any, Iterable, Mapping, Protocol, Sequence
 from .errors import InvalidRequest, listed
 from .eval.calibration import any_relevant
 from .query import Query
-from .tool import Tool, split_identifier, tool_text
+from .tool import TextView, Tool, split_identifier, tool_text
 
 MATCHES = ("retrieval", "name", "always")
 CALIBRATED = "calibrated"  # min_probability: the threshold chosen with the pipeline's calibration
@@ -102,6 +102,10 @@ class HitSource(Protocol):
         """The retriever's scores of tools the ranking did not return (0.0 for one it does not match)."""
         ...
 
+    def text_view(self) -> TextView:
+        """How the search read each tool's text (what `explain` compares the query's words with)."""
+        ...
+
 
 def assemble_hits(query: Query, ids: Sequence[str], scores: Sequence[float], named: Sequence[str],
                   policy: HitPolicy, source: HitSource, probabilities: Sequence[float] | None = None) -> list[Hit]:
@@ -122,7 +126,7 @@ def assemble_hits(query: Query, ids: Sequence[str], scores: Sequence[float], nam
     present = [(tid, match) for tid, match in chosen.items() if tid in tools]
     hits = [Hit(tools[tid], retrieved[tid] if tid in retrieved else float(extra.get(tid, 0.0)), rank, match,
                 probability=chance.get(tid)) for rank, (tid, match) in enumerate(present, 1)]
-    return explained(query.text, hits) if policy.explain else hits
+    return explained(query.text, hits, source.text_view()) if policy.explain else hits
 
 
 def abstains(scores: Sequence[float], probabilities: Sequence[float] | None, policy: HitPolicy) -> bool:
@@ -142,14 +146,14 @@ def abstains(scores: Sequence[float], probabilities: Sequence[float] | None, pol
     return any_relevant(probabilities[:ABSTAIN_DEPTH]) < policy.min_probability
 
 
-def explained(query: str, hits: Sequence[Hit]) -> list[Hit]:
-    """`hits`, each with the query words its tool's text view contains (`matched_words`)."""
+def explained(query: str, hits: Sequence[Hit], view: TextView | None = None) -> list[Hit]:
+    """`hits`, each with the query words its tool's text (read through `view`) contains (`matched_words`)."""
     from .retrievers.bm25 import Tokenizer, task_text
 
     tokenizer = Tokenizer()
     words = tokenizer.words(task_text(query))
     terms = tokenizer.stems(words)
-    return [replace(hit, matched=matched_words(words, terms, tokenizer(tool_text(hit.tool)))) for hit in hits]
+    return [replace(hit, matched=matched_words(words, terms, tokenizer(tool_text(hit.tool, view)))) for hit in hits]
 
 
 def matched_words(words: Sequence[str], terms: Sequence[str], tool_terms: Iterable[str]) -> tuple[str, ...]:

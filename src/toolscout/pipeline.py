@@ -41,7 +41,7 @@ from .relevance import DEPTH as RELEVANCE_DEPTH
 from .relevance import Calibration, dense_part, features_of, shipped_calibration
 from .rerank.base import Reranker, load_reranker
 from .results import Filter, Results
-from .retrievers.base import Retriever, encoding_parts, load_retriever, make_retriever, task_encoders
+from .retrievers.base import Retriever, encoding_parts, load_retriever, make_retriever, task_encoders, text_view
 from .spec import PIPELINE_FORMAT, PIPELINE_KIND, LeafSource, PipelineSpec, read_pipeline_config
 from .tool import TextView, Tool, tools_by_id
 from .version import __version__
@@ -705,5 +705,8 @@ class _CatalogSource:
             res = self.scout.retriever.search([query], 1, Filter.make(ids=[tid]))
             out[tid] = float(res.scores[0][0]) if len(res.scores[0]) else 0.0
         return out
+
+    def text_view(self) -> TextView:
+        return text_view(self.scout.retriever)
 
 

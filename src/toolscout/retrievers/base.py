@@ -108,6 +108,13 @@ class Encoding(HasEncoder, Protocol):
         """Encode tasks with that fast tier of the encoder (`encoders/fast.py`)."""
 
 
+@runtime_checkable
+class ReadsText(Protocol):
+    """A retriever that reads each tool through a text `view` (BM25, dense and its kin)."""
+
+    view: TextView
+
+
 def parts(retriever: Retriever) -> list[Retriever]:
     """The retrievers a first stage is made of: a composite's components, else the retriever itself."""
     return list(retriever.components) if isinstance(retriever, Composite) else [retriever]
@@ -116,6 +123,14 @@ def parts(retriever: Retriever) -> list[Retriever]:
 def encoding_parts(retriever: Retriever) -> list[Encoding]:
     """The parts of a first stage that embed with an encoder (the dense ones)."""
     return [part for part in parts(retriever) if isinstance(part, Encoding)]
+
+
+def text_view(retriever: Retriever) -> TextView:
+    """How a first stage reads a tool's text, for telling a caller which words matched (`explain`): its
+    BM25 part's view (the words it searched), else its first part's that reads text, else the default."""
+    readers = [part for part in parts(retriever) if isinstance(part, ReadsText)]
+    chosen = [part for part in readers if part.name == "bm25"] or readers
+    return chosen[0].view if chosen else TextView()
 
 
 def task_encoders(retriever: Retriever) -> list[str]:
