@@ -572,13 +572,14 @@ def test_upstreams_start_a_few_at_a_time_those_with_no_tools_indexed_first(tmp_p
     gateway, upstreams = _paced_gateway(tmp_path, monkeypatch, turn_s=0.3, at_once=2)
 
     async def scenario(began: float):
-        await anyio.sleep(0.1)  # a third of a turn: what started at once
-        started = [u.name for u in upstreams if u.started_at is not None]
-        assert len(started) == 2 and "fresh" in started  # two turns; the one search needs first
-        await anyio.sleep(0.3 * (len(upstreams) // 2) + 0.2)
-        assert all(u.started_at is not None for u in upstreams)
-        offsets = sorted(u.started_at - began for u in upstreams)
-        assert offsets[2] >= 0.29 and offsets[-1] >= 0.3 * ((len(upstreams) - 1) // 2) - 0.01
+        with anyio.fail_after(30):  # the pacing is read from the start times, so a loaded machine cannot fail it
+            while any(u.started_at is None for u in upstreams):
+                await anyio.sleep(0.01)
+        order = sorted(upstreams, key=lambda u: u.started_at)
+        offsets = [u.started_at - began for u in order]
+        assert "fresh" in [u.name for u in order[:2]]  # the one search needs first, in the first turn
+        assert offsets[1] - offsets[0] < 0.29 <= offsets[2]  # two at once, the third a turn later
+        assert offsets[-1] >= 0.3 * ((len(upstreams) - 1) // 2) - 0.01  # two a turn, to the last
 
     _while_running(gateway, scenario)
 
