@@ -93,7 +93,7 @@ def test_net_starts_as_the_first_stage_and_padding_does_not_change_scores():
 @pytest.fixture(scope="module")
 def trained(sample_data, tmp_path_factory):
     out = tmp_path_factory.mktemp("refiner") / "model"
-    config = TrainConfig(batch_size=4, lr=1e-4, epochs=3, warmup_ratio=0.0, progress=False)
+    config = TrainConfig(batch_size=4, lr=1e-4, epochs=2, warmup_ratio=0.0, progress=False)
     summary = fit_refiner(sample_data, out, config=config, resume=False, depth=8, max_query_length=24)
     return out, summary
 
@@ -101,7 +101,7 @@ def trained(sample_data, tmp_path_factory):
 def test_training_lowers_the_loss_and_reloads_to_identical_scores(trained, sample_data):
     out, summary = trained
     losses = [h["loss"] for h in summary.history if "loss" in h]
-    assert summary.steps == 15 and len(losses) >= 2 and losses[-1] < losses[0], summary.history
+    assert summary.steps == 10 and len(losses) >= 2 and losses[-1] < losses[0], summary.history
     assert summary.data["train_candidate_recall"] > 0 and summary.best_validation is not None
     config = json.loads((out / (out / "CURRENT").read_text().strip() / "config.json").read_text())
     assert config["method"] == "refiner" and config["depth"] == 8 and config["vectors"] == "tool2vec"
