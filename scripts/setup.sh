@@ -13,8 +13,10 @@ fi
 stamp=.venv/.toolscout-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   python -m pip install --quiet --upgrade pip
-  python -m pip install --quiet torch==2.13.0
-  python -m pip install --quiet -e ".[all]"
+  # --no-compile: Python compiles each module the first time it is imported (and keeps it), instead of pip
+  # compiling all of torch's and the other packages' modules up front, most of which nothing here imports
+  python -m pip install --quiet --no-compile torch==2.13.0
+  python -m pip install --quiet --no-compile -e ".[all]"
   touch "$stamp"
 fi
 
