@@ -258,3 +258,17 @@ def test_the_verb_check_sees_a_forwarded_read(tmp_path):
     fake.write_text("class Store:\n    kind: str\n    def search(self, queries): ...\n    def _own(self): ...\n"
                     "    def __len__(self): ...\n")
     assert _public(methods(fake)["Store"]) == {"kind", "search", "__len__"}
+
+
+def test_no_source_file_has_an_invalid_escape_sequence():
+    # pytest's configuration hides this warning (ranx's modules raise it when first compiled), so it is
+    # checked here for toolscout's own files, as an error
+    import warnings
+
+    root = SRC.parent
+    files = [p for folder in ("src", "tests", "benchmarks", "scripts", "examples") for p in (root / folder).rglob("*.py")]
+    assert len(files) > 100
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for path in files:
+            compile(path.read_text(encoding="utf-8"), str(path), "exec")
