@@ -53,7 +53,8 @@ def test_without_explain_hits_carry_no_words(tools):
     assert hit.matched is None and "matched" not in hit.to_dict()
 
 
-def test_the_words_are_those_of_the_view_the_index_reads(tools, tmp_path):
+
+def test_the_words_are_those_the_index_read_through_its_view_and_tokenizer(tools, tmp_path):
     # an index that leaves descriptions out: "emails" is only in search_inbox's description, so it is not
     # a word its text search read; send_email keeps "messages" from its body parameter ("Message text")
     ToolScout.from_tools(tools, retriever="bm25", view=TextView(description=False)).save(tmp_path / "idx")
@@ -62,3 +63,23 @@ def test_the_words_are_those_of_the_view_the_index_reads(tools, tmp_path):
     hits = scout.search(TASK, k=1, filter=within, explain=True, always_include=["mail.search"])
     assert {h.tool.id: list(h.matched) for h in hits} == {"mail.send": ["sending", "messages", "emails"],
                                                           "mail.search": []}
+    # unstemmed, "sending", "messages" and "emails" are not send_email's "send", "message" and "email"
+    unstemmed = ToolScout.from_tools(tools, retriever="bm25", stemmer=None)
+    hit = unstemmed.search(TASK, k=1, filter=Filter.make(ids=["mail.send"]), explain=True,
+                           always_include=["mail.send"])[0]  # (it shares no word with the task: not ranked)
+    assert hit.matched == ()
+
+
+def test_the_reading_is_the_bm25_parts_else_the_first_view_taken(encoder):
+    from toolscout.retrievers.bm25 import BM25Retriever, lexical_reading
+    from toolscout.retrievers.dense import DenseRetriever
+    from toolscout.retrievers.hybrid import HybridRetriever
+
+    names_only, no_params = TextView(description=False), TextView(parameters=False)
+    keyword = BM25Retriever(names_only, stemmer=None)
+    dense = DenseRetriever(encoder=encoder, view=no_params)
+    for first_stage in (HybridRetriever([keyword, dense]), HybridRetriever([dense, keyword])):
+        view, tokenizer = lexical_reading(first_stage)
+        assert view == names_only and tokenizer is keyword.tokenizer
+    view, tokenizer = lexical_reading(dense)  # no BM25 part: the dense view, BM25's default words
+    assert view == no_params and tokenizer.stemmer_name == "english" and tokenizer.stopwords_name == "en"

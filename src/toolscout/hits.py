@@ -102,8 +102,9 @@ class HitSource(Protocol):
         """The retriever's scores of tools the ranking did not return (0.0 for one it does not match)."""
         ...
 
-    def text_view(self) -> TextView:
-        """How the search read each tool's text (what `explain` compares the query's words with)."""
+    def lexical_reading(self) -> tuple[TextView, Any]:
+        """How the search read each tool's words: a text view and a BM25 tokenizer (what `explain` compares
+        the query's words with; `retrievers.bm25.lexical_reading`)."""
         ...
 
 
@@ -126,7 +127,7 @@ def assemble_hits(query: Query, ids: Sequence[str], scores: Sequence[float], nam
     present = [(tid, match) for tid, match in chosen.items() if tid in tools]
     hits = [Hit(tools[tid], retrieved[tid] if tid in retrieved else float(extra.get(tid, 0.0)), rank, match,
                 probability=chance.get(tid)) for rank, (tid, match) in enumerate(present, 1)]
-    return explained(query.text, hits, source.text_view()) if policy.explain else hits
+    return explained(query.text, hits, *source.lexical_reading()) if policy.explain else hits
 
 
 def abstains(scores: Sequence[float], probabilities: Sequence[float] | None, policy: HitPolicy) -> bool:
@@ -146,11 +147,11 @@ def abstains(scores: Sequence[float], probabilities: Sequence[float] | None, pol
     return any_relevant(probabilities[:ABSTAIN_DEPTH]) < policy.min_probability
 
 
-def explained(query: str, hits: Sequence[Hit], view: TextView | None = None) -> list[Hit]:
-    """`hits`, each with the query words its tool's text (read through `view`) contains (`matched_words`)."""
-    from .retrievers.bm25 import Tokenizer, task_text
+def explained(query: str, hits: Sequence[Hit], view: TextView, tokenizer: Any) -> list[Hit]:
+    """`hits`, each with the query words its tool's text (read through `view`, split and stemmed by the
+    BM25 `tokenizer`) contains (`matched_words`)."""
+    from .retrievers.bm25 import task_text
 
-    tokenizer = Tokenizer()
     words = tokenizer.words(task_text(query))
     terms = tokenizer.stems(words)
     return [replace(hit, matched=matched_words(words, terms, tokenizer(tool_text(hit.tool, view)))) for hit in hits]

@@ -41,7 +41,7 @@ from .relevance import DEPTH as RELEVANCE_DEPTH
 from .relevance import Calibration, dense_part, features_of, shipped_calibration
 from .rerank.base import Reranker, load_reranker
 from .results import Filter, Results
-from .retrievers.base import Retriever, encoding_parts, load_retriever, make_retriever, task_encoders, text_view
+from .retrievers.base import Retriever, encoding_parts, load_retriever, make_retriever, task_encoders
 from .spec import PIPELINE_FORMAT, PIPELINE_KIND, LeafSource, PipelineSpec, read_pipeline_config
 from .tool import TextView, Tool, tools_by_id
 from .version import __version__
@@ -706,7 +706,9 @@ class _CatalogSource:
             out[tid] = float(res.scores[0][0]) if len(res.scores[0]) else 0.0
         return out
 
-    def text_view(self) -> TextView:
-        return text_view(self.scout.retriever)
+    def lexical_reading(self) -> tuple[TextView, Any]:
+        from .retrievers.bm25 import lexical_reading
+
+        return lexical_reading(self.scout.retriever)
 
 

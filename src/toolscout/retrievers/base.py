@@ -24,8 +24,9 @@ class Accepts:
 
     `model`: a `model=` encoder name or path, or a model directory; `trained_by`: the `toolscout train`
     method whose directories `model=` may name (None: plain encoders only); `store`: `store=` (numpy,
-    faiss:..., a PostgreSQL DSN); `view`: `view=` (a TextView); `encoder`: an already loaded `encoder=`,
-    so one encoder can serve many indexes (an evaluation over several sets loads it once);
+    faiss:..., a PostgreSQL DSN); `view`: `view=` (a TextView, kept as its `view`: how it reads a tool);
+    `encoder`: an already loaded `encoder=`, so one encoder can serve many indexes (an evaluation over
+    several sets loads it once);
     `needs_trained_model`: it is its method only with a `trained_by` directory (mlc refuses to start
     without one; tool2vec without one, and without usage given in code, ranks by descriptions alone), so
     an evaluation or a refiner's first stage without one is refused."""
@@ -108,13 +109,6 @@ class Encoding(HasEncoder, Protocol):
         """Encode tasks with that fast tier of the encoder (`encoders/fast.py`)."""
 
 
-@runtime_checkable
-class ReadsText(Protocol):
-    """A retriever that reads each tool through a text `view` (BM25, dense and its kin)."""
-
-    view: TextView
-
-
 def parts(retriever: Retriever) -> list[Retriever]:
     """The retrievers a first stage is made of: a composite's components, else the retriever itself."""
     return list(retriever.components) if isinstance(retriever, Composite) else [retriever]
@@ -123,14 +117,6 @@ def parts(retriever: Retriever) -> list[Retriever]:
 def encoding_parts(retriever: Retriever) -> list[Encoding]:
     """The parts of a first stage that embed with an encoder (the dense ones)."""
     return [part for part in parts(retriever) if isinstance(part, Encoding)]
-
-
-def text_view(retriever: Retriever) -> TextView:
-    """How a first stage reads a tool's text, for telling a caller which words matched (`explain`): its
-    BM25 part's view (the words it searched), else its first part's that reads text, else the default."""
-    readers = [part for part in parts(retriever) if isinstance(part, ReadsText)]
-    chosen = [part for part in readers if part.name == "bm25"] or readers
-    return chosen[0].view if chosen else TextView()
 
 
 def task_encoders(retriever: Retriever) -> list[str]:

@@ -17,7 +17,7 @@ from ..query import Query, as_queries
 from ..results import Filter, Results, top_k_rows
 from ..rows import RowTable
 from ..tool import TextView, Tool, tool_text
-from .base import Accepts, write_retriever_config
+from .base import Accepts, Retriever, parts, write_retriever_config
 from .bm25_index import InvertedIndex
 
 _TOKEN = re.compile(r"(?u)\b\w\w+\b")
@@ -172,3 +172,14 @@ class BM25Retriever:
         retriever.tokens = [r["tokens"] for r in rows]
         retriever._rebuild()
         return retriever
+
+
+def lexical_reading(retriever: Retriever) -> tuple[TextView, Tokenizer]:
+    """How a first stage reads a tool's words, for telling a caller which of a task's words its tools hold
+    (`explain`): its BM25 part's view and tokenizer (the words it searched); without one, the view of its
+    first part that takes one (`Accepts.view`; ToolCLIP's towers read their own fields) and BM25's defaults."""
+    readers = [part for part in parts(retriever) if part.accepts.view]
+    for part in readers:
+        if isinstance(part, BM25Retriever):
+            return part.view, part.tokenizer
+    return (readers[0].view if readers else TextView()), Tokenizer()
