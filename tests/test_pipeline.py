@@ -208,15 +208,3 @@ def test_every_reader_of_a_pipeline_directory_reads_the_format_it_writes_and_ref
     config_file.write_text(json.dumps(config))
     with pytest.raises(ArtifactError, match=f"format_version {PIPELINE_FORMAT + 1} is not supported.*upgrade toolscout"):
         ToolScout.load(folder)
-
-
-def test_a_model_directory_of_a_newer_format_says_upgrade_instead_of_loading_as_an_encoder(tmp_path):
-    from toolscout.artifacts import ArtifactError, write_artifact
-    from toolscout.models import FORMAT_VERSION, MODEL_KIND
-    from toolscout.retrievers.dense import DenseRetriever
-
-    model = tmp_path / "model"
-    with write_artifact(model, {"kind": MODEL_KIND, "format_version": FORMAT_VERSION + 1, "method": "embed"}):
-        pass
-    with pytest.raises(ArtifactError, match=f"format_version {FORMAT_VERSION + 1} is not supported.*upgrade toolscout"):
-        DenseRetriever(model=str(model))

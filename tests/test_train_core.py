@@ -160,3 +160,18 @@ def test_early_stopping_keeps_the_best_weights(tmp_path):
     assert summary.stopped_early and summary.best_validation == 30.0 and summary.best_step == 8
     assert summary.steps == 16  # validations at 4, 8, 12, 16: two without improvement → stop
     assert torch.equal(model.weight, snapshots[1]["weight"])
+
+
+def test_a_model_directory_a_newer_toolscout_saved_or_a_damaged_one_is_named_not_loaded_as_an_encoder(tmp_path):
+    from toolscout.artifacts import ArtifactError, write_artifact
+    from toolscout.models import FORMAT_VERSION, MODEL_KIND
+    from toolscout.retrievers.dense import DenseRetriever
+
+    model = tmp_path / "model"
+    with write_artifact(model, {"kind": MODEL_KIND, "format_version": FORMAT_VERSION + 1, "method": "embed"}):
+        pass
+    with pytest.raises(ArtifactError, match=f"format_version {FORMAT_VERSION + 1} is not supported.*upgrade toolscout"):
+        DenseRetriever(model=str(model))
+    (model / "CURRENT").write_text("v000099\n")  # a copy that left its live version behind
+    with pytest.raises(ArtifactError, match="CURRENT names the version 'v000099', which is not there"):
+        DenseRetriever(model=str(model))

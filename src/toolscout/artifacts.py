@@ -96,12 +96,17 @@ def read_config(root: str | os.PathLike, kind: str | None = None, *, max_format:
     config = read_json(folder / CONFIG)
     if kind is not None and config.get("kind") != kind:
         raise ArtifactError(f"{root}: holds a {config.get('kind')!r} artefact, expected {kind!r}")
+    check_format(root, config, max_format)
+    return folder, config
+
+
+def check_format(root: str | os.PathLike, config: Mapping[str, Any], max_format: int) -> None:
+    """Refuse an artefact config whose format_version this toolscout does not read, naming `root`."""
     fmt = config.get("format_version")
     if not isinstance(fmt, int) or fmt > max_format:
         raise ArtifactError(
             f"{root}: format_version {fmt!r} is not supported (this toolscout reads up to {max_format}); upgrade toolscout"
         )
-    return folder, config
 
 
 @contextmanager

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .artifacts import CONFIG, POINTER, ArtifactError, read_config, read_json, resolve
+from .artifacts import CONFIG, POINTER, ArtifactError, check_format, read_json, resolve
 
 MODEL_KIND = "toolscout.model"
 FORMAT_VERSION = 1
@@ -17,7 +17,8 @@ FORMAT_VERSION = 1
 
 def model_config(path: str | Path | None, method: str | None = None) -> tuple[Path, dict[str, Any]] | None:
     """(live folder, config) when `path` is a toolscout model directory, else None (a plain encoder name).
-    A model directory of a format this toolscout does not read is an ArtifactError naming it.
+    A model directory of a format this toolscout does not read, whose CURRENT names a missing version, or
+    whose config.json is not JSON, is an ArtifactError naming it.
 
     With `method`, a model trained by another method is an error that names both.
     """
@@ -26,14 +27,12 @@ def model_config(path: str | Path | None, method: str | None = None) -> tuple[Pa
     root = Path(path)
     if not root.is_dir() or not ((root / POINTER).exists() or (root / CONFIG).exists()):
         return None
-    try:
-        found = read_json(resolve(root) / CONFIG)
-    except ArtifactError:  # no readable config: not a toolscout model
-        return None
-    if not isinstance(found, dict) or found.get("kind") != MODEL_KIND:
-        return None
+    folder = resolve(root)  # a CURRENT naming a missing version is an error that says so
+    config = read_json(folder / CONFIG)
+    if not isinstance(config, dict) or config.get("kind") != MODEL_KIND:
+        return None  # a plain encoder's folder (its config.json is the transformer's)
     # a model saved by a newer toolscout says so ("upgrade toolscout"), not read as an encoder's folder
-    folder, config = read_config(root, max_format=FORMAT_VERSION)
+    check_format(path, config, FORMAT_VERSION)
     if method is not None and config.get("method") != method:
         raise ArtifactError(f"{path}: is a {config.get('method')!r} model, not a {method!r} model; "
                             f"`toolscout eval SET --model {path}` names the flags that use it")
