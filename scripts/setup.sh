@@ -14,7 +14,8 @@ stamp=.venv/.toolscout-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   python -m pip install --quiet --upgrade pip
   # --no-compile: Python compiles each module the first time it is imported (and keeps it), instead of pip
-  # compiling all of torch's and the other packages' modules up front, most of which nothing here imports
+  # compiling all of torch's and the other packages' modules up front, most of which nothing here imports.
+  # (A module with invalid escape sequences then warns once, when first compiled: ranx's do, on Python 3.12+.)
   python -m pip install --quiet --no-compile torch==2.13.0
   python -m pip install --quiet --no-compile -e ".[all]"
   touch "$stamp"
