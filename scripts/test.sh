@@ -7,7 +7,5 @@ bash scripts/setup.sh
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 # Two workers, each taking whole files (module fixtures start gateways and servers once): most tests wait on
 # subprocesses, so two cores run the suite in about two thirds of the time. TOOLSCOUT_TEST_WORKERS=0 runs it
-# in one process (for a debugger, or to time one test alone). --no-loadscope-reorder keeps the files in the
-# order tests/conftest.py gives them (slow files first; xdist would put the files with most tests first, and
-# the few long ones last, where one worker then waits for the other).
-python -m pytest -q -rs -n "${TOOLSCOUT_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder "$@"
+# in one process (for a debugger, or to time one test alone).
+python -m pytest -q -rs -n "${TOOLSCOUT_TEST_WORKERS:-2}" --dist loadfile "$@"

@@ -12,14 +12,10 @@ SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
 def pytest_collection_modifyitems(items):
-    """Every test that reads ../shared/data carries the `shared` marker (`-m "not shared"` leaves them out).
-    Files with slow tests run first: the two workers (`--dist loadfile`) then end on short files, and neither
-    waits long for the other (in name order the refiner, students and Schemathesis files came near the end)."""
+    """Every test that reads ../shared/data carries the `shared` marker (`-m "not shared"` leaves them out)."""
     for item in items:
         if "shared_data" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.shared)
-    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.path not in slow_files)  # stable: name order within each group
 
 
 @pytest.fixture(scope="session")
