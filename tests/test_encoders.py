@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
@@ -331,7 +332,11 @@ def test_int8_is_used_only_for_a_model_whose_recorded_quality_check_passed(tmp_p
     folder = tmp_path / "model"
     shutil.copytree(resolve_model("minilm"), folder)
     cache = tmp_path / "onnx"
+    orphan = cache / "trained-onnx-0123"  # an export of a model folder deleted since: the next export removes it
+    orphan.mkdir(parents=True)
+    (orphan / "source.json").write_text(json.dumps({"folder": str(tmp_path / "deleted"), "state": "0"}))
     assert Encoder.load(str(folder), cache_dir=cache).backend_in_use == "onnx"  # never checked
+    assert not orphan.exists()
     failed = verdict({"a": 50.0, "b": 60.0}, {"a": 49.0, "b": 60.2})  # macro moves by -0.4
     assert failed["passed"] is False and failed["macro_delta"] == pytest.approx(-0.4)
     record(folder, failed)
@@ -366,6 +371,35 @@ def test_int8_is_used_only_for_a_model_whose_recorded_quality_check_passed(tmp_p
     assert reloaded.search(["mail to Bob"], 1).ids[0][0] == "a"
     # recording checks changed nothing an export is made from: one export per encoding, made once
     assert len(list(cache.glob("*-onnx-int8-*"))) == 1 and len(list(cache.glob("*-onnx-*"))) == 2
+    # each records the folder it was made from, so that it goes when the folder does (test above)
+    for export in cache.glob("*-onnx-*"):
+        assert json.loads((export / "source.json").read_text())["folder"] == str(folder.resolve())
+
+
+def test_exports_of_a_model_folder_gone_or_saved_over_are_removed_from_the_cache(tmp_path):
+    from toolscout.encoders.cache import SOURCE_FILE, folder_state, prune_stale_exports
+
+    cache = tmp_path / "onnx"
+    models = {name: tmp_path / name for name in ("kept", "deleted", "retrained")}
+    for folder in models.values():
+        folder.mkdir()
+        (folder / "model.safetensors").write_bytes(b"weights")
+    for name, folder in models.items():
+        export = cache / f"{name}-onnx-0123"
+        export.mkdir(parents=True)
+        (export / "model.onnx").write_bytes(b"graph")
+        (export / SOURCE_FILE).write_text(json.dumps({"folder": str(folder), "state": folder_state(folder)}))
+    (cache / "hub-model-onnx-4567").mkdir()  # recorded no folder: stays
+    writing = cache / ".deleted-onnx-89ab.tmp"  # an export being written: stays
+    writing.mkdir()
+    (writing / SOURCE_FILE).write_text((cache / "deleted-onnx-0123" / SOURCE_FILE).read_text())
+    assert prune_stale_exports(cache) == []  # every folder as it was exported
+    (models["deleted"] / "model.safetensors").unlink()
+    models["deleted"].rmdir()
+    (models["retrained"] / "model.safetensors").write_bytes(b"new weights")  # saved over: another key now
+    assert prune_stale_exports(cache) == [cache / "deleted-onnx-0123", cache / "retrained-onnx-0123"]
+    assert sorted(p.name for p in cache.iterdir()) == [".deleted-onnx-89ab.tmp", "hub-model-onnx-4567",
+                                                       "kept-onnx-0123"]
 
 
 @pytest.mark.slow  # exports and quantises a model

@@ -278,7 +278,8 @@ class Encoder:
         model = self._torch_model()
         if weights_version(model) != self._weights_version:
             raise OnnxUnavailable("the torch model's weights were changed in place since loading; not exporting them")
-        export_into_cache(model, target, variant, self._native_max_seq_length, self.max_seq_length, self.name)
+        export_into_cache(model, target, variant, self._native_max_seq_length, self.max_seq_length, self.name,
+                          source=local_model_folder(self.path))
         if loaded_here and self.backend != "torch":
             self._model = None  # loaded only to export: free it; `.model` reloads on demand
 

@@ -4,11 +4,16 @@ an export is written into it (beside the target, checked, then renamed: a crash 
 A folder is keyed by the model folder's path and its files' names, sizes and mtimes (plus the variant,
 the export format and the onnxruntime version), so a re-trained model saved over the old one gets a
 fresh export. A model that is not a local folder is keyed by a digest of its weights.
+
+An export of a local folder records which folder and which state of it it was made from (`SOURCE_FILE`);
+each new export removes the exports whose folder is gone or has been saved over since, which nothing can
+load again (every retraining of a deployment's model would otherwise leave its export behind for good).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import re
@@ -30,6 +35,9 @@ from .quality import QUALITY_FILE
 from .torch_utils import state_digest
 
 logger = logging.getLogger(__name__)
+
+
+SOURCE_FILE = "source.json"
 
 
 def default_onnx_cache() -> Path:
@@ -78,21 +86,25 @@ def failed_marker(target: Path) -> Path:
 
 
 def export_into_cache(st_model, target: Path, variant: str, native_max_seq_length: int | None,
-                      max_seq_length: int | None, label: str) -> None:
+                      max_seq_length: int | None, label: str, source: Path | None = None) -> None:
     """Export `st_model` into `target`, checked against the torch model at `max_seq_length` (the length the
     torch model truncates at too); `native_max_seq_length` is recorded as the export's default. A fused
-    graph that fails its check is replaced by the plain one. Raises OnnxUnavailable (also recorded in the
-    failed marker) or MissingDependency."""
+    graph that fails its check is replaced by the plain one. `source`: the local model folder it is made
+    from (recorded; see `prune_stale_exports`). Raises OnnxUnavailable (also recorded in the failed marker)
+    or MissingDependency."""
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
         logger.info("encoder %s: exporting to ONNX (%s), once, into %s", label, variant, target)
         _export_checked(st_model, tmp, variant, native_max_seq_length, max_seq_length, label)
+        if source is not None:
+            (tmp / SOURCE_FILE).write_text(json.dumps({"folder": str(source), "state": folder_state(source)}))
         try:
             os.rename(tmp, target)
         except OSError:  # another process finished the same export first: use theirs
             if not (target / "meta.json").exists():
                 raise
+        prune_stale_exports(target.parent)
     except OnnxUnavailable as exc:
         failed_marker(target).write_text(str(exc) + "\n")
         raise
@@ -104,6 +116,32 @@ def export_into_cache(st_model, target: Path, variant: str, native_max_seq_lengt
         raise OnnxUnavailable(reason) from exc
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def folder_state(folder: Path) -> str:
+    """A digest of `folder_fingerprint`: changes when the folder's files are saved over."""
+    return hashlib.sha256(folder_fingerprint(folder).encode("utf-8")).hexdigest()
+
+
+def prune_stale_exports(cache: Path) -> list[Path]:
+    """Remove the exports in `cache` made from a local folder that is gone or saved over since (their key
+    can never be asked for again); exports that recorded no folder, and exports being written, stay."""
+    removed = []
+    for export in sorted(cache.iterdir()):
+        record = export / SOURCE_FILE
+        if export.name.startswith(".") or not record.is_file():
+            continue
+        try:
+            made_from = json.loads(record.read_text(encoding="utf-8"))
+            folder = Path(made_from["folder"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # unreadable: not ours to judge
+        if folder.is_dir() and folder_state(folder) == made_from.get("state"):
+            continue
+        logger.info("ONNX cache: removing %s (its model folder %s is gone or was saved over)", export, folder)
+        shutil.rmtree(export, ignore_errors=True)
+        removed.append(export)
+    return removed
 
 
 def _export_checked(st_model, folder: Path, variant: str, native_max_seq_length: int | None,
