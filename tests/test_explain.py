@@ -53,7 +53,6 @@ def test_without_explain_hits_carry_no_words(tools):
     assert hit.matched is None and "matched" not in hit.to_dict()
 
 
-
 def test_the_words_are_those_the_index_read_through_its_view_and_tokenizer(tools, tmp_path):
     # an index that leaves descriptions out: "emails" is only in search_inbox's description, so it is not
     # a word its text search read; send_email keeps "messages" from its body parameter ("Message text")

@@ -710,5 +710,3 @@ class _CatalogSource:
         from .retrievers.bm25 import lexical_reading
 
         return lexical_reading(self.scout.retriever)
-
-
