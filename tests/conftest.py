@@ -8,6 +8,20 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+
+def _threads_per_worker() -> None:
+    """Each pytest-xdist worker gets its share of the cores for torch's and BLAS's threads, set before they
+    load: with every worker running OpenMP threads on every core, the threads of one worker wait on those
+    of another, and the training tests take about twice as long."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        share = str(max(1, (os.cpu_count() or 1) // workers))
+        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+            os.environ.setdefault(var, share)
+
+
+_threads_per_worker()
+
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
