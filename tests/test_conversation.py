@@ -1,4 +1,4 @@
-"""Chat-transcript tasks: the latest user turn is found and weighed into the query vector."""
+"""Chat-transcript tasks: the latest user turn is found, and recent turns weigh more in BM25 and the encoders."""
 
 import numpy as np
 import pytest
@@ -56,6 +56,17 @@ def test_the_encoder_mixes_the_latest_turn_into_transcript_queries(encoder):
     np.testing.assert_allclose(got[1], encoder.encode(["weather in Paris"])[0], atol=1e-6)
 
 
+def test_the_encoder_reads_a_long_transcript_by_its_recent_turns(encoder):
+    from toolscout.conversation import RECENT_CHARS
+
+    older = ["User: " + "tell me about the weather in Paris and in Rome " * 14, "AI: " + "sunny and warm " * 40]
+    assert all(len(turn) > RECENT_CHARS for turn in older)  # neither fits beside the recent turns
+    recent = "User: please write an email to my wife\nAI: Sure, what should it say?\nUser: that I will be home late"
+    got = encoder.encode_queries(["\n".join(older + [recent])])[0]
+    context, tail = encoder.encode([recent, "User: that I will be home late"])
+    np.testing.assert_allclose(got, (context + tail) / np.linalg.norm(context + tail), atol=1e-5)
+
+
 def test_dense_search_on_a_transcript_ranks_the_tool_for_the_latest_request_first(encoder):
     tools = [Tool(id="reschedule", name="reschedule_appointment", description="Move a booked doctor or dentist appointment to another date."),
              Tool(id="weather", name="get_weather_forecast", description="Weather forecast for a city for the coming days.")]
@@ -69,19 +80,66 @@ def test_dense_search_on_a_transcript_ranks_the_tool_for_the_latest_request_firs
         encoder.latest_turn_weight = 1.0
 
 
-def test_bm25_scores_a_transcript_as_the_transcript_plus_its_latest_turn():
+THREE_TURNS = ("System: be brief\n"
+               "User: Can you move my dentist appointment to Friday?\n"
+               "AI: Done.\n"
+               "User: What will the weather be in Paris tomorrow?\n"
+               "AI: Sunny.\n"
+               "User: Send an email to Ann about it\n"
+               "AI: Sent.")
+
+
+def test_turn_weights_halve_going_back_from_a_latest_turn_that_counts_twice():
+    from toolscout.conversation import turn_weights
+
+    assert turn_weights(THREE_TURNS) == [
+        (" be brief\n Can you move my dentist appointment to Friday?\n Done.\n", 0.25),  # the system line joins it
+        (" What will the weather be in Paris tomorrow?\n Sunny.\n", 0.5),
+        (" Send an email to Ann about it\n Sent.", 2.0)]
+    assert turn_weights("send an email to Ann") == [("send an email to Ann", 1.0)]
+    assert turn_weights("User: book a table\nAI: For when?") == [("User: book a table\nAI: For when?", 1.0)]
+
+
+def _bm25_of(tools):
     from toolscout.retrievers.bm25 import BM25Retriever
 
-    tools = [Tool(id="reschedule", name="reschedule_appointment", description="Move a dentist appointment to another day."),
-             Tool(id="weather", name="get_weather_forecast", description="Weather forecast for a city, like Paris."),
-             Tool(id="mail", name="send_mail", description="Send an email.")]
     retriever = BM25Retriever()
     retriever.index(tools)
-    tail = latest_turn(DIALOGUE)
-    # each query token adds its term score, so these two texts' scores add up
-    expected = _plain_scores(retriever, DIALOGUE) + _plain_scores(retriever, without_speaker_labels(tail))
-    np.testing.assert_allclose(retriever.scores(DIALOGUE), expected, rtol=1e-5)
-    assert retriever.search([DIALOGUE], k=1).as_lists()[0] == ["weather"]
+    return retriever
+
+
+def test_bm25_weighs_each_word_of_a_transcript_by_its_turn():
+    retriever = _bm25_of([
+        Tool(id="reschedule", name="reschedule_appointment", description="Move a dentist appointment to another day."),
+        Tool(id="weather", name="get_weather_forecast", description="Weather forecast for a city, like Paris."),
+        Tool(id="mail", name="send_mail", description="Send an email.")])
+    # each query word adds its term score times its weight, so the three turns' scores add up so weighed
+    expected = (0.25 * _plain_scores(retriever, "be brief Can you move my dentist appointment to Friday? Done.")
+                + 0.5 * _plain_scores(retriever, "What will the weather be in Paris tomorrow? Sunny.")
+                + 2.0 * _plain_scores(retriever, "Send an email to Ann about it Sent."))
+    np.testing.assert_allclose(retriever.scores(THREE_TURNS), expected, rtol=1e-5)
+    assert retriever.search([THREE_TURNS], k=1).as_lists()[0] == ["mail"]
+
+
+WEATHER_TALK = [("what's the weather in Paris?", "The forecast says sunny and 21 degrees, no rain expected."),
+                ("and in London tomorrow?", "The forecast says rain in the morning, 14 degrees."),
+                ("will it rain in Rome this weekend?", "No rain in the forecast for Rome, sunny and warm.")]
+
+
+def _after_weather_talk(turns: int, request: str) -> str:
+    lines = []
+    for i in range(turns):
+        asked, answered = WEATHER_TALK[i % len(WEATHER_TALK)]
+        lines += [f"User: {asked}", f"AI: {answered}"]
+    return "\n".join(lines + [request])
+
+
+def test_earlier_turns_about_another_task_do_not_outvote_the_latest_request_in_bm25():
+    retriever = _bm25_of([Tool(id="weather", name="get_weather", description="Weather forecast and rain for a city."),
+                          Tool(id="email", name="send_email", description="Send an email message to a recipient.")])
+    request = "User: please send an email to my wife that I will be home late"
+    for turns in (0, 3, 6, 12):
+        assert retriever.search([_after_weather_talk(turns, request)], k=2).as_lists()[0][0] == "email", turns
 
 
 def _plain_scores(retriever, text):

@@ -86,6 +86,19 @@ def test_each_query_encoder_honours_the_contract_and_reads_the_latest_turn_off_t
     np.testing.assert_allclose(plain, own, atol=1e-6)
 
 
+@pytest.mark.parametrize("tier", ["encoder", "table"])
+def test_each_query_encoder_reads_a_long_transcript_by_its_recent_turns(tier, encoder, fast, monkeypatch):
+    query_encoder = encoder if tier == "encoder" else fast
+    monkeypatch.setattr(query_encoder, "query_cache", QueryCache(0))
+    own = encoder.encode if tier == "encoder" else fast.table.encode
+    older = "User: " + "tell me about the weather in Paris and in Rome " * 14  # 664 characters: past the window
+    recent, tail = "AI: It is sunny.\nUser: now send an email to my wife", "User: now send an email to my wife"
+    got = query_encoder.encode_queries([f"{older}\n{recent}"])[0]
+    context_vector, tail_vector = own([recent, tail])
+    expected = context_vector + tail_vector
+    np.testing.assert_allclose(got, expected / np.linalg.norm(expected), atol=1e-5)
+
+
 def test_the_shipped_table_gives_the_vectors_its_fitting_run_recorded(fast, encoder):
     reference = np.load(static.STATIC_DIR / encoder.name / static.REFERENCE)
     texts = list(reference["texts"])

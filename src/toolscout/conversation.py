@@ -1,4 +1,4 @@
-"""Tasks written as chat transcripts: find the latest user turn, and give it weight in the query vector.
+"""Tasks written as chat transcripts: find the latest user turn, and give recent turns the weight.
 
 An agent often hands toolscout the conversation so far rather than one request:
 
@@ -7,18 +7,28 @@ An agent often hands toolscout the conversation so far rather than one request:
     User: Can you also check my health data for the past week?
     AI: Sure, what is your user ID?
 
-The tool needed is the one for the latest request (here: health data), but a single embedding of the
-whole transcript is dominated by whatever the earlier turns talked about. The latest turn alone is not
-enough either: it is often a follow-up ("My user ID is J46801") whose meaning lives in the earlier
-turns. So an encoder's query vector for a transcript is the normalised sum of two unit vectors, the
-whole transcript and its tail (the last user turn and the replies after it):
-q = (e(text) + w·e(tail)) / ‖e(text) + w·e(tail)‖, with w = `LATEST_TURN_WEIGHT` = 1 (equal weight:
-no tuned constant). A text that is not a transcript with at least two turns is encoded as before.
+The tool needed is the one for the latest request (here: health data), but a reading of the whole
+transcript is dominated by whatever the earlier turns talked about, and the more of them there are, the
+more they dominate. The latest turn alone is not enough either: it is often a follow-up ("My user ID is
+J46801") whose meaning lives in the turns just before it. So search reads a transcript by recency:
+- an encoder's query vector is the normalised sum of two unit vectors, the transcript's recent part
+  (`recent_turns`: its latest turns, up to `RECENT_CHARS`) and its tail (the last user turn and the
+  replies after it): q = (e(recent) + w·e(tail)) / ‖e(recent) + w·e(tail)‖, with w = `LATEST_TURN_WEIGHT`
+  = 1 (equal weight: no tuned constant). Without the cut, the encoder's window would keep the
+  transcript's oldest turns and drop its newest;
+- BM25 weighs each word by the turn it is in (`turn_weights`): the latest turn's words count twice, the
+  turn before it half, and each earlier one half of the one after it (`EARLIER_TURN_DECAY`), so ten turns
+  about the weather do not outvote the one request to send an email.
+A text that is not a transcript with at least two turns is read as it is.
 
 A transcript is recognised by lines that start with a speaker label, case-insensitive: `User:`,
 `Human:`, `Customer:` for the user; `AI:`, `Assistant:`, `System:`, `Bot:`, `Agent:`, `Tool:`,
 `Function:` for the rest. A user turn with nothing after its label (a prompt template's open
 `User:` line) is not the latest turn; the last one with words is.
+
+The two constants were chosen on transcripts built from the train splits of four dev sets (earlier
+requests of other tools before the one to rank; `benchmarks/transcripts.py`); apibank's real
+dialogues are the check.
 """
 
 from __future__ import annotations
@@ -29,6 +39,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 LATEST_TURN_WEIGHT = 1.0
+RECENT_CHARS = 400  # what of a transcript its recent-part vector reads (about 90 word pieces)
+EARLIER_TURN_DECAY = 0.5  # BM25: each user turn back counts this much of the turn after it
 
 _USER = r"user|human|customer"
 _OTHER = r"ai|assistant|system|bot|agent|tool|function"
@@ -51,6 +63,37 @@ def _turn_words(text: str, after_label: int) -> str:
     """What a turn says: from its label to the next speaker label (or the end), stripped."""
     following = _TURN.search(text, after_label)
     return text[after_label:following.start() if following else len(text)].strip()
+
+
+def user_turns(text: str) -> list[str]:
+    """`text` cut at its user turns that say something, oldest first: each user turn with the replies after
+    it (whatever comes before the first one joins it). A text without user turns is one piece."""
+    starts = [m.start() for m in _USER_TURN.finditer(text) if _turn_words(text, m.end())]
+    if not starts:
+        return [text]
+    starts[0] = 0
+    return [text[a:b] for a, b in zip(starts, starts[1:] + [len(text)])]
+
+
+def turn_weights(text: str) -> list[tuple[str, float]]:
+    """The pieces of a task with the weight its words get in lexical scoring (module doc): a text that is not
+    a transcript is one piece of weight 1; a transcript's user turns (`user_turns`) weigh 2 for the latest,
+    then 1/2, 1/4, ... going back. Speaker labels are removed."""
+    if latest_turn(text) is None:
+        return [(text, 1.0)]
+    turns = user_turns(text)
+    last = len(turns) - 1
+    return [(without_speaker_labels(turn), 2.0 if i == last else EARLIER_TURN_DECAY ** (last - i))
+            for i, turn in enumerate(turns)]
+
+
+def recent_turns(text: str, limit: int | None = None) -> str:
+    """What an encoder reads as a transcript's context: its latest whole turns while they fit in `limit`
+    characters (default `RECENT_CHARS`; the latest user turn at least, `focus`). A text that is not a
+    transcript is returned whole."""
+    if latest_turn(text) is None:
+        return text
+    return focus(text, RECENT_CHARS if limit is None else limit)[0]
 
 
 def without_speaker_labels(text: str) -> str:

@@ -3,7 +3,7 @@
 A task's meaning for search is settled here and nowhere else:
 - what search reads of it (`conversation.focus`: a long task's latest turns or its beginning, blobs out);
 - its latest user turn, when it is a chat transcript (`conversation.latest_turn`), which the encoders
-  and BM25 weigh in;
+  and BM25 weigh in, and the recent turns the encoders read as its context (`Query.context`);
 - for a request cut from a longer task (`toolscout.intents`), the task and where in it: encoders that
   pool token vectors embed the request from the task's own forward pass (`encoders.late_chunk`).
 
@@ -15,9 +15,10 @@ reads them, so a retriever or encoder called directly ranks a task exactly as th
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Hashable, Sequence
 
-from .conversation import focus, latest_turn
+from .conversation import focus, latest_turn, recent_turns
 
 
 @dataclass(frozen=True)
@@ -47,11 +48,17 @@ class Query:
             return Query.of(request)
         return Query(request, latest_turn(request), False, (self.text, start, start + len(request)))
 
+    @cached_property
+    def context(self) -> str:
+        """What an encoder embeds as the task itself: its text, or a transcript's recent turns
+        (`conversation.recent_turns`; its latest turn weighs in besides)."""
+        return self.text if self.latest_turn is None else recent_turns(self.text)
+
     @property
     def cache_key(self) -> Hashable:
-        """What this query's vector depends on: its text and latest turn (which weighs in), or for a request
-        the task and the span too (the same words cut from two tasks pool different token vectors)."""
-        return (self.text, self.latest_turn) if self.within is None else ("part", *self.within)
+        """What this query's vector depends on: its context and latest turn (which weighs in), or for a
+        request the task and the span too (the same words cut from two tasks pool different token vectors)."""
+        return (self.context, self.latest_turn) if self.within is None else ("part", *self.within)
 
 
 def as_queries(queries: Sequence[str | Query]) -> list[Query]:

@@ -351,7 +351,7 @@ class Encoder:
             else:
                 out[i] = vector
         if alone:
-            out[alone] = self.encode([queries[i].text for i in alone], batch_size=64)
+            out[alone] = self.encode([queries[i].context for i in alone], batch_size=64)
         return out
 
     def _token_runs(self, texts: list[str]) -> list[TokenRun] | None:

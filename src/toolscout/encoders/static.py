@@ -100,7 +100,7 @@ class StaticQueryEncoder:
             return np.zeros((0, self.dim), dtype=np.float32)
         weight = self.teacher.latest_turn_weight
         return self.query_cache.vectors(queries, ("static", weight), lambda missing: emphasise_latest_turn(
-            self.table.encode([q.text for q in missing]), [q.latest_turn for q in missing], self.table.encode, weight))
+            self.table.encode([q.context for q in missing]), [q.latest_turn for q in missing], self.table.encode, weight))
 
 
 # ------------------------------------------------------------------------------------------ loading

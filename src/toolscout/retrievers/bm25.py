@@ -11,7 +11,7 @@ from typing import Sequence
 import numpy as np
 
 from ..artifacts import read_json
-from ..conversation import without_speaker_labels
+from ..conversation import turn_weights
 from ..errors import MissingDependency
 from ..query import Query, as_queries
 from ..results import Filter, Results, top_k_rows
@@ -119,14 +119,17 @@ class BM25Retriever:
         self._index = InvertedIndex.build(self.tokens, self.params["k1"], self.params["b"])
 
     def scores(self, query: Query | str) -> np.ndarray:
-        """BM25 score of every row for one query. A chat transcript scores as the transcript plus its
-        latest user turn (`toolscout.conversation`), as dense retrieval embeds it: each query token adds
-        its term score, so the latest turn's words count twice (its speaker labels do not)."""
+        """BM25 score of every row for one query: each query word adds its term score. A chat transcript's
+        words count by the turn they are in (`conversation.turn_weights`: twice in the latest turn, less
+        the further back), so earlier turns about something else do not outvote the latest request."""
         query = query if isinstance(query, Query) else Query.of(query)
-        tail = query.latest_turn
-        text = query.text if tail is None else f"{query.text}\n{without_speaker_labels(tail)}"
-        words = self.tokenizer(task_text(text))
-        return self._index.scores(words)
+        if query.latest_turn is None:
+            return self._index.scores(self.tokenizer(task_text(query.text)))
+        weights: dict[str, float] = {}
+        for piece, weight in turn_weights(query.text):
+            for word in self.tokenizer(task_text(piece)):
+                weights[word] = weights.get(word, 0.0) + weight
+        return self._index.weighted_scores(weights)
 
     def search(self, queries: Sequence[Query | str], k: int = 10, filter: Filter | None = None) -> Results:
         queries = as_queries(queries)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -82,6 +82,17 @@ class InvertedIndex:
             if found is not None:
                 rows, scores = found
                 out[rows] += scores
+        return out
+
+    def weighted_scores(self, weights: Mapping[str, float]) -> np.ndarray:
+        """The BM25 score of every row for query words of given weights: each word's term score times its
+        weight (`scores` is the case where every occurrence weighs 1)."""
+        out = np.zeros(len(self._slot_of_row), dtype=np.float32)
+        for term, weight in weights.items():
+            found = self._scores_of(term)
+            if found is not None:
+                rows, scores = found
+                out[rows] += np.float32(weight) * scores
         return out
 
     def _scores_of(self, term: str) -> tuple[np.ndarray, np.ndarray] | None:

@@ -345,10 +345,10 @@ class ToolCLIPEncoder:
                 self.model.train(was_training)
 
     def encode_queries(self, queries: Sequence[Query | str], batch_size: int = 64) -> np.ndarray:
-        """Unit task vectors (`toolscout.query`); a chat transcript also weighs in its latest user turn, as
-        the plain encoder does (`toolscout.conversation`)."""
+        """Unit task vectors (`toolscout.query`); a chat transcript is read by its recent turns and also weighs
+        in its latest user turn, as the plain encoder does (`toolscout.conversation`)."""
         queries = as_queries(queries)
-        vectors = self._encode_tasks([q.text for q in queries], batch_size)
+        vectors = self._encode_tasks([q.context for q in queries], batch_size)
         return emphasise_latest_turn(vectors, [q.latest_turn for q in queries],
                                      lambda texts: self._encode_tasks(texts, batch_size))
 
