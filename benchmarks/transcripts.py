@@ -9,7 +9,7 @@
 
 Each is ranked two ways: "recent turns first" (toolscout's reading) and "every turn alike" (BM25 counting
 every turn's words once and the latest turn's twice, the encoder reading the transcript from its first
-turn, as toolscout read transcripts before the recency reading).
+turn: toolscout's reading before this one, except that BM25 then also counted the speaker labels' words).
 
     python benchmarks/transcripts.py --data ../shared/data --json out.json
 """
