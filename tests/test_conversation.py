@@ -93,9 +93,13 @@ def test_turn_weights_halve_going_back_from_a_latest_turn_that_counts_twice():
     from toolscout.conversation import turn_weights
 
     assert turn_weights(THREE_TURNS) == [
-        (" be brief\n Can you move my dentist appointment to Friday?\n Done.\n", 0.25),  # the system line joins it
+        (" be brief\n", 0.125),  # a system prompt counts as older than every user turn
+        (" Can you move my dentist appointment to Friday?\n Done.\n", 0.25),
         (" What will the weather be in Paris tomorrow?\n Sunny.\n", 0.5),
         (" Send an email to Ann about it\n Sent.", 2.0)]
+    # a system prompt listing tools does not weigh as much as the one request after it
+    assert turn_weights("System: tools: get_weather\nUser: send an email to Ann") == [
+        (" tools: get_weather\n", 0.5), (" send an email to Ann", 2.0)]
     assert turn_weights("send an email to Ann") == [("send an email to Ann", 1.0)]
     assert turn_weights("User: book a table\nAI: For when?") == [("User: book a table\nAI: For when?", 1.0)]
 
@@ -114,7 +118,8 @@ def test_bm25_weighs_each_word_of_a_transcript_by_its_turn():
         Tool(id="weather", name="get_weather_forecast", description="Weather forecast for a city, like Paris."),
         Tool(id="mail", name="send_mail", description="Send an email.")])
     # each query word adds its term score times its weight, so the three turns' scores add up so weighed
-    expected = (0.25 * _plain_scores(retriever, "be brief Can you move my dentist appointment to Friday? Done.")
+    expected = (0.125 * _plain_scores(retriever, "be brief")
+                + 0.25 * _plain_scores(retriever, "Can you move my dentist appointment to Friday? Done.")
                 + 0.5 * _plain_scores(retriever, "What will the weather be in Paris tomorrow? Sunny.")
                 + 2.0 * _plain_scores(retriever, "Send an email to Ann about it Sent."))
     np.testing.assert_allclose(retriever.scores(THREE_TURNS), expected, rtol=1e-5)
@@ -150,7 +155,7 @@ def _plain_scores(retriever, text):
     reference = bm25s.BM25(**retriever.params)
     reference.index([t or ["\x00"] for t in retriever.tokens], show_progress=False)
     tokens = [t for t in retriever.tokenizer(text) if t in reference.vocab_dict]
-    return reference.get_scores(tokens)
+    return reference.get_scores(tokens) if tokens else np.zeros(len(retriever.tokens))  # no word in any tool
 
 
 def test_focus_keeps_what_search_reads_of_a_long_task():

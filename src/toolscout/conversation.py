@@ -66,19 +66,21 @@ def _turn_words(text: str, after_label: int) -> str:
 
 
 def user_turns(text: str) -> list[str]:
-    """`text` cut at its user turns that say something, oldest first: each user turn with the replies after
-    it (whatever comes before the first one joins it). A text without user turns is one piece."""
+    """`text` cut before each user turn that says something, oldest first: each user turn with the replies
+    after it, and what comes before the first one (a system prompt) as a piece of its own, older than every
+    turn. A text without user turns is one piece."""
     starts = [m.start() for m in _USER_TURN.finditer(text) if _turn_words(text, m.end())]
     if not starts:
         return [text]
-    starts[0] = 0
+    if text[:starts[0]].strip():
+        starts.insert(0, 0)
     return [text[a:b] for a, b in zip(starts, starts[1:] + [len(text)])]
 
 
 def turn_weights(text: str) -> list[tuple[str, float]]:
     """The pieces of a task with the weight its words get in lexical scoring (module doc): a text that is not
-    a transcript is one piece of weight 1; a transcript's user turns (`user_turns`) weigh 2 for the latest,
-    then 1/2, 1/4, ... going back. Speaker labels are removed."""
+    a transcript is one piece of weight 1; a transcript's pieces (`user_turns`) weigh 2 for the latest user
+    turn, then 1/2, 1/4, ... going back (a system prompt counts as the oldest). Speaker labels are removed."""
     if latest_turn(text) is None:
         return [(text, 1.0)]
     turns = user_turns(text)
@@ -89,8 +91,9 @@ def turn_weights(text: str) -> list[tuple[str, float]]:
 
 def recent_turns(text: str, limit: int | None = None) -> str:
     """What an encoder reads as a transcript's context: its latest whole turns while they fit in `limit`
-    characters (default `RECENT_CHARS`; the latest user turn at least, `focus`). A text that is not a
-    transcript is returned whole."""
+    characters (default `RECENT_CHARS`; `focus`). When the latest user turn and its replies alone are
+    longer, that is only the replies that fit (the latest turn's own vector, which is added, still reads the
+    turn). A text that is not a transcript is returned whole."""
     if latest_turn(text) is None:
         return text
     return focus(text, RECENT_CHARS if limit is None else limit)[0]

@@ -344,8 +344,8 @@ class Encoder:
                 task, start, end = query.within
                 run = runs.get(task)
                 vector = run.span_vector(start, end) if run is not None else None
-            elif query.text in runs:  # a whole task beside its requests reuses their pass
-                vector = runs[query.text].embedding
+            elif query.context == query.text and query.text in runs:  # a whole task beside its requests
+                vector = runs[query.text].embedding  # reuses their pass
             if vector is None:
                 alone.append(i)
             else:
