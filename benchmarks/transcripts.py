@@ -1,7 +1,7 @@
 """Tasks given as chat transcripts: how search reads them (`toolscout.conversation`), measured two ways.
 
 - validation: transcripts built from the train splits of four dev sets. Each task is one train request
-  with `--earlier` requests of other tools of its set before it as earlier turns (each answered by the
+  with 0, 3 or 8 requests of other tools of its set before it as earlier turns (each answered by the
   same short reply), and a variant where a follow-up turn that names nothing comes after it. The gold
   tools are the last request's. This is where `EARLIER_TURN_DECAY` and `RECENT_CHARS` were chosen.
 - check: apibank's test dialogues as they are (real multi-turn transcripts; no train task is one), split
@@ -74,7 +74,7 @@ def measure(groups: dict, encoder) -> dict:
     """nDCG@10 of every system under both readings on each group of sets (name -> list of BenchmarkSet)."""
     from toolscout.eval import evaluate
 
-    out: dict = {}
+    out: dict = {"tasks": {group: sum(len(s.queries) for s in sets) for group, sets in groups.items()}}
     for system in SYSTEMS:
         built: dict = {}
         for recent in (False, True):
@@ -85,9 +85,7 @@ def measure(groups: dict, encoder) -> dict:
                 ndcg = [report.sets[s.name].metrics["ndcg@10"] for s in sets]
                 value = round(sum(ndcg) / len(ndcg), 2)
                 out.setdefault(system, {}).setdefault(group, {})[name] = value
-                out.setdefault("tasks", {})[group] = sum(len(s.queries) for s in sets)
                 print(f"{system:8s} {name:7s} {group:12s} nDCG@10 {value:6.2f}", flush=True)
-        built.clear()
     reading(True)
     return out
 
