@@ -77,6 +77,7 @@ def test_a_server_whose_config_cannot_be_resolved_is_read_with_its_problem_and_t
         "off": {"command": "no-such-command-for-test", "enabled": False},
         "fine": {"command": "sh", "args": ["-c", "true"]}},
         "openapi": {"pets": {"spec": "p.json", "headers": {"key": "${PETS_KEY_FOR_TEST}"}}}})
+    write(tmp_path / "p.json", {"openapi": "3.0.0", "paths": {}})
     config = load_config(path, environ={})
     github, ghost, off, fine, pets = config.upstreams
     assert github.problem == (f"{path}: mcpServers.github.env.TOKEN: the environment variable GITHUB_TOKEN_FOR_TEST "
@@ -104,6 +105,72 @@ def test_config_refuses_bad_files_and_names(tmp_path):
     with pytest.raises(ConfigError, match="used twice"):
         load_config(write(tmp_path / "d.json", {"mcpServers": {"a": {"command": "x"}},
                                                 "openapi": {"a": {"spec": "s.json"}}}))
+
+
+def test_slips_json_or_a_typo_would_hide_are_said_and_stop_a_strict_gateway(tmp_path):
+    repeated = write(tmp_path / "twice.json", '{"mcpServers": {"time": {"command": "sh", "args": ["-a"]}, '
+                                              '"time": {"command": "sh", "args": ["-b"]}}}')
+    config = load_config(repeated, environ={})  # JSON keeps the last entry: said, not silent
+    assert [u.args for u in config.upstreams] == [("-b",)]
+    assert config.warnings == (f"{repeated}: the key(s) ['time'] appear twice in one object; only the last of "
+                               "each is read",)
+    with pytest.raises(ConfigError, match=r"\['time'\] appear twice"):
+        load_config(repeated, environ={}, strict=True)
+
+    typo = write(tmp_path / "typo.json", {"mcpServers": {"time": {"command": "sh", "arg": ["-c", "true"],
+                                                                  "autoApprove": [], "transportType": "stdio"}}})
+    assert load_config(typo, environ={}).warnings == (
+        f"{typo}: mcpServers.time.arg: not a key toolscout reads (ignored); did you mean 'args'?",
+        f"{typo}: mcpServers.time: key(s) ['autoApprove', 'transportType'] ignored")  # a host's own keys
+    with pytest.raises(ConfigError, match="mcpServers.time.arg: .*did you mean 'args'"):
+        load_config(typo, environ={}, strict=True)
+    hosts_own = write(tmp_path / "host.json", {"mcpServers": {"time": {"command": "sh", "autoApprove": []}}})
+    assert load_config(hosts_own, environ={}, strict=True).upstreams[0].problem is None
+
+    with pytest.raises(ConfigError, match="name no server: nothing to put behind the gateway"):
+        load_config(write(tmp_path / "empty.json", {"mcpServers": {}, "openapi": {}}), environ={})
+
+
+def test_an_openapi_spec_path_is_checked_and_may_read_a_variable(tmp_path):
+    (tmp_path / "specs").mkdir()
+    write(tmp_path / "specs" / "pets.json", {"openapi": "3.0.0", "paths": {}})
+    path = write(tmp_path / "c.json", {"openapi": {
+        "pets": {"spec": "${SPECS}/pets.json"}, "gone": {"spec": "specs/gone.json"},
+        "later": {"spec": "gone.json", "enabled": False}}})
+    pets, gone, later = load_config(path, environ={"SPECS": str(tmp_path / "specs")}).upstreams
+    assert (pets.spec, pets.problem) == (str(tmp_path / "specs" / "pets.json"), None)
+    assert gone.problem == f"{path}: openapi.gone.spec: no such file '{tmp_path / 'specs' / 'gone.json'}'"
+    assert later.problem is None  # a disabled server is never started: nothing to check
+    with pytest.raises(ConfigError, match="openapi.gone.spec: no such file"):  # --strict refuses to start
+        load_config(path, environ={"SPECS": str(tmp_path / "specs")}, strict=True)
+
+
+def test_a_config_reached_through_a_link_keeps_the_index_of_the_file_itself(tmp_path, monkeypatch):
+    from toolscout.cli.gateway import default_index
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    real = write(tmp_path / "servers.json", {"mcpServers": {"time": {"command": "sh"}}})
+    (tmp_path / "hosts").mkdir()
+    link = tmp_path / "hosts" / "claude.json"
+    link.symlink_to(real)
+    assert default_index(link) == default_index(real)
+    assert default_index(real).name.startswith("servers-")
+
+
+def test_learning_report_reads_the_index_a_gateway_keeps_for_its_config(tmp_path, monkeypatch, capsys):
+    from toolscout import ToolScout
+    from toolscout.cli import main
+    from toolscout.cli.gateway import default_index
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    config = write(tmp_path / "servers.json", {"mcpServers": {"alpha": {"command": "sh"}}})
+    assert main(["learning", "report", str(config)]) == 1  # no gateway has run with it yet
+    err = capsys.readouterr().err
+    assert f"{config}: a file, so read as a gateway config, but no gateway has kept an index for it" in err
+    ToolScout.from_tools(mcp_tools(), retriever="bm25").save(default_index(config))
+    assert main(["learning", "report", str(config), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["events_scored"] == 0
 
 
 def test_a_malformed_entry_is_a_server_down_with_its_reason_and_the_others_serve(tmp_path):

@@ -297,10 +297,12 @@ def replica_folder(config: Path, port: int | None) -> Path:
 
 
 def default_index(config: Path) -> Path:
-    """One index per config file: under $XDG_STATE_HOME (else ~/.local/state)/toolscout/gateway/."""
+    """One index per config file: under $XDG_STATE_HOME (else ~/.local/state)/toolscout/gateway/. Named after
+    the file itself, not a link to it, so every host that reaches the file shares one index."""
     state = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
-    digest = hashlib.sha256(str(config.resolve()).encode("utf-8")).hexdigest()[:10]
-    return state / "toolscout" / "gateway" / f"{config.stem}-{digest}"
+    real = config.resolve()
+    digest = hashlib.sha256(str(real).encode("utf-8")).hexdigest()[:10]
+    return state / "toolscout" / "gateway" / f"{real.stem}-{digest}"
 
 
 def _check_dependencies() -> None:

@@ -97,7 +97,8 @@ def add_learning_parsers(sub: argparse._SubParsersAction) -> None:
                                    "as served, untaught, and with learning at full weight. `report` shows those "
                                    "figures per namespace and the weight learning has in each; `weight`, `freeze`, "
                                    "`unfreeze` and `rollback` change it. TARGET: a pipeline directory, "
-                                   "postgresql://... or the URL of a running server or gateway. `report` reads "
+                                   "a gateway's config file (the index it keeps by default), postgresql://... "
+                                   "or the URL of a running server or gateway. `report` reads "
                                    "a directory even while a server or a stdio gateway holds it; the verbs that "
                                    "change learning need it free, or the server's URL.")
     verbs = p.add_subparsers(dest="verb", metavar="VERB", required=True)
@@ -197,6 +198,7 @@ class LearningTarget:
         from ..serve.service import ToolService
         from ..store.pgvector import is_postgres_spec
 
+        target = _index_of_gateway_config(target)
         spec = target if is_postgres_spec(target) else recorded_spec(target)
         if read_only and not spec:
             return cls(pipeline=current_pipeline(target))
@@ -239,6 +241,21 @@ class LearningTarget:
     def close(self) -> None:
         if self.service is not None:
             self.service.close()
+
+
+def _index_of_gateway_config(target: str) -> str:
+    """A gateway's config file stands for the index the gateway keeps for it (`toolscout gateway`'s default)."""
+    from pathlib import Path
+
+    from .gateway import default_index
+
+    if not Path(target).is_file():
+        return target
+    index = default_index(Path(target))
+    if not index.is_dir():
+        raise ValueError(f"{target}: a file, so read as a gateway config, but no gateway has kept an index for it "
+                         f"({index} does not exist; a gateway given --index DIR or --store keeps it there)")
+    return str(index)
 
 
 def render_report(report: dict) -> str:

@@ -21,24 +21,26 @@ list, a `timeout` that is not a number): that server is down with the reason, un
 is not a config at all, or a name that cannot be a namespace, is always an error.
 
 Each entry's name becomes the namespace of its tools (ids `NAME.tool`), so names are letters, digits,
-`_` and `-`. `${VAR}` (or `${VAR:-default}`) in `env`, `headers` and `base_url` is read from the
+`_` and `-`. `${VAR}` (or `${VAR:-default}`) in `env`, `headers`, `base_url` and `spec` is read from the
 gateway's environment when the file is read, so secrets stay out of the file; a variable that is not set
 and has no default is named, with the file, the server and the field, in that server's `problem` (or in
 the error, when strict). toolscout's own keys per server:
 `timeout` (seconds one call may take, default 60), `enabled` (default true; `disabled: true`, as some
 hosts write it, means the same as `enabled: false`) and `forwardHeaders` (names of the agent's HTTP
 request headers passed on to this server's calls; none by default). Keys toolscout does not know are kept
-out of the way with a warning, so a host's own keys (`autoApprove`, ...) do not break the file.
+out of the way with a warning, so a host's own keys (`autoApprove`, ...) do not break the file; one a letter
+away from a key toolscout reads is a typo (said; an error when strict), as is a key given twice in one object.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
 import shutil
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -132,15 +134,34 @@ def load_config(path: str | os.PathLike, environ: Mapping[str, str] | None = Non
     """Read and check the config at `path`; `environ` (default: os.environ) resolves `${VAR}`. `strict`: an
     unset variable or a command that cannot be found is a ConfigError (else it is the server's `problem`)."""
     path = Path(path)
+    repeated: list[str] = []
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=_noting_repeats(repeated))
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such config file") from None
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{path}: not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read the config: {exc}") from None
-    return parse_config(data, path, os.environ if environ is None else environ, strict=strict)
+    if repeated:  # JSON keeps the last of a repeated key: a server given twice silently loses its first entry
+        message = (f"{path}: the key(s) {sorted(set(repeated))} appear twice in one object; only the last of "
+                   "each is read")
+        if strict:
+            raise ConfigError(message)
+    config = parse_config(data, path, os.environ if environ is None else environ, strict=strict)
+    return config if not repeated else replace(config, warnings=(message, *config.warnings))
+
+
+def _noting_repeats(repeated: list[str]):
+    """A json object hook that builds each object as json does and adds the keys it meets twice to `repeated`."""
+    def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in out:
+                repeated.append(key)
+            out[key] = value
+        return out
+    return hook
 
 
 def parse_config(data: Any, path: Path, environ: Mapping[str, str], *, strict: bool = False) -> GatewayConfig:
@@ -151,6 +172,8 @@ def parse_config(data: Any, path: Path, environ: Mapping[str, str], *, strict: b
     reader = _Reader(path, environ, strict)
     upstreams = [reader.entry(section, name, entry) for section in ("mcpServers", "openapi")
                  for name, entry in _section(data, section, path).items()]
+    if not upstreams:
+        raise ConfigError(f"{path}: 'mcpServers' (and 'openapi') name no server: nothing to put behind the gateway")
     unknown = sorted(set(data) - {"mcpServers", "openapi"})
     if unknown:
         reader.warnings.append(f"{path}: top-level key(s) {unknown} ignored")
@@ -223,9 +246,12 @@ class _Reader:
         where = self._entry(name, entry, "openapi", _OPENAPI_KEYS)
         common = self._common(where, entry)
         base_url = self._string(where, entry, "base_url") or self._string(where, entry, "baseUrl")
-        spec = self._string(where, entry, "spec", required=True)
-        if not re.match(r"^https?://", spec, re.IGNORECASE) and not Path(spec).is_absolute():
-            spec = str((self.path.parent / spec).resolve())  # relative to the config file, as people expect
+        spec = self._expand(f"{where}.spec", self._string(where, entry, "spec", required=True)) or ""
+        if not re.match(r"^https?://", spec, re.IGNORECASE):
+            if not Path(spec).is_absolute():
+                spec = str((self.path.parent / spec).resolve())  # relative to the config file, as people expect
+            if self.enabled and not Path(spec).is_file():
+                self._unresolved(f"{where}.spec: no such file {spec!r}")
         return UpstreamSpec(name, "openapi", spec=spec, base_url=self._expand(f"{where}.base_url", base_url),
                             headers=self._strings(where, entry, "headers"), problem=self._take_problem(), **common)
 
@@ -256,8 +282,16 @@ class _Reader:
         if not isinstance(entry, dict):
             raise ConfigError(f"{where}: must be an object of settings")
         unknown = sorted(set(entry) - known)
-        if unknown:
-            self.warnings.append(f"{where}: key(s) {unknown} ignored")
+        typos = {key: _near_miss(key, known - set(entry)) for key in unknown}
+        for key, meant in typos.items():  # a near miss of a key toolscout reads is a typo, not a host's own key
+            if meant is not None:
+                message = f"{where}.{key}: not a key toolscout reads (ignored); did you mean {meant!r}?"
+                if self.strict:
+                    raise ConfigError(message)
+                self.warnings.append(message)
+        others = [key for key in unknown if typos[key] is None]
+        if others:
+            self.warnings.append(f"{where}: key(s) {others} ignored")
         return where
 
     def _kind(self, where: str, entry: dict) -> str:
@@ -325,6 +359,15 @@ class _Reader:
             return ""
 
         return _VARIABLE.sub(value, text)
+
+
+def _near_miss(key: str, known: set[str]) -> str | None:
+    """The key toolscout reads that `key` looks like a slip of (`arg` for `args`, `Command`), or None. Only a
+    letter or so apart: a host's own keys (`transportType`, `timeoutMs`) may resemble ours more loosely."""
+    def alike(ours: str) -> bool:
+        return abs(len(ours) - len(key)) <= 1 and \
+            difflib.SequenceMatcher(None, key.lower(), ours.lower()).ratio() >= 0.8
+    return next((ours for ours in sorted(known) if alike(ours)), None)
 
 
 def find_command(command: str) -> str | None:
