@@ -75,6 +75,47 @@ def test_index_takes_a_text_view_as_json_and_names_a_setting_it_does_not_know(ca
     assert code == 1 and "text view: unknown setting(s) ['parmeters']" in err and not (tmp_path / "bad").exists()
 
 
+def test_index_refuses_a_setting_its_retriever_cannot_use_and_keeps_the_index_it_had(capsys, tmp_path):
+    catalog, idx = CATALOGS / "petstore_openapi.yaml", tmp_path / "idx"
+    assert run(capsys, "index", catalog, "--out", idx, "--retriever", "bm25")[0] == 0
+    current = (idx / "CURRENT").read_text()
+    for options, says in (
+            (["-o", "k1=abc"], "the bm25 retriever: setting k1='abc' is not a number"),
+            (["-o", "b=null"], "the bm25 retriever: setting b=None is not a number"),
+            (["-o", "b=5"], "b one from 0 to 1, got k1=1.5, b=5"),
+            (["-o", "nope=1"], "the bm25 retriever: unknown setting(s) 'nope'; it takes b, k1, stemmer, stopwords, view"),
+            (["-o", "view=5"], "the bm25 retriever: setting view=5 is not a TextView or null"),
+            (["-o", "intents=5"], "-o intents=...: not a setting of the retriever; use --no-split")):
+        code, _, err = run(capsys, "index", catalog, "--out", idx, "--retriever", "bm25", *options)
+        assert code == 1 and says in err and "Traceback" not in err, (options, err)
+    assert (idx / "CURRENT").read_text() == current  # the working index was not replaced
+    code, out, err = run(capsys, "search", idx, "find a pet by its id", "--json")
+    assert code == 0, err
+
+
+def test_a_hybrid_says_which_component_refused_a_setting_it_passed_on():
+    from toolscout import ToolScout
+    from toolscout.errors import InvalidRequest
+
+    with pytest.raises(InvalidRequest, match=r"the dense retriever: unknown setting\(s\) 'nope'; .* \(the hybrid "
+                                             "retriever passes each setting it does not take itself"):
+        ToolScout.from_tools([], retriever="hybrid", nope=1)
+    with pytest.raises(InvalidRequest, match="the hybrid retriever: weights are a list of numbers"):
+        ToolScout.from_tools([], retriever="hybrid", weights=["a", 1])
+    with pytest.raises(InvalidRequest, match="rrf_k is above 0"):
+        ToolScout.from_tools([], retriever="hybrid", rrf_k=0, components=["bm25", "bm25"])
+
+
+def test_a_faiss_factory_string_faiss_cannot_read_is_refused_by_name():
+    pytest.importorskip("faiss", reason="faiss-cpu is an optional extra ([faiss])")
+    from toolscout.errors import InvalidRequest
+    from toolscout.store.local import FaissStore
+
+    with pytest.raises(InvalidRequest, match=r"store faiss:Bogus: FAISS cannot make that index \(could not parse "
+                                             "index string Bogus\)"):
+        FaissStore(8, "Bogus")
+
+
 def test_lenient_index_skips_and_reports_bad_tools(capsys, tmp_path):
     bad = tmp_path / "mixed.json"
     bad.write_text(json.dumps({"tools": [

@@ -143,7 +143,12 @@ def pipeline_from_args(args: argparse.Namespace, tools: Sequence[Any] = (), *, s
     where dense vectors are kept instead of --store's."""
     from ..pipeline import ToolScout
 
-    options = {**retriever_options(args, args.retriever, args.model), **parse_options(args.option, "-o")}
+    settings = parse_options(args.option, "-o")
+    flagged = sorted(set(settings) & {"intents", "reranker"})
+    if flagged:  # the pipeline's, not the retriever's: ToolScout.from_tools got them twice
+        raise ValueError(f"-o {flagged[0]}=...: not a setting of the retriever; use --no-split for intents, "
+                         "--rerank for a reranker")
+    options = {**retriever_options(args, args.retriever, args.model), **settings}
     if store is not None and "store" in options:
         options["store"] = store
     scout = ToolScout.from_tools(tools, retriever=args.retriever, reranker=reranker_from_args(args),

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import collections.abc
+import inspect
+import os
+import types
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 
 from ..artifacts import read_config, write_json
+from ..errors import InvalidRequest
 from ..encoders.contract import QueryEncoder
 from ..query import Query
 from ..registry import lookup
@@ -143,10 +149,80 @@ def retriever_class(name: str):
 
 
 def make_retriever(name: str, **options) -> Retriever:
-    """A new retriever `name` with constructor `options`; a text view may be given as its dict (`-o view=JSON`)."""
+    """A new retriever `name` with constructor `options`; a text view may be given as its dict (`-o view=JSON`).
+    A setting the retriever does not take, or a value of the wrong type, is an InvalidRequest naming it."""
+    cls = retriever_class(name)
     if isinstance(options.get("view"), Mapping):
         options["view"] = TextView.from_dict(options["view"])
-    return retriever_class(name)(**options)
+    check_settings(f"the {name} retriever", cls.__init__, options)
+    return cls(**options)
+
+
+def check_settings(what: str, constructor: Any, options: Mapping[str, Any]) -> None:
+    """Refuse, before anything is built, the `options` that `constructor` does not name (unless it takes
+    any keyword) and those whose values its annotations rule out: a value that is neither, passed on, failed
+    deep in the build with a TypeError, or was saved with the index and failed every search after."""
+    parameters = inspect.signature(constructor).parameters
+    named = {n: p for n, p in parameters.items() if n != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    if not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+        unknown = sorted(set(options) - set(named))
+        if unknown:
+            raise BadSetting(unknown[0], f"{what}: unknown setting(s) {', '.join(map(repr, unknown))}; it takes "
+                                         f"{', '.join(sorted(named))}")
+    hints = typing.get_type_hints(constructor)
+    for key, value in options.items():
+        if key in hints and not _fits(value, hints[key]):
+            raise BadSetting(key, f"{what}: setting {key}={value!r} is not {_describe(hints[key])}")
+
+
+class BadSetting(InvalidRequest):
+    """A constructor setting that is unknown, or of the wrong type; `key` names it."""
+
+    def __init__(self, key: str, message: str):
+        super().__init__(message)
+        self.key = key
+
+
+def _fits(value: Any, hint: Any) -> bool:
+    """Whether `value` can be what the annotation `hint` says (loosely: a container's items are not read)."""
+    origin = typing.get_origin(hint)
+    if hint is Any or isinstance(hint, typing.TypeVar):
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(_fits(value, arm) for arm in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if hint is float:  # an int is a number too; a bool is not meant as one
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is str:  # a path object names a model or file as well as its text does
+        return isinstance(value, (str, os.PathLike))
+    kind = origin or hint
+    if kind in (collections.abc.Sequence, list, tuple):
+        return isinstance(value, (list, tuple))
+    if kind in (collections.abc.Mapping, dict):
+        return isinstance(value, Mapping)
+    if kind in (bool, Path) or not isinstance(kind, type):
+        return not isinstance(kind, type) or isinstance(value, kind)
+    # an object of toolscout's (an encoder, a store, a view) may be any that behaves as one; what -o or a
+    # JSON request can give (text, numbers, lists, objects) never is
+    return not isinstance(value, (str, int, float, bool, list, tuple, Mapping))
+
+
+def _describe(hint: Any) -> str:
+    """The annotation `hint` in words, for an error."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return " or ".join(_describe(arm) for arm in typing.get_args(hint))
+    words = {float: "a number", int: "a whole number", str: "a string", bool: "true or false", type(None): "null"}
+    if hint in words:
+        return words[hint]
+    kind = typing.get_origin(hint) or hint
+    if kind in (collections.abc.Sequence, list, tuple):
+        return "a list"
+    if kind in (collections.abc.Mapping, dict):
+        return "an object"
+    return f"a {getattr(kind, '__name__', kind)}"
 
 
 def write_retriever_config(folder: Path, name: str, **config) -> None:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 from typing import Sequence
@@ -12,7 +13,7 @@ import numpy as np
 
 from ..artifacts import read_json
 from ..conversation import turn_weights
-from ..errors import MissingDependency
+from ..errors import InvalidRequest, MissingDependency
 from ..query import Query, as_queries
 from ..results import Filter, Results, top_k_rows
 from ..rows import RowTable
@@ -80,6 +81,9 @@ class BM25Retriever:
 
     def __init__(self, view: TextView | None = None, k1: float = 1.5, b: float = 0.75,
                  stemmer: str | None = "english", stopwords: str | None = "en"):
+        if not 0 <= k1 < math.inf or not 0 <= b <= 1:  # a NaN fails both
+            raise InvalidRequest(f"the bm25 retriever: k1 is a number of 0 or more and b one from 0 to 1, got k1={k1!r}, "
+                                 f"b={b!r}")
         self.view = view or TextView()
         self.params = {"k1": k1, "b": b}
         self.tokenizer = Tokenizer(stemmer, stopwords)

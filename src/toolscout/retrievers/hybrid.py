@@ -12,6 +12,7 @@ a time): `toolscout.defaults`.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -19,11 +20,13 @@ import numpy as np
 
 from ..artifacts import read_json
 from ..defaults import HYBRID_FUSION, HYBRID_WEIGHTS
+from ..errors import InvalidRequest
 from ..query import Query, as_queries
 from ..results import Filter, Results
 from ..tool import TextView
 from .base import (
     Accepts,
+    BadSetting,
     Encoding,
     Retriever,
     load_retriever,
@@ -70,12 +73,23 @@ class HybridRetriever:
                     options.setdefault("view", view)
                 if comp != "bm25":  # encoder-based components share e.g. --model / encoder=
                     options = {**shared_options, **options}
-                comp = make_retriever(comp, **options)
+                try:
+                    comp = make_retriever(comp, **options)
+                except BadSetting as exc:
+                    if exc.key not in shared_options:
+                        raise
+                    raise BadSetting(exc.key, f"{exc} (the hybrid retriever passes each setting it does not "
+                                              "take itself to its encoder components)") from None
             self.components.append(comp)
+        if weights is not None and not all(isinstance(w, (int, float)) and not isinstance(w, bool) for w in weights):
+            raise InvalidRequest(f"the hybrid retriever: weights are a list of numbers, got {weights!r}")
         self.weights = [float(w) for w in weights] if weights is not None else \
             default_settings([c.name for c in self.components])["weights"]
         if len(self.weights) != len(self.components):
             raise ValueError(f"{len(self.weights)} weights for {len(self.components)} components")
+        if not all(0 <= w < math.inf for w in self.weights) or not rrf_k > 0 or not depth >= 1:
+            raise InvalidRequest(f"the hybrid retriever: weights are numbers of 0 or more, rrf_k is above 0 and depth "
+                                 f"at least 1, got weights={self.weights}, rrf_k={rrf_k!r}, depth={depth!r}")
         self.fusion, self.rrf_k, self.depth = fusion, rrf_k, depth
         # each list's divisor floor, decided once (a protocol check per search cost as much as the fusion)
         self._floors = [COSINE_FLOOR if isinstance(comp, Encoding) else 0.0 for comp in self.components]

@@ -8,7 +8,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..errors import MissingDependency, UnknownName
+from ..errors import InvalidRequest, MissingDependency, UnknownName
 from ..results import Filter, Results, top_k_rows
 from ..rows import RowTable
 from .base import VectorStore, checked_vectors
@@ -178,11 +178,16 @@ class FaissStore(NumpyStore):
         self.ef_construction = ef_construction
         self._index = None  # covers rows [0, _indexed) of self.matrix
         self._indexed = 0
+        self._new_index()  # a factory string FAISS cannot read is refused now, not at the first search
 
     def _new_index(self):
         import faiss
 
-        index = faiss.index_factory(self.dim, self.factory, faiss.METRIC_INNER_PRODUCT)
+        try:
+            index = faiss.index_factory(self.dim, self.factory, faiss.METRIC_INNER_PRODUCT)
+        except RuntimeError as exc:  # FAISS's message ends a C++ trace; its last line says what is wrong
+            said = str(exc).strip().rsplit(": ", 1)[-1] or type(exc).__name__
+            raise InvalidRequest(f"store faiss:{self.factory}: FAISS cannot make that index ({said})") from None
         hnsw = getattr(index, "hnsw", None)
         if hnsw is not None:
             hnsw.efConstruction = self.ef_construction
