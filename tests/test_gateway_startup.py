@@ -72,6 +72,10 @@ def test_a_server_that_does_not_come_up_within_the_wait_is_named_and_waited_for_
             assert [s["server"] for s in again.structured_content["not_searchable"]] == ["late"]
             only_alpha = await client.call_tool("search_tools", {"task": "echo", "namespaces": ["alpha"]})
             assert only_alpha.structured_content["not_searchable"] == []  # late is not among what it searched
+            # a server still starting is not searchable, with why; a name no server has is said to be unknown
+            named = await client.call_tool("search_tools", {"task": "echo", "namespaces": ["alpah", "late"]})
+            assert named.structured_content["unknown_namespaces"] == ["alpah"]
+            assert [s["server"] for s in named.structured_content["not_searchable"]] == ["late"]
 
     anyio.run(session)
 

@@ -138,8 +138,12 @@ def test_sdk_client_lists_and_calls_search_tools_over_stdio(served):
 
             result = await client.call_tool("search_tools", {"task": "send an email", "namespaces": ["calendar"]})
             assert [t["namespace"] for t in result.structured_content["tools"]] == ["calendar"]
+            assert result.structured_content["unknown_namespaces"] == []
+            result = await client.call_tool("search_tools", {"task": "send an email",  # a typo is said, not
+                                                             "namespaces": ["calender", "calendar"]})  # an empty find
+            assert result.structured_content["unknown_namespaces"] == ["calender"]
             result = await client.call_tool("search_tools", {"task": "lattice chromodynamics on a supercomputer"})
-            assert result.structured_content == {"tools": [], "abstained": True}
+            assert result.structured_content == {"tools": [], "abstained": True, "unknown_namespaces": []}
             bad = await client.call_tool("search_tools", {"task": "x", "k": 0})
             assert bad.is_error
             blank = await client.call_tool("search_tools", {"task": "   "})  # toolscout's own errors say why

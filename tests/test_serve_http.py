@@ -326,6 +326,12 @@ def test_tokens_guard_writes_and_restrict_namespaces(served):
             assert all(h["namespace"] == "mail" for h in hits), body
         assert client.post("/search", json={"query": "book a flight", "k": 3}, headers=READER).json()[
             "results"][0]["hits"][0]["id"] == "flights.book"
+        # a namespace the caller cannot see reads as one that does not exist; a typo is said, not an empty find
+        named = {"query": "book a flight", "namespaces": ["travel", "trvel"]}
+        assert client.post("/search", json=named, headers=MAIL).json()["unknown_namespaces"] == ["travel", "trvel"]
+        assert client.post("/search", json=named, headers=READER).json()["unknown_namespaces"] == ["trvel"]
+        assert "unknown_namespaces" not in client.post("/search", json={**named, "namespaces": ["travel"]},
+                                                       headers=READER).json()
         assert client.get("/tools/flights.book", headers=MAIL).status_code == 404
         assert {t["namespace"] for t in client.get("/tools", headers=MAIL).json()["tools"]} == {"mail"}
         assert client.get("/namespaces", headers=MAIL).json() == {"namespaces": {"mail": 3}}

@@ -65,6 +65,7 @@ from ..hits import Hit
 from ..serve.auth import ANONYMOUS, AuthConfig, AuthError
 from ..serve.mcp import (
     RECORD_DESCRIPTION,
+    UNKNOWN_NAMESPACES,
     FoundTool,
     Namespaces,
     Outcome,
@@ -133,6 +134,7 @@ class NotSearchable(BaseModel):
 class GatewaySearchResult(BaseModel):
     tools: list[GatewayFoundTool]
     abstained: bool = Field(description="True when no tool fits the task.")
+    unknown_namespaces: list[str] = Field(default_factory=list, description=UNKNOWN_NAMESPACES)
     not_searchable: list[NotSearchable] = Field(
         default_factory=list, description="Servers whose tools this search could not find (still starting after "
                                           "the gateway waited for them, or down); search again later for theirs.")

@@ -71,7 +71,7 @@ from .schemas import (
     UpsertRequest,
     WriteResponse,
 )
-from .service import Principal, ToolService
+from .service import Principal, ToolService, unknown_namespaces
 
 MAX_BODY_BYTES = 1 << 20
 MCP_MAX_BODY_BYTES = 64 << 20  # /mcp: tool calls carry files and images (and the gateway's stdio takes as much)
@@ -324,7 +324,9 @@ def _add_search_routes(app: FastAPI, api: Api) -> None:
             metrics.count("queries")
             metrics.count("abstained", abstained)
             metrics.count("name_match", any(h.match == "name" for h in query_hits))
-        return JSON({"results": results, "version": service.version(principal), **added})
+        unknown = unknown_namespaces(service, body.namespaces, principal, added)
+        return JSON({"results": results, "version": service.version(principal), **added,
+                     **({"unknown_namespaces": unknown} if unknown else {})})
 
 
 def _definitions(service: ToolService, hits: list, fmt: str, principal: Principal) -> list[dict[str, Any]]:

@@ -30,7 +30,7 @@ from ..errors import Forbidden, InvalidRequest, ToolScoutError
 from ..hits import Hit
 from ..version import __version__
 from .auth import AuthConfig, AuthError
-from .service import ADMIN, Principal, ToolService
+from .service import ADMIN, Principal, ToolService, unknown_namespaces
 
 INSTRUCTIONS = ("toolscout finds the right tools for a task in a large catalog. Call search_tools with the task in "
                 "plain language (or a tool's name) before choosing a tool; call the tools it returns on the "
@@ -74,9 +74,13 @@ class FoundTool(BaseModel):
         "How likely the tool is one the task needs (calibrated: comparable across tasks and catalogs)."))
 
 
+UNKNOWN_NAMESPACES = "Namespaces the search named that hold no tool the caller may see (a typo?)."
+
+
 class SearchToolsResult(BaseModel):
     tools: list[FoundTool]
     abstained: bool = Field(description="True when no tool fits the task.")
+    unknown_namespaces: list[str] = Field(default_factory=list, description=UNKNOWN_NAMESPACES)
 
 
 class RecordedUse(BaseModel):
@@ -117,7 +121,8 @@ class ToolSearchMcp:
         if self.metrics is not None:
             self.metrics.count("queries")
             self.metrics.count("abstained", not hits)
-        return {"tools": [self.found(hit.to_dict()) for hit in hits], "abstained": not hits, **added}
+        return {"tools": [self.found(hit.to_dict()) for hit in hits], "abstained": not hits,
+                "unknown_namespaces": unknown_namespaces(self.service, namespaces, principal, added), **added}
 
     async def search(self, task: str, k: int, principal: Principal, namespaces: list[str] | None,
                      session: str) -> tuple[list[Hit], dict[str, Any]]:

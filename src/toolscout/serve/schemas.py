@@ -269,6 +269,9 @@ class QueryResult(BaseModel):
 class SearchResponse(BaseModel):
     results: list[QueryResult]
     version: int
+    unknown_namespaces: list[str] | None = Field(
+        None, description="The request's namespaces that hold no tool the caller may see (a typo?); only when "
+                          "there are any.")
     not_searchable: list[dict[str, str]] | None = Field(
         None, description="A gateway's only: the servers whose tools the search could not find, each "
                           "{server, status: starting | down, reason}.")

@@ -299,6 +299,14 @@ class ToolService:
         counts = Counter((t.namespace or "") for t in self._tenant(principal).pipeline().tools)
         return {ns: n for ns, n in sorted(counts.items()) if principal.sees_namespace(ns)}
 
+    def unknown_namespaces(self, names: Iterable[str] | None, principal: Principal = ADMIN) -> list[str]:
+        """Those of `names` (a search's namespaces) that hold no tool the caller may see: a typo, most likely,
+        which would otherwise read as a search that found nothing (one the caller may not see reads the same)."""
+        if not names:
+            return []
+        held = {t.namespace or "" for t in self._tenant(principal).pipeline(fresh=False).tools}
+        return sorted(n for n in set(names) if n not in held or not principal.sees_namespace(n))
+
     @property
     def tools(self) -> list[Tool]:
         """Every tool of the default tenant's catalog, by id, whoever asks (filter with `Principal.sees`)."""
@@ -531,3 +539,11 @@ def _refuse_before_a_freeze(events: Sequence[FeedbackEvent], frozen_at: float | 
         raise InvalidRequest(f"learning is frozen since {when}, and {older} of these events are dated before it, "
                              "so they would be learned at once: unfreeze first (toolscout learning unfreeze), or "
                              "send them later")
+
+
+def unknown_namespaces(service: ToolService, names: list[str] | None, principal: Principal,
+                       added: dict[str, Any]) -> list[str]:
+    """The namespaces a search named that hold no tool the caller may see, less a gateway's servers that are
+    starting or down (`not_searchable` says why those found nothing)."""
+    told = {entry["server"] for entry in added.get("not_searchable") or ()}
+    return [name for name in service.unknown_namespaces(names, principal) if name not in told]
