@@ -116,6 +116,23 @@ def test_a_faiss_factory_string_faiss_cannot_read_is_refused_by_name():
         FaissStore(8, "Bogus")
 
 
+def test_output_into_a_pipe_its_reader_closed_ends_quietly(capsys, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    assert run(capsys, "index", CATALOGS / "petstore_openapi.yaml", "--out", tmp_path / "idx", "--retriever",
+               "bm25")[0] == 0
+    read, write = os.pipe()
+    os.close(read)  # as `| head -1` does once it has its line
+    try:
+        done = subprocess.run([sys.executable, "-m", "toolscout", "search", str(tmp_path / "idx"), "find a pet",
+                               "--json"], stdout=write, stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write)
+    assert (done.returncode, done.stderr) == (141, "")
+
+
 def test_lenient_index_skips_and_reports_bad_tools(capsys, tmp_path):
     bad = tmp_path / "mixed.json"
     bad.write_text(json.dumps({"tools": [

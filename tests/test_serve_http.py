@@ -235,7 +235,12 @@ def test_malformed_requests_get_clear_4xx_json_errors(served):
         assert "exactly one of" in error(client.post("/search", json={"query": "a", "queries": ["b"]}), 422)["message"]
         assert error(client.post("/search", json={"query": "a", "k": 1000}), 422)["details"][0]["field"] == "k"
         assert error(client.post("/search", json={"query": ""}), 422)["details"][0]["field"] == "query"
-        assert error(client.post("/search", json={"query": "   "}), 422)["type"] == "invalid_request"
+        blank = error(client.post("/search", json={"query": " \u3000\t"}), 422)  # every field named, however blank
+        assert (blank["message"], blank["details"][0]["field"]) == ("query: must hold more than white space", "query")
+        assert error(client.post("/search", json={"queries": ["a", "  "]}), 422)["details"][0]["field"] == "queries.1"
+        blank = error(client.post("/feedback", json={"events": [{"query": "a", "tool_ids": ["x"]},
+                                                                {"query": "\n", "tool_ids": ["x"]}]}, headers=ADMIN), 422)
+        assert blank["message"] == "events.1.query: must hold more than white space"
         assert error(client.post("/search", json=["x"]), 422)["type"] == "invalid_request"
         e = error(client.put("/tools/a.b", json={"id": "c.d", "name": "b"}, headers=ADMIN), 422)
         assert "takes the tool's id from the path" in e["message"]

@@ -42,6 +42,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return args.handler(args) or 0
+    except BrokenPipeError:  # the reader went away (`| head`): what it read is all it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush has nowhere to fail
+        return 141  # what a shell reports for a command its pipe's reader closed on (128 + SIGPIPE)
     except (ToolScoutError, ValueError, KeyError, FileNotFoundError, OSError) as exc:
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
         print(f"toolscout {args.command}: error: {message}", file=sys.stderr)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -13,6 +14,8 @@ from pydantic import (
     WithJsonSchema,
     model_validator,
 )
+
+from pydantic_core import PydanticCustomError
 
 from ..tool import Tool
 
@@ -31,13 +34,23 @@ def _int(ge: int, le: int) -> Any:
 # schema's pattern and the server agree on every character (JavaScript's \s is a different set).
 WHITESPACE = "\t\n\x0b\x0c\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
 NOT_BLANK = f"[^{WHITESPACE}]"
+
+
+def _not_blank(value: str) -> str:
+    if not value.strip():  # str.strip's white space is WHITESPACE: the schema's pattern says the same
+        raise PydanticCustomError("blank", "must hold more than white space")
+    return value
+
+
+# the schema states the rule as a pattern; the check is Python's own (the same characters), so that a 422
+# names the field with a message people read instead of a character class
 SAYS_NOT_BLANK = Field(json_schema_extra={"pattern": NOT_BLANK})
+NOT_BLANK_CHECK = AfterValidator(_not_blank)
 CatalogFormat = Literal["openai", "anthropic", "mcp", "openapi"]  # the ones a JSON body can hold
 
 # a task may be as long as the body allows (a whole conversation, an image in it): search reads the part
 # that matters and says when it cut the rest (`truncated`, toolscout.conversation.focus)
-# the schema states the rule; the service checks it (toolscout.hits), with its own message
-Text = Annotated[str, StringConstraints(min_length=1, max_length=1 << 20), SAYS_NOT_BLANK]
+Text = Annotated[str, StringConstraints(min_length=1, max_length=1 << 20), SAYS_NOT_BLANK, NOT_BLANK_CHECK]
 MAX_ID_CHARS = 512  # a tool id: what a write may name is what feedback may name
 Ident = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ID_CHARS)]
 
@@ -95,7 +108,7 @@ class SearchRequest(_Strict):
 class ToolFields(_Strict):
     """A tool record without its id (the body of PUT /tools/{id}, whose path names the tool)."""
 
-    name: Annotated[str, StringConstraints(min_length=1, max_length=256), SAYS_NOT_BLANK]
+    name: Annotated[str, StringConstraints(min_length=1, max_length=256), SAYS_NOT_BLANK, NOT_BLANK_CHECK]
     description: str = Field("", max_length=20000)
     parameters: dict[str, Any] | None = None
     returns: dict[str, Any] | None = None
@@ -127,7 +140,7 @@ class ToolFields(_Strict):
 class ToolIn(ToolFields):
     """A tool record (the fields of `toolscout.Tool`). `id` defaults to `namespace.name` (or `name`)."""
 
-    id: Annotated[Ident, SAYS_NOT_BLANK] | None = None
+    id: Annotated[Ident, SAYS_NOT_BLANK, NOT_BLANK_CHECK] | None = None
 
 
 # Every catalog format read over HTTP is a JSON object, or a non-empty array of objects (tools, servers).
@@ -170,7 +183,7 @@ class DeleteRequest(_Strict):
 class FeedbackIn(_Strict):
     """One report of tool use: the task and the tools that served it."""
 
-    query: Annotated[str, StringConstraints(min_length=1, max_length=20000), SAYS_NOT_BLANK] = Field(
+    query: Annotated[str, StringConstraints(min_length=1, max_length=20000), SAYS_NOT_BLANK, NOT_BLANK_CHECK] = Field(
         description="The task the agent was given (as it searched for it).")
     tool_ids: list[Ident] = Field(min_length=1, max_length=64, description="The tools that served it.")
     source: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = Field(
