@@ -1,0 +1,19 @@
+"""The README's Python example runs as written (against the bundled petstore API as its `openapi.yaml`)."""
+
+import re
+import shutil
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_readmes_python_example_runs_as_written(tmp_path, monkeypatch, capsys):
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Use it from Python", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    shutil.copy(ROOT / "src" / "toolscout" / "data" / "catalogs" / "petstore_openapi.yaml", tmp_path / "openapi.yaml")
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, "README.md (Use it from Python)", "exec"), {})
+    printed = capsys.readouterr().out.splitlines()
+    assert len(printed) == 5 and printed[0].split()[:2] == ["1", "findPetsByStatus"], printed
+    assert (tmp_path / "my-index" / "CURRENT").exists()
