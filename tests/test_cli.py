@@ -233,6 +233,15 @@ def test_eval_plot_without_matplotlib_is_refused_before_the_evaluation(capsys, t
     assert not out_json.exists()  # nothing was evaluated
 
 
+def test_eval_plot_to_a_format_matplotlib_cannot_write_is_refused_before_the_evaluation(capsys, tmp_path):
+    pytest.importorskip("matplotlib", reason="plots need the [plot] extra")
+    out_json = tmp_path / "m.json"
+    code, _, err = run(capsys, "eval", EVAL_SETS / "alpha", "--retriever", "bm25", "--json", out_json,
+                       "--plot", tmp_path / "p.txt", "--quiet")
+    assert code == 1 and f"--plot {tmp_path / 'p.txt'}: matplotlib writes " in err and "png" in err, err
+    assert not out_json.exists()  # nothing was evaluated
+
+
 def test_eval_says_what_it_skipped_on_stderr_and_in_the_json(capsys, tmp_path):
     """beta's b9 has no labels and gamma_corpus has no queries.jsonl: both are left out, and said so."""
     out_json = tmp_path / "r.json"

@@ -281,8 +281,20 @@ def test_cli_learn_imports_logs_forgets_sources_and_refuses_a_served_directory(e
     with ToolService.open(folder):
         assert main(["learn", str(folder), str(log)]) == 1
     assert "another toolscout server is serving this directory" in capsys.readouterr().err
+    (tmp_path / "empty.jsonl").write_text("")
+    assert main(["learn", str(folder), str(tmp_path / "empty.jsonl")]) == 0
+    assert f"no feedback events in {tmp_path / 'empty.jsonl'}: nothing learned" in capsys.readouterr().err
     # frozen: events a log dates before the freeze would be learned at once, so the import is refused
     assert main(["learning", "freeze", str(folder)]) == 0
+    assert capsys.readouterr().err.startswith("freeze: learning is frozen since ")
+    pets = tmp_path / "pets"
+    assert main(["index", str(SAMPLE.parent / "petstore_openapi.yaml"), "--out", str(pets), "--retriever", "bm25"]) == 0
+    capsys.readouterr()
+    assert main(["learning", "weight", str(pets), "swagger-petstore-openapi-3-0", "0.5"]) == 0  # one it has
+    said = capsys.readouterr().err
+    assert "weights set by hand: 'swagger-petstore-openapi-3-0' 0.50" in said and "warning" not in said, said
+    assert main(["learning", "weight", str(pets), "swagger-petstore", "0.5"]) == 0
+    assert "warning: no tool is in namespace 'swagger-petstore' now (a typo?)" in capsys.readouterr().err
     old = tmp_path / "old.jsonl"
     old.write_text(json.dumps({"query": "remind me to call Bo", "tool_ids": ["apibank::AddReminder"],
                                "time": 1_000_000_000}) + "\n")

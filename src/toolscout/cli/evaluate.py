@@ -51,8 +51,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from ..errors import require
     from ..eval import evaluate, format_table, plot_reports
 
-    if args.plot:  # a lean install has no matplotlib: said before the evaluation, not after it
+    if args.plot:  # a lean install has no matplotlib, and a format it cannot write: said before the evaluation
         require("matplotlib", feature="plotting evaluation reports (--plot)", extra="plot")
+        from matplotlib.figure import Figure
+
+        kinds = Figure().canvas.get_supported_filetypes()
+        kind = Path(args.plot).suffix.lstrip(".").lower()
+        if kind not in kinds:
+            raise ValueError(f"--plot {args.plot}: matplotlib writes {', '.join(sorted(kinds))}; name the file "
+                             "with one of those endings (FILE.png)")
     for flag, path in (("--json", args.json), ("--plot", args.plot)):  # before the evaluation, not after it
         if path:
             try:

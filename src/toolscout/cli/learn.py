@@ -53,6 +53,8 @@ def cmd_learn(args: argparse.Namespace) -> int:
         raise ValueError("give the pipeline directory (DIR) or --store postgresql://...")
     events = [replace(e, source=args.source) if e.source == DEFAULT_SOURCE else e
               for log in args.logs for e in events_from_jsonl(log)]  # every log is read before anything changes
+    if args.logs and not events:
+        print(f"no feedback events in {', '.join(map(str, args.logs))}: nothing learned", file=sys.stderr)
     service = ToolService.open(target, batch_workers=0, limits=FeedbackLimits(rate=None, volume=None))
     try:
         if events:
@@ -139,10 +141,28 @@ def cmd_learning(args: argparse.Namespace) -> int:
                   f"{datetime.fromtimestamp(before, timezone.utc).isoformat()}", file=sys.stderr)
         else:
             freeze = {"freeze": True, "unfreeze": False}.get(args.verb)
-            print(json.dumps(target.settings(weights, freeze)), file=sys.stderr)
+            print(said_settings(target.settings(weights, freeze), args.verb), file=sys.stderr)
+            if weights and weights[args.namespace] is not None and args.namespace != "*" and \
+                    args.namespace not in target.namespaces():
+                print(f"warning: no tool is in namespace {args.namespace!r} now (a typo?); its weight applies to "
+                      "tools added there later", file=sys.stderr)
     finally:
         target.close()
     return 0
+
+
+def said_settings(settings: dict, verb: str) -> str:
+    """What `weight`, `freeze` or `unfreeze` left learning's settings at, in words."""
+    frozen = settings.get("frozen_at")
+    state = "learning is frozen since " + _when(frozen) + " (taught events are recorded and scored, not learned)" \
+        if frozen is not None else "learning is on"
+    weights = settings.get("weights") or {}
+    hand = ", ".join(f"{'every other namespace' if ns == '*' else repr(ns)} {w:.2f}" for ns, w in sorted(weights.items()))
+    return f"{verb}: {state}; weights set by hand: {hand or 'none (every namespace automatic)'}"
+
+
+def _when(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, timezone.utc).isoformat(timespec="seconds")
 
 
 def parse_time(text: str) -> float:
@@ -213,6 +233,14 @@ class LearningTarget:
         if self.url:
             return self._http("POST", "/learning", {"weights": weights, "freeze": freeze})
         return self.service.set_learning(weights=weights, freeze=freeze)
+
+    def namespaces(self) -> set[str]:
+        """The namespaces the target's catalog holds tools in (that the token may see)."""
+        if self.url:
+            return set(self._http("GET", "/namespaces")["namespaces"])
+        if self.pipeline is not None:
+            return {t.namespace or "" for t in self.pipeline.tools}
+        return set(self.service.namespaces())
 
     def rollback(self, before: float) -> int:
         if self.url:
