@@ -218,6 +218,25 @@ def _run_gateway(config: Path, index: Path, *flags: str):
                           capture_output=True, text=True, timeout=120, env=stdio_env())
 
 
+def test_a_search_made_through_the_owner_that_quit_teaches_the_call_made_after_the_take_over(tmp_path):
+    config = config_for(tmp_path)
+    first, second = Host(config, tmp_path, "first", "legacy"), Host(config, tmp_path, "second", "legacy")
+
+    async def session():
+        async with anyio.create_task_group() as hosts:
+            await hosts.start(first.run)
+            await hosts.start(second.run)
+            assert (await second.search("echo the text back", k=3))[0] == "alpha.echo"  # the first serves it
+            await first.quit()  # the second's gateway takes the index over
+            assert (await second.call("alpha.echo", text="after"))["arguments"] == {"text": "after"}
+            assert (await second.call("alpha.pid"))["ppid"] == second.pid == owner_pid(tmp_path)
+            await second.quit()
+
+    anyio.run(session)
+    echoed = {source: [u.query for u in usages] for source, usages in taught(tmp_path).usage("alpha.echo")}
+    assert echoed == {f"session:local:{second.pid}": ["echo the text back"]}  # its own search, its own source
+
+
 def test_a_call_in_flight_when_the_owner_is_killed_gets_an_error_and_the_host_goes_on(tmp_path):
     from mcp.shared.exceptions import MCPError
 

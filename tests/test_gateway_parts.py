@@ -234,6 +234,17 @@ def test_a_search_takes_feedback_for_window_calls_only():
         CallAttribution("first")
 
 
+def test_resumed_searches_are_the_sessions_own_with_the_calls_they_already_took():
+    rule = CallAttribution("holding", window=2)  # a host's searches, as the previous owner of the index saw them
+    rule.resume("local:7", [("book a flight", ["flights.book"], 2), ("send a mail", ["mail.send"], 0)])
+    assert rule.called("s", "mail.send") is None  # another session's call: not theirs
+    assert rule.called("local:7", "flights.book") is None  # two calls since, at the previous owner: past the window
+    assert rule.called("local:7", "mail.send") == "send a mail"
+    off = CallAttribution("off")
+    off.resume("local:7", [("send a mail", ["mail.send"], 0)])
+    assert off.called("local:7", "mail.send") is None
+
+
 class _Recorder:
     """A service that records each batch of feedback it is given, and refuses any batch holding a call of
     `over_limit` (as the service's feedback limits refuse a batch: nothing counted)."""

@@ -10,7 +10,9 @@ is attributed to one of them, and becomes the feedback event (that search's task
 - "off": calls teach nothing (explicit `record_tool_use` and `/feedback` still do).
 
 A session is one client's: its MCP session, else its token (docs/gateway.md), so one client's calls only
-ever teach that client's searches. How the window was chosen, on simulated agents over the train splits:
+ever teach that client's searches. A host whose gateway attached to another (bridge.py) brings the searches
+it made through the previous owner of the index to the next one (`resume`): still its own, under its own
+session. How the window was chosen, on simulated agents over the train splits:
 docs/gateway.md.
 """
 
@@ -58,6 +60,17 @@ class CallAttribution:
             return
         with self._lock:
             self._session(session).searches.append(_Search(task, frozenset(found)))
+
+    def resume(self, session: str, searches: Iterable[tuple[str, Iterable[str], int]]) -> None:
+        """`session`'s searches as another gateway saw them, oldest first: (task, tools found, calls since); they
+        replace what this one remembers of the session (a host attached to the previous owner of the index goes
+        on here, and its next calls answer the searches it made there)."""
+        if self.rule == "off":
+            return
+        with self._lock:
+            kept = self._session(session).searches
+            kept.clear()
+            kept.extend(_Search(task, frozenset(found), max(0, calls)) for task, found, calls in searches)
 
     def called(self, session: str, tool_id: str) -> str | None:
         """The task `session`'s call of `tool_id` served, by the rule; None when no remembered search fits."""

@@ -10,7 +10,10 @@ speaks. The bridge keeps just enough to survive the owner's going:
 - the owner's requests to the host (elicitation, pings): the host's answers to a previous owner are dropped;
 - the host's `initialize` and `notifications/initialized` (2025 protocol), replayed to the next owner under a
   request id of the bridge's own (whose answer the host never sees), so the host's session goes on as it was.
-  A 2026-protocol host carries its protocol in every request: there is nothing to replay.
+  A 2026-protocol host carries its protocol in every request: there is nothing to replay;
+- the host's latest searches, as their answers pass (task, tools found, calls since), handed to the next owner
+  when attaching to it (`hosts.attach`): what the host learns by calling a tool that a search made through the
+  previous owner returned is not lost at a take-over, and it stays the host's own (attribution.py).
 
 When the owner's connection drops, the bridge takes the index's lock if it can and becomes the owner: it
 opens the index and starts the upstreams (in a worker thread, then in its event loop), serves other hosts
@@ -27,8 +30,9 @@ import math
 import os
 import signal
 import sys
+from collections import deque
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable
 
@@ -36,7 +40,8 @@ import anyio
 import anyio.to_thread
 
 from ..errors import ToolScoutError
-from .hosts import AttachFailed, Endpoint, IndexLock, attach, serve_hosts
+from .attribution import SEARCHES_KEPT
+from .hosts import FOUND_KEPT, AttachFailed, Endpoint, IndexLock, attach, serve_hosts
 
 logger = logging.getLogger(__name__)
 ATTACH_WITHIN_S = 120.0  # the longest a host's messages wait for a gateway to serve the index
@@ -51,6 +56,15 @@ class _Link:
     reader: Any  # asyncio.StreamReader
     writer: Any  # asyncio.StreamWriter
     pid: int
+
+
+@dataclass
+class _Seen:
+    """A search of the host's, as its answer passed: its task, the tools it found, the host's calls since."""
+
+    task: str
+    found: list[str]
+    calls: int = 0
 
 
 @dataclass
@@ -78,6 +92,9 @@ class Bridge:
         self.initialize: dict | None = None  # the host's initialize request (2025 protocol)
         self.initialized: str | None = None  # its notifications/initialized line
         self.replayed: set[str] = set()  # ids of the initialize requests the bridge replayed
+        self.searching: dict[Any, str] = {}  # the host's search_tools requests in flight: id -> task
+        self.calling: set[Any] = set()  # its other tools/call requests in flight (calls of upstream tools)
+        self.searches: deque[_Seen] = deque(maxlen=SEARCHES_KEPT)  # its latest searches, for the next owner
         self.out: Any = None  # the host's stdout (text writer)
         self._host_send: Any = None  # the host's lines, read as they come, relayed to whichever owner serves
         self._host_receive: Any = None
@@ -140,7 +157,7 @@ class Bridge:
             endpoint = Endpoint.read(self.folder)
             if endpoint is not None:
                 try:
-                    reader, writer, pid = await attach(endpoint)
+                    reader, writer, pid = await attach(endpoint, [asdict(seen) for seen in self.searches])
                     return await self._greet(_Link(reader, writer, pid))
                 except (AttachFailed, OSError) as exc:  # not serving yet, or gone already
                     why = str(exc)
@@ -236,11 +253,47 @@ class Bridge:
             self.pending[request_id] = str(method)
             if method == "initialize":
                 self.initialize = message
+            elif method == "tools/call":
+                self._note_call(request_id, message.get("params"))
         elif method == "notifications/initialized":
             self.initialized = line if line.endswith("\n") else line + "\n"
         elif method == "notifications/cancelled" and isinstance(message.get("params"), dict):
-            self.pending.pop(_id(message["params"].get("requestId")), None)  # no answer comes, nor is one owed
+            self._forget(_id(message["params"].get("requestId")))  # no answer comes, nor is one owed
         return True
+
+    def _note_call(self, request_id: Any, params: Any) -> None:
+        """A tools/call of the host's: a search (its task kept until its answer), or a call of a tool."""
+        params = params if isinstance(params, dict) else {}
+        arguments = params.get("arguments") if isinstance(params.get("arguments"), dict) else {}
+        if params.get("name") == "search_tools":
+            if isinstance(arguments.get("task"), str):
+                self.searching[request_id] = arguments["task"]
+        elif params.get("name") != "record_tool_use":
+            self.calling.add(request_id)
+
+    def _noted_answer(self, request_id: Any, message: dict) -> None:
+        """The owner answered a request of the host's: a search's result is kept, and a call's counts against
+        the searches before it (the owner's attribution window). Every result of a call counts, the
+        gateway's own refusals too (which the owner does not count): a search may leave the window a little
+        early, never late."""
+        task = self.searching.pop(request_id, None)
+        called = request_id in self.calling
+        self.calling.discard(request_id)
+        result = message.get("result")
+        if not isinstance(result, dict):
+            return
+        if task is not None and not result.get("isError"):
+            found = _found(result)
+            if found is not None:
+                self.searches.append(_Seen(task, found))
+        elif called:
+            for seen in self.searches:
+                seen.calls += 1
+
+    def _forget(self, request_id: Any) -> None:
+        self.pending.pop(request_id, None)
+        self.searching.pop(request_id, None)
+        self.calling.discard(request_id)
 
     def _from_owner(self, line: str) -> bool:
         """Note a message of the owner's on its way to the host; False: keep it (the answer to a replay)."""
@@ -257,6 +310,7 @@ class Bridge:
             self.replayed.discard(request_id)
             return False
         self.pending.pop(request_id, None)
+        self._noted_answer(request_id, message)
         return True
 
     async def _fail_pending(self, pid: int) -> None:
@@ -270,6 +324,8 @@ class Bridge:
             await self.out.write(json.dumps({"jsonrpc": "2.0", "id": request_id, "error": error}) + "\n")
         await self.out.flush()
         self.pending.clear()
+        self.searching.clear()
+        self.calling.clear()
         self.asked.clear()
         self.replayed.clear()
 
@@ -282,6 +338,19 @@ async def _write(link: _Link, line: str) -> None:
 def _id(value: Any) -> str | int | None:
     """A JSON-RPC id as the bridge keeps it (None: none, or not one the protocol allows)."""
     return value if isinstance(value, (str, int)) and not isinstance(value, bool) else None
+
+
+def _found(result: dict) -> list[str] | None:
+    """The ids of the tools a search_tools result holds (its structured content, else its text), or None."""
+    content = result.get("structuredContent")
+    if not isinstance(content, dict):
+        blocks = result.get("content")
+        text = blocks[0].get("text") if isinstance(blocks, list) and blocks and isinstance(blocks[0], dict) else None
+        content = _message(text) if isinstance(text, str) else None
+    tools = content.get("tools") if isinstance(content, dict) else None
+    if not isinstance(tools, list):
+        return None
+    return [t["id"] for t in tools[:FOUND_KEPT] if isinstance(t, dict) and isinstance(t.get("id"), str)]
 
 
 def _message(line: str) -> dict | None:

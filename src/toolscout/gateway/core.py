@@ -308,6 +308,12 @@ class Gateway:
     def searched(self, session: str, task: str, hits: list[Hit]) -> None:
         self.attribution.searched(session, task, [h.tool.id for h in hits])
 
+    def resume_session(self, session: str, searches: list[tuple[str, list[str], int]]) -> None:
+        """A host whose session went on from the previous owner of the index (hosts.py): the searches it made
+        there, so that its calls here still teach them (attribution.py)."""
+        if searches:
+            self.attribution.resume(session, searches)
+
     # calls -------------------------------------------------------------------------------------
     def resolve(self, name: str, principal: Principal) -> Tool:
         """The tool `name` means: its id, or a bare tool name that only one tool the caller sees carries.

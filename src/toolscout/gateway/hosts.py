@@ -13,8 +13,12 @@ when that one is too long for a socket address) is made 0600, and a connection m
 random token of `INDEX/gateway.attach` (a 0600 file naming the socket and the owner's pid), which changes
 with each owner. The wire is line-delimited JSON-RPC, as over stdio, after one line each way:
 
-    attaching gateway → owner   {"toolscout": "attach", "token": T, "pid": P}
+    attaching gateway → owner   {"toolscout": "attach", "token": T, "pid": P, "searches": S}
     owner → attaching gateway   {"toolscout": "attached", "pid": OWNER}, or {"toolscout": "refused", "reason": R}
+
+`searches` (optional): the host's searches as they passed through its gateway to the previous owner,
+`[{"task", "found": [ids], "calls": n}]`, oldest first: the next owner gives them to the host's session, so
+a call made after a take-over teaches the search that returned the tool (attribution.py).
 
 Each attached host is a session and a feedback source of its own (`session:local:P`, `mcp_server.py`).
 """
@@ -37,6 +41,7 @@ from typing import Any
 import anyio
 
 from ..errors import ToolScoutError
+from .attribution import SEARCHES_KEPT
 from .stdio import LINE_LIMIT
 
 logger = logging.getLogger(__name__)
@@ -45,6 +50,8 @@ ENDPOINT_FILE = "gateway.attach"
 SOCKET_FILE = "gateway.sock"
 RUNTIME_FILES = (LOCK_FILE, ENDPOINT_FILE, SOCKET_FILE)  # what a running gateway adds to its index folder
 HELLO_TIMEOUT_S = 5.0
+FOUND_KEPT = 50  # tools of one carried search (search_tools returns 50 at most)
+TASK_KEPT = 20_000  # characters of a carried search's task (as much as feedback keeps)
 _SOCKET_PATH_MAX = 100  # bytes of a unix socket's path (the address holds 104 to 108, by system)
 
 
@@ -170,7 +177,7 @@ async def _serve_host(mcp: Any, endpoint: Endpoint, reader: asyncio.StreamReader
         pid = int(hello.get("pid", 0))
         await _send(writer, {"toolscout": "attached", "pid": os.getpid()})
         logger.info("the host of gateway pid %d attached (session local:%d)", pid, pid)
-        await mcp.run_local(reader, writer, pid)
+        await mcp.run_local(reader, writer, pid, carried_searches(hello.get("searches")))
     except (TimeoutError, ValueError, OSError) as exc:
         logger.info("an attaching gateway%s was dropped: %s", f" (pid {pid})" if pid else "", exc or type(exc).__name__)
     finally:
@@ -179,14 +186,34 @@ async def _serve_host(mcp: Any, endpoint: Endpoint, reader: asyncio.StreamReader
             logger.info("the host of gateway pid %d left", pid)
 
 
-async def attach(endpoint: Endpoint) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, int]:
-    """Connect to an owner and say hello; (reader, writer, the owner's pid). AttachFailed otherwise."""
+def carried_searches(value: Any) -> list[tuple[str, list[str], int]]:
+    """The searches of an attaching gateway's hello, as (task, found, calls): what is not one is left out (it
+    comes from this user's own gateway, but a host's session is no place for a malformed search)."""
+    if not isinstance(value, list):
+        return []
+    searches = []
+    for item in value[-SEARCHES_KEPT:]:
+        if not isinstance(item, dict):
+            continue
+        task, found, calls = item.get("task"), item.get("found"), item.get("calls")
+        if isinstance(task, str) and isinstance(found, list) and isinstance(calls, int):
+            searches.append((task[:TASK_KEPT], [f for f in found[:FOUND_KEPT] if isinstance(f, str)], calls))
+    return searches
+
+
+async def attach(endpoint: Endpoint, searches: list[dict] | None = None
+                 ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, int]:
+    """Connect to an owner and say hello (with the host's `searches` through the previous owner, if any);
+    (reader, writer, the owner's pid). AttachFailed otherwise."""
     try:
         reader, writer = await asyncio.open_unix_connection(endpoint.socket, limit=LINE_LIMIT)
     except OSError as exc:
         raise AttachFailed(f"no gateway answers at {endpoint.socket} ({exc.strerror or exc})") from None
+    hello = {"toolscout": "attach", "token": endpoint.token, "pid": os.getpid()}
+    if searches:
+        hello["searches"] = searches
     try:
-        await _send(writer, {"toolscout": "attach", "token": endpoint.token, "pid": os.getpid()})
+        await _send(writer, hello)
         with anyio.fail_after(HELLO_TIMEOUT_S):
             answer = _parse(await reader.readline())
     except (TimeoutError, ValueError, OSError) as exc:

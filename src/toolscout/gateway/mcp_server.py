@@ -216,15 +216,17 @@ class GatewayMcp(ToolSearchMcp):
         finally:
             _HOST.reset(serving)
 
-    async def run_local(self, reader: Any, writer: Any, pid: int) -> None:
+    async def run_local(self, reader: Any, writer: Any, pid: int,
+                        searches: list[tuple[str, list[str], int]] = ()) -> None:
         """Serve a host attached over the index's socket (asyncio streams; `hosts.py`) until it leaves, as the
         stdio host is served, but as a session and feedback source of its own: `local:PID` (the process that
-        bridges that host), `session:local:PID`."""
+        bridges that host), `session:local:PID`. `searches`: those it made through the previous owner."""
         from mcp.server.stdio import stdio_server
 
         from .stdio import stream_pipes
 
         name = f"local:{pid}"
+        self.gateway.resume_session(name, list(searches))
         serving = _HOST.set(_Host(dataclasses.replace(self.stdio_principal, name=name, source=f"session:{name}"), name))
         try:
             async with stream_pipes(reader, writer, self) as (lines, out), stdio_server(lines, out) as (read, write):
