@@ -44,11 +44,13 @@ TAUGHT = {"rain": "desk.stock_quote", "mail": "desk.send_email", "calendar": "de
 
 class Host:
     """An MCP host (the SDK's client) running `toolscout gateway CONFIG` over stdio, in a task of its own, so
-    hosts start and quit in any order. `pid` is its gateway's process id."""
+    hosts start and quit in any order. `pid` is its gateway's process id; `log`, where its stderr goes (if not the
+    test's own)."""
 
-    def __init__(self, config: Path, folder: Path, name: str, mode: str = "auto"):
-        self.pid_file = folder / f"{name}.pid"
-        command = f'echo $$ > "{self.pid_file}"; exec "$0" "$@"'  # the gateway's pid, then the gateway itself
+    def __init__(self, config: Path, folder: Path, name: str, mode: str = "auto", log: Path | None = None):
+        self.pid_file, self.log = folder / f"{name}.pid", log
+        # the gateway's pid, then the gateway itself
+        command = f'echo $$ > "{self.pid_file}"; exec "$0" "$@"' + (f' 2>>"{log}"' if log else "")
         self.params = StdioServerParameters(command="sh", args=[
             "-c", command, sys.executable, "-m", "toolscout", "gateway", str(config), "--index",
             str(folder / "index"), "--no-fsync",
@@ -237,6 +239,48 @@ def test_a_search_made_through_the_owner_that_quit_teaches_the_call_made_after_t
     assert echoed == {f"session:local:{second.pid}": ["echo the text back"]}  # its own search, its own source
 
 
+async def logged(host: Host, words: str, within: float = 60.0) -> None:
+    """Wait until the host's gateway says `words` on its stderr."""
+    with anyio.fail_after(within):
+        while not (host.log.exists() and words in host.log.read_text()):
+            await anyio.sleep(0.05)  # polling the log for the line itself
+
+
+def test_requests_sent_while_the_owner_quits_wait_for_the_next_and_a_call_it_cut_says_if_calling_again_is_safe(
+        tmp_path):
+    config = config_for(tmp_path)
+    first = Host(config, tmp_path, "first", "legacy")
+    second = Host(config, tmp_path, "second", "legacy", log=tmp_path / "second.log")
+
+    async def session():
+        async with anyio.create_task_group() as hosts:
+            await hosts.start(first.run)
+            await hosts.start(second.run)
+            assert (await second.call("alpha.pid"))["ppid"] == first.pid
+            sleeping, cut = anyio.Event(), []
+
+            async def started(progress, total, message):
+                sleeping.set()
+
+            async def long_call():
+                cut.append(await second.client.call_tool(
+                    "call_tool", {"name": "alpha.sleep", "arguments": {"seconds": 60}}, progress_callback=started))
+
+            hosts.start_soon(long_call)
+            await sleeping.wait()
+            hosts.start_soon(first.quit)  # the first stops: its calls in flight get their grace, then are cut
+            await logged(second, f"the gateway served by pid {first.pid} stops")
+            # sent while the first still stops (the long call is in its grace): it waits for the next owner
+            with anyio.fail_after(120):
+                assert (await second.call("alpha.pid"))["ppid"] == second.pid == owner_pid(tmp_path)
+            text = cut[0].content[0].text
+            assert cut[0].is_error and f"(pid {first.pid}) stopped while the call of alpha.sleep ran" in text
+            assert "call it again only if running it twice is safe" in text and "shutting down" not in text
+            await second.quit()
+
+    anyio.run(session)
+
+
 def test_a_call_in_flight_when_the_owner_is_killed_gets_an_error_and_the_host_goes_on(tmp_path):
     from mcp.shared.exceptions import MCPError
 
@@ -258,7 +302,8 @@ def test_a_call_in_flight_when_the_owner_is_killed_gets_an_error_and_the_host_go
                 os.kill(first.pid, signal.SIGKILL)  # the owner dies with the call in flight
 
             hosts.start_soon(kill_when_sleeping)
-            with pytest.raises(MCPError, match=f"pid {first.pid}.* stopped before it answered tools/call"):
+            with pytest.raises(MCPError, match=f"pid {first.pid}.* stopped before it answered tools/call.*"
+                                                "only if running it twice is safe"):
                 await second.client.call_tool("call_tool", {"name": "alpha.sleep", "arguments": {"seconds": 5}},
                                               progress_callback=started)
             assert await second.searches_and_calls() == second.pid == owner_pid(tmp_path)  # it took over

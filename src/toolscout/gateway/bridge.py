@@ -6,7 +6,10 @@ Messages pass line by line, unchanged, both ways: every request, notification an
 speaks. The bridge keeps just enough to survive the owner's going:
 
 - the host's requests the owner has not answered yet: when the owner's connection drops, each gets an error
-  that says so (`-32603`, "try again"), never silence;
+  that says so (`-32603`), never silence: "try again", or for a call of a tool, which may have run, "call
+  it again only if running it twice is safe" (a call is never re-sent: it may have acted);
+- the host's requests sent once the owner said it stops (`hosts.LEAVING`): held, and sent to the next owner
+  (the bridge answers `hosts.QUIET`, after which it sends the stopping owner answers and cancellations only);
 - the owner's requests to the host (elicitation, pings): the host's answers to a previous owner are dropped;
 - the host's `initialize` and `notifications/initialized` (2025 protocol), replayed to the next owner under a
   request id of the bridge's own (whose answer the host never sees), so the host's session goes on as it was.
@@ -41,7 +44,7 @@ import anyio.to_thread
 
 from ..errors import ToolScoutError
 from .attribution import SEARCHES_KEPT
-from .hosts import FOUND_KEPT, AttachFailed, Endpoint, IndexLock, attach, serve_hosts
+from .hosts import FOUND_KEPT, LEAVING, QUIET, AttachFailed, Endpoint, IndexLock, attach, serve_hosts
 
 logger = logging.getLogger(__name__)
 ATTACH_WITHIN_S = 120.0  # the longest a host's messages wait for a gateway to serve the index
@@ -56,6 +59,7 @@ class _Link:
     reader: Any  # asyncio.StreamReader
     writer: Any  # asyncio.StreamWriter
     pid: int
+    leaving: bool = False  # it said it stops: the host's requests wait for the next owner
 
 
 @dataclass
@@ -95,6 +99,7 @@ class Bridge:
         self.searching: dict[Any, str] = {}  # the host's search_tools requests in flight: id -> task
         self.calling: set[Any] = set()  # its other tools/call requests in flight (calls of upstream tools)
         self.searches: deque[_Seen] = deque(maxlen=SEARCHES_KEPT)  # its latest searches, for the next owner
+        self.held: deque[str] = deque()  # its requests sent once the owner said it stops, for the next owner
         self.out: Any = None  # the host's stdout (text writer)
         self._host_send: Any = None  # the host's lines, read as they come, relayed to whichever owner serves
         self._host_receive: Any = None
@@ -215,6 +220,9 @@ class Bridge:
                         line = b""
                     if not line:
                         break
+                    if line == LEAVING:
+                        await self._owner_leaving(link)
+                        continue
                     text = line.decode("utf-8", errors="replace")
                     if self._from_owner(text):
                         await self.out.write(text)
@@ -224,12 +232,12 @@ class Bridge:
 
             async def from_host() -> None:
                 nonlocal host_left
+                while self.held and not link.leaving:  # what waited for this owner goes first, in order
+                    if not await self._pass_on(link, self.held.popleft()):
+                        return
                 async for line in self._host_receive:
-                    if self._from_host(line):
-                        try:
-                            await _write(link, line)
-                        except OSError:
-                            return  # the owner is gone: from_owner hears it too
+                    if not await self._pass_on(link, line):
+                        return  # the owner is gone: from_owner hears it too
                 host_left = True
                 relay.cancel_scope.cancel()
 
@@ -237,6 +245,46 @@ class Bridge:
             relay.start_soon(from_host)
         link.writer.close()
         return host_left
+
+    async def _owner_leaving(self, link: _Link) -> None:
+        """The owner stops: from now on the host's requests wait for the next owner; the owner is told no
+        request follows (`_pass_on` holds them from the moment `leaving` is set: no request passes it)."""
+        link.leaving = True
+        say(f"the gateway served by pid {link.pid} stops: this host's requests wait for the gateway that takes "
+            "the index over")
+        try:
+            await _write(link, QUIET.decode())
+        except OSError:
+            pass  # gone already: from_owner hears it
+
+    async def _pass_on(self, link: _Link, line: str) -> bool:
+        """Relay one line of the host's to the owner, or hold it for the next owner (a request, while this one
+        stops); False when the owner is gone (a request written then fails with the others pending)."""
+        if link.leaving and _is_request(line):
+            self.held.append(line)
+            return True
+        if self.held and self._cancels_held(line):
+            return True
+        if not self._from_host(line):
+            return True
+        try:
+            await _write(link, line)
+        except OSError:
+            return False
+        return True
+
+    def _cancels_held(self, line: str) -> bool:
+        """Whether `line` cancels a held request: then both are dropped (a cancelled call is never sent)."""
+        message = _message(line)
+        params = message.get("params") if message is not None else None
+        if message is None or message.get("method") != "notifications/cancelled" or not isinstance(params, dict):
+            return False
+        cancelled = _id(params.get("requestId"))
+        for held in list(self.held):
+            if _id((_message(held) or {}).get("id")) == cancelled:
+                self.held.remove(held)
+                return True
+        return False
 
     def _from_host(self, line: str) -> bool:
         """Note a message of the host's on its way to the owner; False: drop it (an answer to a past owner)."""
@@ -314,13 +362,16 @@ class Bridge:
         return True
 
     async def _fail_pending(self, pid: int) -> None:
-        """The owner left: each request of the host's that it had not answered gets an error saying so."""
+        """The owner left: each request of the host's that it had not answered gets an error saying so, and
+        whether sending it again is safe (a call of a tool may have run before the owner went)."""
         for request_id, method in list(self.pending.items()):
             if method == "initialize":
                 self.initialize = None  # never answered: nothing to replay
+            again = ("call it again only if running it twice is safe (it may have run)" if request_id in self.calling
+                     else "try again")
             error = {"code": -32603, "message": f"the toolscout gateway that served this index (pid {pid}) stopped "
                                                 f"before it answered {method}; another gateway takes over the "
-                                                "index: try again"}
+                                                f"index: {again}"}
             await self.out.write(json.dumps({"jsonrpc": "2.0", "id": request_id, "error": error}) + "\n")
         await self.out.flush()
         self.pending.clear()
@@ -333,6 +384,11 @@ class Bridge:
 async def _write(link: _Link, line: str) -> None:
     link.writer.write(line.encode("utf-8") if line.endswith("\n") else (line + "\n").encode("utf-8"))
     await link.writer.drain()
+
+
+def _is_request(line: str) -> bool:
+    message = _message(line)
+    return message is not None and "method" in message and _id(message.get("id")) is not None
 
 
 def _id(value: Any) -> str | int | None:

@@ -25,8 +25,9 @@ see a tool's namespace can neither find nor call it.
   listed it or has a template that matches it). Listing them is a read; getting, reading, subscribing and
   completing act on a server, so they need a token as calls do. Their changes reach the interfaces through
   `listen`.
-- Shutdown (`shutdown`): new calls are refused, calls in flight get `SHUTDOWN_GRACE_S` to finish, then are
-  cancelled (upstream too); every caller gets an error that says so.
+- Shutdown (`shutdown`): the hooks given to `before_shutdown` run first (the hosts attached to this gateway
+  are told it stops), then new calls are refused, calls in flight get `SHUTDOWN_GRACE_S` to finish, then are
+  cancelled (upstream too); every caller gets an error that says so (`ShuttingDown`: whether the call ran).
 """
 
 from __future__ import annotations
@@ -70,7 +71,12 @@ Listener = Callable[[str, str, "str | None"], Awaitable[None]]
 
 
 class ShuttingDown(ServiceError):
-    """The gateway is stopping: a call is refused, or was cancelled in flight (its server was told)."""
+    """The gateway is stopping: a call is refused (`ran` False: nothing was done), or was cancelled in flight
+    (`ran` True: its server was told, and it may have acted already). `what`: the call, in words."""
+
+    def __init__(self, message: str, what: str = "", ran: bool = False):
+        super().__init__(message)
+        self.what, self.ran = what, ran
 
 
 @dataclass(frozen=True)
@@ -140,6 +146,7 @@ class Gateway:
         self._calls: set[anyio.CancelScope] = set()  # calls in flight, cancelled at shutdown
         self._closing = False
         self._drained: Any = None  # an anyio.Event while shutting down
+        self._before_shutdown: list[Callable[[], Awaitable[None]]] = []
         enabled = [u for u in self.upstreams.values() if u.name not in options.disabled]
         # upstreams not started yet, in the order they start (those a search needs first)
         self._queued = {u.name: u for u in sorted(enabled, key=lambda u: u.name in self._indexed)}
@@ -199,9 +206,17 @@ class Gateway:
         except Exception as exc:  # the others see it gone after listings.LIVE_S instead
             logger.warning("telling the other replicas this gateway stops failed: %s", exc)
 
+    def before_shutdown(self, hook: Callable[[], Awaitable[None]]) -> None:
+        """`hook()` is awaited once, when shutdown begins, before calls are refused (hosts.py tells the hosts
+        attached to this gateway, so that they send their next requests to the gateway that takes over)."""
+        self._before_shutdown.append(hook)
+
     async def shutdown(self, grace: float = SHUTDOWN_GRACE_S) -> None:
         """Refuse new calls; give those in flight `grace` seconds to finish, then cancel them (each caller gets
         a `ShuttingDown` error, and each server is told its call was cancelled)."""
+        hooks, self._before_shutdown = self._before_shutdown, []  # once, though shutdown may be asked twice
+        for hook in hooks:
+            await hook()
         self._closing = True
         if self._calls:
             self._drained = anyio.Event()
@@ -215,7 +230,7 @@ class Gateway:
         """Await one forwarded request, cancellable by `shutdown`."""
         if self._closing:
             work.close()  # type: ignore[attr-defined]  # a coroutine never started
-            raise ShuttingDown(f"the gateway is shutting down: {what} was not forwarded")
+            raise ShuttingDown(f"the gateway is shutting down: {what} was not forwarded", what)
         with anyio.CancelScope() as scope:
             self._calls.add(scope)
             try:
@@ -224,7 +239,7 @@ class Gateway:
                 self._calls.discard(scope)
                 if self._drained is not None and not self._calls:
                     self._drained.set()
-        raise ShuttingDown(f"the gateway is shutting down: {what} was cancelled (its server was told)")
+        raise ShuttingDown(f"the gateway is shutting down: {what} was cancelled (its server was told)", what, ran=True)
 
     async def index_listing(self, listing: Listing) -> None:
         """Bring the index in line with one upstream's listing: new and changed tools are embedded, tools

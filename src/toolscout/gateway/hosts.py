@@ -20,6 +20,12 @@ with each owner. The wire is line-delimited JSON-RPC, as over stdio, after one l
 `[{"task", "found": [ids], "calls": n}]`, oldest first: the next owner gives them to the host's session, so
 a call made after a take-over teaches the search that returned the tool (attribution.py).
 
+When the owner stops, before it refuses calls, it tells each attached gateway `{"toolscout": "leaving"}`; that
+one answers `{"toolscout": "quiet"}` and sends no request after it (its host's next requests wait for the
+next owner), and the owner waits for that word (`QUIET_WITHIN_S` at most): every request sent before it has
+been read, so it is answered (or refused, saying the call was not made) rather than lost with the
+connection. Answers and cancellations still pass both ways until the connection ends.
+
 Each attached host is a session and a feedback source of its own (`session:local:P`, `mcp_server.py`).
 """
 
@@ -50,6 +56,9 @@ ENDPOINT_FILE = "gateway.attach"
 SOCKET_FILE = "gateway.sock"
 RUNTIME_FILES = (LOCK_FILE, ENDPOINT_FILE, SOCKET_FILE)  # what a running gateway adds to its index folder
 HELLO_TIMEOUT_S = 5.0
+QUIET_WITHIN_S = 2.0  # how long a stopping owner waits for its attached gateways to stop sending requests
+LEAVING = b'{"toolscout": "leaving"}\n'  # owner -> attached gateway: it stops (its next requests go elsewhere)
+QUIET = b'{"toolscout": "quiet"}\n'  # attached gateway -> owner: no request follows this line
 FOUND_KEPT = 50  # tools of one carried search (search_tools returns 50 at most)
 TASK_KEPT = 20_000  # characters of a carried search's task (as much as feedback keeps)
 _SOCKET_PATH_MAX = 100  # bytes of a unix socket's path (the address holds 104 to 108, by system)
@@ -138,9 +147,11 @@ async def serve_hosts(mcp: Any, folder: Path, *, task_status: Any = anyio.TASK_S
     `run_local` serves one). Started once the socket listens and the endpoint file is written (with the
     `Endpoint`, or None when the socket could not be made: then this gateway serves its own host only)."""
     endpoint = Endpoint(socket_path(folder), secrets.token_urlsafe(32), os.getpid())
+    attached = _Attached()
+    mcp.gateway.before_shutdown(attached.leave)
     async with anyio.create_task_group() as connections:
         try:
-            server = await _listen(endpoint, connections, mcp)
+            server = await _listen(endpoint, connections, mcp, attached)
         except OSError as exc:
             logger.warning("other hosts cannot attach to this gateway: no socket at %s (%s)", endpoint.socket, exc)
             task_status.started(None)
@@ -155,16 +166,49 @@ async def serve_hosts(mcp: Any, folder: Path, *, task_status: Any = anyio.TASK_S
             connections.cancel_scope.cancel()
 
 
-async def _listen(endpoint: Endpoint, connections: Any, mcp: Any) -> Any:
+async def _listen(endpoint: Endpoint, connections: Any, mcp: Any, attached: "_Attached") -> Any:
     Path(endpoint.socket).unlink(missing_ok=True)  # a crashed owner's: the lock holder's to replace
     server = await asyncio.start_unix_server(
-        lambda reader, writer: connections.start_soon(_serve_host, mcp, endpoint, reader, writer),
+        lambda reader, writer: connections.start_soon(_serve_host, mcp, endpoint, attached, reader, writer),
         path=endpoint.socket, limit=LINE_LIMIT)
     os.chmod(endpoint.socket, 0o600)
     return server
 
 
-async def _serve_host(mcp: Any, endpoint: Endpoint, reader: asyncio.StreamReader,
+class _Attached:
+    """The attached gateways' connections, each with the event of its `QUIET` word (or its end)."""
+
+    def __init__(self) -> None:
+        self.quiet: dict[asyncio.StreamWriter, anyio.Event] = {}
+
+    async def leave(self) -> None:
+        """Tell each attached gateway this owner stops, and wait until each sent its last request (see the
+        module doc), `QUIET_WITHIN_S` at most: a gateway that does not answer holds up no shutdown."""
+        waiting = list(self.quiet.items())
+        for writer, _quiet in waiting:
+            if not writer.is_closing():
+                writer.write(LEAVING)
+        with anyio.move_on_after(QUIET_WITHIN_S):
+            for _writer, quiet in waiting:
+                await quiet.wait()
+
+
+class _QuietReader:
+    """An attached gateway's lines, less its `QUIET` word, which sets `quiet` (as does the connection's end)."""
+
+    def __init__(self, reader: asyncio.StreamReader, quiet: anyio.Event):
+        self.reader, self.quiet = reader, quiet
+
+    async def readline(self) -> bytes:
+        while True:
+            line = await self.reader.readline()
+            if line == QUIET or not line:
+                self.quiet.set()
+            if line != QUIET:
+                return line
+
+
+async def _serve_host(mcp: Any, endpoint: Endpoint, attached: _Attached, reader: asyncio.StreamReader,
                       writer: asyncio.StreamWriter) -> None:
     """One attached host: its gateway's hello (the token), then its MCP session until it leaves."""
     pid = None
@@ -177,10 +221,14 @@ async def _serve_host(mcp: Any, endpoint: Endpoint, reader: asyncio.StreamReader
         pid = int(hello.get("pid", 0))
         await _send(writer, {"toolscout": "attached", "pid": os.getpid()})
         logger.info("the host of gateway pid %d attached (session local:%d)", pid, pid)
-        await mcp.run_local(reader, writer, pid, carried_searches(hello.get("searches")))
+        quiet = attached.quiet[writer] = anyio.Event()
+        await mcp.run_local(_QuietReader(reader, quiet), writer, pid, carried_searches(hello.get("searches")))
     except (TimeoutError, ValueError, OSError) as exc:
         logger.info("an attaching gateway%s was dropped: %s", f" (pid {pid})" if pid else "", exc or type(exc).__name__)
     finally:
+        gone = attached.quiet.pop(writer, None)
+        if gone is not None:
+            gone.set()  # a leaving owner waits for no connection that ended
         writer.close()
         if pid:
             logger.info("the host of gateway pid %d left", pid)

@@ -38,6 +38,7 @@ feedback source of its own (`local:PID`, `session:local:PID`).
 import contextvars
 import dataclasses
 import logging
+import os
 import re
 from collections import OrderedDict
 from typing import Any, Literal, Optional
@@ -289,8 +290,9 @@ class GatewayMcp(ToolSearchMcp):
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first.get("loc", ())) or "arguments"
             return error_result(f"{name}: {where}: {first.get('msg')}")
-        except (NotFound, Forbidden, InvalidRequest, Conflict, RateLimited, Unavailable, UpstreamUnavailable,
-                ShuttingDown) as exc:
+        except ShuttingDown as exc:
+            return error_result(_stopping(exc))
+        except (NotFound, Forbidden, InvalidRequest, Conflict, RateLimited, Unavailable, UpstreamUnavailable) as exc:
             return error_result(str(exc))
         except AuthError as exc:
             return error_result(exc.message)
@@ -529,6 +531,20 @@ class _Announcing(Server):
     def create_initialization_options(self, notification_options: NotificationOptions | None = None,
                                       *args: Any, **kwargs: Any) -> Any:
         return super().create_initialization_options(notification_options or self.notifications, *args, **kwargs)
+
+
+def _stopping(exc: ShuttingDown) -> str:
+    """What a call refused or cancelled at shutdown says. An attached host (hosts.py) is not losing its
+    gateway: its bridge takes it on to the gateway that takes the index over, so it is told the owner
+    changed, and whether calling again is safe: a refused call did nothing; a cancelled one may have acted."""
+    host = _HOST.get()
+    if host is None or not host.session.startswith("local:") or not exc.what:
+        return str(exc)
+    stopped = f"the toolscout gateway that served this index (pid {os.getpid()}) stopped"
+    if exc.ran:
+        return (f"{stopped} while {exc.what} ran: it was cancelled (its server was told) and may have acted "
+                "already; another gateway takes the index over: call it again only if running it twice is safe")
+    return f"{stopped} before {exc.what} was made (nothing was done); another gateway takes the index over: call it again"
 
 
 def _tagged(ctx: Any, result: dict[str, Any]) -> dict[str, Any]:
