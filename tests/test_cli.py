@@ -112,7 +112,7 @@ def test_a_faiss_factory_string_faiss_cannot_read_is_refused_by_name():
     from toolscout.store.local import FaissStore
 
     with pytest.raises(InvalidRequest, match=r"store faiss:Bogus: FAISS cannot make that index \(could not parse "
-                                             "index string Bogus\)"):
+                                             r"index string Bogus\)"):
         FaissStore(8, "Bogus")
 
 
