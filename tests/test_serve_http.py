@@ -219,6 +219,17 @@ def test_parameters_that_cannot_describe_arguments_are_refused_as_from_a_file(se
         assert client.get("/health").json()["version"] == start  # nothing was written
 
 
+def test_a_body_nested_too_deeply_to_read_is_told_as_such(served):
+    import sys
+
+    depth = sys.getrecursionlimit() + 100  # past what the JSON reader recurses into
+    body = '{"query": "x", "ids": ' + "[" * depth + "]" * depth + "}"
+    with served() as client:
+        e = expect_error(client.post("/search", content=body.encode(), headers={"content-type": "application/json"}),
+                         400)
+        assert e == {"type": "invalid_json", "message": "request body nests arrays or objects too deeply to read"}
+
+
 def test_malformed_requests_get_clear_4xx_json_errors(served):
     with served(max_body_bytes=2048) as client:
         error = expect_error
@@ -359,14 +370,18 @@ def test_metrics_openapi_and_health(served, tools):
         for _ in range(3):
             client.post("/search", json={"query": "book a flight"})
         client.post("/search", json={"query": "x", "bogus": 1})
+        client.post("/search", content=b"query=x", headers={"content-type": "text/plain"})  # 415, before routing
+        client.get("/no-such-route")
         text = client.get("/metrics").text
         lines = [line for line in text.splitlines() if line and not line.startswith("#")]
         assert all(PROM_LINE.match(line) for line in lines), [x for x in lines if not PROM_LINE.match(x)]
         assert 'toolscout_http_requests_total{method="POST",route="/search",status="200"} 3' in lines
         assert 'toolscout_http_requests_total{method="POST",route="/search",status="422"} 1' in lines
-        assert 'toolscout_http_request_duration_seconds_count{method="POST",route="/search"} 4' in lines
+        assert 'toolscout_http_requests_total{method="POST",route="/search",status="415"} 1' in lines
+        assert 'toolscout_http_requests_total{method="GET",route="unmatched",status="404"} 1' in lines
+        assert 'toolscout_http_request_duration_seconds_count{method="POST",route="/search"} 5' in lines
         assert any(line.startswith('toolscout_http_request_duration_seconds_bucket{method="POST",route="/search",'
-                                   'le="+Inf"} 4') for line in lines)
+                                   'le="+Inf"} 5') for line in lines)
         assert 'toolscout_search_events_total{event="queries"} 3' in lines and f"toolscout_tools {len(tools)}" in lines
         assert any(line.startswith("toolscout_journal_records ") for line in lines) == (served.store == "directory")
 

@@ -158,7 +158,7 @@ def create_app(service: ToolService, auth: AuthConfig | None = None, *, max_body
 
         app.router.routes.append(Route("/mcp", endpoint=BearerGate(mcp_app.router.routes[0].endpoint, api.auth),
                                        methods=["GET", "POST", "DELETE"], include_in_schema=False))
-    return Observe(InternalErrors(BodyLimit(app, max_body_bytes, mcp_max_body_bytes)), api.metrics)
+    return Observe(InternalErrors(BodyLimit(app, max_body_bytes, mcp_max_body_bytes)), api.metrics, app.router.routes)
 
 
 def _mcp_app(api: Api, host: str, max_body_bytes: int):
@@ -245,7 +245,9 @@ async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResp
     message = exc.detail if isinstance(exc.detail, str) else json.dumps(exc.detail)
     if exc.status_code == 404 and message == "Not Found":
         message = "no such route; see /docs for the API"
-    if exc.status_code == 400 and message == "There was an error parsing the body":  # FastAPI's, when not UTF-8
+    if exc.status_code == 400 and message == "There was an error parsing the body":  # FastAPI's: it keeps the cause
+        if isinstance(exc.__cause__, RecursionError):
+            return error_response(400, "request body nests arrays or objects too deeply to read", kind="invalid_json")
         return error_response(400, "request body is not JSON text in UTF-8", kind="invalid_json")
     headers = exc.headers
     if exc.status_code == 405:  # Starlette names the first matching route's methods only; a path has several

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Any
+from typing import Any, Sequence
 
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, Response
@@ -134,11 +134,13 @@ def jsonrpc_too_large(size: int, limit: int) -> JSONResponse:
 
 
 class Observe:
-    """Records each request's route template, status and duration in `metrics`."""
+    """Records each request's route template, status and duration in `metrics`. `routes`: the app's, to name
+    the route of a request answered before it was routed (a body too large, of the wrong type)."""
 
-    def __init__(self, app: Any, metrics: Metrics):
+    def __init__(self, app: Any, metrics: Metrics, routes: Sequence[Any] = ()):
         self.app = app
         self.metrics = metrics
+        self.routes = routes
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -155,9 +157,20 @@ class Observe:
         try:
             await self.app(scope, receive, record_status)
         finally:
-            route = scope.get("route")
-            template = getattr(route, "path", None) or ("/mcp" if scope["path"].startswith("/mcp") else "unmatched")
-            self.metrics.observe(scope["method"], template, status, time.perf_counter() - start)
+            self.metrics.observe(scope["method"], self._template(scope), status, time.perf_counter() - start)
+
+    def _template(self, scope: dict) -> str:
+        """The route template of the request (`/tools/{tool_id}`): the one it was routed to, else the first
+        whose path matches it; `/mcp` for the MCP endpoint; `unmatched` for a path the app does not have."""
+        from starlette.routing import Match
+
+        path = getattr(scope.get("route"), "path", None)
+        if path:
+            return path
+        if scope["path"].startswith("/mcp"):
+            return "/mcp"
+        routed = next((route for route in self.routes if route.matches(scope)[0] != Match.NONE), None)
+        return getattr(routed, "path", None) or "unmatched"
 
 
 class BearerGate:
