@@ -133,6 +133,22 @@ def test_output_into_a_pipe_its_reader_closed_ends_quietly(capsys, tmp_path):
     assert (done.returncode, done.stderr) == (141, "")
 
 
+def test_serve_warns_of_an_always_included_id_no_tool_has(capsys, tmp_path):
+    from toolscout.cli import build_parser
+    from toolscout.cli.serve import _open_service
+    from toolscout.serve.auth import AuthConfig
+
+    assert run(capsys, "index", CATALOGS / "petstore_openapi.yaml", "--out", tmp_path / "idx", "--retriever",
+               "bm25")[0] == 0
+    args = build_parser().parse_args(["serve", str(tmp_path / "idx"), "--always-include",
+                                      "swagger-petstore-openapi-3-0.addPet", "--always-include", "petstore.addPet"])
+    with _open_service(args, AuthConfig()):
+        pass
+    err = capsys.readouterr().err
+    assert "warning: --always-include petstore.addPet: no tool has that id now" in err
+    assert "openapi-3-0.addPet" not in err  # the one the catalog has is not warned of
+
+
 def test_lenient_index_skips_and_reports_bad_tools(capsys, tmp_path):
     bad = tmp_path / "mixed.json"
     bad.write_text(json.dumps({"tools": [

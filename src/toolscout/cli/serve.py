@@ -216,8 +216,14 @@ def _open_service(args: argparse.Namespace, auth):
     elif auth.tenants:
         raise ValueError("tokens bound to tenants need the PostgreSQL store (--store postgresql://...); a local "
                          "index holds one catalog")
-    return ToolService.open(target, compact_every=args.compact_every, always_include=args.always_include,
-                            fast_queries=args.fast_queries, **service_options(args))
+    service = ToolService.open(target, compact_every=args.compact_every, always_include=args.always_include,
+                               fast_queries=args.fast_queries, **service_options(args))
+    held = {tool.id for tool in service.tools} if args.always_include else set()
+    missing = [tool_id for tool_id in dict.fromkeys(args.always_include) if tool_id not in held]
+    if missing:  # a typo, most likely; a tool added under that id later is included from then on
+        print(f"toolscout: warning: --always-include {', '.join(missing)}: no tool has that id now; it is added to "
+              "answers once one does", file=sys.stderr)
+    return service
 
 
 def _check_dependencies(args: argparse.Namespace) -> None:
