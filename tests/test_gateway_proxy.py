@@ -168,6 +168,11 @@ def test_prompts_resources_progress_cancellation_and_elicitation_over_stdio(tmp_
             await check_progress_and_cancellation(client, wire)
             if mode == "legacy":  # the 2026 protocol has no server-to-client requests to pass on
                 await check_elicitation(client)
+            else:  # the server hears why its question went unanswered
+                refused = await client.call_tool("call_tool", {"name": "everything.trigger-elicitation-request",
+                                                               "arguments": {}})
+                said = json.dumps([c.model_dump() for c in refused.content])
+                assert "no client whose request is in flight can answer it" in said, said
 
     anyio.run(session)
 

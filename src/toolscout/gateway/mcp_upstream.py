@@ -101,6 +101,7 @@ class McpUpstream:
         self._notice: Notice | None = None
         self._events: Any = None  # _Signals, made inside the event loop (`_signals`)
         self._relays: dict[int, Relay] = {}  # calls in flight that can answer an elicitation
+        self._in_flight = 0  # requests in flight, those that cannot answer one too (to say why none did)
         self._timeouts_in_a_row = 0
         quiet_sdk_parse_errors()
 
@@ -390,6 +391,7 @@ class McpUpstream:
         key = id(relay)
         if relay.elicit is not None:
             self._relays[key] = relay
+        self._in_flight += 1
         try:
             with anyio.fail_after(self.timeout):
                 result = await client.session.send_request(request, _RESULT, metadata=metadata,
@@ -412,6 +414,7 @@ class McpUpstream:
             raise UpstreamUnavailable(f"upstream {self.name!r} failed during {what}: {error_reason(exc)}") from None
         finally:
             self._relays.pop(key, None)
+            self._in_flight -= 1
         self._timeouts_in_a_row = 0
         self.log.answered()
         return result
@@ -463,9 +466,11 @@ class McpUpstream:
         """The server asks the user something: the one call in flight whose agent can answer does; with none
         (or several: the question cannot be told apart), the server gets an error that says so."""
         relays = list(self._relays.values())
-        if len(relays) != 1 or relays[0].elicit is None:
-            why = "no call in flight can" if not relays else f"{len(relays)} calls in flight could, and it is not " \
-                                                              "known which one asks"
+        if len(relays) != 1:
+            why = f"{len(relays)} calls that could are in flight, and it is not known which one asks" if relays else \
+                "no request of this server's is in flight" if not self._in_flight else \
+                "no client whose request is in flight can answer it (none declared elicitation, or its protocol " \
+                "carries no requests to the client)"
             return types.ErrorData(code=types.INVALID_REQUEST, message=f"the toolscout gateway cannot pass this "
                                                                        f"elicitation on to its client: {why}")
         try:
