@@ -573,6 +573,39 @@ def test_the_gateways_mcp_endpoint_reads_the_apis_tokens_and_counts_into_its_met
         assert 'toolscout_search_events_total{event="queries"} 1' in metrics  # the app closes the gateway
 
 
+def test_the_gateway_shows_a_caller_only_the_upstreams_and_figures_it_may_read(tmp_path):
+    """The gateway's /health listed every upstream (one per namespace) with its tool count and last error to a
+    caller without a token where reads need one. Now: liveness only without a token, and a token limited to
+    `mail` sees mail's upstream and tools."""
+    from conftest import sample_tools
+    from starlette.testclient import TestClient
+
+    from toolscout.gateway.config import parse_config
+    from toolscout.gateway.http import gateway_app
+    from toolscout.gateway.runtime import GatewaySettings, open_gateway
+    from toolscout.serve.auth import AuthConfig
+
+    tools = sample_tools()
+    servers = {ns: {"command": sys.executable, "disabled": True} for ns in {t.namespace for t in tools}}
+    gateway = open_gateway(parse_config({"mcpServers": servers}, tmp_path / "servers.json", {}),
+                           GatewaySettings(index=tmp_path / "idx", search_wait=0))
+    gateway.service.upsert(tools)
+    write(tmp_path / "tokens.json", {"tokens": [{"token": "reader-123", "name": "reader"},
+                                                {"token": "mail-only-1", "name": "mail", "namespaces": ["mail"]}]})
+    app = gateway_app(gateway, AuthConfig.build(tokens_file=tmp_path / "tokens.json", require_read_token=True))
+    reader, mail = ({"authorization": f"Bearer {t}"} for t in ("reader-123", "mail-only-1"))
+
+    with TestClient(app, base_url="http://127.0.0.1:8080") as client:
+        anonymous = client.get("/health")
+        assert anonymous.status_code == 200 and not {"upstreams", "tools", "learning"} & set(anonymous.json())
+        mine = client.get("/health", headers=mail).json()
+        assert [u["name"] for u in mine["upstreams"]] == ["mail"] and mine["tools"] == 2
+        assert "calls_in_flight" not in mine and "learning_from_calls" not in mine  # totals over every namespace
+        everything = client.get("/health", headers=reader).json()
+        assert {u["name"] for u in everything["upstreams"]} == set(servers) and everything["tools"] == len(tools)
+        assert "learning_from_calls" in everything
+
+
 # ------------------------------------------------------------------------------------- upstream start-up
 
 class _SlowToStart:

@@ -362,6 +362,36 @@ def test_reads_can_require_a_token(served):
         assert client.get("/health").status_code == 200 and client.get("/metrics").status_code == 200
 
 
+TAUGHT = {"rain": "stocks.quote", "mail": "mail.send", "calendar": "calendar.create", "files": "files.read"}
+
+
+def test_health_shows_each_caller_only_the_namespaces_it_may_read(served, tools):
+    """/health answered everyone with every namespace's learning weights and the whole catalog's counts, even
+    where reads need a token: now a caller without one sees liveness only, a token limited to `mail` sees mail's
+    tool count and learning, and a token that may read everything sees what an open server shows."""
+    with served(require_read_token=True, max_body_bytes=1 << 16) as client:
+        assert client.post("/feedback", headers=AGENT, json={"events": mixed(TAUGHT, 12)}).status_code == 200
+
+        anonymous = client.get("/health")
+        assert anonymous.status_code == 200 and anonymous.json()["status"] == "ok"
+        assert set(anonymous.json()) <= {"status", "storage", "writes", "uptime_s", "snapshots"}, anonymous.json()
+        stranger = client.get("/health", headers={"authorization": "Bearer not-a-token"})
+        assert stranger.status_code == 200 and set(stranger.json()) == set(anonymous.json())  # no 401 for a probe
+
+        mine = client.get("/health", headers=MAIL).json()
+        mail = [t for t in tools if t.namespace == "mail"]
+        assert mine["tools"] == len(mail) < len(tools) and set(mine["learning"]["weights"]) == {"mail"}
+        learned = client.get("/learning", headers=MAIL).json()
+        assert {k: mine["learning"][k] for k in ("requests", "tools_taught", "events_scored")} == \
+            {k: learned[k] for k in ("requests", "tools_taught", "events_scored")}
+        assert not {"feedback_events", "feedback_sources", "answer_cache_hits", "journal_records"} & set(mine)
+
+        everything = client.get("/health", headers=READER).json()
+        assert everything["tools"] == len(tools) and everything["feedback_events"] == 48
+        assert set(everything["learning"]["weights"]) > {"mail", "finance", "calendar"}
+        assert everything["learning"]["requests"] > mine["learning"]["requests"]
+
+
 PROM_LINE = re.compile(r'^[a-z_]+(\{([a-z_]+="[^"]*",?)*\})? [0-9.e+-]+$')
 
 

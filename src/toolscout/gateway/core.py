@@ -548,9 +548,14 @@ class Gateway:
             raise Forbidden(f"{what} through this gateway needs a bearer token")
 
     # status ------------------------------------------------------------------------------------
-    def health(self) -> dict[str, Any]:
-        return {"upstreams": [u.status.to_dict() for u in self.upstreams.values()],
-                "calls_in_flight": len(self._calls),
+    def health(self, principal: Principal = ADMIN) -> dict[str, Any]:
+        """/health's gateway fields for `principal`: the upstreams it may read (each serves one namespace);
+        the counts of calls, their learning and held tools only to a caller who may read every namespace,
+        as they total over them all (`ToolService.stats`)."""
+        upstreams = [u.status.to_dict() for name, u in self.upstreams.items() if principal.sees_namespace(name)]
+        if not self.service.sees_everything(principal):
+            return {"upstreams": upstreams, "pinned": self.definitions.pin}
+        return {"upstreams": upstreams, "calls_in_flight": len(self._calls),
                 "learning_from_calls": {"rule": self.attribution.rule, "window": self.attribution.window,
                                         **self.learner.stats()},
                 "pinned": self.definitions.pin, "held_tools": len(self.definitions.held_ids())}

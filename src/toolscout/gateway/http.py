@@ -10,7 +10,7 @@
                             --mcp-max-body is refused with a JSON-RPC error
 
 `/search` waits for upstreams still starting with no tools indexed, as `search_tools` does, and names those it
-could not search (`not_searchable`); `/health` lists each upstream with its state, tool count and last error; `/tools/{id}` adds the tool's
+could not search (`not_searchable`); `/health` lists each upstream the caller may read with its state, tool count and last error; `/tools/{id}` adds the tool's
 upstream, whether it answers now, and its definition record (fingerprint, changes, held). A platform that
 uses OpenAI or Anthropic function calling searches with `/search` and executes through this route.
 """
@@ -97,8 +97,8 @@ class GatewayApi:
     def tool_details(self, tool_id: str) -> dict[str, Any]:
         return self.gateway.tool_details(tool_id)
 
-    def health(self) -> dict[str, Any]:
-        return self.gateway.health()
+    def health(self, principal: Principal) -> dict[str, Any]:
+        return self.gateway.health(principal)
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:

@@ -100,8 +100,8 @@ class ApiExtension(Protocol):
         """Fields `/tools/{id}` adds for a tool."""
         ...
 
-    def health(self) -> dict[str, Any]:
-        """Fields `/health` adds."""
+    def health(self, principal: Principal) -> dict[str, Any]:
+        """Fields `/health` adds for a caller, as far as `principal` may read them (`ToolService.stats`)."""
         ...
 
     def mcp_app(self, api: "Api", host: str, max_body_bytes: int) -> Any:
@@ -127,6 +127,17 @@ class Api:
 
     def writer(self, request: Request) -> Principal:
         return self.auth.authenticate(request.headers.get("authorization"), write=True)
+
+    # Who sees what of /health (docs/serving.md, "What /health and /metrics show"): /health answers everyone,
+    # for liveness probes, and shows the catalog as far as the caller may read it (`ToolService.stats`).
+
+    def viewer(self, request: Request) -> Principal | None:
+        """Whom /health shows the catalog to: the caller as a read would take it, or None (liveness only) where
+        a read would be refused. Never an error: a probe's answer must not hang on a token."""
+        try:
+            return self.reader(request)
+        except AuthError:
+            return None
 
 
 def create_app(service: ToolService, auth: AuthConfig | None = None, *, max_body_bytes: int = MAX_BODY_BYTES,
@@ -489,15 +500,18 @@ def _add_operation_routes(app: FastAPI, api: Api) -> None:
         if principal.namespaces is not None:
             raise Forbidden("compaction needs a token that may write every namespace")
         did = service.compact()
-        return JSON({"compacted": did, **service.stats()})
+        return JSON({"compacted": did, **service.stats(principal)})
 
     @app.get("/health", tags=["operations"], responses={503: {"description": "Degraded: writes are disabled after a failure (the same body, status 'degraded')."}})
-    def health() -> Response:
-        """Liveness and catalog state (no token needed). 503 when writes are disabled after a failure."""
-        stats = service.stats()
+    def health(request: Request) -> Response:
+        """Liveness (no token needed), and the catalog's state as far as the caller's token may read it.
+        503 when writes are disabled after a failure."""
+        viewer = api.viewer(request)
+        body = service.stats(viewer)
+        if api.extension is not None and viewer is not None:  # its fields name namespaces (a gateway's upstreams)
+            body.update(api.extension.health(viewer))
         ok = service.failed is None
-        extra = api.extension.health() if api.extension is not None else {}
-        return JSON({"status": "ok" if ok else "degraded", **stats, **extra}, status_code=200 if ok else 503)
+        return JSON({"status": "ok" if ok else "degraded", **body}, status_code=200 if ok else 503)
 
     @app.get("/metrics", response_class=PlainTextResponse, tags=["operations"])
     def prometheus() -> Response:

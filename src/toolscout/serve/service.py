@@ -112,6 +112,10 @@ class Reach:
 EVERYWHERE = Reach()
 
 
+LIVENESS = ("storage", "writes", "uptime_s", "snapshots")  # what /health shows a caller without a token
+BRIEF_LEARNING = ("requests", "tools_taught", "events_scored", "frozen_at", "weights")  # LearnedChannel.report(brief)
+
+
 def _visible_totals(scout: "ToolScout", principal: Principal, namespaces: Mapping[str, Any]) -> dict[str, int]:
     """The learning report's totals over the tools `principal` may see: requests that taught one of them,
     those tools, and the events scored in their namespaces."""
@@ -381,10 +385,13 @@ class ToolService:
             raise Forbidden(f"token {principal.name!r} may not delete the feedback of source {source!r}")
         return self._tenant(principal).forget(source)
 
-    def learning(self, principal: Principal = ADMIN) -> dict[str, Any]:
+    def learning(self, principal: Principal = ADMIN, brief: bool = False) -> dict[str, Any]:
         """How learning from use is doing (`toolscout.learning`): its settings, weights and calibration, and
-        the deployment's own measurement of it, per namespace (only the caller's namespaces)."""
+        the deployment's own measurement of it, per namespace (only the caller's namespaces). `brief`: what
+        /health shows, the totals and weights without the figures."""
         scout = self._tenant(principal).pipeline()
+        if brief and self.sees_everything(principal):  # /health is polled: no figures computed to be dropped
+            return scout.learning_report(brief=True)
         report = scout.learning_report()
         report["measured"]["namespaces"] = {ns: figures for ns, figures in report["measured"]["namespaces"].items()
                                             if principal.sees_namespace(ns)}
@@ -393,7 +400,7 @@ class ToolService:
             report["measured"].pop("all", None)
             report.pop("calibration", None)  # fitted on every namespace's feedback
             report.update(_visible_totals(scout, principal, report["measured"]["namespaces"]))
-        return report
+        return {k: report[k] for k in BRIEF_LEARNING} if brief else report
 
     def set_learning(self, principal: Principal = ADMIN, *, weights: Mapping[str, float | None] | None = None,
                      freeze: bool | None = None) -> dict[str, Any]:
@@ -487,8 +494,28 @@ class ToolService:
     def describe(self) -> str:
         return self.storage.describe()
 
-    def stats(self) -> dict[str, Any]:
-        """Figures for /health and /metrics: the catalog's size and version, and the storage's own."""
+    def sees_everything(self, principal: Principal) -> bool:
+        """Whether `principal` may read every namespace of the catalog the server's own figures describe
+        (the default tenant's): only such a caller is shown figures that total over namespaces."""
+        return principal.namespaces is None and self._tenant(principal) is self.storage.tenant(None)
+
+    def stats(self, principal: Principal | None = ADMIN) -> dict[str, Any]:
+        """Figures for /health and /metrics, as far as `principal` may see them (docs/serving.md, "What
+        /health and /metrics show"). None (no caller a read would accept) gets the `LIVENESS` fields only; a
+        caller limited to some namespaces (or bound to another tenant) gets those and the tool count, version
+        and learning of what it may read: every other figure counts tools, writes, feedback or traffic of
+        namespaces it may not read."""
+        everything = self._stats()  # for every caller: reading it is what finds a database that does not answer
+        if principal is not None and self.sees_everything(principal):
+            return everything
+        shown = {k: everything[k] for k in LIVENESS if k in everything}
+        if principal is None:
+            return shown
+        return {**shown, "tools": sum(self.namespaces(principal).values()), "version": self.version(principal),
+                "learning": self.learning(principal, brief=True)}
+
+    def _stats(self) -> dict[str, Any]:
+        """Every figure, of the default tenant's catalog: the catalog's size and version, and the storage's own."""
         feedback = self.storage.tenant(None).feedback_totals()
         return {"tools": len(self), "version": self.version(), "storage": self.storage.kind,
                 **self.storage.stats(), "uptime_s": round(time.time() - self.started_at, 3),
