@@ -574,9 +574,10 @@ def test_the_gateways_mcp_endpoint_reads_the_apis_tokens_and_counts_into_its_met
 
 
 def test_the_gateway_shows_a_caller_only_the_upstreams_and_figures_it_may_read(tmp_path):
-    """The gateway's /health listed every upstream (one per namespace) with its tool count and last error to a
-    caller without a token where reads need one. Now: liveness only without a token, and a token limited to
-    `mail` sees mail's upstream and tools."""
+    """The gateway's /health listed every upstream (one per namespace) with its tool count and last error, and
+    its /metrics every namespace's learning, to a caller without a token where reads need one. Now: liveness
+    only without a token, a token limited to `mail` sees mail's upstream and tools, /metrics wants a token
+    that may read every namespace."""
     from conftest import sample_tools
     from starlette.testclient import TestClient
 
@@ -604,6 +605,8 @@ def test_the_gateway_shows_a_caller_only_the_upstreams_and_figures_it_may_read(t
         everything = client.get("/health", headers=reader).json()
         assert {u["name"] for u in everything["upstreams"]} == set(servers) and everything["tools"] == len(tools)
         assert "learning_from_calls" in everything
+        assert client.get("/metrics").status_code == 401 and client.get("/metrics", headers=mail).status_code == 403
+        assert f"toolscout_tools {len(tools)}" in client.get("/metrics", headers=reader).text
 
 
 # ------------------------------------------------------------------------------------- upstream start-up

@@ -359,7 +359,8 @@ def test_reads_can_require_a_token(served):
         assert client.get("/tools").status_code == 401
         assert client.post("/mcp", json={}).status_code == 401
         assert client.post("/search", json={"query": "book a flight"}, headers=READER).status_code == 200
-        assert client.get("/health").status_code == 200 and client.get("/metrics").status_code == 200
+        assert client.get("/health").status_code == 200  # a liveness probe needs no token
+        assert client.get("/metrics").status_code == 401  # it tells of every namespace (the next tests)
 
 
 TAUGHT = {"rain": "stocks.quote", "mail": "mail.send", "calendar": "calendar.create", "files": "files.read"}
@@ -390,6 +391,21 @@ def test_health_shows_each_caller_only_the_namespaces_it_may_read(served, tools)
         assert everything["tools"] == len(tools) and everything["feedback_events"] == 48
         assert set(everything["learning"]["weights"]) > {"mail", "finance", "calendar"}
         assert everything["learning"]["requests"] > mine["learning"]["requests"]
+
+
+def test_metrics_need_a_caller_that_may_read_every_namespace(served):
+    """/metrics listed toolscout_learning_weight{namespace=...} and toolscout_learning_events{namespace=...} of
+    every namespace to a caller without a token, where reads need one: now 401 without a token, 403 for a
+    token limited to some namespaces (on an open server too), and everything for a token that may read all."""
+    with served(require_read_token=True, max_body_bytes=1 << 16) as client:
+        client.post("/feedback", headers=AGENT, json={"events": mixed(TAUGHT, 12)})
+        assert expect_error(client.get("/metrics"), 401)["type"] == "unauthorized"
+        assert "every namespace" in expect_error(client.get("/metrics", headers=MAIL), 403)["message"]
+        text = client.get("/metrics", headers=READER).text
+        assert 'toolscout_learning_weight{namespace="finance"' in text and "toolscout_feedback_events 48" in text
+    with served() as client:  # reads open: a caller without a token reads every namespace, so it scrapes too
+        assert client.get("/metrics").status_code == 200
+        assert client.get("/metrics", headers=MAIL).status_code == 403
 
 
 PROM_LINE = re.compile(r'^[a-z_]+(\{([a-z_]+="[^"]*",?)*\})? [0-9.e+-]+$')

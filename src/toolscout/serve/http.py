@@ -128,8 +128,10 @@ class Api:
     def writer(self, request: Request) -> Principal:
         return self.auth.authenticate(request.headers.get("authorization"), write=True)
 
-    # Who sees what of /health (docs/serving.md, "What /health and /metrics show"): /health answers everyone,
-    # for liveness probes, and shows the catalog as far as the caller may read it (`ToolService.stats`).
+    # Who sees what of /health and /metrics (docs/serving.md, "What /health and /metrics show"): /health
+    # answers everyone, for liveness probes, and shows the catalog as far as the caller may read it
+    # (`ToolService.stats`); /metrics is all or nothing, since a scrape that lost series with its token would
+    # read as series ending, and its gauges total over every namespace.
 
     def viewer(self, request: Request) -> Principal | None:
         """Whom /health shows the catalog to: the caller as a read would take it, or None (liveness only) where
@@ -138,6 +140,14 @@ class Api:
             return self.reader(request)
         except AuthError:
             return None
+
+    def scraper(self, request: Request) -> Principal:
+        """The caller of /metrics: one that may read every namespace (AuthError 401 / 403 otherwise)."""
+        principal = self.reader(request)
+        if not self.service.sees_everything(principal):
+            raise AuthError(403, f"token {principal.name!r} may not read every namespace of the catalog, and "
+                                 "/metrics tells of them all")
+        return principal
 
 
 def create_app(service: ToolService, auth: AuthConfig | None = None, *, max_body_bytes: int = MAX_BODY_BYTES,
@@ -513,9 +523,11 @@ def _add_operation_routes(app: FastAPI, api: Api) -> None:
         ok = service.failed is None
         return JSON({"status": "ok" if ok else "degraded", **body}, status_code=200 if ok else 503)
 
-    @app.get("/metrics", response_class=PlainTextResponse, tags=["operations"])
-    def prometheus() -> Response:
-        """Request counts and latency histograms, Prometheus text format."""
+    @app.get("/metrics", response_class=PlainTextResponse, responses=ERRORS, tags=["operations"])
+    def prometheus(request: Request) -> Response:
+        """Request counts, latency histograms and the catalog's gauges, Prometheus text format: a caller who
+        may read every namespace (401 without a token where reads need one, 403 for a token limited to some)."""
+        api.scraper(request)
         stats = service.stats()
         gauges = {k: stats[k] for k in GAUGES if k in stats}
         return PlainTextResponse(api.metrics.render(gauges, service.learning()),
