@@ -194,7 +194,7 @@ def test_a_port_in_use_fails_before_anything_says_it_is_serving(tmp_path, tools,
         args = ["serve", str(tmp_path / "idx")]
     else:
         config = tmp_path / "servers.json"
-        config.write_text(json.dumps({"mcpServers": {}}))
+        config.write_text(json.dumps({"mcpServers": {"off": {"command": "sh", "enabled": False}}}))
         args = ["gateway", str(config), "--index", str(tmp_path / "gw")]
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

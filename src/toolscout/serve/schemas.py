@@ -15,8 +15,6 @@ from pydantic import (
     model_validator,
 )
 
-from pydantic_core import PydanticCustomError
-
 from ..tool import Tool
 
 
@@ -36,9 +34,12 @@ WHITESPACE = "\t\n\x0b\x0c\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u2
 NOT_BLANK = f"[^{WHITESPACE}]"
 
 
+BLANK = "must hold more than white space"
+
+
 def _not_blank(value: str) -> str:
     if not value.strip():  # str.strip's white space is WHITESPACE: the schema's pattern says the same
-        raise PydanticCustomError("blank", "must hold more than white space")
+        raise ValueError(BLANK)
     return value
 
 
