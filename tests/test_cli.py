@@ -149,6 +149,15 @@ def test_serve_warns_of_an_always_included_id_no_tool_has(capsys, tmp_path):
     assert "openapi-3-0.addPet" not in err  # the one the catalog has is not warned of
 
 
+def test_a_model_path_that_does_not_exist_is_said_to_be_missing(capsys, tmp_path):
+    # it went to the model hub's loader, which answered with its rules for repository names
+    for model in (tmp_path / "no-such-model", "./no-such-model"):
+        code, _, err = run(capsys, "index", CATALOGS / "petstore_openapi.yaml", "--out", tmp_path / "idx",
+                           "--retriever", "dense", "--model", model)
+        assert code == 1 and f"encoder '{model}': no such model folder" in err, err
+        assert "Repo id" not in err and not (tmp_path / "idx").exists()
+
+
 def test_lenient_index_skips_and_reports_bad_tools(capsys, tmp_path):
     bad = tmp_path / "mixed.json"
     bad.write_text(json.dumps({"tools": [

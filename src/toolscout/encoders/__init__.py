@@ -138,6 +138,9 @@ class Encoder:
              max_seq_length: int | None = None, backend: str = "auto",
              cache_dir: str | Path | None = None) -> "Encoder":
         name = str(name_or_path) if name_or_path else default_encoder_name()
+        if name.startswith(("/", "./", "../", "~")) and not Path(name).expanduser().exists():
+            # a path, not a hub name: said as one (the hub's loader answered with its rules for repo ids)
+            raise FileNotFoundError(f"encoder {name!r}: no such model folder")
         enc = cls(name=name, path=resolve_model(name), device=device or encoding_device(),
                   max_seq_length=max_seq_length, backend=backend, cache_dir=cache_dir)
         enc.backend_in_use  # load now so a bad name fails here, with the name in the message
