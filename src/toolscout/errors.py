@@ -72,8 +72,8 @@ def listed(value: object, what: str) -> list:
     """`value`, an argument that takes several items, as a list. A lone string (which Python would read one
     character at a time), a mapping or something that is not a collection is the caller's mistake, named."""
     if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__iter__"):
-        shown = f"[{value!r}]" if isinstance(value, str) else f"a list, not {type(value).__name__}"
-        raise InvalidRequest(f"{what}: give a list ({shown})")
+        shown = f" ([{value!r}])" if isinstance(value, str) else f", not {type(value).__name__}"
+        raise InvalidRequest(f"{what}: give a list{shown}")
     return list(value)
 
 
