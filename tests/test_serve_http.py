@@ -482,6 +482,18 @@ def test_feedback_is_learned_at_once_counted_and_taken_back_exactly(served):
         assert client.get("/tools/stocks.quote").json()["feedback"]["learned"] == 0
 
 
+def test_an_operator_sets_learning_weights_over_http_and_auto_means_automatic_again(served):
+    with served() as client:
+        r = client.post("/learning", json={"weights": {"mail": 0.25}}, headers=ADMIN)
+        assert r.status_code == 200 and r.json()["weights"] == {"mail": 0.25}
+        assert client.get("/learning", headers=ADMIN).json()["weights"]["mail"]["weight"] == 0.25
+        r = client.post("/learning", json={"weights": {"mail": "auto"}}, headers=ADMIN)  # as the CLI says it
+        assert r.status_code == 200 and r.json()["weights"] == {}
+        r = client.post("/learning", json={"weights": {"mail": "automatic"}}, headers=ADMIN)
+        assert r.status_code == 422 and r.json()["error"]["details"][0]["field"].startswith("weights.mail")
+        assert client.post("/learning", json={"weights": {"mail": 0.5}}, headers=MAIL).status_code == 403
+
+
 def test_feedback_needs_permission_and_stays_within_what_the_caller_sees(served):
     with served() as client:
         event = {"query": "send the quarterly report", "tool_ids": ["mail.send"]}

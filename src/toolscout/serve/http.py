@@ -498,7 +498,7 @@ def _add_learning_routes(app: FastAPI, api: Api) -> None:
         """Set learning's weight per namespace (0 to 1; null: automatic again; "*": every namespace without
         its own), or freeze it (`freeze: true`: what is taught from now on is recorded, not learned) and
         unfreeze it. A token allowed every namespace."""
-        return JSON(service.set_learning(principal, weights=body.weights, freeze=body.freeze))
+        return JSON(service.set_learning(principal, weights=body.weights_set(), freeze=body.freeze))
 
     @app.post("/learning/rollback", responses=ERRORS, tags=["feedback"])
     def rollback_learning(body: RollbackIn, principal: Writer) -> Response:

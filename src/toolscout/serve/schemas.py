@@ -198,9 +198,14 @@ class FeedbackBatchIn(_Strict):
 
 
 class LearningSettingsIn(_Strict):
-    weights: dict[Annotated[str, StringConstraints(max_length=200)], Annotated[float, Field(ge=0, le=1)] | None] | None = Field(
-        None, description='Learning weight per namespace, 0 to 1 (null: automatic again; "*": every namespace '
-                          'without its own).')
+    weights: dict[Annotated[str, StringConstraints(max_length=200)],
+                  Annotated[float, Field(ge=0, le=1)] | Literal["auto"] | None] | None = Field(
+        None, description='Learning weight per namespace, 0 to 1 ("auto" or null: automatic again, as `toolscout '
+                          'learning weight` says it; "*": every namespace without its own).')
+
+    def weights_set(self) -> dict[str, float | None] | None:
+        """`weights` as the service takes them: "auto" is None."""
+        return None if self.weights is None else {ns: None if w == "auto" else w for ns, w in self.weights.items()}
     freeze: bool | None = Field(None, description="true: learn nothing taught from now on (it is still recorded); "
                                                   "false: learn what was held back.")
 
