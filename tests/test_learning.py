@@ -62,11 +62,14 @@ def brute_calibration(memory: RequestMemory) -> Calibration:
     """The calibration recomputed from nothing: for each anchor (the ANCHORS smallest hashes), every taught
     tool's highest similarity over the other requests that taught it; its three nearest tools (ties by id)
     are trials in their similarity bins, hits where the anchor taught them, and those at the anchor's highest
-    similarity (the nearest request's tools) are counted again in the nearest table."""
+    similarity (the nearest request's tools) are counted again in the nearest table. The anchor also plays a
+    task of a tool nobody taught: its three nearest tools other than its own are misses in the cautious
+    table, each weighing the share of (request, tool) pairs that were their tool's first."""
     from toolscout.learning.calibration import NEIGHBOUR_TOOLS, RANK_EDGES, fit, rank_bucket
     from toolscout.learning.memory import key_hash
 
     neighbours, nearest = BinCounts.zeros(SIM_BINS), BinCounts.zeros(SIM_BINS)
+    share = len(memory.rows_of_tool) / sum(len(tools) for tools in memory.taught.values())
     for anchor in sorted(memory.row_of, key=key_hash)[:ANCHORS]:
         row = memory.row_of[anchor]
         best = {}
@@ -74,12 +77,14 @@ def brute_calibration(memory: RequestMemory) -> Calibration:
             others = [r for r in rows if r != row]
             if others:
                 best[tool] = float(_similarities(memory.vectors[[row]], memory.vectors[others]).max())
-        ranked = sorted(best.items(), key=lambda t: (-t[1], t[0]))[:NEIGHBOUR_TOOLS]
-        for tool, sim in ranked:
+        ranked = sorted(best.items(), key=lambda t: (-t[1], t[0]))
+        for tool, sim in ranked[:NEIGHBOUR_TOOLS]:
             hit = float(tool in memory.taught[anchor])
             for counts in (neighbours, nearest) if sim >= ranked[0][1] else (neighbours,):
                 counts.hits[sim_bin(sim)] += hit
                 counts.trials[sim_bin(sim)] += 1
+        for _tool, sim in [t for t in ranked if t[0] not in memory.taught[anchor]][:NEIGHBOUR_TOOLS]:
+            neighbours.trials[sim_bin(sim)] += share
     found = np.zeros(len(RANK_EDGES) + 1)
     for tools in memory.taught.values():
         for entry in tools.values():
@@ -517,6 +522,53 @@ def test_a_burst_of_one_tools_traffic_lifts_it_for_no_task(encoder):
     scout.learn(traffic(RAIN, "advice.umbrella", 80))
     tasks = ["will I need a raincoat on Sunday", "is it going to rain in Oslo", "pack for a rainy weekend"]
     assert scout.retrieve(tasks, 8).as_lists() == untaught.retrieve(tasks, 8).as_lists()
+
+
+ASSISTANT_TOOLS = [  # a young deployment's catalog: a few servers' tools, each said in one line
+    ("system.print_env", "Print the value of an environment variable"), ("system.echo", "Echo back the text it is given"),
+    ("time.now", "Get the current time in a timezone"), ("time.convert", "Convert a time from one timezone to another"),
+    ("mail.send_email", "Send an email message to a recipient with a subject and body"),
+    ("mail.search_emails", "Search email messages by sender, subject or keyword"),
+    ("mail.delete_email", "Delete an email message by its id"), ("mail.forward_email", "Forward an email to another address"),
+    ("calendar.create_event", "Create a calendar event with a title, start and end time"),
+    ("calendar.list_events", "List upcoming calendar events in a date range"),
+    ("calendar.find_free_slot", "Find a free time slot in the calendar for a meeting"),
+    ("files.move_file", "Move or rename a file"), ("files.read_file", "Read the contents of a text file"),
+    ("files.write_file", "Write text contents to a file, replacing it"),
+    ("files.list_directory", "List the files and folders in a directory"), ("files.delete_file", "Delete a file from disk"),
+    ("travel.search_flights", "Search for flights between two airports on a date"),
+    ("travel.book_hotel", "Book a hotel room in a city for given dates"),
+    ("travel.reserve_table", "Reserve a table at a restaurant for a number of people"),
+    ("travel.rent_car", "Rent a car at a location for a period"),
+    ("finance.stock_price", "Get the latest stock price for a ticker symbol"),
+    ("finance.convert_currency", "Convert an amount of money from one currency to another")]
+FIRST_CALLS = {  # each tool's first few requests, as a deployment's first day brings them
+    "travel.book_hotel": ["book a hotel in Lisbon for the weekend", "find me a room in a hotel near the station",
+                          "I need accommodation in Madrid for three nights", "reserve a hotel room downtown"],
+    "travel.reserve_table": ["reserve a table for dinner tonight", "book a restaurant for four people",
+                             "get us a table at an italian place", "make a dinner reservation for saturday"],
+    "mail.search_emails": ["find the email from my accountant", "look for messages about the invoice",
+                           "search my mail for the flight confirmation", "which emails mention the contract"],
+    "finance.convert_currency": ["how many euros is that in dollars", "change pounds into yen",
+                                 "convert my budget to swiss francs", "currency conversion from CAD to USD"],
+    "calendar.list_events": ["what's on my agenda this week", "show my upcoming appointments",
+                             "list my meetings for tomorrow", "what events do I have on friday"],
+    "files.write_file": ["save this text into a file", "write the summary to report.md",
+                         "overwrite the notes file with this", "store this output in a text file"]}
+
+
+@pytest.mark.parametrize("task", ["print an environment variable", "rent a car in Rome"])
+def test_a_few_tools_first_requests_push_no_tool_nobody_taught_down_on_tasks_unlike_them(encoder, task):
+    """Four requests each for six tools, each tool's requests near one another and far from the others':
+    leave-one-out alone saw only requests whose tools were taught, and read a middling similarity as the same
+    tool (an environment variable's task lifted `write_file` over `echo`, a car's `reserve_table` over
+    `book_hotel`'s neighbours). Playing each taught request as a task of a tool nobody taught holds it back."""
+    tools = [Tool(id=i, name=i.split(".")[1], namespace=i.split(".")[0], description=d) for i, d in ASSISTANT_TOOLS]
+    scout, untaught = ToolScout.from_tools(tools, encoder=encoder), ToolScout.from_tools(tools, encoder=encoder)
+    for t, (tool, requests) in enumerate(FIRST_CALLS.items()):
+        scout.learn([FeedbackEvent(q, (tool,), "agent", time=100.0 * t + i) for i, q in enumerate(requests)])
+    assert scout.learning_report()["tools_taught"] == len(FIRST_CALLS)  # every event was learned
+    assert scout.retrieve([task], 8).as_lists() == untaught.retrieve([task], 8).as_lists()
 
 
 def test_a_rollback_restores_the_rankings_of_that_time_exactly(encoder):

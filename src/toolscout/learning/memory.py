@@ -314,7 +314,8 @@ class RequestMemory:
         of one tool's traffic must not lift it for every task near it)."""
         neighbours, nearest = BinCounts.zeros(SIM_BINS), BinCounts.zeros(SIM_BINS)
         if len(self.rows_of_tool) >= MIN_TOOLS and self.anchors:
-            columns, similarities = self._anchors_nearest()
+            ordered = self._anchors_candidates()
+            columns, similarities = ordered[:, :NEIGHBOUR_TOOLS], self._best_of(ordered[:, :NEIGHBOUR_TOOLS])
             live = similarities > _MISSING
             bins = sim_bins(similarities[live])
             anchors, _ = np.nonzero(live)  # row-major, as the boolean index `[live]` reads them
@@ -325,22 +326,48 @@ class RequestMemory:
             for counts, chosen in ((neighbours, slice(None)), (nearest, first)):
                 np.add.at(counts.trials, bins[chosen], 1.0)
                 np.add.at(counts.hits, bins[chosen], taught[chosen])
+            np.add.at(neighbours.trials, sim_bins(self._nearest_to_new_tools(ordered)), self._new_tool_share())
         found = np.zeros(len(RANK_EDGES) + 1)
         for tools in self.taught.values():
             for entry in tools.values():
                 found[rank_bucket(entry.untaught_rank)] += 1
         self.calibration = fit(neighbours, nearest, found, len(self.taught))
 
-    def _anchors_nearest(self) -> tuple[np.ndarray, np.ndarray]:
-        """The NEIGHBOUR_TOOLS tools nearest to each anchor (by its best similarity to each tool's requests,
-        ties by tool id, as `nearest_tools` orders them): their columns and similarities, anchors x tools,
-        -inf where an anchor has fewer. All anchors in one pass: it runs on every event learned."""
+    def _nearest_to_new_tools(self, ordered: np.ndarray) -> np.ndarray:
+        """The similarities of the NEIGHBOUR_TOOLS taught tools nearest to each anchor once the anchor's own
+        tools are left out (`ordered`: each anchor's nearest columns, best first): the anchor plays a task
+        that needs a tool nobody taught yet, and each of them is a miss for the cautious table. Leave-one-out
+        alone never sees such a task: every request it holds needs a taught tool, so where taught requests
+        are few and far apart it learns that any request near another needs that one's tool."""
+        out = []
+        for a, row in enumerate(ordered):
+            own = {self._column[t] for t in self.taught[self.anchors[a]] if t in self._column}
+            others = [c for c in row if c not in own][:NEIGHBOUR_TOOLS]
+            out.append(self._best[a, others])
+        found = np.concatenate(out) if out else np.zeros(0)
+        return found[found > _MISSING]
+
+    def _new_tool_share(self) -> float:
+        """How often a request came for a tool nobody had taught yet: each taught tool's first request, among
+        all (request, tool) pairs held. It weighs an anchor playing a task of a new tool against one playing
+        a task of a taught tool: much while each tool has few requests, less as traffic repeats its tools."""
+        pairs = sum(len(tools) for tools in self.taught.values())
+        return len(self.rows_of_tool) / pairs if pairs else 0.0
+
+    def _anchors_candidates(self) -> np.ndarray:
+        """Each anchor's nearest tool columns (by its best similarity to each tool's requests), NEIGHBOUR_TOOLS
+        and as many again as one request teaches in practice, in `nearest_tools`' order (ties by tool id). All
+        anchors in one pass: it runs on every event learned."""
         best = self._best[:, : len(self._tools_of_column)]
         width = min(NEIGHBOUR_TOOLS + 8, best.shape[1])
         candidates = np.argsort(-best, axis=1, kind="stable")[:, :width]
         similarities = np.take_along_axis(best, candidates, axis=1)
-        order = np.lexsort((self._id_ranks()[candidates], -similarities), axis=1)[:, :NEIGHBOUR_TOOLS]
-        return np.take_along_axis(candidates, order, axis=1), np.take_along_axis(similarities, order, axis=1)
+        order = np.lexsort((self._id_ranks()[candidates], -similarities), axis=1)
+        return np.take_along_axis(candidates, order, axis=1)
+
+    def _best_of(self, columns: np.ndarray) -> np.ndarray:
+        """The anchors' best similarities at `columns` (one row of columns per anchor)."""
+        return np.take_along_axis(self._best[:, : len(self._tools_of_column)], columns, axis=1)
 
     def _id_ranks(self) -> np.ndarray:
         """Each tool column's rank among the columns' tool ids (the tie-break of equal similarities)."""
