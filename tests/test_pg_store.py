@@ -373,3 +373,40 @@ def test_a_statement_that_fails_on_its_own_is_not_taken_for_a_database_that_is_d
                     conn.execute(f"SELECT count(*) FROM {parsed.table}")
     finally:
         database.close()
+
+
+def test_a_request_waits_for_a_lock_another_session_holds_only_as_long_as_for_a_connection(pg):
+    """An operator's LOCK TABLE (or a migration) held every request until it was released: each pooled
+    connection bounds its waits for a lock (`lock_wait`, the pool's wait by default), and a request that
+    runs out is Unavailable, a 503 saying to retry."""
+    import threading
+
+    import psycopg
+
+    from toolscout.errors import Unavailable
+    from toolscout.store.pgvector import PgDatabase, PgSpec
+
+    parsed = PgSpec.parse(spec(pg, new_table()))
+    database = PgDatabase(parsed.dsn, parsed.table, dim=8, lock_wait=0.2)
+    outcome: list[BaseException | None] = []
+
+    def count() -> None:
+        try:
+            with database.connection() as conn:
+                conn.execute(f"SELECT count(*) FROM {parsed.table}")
+            outcome.append(None)
+        except BaseException as exc:  # noqa: BLE001  (what the request met is the test's answer)
+            outcome.append(exc)
+
+    try:
+        count()  # opens the database: its table is made
+        assert outcome.pop() is None
+        with psycopg.connect(parsed.dsn, autocommit=True) as holder, holder.transaction():
+            holder.execute(f"LOCK TABLE {parsed.table} IN ACCESS EXCLUSIVE MODE")
+            request = threading.Thread(target=count, daemon=True)
+            request.start()
+            request.join(30)  # the lock is held for as long as this waits: a request bound by nothing hangs
+            assert not request.is_alive(), "the request waited on the lock with no bound"
+        assert isinstance(outcome[0], Unavailable) and "retry it" in str(outcome[0]), outcome
+    finally:
+        database.close()

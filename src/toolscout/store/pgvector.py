@@ -59,6 +59,9 @@ NOTIFY_CHANNEL = "toolscout"
 CHANGES_KEPT = 1000  # change-log entries kept per tenant; a reader further behind reloads everything
 MAX_EF_SEARCH = 1000  # pgvector's limit
 POOL_WAIT_S = 5.0  # the longest a request waits for a connection: a database that is down fails fast (503)
+# the longest a statement waits for a lock another session holds (a migration, an operator's LOCK TABLE): the
+# same bound, so a request never hangs on one; PostgreSQL cancels the statement, and the request is a 503
+LOCK_WAIT_S = POOL_WAIT_S
 # the pool's reconnection backoff doubles without bound, so after a long outage the database could be back for
 # a minute before the next attempt: each round of attempts gives up after this, and the next request starts one
 RECONNECT_S = 10.0
@@ -210,8 +213,9 @@ class PgDatabase:
     `dim`: the vector dimension; None reads it from the database (the table must exist then)."""
 
     def __init__(self, dsn: str, table: str = schema.DEFAULT_TABLE, dim: int | None = None, *,
-                 ef_search: int = 100, pool_size: int = 8, timeout: float = 30.0):
+                 ef_search: int = 100, pool_size: int = 8, timeout: float = 30.0, lock_wait: float = LOCK_WAIT_S):
         self.dsn = dsn
+        self.lock_wait = lock_wait
         self.table = schema.check_table_name(table)
         self._dim = None if dim is None else int(dim)
         self.ef_search = min(int(ef_search), MAX_EF_SEARCH)
@@ -272,6 +276,7 @@ class PgDatabase:
 
         register_vector_info(conn, psycopg.types.TypeInfo.fetch(conn, "vector"))
         conn.execute(f"SET hnsw.ef_search = {self.ef_search}")
+        conn.execute(f"SET lock_timeout = {max(1, int(self.lock_wait * 1000))}")  # milliseconds
 
     @contextlib.contextmanager
     def connection(self):
