@@ -15,7 +15,7 @@ from toolscout.feedback import FeedbackEvent, Scored
 from toolscout.learning import CAUTIOUS_GATE, GATE, LearnedChannel, Lesson
 from toolscout.learning.calibration import PRIOR, SIM_BINS, BinCounts, Calibration, isotonic, sim_bin
 from toolscout.learning.incidental import teachable
-from toolscout.learning.memory import ANCHORS, RequestMemory, _similarities
+from toolscout.learning.memory import ANCHORS, FEW_TOOLS, RequestMemory, _similarities
 from toolscout.learning.space import HashedSpace
 from toolscout.results import Results
 from toolscout.tool import Tool
@@ -69,7 +69,8 @@ def brute_calibration(memory: RequestMemory) -> Calibration:
     from toolscout.learning.memory import key_hash
 
     neighbours, nearest = BinCounts.zeros(SIM_BINS), BinCounts.zeros(SIM_BINS)
-    share = len(memory.rows_of_tool) / sum(len(tools) for tools in memory.taught.values())
+    tools = len(memory.rows_of_tool)
+    share = tools / sum(len(taught) for taught in memory.taught.values()) * min(1.0, FEW_TOOLS / tools)
     for anchor in sorted(memory.row_of, key=key_hash)[:ANCHORS]:
         row = memory.row_of[anchor]
         best = {}
@@ -686,7 +687,7 @@ def test_the_calibration_counts_each_anchors_nearest_tools_as_brute_force_does()
 
     rng = np.random.default_rng(7)
     memory = mem.RequestMemory(dim=16)
-    tools = [f"t{i:02d}" for i in range(12)]
+    tools = [f"t{i:02d}" for i in range(FEW_TOOLS + 10)]  # more than a few: new tools' misses weigh less
     items = []
     for i in range(900):  # more requests than anchors
         vector = rng.normal(size=16).astype(np.float32)

@@ -25,6 +25,7 @@ from .calibration import EMPTY, NEIGHBOUR_TOOLS, RANK_EDGES, SIM_BINS, BinCounts
 
 ANCHORS = 800  # requests that play new tasks for the calibration (chosen on train-split validation)
 MIN_TOOLS = 5  # taught tools below which similarity earns nothing (see `_refit`)
+FEW_TOOLS = 20  # taught tools up to which leave-one-out has too few other tools to count misses on
 NEIGHBOUR_ROWS = 50  # nearest requests read for a task: the tools they taught are its learned candidates
 _MISSING = -np.inf
 _SLACK = 16  # extra candidates the float32 scan passes on, so rounding cannot change which rows are nearest
@@ -348,11 +349,14 @@ class RequestMemory:
         return found[found > _MISSING]
 
     def _new_tool_share(self) -> float:
-        """How often a request came for a tool nobody had taught yet: each taught tool's first request, among
-        all (request, tool) pairs held. It weighs an anchor playing a task of a new tool against one playing
-        a task of a taught tool: much while each tool has few requests, less as traffic repeats its tools."""
+        """How often a request came for a tool nobody had taught yet (each taught tool's first request, among
+        all (request, tool) pairs held), in full up to FEW_TOOLS taught tools and less beyond: the weight of
+        an anchor playing a task of a new tool against one playing a task of a taught tool. Much while each
+        tool has few requests; with many tools taught, leave-one-out counts misses on their requests itself,
+        and the full weight cost gains (docs/learning.md)."""
         pairs = sum(len(tools) for tools in self.taught.values())
-        return len(self.rows_of_tool) / pairs if pairs else 0.0
+        tools = len(self.rows_of_tool)
+        return tools / pairs * min(1.0, FEW_TOOLS / tools) if pairs else 0.0
 
     def _anchors_candidates(self) -> np.ndarray:
         """Each anchor's nearest tool columns (by its best similarity to each tool's requests), NEIGHBOUR_TOOLS
