@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 
 from ..artifacts import read_config, write_json
-from ..errors import InvalidRequest
 from ..encoders.contract import QueryEncoder
+from ..errors import InvalidRequest
 from ..query import Query
 from ..registry import lookup
 from ..results import Filter, Results
@@ -169,7 +169,10 @@ def check_settings(what: str, constructor: Any, options: Mapping[str, Any]) -> N
         if unknown:
             raise BadSetting(unknown[0], f"{what}: unknown setting(s) {', '.join(map(repr, unknown))}; it takes "
                                          f"{', '.join(sorted(named))}")
-    hints = typing.get_type_hints(constructor)
+    try:
+        hints = typing.get_type_hints(constructor)
+    except NameError:  # an annotation names what only a type checker imports: its types go unchecked
+        hints = {}
     for key, value in options.items():
         if key in hints and not _fits(value, hints[key]):
             raise BadSetting(key, f"{what}: setting {key}={value!r} is not {_describe(hints[key])}")
