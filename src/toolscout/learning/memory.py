@@ -315,8 +315,8 @@ class RequestMemory:
         of one tool's traffic must not lift it for every task near it)."""
         neighbours, nearest = BinCounts.zeros(SIM_BINS), BinCounts.zeros(SIM_BINS)
         if len(self.rows_of_tool) >= MIN_TOOLS and self.anchors:
-            ordered = self._anchors_candidates()
-            columns, similarities = ordered[:, :NEIGHBOUR_TOOLS], self._best_of(ordered[:, :NEIGHBOUR_TOOLS])
+            ordered, ordered_similarities = self._anchors_candidates()
+            columns, similarities = ordered[:, :NEIGHBOUR_TOOLS], ordered_similarities[:, :NEIGHBOUR_TOOLS]
             live = similarities > _MISSING
             bins = sim_bins(similarities[live])
             anchors, _ = np.nonzero(live)  # row-major, as the boolean index `[live]` reads them
@@ -327,24 +327,25 @@ class RequestMemory:
             for counts, chosen in ((neighbours, slice(None)), (nearest, first)):
                 np.add.at(counts.trials, bins[chosen], 1.0)
                 np.add.at(counts.hits, bins[chosen], taught[chosen])
-            np.add.at(neighbours.trials, sim_bins(self._nearest_to_new_tools(ordered)), self._new_tool_share())
+            np.add.at(neighbours.trials, sim_bins(self._nearest_to_new_tools(ordered, ordered_similarities)),
+                      self._new_tool_share())
         found = np.zeros(len(RANK_EDGES) + 1)
         for tools in self.taught.values():
             for entry in tools.values():
                 found[rank_bucket(entry.untaught_rank)] += 1
         self.calibration = fit(neighbours, nearest, found, len(self.taught))
 
-    def _nearest_to_new_tools(self, ordered: np.ndarray) -> np.ndarray:
+    def _nearest_to_new_tools(self, ordered: np.ndarray, similarities: np.ndarray) -> np.ndarray:
         """The similarities of the NEIGHBOUR_TOOLS taught tools nearest to each anchor once the anchor's own
-        tools are left out (`ordered`: each anchor's nearest columns, best first): the anchor plays a task
+        tools are left out (`ordered`: each anchor's nearest columns, best first, with their `similarities`):
+        the anchor plays a task
         that needs a tool nobody taught yet, and each of them is a miss for the cautious table. Leave-one-out
         alone never sees such a task: every request it holds needs a taught tool, so where taught requests
         are few and far apart it learns that any request near another needs that one's tool."""
         out = []
-        for a, row in enumerate(ordered):
+        for a, (row, row_similarities) in enumerate(zip(ordered, similarities)):
             own = {self._column[t] for t in self.taught[self.anchors[a]] if t in self._column}
-            others = [c for c in row if c not in own][:NEIGHBOUR_TOOLS]
-            out.append(self._best[a, others])
+            out.append(row_similarities[[j for j, c in enumerate(row) if c not in own][:NEIGHBOUR_TOOLS]])
         found = np.concatenate(out) if out else np.zeros(0)
         return found[found > _MISSING]
 
@@ -358,20 +359,17 @@ class RequestMemory:
         tools = len(self.rows_of_tool)
         return tools / pairs * min(1.0, FEW_TOOLS / tools) if pairs else 0.0
 
-    def _anchors_candidates(self) -> np.ndarray:
+    def _anchors_candidates(self) -> tuple[np.ndarray, np.ndarray]:
         """Each anchor's nearest tool columns (by its best similarity to each tool's requests), NEIGHBOUR_TOOLS
-        and as many again as one request teaches in practice, in `nearest_tools`' order (ties by tool id). All
-        anchors in one pass: it runs on every event learned."""
+        and as many again as one request teaches in practice, in `nearest_tools`' order (ties by tool id), and
+        their similarities, -inf where an anchor has fewer. All anchors in one pass: it runs on every event
+        learned."""
         best = self._best[:, : len(self._tools_of_column)]
         width = min(NEIGHBOUR_TOOLS + 8, best.shape[1])
         candidates = np.argsort(-best, axis=1, kind="stable")[:, :width]
         similarities = np.take_along_axis(best, candidates, axis=1)
         order = np.lexsort((self._id_ranks()[candidates], -similarities), axis=1)
-        return np.take_along_axis(candidates, order, axis=1)
-
-    def _best_of(self, columns: np.ndarray) -> np.ndarray:
-        """The anchors' best similarities at `columns` (one row of columns per anchor)."""
-        return np.take_along_axis(self._best[:, : len(self._tools_of_column)], columns, axis=1)
+        return np.take_along_axis(candidates, order, axis=1), np.take_along_axis(similarities, order, axis=1)
 
     def _id_ranks(self) -> np.ndarray:
         """Each tool column's rank among the columns' tool ids (the tie-break of equal similarities)."""
