@@ -32,8 +32,6 @@ def _int(ge: int, le: int) -> Any:
 # schema's pattern and the server agree on every character (JavaScript's \s is a different set).
 WHITESPACE = "\t\n\x0b\x0c\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
 NOT_BLANK = f"[^{WHITESPACE}]"
-
-
 BLANK = "must hold more than white space"
 
 
@@ -43,15 +41,18 @@ def _not_blank(value: str) -> str:
     return value
 
 
-# the schema states the rule as a pattern; the check is Python's own (the same characters), so that a 422
-# names the field with a message people read instead of a character class
-SAYS_NOT_BLANK = Field(json_schema_extra={"pattern": NOT_BLANK})
-NOT_BLANK_CHECK = AfterValidator(_not_blank)
+def not_blank(text_type: Any) -> Any:
+    """`text_type` that must hold more than white space. The schema states the rule as a pattern; the check is
+    Python's own (the same characters), so that a 422 names the field with a message people read instead of a
+    character class."""
+    return Annotated[text_type, Field(json_schema_extra={"pattern": NOT_BLANK}), AfterValidator(_not_blank)]
+
+
 CatalogFormat = Literal["openai", "anthropic", "mcp", "openapi"]  # the ones a JSON body can hold
 
 # a task may be as long as the body allows (a whole conversation, an image in it): search reads the part
 # that matters and says when it cut the rest (`truncated`, toolscout.conversation.focus)
-Text = Annotated[str, StringConstraints(min_length=1, max_length=1 << 20), SAYS_NOT_BLANK, NOT_BLANK_CHECK]
+Text = not_blank(Annotated[str, StringConstraints(min_length=1, max_length=1 << 20)])
 MAX_ID_CHARS = 512  # a tool id: what a write may name is what feedback may name
 Ident = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ID_CHARS)]
 
@@ -109,7 +110,7 @@ class SearchRequest(_Strict):
 class ToolFields(_Strict):
     """A tool record without its id (the body of PUT /tools/{id}, whose path names the tool)."""
 
-    name: Annotated[str, StringConstraints(min_length=1, max_length=256), SAYS_NOT_BLANK, NOT_BLANK_CHECK]
+    name: not_blank(Annotated[str, StringConstraints(min_length=1, max_length=256)])
     description: str = Field("", max_length=20000)
     parameters: dict[str, Any] | None = None
     returns: dict[str, Any] | None = None
@@ -141,7 +142,7 @@ class ToolFields(_Strict):
 class ToolIn(ToolFields):
     """A tool record (the fields of `toolscout.Tool`). `id` defaults to `namespace.name` (or `name`)."""
 
-    id: Annotated[Ident, SAYS_NOT_BLANK, NOT_BLANK_CHECK] | None = None
+    id: not_blank(Ident) | None = None
 
 
 # Every catalog format read over HTTP is a JSON object, or a non-empty array of objects (tools, servers).
@@ -184,7 +185,7 @@ class DeleteRequest(_Strict):
 class FeedbackIn(_Strict):
     """One report of tool use: the task and the tools that served it."""
 
-    query: Annotated[str, StringConstraints(min_length=1, max_length=20000), SAYS_NOT_BLANK, NOT_BLANK_CHECK] = Field(
+    query: not_blank(Annotated[str, StringConstraints(min_length=1, max_length=20000)]) = Field(
         description="The task the agent was given (as it searched for it).")
     tool_ids: list[Ident] = Field(min_length=1, max_length=64, description="The tools that served it.")
     source: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = Field(
