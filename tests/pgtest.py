@@ -50,6 +50,33 @@ def _postgres_uri() -> str:
     return uri
 
 
+def pg_ctl(data, command: str) -> None:
+    """Start or stop ("start", "stop") a PostgreSQL of its own in the folder `data`, from another process: pgserver
+    keeps one server object per process, and starting it again in this one would hand back the stopped one."""
+    import subprocess
+    import sys
+
+    script = ("import sys, warnings; warnings.simplefilter('ignore'); import pgserver; "
+              "from pgserver._commands import pg_ctl; d = sys.argv[1]; "
+              "pgserver.get_server(d, cleanup_mode=None) if sys.argv[2] == 'start' "
+              "else pg_ctl(['-w', '-m', 'fast', 'stop'], pgdata=d, user='pgserver')")
+    subprocess.run([sys.executable, "-c", script, str(data), command], check=True, capture_output=True, timeout=120)
+
+
+def own_server_uri(data) -> str:
+    """Start a PostgreSQL of its own in `data` (one a test may stop: `pg_ctl`), with pgvector; its URI."""
+    import pgserver
+    import psycopg
+
+    pg_ctl(data, "start")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        uri = pgserver.get_server(str(data), cleanup_mode=None).get_uri()
+    with psycopg.connect(uri, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+    return uri
+
+
 def new_table() -> str:
     """A table name no other test uses (each test gets its own index table in the shared server)."""
     return f"ts{os.getpid()}_{next(_tables)}"

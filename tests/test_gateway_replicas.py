@@ -5,6 +5,7 @@ and what forwarded calls teach; they list their upstreams into the shared catalo
 flapping or lost feedback; and a SIGKILLed replica, restarted, finds everything learned. Waits poll (the
 gateways' /health, their searches, the database) with deadlines, never a sleep used as a handshake."""
 
+import contextlib
 import json
 import os
 import signal
@@ -16,7 +17,7 @@ import time
 import anyio
 import httpx
 import pytest
-from pgtest import new_table, postgres_uri, spec
+from pgtest import new_table, own_server_uri, pg_ctl, postgres_uri, spec
 from traffic import RAIN_TASK, mixed
 
 pytest.importorskip("mcp")
@@ -188,6 +189,46 @@ def test_two_replicas_list_at_once_share_what_calls_teach_and_lose_nothing_to_si
     finally:
         for proc, _url in replicas:
             stop(proc)
+
+
+def test_a_replica_forwards_calls_while_its_database_is_down_and_its_searches_say_why_they_wait(tmp_path):
+    """A gateway replica looked each called tool up in the database: while the database did not answer, no
+    call was forwarded (a 5 s wait, then an error about the database), though routing a call needs nothing
+    the replica does not already hold. The feedback such a call would give is dropped with one line saying
+    why (it was a traceback); searches still say the database does not answer, and work once it is back."""
+    data = tmp_path / "pgdata"
+    uri = own_server_uri(data)
+    config = write_config(tmp_path, {"alpha": stub("alpha")})
+    (proc, url), = start_replicas(config, spec(uri, new_table()), 1)
+    try:
+        wait_up(url, ["alpha"], proc)
+
+        async def agent():
+            async with Client(streamable_http_client(f"{url}/mcp", http_client=httpx2.AsyncClient(timeout=60))) as c:
+                found = await c.call_tool("search_tools", {"task": "echo the text back", "k": 5})
+                assert "alpha.echo" in [t["id"] for t in found.structured_content["tools"]]
+                await anyio.to_thread.run_sync(pg_ctl, data, "stop")
+                called = await c.call_tool("call_tool", {"name": "alpha.echo", "arguments": {"text": "while down"}})
+                assert not called.is_error, called.content[0].text
+                assert json.loads(called.content[0].text)["arguments"] == {"text": "while down"}
+                searched = await c.call_tool("search_tools", {"task": "echo the text back"})
+                assert searched.is_error and "PostgreSQL database" in searched.content[0].text, searched.content
+                await anyio.to_thread.run_sync(pg_ctl, data, "start")
+                found = await c.call_tool("search_tools", {"task": "echo the text back", "k": 5})
+                assert "alpha.echo" in [t["id"] for t in found.structured_content["tools"]]
+
+        anyio.run(agent)
+        def dropped() -> str | None:
+            log = open(proc.log_path).read()
+            return log if "forwarded calls dropped" in log else None
+
+        log = wait_for(dropped, "the replica to drop the call's feedback", 30, proc)
+        assert "feedback from 1 forwarded calls dropped: " in log and "PostgreSQL database" in log
+        assert "Traceback" not in log, log[-3000:]
+    finally:  # the database stopped whatever happened; a failure to stop it must not hide the test's own
+        stop(proc)
+        with contextlib.suppress(Exception):
+            pg_ctl(data, "stop")
 
 
 def test_replicas_share_definitions_and_approvals_per_tenant(pg, tmp_path):

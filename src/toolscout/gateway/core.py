@@ -45,7 +45,7 @@ import anyio
 import anyio.lowlevel
 import anyio.to_thread
 
-from ..errors import Conflict, Forbidden, InvalidRequest, NotFound, RateLimited
+from ..errors import Conflict, Forbidden, InvalidRequest, NotFound, RateLimited, Unavailable
 from ..feedback import FeedbackEvent
 from ..hits import Hit
 from ..serve.auth import ANONYMOUS
@@ -332,9 +332,10 @@ class Gateway:
     # calls -------------------------------------------------------------------------------------
     def resolve(self, name: str, principal: Principal) -> Tool:
         """The tool `name` means: its id, or a bare tool name that only one tool the caller sees carries.
-        NotFound (with the nearest ids) or InvalidRequest (an ambiguous name) otherwise."""
+        NotFound (with the nearest ids) or InvalidRequest (an ambiguous name) otherwise. Read from the catalog
+        this process holds first: a call is routed even while a shared database does not answer."""
         try:
-            return self.service.get(name, principal)
+            return self.service.get(name, principal, held_first=True)
         except NotFound:
             pass
         with self._names_lock:
@@ -352,7 +353,7 @@ class Gateway:
     def _visible(self, tool_id: str, principal: Principal) -> Tool | None:
         """The tool `tool_id` if the caller may see it (and search may return it), else None."""
         try:
-            return self.service.get(tool_id, principal)
+            return self.service.get(tool_id, principal, held_first=True)
         except NotFound:
             return None
 
@@ -639,12 +640,15 @@ class CallLearner:
 
     def _attempt(self, events: list[FeedbackEvent]) -> RateLimited | None:
         """Learn `events`; the RateLimited that refused them all, else None. A bug is logged and its events
-        dropped: the gateway goes on forwarding calls."""
+        dropped: the gateway goes on forwarding calls; so are the events of a storage that does not answer."""
         try:
             result = self.service.feedback(events, ADMIN)  # trusted: each event names its own source
             self.learned += len(result.learned)
         except RateLimited as exc:
             return exc
+        except Unavailable as exc:
+            self.dropped += len(events)
+            logger.warning("feedback from %d forwarded calls dropped: %s", len(events), exc)
         except Exception:
             self.dropped += len(events)
             logger.exception("learning from %d forwarded calls failed", len(events))

@@ -261,7 +261,7 @@ class GatewayMcp(ToolSearchMcp):
             principal = self._principal(ctx)
             for native, tool_id in found.items():
                 try:
-                    tool = self.gateway.service.get(tool_id, principal)
+                    tool = self.gateway.service.get(tool_id, principal, held_first=True)
                 except NotFound:  # removed by its upstream since it was found
                     continue
                 tools.append(types.Tool(name=native, description=tool.description or tool.name,

@@ -127,6 +127,9 @@ class DirectoryStorage:
     def pipeline(self, fresh: bool = True) -> ToolScout:
         return self.scout  # one process owns the directory: its pipeline is always current
 
+    def held(self) -> ToolScout:
+        return self.scout
+
     def version(self) -> int:
         return self.seq
 

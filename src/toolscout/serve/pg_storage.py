@@ -140,6 +140,9 @@ class PgTenantStorage:
             return self.replica.catch_up(self.current_version())
         return self.replica.catch_up(max(self.seen, 0))
 
+    def held(self) -> ToolScout | None:
+        return self.replica.scout
+
     def version(self) -> int:
         """The tenant's catalog version as of the last search or write this process made for it."""
         if self.seen < 0:

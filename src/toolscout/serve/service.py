@@ -283,9 +283,15 @@ class ToolService:
     def _tenant(self, principal: Principal) -> TenantStorage:
         return self.storage.tenant(principal.tenant)
 
-    def get(self, tool_id: str, principal: Principal = ADMIN) -> Tool:
-        """The tool with this id; NotFound if there is none *that principal may see*."""
-        tool = self._tenant(principal).pipeline().get(tool_id, None)
+    def get(self, tool_id: str, principal: Principal = ADMIN, *, held_first: bool = False) -> Tool:
+        """The tool with this id; NotFound if there is none *that principal may see*. `held_first`: looked up
+        in the pipeline this process holds before the storage is asked (`TenantStorage.held`): a gateway
+        routes calls so (what routing reads of a tool, its namespace, is what its server listed)."""
+        tenant = self._tenant(principal)
+        held = tenant.held() if held_first else None
+        tool = held.get(tool_id, None) if held is not None else None
+        if tool is None:
+            tool = tenant.pipeline().get(tool_id, None)
         if tool is None or not principal.sees(tool):
             raise NotFound(f"no tool with id {tool_id!r}")
         return tool

@@ -54,6 +54,11 @@ class TenantStorage(Protocol):
         process's last read or write (cheaper; may lag other replicas a little)."""
         ...
 
+    def held(self) -> ToolScout | None:
+        """The pipeline as this process holds it, asking the storage nothing (None before the first read):
+        what a gateway routes a call with, so that calls go on while a database does not answer."""
+        ...
+
     def version(self) -> int:
         """The catalog version as of this process's last read or write (cheap; may lag other replicas)."""
         ...
