@@ -71,8 +71,12 @@ def served_search(args: list[str], query: str, k: int) -> tuple[dict, list[dict]
 
 
 def stop(proc: subprocess.Popen) -> None:
+    """Stop the server and remove its log (a failing wait has already quoted it)."""
     proc.terminate()
     try:
         proc.wait(30)
     except subprocess.TimeoutExpired:
         proc.kill()
+    log = getattr(proc, "log_path", None)  # servers and gateways this module's helpers started keep one
+    if log:
+        Path(log).unlink(missing_ok=True)

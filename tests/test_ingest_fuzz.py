@@ -735,6 +735,8 @@ test_cycles_and_bombs = fuzz(shape_cases())
 
 PYTHON_TAGS = ['!!python/object/apply:os.remove ["{sentinel}"]', "!!python/name:os.system", "!!python/module:os",
                "!!python/object:argparse.Namespace {{x: 1}}", '!!python/object/new:builtins.open ["{sentinel}", "w"]']
+# every example's sentinel file in one folder, removed when the tests end (a folder per example filled /tmp)
+SENTINELS = tempfile.TemporaryDirectory(prefix="toolscout-yaml-sentinels-")
 NON_JSON_TAGS = ["!!binary aGVsbG8=", "!!set {{a: null, b: null}}", "!!timestamp 2001-12-14t21:59:43.10-05:00"]
 HARMLESS_TAGS = ["!!omap [{{a: 1}}, {{b: 2}}]", "!!pairs [{{a: 1}}]", '!!str 12', '!!int "12"', "!!float 1.5"]
 
@@ -745,7 +747,9 @@ def tag_cases(draw) -> Case:
     path = draw(st.sampled_from(value_paths(catalog.doc)))
     group = draw(st.sampled_from(["python", "non-JSON", "harmless"]))
     tag = draw(st.sampled_from({"python": PYTHON_TAGS, "non-JSON": NON_JSON_TAGS, "harmless": HARMLESS_TAGS}[group]))
-    sentinel = Path(tempfile.mkdtemp()) / "sentinel"
+    handle, name = tempfile.mkstemp(dir=SENTINELS.name)
+    os.close(handle)
+    sentinel = Path(name)
     sentinel.write_text("keep me")
     data, offset = splice(catalog.doc, path, "yaml", tag.format(sentinel=sentinel).encode())
     line, _ = line_col(data, offset)

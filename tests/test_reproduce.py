@@ -2,9 +2,11 @@
 re-run that lands off a published figure fails, and --accept publishes what was measured."""
 
 import json
+import os
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,10 @@ RUNNER = ROOT / "benchmarks" / "reproduce.py"
 
 
 def reproduce(*args):
-    return subprocess.run([sys.executable, RUNNER, *map(str, args)], capture_output=True, text=True, cwd=ROOT)
+    # the runner leaves each run's output folder in TMPDIR for people to read: here, one removed afterwards
+    with tempfile.TemporaryDirectory(prefix="toolscout-reproduce-test-") as scratch:
+        return subprocess.run([sys.executable, RUNNER, *map(str, args)], capture_output=True, text=True, cwd=ROOT,
+                              env={**os.environ, "TMPDIR": scratch})
 
 
 def test_the_readme_table_is_the_one_the_conditions_file_makes():
