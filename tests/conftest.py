@@ -15,7 +15,9 @@ def _threads_per_worker() -> None:
     of another, and the training tests take about twice as long."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers > 1:
-        share = str(max(1, (os.cpu_count() or 1) // workers))
+        from toolscout.defaults import usable_cores  # light: no numpy or torch yet
+
+        share = str(max(1, usable_cores() // workers))
         for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
             os.environ.setdefault(var, share)
 

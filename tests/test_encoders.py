@@ -418,7 +418,7 @@ def test_int8_encodes_each_text_alone_so_a_vector_does_not_depend_on_its_batch(c
 def test_a_long_int8_text_alone_runs_on_every_core_with_the_same_vector(cache_dir, monkeypatch):
     """A long task encoded alone gets a session with every core (latency); its vector is exactly the
     single-threaded one, so where a text was encoded (a batch, a pool, alone) never changes it."""
-    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    monkeypatch.setattr("toolscout.encoders.onnx_runtime.usable_cores", lambda: 2)
     int8 = Encoder.load(None, backend="onnx-int8", cache_dir=cache_dir)
     onnx = int8._onnx
     long_text = "find the tool that converts this long invoice into a spreadsheet row " * 12
@@ -431,6 +431,22 @@ def test_a_long_int8_text_alone_runs_on_every_core_with_the_same_vector(cache_di
     np.testing.assert_array_equal(int8.encode([long_text]), single)
     pooled = int8.encode([long_text] + TEXTS * 8)  # 16+ texts: the one-thread pool
     np.testing.assert_array_equal(pooled[:1], single)
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs CPU affinity (Linux) and two cores this process may use")
+def test_an_int8_encoder_allowed_one_core_of_several_uses_one_thread(cache_dir):
+    """Sized by the cores the process may run on (a container's or taskset's CPU set), not the machine's: with
+    every core counted, one allowed core ran a pool of workers and a wide session for long texts."""
+    import subprocess
+
+    script = ("import os, sys; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); "
+              "from toolscout.encoders import Encoder; "
+              "onnx = Encoder.load(None, backend='onnx-int8', cache_dir=sys.argv[1])._onnx; "
+              "print(onnx.workers, onnx._wide)")
+    done = subprocess.run([sys.executable, "-c", script, str(cache_dir)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["1", "None"]
 
 
 def test_the_release_step_keeps_a_benchmarks_verdict_with_the_model_and_refuses_anything_else(tmp_path):

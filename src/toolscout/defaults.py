@@ -3,6 +3,8 @@
 Kept free of heavy imports, so the command line can show these defaults in `--help` at no cost.
 """
 
+import os
+
 # The first stage `ToolScout.from_tools`, `toolscout index`, `eval`, `demo` and `serve` build when no retriever
 # is named: BM25 fused with the tool-tuned dense encoder, the best configuration on tools no model was
 # trained on (chosen on validation carved from the train splits: docs/default-model.md).
@@ -31,3 +33,12 @@ DEFAULT_INTENTS: dict | None = {"merge": "max", "intent_weight": 0.9, "late_chun
 # toolscout-tools is all-MiniLM-L6-v2 with its transformer layers tuned on the dev sets' train splits
 # (src/toolscout/data/models/toolscout-tools; rebuilt by scripts/build_default_model.sh).
 DEFAULT_ENCODER = "toolscout-tools"
+
+
+def usable_cores() -> int:
+    """The cores toolscout sizes its threads by when not told: those this process may run on (a container's or
+    `taskset`'s CPU set), not every core of the machine, which would put several threads on each allowed one."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # no affinity on macOS and Windows: every core is allowed
+        return os.cpu_count() or 1

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -11,6 +10,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ..defaults import usable_cores
 
 SPLIT_LAYER_NORM = "layer_norm_split"  # meta.json: model.onnx already is `runtime_graph`'s graph (a shipped export)
 CASE_PROBE = "Send An Email To Bob About The Q3 Report"
@@ -50,7 +50,7 @@ class OnnxEncoder:
         self.per_text = str(self.meta.get("graph", "")).startswith("int8")
         if self.per_text and not threads:
             threads = 1  # parallelism comes from running texts side by side (`workers`)
-        self.workers = max(1, int(workers or os.cpu_count() or 1))
+        self.workers = max(1, int(workers or usable_cores()))
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
         self.dim = int(self.meta["dim"])
@@ -66,7 +66,7 @@ class OnnxEncoder:
         self._session_settings = (spin, arena)
         self.session = self._new_session(threads)
         # a long text alone runs on every core (`session_for`); built on first use
-        self._wide = None if not self.per_text or (os.cpu_count() or 1) < 2 else False
+        self._wide = None if not self.per_text or usable_cores() < 2 else False
         self.input_names = list(self.meta["inputs"])
         self.case_blind = same_tokens(lambda text: self.tokenizer.encode(text).ids)
         self.output_names = [o.name for o in self.session.get_outputs()]  # "tokens" since export format 3
@@ -100,7 +100,7 @@ class OnnxEncoder:
             return self.session
         with self._pool_lock:
             if self._wide is False:
-                self._wide = self._new_session(os.cpu_count())
+                self._wide = self._new_session(usable_cores())
             return self._wide
 
     def _feeds(self, encodings: list) -> dict[str, np.ndarray]:

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..defaults import usable_cores
 from ..errors import ToolScoutError
 
 DEFAULT_TIMEOUT_S = 60.0
@@ -63,7 +64,7 @@ LEARN_GATHER_S = 0.25
 
 def starts_at_once() -> int:
     """How many upstreams start together: one per core, at least two."""
-    return max(2, os.cpu_count() or 2)
+    return max(2, usable_cores())
 
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
