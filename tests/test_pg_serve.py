@@ -369,6 +369,41 @@ def test_feedback_through_one_replica_changes_the_others_rankings_at_once(pg, to
         two.close()
 
 
+def test_indexing_a_catalog_again_keeps_the_feedback_counts_of_the_tools_it_keeps(pg, tools, encoder):
+    """`toolscout index --store` into a tenant that has a catalog replaces it whole (a new partition): a tool it
+    keeps, changed or not, keeps the count of events that named it (`reported`, failures too) as it keeps the
+    requests they taught (it was reset to 0 while those stayed); a tool it leaves out goes with its feedback,
+    and comes back with none. A single-tool upsert keeps the count too."""
+    from toolscout.postgres import index_catalog
+    from toolscout.serve import ToolService
+    from toolscout.store.pgvector import PgVectorStore
+
+    store_spec = spec(pg, new_table())
+    store = PgVectorStore.from_spec(store_spec, encoder.dim)
+    index_catalog(store, tools, encoder)
+    service = ToolService.open(store_spec, encoder=encoder, batch_workers=0)
+    try:
+        service.feedback([{"query": "send an email to my boss", "tool_ids": ["mail.send"]},
+                          {"query": "mail the team the notes file", "tool_ids": ["mail.send", "files.read"]},
+                          {"query": "email the landlord", "tool_ids": ["mail.send"], "outcome": "failure"},
+                          {"query": "tomorrow's weather in Oslo", "tool_ids": ["weather.get_forecast"]}])
+        counted = {"mail.send": {"learned": 2, "sources": 1, "reported": 3},
+                   "weather.get_forecast": {"learned": 1, "sources": 1, "reported": 1}}
+        assert {tid: service.feedback_of(tid) for tid in counted} == counted
+        edited = Tool("mail.send", "send_email", "Send an email, with attachments, to recipients.", namespace="mail")
+        kept = [edited if t.id == "mail.send" else t for t in tools if t.id != "files.read"]
+        assert index_catalog(store, kept, encoder).embedded == 1  # the edited tool alone
+        assert {tid: service.feedback_of(tid) for tid in counted} == counted
+        index_catalog(store, tools, encoder)  # files.read back: a new tool, its feedback gone with it
+        assert service.feedback_of("files.read") == {"learned": 0, "sources": 0, "reported": 0}
+        assert service.feedback_of("weather.get_forecast") == counted["weather.get_forecast"]
+        service.upsert([edited])
+        assert service.feedback_of("mail.send") == {"learned": 2, "sources": 1, "reported": 3}
+    finally:
+        service.close()
+        store.close()
+
+
 def test_replicas_turn_down_the_weight_of_the_namespace_whose_lifts_did_harm_as_the_library_does(pg, tools,
                                                                                                    encoder):
     """Scores keep whose lifts passed a tool (schema v7): a replica that only reads them from the database

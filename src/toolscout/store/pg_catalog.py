@@ -286,19 +286,23 @@ class PgCatalog(PgTenantRows):
 
     def _fill_partition(self, conn, staging: str, live: bool) -> None:
         """The incoming rows into `staging`, in their order; a row without a vector keeps the live row's
-        vector. NeedVectors when a row without a vector has no live row of the same content hash."""
+        vector. A tool the live catalog holds keeps when it joined and how many feedback events named it
+        (its taught requests stay too, `pg_feedback.after_replace`), changed or not; a tool new to the catalog
+        starts at none. NeedVectors when a row without a vector has no live row of the same content hash."""
         from psycopg import sql
 
         canonical = schema.partition_name(self.table, self.tenant)
         old = self._sql("LEFT JOIN {p} o ON o.id = i.id", p=canonical) if live else self._sql(
             "LEFT JOIN (SELECT NULL::text AS id, NULL::text AS text, NULL::text AS content_hash, "
-            f"NULL::vector({self.dim}) AS embedding, NULL::double precision AS joined_at) o ON false")
+            f"NULL::vector({self.dim}) AS embedding, NULL::double precision AS joined_at, "
+            "NULL::integer AS reported) o ON false")
         joined = time.time() if live else 0.0  # a first catalog was there before any learning
         conn.execute(sql.SQL(
-            "INSERT INTO {s} (tenant, id, namespace, text, content_hash, doc, embedding, joined_at) "
+            "INSERT INTO {s} (tenant, id, namespace, text, content_hash, doc, embedding, joined_at, reported) "
             "SELECT %s, i.id, i.namespace, CASE WHEN i.embedding IS NULL THEN o.text ELSE i.text END, "
             "CASE WHEN i.embedding IS NULL THEN o.content_hash ELSE i.content_hash END, i.doc, "
-            "coalesce(i.embedding, o.embedding), coalesce(o.joined_at, %s) FROM toolscout_incoming i {old} "
+            "coalesce(i.embedding, o.embedding), coalesce(o.joined_at, %s), coalesce(o.reported, 0) "
+            "FROM toolscout_incoming i {old} "
             "WHERE i.embedding IS NOT NULL OR o.content_hash = i.content_hash ORDER BY i.pos").format(
                 s=sql.Identifier(staging), old=old), [self.tenant, joined])
         missing = conn.execute(sql.SQL(
