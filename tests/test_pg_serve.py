@@ -4,6 +4,7 @@ seeing each other's writes at once."""
 
 import contextlib
 import json
+import logging
 import threading
 import time
 
@@ -515,11 +516,26 @@ def _pg_ctl(data, *command: str) -> None:
     subprocess.run([sys.executable, "-c", script, str(data), *command], check=True, capture_output=True, timeout=120)
 
 
+def _outage_log(caplog) -> list[str]:
+    """What the log told of the database so far, as "down" and "back"; fails on a warning of psycopg_pool's,
+    which the outage's own lines replace."""
+    pool = [r.getMessage() for r in caplog.records if r.name == "psycopg.pool" and r.levelno >= logging.WARNING]
+    assert pool == [], f"{len(pool)} warnings of psycopg_pool's: {pool[:3]}"
+    told = []
+    for record in caplog.records:
+        message = record.getMessage()
+        if record.name == "toolscout.store.pg_outage" and record.levelno == logging.WARNING:
+            told.append("down" if message.startswith("cannot connect to the PostgreSQL database postgresql://")
+                        else "back" if " answers again: " in message else message)
+    return told
+
+
 def test_a_database_that_stops_is_a_fast_503_naming_it_and_its_return_serves_without_a_500(tmp_path, tools,
-                                                                                           encoder):
+                                                                                           encoder, caplog):
     """Down: every request is told within seconds that the database does not answer (it was a 500 after a
-    30 s wait, /health too). Back: the next request is served, and the connections a restart closed are
-    replaced, not handed to requests."""
+    30 s wait, /health too), and the log says so once (psycopg_pool warned at every reconnection attempt: 21
+    lines in these 20 s, in one run). Back: the next request is served, the log says so once, and the
+    connections a restart closed are replaced, not handed to requests."""
     import pgserver
     import psycopg
     from starlette.testclient import TestClient
@@ -556,12 +572,17 @@ def test_a_database_that_stops_is_a_fast_503_naming_it_and_its_return_serves_wit
             outage = time.monotonic() + 8
             while time.monotonic() < outage:
                 assert client.post("/search", json={"query": RAIN_TASK}).status_code == 503
+            assert _outage_log(caplog) == ["down"]  # one line for the whole outage, and none of the pool's own
             _pg_ctl(data, "start")
             answer = client.post("/search", json={"query": RAIN_TASK})
             assert answer.status_code == 200, answer.text
+            assert _outage_log(caplog) == ["down", "back"]
             _pg_ctl(data, "stop")  # a restart while nobody asks: the pool holds connections it closed
             _pg_ctl(data, "start")
             assert [client.post("/search", json={"query": RAIN_TASK}).status_code for _ in range(8)] == [200] * 8
+            # a reconnection attempt still scheduled from the outage may have met the restart: a second outage,
+            # told as one too
+            assert _outage_log(caplog) in (["down", "back"], ["down", "back"] * 2)
     finally:  # stopped whatever happened; a failure to stop must not hide the test's own
         with contextlib.suppress(Exception):
             _pg_ctl(data, "stop")

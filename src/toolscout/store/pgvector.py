@@ -51,6 +51,7 @@ from ..results import Filter, Results
 from . import pg_feedback
 from . import pg_schema as schema
 from .base import as_array, checked_vectors
+from .pg_outage import Outage
 
 SCHEMES = ("postgresql://", "postgres://")
 KIND = "pgvector"
@@ -226,6 +227,9 @@ class PgDatabase:
         self._pool = None
         self._lock = threading.Lock()
         self._partitions: set[str] = set()  # tenants whose partition is known to exist
+        # logs an outage once, and keeps the pool's warning per reconnection attempt out of the log; the pool's
+        # name is this object's own, so two pools on one table in one process are told apart
+        self.outage = Outage(redact(dsn), f"toolscout-{self.table}-{id(self):x}")
 
     @property
     def dim(self) -> int:
@@ -249,11 +253,12 @@ class PgDatabase:
                     raise PgStoreError(f"cannot connect to {redact(self.dsn)}: {str(exc).strip()}") from None
                 # each connection is checked as it is taken (one that a database restart closed is replaced,
                 # not handed to a request), and a request waits POOL_WAIT_S at most for one
+                self.outage.watch()
                 self._pool = ConnectionPool(self.dsn, min_size=1, max_size=self.pool_size,
                                             timeout=self.pool_wait, kwargs={"autocommit": True},
                                             configure=self._configure, check=ConnectionPool.check_connection,
                                             reconnect_timeout=RECONNECT_S, open=True,
-                                            name=f"toolscout-{self.table}")
+                                            name=self.outage.pool_name)
         return self._pool
 
     def _prepare(self, conn) -> None:
@@ -277,6 +282,7 @@ class PgDatabase:
         register_vector_info(conn, psycopg.types.TypeInfo.fetch(conn, "vector"))
         conn.execute(f"SET hnsw.ef_search = {self.ef_search}")
         conn.execute(f"SET lock_timeout = {max(1, int(self.lock_wait * 1000))}")  # milliseconds
+        self.outage.up()  # every new connection of the pool is configured here: it connects
 
     @contextlib.contextmanager
     def connection(self):
@@ -314,6 +320,7 @@ class PgDatabase:
             if self._pool is not None:
                 self._pool.close()
                 self._pool = None
+                self.outage.unwatch()
 
     # index configuration (encoder, text view, search mode), one per table ----------------------
     def config(self) -> dict[str, Any]:
