@@ -405,6 +405,52 @@ def test_indexing_a_catalog_again_keeps_the_feedback_counts_of_the_tools_it_keep
         store.close()
 
 
+def test_health_says_when_a_running_replica_must_restart_to_serve_its_tables_new_pipeline(pg, tools, encoder,
+                                                                                        caplog):
+    """`toolscout migrate --store DSN --search dense` switches the pipeline of the table's servers as they start;
+    one already running goes on ranking with the pipeline it built. Its /health says so (`restart_needed`, naming
+    both first stages, or the settings that differ; nothing did), and its log says so once for each change
+    however often /health is read; a replica started after the switch serves the table's pipeline, and needs
+    no restart."""
+    from starlette.testclient import TestClient
+
+    from toolscout.cli import main
+    from toolscout.postgres import index_catalog
+    from toolscout.serve import ToolService
+    from toolscout.serve.http import create_app
+    from toolscout.store.pgvector import PgVectorStore
+
+    store_spec = spec(pg, new_table())
+    store = PgVectorStore.from_spec(store_spec, encoder.dim)
+    index_catalog(store, tools, encoder)  # the default pipeline: hybrid
+    indexed = store.database.config()
+    with ToolService.open(store_spec, encoder=encoder, batch_workers=0) as running:
+        client = TestClient(create_app(running))
+        health = client.get("/health").json()
+        assert (health["retriever"], health["restart_needed"]) == ("hybrid", None)
+        assert main(["migrate", "--store", store_spec, "--search", "dense"]) == 0
+        for _probe in range(3):
+            health = client.get("/health").json()
+            assert health["retriever"] == "hybrid"  # what it still ranks with
+            assert "pipeline than this replica started with (first stage 'dense' there, 'hybrid' here)" in \
+                health["restart_needed"]
+        told = [r.getMessage() for r in caplog.records if r.name == "toolscout.serve.pg_storage"]
+        assert told == [health["restart_needed"]]
+        with ToolService.open(store_spec, encoder=encoder, batch_workers=0) as started_after:
+            stats = started_after.stats()
+            assert (stats["retriever"], stats["restart_needed"]) == ("dense", None)
+        store.database.set_config(indexed)  # back as it started: nothing to restart for
+        assert client.get("/health").json()["restart_needed"] is None
+        indexed["pipeline"]["retriever"]["settings"]["rrf_k"] += 1  # the same first stage, fused otherwise
+        store.database.set_config(indexed)
+        health = client.get("/health").json()
+        assert health["restart_needed"].endswith("(settings that differ: retriever.settings.rrf_k): this replica "
+                                                 "ranks with its own until it is restarted")
+        told = [r.getMessage() for r in caplog.records if r.name == "toolscout.serve.pg_storage"]
+        assert told[1:] == [health["restart_needed"]]
+    store.close()
+
+
 def test_replicas_turn_down_the_weight_of_the_namespace_whose_lifts_did_harm_as_the_library_does(pg, tools,
                                                                                                    encoder):
     """Scores keep whose lifts passed a tool (schema v7): a replica that only reads them from the database

@@ -89,7 +89,9 @@ def migrate_command(args: argparse.Namespace) -> int:
             database.close()
         applied = ", ".join(map(str, database.migrated)) or "none (up to date)"
         print(f"{spec}: schema migrations applied: {applied}"
-              + (f"; served with {args.search} search from the next server start" if args.search else ""),
+              + (f"; served with {args.search} search by each server that starts from now on (a server already "
+                 "running ranks as it did until it is restarted: its /health says `restart_needed`)"
+                 if args.search else ""),
               file=sys.stderr)
         return 0
     start = time.perf_counter()

@@ -21,6 +21,8 @@ those rows, so replicas rank as one pipeline would.
 
 from __future__ import annotations
 
+import json
+import logging
 import threading
 import time
 from typing import Any, Sequence
@@ -33,6 +35,7 @@ from ..pipeline import ToolScout
 from ..postgres import encode_rows
 from ..retrievers.base import task_encoders
 from ..retrievers.dense import encoder_for, vector_hash
+from ..spec import PipelineSpec, differences
 from ..store import pg_feedback
 from ..store.pg_config import IndexConfig
 from ..store.pg_catalog import PgCatalog, StoredRow, stored_tool
@@ -43,6 +46,7 @@ from .pg_replica import Replica
 from .storage import Authorize, Visible, WriteResult
 
 WRITE_ATTEMPTS = 3
+logger = logging.getLogger(__name__)
 
 
 class PgStorage:
@@ -66,6 +70,8 @@ class PgStorage:
         self.failed: str | None = None  # the database keeps every write: nothing here disables writes
         self._tenants: dict[str, PgTenantStorage] = {}
         self._tenants_lock = threading.Lock()
+        self._told_restart: str | None = None  # the last pipeline change logged (`_restart_needed`)
+        self._told_lock = threading.Lock()
 
     @classmethod
     def open(cls, spec: str | PgSpec, *, encoder: Any = None, max_stale_s: float = 1.0,
@@ -115,10 +121,39 @@ class PgStorage:
                 "retriever": scout.retriever.name if scout is not None else self.config.search,
                 "dense_search": "in memory" if replica.in_memory else "pgvector HNSW",
                 "fast_queries": bool(self.tier),
-                "task_encoders": task_encoders(scout.retriever) if scout is not None else [self.encoder.name]}
+                "task_encoders": task_encoders(scout.retriever) if scout is not None else [self.encoder.name],
+                "restart_needed": self._restart_needed()}
+
+    def _restart_needed(self) -> str | None:
+        """Why this replica should be restarted: the table records another pipeline than the one this replica
+        built when it started (`toolscout migrate --store DSN --search ...`), and it builds no other until it
+        restarts. None when they are the same. Logged once for each change noticed."""
+        table, running = table_spec(IndexConfig.from_dict(self.pg_catalog.database.config())), table_spec(self.config)
+        note = _pipeline_change(table, running)
+        if note is not None:
+            note = (f"index table {self.pg_catalog.table!r} now serves another pipeline than this replica started "
+                    f"with ({note}): this replica ranks with its own until it is restarted")
+        with self._told_lock:  # /health is polled, by several probes at once: one line per change
+            new, self._told_restart = note is not None and note != self._told_restart, note
+        if new:
+            logger.warning("%s", note)
+        return note
 
     def close(self, compact: bool = True) -> None:
         self.pg_catalog.close()
+
+
+def _pipeline_change(there: PipelineSpec, here: PipelineSpec) -> str | None:
+    """How two pipelines differ, in brief: their first stages when those differ, else the paths of the settings
+    that do (their values can be whole retriever trees); None when they are the same. Compared as the table
+    stores them: JSON, where a spec built in this process may hold tuples for lists."""
+    as_stored = [json.loads(json.dumps(spec.to_dict())) for spec in (there, here)]
+    changed = [line.partition(":")[0] for line in differences(*as_stored)]
+    if not changed:
+        return None
+    if there.retriever["name"] != here.retriever["name"]:
+        return f"first stage {there.retriever['name']!r} there, {here.retriever['name']!r} here"
+    return f"settings that differ: {', '.join(changed[:6])}{', ...' if len(changed) > 6 else ''}"
 
 
 class PgTenantStorage:
