@@ -60,7 +60,9 @@ def pg_ctl(data, command: str) -> None:
               "from pgserver._commands import pg_ctl; d = sys.argv[1]; "
               "pgserver.get_server(d, cleanup_mode=None) if sys.argv[2] == 'start' "
               "else pg_ctl(['-w', '-m', 'fast', 'stop'], pgdata=d, user='pgserver')")
-    subprocess.run([sys.executable, "-c", script, str(data), command], check=True, capture_output=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", script, str(data), command], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, f"pg_ctl {command} failed ({done.returncode}): {done.stderr[-2000:]}"
 
 
 def own_server_uri(data) -> str:

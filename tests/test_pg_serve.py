@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 import pytest
-from pgtest import new_table, postgres_uri, spec
+from pgtest import new_table, own_server_uri, pg_ctl, postgres_uri, spec
 from servers import start_server
 from traffic import RAIN, RAIN_TASK, events, mixed
 
@@ -549,21 +549,6 @@ def test_replicas_rank_exactly_as_the_library_before_and_after_feedback(pg, tool
         two.close()
 
 
-def _pg_ctl(data, *command: str) -> None:
-    """Start or stop the PostgreSQL of `data` from another process (pgserver keeps one server object per
-    process: starting it again in this one would hand back the stopped one)."""
-    import subprocess
-    import sys
-
-    script = ("import sys, warnings; warnings.simplefilter('ignore'); import pgserver; "
-              "from pgserver._commands import pg_ctl; d = sys.argv[1]; "
-              "pgserver.get_server(d, cleanup_mode=None) if sys.argv[2] == 'start' "
-              "else pg_ctl(['-w', '-m', 'fast', 'stop'], pgdata=d, user='pgserver')")
-    done = subprocess.run([sys.executable, "-c", script, str(data), *command], capture_output=True, text=True,
-                          timeout=120)
-    assert done.returncode == 0, f"pg_ctl {' '.join(command)} failed ({done.returncode}): {done.stderr[-2000:]}"
-
-
 def _outage_log(caplog) -> list[str]:
     """What the log told of the database so far, as "down" and "back"; fails on a warning of psycopg_pool's,
     which the outage's own lines replace."""
@@ -584,8 +569,6 @@ def test_a_database_that_stops_is_a_fast_503_naming_it_and_its_return_serves_wit
     30 s wait, /health too), and the log says so once (psycopg_pool warned at every reconnection attempt: 21
     lines in these 20 s, in one run). Back: the next request is served, the log says so once, and the
     connections a restart closed are replaced, not handed to requests."""
-    import pgserver
-    import psycopg
     from starlette.testclient import TestClient
 
     from toolscout.postgres import index_catalog
@@ -594,11 +577,8 @@ def test_a_database_that_stops_is_a_fast_503_naming_it_and_its_return_serves_wit
     from toolscout.store.pgvector import PgVectorStore
 
     data = tmp_path / "pgdata"
-    _pg_ctl(data, "start")
     try:
-        uri = pgserver.get_server(str(data), cleanup_mode=None).get_uri()
-        with psycopg.connect(uri, autocommit=True) as conn:
-            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        uri = own_server_uri(data)
         store_spec = spec(uri, new_table())
         store = PgVectorStore.from_spec(store_spec, encoder.dim)
         index_catalog(store, tools, encoder, ToolScout.from_tools([], retriever="dense", encoder=encoder).spec)
@@ -606,7 +586,7 @@ def test_a_database_that_stops_is_a_fast_503_naming_it_and_its_return_serves_wit
         with ToolService.open(store_spec, encoder=encoder, batch_workers=0) as service:
             client = TestClient(create_app(service))
             assert client.post("/search", json={"query": RAIN_TASK}).status_code == 200
-            _pg_ctl(data, "stop")
+            pg_ctl(data, "stop")
             for path, call in (("/search", lambda: client.post("/search", json={"query": RAIN_TASK})),
                                ("/health", lambda: client.get("/health"))):
                 started = time.monotonic()
@@ -621,16 +601,16 @@ def test_a_database_that_stops_is_a_fast_503_naming_it_and_its_return_serves_wit
             while time.monotonic() < outage:
                 assert client.post("/search", json={"query": RAIN_TASK}).status_code == 503
             assert _outage_log(caplog) == ["down"]  # one line for the whole outage, and none of the pool's own
-            _pg_ctl(data, "start")
+            pg_ctl(data, "start")
             answer = client.post("/search", json={"query": RAIN_TASK})
             assert answer.status_code == 200, answer.text
             assert _outage_log(caplog) == ["down", "back"]
-            _pg_ctl(data, "stop")  # a restart while nobody asks: the pool holds connections it closed
-            _pg_ctl(data, "start")
+            pg_ctl(data, "stop")  # a restart while nobody asks: the pool holds connections it closed
+            pg_ctl(data, "start")
             assert [client.post("/search", json={"query": RAIN_TASK}).status_code for _ in range(8)] == [200] * 8
             # a reconnection attempt still scheduled from the outage may have met the restart: a second outage,
             # told as one too
             assert _outage_log(caplog) in (["down", "back"], ["down", "back"] * 2)
     finally:  # stopped whatever happened; a failure to stop must not hide the test's own
         with contextlib.suppress(Exception):
-            _pg_ctl(data, "stop")
+            pg_ctl(data, "stop")
