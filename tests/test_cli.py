@@ -62,6 +62,23 @@ def test_errors_name_the_problem_and_exit_non_zero(capsys, tmp_path):
     assert code == 1 and "CURRENT names the version 'v000009', which is not there" in err
 
 
+def test_index_shows_how_far_the_embedding_of_a_large_catalog_is_unless_quiet(capsys, tmp_path, monkeypatch):
+    """Indexing thousands of tools took minutes with nothing printed after the catalogs' lines. 45 tools count
+    as large here, so that the bar shows in a second."""
+    from toolscout import encoders
+
+    monkeypatch.setattr(encoders, "PROGRESS_FROM", 40)
+    catalogs = [CATALOGS / "petstore_openapi.yaml", CATALOGS / "mcp_reference_servers.json"]
+    code, _, err = run(capsys, "index", *catalogs, "--out", tmp_path / "idx", "--retriever", "dense")
+    assert code == 0, err
+    assert "encoding: 100%" in err and "45/45" in err
+    code, _, err = run(capsys, "index", *catalogs, "--out", tmp_path / "quiet", "--retriever", "dense", "--quiet")
+    assert code == 0 and "encoding" not in err and "indexed 45 tools" in err
+    monkeypatch.setattr(encoders, "PROGRESS_FROM", 46)  # one tool more than the catalog: no bar
+    code, _, err = run(capsys, "index", *catalogs, "--out", tmp_path / "small", "--retriever", "dense")
+    assert code == 0 and "encoding" not in err
+
+
 def test_index_takes_a_text_view_as_json_and_names_a_setting_it_does_not_know(capsys, tmp_path):
     from toolscout.tool import TextView
 

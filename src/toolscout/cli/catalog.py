@@ -29,6 +29,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--namespace", action="append", default=None,
                    help="namespace for a catalog's tools: once, for a single catalog, or once per catalog in order")
     p.add_argument("--lenient", action="store_true", help="skip and report malformed tools instead of failing")
+    p.add_argument("--quiet", action="store_true", help="no progress bar while a large catalog is embedded")
     add_rerank_options(p)
     add_retriever_options(p)
     add_option_flag(p)
@@ -51,11 +52,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_index(args: argparse.Namespace) -> int:
+    from ..encoders import progress_shown
     from ..serve.held import replacing
     from ..store.pgvector import is_postgres_spec
 
     tools = _load_catalogs(args)
-    with replacing(args.out) as replacement:  # refused while a server serves it, before the build
+    with replacing(args.out) as replacement, progress_shown(not args.quiet):  # refused while served, before the build
         if is_postgres_spec(args.store):  # the shared PostgreSQL index: the same pipeline, its data in the database
             from .pg_store import index_into_postgres
 

@@ -43,6 +43,8 @@ exports that ship with packaged models). This module holds
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import logging
 import threading
 from dataclasses import dataclass, field
@@ -97,8 +99,24 @@ __all__ = [
     "Encoder", "BACKENDS", "DEFAULT_MODEL", "resolve_model", "default_device", "quiet_transformers",
     "few_torch_threads", "SMALL_TORCH_BATCH", "OnnxEncoder", "OnnxUnavailable", "export_onnx", "check_onnx_export",
     "pooling_spec", "runtime_graph", "PROBE_TEXTS", "MIN_PROBE_COSINE", "ONNX_EXPORT_FORMAT", "default_onnx_cache",
-    "folder_fingerprint", "st_dimension",
+    "folder_fingerprint", "st_dimension", "progress_shown", "PROGRESS_FROM",
 ]
+
+
+# `progress_shown`: encodings of at least this many texts show a bar (fewer take a few seconds at most)
+PROGRESS_FROM = 500
+_PROGRESS_SHOWN = contextvars.ContextVar("toolscout_encoding_progress", default=False)
+
+
+@contextlib.contextmanager
+def progress_shown(shown: bool = True):
+    """Within it, this thread's long encodings show a progress bar on stderr: a command that builds an index
+    (`toolscout index` of a large catalog) says how far it is, without threading a flag through each retriever."""
+    token = _PROGRESS_SHOWN.set(shown)
+    try:
+        yield
+    finally:
+        _PROGRESS_SHOWN.reset(token)
 
 
 @dataclass
@@ -306,6 +324,7 @@ class Encoder:
             raise TypeError("encode takes a list of texts; wrap a single text in a list")
         if len(texts) == 0:
             return np.zeros((0, self.dim), dtype=np.float32)
+        show_progress = show_progress or (_PROGRESS_SHOWN.get() and len(texts) >= PROGRESS_FROM)
         if self.backend_in_use != "torch":
             onnx = self._onnx
             if onnx is not None:
