@@ -62,6 +62,16 @@ def test_errors_name_the_problem_and_exit_non_zero(capsys, tmp_path):
     assert code == 1 and "CURRENT names the version 'v000009', which is not there" in err
 
 
+def test_search_in_a_namespace_no_tool_is_in_says_so(capsys, tmp_path):
+    """A typo in --namespace read as a search that found nothing."""
+    idx = tmp_path / "idx"
+    assert run(capsys, "index", CATALOGS / "mcp_reference_servers.json", "--out", idx, "--retriever", "bm25")[0] == 0
+    code, _, err = run(capsys, "search", idx, "read a file", "--namespace", "filesystm", "--namespace", "filesystem")
+    assert code == 0 and "warning: no tool is in namespace 'filesystm'" in err and "'filesystem'" not in err
+    code, _, err = run(capsys, "search", idx, "read a file", "--namespace", "filesystem")
+    assert code == 0 and "warning" not in err
+
+
 def test_index_shows_how_far_the_embedding_of_a_large_catalog_is_unless_quiet(capsys, tmp_path, monkeypatch):
     """Indexing thousands of tools took minutes with nothing printed after the catalogs' lines. 45 tools count
     as large here, so that the bar shows in a second."""

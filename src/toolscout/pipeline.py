@@ -306,6 +306,14 @@ class ToolScout:
     def __contains__(self, tool_id: str) -> bool:
         return tool_id in self._tools
 
+    def unknown_namespaces(self, names: Iterable[str] | None) -> list[str]:
+        """Those of `names` (a search's namespaces) that no tool is in: a typo, most likely, which would
+        otherwise read as a search that found nothing."""
+        if not names:
+            return []
+        held = {t.namespace or "" for t in self.tools}
+        return sorted(n for n in set(names) if n not in held)
+
     def name_count(self, name: str) -> int:
         """How many tools carry this name (more than one: an agent needs their ids)."""
         return self._name_counts.get(name, 0)

@@ -117,9 +117,13 @@ def cmd_search(args: argparse.Namespace) -> int:
 
         with open_postgres_service(spec, fast_queries=args.fast_queries) as service:
             query_hits = service.search(list(args.query), k=args.k, namespaces=args.namespace, min_score=None)
+            unknown = service.unknown_namespaces(args.namespace)
     else:  # the directory as its server serves it: the snapshot and the writes journalled since
-        query_hits = current_pipeline(args.dir, fast_queries=args.fast_queries).search(
-            list(args.query), k=args.k, namespaces=args.namespace)
+        scout = current_pipeline(args.dir, fast_queries=args.fast_queries)
+        query_hits = scout.search(list(args.query), k=args.k, namespaces=args.namespace)
+        unknown = scout.unknown_namespaces(args.namespace)
+    if unknown:  # a typo reads as a search that found nothing
+        print(f"warning: no tool is in namespace {', '.join(map(repr, unknown))}", file=sys.stderr)
     if args.json:
         out = [{"query": q, "hits": [h.to_dict() for h in hits]} for q, hits in zip(args.query, query_hits)]
         print(json.dumps(out[0] if len(out) == 1 else out, indent=2, ensure_ascii=False))
