@@ -60,3 +60,42 @@ def test_an_llm_that_is_not_there_fails_naming_it_and_an_out_of_other_origin_is_
         assert main(["expand", str(SAMPLE), "--out", str(tmp_path / "u.jsonl"), "--usage", "2"]) == 0
         assert main(["expand", str(SAMPLE), "--out", str(tmp_path / "u"), "--usage", "2",
                      "--report", str(tmp_path / "u-report.json")]) == 0
+
+
+def test_replies_that_are_never_the_json_asked_for_fail_quoting_one_and_write_nothing(tmp_path, capsys):
+    from fakellm import Reply, heuristic_reply
+
+    def broken(request):  # the right content, cut short: never parseable
+        return Reply(heuristic_reply(request).content[:-5] + " oops")
+
+    with FakeLLM(responder=broken) as fake:
+        llm = ["--base-url", fake.url, "--model", "m", "--no-cache", "--quiet"]
+        assert main(["generate", str(SAMPLE), "--n", "3", "--out", str(tmp_path / "g"), *llm]) == 1
+        err = capsys.readouterr().err
+        assert "the server's replies were not the JSON asked for" in err and "one reply began: '{" in err
+        assert "--max-attempts" not in err  # more attempts cannot help
+        assert not (tmp_path / "g" / "queries.jsonl").exists()
+        assert main(["expand", str(SAMPLE), "--out", str(tmp_path / "x"), "--limit", "2", *llm]) == 1
+        err = capsys.readouterr().err
+        assert "none of 2 drafts could be read" in err and "one reply began: '{\"tool_profile\"" in err
+        assert not (tmp_path / "x" / "tools.jsonl").exists()
+
+
+def test_some_unparseable_replies_are_counted_and_the_run_succeeds(tmp_path, capsys):
+    from fakellm import Reply, heuristic_reply, message_text
+
+    seen = []
+
+    def every_other_broken(request):  # generation replies alternate: unparseable, good
+        reply = heuristic_reply(request)
+        if "The assistant can call these" not in message_text(request):
+            return reply
+        seen.append(1)
+        return Reply("not json at all") if len(seen) % 2 else reply
+
+    with FakeLLM(responder=every_other_broken) as fake:
+        llm = ["--base-url", fake.url, "--model", "m", "--no-cache", "--quiet", "--concurrency", "1"]
+        assert main(["generate", str(SAMPLE), "--n", "3", "--out", str(tmp_path / "g"), *llm]) == 0
+    report = json.loads((tmp_path / "g" / "generate_report.json").read_text())
+    assert report["accepted"] == 3 and report["rejected"]["invalid_json"] >= 3
+    assert report["invalid_reply"] == "not json at all"

@@ -61,7 +61,7 @@ class LLMHTTPError(LLMError):
     def __init__(self, url: str, status: int, body: str, attempts: int = 1, hint: str = ""):
         self.url, self.status, self.body, self.attempts = url, status, body, attempts
         tries = f" after {attempts} attempts" if attempts > 1 else ""
-        message = f"POST {url} → HTTP {status}{tries}: {_snippet(body) or '(empty body)'}"
+        message = f"POST {url} → HTTP {status}{tries}: {snippet(body) or '(empty body)'}"
         super().__init__(message + (f" ({hint})" if hint else ""))
 
 
@@ -77,7 +77,8 @@ class LLMReplyError(LLMError):
     """The server answered 200 but the reply is unusable (no choices, or not the JSON that was asked for)."""
 
 
-def _snippet(text: str, limit: int = _SNIPPET) -> str:
+def snippet(text: str, limit: int = _SNIPPET) -> str:
+    """The start of `text` on one line, for an error message."""
     text = " ".join(str(text).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
@@ -135,7 +136,7 @@ def parse_json_reply(text: str) -> Any:
             except json.JSONDecodeError:
                 pass
         raise LLMReplyError(f"reply is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}): "
-                            f"{_snippet(text, 200)!r}") from None
+                            f"{snippet(text, 200)!r}") from None
 
 
 def parse_logprobs(choice: Mapping[str, Any]) -> tuple[TokenLogprob, ...] | None:
@@ -468,11 +469,11 @@ class LLMClient:
                 except ValueError:
                     self.stats.add(model, errors=1)
                     raise LLMReplyError(f"POST {self.url} → HTTP 200 but the body is not JSON: "
-                                        f"{_snippet(response.text)}") from None
+                                        f"{snippet(response.text)}") from None
                 if not isinstance(data, dict):
                     self.stats.add(model, errors=1)
                     raise LLMReplyError(f"POST {self.url} → HTTP 200 but the body is not a JSON object: "
-                                        f"{_snippet(response.text)}")
+                                        f"{snippet(response.text)}")
                 return data
             status = response.status_code
             if status in RETRY_STATUSES and not last:
@@ -569,7 +570,7 @@ def _cacheable(data: Mapping[str, Any]) -> dict:
 def _result(data: Mapping[str, Any], model: str, url: str, cached: bool) -> ChatResult:
     choices = data.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
-        raise LLMReplyError(f"POST {url}: reply has no choices: {_snippet(json.dumps(data, default=str))}")
+        raise LLMReplyError(f"POST {url}: reply has no choices: {snippet(json.dumps(data, default=str))}")
     choice = choices[0]
     message = choice.get("message") if isinstance(choice.get("message"), Mapping) else {}
     text = message.get("content")

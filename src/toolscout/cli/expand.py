@@ -98,13 +98,13 @@ def cmd_expand(args: argparse.Namespace) -> int:
     return 0
 
 
-def _fail_when_the_llm_never_answered(report) -> None:
-    """Every draft this run asked for an LLM error: the LLM is not there (or not an LLM). Finished tools
-    stay in the journal either way."""
+def _fail_when_nothing_usable_came_back(report) -> None:
+    """The rule is the report's (`ExpandReport.nothing_usable`); finished tools stay in the journal either way."""
     from ..llm import LLMError
 
-    if report.drafts and report.llm_errors == report.drafts:
-        raise LLMError(f"every one of {report.drafts} requests to the LLM failed; the last: {report.last_llm_error}")
+    failure = report.nothing_usable()
+    if failure:
+        raise LLMError(failure)
 
 
 def _run_llm_expansion(args: argparse.Namespace, tools: list) -> tuple[list, dict]:
@@ -129,7 +129,7 @@ def _run_llm_expansion(args: argparse.Namespace, tools: list) -> tuple[list, dic
                   file=sys.stderr)
             raise
     print(result.report.format(), file=sys.stderr)
-    _fail_when_the_llm_never_answered(result.report)
+    _fail_when_nothing_usable_came_back(result.report)
     return result.tools, {**result.report.to_dict(), "journal": str(journal),
                           "models": {"model": config.model, "strong_model": config.strong_model,
                                      "judge_model": (config.judge_model or config.model) if config.judge else None}}

@@ -45,6 +45,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from ..expand.catalog import (atomic_write_text, check_output, is_folder_output, jsonl_text, read_catalog,
                                   write_catalog)
     from ..generate.pipeline import GenerateConfig, generate_queries
+    from ..llm import LLMError
 
     if not is_folder_output(args.out):
         raise ValueError(f"--out {args.out}: give a folder; generation writes tools.jsonl and queries.jsonl into it")
@@ -63,6 +64,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
           f"at {settings.base_url}", file=sys.stderr)
     with settings.client() as client:
         result = generate_queries(catalog.tools, client, config, progress=not args.quiet)
+    print(result.report.format(), file=sys.stderr)
+    failure = result.report.nothing_usable()
+    if failure:  # an empty queries.jsonl is no benchmark: write nothing, keep whatever the folder held
+        raise LLMError(f"{failure}; nothing written to {args.out}")
     out = Path(args.out)
     write_catalog(out, catalog.tools, catalog, queries=result.queries)
     atomic_write_text(out / "generation.jsonl", jsonl_text(
@@ -73,7 +78,6 @@ def cmd_generate(args: argparse.Namespace) -> int:
     for path in filter(None, (out / "generate_report.json", Path(args.report) if args.report else None)):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    print(result.report.format(), file=sys.stderr)
     print(f"wrote {len(result.queries)} queries and {len(catalog.tools)} tools → {out}", file=sys.stderr)
     if len(result.queries) < args.n:
         print(f"warning: only {len(result.queries)} of {args.n} queries after {result.report.attempts} attempts "

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from ..llm import LLMClient, LLMError, parse_json_reply
+from ..llm import LLMClient, LLMError, parse_json_reply, snippet
 from ..tool import Tool, content_hash
 from .profile import ProfileParseError, ProfileRules, check_profile, parse_profile, problem_kind
 from .prompts import PROMPT_VERSION, expansion_messages, judge_messages
@@ -65,6 +65,7 @@ class Draft:
     problems: list[str] = field(default_factory=list)
     verdict: Verdict | None = None
     error: str | None = None
+    reply: str = ""  # the start of a reply that held no profile object (not the JSON asked for)
 
     @property
     def ok(self) -> bool:
@@ -76,6 +77,8 @@ class Draft:
             out["verdict"] = {"faithful": self.verdict.faithful, "reason": self.verdict.reason}
         if self.error:
             out["error"] = self.error
+        if self.reply:
+            out["reply"] = self.reply
         return out
 
 
@@ -168,6 +171,7 @@ def write_draft(client: LLMClient, document: str, config: ExpandConfig, model: s
         draft.profile = parse_profile(reply.text)
     except ProfileParseError as exc:
         draft.problems.append(f"json: {exc}")
+        draft.reply = snippet(reply.text, 160)
         return draft
     draft.problems = check_profile(draft.profile, config.rules)
     if draft.problems or not config.judge:
@@ -256,6 +260,8 @@ class ExpandReport:
     judge_unreadable: int = 0
     llm_errors: int = 0
     drafts: int = 0  # drafts this run asked for (llm_errors of them failed)
+    unreadable_replies: int = 0  # drafts whose reply held no profile object
+    invalid_reply: str = ""  # the start of the first such reply
     last_llm_error: str = ""
     problems: Counter = field(default_factory=Counter)
     llm: dict[str, Any] = field(default_factory=dict)
@@ -268,6 +274,9 @@ class ExpandReport:
             if draft.error:
                 self.llm_errors += 1
                 self.last_llm_error = draft.error
+            if draft.reply:
+                self.unreadable_replies += 1
+                self.invalid_reply = self.invalid_reply or draft.reply
             if draft.verdict is not None and draft.verdict.faithful is False:
                 self.judged_unfaithful += 1
             if draft.verdict is not None and draft.verdict.faithful is None:
@@ -280,10 +289,29 @@ class ExpandReport:
     def to_dict(self) -> dict[str, Any]:
         data = {k: getattr(self, k) for k in ("tools", "resumed", "expanded", "regenerated", "failed",
                                               "not_attempted", "rule_failures", "judged_unfaithful",
-                                              "judge_unreadable", "llm_errors", "elapsed_s")}
+                                              "judge_unreadable", "llm_errors", "unreadable_replies",
+                                              "invalid_reply", "elapsed_s")}
         data["problems"] = dict(self.problems.most_common())
         data["llm"] = self.llm
         return data
+
+    def nothing_usable(self) -> str | None:
+        """Why the run failed, when nothing usable came back from the LLM; None otherwise.
+
+        Every draft of this run an LLM error: the LLM is not there (or not an LLM). Every draft an error
+        or a reply that is not the JSON asked for, and no tool has a profile, from this run or an earlier
+        one: the server does not do what is asked. (A run that resumes finished tools is not failed for
+        one tool's bad reply: its output still holds the others.)"""
+        if not self.drafts:
+            return None
+        if self.llm_errors == self.drafts:
+            return f"every one of {self.drafts} requests to the LLM failed; the last: {self.last_llm_error}"
+        done = self.expanded + self.regenerated + self.resumed
+        if not done and self.unreadable_replies and self.llm_errors + self.unreadable_replies == self.drafts:
+            return (f"the server's replies were not the JSON asked for (a tool_profile object): none of "
+                    f"{self.drafts} drafts could be read; one reply began: {self.invalid_reply!r}; "
+                    "check that --model names a chat model that follows instructions, and that --max-tokens does not cut replies short")
+        return None
 
     def format(self) -> str:
         llm = self.llm or {}

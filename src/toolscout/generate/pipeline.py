@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from ..benchmark_sets import Query
-from ..llm import LLMClient, LLMError, parse_json_reply
+from ..llm import LLMClient, LLMError, parse_json_reply, snippet
 from ..tool import Tool
 from .dedupe import NearDuplicateIndex
 from .prompts import generation_messages, polish_messages, tool_line
@@ -74,14 +74,29 @@ class GenerateReport:
     polished: int = 0        # accepted requests the polish pass rewrote
     polish_failed: int = 0   # polish replies unusable: the unpolished request was kept
     labels_per_query: float = 0.0
+    invalid_reply: str = ""  # the start of the first reply that was not the JSON asked for
     llm: dict[str, Any] = field(default_factory=dict)
     elapsed_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {"attempts": self.attempts, "accepted": self.accepted,
                 "rejected": {r: self.rejected.get(r, 0) for r in REJECT_REASONS},
+                "invalid_reply": self.invalid_reply,
                 "polished": self.polished, "polish_failed": self.polish_failed,
                 "labels_per_query": round(self.labels_per_query, 3), "llm": self.llm, "elapsed_s": self.elapsed_s}
+
+    def nothing_usable(self) -> str | None:
+        """Why the run failed, when no attempt gave a query; None when some did. More attempts cannot
+        help a server whose replies are never the JSON asked for, so that case says what came back."""
+        if self.accepted or not self.attempts:
+            return None
+        unreadable = self.rejected["invalid_json"] + self.rejected["llm_error"]
+        if self.rejected["invalid_json"] and unreadable == self.attempts:
+            return (f"the server's replies were not the JSON asked for (an object with \"tools\" and \"query\"): "
+                    f"none of {self.attempts} attempts gave a query; one reply began: {self.invalid_reply!r}; "
+                    "check that --model names a chat model that follows instructions, and that --max-tokens does not cut replies short")
+        rejected = ", ".join(f"{r} {n}" for r, n in self.rejected.most_common())
+        return f"none of {self.attempts} attempts gave a usable query (rejected: {rejected})"
 
     def format(self) -> str:
         rejected = ", ".join(f"{r} {n}" for r, n in self.rejected.most_common()) or "none"
@@ -129,6 +144,7 @@ class _Outcome:
     polished: bool = False
     polish_failed: bool = False
     error: str = ""  # why the LLM request failed (reason "llm_error")
+    reply: str = ""  # the start of a reply that was not the JSON asked for (reason "invalid_json")
 
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -232,6 +248,8 @@ class _Generator:
         reason, labels, names, text = check_pick(reply.text, job.names, self.catalog_names,
                                                  self.config.min_tools, self.config.max_tools)
         outcome = _Outcome(reason, labels, names, text, text)
+        if reason == "invalid_json":
+            outcome.reply = snippet(reply.text, 160)
         if reason is None and self.config.polish:
             try:
                 answer = self.client.chat(polish_messages(text), model=self.polish_model, json_mode=True,
@@ -275,6 +293,7 @@ def generate_queries(tools: Sequence[Tool], client: LLMClient, config: GenerateC
                     outcome.reason = "near_duplicate"
                 if outcome.reason is not None:
                     report.rejected[outcome.reason] += 1
+                    report.invalid_reply = report.invalid_reply or outcome.reply
                     continue
                 accepted.append(GeneratedQuery(outcome.text, outcome.labels, outcome.draft, outcome.names))
                 report.polished += outcome.polished
