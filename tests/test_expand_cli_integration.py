@@ -99,3 +99,54 @@ def test_some_unparseable_replies_are_counted_and_the_run_succeeds(tmp_path, cap
     report = json.loads((tmp_path / "g" / "generate_report.json").read_text())
     assert report["accepted"] == 3 and report["rejected"]["invalid_json"] >= 3
     assert report["invalid_reply"] == "not json at all"
+
+
+def _failing_first(n, words, status=503, text="model is overloaded"):
+    """A fake whose first `n` requests mentioning `words` fail with HTTP `status`; the rest are answered."""
+    from fakellm import Reply, mentions
+
+    fake = FakeLLM()
+    fake.script(*[Reply(status=status, content=text)] * n, when=mentions(*words))
+    return fake
+
+
+def test_expand_reports_which_llm_errors_and_fails_when_most_drafts_failed(tmp_path, capsys):
+    drafts = ("tool_profile", "<document>")  # the expansion requests (judge requests hold <profile> too)
+    llm = ["--model", "m", "--no-cache", "--quiet", "--max-retries", "0", "--concurrency", "1", "--limit", "4"]
+    with _failing_first(1, drafts) as fake:  # 1 of 4 tools: a partial success
+        assert main(["expand", str(SAMPLE), "--out", str(tmp_path / "few"), "--base-url", fake.url, *llm]) == 0
+    err = capsys.readouterr().err
+    assert "×1  POST " in err and "HTTP 503: {\"error\": {\"message\": \"model is overloaded\"}}" in err
+    kinds = json.loads((tmp_path / "few" / "expand_report.json").read_text())["expand"]["llm_error_kinds"]
+    assert list(kinds.values()) == [1] and "HTTP 503" in next(iter(kinds)) and "model is overloaded" in next(iter(kinds))
+    with _failing_first(3, drafts, status=500, text="gpu fell over") as fake:  # 3 of 4: most failed
+        assert main(["expand", str(SAMPLE), "--out", str(tmp_path / "most"), "--base-url", fake.url, *llm]) == 1
+    err = capsys.readouterr().err
+    assert "3 of 4 drafts failed with LLM errors" in err and "gpu fell over" in err
+    report = json.loads((tmp_path / "most" / "expand_report.json").read_text())["expand"]  # written all the same
+    assert report["expanded"] == 1 and list(report["llm_error_kinds"].values()) == [3]
+    assert len((tmp_path / "most" / "tools.jsonl").read_text().splitlines()) == 60
+
+
+def test_generate_reports_which_llm_errors_and_fails_when_most_attempts_failed(tmp_path, capsys):
+    picks = ("The assistant can call these",)
+    llm = ["--model", "m", "--no-cache", "--quiet", "--max-retries", "0", "--no-polish", "--n", "4"]
+    with _failing_first(1, picks) as fake:
+        assert main(["generate", str(SAMPLE), "--out", str(tmp_path / "few"), "--base-url", fake.url, *llm]) == 0
+    err = capsys.readouterr().err
+    assert "×1  POST " in err and "model is overloaded" in err
+    report = json.loads((tmp_path / "few" / "generate_report.json").read_text())
+    assert list(report["llm_error_kinds"].values()) == [1] and "HTTP 503" in next(iter(report["llm_error_kinds"]))
+    from fakellm import Reply, heuristic_reply
+
+    answered = []
+
+    def fails_after_three(request):  # the first batch of 4 gets 3 answers; every later request fails
+        answered.append(1)
+        return heuristic_reply(request) if 1 < len(answered) <= 4 else Reply(status=500, content="gpu fell over")
+
+    with FakeLLM(responder=fails_after_three) as fake:
+        assert main(["generate", str(SAMPLE), "--out", str(tmp_path / "most"), "--base-url", fake.url, *llm,
+                     "--concurrency", "1", "--max-attempts", "10"]) == 1
+    assert "7 of 10 attempts failed with LLM errors (most often, ×7: POST" in capsys.readouterr().err
+    assert len((tmp_path / "most" / "queries.jsonl").read_text().splitlines()) == 3  # written all the same

@@ -62,6 +62,7 @@ def journal_path(out: str | os.PathLike, given: str | None = None) -> Path:
 def cmd_expand(args: argparse.Namespace) -> int:
     from ..expand.catalog import check_output, is_folder_output, read_catalog, write_catalog
     from ..expand.usage import UsageReport, expand_usage
+    from ..llm import LLMError
 
     if not wants_llm(args) and args.usage is None:
         raise ValueError("nothing to do: give an LLM (--base-url and --model, or --llm-config) for profiles, "
@@ -83,8 +84,9 @@ def cmd_expand(args: argparse.Namespace) -> int:
               f"({usage_report.queries_used} added; {usage_report.ignored_queries} non-train queries ignored)",
               file=sys.stderr)
 
+    failure = None  # set when most LLM requests failed: reported after the output is written
     if wants_llm(args):
-        tools, report["expand"] = _run_llm_expansion(args, tools)
+        tools, report["expand"], failure = _run_llm_expansion(args, tools)
 
     written = write_catalog(args.out, tools, catalog)
     # a folder always holds its report: it marks the folder as expand's, so a rerun may write into it
@@ -95,6 +97,8 @@ def cmd_expand(args: argparse.Namespace) -> int:
         report_file.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     copied = " (queries copied)" if catalog.queries_file and is_folder_output(args.out) else ""
     print(f"wrote {len(tools)} tools → {written}{copied}", file=sys.stderr)
+    if failure:  # written first: what succeeded is kept, and the exit status tells a script to rerun
+        raise LLMError(failure)
     return 0
 
 
@@ -107,7 +111,7 @@ def _fail_when_nothing_usable_came_back(report) -> None:
         raise LLMError(failure)
 
 
-def _run_llm_expansion(args: argparse.Namespace, tools: list) -> tuple[list, dict]:
+def _run_llm_expansion(args: argparse.Namespace, tools: list) -> tuple[list, dict, str | None]:
     from ..expand.pipeline import ExpandConfig, expand_tools
 
     settings = llm_settings(args)
@@ -130,6 +134,7 @@ def _run_llm_expansion(args: argparse.Namespace, tools: list) -> tuple[list, dic
             raise
     print(result.report.format(), file=sys.stderr)
     _fail_when_nothing_usable_came_back(result.report)
-    return result.tools, {**result.report.to_dict(), "journal": str(journal),
-                          "models": {"model": config.model, "strong_model": config.strong_model,
-                                     "judge_model": (config.judge_model or config.model) if config.judge else None}}
+    models = {"model": config.model, "strong_model": config.strong_model,
+              "judge_model": (config.judge_model or config.model) if config.judge else None}
+    return (result.tools, {**result.report.to_dict(), "journal": str(journal), "models": models},
+            result.report.mostly_failed())

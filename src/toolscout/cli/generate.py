@@ -79,6 +79,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     print(f"wrote {len(result.queries)} queries and {len(catalog.tools)} tools → {out}", file=sys.stderr)
+    failure = result.report.mostly_failed()
+    if failure:  # written first: what succeeded is kept, and the exit status tells a script to rerun
+        raise LLMError(failure)
     if len(result.queries) < args.n:
         print(f"warning: only {len(result.queries)} of {args.n} queries after {result.report.attempts} attempts "
               "(raise --max-attempts, or see the rejection counts above)", file=sys.stderr)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from ..llm import LLMClient, LLMError, parse_json_reply, snippet
+from ..llm import ErrorTally, LLMClient, LLMError, parse_json_reply, snippet
 from ..tool import Tool, content_hash
 from .profile import ProfileParseError, ProfileRules, check_profile, parse_profile, problem_kind
 from .prompts import PROMPT_VERSION, expansion_messages, judge_messages
@@ -263,6 +263,7 @@ class ExpandReport:
     unreadable_replies: int = 0  # drafts whose reply held no profile object
     invalid_reply: str = ""  # the start of the first such reply
     last_llm_error: str = ""
+    llm_error_kinds: ErrorTally = field(default_factory=ErrorTally)
     problems: Counter = field(default_factory=Counter)
     llm: dict[str, Any] = field(default_factory=dict)
     elapsed_s: float = 0.0
@@ -274,6 +275,7 @@ class ExpandReport:
             if draft.error:
                 self.llm_errors += 1
                 self.last_llm_error = draft.error
+                self.llm_error_kinds.add(draft.error)
             if draft.reply:
                 self.unreadable_replies += 1
                 self.invalid_reply = self.invalid_reply or draft.reply
@@ -291,6 +293,7 @@ class ExpandReport:
                                               "not_attempted", "rule_failures", "judged_unfaithful",
                                               "judge_unreadable", "llm_errors", "unreadable_replies",
                                               "invalid_reply", "elapsed_s")}
+        data["llm_error_kinds"] = self.llm_error_kinds.to_dict()
         data["problems"] = dict(self.problems.most_common())
         data["llm"] = self.llm
         return data
@@ -313,6 +316,10 @@ class ExpandReport:
                     "check that --model names a chat model that follows instructions, and that --max-tokens does not cut replies short")
         return None
 
+    def mostly_failed(self) -> str | None:
+        """Why the run failed after writing its output, when most of its drafts were LLM errors."""
+        return self.llm_error_kinds.failed_most(self.drafts, "drafts")
+
     def format(self) -> str:
         llm = self.llm or {}
         lines = [
@@ -321,6 +328,7 @@ class ExpandReport:
             f"failed (kept original document): {self.failed}",
             f"drafts breaking rules: {self.rule_failures}   judged unfaithful: {self.judged_unfaithful}   "
             f"unreadable verdicts: {self.judge_unreadable}   LLM errors: {self.llm_errors}",
+            *self.llm_error_kinds.lines(),
             f"LLM: {llm.get('calls', 0)} calls, {llm.get('cache_hits', 0)} cache hits, "
             f"{llm.get('http_requests', 0)} HTTP requests ({llm.get('retries', 0)} retries), "
             f"{llm.get('prompt_tokens', 0)} prompt + {llm.get('completion_tokens', 0)} completion tokens",

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from ..benchmark_sets import Query
-from ..llm import LLMClient, LLMError, parse_json_reply, snippet
+from ..llm import ErrorTally, LLMClient, LLMError, parse_json_reply, snippet
 from ..tool import Tool
 from .dedupe import NearDuplicateIndex
 from .prompts import generation_messages, polish_messages, tool_line
@@ -75,13 +75,14 @@ class GenerateReport:
     polish_failed: int = 0   # polish replies unusable: the unpolished request was kept
     labels_per_query: float = 0.0
     invalid_reply: str = ""  # the start of the first reply that was not the JSON asked for
+    llm_error_kinds: ErrorTally = field(default_factory=ErrorTally)  # why the llm_error attempts failed
     llm: dict[str, Any] = field(default_factory=dict)
     elapsed_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {"attempts": self.attempts, "accepted": self.accepted,
                 "rejected": {r: self.rejected.get(r, 0) for r in REJECT_REASONS},
-                "invalid_reply": self.invalid_reply,
+                "invalid_reply": self.invalid_reply, "llm_error_kinds": self.llm_error_kinds.to_dict(),
                 "polished": self.polished, "polish_failed": self.polish_failed,
                 "labels_per_query": round(self.labels_per_query, 3), "llm": self.llm, "elapsed_s": self.elapsed_s}
 
@@ -98,12 +99,17 @@ class GenerateReport:
         rejected = ", ".join(f"{r} {n}" for r, n in self.rejected.most_common())
         return f"none of {self.attempts} attempts gave a usable query (rejected: {rejected})"
 
+    def mostly_failed(self) -> str | None:
+        """Why the run failed after writing its output, when most of its attempts were LLM errors."""
+        return self.llm_error_kinds.failed_most(self.attempts, "attempts")
+
     def format(self) -> str:
         rejected = ", ".join(f"{r} {n}" for r, n in self.rejected.most_common()) or "none"
         llm = self.llm or {}
         return "\n".join([
             f"attempts: {self.attempts}   accepted: {self.accepted} ({self.labels_per_query:.2f} tools per query)",
             f"rejected: {rejected}",
+            *self.llm_error_kinds.lines(),
             f"polish: {self.polished} rewritten, {self.polish_failed} unusable polish replies (kept the draft)",
             f"LLM: {llm.get('calls', 0)} calls, {llm.get('cache_hits', 0)} cache hits, "
             f"{llm.get('http_requests', 0)} HTTP requests ({llm.get('retries', 0)} retries), "
@@ -294,6 +300,8 @@ def generate_queries(tools: Sequence[Tool], client: LLMClient, config: GenerateC
                 if outcome.reason is not None:
                     report.rejected[outcome.reason] += 1
                     report.invalid_reply = report.invalid_reply or outcome.reply
+                    if outcome.error:
+                        report.llm_error_kinds.add(outcome.error)
                     continue
                 accepted.append(GeneratedQuery(outcome.text, outcome.labels, outcome.draft, outcome.names))
                 report.polished += outcome.polished
