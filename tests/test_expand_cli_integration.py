@@ -150,3 +150,21 @@ def test_generate_reports_which_llm_errors_and_fails_when_most_attempts_failed(t
                      "--concurrency", "1", "--max-attempts", "10"]) == 1
     assert "7 of 10 attempts failed with LLM errors (most often, ×7: POST" in capsys.readouterr().err
     assert len((tmp_path / "most" / "queries.jsonl").read_text().splitlines()) == 3  # written all the same
+
+
+def test_llm_settings_are_checked_before_anything_is_printed_or_sent(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("TS_TEST_UNSET_KEY", raising=False)
+    with FakeLLM() as fake:
+        config = tmp_path / "llm.yaml"
+        config.write_text(f'base_url: {fake.url}\nmodel: m\ntimeout: "abc"\n')
+        base = ["expand", str(SAMPLE), "--out", str(tmp_path / "x"), "--no-cache", "--quiet", "--limit", "1"]
+        cases = [(["--llm-config", str(config)], f"{config}: timeout: must be a number of seconds above 0, got 'abc'"),
+                 (["--base-url", fake.url, "--model", "m", "--timeout", "-5"], "--timeout: must be a number"),
+                 (["--base-url", fake.url, "--model", "m", "--api-key-env", "TS_TEST_UNSET_KEY"],
+                  "--api-key-env TS_TEST_UNSET_KEY: the environment variable TS_TEST_UNSET_KEY is not set"),
+                 (["--model", "m"], "no LLM base URL given: --base-url, or base_url in an --llm-config file")]
+        for flags, message in cases:
+            assert main([*base, *flags]) == 1
+            err = capsys.readouterr().err
+            assert f"toolscout expand: error: {message}" in err and "expanding with" not in err
+        assert fake.calls == 0

@@ -14,6 +14,7 @@ from toolscout.llm import (
     LLMConnectionError,
     LLMHTTPError,
     LLMReplyError,
+    LLMSettingError,
     LLMSettings,
     LLMTimeoutError,
     TokenLogprob,
@@ -247,6 +248,58 @@ def test_settings_from_yaml_file_and_errors(tmp_path, fake):
     (tmp_path / "bad.yaml").write_text("base_url: x\nmodle: typo\n")
     with pytest.raises(Exception, match="unknown LLM setting.*modle"):
         LLMSettings.from_file(tmp_path / "bad.yaml")
+
+
+@pytest.mark.parametrize("line, message", [
+    ('timeout: "abc"', "timeout: must be a number of seconds above 0, got 'abc'"),
+    ("timeout: 0", "timeout: must be a number of seconds above 0, got 0"),
+    ("concurrency: 2.5", "concurrency: must be a whole number, 1 or more, got 2.5"),
+    ("max_retries: -1", "max_retries: must be a whole number, 0 or more, got -1"),
+    ("json_mode: sometimes", "json_mode: must be one of auto, always, never, got 'sometimes'"),
+    ("base_url: localhost:8000", "base_url: LLM base URL must start with http:// or https://"),
+    ("model: [a, b]", "model: must be text, got ['a', 'b']"),
+])
+def test_a_bad_value_in_the_config_file_names_the_file_and_the_key(tmp_path, line, message):
+    config = tmp_path / "llm.yaml"
+    config.write_text(f"base_url: http://127.0.0.1:1/v1\nmodel: m\n{line}\n")
+    with pytest.raises(LLMSettingError) as info:
+        LLMSettings.from_file(config)
+    assert str(info.value).startswith(f"{config}: {message}")
+
+
+def test_flags_over_the_file_are_checked_naming_the_flag_and_numeric_text_is_read(tmp_path):
+    config = tmp_path / "llm.yaml"
+    config.write_text('base_url: http://127.0.0.1:1/v1\ntimeout: "30"\n')
+    settings = LLMSettings.from_sources(config, {"model": ("--model", "m"), "concurrency": ("--concurrency", None)})
+    assert (settings.timeout, settings.model, settings.concurrency) == (30.0, "m", 4)
+    with pytest.raises(LLMSettingError, match=r"^--timeout: must be a number of seconds above 0, got -5.0$"):
+        LLMSettings.from_sources(config, {"model": ("--model", "m"), "timeout": ("--timeout", -5.0)})
+    with pytest.raises(LLMSettingError, match=f"no LLM model given: --model, or model in {config}"):
+        LLMSettings.from_sources(config, {})
+
+
+def test_a_key_variable_named_on_purpose_must_be_set_and_a_401_without_key_says_none_was_sent(fake, tmp_path):
+    settings = LLMSettings(base_url=fake.url, model="m")
+    with pytest.raises(LLMSettingError, match="^--api-key-env MY_KEY: the environment variable MY_KEY is not set"):
+        settings.fill_api_key({}, key=None, key_env_flag="MY_KEY", default_env="DEFAULT_KEY")
+    from_file = LLMSettings(base_url=fake.url, model="m", api_key_env="MY_KEY")
+    with pytest.raises(LLMSettingError, match=f"^{tmp_path}: api_key_env: the environment variable MY_KEY"):
+        from_file.fill_api_key({}, key=None, key_env_flag=None, default_env="DEFAULT_KEY", config_file=tmp_path)
+    from_file.fill_api_key({"MY_KEY": "sk-1"}, key=None, key_env_flag=None, default_env="DEFAULT_KEY")
+    assert from_file.api_key == "sk-1"
+    settings.fill_api_key({}, key=None, key_env_flag=None, default_env="DEFAULT_KEY")  # the default unset: no key
+    assert settings.api_key is None
+    fake.script(Reply(status=401, content="invalid api key"))
+    with settings.client(sleep=Waits()) as client, pytest.raises(LLMHTTPError, match="carried no API key"):
+        client.chat(MSG)
+    assert "authorization" not in fake.requests[-1]["_headers"]
+
+
+def test_client_arguments_are_checked_by_the_same_rules(fake):
+    with pytest.raises(LLMSettingError, match="^timeout: must be a number of seconds above 0, got -5"):
+        LLMClient(fake.url, "m", timeout=-5)
+    with pytest.raises(ValueError, match="^json_mode: must be one of auto, always, never"):
+        LLMClient(fake.url, "m", json_mode="yes")
 
 
 def test_chat_url():

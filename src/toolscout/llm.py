@@ -18,6 +18,8 @@ Works with OpenAI, vLLM, Ollama, llama.cpp server, LiteLLM and anything else tha
 - Cache: with `cache_dir`, each successful reply is stored under a hash of (model, messages,
   parameters), one JSON file per reply, written atomically; a rerun answers from disk with no HTTP call.
 - Errors: `LLMError` subclasses whose message names the URL, the HTTP status and the start of the body.
+- Settings: `check_setting` holds what each setting must be; `LLMSettings.from_sources` (config file, then
+  flags) and `LLMClient` apply it, so a bad value is reported once, naming the flag or the file and key.
 
 The client reads no environment variables; the CLI passes the key in.
 """
@@ -74,6 +76,10 @@ class LLMConnectionError(LLMError):
     """The server could not be reached."""
 
 
+class LLMSettingError(LLMError, ValueError):
+    """An LLM setting is missing or has a value it cannot have; the message names the flag or the file and key."""
+
+
 class LLMReplyError(LLMError):
     """The server answered 200 but the reply is unusable (no choices, or not the JSON that was asked for)."""
 
@@ -84,7 +90,10 @@ def snippet(text: str, limit: int = _SNIPPET) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _status_hint(status: int) -> str:
+def _status_hint(status: int, sent_key: bool = True) -> str:
+    if status == 401 and not sent_key:
+        return ("the request carried no API key: set the environment variable that holds it "
+                "(--api-key-env names it; default TOOLSCOUT_LLM_API_KEY)")
     return {
         400: "the server rejected the request; check the model name and parameters",
         401: "check the API key (--api-key-env names the environment variable that holds it)",
@@ -302,6 +311,53 @@ class ResponseCache:
 
 # ------------------------------------------------------------------------------------------ client
 
+# what each setting must be: checked wherever settings come in (a config file, a flag, the constructor)
+_OPTIONAL = frozenset({"strong_model", "judge_model", "api_key", "api_key_env", "cache_dir", "temperature"})
+_TEXT = frozenset({"base_url", "model", "strong_model", "judge_model", "api_key", "api_key_env", "cache_dir"})
+_NUMBERS = {  # name: (whole numbers only, lowest value, whether the lowest is allowed, what it is)
+    "timeout": (False, 0, False, "a number of seconds above 0"),
+    "backoff": (False, 0, True, "a number of seconds, 0 or more"),
+    "max_backoff": (False, 0, True, "a number of seconds, 0 or more"),
+    "temperature": (False, 0, True, "a number, 0 or more"),
+    "max_retries": (True, 0, True, "a whole number, 0 or more"),
+    "concurrency": (True, 1, True, "a whole number, 1 or more"),
+}
+JSON_MODES = ("auto", "always", "never")
+
+
+def check_setting(name: str, value: Any, where: str) -> Any:
+    """`value` as setting `name` needs it (numbers from numeric text too), or LLMSettingError naming
+    `where` (a flag such as `--timeout`, or `llm.yaml: timeout`)."""
+    if value is None and name in _OPTIONAL:
+        return None
+    if name in _NUMBERS:
+        return _check_number(value, where, *_NUMBERS[name])
+    if name == "json_mode" and value not in JSON_MODES:
+        raise LLMSettingError(f"{where}: must be one of {', '.join(JSON_MODES)}, got {value!r}")
+    if name == "extra" and not isinstance(value, Mapping):
+        raise LLMSettingError(f"{where}: must be a mapping of extra request fields, got {value!r}")
+    if name in _TEXT and not isinstance(value, str):
+        raise LLMSettingError(f"{where}: must be text, got {value!r}")
+    if name == "base_url" and value:
+        try:
+            chat_url(value)
+        except LLMError as exc:
+            raise LLMSettingError(f"{where}: {exc}") from None
+    return value
+
+
+def _check_number(value: Any, where: str, whole: bool, lowest: float, inclusive: bool, what: str) -> float | int:
+    try:
+        if isinstance(value, bool) or (whole and isinstance(value, float) and not value.is_integer()):
+            raise ValueError
+        number = int(value) if whole else float(value)
+    except (TypeError, ValueError):
+        raise LLMSettingError(f"{where}: must be {what}, got {value!r}") from None
+    if number != number or number < lowest or (number == lowest and not inclusive):  # NaN, or too low
+        raise LLMSettingError(f"{where}: must be {what}, got {value!r}")
+    return number
+
+
 @dataclass
 class LLMSettings:
     """Everything needed to build a client, e.g. from a config file (`LLMSettings.from_file`).
@@ -350,13 +406,46 @@ class LLMSettings:
         unknown = sorted(set(data) - known)
         if unknown:
             raise LLMError(f"{path}: unknown LLM setting(s) {unknown}; known: {sorted(known)}")
-        return cls(**data)
+        return cls(**{key: check_setting(key, value, f"{path}: {key}") for key, value in data.items()})
+
+    @classmethod
+    def from_sources(cls, config_file: str | os.PathLike | None,
+                     flags: Mapping[str, tuple[str, Any]]) -> "LLMSettings":
+        """The config file's settings (if any), then flags over them: `{setting: (flag, value or None)}`.
+        Every value is checked once, here, and an error names its flag, or its key and the file; the base
+        URL and the model must be given by one or the other."""
+        settings = cls.from_file(config_file) if config_file else cls()
+        for name, (flag, value) in flags.items():
+            if value is not None:
+                setattr(settings, name, check_setting(name, value, flag))
+        settings.require_connection(config_file)
+        return settings
+
+    def require_connection(self, config_file: str | os.PathLike | None = None) -> None:
+        """The base URL and the model are set (before anything is printed or sent)."""
+        where = f"in {config_file}" if config_file else "in an --llm-config file"
+        if not self.base_url:
+            raise LLMSettingError(f"no LLM base URL given: --base-url, or base_url {where}")
+        if not self.model:
+            raise LLMSettingError(f"no LLM model given: --model, or model {where}")
+
+    def fill_api_key(self, environ: Mapping[str, str], *, key: str | None, key_env_flag: str | None,
+                     default_env: str, config_file: str | os.PathLike | None = None) -> None:
+        """The API key: `key` (a flag), else the environment variable `key_env_flag` names (or this
+        settings' `api_key_env`, or `default_env`), else a key the config file holds. A variable named on
+        purpose that is not set is an error: the requests would go out with no key."""
+        name = key_env_flag or self.api_key_env or default_env
+        if key:
+            self.api_key = key
+        elif environ.get(name):
+            self.api_key = environ[name]
+        elif not self.api_key and (key_env_flag or self.api_key_env):
+            where = f"--api-key-env {name}" if key_env_flag else f"{config_file or 'the LLM settings'}: api_key_env"
+            raise LLMSettingError(f"{where}: the environment variable {name} is not set; set it to the API key, "
+                                  "or name no variable for a server that needs no key")
 
     def client(self, **overrides: Any) -> "LLMClient":
-        if not self.base_url:
-            raise LLMError("no LLM base URL given (--base-url, or base_url in the --llm-config file)")
-        if not self.model:
-            raise LLMError("no LLM model given (--model, or model in the --llm-config file)")
+        self.require_connection()
         options = dict(timeout=self.timeout, max_retries=self.max_retries, backoff=self.backoff,
                        max_backoff=self.max_backoff, concurrency=self.concurrency, cache_dir=self.cache_dir,
                        json_mode=self.json_mode, extra_body=self.extra)
@@ -384,19 +473,16 @@ class LLMClient:
             import httpx
         except ImportError:
             raise MissingDependency("httpx", "LLM features", extra="llm") from None
-        if json_mode not in ("auto", "always", "never"):
-            raise ValueError(f"json_mode must be auto, always or never, got {json_mode!r}")
-        if concurrency < 1:
-            raise ValueError(f"concurrency must be at least 1, got {concurrency}")
-        if max_retries < 0:
-            raise ValueError(f"max_retries must be 0 or more, got {max_retries}")
+        checked = {name: check_setting(name, value, name) for name, value in (
+            ("timeout", timeout), ("max_retries", max_retries), ("backoff", backoff), ("max_backoff", max_backoff),
+            ("concurrency", concurrency), ("json_mode", json_mode))}
         self.url = chat_url(base_url)
         self.model = model
-        self.timeout = float(timeout)
-        self.max_retries = int(max_retries)
-        self.backoff, self.max_backoff, self.jitter = float(backoff), float(max_backoff), float(jitter)
+        self.timeout = float(checked["timeout"])
+        self.max_retries = int(checked["max_retries"])
+        self.backoff, self.max_backoff, self.jitter = checked["backoff"], checked["max_backoff"], float(jitter)
         self.max_retry_after = float(max_retry_after)
-        self.concurrency = int(concurrency)
+        self.concurrency = int(checked["concurrency"])
         self.json_mode = json_mode
         self.extra_body = dict(extra_body or {})
         self.cache = ResponseCache(cache_dir) if cache_dir else None
@@ -409,6 +495,7 @@ class LLMClient:
         request_headers = {"Content-Type": "application/json", **(headers or {})}
         if api_key:
             request_headers["Authorization"] = f"Bearer {api_key}"
+        self._sends_key = bool(api_key)
         # plain-http URLs (local servers) use no TLS, so skip loading CA certificates (~0.5 s per client)
         tls = {} if self.url.startswith("https://") else {"verify": False}
         self._http = httpx.Client(timeout=httpx.Timeout(self.timeout), headers=request_headers,
@@ -516,7 +603,7 @@ class LLMClient:
                 self._sleep(self._retry_wait(response, attempt))
                 continue
             self.stats.add(model, errors=1)
-            raise LLMHTTPError(self.url, status, response.text, attempt + 1, _status_hint(status))
+            raise LLMHTTPError(self.url, status, response.text, attempt + 1, _status_hint(status, self._sends_key))
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _backoff(self, attempt: int) -> float:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -266,25 +265,16 @@ def wants_llm(args: argparse.Namespace) -> bool:
 
 
 def llm_settings(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> "Any":
-    """LLMSettings from the config file (if any), then the flags, then the key from the environment."""
+    """LLMSettings from the config file (if any), then the flags, then the key from the environment;
+    checked once, up front (`LLMSettings.from_sources`), each error naming its flag or key and file."""
     from ..llm import LLMSettings
 
-    environ = os.environ if environ is None else environ
-    settings = LLMSettings.from_file(args.llm_config) if args.llm_config else LLMSettings()
-    for flag, name in (("base_url", "base_url"), ("model", "model"), ("timeout", "timeout"),
-                       ("max_retries", "max_retries"), ("concurrency", "concurrency"), ("cache_dir", "cache_dir"),
-                       ("json_mode", "json_mode"), ("temperature", "temperature"),
-                       ("strong_model", "strong_model"), ("judge_model", "judge_model")):
-        value = getattr(args, flag, None)
-        if value is not None:
-            setattr(settings, name, value)
-    key_env = args.api_key_env or settings.api_key_env or DEFAULT_KEY_ENV
-    if args.api_key:
-        settings.api_key = args.api_key
-    elif environ.get(key_env):
-        settings.api_key = environ[key_env]
-    elif args.api_key_env:
-        print(f"warning: environment variable {key_env} is not set; sending no API key", file=sys.stderr)
+    flags = {name: (f"--{name.replace('_', '-')}", getattr(args, name, None))
+             for name in ("base_url", "model", "timeout", "max_retries", "concurrency", "cache_dir", "json_mode",
+                          "temperature", "strong_model", "judge_model")}
+    settings = LLMSettings.from_sources(args.llm_config, flags)
+    settings.fill_api_key(os.environ if environ is None else environ, key=args.api_key,
+                          key_env_flag=args.api_key_env, default_env=DEFAULT_KEY_ENV, config_file=args.llm_config)
     if args.no_cache:
         settings.cache_dir = None
     elif not settings.cache_dir:
