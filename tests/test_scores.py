@@ -245,10 +245,37 @@ FILESYSTEM = [  # as @modelcontextprotocol/server-filesystem lists them (shorten
     ("Search the web.", None, None),
     ("Search the web.", {"annotations": {"deprecated": True}}, Deprecation()),
     ("Search the web.", {"annotations": {"deprecated": "use web_search_v2 instead"}}, Deprecation("web_search_v2")),
-    ("Returns a pet.", {"deprecated": True, "operationId": "getPet"}, Deprecation()),  # OpenAPI
+    ("Returns a pet.", {"deprecated": True, "method": "GET"}, Deprecation()),  # a flag at the top of raw
 ])
 def test_a_tool_that_says_it_is_deprecated_is_recognised(description, raw, expected):
     assert deprecation_of(Tool("t", "old_tool", description, raw=raw)) == expected
+
+
+USERS_V1_V2 = """\
+{version}
+info: {{title: Users, version: "1"}}
+paths:
+  /v1/users/{{id}}:
+    get: {{operationId: getUserV1, deprecated: true, summary: "Get a user by id. Use getUserProfile instead.",
+          parameters: [{{name: id, in: path, required: true, type: string}}], responses: {{"200": {{description: ok}}}}}}
+  /v2/users/{{id}}:
+    get: {{operationId: getUserProfile, summary: Fetch the profile of a user,
+          parameters: [{{name: id, in: path, required: true, type: string}}], responses: {{"200": {{description: ok}}}}}}
+"""
+
+
+@pytest.mark.parametrize("version", ["openapi: 3.0.0", "swagger: '2.0'"])
+def test_an_openapi_operation_marked_deprecated_ranks_below_the_replacement_it_names(tmp_path, version):
+    # the operation's own `deprecated: true` is the flag; its summary names the replacement
+    from toolscout import load_tools
+
+    spec = tmp_path / "users.yaml"
+    spec.write_text(USERS_V1_V2.format(version=version))
+    old, new = load_tools(spec)
+    assert deprecation_of(old) == Deprecation("getUserProfile") and deprecation_of(new) is None
+    scout = ToolScout.from_tools([old, new], retriever="bm25")
+    assert scout.replacements() == {"users.getUserV1": "users.getUserProfile"}
+    assert [h.tool.name for h in scout.search("get a user by id", k=2)] == ["getUserProfile", "getUserV1"]
 
 
 def test_a_replacement_is_the_name_given_after_use_or_in_favour_of():

@@ -2,8 +2,9 @@
 tool just below its replacement.
 
 A tool is deprecated when its definition says so:
-- MCP annotations `{"deprecated": true}` (or a message, which may name the replacement), or an OpenAPI
-  operation's `deprecated: true` (both kept in `Tool.raw`);
+- MCP annotations `{"deprecated": true}` (or a message, which may name the replacement), or a top-level
+  `"deprecated"` in `Tool.raw`: the OpenAPI parser puts an operation's `deprecated: true` there (the
+  operation itself is kept deeper, under `raw["operation"]`);
 - its own description: it opens with "Deprecated" (`DEPRECATED: use read_text_file instead.`,
   `[Deprecated] ...`), a sentence does (`Read a file. DEPRECATED: Use read_text_file instead.`), or it says
   "this tool (function, endpoint, operation, method, API, command) is deprecated". A *parameter* said to be

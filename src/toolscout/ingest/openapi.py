@@ -14,7 +14,8 @@
 - raw: {"method", "path", "operation" (as written), "parameter_locations" (property → path|query|
   header|cookie|body|formData), "body" ({"media_type", "whole": the property holding the whole body, or
   null when the body's properties were merged in}; absent without a body)}: what an HTTP caller needs to
-  place each argument (the gateway's OpenAPI upstream).
+  place each argument (the gateway's OpenAPI upstream); and "deprecated": true when the operation is
+  (`deprecated: true`), where `toolscout.deprecation` reads it as it reads any definition's flag.
 """
 
 from __future__ import annotations
@@ -111,13 +112,14 @@ class _OperationParser:
         properties, required, locations, body_param = self._parameters(position, op, shared, path_at, budget)
         body = self._merge_body(position, op, body_param, properties, required, locations, budget)
         tags = [t for t in self._list(op, position, "tags") if isinstance(t, str)]
-        if op.get("deprecated") is True:
-            tags.append("deprecated")
         summary = read_text(self.ctx, op, position, "summary")
         description = read_text(self.ctx, op, position, "description")
         raw = {"method": method.upper(), "path": path, "operation": op, "parameter_locations": locations}
         if body is not None:
             raw["body"] = body
+        if op.get("deprecated") is True:  # where `toolscout.deprecation` reads a definition's own flag
+            raw["deprecated"] = True
+            tags.append("deprecated")
         return make_tool(self.ctx, position, self.namespace, name, description=join_summary(summary, description),
                          parameters=object_schema(properties, required), returns=self._returns(position, op),
                          tags=tuple(dict.fromkeys(tags)), method=method.upper(), path=path, raw=raw)
