@@ -396,6 +396,19 @@ def test_a_swagger2_body_parameter_given_by_ref_is_sent_as_the_body():
     assert _request(tool, {"text": "hi"}, "http://h", {})["json"] == {"text": "hi"}
 
 
+def test_arguments_renamed_to_keep_two_parameters_apart_are_sent_under_their_own_names():
+    spec = {"openapi": "3.0.0", "info": {"title": "T"}, "paths": {"/items/{id}": {"put": {
+        "operationId": "updateItem",
+        "parameters": [{"name": "id", "in": "query", "schema": {"type": "integer"}},
+                       {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}],
+        "requestBody": {"content": {"application/json": {"schema": {
+            "type": "object", "properties": {"id": {"type": "string"}, "price": {"type": "number"}}}}}}}}}}
+    [tool] = parse_tools(spec, format="openapi")
+    request = _request(tool, {"id": 3, "path_id": "a", "body_id": "new", "price": 2}, "http://h", {})
+    assert request["url"] == "http://h/items/a" and request["params"] == {"id": "3"}
+    assert request["json"] == {"id": "new", "price": 2}
+
+
 def test_an_argument_the_operation_does_not_take_or_a_missing_path_argument_is_refused():
     with pytest.raises(CatalogError, match="takes no argument 'colour'"):
         _request(pets_tool("addPet"), {"ownerId": 1, "colour": "red"}, "http://h", {})

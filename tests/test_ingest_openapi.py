@@ -13,6 +13,7 @@ from toolscout.errors import CatalogError
 from toolscout.ingest import LoadReport, load_tools, parse_tools
 from toolscout.ingest import schema as schema_helpers
 from toolscout.ingest.common import slugify
+from toolscout.tool import tool_text
 
 FIXTURES = Path(__file__).parent / "fixtures" / "ingest"
 
@@ -156,16 +157,72 @@ def spec_with(op: dict, components: dict | None = None) -> dict:
             "components": components or {}}
 
 
-def test_body_that_clashes_with_a_parameter_is_nested_under_body():
-    op = {"operationId": "put", "parameters": [{"name": "id", "in": "path", "required": True,
-                                                "schema": {"type": "string"}}],
-          "requestBody": {"description": "The item", "content": {"application/json": {"schema": {
-              "type": "object", "properties": {"id": {"type": "string"}, "n": {"type": "integer"}}}}}}}
-    [tool] = parse_tools(spec_with(op))
+COLLIDING = {"operationId": "updateItem", "parameters": [
+    {"name": "id", "in": "path", "required": True, "description": "path id of the item", "schema": {"type": "string"}},
+    {"name": "id", "in": "query", "description": "query id for versioning", "schema": {"type": "integer"}},
+    {"name": "name", "in": "query", "description": "filter by name", "schema": {"type": "string"}}],
+    "requestBody": {"required": True, "description": "The item", "content": {"application/json": {"schema": {
+        "type": "object", "required": ["name"],
+        "properties": {"name": {"type": "string", "description": "the new item name"}, "price": {"type": "number"}}}}}}}
+
+
+def test_a_body_field_named_as_a_parameter_is_kept_beside_it_as_body_name():
+    [tool] = parse_tools(spec_with(COLLIDING))
     assert tool.parameters == {"type": "object", "properties": {
-        "id": {"type": "string"},
-        "body": {"type": "object", "properties": {"id": {"type": "string"}, "n": {"type": "integer"}},
-                 "description": "The item"}}, "required": ["id"]}
+        "id": {"type": "string", "description": "path id of the item"},
+        "query_id": {"type": "integer", "description": "query id for versioning"},
+        "name": {"type": "string", "description": "filter by name"},
+        "body_name": {"type": "string", "description": "the new item name"},
+        "price": {"type": "number"}}, "required": ["id", "body_name"]}
+    assert tool.raw["parameter_locations"] == {"id": "path", "query_id": "query", "name": "query",
+                                               "body_name": "body", "price": "body"}
+    assert tool.raw["parameter_names"] == {"query_id": "id", "body_name": "name"}  # as the request spells them
+    assert tool.raw["body"] == {"media_type": "application/json", "whole": None}
+    assert "body name: the new item name; price" in tool_text(tool)
+
+
+PET_COMPONENTS = {"schemas": {
+    "NewPet": {"type": "object", "required": ["species"], "properties": {
+        "species": {"type": "string", "description": "the animal species"},
+        "nickname": {"type": "string", "description": "what the owner calls it"}}},
+    "Pet": {"allOf": [{"$ref": "#/components/schemas/NewPet"},
+                      {"type": "object", "required": ["microchip"],
+                       "properties": {"microchip": {"type": "string", "description": "implanted microchip"}}}]},
+    "Walk": {"type": "object", "properties": {"minutes": {"type": "integer", "description": "length of the walk"}}}}}
+
+
+def body_op(schema: dict) -> dict:
+    return {"operationId": "addPet", "requestBody": {"required": True, "content": {"application/json": {
+        "schema": schema}}}}
+
+
+def test_an_allof_body_by_ref_is_merged_into_one_object_of_arguments():
+    # petstore-expanded's Pet: allOf [NewPet, {id}]
+    [tool] = parse_tools(spec_with(body_op({"$ref": "#/components/schemas/Pet"}), PET_COMPONENTS))
+    assert tool.parameters == {"type": "object", "properties": {
+        **PET_COMPONENTS["schemas"]["NewPet"]["properties"],
+        "microchip": {"type": "string", "description": "implanted microchip"}},
+        "required": ["species", "microchip"]}
+    assert tool.raw["body"] == {"media_type": "application/json", "whole": None}
+    assert "species: the animal species; nickname: what the owner calls it; microchip: implanted" in tool_text(tool)
+
+
+def test_an_allof_part_with_another_constraint_keeps_the_body_whole_with_its_fields_in_the_text():
+    closed = {"allOf": [{"$ref": "#/components/schemas/NewPet"}, {"additionalProperties": False}]}
+    [tool] = parse_tools(spec_with(body_op(closed), PET_COMPONENTS))
+    assert list(tool.parameters["properties"]) == ["body"] and "allOf" in tool.parameters["properties"]["body"]
+    assert "Parameters: body; species: the animal species; nickname: what the owner calls it" in tool_text(tool)
+
+
+@pytest.mark.parametrize("keyword", ["oneOf", "anyOf"])
+def test_a_oneof_body_stays_one_argument_and_its_branches_fields_are_searchable(keyword):
+    choice = {keyword: [{"$ref": "#/components/schemas/Pet"}, {"$ref": "#/components/schemas/Walk"}]}
+    [tool] = parse_tools(spec_with(body_op(choice), PET_COMPONENTS))
+    body = tool.parameters["properties"]["body"]  # the choice an agent calls with is kept
+    assert tool.parameters["required"] == ["body"] and [len(body[keyword])] == [2]
+    assert tool.raw["body"] == {"media_type": "application/json", "whole": "body"}
+    assert tool_text(tool).endswith("Parameters: body; species: the animal species; nickname: what the owner "
+                                    "calls it; microchip: implanted microchip; minutes: length of the walk")
 
 
 def test_non_json_body_becomes_a_body_property():

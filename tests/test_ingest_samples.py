@@ -47,8 +47,11 @@ def test_petstore_one_tool_per_operation():
     assert add["properties"]["category"] == {"properties": {"id": {"type": "integer", "format": "int64", "example": 1},
                                                             "name": {"type": "string", "example": "Dogs"}},
                                              "type": "object"}
-    # path parameter 'username' and User's 'username' clash: the body stays one property
-    assert list(by_name["updateUser"].parameters["properties"]) == ["username", "body"]
+    # path parameter 'username' and User's 'username' clash: the body's is body_username, sent as 'username'
+    update = by_name["updateUser"]
+    assert list(update.parameters["properties"]) == ["username", "id", "body_username", "firstName", "lastName",
+                                                     "email", "password", "phone", "userStatus"]
+    assert update.raw["parameter_names"] == {"body_username": "username"}
     assert by_name["getInventory"].returns == {"type": "object",
                                                "additionalProperties": {"type": "integer", "format": "int32"}}
     assert by_name["deletePet"].tags == ("pet",)

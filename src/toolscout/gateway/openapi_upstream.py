@@ -2,7 +2,7 @@
 
 A call makes the operation's HTTP request: each argument goes where the document puts it (the path, the
 query, a header, a cookie, or the body: JSON, or a form when the operation takes one), as recorded by
-the OpenAPI parser (`Tool.raw["parameter_locations"]` and `["body"]`). The result is the response: its
+the OpenAPI parser (`Tool.raw["parameter_locations"]`, `["parameter_names"]` and `["body"]`). The result is the response: its
 text as content, `{"status", "content_type", "body"}` (the body parsed when it is JSON) as structured
 content, and `isError` for a status of 400 or more. An argument the operation does not take is refused
 before any request is made.
@@ -169,10 +169,11 @@ def _request(tool: Tool, arguments: Mapping[str, Any], base_url: str, forwarded:
     unknown = sorted(set(arguments) - set(locations))
     if unknown:
         raise CatalogError(f"{tool.name} takes no argument {unknown[0]!r}; it takes {sorted(locations) or 'none'}")
+    sent_as: Mapping[str, str] = raw.get("parameter_names") or {}  # `query_id` is the query's `id`
     path = str(raw.get("path") or tool.path or "")
     placed: dict[str, dict[str, Any]] = {"query": {}, "header": {}, "cookie": {}, "body": {}, "formData": {}}
-    for name, value in arguments.items():
-        location = locations[name]
+    for argument, value in arguments.items():
+        location, name = locations[argument], sent_as.get(argument, argument)
         if location == "path":
             path = path.replace("{" + name + "}", quote(_text(value), safe=""))
         else:

@@ -4,17 +4,21 @@
 - description: summary + description; tags: the operation's tags (plus `deprecated` when it is).
 - parameters: one JSON object schema. Path, query, header and cookie parameters (path-level ones
   included, operation-level ones overriding) become properties; path parameters and `required: true`
-  ones are required. The request body (JSON first, then form media types; Swagger 2.0: the `in: body`
-  parameter, found as the others are, by `$ref` or at path level) is merged in when it is a
-  plain object whose property names do not clash with a parameter; otherwise it becomes one `body`
-  property. Local `$ref`s are inlined (see `schema.py`); `xml` and `x-*` keywords are dropped.
+  ones are required; a name two locations share is `LOCATION_NAME` for the second (`query_id`). The
+  request body (JSON first, then form media types; Swagger 2.0: the `in: body` parameter, found as the
+  others are, by `$ref` or at path level) is merged in when it is a plain object, or an `allOf` of
+  object parts (merged into one: `schema.merged_all_of`); a body field named as a parameter is
+  `body_NAME`. Any other body (a oneOf/anyOf, an array, a string) becomes one `body` property, as the
+  operation takes it (the text view lists a oneOf/anyOf's fields: `tool.parameter_lines`). Local `$ref`s
+  are inlined (see `schema.py`); `xml` and `x-*` keywords are dropped.
 - returns: the JSON schema of the lowest 2xx response that has one.
 - namespace: the caller's, else `info.title` slugified ('Swagger Petstore' → 'swagger-petstore', '天気予報 API'
   → '天気予報-api': `common.slugify`).
 - raw: {"method", "path", "operation" (as written), "parameter_locations" (property → path|query|
   header|cookie|body|formData), "body" ({"media_type", "whole": the property holding the whole body, or
-  null when the body's properties were merged in}; absent without a body)}: what an HTTP caller needs to
-  place each argument (the gateway's OpenAPI upstream); and "deprecated": true when the operation is
+  null when the body's properties were merged in}; absent without a body), "parameter_names" (property →
+  its name in the request, for the properties renamed to keep two apart; absent when none was)}: what an
+  HTTP caller needs to place each argument (the gateway's OpenAPI upstream); and "deprecated": true when the operation is
   (`deprecated: true`), where `toolscout.deprecation` reads it as it reads any definition's flag.
 """
 
@@ -38,7 +42,7 @@ from .common import (
     require_mapping,
     slugify,
 )
-from .schema import Budget, RefResolver, is_plain_object, object_schema
+from .schema import Budget, RefResolver, is_plain_object, merged_all_of, object_schema
 
 HTTP_METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
 _SWAGGER2_SCHEMA_KEYS = ("type", "format", "items", "enum", "default", "minimum", "maximum", "exclusiveMinimum",
@@ -109,14 +113,18 @@ class _OperationParser:
             raise self.ctx.error(at(position, "operationId"), "field 'operationId' must be a non-empty string")
         name = op_id.strip() if op_id else f"{method.upper()} {path}"
         budget = Budget()
-        properties, required, locations, body_param = self._parameters(position, op, shared, path_at, budget)
-        body = self._merge_body(position, op, body_param, properties, required, locations, budget)
+        renamed: dict[str, str] = {}  # property -> the parameter's name in the request, where they differ
+        properties, required, locations, body_param = self._parameters(position, op, shared, path_at, budget,
+                                                                       renamed)
+        body = self._merge_body(position, op, body_param, properties, required, locations, renamed, budget)
         tags = [t for t in self._list(op, position, "tags") if isinstance(t, str)]
         summary = read_text(self.ctx, op, position, "summary")
         description = read_text(self.ctx, op, position, "description")
         raw = {"method": method.upper(), "path": path, "operation": op, "parameter_locations": locations}
         if body is not None:
             raw["body"] = body
+        if renamed:
+            raw["parameter_names"] = renamed
         if op.get("deprecated") is True:  # where `toolscout.deprecation` reads a definition's own flag
             raw["deprecated"] = True
             tags.append("deprecated")
@@ -125,7 +133,8 @@ class _OperationParser:
                          tags=tuple(dict.fromkeys(tags)), method=method.upper(), path=path, raw=raw)
 
     # ------------------------------------------------------------------------------- parameters
-    def _parameters(self, position: str, op: Mapping, shared: Any, path_at: str, budget: Budget):
+    def _parameters(self, position: str, op: Mapping, shared: Any, path_at: str, budget: Budget,
+                    renamed: dict[str, str]):
         """(properties, required, locations, the body parameter as (object, position) or None)."""
         properties: dict[str, Any] = {}
         required: list[str] = []
@@ -135,7 +144,7 @@ class _OperationParser:
             if location == "body":  # Swagger 2.0 body parameter: handled with the request body
                 body = (param, where)
                 continue
-            key = name if name not in properties else f"{location}_{name}"
+            key = _free_key(properties, name, location, renamed)
             schema = self.resolver.resolve(self._parameter_schema(param, where), at(where, "schema"), budget)
             if isinstance(param.get("description"), str) and param["description"].strip():
                 schema = {**schema, "description": param["description"].strip()}
@@ -194,7 +203,7 @@ class _OperationParser:
 
     # ------------------------------------------------------------------------------- request body
     def _merge_body(self, position: str, op: Mapping, body_param: tuple[Mapping, str] | None, properties: dict,
-                    required: list, locations: dict, budget: Budget) -> dict[str, Any] | None:
+                    required: list, locations: dict, renamed: dict, budget: Budget) -> dict[str, Any] | None:
         """Add the request body's arguments (Swagger 2.0: `body_param`, the `in: body` parameter); returns
         where the body goes ({"media_type", "whole"}), or None."""
         if self.swagger2:
@@ -211,14 +220,16 @@ class _OperationParser:
             schema_at = at(at(at(body_at, "content"), media_type or "?"), "schema")
         if self._schema_at(raw_schema, schema_at) is None:
             return None
-        schema = self.resolver.resolve(raw_schema, schema_at, budget)
+        schema = merged_all_of(self.resolver.resolve(raw_schema, schema_at, budget))
         body_required = body.get("required") is True
-        if is_plain_object(schema) and not set(schema["properties"]) & set(properties):
-            for key, prop in schema["properties"].items():
+        if is_plain_object(schema):
+            body_required_names = schema.get("required") if body_required else None
+            for name, prop in schema["properties"].items():
+                key = _free_key(properties, name, "body", renamed)
                 properties[key] = prop
                 locations[key] = "body"
-            if body_required and isinstance(schema.get("required"), list):
-                required.extend(k for k in schema["required"] if isinstance(k, str) and k in schema["properties"])
+                if isinstance(body_required_names, list) and name in body_required_names:
+                    required.append(key)
             return {"media_type": media_type, "whole": None}
         description = body.get("description")
         if isinstance(description, str) and description.strip() and isinstance(schema, dict) \
@@ -248,6 +259,18 @@ class _OperationParser:
                 if isinstance(resolved, Mapping):
                     return resolved
         return None
+
+
+def _free_key(properties: Mapping[str, Any], name: str, location: str, renamed: dict[str, str]) -> str:
+    """The property for parameter `name`: the name itself, or `LOCATION_NAME` (underscores added until free)
+    when another location's parameter has it, noted in `renamed` so a caller sends it as `name`."""
+    key = name
+    if key in properties:
+        key = f"{location}_{name}"
+        while key in properties:
+            key = f"_{key}"
+        renamed[key] = name
+    return key
 
 
 def _json_media(content: Any) -> Any:

@@ -146,6 +146,41 @@ def object_schema(properties: Mapping[str, Any], required: list[str]) -> dict[st
     return schema
 
 
+# What an allOf part may say and still be merged into one object: its properties, their requirement, and
+# words about it. A part with any other constraint (additionalProperties, a oneOf...) keeps the allOf as written.
+_MERGEABLE_PART_KEYS = frozenset({"type", "properties", "required", "description", "title", "example", "examples"})
+
+
+def merged_all_of(schema: Any) -> Any:
+    """`schema` with an `allOf` of object parts (nested allOfs included) merged into one plain object: the
+    parts' properties (a name two parts define differently is both: `{"allOf": [first, second]}`) and
+    their required names; the schema's own words (description, title) are kept. Otherwise `schema` as
+    it is. An OpenAPI body is often `allOf: [$ref Base, {extra fields}]` (petstore-expanded's Pet); merged,
+    its fields are arguments like a plain body's."""
+    if not isinstance(schema, Mapping) or not isinstance(schema.get("allOf"), list):
+        return schema
+    parts = [merged_all_of(part) for part in schema["allOf"]]
+    own = {k: v for k, v in schema.items() if k != "allOf"}
+    if not all(_mergeable(part) for part in parts + [own]):
+        return schema
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    for part in [own, *parts]:
+        for name, prop in (part.get("properties") or {}).items():
+            properties[name] = prop if properties.get(name, prop) == prop else {"allOf": [properties[name], prop]}
+        required.extend(r for r in part.get("required") or () if isinstance(r, str))
+    merged = {**own, "type": "object", "properties": properties}
+    if required:
+        merged["required"] = list(dict.fromkeys(required))
+    return merged
+
+
+def _mergeable(part: Any) -> bool:
+    return (isinstance(part, Mapping) and set(part) <= _MERGEABLE_PART_KEYS
+            and part.get("type", "object") == "object" and isinstance(part.get("properties", {}), Mapping)
+            and isinstance(part.get("required", []), list))
+
+
 def is_plain_object(schema: Any) -> bool:
     """An object schema whose properties can be merged into another object's (no allOf/oneOf etc.)."""
     return (isinstance(schema, Mapping) and isinstance(schema.get("properties"), Mapping)
