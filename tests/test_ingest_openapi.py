@@ -296,3 +296,29 @@ def test_a_document_forced_to_openapi_without_a_version_field_is_said_not_to_be_
         parse_tools({"tools": [{"name": "a", "inputSchema": {"type": "object"}}]}, format="openapi", source="c.json")
     assert str(info.value) == ("c.json: not an OpenAPI document: it has no 'openapi' (3.x) or 'swagger' (2.0) field; "
                                "check the file, or the format asked for")
+
+
+YAML_12_SCALARS = """\
+openapi: 3.1.0
+info: {title: Poll}
+paths:
+  /answer:
+    get:
+      operationId: NO
+      summary: answer a poll
+      parameters:
+        - {name: vote, in: query, required: True, schema: {type: string, enum: [yes, no, on, off, Y, maybe]}}
+        - {name: notify, in: query, schema: {type: boolean, default: false}}
+      responses: {200: {description: ok}}
+"""
+
+
+def test_yaml_is_read_with_yaml_12_booleans_only_true_and_false(tmp_path):
+    # YAML 1.1 read NO as false ("field 'operationId' must be a non-empty string") and yes/no as true/false
+    spec = tmp_path / "poll.yaml"
+    spec.write_text(YAML_12_SCALARS)
+    [tool] = load_tools(spec)
+    assert tool.name == "NO"
+    assert tool.parameters == {"type": "object", "properties": {
+        "vote": {"type": "string", "enum": ["yes", "no", "on", "off", "Y", "maybe"]},
+        "notify": {"type": "boolean", "default": False}}, "required": ["vote"]}  # True and false still booleans

@@ -5,6 +5,9 @@ Python parser takes seconds per megabyte), PyYAML's own composer and SafeConstru
 
 - only plain data: SafeConstructor refuses `!!python/...` tags, so no code runs while reading;
 - dates stay strings: a schema's `default: 2024-01-01` must stay JSON;
+- booleans are YAML 1.2's (what OpenAPI 3.1 and JSON Schema data are): only true/false (True, TRUE...);
+  YAML 1.1's yes/no/on/off/y/n stay strings, so `operationId: NO` is the name NO and `enum: [yes, no]`
+  keeps its two words;
 - nesting is bounded (`guard.MAX_DEPTH`): the composer is recursive Python, and libyaml's own composer
   is recursive C that crashes the process on a few hundred thousand levels, so it is not used. Newer
   libyaml builds (PyYAML 6.0.4's wheels) stop at 1,000 levels of their own while scanning ahead, before
@@ -21,6 +24,7 @@ them afterwards.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import yaml
@@ -96,11 +100,13 @@ class LastKeyLoader(CatalogLoader):
         node.value = _one_entry_per_key(node.value)
 
 
+_BOOL_TAG = "tag:yaml.org,2002:bool"
 CatalogLoader.add_constructor("tag:yaml.org,2002:int", CatalogLoader.construct_yaml_int)
 CatalogLoader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    first: [(tag, regexp) for tag, regexp in resolvers if tag not in ("tag:yaml.org,2002:timestamp", _BOOL_TAG)]
     for first, resolvers in Resolver.yaml_implicit_resolvers.items()
 }
+CatalogLoader.add_implicit_resolver(_BOOL_TAG, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
 
 
 def _refuse_duplicate_keys(node: Any) -> None:
