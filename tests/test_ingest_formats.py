@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from toolscout.errors import CatalogError
 from toolscout.ingest import FORMATS, LoadReport, load_tools, parse_tools
 from toolscout.ingest.detect import detect_format
 from toolscout.tool import Tool
@@ -174,6 +175,41 @@ def test_benchmark_folder_uses_tool_from_row():
 def test_jsonl_file_and_namespace_keep_row_ids():
     tools = load_tools(FIXTURES / "benchmark" / "tools.jsonl", namespace="apps")
     assert [(t.id, t.namespace) for t in tools] == [("bench::AddAlarm", "apps"), ("bench::QueryStock", "apps")]
+
+
+OPENAI_LINES = ('{"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",'
+                ' "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}\n'
+                '\n'
+                '{"type": "function", "function": {"name": "send_mail", "description": "Send an e-mail"}}\n')
+MCP_LINES = ('{"name": "read_file", "description": "Read a file", "inputSchema": {"type": "object"}}\n'
+             '{"name": "list_dir", "title": "List", "annotations": {"readOnlyHint": true}}\n')
+ANTHROPIC_LINES = '{"name": "search", "description": "Search the web", "input_schema": {"type": "object"}}\n'
+
+
+@pytest.mark.parametrize("lines, expected", [(OPENAI_LINES, "openai"), (MCP_LINES, "mcp"),
+                                             (ANTHROPIC_LINES, "anthropic")])
+def test_a_jsonl_file_of_tool_definitions_is_read_one_tool_per_line(tmp_path, lines, expected):
+    # it was taken for benchmark rows ("field 'id' must be a non-empty string")
+    path = tmp_path / "tools.jsonl"
+    path.write_text(lines)
+    report = LoadReport()
+    tools = load_tools(path, report=report)
+    assert report.format == expected
+    assert tools == parse_tools([json.loads(line) for line in lines.splitlines() if line], format=expected)
+    assert load_tools(path, format=expected) == tools  # as --format reads it (it was "invalid JSON (Extra data)")
+
+
+def test_a_line_of_a_jsonl_file_that_is_not_a_tool_is_named_by_its_line(tmp_path):
+    path = tmp_path / "tools.jsonl"
+    path.write_text(OPENAI_LINES + '{"type": "function", "function": {"description": "no name"}}\n[1]\n')
+    with pytest.raises(CatalogError, match=r"tools.jsonl:4: tool.function: field 'name' is missing"):
+        load_tools(path)
+    report = LoadReport()
+    assert [t.name for t in load_tools(path, lenient=True, report=report)] == ["get_weather", "send_mail"]
+    assert [message.split(": ")[0] for _, message in report.skipped] == [f"{path}:4", f"{path}:5"]
+    assert report.skipped[1][1] == f"{path}:5: expected a JSON object, got array"
+    with pytest.raises(CatalogError, match=r"tools.jsonl:1: expected a 'tools' list .* or one tool object"):
+        load_tools(path, format="mcp")  # an OpenAI line is no MCP tool
 
 
 def test_jsonl_rows_in_memory_and_parameter_aliases():

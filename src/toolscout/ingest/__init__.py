@@ -14,7 +14,10 @@ object already in memory (dict / list / callables, handed to `parse_tools`). Sev
 tools of different files with equal ids are the caller's to namespace.
 
 Format detection (when `format` is None), first rule that applies:
-  1. a folder or a `.jsonl` file → "jsonl" (benchmark rows); a `.py` file or `module:attr` → "python".
+  1. a folder → "jsonl" (benchmark rows); a `.jsonl` file → one tool per line: OpenAI, Anthropic or MCP
+     tool definitions when its first row has no `id` and looks like one (the votes below), else benchmark
+     rows (`format=` openai/anthropic/mcp reads its lines as that format); a `.py` file or `module:attr`
+     → "python".
   2. other files are read as JSON (`.json`, or text starting with `{`/`[`) or YAML (`.yaml`/`.yml`,
      anything else), then the object decides:
      - a mapping with `openapi` or `swagger` → "openapi";
@@ -64,7 +67,7 @@ from ..errors import CatalogError
 from ..tool import Tool
 from . import anthropic, jsonl, live_mcp, mcp, openai, openapi, python
 from .common import Context, Entry, LoadReport, finish
-from .detect import FORMATS, detect_format, format_of_path, read_structured
+from .detect import FORMATS, LINE_FORMATS, detect_format, format_of_path, format_of_row, read_structured
 from .guard import check_tree
 
 __all__ = ["load_tools", "parse_tools", "LoadReport", "FORMATS"]
@@ -138,16 +141,36 @@ def load_tools(source: str | os.PathLike | list | dict | Callable, format: str |
         raise CatalogError(f"{name}: no such file or folder (a catalog is a JSON/YAML/JSONL/.py file, "
                            "a benchmark folder, or 'package.module:attr')")
     fmt = format or format_of_path(path)
+    if path.is_file() and path.suffix.lower() == ".jsonl" and (format is None or format in LINE_FORMATS):
+        return _load_jsonl_definitions(path, name, format, lenient, namespace, report)
     if fmt == "python":
         return parse_tools(python.load_file(path, name, report), "python", lenient, name, namespace, report)
     if fmt == "jsonl" and (path.is_dir() or path.suffix.lower() not in (".json", ".yaml", ".yml")):
-        file = jsonl.tools_file(path, name)
-        shown = name if file == path else os.path.join(name, file.name)
-        ctx = Context(source=shown, lenient=lenient, report=report, namespace=namespace)
-        tools = finish(ctx, jsonl.parse_file(file, ctx))
-        report.format, report.source = "jsonl", shown
-        return tools
+        return _load_benchmark_rows(path, name, lenient, namespace, report)
     if path.is_dir():
         raise CatalogError(f"{name}: is a folder; give a catalog file, or a benchmark folder with tools.jsonl")
     obj = read_structured(path, name)  # checked by check_tree as it is read
     return _parse(obj, fmt, lenient, name, namespace, report)
+
+
+def _load_jsonl_definitions(path: Path, name: str, format: str | None, lenient: bool, namespace: str | None,
+                            report: LoadReport) -> list[Tool]:
+    """A .jsonl file: tool definitions one per line (in `format`, or as its first row looks), else benchmark
+    rows."""
+    ctx = Context(source=name, lenient=lenient, report=report, namespace=namespace)
+    fmt = format or format_of_row(jsonl.first_row(path, ctx))
+    if fmt == "jsonl":
+        return _load_benchmark_rows(path, name, lenient, namespace, report)
+    tools = finish(ctx, jsonl.parse_definitions_file(path, ctx, _PARSERS[fmt]))
+    report.format, report.source = fmt, name
+    return tools
+
+
+def _load_benchmark_rows(path: Path, name: str, lenient: bool, namespace: str | None,
+                         report: LoadReport) -> list[Tool]:
+    file = jsonl.tools_file(path, name)
+    shown = name if file == path else os.path.join(name, file.name)
+    ctx = Context(source=shown, lenient=lenient, report=report, namespace=namespace)
+    tools = finish(ctx, jsonl.parse_file(file, ctx))
+    report.format, report.source = "jsonl", shown
+    return tools

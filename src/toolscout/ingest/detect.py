@@ -33,6 +33,17 @@ def format_of_path(path: Path) -> str | None:
     return {".jsonl": "jsonl", ".py": "python"}.get(path.suffix.lower())
 
 
+# Formats whose tool definitions a .jsonl file may hold one per line (README, "Catalog formats").
+LINE_FORMATS = ("openai", "anthropic", "mcp")
+
+
+def format_of_row(row: Any) -> str:
+    """The format of a .jsonl file by its first row: a tool definition of a `LINE_FORMATS` format (it has no
+    `id`, which every benchmark row needs), else benchmark rows ("jsonl"), whose reader names what is wrong."""
+    shape = format_of_item(row) if isinstance(row, Mapping) and "id" not in row else None
+    return shape if shape in LINE_FORMATS else "jsonl"
+
+
 def format_of_item(item: Any) -> str | None:
     """The format one tool object (or MCP server entry) looks like; None when it gives no sign."""
     if callable(item) and not isinstance(item, Mapping):

@@ -1,4 +1,5 @@
-"""Benchmark `tools.jsonl` rows `{id, name, description, parameters, category, doc}` (README, "Evaluation").
+"""Benchmark `tools.jsonl` rows `{id, name, description, parameters, category, doc}` (README, "Evaluation"),
+and JSONL files of tool definitions, one OpenAI, Anthropic or MCP tool per line (`parse_definitions_file`).
 
 Rows go through `toolscout.benchmark_sets.tool_from_row`, so a catalog loads exactly as the benchmark
 loader reads it, and row ids are kept as they are (queries refer to them). Aliases (`input_schema`,
@@ -10,8 +11,9 @@ raised cannot be resumed; the messages are the same (`file:line: ...`).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from ..benchmark_sets import tool_from_row
 from ..errors import CatalogError
@@ -32,6 +34,31 @@ def tools_file(path: Path, source: str) -> Path:
 
 def parse_file(path: Path, ctx: Context) -> list[Entry]:
     return collect(ctx, _lines(path, ctx), lambda pos, row: _tool(ctx, pos, row))
+
+
+def first_row(path: Path, ctx: Context) -> Any:
+    """The first non-blank line of a JSONL file as an object (None when there is none, or it is not JSON)."""
+    for _position, row in _lines(path, ctx):
+        return None if isinstance(row, _BadLine) else row
+    return None
+
+
+def parse_definitions_file(path: Path, ctx: Context, parse_object: Callable[[Any, Context], list[Entry]]
+                           ) -> list[Entry]:
+    """A JSONL file of tool definitions in one format, read by that format's parser (`parse_object`) one
+    line at a time: each line's tools are positioned at its line, and a problem names the file and line
+    (`tools.jsonl:3: tool.function: field 'name' is missing`)."""
+    entries: list[Entry] = []
+    for position, row in _lines(path, ctx):
+        if isinstance(row, _BadLine):
+            if not ctx.lenient:
+                raise CatalogError(row.message)
+            ctx.skip(position, row.message)
+            continue
+        line = replace(ctx, source=f"{ctx.source}:{position[5:]}", skips=0)  # the same report
+        entries.extend((position, tool) for _, tool in parse_object(row, line))
+        ctx.skips += line.skips
+    return entries
 
 
 def parse(rows: Any, ctx: Context) -> list[Entry]:

@@ -42,26 +42,25 @@ HINT_TAGS = {"readOnlyHint": "read-only", "destructiveHint": "destructive", "ide
 def parse(obj: Any, ctx: Context) -> list[Entry]:
     entries: list[Entry] = []
     groups = list(_groups(obj, ctx, ""))
-    if ctx.namespace and any(server for server, _, _ in groups):
+    if ctx.namespace and any(server for server, _ in groups):
         ctx.warn(f"namespace {ctx.namespace!r} ignored: this file names its servers, "
                  "which become the namespaces")
-    for server, position, tools in groups:
+    for server, items in groups:
         namespace = server or ctx.namespace
-        items = [(at(position, i), item) for i, item in enumerate(tools)]
         entries.extend(collect(ctx, items, lambda pos, item, ns=namespace: _tool(ctx, pos, item, ns)))
     return entries
 
 
 def _groups(obj: Any, ctx: Context, position: str,
-            server: str | None = None) -> Iterator[tuple[str | None, str, list]]:
-    """(server name or None, position of the tools list, tools list) for every group in `obj`."""
+            server: str | None = None) -> Iterator[tuple[str | None, list[tuple[str, Any]]]]:
+    """(server name or None, its tools as (position, tool object)) for every group in `obj`."""
     if isinstance(obj, list):
         if obj and all(isinstance(x, Mapping) and "tools" in x for x in obj):  # a list of server entries
             for i, entry in enumerate(obj):
                 where = at(position, i) if position else f"[{i}]"
                 yield from _groups(entry, ctx, where, _server_name(ctx, entry, where))
         else:
-            yield server, position, obj
+            yield server, _positioned(position, obj)
         return
     obj = require_mapping(ctx, obj, position or "", "an MCP tools/list result or a list of servers")
     if "jsonrpc" in obj or "result" in obj or "error" in obj:
@@ -81,11 +80,18 @@ def _groups(obj: Any, ctx: Context, position: str,
             for name, value in servers.items():
                 yield from _groups(value, ctx, at(key, str(name)), str(name))
             return
+    if "tools" not in obj and "name" in obj:  # one tool object, as the other formats take one
+        yield server, [(position or "tool", obj)]
+        return
     if "tools" not in obj:
-        raise ctx.error(position, "expected a 'tools' list (an MCP tools/list result)")
+        raise ctx.error(position, "expected a 'tools' list (an MCP tools/list result) or one tool object")
     if not isinstance(obj["tools"], list):
         raise ctx.error(at(position, "tools"), f"expected a list of tools, got {json_type(obj['tools'])}")
-    yield server, at(position, "tools"), obj["tools"]
+    yield server, _positioned(at(position, "tools"), obj["tools"])
+
+
+def _positioned(position: str, tools: list) -> list[tuple[str, Any]]:
+    return [(at(position, i), item) for i, item in enumerate(tools)]
 
 
 def _server_name(ctx: Context, entry: Mapping, where: str) -> str:
