@@ -17,3 +17,14 @@ def test_the_readmes_python_example_runs_as_written(tmp_path, monkeypatch, capsy
     printed = capsys.readouterr().out.splitlines()
     assert len(printed) == 5 and printed[0].split()[:2] == ["1", "findPetsByStatus"], printed
     assert (tmp_path / "my-index" / "CURRENT").exists()
+
+
+def test_the_readmes_namespace_examples_are_what_slugify_gives():
+    # the OpenAPI row of "Catalog formats" said "letters of any script", while 'Café API' slugs to 'caf-api'
+    from toolscout.ingest.common import slugify
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    [row] = [line for line in readme.splitlines() if line.startswith("| OpenAPI 3, Swagger 2.0 |")]
+    examples = re.findall(r"`([^`]+)` → `([^`]+)`", row.rsplit(" | ", 1)[1])
+    assert len(examples) == 3 and "Café API" in dict(examples)
+    assert [slugify(title) for title, _ in examples] == [slug for _, slug in examples]
