@@ -445,3 +445,18 @@ def test_max_queries_help_warns_that_the_first_n_may_not_represent_the_split(cap
     test = load_benchmark(shared_data / "sealtools").split("test")
     assert all(len(q.labels) == 1 for q in test[:150])
     assert round(100 * sum(len(q.labels) > 1 for q in test) / len(test)) == 78
+
+
+def test_eval_times_each_system_with_a_cold_query_cache(encoder):
+    """Systems sharing an encoder (loaded once) each encode their own tasks: the dense run after the hybrid
+    one took the hybrid's cached vectors, and its latency was ~50x too good."""
+    from toolscout.cli.evaluate import _factory
+    from toolscout.eval import evaluate
+
+    cache = encoder.query_cache
+    for name in ("hybrid", "dense"):
+        hits, misses = cache.hits, cache.misses
+        report = evaluate([EVAL_SETS / "alpha", EVAL_SETS / "beta"], _factory(name, {"encoder": encoder, "intents": None}, None),
+                          k=2, name=name, progress=False)
+        # per set: the neutral warm-up task, then each test task, every one through the encoder
+        assert (cache.hits - hits, cache.misses - misses) == (0, 2 + report.n_queries), name

@@ -142,9 +142,14 @@ def _check_trained(name: str, model: str | None) -> None:
 def _factory(name: str, options: dict[str, Any], reranker: Any, fast_queries: str | None = None):
     def build(tools):
         from ..pipeline import ToolScout
+        from ..retrievers.base import forget_task_vectors
 
         scout = ToolScout.from_tools(tools, retriever=name, reranker=reranker, **options)
-        return scout.use_fast_queries(fast_queries) if fast_queries else scout
+        if fast_queries:
+            scout.use_fast_queries(fast_queries)
+        # the encoder is shared by every system and set (loaded once), its query cache is not: each is timed cold
+        forget_task_vectors(scout.retriever)
+        return scout
 
     return build
 

@@ -7,11 +7,14 @@ encodes its tasks and calls it the same way.
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
 from ..query import Query
+
+if TYPE_CHECKING:
+    from .query_cache import QueryCache
 
 
 @runtime_checkable
@@ -22,6 +25,13 @@ class QueryEncoder(Protocol):
         """One unit row per query (`toolscout.query`: plain strings are read as `Query.of` reads them),
         float32, shape (len(queries), dim)."""
         ...
+
+
+@runtime_checkable
+class CachesQueries(Protocol):
+    """A query encoder that keeps the vectors of recent tasks (`QueryCache`): the encoder, its fast tiers."""
+
+    query_cache: "QueryCache"
 
 
 @runtime_checkable

@@ -29,6 +29,10 @@ class QueryCache:
     def misses(self) -> int:
         return self.entries.misses
 
+    def clear(self) -> None:
+        """Forget every vector (a system timed cold: `toolscout eval`)."""
+        self.entries.clear()
+
     def vectors(self, queries: Sequence[Query], key: Hashable,
                 compute: Callable[[list[Query]], np.ndarray]) -> np.ndarray:
         """The vector of each query: cached ones as they are, the others from `compute(missing queries)`.

@@ -53,6 +53,9 @@ def evaluate(
     A set without queries in the split is skipped (noted in `report.warnings`); in pooled mode its
     tools still join the corpus, so corpus-only folders act as distractors. `also_at`: smaller cut-offs
     whose metrics are added too (e.g. (5,) adds recall@5 …), computed from the same top-k rankings.
+    Latency is what each built system takes: a factory whose systems share an encoder should hand each one a
+    cold query cache (`retrievers.base.forget_task_vectors`, as `toolscout eval` does), or a later system
+    is timed on vectors an earlier one computed.
     """
     if k < 1:
         raise ValueError(f"k must be at least 1, got {k}")

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 
 from ..artifacts import read_config, write_json
-from ..encoders.contract import QueryEncoder
+from ..encoders.contract import CachesQueries, QueryEncoder
 from ..errors import InvalidRequest
 from ..query import Query
 from ..registry import lookup
@@ -123,6 +123,16 @@ def parts(retriever: Retriever) -> list[Retriever]:
 def encoding_parts(retriever: Retriever) -> list[Encoding]:
     """The parts of a first stage that embed with an encoder (the dense ones)."""
     return [part for part in parts(retriever) if isinstance(part, Encoding)]
+
+
+def forget_task_vectors(retriever: Retriever) -> None:
+    """Empty the query caches of what encodes a first stage's tasks, so that its next searches encode them:
+    an encoder shared with another pipeline would otherwise hand this one the vectors of tasks the other
+    already searched (an evaluation times each system as it would run alone)."""
+    for part in encoding_parts(retriever):
+        for encoder in (part.encoder, part.query_encoder):
+            if isinstance(encoder, CachesQueries):
+                encoder.query_cache.clear()
 
 
 def task_encoders(retriever: Retriever) -> list[str]:
