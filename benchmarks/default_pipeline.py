@@ -83,7 +83,7 @@ def main(argv=None) -> int:
                 result = paired_bootstrap(reports[baseline], reports["default"], metric, args.bootstrap)
                 tests[f"default vs {baseline}: {metric}"] = result.to_dict()
                 print(f"default vs {baseline}, {metric}: {result.diff:+.2f} points "
-                      f"(95% CI {result.ci_low:+.2f} .. {result.ci_high:+.2f}, p = {result.p_value:.4f}, "
+                      f"(95% CI {result.ci_low:+.2f} .. {result.ci_high:+.2f}, p = {result.p_two_sided:.4f} two-sided, "
                       f"{result.n_queries} queries)")
     write_json(args.json, {"sets": args.sets, "systems": {n: r.to_json() for n, r in reports.items()},
                            "bootstrap": tests})

@@ -83,7 +83,7 @@ def measure(sets, system: str) -> dict:
         out[s.name] = {"tools": len(s.tools), "tasks": len(s.queries), "as-written": round(before, 2),
                        "plain": round(after, 2), "delta": round(test.diff, 2),
                        "ci_low": round(test.ci_low, 2), "ci_high": round(test.ci_high, 2),
-                       "p_value": round(test.p_value, 4)}
+                       "p_two_sided": round(test.p_two_sided, 4)}
         print(f"{system:8s} {s.name:8s} {len(s.tools):5d} tools {len(s.queries):3d} tasks  nDCG@10 as written "
               f"{before:6.2f}  plain {after:6.2f}  ({test.line('paired bootstrap')})")
     return out

@@ -49,7 +49,7 @@ def ndcg(report) -> dict[str, float]:
 def bootstrap_line(label: str, result) -> dict:
     print(f"paired bootstrap, {label}: {result}")
     return {"delta": round(result.diff, 3), "ci": [round(result.ci_low, 3), round(result.ci_high, 3)],
-            "p_value": round(result.p_value, 4), "queries": result.n_queries}
+            "p_two_sided": round(result.p_two_sided, 4), "queries": result.n_queries}
 
 
 def main(argv=None) -> int:

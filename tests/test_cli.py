@@ -260,6 +260,9 @@ def test_eval_writes_the_design_json_shape(capsys, tmp_path):
     # the bootstrap pools alpha's 8 and beta's 8 labelled queries, unlike the table's macro mean: said so
     comparison = next(line for line in out.splitlines() if line.startswith("dense vs bm25: ndcg@10: B − A = "))
     assert comparison.endswith("pooled over 16 queries of 2 sets") and data["comparisons"][0]["n_queries"] == 16
+    # the p beside the two-sided interval is two-sided, and says so; the JSON keeps both, named
+    assert f"p = {data['comparisons'][0]['p_two_sided']:.4f} (two-sided: B ≠ A)" in comparison
+    assert {"p_two_sided", "p_one_sided"} <= set(data["comparisons"][0]) and "p_value" not in data["comparisons"][0]
 
     code, out, err = run(capsys, "eval", EVAL_SETS / "alpha", "--retriever", "bm25", "--retriever", "dense",
                          "--json", out_json, "--quiet", "--bootstrap", "0")  # 0: the systems, not compared
@@ -268,7 +271,7 @@ def test_eval_writes_the_design_json_shape(capsys, tmp_path):
     assert set(data["systems"]) == {"bm25", "dense"} and data["comparisons"] == []
     with pytest.raises(SystemExit):  # refused before any set is evaluated
         run(capsys, "eval", EVAL_SETS / "alpha", "--bootstrap", "-1")
-    assert "--bootstrap needs 0 or more" in capsys.readouterr().err
+    assert "argument --bootstrap: expected a number at least 0, got '-1'" in capsys.readouterr().err
 
 
 def test_eval_plot_without_matplotlib_is_refused_before_the_evaluation(capsys, tmp_path, monkeypatch):
@@ -460,3 +463,12 @@ def test_eval_times_each_system_with_a_cold_query_cache(encoder):
                           k=2, name=name, progress=False)
         # per set: the neutral warm-up task, then each test task, every one through the encoder
         assert (cache.hits - hits, cache.misses - misses) == (0, 2 + report.n_queries), name
+
+
+def test_eval_refuses_too_few_bootstrap_resamples_for_a_95_interval(capsys):
+    """--bootstrap 1 printed a "95% CI" from one resample, which did not even hold the estimate."""
+    for count in ("1", "39"):
+        with pytest.raises(SystemExit):  # before any set is evaluated
+            run(capsys, "eval", EVAL_SETS / "alpha", "--retriever", "bm25", "--retriever", "bm25", "--bootstrap", count)
+        err = capsys.readouterr().err
+        assert f"argument --bootstrap: a 95% interval needs at least 40 resamples (0: no comparison), got {count}" in err

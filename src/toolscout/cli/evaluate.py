@@ -36,7 +36,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", default=None, metavar="FILE", help="write metrics and latency as JSON")
     p.add_argument("--plot", default=None, metavar="FILE.png", help="bar chart comparing the systems")
     p.add_argument("--bootstrap", type=_resamples, default=10000, metavar="N",
-                   help="paired-bootstrap resamples when comparing systems (default %(default)s; 0: no comparison)")
+                   help="paired-bootstrap resamples when comparing systems (default %(default)s, at least 40; 0: no comparison)")
     add_fast_queries(p, saved=False)
     p.add_argument("--encoder-backend", default="auto", choices=ENCODER_BACKENDS,
                    help="how dense encoders compute vectors: auto (the default: the int8 ONNX encoding where the "
@@ -156,9 +156,13 @@ def _factory(name: str, options: dict[str, Any], reranker: Any, fast_queries: st
 
 def _resamples(text: str) -> int:
     """--bootstrap, checked before any set is evaluated (0 turns the comparison off)."""
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"--bootstrap needs 0 or more resamples, got {value}")
+    from ..eval.significance import MIN_RESAMPLES
+
+    value = number_in(int, 0)(text)
+    if 0 < value < MIN_RESAMPLES:
+        raise argparse.ArgumentTypeError(
+            f"a 95% interval needs at least {MIN_RESAMPLES} resamples (0: no comparison), got {value}: with fewer, "
+            "each 2.5% tail of the interval holds less than one resample and no two-sided p can fall below 0.05")
     return value
 
 

@@ -1,10 +1,18 @@
-"""Paired bootstrap: is system B better than system A on the same queries, or is it noise?
+"""Paired bootstrap: does system B score differently from system A on the same queries, or is it noise?
 
 Each resample draws queries with replacement and takes the mean of B − A over them. The confidence
-interval is the 2.5–97.5 percentile range of those means. The one-sided p-value of "B is not better
-than A" is the share of resampled means ≤ 0, with the usual +1 correction,
-p = (1 + #{mean* ≤ 0}) / (1 + resamples), so it is never exactly 0: identical systems give p = 1, a
-system better on every query gives p = 1 / (1 + resamples).
+interval is the 2.5–97.5 percentile range of those means: two-sided, like the p-value printed beside it.
+Both p-values carry the usual +1 correction, so neither is ever exactly 0:
+
+- `p_two_sided`, "B differs from A": twice the smaller tail,
+  p = min(1, 2 · (1 + min(#{mean* ≤ 0}, #{mean* ≥ 0})) / (1 + resamples)). It is below 0.05 about exactly
+  when the 95% interval leaves out 0, whichever way B differs; identical systems give 1.
+- `p_one_sided`, "B is better than A": the share of resampled means ≤ 0, (1 + #{mean* ≤ 0}) / (1 + resamples);
+  a system worse on every query gets 1, one better on every query 1 / (1 + resamples).
+
+Fewer than `MIN_RESAMPLES` (40) resamples are refused: each 2.5% tail of the interval would then hold less
+than one resample (its ends are the most extreme resamples, whatever the spread), and no two-sided p could
+fall below 0.05 (its least is 2 / (1 + resamples)).
 
 `paired_bootstrap` pools the queries of all sets (each query weighs the same, so a large set weighs
 more than in the macro mean of the report); `paired_bootstrap_per_set` tests each set on its own.
@@ -18,14 +26,16 @@ import numpy as np
 
 from .summary import EvalReport
 
+# 2.5% of 40 is one resample, and 2 / (1 + 40) < 0.05: the least a two-sided p can be (module doc)
+MIN_RESAMPLES = 40
 # indices drawn per chunk: bounds memory (two float64/int64 arrays of this many cells) on large runs
 _CELLS_PER_CHUNK = 4_000_000
 
 
 @dataclass(frozen=True)
 class BootstrapResult:
-    """B against A on one metric, in points (0–100): `diff` = mean(B) − mean(A), its 95% CI, and the
-    one-sided p-value that B is not better than A."""
+    """B against A on one metric, in points (0–100): `diff` = mean(B) − mean(A), its two-sided 95% CI,
+    the two-sided p-value of "B differs from A" and the one-sided one of "B is better than A"."""
 
     metric: str
     n_queries: int
@@ -34,7 +44,8 @@ class BootstrapResult:
     diff: float
     ci_low: float
     ci_high: float
-    p_value: float
+    p_two_sided: float
+    p_one_sided: float
     n_resamples: int
     seed: int
 
@@ -42,8 +53,8 @@ class BootstrapResult:
         return asdict(self)
 
     def significant(self, alpha: float = 0.05) -> bool:
-        """B beats A at level `alpha`."""
-        return self.p_value < alpha
+        """B differs from A at level `alpha` (two-sided, as the interval; `diff` says which way)."""
+        return self.p_two_sided < alpha
 
     def __str__(self) -> str:
         return self.line(f"{self.n_queries} queries")
@@ -51,7 +62,7 @@ class BootstrapResult:
     def line(self, over: str) -> str:
         """The result in one line, ending with what it was computed `over` (e.g. "pooled over 40 queries of 2 sets")."""
         return (f"{self.metric}: B − A = {self.diff:+.2f} points (95% CI {self.ci_low:+.2f} to {self.ci_high:+.2f}), "
-                f"p = {self.p_value:.4f}, {over}")
+                f"p = {self.p_two_sided:.4f} (two-sided: B ≠ A), {over}")
 
 
 def paired_bootstrap(a: EvalReport, b: EvalReport, metric: str = "ndcg@10", n_resamples: int = 10000,
@@ -72,8 +83,8 @@ def paired_bootstrap_per_set(a: EvalReport, b: EvalReport, metric: str = "ndcg@1
 
 def _bootstrap(scores_a: np.ndarray, scores_b: np.ndarray, metric: str, n_resamples: int,
                seed: int) -> BootstrapResult:
-    if n_resamples < 1:
-        raise ValueError(f"n_resamples must be at least 1, got {n_resamples}")
+    if n_resamples < MIN_RESAMPLES:
+        raise ValueError(f"n_resamples must be at least {MIN_RESAMPLES} for a 95% interval, got {n_resamples}")
     diff = 100.0 * (scores_b - scores_a)
     n = len(diff)
     rng = np.random.default_rng(seed)
@@ -83,9 +94,15 @@ def _bootstrap(scores_a: np.ndarray, scores_b: np.ndarray, metric: str, n_resamp
         stop = min(start + chunk, n_resamples)
         means[start:stop] = diff[rng.integers(0, n, size=(stop - start, n))].mean(axis=1)
     low, high = np.percentile(means, [2.5, 97.5])
-    p_value = (1 + int(np.count_nonzero(means <= 0))) / (1 + n_resamples)
     return BootstrapResult(metric, n, float(100.0 * scores_a.mean()), float(100.0 * scores_b.mean()),
-                           float(diff.mean()), float(low), float(high), p_value, n_resamples, seed)
+                           float(diff.mean()), float(low), float(high), *_p_values(means), n_resamples, seed)
+
+
+def _p_values(means: np.ndarray) -> tuple[float, float]:
+    """(two-sided, one-sided "B > A") p-values of the resampled mean differences, each with the +1 correction."""
+    at_most_0 = (1 + int(np.count_nonzero(means <= 0))) / (1 + len(means))
+    at_least_0 = (1 + int(np.count_nonzero(means >= 0))) / (1 + len(means))
+    return min(1.0, 2 * min(at_most_0, at_least_0)), at_most_0
 
 
 def _paired_scores(a: EvalReport, b: EvalReport, metric: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:

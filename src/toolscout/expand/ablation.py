@@ -88,9 +88,9 @@ def significance(reports: Mapping[str, object], k: int = 10, n_resamples: int = 
 
 
 def format_significance(tests: Mapping[str, Mapping[str, dict]], baseline: str) -> str:
-    lines = [f"paired bootstrap vs {baseline} (Δ nDCG points [95% CI], one-sided p)"]
+    lines = [f"paired bootstrap vs {baseline} (Δ nDCG points [95% CI], one-sided p of 'better')"]
     for name, per_set in tests.items():
-        cells = "; ".join(f"{s} {r['diff']:+.2f} [{r['ci_low']:+.2f}, {r['ci_high']:+.2f}] p={r['p_value']:.4f}"
+        cells = "; ".join(f"{s} {r['diff']:+.2f} [{r['ci_low']:+.2f}, {r['ci_high']:+.2f}] p={r['p_one_sided']:.4f}"
                           for s, r in per_set.items())
         lines.append(f"  {name}: {cells}")
     return "\n".join(lines)
