@@ -472,3 +472,37 @@ def test_eval_refuses_too_few_bootstrap_resamples_for_a_95_interval(capsys):
             run(capsys, "eval", EVAL_SETS / "alpha", "--retriever", "bm25", "--retriever", "bm25", "--bootstrap", count)
         err = capsys.readouterr().err
         assert f"argument --bootstrap: a 95% interval needs at least 40 resamples (0: no comparison), got {count}" in err
+
+
+def test_eval_says_when_the_llm_reranker_failed_and_on_how_many_queries(capsys, tmp_path):
+    """Every call to the LLM failing (HTTP 500) left "bm25+llm@20" in the table and the JSON with the first
+    stage's order, the failure only as raw Python UserWarnings on stderr. Now: counted over the timed
+    queries, under the table, on stderr as one clear line with the first error, in the JSON's warnings.
+    alpha's first 4 queries: a3 gets no BM25 candidate (nothing to rerank, nothing failed), the others 1-3."""
+    from fakellm import FakeLLM, Reply, mentions
+
+    settings, out_json = tmp_path / "llm.yaml", tmp_path / "r.json"
+    with FakeLLM(responder=lambda request: Reply(status=500)) as llm:
+        settings.write_text(f"base_url: {llm.url}\nmodel: m\nmax_retries: 0\n")
+        code, out, err = run(capsys, "eval", EVAL_SETS / "alpha", "--retriever", "bm25", "--rerank", f"llm:{settings}",
+                             "--max-queries", "4", "--json", out_json, "--quiet")
+    assert code == 0, err
+    said = "bm25+llm@20: LLM reranker failed on 3 of 4 queries (they kept the first stage's order)"
+    assert out.rstrip().endswith(f"warning: {said}")  # under the table
+    line = next(line for line in err.splitlines() if said in line)
+    assert line.startswith(f"warning: {said}; first error: POST {llm.url}/chat/completions → HTTP 500")
+    assert "UserWarning" not in err and "pipeline.py" not in err  # no raw Python warning, no source line
+    data = json.loads(out_json.read_text())
+    assert line.removeprefix("warning: ") in data["warnings"]
+    assert data["degraded"]["LLM reranker"]["queries"] == 3 and data["degraded"]["LLM reranker"]["of"] == 4
+
+    with FakeLLM(responder=lambda request: Reply("true")) as llm:  # only the query about flights and hotels fails
+        llm.script(*[Reply(status=500)] * 3, when=mentions("flights to Rome"))
+        settings.write_text(f"base_url: {llm.url}\nmodel: m\nmax_retries: 0\n")
+        code, out, err = run(capsys, "eval", EVAL_SETS / "alpha", "--retriever", "bm25", "--rerank", f"llm:{settings}",
+                             "--max-queries", "4", "--json", out_json, "--quiet")
+    assert code == 0, err
+    assert "warning: bm25+llm@20: LLM reranker failed on 1 of 4 queries (they kept the first stage's order)" in out
+    # what else the system warned while ranking (this endpoint gives no log-probabilities), once, as a line
+    assert err.count("warning: bm25+llm@20: LLM reranker: the endpoint") == 1 and "UserWarning" not in err
+    assert json.loads(out_json.read_text())["degraded"]["LLM reranker"]["queries"] == 1

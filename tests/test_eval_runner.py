@@ -138,8 +138,9 @@ def test_json_has_exactly_the_cli_shape(tmp_path):
     report = evaluate(SETS[:2], BM25System, name="bm25", progress=False)  # default k=10
     data = report.to_json()
     required = {"sets", "mean", "latency_ms"}
-    assert required <= set(data) <= required | {"system", "k", "throughput_qps", "build_s", "warnings"}
+    assert required <= set(data) <= required | {"system", "k", "throughput_qps", "build_s", "warnings", "degraded"}
     assert data["warnings"] == report.warnings == ["beta: skipped 1 test queries with no labels (first: 'b9')"]
+    assert data["degraded"] == {}  # BM25 alone: no stage that could fail
     metric_keys = {"ndcg@10", "recall@10", "completeness@10", "mrr@10"}
     assert set(data["sets"]) == {"alpha", "beta"}
     for row in data["sets"].values():

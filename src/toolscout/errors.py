@@ -104,3 +104,14 @@ class UnknownName(ToolScoutError, KeyError):
 
 class FastQueriesUnavailable(ToolScoutError):
     """A fast tier cannot encode this encoder's tasks (nothing ships for its weights, or not on this machine)."""
+
+
+class DegradedResults(UserWarning):
+    """A warning, not an error: a search answered with less than its pipeline was built to give. `stage`
+    (e.g. "LLM reranker") failed on `queries` of the call's queries and `fallback` says what they got
+    instead; `reason` is the first error. An evaluation counts them per query (`eval/runner.py`), so a
+    report never shows a stage's name over results it did not make."""
+
+    def __init__(self, message: str, *, stage: str, queries: int, fallback: str, reason: str):
+        super().__init__(message)
+        self.stage, self.queries, self.fallback, self.reason = stage, queries, fallback, reason

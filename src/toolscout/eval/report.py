@@ -36,7 +36,8 @@ def format_table(reports: Sequence[EvalReport], metrics: Sequence[str] | None = 
                  per_category: bool = False) -> str:
     """A text table: one row per set, then the macro mean (each set weighs the same; its query cell is the
     total), then latency and build time; one column per system × metric (points). `per_category` adds a row
-    per category under each set."""
+    per category under each set. Under the table, a line for each stage that failed on some queries
+    (`EvalReport.failed_stages`)."""
     from rich.console import Console
     from rich.table import Table
 
@@ -70,7 +71,9 @@ def format_table(reports: Sequence[EvalReport], metrics: Sequence[str] | None = 
     console = Console(file=io.StringIO(), width=max(100, 24 + 14 * len(reports) * len(metrics)),
                       color_system=None, force_terminal=False, highlight=False)
     console.print(table)
-    return "\n".join(line.rstrip() for line in console.file.getvalue().splitlines()) + "\n"
+    # a stage that failed is said under the table that shows its name
+    failed = [f"warning: {line}" for r in reports for line in r.failed_stages()]
+    return "\n".join([line.rstrip() for line in console.file.getvalue().splitlines()] + failed) + "\n"
 
 
 def _add_category_rows(table, reports: Sequence[EvalReport], set_name: str, metrics: list[str]) -> None:

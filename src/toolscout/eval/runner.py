@@ -10,11 +10,14 @@ from __future__ import annotations
 import os
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Callable, Iterator, Protocol, Sequence
+from warnings import WarningMessage, catch_warnings, simplefilter
 
 import numpy as np
 
 from ..benchmark_sets import BenchmarkSet, Query, load_benchmark
+from ..errors import DegradedResults
 from ..results import Results
 from ..tool import Tool
 from .metrics import query_metrics
@@ -50,6 +53,9 @@ def evaluate(
     `sets`: BenchmarkSet objects or benchmark folders. `max_queries`: at most this many queries per
     set (the first ones of the split, so runs are comparable). `warmup`: untimed queries run on each
     new index first, so lazy loading does not land in the latency of the first timed query.
+    What the system warns while it ranks goes to `report.warnings` (once each), not to the console; a stage
+    that failed (`DegradedResults`) is counted over the timed queries into `report.degraded` and said in
+    `report.warnings` as "failed on N of M queries".
     A set without queries in the split is skipped (noted in `report.warnings`); in pooled mode its
     tools still join the corpus, so corpus-only folders act as distractors. `also_at`: smaller cut-offs
     whose metrics are added too (e.g. (5,) adds recall@5 …), computed from the same top-k rankings.
@@ -77,20 +83,21 @@ def evaluate(
 
     set_reports: dict[str, SetReport] = {}
     total_build_s = 0.0
+    notes = _Notes()
     with _progress_bar(progress) as bar:
         if pooled:
             corpus = _pooled_tools(bench)
             system, total_build_s = _build(system_factory, corpus, bar, "pooled corpus")
             categories = _categories(corpus)
-            _warm_up(system, k, warmup)
+            _warm_up(system, k, warmup, notes)
         for bset, queries in work:
             set_build_s = None  # pooled: the one shared index's time is the report's build_s
             if not pooled:
                 system, set_build_s = _build(system_factory, bset.tools, bar, bset.name)
                 total_build_s += set_build_s
                 categories = _categories(bset.tools)
-                _warm_up(system, k, warmup)
-            report = _run_set(system, bset.name, queries, k, categories, bar, also_at)
+                _warm_up(system, k, warmup, notes)
+            report = _run_set(system, bset.name, queries, k, categories, bar, also_at, notes)
             report.build_s = set_build_s
             set_reports[bset.name] = report
 
@@ -99,7 +106,7 @@ def evaluate(
         "k": k, "split": split, "pooled": pooled, "max_queries": max_queries, "warmup": warmup,
         "sets": {b.name: {"path": str(b.path) if b.path else None, "tools": len(b.tools)} for b in bench},
     }
-    return EvalReport(name, k, set_reports, latency, total_build_s, config, warnings)
+    return notes.said_in(EvalReport(name, k, set_reports, latency, total_build_s, config, warnings))
 
 
 # ------------------------------------------------------------------------------------------ inputs
@@ -158,10 +165,13 @@ def _build(factory: SystemFactory, tools: list[Tool], bar, label: str) -> tuple[
     return system, elapsed
 
 
-def _warm_up(system: SearchSystem, k: int, n: int) -> None:
+def _warm_up(system: SearchSystem, k: int, n: int, notes: "_Notes") -> None:
     # a neutral text, not a benchmark query: a system that caches answers must not see one early
     for _ in range(n):
-        system.retrieve(["find a tool that can help with this task"], k)
+        with catch_warnings(record=True) as caught:
+            simplefilter("always")
+            system.retrieve(["find a tool that can help with this task"], k)
+        notes.add(caught, timed=False)
 
 
 def _top_ids(results: Results, k: int, query: Query) -> list[str]:
@@ -170,18 +180,49 @@ def _top_ids(results: Results, k: int, query: Query) -> list[str]:
     return [str(i) for i in results.ids[0][:k]]
 
 
-def _run_set(system: SearchSystem, name: str, queries: list[Query], k: int,
-             categories: dict[str, str], bar, also_at: Sequence[int] = ()) -> SetReport:
+def _run_set(system: SearchSystem, name: str, queries: list[Query], k: int, categories: dict[str, str], bar,
+             also_at: Sequence[int] = (), notes: "_Notes | None" = None) -> SetReport:
+    notes = notes if notes is not None else _Notes()
     task = bar.add_task(name, total=len(queries))
     rankings, latency = [], []
     for query in queries:
-        start = time.perf_counter()
-        results = system.retrieve([query.text], k)
-        latency.append((time.perf_counter() - start) * 1000.0)
+        with catch_warnings(record=True) as caught:
+            simplefilter("always")
+            start = time.perf_counter()
+            results = system.retrieve([query.text], k)
+            latency.append((time.perf_counter() - start) * 1000.0)
+        notes.add(caught, timed=True)
         rankings.append(_top_ids(results, k, query))
         bar.advance(task)
     bar.remove_task(task)
     return _score_set(name, queries, rankings, latency, k, categories, also_at)
+
+
+@dataclass
+class _Notes:
+    """What a system warned while it ranked: per failed stage, the timed queries it failed on and its first
+    error (`DegradedResults`); any other warning once, in the order first seen."""
+
+    failed: dict[str, list] = field(default_factory=dict)  # stage -> [queries, fallback, first reason]
+    other: dict[str, None] = field(default_factory=dict)
+
+    def add(self, caught: list[WarningMessage], timed: bool) -> None:
+        for record in caught:
+            warning = record.message
+            if not isinstance(warning, DegradedResults):
+                self.other.setdefault(str(warning))
+            elif timed and warning.queries:  # one query per timed call: it was this one
+                self.failed.setdefault(warning.stage, [0, warning.fallback, warning.reason])[0] += 1
+
+    def said_in(self, report: EvalReport) -> EvalReport:
+        """`report` with its `degraded` stages, and these notes among its warnings, each line naming the system."""
+        report.degraded = {stage: {"queries": count, "of": len(report.latency_ms), "fallback": fallback,
+                                   "first_error": reason} for stage, (count, fallback, reason) in self.failed.items()}
+        report.warnings += [f"{line}; first error: {d['first_error']}"
+                            for line, d in zip(report.failed_stages(), report.degraded.values())]
+        report.warnings += [f"{report.name}: {text}" for text in self.other]
+        return report
+
 
 
 def _score_set(name: str, queries: list[Query], rankings: list[list[str]], latency: list[float], k: int,

@@ -48,7 +48,9 @@ class EvalReport:
     """A whole evaluation run of one system: its sets, and the latency of every query in run order.
 
     `build_s` is the total index-build time (all per-set indexes, or the one pooled index). `config`
-    records how the run was made; `warnings` lists what was skipped and why.
+    records how the run was made; `warnings` lists what was skipped and why, and what the system warned
+    while it ranked. `degraded`: per stage that failed on some timed queries (an LLM reranker whose calls
+    failed), {"queries": how many, "of": all timed queries, "fallback": what they got, "first_error"}.
     """
 
     name: str
@@ -58,6 +60,7 @@ class EvalReport:
     build_s: float
     config: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    degraded: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def metric_keys(self) -> tuple[str, ...]:
@@ -72,6 +75,12 @@ class EvalReport:
         if not self.sets:
             return {}
         return {key: float(np.mean([s.metrics[key] for s in self.sets.values()])) for key in self.metric_keys}
+
+    def failed_stages(self) -> list[str]:
+        """One line per stage that failed on some queries, e.g. "bm25+llm@20: LLM reranker failed on 2 of 40
+        queries (they kept the first stage's order)": the table's caption, and with the first error a warning."""
+        return [f"{self.name}: {stage} failed on {d['queries']} of {d['of']} queries ({d['fallback']})"
+                for stage, d in self.degraded.items()]
 
     @property
     def n_queries(self) -> int:
@@ -93,7 +102,7 @@ class EvalReport:
 
     def to_json(self) -> dict[str, Any]:
         """The `eval --json` document (README, "Evaluation"; metrics in points), plus system, k, throughput, build
-        time, and what the run skipped and why (`warnings`)."""
+        time, what the run skipped and why (`warnings`) and the stages that failed on some queries (`degraded`)."""
         return {
             "sets": {name: s.to_json() for name, s in self.sets.items()},
             "mean": self.mean,
@@ -103,6 +112,7 @@ class EvalReport:
             "throughput_qps": self.throughput_qps,
             "build_s": self.build_s,
             "warnings": list(self.warnings),
+            "degraded": self.degraded,
         }
 
     def save_json(self, path: str | os.PathLike) -> Path:

@@ -22,7 +22,7 @@ occurs twice in one call (same query text, same tool text) is asked once; the cl
 
 Errors (timeout, HTTP error, unreachable server, unusable reply) are per pair. `on_error="fallback"`
 (default) keeps the first-stage order for every query that lost a pair — a half-judged list would mix
-LLM scores with missing ones — and warns once per call; `on_error="raise"` raises the `LLMError`,
+LLM scores with missing ones — and warns once per call (`errors.DegradedResults`); `on_error="raise"` raises the `LLMError`,
 its message naming the query index and the tool id.
 """
 
@@ -40,6 +40,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..artifacts import read_config
+from ..errors import DegradedResults
 from ..llm import ChatResult, LLMClient, LLMError, LLMReplyError, LLMSettings, choice_probability
 from ..results import Results
 from ..tool import TextView, Tool, tool_text
@@ -243,10 +244,13 @@ class LLMReranker:
         if failures:
             self.stats.failed_queries += failed_queries
             q, tool_id = pairs.first_asker[min(failures)]
-            warnings.warn(
+            reason = f"{failures[min(failures)]} (tool {tool_id!r})"
+            warnings.warn(DegradedResults(
                 f"LLM reranker: {len(failures)} of {len(pairs.prompts)} pairs failed, so {failed_queries} of "
                 f"{len(queries)} queries keep their first-stage order; first error (query {q}, tool "
-                f"{tool_id!r}): {failures[min(failures)]}", stacklevel=2)
+                f"{tool_id!r}): {failures[min(failures)]}",
+                stage="LLM reranker", queries=failed_queries, fallback="they kept the first stage's order",
+                reason=reason), stacklevel=2)
         return reordered(per_query)
 
     def _distinct_pairs(self, queries: Sequence[str], candidates: Results, tools: Mapping[str, Tool]) -> "_Pairs":
