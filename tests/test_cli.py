@@ -506,3 +506,59 @@ def test_eval_says_when_the_llm_reranker_failed_and_on_how_many_queries(capsys, 
     # what else the system warned while ranking (this endpoint gives no log-probabilities), once, as a line
     assert err.count("warning: bm25+llm@20: LLM reranker: the endpoint") == 1 and "UserWarning" not in err
     assert json.loads(out_json.read_text())["degraded"]["LLM reranker"]["queries"] == 1
+
+
+def test_eval_json_has_the_categories_and_every_querys_scores(capsys, tmp_path):
+    """--per-category showed categories in the table only, and no per-query scores were written: a reader
+    could neither slice the results nor redo the comparison. Checked against the metrics worked by hand on
+    the written rankings, the table's category rows, and the bootstrap's difference redone from the rows."""
+    from fakellm import FakeLLM, Reply, message_text
+
+    def judge(request):  # P(true) high when the tool's documentation shares the task's first word
+        task, document = message_text(request).split("Tool documentation:", 1)
+        first = task.split("Task:", 1)[1].split()[0].lower()
+        yes = first in document.lower()
+        return Reply("true" if yes else "false", logprobs=[{"token": "true" if yes else "false", "logprob": -0.1,
+                     "bytes": None, "top_logprobs": [{"token": "true", "logprob": -0.1 if yes else -2.5},
+                                                     {"token": "false", "logprob": -2.5 if yes else -0.1}]}])
+
+    settings, out_json = tmp_path / "llm.yaml", tmp_path / "r.json"
+    with FakeLLM(responder=judge) as llm:
+        settings.write_text(f"base_url: {llm.url}\nmodel: m\nmax_retries: 0\n")
+        code, out, err = run(capsys, "eval", EVAL_SETS / "alpha", EVAL_SETS / "beta", "--retriever", "bm25",
+                             "--rerank", f"llm:{settings}", "--with-first-stage", "--per-category", "-k", "5",
+                             "--json", out_json, "--quiet", "--bootstrap", "200")
+    assert code == 0, err
+    data = json.loads(out_json.read_text())
+    first = data["systems"]["bm25"]
+    for name in ("alpha", "beta"):
+        rows = first["per_query"][name]
+        written = [json.loads(line) for line in (EVAL_SETS / name / "queries.jsonl").open()]
+        labelled = [q for q in written if q["labels"] and q.get("split", "test") == "test"]
+        assert [(r["id"], r["query"], r["labels"]) for r in rows] == [(q["id"], q["query"], q["labels"]) for q in labelled]
+        for row in rows:
+            for key, value in points_by_hand(row["ranked"], row["labels"], k=5).items():
+                assert row[key] == pytest.approx(value, abs=1e-9), (row["id"], key)
+        for category, cell in first["per_category"][name].items():  # the table's rows, in the JSON
+            mine = [r for r in rows if r["category"] == category]
+            assert cell["queries"] == len(mine)
+            assert cell["ndcg@5"] == pytest.approx(sum(r["ndcg@5"] for r in mine) / len(mine))
+            assert f"  {category}" in out and f"{cell['ndcg@5']:.2f}" in out
+    # the comparison, redone from the rows: the mean of the paired differences over both sets
+    second = data["systems"]["bm25+llm@20"]["per_query"]
+    diffs = [b["ndcg@5"] - a["ndcg@5"] for name in ("alpha", "beta")
+             for a, b in zip(first["per_query"][name], second[name]) if a["id"] == b["id"]]
+    assert len(diffs) == 16 and any(diffs)  # the reranker moved some queries
+    assert data["comparisons"][0]["diff"] == pytest.approx(sum(diffs) / len(diffs))
+
+
+def points_by_hand(ranked, gold, k):
+    """nDCG (binary gains), recall and MRR at k of one ranking, in points, from their textbook definitions."""
+    import math
+
+    top = ranked[:k]
+    dcg = sum(1 / math.log2(rank + 1) for rank, tool in enumerate(top, 1) if tool in gold)
+    ideal = sum(1 / math.log2(rank + 1) for rank in range(1, min(k, len(gold)) + 1))
+    first = next((rank for rank, tool in enumerate(top, 1) if tool in gold), None)
+    return {f"ndcg@{k}": 100 * dcg / ideal, f"recall@{k}": 100 * len(set(top) & set(gold)) / len(set(gold)),
+            f"mrr@{k}": 100 / first if first else 0.0}

@@ -32,8 +32,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    help="evaluate at most N queries per set: the first N of the split in file order (the same ones "
                         "every run), which may not represent the split: sealtools' first 150 test queries all "
                         "need one tool, while 78%% of its test split needs several")
-    p.add_argument("--per-category", action="store_true", help="also print metrics per tool category")
-    p.add_argument("--json", default=None, metavar="FILE", help="write metrics and latency as JSON")
+    p.add_argument("--per-category", action="store_true",
+                   help="also print metrics per tool category (and write them to --json, under per_category)")
+    p.add_argument("--json", default=None, metavar="FILE",
+                   help="write metrics and latency as JSON, and each query's metrics and ranked ids (per_query)")
     p.add_argument("--plot", default=None, metavar="FILE.png", help="bar chart comparing the systems")
     p.add_argument("--bootstrap", type=_resamples, default=10000, metavar="N",
                    help="paired-bootstrap resamples when comparing systems (default %(default)s, at least 40; 0: no comparison)")
@@ -82,8 +84,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     print(format_table(reports, per_category=args.per_category))
     comparisons = _compare(reports, args)
     if args.json:
-        data = reports[0].to_json() if len(reports) == 1 else {
-            "systems": {r.name: r.to_json() for r in reports}, "comparisons": comparisons}
+        # per query: what the comparisons were computed from, so that a reader can redo or slice them
+        systems = {r.name: r.to_json(per_category=args.per_category, per_query=True) for r in reports}
+        data = systems[reports[0].name] if len(reports) == 1 else {"systems": systems, "comparisons": comparisons}
         Path(args.json).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     if args.plot:
         plot_reports(reports, args.plot, metric=f"ndcg@{args.k}")

@@ -240,7 +240,7 @@ def _score_set(name: str, queries: list[Query], rankings: list[list[str]], laten
         mask = query_categories == category
         by_category[category] = {**_points(per_query, mask), "queries": int(mask.sum())}
     return SetReport(name, len(queries), _points(per_query), per_query, [q.id for q in queries],
-                     by_category, latency, rankings)
+                     by_category, latency, rankings, queries=list(queries), query_categories=list(query_categories))
 
 
 def _points(per_query: dict[str, np.ndarray], mask: np.ndarray | None = None) -> dict[str, float]:

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from ..benchmark_sets import Query
 from .metrics import metric_keys
 
 
@@ -26,7 +27,8 @@ class SetReport:
     in `query_ids` order (what the bootstrap resamples). `by_category`: the same means per category of
     each query's first gold tool, plus its "queries" count. `rankings`: the top-k ids per query, kept
     for error analysis. `build_s`: seconds to build this set's index (None when the index was shared,
-    in pooled mode).
+    in pooled mode). `queries`, `query_categories`: the evaluated queries, in `query_ids` order, and the
+    category each was counted under.
     """
 
     name: str
@@ -38,9 +40,20 @@ class SetReport:
     latency_ms: list[float]
     rankings: list[list[str]] = field(default_factory=list, repr=False)
     build_s: float | None = None
+    queries: list[Query] = field(default_factory=list, repr=False)
+    query_categories: list[str] = field(default_factory=list, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         return {**self.metrics, "queries": self.n_queries}
+
+    def query_rows(self) -> list[dict[str, Any]]:
+        """Each query as `eval --json` writes it under "per_query": id, text, gold labels, category, the ranked
+        ids, its latency and each metric in points, so that a user can pair systems query by query."""
+        return [{"id": query.id, "query": query.text, "labels": list(query.labels), "category": category,
+                 "ranked": list(ranked), "latency_ms": ms,
+                 **{key: 100.0 * float(values[i]) for key, values in self.per_query.items()}}
+                for i, (query, category, ranked, ms) in
+                enumerate(zip(self.queries, self.query_categories, self.rankings, self.latency_ms))]
 
 
 @dataclass
@@ -100,10 +113,12 @@ class EvalReport:
         total_s = sum(self.latency_ms) / 1000.0
         return len(self.latency_ms) / total_s if total_s > 0 else 0.0
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, per_category: bool = False, per_query: bool = False) -> dict[str, Any]:
         """The `eval --json` document (README, "Evaluation"; metrics in points), plus system, k, throughput, build
-        time, what the run skipped and why (`warnings`) and the stages that failed on some queries (`degraded`)."""
-        return {
+        time, what the run skipped and why (`warnings`) and the stages that failed on some queries (`degraded`).
+        `per_category` adds {"per_category": {SET: {CATEGORY: metrics and "queries"}}}, `per_query`
+        {"per_query": {SET: [SetReport.query_rows()]}}."""
+        data = {
             "sets": {name: s.to_json() for name, s in self.sets.items()},
             "mean": self.mean,
             "latency_ms": {"p50": self.p50_ms, "p99": self.p99_ms},
@@ -114,6 +129,11 @@ class EvalReport:
             "warnings": list(self.warnings),
             "degraded": self.degraded,
         }
+        if per_category:
+            data["per_category"] = {name: s.by_category for name, s in self.sets.items()}
+        if per_query:
+            data["per_query"] = {name: s.query_rows() for name, s in self.sets.items()}
+        return data
 
     def save_json(self, path: str | os.PathLike) -> Path:
         """Write `to_json()` to `path` atomically (write beside, then rename)."""
