@@ -496,7 +496,8 @@ def test_eval_says_when_the_llm_reranker_failed_and_on_how_many_queries(capsys, 
     assert line.removeprefix("warning: ") in data["warnings"]
     assert data["degraded"]["LLM reranker"]["queries"] == 3 and data["degraded"]["LLM reranker"]["of"] == 4
 
-    with FakeLLM(responder=lambda request: Reply("true")) as llm:  # only the query about flights and hotels fails
+    plain = json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": "true"}}]})  # no logprobs
+    with FakeLLM(responder=lambda request: Reply(body=plain)) as llm:  # only the query about flights and hotels fails
         llm.script(*[Reply(status=500)] * 3, when=mentions("flights to Rome"))
         settings.write_text(f"base_url: {llm.url}\nmodel: m\nmax_retries: 0\n")
         code, out, err = run(capsys, "eval", EVAL_SETS / "alpha", "--retriever", "bm25", "--rerank", f"llm:{settings}",
@@ -562,3 +563,4 @@ def points_by_hand(ranked, gold, k):
     first = next((rank for rank, tool in enumerate(top, 1) if tool in gold), None)
     return {f"ndcg@{k}": 100 * dcg / ideal, f"recall@{k}": 100 * len(set(top) & set(gold)) / len(set(gold)),
             f"mrr@{k}": 100 / first if first else 0.0}
+
