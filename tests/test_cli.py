@@ -564,3 +564,32 @@ def points_by_hand(ranked, gold, k):
     return {f"ndcg@{k}": 100 * dcg / ideal, f"recall@{k}": 100 * len(set(top) & set(gold)) / len(set(gold)),
             f"mrr@{k}": 100 / first if first else 0.0}
 
+
+def test_eval_takes_retriever_settings_and_names_two_settings_of_one_retriever_apart(capsys, tmp_path):
+    """eval had no -o (the configuration `index -o` builds could not be measured), and the same --retriever
+    twice was merged into one system, silently."""
+    from toolscout import ToolScout
+    from toolscout.benchmark_sets import load_benchmark
+
+    out_json = tmp_path / "r.json"
+    code, out, err = run(capsys, "eval", EVAL_SETS / "alpha", "--retriever", "bm25", "-o", "k1=0.05", "-o", "b=0",
+                         "--retriever", "bm25", "--json", out_json, "--quiet", "--bootstrap", "0", "-k", "5")
+    assert code == 0, err
+    systems = json.loads(out_json.read_text())["systems"]
+    assert list(systems) == ["bm25[k1=0.05,b=0]", "bm25"] and "bm25[k1=0.05,b=0]" in out  # (not read as markup)
+    bench = load_benchmark(EVAL_SETS / "alpha")
+    for name, settings in (("bm25[k1=0.05,b=0]", {"k1": 0.05, "b": 0}), ("bm25", {})):  # as `index -o` builds it
+        scout = ToolScout.from_tools(bench.tools, retriever="bm25", **settings)
+        rows = systems[name]["per_query"]["alpha"]
+        assert [r["ranked"] for r in rows] == [list(scout.retrieve([r["query"]], 5).ids[0]) for r in rows], name
+    assert systems["bm25[k1=0.05,b=0]"]["per_query"] != systems["bm25"]["per_query"]  # the settings told
+
+    for argv, said in (
+            (["--retriever", "bm25", "--retriever", "bm25"], "--retriever bm25 is given twice (as bm25 too)"),
+            (["--retriever", "bm25", "-o", "b=0", "--retriever", "bm25", "-o", "b=0.0"],
+             "--retriever bm25[b=0.0] is given twice (as bm25[b=0] too)"),
+            (["-o", "b=0", "--retriever", "bm25"], "-o b=0: give it after the --retriever it sets"),
+            (["--retriever", "bm25", "--retriever", "bm25", "-o", "bogus=1"],
+             "--retriever bm25[bogus=1]: the bm25 retriever: unknown setting(s) 'bogus'")):
+        code, _, err = run(capsys, "eval", EVAL_SETS / "alpha", *argv, "--json", out_json, "--quiet")
+        assert code == 1 and f"toolscout eval: error: {said}" in err, err

@@ -13,7 +13,7 @@ from ..defaults import DEFAULT_RETRIEVER
 
 ENCODER_BACKENDS = ("auto", "exact", "torch", "onnx", "onnx-int8")  # toolscout.encoders.BACKENDS, without importing it
 from .options import (add_fast_queries, add_rerank_options, add_retriever_options, flags_for_model, intents_from_args,
-                      model_for, number_in, reranker_from_args, retriever_options)
+                      model_for, number_in, reranker_from_args, retriever_options, retriever_systems)
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -71,10 +71,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     reranker = reranker_from_args(args)
     sets = [load_benchmark(s) for s in args.sets]
     reports = []
-    for name, options in system_options(args).items():
+    for system, (name, options) in system_options(args).items():
         stages = [None, reranker] if reranker is not None and args.with_first_stage else [reranker]
         for second in stages:
-            label = f"{name}+{second.name}@{second.depth}" if second is not None else name
+            label = f"{system}+{second.name}@{second.depth}" if second is not None else system
             reports.append(evaluate(sets, _factory(name, options, second, args.fast_queries), k=args.k,
                                     split=args.split, pooled=args.pooled, name=label, progress=not args.quiet,
                                     max_queries=args.max_queries,
@@ -94,10 +94,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def system_options(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
-    """Constructor options of each retriever to evaluate, exactly as `toolscout index` would build it;
-    an encoder several sets (or retrievers) share is loaded once."""
-    names = list(dict.fromkeys(args.retriever or [DEFAULT_RETRIEVER]))
+def system_options(args: argparse.Namespace) -> dict[str, tuple[str, dict[str, Any]]]:
+    """Each system to evaluate, by its label (`retriever_systems`): its retriever and constructor options,
+    exactly as `toolscout index` would build it; an encoder several sets (or retrievers) share is loaded once."""
+    asked = retriever_systems(args)
+    names = list(dict.fromkeys(name for _label, name, _settings in asked))
     models = {name: model_for(args.model, name) for name in names}
     if args.model and not any(models.values()):
         from ..models import model_config
@@ -112,10 +113,12 @@ def system_options(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
         _check_trained(name, models[name] or args.model)
     encoders: dict[str | None, Any] = {}
     systems = {}
-    for name in names:
-        options = {**retriever_options(args, name, models[name]), "intents": intents_from_args(args)}
-        from ..retrievers.base import retriever_class
+    for label, name, settings in asked:
+        from ..retrievers.base import check_settings, retriever_class
 
+        options = {**retriever_options(args, name, models[name]), **settings}
+        check_settings(f"--retriever {label}: the {name} retriever", retriever_class(name).__init__, options)
+        options["intents"] = intents_from_args(args)
         if retriever_class(name).accepts.encoder:
             from ..retrievers.dense import encoder_for
 
@@ -124,7 +127,7 @@ def system_options(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
                 # a name, a folder, or a `toolscout train embed` directory
                 encoders[model] = encoder_for(model, backend=getattr(args, "encoder_backend", "auto"))
             options["encoder"] = encoders[model]
-        systems[name] = options
+        systems[label] = (name, options)
     return systems
 
 

@@ -61,11 +61,23 @@ def add_fast_queries(parser: argparse.ArgumentParser, *, saved: bool = True) -> 
 
 # ------------------------------------------------------------------------------------ retrievers
 
+class _OptionOfRetriever(argparse.Action):
+    """-o KEY=VALUE among several --retriever flags: kept with how many came before it, so that it goes to
+    the one just before it (`retriever_systems`)."""
+
+    def __call__(self, parser, namespace, value, option_string=None):
+        namespace.option = [*namespace.option, (len(namespace.retriever or []), value)]
+
+
 def add_retriever_options(p: argparse.ArgumentParser, *, many: bool = False) -> None:
     if many:
         p.add_argument("--retriever", action="append", default=None,
                        help=f"retriever to evaluate; repeat to compare several (default: {DEFAULT_RETRIEVER}, "
                             "what `toolscout index` builds)")
+        p.add_argument("--option", "-o", action=_OptionOfRetriever, default=[], metavar="KEY=VALUE",
+                       help="a setting of the --retriever just before it, as `toolscout index -o` takes (repeatable), "
+                            "e.g. --retriever hybrid -o fusion=rrf; the same retriever twice with other settings "
+                            "is two systems, named hybrid[fusion=rrf]")
     else:
         p.add_argument("--retriever", default=DEFAULT_RETRIEVER,
                        help="first-stage retriever name (bm25, dense, hybrid, ...); default %(default)s")
@@ -136,17 +148,45 @@ def add_option_flag(p: argparse.ArgumentParser) -> None:
                         "-o weights=[1,1] -o fusion=rrf for a hybrid")
 
 
+def retriever_settings(pairs: Sequence[str]) -> dict[str, Any]:
+    """-o KEY=VALUE flags as a retriever's settings (what `toolscout index` and `eval` take)."""
+    settings = parse_options(pairs, "-o")
+    flagged = sorted(set(settings) & {"intents", "reranker"})
+    if flagged:  # the pipeline's, not the retriever's: ToolScout.from_tools got them twice
+        raise ValueError(f"-o {flagged[0]}=...: not a setting of the retriever; use --no-split for intents, "
+                         "--rerank for a reranker")
+    return settings
+
+
+def retriever_systems(args: argparse.Namespace) -> list[tuple[str, str, dict[str, Any]]]:
+    """(label, retriever name, -o settings) of each system `eval` compares, in the order given: the -o flags
+    after a --retriever are its settings, and label it (hybrid[fusion=rrf]) unless it has none. The same
+    retriever with the same settings twice is refused: it was merged into one system, silently."""
+    names = args.retriever or [DEFAULT_RETRIEVER]
+    pairs: list[list[str]] = [[] for _ in names]
+    for position, pair in args.option:
+        if position == 0 and args.retriever:
+            raise ValueError(f"-o {pair}: give it after the --retriever it sets (-o goes to the --retriever before it)")
+        pairs[max(position, 1) - 1].append(pair)
+    systems: list[tuple[str, str, dict[str, Any]]] = []
+    for name, given in zip(names, pairs):
+        settings = retriever_settings(given)
+        label = f"{name}[{','.join(given)}]" if given else name
+        same = next((other for other, n, s in systems if (n, s) == (name, settings)), None)  # b=0 is b=0.0
+        if same is not None:
+            raise ValueError(f"--retriever {label} is given twice (as {same} too): each system once; to compare "
+                             "two settings of one retriever, give each its own -o KEY=VALUE")
+        systems.append((label, name, settings))
+    return systems
+
+
 def pipeline_from_args(args: argparse.Namespace, tools: Sequence[Any] = (), *, store: str | None = None) -> Any:
     """The pipeline `toolscout index`'s flags describe (retriever, --model, view flags, -o options, --rerank,
     --no-split, the fast tier), over `tools` (none: built, not indexed: what `--store` records). `store`:
     where dense vectors are kept instead of --store's."""
     from ..pipeline import ToolScout
 
-    settings = parse_options(args.option, "-o")
-    flagged = sorted(set(settings) & {"intents", "reranker"})
-    if flagged:  # the pipeline's, not the retriever's: ToolScout.from_tools got them twice
-        raise ValueError(f"-o {flagged[0]}=...: not a setting of the retriever; use --no-split for intents, "
-                         "--rerank for a reranker")
+    settings = retriever_settings(args.option)
     options = {**retriever_options(args, args.retriever, args.model), **settings}
     if store is not None and "store" in options:
         options["store"] = store

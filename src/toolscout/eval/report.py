@@ -39,23 +39,24 @@ def format_table(reports: Sequence[EvalReport], metrics: Sequence[str] | None = 
     per category under each set. Under the table, a line for each stage that failed on some queries
     (`EvalReport.failed_stages`)."""
     from rich.console import Console
+    from rich.markup import escape  # names are text: "bm25[k1=1.2]" is not a style tag
     from rich.table import Table
 
     if not reports:
         raise ValueError("format_table needs at least one report")
     metrics = list(metrics or reports[0].metric_keys)
-    table = Table(title=f"toolscout eval ({', '.join(r.name for r in reports)})", title_justify="left")
+    table = Table(title=escape(f"toolscout eval ({', '.join(r.name for r in reports)})"), title_justify="left")
     table.add_column("set")
     table.add_column("queries", justify="right")
     for report in reports:
         for metric in metrics:
-            table.add_column(f"{report.name}\n{metric}" if len(reports) > 1 else metric, justify="right")
+            table.add_column(escape(f"{report.name}\n{metric}" if len(reports) > 1 else metric), justify="right")
 
     names = _set_names(reports)
     for name in names:
         first = next(r.sets[name] for r in reports if name in r.sets)
         cells = [_cell(r.sets[name].metrics, m) if name in r.sets else MISSING for r in reports for m in metrics]
-        table.add_row(name, str(first.n_queries), *cells)
+        table.add_row(escape(name), str(first.n_queries), *cells)
         if per_category:
             _add_category_rows(table, reports, name, metrics)
     table.add_section()
@@ -77,11 +78,13 @@ def format_table(reports: Sequence[EvalReport], metrics: Sequence[str] | None = 
 
 
 def _add_category_rows(table, reports: Sequence[EvalReport], set_name: str, metrics: list[str]) -> None:
+    from rich.markup import escape
+
     categories = sorted({c for r in reports if set_name in r.sets for c in r.sets[set_name].by_category})
     for category in categories:
         by_cat = [r.sets[set_name].by_category.get(category, {}) if set_name in r.sets else {} for r in reports]
         count = next((c["queries"] for c in by_cat if c), 0)
-        table.add_row(f"  {category}", str(count), *[_cell(c, m) for c in by_cat for m in metrics])
+        table.add_row(escape(f"  {category}"), str(count), *[_cell(c, m) for c in by_cat for m in metrics])
 
 
 def plot_reports(reports: Sequence[EvalReport], path: str | os.PathLike, metric: str = "ndcg@10") -> Path:
