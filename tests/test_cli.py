@@ -593,3 +593,24 @@ def test_eval_takes_retriever_settings_and_names_two_settings_of_one_retriever_a
              "--retriever bm25[bogus=1]: the bm25 retriever: unknown setting(s) 'bogus'")):
         code, _, err = run(capsys, "eval", EVAL_SETS / "alpha", *argv, "--json", out_json, "--quiet")
         assert code == 1 and f"toolscout eval: error: {said}" in err, err
+
+
+def test_eval_interrupted_reports_the_systems_that_finished(capsys, tmp_path, monkeypatch):
+    """Ctrl-C during the second of two systems lost the first one's results: nothing printed, no --json."""
+    import toolscout.eval
+
+    evaluate = toolscout.eval.evaluate
+
+    def interrupted_at_the_second(sets, factory, **options):
+        if options["name"] == "bm25[b=0]":
+            raise KeyboardInterrupt  # what Python raises on Ctrl-C
+        return evaluate(sets, factory, **options)
+
+    monkeypatch.setattr(toolscout.eval, "evaluate", interrupted_at_the_second)
+    out_json = tmp_path / "r.json"
+    code, out, err = run(capsys, "eval", EVAL_SETS / "alpha", "--retriever", "bm25", "--retriever", "bm25", "-o", "b=0",
+                         "--json", out_json, "--quiet")
+    assert code == 130 and err.rstrip().endswith("toolscout eval: interrupted")
+    assert "interrupted; reporting the 1 system that finished" in err and "toolscout eval (bm25)" in out
+    data = json.loads(out_json.read_text())
+    assert data["system"] == "bm25" and data["sets"]["alpha"]["queries"] == 8 and "Ctrl-C" in data["interrupted"]

@@ -50,10 +50,30 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from ..benchmark_sets import load_benchmark
-    from ..errors import require
-    from ..eval import evaluate, format_table, plot_reports
+    from ..eval.report import counted
 
-    if args.plot:  # a lean install has no matplotlib, and a format it cannot write: said before the evaluation
+    _check_outputs(args)
+    reranker = reranker_from_args(args)
+    sets = [load_benchmark(s) for s in args.sets]
+    reports: list = []
+    try:
+        for report in _evaluated(args, sets, reranker):
+            reports.append(report)
+    except KeyboardInterrupt:  # Ctrl-C: what finished is kept (printed, written), then the run stops as asked
+        if reports:
+            print(f"toolscout eval: interrupted; reporting the {counted(len(reports), 'system')} that finished",
+                  file=sys.stderr)
+            _report(reports, args, interrupted=True)
+        raise
+    _report(reports, args)
+    return 0
+
+
+def _check_outputs(args: argparse.Namespace) -> None:
+    """--plot and --json, refused before the evaluation rather than after it."""
+    from ..errors import require
+
+    if args.plot:  # a lean install has no matplotlib, and a format it cannot write
         require("matplotlib", feature="plotting evaluation reports (--plot)", extra="plot")
         from matplotlib.figure import Figure
 
@@ -62,23 +82,32 @@ def cmd_eval(args: argparse.Namespace) -> int:
         if kind not in kinds:
             raise ValueError(f"--plot {args.plot}: matplotlib writes {', '.join(sorted(kinds))}; name the file "
                              "with one of those endings (FILE.png)")
-    for flag, path in (("--json", args.json), ("--plot", args.plot)):  # before the evaluation, not after it
+    for flag, path in (("--json", args.json), ("--plot", args.plot)):
         if path:
             try:
                 Path(path).resolve().parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise ValueError(f"{flag} {path}: cannot make its folder: {exc.strerror or exc}") from None
-    reranker = reranker_from_args(args)
-    sets = [load_benchmark(s) for s in args.sets]
-    reports = []
+
+
+def _evaluated(args: argparse.Namespace, sets: list, reranker: Any):
+    """Each system's report, as it finishes."""
+    from ..eval import evaluate
+
     for system, (name, options) in system_options(args).items():
         stages = [None, reranker] if reranker is not None and args.with_first_stage else [reranker]
         for second in stages:
             label = f"{system}+{second.name}@{second.depth}" if second is not None else system
-            reports.append(evaluate(sets, _factory(name, options, second, args.fast_queries), k=args.k,
-                                    split=args.split, pooled=args.pooled, name=label, progress=not args.quiet,
-                                    max_queries=args.max_queries,
-                                    also_at=[int(c) for c in args.also_k.split(",") if c.strip()]))
+            yield evaluate(sets, _factory(name, options, second, args.fast_queries), k=args.k, split=args.split,
+                           pooled=args.pooled, name=label, progress=not args.quiet, max_queries=args.max_queries,
+                           also_at=[int(c) for c in args.also_k.split(",") if c.strip()])
+
+
+def _report(reports: list, args: argparse.Namespace, interrupted: bool = False) -> None:
+    """The warnings, the table and the comparisons; --json and --plot. `interrupted`: the JSON says the run
+    stopped before its last systems."""
+    from ..eval import format_table, plot_reports
+
     for line in dict.fromkeys(w for r in reports for w in r.warnings):  # every system skips the same queries
         print(f"warning: {line}", file=sys.stderr)
     print(format_table(reports, per_category=args.per_category))
@@ -87,11 +116,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
         # per query: what the comparisons were computed from, so that a reader can redo or slice them
         systems = {r.name: r.to_json(per_category=args.per_category, per_query=True) for r in reports}
         data = systems[reports[0].name] if len(reports) == 1 else {"systems": systems, "comparisons": comparisons}
+        if interrupted:
+            data["interrupted"] = "stopped (Ctrl-C) before every system was evaluated; these are the ones that finished"
         Path(args.json).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     if args.plot:
         plot_reports(reports, args.plot, metric=f"ndcg@{args.k}")
         print(f"plot written to {args.plot}", file=sys.stderr)
-    return 0
 
 
 def system_options(args: argparse.Namespace) -> dict[str, tuple[str, dict[str, Any]]]:
