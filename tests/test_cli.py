@@ -459,8 +459,8 @@ def test_eval_times_each_system_with_a_cold_query_cache(encoder):
     cache = encoder.query_cache
     for name in ("hybrid", "dense"):
         hits, misses = cache.hits, cache.misses
-        report = evaluate([EVAL_SETS / "alpha", EVAL_SETS / "beta"], _factory(name, {"encoder": encoder, "intents": None}, None),
-                          k=2, name=name, progress=False)
+        factory = _factory(name, {"encoder": encoder, "intents": None}, None)
+        report = evaluate([EVAL_SETS / "alpha", EVAL_SETS / "beta"], factory, k=2, name=name, progress=False)
         # per set: the neutral warm-up task, then each test task, every one through the encoder
         assert (cache.hits - hits, cache.misses - misses) == (0, 2 + report.n_queries), name
 
@@ -471,7 +471,8 @@ def test_eval_refuses_too_few_bootstrap_resamples_for_a_95_interval(capsys):
         with pytest.raises(SystemExit):  # before any set is evaluated
             run(capsys, "eval", EVAL_SETS / "alpha", "--retriever", "bm25", "--retriever", "bm25", "--bootstrap", count)
         err = capsys.readouterr().err
-        assert f"argument --bootstrap: a 95% interval needs at least 40 resamples (0: no comparison), got {count}" in err
+        assert ("argument --bootstrap: a 95% interval needs at least 40 resamples (0: no comparison), "
+                f"got {count}") in err
 
 
 def test_eval_says_when_the_llm_reranker_failed_and_on_how_many_queries(capsys, tmp_path):
@@ -536,7 +537,8 @@ def test_eval_json_has_the_categories_and_every_querys_scores(capsys, tmp_path):
         rows = first["per_query"][name]
         written = [json.loads(line) for line in (EVAL_SETS / name / "queries.jsonl").open()]
         labelled = [q for q in written if q["labels"] and q.get("split", "test") == "test"]
-        assert [(r["id"], r["query"], r["labels"]) for r in rows] == [(q["id"], q["query"], q["labels"]) for q in labelled]
+        assert [(r["id"], r["query"], r["labels"]) for r in rows] == \
+            [(q["id"], q["query"], q["labels"]) for q in labelled]
         for row in rows:
             for key, value in points_by_hand(row["ranked"], row["labels"], k=5).items():
                 assert row[key] == pytest.approx(value, abs=1e-9), (row["id"], key)

@@ -130,7 +130,8 @@ def test_a_worse_system_is_told_apart_and_the_p_agrees_with_the_interval(noisy_p
     result = paired_bootstrap(b, worse, n_resamples=2000, seed=1)
     assert result.ci_high < 0 and result.p_two_sided < 0.05 and result.significant()
     assert result.p_one_sided > 0.95
-    diff = 100 * np.concatenate([worse.sets[s].per_query["ndcg@10"] - b.sets[s].per_query["ndcg@10"] for s in ("s1", "s2")])
+    diff = 100 * np.concatenate([worse.sets[s].per_query["ndcg@10"] - b.sets[s].per_query["ndcg@10"]
+                                 for s in ("s1", "s2")])
     reference = scipy_stats.bootstrap((diff,), np.mean, n_resamples=2000, method="percentile", random_state=1)
     se = diff.std(ddof=1) / math.sqrt(len(diff))
     assert result.ci_low == pytest.approx(reference.confidence_interval.low, abs=0.15 * se)

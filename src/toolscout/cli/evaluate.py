@@ -38,7 +38,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    help="write metrics and latency as JSON, and each query's metrics and ranked ids (per_query)")
     p.add_argument("--plot", default=None, metavar="FILE.png", help="bar chart comparing the systems")
     p.add_argument("--bootstrap", type=_resamples, default=10000, metavar="N",
-                   help="paired-bootstrap resamples when comparing systems (default %(default)s, at least 40; 0: no comparison)")
+                   help="paired-bootstrap resamples when comparing systems (default %(default)s, at least 40; "
+                        "0: no comparison)")
     add_fast_queries(p, saved=False)
     p.add_argument("--encoder-backend", default="auto", choices=ENCODER_BACKENDS,
                    help="how dense encoders compute vectors: auto (the default: the int8 ONNX encoding where the "
