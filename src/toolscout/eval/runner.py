@@ -165,7 +165,7 @@ def _build(factory: SystemFactory, tools: list[Tool], bar, label: str) -> tuple[
     return system, elapsed
 
 
-def _warm_up(system: SearchSystem, k: int, n: int, notes: "_Notes") -> None:
+def _warm_up(system: SearchSystem, k: int, n: int, notes: _Notes) -> None:
     # a neutral text, not a benchmark query: a system that caches answers must not see one early
     for _ in range(n):
         with catch_warnings(record=True) as caught:
@@ -181,8 +181,7 @@ def _top_ids(results: Results, k: int, query: Query) -> list[str]:
 
 
 def _run_set(system: SearchSystem, name: str, queries: list[Query], k: int, categories: dict[str, str], bar,
-             also_at: Sequence[int] = (), notes: "_Notes | None" = None) -> SetReport:
-    notes = notes if notes is not None else _Notes()
+             also_at: Sequence[int], notes: _Notes) -> SetReport:
     task = bar.add_task(name, total=len(queries))
     rankings, latency = [], []
     for query in queries:
@@ -222,7 +221,6 @@ class _Notes:
                             for line, d in zip(report.failed_stages(), report.degraded.values())]
         report.warnings += [f"{report.name}: {text}" for text in self.other]
         return report
-
 
 
 def _score_set(name: str, queries: list[Query], rankings: list[list[str]], latency: list[float], k: int,
