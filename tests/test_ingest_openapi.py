@@ -211,7 +211,7 @@ def test_an_allof_part_with_another_constraint_keeps_the_body_whole_with_its_fie
     closed = {"allOf": [{"$ref": "#/components/schemas/NewPet"}, {"additionalProperties": False}]}
     [tool] = parse_tools(spec_with(body_op(closed), PET_COMPONENTS))
     assert list(tool.parameters["properties"]) == ["body"] and "allOf" in tool.parameters["properties"]["body"]
-    assert "Parameters: body; species: the animal species; nickname: what the owner calls it" in tool_text(tool)
+    assert "Parameters: body: species: the animal species; nickname: what the owner calls it" in tool_text(tool)
 
 
 @pytest.mark.parametrize("keyword", ["oneOf", "anyOf"])
@@ -221,7 +221,7 @@ def test_a_oneof_body_stays_one_argument_and_its_branches_fields_are_searchable(
     body = tool.parameters["properties"]["body"]  # the choice an agent calls with is kept
     assert tool.parameters["required"] == ["body"] and [len(body[keyword])] == [2]
     assert tool.raw["body"] == {"media_type": "application/json", "whole": "body"}
-    assert tool_text(tool).endswith("Parameters: body; species: the animal species; nickname: what the owner "
+    assert tool_text(tool).endswith("Parameters: body: species: the animal species; nickname: what the owner "
                                     "calls it; microchip: implanted microchip; minutes: length of the walk")
 
 

@@ -337,36 +337,10 @@ def parameter_lines(schema: Mapping[str, Any] | None) -> list[str]:
         return []
     lines = []
     for pname, spec in props.items():
-        lines.append(_parameter_line(pname, spec))
-        lines.extend(_parameter_line(name, field_spec) for name, field_spec in _branch_fields(spec).items())
+        desc = spec.get("description", "") if isinstance(spec, Mapping) else ""
+        words = split_identifier(str(pname))
+        lines.append(f"{words}: {desc}".strip().rstrip(":") if desc else words)
     return lines
-
-
-def _parameter_line(name: Any, spec: Any) -> str:
-    desc = spec.get("description", "") if isinstance(spec, Mapping) else ""
-    words = split_identifier(str(name))
-    return f"{words}: {desc}".strip().rstrip(":") if desc else words
-
-
-def _branch_fields(spec: Any, depth: int = 0) -> dict[str, Any]:
-    """The fields of the branches of an argument that is one of several object shapes (oneOf/anyOf, or an
-    allOf left unmerged) and has no fields of its own, each named once (the first branch's schema).
-    An OpenAPI body that is `oneOf: [Cat, Dog]` stays one `body` argument, so that the schema an agent
-    calls with keeps the choice (merging the branches' fields would allow a mix no branch accepts); the
-    text names every branch's fields because a task says "a pet's nickname", not "body". Fields of a
-    plain nested object are not listed: the view has always read one level, and listing them would change
-    the text of most catalogs' tools (the dev sets have no oneOf/anyOf/allOf, so their texts are as they were)."""
-    if not isinstance(spec, Mapping) or "properties" in spec or depth > 3:
-        return {}
-    fields: dict[str, Any] = {}
-    for keyword in ("oneOf", "anyOf", "allOf"):
-        branches = spec.get(keyword)
-        for branch in branches if isinstance(branches, list) else ():
-            own = branch.get("properties") if isinstance(branch, Mapping) else None
-            for name, field_spec in {**(own if isinstance(own, Mapping) else {}),
-                                     **_branch_fields(branch, depth + 1)}.items():
-                fields.setdefault(str(name), field_spec)
-    return fields
 
 
 def tool_text(tool: Tool, view: TextView | None = None) -> str:

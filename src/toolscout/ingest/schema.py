@@ -186,3 +186,19 @@ def is_plain_object(schema: Any) -> bool:
     return (isinstance(schema, Mapping) and isinstance(schema.get("properties"), Mapping)
             and schema.get("type", "object") == "object"
             and not any(k in schema for k in ("allOf", "anyOf", "oneOf", "not")))
+
+
+def branch_fields(schema: Any, depth: int = 0) -> dict[str, Any]:
+    """The fields of the branches of a schema that is one of several object shapes (oneOf/anyOf, or an allOf
+    left unmerged) and has no fields of its own, each named once (its first branch's schema)."""
+    if not isinstance(schema, Mapping) or "properties" in schema or depth > 3:
+        return {}
+    fields: dict[str, Any] = {}
+    for keyword in ("oneOf", "anyOf", "allOf"):
+        branches = schema.get(keyword)
+        for branch in branches if isinstance(branches, list) else ():
+            own = branch.get("properties") if isinstance(branch, Mapping) else None
+            for name, field_schema in {**(own if isinstance(own, Mapping) else {}),
+                                       **branch_fields(branch, depth + 1)}.items():
+                fields.setdefault(str(name), field_schema)
+    return fields
