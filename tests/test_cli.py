@@ -341,6 +341,23 @@ def test_demo_indexes_the_bundled_catalog(capsys, tmp_path):
     assert (tmp_path / "demo" / "CURRENT").exists()
 
 
+
+@pytest.mark.parametrize("command", ["index", "demo"])
+def test_index_out_onto_a_trained_model_is_refused_before_the_build(capsys, tmp_path, command):
+    """`index --out` / `demo --out` naming a `toolscout train` output: refused (exit 1) naming the folder and
+    the model it holds; the model folder is left exactly as it was (no lock or journal added)."""
+    from toolscout.artifacts import write_artifact
+    from toolscout.models import model_base
+
+    model = tmp_path / "mlc"
+    with write_artifact(model, model_base("mlc")) as folder:
+        (folder / "weights.bin").write_bytes(b"hours of training")
+    before = sorted(str(p.relative_to(model)) for p in model.rglob("*"))
+    catalog = [CATALOGS / "mcp_reference_servers.json"] if command == "index" else []
+    code, _, err = run(capsys, command, *catalog, "--out", model, "--retriever", "bm25")
+    assert code == 1 and f"{model}: holds a trained 'mlc' model" in err and "indexed" not in err
+    assert sorted(str(p.relative_to(model)) for p in model.rglob("*")) == before
+
 def test_eval_model_dir_goes_only_to_the_retriever_it_trained(tmp_path):
     """`eval --retriever mlc --model MLC_DIR --retriever dense`: dense keeps its default encoder, and a
     trained dir given to retrievers none of which it trained is an error naming the right one."""

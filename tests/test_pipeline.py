@@ -95,6 +95,22 @@ def test_artifact_write_is_atomic_and_checks_kind(tmp_path):
     assert (tmp_path / "other" / "precious.txt").read_text() == "keep me"
 
 
+
+def test_saving_an_index_over_a_trained_model_is_refused_and_the_model_kept(tools, tmp_path):
+    """ToolScout.save (and so `index --out`, `demo --out`) into a `toolscout train` output would replace the
+    model with an index: refused, naming the folder and what it holds, and every file of the model kept."""
+    from toolscout.models import model_base, model_config
+
+    model = tmp_path / "t2v"
+    with write_artifact(model, model_base("tool2vec")) as folder:
+        (folder / "usage.npz").write_bytes(b"trained weights")
+    before = sorted(str(p.relative_to(model)) for p in model.rglob("*"))
+    with pytest.raises(ArtifactError, match=rf"{model}: holds a trained 'tool2vec' model; writing an index"):
+        ToolScout.from_tools(tools, retriever="bm25").save(model)
+    assert sorted(str(p.relative_to(model)) for p in model.rglob("*")) == before
+    folder, config = model_config(model, method="tool2vec")
+    assert (folder / "usage.npz").read_bytes() == b"trained weights"
+
 KILL_SCRIPT = textwrap.dedent("""
     import sys, time
     from toolscout import ToolScout, Tool

@@ -109,6 +109,41 @@ def check_format(root: str | os.PathLike, config: Mapping[str, Any], max_format:
         )
 
 
+# what each kind of artefact is, in the words of the commands that write it (for refusals)
+KIND_WORDS = {"toolscout.pipeline": "an index", "toolscout.model": "a trained model"}
+
+
+def describe(config: Mapping[str, Any]) -> str:
+    """An artefact's config in words: 'an index', "a trained 'tool2vec' model", "a 'toolscout.x' artefact"."""
+    kind, method = config.get("kind"), config.get("method")
+    if kind == "toolscout.model" and method:
+        return f"a trained {method!r} model"
+    return KIND_WORDS.get(kind, f"a {kind!r} artefact")
+
+
+def check_replaceable(root: str | os.PathLike, config: Mapping[str, Any]) -> None:
+    """Refuse to write an artefact like `config` into `root` when the new version would replace something
+    else: a file, a folder that is not an artefact (a benchmark folder...), or an artefact of another kind
+    (an index written over a trained model). Every save goes through here (`write_artifact`); commands call
+    it before their work too, so that the refusal comes first."""
+    root = Path(root)
+    if root.exists() and not root.is_dir():
+        raise ArtifactError(f"{root}: exists and is not a directory")
+    if not root.is_dir():
+        return
+    live = current_version(root)
+    if live is None:
+        if not (root / POINTER).exists() and any(root.iterdir()):
+            raise ArtifactError(f"{root}: directory exists, is not empty and is not a toolscout artefact; "
+                                "refusing to write into it")
+        return
+    held = read_json(live / CONFIG)
+    held = held if isinstance(held, dict) else {}
+    if held.get("kind") != config["kind"]:
+        raise ArtifactError(f"{root}: holds {describe(held)}; writing {describe(config)} there would replace it. "
+                            "Give another folder, or remove that one first")
+
+
 @contextmanager
 def write_artifact(root: str | os.PathLike, config: Mapping[str, Any]) -> Iterator[Path]:
     """Yield a fresh folder to write an artefact's files into; on success make it the live version.
@@ -119,10 +154,7 @@ def write_artifact(root: str | os.PathLike, config: Mapping[str, Any]) -> Iterat
     if "kind" not in config or "format_version" not in config:
         raise ValueError("artefact config needs 'kind' and 'format_version'")
     root = Path(root)
-    if root.exists() and not root.is_dir():
-        raise ArtifactError(f"{root}: exists and is not a directory")
-    if root.is_dir() and not (root / POINTER).exists() and any(root.iterdir()):
-        raise ArtifactError(f"{root}: directory exists, is not empty and is not a toolscout artefact; refusing to write into it")
+    check_replaceable(root, config)
     root.mkdir(parents=True, exist_ok=True)
     number = 1 + max((int(p.name[1:]) for p in root.glob("v[0-9]*") if p.name[1:].isdigit()), default=0)
     staging = root / f"v{number:06d}"

@@ -11,10 +11,10 @@ import os
 from pathlib import Path
 from typing import Iterator
 
-from ..artifacts import POINTER, ArtifactError
+from ..artifacts import POINTER, ArtifactError, check_replaceable
 from ..errors import ToolScoutError
 from ..pipeline import ToolScout
-from ..spec import read_pipeline_config
+from ..spec import PIPELINE_KIND, read_pipeline_config
 from .directory import check_servable, lock_directory, replay_journal, snapshot_seq
 from .errors import ServiceError
 from .journal import Journal
@@ -71,8 +71,10 @@ class Replacement:
 @contextlib.contextmanager
 def replacing(folder: str | os.PathLike) -> Iterator[Replacement]:
     """Hold a directory while a new pipeline replaces the one in it (`toolscout index --out DIR`, into a
-    directory or PostgreSQL): refused while a server serves it (see `Replacement`)."""
+    directory or PostgreSQL): refused while a server serves it (see `Replacement`), and, before any work, when
+    it holds something an index would replace (a trained model, a benchmark folder: `check_replaceable`)."""
     folder = Path(folder)
+    check_replaceable(folder, {"kind": PIPELINE_KIND})
     if not (folder / POINTER).is_file():
         yield Replacement(folder)
         return
