@@ -71,7 +71,7 @@ def _toy_problem():
     return list(zip(x, y))
 
 
-def _trainer(tmp_path, max_steps, model=None, validate=None, **cfg):
+def _trainer(tmp_path, max_steps, model=None, validate=None, made_with=None, **cfg):
     torch.manual_seed(0)
     model = model or torch.nn.Linear(8, 1)
     data = _toy_problem()
@@ -81,10 +81,10 @@ def _trainer(tmp_path, max_steps, model=None, validate=None, **cfg):
         yb = torch.stack([b[1] for b in batch])
         return torch.nn.functional.binary_cross_entropy_with_logits(model(xb), yb)
 
-    config = TrainConfig(epochs=4, batch_size=32, lr=0.05, max_steps=max_steps, progress=False,
-                         checkpoint_every=5, warmup_ratio=0.0, **cfg)
+    config = TrainConfig(**{"epochs": 4, "batch_size": 32, "lr": 0.05, "max_steps": max_steps, "progress": False,
+                            "checkpoint_every": 5, "warmup_ratio": 0.0, **cfg})
     return model, Trainer("toy", model, loss_fn, lambda epoch: batched(data, 32, 0, epoch), config,
-                          tmp_path / "out", validate=validate), loss_fn, data
+                          tmp_path / "out", validate=validate, made_with=made_with), loss_fn, data
 
 
 def test_trainer_reduces_loss_and_resumes_to_identical_weights(tmp_path):
@@ -115,6 +115,50 @@ def test_trainer_reduces_loss_and_resumes_to_identical_weights(tmp_path):
     for p, q in zip(model.parameters(), model_c.parameters()):
         assert torch.allclose(p, q, atol=1e-6)
 
+
+
+def _interrupted_at_step_10(tmp_path, made_with):
+    _model, trainer, loss, _ = _trainer(tmp_path, None, made_with=made_with)
+    calls = []
+
+    def dying_loss(batch):
+        calls.append(1)
+        if len(calls) == 13:
+            raise KeyboardInterrupt
+        return loss(batch)
+
+    trainer.loss_fn = dying_loss
+    with pytest.raises(KeyboardInterrupt):
+        trainer.fit()
+    return trainer.checkpoint_dir
+
+
+def test_a_checkpoint_resumes_only_a_run_with_the_settings_it_was_made_with(tmp_path):
+    """An interrupted run on set A with lr 0.05 is not resumed by a run on set B with lr 0.01: refused, naming
+    both differences and how to start afresh; the checkpoint is kept. resume=False starts afresh; the same
+    settings resume (checkpoint at step 10)."""
+    from toolscout.train.loop import CheckpointMismatch, run_settings
+
+    def settings(name, loss="infonce"):
+        bench = BenchmarkSet(name, [Tool("t1", "t1", "d")], [Query(f"q{i}", f"task {i}", ("t1",), "train")
+                                                              for i in range(5)])
+        return run_settings(load_training_data([bench], validation_fraction=0.0), None, loss=loss)
+
+    checkpoint = _interrupted_at_step_10(tmp_path, settings("setA"))
+    _model, other, _, _ = _trainer(tmp_path, None, made_with=settings("setB", loss="triplet"), lr=0.01)
+    with pytest.raises(CheckpointMismatch) as refused:
+        other.fit()
+    message = str(refused.value)
+    assert "--data setA then, setB now" in message and "--lr 0.05 then, 0.01 now" in message
+    assert "-o loss infonce then, triplet now" in message and "--batch-size" not in message
+    assert "--no-resume" in message and str(checkpoint) in message
+    assert json.loads((checkpoint / "state.json").read_text())["step"] == 10  # kept
+    _model, same, _, _ = _trainer(tmp_path, None, made_with=settings("setA"))
+    assert same.fit().resumed_from_step == 10
+
+    checkpoint = _interrupted_at_step_10(tmp_path / "fresh", settings("setA"))
+    _model, fresh, _, _ = _trainer(tmp_path / "fresh", None, made_with=settings("setB"), lr=0.01)
+    assert fresh.fit(resume=False).resumed_from_step is None
 
 def test_ctrl_c_ends_training_after_the_step_in_progress_and_checkpoints_it(tmp_path):
     """A Ctrl-C came during step 13: the step finishes, step 13 is checkpointed (the last periodic checkpoint

@@ -55,7 +55,7 @@ from ..rerank.cross import DEFAULT_MAX_LENGTH, PairScorer, encode_pairs, load_pa
 from ..tool import TextView
 from .data import TrainingData
 from .embed import BALANCES, Example, PairSetup, RandomNegatives, epoch_examples, query_set
-from .loop import RunSummary, TrainConfig, Trainer, pick_device, set_seed
+from .loop import RunSummary, TrainConfig, Trainer, pick_device, run_settings, set_seed
 from .negatives import mine_hard_negatives
 
 # ------------------------------------------------------------------------------------- base model
@@ -353,8 +353,12 @@ def fit_cross(data: TrainingData, out: str | Path, *, model: str | None = None, 
         scorer = PairScorer(tokenizer, net, max_length=max_length, batch_size=max(32, config.batch_size))
         validate = RerankValidation(scorer, validation, candidates, setup.documents, fusion_weights)
     trainer = Trainer("cross", net, PairLoss(net, tokenizer, data.train, setup.documents, max_length, device),
-                      epoch_batches, config, out, validate=validate, batch_size_of=pair_count)
+                      epoch_batches, config, out, validate=validate, batch_size_of=pair_count,
+                      made_with=run_settings(data, model, first_stage=first_stage, negatives=negatives,
+                                             hard_fraction=hard_fraction, depth=depth, max_length=max_length,
+                                             balance=balance, view=view))
 
+    trainer.will_resume(resume)  # a checkpoint made with other settings is refused before the start validation
     start_score, start_per_set = (validate.first_stage() if validate is not None and validate_start else (None, {}))
     summary = trainer.fit(resume=resume)
     net.eval()

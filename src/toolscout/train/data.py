@@ -39,6 +39,16 @@ class TrainingData:
         used = {label for q in self.train for label in q.labels}
         return [tid for tid in self.tools if tid in used]
 
+    def identity(self) -> dict:
+        """What a checkpoint records of the data it was trained on: the sets, and a digest of their tools and
+        train queries (so a set edited under the same name, or another --validation-fraction, differs too)."""
+        digest = hashlib.sha256()
+        for tid in self.tools:
+            digest.update(tid.encode() + b"\x00")
+        for q in self.train:
+            digest.update("\x00".join([q.id, q.text, *q.labels]).encode() + b"\x01")
+        return {"sets": list(self.sets), "digest": digest.hexdigest()[:16]}
+
     def summary(self) -> dict:
         return {"sets": self.sets, "tools": len(self.tools), "train_queries": len(self.train),
                 "validation_queries": len(self.validation)}

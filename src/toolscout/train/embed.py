@@ -51,7 +51,7 @@ from ..models import model_base
 from ..results import Filter
 from ..tool import TextView, tool_text
 from .data import TrainingData
-from .loop import RunSummary, TrainConfig, Trainer, _copy_state, validation_ndcg
+from .loop import RunSummary, TrainConfig, Trainer, _copy_state, run_settings, validation_ndcg
 
 LOSSES = ("infonce", "triplet")
 BALANCES = ("size", "sets")
@@ -517,8 +517,14 @@ def fit_embed(data: TrainingData, out: str | Path, *, model: str | None = None, 
     batch_loss = BatchLoss(st_model, queries, documents, loss=loss, tau=tau, margin=margin,
                            max_query_length=max_query_length, max_doc_length=max_doc_length, device=device,
                            mined=mined)
-    trainer = Trainer("embed", st_model, batch_loss, epoch_batches, config, out, validate=validate)
+    made_with = run_settings(data, model, negatives=negatives, loss=loss, tau=tau, margin=margin, balance=balance,
+                             negatives_from=negatives_from, max_query_length=max_query_length,
+                             max_doc_length=max_doc_length, view=view, trainable=trainable,
+                             hard_negatives=hard_negatives, miner=miner, mine_depth=mine_depth)
+    trainer = Trainer("embed", st_model, batch_loss, epoch_batches, config, out, validate=validate,
+                      made_with=made_with)
 
+    trainer.will_resume(resume)  # a checkpoint made with other settings is refused before the start validation
     start_score, start_per_set, start_state = None, {}, None
     if validate is not None and validate_start:
         start_score, start_per_set = validate(), dict(validate.per_set)

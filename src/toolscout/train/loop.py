@@ -17,14 +17,15 @@ import random
 import signal
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from ..artifacts import write_json
 from ..encoders import default_device
+from ..errors import ToolScoutError
 from ..eval.metrics import ndcg_at_k
 from ..results import Results
 
@@ -49,6 +50,68 @@ class TrainConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def shaping(self) -> dict:
+        """The settings that shape what training computes (not where or how visibly it runs)."""
+        return {key: getattr(self, key) for key in SHAPING_SETTINGS}
+
+
+# TrainConfig fields a resumed run must share with its checkpoint; the rest (device, progress, how often it
+# validates or checkpoints, patience) may change between an interrupted run and the one resuming it
+SHAPING_SETTINGS = ("epochs", "batch_size", "lr", "weight_decay", "warmup_ratio", "max_steps", "grad_clip", "seed")
+
+
+class CheckpointMismatch(ToolScoutError, ValueError):
+    """The checkpoint of an interrupted run was made with other settings than the run that would resume it."""
+
+
+def run_settings(data, model: str | None, **options: Any) -> dict:
+    """What a trainer's run is made with besides its TrainConfig, as its checkpoint records it: the data,
+    the base model and the method's options (`Trainer(made_with=...)`)."""
+    return {"data": data.identity(), "model": model, "options": options}
+
+
+def _plain(value: Any) -> Any:
+    """`value` as JSON reads it back (tuples as lists, views and other objects as their text)."""
+    return json.loads(json.dumps(value, sort_keys=True, default=lambda o: asdict(o) if is_dataclass(o) else str(o)))
+
+
+def _flag(key: str) -> str:
+    """The command-line spelling of a recorded setting: config.batch_size → --batch-size, options.loss → -o loss."""
+    group, _, name = key.partition(".")
+    if group == "options":
+        return f"-o {name}"
+    return "--" + (name or group).replace("_", "-")
+
+
+def _flatten(settings: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for group, value in settings.items():
+        if group in ("config", "options") and isinstance(value, dict):
+            out.update({f"{group}.{name}": item for name, item in value.items()})
+        else:
+            out[group] = value
+    return out
+
+
+def _shown(key: str, value: Any) -> str:
+    if key == "data" and isinstance(value, dict):
+        return ",".join(value.get("sets", [])) or "none"
+    return "unset" if value is None else str(value)
+
+
+def settings_differences(recorded: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
+    """'--lr 2e-05 then, 0.001 now' for each setting that differs between a checkpoint and this run."""
+    before, after = _flatten(recorded), _flatten(now)
+    out = []
+    for key in sorted(set(before) | set(after)):
+        if before.get(key) == after.get(key):
+            continue
+        then, current = _shown(key, before.get(key)), _shown(key, after.get(key))
+        if then == current:  # the same sets, with other contents (edited, another validation fraction)
+            then, current = f"{then} (other contents)", f"{current} (as now)"
+        out.append(f"{_flag(key)} {then} then, {current} now")
+    return out
 
 
 @dataclass
@@ -108,7 +171,10 @@ class Trainer:
 
     def __init__(self, method: str, model, loss_fn: Callable[[Any], Any],
                  epoch_batches: Callable[[int], Sequence[Any]], config: TrainConfig, out_dir: str | Path,
-                 validate: Callable[[], float] | None = None, batch_size_of: Callable[[Any], int] = len):
+                 validate: Callable[[], float] | None = None, batch_size_of: Callable[[Any], int] = len,
+                 made_with: Mapping[str, Any] | None = None):
+        """`made_with`: what the run is made with besides `config` (`run_settings`): its checkpoint records it,
+        and a run with other settings does not resume from it."""
         self.method = method
         self.model = model
         self.loss_fn = loss_fn
@@ -118,6 +184,7 @@ class Trainer:
         self.validate = validate
         self.batch_size_of = batch_size_of
         self.checkpoint_dir = self.out_dir.with_name(self.out_dir.name + ".checkpoint")
+        self.made_with = _plain({"config": config.shaping(), **(made_with or {})})
 
     # -------------------------------------------------------------------------------------
     def fit(self, resume: bool = True) -> RunSummary:
@@ -151,7 +218,7 @@ class Trainer:
         summary = RunSummary(self.method, config=self.config.to_dict())
         state = {"step": 0, "best": -math.inf, "bad_evals": 0, "examples": 0, "elapsed": 0.0}
         best_state = None
-        if resume and (self.checkpoint_dir / "state.json").exists():
+        if self.will_resume(resume):
             state, best_state = self._load_checkpoint(optimizer, scheduler)
             summary.resumed_from_step = state["step"]
             summary.history = state.get("history", [])
@@ -233,7 +300,7 @@ class Trainer:
                     "scheduler": scheduler.state_dict(), "best": best_state,
                     "rng": {"python": random.getstate(), "numpy": np.random.get_state(),
                             "torch": torch.get_rng_state()}}, tmp / "checkpoint.pt")
-        write_json(tmp / "state.json", state)
+        write_json(tmp / "state.json", {**state, "made_with": self.made_with})
         old = self.checkpoint_dir.with_name(self.checkpoint_dir.name + ".old")
         if self.checkpoint_dir.exists():
             os.replace(self.checkpoint_dir, old)
@@ -242,6 +309,21 @@ class Trainer:
             import shutil
 
             shutil.rmtree(old, ignore_errors=True)
+
+    def will_resume(self, resume: bool) -> bool:
+        """Whether `fit(resume)` continues the checkpoint of an interrupted run. It does only for a run made
+        with the settings the checkpoint records (one from before they were recorded resumes as it always
+        did); another --lr, --data... is refused, saying how to start afresh."""
+        if not (resume and (self.checkpoint_dir / "state.json").exists()):
+            return False
+        recorded = json.loads((self.checkpoint_dir / "state.json").read_text()).get("made_with")
+        if recorded is None or recorded == self.made_with:
+            return True
+        differences = settings_differences(recorded, self.made_with)
+        raise CheckpointMismatch(
+            f"{self.checkpoint_dir}: the checkpoint of an interrupted {self.method} run was made with other "
+            f"settings ({'; '.join(differences)}); resume it with the same ones, or start afresh with --no-resume "
+            f"(resume=False in Python) or by removing {self.checkpoint_dir}")
 
     def _load_checkpoint(self, optimizer, scheduler):
         import torch

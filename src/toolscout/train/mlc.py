@@ -52,7 +52,7 @@ from ..results import Results
 from ..retrievers.mlc import ENCODER_FOLDER, HEAD_FILE
 from ..tool import TextView, tool_text
 from .data import TrainingData
-from .loop import RunSummary, TrainConfig, Trainer, batched, pick_device, set_seed, validation_ndcg
+from .loop import RunSummary, TrainConfig, Trainer, batched, pick_device, run_settings, set_seed, validation_ndcg
 
 logger = logging.getLogger(__name__)
 
@@ -91,11 +91,13 @@ def fit_mlc(data: TrainingData, out: str | Path, *, model: str | None = None, co
     net = MLCNetwork(encoder.model, len(tool_ids), head_scale=head_lr / config.lr).to(device)
     validate = (lambda: validation_ndcg(_head_search(net, tool_ids, eval_batch_size), validation)) \
         if validation else None
+    made_with = run_settings(data, model, head_init=head_init, init_scale=init_scale, head_lr=head_lr,
+                             probe_epochs=probe_epochs, max_seq_length=max_seq_length, view=view)
     trainer = Trainer("mlc", net, _bce_loss(net), lambda epoch: batched(examples, config.batch_size, config.seed, epoch),
-                      config, out, validate=validate)
+                      config, out, validate=validate, made_with=made_with)
     history: list[dict] = []
     probe_summary = None
-    if not (resume and (trainer.checkpoint_dir / "state.json").exists()):  # a resumed run's head is in its checkpoint
+    if not trainer.will_resume(resume):  # a resumed run's head is in its checkpoint
         prior = sum(len(labels) for _t, labels in examples) / (len(examples) * len(tool_ids))
         net.set_head(*_initial_head(net, head_init, init_scale, prior, descriptions,
                                     [text for text, _ in examples], config.seed, eval_batch_size))
@@ -105,7 +107,7 @@ def fit_mlc(data: TrainingData, out: str | Path, *, model: str | None = None, co
             # the frozen encoder's embeddings come from the fast backend (ONNX on a CPU) when it is available
             fast = Encoder.load(model, device=device, max_seq_length=max_seq_length)
             probe_summary = _probe(net, examples, validation, tool_ids, config, head_lr, probe_epochs, out,
-                                   resume, lambda texts: fast.encode(texts, batch_size=eval_batch_size))
+                                   resume, lambda texts: fast.encode(texts, batch_size=eval_batch_size), made_with)
             del fast
             history.extend({"phase": "probe", **entry} for entry in probe_summary.history)
     summary, kept = _fine_tune(trainer, net, validate, probe_summary, history, resume)
@@ -208,7 +210,7 @@ def _head_search(net, tool_ids: list[str], batch_size: int):
 
 
 def _probe(net, examples, validation, tool_ids, config: TrainConfig, head_lr: float, epochs: int, out,
-           resume: bool, embed) -> RunSummary:
+           resume: bool, embed, made_with: dict) -> RunSummary:
     """Train the head alone on cached embeddings of the frozen encoder (`embed(texts)` → unit rows);
     copy the result into `net`."""
     import torch
@@ -241,7 +243,8 @@ def _probe(net, examples, validation, tool_ids, config: TrainConfig, head_lr: fl
     out = Path(out)
     trainer = Trainer("mlc-probe", head, loss_fn, lambda epoch: batched(items, config.batch_size, config.seed, epoch),
                       probe_config, out.with_name(out.name + ".probe"),
-                      validate=(lambda: validation_ndcg(search, validation)) if validation else None)
+                      validate=(lambda: validation_ndcg(search, validation)) if validation else None,
+                      made_with=made_with)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # steps this small are several times faster on one thread than on two
     try:

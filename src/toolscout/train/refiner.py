@@ -52,7 +52,7 @@ from ..rerank.refiner import (
 from ..tool import TextView, tool_text
 from .data import TrainingData
 from .embed import tool_sets
-from .loop import RunSummary, TrainConfig, Trainer, batched, pick_device
+from .loop import RunSummary, TrainConfig, Trainer, batched, pick_device, run_settings
 
 
 @dataclass
@@ -349,7 +349,10 @@ def fit_refiner(data: TrainingData, out: str | Path, *, model: str | None = None
     usable = [i for i, c in enumerate(train) if len(c.ids)]
     trainer = Trainer("refiner", net, _bce_loss(net, inputs, train, [q.text for q in data.train]),
                       lambda epoch: batched(usable, config.batch_size, config.seed, epoch), config, out,
-                      validate=_reranked_ndcg(net, inputs, validation, validation_queries) if validation else None)
+                      validate=_reranked_ndcg(net, inputs, validation, validation_queries) if validation else None,
+                      made_with=run_settings(data, model, first_stage=first_stage, first_stage_model=first_stage_model,
+                                             tool2vec_model=tool2vec_model, depth=depth, prior=prior,
+                                             max_query_length=max_query_length, head_lr=head_lr, view=view))
     summary = trainer.fit(resume=resume)
     net.eval()
     recall = sum(c.labels.sum() / max(1, len(q.labels)) for c, q in zip(train, data.train)) / max(1, len(train))

@@ -54,7 +54,7 @@ from ..results import Filter
 from ..retrievers.toolclip_model import DESCRIPTION_TEXTS, ToolCLIPConfig, ToolCLIPEncoder, load_model, new_model
 from .data import TrainingData
 from .embed import BALANCES, epoch_examples, query_set, tool_sets
-from .loop import RunSummary, TrainConfig, Trainer, batched, pick_device, validation_ndcg
+from .loop import RunSummary, TrainConfig, Trainer, batched, pick_device, run_settings, validation_ndcg
 from .negatives import build_miner, mine_hard_negatives
 from .toolclip_save import save_model
 
@@ -308,7 +308,7 @@ def fit_toolclip(data: TrainingData, out: str | Path, *, model: str | None = Non
     use_validation = opts.validate and bool(data.validation)
     before = validate() if use_validation and opts.validate_at_start else None
     trainer = Trainer("toolclip", net, objective, schedule.epoch_batches, cfg, out,
-                      validate=validate if use_validation else None)
+                      validate=validate if use_validation else None, made_with=run_settings(data, model, **options))
     summary = trainer.fit(resume=resume)
     summary.data = data.summary()
     summary.config = {**summary.config, **asdict(opts), "base_model": base_model,
