@@ -416,6 +416,29 @@ def test_numbers_out_of_range_are_refused_naming_the_flag_before_anything_starts
     assert exited.value.code == 2 and says in capsys.readouterr().err
 
 
+
+@pytest.mark.parametrize("method, device, options, says", [
+    ("cross", "cuda:99", [], "--device cuda:99: not available here (torch "),  # no such GPU here, with CUDA or without
+    ("mlc", "tpu", [], "--device tpu: not a device name torch knows (cpu, cuda, cuda:1, mps, ...); devices here: "),
+    ("tool2vec", "banana", [], "--device banana: tool2vec runs no torch model (only its -o finetune=true does)"),
+    ("tool2vec", "banana", ["-o", "finetune=true"], "--device banana: not a device name torch knows"),
+])
+def test_train_device_is_checked_before_data_and_models_load(capsys, tmp_path, method, device, options, says):
+    """A --device torch cannot use here, or given to a trainer that runs no torch model, is refused naming the
+    flag before anything loads: the --data folder does not even exist, and that is not what is reported."""
+    code, _, err = run(capsys, "train", method, "--data", tmp_path / "nosuchset", "--out", tmp_path / "m",
+                       "--device", device, *options)
+    assert code == 1 and says in err and "nosuchset" not in err, err
+    assert not (tmp_path / "m").exists()
+
+
+def test_trainconfig_device_is_checked_for_python_callers_too():
+    from toolscout.train.loop import pick_device
+
+    assert pick_device("cpu") == "cpu"
+    with pytest.raises(ValueError, match="TrainConfig.device banana: not a device name torch knows"):
+        pick_device("banana")
+
 def test_eval_and_train_refuse_mistakes_before_the_work_naming_what_to_do(capsys, tmp_path):
     from toolscout.artifacts import write_artifact
     from toolscout.models import model_base

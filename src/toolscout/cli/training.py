@@ -27,7 +27,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--patience", type=number_in(int, 1), default=None,
                    help="validations without improvement before stopping")
     p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    p.add_argument("--device", default=None,
+                   help="cpu, cuda, cuda:N or mps, checked before training starts (default: cuda when available; "
+                        "tool2vec runs no torch model unless -o finetune=true, and refuses it otherwise)")
     p.add_argument("--validation-fraction", type=float, default=0.1,
                    help="share of train queries held out for validation (default %(default)s)")
     p.add_argument("--no-resume", action="store_true", help="ignore a checkpoint left by an interrupted run")
@@ -56,6 +58,20 @@ def _check_out(out: str, method: str) -> None:
                          "folder, or remove that one first")
 
 
+def _check_device(method: str, device: str | None, options: dict) -> None:
+    """--device is refused before data and models load when torch cannot use it here, or when the method
+    runs no torch model (tool2vec without its fine-tuning), rather than ignored."""
+    from ..encoders.resolve import usable_device
+    from ..train import TORCH_FREE
+
+    if device is None:
+        return
+    if method in TORCH_FREE and not options.get("finetune"):
+        raise ValueError(f"--device {device}: {method} runs no torch model (only its -o finetune=true does); "
+                         "leave --device out")
+    usable_device(device, "--device")
+
+
 def _check_options(method: str, fit, options: dict) -> None:
     """-o keys the trainer does not take are refused naming them and the ones it does, before training
     (a trainer taking **options, toolclip's, checks its own)."""
@@ -76,6 +92,9 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     fit = trainer_for(args.method)
     _check_out(args.out, args.method)
+    options = parse_options(args.option)
+    _check_options(args.method, fit, options)
+    _check_device(args.method, args.device, options)
     data = load_training_data(args.data, validation_fraction=args.validation_fraction)
     print(f"training {args.method} on {', '.join(data.sets)}: {len(data.train)} train and "
           f"{len(data.validation)} validation queries, {len(data.tools)} tools", file=sys.stderr)
@@ -83,8 +102,6 @@ def cmd_train(args: argparse.Namespace) -> int:
                                                      "patience", "seed", "device")
                  if getattr(args, key) is not None}
     config = TrainConfig(progress=not args.quiet, **overrides)
-    options = parse_options(args.option)
-    _check_options(args.method, fit, options)
     if args.no_resume:
         options["resume"] = False
     summary = fit(data, args.out, model=args.model, config=config, **options)

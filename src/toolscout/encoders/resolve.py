@@ -12,7 +12,7 @@ from .base_models import DEFAULT_MODEL, base_model_path
 from .packaged import PackagedModelError, assemble, packaged_models
 from .shipped import shipped_variants
 
-__all__ = ["DEFAULT_MODEL", "default_encoder_name", "resolve_model", "default_device", "encoding_device",
+__all__ = ["DEFAULT_MODEL", "default_encoder_name", "resolve_model", "default_device", "usable_device", "encoding_device",
            "local_model_folder", "torch_installed"]
 
 logger = logging.getLogger(__name__)
@@ -50,6 +50,29 @@ def default_device() -> str:
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def usable_device(device: str, flag: str = "device") -> str:
+    """`device` when torch knows it and it is there (a tensor can be made on it), else a ValueError naming
+    `flag` and the devices that are: so a misspelt or absent device is said before data and models load,
+    not by a traceback from deep in torch ("Torch not compiled with CUDA enabled")."""
+    default_device()  # torch is there, or the install command is named
+    import torch
+
+    here = ["cpu"] + (["cuda"] if torch.cuda.is_available() else []) + \
+           (["mps"] if torch.backends.mps.is_available() else [])
+    try:
+        torch.device(device)
+    except (RuntimeError, ValueError):
+        raise ValueError(f"{flag} {device}: not a device name torch knows (cpu, cuda, cuda:1, mps, ...); "
+                         f"devices here: {', '.join(here)}") from None
+    try:
+        torch.empty(0, device=device)
+    except (RuntimeError, AssertionError, ValueError) as exc:
+        reason = (str(exc).strip() or type(exc).__name__).split(". ")[0].splitlines()[0][:120]
+        raise ValueError(f"{flag} {device}: not available here (torch {torch.__version__}: {reason}); "
+                         f"devices here: {', '.join(here)}") from None
+    return device
 
 
 def encoding_device() -> str:

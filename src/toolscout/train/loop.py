@@ -25,6 +25,7 @@ import numpy as np
 
 from ..artifacts import write_json
 from ..encoders import default_device
+from ..encoders.resolve import usable_device
 from ..errors import ToolScoutError
 from ..eval.metrics import ndcg_at_k
 from ..results import Results
@@ -149,8 +150,9 @@ def set_seed(seed: int) -> None:
 
 
 def pick_device(device: str | None) -> str:
-    """`device`, or the default one (a GPU when torch sees one)."""
-    return device or default_device()
+    """`device` when it is usable here (else a ValueError saying so), or the default one (a GPU when torch
+    sees one)."""
+    return usable_device(device, "TrainConfig.device") if device else default_device()
 
 
 def validation_ndcg(search: Callable[[list[str], int], Results], queries: Sequence, k: int = 10,
