@@ -417,6 +417,17 @@ def test_numbers_out_of_range_are_refused_naming_the_flag_before_anything_starts
 
 
 
+
+@pytest.mark.parametrize("retriever", ["tool2vec", "mlc"])
+def test_index_refuses_an_untrained_tool2vec_or_mlc_as_eval_does(capsys, tmp_path, retriever):
+    """`index --retriever tool2vec` without --model was built (ranking by descriptions alone under tool2vec's
+    name) while eval refused it: both refuse, with eval's message, and nothing is written."""
+    code, _, err = run(capsys, "index", CATALOGS / "mcp_reference_servers.json", "--retriever", retriever,
+                       "--out", tmp_path / "idx")
+    assert code == 1 and f"--retriever {retriever} needs --model DIR, a `toolscout train {retriever}` directory " \
+        f"(none was given; write one with `toolscout train {retriever} --data SET_DIR --out DIR`)" in err, err
+    assert not (tmp_path / "idx").exists()
+
 @pytest.mark.parametrize("method, device, options, says", [
     ("cross", "cuda:99", [], "--device cuda:99: not available here (torch "),  # no such GPU here, with CUDA or without
     ("mlc", "tpu", [], "--device tpu: not a device name torch knows (cpu, cuda, cuda:1, mps, ...); devices here: "),

@@ -12,8 +12,9 @@ from typing import Any
 from ..defaults import DEFAULT_RETRIEVER
 
 ENCODER_BACKENDS = ("auto", "exact", "torch", "onnx", "onnx-int8")  # toolscout.encoders.BACKENDS, without importing it
-from .options import (add_fast_queries, add_rerank_options, add_retriever_options, flags_for_model, intents_from_args,
-                      model_for, number_in, reranker_from_args, retriever_options, retriever_systems)
+from .options import (add_fast_queries, add_rerank_options, add_retriever_options, check_trained_model,
+                      flags_for_model, intents_from_args, model_for, number_in, reranker_from_args, retriever_options,
+                      retriever_systems)
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -141,7 +142,7 @@ def system_options(args: argparse.Namespace) -> dict[str, tuple[str, dict[str, A
         raise ValueError(f"--model {args.model} is a {method!r} model; evaluate it with "
                          f"{flags_for_model(args.model, method)}")
     for name in names:
-        _check_trained(name, models[name] or args.model)
+        check_trained_model(name, models[name] or args.model)
     encoders: dict[str | None, Any] = {}
     systems = {}
     for label, name, settings in asked:
@@ -160,20 +161,6 @@ def system_options(args: argparse.Namespace) -> dict[str, tuple[str, dict[str, A
             options["encoder"] = encoders[model]
         systems[label] = (name, options)
     return systems
-
-
-def _check_trained(name: str, model: str | None) -> None:
-    """A retriever that is its method only with a model directory (`Accepts.needs_trained_model`) is refused
-    without one: tool2vec would rank by descriptions alone under its name (no usage is learned during an eval)."""
-    from ..models import model_config
-    from ..retrievers.base import retriever_class
-
-    accepts = retriever_class(name).accepts
-    trained = model_config(model)
-    if accepts.needs_trained_model and (trained is None or trained[1].get("method") != accepts.trained_by):
-        given = f"--model {model} is not one" if model else "none was given"
-        raise ValueError(f"--retriever {name} needs --model DIR, a `toolscout train {accepts.trained_by}` directory "
-                         f"({given}; write one with `toolscout train {accepts.trained_by} --data SET_DIR --out DIR`)")
 
 
 def _factory(name: str, options: dict[str, Any], reranker: Any, fast_queries: str | None = None):

@@ -180,6 +180,21 @@ def retriever_systems(args: argparse.Namespace) -> list[tuple[str, str, dict[str
     return systems
 
 
+def check_trained_model(name: str, model: str | None) -> None:
+    """A retriever that is its method only with a model directory (`Accepts.needs_trained_model`) is refused
+    without one, by eval and index alike: tool2vec would rank by descriptions alone under its name (neither
+    learns usage; code that feeds it usage, `add_usage`, builds it with `ToolScout.from_tools`)."""
+    from ..models import model_config
+    from ..retrievers.base import retriever_class
+
+    accepts = retriever_class(name).accepts
+    trained = model_config(model)
+    if accepts.needs_trained_model and (trained is None or trained[1].get("method") != accepts.trained_by):
+        given = f"--model {model} is not one" if model else "none was given"
+        raise ValueError(f"--retriever {name} needs --model DIR, a `toolscout train {accepts.trained_by}` directory "
+                         f"({given}; write one with `toolscout train {accepts.trained_by} --data SET_DIR --out DIR`)")
+
+
 def pipeline_from_args(args: argparse.Namespace, tools: Sequence[Any] = (), *, store: str | None = None) -> Any:
     """The pipeline `toolscout index`'s flags describe (retriever, --model, view flags, -o options, --rerank,
     --no-split, the fast tier), over `tools` (none: built, not indexed: what `--store` records). `store`:
@@ -187,6 +202,7 @@ def pipeline_from_args(args: argparse.Namespace, tools: Sequence[Any] = (), *, s
     from ..pipeline import ToolScout
 
     settings = retriever_settings(args.option)
+    check_trained_model(args.retriever, args.model)
     options = {**retriever_options(args, args.retriever, args.model), **settings}
     if store is not None and "store" in options:
         options["store"] = store
