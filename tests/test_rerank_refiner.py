@@ -262,6 +262,23 @@ def test_old_refiner_directories_load_and_say_when_they_fall_back(mlc_pipeline, 
         ToolRefinerReranker(str(old), vectors="tool2vec")
 
 
+
+def test_a_first_stage_model_of_no_first_stage_names_every_method_that_fits(tmp_path):
+    """-o first_stage_model=<a cross directory>: the message named only tool2vec directories, though an mlc
+    (or toolclip) directory is taken too, the first stage following it."""
+    from toolscout.artifacts import write_artifact
+    from toolscout.models import model_base
+    from toolscout.train.refiner import first_stage_of, tool2vec_source
+
+    cross = tmp_path / "cross"
+    with write_artifact(cross, model_base("cross")):
+        pass
+    with pytest.raises(ValueError) as refused:
+        tool2vec_source(first_stage_of(None, str(cross)), str(cross), None)
+    assert str(refused.value) == (f"-o first_stage_model={cross}: is a 'cross' model; it should be a `toolscout "
+                                  "train tool2vec` directory, or that of another first stage: `train mlc`, `train "
+                                  "toolclip` (-o first_stage follows it)")
+
 def test_train_refiner_refuses_first_stage_models_that_do_not_fit(mlc_pipeline, tmp_path, capsys):
     root = mlc_pipeline
     cases = [

@@ -93,15 +93,24 @@ def first_stage_of(first_stage: str | None, first_stage_model: str | None) -> st
     return first_stage or (method if method in REGISTRY else "tool2vec")
 
 
-def _check_model_dir(option: str, path: str, method: str) -> None:
-    from ..retrievers.base import REGISTRY
+def _first_stage_methods() -> list[str]:
+    """The `train` methods whose directory -o first_stage_model takes, the first stage then being that
+    retriever (`first_stage_of`): tool2vec, mlc, toolclip."""
+    from ..retrievers.base import REGISTRY, retriever_class
 
+    return [name for name in REGISTRY if retriever_class(name).accepts.trained_by == name]
+
+
+def _check_model_dir(option: str, path: str, method: str) -> None:
     found = _method_of(path)
     if found == method:
         return
     what = f"is a {found!r} model" if found else "is not a toolscout model directory"
-    hint = f" (for a {found} first stage: -o first_stage={found})" if option == "first_stage_model" and \
-        found in REGISTRY else ""
+    hint = ""
+    if option == "first_stage_model":  # the directory chooses the first stage: name every one it may be
+        others = [m for m in _first_stage_methods() if m != method]
+        hint = (f" (for a {found} first stage: -o first_stage={found})" if found in others else
+                f", or that of another first stage: `train {'`, `train '.join(others)}` (-o first_stage follows it)")
     raise ValueError(f"-o {option}={path}: {what}; it should be a `toolscout train {method}` directory{hint}")
 
 
