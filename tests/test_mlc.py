@@ -236,3 +236,35 @@ def test_retraining_a_classifier_pipeline_starts_from_its_fine_tuned_encoder(tra
     scout = ToolScout.from_tools(trained["set"].tools, retriever="mlc", model=str(trained["out"]))
     assert _dense_encoder_name(scout) == trained["encoder"].name
     assert str(resolve(trained["out"])) in trained["encoder"].name
+
+
+def test_fine_tuning_that_validates_below_the_probe_is_discarded_and_the_summary_says_so():
+    """The probe validated at 60, fine-tuning's best at 40: the probe's weights are put back, and the run
+    summary (whose note ends the CLI's last line) says fine-tuning was discarded; one that beats the probe
+    carries no note."""
+    import torch
+
+    from toolscout.train.loop import RunSummary, TrainConfig
+    from toolscout.train.mlc import _fine_tune
+
+    class Worsening:  # a fine-tuning run: moves the weights, validates at `best`
+        def __init__(self, net, best):
+            self.net, self.best, self.config = net, best, TrainConfig()
+
+        def fit(self, resume):
+            with torch.no_grad():
+                self.net.weight.add_(1.0)
+            return RunSummary("mlc", best_validation=self.best, best_step=3)
+
+    for fine_tuned_best, discarded in ((40.0, True), (80.0, False)):
+        net = torch.nn.Linear(2, 2)
+        probe_weights = net.weight.detach().clone()
+        summary, kept = _fine_tune(Worsening(net, fine_tuned_best), net, lambda: 60.0, RunSummary("mlc-probe"),
+                                   [], resume=False)
+        assert torch.equal(net.weight, probe_weights) is discarded
+        if discarded:
+            assert kept.startswith("probe") and summary.best_validation == 60.0 and summary.best_step == 0
+            assert summary.discarded_for == ("fine-tuning discarded: the linear probe it started from validated "
+                                             "better and was kept")
+        else:
+            assert kept == "fine-tuned" and summary.discarded_for is None and summary.best_validation == 80.0

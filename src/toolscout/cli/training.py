@@ -106,6 +106,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         options["resume"] = False
     summary = fit(data, args.out, model=args.model, config=config, **options)
     best = "n/a" if summary.best_validation is None else f"{summary.best_validation:.2f}"
+    kept = f" ({summary.discarded_for})" if summary.discarded_for else ""
     print(f"trained {args.method} in {summary.time_s:.1f}s ({summary.examples} examples, "
-          f"{summary.examples_per_s:.1f}/s); best validation nDCG@10 {best} → {args.out}", file=sys.stderr)
+          f"{summary.examples_per_s:.1f}/s); best validation nDCG@10 {best}{kept} → {args.out}", file=sys.stderr)
     return 0

@@ -534,6 +534,7 @@ def fit_embed(data: TrainingData, out: str | Path, *, model: str | None = None, 
         # training never beat the starting model on validation: keep the starting weights
         st_model.load_state_dict(start_state)
         summary.best_validation, summary.best_step = round(start_score, 3), 0
+        summary.discarded_for = "training discarded: the starting model validated better and was kept"
     st_model.eval()
     summary.data = {**data.summary(), "pairs": len(pairs),
                     "examples_per_epoch": sum(len(b) for b in epoch_batches(0)), "balance": balance,

@@ -151,6 +151,7 @@ def _fine_tune(trainer: Trainer, net, validate, probe_summary: RunSummary | None
         net.load_state_dict(before[1])
         kept = "probe (fine-tuning did not improve validation)"
         summary.best_validation, summary.best_step = round(before[0], 3), 0
+        summary.discarded_for = "fine-tuning discarded: the linear probe it started from validated better and was kept"
     return summary, kept
 
 
