@@ -12,8 +12,8 @@ from .base_models import DEFAULT_MODEL, base_model_path
 from .packaged import PackagedModelError, assemble, packaged_models
 from .shipped import shipped_variants
 
-__all__ = ["DEFAULT_MODEL", "default_encoder_name", "resolve_model", "default_device", "usable_device", "encoding_device",
-           "local_model_folder", "torch_installed"]
+__all__ = ["DEFAULT_MODEL", "default_encoder_name", "resolve_model", "default_device", "usable_device",
+           "encoding_device", "local_model_folder", "torch_installed"]
 
 logger = logging.getLogger(__name__)
 
