@@ -110,6 +110,10 @@ def test_saving_an_index_over_a_trained_model_is_refused_and_the_model_kept(tool
     assert sorted(str(p.relative_to(model)) for p in model.rglob("*")) == before
     folder, config = model_config(model, method="tool2vec")
     assert (folder / "usage.npz").read_bytes() == b"trained weights"
+    (folder / "config.json").write_text("{torn")  # what a damaged folder holds is unknown: not written over
+    with pytest.raises(ArtifactError, match=rf"{model}: its live version cannot be read .* what it holds is unknown"):
+        ToolScout.from_tools(tools, retriever="bm25").save(model)
+    assert (folder / "usage.npz").read_bytes() == b"trained weights"
 
 KILL_SCRIPT = textwrap.dedent("""
     import sys, time

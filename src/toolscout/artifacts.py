@@ -137,7 +137,11 @@ def check_replaceable(root: str | os.PathLike, config: Mapping[str, Any]) -> Non
             raise ArtifactError(f"{root}: directory exists, is not empty and is not a toolscout artefact; "
                                 "refusing to write into it")
         return
-    held = read_json(live / CONFIG)
+    try:
+        held = read_json(live / CONFIG)
+    except ArtifactError as exc:  # what it holds is unknown: nothing is written over it
+        raise ArtifactError(f"{root}: its live version cannot be read ({exc}), so what it holds is unknown; "
+                            "give another folder, or remove that one first") from None
     held = held if isinstance(held, dict) else {}
     if held.get("kind") != config["kind"]:
         raise ArtifactError(f"{root}: holds {describe(held)}; writing {describe(config)} there would replace it. "
