@@ -530,11 +530,7 @@ def fit_embed(data: TrainingData, out: str | Path, *, model: str | None = None, 
         start_score, start_per_set = validate(), dict(validate.per_set)
         start_state = _copy_state(st_model)
     summary = trainer.fit(resume=resume)
-    if start_state is not None and summary.best_validation is not None and start_score >= summary.best_validation:
-        # training never beat the starting model on validation: keep the starting weights
-        st_model.load_state_dict(start_state)
-        summary.best_validation, summary.best_step = round(start_score, 3), 0
-        summary.discarded_for = "training discarded: the starting model validated better and was kept"
+    _keep_the_start_if_better(st_model, summary, start_score, start_state)
     st_model.eval()
     summary.data = {**data.summary(), "pairs": len(pairs),
                     "examples_per_epoch": sum(len(b) for b in epoch_batches(0)), "balance": balance,
@@ -553,6 +549,16 @@ def fit_embed(data: TrainingData, out: str | Path, *, model: str | None = None, 
         write_json(folder / "summary.json", summary.to_dict())
     trainer.finish()
     return summary
+
+
+def _keep_the_start_if_better(st_model, summary: RunSummary, start_score: float | None, start_state) -> None:
+    """Training that never beat the starting model on validation: the starting weights are kept, and the
+    summary says so."""
+    if start_state is None or summary.best_validation is None or start_score < summary.best_validation:
+        return
+    st_model.load_state_dict(start_state)
+    summary.best_validation, summary.best_step = round(start_score, 3), 0
+    summary.discarded_for = "training discarded: the starting model validated better and was kept"
 
 
 def training_config(config: TrainConfig | None, **changes) -> TrainConfig:
