@@ -56,6 +56,26 @@ def torch_encoders(monkeypatch):
     monkeypatch.setattr(Encoder, "load", classmethod(load_torch))
 
 
+TINY_MODEL_LAYERS = (0, 5)  # MiniLM-L6's first and last layers (the last matters most to its vectors)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory) -> str:
+    """The folder of MiniLM-L6 cut to two transformer layers, a sentence-transformers model like any other.
+    Why: tests that train, reload or export a model to check what is around it (a loss falls, a directory
+    reloads, a pipeline or the CLI passes it on) start from it, at about a third of the six-layer model's
+    cost per step. Tests about MiniLM itself (its tensors, the shipped export, its recorded checks) keep it."""
+    from sentence_transformers import SentenceTransformer
+
+    from toolscout.encoders import resolve_model
+    from toolscout.train.query_student import student_of
+
+    folder = tmp_path_factory.mktemp("tiny-model") / "minilm-2-layers"
+    minilm = SentenceTransformer(resolve_model("minilm"), device="cpu")
+    student_of(minilm, TINY_MODEL_LAYERS).save(str(folder))
+    return str(folder)
+
+
 @pytest.fixture(scope="session")
 def encoder():
     from toolscout.encoders import Encoder

@@ -91,10 +91,11 @@ def test_net_starts_as_the_first_stage_and_padding_does_not_change_scores():
 
 
 @pytest.fixture(scope="module")
-def trained(sample_data, tmp_path_factory):
+def trained(sample_data, tmp_path_factory, tiny_model):
     out = tmp_path_factory.mktemp("refiner") / "model"
     config = TrainConfig(batch_size=4, lr=1e-4, epochs=2, warmup_ratio=0.0, progress=False)
-    summary = fit_refiner(sample_data, out, config=config, resume=False, depth=8, max_query_length=24)
+    summary = fit_refiner(sample_data, out, model=tiny_model, config=config, resume=False, depth=8,
+                          max_query_length=24)
     return out, summary
 
 
@@ -122,13 +123,13 @@ def test_training_lowers_the_loss_and_reloads_to_identical_scores(trained, sampl
         assert np.all((sa >= 0) & (sa <= 1)) and list(sa) == sorted(sa, reverse=True)
 
 
-def test_pipeline_with_refiner_saves_and_loads_as_one_directory(trained, sample_data, tmp_path):
+def test_pipeline_with_refiner_saves_and_loads_as_one_directory(trained, sample_data, tmp_path, tiny_model):
     out, _ = trained
     tools = list(sample_data.tools.values())
-    scout = ToolScout.from_tools(tools, retriever="dense", reranker=out)
+    scout = ToolScout.from_tools(tools, retriever="dense", model=tiny_model, reranker=out)
     hits = scout.search("set an alarm for 7am", k=3)
     assert len(hits) == 3 and scout.reranker.name == "refiner"
-    plain = ToolScout.from_tools(tools, retriever="dense").retrieve(["set an alarm for 7am"], k=8)
+    plain = ToolScout.from_tools(tools, retriever="dense", model=tiny_model).retrieve(["set an alarm for 7am"], k=8)
     assert {h.tool.id for h in hits} <= set(plain.ids[0])  # the reranker only reorders the first stage's top 8
     scout.save(tmp_path / "p")
     again = ToolScout.load(tmp_path / "p")
@@ -169,16 +170,17 @@ def test_cli_eval_with_rerank_compares_against_the_first_stage(trained, tmp_path
 # --------------------------------------------------------------------- ToolRefiner + MLC (the paper's rows)
 
 @pytest.fixture(scope="module")
-def mlc_pipeline(sample_data, tmp_path_factory):
+def mlc_pipeline(sample_data, tmp_path_factory, tiny_model):
     """A Tool2Vec model, an MLC model, and a refiner trained on the MLC's candidates with the Tool2Vec
-    model's vectors: each as small as training allows."""
+    model's vectors (so over the Tool2Vec model's encoder): each as small as training allows."""
     from toolscout.train.mlc import fit_mlc
     from toolscout.train.tool2vec import fit_tool2vec
 
     root = tmp_path_factory.mktemp("refiner-mlc")
     quick = TrainConfig(batch_size=4, max_steps=2, warmup_ratio=0.0, progress=False)
-    fit_tool2vec(sample_data, root / "t2v", config=quick, priors=(1.0,))
-    fit_mlc(sample_data, root / "mlc", config=quick, probe_epochs=2, max_seq_length=32, validate_at_start=False)
+    fit_tool2vec(sample_data, root / "t2v", model=tiny_model, config=quick, priors=(1.0,))
+    fit_mlc(sample_data, root / "mlc", model=tiny_model, config=quick, probe_epochs=2, max_seq_length=32,
+            validate_at_start=False)
     fit_refiner(sample_data, root / "refiner", config=quick, resume=False, first_stage_model=str(root / "mlc"),
                 tool2vec_model=str(root / "t2v"), depth=8, max_query_length=24)
     return root
@@ -311,22 +313,23 @@ def test_train_refiner_refuses_first_stage_models_that_do_not_fit(mlc_pipeline, 
         assert not (tmp_path / "r").exists()
 
 
-def test_a_pipeline_follows_its_refiner_trained_again_in_place(trained, sample_data, tmp_path):
+def test_a_pipeline_follows_its_refiner_trained_again_in_place(trained, sample_data, tmp_path, tiny_model):
     """The pipeline saved only the refiner's directory and what was chosen for it: it recorded the model's
     vectors too, so a refiner trained again in the same directory behind another first stage (vectors of
     its own first stage now) failed to load ('usage.npz: missing'); and a pipeline saved before (its
     vectors 'first_stage' then, the model's default) read the wrong ones behind the retrained model."""
     import shutil
 
-    model = tmp_path / "model"
-    shutil.copytree(trained[0], model)
+    model_dir = tmp_path / "model"
+    shutil.copytree(trained[0], model_dir)
     tools = list(sample_data.tools.values())
-    ToolScout.from_tools(tools, retriever="dense", reranker=model).save(tmp_path / "p")
+    ToolScout.from_tools(tools, retriever="dense", model=tiny_model, reranker=model_dir).save(tmp_path / "p")
     saved = json.loads((tmp_path / "p" / (tmp_path / "p" / "CURRENT").read_text().strip() / "reranker"
                         / "config.json").read_text())
     assert saved["chosen"] == [] and "vectors" not in saved
     quick = TrainConfig(batch_size=4, max_steps=2, warmup_ratio=0.0, progress=False)
-    fit_refiner(sample_data, model, config=quick, resume=False, first_stage="dense", depth=8, max_query_length=24)
+    fit_refiner(sample_data, model_dir, model=tiny_model, config=quick, resume=False, first_stage="dense", depth=8,
+                max_query_length=24)
     again = ToolScout.load(tmp_path / "p")
     assert again.reranker.vectors == "first_stage" and len(again.search("set an alarm for 7am", k=3)) == 3
     old = {**saved, "vectors": "tool2vec", "depth": 8}  # as saved before `chosen`: the model's of that day
