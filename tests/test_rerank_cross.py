@@ -122,8 +122,9 @@ def test_base_model_is_the_packaged_minilm_transformer():
 
 
 @pytest.fixture(scope="module")
-def trained(sample_data, tmp_path_factory):
-    """A tiny real run: 8 steps of 8 pairs on the bundled API-Bank sample (BM25 first stage)."""
+def trained(sample_data, tmp_path_factory, tiny_model):
+    """A tiny real run: 8 steps of 8 pairs on the bundled API-Bank sample (BM25 first stage), from the
+    two-layer MiniLM (conftest)."""
     out = tmp_path_factory.mktemp("cross") / "model"
     config = TrainConfig(max_steps=8, batch_size=8, lr=1e-4, progress=False, seed=0)
     sets = tool_sets(sample_data)
@@ -141,10 +142,10 @@ def trained(sample_data, tmp_path_factory):
         with torch.no_grad():
             return PairLoss(net, tokenizer, sample_data.train, docs, 64, "cpu")(probe).item()
 
-    _, base = base_model_path(None)
+    _, base = base_model_path(tiny_model)
     set_seed(0)  # the same fresh head the run starts from
     before = probe_loss(*load_pair_model(base))
-    summary = fit_cross(sample_data, out, config=config, **TINY)
+    summary = fit_cross(sample_data, out, model=tiny_model, config=config, **TINY)
     from toolscout.models import model_config
 
     folder, model_cfg = model_config(out, method="cross")
@@ -277,9 +278,10 @@ def test_wrong_or_missing_model_dir_is_a_clear_error(tmp_path, trained):
         CrossEncoderReranker(model=str(broken))
 
 
-def test_cli_trains_a_cross_encoder(tmp_path):
+def test_cli_trains_a_cross_encoder(tmp_path, tiny_model):
     out = tmp_path / "cli-cross"
-    code = main(["train", "cross", "--data", str(SAMPLE), "--out", str(out), "--max-steps", "3", "--batch-size", "4",
+    code = main(["train", "cross", "--data", str(SAMPLE), "--out", str(out), "--model", tiny_model,
+                 "--max-steps", "3", "--batch-size", "4",
                  "--validation-fraction", "0.2", "--quiet", "-o", "max_length=64", "-o", "max_validation=4",
                  "-o", "rerank_depth=5"])
     assert code == 0
