@@ -204,14 +204,14 @@ def test_cli_eval_encodes_unseen_tools_with_the_trained_dir(trained, tmp_path, c
     assert abs(trained_whole["ndcg@10"] - untrained_whole["ndcg@10"]) > 0.5
 
 
-def test_tool2vec_finetune_saves_its_encoder(sample_data, tmp_path):
+def test_tool2vec_finetune_saves_its_encoder(sample_data, tmp_path, tiny_model):
     from toolscout.retrievers.tool2vec import Tool2VecRetriever
     from toolscout.train.tool2vec import fit_tool2vec
 
     out = tmp_path / "t2v"
     config = TrainConfig(batch_size=4, lr=1e-4, progress=False)
-    summary = fit_tool2vec(sample_data, out, config=config, finetune=True, finetune_steps=2, priors=(1.0,),
-                           finetune_options=TINY)
+    summary = fit_tool2vec(sample_data, out, model=tiny_model, config=config, finetune=True, finetune_steps=2,
+                           priors=(1.0,), finetune_options=TINY)
     assert summary.data["finetune"]["steps"] == 2 and summary.config["finetune_loss"] == "infonce"
     assert not out.with_name("t2v.finetune").exists()
     retriever = Tool2VecRetriever(model=str(out))
@@ -232,13 +232,14 @@ def _state(model) -> dict:
 
 
 @pytest.fixture(scope="module")
-def base_state():
-    return _state(Encoder.load(None, backend="torch").model)
+def base_state(tiny_model):
+    return _state(Encoder.load(tiny_model, backend="torch").model)
 
 
 @pytest.fixture(scope="module")
-def tiny_fit(sample_data, tmp_path_factory):
-    """fit_embed for 3 steps with the given options; the saved encoder's state dict and the run summary."""
+def tiny_fit(sample_data, tmp_path_factory, tiny_model):
+    """fit_embed of the two-layer MiniLM (conftest) for 3 steps with the given options; the saved encoder's
+    state dict and the run summary."""
     from sentence_transformers import SentenceTransformer
 
     from toolscout.train.embed import fit_embed
@@ -250,7 +251,8 @@ def tiny_fit(sample_data, tmp_path_factory):
         if key not in runs:
             out = tmp_path_factory.mktemp("fit") / "model"
             config = TrainConfig(batch_size=4, lr=2e-4, max_steps=3, progress=False, seed=3)
-            summary = fit_embed(sample_data, out, config=config, max_validation=4, **{**TINY, **options})
+            summary = fit_embed(sample_data, out, model=tiny_model, config=config, max_validation=4,
+                                **{**TINY, **options})
             model = SentenceTransformer(str(_encoder_folder(out)), device="cpu")
             runs[key] = (_state(model), summary)
         return runs[key]
@@ -258,10 +260,10 @@ def tiny_fit(sample_data, tmp_path_factory):
     return run
 
 
-@pytest.mark.parametrize("trainable, frozen, trained", [
-    ("all", [], ["embeddings.word_embeddings", "layer.0.", "layer.5."]),
-    ("layers", ["embeddings.", "pooler."], ["layer.0.", "layer.5."]),
-    ("top:2", ["embeddings.", "layer.0.", "layer.3.", "pooler."], ["layer.4.", "layer.5."]),
+@pytest.mark.parametrize("trainable, frozen, trained", [  # the two-layer model's layers are named 0 and 1
+    ("all", [], ["embeddings.word_embeddings", "layer.0.", "layer.1."]),
+    ("layers", ["embeddings.", "pooler."], ["layer.0.", "layer.1."]),
+    ("top:1", ["embeddings.", "layer.0.", "pooler."], ["layer.1."]),
 ])
 def test_trainable_leaves_frozen_tensors_bit_identical(tiny_fit, base_state, trainable, frozen, trained):
     state, summary = tiny_fit(trainable=trainable)
@@ -272,7 +274,8 @@ def test_trainable_leaves_frozen_tensors_bit_identical(tiny_fit, base_state, tra
             assert torch.equal(tensor, base_state[name]), f"{name} changed although {trainable!r} freezes it"
         elif any(part in name for part in trained) and not name.endswith("position_ids"):
             assert not torch.equal(tensor, base_state[name]), f"{name} did not train with {trainable!r}"
-    n_trained = {"all": 103, "layers": 96, "top:2": 32}[trainable]  # MiniLM-L6: 16 tensors per layer
+    # BERT tensors: 5 in the embedding block, 16 per layer, 2 in the pooler; here two layers
+    n_trained = {"all": 5 + 2 * 16 + 2, "layers": 2 * 16, "top:1": 16}[trainable]
     assert summary.config["trainable_parameters"] == n_trained
 
 
@@ -284,6 +287,8 @@ def test_trainable_rejects_unknown_specs():
         with pytest.raises(ValueError, match="trainable"):
             freeze_parameters(model, spec)
     assert len(freeze_parameters(model, "top:99")) == 96  # more layers than the model has: all of them
+    top_two = freeze_parameters(model, "top:2")  # of MiniLM-L6's six layers (16 tensors each): 4 and 5
+    assert len(top_two) == 32 and all(".layer.4." in name or ".layer.5." in name for name in top_two)
 
 
 def _two_set_catalog():
