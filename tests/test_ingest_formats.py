@@ -177,6 +177,28 @@ def test_jsonl_file_and_namespace_keep_row_ids():
     assert [(t.id, t.namespace) for t in tools] == [("bench::AddAlarm", "apps"), ("bench::QueryStock", "apps")]
 
 
+def test_a_catalog_expand_wrote_reads_back_with_every_field_it_wrote(tmp_path):
+    """`toolscout expand` writes `title`, `method` and `path` into its tools.jsonl; reading it back (index, eval)
+    dropped them, so an expanded OpenAPI catalog lost each tool's HTTP method and path, and MCP tools their
+    titles."""
+    from toolscout.benchmark_sets import load_benchmark
+    from toolscout.expand.catalog import tool_row
+
+    catalogs = Path(__file__).resolve().parents[1] / "src" / "toolscout" / "data" / "catalogs"
+    written = [t for t in load_tools(catalogs / "petstore_openapi.yaml")][:3] + \
+        [t.with_changes(title="Read a file") for t in load_tools(catalogs / "mcp_reference_servers.json")][:1]
+    (tmp_path / "tools.jsonl").write_text("".join(json.dumps(tool_row(t)) + "\n" for t in written))
+    (tmp_path / "queries.jsonl").write_text(json.dumps({"id": "q", "query": "a pet", "labels": [written[0].id],
+                                                        "split": "test"}) + "\n")
+    fields = [(t.id, t.title, t.method, t.path) for t in written]
+    assert all(method and path for _id, _title, method, path in fields[:3]) and fields[3][1] == "Read a file"
+    assert [(t.id, t.title, t.method, t.path) for t in load_tools(tmp_path)] == fields
+    assert [(t.id, t.title, t.method, t.path) for t in load_benchmark(tmp_path).tools] == fields
+    (tmp_path / "tools.jsonl").write_text(json.dumps({"id": "a", "name": "a", "method": 3}) + "\n")
+    with pytest.raises(CatalogError, match="tools.jsonl:1: field 'method' must be a string or null, got integer"):
+        load_tools(tmp_path)
+
+
 OPENAI_LINES = ('{"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",'
                 ' "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}\n'
                 '\n'

@@ -48,8 +48,12 @@ def tool_from_row(row: Mapping[str, Any], where: str = "") -> Tool:
     description = row.get("description") or ""
     if not isinstance(description, str):
         raise CatalogError(f"{where}: field 'description' must be a string")
+    for key in ("title", "method", "path"):  # what `toolscout expand` writes beside the benchmark fields
+        if row.get(key) is not None and not isinstance(row[key], str):
+            raise CatalogError(f"{where}: field {key!r} must be a string or null, got {json_type(row[key])}")
     return Tool(
-        id=row["id"], name=row["name"], description=description, parameters=params,
+        id=row["id"], name=row["name"], description=description, parameters=params, title=row.get("title") or None,
+        method=row.get("method") or None, path=row.get("path") or None,
         category=row.get("category") or None, namespace=row.get("namespace") or None,
         tags=tuple(row.get("tags") or ()), profile=row.get("profile") or None,
         usage=tuple(u for u in row.get("usage") or () if isinstance(u, str)), raw=row.get("doc", row),
