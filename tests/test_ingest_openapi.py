@@ -322,3 +322,15 @@ def test_yaml_is_read_with_yaml_12_booleans_only_true_and_false(tmp_path):
     assert tool.parameters == {"type": "object", "properties": {
         "vote": {"type": "string", "enum": ["yes", "no", "on", "off", "Y", "maybe"]},
         "notify": {"type": "boolean", "default": False}}, "required": ["vote"]}  # True and false still booleans
+
+
+def test_yaml_numbers_are_yaml_12s_so_a_time_or_a_zero_padded_code_keeps_its_value():
+    """YAML 1.1 read `12:30` as 750 (base 60), `010` as 8 (octal), `0b11` as 3 and `1_000` as 1000; in YAML 1.2's core
+    schema the first is text, `010` is ten, and the last two are text. An explicit !!int still reads `1_000`."""
+    from toolscout.ingest.yaml_loader import load
+
+    text = ("at: 12:30\ncode: 010\nmask: 0b11\nbig: 1_000\nhex: 0x1F\noct: 0o17\ne: 1e3\nhalf: .5\n"
+            "neg: -2.5E-1\nplus: +7\ntagged: !!int '1_000'\n")
+    assert load(text, "numbers.yaml") == {"at": "12:30", "code": 10, "mask": "0b11", "big": "1_000", "hex": 31,
+                                          "oct": 15, "e": 1000.0, "half": 0.5, "neg": -0.25, "plus": 7,
+                                          "tagged": 1000}

@@ -5,9 +5,9 @@ Python parser takes seconds per megabyte), PyYAML's own composer and SafeConstru
 
 - only plain data: SafeConstructor refuses `!!python/...` tags, so no code runs while reading;
 - dates stay strings: a schema's `default: 2024-01-01` must stay JSON;
-- booleans are YAML 1.2's (what OpenAPI 3.1 and JSON Schema data are): only true/false (True, TRUE...);
-  YAML 1.1's yes/no/on/off/y/n stay strings, so `operationId: NO` is the name NO and `enum: [yes, no]`
-  keeps its two words;
+- booleans and numbers are YAML 1.2's (what OpenAPI 3.1 and JSON Schema data are): only true/false (True,
+  TRUE...) are booleans, so YAML 1.1's yes/no/on/off/y/n stay strings (`operationId: NO` is the name NO and
+  `enum: [yes, no]` keeps its two words); `12:30`, `0b11` and `1_000` are strings and `010` is ten;
 - nesting is bounded (`guard.MAX_DEPTH`): the composer is recursive Python, and libyaml's own composer
   is recursive C that crashes the process on a few hundred thousand levels, so it is not used. Newer
   libyaml builds (PyYAML 6.0.4's wheels) stop at 1,000 levels of their own while scanning ahead, before
@@ -85,8 +85,14 @@ class CatalogLoader(Composer, *_PARSER, SafeConstructor, Resolver):  # type: ign
         node.value = _one_entry_per_key(node.value)
 
     def construct_yaml_int(self, node: Any) -> int:
+        """An integer as YAML 1.2 reads it (`010` is ten, `0o17` octal, `0x1F` hex); a YAML 1.1 form given an
+        explicit `!!int` tag (`1_000`, `0b11`) as YAML 1.1 reads it."""
+        text = self.construct_scalar(node)
         try:
-            return SafeConstructor.construct_yaml_int(self, node)
+            if not isinstance(text, str) or not _INT_12.match(text):
+                return SafeConstructor.construct_yaml_int(self, node)
+            base = {"0o": 8, "0x": 16}.get(text[:2], 10)
+            return int(text[2:] if base != 10 else text, base)
         except ValueError:
             raise BeyondLimit(None, None, f"a number with more than {MAX_INT_DIGITS} digits; write it as a string",
                               node.start_mark) from None
@@ -102,11 +108,20 @@ class LastKeyLoader(CatalogLoader):
 
 _BOOL_TAG = "tag:yaml.org,2002:bool"
 CatalogLoader.add_constructor("tag:yaml.org,2002:int", CatalogLoader.construct_yaml_int)
+_INT_TAG, _FLOAT_TAG = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
+# YAML 1.2's core schema (what OpenAPI 3.1 and JSON Schema data are): YAML 1.1's sexagesimal `12:30` (750),
+# octal `010` (8), binary `0b11` and `1_000` are strings or decimals there
+_INT_12 = re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$")
+_FLOAT_12 = re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)"
+                       r"|\.(?:nan|NaN|NAN))$")
 CatalogLoader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag not in ("tag:yaml.org,2002:timestamp", _BOOL_TAG)]
+    first: [(tag, regexp) for tag, regexp in resolvers
+            if tag not in ("tag:yaml.org,2002:timestamp", _BOOL_TAG, _INT_TAG, _FLOAT_TAG)]
     for first, resolvers in Resolver.yaml_implicit_resolvers.items()
 }
 CatalogLoader.add_implicit_resolver(_BOOL_TAG, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+CatalogLoader.add_implicit_resolver(_INT_TAG, _INT_12, list("-+0123456789"))  # before float: `12` is an int
+CatalogLoader.add_implicit_resolver(_FLOAT_TAG, _FLOAT_12, list("-+0123456789."))
 
 
 def _refuse_duplicate_keys(node: Any) -> None:
