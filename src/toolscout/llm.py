@@ -235,6 +235,11 @@ class LLMStats:
                 f"{d['completion_tokens']} completion tokens")
 
 
+# what to check when a server's replies are never the JSON a pipeline asked for (`expand`, `generate`)
+UNREADABLE_REPLIES_HINT = ("check that --model names a chat model that follows instructions, and that --max-tokens "
+                           "does not cut replies short")
+
+
 class ErrorTally:
     """A run's failed LLM requests by kind (each message's first line), with counts, for its report; and
     the one rule for when they fail the run: more than half of its requests."""

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from ..llm import ErrorTally, LLMClient, LLMError, parse_json_reply, snippet
+from ..llm import UNREADABLE_REPLIES_HINT, ErrorTally, LLMClient, LLMError, parse_json_reply, snippet
 from ..tool import Tool, content_hash
 from .profile import ProfileParseError, ProfileRules, check_profile, parse_profile, problem_kind
 from .prompts import PROMPT_VERSION, expansion_messages, judge_messages
@@ -316,7 +316,7 @@ class ExpandReport:
         if not done and self.unreadable_replies and self.llm_errors + self.unreadable_replies == self.drafts:
             return (f"the server's replies were not the JSON asked for (a tool_profile object): none of "
                     f"{self.drafts} drafts could be read; one reply began: {self.invalid_reply!r}; "
-                    "check that --model names a chat model that follows instructions, and that --max-tokens does not cut replies short")
+                    f"{UNREADABLE_REPLIES_HINT}")
         return None
 
     def mostly_failed(self) -> str | None:

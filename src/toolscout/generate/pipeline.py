@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from ..benchmark_sets import Query
-from ..llm import ErrorTally, LLMClient, LLMError, parse_json_reply, snippet
+from ..llm import UNREADABLE_REPLIES_HINT, ErrorTally, LLMClient, LLMError, parse_json_reply, snippet
 from ..tool import Tool
 from .dedupe import NearDuplicateIndex
 from .prompts import generation_messages, polish_messages, tool_line
@@ -95,7 +95,7 @@ class GenerateReport:
         if self.rejected["invalid_json"] and unreadable == self.attempts:
             return (f"the server's replies were not the JSON asked for (an object with \"tools\" and \"query\"): "
                     f"none of {self.attempts} attempts gave a query; one reply began: {self.invalid_reply!r}; "
-                    "check that --model names a chat model that follows instructions, and that --max-tokens does not cut replies short")
+                    f"{UNREADABLE_REPLIES_HINT}")
         rejected = ", ".join(f"{r} {n}" for r, n in self.rejected.most_common())
         return f"none of {self.attempts} attempts gave a usable query (rejected: {rejected})"
 

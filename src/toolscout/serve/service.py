@@ -312,8 +312,10 @@ class ToolService:
     def unknown_namespaces(self, names: Iterable[str] | None, principal: Principal = ADMIN) -> list[str]:
         """Those of `names` (a search's namespaces) that hold no tool the caller may see: a typo, most likely,
         which would otherwise read as a search that found nothing (one the caller may not see reads the same)."""
+        if not names:  # every search asks: one without namespaces costs nothing
+            return []
         unknown = set(self._tenant(principal).pipeline(fresh=False).unknown_namespaces(names))
-        return sorted(n for n in set(names or ()) if n in unknown or not principal.sees_namespace(n))
+        return sorted(n for n in set(names) if n in unknown or not principal.sees_namespace(n))
 
     @property
     def tools(self) -> list[Tool]:
