@@ -7,11 +7,13 @@ the database fail saying so. They never skip: CI must not pass without them."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import os
 import tempfile
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -77,6 +79,24 @@ def own_server_uri(data) -> str:
     with psycopg.connect(uri, autocommit=True) as conn:
         conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
     return uri
+
+
+def signal_server(data, signum: int) -> None:
+    """Send `signum` to the PostgreSQL of `own_server_uri(data)` and to every process it started (its
+    backends): SIGSTOP freezes the database without closing a socket, SIGCONT wakes it."""
+    postmaster = (Path(data) / "postmaster.pid").read_text().split()[0]
+    backends = [int(pid) for pid in os.listdir("/proc") if pid.isdigit() and _parent(pid) == postmaster]
+    for pid in [int(postmaster), *backends]:
+        with contextlib.suppress(ProcessLookupError):  # a backend that ended meanwhile
+            os.kill(pid, signum)
+
+
+def _parent(pid: str) -> str | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[1]  # after the command name, which may hold spaces: state, parent
 
 
 def new_table() -> str:

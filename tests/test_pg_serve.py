@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 import pytest
-from pgtest import new_table, own_server_uri, pg_ctl, postgres_uri, spec
+from pgtest import new_table, own_server_uri, pg_ctl, postgres_uri, signal_server, spec
 from servers import start_server
 from traffic import RAIN, RAIN_TASK, events, mixed
 
@@ -612,5 +612,50 @@ def test_a_database_that_stops_is_a_fast_503_naming_it_and_its_return_serves_wit
             # told as one too
             assert _outage_log(caplog) in (["down", "back"], ["down", "back"] * 2)
     finally:  # stopped whatever happened; a failure to stop must not hide the test's own
+        with contextlib.suppress(Exception):
+            pg_ctl(data, "stop")
+
+
+def test_a_database_that_freezes_is_a_503_naming_it_not_a_hung_request(tmp_path, tools, encoder):
+    """A database stopped without closing its sockets (SIGSTOP: a frozen process or virtual machine) never
+    answers, and libpq waits for ever: a search hung with no end. Now the request is a 503 naming the
+    database within seconds, and once the database runs again, searches are served."""
+    import signal
+    import threading
+
+    from starlette.testclient import TestClient
+
+    from toolscout.postgres import index_catalog
+    from toolscout.serve import ToolService
+    from toolscout.serve.http import create_app
+    from toolscout.store.pgvector import PgVectorStore
+
+    data = tmp_path / "pgdata"
+    frozen = False
+    try:
+        store_spec = spec(own_server_uri(data), new_table()) + "&answer_timeout=3"
+        store = PgVectorStore.from_spec(store_spec, encoder.dim)
+        index_catalog(store, tools, encoder, ToolScout.from_tools([], retriever="dense", encoder=encoder).spec)
+        store.close()
+        with ToolService.open(store_spec, encoder=encoder, batch_workers=0) as service:
+            client = TestClient(create_app(service))
+            assert client.post("/search", json={"query": RAIN_TASK}).status_code == 200
+            signal_server(data, signal.SIGSTOP)
+            frozen = True
+            answers = []
+            request = threading.Thread(target=lambda: answers.append(
+                client.post("/search", json={"query": "is it windy in Oslo right now"})), daemon=True)
+            request.start()
+            request.join(60)  # the database stays frozen for as long as this waits
+            assert not request.is_alive(), "the search hung on the frozen database"
+            assert answers[0].status_code == 503, answers[0].text
+            assert "PostgreSQL database postgresql://" in answers[0].json()["error"]["message"]
+            signal_server(data, signal.SIGCONT)
+            frozen = False
+            answer = client.post("/search", json={"query": "is it windy in Oslo right now"})
+            assert answer.status_code == 200, answer.text
+    finally:
+        if frozen:
+            signal_server(data, signal.SIGCONT)
         with contextlib.suppress(Exception):
             pg_ctl(data, "stop")

@@ -62,7 +62,13 @@ def test_spec_parsing_keeps_libpq_parameters_and_never_records_the_password():
         PgSpec.parse("postgresql:///db?table=Robert');DROP")
     with pytest.raises(Exception, match="expected postgresql://"):
         PgSpec.parse("mysql://h/db")
-    with pytest.raises(PgStoreError, match='invalid URI query parameter: "sslmod".*toolscout\'s own: table, tenant'):
+    timed = PgSpec.parse("postgresql:///db?answer_timeout=2.5&tenant=t")
+    assert (timed.dsn, timed.answer_timeout, PgSpec.parse("postgresql:///db").answer_timeout) == ("postgresql:///db", 2.5, 30)
+    assert PgSpec.parse(str(timed)) == timed and str(timed).endswith("answer_timeout=2.5")
+    for bad in ("0", "-1", "soon", "inf", "nan"):
+        with pytest.raises(PgStoreError, match=f"answer_timeout='{bad}' in the store spec: give the seconds"):
+            PgSpec.parse(f"postgresql:///db?answer_timeout={bad}")
+    with pytest.raises(PgStoreError, match='invalid URI query parameter: "sslmod".*toolscout\'s own: answer_timeout, table, tenant'):
         PgSpec.parse("postgresql://u:pw@h/db?sslmod=require&tenant=t")  # a misspelt libpq parameter, before connecting
 
 
@@ -371,6 +377,29 @@ def test_a_statement_that_fails_on_its_own_is_not_taken_for_a_database_that_is_d
                 with database.connection() as conn, conn.transaction():
                     conn.execute("SET LOCAL lock_timeout = '50ms'")
                     conn.execute(f"SELECT count(*) FROM {parsed.table}")
+    finally:
+        database.close()
+
+
+def test_work_the_database_leaves_unanswered_past_the_answer_timeout_is_cut_and_the_pool_recovers(pg):
+    """libpq waits for an answer with no bound: a request on a database that stopped answering hung for good.
+    Bounded work past `timeout` has its connection cut (Unavailable, a 503 naming the database and the spec's
+    setting); work that grows with the data (`bounded=False`) is left to finish; the pool then serves again."""
+    from toolscout.errors import Unavailable
+    from toolscout.store.pgvector import PgDatabase, PgSpec
+
+    parsed = PgSpec.parse(spec(pg, new_table()))
+    database = PgDatabase(parsed.dsn, parsed.table, dim=8, timeout=1.0)
+    try:
+        started = time.monotonic()
+        with pytest.raises(Unavailable, match=r"did not answer within 1 s \(answer_timeout in the store spec\)"):
+            with database.connection() as conn:
+                conn.execute("SELECT pg_sleep(60)")
+        assert time.monotonic() - started < 20  # cut at 1 s; the statement alone would take 60
+        with database.connection(bounded=False) as conn:
+            assert conn.execute("SELECT pg_sleep(1.5), 7").fetchone()[1] == 7
+        with database.connection() as conn:  # the cut connection was replaced
+            assert conn.execute("SELECT 1").fetchone() == (1,)
     finally:
         database.close()
 

@@ -253,7 +253,7 @@ def configure_new_table(spec: str | PgSpec, encoder, pipeline: PipelineSpec) -> 
     catalog = PgCatalog.from_spec(spec, encoder.dim)
     key = [f"toolscout.configure.{catalog.table}"]
     try:
-        with catalog.database.connection() as conn:
+        with catalog.database.connection(bounded=False) as conn:  # the lock waits while another process indexes
             conn.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", key)
             try:
                 stored = catalog.database.config()

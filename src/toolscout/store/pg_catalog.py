@@ -27,6 +27,7 @@ from ..results import Filter, Results
 from ..tool import Tool
 from . import pg_feedback
 from . import pg_schema as schema
+from .pg_deadline import bounded_for
 from .base import checked_vectors
 from .pgvector import (NeedVectors, NothingToWrite, PgRow, PgSpec, PgStoreError, PgTenantRows, PgVectorStore, as_array,
                        as_jsonb, checked_vector, doc_of, refuse_nul)
@@ -124,7 +125,7 @@ class PgCatalog(PgTenantRows):
     def hashes(self, ids: Iterable[str] | None = None) -> dict[str, str]:
         """id -> content hash, for `ids` (unknown ones left out) or for every row of the tenant."""
         where, params = self._ids_clause(ids)
-        with self.database.connection() as conn:
+        with self.database.connection(bounded=self._bounded(params)) as conn:
             rows = conn.execute(self._sql(f"SELECT id, content_hash FROM {{t}} WHERE {where}"), params)
             return dict(rows.fetchall())
 
@@ -134,7 +135,7 @@ class PgCatalog(PgTenantRows):
         is built from (`serve/pg_replica.py`)."""
         where, params = self._ids_clause(ids)
         column = "embedding" if vectors else "NULL"
-        with self.database.connection() as conn:
+        with self.database.connection(bounded=self._bounded(params)) as conn:
             rows = conn.execute(self._sql(f"SELECT id, namespace, content_hash, doc, {column}, joined_at FROM {{t}} "
                                           f"WHERE {where} ORDER BY seq, id"), params).fetchall()
         return [(tid, ns or None, h, doc_of(doc), None if vec is None else as_array(vec), float(joined))
@@ -145,10 +146,15 @@ class PgCatalog(PgTenantRows):
             return "tenant = %s", [self.tenant]
         return "tenant = %s AND id = ANY(%s)", [self.tenant, list(ids)]
 
+    @staticmethod
+    def _bounded(params: list) -> bool:
+        """Whether a read of `_ids_clause`'s rows is bounded by the answer timeout (a whole catalog is not)."""
+        return bounded_for(len(params[1]) if len(params) > 1 else None)
+
     def docs(self, ids: Iterable[str] | None = None) -> dict[str, dict]:
         """id -> stored Tool JSON, for `ids` (unknown ones are left out) or for every row."""
         where, params = self._ids_clause(ids)
-        with self.database.connection() as conn:
+        with self.database.connection(bounded=self._bounded(params)) as conn:
             rows = conn.execute(self._sql(f"SELECT id, doc FROM {{t}} WHERE {where} ORDER BY id"), params)
             return {tid: doc_of(doc) for tid, doc in rows.fetchall()}
 
@@ -239,7 +245,7 @@ class PgCatalog(PgTenantRows):
         """Build the tenant's new partition beside the live one (committed, not attached: invisible), then
         swap it in with one short transaction. A write that lands in between makes the swap retry."""
         canonical = schema.partition_name(self.table, self.tenant)
-        with self.database.connection() as conn:
+        with self.database.connection(bounded=False) as conn:
             # one replace per tenant at a time (session lock: released if this process dies)
             conn.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", [f"toolscout.replace.{canonical}"])
             try:
@@ -346,23 +352,27 @@ class PgCatalog(PgTenantRows):
             refuse_nul({"query": event.query, "source": event.source, "tool_ids": event.tool_ids},
                        f"feedback event {i}")
         return self._feedback_write(lambda conn: pg_feedback.learn(self, conn, events, keys, untaught, vectors, scored),
-                                    lambda result: sorted({u.tool_id for u in result.learned}))
+                                    lambda result: sorted({u.tool_id for u in result.learned}),
+                                    bounded=bounded_for(len(events)))
 
     def forget(self, source: str) -> tuple[list[str], int]:
         """Take back everything feedback from `source` taught, in one write transaction."""
-        return self._feedback_write(lambda conn: pg_feedback.forget(self, conn, source), list)
+        return self._feedback_write(lambda conn: pg_feedback.forget(self, conn, source), list, bounded=False)
 
     def rollback(self, before: float) -> tuple[int, int]:
         """Take back everything taught at or after `before`, in one write transaction."""
-        return self._feedback_write(lambda conn: pg_feedback.rollback(self, conn, before), lambda _n: [])
+        return self._feedback_write(lambda conn: pg_feedback.rollback(self, conn, before), lambda _n: [],
+                                    bounded=False)
 
     def set_learning(self, settings: dict) -> tuple[dict, int]:
         """Record the tenant's learning settings, in one write transaction."""
         return self._feedback_write(lambda conn: pg_feedback.bump_epoch(self, conn, settings) or settings,
                                     lambda _s: [])
 
-    def _feedback_write(self, change, changed_ids):
-        with self.database.connection() as conn, conn.transaction():
+    def _feedback_write(self, change, changed_ids, *, bounded: bool = True):
+        """`change(conn)` in a write transaction that bumps the tenant's version and logs `changed_ids(outcome)`;
+        `bounded`: whether the answer timeout bounds it (taking back a whole source or a period is not)."""
+        with self.database.connection(bounded=bounded) as conn, conn.transaction():
             version = self._bump(conn)  # writers of this tenant queue here
             outcome = change(conn)
             self._log(conn, version, changed_ids(outcome))

@@ -28,6 +28,7 @@ import numpy as np
 
 from ..feedback import PER_SOURCE_CAP, FeedbackEvent, LearnResult, Scored, Usage, normalized
 from .base import as_array
+from .pg_deadline import bounded_for
 
 
 @dataclass(frozen=True)
@@ -183,7 +184,7 @@ def learning_state(store) -> tuple[int, dict]:
 
 def taught_since(store, seq: int = 0) -> list[Taught]:
     """The rows that teach, recorded after sequence number `seq`, in order."""
-    with store.database.connection() as conn:
+    with store.database.connection(bounded=seq > 0) as conn:  # from the start: grows with the log
         rows = conn.execute("SELECT seq, request_key, tool_id, source, query, taught_at, untaught_rank "
                             "FROM toolscout_feedback WHERE tbl = %s AND tenant = %s AND learned AND seq > %s "
                             "ORDER BY seq", [store.table, store.tenant, seq]).fetchall()
@@ -193,7 +194,7 @@ def taught_since(store, seq: int = 0) -> list[Taught]:
 def request_vectors(store, keys: Sequence[str]) -> dict[str, np.ndarray]:
     if not keys:
         return {}
-    with store.database.connection() as conn:
+    with store.database.connection(bounded=bounded_for(len(keys))) as conn:
         rows = conn.execute("SELECT key, embedding FROM toolscout_requests WHERE tbl = %s AND tenant = %s "
                             "AND key = ANY(%s)", [store.table, store.tenant, list(keys)]).fetchall()
     return {key: as_array(vector) for key, vector in rows}
@@ -201,7 +202,7 @@ def request_vectors(store, keys: Sequence[str]) -> dict[str, np.ndarray]:
 
 def scored_since(store, seq: int = 0) -> tuple[int, list[Scored]]:
     """(the newest sequence number, the scores recorded after `seq`, in order)."""
-    with store.database.connection() as conn:
+    with store.database.connection(bounded=seq > 0) as conn:  # from the start: grows with the log
         rows = conn.execute("SELECT seq, time, source, namespace, tool_id, query, taught_before, served, untaught, "
                             "learned, passed_by FROM toolscout_scored WHERE tbl = %s AND tenant = %s AND seq > %s "
                             "ORDER BY seq", [store.table, store.tenant, seq]).fetchall()

@@ -83,7 +83,7 @@ class PgGatewayState:
     def namespace_lock(self, namespace: str) -> Iterator[None]:
         """Hold the lock on `namespace`'s listings (across replicas; released if this process dies)."""
         key = [self._key(f"listing.{namespace}")]
-        with self.database.connection() as conn:
+        with self.database.connection(bounded=False) as conn:  # held while the listing is indexed, however long
             conn.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", key)
             try:
                 yield

@@ -3,8 +3,9 @@ by a store spec that is a libpq URI:
 
     postgresql://USER@HOST:5432/DB?sslmode=require&tenant=acme&table=toolscout_tools
 
-`tenant` (default "default") and `table` (default "toolscout_tools") are toolscout's own parameters and are
-removed before connecting; everything else is libpq's. Passwords are never written anywhere: a saved
+`tenant` (default "default"), `table` (default "toolscout_tools") and `answer_timeout` (seconds a block of
+database work may go unanswered before its connection is cut, default 30) are toolscout's own parameters and
+are removed before connecting; everything else is libpq's. Passwords are never written anywhere: a saved
 config records the DSN without its password, and libpq finds it at connect time in the DSN given then,
 in PGPASSWORD or in ~/.pgpass.
 
@@ -51,11 +52,12 @@ from ..results import Filter, Results
 from . import pg_feedback
 from . import pg_schema as schema
 from .base import as_array, checked_vectors
+from .pg_deadline import DEADLINES
 from .pg_outage import Outage
 
 SCHEMES = ("postgresql://", "postgres://")
 KIND = "pgvector"
-OWN_PARAMS = ("tenant", "table")
+OWN_PARAMS = ("tenant", "table", "answer_timeout")
 NOTIFY_CHANNEL = "toolscout"
 CHANGES_KEPT = 1000  # change-log entries kept per tenant; a reader further behind reloads everything
 MAX_EF_SEARCH = 1000  # pgvector's limit
@@ -66,6 +68,10 @@ LOCK_WAIT_S = POOL_WAIT_S
 # the pool's reconnection backoff doubles without bound, so after a long outage the database could be back for
 # a minute before the next attempt: each round of attempts gives up after this, and the next request starts one
 RECONNECT_S = 10.0
+# the longest a block of database work waits for answers before its connection is cut (`pg_deadline`): a
+# database that stopped without closing its sockets hung requests for good. Generous: a request's statements
+# take milliseconds, and a lock wait is LOCK_WAIT_S at most; whole-catalog writes are not bounded by it
+ANSWER_WAIT_S = 30.0
 T = TypeVar("T")
 
 
@@ -93,11 +99,12 @@ class NothingToWrite(Exception):
 
 @dataclass(frozen=True)
 class PgSpec:
-    """A parsed store spec: the libpq DSN plus toolscout's tenant and table."""
+    """A parsed store spec: the libpq DSN plus toolscout's tenant, table and answer timeout."""
 
     dsn: str
     tenant: str = "default"
     table: str = schema.DEFAULT_TABLE
+    answer_timeout: float = ANSWER_WAIT_S
 
     @classmethod
     def parse(cls, spec: str, *, tenant: str | None = None, table: str | None = None) -> "PgSpec":
@@ -118,7 +125,7 @@ class PgSpec:
         tenant = tenant if tenant is not None else own.get("tenant", "default")
         table = table if table is not None else own.get("table", schema.DEFAULT_TABLE)
         check_tenant(tenant)
-        return cls(dsn, tenant, schema.check_table_name(table))
+        return cls(dsn, tenant, schema.check_table_name(table), _answer_timeout(own.get("answer_timeout")))
 
     def to_string(self, *, password: bool = False) -> str:
         """The spec as a string; without the password unless asked (what configs and logs record)."""
@@ -128,12 +135,27 @@ class PgSpec:
         params = [f"tenant={quote(self.tenant, safe='')}"] if self.tenant != "default" else []
         if self.table != schema.DEFAULT_TABLE:
             params.append(f"table={self.table}")
+        if self.answer_timeout != ANSWER_WAIT_S:
+            params.append(f"answer_timeout={self.answer_timeout:g}")
         if not params:
             return dsn
         return dsn + ("&" if "?" in dsn else "?") + "&".join(params)
 
     def __str__(self) -> str:
         return self.to_string()
+
+
+def _answer_timeout(value: str | None) -> float:
+    if value is None:
+        return ANSWER_WAIT_S
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = float("nan")
+    if not 0 < seconds < float("inf"):
+        raise PgStoreError(f"answer_timeout={value!r} in the store spec: give the seconds a database may take to "
+                           f"answer, a positive number (default {ANSWER_WAIT_S:g})")
+    return seconds
 
 
 def check_tenant(tenant: str) -> str:
@@ -200,6 +222,11 @@ def _retryable(exc: BaseException) -> bool:
     return state.startswith("40") or state == "55P03"
 
 
+def _whole(seconds: float) -> int:
+    """libpq's connect_timeout: whole seconds, at least 2 (it reads 1 as 2, and 0 as no limit)."""
+    return max(2, round(seconds))
+
+
 def _server_gone_errors() -> tuple[type[BaseException], ...]:
     """The errors of a database that shut down or is starting, whatever the connection's state says."""
     from psycopg import errors
@@ -211,10 +238,12 @@ class PgDatabase:
     """A connection pool on one database whose index table `table` is migrated to the latest schema.
     Shared by the stores of every tenant of that table (`PgVectorStore.for_tenant`). Opens lazily.
 
-    `dim`: the vector dimension; None reads it from the database (the table must exist then)."""
+    `dim`: the vector dimension; None reads it from the database (the table must exist then). `timeout`: the
+    longest connecting, or a block of work on a connection, may wait for the database's answers."""
 
     def __init__(self, dsn: str, table: str = schema.DEFAULT_TABLE, dim: int | None = None, *,
-                 ef_search: int = 100, pool_size: int = 8, timeout: float = 30.0, lock_wait: float = LOCK_WAIT_S):
+                 ef_search: int = 100, pool_size: int = 8, timeout: float = ANSWER_WAIT_S,
+                 lock_wait: float = LOCK_WAIT_S):
         self.dsn = dsn
         self.lock_wait = lock_wait
         self.table = schema.check_table_name(table)
@@ -247,7 +276,7 @@ class PgDatabase:
                 from psycopg_pool import ConnectionPool
 
                 try:
-                    with psycopg.connect(self.dsn, autocommit=True, connect_timeout=int(self.timeout)) as conn:
+                    with psycopg.connect(self.dsn, autocommit=True, connect_timeout=_whole(self.timeout)) as conn:
                         self._prepare(conn)
                 except psycopg.OperationalError as exc:
                     raise PgStoreError(f"cannot connect to {redact(self.dsn)}: {str(exc).strip()}") from None
@@ -255,8 +284,8 @@ class PgDatabase:
                 # not handed to a request), and a request waits POOL_WAIT_S at most for one
                 self.outage.watch()
                 self._pool = ConnectionPool(self.dsn, min_size=1, max_size=self.pool_size,
-                                            timeout=self.pool_wait, kwargs={"autocommit": True},
-                                            configure=self._configure, check=ConnectionPool.check_connection,
+                                            timeout=self.pool_wait, configure=self._configure, check=self._check,
+                                            kwargs={"autocommit": True, "connect_timeout": _whole(self.timeout)},
                                             reconnect_timeout=RECONNECT_S, open=True,
                                             name=self.outage.pool_name)
         return self._pool
@@ -284,18 +313,27 @@ class PgDatabase:
         conn.execute(f"SET lock_timeout = {max(1, int(self.lock_wait * 1000))}")  # milliseconds
         self.outage.up()  # every new connection of the pool is configured here: it connects
 
+    def _check(self, conn) -> None:
+        """The pool's check of a connection it hands out, bounded as a request's wait for one is."""
+        from psycopg_pool import ConnectionPool
+
+        with DEADLINES.watching(conn, self.pool_wait):
+            ConnectionPool.check_connection(conn)
+
     @contextlib.contextmanager
-    def connection(self):
+    def connection(self, *, bounded: bool = True):
         """A pooled autocommit connection. A NUL character in what a request sends (a tool id, a
         namespace) is the caller's error, not the store's: it becomes InvalidRequest (writes name the
-        field first, `refuse_nul`). A database that does not answer (down, restarting, out of connections)
-        is Unavailable, naming it: the request may succeed later."""
+        field first, `refuse_nul`). A database that does not answer (down, restarting, out of connections,
+        or silent for `timeout` seconds while `bounded`) is Unavailable, naming it: the request may succeed
+        later. `bounded=False` is for work whose length grows with the catalog (whole-catalog writes)."""
         import psycopg
         from psycopg_pool import PoolTimeout
 
-        conn = None
+        conn = watch = None
         try:
-            with self._open().connection() as conn:
+            with self._open().connection() as conn, \
+                    DEADLINES.watching(conn, self.timeout if bounded else None) as watch:
                 try:
                     yield conn
                 except psycopg.DataError as exc:
@@ -310,6 +348,10 @@ class PgDatabase:
             if _retryable(exc):  # a deadlock, a serialization failure, a lock not granted: it may succeed again
                 raise Unavailable(f"the PostgreSQL database {redact(self.dsn)} rolled the request back "
                                   f"({_first_line(exc)}); retry it") from exc
+            if watch is not None and watch.cut:
+                raise Unavailable(f"the PostgreSQL database {redact(self.dsn)} did not answer within "
+                                  f"{self.timeout:g} s (answer_timeout in the store spec): its connection was "
+                                  "closed") from exc
             if conn is not None and not conn.broken and not isinstance(exc, _server_gone_errors()):
                 raise  # the statement's own failure (a statement timeout, a value too large): a bug or a limit
             raise Unavailable(f"the PostgreSQL database {redact(self.dsn)} is not answering: "
@@ -374,7 +416,7 @@ class PgDatabase:
         exists; run once more if the partition went away meanwhile (the tenant dropped elsewhere)."""
         import psycopg
 
-        with self.connection() as conn:
+        with self.connection(bounded=False) as conn:
             for attempt in range(2):
                 self.ensure_partition(conn, tenant)
                 try:
@@ -434,7 +476,7 @@ class PgTenantRows:
 
     @property
     def spec(self) -> PgSpec:
-        return PgSpec(self.database.dsn, self.tenant, self.database.table)
+        return PgSpec(self.database.dsn, self.tenant, self.database.table, self.database.timeout)
 
     @property
     def dim(self) -> int:
@@ -512,15 +554,17 @@ class PgVectorStore(PgTenantRows):
 
     def __init__(self, dsn: str, dim: int | None = None, *, tenant: str = "default",
                  table: str = schema.DEFAULT_TABLE, ef_search: int = 100, exact: bool = False,
-                 pool_size: int = 8, database: PgDatabase | None = None):
-        super().__init__(database or PgDatabase(dsn, table, dim, ef_search=ef_search, pool_size=pool_size), tenant)
+                 pool_size: int = 8, answer_timeout: float = ANSWER_WAIT_S, database: PgDatabase | None = None):
+        super().__init__(database or PgDatabase(dsn, table, dim, ef_search=ef_search, pool_size=pool_size,
+                                                timeout=answer_timeout), tenant)
         self.exact = exact
         self.ef_search = min(int(ef_search), MAX_EF_SEARCH)
 
     @classmethod
     def from_spec(cls, spec: str | PgSpec, dim: int | None = None, **options: Any) -> "PgVectorStore":
         spec = spec if isinstance(spec, PgSpec) else PgSpec.parse(spec)
-        return cls(spec.dsn, dim, tenant=spec.tenant, table=spec.table, **options)
+        return cls(spec.dsn, dim, tenant=spec.tenant, table=spec.table, answer_timeout=spec.answer_timeout,
+                   **options)
 
     def for_tenant(self, tenant: str) -> "PgVectorStore":
         """A store on `tenant`'s rows sharing this one's connection pool."""
@@ -606,7 +650,7 @@ class PgVectorStore(PgTenantRows):
         vectors = checked_vectors(ids, vectors, self.dim, "update_vectors")
         if not len(ids):
             return
-        with self.database.connection() as conn, conn.transaction():
+        with self.database.connection(bounded=False) as conn, conn.transaction():
             version = self._bump(conn)  # locks the tenant's version row: writers queue here
             stored = {r[0] for r in conn.execute(
                 self._sql("SELECT id FROM {t} WHERE tenant = %s AND id = ANY(%s) FOR UPDATE"),
