@@ -45,12 +45,20 @@ def systems(reranker=None) -> dict:
         "dense/tools": dict(retriever="dense", encoder=tools_encoder, **whole),
         "default": {},
     }
-    out = {name: (lambda t, o=options: ToolScout.from_tools(t, **o)) for name, options in settings.items()}
+    out = {name: (lambda t, o=options: cold(ToolScout.from_tools(t, **o))) for name, options in settings.items()}
     if reranker is not None:
         out.update({f"{name}+{reranker.name}@{reranker.depth}":
-                    (lambda t, o=options: ToolScout.from_tools(t, reranker=reranker, **o))
+                    (lambda t, o=options: cold(ToolScout.from_tools(t, reranker=reranker, **o)))
                     for name, options in settings.items()})
     return out
+
+
+def cold(scout):
+    """`scout` with an empty query cache: the systems share encoders, and each is timed as it would run alone."""
+    from toolscout.retrievers.base import forget_task_vectors
+
+    forget_task_vectors(scout.retriever)
+    return scout
 
 
 def main(argv=None) -> int:

@@ -55,12 +55,13 @@ class Context:
 
 
 def dense_section(ctx: Context, store: str) -> dict:
-    from toolscout.encoders import Encoder
+    from toolscout.encoders import Encoder, QueryCache
     from toolscout.retrievers.dense import DenseRetriever
     from toolscout.tool import tool_text
 
     args = ctx.args
     encoder = Encoder.load(args.model, backend=args.backend)
+    encoder.query_cache = QueryCache(0)  # every timed query is encoded (the encode column timed cache hits)
     out: dict = {"backend": encoder.backend_in_use, "store": store}
     texts = [tool_text(t) for t in ctx.tools]
     out["distinct_texts"] = len(set(texts))
