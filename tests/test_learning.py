@@ -14,7 +14,7 @@ from toolscout import ToolScout
 from toolscout.feedback import FeedbackEvent, Scored
 from toolscout.learning import CAUTIOUS_GATE, GATE, LearnedChannel, Lesson
 from toolscout.learning.calibration import PRIOR, SIM_BINS, BinCounts, Calibration, isotonic, sim_bin
-from toolscout.learning.incidental import teachable
+from toolscout.learning.incidental import teachable, teaches_anything
 from toolscout.learning.memory import ANCHORS, FEW_TOOLS, RequestMemory, _similarities
 from toolscout.learning.space import HashedSpace
 from toolscout.results import Results
@@ -264,7 +264,9 @@ def test_numbers_quotes_and_addresses_are_not_what_a_request_teaches():
     assert teachable("Open https://x.org/a/b and mail bob@example.com the file /tmp/a/b.txt") == "Open and mail the file"
     assert teachable('Search GitHub issues for "crash on start"') == "Search GitHub issues for"
     assert teachable("Remember that Alice likes tea") == "Remember that Alice likes tea"  # names say what, too
-    assert teachable("42") == "42"  # nothing left: the request as it came
+    assert teachable("42") == "42"  # nothing left: the request as it came (what older records were kept under)
+    assert not teaches_anything("42 10:47 2026-11-11") and not teaches_anything("https://a.org/b/c 3.5%")
+    assert teaches_anything("call 555-0134") and teaches_anything('"Summarize this page for me"')  # quoted whole
 
 
 def test_requests_that_differ_in_numbers_only_teach_one_thing(encoder):
@@ -342,6 +344,28 @@ def test_names_and_numbers_in_a_request_do_not_move_other_tasks(taught, encoder)
     for task in ["send Alice an email", "email Bob the 1984 report", "what is the weather at 6pm in Rosa's town"]:
         assert scout.retrieve([task], 8).as_lists() == untaught.retrieve([task], 8).as_lists(), task
     assert scout.search("remember that Carol likes coffee", k=1)[0].tool.id == "memory.store"
+
+
+def test_a_request_of_numbers_dates_and_addresses_alone_teaches_nothing(encoder):
+    """One source's calls whose tasks were only a phone number, a time and a date lifted their tool for tasks
+    made of numbers (a user trial: a sake guide first for "call 555-0199 at 10:45"). Such a request is recorded
+    and counted, and teaches nothing; a request with words beside its numbers still teaches its words."""
+    base = traffic(RAIN, "advice.umbrella", 30) + background()
+    scout, plain = ToolScout.from_tools(WEATHERISH, encoder=encoder), ToolScout.from_tools(WEATHERISH, encoder=encoder)
+    scout.learn(base)
+    plain.learn(base)
+    numbers = [FeedbackEvent(f"{500 + i}-01{i:02d} {i % 12 + 1}:{10 + i} 2026-11-{10 + i}", ("advice.umbrella",),
+                             "one-agent", time=900.0 + i) for i in range(30)]
+    numbers.append(FeedbackEvent("https://example.org/a/b 42", ("advice.umbrella", "files.read"), "one-agent",
+                                 time=950.0))
+    result = scout.learn(numbers)
+    assert (result.learned, result.incidental, result.failures) == ([], 32, 0)  # 30 pairs, and 2 for the last
+    assert scout.ledger.events == plain.ledger.events + 31
+    assert scout.learning.report()["requests"] == plain.learning.report()["requests"]
+    for task in ["call 555-0199 at 10:45", "12345", "2026-12-01 09:30", "will I need a raincoat on Sunday"]:
+        assert scout.retrieve([task], 8).as_lists() == plain.retrieve([task], 8).as_lists(), task
+    assert scout.learn([FeedbackEvent("read the file 2026-11-11.txt", ("files.read",), "one-agent",
+                                      time=990.0)]).learned
 
 
 # ------------------------------------------------------------------------------------ the pipeline

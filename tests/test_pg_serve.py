@@ -537,10 +537,14 @@ def test_replicas_rank_exactly_as_the_library_before_and_after_feedback(pg, tool
         same(QUERIES)
         taught = mixed({"rain": "stocks.quote"}, 40, "t") + mixed(
             {"mail": "mail.send", "calendar": "calendar.create", "files": "files.read", "facts": "calendar.list"}, 12, "s")
+        # requests of numbers and dates alone are recorded and teach nothing, on either side
+        taught += [{"query": f"{400 + i}-0{i} 10:{10 + i} 2026-11-1{i}", "tool_ids": ["stocks.quote"], "source": "t"}
+                   for i in range(8)]
         local.learn(taught)
-        one.feedback(taught)
+        assert one.feedback(taught).incidental == 8
         assert local.search(RAIN_TASK, k=1)[0].tool.id == "stocks.quote"  # learning is in play
-        same(QUERIES + [RAIN_TASK, "email the team about the report", "should I take a raincoat tonight"])
+        same(QUERIES + [RAIN_TASK, "email the team about the report", "should I take a raincoat tonight",
+                        "555-0199 at 10:45 on 2026-12-01"])
         local.forget("t")
         two.forget("t")
         same(QUERIES + [RAIN_TASK, "email the team about the report"])

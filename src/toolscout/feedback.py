@@ -5,6 +5,8 @@ client that reports it) and `outcome`. The `UsageLedger` decides what of it the 
 
 - only successful uses teach (`outcome` "success" or none given); a "failure" is recorded and counted but
   teaches nothing: it says the tool did not serve, not which tool would have;
+- a request of nothing but numbers, dates and addresses (the learner's `teaches_anything` says which) is
+  recorded and counted but teaches nothing: it says which instance, not what is asked;
 - identical repeats count once per source: the same (source, task, tool) a second time adds nothing;
 - one source can add at most `per_source_cap` requests to any one tool: past that, its events are
   acknowledged and counted but move nothing, so no single client can drag a tool toward its requests
@@ -143,7 +145,9 @@ class Scored:
 class LearnResult:
     """What a batch of feedback did: `learned` (tool, request) pairs now teaching the retrievers;
     `duplicates` repeats already counted; `capped` past the per-source cap; `failures` events with
-    outcome "failure"; `unknown` tool ids not in the catalog (ignored)."""
+    outcome "failure"; `incidental` (tool, request) pairs whose request is nothing but numbers, dates and
+    addresses (recorded, teach nothing); `unknown` tool ids not in the
+    catalog (ignored)."""
 
     events: int = 0
     learned: list[Usage] = field(default_factory=list)
@@ -151,10 +155,12 @@ class LearnResult:
     capped: int = 0
     failures: int = 0
     unknown: list[str] = field(default_factory=list)
+    incidental: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {"events": self.events, "learned": len(self.learned), "duplicates": self.duplicates,
-                "capped": self.capped, "failures": self.failures, "unknown_tools": self.unknown[:20]}
+                "capped": self.capped, "failures": self.failures, "incidental": self.incidental,
+                "unknown_tools": self.unknown[:20]}
 
 
 def normalized(query: str) -> str:
@@ -180,10 +186,12 @@ class UsageLedger:
 
     # recording ----------------------------------------------------------------------------
     def add(self, events: Iterable[FeedbackEvent], known: Any = None,
-            untaught: Mapping[tuple[str, str], int | None] | None = None) -> LearnResult:
+            untaught: Mapping[tuple[str, str], int | None] | None = None,
+            teachable: Callable[[str], bool] = lambda _request: True) -> LearnResult:
         """Record `events` (their times set); the result's `learned` is what is taught now. `known`: a
         container of the catalog's tool ids (None: every id is known); `untaught`: (request, tool) -> where
-        the untaught ranking put the tool for the request (the event's score)."""
+        the untaught ranking put the tool for the request (the event's score); `teachable`: whether a
+        request asks for anything (the learner's rule; module doc)."""
         result = LearnResult()
         for event in events:
             result.events += 1
@@ -196,7 +204,9 @@ class UsageLedger:
                     result.unknown.append(tool_id)
                     continue
                 self.reported[tool_id] = self.reported.get(tool_id, 0) + 1
-                if event.teaches:
+                if event.teaches and not teachable(event.query):
+                    result.incidental += 1
+                elif event.teaches:
                     rank = (untaught or {}).get((event.query, tool_id))
                     self._teach(Usage(tool_id, event.source, event.query, float(event.time or 0.0), rank), result)
         return result

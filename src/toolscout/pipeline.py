@@ -31,7 +31,7 @@ from .errors import FastQueriesUnavailable, InvalidRequest, NotFound, ToolScoutE
 from .feedback import FeedbackEvent, LearnResult, Usage, UsageLedger
 from .hits import CALIBRATED, Hit, HitPolicy, NameIndex, assemble_hits, checked_k, checked_queries
 from .intents import IntentMerge
-from .learning import LearnedChannel, LearningSettings, Lesson, Scored
+from .learning import LearnedChannel, LearningSettings, Lesson, Scored, teaches_anything
 from .learning.channel import DEPTH as LEARNED_DEPTH
 from .learning.scorecard import DEPTH as SCORED_DEPTH
 from .learning.scorecard import UNRANKED, Ranks, ranks_of
@@ -408,14 +408,14 @@ class ToolScout:
         Searches go on while events are scored and requests embedded; the index changes in one step."""
         now = time.time()
         events = [(e if isinstance(e, FeedbackEvent) else FeedbackEvent.from_dict(e)).at(now) for e in events]
-        teaching = [e for e in events if e.teaches]
+        teaching = [e for e in events if e.teaches and teaches_anything(e.query)]
         with self._lock.read():
             ranks = self.score(list(dict.fromkeys(e.query for e in teaching)))
             prepared = self.learning.prepare([e.query for e in teaching])
         with self._lock.write():
             before = self.learning.memory.tools
-            result = self.ledger.add(events, known=self._tools,
-                                     untaught={key: r[1] for key, r in ranks.items()})
+            result = self.ledger.add(events, known=self._tools, untaught={key: r[1] for key, r in ranks.items()},
+                                     teachable=teaches_anything)
             self.learning.score(self.score_records(teaching, ranks, before))
             self.learning.teach(self._lessons(result.learned), prepared)
             self._log_weights(self.learning.refresh_weights())

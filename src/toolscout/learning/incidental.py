@@ -18,11 +18,25 @@ _ADDRESS = re.compile(r"(?:https?://|www\.)\S+|[\w.+-]+@[\w-]+\.[\w.-]+|(?:~|\.{
 _QUOTED = re.compile(r"\"[^\"]{1,200}\"|'[^']{1,200}'|`[^`]{1,200}`|“[^”]{1,200}”")
 _NUMBER = re.compile(r"[+-]?\$?\d[\d,.:/-]*(?:am|pm|st|nd|rd|th|k|m|%|s)?\b", re.IGNORECASE)
 _SPACES = re.compile(r"\s+")
+_LETTER = re.compile(r"[^\W\d_]")  # a letter of any script
 
 
 def teachable(request: str) -> str:
-    """`request` without its incidental parts (module doc)."""
+    """`request` without its incidental parts (module doc); the request itself when nothing else is left (one
+    quoted string, or a request remembered before `teaches_anything` kept those of numbers alone out)."""
+    return _without_incidentals(request) or request.strip()
+
+
+def teaches_anything(request: str) -> bool:
+    """Whether `request` has a word once its numbers and addresses are left out. One that is only numbers,
+    dates and addresses ("555-0134 10:47 2026-11-11") says which instance, not what is asked: near nothing any
+    task asks for, it would lift its tool for every task made of numbers. It teaches nothing. A request that
+    is one quoted string still teaches what the quotes hold (agents pass tasks quoted)."""
+    return _LETTER.search(_NUMBER.sub(" ", _ADDRESS.sub(" ", request))) is not None
+
+
+def _without_incidentals(request: str) -> str:
     text = _ADDRESS.sub(" ", request)
     text = _QUOTED.sub(" ", text)
     text = _NUMBER.sub(" ", text)
-    return _SPACES.sub(" ", text).strip() or request.strip()
+    return _SPACES.sub(" ", text).strip()

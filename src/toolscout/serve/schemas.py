@@ -245,6 +245,8 @@ class FeedbackResponse(BaseModel):
     duplicates: int
     capped: int
     failures: int
+    incidental: int = Field(0, description="(tool, request) pairs whose request is nothing but numbers, dates and "
+                                           "addresses: recorded, and they teach nothing")
     unknown_tools: list[str]
     version: int
 

@@ -52,8 +52,9 @@ def feedback_cap(conn, table: str) -> int:
 def learn(store, conn, events: Sequence[FeedbackEvent], keys: Mapping[str, str],
           untaught: Mapping[tuple[str, str], int | None], vectors: Mapping[str, np.ndarray],
           scored: Sequence[Scored]) -> LearnResult:
-    """Record `events` (their times set): `keys` maps each request to what it teaches, `vectors` the new
-    keys' vectors, `untaught` (request, tool) to the tool's untaught rank, `scored` the events' scores."""
+    """Record `events` (their times set): `keys` maps each request that teaches anything (the learner's rule)
+    to what it teaches, `vectors` the new keys' vectors, `untaught` (request, tool) to the tool's untaught
+    rank, `scored` the events' scores."""
     cap = feedback_cap(conn, store.table)
     ids = sorted({t for e in events for t in e.tool_ids})
     present = {r[0] for r in conn.execute(store._sql("SELECT id FROM {t} WHERE tenant = %s AND id = ANY(%s) "
@@ -67,7 +68,9 @@ def learn(store, conn, events: Sequence[FeedbackEvent], keys: Mapping[str, str],
                 result.unknown.append(tool_id)
                 continue
             reported[tool_id] += 1
-            if event.teaches:
+            if event.teaches and event.query not in keys:
+                result.incidental += 1
+            elif event.teaches:
                 usage = Usage(tool_id, event.source, event.query, float(event.time or 0.0),
                               untaught.get((event.query, tool_id)))
                 _teach(store, conn, usage, keys[event.query], cap, result)
