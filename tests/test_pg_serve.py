@@ -567,12 +567,11 @@ def _outage_log(caplog) -> list[str]:
     return told
 
 
-def test_a_database_that_stops_is_a_fast_503_naming_it_and_its_return_serves_without_a_500(tmp_path, tools,
-                                                                                           encoder, caplog):
-    """Down: every request is told within seconds that the database does not answer (it was a 500 after a
-    30 s wait, /health too), and the log says so once (psycopg_pool warned at every reconnection attempt: 21
-    lines in these 20 s, in one run). Back: the next request is served, the log says so once, and the
-    connections a restart closed are replaced, not handed to requests."""
+@contextlib.contextmanager
+def own_database_client(data, tools, encoder, options: str = ""):
+    """An HTTP client of a service on a PostgreSQL of its own in the folder `data` (one a test may stop), whose
+    table holds `tools`, searched densely; `options`: more of the store spec ("&answer_timeout=3"). The
+    database is stopped afterwards, whatever happened."""
     from starlette.testclient import TestClient
 
     from toolscout.postgres import index_catalog
@@ -580,44 +579,52 @@ def test_a_database_that_stops_is_a_fast_503_naming_it_and_its_return_serves_wit
     from toolscout.serve.http import create_app
     from toolscout.store.pgvector import PgVectorStore
 
-    data = tmp_path / "pgdata"
     try:
-        uri = own_server_uri(data)
-        store_spec = spec(uri, new_table())
+        store_spec = spec(own_server_uri(data), new_table()) + options
         store = PgVectorStore.from_spec(store_spec, encoder.dim)
         index_catalog(store, tools, encoder, ToolScout.from_tools([], retriever="dense", encoder=encoder).spec)
         store.close()
         with ToolService.open(store_spec, encoder=encoder, batch_workers=0) as service:
-            client = TestClient(create_app(service))
-            assert client.post("/search", json={"query": RAIN_TASK}).status_code == 200
-            pg_ctl(data, "stop")
-            for path, call in (("/search", lambda: client.post("/search", json={"query": RAIN_TASK})),
-                               ("/health", lambda: client.get("/health"))):
-                started = time.monotonic()
-                answer = call()
-                assert answer.status_code == 503, (path, answer.text)
-                assert "PostgreSQL database postgresql://" in answer.json()["error"]["message"], answer.text
-                assert time.monotonic() - started < 15, path
-            # down about 20 s in all (the two requests above waited 5 s each): the pool's doubling backoff would
-            # try next at about 31 s, past the 5 s a request waits (it waited up to a minute after a longer
-            # outage); the first request after the database is back is answered
-            outage = time.monotonic() + 8
-            while time.monotonic() < outage:
-                assert client.post("/search", json={"query": RAIN_TASK}).status_code == 503
-            assert _outage_log(caplog) == ["down"]  # one line for the whole outage, and none of the pool's own
-            pg_ctl(data, "start")
-            answer = client.post("/search", json={"query": RAIN_TASK})
-            assert answer.status_code == 200, answer.text
-            assert _outage_log(caplog) == ["down", "back"]
-            pg_ctl(data, "stop")  # a restart while nobody asks: the pool holds connections it closed
-            pg_ctl(data, "start")
-            assert [client.post("/search", json={"query": RAIN_TASK}).status_code for _ in range(8)] == [200] * 8
-            # a reconnection attempt still scheduled from the outage may have met the restart: a second outage,
-            # told as one too
-            assert _outage_log(caplog) in (["down", "back"], ["down", "back"] * 2)
+            yield TestClient(create_app(service))
     finally:  # stopped whatever happened; a failure to stop must not hide the test's own
         with contextlib.suppress(Exception):
             pg_ctl(data, "stop")
+
+
+def test_a_database_that_stops_is_a_fast_503_naming_it_and_its_return_serves_without_a_500(tmp_path, tools,
+                                                                                           encoder, caplog):
+    """Down: every request is told within seconds that the database does not answer (it was a 500 after a
+    30 s wait, /health too), and the log says so once (psycopg_pool warned at every reconnection attempt: 21
+    lines in these 20 s, in one run). Back: the next request is served, the log says so once, and the
+    connections a restart closed are replaced, not handed to requests."""
+    data = tmp_path / "pgdata"
+    with own_database_client(data, tools, encoder) as client:
+        assert client.post("/search", json={"query": RAIN_TASK}).status_code == 200
+        pg_ctl(data, "stop")
+        for path, call in (("/search", lambda: client.post("/search", json={"query": RAIN_TASK})),
+                           ("/health", lambda: client.get("/health"))):
+            started = time.monotonic()
+            answer = call()
+            assert answer.status_code == 503, (path, answer.text)
+            assert "PostgreSQL database postgresql://" in answer.json()["error"]["message"], answer.text
+            assert time.monotonic() - started < 15, path
+        # down about 20 s in all (the two requests above waited 5 s each): the pool's doubling backoff would
+        # try next at about 31 s, past the 5 s a request waits (it waited up to a minute after a longer
+        # outage); the first request after the database is back is answered
+        outage = time.monotonic() + 8
+        while time.monotonic() < outage:
+            assert client.post("/search", json={"query": RAIN_TASK}).status_code == 503
+        assert _outage_log(caplog) == ["down"]  # one line for the whole outage, and none of the pool's own
+        pg_ctl(data, "start")
+        answer = client.post("/search", json={"query": RAIN_TASK})
+        assert answer.status_code == 200, answer.text
+        assert _outage_log(caplog) == ["down", "back"]
+        pg_ctl(data, "stop")  # a restart while nobody asks: the pool holds connections it closed
+        pg_ctl(data, "start")
+        assert [client.post("/search", json={"query": RAIN_TASK}).status_code for _ in range(8)] == [200] * 8
+        # a reconnection attempt still scheduled from the outage may have met the restart: a second outage,
+        # told as one too
+        assert _outage_log(caplog) in (["down", "back"], ["down", "back"] * 2)
 
 
 def test_a_database_that_freezes_is_a_503_naming_it_not_a_hung_request(tmp_path, tools, encoder):
@@ -627,39 +634,20 @@ def test_a_database_that_freezes_is_a_503_naming_it_not_a_hung_request(tmp_path,
     import signal
     import threading
 
-    from starlette.testclient import TestClient
-
-    from toolscout.postgres import index_catalog
-    from toolscout.serve import ToolService
-    from toolscout.serve.http import create_app
-    from toolscout.store.pgvector import PgVectorStore
-
     data = tmp_path / "pgdata"
-    frozen = False
-    try:
-        store_spec = spec(own_server_uri(data), new_table()) + "&answer_timeout=3"
-        store = PgVectorStore.from_spec(store_spec, encoder.dim)
-        index_catalog(store, tools, encoder, ToolScout.from_tools([], retriever="dense", encoder=encoder).spec)
-        store.close()
-        with ToolService.open(store_spec, encoder=encoder, batch_workers=0) as service:
-            client = TestClient(create_app(service))
-            assert client.post("/search", json={"query": RAIN_TASK}).status_code == 200
-            signal_server(data, signal.SIGSTOP)
-            frozen = True
+    with own_database_client(data, tools, encoder, "&answer_timeout=3") as client:
+        assert client.post("/search", json={"query": RAIN_TASK}).status_code == 200
+        signal_server(data, signal.SIGSTOP)
+        try:
             answers = []
             request = threading.Thread(target=lambda: answers.append(
                 client.post("/search", json={"query": "is it windy in Oslo right now"})), daemon=True)
             request.start()
             request.join(60)  # the database stays frozen for as long as this waits
             assert not request.is_alive(), "the search hung on the frozen database"
-            assert answers[0].status_code == 503, answers[0].text
-            assert "PostgreSQL database postgresql://" in answers[0].json()["error"]["message"]
+        finally:
             signal_server(data, signal.SIGCONT)
-            frozen = False
-            answer = client.post("/search", json={"query": "is it windy in Oslo right now"})
-            assert answer.status_code == 200, answer.text
-    finally:
-        if frozen:
-            signal_server(data, signal.SIGCONT)
-        with contextlib.suppress(Exception):
-            pg_ctl(data, "stop")
+        assert answers[0].status_code == 503, answers[0].text
+        assert "PostgreSQL database postgresql://" in answers[0].json()["error"]["message"]
+        answer = client.post("/search", json={"query": "is it windy in Oslo right now"})
+        assert answer.status_code == 200, answer.text
