@@ -1,6 +1,7 @@
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from toolscout.cli import main
@@ -357,6 +358,76 @@ def test_index_out_onto_a_trained_model_is_refused_before_the_build(capsys, tmp_
     code, _, err = run(capsys, command, *catalog, "--out", model, "--retriever", "bm25")
     assert code == 1 and f"{model}: holds a trained 'mlc' model" in err and "indexed" not in err
     assert sorted(str(p.relative_to(model)) for p in model.rglob("*")) == before
+
+def _updated_reference_catalog(tmp_path):
+    """The bundled MCP reference catalog without `time.convert_time`, with a weather server added."""
+    servers = json.loads((CATALOGS / "mcp_reference_servers.json").read_text())
+    for server in servers:
+        server["tools"] = [t for t in server["tools"] if t["name"] != "convert_time"]
+    servers.append({"server": "weather", "tools": [{"name": "forecast", "description": "Weather forecast for a city.",
+                                                    "inputSchema": {"type": "object", "properties": {}}}]})
+    path = tmp_path / "updated.json"
+    path.write_text(json.dumps(servers))
+    return path
+
+
+def _write_log(path, events):
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    return path
+
+
+def test_index_out_onto_a_learned_index_keeps_what_it_learned_for_the_tools_still_there(capsys, tmp_path):
+    """`index NEW_CATALOG --out DIR` over an index that learned from feedback: the new index takes it over,
+    as learning the surviving events on a fresh index of the new catalog gives (the oracle, built through the
+    same commands), and says how many (tool, request) pairs it kept and how many it dropped with their tool."""
+    from traffic import CALENDAR, FACTS, FILES, MAIL, RAIN, events
+
+    from toolscout import ToolScout
+
+    taught = (events(FILES, "filesystem.read_text_file", 12, start=0.0) + events(FACTS, "memory.create_entities", 12, start=100.0)
+              + events(MAIL, "fetch.fetch", 12, start=200.0) + events(RAIN, "memory.search_nodes", 12, start=300.0)
+              + events(RAIN[20:], "time.get_current_time", 12, start=400.0)
+              + events(CALENDAR, "time.convert_time", 9, start=500.0))  # its tool leaves the catalog
+    idx, oracle, new = tmp_path / "idx", tmp_path / "oracle", _updated_reference_catalog(tmp_path)
+    assert run(capsys, "index", CATALOGS / "mcp_reference_servers.json", "--out", idx, "--retriever", "bm25")[0] == 0
+    assert run(capsys, "learn", idx, _write_log(tmp_path / "all.jsonl", taught))[0] == 0
+    code, _, err = run(capsys, "index", new, "--out", idx, "--retriever", "bm25")
+    assert code == 0, err
+    assert f"kept what {idx} learned from feedback: 60 (tool, request) pairs; dropped 9 whose tool" in err
+    assert run(capsys, "index", new, "--out", oracle, "--retriever", "bm25")[0] == 0
+    surviving = [e for e in taught if e["tool_ids"] != ["time.convert_time"]]
+    assert run(capsys, "learn", oracle, _write_log(tmp_path / "surviving.jsonl", surviving))[0] == 0
+
+    kept, fresh = ToolScout.load(idx), ToolScout.load(oracle)
+    tasks = [FILES[0], FACTS[1], MAIL[2], RAIN[3], RAIN[25], "open my notes", "weather in Oslo"]
+    got, want = kept.retrieve(tasks, 10), fresh.retrieve(tasks, 10)
+    assert got.as_lists() == want.as_lists()
+    assert all(np.array_equal(a, b) for a, b in zip(got.scores, want.scores))
+    assert [(u.tool_id, u.query, u.untaught_rank) for u in kept.ledger.taught()] == \
+        [(u.tool_id, u.query, u.untaught_rank) for u in fresh.ledger.taught()]
+    assert kept.learning_report()["requests"] == fresh.learning_report()["requests"] > 0
+    assert run(capsys, "index", new, "--out", tmp_path / "untaught", "--retriever", "bm25")[0] == 0
+    untaught = ToolScout.load(tmp_path / "untaught").retrieve(tasks, 10).as_lists()
+    assert sum(a != b for a, b in zip(got.as_lists(), untaught)) >= 3  # what it learned moves rankings
+
+
+def test_index_out_onto_a_learned_index_with_drop_learning_or_into_postgres(capsys, tmp_path):
+    """--drop-learning replaces it without what it learned, and says so; an index into PostgreSQL cannot take
+    it over and is refused (before connecting), naming the flag."""
+    from traffic import FILES, events
+
+    idx = tmp_path / "idx"
+    run(capsys, "index", CATALOGS / "mcp_reference_servers.json", "--out", idx, "--retriever", "bm25")
+    run(capsys, "learn", idx, _write_log(tmp_path / "log.jsonl", events(FILES, "filesystem.read_text_file", 5)))
+    code, _, err = run(capsys, "index", CATALOGS / "mcp_reference_servers.json", "--out", idx,
+                       "--store", "postgresql://nobody@127.0.0.1:1/none")
+    assert code == 1 and "--drop-learning" in err and "learned from feedback" in err
+    code, _, err = run(capsys, "index", CATALOGS / "mcp_reference_servers.json", "--out", idx, "--retriever", "bm25",
+                       "--drop-learning")
+    assert code == 0 and f"--drop-learning: what {idx} learned from feedback is not kept" in err
+    code, out, _ = run(capsys, "learning", "report", idx)
+    assert code == 0 and "learned requests: 0" in out
+
 
 def test_eval_model_dir_goes_only_to_the_retriever_it_trained(tmp_path):
     """`eval --retriever mlc --model MLC_DIR --retriever dense`: dense keeps its default encoder, and a

@@ -723,3 +723,41 @@ def test_the_calibration_counts_each_anchors_nearest_tools_as_brute_force_does()
     assert len(memory.anchors) == mem.ANCHORS and memory.calibration.to_dict() == brute_calibration(memory).to_dict()
     memory.remove([(key, tool, None, None) for key in memory.anchors[:40] for tool in list(memory.taught[key])])
     assert memory.calibration.to_dict() == brute_calibration(memory).to_dict()
+
+
+def test_an_index_that_replaces_another_keeps_what_it_learned_as_learning_the_kept_events_on_it_gives(encoder):
+    """`toolscout index --out` over a learned index (`carry_learning`): the catalog lost one taught tool and
+    gained a rival of the taught advisor. The oracle is a fresh index of the new catalog that learns the
+    surviving events from scratch: same rankings and scores, same ledger (untaught ranks measured on the new
+    catalog, where the rival moved the advisor down), same calibration. The scores of the old events stay,
+    the evidence the automatic weights read (every namespace under MIN_EVENTS here, so at full weight in both)."""
+    rival = Tool("advice.rain", "rain_kit_advisor", "Says whether to take an umbrella or a raincoat today.",
+                 namespace="advice")
+    temperatures = [f"{ask} {city} {when}" for ask, city, when in itertools.product(
+        ["how warm is it in", "what is the temperature in", "is it cold right now in"], ["Rome", "Oslo", "Lima"],
+        ["at the moment", "now"])]
+    # six taught tools: five stay, enough for similarity to earn something (MIN_TOOLS)
+    events = traffic(RAIN, "advice.umbrella", 40) + background(10) + traffic(temperatures, "weather.now", 12, start=900.0)
+    old = ToolScout.from_tools(WEATHERISH, encoder=encoder)
+    old.learn(events[:30])
+    old.learn(events[30:])
+    catalog = [t for t in WEATHERISH if t.id != "memory.store"] + [rival]
+    new = ToolScout.from_tools(catalog, encoder=encoder)
+    assert new.carry_learning(old) == (len(events) - 10, 10)
+    oracle = ToolScout.from_tools(catalog, encoder=encoder)
+    oracle.learn([e for e in events if e.tool_ids != ("memory.store",)])
+
+    tasks = ["will I need a raincoat on Sunday", "should I take my umbrella to work", "rain gear for tonight?",
+             "how hot is it in Madrid now", "email Sam about lunch", "read the notes file"]
+    got, want = new.retrieve(tasks, 9), oracle.retrieve(tasks, 9)
+    assert got.as_lists() == want.as_lists()
+    assert all(np.array_equal(a, b) for a, b in zip(got.scores, want.scores))
+    untaught = ToolScout.from_tools(catalog, encoder=encoder).retrieve(tasks, 9).as_lists()
+    assert [ids[0] for ids in got.as_lists()[:3]] == ["advice.umbrella"] * 3  # what was learned still lifts it
+    assert [ids[0] for ids in untaught[:3]] == ["advice.rain"] * 3
+    as_taught = [(u.tool_id, u.source, u.query, u.time, u.untaught_rank) for u in new.ledger.taught()]
+    assert as_taught == [(u.tool_id, u.source, u.query, u.time, u.untaught_rank) for u in oracle.ledger.taught()]
+    assert as_taught != [(u.tool_id, u.source, u.query, u.time, u.untaught_rank) for u in old.ledger.taught()
+                         if u.tool_id != "memory.store"]  # the rival changed where the advisor stood untaught
+    assert new.learning.calibration.to_dict() == oracle.learning.calibration.to_dict()
+    assert new.learning.scorecard.records == [r for r in old.learning.scorecard.records if r.tool != "memory.store"]

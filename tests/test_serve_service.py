@@ -208,6 +208,25 @@ def test_index_refuses_a_directory_a_server_serves_and_replaces_the_old_journal_
     reopened.close()
 
 
+def test_index_over_a_served_directory_keeps_the_feedback_only_its_journal_holds(tmp_path, tools, capsys):
+    """A server killed after acknowledging feedback (journalled, no snapshot since): `index --out` over the
+    directory takes that feedback over too, for the tools the new catalog has."""
+    from toolscout.cli import main
+
+    folder = make_dir(tmp_path, tools)
+    svc = ToolService.open(folder)
+    kept, gone = tools[0].id, tools[1].id
+    svc.feedback([{"query": f"request number {i}", "tool_ids": [kept]} for i in range(3)]
+                 + [{"query": "another request", "tool_ids": [gone]}])
+    svc.close(compact=False)  # as if killed: the journal holds feedback the snapshot lacks
+    catalog = tmp_path / "catalog.jsonl"
+    catalog.write_text("".join(json.dumps(t.to_record()) + "\n" for t in tools if t.id != gone))
+    capsys.readouterr()
+    assert main(["index", str(catalog), "--out", str(folder), "--retriever", "bm25"]) == 0
+    assert f"kept what {folder} learned from feedback: 3 (tool, request) pairs; dropped 1" in capsys.readouterr().err
+    assert ToolScout.load(folder).ledger.summary(kept)["learned"] == 3
+
+
 def test_cli_search_sees_the_writes_a_running_server_journalled_and_leaves_its_journal_alone(tmp_path, tools, capsys):
     from toolscout.cli import main
 

@@ -238,6 +238,18 @@ class UsageLedger:
         self.reported.pop(tool_id, None)
         return self._take_back(lambda u: u.tool_id == tool_id, lambda key, _when: key[1] == tool_id)
 
+    def keep_tools(self, known: Any) -> list[Usage]:
+        """Drop the feedback of every tool not in `known` (a container of tool ids: the catalog that replaces
+        this ledger's); what those tools had been taught."""
+        named = set(self.entries) | set(self.reported) | {key[1] for key in self._capped}
+        return [usage for tool_id in sorted(named) if tool_id not in known for usage in self.drop_tool(tool_id)]
+
+    def remeasure(self, rank_of: Callable[[Usage], int | None]) -> None:
+        """Every taught entry's untaught rank measured again (`rank_of`), on a catalog that replaced the one it
+        was measured on."""
+        self.entries = {t: {s: [replace(u, untaught_rank=rank_of(u)) for u in usages] for s, usages in sources.items()}
+                        for t, sources in self.entries.items()}
+
     def _take_back(self, taught: Callable[[Usage], bool], capped: Callable[[tuple, float], bool]) -> list[Usage]:
         removed: list[Usage] = []
         for tool_id in list(self.entries):

@@ -9,6 +9,7 @@ and every server replica).
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import threading
@@ -514,6 +515,30 @@ class ToolScout:
             self.learning.scorecard = scorecard
             self.learning.teach(self._lessons([u for u in self.ledger.taught() if keep(u)]))
             self.learning.refresh_weights()
+
+    def carry_learning(self, old: "ToolScout") -> tuple[int, int]:
+        """Take over what `old` (the index this one replaces: `toolscout index --out` over it) learned from
+        feedback, for the tools this catalog still has: its ledger, each taught request's untaught rank
+        measured again here, so that the channel is the one learning those events on this index gives; its
+        settings; and the scores of its events, the evidence its automatic weights read. What taught tools
+        not in this catalog is dropped, as deleting them would. Returns (kept, dropped): (tool, request)
+        pairs. This index must have learned nothing yet."""
+        if self.ledger.events or self.learning.active:
+            raise ValueError("carry_learning: this index has learned from feedback already")
+        with old._lock.read():
+            ledger = copy.deepcopy(old.ledger)
+            settings, records = old.learning.settings, list(old.learning.scorecard.records)
+        with self._lock.write():
+            dropped = ledger.keep_tools(self._tools)
+            taught = ledger.taught()
+            self.learning = self.learning.afresh(settings)
+            ranks = self.score(list(dict.fromkeys(u.query for u in taught)))  # untaught: nothing learned yet
+            ledger.remeasure(lambda u: ranks.get((u.query, u.tool_id), UNRANKED).untaught)
+            self.ledger = ledger
+            self.learning.score([r for r in records if r.tool in self._tools])
+            self.learning.teach(self._lessons(ledger.taught()))
+            self._log_weights(self.learning.refresh_weights())
+        return len(taught), len(dropped)
 
     def _teach_from_ledger(self) -> None:
         """Teach the channel what the ledger holds when the channel knows none of it (a directory saved before

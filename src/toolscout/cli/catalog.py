@@ -34,6 +34,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     add_retriever_options(p)
     add_option_flag(p)
     add_fast_queries(p, saved=False)  # the tier is saved with the index: search and serve use it
+    _add_drop_learning(p)
     p.set_defaults(handler=cmd_index)
 
     p = sub.add_parser("search", help="search a pipeline directory with a task")
@@ -48,7 +49,14 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="index the bundled sample catalog and answer example tasks")
     p.add_argument("--out", default="toolscout-demo-index", help="where to write the demo index")
     p.add_argument("--retriever", default=DEFAULT_RETRIEVER)
+    _add_drop_learning(p)
     p.set_defaults(handler=cmd_demo)
+
+
+def _add_drop_learning(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--drop-learning", action="store_true",
+                   help="when --out holds an index that learned from feedback, do not keep what it learned (by "
+                        "default the new index takes it over, for the tools it still has)")
 
 
 def cmd_index(args: argparse.Namespace) -> int:
@@ -61,9 +69,12 @@ def cmd_index(args: argparse.Namespace) -> int:
         if is_postgres_spec(args.store):  # the shared PostgreSQL index: the same pipeline, its data in the database
             from .pg_store import index_into_postgres
 
+            _refuse_to_drop_learning(args, replacement)
             return index_into_postgres(args, tools, replacement)
         start = time.perf_counter()
+        learned = _learned_to_keep(args, replacement)
         scout = pipeline_from_args(args, tools)
+        _keep_learning(scout, learned, args.out)
         scout.save(args.out, extra_config=replacement.config)
         replacement.saved()
     took = time.perf_counter() - start
@@ -71,6 +82,43 @@ def cmd_index(args: argparse.Namespace) -> int:
         args.fast_queries, "")
     print(f"indexed {len(scout)} tools with {args.retriever}{tier} in {took:.1f}s → {args.out}", file=sys.stderr)
     return 0
+
+
+def _learned_to_keep(args: argparse.Namespace, replacement):
+    """The index `--out` holds, when it learned from feedback and the new one is to keep that (no
+    --drop-learning); refused, naming the flag, when what it learned cannot be read."""
+    from ..errors import ToolScoutError
+
+    if args.drop_learning:
+        if replacement.holds_learning():
+            print(f"--drop-learning: what {args.out} learned from feedback is not kept", file=sys.stderr)
+        return None
+    try:
+        return replacement.learned()
+    except (ToolScoutError, OSError) as exc:
+        raise ToolScoutError(f"{args.out}: what its index learned from feedback cannot be read, so it cannot be "
+                             f"kept ({exc}). Restore the folder, or give --drop-learning to replace it without "
+                             "what it learned") from None
+
+
+def _keep_learning(scout, learned, out: str) -> None:
+    """The new index takes over what the one it replaces learned (`ToolScout.carry_learning`), and says so."""
+    if learned is None:
+        return
+    kept, dropped = scout.carry_learning(learned)
+    print(f"kept what {out} learned from feedback: {kept} (tool, request) pairs; dropped {dropped} whose tool is "
+          "no longer in the catalog", file=sys.stderr)
+
+
+def _refuse_to_drop_learning(args: argparse.Namespace, replacement) -> None:
+    """A directory that learned from feedback is not replaced by a pointer at PostgreSQL without --drop-learning:
+    the database cannot take over what the directory learned."""
+    from ..errors import ToolScoutError
+
+    if replacement.holds_learning() and not args.drop_learning:
+        raise ToolScoutError(f"{args.out}: its index learned from feedback, which an index in PostgreSQL cannot take "
+                             "over (teach the database with toolscout learn --store DSN LOG.jsonl); give another "
+                             "--out, or --drop-learning to replace it without what it learned")
 
 
 def _load_catalogs(args: argparse.Namespace) -> list:
@@ -159,7 +207,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     tools = load_tools(catalog)
     print(f"Indexing {len(tools)} tools from the bundled sample catalog ({catalog.name}) with {args.retriever}...")
     with replacing(args.out) as replacement:
+        learned = _learned_to_keep(args, replacement)
         scout = ToolScout.from_tools(tools, retriever=args.retriever)
+        _keep_learning(scout, learned, args.out)
         scout.save(args.out, extra_config=replacement.config)
         replacement.saved()
     for task in EXAMPLE_TASKS:

@@ -42,6 +42,7 @@ from .journal import Journal
 from .storage import Authorize, Visible, WriteResult
 
 LOCK_FILE = "serve.lock"
+LEARNING_OPS = ("feedback", "forget", "rollback", "learning")  # journal records about learning from use
 MODELS = "models"  # models a retraining trained, which the pipeline swapped in refers to
 logger = logging.getLogger(__name__)
 
@@ -394,7 +395,7 @@ def replay_journal(scout: ToolScout, records: list[dict[str, Any]], snapshot_seq
                 joined.setdefault(row["id"], float(record.get("time", 0.0)))
         elif op == "delete":
             pending.update(dict.fromkeys(record["ids"]))
-        elif op in ("feedback", "forget", "rollback", "learning"):
+        elif op in LEARNING_OPS:
             _write_tools(scout, pending, joined)
             pending, joined = {}, {}
             _learning_record(scout, record)

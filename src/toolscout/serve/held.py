@@ -11,11 +11,11 @@ import os
 from pathlib import Path
 from typing import Iterator
 
-from ..artifacts import POINTER, ArtifactError, check_replaceable
+from ..artifacts import POINTER, ArtifactError, check_replaceable, current_version
 from ..errors import ToolScoutError
-from ..pipeline import ToolScout
+from ..pipeline import FEEDBACK_FILE, LEARNING_FOLDER, ToolScout
 from ..spec import PIPELINE_KIND, read_pipeline_config
-from .directory import check_servable, lock_directory, replay_journal, snapshot_seq
+from .directory import LEARNING_OPS, check_servable, lock_directory, replay_journal, snapshot_seq
 from .errors import ServiceError
 from .journal import Journal
 
@@ -51,8 +51,22 @@ class Replacement:
     snapshot must carry so that no record of the old journal (writes to the catalog being replaced) is ever
     replayed over it; `saved()`, once it is saved, starts the journal afresh."""
 
-    def __init__(self, folder: Path, journal: Journal | None = None, last: int = 0, pending: int = 0):
+    def __init__(self, folder: Path, journal: Journal | None = None, last: int = 0, pending: int = 0,
+                 journal_learned: bool = False):
         self.folder, self.journal, self.last, self.pending = folder, journal, last, pending
+        self.journal_learned = journal_learned  # its journal holds feedback or learning settings since the snapshot
+
+    def holds_learning(self) -> bool:
+        """Whether the index being replaced learned from feedback (or has learning settings): in its snapshot
+        or its journal. Reads no index file, so a damaged index can still be replaced when it learned nothing."""
+        live = current_version(self.folder)
+        return live is not None and (self.journal_learned or (live / FEEDBACK_FILE).exists()
+                                     or (live / LEARNING_FOLDER).exists())
+
+    def learned(self) -> ToolScout | None:
+        """The index being replaced as its server would serve it, when it learned from feedback (what the new
+        index takes over, `ToolScout.carry_learning`); None when it learned nothing."""
+        return current_pipeline(self.folder) if self.holds_learning() else None
 
     @property
     def config(self) -> dict[str, int]:
@@ -62,7 +76,7 @@ class Replacement:
         if self.journal is None:
             return
         if self.pending:
-            logger.warning("%s: its journal held %d writes made since its last snapshot; they belonged to the "
+            logger.warning("%s: its journal held %d catalog writes made since its last snapshot; they belonged to the "
                            "catalog now replaced", self.folder, self.pending)
         if self.journal.path.exists():
             self.journal.reset(self.last)
@@ -83,8 +97,10 @@ def replacing(folder: str | os.PathLike) -> Iterator[Replacement]:
         journal = Journal(folder)
         records = journal.records_after(-1)  # every intact record: a damaged journal is being replaced anyway
         saved_seq = _saved_journal_seq(folder)
+        pending = [r for r in records if r["seq"] > saved_seq and r.get("op") != "base"]
+        learned = [r for r in pending if r.get("op") in LEARNING_OPS]  # the new index takes these over
         yield Replacement(folder, journal, max((r["seq"] for r in records), default=0),
-                          sum(1 for r in records if r["seq"] > saved_seq and r.get("op") != "base"))
+                          len(pending) - len(learned), bool(learned))
     finally:
         os.close(lock_fd)
 
