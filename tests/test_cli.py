@@ -63,6 +63,20 @@ def test_errors_name_the_problem_and_exit_non_zero(capsys, tmp_path):
     assert code == 1 and "CURRENT names the version 'v000009', which is not there" in err
 
 
+@pytest.mark.parametrize("command", ["search", "serve"])
+def test_search_and_serve_name_a_damaged_index_file_and_exit_1(capsys, tmp_path, command):
+    """An empty store/vectors.npy (a disk that filled up mid-copy): a one-line error naming it and saying the
+    folder is damaged, not a numpy traceback; serve stops before it listens."""
+    idx = tmp_path / "idx"
+    assert run(capsys, "index", CATALOGS / "mcp_reference_servers.json", "--out", idx, "--retriever", "dense")[0] == 0
+    vectors = next(idx.glob("v*/retriever/store/vectors.npy"))
+    vectors.write_bytes(b"")
+    argv = [idx, "read a file"] if command == "search" else [idx, "--port", "18453"]
+    code, _, err = run(capsys, command, *argv)
+    assert code == 1 and f"{vectors}: not a whole numpy file" in err
+    assert f"the index folder {idx} is damaged: index the catalog again, or restore the folder" in err
+
+
 def test_search_in_a_namespace_no_tool_is_in_says_so(capsys, tmp_path):
     """A typo in --namespace read as a search that found nothing."""
     idx = tmp_path / "idx"

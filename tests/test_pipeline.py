@@ -228,3 +228,47 @@ def test_every_reader_of_a_pipeline_directory_reads_the_format_it_writes_and_ref
     config_file.write_text(json.dumps(config))
     with pytest.raises(ArtifactError, match=f"format_version {PIPELINE_FORMAT + 1} is not supported.*upgrade toolscout"):
         ToolScout.load(folder)
+
+
+# every file a learned default index (BM25 + dense, feedback learned) saves, relative to its folder
+SAVED_FILES = ["CURRENT", "v000001/config.json", "v000001/feedback.json", "v000001/learning/config.json",
+               "v000001/learning/memory.json", "v000001/learning/scorecard.jsonl", "v000001/learning/vectors.npy",
+               "v000001/retriever/component0/config.json", "v000001/retriever/component0/tokens.jsonl",
+               "v000001/retriever/component1/config.json", "v000001/retriever/component1/hashes.json",
+               "v000001/retriever/component1/store/ids.json", "v000001/retriever/component1/store/vectors.npy",
+               "v000001/retriever/config.json", "v000001/tools.jsonl"]
+
+
+@pytest.fixture(scope="module")
+def learned_index(tmp_path_factory, encoder):
+    from conftest import sample_tools
+
+    root = tmp_path_factory.mktemp("saved") / "idx"
+    scout = ToolScout.from_tools(sample_tools(), encoder=encoder)
+    scout.learn([{"query": f"book me a flight to city {i}", "tool_ids": [scout.tools[0].id]} for i in range(3)])
+    scout.save(root)
+    return root
+
+
+def test_the_damage_test_covers_every_file_an_index_saves(learned_index):
+    assert sorted(str(p.relative_to(learned_index)) for p in learned_index.rglob("*") if p.is_file()) == SAVED_FILES
+
+
+@pytest.mark.parametrize("cut", ["half", "empty"])
+@pytest.mark.parametrize("name", SAVED_FILES)
+def test_a_damaged_index_file_is_named_and_the_folder_called_damaged(learned_index, tmp_path, name, cut):
+    """Each file of a saved index cut to half its size, or to nothing: loading fails with an ArtifactError that
+    names that file (CURRENT: the folder and CURRENT) and says the folder is damaged, never a bare numpy or JSON
+    error, and never a load that ignores it."""
+    import shutil
+
+    root = tmp_path / "idx"
+    shutil.copytree(learned_index, root)
+    damaged = root / name
+    damaged.write_bytes(damaged.read_bytes()[:damaged.stat().st_size // 2] if cut == "half" else b"")
+    with pytest.raises(ArtifactError) as caught:
+        ToolScout.load(root)
+    said = str(caught.value)
+    assert "damaged" in said
+    assert f"{root}: CURRENT" in said if name == "CURRENT" else str(damaged) in said or (
+        name.endswith("tokens.jsonl") and cut == "empty" and "its retriever holds 0 tools" in said)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import zipfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Mapping
@@ -27,6 +28,14 @@ CONFIG = "config.json"
 
 class ArtifactError(ToolScoutError):
     """A saved artefact is missing, of the wrong kind, or of a format this version cannot read."""
+
+
+class DamagedFile(ArtifactError):
+    """A file of a saved artefact is missing, cut short or not what it should hold: the folder was damaged
+    (a disk filled up, a copy in part, a hand edit). Its message names the file."""
+
+
+DAMAGED_INDEX = "the index folder {} is damaged: index the catalog again, or restore the folder"
 
 
 def _fsync_dir(path: Path) -> None:
@@ -55,21 +64,67 @@ def write_json(path: Path, data: Any) -> None:
 
 
 def read_json(path: Path) -> Any:
+    """The JSON value in `path`; a file missing, cut short or not JSON is a `DamagedFile` naming it."""
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ArtifactError(f"{path}: file not found") from None
+        raise DamagedFile(f"{path}: file not found") from None
+    except UnicodeDecodeError as exc:
+        raise DamagedFile(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
     except json.JSONDecodeError as exc:
-        raise ArtifactError(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+        raise DamagedFile(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+
+
+def read_json_lines(path: Path) -> list[Any]:
+    """One JSON value per line of `path` (blank lines skipped); errors name the file and the line."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise DamagedFile(f"{path}: file not found") from None
+    except UnicodeDecodeError as exc:
+        raise DamagedFile(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
+    out = []
+    for lineno, line in enumerate(text.split("\n"), 1):
+        if line.strip():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise DamagedFile(f"{path}:{lineno}: invalid JSON at column {exc.colno}: {exc.msg}") from None
+    return out
+
+
+def load_array(path: Path) -> Any:
+    """The numpy array saved in `path` (`.npy`), or an `.npz`'s arrays as a dict, read whole; a file missing
+    or cut short is a `DamagedFile` naming it."""
+    import numpy as np
+
+    try:
+        data = np.load(path, allow_pickle=False)
+        if isinstance(data, np.lib.npyio.NpzFile):  # its arrays are read when asked for: read them now
+            with data:
+                return {name: data[name] for name in data.files}
+        return data
+    except FileNotFoundError:
+        raise DamagedFile(f"{path}: file not found") from None
+    except (EOFError, ValueError, OSError, zipfile.BadZipFile) as exc:
+        raise DamagedFile(f"{path}: not a whole numpy file ({exc})") from None
 
 
 def current_version(root: Path) -> Path | None:
     pointer = root / POINTER
     if not pointer.exists():
         return None
-    name = pointer.read_text(encoding="utf-8").strip()
+    name = _pointed(root)
     folder = root / name
-    return folder if folder.is_dir() else None
+    return folder if name and folder.is_dir() else None
+
+
+def _pointed(root: Path) -> str:
+    """The version `root/CURRENT` names ("" when it names none: empty, or not text)."""
+    try:
+        return (root / POINTER).read_text(encoding="utf-8").strip()
+    except UnicodeDecodeError:
+        return ""
 
 
 def resolve(root: str | os.PathLike) -> Path:
@@ -81,9 +136,10 @@ def resolve(root: str | os.PathLike) -> Path:
     if live is not None:
         return live
     if (root / POINTER).exists():
-        name = (root / POINTER).read_text(encoding="utf-8").strip()
-        raise ArtifactError(f"{root}: {POINTER} names the version {name!r}, which is not there (the directory was "
-                            "damaged or copied in part); restore it, or index the catalog again")
+        name = _pointed(root)
+        said = f"names the version {name!r}, which is not there" if name else "is empty, naming no version"
+        raise ArtifactError(f"{root}: {POINTER} {said} (the directory was damaged or copied in part); restore it, "
+                            "or index the catalog again")
     if (root / CONFIG).exists():
         return root
     raise ArtifactError(f"{root}: not a toolscout artefact (no {POINTER} file and no {CONFIG})")

@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
+from .artifacts import read_json
 from .errors import InvalidRequest
 
 OUTCOMES = ("success", "failure")
@@ -304,7 +305,7 @@ class UsageLedger:
 
     @classmethod
     def load(cls, path: Path) -> "UsageLedger":
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = read_json(path)
         ledger = cls(int(data.get("per_source_cap", PER_SOURCE_CAP)))
         ledger.events, ledger.failures = int(data.get("events", 0)), int(data.get("failures", 0))
         ledger.reported = {k: int(v) for k, v in data.get("reported", {}).items()}

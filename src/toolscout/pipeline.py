@@ -23,8 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Se
 
 import numpy as np
 
-from .artifacts import write_artifact
-from .benchmark_sets import read_jsonl
+from .artifacts import DAMAGED_INDEX, DamagedFile, read_json_lines, write_artifact
 from .defaults import DEFAULT_INTENTS, DEFAULT_RETRIEVER
 from .deprecation import Deprecation, deprecation_of, rank_below_replacements
 from .encoders.fast import fast_query_kind, tier_of
@@ -181,6 +180,13 @@ class ToolScout:
         A directory written by `toolscout index --store postgresql://...` points at its database, which is
         the catalog: the pipeline is built from the table's pipeline spec and the tenant's rows, tools,
         vectors and learned state as they are now, as every server replica builds it (`from_tenant`)."""
+        try:
+            return cls._load(Path(path), fast_queries)
+        except DamagedFile as exc:
+            raise DamagedFile(f"{exc}; {DAMAGED_INDEX.format(path)}") from None
+
+    @classmethod
+    def _load(cls, path: Path, fast_queries: bool | str | None) -> "ToolScout":
         folder, config = read_pipeline_config(path)
         if config.get("postgres"):
             from .pg_pipeline import TenantParts
@@ -190,10 +196,14 @@ class ToolScout:
                 return cls.from_tenant(tenant, fast_queries=fast_queries)
             finally:
                 tenant.release()
-        tools = [Tool.from_record(row) for _n, row in read_jsonl(folder / "tools.jsonl")]
+        tools = [Tool.from_record(row) for row in read_json_lines(folder / "tools.jsonl")]
+        if isinstance(config.get("tools"), int) and config["tools"] != len(tools):  # cut at a line's end
+            raise DamagedFile(f"{folder / 'tools.jsonl'}: holds {len(tools)} tools, but {config['tools']} were saved")
         ledger = UsageLedger.load(folder / FEEDBACK_FILE) if (folder / FEEDBACK_FILE).exists() else None
         learned = folder / LEARNING_FOLDER
-        scout = cls.build(PipelineSpec.read(folder, config), tools, lambda _node, where: load_retriever(
+        spec = PipelineSpec.read(folder, config)
+        spec.check_saved(folder / "retriever")
+        scout = cls.build(spec, tools, lambda _node, where: load_retriever(
                           folder / "retriever" / where), fast_queries=fast_queries, ledger=ledger,
                           learned=learned if learned.exists() else None, where=str(path))
         scout.saved_config = config
@@ -215,8 +225,7 @@ class ToolScout:
         scout = cls(retriever, tools, indexed=True, reranker=spec.make_reranker(), ledger=ledger, learning=learning,
                     intents=IntentMerge.from_dict(spec.intents))
         if len(retriever) != len(scout):  # a hand-edited or mismatched directory
-            raise ToolScoutError(f"{where}: its retriever holds {len(retriever)} tools but its catalog has "
-                                 f"{len(scout)}")
+            raise DamagedFile(f"{where}: its retriever holds {len(retriever)} tools but its catalog has {len(scout)}")
         scout._teach_from_ledger()  # a directory saved before the channel, or learned with another encoder
         kind = spec.fast_queries if fast_queries is None else fast_query_kind(fast_queries)
         if kind:

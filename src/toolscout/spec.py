@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from .artifacts import read_config, read_json
+from .artifacts import CONFIG, read_config, read_json
 from .retrievers.base import Composite, Retriever, retriever_class
 
 PIPELINE_KIND = "toolscout.pipeline"
@@ -103,6 +103,13 @@ class PipelineSpec:
 
         return None if self.reranker is None else reranker_from_config(self.reranker)
 
+    def check_saved(self, folder: Path) -> None:
+        """Read the `config.json` of each composite of the first stage saved under `folder` (a directory's
+        `retriever/`): loading needs none of them (the spec has their settings), but an older toolscout reads
+        them, and one that is damaged is a damaged directory, to be told now rather than ignored."""
+        for where in _composites(self.retriever, ""):
+            read_json(folder / where / CONFIG)
+
     def leaves(self) -> list["Leaf"]:
         """Every leaf of the first stage, in order."""
         return list(_leaves(self.retriever, "", ""))
@@ -154,6 +161,14 @@ def _build(node: Mapping[str, Any], where: str, leaf: LeafSource) -> Retriever:
         return leaf(node, where)
     parts = [_build(child, f"{where}/component{i}".lstrip("/"), leaf) for i, child in enumerate(node["components"])]
     return retriever_class(node["name"])(parts, **node["settings"])
+
+
+def _composites(node: Mapping[str, Any], folder: str):
+    """The folders (inside `retriever/`) of the composites in `node`'s tree."""
+    if "components" in node:
+        yield folder
+        for i, child in enumerate(node["components"]):
+            yield from _composites(child, f"{folder}/component{i}".lstrip("/"))
 
 
 def _leaves(node: Mapping[str, Any], folder: str, where: str):

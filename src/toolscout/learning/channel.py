@@ -41,7 +41,7 @@ from typing import Callable, Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
-from ..artifacts import ArtifactError, read_json, write_json
+from ..artifacts import ArtifactError, DamagedFile, load_array, read_json, read_json_lines, write_json
 from ..errors import InvalidRequest
 from ..query import Query
 from ..results import Results
@@ -309,7 +309,8 @@ class LearnedChannel:
         folder.mkdir(parents=True, exist_ok=True)
         keys = sorted(self.memory.row_of)
         write_json(folder / "config.json", {"kind": LEARNING_KIND, "format_version": FORMAT_VERSION,
-                                            "space": self.space.name, "settings": self.settings.to_dict()})
+                                            "space": self.space.name, "settings": self.settings.to_dict(),
+                                            "scored": len(self.scorecard)})  # what a load checks it read
         np.save(folder / "vectors.npy", self.memory.vectors[[self.memory.row_of[k] for k in keys]]
                 if keys else np.zeros((0, self.space.dim), np.float32))
         taught = [[key, tool, {source: [list(lesson) for lesson in lessons]
@@ -331,13 +332,15 @@ class LearnedChannel:
         if config.get("kind") != LEARNING_KIND or int(config.get("format_version", 0)) > FORMAT_VERSION:
             raise ArtifactError(f"{folder}: not a learned channel this toolscout can read")
         channel = cls(space, LearningSettings.from_dict(config.get("settings")))
-        with open(folder / "scorecard.jsonl", encoding="utf-8") as fh:
-            channel.scorecard.add([Scored.from_dict(json.loads(line)) for line in fh if line.strip()])
+        channel.scorecard.add([Scored.from_dict(row) for row in read_json_lines(folder / "scorecard.jsonl")])
+        if config.get("scored", len(channel.scorecard)) != len(channel.scorecard):  # cut at a line's end
+            raise DamagedFile(f"{folder / 'scorecard.jsonl'}: holds {len(channel.scorecard)} scores, but "
+                              f"{config['scored']} were saved")
         memory = read_json(folder / "memory.json")
         channel.joined = {t: float(w) for t, w in memory.get("joined", {}).items()}
         if config.get("space") != space.name or int(config.get("format_version", 1)) < FORMAT_VERSION:
             return channel
-        vectors = dict(zip(memory["keys"], np.load(folder / "vectors.npy")))
+        vectors = dict(zip(memory["keys"], load_array(folder / "vectors.npy")))
         channel.restore([(key, vectors[key], tool, source, rank, when) for key, tool, sources in memory["taught"]
                          for source, lessons in sources.items() for when, rank in lessons], memory["key_of"])
         channel.refresh_weights()

@@ -11,7 +11,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..artifacts import read_json
+from ..artifacts import read_json, read_json_lines
 from ..conversation import turn_weights
 from ..errors import InvalidRequest, MissingDependency
 from ..query import Query, as_queries
@@ -174,7 +174,7 @@ class BM25Retriever:
     @classmethod
     def load(cls, folder: Path) -> "BM25Retriever":
         retriever = cls.from_settings(read_json(folder / "config.json"))
-        rows = [json.loads(line) for line in (folder / "tokens.jsonl").read_text(encoding="utf-8").splitlines() if line]
+        rows = read_json_lines(folder / "tokens.jsonl")
         retriever.rows = RowTable([r["id"] for r in rows], [r["namespace"] for r in rows])
         retriever.tokens = [r["tokens"] for r in rows]
         retriever._rebuild()

@@ -9,7 +9,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from ..artifacts import read_json, write_json
+from ..artifacts import load_array, read_json, write_json
 from ..encoders import Encoder
 from ..encoders.contract import QueryEncoder
 from ..models import model_config
@@ -236,7 +236,7 @@ def _restore_own_vectors(folder: Path, vectors: VectorStore) -> None:
     learned = folder / LEARNED_FILE
     if not learned.exists():
         return
-    data = np.load(learned)
+    data = load_array(learned)
     for tool_id, own in zip(data["own_ids"], data["own"]):
         try:
             vectors.update_vectors([str(tool_id)], own[None, :].astype(np.float32))

@@ -39,7 +39,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..artifacts import ArtifactError, read_json, write_json
+from ..artifacts import ArtifactError, load_array, read_json, read_json_lines, write_json
 from ..encoders import Encoder
 from ..models import model_config
 from ..query import Query, as_queries
@@ -69,7 +69,7 @@ class MLCModel:
         self.version = folder.name
         self.config = config
         self.encoder = encoder or Encoder.load(str(folder / ENCODER_FOLDER), device=device, backend=backend)
-        head = np.load(folder / HEAD_FILE)
+        head = load_array(folder / HEAD_FILE)
         self.tool_ids: list[str] = [str(t) for t in head["ids"]]
         self.weight = np.ascontiguousarray(head["weight"], dtype=np.float32)
         self.bias = np.ascontiguousarray(head["bias"], dtype=np.float32)
@@ -253,9 +253,9 @@ class MLCRetriever:
                                 f"{model_dir}, which now holds {live or 'no MLC model'} (retrained?); re-index the catalog")
         retriever = cls(model=model_dir, fallback=config.get("fallback"), view=TextView.from_dict(config.get("view")),
                         batch_size=config.get("batch_size", 64), backend=config.get("backend", "auto"))
-        rows = [json.loads(line) for line in (folder / "rows.jsonl").read_text(encoding="utf-8").splitlines() if line]
+        rows = read_json_lines(folder / "rows.jsonl")
         retriever.rows = RowTable([r["id"] for r in rows], [r["namespace"] for r in rows])
-        data = np.load(folder / "descriptions.npz")
+        data = load_array(folder / "descriptions.npz")
         retriever.descriptions = {str(i): v.astype(np.float32) for i, v in zip(data["ids"], data["vectors"])}
         retriever.hashes = read_json(folder / "hashes.json")
         retriever._rebuild()

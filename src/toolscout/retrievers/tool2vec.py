@@ -17,7 +17,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from ..artifacts import read_json
+from ..artifacts import load_array, read_json
 from ..encoders import Encoder
 from ..models import model_config
 from ..store.base import VectorStore
@@ -61,7 +61,7 @@ class UsageTable:
     @classmethod
     def load(cls, path: Path, dim: int) -> "UsageTable":
         table = cls(dim)
-        data = np.load(path)
+        data = load_array(path)
         for tid, vec, n in zip(data["ids"], data["sums"], data["counts"]):
             table.sums[str(tid)], table.counts[str(tid)] = vec.astype(np.float32), int(n)
         return table
@@ -150,7 +150,7 @@ class Tool2VecRetriever(DenseRetriever):
     def load(cls, folder: Path) -> "Tool2VecRetriever":
         config = read_json(folder / "config.json")
         encoder = encoder_for(config["model"], backend=config.get("encoding", "exact"))
-        data = np.load(folder / "descriptions.npz")
+        data = load_array(folder / "descriptions.npz")
         return cls(encoder=encoder, prior=config.get("prior", 1.0), view=TextView.from_dict(config.get("view")),
                    usage_table=UsageTable.load(folder / "usage.npz", encoder.dim),
                    descriptions={str(i): v.astype(np.float32) for i, v in zip(data["ids"], data["vectors"])},

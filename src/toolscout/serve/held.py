@@ -31,10 +31,11 @@ def current_pipeline(folder: str | os.PathLike, *, fast_queries: bool | str | No
     folder = Path(folder)
     check_servable(folder)
     for attempt in range(READ_TRIES):
+        live = current_version(folder)
         try:
             scout = ToolScout.load(folder, fast_queries=fast_queries)
-        except (ArtifactError, OSError):  # the version being read was removed by a compaction
-            if attempt == READ_TRIES - 1:
+        except (ArtifactError, OSError):  # the version being read was removed by a compaction (else: damaged)
+            if attempt == READ_TRIES - 1 or current_version(folder) == live:
                 raise
             continue
         journal = Journal(folder, fsync=False)

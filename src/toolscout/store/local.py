@@ -8,6 +8,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ..artifacts import DamagedFile, load_array, read_json
 from ..errors import InvalidRequest, MissingDependency, UnknownName
 from ..results import Filter, Results, top_k_rows
 from ..rows import RowTable
@@ -143,11 +144,12 @@ class NumpyStore:
     @classmethod
     def load(cls, folder: Path, config: dict) -> "NumpyStore":
         store = cls(config["dim"])
-        meta = json.loads((folder / "ids.json").read_text())
+        meta = read_json(folder / "ids.json")
         store.rows = RowTable(meta["ids"], meta["namespaces"])
-        store.matrix = np.load(folder / "vectors.npy")
+        store.matrix = load_array(folder / "vectors.npy")
         if store.matrix.shape != (len(store.rows), store.dim):
-            raise ValueError(f"{folder}: vectors.npy has shape {store.matrix.shape}, expected ({len(store.rows)}, {store.dim})")
+            raise DamagedFile(f"{folder / 'vectors.npy'}: has shape {store.matrix.shape}, expected "
+                              f"({len(store.rows)}, {store.dim}) (ids.json lists {len(store.rows)} tools)")
         return store
 
 
