@@ -522,6 +522,20 @@ def test_feedback_over_its_rate_is_refused_with_retry_after(served):
         assert client.get("/tools/mail.send").json()["feedback"]["learned"] == 3  # nothing of the refused batch
 
 
+def test_a_feedback_batch_larger_than_the_burst_is_refused_at_once_not_asked_to_wait(served):
+    """A bucket of 3 can never hold a batch of 4: waiting would not help, so no 429 and Retry-After."""
+    from toolscout.serve.limits import FeedbackLimits
+
+    with served(limits=FeedbackLimits(rate=1.0, burst=3, volume=None)) as client:
+        events = [{"query": f"send report number {i}", "tool_ids": ["mail.send"]} for i in range(4)]
+        r = client.post("/feedback", json={"events": events}, headers=AGENT)
+        e = expect_error(r, 422)
+        assert "retry-after" not in r.headers
+        assert "batch of 4" in e["message"] and "burst of 3" in e["message"] and "--feedback-burst" in e["message"]
+        assert client.get("/tools/mail.send").json()["feedback"]["learned"] == 0  # nothing of it counted
+        assert client.post("/feedback", json={"events": events[:3]}, headers=AGENT).status_code == 200  # bucket full
+
+
 def test_one_source_cannot_shift_a_task_further_than_the_limits_allow(served, tools, encoder):
     """10,000 events from one source tie a popular task to the wrong tool. The burst limit admits 2,000 of
     them, the per-tool cap lets 5 teach: learning may lift that one tool, so the right tool drops by at most

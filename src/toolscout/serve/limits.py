@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from ..errors import RateLimited
+from ..errors import InvalidRequest, RateLimited
 from ..feedback import FeedbackEvent
 
 
@@ -39,6 +39,7 @@ class FeedbackLimits:
                                   "the server's --feedback-volume")
         if self.rate is None:
             return
+        self._refuse_batches_over_the_burst(by_source)
         with self._lock:
             now = time.monotonic()
             levels = {s: self._level((tenant, s), now) for s in by_source}
@@ -49,6 +50,17 @@ class FeedbackLimits:
                                       f"(bursts up to {self.burst:g}); retry in {wait:.1f}s", retry_after=wait)
             for source, n in by_source.items():
                 self._buckets[(tenant, source)] = (levels[source] - n, now)
+
+    def _refuse_batches_over_the_burst(self, by_source: Mapping[str, int]) -> None:
+        """A batch larger than the bucket holds would be refused however long its client waited: say so
+        now (422), not 429 with a Retry-After it can never meet."""
+        for source, n in by_source.items():
+            if self.burst is not None and n > self.burst:
+                raise InvalidRequest(
+                    f"a batch of {n} feedback events from source {source!r} is larger than this server's burst of "
+                    f"{self.burst:g} events per source (--feedback-burst), so it can never be admitted; send at "
+                    f"most {self.burst:g} events per request from one source, or start the server with a larger "
+                    "--feedback-burst")
 
     def _level(self, key: tuple, now: float) -> float:
         burst = self.burst if self.burst is not None else float("inf")
