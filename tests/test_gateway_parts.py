@@ -249,12 +249,14 @@ class _Recorder:
     """A service that records each batch of feedback it is given, and refuses any batch holding a call of
     `over_limit` (as the service's feedback limits refuse a batch: nothing counted)."""
 
-    def __init__(self, over_limit=None):
-        self.batches, self.over_limit = [], over_limit
+    def __init__(self, over_limit=None, limits=None):
+        self.batches, self.over_limit, self.limits = [], over_limit, limits
 
     def feedback(self, events, principal):
         if any(e.source == self.over_limit for e in events):
             raise RateLimited(f"feedback source {self.over_limit!r} sends too much")
+        if self.limits is not None:
+            self.limits.admit(None, events, {})
         self.batches.append([e.query for e in events])
         return LearnResult(learned=list(events))
 
@@ -294,6 +296,24 @@ def test_a_source_over_its_limits_loses_only_its_own_calls_from_a_batch():
     learner.close()
     assert service.batches == [["mine", "mine too"]]
     assert learner.stats() == {"events": 3, "pending": 0, "learned": 2, "dropped": 1}
+
+
+def test_a_source_whose_calls_outnumber_its_burst_loses_only_its_own_calls_from_a_batch(caplog):
+    """The service's limits refuse a batch holding more of one source's events than its burst at once
+    (no wait would let it in); the learner learns the other sources' calls, and drops that source's
+    with a warning, not a logged bug."""
+    from toolscout.serve.limits import FeedbackLimits
+
+    service = _Recorder(limits=FeedbackLimits(rate=1.0, burst=2, volume=None))
+    learner = CallLearner(service, gather_s=60.0)
+    learner.submit(FeedbackEvent("mine", ("a",), "polite"))
+    wait_for(lambda: learner._queue.empty(), "the learner to take the first call")
+    for task in ("one", "two", "three"):
+        learner.submit(FeedbackEvent(task, ("a",), "busy"))
+    learner.close()
+    assert service.batches == [["mine"]]
+    assert learner.stats() == {"events": 4, "pending": 0, "learned": 1, "dropped": 3}
+    assert not [r for r in caplog.records if r.exc_info]  # dropped as over the limits, not as a bug
 
 
 # ------------------------------------------------------------------------------------- definitions
