@@ -529,7 +529,7 @@ def test_a_feedback_batch_larger_than_the_burst_is_refused_at_once_not_asked_to_
     with served(limits=FeedbackLimits(rate=1.0, burst=3, volume=None)) as client:
         events = [{"query": f"send report number {i}", "tool_ids": ["mail.send"]} for i in range(4)]
         r = client.post("/feedback", json={"events": events}, headers=AGENT)
-        e = expect_error(r, 422)
+        e = expect_error(r, 413)
         assert "retry-after" not in r.headers
         assert "batch of 4" in e["message"] and "burst of 3" in e["message"] and "--feedback-burst" in e["message"]
         assert client.get("/tools/mail.send").json()["feedback"]["learned"] == 0  # nothing of it counted

@@ -45,7 +45,7 @@ import anyio
 import anyio.lowlevel
 import anyio.to_thread
 
-from ..errors import Conflict, Forbidden, InvalidRequest, NotFound, RateLimited, Unavailable
+from ..errors import Conflict, Forbidden, InvalidRequest, NotFound, RateLimited, TooLarge, Unavailable
 from ..feedback import FeedbackEvent
 from ..hits import Hit
 from ..serve.auth import ANONYMOUS
@@ -627,7 +627,7 @@ class CallLearner:
             self._learn_by_source(events, refused)
         self.done += len(events)
 
-    def _learn_by_source(self, events: list[FeedbackEvent], refused: RateLimited | InvalidRequest) -> None:
+    def _learn_by_source(self, events: list[FeedbackEvent], refused: RateLimited | TooLarge) -> None:
         by_source: dict[str, list[FeedbackEvent]] = {}
         for event in events:
             by_source.setdefault(event.source, []).append(event)
@@ -638,14 +638,14 @@ class CallLearner:
             if (again := self._attempt(group)) is not None:
                 self._drop(group, again)
 
-    def _attempt(self, events: list[FeedbackEvent]) -> RateLimited | InvalidRequest | None:
-        """Learn `events`; the refusal of them all by the feedback limits (RateLimited, or InvalidRequest: a
-        source's calls outnumber its burst), else None. A bug is logged and its events dropped: the gateway
+    def _attempt(self, events: list[FeedbackEvent]) -> RateLimited | TooLarge | None:
+        """Learn `events`; the refusal of them all by the feedback limits (RateLimited, or TooLarge: a source's
+        calls outnumber its burst), else None. A bug is logged and its events dropped: the gateway
         goes on forwarding calls; so are the events of a storage that does not answer."""
         try:
             result = self.service.feedback(events, ADMIN)  # trusted: each event names its own source
             self.learned += len(result.learned)
-        except (RateLimited, InvalidRequest) as exc:
+        except (RateLimited, TooLarge) as exc:
             return exc
         except Unavailable as exc:
             self.dropped += len(events)
@@ -655,7 +655,7 @@ class CallLearner:
             logger.exception("learning from %d forwarded calls failed", len(events))
         return None
 
-    def _drop(self, events: list[FeedbackEvent], reason: RateLimited | InvalidRequest) -> None:
+    def _drop(self, events: list[FeedbackEvent], reason: RateLimited | TooLarge) -> None:
         self.dropped += len(events)
         logger.warning("feedback from %d forwarded calls dropped: %s", len(events), reason)
 

@@ -22,7 +22,7 @@
 
 Errors are JSON `{"error": {"type", "message", "details"?}}`: 400 malformed JSON, 401 missing or
 invalid token, 403 not allowed, 404 unknown tool or route, 405, 413 body over the limit (on /mcp: a
-JSON-RPC error, as MCP clients read it), 415 not JSON,
+JSON-RPC error, as MCP clients read it) or more of one source's feedback events than its burst, 415 not JSON,
 422 a field is wrong or unknown (every model forbids extra fields), 429 feedback over its source's limits
 (with Retry-After when waiting helps), 503 writes disabled or storage unavailable, 500 a bug inside toolscout (logged with its traceback). Only toolscout's own error types
 are mapped to 4xx (`toolscout.errors`): a stray KeyError or ValueError is a bug, and reads as one.
@@ -42,7 +42,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..errors import CatalogError, Conflict, Forbidden, InvalidRequest, NotFound, RateLimited, Unavailable
+from ..errors import CatalogError, Conflict, Forbidden, InvalidRequest, NotFound, RateLimited, TooLarge, Unavailable
 from ..hits import checked_queries
 from ..query import Query as Task  # a task as search reads it (FastAPI's Query is a parameter)
 from ..version import __version__
@@ -209,7 +209,7 @@ def _lifespan(service: ToolService, mcp_app: Any, close_service: bool, extension
 # ------------------------------------------------------------------------------------- errors
 
 # toolscout's own error types and their statuses; anything else is a 500 (see InternalErrors)
-STATUS_OF = ((NotFound, 404), (Forbidden, 403), (Conflict, 409), (InvalidRequest, 422), (CatalogError, 422),
+STATUS_OF = ((NotFound, 404), (Forbidden, 403), (Conflict, 409), (TooLarge, 413), (InvalidRequest, 422), (CatalogError, 422),
              (ServiceError, 503), (Unavailable, 503))
 
 

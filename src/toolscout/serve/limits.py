@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from ..errors import InvalidRequest, RateLimited
+from ..errors import RateLimited, TooLarge
 from ..feedback import FeedbackEvent
 
 
@@ -53,10 +53,10 @@ class FeedbackLimits:
 
     def _refuse_batches_over_the_burst(self, by_source: Mapping[str, int]) -> None:
         """A batch larger than the bucket holds would be refused however long its client waited: say so
-        now (422), not 429 with a Retry-After it can never meet."""
+        now (413), not 429 with a Retry-After it can never meet."""
         for source, n in by_source.items():
             if self.burst is not None and n > self.burst:
-                raise InvalidRequest(
+                raise TooLarge(
                     f"a batch of {n} feedback events from source {source!r} is larger than this server's burst of "
                     f"{self.burst:g} events per source (--feedback-burst), so it can never be admitted; send at "
                     f"most {self.burst:g} events per request from one source, or start the server with a larger "
