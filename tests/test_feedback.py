@@ -302,6 +302,13 @@ def test_cli_learn_imports_logs_forgets_sources_and_refuses_a_served_directory(e
     assert main(["learn", str(folder), str(old)]) == 1
     assert "learning is frozen since" in capsys.readouterr().err
     assert ToolScout.load(folder).ledger.sources() == {"import": 1}
+    # frozen: an undated log is recorded, and said to be, not learned
+    fresh = tmp_path / "fresh.jsonl"
+    fresh.write_text(json.dumps({"query": "remind me to water the plants", "tool_ids": ["apibank::AddReminder"]}) + "\n")
+    assert main(["learn", str(folder), str(fresh)]) == 0
+    said = capsys.readouterr().err
+    assert "1 events: 0 (tool, request) pairs learned, 1 held back by the freeze" in said, said
+    assert "learning is frozen: these events were recorded but not learned" in said
 
 
 def test_cli_learn_train_says_what_runs_and_shows_the_trainers_progress(encoder, tmp_path, capsys, monkeypatch):

@@ -494,6 +494,19 @@ def test_an_operator_sets_learning_weights_over_http_and_auto_means_automatic_ag
         assert client.post("/learning", json={"weights": {"mail": 0.5}}, headers=MAIL).status_code == 403
 
 
+def test_feedback_while_learning_is_frozen_is_said_to_be_recorded_not_learned(served):
+    with served() as client:
+        event = {"query": "send the quarterly report", "tool_ids": ["mail.send", "files.read"]}
+        assert client.post("/learning", json={"freeze": True}, headers=ADMIN).status_code == 200
+        body = client.post("/feedback", json=event, headers=AGENT).json()
+        assert body["learned"] == 0 and body["held_by_freeze"] == 2
+        assert body["note"].startswith("learning is frozen: these events were recorded but not learned")
+        assert client.get("/learning", headers=ADMIN).json()["requests"] == 0  # indeed nothing learned
+        assert client.post("/learning", json={"freeze": False}, headers=ADMIN).status_code == 200
+        body = client.post("/feedback", json={**event, "query": "mail the report"}, headers=AGENT).json()
+        assert body["learned"] == 2 and body["held_by_freeze"] == 0 and body["note"] is None
+
+
 def test_feedback_needs_permission_and_stays_within_what_the_caller_sees(served):
     with served() as client:
         event = {"query": "send the quarterly report", "tool_ids": ["mail.send"]}

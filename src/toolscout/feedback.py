@@ -144,11 +144,11 @@ class Scored:
 
 @dataclass
 class LearnResult:
-    """What a batch of feedback did: `learned` (tool, request) pairs now teaching the retrievers;
-    `duplicates` repeats already counted; `capped` past the per-source cap; `failures` events with
-    outcome "failure"; `incidental` (tool, request) pairs whose request is nothing but numbers, dates and
-    addresses (recorded, teach nothing); `unknown` tool ids not in the
-    catalog (ignored)."""
+    """What a batch of feedback did: `learned` (tool, request) pairs recorded to teach the retrievers (now,
+    or when learning is unfrozen: `frozen_at`, learning's freeze when they were recorded, holds back those
+    dated from it on); `duplicates` repeats already counted; `capped` past the per-source cap; `failures`
+    events with outcome "failure"; `incidental` (tool, request) pairs whose request is nothing but numbers,
+    dates and addresses (recorded, teach nothing); `unknown` tool ids not in the catalog (ignored)."""
 
     events: int = 0
     learned: list[Usage] = field(default_factory=list)
@@ -157,11 +157,39 @@ class LearnResult:
     failures: int = 0
     unknown: list[str] = field(default_factory=list)
     incidental: int = 0
+    frozen_at: float | None = None
+
+    @property
+    def held_by_freeze(self) -> int:
+        """(tool, request) pairs recorded but not taught: learning is frozen; they teach once it is unfrozen."""
+        return sum(1 for u in self.learned if self.frozen_at is not None and u.time >= self.frozen_at)
+
+    @property
+    def taught(self) -> int:
+        """(tool, request) pairs teaching the retrievers now."""
+        return len(self.learned) - self.held_by_freeze
+
+    def absorb(self, other: "LearnResult") -> None:
+        """Add `other`'s counts to these (a log learned in batches, told as one)."""
+        self.events += other.events
+        self.learned += other.learned
+        self.duplicates, self.capped = self.duplicates + other.duplicates, self.capped + other.capped
+        self.failures, self.incidental = self.failures + other.failures, self.incidental + other.incidental
+        self.unknown += other.unknown
+        self.frozen_at = other.frozen_at if other.frozen_at is not None else self.frozen_at
+
+    def note(self) -> str | None:
+        """What a reader of the counts must know (None: nothing): held-back pairs were recorded, not learned."""
+        if not self.held_by_freeze:
+            return None
+        return (f"learning is frozen: these events were recorded but not learned; their {self.held_by_freeze} (tool, "
+                "request) pairs are held back (counted in held_by_freeze, not in learned) and teach once learning is "
+                "unfrozen (toolscout learning unfreeze, or POST /learning {\"freeze\": false})")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"events": self.events, "learned": len(self.learned), "duplicates": self.duplicates,
-                "capped": self.capped, "failures": self.failures, "incidental": self.incidental,
-                "unknown_tools": self.unknown[:20]}
+        return {"events": self.events, "learned": self.taught, "held_by_freeze": self.held_by_freeze,
+                "duplicates": self.duplicates, "capped": self.capped, "failures": self.failures,
+                "incidental": self.incidental, "unknown_tools": self.unknown[:20], "note": self.note()}
 
 
 def normalized(query: str) -> str:

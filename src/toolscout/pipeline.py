@@ -429,6 +429,7 @@ class ToolScout:
             self.learning.score(self.score_records(teaching, ranks, before))
             self.learning.teach(self._lessons(result.learned), prepared)
             self._log_weights(self.learning.refresh_weights())
+            result.frozen_at = self.learning.settings.frozen_at
         return result
 
     def forget(self, source: str) -> list[str]:

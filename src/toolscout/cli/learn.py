@@ -77,18 +77,20 @@ def cmd_learn(args: argparse.Namespace) -> int:
 def _import(service, events) -> None:
     from tqdm.auto import tqdm
 
-    totals = {"learned": 0, "duplicates": 0, "capped": 0, "failures": 0, "unknown": 0}
+    from ..feedback import LearnResult
+
+    total = LearnResult()
     with tqdm(total=len(events), unit="event", desc="feedback", disable=None) as bar:
         for start in range(0, len(events), BATCH):
             result = service.feedback(events[start:start + BATCH])
-            for key, value in (("learned", len(result.learned)), ("duplicates", result.duplicates),
-                               ("capped", result.capped), ("failures", result.failures),
-                               ("unknown", len(result.unknown))):
-                totals[key] += value
+            total.absorb(result)
             bar.update(result.events)
-    print(f"{len(events)} events: {totals['learned']} (tool, request) pairs learned, {totals['duplicates']} repeats, "
-          f"{totals['capped']} over the per-source cap, {totals['failures']} failures, {totals['unknown']} unknown "
+    held = f", {total.held_by_freeze} held back by the freeze" if total.held_by_freeze else ""
+    print(f"{len(events)} events: {total.taught} (tool, request) pairs learned{held}, {total.duplicates} repeats, "
+          f"{total.capped} over the per-source cap, {total.failures} failures, {len(total.unknown)} unknown "
           "tool ids", file=sys.stderr)
+    if total.note():
+        print(total.note(), file=sys.stderr)
 
 
 # ------------------------------------------------------------------------------ toolscout learning

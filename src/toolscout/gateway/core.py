@@ -644,7 +644,7 @@ class CallLearner:
         goes on forwarding calls; so are the events of a storage that does not answer."""
         try:
             result = self.service.feedback(events, ADMIN)  # trusted: each event names its own source
-            self.learned += len(result.learned)
+            self.learned += result.taught
         except (RateLimited, TooLarge) as exc:
             return exc
         except Unavailable as exc:

@@ -456,7 +456,7 @@ def _add_feedback_routes(app: FastAPI, api: Api) -> None:
         events = body.events if isinstance(body, FeedbackBatchIn) else [body]
         result = service.feedback([e.model_dump(exclude_none=True) for e in events], principal)
         metrics.count("feedback_events", result.events)
-        metrics.count("feedback_learned", len(result.learned))
+        metrics.count("feedback_learned", result.taught)
         return JSON({**result.to_dict(), "version": service.version(principal)})
 
     @app.post("/admin/learn", status_code=202, responses=RETRAIN_ERRORS, tags=["feedback"])

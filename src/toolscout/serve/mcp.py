@@ -87,6 +87,8 @@ class RecordedUse(BaseModel):
     learned: int = Field(description="How many of the tools learned the task now (0 for a repeat or a failure).")
     duplicate: bool = Field(description="True when this source had reported the same task and tool before.")
     unknown_tools: list[str] = Field(description="Ids that name no tool the caller may see (ignored).")
+    held_by_freeze: int = Field(description="How many of the tools were recorded but not taught: learning is frozen.")
+    note: str | None = Field(description="What the counts leave out, in words (learning frozen), else null.")
 
 
 class ToolSearchMcp:
@@ -138,8 +140,9 @@ class ToolSearchMcp:
         result = self.service.feedback([{"query": task, "tool_ids": tool_ids, "outcome": outcome}], principal)
         if self.metrics is not None:
             self.metrics.count("feedback_events", result.events)
-            self.metrics.count("feedback_learned", len(result.learned))
-        return RecordedUse(learned=len(result.learned), duplicate=bool(result.duplicates), unknown_tools=result.unknown)
+            self.metrics.count("feedback_learned", result.taught)
+        return RecordedUse(learned=result.taught, duplicate=bool(result.duplicates), unknown_tools=result.unknown,
+                           held_by_freeze=result.held_by_freeze, note=result.note())
 
 
 def build_mcp_server(service: ToolService, *, auth: AuthConfig | None = None, stdio_principal: Principal = ADMIN,

@@ -240,14 +240,17 @@ class RetrainRequest(_Strict):
 
 
 class FeedbackResponse(BaseModel):
-    events: int
-    learned: int
-    duplicates: int
-    capped: int
-    failures: int
-    incidental: int = Field(0, description="(tool, request) pairs whose request is nothing but numbers, dates and "
-                                           "addresses: recorded, and they teach nothing")
-    unknown_tools: list[str]
+    events: int = Field(description="Events received.")
+    learned: int = Field(description="(tool, request) pairs teaching the index now.")
+    held_by_freeze: int = Field(description="(tool, request) pairs recorded but not learned, because learning is "
+                                       "frozen; they teach once it is unfrozen.")
+    duplicates: int = Field(description="(tool, request) pairs this source had reported before (counted once).")
+    capped: int = Field(description="(tool, request) pairs past the source's per-tool cap (recorded, teaching nothing).")
+    failures: int = Field(description="Events with outcome failure (recorded, teaching nothing).")
+    incidental: int = Field(description="(tool, request) pairs whose request is nothing but numbers, dates and "
+                                        "addresses (recorded, teaching nothing).")
+    unknown_tools: list[str] = Field(description="Ids naming no tool the caller may see (ignored; the first 20).")
+    note: str | None = Field(description="What the counts leave out, in words (learning frozen), else null.")
     version: int
 
 

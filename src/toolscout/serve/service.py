@@ -368,7 +368,7 @@ class ToolService:
         visible = {tool.id for tool in named if tool is not None and principal.sees(tool)}
         kept = [replace(e, tool_ids=ids) for e in events if (ids := tuple(t for t in e.tool_ids if t in visible))]
         result = tenant.learn(kept) if kept else LearnResult()
-        result.events = len(events)
+        result.events, result.frozen_at = len(events), pipeline.learning.settings.frozen_at
         result.unknown = [t for e in events for t in e.tool_ids if t not in visible] + result.unknown
         return result
 
