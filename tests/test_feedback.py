@@ -139,11 +139,14 @@ SAMPLE = __import__("pathlib").Path(__file__).resolve().parents[1] / "src" / "to
 
 
 def sample_with_feedback(encoder, retriever="hybrid"):
+    """The sample catalog taught its queries; `retriever` None: the default pipeline (calibrated)."""
     from toolscout.benchmark_sets import load_benchmark
 
     bench = load_benchmark(SAMPLE)
     options = {} if retriever == "bm25" else {"encoder": encoder}
-    scout = ToolScout.from_tools(bench.tools, retriever=retriever, **options)
+    if retriever is not None:
+        options["retriever"] = retriever
+    scout = ToolScout.from_tools(bench.tools, **options)
     scout.learn([FeedbackEvent(q.text, q.labels, "app") for q in bench.queries if q.labels])
     return scout
 
@@ -331,6 +334,48 @@ def test_cli_learn_train_says_what_runs_and_shows_the_trainers_progress(encoder,
     assert main(["learn", str(folder), "--train", "mlc", "--quiet"]) == 0
     assert main(["learn", str(folder), "--train", "mlc", "-o", "progress=false", "-o", "max_steps=3"]) == 0
     assert seen == [{"progress": True}, {"progress": False}, {"progress": False, "max_steps": 3}]
+
+
+def test_a_swap_to_a_pipeline_without_calibration_says_probabilities_and_abstention_are_off(encoder, tmp_path, capsys,
+                                                                                               caplog, monkeypatch):
+    """The calibration fits the pipeline it came with: a retrained one swapped in has none, so hits lose
+    their probability and min_probability abstains on nothing. `learn --train` and `POST /admin/learn` (its
+    state and the server's log) say so, as `serve --min-probability` does at start-up."""
+    import logging
+
+    from gateways import wait_for
+    from starlette.testclient import TestClient
+
+    import toolscout.train.feedback as heavy
+    from toolscout.cli import main
+    from toolscout.serve import ToolService, create_app
+    from toolscout.serve.auth import AuthConfig
+
+    calibrated = sample_with_feedback(encoder, retriever=None)  # the default pipeline
+    gibberish = "qwxzv plork zzkk"
+    assert calibrated.search(gibberish, min_probability="calibrated") == []
+    folder, served = tmp_path / "idx", tmp_path / "served"
+    calibrated.save(folder)
+    calibrated.save(served)
+    retrained = ToolScout.from_tools(calibrated.tools, retriever="dense", encoder=encoder)  # uncalibrated
+    monkeypatch.setattr(heavy, "retrain", lambda scout, method, workdir=None, model_dir=None, **options:
+                        heavy.Retrained(method, 40.0, 50.0, 10, 3, str(model_dir), retrained))
+    assert main(["learn", str(folder), "--train", "mlc", "--quiet"]) == 0
+    said = capsys.readouterr().err
+    assert "swapped in\nwarning: the mlc pipeline swapped in has no calibration" in said
+    assert "hits carry no probability, and no search abstains on probability" in said
+    swapped = ToolScout.load(folder)  # what the warning says, indeed
+    assert swapped.search(gibberish, min_probability="calibrated") != []
+    assert swapped.search("add a meeting to my calendar", k=1)[0].probability is None
+
+    with ToolService.open(served, fsync=False) as service, caplog.at_level(logging.WARNING):
+        client = TestClient(create_app(service, AuthConfig.build("admin", None, False)))
+        admin = {"authorization": "Bearer admin"}
+        assert client.post("/admin/learn", json={"train": "mlc"}, headers=admin).status_code == 202
+        state = wait_for(lambda: (s := client.get("/admin/learn", headers=admin).json())["state"] != "running" and s,
+                         "the retraining to finish", 30)
+        assert state["state"] == "swapped" and "has no calibration" in state["warning"]
+        assert any("retraining: the mlc pipeline swapped in has no calibration" in m for m in caplog.messages)
 
 
 def test_cli_learning_reports_beside_a_server_and_refuses_bad_arguments_before_changing_anything(encoder, tmp_path,

@@ -214,7 +214,8 @@ def test_a_probability_threshold_on_a_pipeline_without_calibration_is_said_at_st
             pass
     said = [r.getMessage() for r in caplog.records if "has no calibration" in r.getMessage()]
     assert said == ["min_probability 'calibrated': this pipeline has no calibration (only the default pipeline "
-                    "ships one, docs/scores.md), so no search abstains on probability"]
+                    "ships one, docs/scores.md): hits carry no probability, and no search abstains on probability "
+                    "(min_probability is off)"]
 
 
 # ----------------------------------------------------------------------------- deprecated tools

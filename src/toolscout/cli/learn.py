@@ -69,6 +69,8 @@ def cmd_learn(args: argparse.Namespace) -> int:
             print(f"{args.train}: held-back nDCG@10 {state['candidate_ndcg@10']:.2f} vs {state['baseline_ndcg@10']:.2f} "
                   f"({state['train_queries']} requests trained on, {state['holdout_queries']} held back): {verdict}",
                   file=sys.stderr)
+            if state.get("warning"):
+                print(f"warning: {state['warning']}", file=sys.stderr)
     finally:
         service.close()
     return 0

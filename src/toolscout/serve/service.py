@@ -113,6 +113,9 @@ EVERYWHERE = Reach()
 
 
 LIVENESS = ("storage", "writes", "uptime_s", "snapshots")  # what /health shows a caller without a token
+# what a pipeline without calibration cannot do, said at start-up (--min-probability) and after a retraining's swap
+NO_CALIBRATION = ("has no calibration (only the default pipeline ships one, docs/scores.md): hits carry no "
+                  "probability, and no search abstains on probability (min_probability is off)")
 BRIEF_LEARNING = ("requests", "tools_taught", "events_scored", "frozen_at", "weights")  # LearnedChannel.report(brief)
 
 
@@ -161,8 +164,7 @@ class ToolService:
         except ToolScoutError:  # the store cannot say now (a database not answering): its searches will
             return
         if scout.calibration is None:
-            logger.warning("min_probability %r: this pipeline has no calibration (only the default pipeline ships "
-                           "one, docs/scores.md), so no search abstains on probability", self.min_probability)
+            logger.warning("min_probability %r: this pipeline %s", self.min_probability, NO_CALIBRATION)
 
     # lifecycle -----------------------------------------------------------------------------
     @classmethod
@@ -455,6 +457,10 @@ class ToolService:
         try:
             result = self._retraining_storage().retrain(method, **options)
             state = {"state": "swapped" if result.improved else "kept", **result.to_dict()}
+            if result.improved and result.scout.calibration is None:  # the calibration fits the old scores only
+                state["warning"] = f"the {method} pipeline swapped in {NO_CALIBRATION}"
+                if not raise_errors:  # in the background (a server): its log; a caller waiting reads the state
+                    logger.warning("retraining: %s", state["warning"])
         except Exception as exc:  # the pipeline is unchanged; the error is the caller's, or in retraining()
             state = {"state": "failed", "method": method, "error": str(exc)}
             if raise_errors:
