@@ -482,6 +482,27 @@ def test_feedback_is_learned_at_once_counted_and_taken_back_exactly(served):
         assert client.get("/tools/stocks.quote").json()["feedback"]["learned"] == 0
 
 
+def test_learning_counts_event_tool_pairs_and_says_so(served):
+    """Three events naming two tools each: six (event, tool) pairs scored, three in each namespace; every
+    place that shows the count names that unit."""
+    from toolscout.cli.learn import render_report
+
+    with served() as client:
+        events = [{"query": q, "tool_ids": ["mail.send", "files.read"]}
+                  for q in ("mail the contract to Bo", "send Ann the slides", "share the budget file by email")]
+        assert client.post("/feedback", json={"events": events}, headers=AGENT).json()["events"] == 3
+        report = client.get("/learning", headers=ADMIN).json()
+        assert report["events_scored"] == report["measured"]["all"]["events"] == 6
+        assert {ns: f["all"]["events"] for ns, f in report["measured"]["namespaces"].items()} == {"mail": 3, "files": 3}
+        metrics = client.get("/metrics", headers=ADMIN).text
+        assert "# HELP toolscout_learning_events (event, tool) pairs scored" in metrics
+        assert 'toolscout_learning_events{namespace="mail"} 3' in metrics
+        assert "(event, tool) pairs" in client.get("/openapi.json").json()["paths"]["/learning"]["get"]["description"]
+        table = render_report(report).splitlines()
+        assert "6 (event, tool) pairs scored (an event counts once per tool it names)" in table[0]
+        assert table[2].startswith("| namespace | (event, tool) pairs |") and table[4].startswith("| files | 3 |")
+
+
 def test_an_operator_sets_learning_weights_over_http_and_auto_means_automatic_again(served):
     with served() as client:
         r = client.post("/learning", json={"weights": {"mail": 0.25}}, headers=ADMIN)

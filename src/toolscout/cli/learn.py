@@ -293,10 +293,11 @@ def _index_of_gateway_config(target: str) -> str:
 def render_report(report: dict) -> str:
     """The report as a table: per namespace, mean reciprocal rank and top-1 of the used tools before they were
     learned, as served / untaught / at full weight, and learning's weight."""
-    lines = [f"learned requests: {report['requests']} over {report['tools_taught']} tools"
+    lines = [f"learned requests: {report['requests']} over {report['tools_taught']} tools; "
+             f"{report['events_scored']} (event, tool) pairs scored (an event counts once per tool it names)"
              + (f"; frozen since {datetime.fromtimestamp(report['frozen_at'], timezone.utc).isoformat()}"
                 if report.get("frozen_at") else ""),
-             "", "| namespace | events | MRR served / untaught / full weight | top-1 served / untaught | "
+             "", "| namespace | (event, tool) pairs | MRR served / untaught / full weight | top-1 served / untaught | "
              "MRR learned vs untaught, the records its weight reads | weight |", "|---|---|---|---|---|---|"]
     weights = report["weights"]
     for ns, figures in report["measured"]["namespaces"].items():

@@ -490,7 +490,9 @@ def _add_learning_routes(app: FastAPI, api: Api) -> None:
     def learning_report(principal: Reader) -> Response:
         """How learning from use is doing: every event is scored before it is learned (where the used tool
         ranked as served, untaught, and learned at full weight); the figures per namespace, the weight
-        learning has in each (automatic unless set), whether it is frozen, and the calibration in force."""
+        learning has in each (automatic unless set), whether it is frozen, and the calibration in force.
+        `events_scored` and each figure's `events` count (event, tool) pairs: an event naming two tools is
+        scored, and counted, once for each."""
         return JSON(service.learning(principal))
 
     @app.post("/learning", responses=ERRORS, tags=["feedback"])

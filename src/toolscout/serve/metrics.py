@@ -94,7 +94,8 @@ def _learning_lines(report: Mapping[str, Any] | None) -> list[str]:
             for ranking in ("served", "untaught", "learned"):
                 lines.append(f'toolscout_learning_mrr{{namespace="{_label(ns)}",window="{window}",ranking="{ranking}"}} '
                              f'{figures[window][ranking]["mrr"]}')
-    lines += ["# TYPE toolscout_learning_events gauge"]
+    lines += ["# HELP toolscout_learning_events (event, tool) pairs scored before they were learned, per namespace "
+              "(an event counts once per tool it names).", "# TYPE toolscout_learning_events gauge"]
     for ns, figures in sorted(report["measured"]["namespaces"].items()):
         lines.append(f'toolscout_learning_events{{namespace="{_label(ns)}"}} {figures["all"]["events"]}')
     return lines
