@@ -5,6 +5,7 @@ tests/test_learning.py."""
 import json
 import re
 import shutil
+import time
 
 import numpy as np
 import pytest
@@ -279,6 +280,11 @@ def test_cli_learn_imports_logs_forgets_sources_and_refuses_a_served_directory(e
     assert scout.ledger.sources() == {"app-2": 1, "import": 1}
     assert main(["learn", str(folder), "--forget", "app-2"]) == 0
     assert ToolScout.load(folder).ledger.sources() == {"import": 1}
+    version = (folder / "CURRENT").read_text()
+    capsys.readouterr()
+    assert main(["learn", str(folder), "--forget", "nobody"]) == 0  # no such source: said, and nothing written
+    assert "source 'nobody' has no feedback stored here (a typo?): nothing was taken back" in capsys.readouterr().err
+    assert (folder / "CURRENT").read_text() == version
     from toolscout.serve import ToolService
 
     with ToolService.open(folder):
@@ -404,8 +410,14 @@ def test_cli_learning_reports_beside_a_server_and_refuses_bad_arguments_before_c
         assert main(["learning", "freeze", str(folder)]) == 1  # a write still needs the server
         assert "another toolscout server" in capsys.readouterr().err
     version = (folder / "CURRENT").read_text()
-    for argv, says in ((["rollback", str(folder), "--before", "1e30"], "out of range"),
-                       (["rollback", str(folder), "--before", "nan"], "out of range"),
+    day_ago_ms = (round(time.time()) - 86_400) * 1000  # whole seconds, in milliseconds
+    for argv, says in ((["rollback", str(folder), "--before", "1e30"], "--before '1e30': in the future (9999-12-31T23:59:59+00:00 or later)"),
+                       (["rollback", str(folder), "--before", "nan"], "--before 'nan': not a time; give an ISO 8601"),
+                       (["rollback", str(folder), "--before", "-1"], "--before '-1': a negative time, before 1970: "
+                                                                       "it would take back everything; give an ISO 8601"),
+                       (["rollback", str(folder), "--before", str(day_ago_ms)], f"(milliseconds? {day_ago_ms // 1000} "
+                                                                                   "seconds would be "),
+                       (["rollback", str(folder), "--before", "2999-01-01T00:00:00Z"], "--before '2999-01-01T00:00:00Z': in the future (2999-01-01T00:00:00+00:00): it would take back nothing; give"),
                        (["weight", str(folder), "mail", "abc"], "give a number from 0 to 1, or auto"),
                        (["weight", str(folder), "mail", "2"], "weight '2': give a number from 0 to 1, or auto")):
         assert main(["learning", *argv]) == 1

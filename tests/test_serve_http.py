@@ -503,6 +503,36 @@ def test_learning_counts_event_tool_pairs_and_says_so(served):
         assert table[2].startswith("| namespace | (event, tool) pairs |") and table[4].startswith("| files | 3 |")
 
 
+def test_forgetting_a_source_that_posted_nothing_changes_nothing_and_says_so(served):
+    with served() as client:
+        assert client.post("/feedback", json={"query": "mail Bo", "tool_ids": ["mail.send"]}, headers=AGENT).status_code == 200
+        version = client.get("/health").json()["version"]
+        r = client.delete("/feedback", params={"source": "nobody"}, headers=ADMIN)
+        assert r.status_code == 200 and r.json()["tools"] == 0 and r.json()["version"] == version
+        assert r.json()["note"] == "source 'nobody' has no feedback stored here (a typo?): nothing was taken back, " \
+                                   "nothing changed"
+        assert client.get("/health").json()["version"] == version  # the answer cache is not reset either
+        r = client.delete("/feedback", params={"source": "agent-7"}, headers=ADMIN)
+        assert (r.json()["tools"], r.json()["note"]) == (1, None) and r.json()["version"] > version
+
+
+def test_a_rollback_to_a_future_or_negative_time_is_refused_naming_the_field_and_unit(served):
+    import time
+
+    with served() as client:
+        assert client.post("/feedback", json={"query": "mail Bo", "tool_ids": ["mail.send"]}, headers=AGENT).status_code == 200
+        millis = round(time.time() * 1000)
+        e = expect_error(client.post("/learning/rollback", json={"before": millis}, headers=ADMIN), 422)
+        assert e["message"].startswith(f"before {millis:g}: in the future (") and "(milliseconds? " in e["message"]
+        assert e["message"].endswith("give seconds since the epoch, at most now")
+        e = expect_error(client.post("/learning/rollback", json={"before": -1}, headers=ADMIN), 422)
+        assert e["message"] == ("before -1: a negative time, before 1970: it would take back everything; give "
+                                "seconds since the epoch, at most now")
+        assert client.get("/tools/mail.send").json()["feedback"]["learned"] == 1  # nothing taken back
+        r = client.post("/learning/rollback", json={"before": time.time() - 3600}, headers=ADMIN)
+        assert r.status_code == 200 and r.json()["taken_back"] == 1
+
+
 def test_an_operator_sets_learning_weights_over_http_and_auto_means_automatic_again(served):
     with served() as client:
         r = client.post("/learning", json={"weights": {"mail": 0.25}}, headers=ADMIN)

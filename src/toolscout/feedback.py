@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import json
 import re
+import time
+from datetime import datetime, timezone
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
@@ -197,6 +199,35 @@ def normalized(query: str) -> str:
     return _SPACES.sub(" ", query.strip().lower())
 
 
+CLOCK_SKEW_S = 300.0  # a rollback time this far ahead of this machine's clock is still taken as meant
+
+
+def checked_rollback_time(before: float, given: str, formats: str = "seconds since the epoch") -> float:
+    """`before`, a time to roll learning back to, unless it is a mistake (InvalidRequest starting with
+    `given`, the field and value as the caller wrote them, and naming the accepted `formats`): a negative
+    time takes back everything; one in the future (say, milliseconds since the epoch) takes back nothing."""
+    now = time.time()
+    if before < 0:
+        problem = "a negative time, before 1970: it would take back everything"
+    elif before > now + CLOCK_SKEW_S:
+        problem = f"in the future ({_shown(before)}): it would take back nothing"
+        if 1e9 <= before / 1000 <= now + CLOCK_SKEW_S:  # since 2001, in milliseconds
+            problem += f" (milliseconds? {before / 1000:.0f} seconds would be {_shown(before / 1000)})"
+    else:
+        return before
+    raise InvalidRequest(f"{given}: {problem}; give {formats}, at most now")
+
+
+def _shown(seconds: float) -> str:
+    when = datetime.fromtimestamp(min(seconds, LATEST_TIME), timezone.utc).isoformat(timespec="seconds")
+    return when + (" or later" if seconds > LATEST_TIME else "")
+
+
+def nothing_from(source: str) -> str:
+    """What forgetting a source with no feedback stored says (it changes nothing)."""
+    return f"source {source!r} has no feedback stored here (a typo?): nothing was taken back, nothing changed"
+
+
 class UsageLedger:
     """Per tool and source, the distinct requests that taught it (at most `per_source_cap`), in arrival
     order, each a `Usage` with its time and untaught rank; plus counts of everything reported. Not
@@ -253,6 +284,11 @@ class UsageLedger:
             return
         requests.append(usage)
         result.learned.append(usage)
+
+    def holds(self, source: str) -> bool:
+        """Whether anything `source` posted is kept: what it taught, or requests past its cap."""
+        return any(source in sources for sources in self.entries.values()) or any(
+            key[0] == source for key in self._capped)
 
     def forget(self, source: str) -> list[Usage]:
         """Take back everything `source` taught; what it had taught."""

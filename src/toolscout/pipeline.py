@@ -432,6 +432,11 @@ class ToolScout:
             result.frozen_at = self.learning.settings.frozen_at
         return result
 
+    def holds_feedback_of(self, source: str) -> bool:
+        """Whether anything `source` posted is kept (in the ledger, or scored): what `forget` would take back."""
+        with self._lock.read():
+            return self.ledger.holds(source) or any(r.source == source for r in self.learning.scorecard.records)
+
     def forget(self, source: str) -> list[str]:
         """Take back everything feedback from `source` taught: every tool ranks as if it had never posted.
         Returns the ids of the tools it had taught."""

@@ -39,7 +39,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_learn(args: argparse.Namespace) -> int:
-    from ..feedback import DEFAULT_SOURCE, events_from_jsonl
+    from ..feedback import DEFAULT_SOURCE, events_from_jsonl, nothing_from
     from ..postgres import recorded_spec
     from ..serve.limits import FeedbackLimits
     from ..serve.service import ToolService
@@ -60,7 +60,9 @@ def cmd_learn(args: argparse.Namespace) -> int:
         if events:
             _import(service, events)
         for source in args.forget:
-            print(f"forgot source {source!r}: {len(service.forget(source))} tools as before", file=sys.stderr)
+            touched = service.forget(source)
+            print(nothing_from(source) if touched is None else f"forgot source {source!r}: {len(touched)} tools as "
+                  "before", file=sys.stderr)
         if args.train:  # minutes of work: say what runs, and show the trainer's progress
             print(f"training {args.train} on the feedback so far, then scoring it and the pipeline as it is on "
                   "the feedback held back", file=sys.stderr)
@@ -170,23 +172,24 @@ def _when(seconds: float) -> str:
 
 
 def parse_time(text: str) -> float:
-    """--before: an ISO 8601 time or seconds since the epoch, a time a calendar can show."""
+    """--before: an ISO 8601 time or seconds since the epoch, from 1970 to now (`checked_rollback_time`)."""
+    from ..feedback import checked_rollback_time
+
     try:
         seconds = float(text)
     except ValueError:
         seconds = None
+    formats = "an ISO 8601 time (2026-11-27T12:00:00Z) or seconds since the epoch"
     if seconds is not None:
-        try:
-            datetime.fromtimestamp(seconds, timezone.utc)
-        except (ValueError, OverflowError, OSError):  # NaN, or past what a calendar shows
-            raise ValueError(f"--before {text!r}: not a time (seconds since the epoch out of range)") from None
-        return seconds
+        if seconds != seconds:  # NaN
+            raise ValueError(f"--before {text!r}: not a time; give {formats}")
+        return checked_rollback_time(seconds, f"--before {text!r}", formats)
     try:
         when = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        raise ValueError(f"--before {text!r}: give an ISO 8601 time (2026-11-27T12:00:00Z) or seconds since the "
-                         "epoch") from None
-    return (when if when.tzinfo else when.replace(tzinfo=timezone.utc)).timestamp()
+        raise ValueError(f"--before {text!r}: give {formats}") from None
+    return checked_rollback_time((when if when.tzinfo else when.replace(tzinfo=timezone.utc)).timestamp(),
+                                 f"--before {text!r}", formats)
 
 
 def parse_weight(text: str, namespace: str) -> dict[str, float | None]:

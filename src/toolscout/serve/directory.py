@@ -202,9 +202,11 @@ class DirectoryStorage:
             self._apply(record, lambda: settings.append(_set_learning(self.scout, record)))
         return settings[0].to_dict()
 
-    def forget(self, source: str) -> list[str]:
+    def forget(self, source: str) -> list[str] | None:
         with self._writer:
             self._check_open()
+            if not self.scout.holds_feedback_of(source):  # nothing to take back: no write, no new version
+                return None
             touched: list[list[str]] = []
             self._apply({"op": "forget", "source": source}, lambda: touched.append(self.scout.forget(source)))
         self._maybe_compact()

@@ -43,6 +43,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..errors import CatalogError, Conflict, Forbidden, InvalidRequest, NotFound, RateLimited, TooLarge, Unavailable
+from ..feedback import nothing_from
 from ..hits import checked_queries
 from ..query import Query as Task  # a task as search reads it (FastAPI's Query is a parameter)
 from ..version import __version__
@@ -476,7 +477,8 @@ def _add_feedback_routes(app: FastAPI, api: Api) -> None:
     def delete_feedback(source: Annotated[str, Query(min_length=1, max_length=200)], principal: Giver) -> Response:
         """Take back everything feedback from `source` taught, exactly (a trusted token, or the source's own)."""
         touched = service.forget(source, principal)
-        return JSON({"source": source, "tools": len(touched), "version": service.version(principal)})
+        return JSON({"source": source, "tools": len(touched or ()), "version": service.version(principal),
+                     "note": nothing_from(source) if touched is None else None})
 
     _add_learning_routes(app, api)
 

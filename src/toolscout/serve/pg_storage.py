@@ -209,7 +209,7 @@ class PgTenantStorage:
         self.seen = max(self.seen, version)
         return result
 
-    def forget(self, source: str) -> list[str]:
+    def forget(self, source: str) -> list[str] | None:
         touched, version = self.pg_catalog.forget(source)
         self.seen = max(self.seen, version)
         return touched

@@ -215,7 +215,8 @@ class RollbackIn(_Strict):
     # seconds only: every date-time string the schema would allow is not one Python can read (years before 1,
     # leap seconds); `toolscout learning rollback --before` takes ISO 8601 and sends seconds
     before: float = Field(allow_inf_nan=False, description="Take back what was learned at or after this time "
-                                                           "(seconds since the epoch).")
+                                                           "(seconds since the epoch, not milliseconds; a time "
+                                                           "before 1970 or after now is refused).")
 
     def before_epoch(self) -> float:
         return float(self.before)
@@ -256,8 +257,9 @@ class FeedbackResponse(BaseModel):
 
 class ForgetResponse(BaseModel):
     source: str
-    tools: int
+    tools: int = Field(description="How many tools the source had taught (they rank as if it never posted).")
     version: int
+    note: str | None = Field(description="Set when the source has no feedback stored: nothing changed.")
 
 
 class HitOut(BaseModel):

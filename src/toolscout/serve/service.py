@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from ..errors import Conflict, Forbidden, InvalidRequest, NotFound, ToolScoutError
-from ..feedback import DEFAULT_SOURCE, FeedbackEvent, LearnResult
+from ..feedback import DEFAULT_SOURCE, FeedbackEvent, LearnResult, checked_rollback_time
 from ..hits import Hit, HitPolicy, checked_k, checked_queries
 from ..learning import check_settings
 from ..lru import LRU
@@ -387,8 +387,9 @@ class ToolService:
                             f"not {event.source!r}")
         return event
 
-    def forget(self, source: str, principal: Principal = ADMIN) -> list[str]:
-        """Take back everything feedback from `source` taught (a trusted caller, or the source itself)."""
+    def forget(self, source: str, principal: Principal = ADMIN) -> list[str] | None:
+        """Take back everything feedback from `source` taught (a trusted caller, or the source itself): the
+        tools it had taught; None when no feedback of it is stored (`nothing_from` says so), and nothing changes."""
         if not (principal.trusted or (principal.feedback or principal.write) and source == principal.feedback_source):
             raise Forbidden(f"token {principal.name!r} may not delete the feedback of source {source!r}")
         return self._tenant(principal).forget(source)
@@ -421,7 +422,7 @@ class ToolService:
         """Take back everything learned at or after `before` (seconds since the epoch); how many (request,
         tool) pairs were taken back. Nothing else changes."""
         self._check_operator(principal, "roll learning back")
-        return self._tenant(principal).rollback(float(before))
+        return self._tenant(principal).rollback(checked_rollback_time(float(before), f"before {before:g}"))
 
     def _check_operator(self, principal: Principal, action: str) -> None:
         if not principal.trusted:

@@ -79,8 +79,9 @@ class TenantStorage(Protocol):
         """Record tool-use feedback durably and fold it into the ranking at once (`toolscout.feedback`)."""
         ...
 
-    def forget(self, source: str) -> list[str]:
-        """Take back, durably and exactly, everything feedback from `source` taught; the tools it had taught."""
+    def forget(self, source: str) -> list[str] | None:
+        """Take back, durably and exactly, everything feedback from `source` taught; the tools it had taught.
+        None when no feedback of `source` is stored: nothing is written (the version stays)."""
         ...
 
     def set_learning(self, weights: dict[str, float | None], freeze: bool | None) -> dict[str, Any]:

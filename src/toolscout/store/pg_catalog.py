@@ -355,8 +355,12 @@ class PgCatalog(PgTenantRows):
                                     lambda result: sorted({u.tool_id for u in result.learned}),
                                     bounded=bounded_for(len(events)))
 
-    def forget(self, source: str) -> tuple[list[str], int]:
-        """Take back everything feedback from `source` taught, in one write transaction."""
+    def forget(self, source: str) -> tuple[list[str] | None, int]:
+        """Take back everything feedback from `source` taught, in one write transaction; a source with no
+        feedback stored is no write (None, and the version stays)."""
+        with self.database.connection() as conn:
+            if not pg_feedback.holds(self, conn, source):
+                return None, self._version(conn)
         return self._feedback_write(lambda conn: pg_feedback.forget(self, conn, source), list, bounded=False)
 
     def rollback(self, before: float) -> tuple[int, int]:

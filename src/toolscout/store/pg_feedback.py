@@ -126,6 +126,13 @@ def _store_scored(store, conn, scored: Sequence[Scored]) -> None:
 
 
 # taking back ------------------------------------------------------------------------------------
+def holds(store, conn, source: str) -> bool:
+    """Whether any feedback row or score of `source` is stored."""
+    return any(conn.execute(f"SELECT EXISTS (SELECT 1 FROM {table} WHERE tbl = %s AND tenant = %s AND source = %s)",
+                            [store.table, store.tenant, source]).fetchone()[0]
+               for table in ("toolscout_feedback", "toolscout_scored"))
+
+
 def forget(store, conn, source: str) -> list[str]:
     """Take back everything `source` taught; the ids of the tools it had taught."""
     ids = [r[0] for r in conn.execute("SELECT DISTINCT tool_id FROM toolscout_feedback WHERE tbl = %s AND tenant = %s "
