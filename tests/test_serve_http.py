@@ -540,8 +540,10 @@ def test_an_operator_sets_learning_weights_over_http_and_auto_means_automatic_ag
         assert client.get("/learning", headers=ADMIN).json()["weights"]["mail"]["weight"] == 0.25
         r = client.post("/learning", json={"weights": {"mail": "auto"}}, headers=ADMIN)  # as the CLI says it
         assert r.status_code == 200 and r.json()["weights"] == {}
-        r = client.post("/learning", json={"weights": {"mail": "automatic"}}, headers=ADMIN)
-        assert r.status_code == 422 and r.json()["error"]["details"][0]["field"].startswith("weights.mail")
+        for wrong, shown in (("automatic", '"automatic"'), (2, "2"), ("0.5", '"0.5"')):
+            e = expect_error(client.post("/learning", json={"weights": {"mail": wrong}}, headers=ADMIN), 422)
+            assert [d["field"] for d in e["details"]] == ["weights.mail"]  # once, not per member of the union
+            assert e["message"] == f'weights.mail: a number from 0 to 1, "auto" or null (automatic), got {shown}'
         assert client.post("/learning", json={"weights": {"mail": 0.5}}, headers=MAIL).status_code == 403
 
 

@@ -92,9 +92,19 @@ def _import(service, events) -> None:
     held = f", {total.held_by_freeze} held back by the freeze" if total.held_by_freeze else ""
     print(f"{len(events)} events: {total.taught} (tool, request) pairs learned{held}, {total.duplicates} repeats, "
           f"{total.capped} over the per-source cap, {total.failures} failures, {len(total.unknown)} unknown "
-          "tool ids", file=sys.stderr)
+          f"tool ids{_named(total.unknown)}", file=sys.stderr)
     if total.note():
         print(total.note(), file=sys.stderr)
+
+
+def _named(ids: list[str], shown: int = 5) -> str:
+    """The distinct ids of `ids`, the first `shown` by name: " (7 distinct: 'a', 'b' and 5 more)"; '' for none."""
+    distinct = list(dict.fromkeys(ids))
+    if not distinct:
+        return ""
+    more = f" and {len(distinct) - shown} more" if len(distinct) > shown else ""
+    counted = f"{len(distinct)} distinct: " if len(distinct) < len(ids) else ""
+    return f" ({counted}{', '.join(map(repr, distinct[:shown]))}{more})"
 
 
 # ------------------------------------------------------------------------------ toolscout learning

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -11,7 +12,9 @@ from pydantic import (
     ConfigDict,
     Field,
     StringConstraints,
+    ValidationError,
     WithJsonSchema,
+    WrapValidator,
     model_validator,
 )
 
@@ -198,9 +201,21 @@ class FeedbackBatchIn(_Strict):
     events: list[FeedbackIn] = Field(min_length=1, max_length=10000)
 
 
+def _one_weight_error(value: Any, handler: Any) -> Any:
+    """A weight fails as a whole, in words: pydantic would name each member of the union it tried
+    (`weights.mt.constrained-float`, `weights.mt.literal['auto']`)."""
+    try:
+        return handler(value)
+    except ValidationError:
+        raise ValueError(f"a number from 0 to 1, \"auto\" or null (automatic), got {json.dumps(value, default=repr)}") from None
+
+
+# a namespace's learning weight as an operator sets it
+Weight = Annotated[Annotated[float, Field(ge=0, le=1)] | Literal["auto"] | None, WrapValidator(_one_weight_error)]
+
+
 class LearningSettingsIn(_Strict):
-    weights: dict[Annotated[str, StringConstraints(max_length=200)],
-                  Annotated[float, Field(ge=0, le=1)] | Literal["auto"] | None] | None = Field(
+    weights: dict[Annotated[str, StringConstraints(max_length=200)], Weight] | None = Field(
         None, description='Learning weight per namespace, 0 to 1 ("auto" or null: automatic again, as `toolscout '
                           'learning weight` says it; "*": every namespace without its own).')
 
