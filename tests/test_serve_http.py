@@ -648,6 +648,20 @@ def test_retraining_is_for_trusted_tokens_and_reports_its_state(served):
         assert client.get("/admin/learn", headers=ADMIN).json() == {"state": "never"}
 
 
+def test_the_retraining_bodies_the_docs_show_are_the_ones_the_server_takes(served):
+    """docs/serving.md and docs/learning.md show where a retraining's settings go; each body they show is
+    read (refused only for too little feedback, or a store that cannot retrain: 409), not a 422."""
+    from pathlib import Path
+
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    shown = [json.loads(m) for doc in ("serving.md", "learning.md")
+             for m in re.findall(r"""(\{"train": "mlc".*?\}\})""", (docs / doc).read_text())]
+    assert len(shown) >= 2 and all("options" in body for body in shown), shown
+    with served() as client:
+        for body in shown:
+            assert client.post("/admin/learn", json=body, headers=ADMIN).status_code == 409, body
+
+
 def test_each_task_is_focused_once_per_search(served, monkeypatch):
     """The HTTP answer, the service and the pipeline read one `Query` per task (its `truncated` too), so a
     long task is focused once per search, not once per layer."""
