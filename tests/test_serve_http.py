@@ -408,6 +408,23 @@ def test_metrics_need_a_caller_that_may_read_every_namespace(served):
         assert client.get("/metrics", headers=MAIL).status_code == 403
 
 
+def test_setting_a_weight_by_hand_keeps_the_weights_series(served):
+    """A Prometheus series is its name and labels: setting a weight by hand changes the value of
+    toolscout_learning_weight{namespace="mail"}, not its labels; how it came is a gauge of its own."""
+    def series(client):
+        lines = client.get("/metrics", headers=ADMIN).text.splitlines()
+        return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in lines
+                if line.startswith("toolscout_learning_weight")}
+
+    with served() as client:
+        client.post("/feedback", json={"query": "mail Bo the notes", "tool_ids": ["mail.send"]}, headers=AGENT)
+        assert series(client) == {'toolscout_learning_weight{namespace="mail"}': 1.0,
+                                  'toolscout_learning_weight_set_by_hand{namespace="mail"}': 0.0}
+        assert client.post("/learning", json={"weights": {"mail": 0.25}}, headers=ADMIN).status_code == 200
+        assert series(client) == {'toolscout_learning_weight{namespace="mail"}': 0.25,
+                                  'toolscout_learning_weight_set_by_hand{namespace="mail"}': 1.0}
+
+
 PROM_LINE = re.compile(r'^[a-z_]+(\{([a-z_]+="[^"]*",?)*\})? [0-9.e+-]+$')
 
 

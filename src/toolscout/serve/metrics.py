@@ -82,10 +82,16 @@ def _learning_lines(report: Mapping[str, Any] | None) -> list[str]:
         return []
     lines = ["# HELP toolscout_learning_requests Distinct requests feedback taught.",
              "# TYPE toolscout_learning_requests gauge", f"toolscout_learning_requests {report['requests']}",
-             "# HELP toolscout_learning_weight Learning's weight per namespace (set, or automatic).",
+             "# HELP toolscout_learning_weight Learning's weight per namespace (set by hand, or automatic).",
              "# TYPE toolscout_learning_weight gauge"]
+    # how the weight came is a gauge of its own: as a label it would start a new series whenever an operator
+    # sets a weight or makes it automatic again
+    hands = ["# HELP toolscout_learning_weight_set_by_hand 1 where an operator set the namespace's learning "
+             "weight, 0 where it is automatic.", "# TYPE toolscout_learning_weight_set_by_hand gauge"]
     for ns, weight in sorted(report["weights"].items()):
-        lines.append(f'toolscout_learning_weight{{namespace="{_label(ns)}",how="{weight["how"]}"}} {weight["weight"]}')
+        lines.append(f'toolscout_learning_weight{{namespace="{_label(ns)}"}} {weight["weight"]}')
+        hands.append(f'toolscout_learning_weight_set_by_hand{{namespace="{_label(ns)}"}} {int(weight["how"] == "set")}')
+    lines += hands
     lines += ["# HELP toolscout_learning_mrr Mean reciprocal rank of used tools before learning from them, by "
               "ranking (served, untaught, learned at full weight) and window (all events, recent).",
               "# TYPE toolscout_learning_mrr gauge"]
