@@ -317,7 +317,7 @@ def test_cli_learn_imports_logs_forgets_sources_and_refuses_a_served_directory(e
     assert ToolScout.load(folder).ledger.sources() == {"import": 1}
     # frozen: an undated log is recorded, and said to be, not learned
     fresh = tmp_path / "fresh.jsonl"
-    fresh.write_text(json.dumps({"query": "remind me to water the plants", "tool_ids": ["apibank::AddReminder"]}) + "\n")
+    fresh.write_text(json.dumps({"query": "water the plants", "tool_ids": ["apibank::AddReminder"]}) + "\n")
     assert main(["learn", str(folder), str(fresh)]) == 0
     said = capsys.readouterr().err
     assert "1 events: 0 (tool, request) pairs learned, 1 held back by the freeze" in said, said
@@ -415,13 +415,14 @@ def test_cli_learning_reports_beside_a_server_and_refuses_bad_arguments_before_c
         assert "another toolscout server" in capsys.readouterr().err
     version = (folder / "CURRENT").read_text()
     day_ago_ms = (round(time.time()) - 86_400) * 1000  # whole seconds, in milliseconds
-    for argv, says in ((["rollback", str(folder), "--before", "1e30"], "--before '1e30': in the future (9999-12-31T23:59:59+00:00 or later)"),
-                       (["rollback", str(folder), "--before", "nan"], "--before 'nan': not a time; give an ISO 8601"),
-                       (["rollback", str(folder), "--before", "-1"], "--before '-1': a negative time, before 1970: "
-                                                                       "it would take back everything; give an ISO 8601"),
-                       (["rollback", str(folder), "--before", str(day_ago_ms)], f"(milliseconds? {day_ago_ms // 1000} "
-                                                                                   "seconds would be "),
-                       (["rollback", str(folder), "--before", "2999-01-01T00:00:00Z"], "--before '2999-01-01T00:00:00Z': in the future (2999-01-01T00:00:00+00:00): it would take back nothing; give"),
+    rollback = ["rollback", str(folder), "--before"]
+    for argv, says in (([*rollback, "1e30"], "--before '1e30': in the future (9999-12-31T23:59:59+00:00 or later)"),
+                       ([*rollback, "nan"], "--before 'nan': not a time; give an ISO 8601"),
+                       ([*rollback, "-1"], "--before '-1': a negative time, before 1970: it would take back "
+                                           "everything; give an ISO 8601"),
+                       ([*rollback, str(day_ago_ms)], f"(milliseconds? {day_ago_ms // 1000} seconds would be "),
+                       ([*rollback, "2999-01-01T00:00:00Z"], "--before '2999-01-01T00:00:00Z': in the future "
+                                                             "(2999-01-01T00:00:00+00:00): it would take back nothing"),
                        (["weight", str(folder), "mail", "abc"], "give a number from 0 to 1, or auto"),
                        (["weight", str(folder), "mail", "2"], "weight '2': give a number from 0 to 1, or auto")):
         assert main(["learning", *argv]) == 1

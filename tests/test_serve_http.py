@@ -522,7 +522,8 @@ def test_learning_counts_event_tool_pairs_and_says_so(served):
 
 def test_forgetting_a_source_that_posted_nothing_changes_nothing_and_says_so(served):
     with served() as client:
-        assert client.post("/feedback", json={"query": "mail Bo", "tool_ids": ["mail.send"]}, headers=AGENT).status_code == 200
+        bo = {"query": "mail Bo", "tool_ids": ["mail.send"]}
+        assert client.post("/feedback", json=bo, headers=AGENT).status_code == 200
         version = client.get("/health").json()["version"]
         r = client.delete("/feedback", params={"source": "nobody"}, headers=ADMIN)
         assert r.status_code == 200 and r.json()["tools"] == 0 and r.json()["version"] == version
@@ -537,7 +538,8 @@ def test_a_rollback_to_a_future_or_negative_time_is_refused_naming_the_field_and
     import time
 
     with served() as client:
-        assert client.post("/feedback", json={"query": "mail Bo", "tool_ids": ["mail.send"]}, headers=AGENT).status_code == 200
+        bo = {"query": "mail Bo", "tool_ids": ["mail.send"]}
+        assert client.post("/feedback", json=bo, headers=AGENT).status_code == 200
         millis = round(time.time() * 1000)
         e = expect_error(client.post("/learning/rollback", json={"before": millis}, headers=ADMIN), 422)
         assert e["message"].startswith(f"before {millis:g}: in the future (") and "(milliseconds? " in e["message"]

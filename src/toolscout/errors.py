@@ -1,9 +1,9 @@
 """Exceptions users see. Each message says what was wrong, where, and what to do.
 
 The servers map these types, and only these, to HTTP statuses (`serve/http.py`): `NotFound` 404,
-`Forbidden` 403, `Conflict` 409, `TooLarge` 413, `InvalidRequest` and `CatalogError` 422, `RateLimited` 429, `Unavailable`
-and the service's `ServiceError` 503. Any other exception is a bug inside toolscout and becomes a logged 500.
-Each type also derives from the built-in exception Python callers would expect (`KeyError`, `ValueError`,
+`Forbidden` 403, `Conflict` 409, `TooLarge` 413, `InvalidRequest` and `CatalogError` 422, `RateLimited` 429,
+`Unavailable` and the service's `ServiceError` 503. Any other exception is a bug inside toolscout and becomes a
+logged 500. Each type also derives from the built-in exception Python callers would expect (`KeyError`, `ValueError`,
 `PermissionError`, `RuntimeError`), so `except KeyError` keeps working in code that uses the library directly.
 """
 

@@ -26,8 +26,8 @@ from __future__ import annotations
 import json
 import re
 import time
-from datetime import datetime, timezone
 from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
@@ -175,8 +175,10 @@ class LearnResult:
         """Add `other`'s counts to these (a log learned in batches, told as one)."""
         self.events += other.events
         self.learned += other.learned
-        self.duplicates, self.capped = self.duplicates + other.duplicates, self.capped + other.capped
-        self.failures, self.incidental = self.failures + other.failures, self.incidental + other.incidental
+        self.duplicates += other.duplicates
+        self.capped += other.capped
+        self.failures += other.failures
+        self.incidental += other.incidental
         self.unknown += other.unknown
         self.frozen_at = other.frozen_at if other.frozen_at is not None else self.frozen_at
 

@@ -210,8 +210,8 @@ def _lifespan(service: ToolService, mcp_app: Any, close_service: bool, extension
 # ------------------------------------------------------------------------------------- errors
 
 # toolscout's own error types and their statuses; anything else is a 500 (see InternalErrors)
-STATUS_OF = ((NotFound, 404), (Forbidden, 403), (Conflict, 409), (TooLarge, 413), (InvalidRequest, 422), (CatalogError, 422),
-             (ServiceError, 503), (Unavailable, 503))
+STATUS_OF = ((NotFound, 404), (Forbidden, 403), (Conflict, 409), (TooLarge, 413), (InvalidRequest, 422),
+             (CatalogError, 422), (ServiceError, 503), (Unavailable, 503))
 
 
 def _add_error_handlers(app: FastAPI) -> None:

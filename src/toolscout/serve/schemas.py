@@ -207,7 +207,8 @@ def _one_weight_error(value: Any, handler: Any) -> Any:
     try:
         return handler(value)
     except ValidationError:
-        raise ValueError(f"a number from 0 to 1, \"auto\" or null (automatic), got {json.dumps(value, default=repr)}") from None
+        got = json.dumps(value, default=repr)
+        raise ValueError(f"a number from 0 to 1, \"auto\" or null (automatic), got {got}") from None
 
 
 # a namespace's learning weight as an operator sets it
@@ -261,7 +262,8 @@ class FeedbackResponse(BaseModel):
     held_by_freeze: int = Field(description="(tool, request) pairs recorded but not learned, because learning is "
                                        "frozen; they teach once it is unfrozen.")
     duplicates: int = Field(description="(tool, request) pairs this source had reported before (counted once).")
-    capped: int = Field(description="(tool, request) pairs past the source's per-tool cap (recorded, teaching nothing).")
+    capped: int = Field(description="(tool, request) pairs past the source's per-tool cap (recorded, teaching "
+                                    "nothing).")
     failures: int = Field(description="Events with outcome failure (recorded, teaching nothing).")
     incidental: int = Field(description="(tool, request) pairs whose request is nothing but numbers, dates and "
                                         "addresses (recorded, teaching nothing).")

@@ -141,7 +141,8 @@ async function loadLearning() {
   const report = await api("learning");
   const frozen = report.frozen_at ? " · frozen since " + new Date(report.frozen_at * 1000).toISOString() : "";
   byId("learning-summary").textContent =
-    `${report.requests} requests learned for ${report.tools_taught} tools · ${report.events_scored} (event, tool) pairs scored${frozen}`;
+    `${report.requests} requests learned for ${report.tools_taught} tools · ` +
+    `${report.events_scored} (event, tool) pairs scored${frozen}`;
   for (const [namespace, figures] of Object.entries(report.measured.namespaces)) {
     const weight = report.weights[namespace] || {weight: 1, how: "automatic"};
     rows.append(el("tr", {"data-testid": "learning-row", "data-namespace": namespace},
