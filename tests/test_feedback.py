@@ -275,10 +275,12 @@ def test_cli_learn_imports_logs_forgets_sources_and_refuses_a_served_directory(e
         {"query": "put a meeting with Ann in my calendar", "tool_ids": ["apibank::AddMeeting"]},
         {"query": "remind me of the dentist", "tool_ids": ["apibank::AddReminder"], "source": "app-2"},
         {"query": "book a taxi", "tool_ids": ["taxi.book", "apibank::Nope"], "source": "app-2"},
-        {"query": "book a cab", "tool_ids": ["taxi.book"], "source": "app-2"}]) + "\n")
+        {"query": "book a cab", "tool_ids": ["taxi.book"], "source": "app-2"},
+        {"query": "2026-11-11 10:47", "tool_ids": ["apibank::AddReminder"], "source": "app-2"}]) + "\n")
     assert main(["learn", str(folder), str(log)]) == 0
     said = capsys.readouterr().err
-    assert "5 events: 2 (tool, request) pairs learned, 1 repeats" in said
+    assert ("6 events: 2 (tool, request) pairs learned, 1 whose request is only numbers, dates or addresses (they "
+            "teach nothing), 1 repeats") in said
     assert "3 unknown tool ids (2 distinct: 'taxi.book', 'apibank::Nope')" in said
     scout = ToolScout.load(folder)
     assert scout.ledger.sources() == {"app-2": 1, "import": 1}

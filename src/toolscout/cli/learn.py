@@ -90,6 +90,8 @@ def _import(service, events) -> None:
             total.absorb(result)
             bar.update(result.events)
     held = f", {total.held_by_freeze} held back by the freeze" if total.held_by_freeze else ""
+    held += (f", {total.incidental} whose request is only numbers, dates or addresses (they teach nothing)"
+             if total.incidental else "")
     print(f"{len(events)} events: {total.taught} (tool, request) pairs learned{held}, {total.duplicates} repeats, "
           f"{total.capped} over the per-source cap, {total.failures} failures, {len(total.unknown)} unknown "
           f"tool ids{_named(total.unknown)}", file=sys.stderr)
