@@ -724,3 +724,20 @@ def test_a_write_of_a_blank_id_or_name_is_refused_and_a_stored_one_still_loads_a
     old.save(tmp_path / "old")
     with ToolService.open(tmp_path / "old", fsync=False, batch_workers=0) as service:
         assert len(service) == 2 and service.delete([" "]).deleted == [" "]
+
+
+def test_tools_with_no_namespace_are_searched_as_namespace_empty_string(served):
+    """/namespaces lists "" for tools with no namespace (and the playground's "(no namespace)" filter sends
+    `namespaces: [""]`): search takes it, as `/tools?namespace=` and the Python API do."""
+    with served() as client:
+        note = {"name": "add_note", "description": "Write a short note and save it."}  # no namespace
+        assert client.put("/tools/add_note", json=note, headers=ADMIN).status_code == 200
+        assert client.get("/namespaces").json()["namespaces"][""] == 1
+        assert [t["id"] for t in client.get("/tools", params={"namespace": ""}).json()["tools"]] == ["add_note"]
+        r = client.post("/search", json={"query": "write a note", "k": 5, "namespaces": [""], "abstain": False})
+        assert r.status_code == 200, r.text
+        assert [h["id"] for h in r.json()["results"][0]["hits"]] == ["add_note"]
+        assert "unknown_namespaces" not in r.json()
+        r = client.post("/search", json={"query": "write a note", "namespaces": ["", "mail"], "abstain": False})
+        assert {h["namespace"] for h in r.json()["results"][0]["hits"]} == {None, "mail"}
+        assert client.post("/search", json={"query": "x", "namespaces": ["n" * 257]}).status_code == 422

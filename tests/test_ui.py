@@ -218,16 +218,18 @@ def test_ranked_tools_match_the_api_with_kinds_and_matched_words(page, server):
     open_page(page, server)
     cases = [("email the passenger about the booked flight", 3, None),  # retrieval + always
              ("send_email", 2, None),  # a name match first
-             ("book a flight and a hotel room", 5, "travel")]  # the namespace filter (no files: no always)
+             ("book a flight and a hotel room", 5, "travel"),  # the namespace filter (no files: no always)
+             ("write a note", 3, "")]  # "(no namespace)": the tools that have none
     kinds = set()
     for task, k, namespace in cases:
-        body = {"query": task, "k": k, **({"namespaces": [namespace]} if namespace else {})}
+        body = {"query": task, "k": k, **({"namespaces": [namespace]} if namespace is not None else {})}
         expected = api_rows(server, body)
+        assert expected, task
         search(page, task, k, namespace)
-        assert shown_rows(page) == expected, task
+        assert not error_banner(page).is_visible() and shown_rows(page) == expected, task
         kinds |= {row[1] for row in expected}
-        assert namespace is None or {server.get(f"/tools/{row[0]}").json()["namespace"] for row in expected} == {
-            namespace}
+        assert namespace is None or {server.get(f"/tools/{row[0]}").json().get("namespace", "")
+                                     for row in expected} == {namespace}
     assert kinds == {"retrieval", "name", "always"}
     assert any(row[2] for row in api_rows(server, {"query": cases[0][0], "k": 3}))  # words did match
     assert page.script_errors == []

@@ -58,6 +58,9 @@ CatalogFormat = Literal["openai", "anthropic", "mcp", "openapi"]  # the ones a J
 Text = not_blank(Annotated[str, StringConstraints(min_length=1, max_length=1 << 20)])
 MAX_ID_CHARS = 512  # a tool id: what a write may name is what feedback may name
 Ident = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ID_CHARS)]
+MAX_NAMESPACE_CHARS = 256
+# a namespace a search names: "" is the namespace of the tools that have none (as /namespaces lists them)
+SearchedNamespace = Annotated[str, StringConstraints(max_length=MAX_NAMESPACE_CHARS)]
 
 
 class _Strict(BaseModel):
@@ -85,7 +88,8 @@ class SearchRequest(_Strict):
     queries: Annotated[list[Text], Field(min_length=1, max_length=64)] = Field(
         None, description="Several tasks at once.")
     k: _int(1, 100) = Field(5, description="Tools per query (name matches count; always_include does not).")
-    namespaces: list[Ident] | None = Field(None, description="Only tools of these namespaces.")
+    namespaces: list[SearchedNamespace] | None = Field(
+        None, description='Only tools of these namespaces ("": the tools with no namespace).')
     ids: list[Ident] | None = Field(None, description="Only these tool ids.")
     exclude_ids: list[Ident] = Field(default_factory=list, description="Never these tool ids.")
     abstain: bool = Field(True, description="Return nothing when no tool fits (the server's thresholds).")
@@ -117,7 +121,7 @@ class ToolFields(_Strict):
     description: str = Field("", max_length=20000)
     parameters: dict[str, Any] | None = None
     returns: dict[str, Any] | None = None
-    namespace: Annotated[str, StringConstraints(min_length=1, max_length=256)] | None = None
+    namespace: Annotated[str, StringConstraints(min_length=1, max_length=MAX_NAMESPACE_CHARS)] | None = None
     tags: list[str] = Field(default_factory=list)
     category: str | None = None
     title: str | None = None
@@ -165,7 +169,7 @@ class UpsertRequest(_Strict):
                           "two tools with one id): that is a 422 naming the entry at fault; one with no tools adds "
                           "nothing and says so in 'warnings'.")
     format: CatalogFormat = Field(None, description="The catalog's format, when detection is not wanted.")
-    namespace: Annotated[str, StringConstraints(min_length=1, max_length=256)] = Field(
+    namespace: Annotated[str, StringConstraints(min_length=1, max_length=MAX_NAMESPACE_CHARS)] = Field(
         None, description="Namespace for the catalog's tools.")
 
     @model_validator(mode="after")
