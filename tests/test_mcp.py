@@ -166,6 +166,28 @@ def test_sdk_client_lists_and_calls_search_tools_over_stdio(served):
     anyio.run(session)
 
 
+def test_a_stdio_server_limited_to_a_namespace_no_tool_is_in_says_so_at_start(tmp_path):
+    """`serve DIR --mcp --namespace nope` would answer every search with nothing: its host is told at start."""
+    from mcp.client.stdio import stdio_client
+
+    folder = tmp_path / "idx"
+    ToolScout.from_tools(catalog(), retriever="bm25").save(folder)
+    params = StdioServerParameters(command=sys.executable, args=["-m", "toolscout.serve", str(folder), "--mcp",
+                                                                 "--namespace", "mail", "--namespace", "nope"],
+                                   env={"HF_HUB_OFFLINE": "1", "PYTHONPATH": os.environ.get("PYTHONPATH", "")})
+
+    async def session(errlog):
+        async with Client(stdio_client(params, errlog=errlog)) as client:
+            found = await client.call_tool("search_tools", {"task": "send an email", "k": 5})
+            return {tool["namespace"] for tool in found.structured_content["tools"]}
+
+    with open(tmp_path / "stderr.txt", "w") as errlog:
+        assert anyio.run(session, errlog) == {"mail"}
+    said = (tmp_path / "stderr.txt").read_text().splitlines()
+    assert said[:2] == ["toolscout: warning: no tool is in namespace 'nope' (--namespace): searches find nothing "
+                        "there", f"toolscout: MCP over stdio, 2 tools from {folder}"], said
+
+
 def test_streamable_http_endpoint_applies_the_callers_token(http_server):
     import httpx2
     from mcp.client.streamable_http import streamable_http_client

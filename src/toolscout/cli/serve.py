@@ -165,7 +165,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
             principal = Principal("stdio", None if args.namespace is None else frozenset(args.namespace), False,
                                   feedback=True)
-            print(f"toolscout: MCP over stdio, {len(service)} tools from {where}", file=sys.stderr)
+            _announce_stdio(service, principal, where)
             build_mcp_server(service, stdio_principal=principal).run("stdio")
             return 0
         if args.namespace:
@@ -183,6 +183,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 0
     finally:
         service.close()
+
+
+def _announce_stdio(service, principal, where: str) -> None:
+    """Say what the MCP server over stdio serves: the tools of its --namespace, and any namespace that holds no
+    tool (a typo, most likely: the agent's every search would find nothing, and its host is the one told)."""
+    unknown = service.unknown_namespaces(principal.namespaces)
+    if unknown:
+        print(f"toolscout: warning: no tool is in namespace {', '.join(map(repr, unknown))} (--namespace): searches "
+              "find nothing there", file=sys.stderr)
+    print(f"toolscout: MCP over stdio, {sum(service.namespaces(principal).values())} tools from {where}",
+          file=sys.stderr)
 
 
 def freeze_loaded_objects() -> None:
