@@ -537,6 +537,40 @@ def test_the_gateway_abstains_by_default_when_no_tool_is_likely_relevant(tmp_pat
         off.service.close()
 
 
+def test_the_gateways_search_tools_reads_its_arguments_as_serves_does(tmp_path):
+    """The same wrong arguments get the same answers from the gateway's MCP server as from `toolscout serve`'s
+    (test_mcp.py): it took "3" for 3 and capped k at 50 where the HTTP API takes 100."""
+    import anyio
+    from conftest import sample_tools
+    from mcp import Client
+    from test_mcp import answers_to_arguments, expected_answers_to_arguments
+
+    from toolscout.gateway.config import parse_config
+    from toolscout.gateway.mcp_server import GatewayMcp
+    from toolscout.gateway.runtime import GatewaySettings, open_gateway
+
+    tools = sample_tools()
+    servers = {ns: {"command": sys.executable} for ns in {t.namespace for t in tools}}  # never started
+    config = parse_config({"mcpServers": servers}, tmp_path / "servers.json", {})
+    gateway = open_gateway(config, GatewaySettings(index=tmp_path / "idx", search_wait=0, service={
+        "fsync": False, "min_probability": None}))
+
+    async def session():
+        async with Client(GatewayMcp(gateway).server) as client:
+            return await answers_to_arguments(client)
+
+    try:
+        gateway.service.upsert(tools)
+        answers = anyio.run(session)
+    finally:
+        gateway.close()
+        gateway.service.close()
+    assert answers == expected_answers_to_arguments({  # abstaining on nothing: k tools, all of mail's
+        ("search_tools", (("task", "book a flight"), ("k", 100))): len(tools),
+        ("search_tools", (("task", "book a flight"), ("k", 2.0))): 2,
+        ("search_tools", (("task", "send an email"), ("namespaces", ("mail", "")))): 2})
+
+
 def test_a_server_taken_out_of_the_config_takes_its_tools_out_of_the_index(tmp_path):
     """The gateway opens on an index that holds tools of a server no longer in its config: they are removed, and
     it starts (it failed with a NameError once, after removing them)."""

@@ -188,6 +188,71 @@ def test_a_stdio_server_limited_to_a_namespace_no_tool_is_in_says_so_at_start(tm
                         "there", f"toolscout: MCP over stdio, 2 tools from {folder}"], said
 
 
+# Calls whose arguments are wrong, and what both MCP servers (serve's, the gateway's) answer them: as the HTTP
+# API answers such a body (no unknown arguments, no coercion, k within the API's bound), in words that name
+# the argument, without pydantic's dump of the input and its link.
+WRONG_ARGUMENTS = {
+    ("search_tools", (("task", "x"), ("bogus", 1))):
+        "search_tools: bogus: unknown argument (search_tools takes task, k, namespaces)",
+    ("search_tools", (("task", "book a flight"), ("k", "3"))): "search_tools: k: Input should be a valid integer",
+    ("search_tools", (("task", "book a flight"), ("k", 101))):
+        "search_tools: k: Input should be less than or equal to 100",
+    ("search_tools", (("task", "book a flight"), ("k", True))): "search_tools: k: Input should be a valid integer",
+    ("search_tools", (("task", "book a flight"), ("namespaces", "mail"))):
+        "search_tools: namespaces: Input should be a valid list",
+    ("search_tools", (("k", 3),)): "search_tools: task: Field required",
+    ("record_tool_use", (("task", "x"), ("tool_ids", "mail.send"))):
+        "record_tool_use: tool_ids: Input should be a valid list",
+    ("record_tool_use", (("task", "x"), ("tool_ids", ("mail.send",)), ("source", "me"))):
+        "record_tool_use: source: unknown argument (record_tool_use takes task, tool_ids, outcome)",
+}
+
+
+async def answers_to_arguments(client) -> dict:
+    """{call: its error text, or the number of tools found} for WRONG_ARGUMENTS and a few right ones, and the
+    bound on k that search_tools' input schema states."""
+    answers = {}
+    right = [("search_tools", (("task", "book a flight"), ("k", 100))),
+             ("search_tools", (("task", "book a flight"), ("k", 2.0))),  # JSON's integer 2, as the HTTP API takes
+             ("search_tools", (("task", "send an email"), ("namespaces", ("mail", ""))))]
+    for name, arguments in [*WRONG_ARGUMENTS, *right]:
+        sent = {key: list(value) if isinstance(value, tuple) else value for key, value in arguments}
+        result = await client.call_tool(name, sent)
+        answers[name, arguments] = result.content[0].text if result.is_error else len(
+            result.structured_content["tools"])
+    schema = next(t for t in (await client.list_tools()).tools if t.name == "search_tools").input_schema
+    answers["schema"] = (schema["additionalProperties"], schema["properties"]["k"]["maximum"])
+    return answers
+
+
+def expected_answers_to_arguments(tools_found: dict) -> dict:
+    from toolscout.serve.schemas import SearchRequest
+
+    http_k = SearchRequest.model_json_schema()["properties"]["k"]["maximum"]
+    return {**WRONG_ARGUMENTS, **tools_found, "schema": (False, http_k)}
+
+
+def test_search_tools_reads_its_arguments_as_the_http_api_reads_a_body(tmp_path):
+    from toolscout.serve.mcp import build_mcp_server
+    from toolscout.serve.service import ToolService
+
+    ToolScout.from_tools(catalog(), retriever="bm25").save(tmp_path / "idx")
+    service = ToolService.open(tmp_path / "idx", fsync=False)
+
+    async def session():
+        async with Client(build_mcp_server(service)) as client:
+            return await answers_to_arguments(client)
+
+    try:
+        answers = anyio.run(session)
+    finally:
+        service.close()
+    assert answers == expected_answers_to_arguments({  # bm25 finds the two booking tools; and the two mail tools
+        ("search_tools", (("task", "book a flight"), ("k", 100))): 2,  # (calendar's, which also says "email",
+        ("search_tools", (("task", "book a flight"), ("k", 2.0))): 2,  # is filtered out; "" holds no tool)
+        ("search_tools", (("task", "send an email"), ("namespaces", ("mail", "")))): 2})
+
+
 def test_streamable_http_endpoint_applies_the_callers_token(http_server):
     import httpx2
     from mcp.client.streamable_http import streamable_http_client

@@ -47,6 +47,7 @@ from typing import Any
 import anyio
 
 from ..errors import ToolScoutError
+from ..serve.schemas import MAX_K
 from .attribution import SEARCHES_KEPT
 from .stdio import LINE_LIMIT
 
@@ -59,7 +60,7 @@ HELLO_TIMEOUT_S = 5.0
 QUIET_WITHIN_S = 2.0  # how long a stopping owner waits for its attached gateways to stop sending requests
 LEAVING = b'{"toolscout": "leaving"}\n'  # owner -> attached gateway: it stops (its next requests go elsewhere)
 QUIET = b'{"toolscout": "quiet"}\n'  # attached gateway -> owner: no request follows this line
-FOUND_KEPT = 50  # tools of one carried search (search_tools returns 50 at most)
+FOUND_KEPT = MAX_K  # tools of one carried search (search_tools returns MAX_K at most)
 TASK_KEPT = 20_000  # characters of a carried search's task (as much as feedback keeps)
 _SOCKET_PATH_MAX = 100  # bytes of a unix socket's path (the address holds 104 to 108, by system)
 

@@ -59,7 +59,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ServerMessageMetadata
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from mcp_types import PROTOCOL_VERSION_META_KEY as PROTOCOL_VERSION_META
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field
 
 from ..errors import Conflict, Forbidden, InvalidRequest, NotFound, RateLimited, Unavailable
 from ..hits import Hit
@@ -67,15 +67,13 @@ from ..serve.auth import ANONYMOUS, AuthConfig, AuthError
 from ..serve.mcp import (
     RECORD_DESCRIPTION,
     UNKNOWN_NAMESPACES,
+    Arguments,
     FoundTool,
-    Namespaces,
-    Outcome,
+    RecordArgs,
     RecordedUse,
-    RecordTask,
-    SearchTask,
-    ToolIds,
+    SearchArgs,
     ToolSearchMcp,
-    at_most,
+    checked_arguments,
 )
 from ..serve.service import Principal
 from ..version import __version__
@@ -141,21 +139,9 @@ class GatewaySearchResult(BaseModel):
                                           "the gateway waited for them, or down); search again later for theirs.")
 
 
-class SearchArgs(BaseModel, extra="forbid"):
-    task: SearchTask
-    k: at_most(50) = 5
-    namespaces: Namespaces = None
-
-
-class CallArgs(BaseModel, extra="forbid"):
+class CallArgs(Arguments):
     name: str = Field(min_length=1, max_length=1000, description="The tool's id, as search_tools returned it.")
     arguments: dict[str, Any] = Field(default_factory=dict, description="The tool's arguments.")
-
-
-class RecordArgs(BaseModel, extra="forbid"):
-    task: RecordTask
-    tool_ids: ToolIds
-    outcome: Outcome = None
 
 
 def _tool(name: str, title: str, description: str, args: type[BaseModel], result: type[BaseModel] | None) -> Any:
@@ -275,21 +261,17 @@ class GatewayMcp(ToolSearchMcp):
         try:
             principal = self._principal(ctx)
             if name == "call_tool":
-                args = CallArgs.model_validate(arguments)
+                args = checked_arguments(name, CallArgs, arguments)
                 return await self._forward(ctx, principal, args.name, args.arguments)
             if name == "search_tools":
-                return await self._search(ctx, principal, SearchArgs.model_validate(arguments))
+                return await self._search(ctx, principal, checked_arguments(name, SearchArgs, arguments))
             if name == "record_tool_use":
-                return self._record(principal, RecordArgs.model_validate(arguments))
+                return self._record(principal, checked_arguments(name, RecordArgs, arguments))
             exposed = self._exposed.get(self._session(ctx), {}).get(name)
             if exposed is not None:
                 return await self._forward(ctx, principal, exposed, arguments)
             raise NotFound(f"no tool {name!r} here: this gateway's tools are search_tools, call_tool and "
                            "record_tool_use (call_tool forwards to the tools that search_tools finds)")
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first.get("loc", ())) or "arguments"
-            return error_result(f"{name}: {where}: {first.get('msg')}")
         except ShuttingDown as exc:
             return error_result(_stopping(exc))
         except (NotFound, Forbidden, InvalidRequest, Conflict, RateLimited, Unavailable, UpstreamUnavailable) as exc:

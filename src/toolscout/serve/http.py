@@ -71,6 +71,7 @@ from .schemas import (
     ToolFields,
     UpsertRequest,
     WriteResponse,
+    said,
 )
 from .service import Principal, ToolService, unknown_namespaces
 
@@ -240,20 +241,9 @@ async def _validation_error(_request: Request, exc: RequestValidationError) -> J
         return error_response(400, f"request body is not valid JSON ({reason} at character {where})",
                               kind="invalid_json")
     details = [{"field": ".".join(str(p) for p in e.get("loc", ()) if p != "body") or "body",
-                "message": _said(e), "type": e.get("type")} for e in _as_meant(errors)]
+                "message": said(e), "type": e.get("type")} for e in _as_meant(errors)]
     first = details[0]
     return error_response(422, f"{first['field']}: {first['message']}", details)
-
-
-def _said(error: dict) -> str:
-    """One validation error's message: a check of toolscout's own says it as written (pydantic prefixes
-    "Value error, "), an unknown field that it is one."""
-    if error.get("type") == "extra_forbidden":
-        return "unknown field (not allowed)"
-    raised = (error.get("ctx") or {}).get("error")
-    if error.get("type") == "value_error" and isinstance(raised, ValueError) and str(raised):
-        return str(raised)
-    return str(error.get("msg"))
 
 
 def _as_meant(errors: list[dict]) -> list[dict]:

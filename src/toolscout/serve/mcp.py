@@ -12,24 +12,27 @@ Over HTTP the caller's bearer token decides which namespaces it may see and whet
 as for the HTTP API; over stdio the host that launched the server may.
 
 This is toolscout's one MCP surface: `ToolSearchMcp` is what those two tools do (who calls, the check on
-a task, the search, what a found tool shows, recording use) and the arguments' types are declared here
-once. `build_mcp_server` serves it on the SDK's `MCPServer`; the gateway's server (`gateway/mcp_server.py`)
-extends it on the SDK's low-level server with `call_tool`, the upstreams' prompts and resources, and the
-upstreams it could not search.
+a task, the search, what a found tool shows, recording use), and their arguments are declared here once
+(`SearchArgs`, `RecordArgs`) and read as the HTTP API reads a body (`checked_arguments`: no unknown
+arguments, no coercion, `k` within the API's bound, errors that name the argument). `build_mcp_server`
+serves it on the SDK's `MCPServer`; the gateway's server (`gateway/mcp_server.py`) extends it on the SDK's
+low-level server with `call_tool`, the upstreams' prompts and resources, and the upstreams it could not
+search.
 """
 
 # No `from __future__ import annotations` here: the SDK reads the tool function's annotations at run
 # time, and they refer to local values (max_k).
 import contextlib
 import logging
-from typing import Annotated, Any, Iterator, Literal, Optional
+from typing import Annotated, Any, Iterator, Literal, Optional, TypeVar
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import Forbidden, InvalidRequest, ToolScoutError
 from ..hits import Hit
 from ..version import __version__
 from .auth import AuthConfig, AuthError
+from .schemas import DEFAULT_K, SearchedNamespace, ToolCount, said
 from .service import ADMIN, Principal, ToolService, unknown_namespaces
 
 INSTRUCTIONS = ("toolscout finds the right tools for a task in a large catalog. Call search_tools with the task in "
@@ -45,11 +48,13 @@ SEARCH_DESCRIPTION = ("Find the tools that fit a task, best first. Returns each 
                       "tools when nothing in the catalog fits.")
 
 
-# The arguments, declared once: the SDK reads them from `build_mcp_server`'s functions, pydantic from the
-# gateway's argument models (gateway/mcp_server.py); both servers' input schemas come from these.
+# The arguments, declared once: both servers' input schemas and their checks (`checked_arguments`) come from
+# these models; `build_mcp_server`'s functions take the same types.
 SearchTask = Annotated[str, Field(min_length=1, max_length=1 << 20, description=(
     "The task in plain language (a whole conversation is fine), or a tool's name."))]
-Namespaces = Annotated[Optional[list[str]], Field(description="Only tools of these namespaces (servers).")]
+K = Annotated[ToolCount, Field(description="How many tools to return at most.")]
+Namespaces = Annotated[Optional[list[SearchedNamespace]], Field(
+    description='Only tools of these namespaces (servers); "": the tools with no namespace.')]
 RecordTask = Annotated[str, Field(min_length=1, max_length=20000, description="The task as it was searched for.")]
 ToolIds = Annotated[list[str], Field(min_length=1, max_length=64,
                                      description="The ids (from search_tools) of the tools that served it.")]
@@ -57,9 +62,40 @@ Outcome = Annotated[Optional[Literal["success", "failure"]],
                     Field(description="Whether they served it (default success).")]
 
 
-def at_most(max_k: int) -> Any:
-    """The type of `k`, a server's own bound on it."""
-    return Annotated[int, Field(ge=1, le=max_k, description="How many tools to return at most.")]
+class Arguments(BaseModel):
+    # read as the HTTP API reads a body: no unknown arguments (a misspelt one would be ignored), no coercion
+    # ("3" is not 3; 3.0 is JSON's 3)
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class SearchArgs(Arguments):
+    task: SearchTask
+    k: K = DEFAULT_K
+    namespaces: Namespaces = None
+
+
+class RecordArgs(Arguments):
+    task: RecordTask
+    tool_ids: ToolIds
+    outcome: Outcome = None
+
+
+OWN_ARGUMENTS = {"search_tools": SearchArgs, "record_tool_use": RecordArgs}
+Args = TypeVar("Args", bound=Arguments)
+
+
+def checked_arguments(tool: str, model: type[Args], arguments: Any) -> Args:
+    """`arguments` of a call of `tool` as `model` reads them; InvalidRequest naming the argument at fault, in
+    words (the first fault, as the HTTP API's message names its first)."""
+    try:
+        return model.model_validate(arguments)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(part) for part in error.get("loc", ())) or "arguments"
+        if error.get("type") == "extra_forbidden":
+            raise InvalidRequest(f"{tool}: {where}: unknown argument ({tool} takes "
+                                 f"{', '.join(model.model_fields)})") from None
+        raise InvalidRequest(f"{tool}: {where}: {said(error)}") from None
 
 
 class FoundTool(BaseModel):
@@ -146,15 +182,15 @@ class ToolSearchMcp:
 
 
 def build_mcp_server(service: ToolService, *, auth: AuthConfig | None = None, stdio_principal: Principal = ADMIN,
-                     default_k: int = 5, max_k: int = 50, metrics: Any = None):
+                     metrics: Any = None):
     """An `MCPServer` answering `search_tools` and `record_tool_use` from `service` (`ToolSearchMcp`). Over HTTP
     the principal comes from the request's bearer token (`auth`); over stdio it is `stdio_principal`."""
     from mcp.server.mcpserver import Context
+    from mcp.server.mcpserver.tools import Tool
 
     surface = ToolSearchMcp(service, auth=auth, stdio_principal=stdio_principal, metrics=metrics)
-    server = _mcp_server()
 
-    async def search_tools(task: SearchTask, ctx: Context, k: at_most(max_k) = default_k,
+    async def search_tools(task: SearchTask, ctx: Context, k: K = DEFAULT_K,
                            namespaces: Namespaces = None) -> SearchToolsResult:
         with _told():
             answer = await surface.search_tools(task, k, _caller(surface, ctx), namespaces)
@@ -164,14 +200,32 @@ def build_mcp_server(service: ToolService, *, auth: AuthConfig | None = None, st
         with _told():  # in a worker thread: it writes
             return surface.record_tool_use(task, tool_ids, outcome, _caller(surface, ctx, feedback=True))
 
-    server.add_tool(search_tools, name="search_tools", title="Search tools", description=SEARCH_DESCRIPTION,
-                    structured_output=True)
-    server.add_tool(record_tool_use, name="record_tool_use", title="Record tool use", description=RECORD_DESCRIPTION,
-                    structured_output=True)
-    return server
+    tools = [Tool.from_function(search_tools, title="Search tools", description=SEARCH_DESCRIPTION,
+                                structured_output=True),
+             Tool.from_function(record_tool_use, title="Record tool use", description=RECORD_DESCRIPTION,
+                                structured_output=True)]
+    # the input schemas of the argument models (they forbid unknown arguments, as `_check_arguments` does)
+    return _mcp_server([tool.model_copy(update={"parameters": OWN_ARGUMENTS[tool.name].model_json_schema()})
+                        for tool in tools])
 
 
-def _mcp_server() -> Any:
+async def _check_arguments(ctx: Any, call_next: Any) -> Any:
+    """The server's middleware: a call of its own tools whose arguments `checked_arguments` refuses gets its
+    message as an error result before the SDK reads them (the SDK ignores unknown arguments, takes "3" for 3,
+    and answers a wrong one with pydantic's own text)."""
+    params = ctx.params if ctx.method == "tools/call" and isinstance(ctx.params, dict) else {}
+    model = OWN_ARGUMENTS.get(params.get("name"))
+    if model is not None:
+        try:
+            checked_arguments(params["name"], model, params.get("arguments") or {})
+        except InvalidRequest as exc:
+            from mcp_types import CallToolResult, TextContent
+
+            return CallToolResult(content=[TextContent(type="text", text=str(exc))], is_error=True)
+    return await call_next(ctx)
+
+
+def _mcp_server(tools: list) -> Any:
     from mcp.server import MCPServer
 
     root = logging.getLogger()
@@ -179,7 +233,8 @@ def _mcp_server() -> Any:
     if guard is not None:  # MCPServer calls logging.basicConfig: keep the process's logging as it was
         root.addHandler(guard)
     try:
-        return MCPServer("toolscout", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
+        return MCPServer("toolscout", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING",
+                         tools=tools, middleware=[_check_arguments])
     finally:
         if guard is not None:
             root.removeHandler(guard)

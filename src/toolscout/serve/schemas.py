@@ -31,6 +31,25 @@ def _int(ge: int, le: int) -> Any:
     return Annotated[int, Field(ge=ge, le=le), BeforeValidator(_integral)]
 
 
+# The most tools one search over HTTP or MCP returns per task (the Python API has no such bound), and how many
+# it returns when not told.
+MAX_K = 100
+DEFAULT_K = 5
+ToolCount = _int(1, MAX_K)
+
+
+def said(error: dict) -> str:
+    """One pydantic validation error's message as people read it: a check of toolscout's own says it as written
+    (pydantic prefixes "Value error, "), an unknown field that it is one. (Never pydantic's full text, which
+    dumps the input and a link to its docs.)"""
+    if error.get("type") == "extra_forbidden":
+        return "unknown field (not allowed)"
+    raised = (error.get("ctx") or {}).get("error")
+    if error.get("type") == "value_error" and isinstance(raised, ValueError) and str(raised):
+        return str(raised)
+    return str(error.get("msg"))
+
+
 # Python's whitespace (what str.strip() removes): a task must hold something else. Spelled out so that the
 # schema's pattern and the server agree on every character (JavaScript's \s is a different set).
 WHITESPACE = "\t\n\x0b\x0c\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
@@ -87,7 +106,7 @@ class SearchRequest(_Strict):
     query: Text = Field(None, description="One task in plain language (or a tool's name).")
     queries: Annotated[list[Text], Field(min_length=1, max_length=64)] = Field(
         None, description="Several tasks at once.")
-    k: _int(1, 100) = Field(5, description="Tools per query (name matches count; always_include does not).")
+    k: ToolCount = Field(DEFAULT_K, description="Tools per query (name matches count; always_include does not).")
     namespaces: list[SearchedNamespace] | None = Field(
         None, description='Only tools of these namespaces ("": the tools with no namespace).')
     ids: list[Ident] | None = Field(None, description="Only these tool ids.")
