@@ -741,3 +741,30 @@ def test_tools_with_no_namespace_are_searched_as_namespace_empty_string(served):
         r = client.post("/search", json={"query": "write a note", "namespaces": ["", "mail"], "abstain": False})
         assert {h["namespace"] for h in r.json()["results"][0]["hits"]} == {None, "mail"}
         assert client.post("/search", json={"query": "x", "namespaces": ["n" * 257]}).status_code == 422
+
+
+def test_a_search_says_which_of_its_ids_no_answer_can_hold(served):
+    """Ids and always_include that name no tool the caller may see come back in `unknown_ids`, and those that
+    exclude_ids takes out again in `excluded_ids` (each read as "nothing fits" before); an empty `namespaces` or
+    `ids` could find nothing at all, and is refused."""
+    with served() as client:
+        def search(headers=None, **body):
+            r = client.post("/search", json={"query": "book a flight", "abstain": False, **body}, headers=headers)
+            assert r.status_code == 200, r.text
+            answer = r.json()
+            return ([h["id"] for h in answer["results"][0]["hits"]],
+                    {key: answer[key] for key in ("unknown_ids", "excluded_ids") if key in answer})
+
+        assert search(ids=["flights.book", "flights.bok"]) == (["flights.book"], {"unknown_ids": ["flights.bok"]})
+        assert search(ids=["nope"]) == ([], {"unknown_ids": ["nope"]})
+        hits, told = search(k=1, always_include=["mail.send", "mail.sned"])
+        assert hits[-1] == "mail.send" and told == {"unknown_ids": ["mail.sned"]}
+        assert search(ids=["flights.book"], exclude_ids=["flights.book"]) == ([], {"excluded_ids": ["flights.book"]})
+        assert search(ids=["flights.book", "hotels.book"], exclude_ids=["hotels.book", "mail.send"],
+                      always_include=["mail.send"]) == (["flights.book"], {"excluded_ids": ["hotels.book", "mail.send"]})
+        assert search(MAIL, ids=["flights.book", "mail.send"]) == (["mail.send"], {"unknown_ids": ["flights.book"]})
+        assert search(ids=["flights.book"], exclude_ids=["hotels.book"]) == (["flights.book"], {})
+        for field, what in (("namespaces", "namespace"), ("ids", "tool")):
+            e = expect_error(client.post("/search", json={"query": "x", field: []}), 422)
+            assert e["message"] == f"{field}: names no {what}, so the search could find nothing: name one, or " \
+                                   "leave the field out"

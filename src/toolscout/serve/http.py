@@ -348,9 +348,11 @@ def _add_search_routes(app: FastAPI, api: Api) -> None:
             metrics.count("queries")
             metrics.count("abstained", abstained)
             metrics.count("name_match", any(h.match == "name" for h in query_hits))
-        unknown = unknown_namespaces(service, body.namespaces, principal, added)
+        # what the request names that no answer can hold (a typo, most likely), each only when there is some
+        told = {"unknown_namespaces": unknown_namespaces(service, body.namespaces, principal, added),
+                "unknown_ids": service.unknown_ids(body.named_ids(), principal), "excluded_ids": body.excluded_ids()}
         return JSON({"results": results, "version": service.version(principal), **added,
-                     **({"unknown_namespaces": unknown} if unknown else {})})
+                     **{field: names for field, names in told.items() if names}})
 
 
 def _definitions(service: ToolService, hits: list, fmt: str, principal: Principal) -> list[dict[str, Any]]:

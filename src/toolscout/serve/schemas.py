@@ -100,6 +100,17 @@ def _one_of(*alternatives: str, exclusive: dict[str, tuple[str, ...]] | None = N
                       for name in alternatives]}
 
 
+def _not_empty(list_type: Any, what: str) -> Any:
+    """`list_type` that must name something when given: an empty one would make a search find nothing. (The
+    schema says minItems; the check is a message of toolscout's own, as `not_blank`'s.)"""
+    def check(value: list) -> list:
+        if not value:
+            raise ValueError(f"names no {what}, so the search could find nothing: name one, or leave the field out")
+        return value
+
+    return Annotated[list_type, Field(json_schema_extra={"minItems": 1}), AfterValidator(check)]
+
+
 class SearchRequest(_Strict):
     model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=_one_of("query", "queries"))
 
@@ -107,9 +118,9 @@ class SearchRequest(_Strict):
     queries: Annotated[list[Text], Field(min_length=1, max_length=64)] = Field(
         None, description="Several tasks at once.")
     k: ToolCount = Field(DEFAULT_K, description="Tools per query (name matches count; always_include does not).")
-    namespaces: list[SearchedNamespace] | None = Field(
+    namespaces: _not_empty(list[SearchedNamespace], "namespace") | None = Field(
         None, description='Only tools of these namespaces ("": the tools with no namespace).')
-    ids: list[Ident] | None = Field(None, description="Only these tool ids.")
+    ids: _not_empty(list[Ident], "tool") | None = Field(None, description="Only these tool ids.")
     exclude_ids: list[Ident] = Field(default_factory=list, description="Never these tool ids.")
     abstain: bool = Field(True, description="Return nothing when no tool fits (the server's thresholds).")
     min_score: float | None = Field(None, description="Abstention threshold on the best score for this request "
@@ -131,6 +142,15 @@ class SearchRequest(_Strict):
         if (self.query is None) == (self.queries is None):
             raise ValueError("give exactly one of 'query' or 'queries'")
         return self
+
+    def named_ids(self) -> set[str]:
+        """The ids the request asks for: in `ids` (only these) and `always_include` (these in any case)."""
+        return {*(self.ids or ()), *self.always_include}
+
+    def excluded_ids(self) -> list[str]:
+        """Those of the ids it asks for that its `exclude_ids` takes out again (a search can never return them;
+        one whose every id is excluded finds nothing: a 200 that says so, since the schema cannot forbid it)."""
+        return sorted(self.named_ids() & set(self.exclude_ids))
 
 
 class ToolFields(_Strict):
@@ -339,6 +359,12 @@ class SearchResponse(BaseModel):
     unknown_namespaces: list[str] | None = Field(
         None, description="The request's namespaces that hold no tool the caller may see (a typo?); only when "
                           "there are any.")
+    unknown_ids: list[str] | None = Field(
+        None, description="The request's ids and always_include that name no tool the caller may see (a typo?); "
+                          "only when there are any.")
+    excluded_ids: list[str] | None = Field(
+        None, description="The request's ids and always_include that its exclude_ids names too, so that no answer "
+                          "holds them; only when there are any.")
     not_searchable: list[dict[str, str]] | None = Field(
         None, description="A gateway's only: the servers whose tools the search could not find, each "
                           "{server, status: starting | down, reason}.")

@@ -319,6 +319,20 @@ class ToolService:
         unknown = set(self._tenant(principal).pipeline(fresh=False).unknown_namespaces(names))
         return sorted(n for n in set(names) if n in unknown or not principal.sees_namespace(n))
 
+    def unknown_ids(self, ids: Iterable[str], principal: Principal = ADMIN) -> list[str]:
+        """Those of `ids` (a search's ids and always_include) that name no tool the caller may see: a typo,
+        most likely, which would otherwise read as a search that found nothing, or a tool silently left out."""
+        ids = set(ids)
+        if not ids:  # every search asks: one without ids costs nothing
+            return []
+        pipeline = self._tenant(principal).pipeline(fresh=False)
+
+        def visible(tool_id: str) -> bool:
+            tool = pipeline.get(tool_id, None)
+            return tool is not None and principal.sees(tool)
+
+        return sorted(tool_id for tool_id in ids if not visible(tool_id))
+
     @property
     def tools(self) -> list[Tool]:
         """Every tool of the default tenant's catalog, by id, whoever asks (filter with `Principal.sees`)."""
