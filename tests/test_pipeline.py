@@ -194,7 +194,10 @@ def test_misuse_of_the_python_api_is_refused_naming_the_argument_and_changes_not
         scout.add([Tool("zz.ok", "ok", "Fine"), Tool("zz.zebra", "zebra", "Feed the zebras", title=5)])
     with pytest.raises(InvalidRequest, match="tags must be a list of strings"):
         Tool("zz.tags", "tags", tags="abc")  # not ('a', 'b', 'c')
-    for call, says in ((lambda: scout.search(123), r"query \(a task, or a list of tasks\): give a list, not int"),
+    for call, says in ((lambda: scout.search(123), r"^query: give a task \(str\) or a list of tasks, not int$"),
+                       (lambda: scout.search(None), r"^query: give a task \(str\) or a list of tasks, not NoneType$"),
+                       (lambda: scout.search(b"send an email"), r"^query: give a task \(str\) or a list of tasks, "
+                                                                r"not bytes \(decode bytes to text first\)$"),
                        (lambda: scout.search("x", namespaces="mail"), r"namespaces: give a list \(\['mail'\]\)"),
                        (lambda: scout.search("x", always_include="mail.send"), "always_include: give a list"),
                        (lambda: scout.remove("mail.send"), r"ids: give a list \(\['mail.send'\]\)"),

@@ -244,6 +244,11 @@ def test_malformed_requests_get_clear_4xx_json_errors(served):
         assert e["details"][0]["field"] == "nmespace"
         assert "exactly one of" in error(client.post("/search", json={"k": 3}), 422)["message"]
         assert "exactly one of" in error(client.post("/search", json={"query": "a", "queries": ["b"]}), 422)["message"]
+        both = {"tools": [], "catalog": {}}  # both given is what is wrong, not that each is empty
+        assert error(client.post("/tools", json=both, headers=ADMIN), 422)["message"] == \
+            "body: give exactly one of 'tools' or 'catalog'"
+        assert error(client.post("/search", json={"query": "", "queries": []}), 422)["message"] == \
+            "body: give exactly one of 'query' or 'queries'"
         assert error(client.post("/search", json={"query": "a", "k": 1000}), 422)["details"][0]["field"] == "k"
         assert error(client.post("/search", json={"query": ""}), 422)["details"][0]["field"] == "query"
         blank = error(client.post("/search", json={"query": " \u3000\t"}), 422)  # every field named, however blank

@@ -90,6 +90,14 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
+def _exactly_one_of(data: Any, *fields: str) -> Any:
+    """A body (before its fields are read: what is wrong with one field matters less than sending both, or
+    neither) that holds exactly one of `fields`; the schema says it with `_one_of`."""
+    if isinstance(data, dict) and sum(field in data for field in fields) != 1:
+        raise ValueError(f"give exactly one of {' or '.join(map(repr, fields))}")
+    return data
+
+
 def _one_of(*alternatives: str, exclusive: dict[str, tuple[str, ...]] | None = None) -> dict:
     """JSON Schema for "exactly one of these fields" (`exclusive`: fields each alternative rules out, too),
     so that the OpenAPI document says what the model validator enforces."""
@@ -137,11 +145,10 @@ class SearchRequest(_Strict):
         "toolscout", description="Also return the hits as ready-made tool definitions for this API.")
 
 
-    @model_validator(mode="after")
-    def _exactly_one(self) -> "SearchRequest":
-        if (self.query is None) == (self.queries is None):
-            raise ValueError("give exactly one of 'query' or 'queries'")
-        return self
+    @model_validator(mode="before")
+    @classmethod
+    def _exactly_one(cls, data: Any) -> Any:
+        return _exactly_one_of(data, "query", "queries")
 
     def named_ids(self) -> set[str]:
         """The ids the request asks for: in `ids` (only these) and `always_include` (these in any case)."""
@@ -211,10 +218,13 @@ class UpsertRequest(_Strict):
     namespace: Annotated[str, StringConstraints(min_length=1, max_length=MAX_NAMESPACE_CHARS)] = Field(
         None, description="Namespace for the catalog's tools.")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _exactly_one(cls, data: Any) -> Any:
+        return _exactly_one_of(data, "tools", "catalog")
+
     @model_validator(mode="after")
-    def _exactly_one(self) -> "UpsertRequest":
-        if (self.tools is None) == ("catalog" not in self.model_fields_set):
-            raise ValueError("give exactly one of 'tools' or 'catalog'")
+    def _catalog_or_tools(self) -> "UpsertRequest":
         if self.tools is None and not (isinstance(self.catalog, (dict, list)) and self.catalog):
             raise ValueError("'catalog' must be a JSON object or array with something in it")
         if isinstance(self.catalog, list) and not all(isinstance(item, dict) for item in self.catalog):
