@@ -85,6 +85,14 @@ def test_search_in_a_namespace_no_tool_is_in_says_so(capsys, tmp_path):
     assert code == 0 and "warning: no tool is in namespace 'filesystm'" in err and "'filesystem'" not in err
     code, _, err = run(capsys, "search", idx, "read a file", "--namespace", "filesystem")
     assert code == 0 and "warning" not in err
+    # --json says it too, and whether the search abstained, as POST /search does
+    code, out, _ = run(capsys, "search", idx, "read a file", "--namespace", "filesystm", "--json")
+    assert json.loads(out) == {"query": "read a file", "abstained": True, "hits": [],
+                               "unknown_namespaces": ["filesystm"]}
+    code, out, _ = run(capsys, "search", idx, "read a file", "qwxzv plork", "--namespace", "filesystem", "--json")
+    found, nothing = json.loads(out)
+    assert (found["abstained"], bool(found["hits"]), found["unknown_namespaces"]) == (False, True, [])
+    assert nothing == {"query": "qwxzv plork", "abstained": True, "hits": [], "unknown_namespaces": []}
 
 
 def test_index_shows_how_far_the_embedding_of_a_large_catalog_is_unless_quiet(capsys, tmp_path, monkeypatch):

@@ -253,6 +253,27 @@ def test_search_tools_reads_its_arguments_as_the_http_api_reads_a_body(tmp_path)
         ("search_tools", (("task", "send an email"), ("namespaces", ("mail", "")))): 2})
 
 
+def test_search_tools_abstains_when_only_always_included_tools_come_back(tmp_path):
+    """As POST /search and `toolscout search --json` say it: an always-included tool is no fit for the task."""
+    from toolscout.serve.mcp import build_mcp_server
+    from toolscout.serve.service import ToolService
+
+    ToolScout.from_tools(catalog(), retriever="bm25").save(tmp_path / "idx")
+    service = ToolService.open(tmp_path / "idx", fsync=False, always_include=["mail.send"])
+
+    async def session():
+        async with Client(build_mcp_server(service)) as client:
+            return [(await client.call_tool("search_tools", {"task": task})).structured_content
+                    for task in ("qwxzv plork", "book a flight")]
+
+    try:
+        nothing, found = anyio.run(session)
+    finally:
+        service.close()
+    assert ([t["id"] for t in nothing["tools"]], nothing["abstained"]) == (["mail.send"], True)
+    assert ([t["id"] for t in found["tools"]][-1], found["abstained"]) == ("mail.send", False)
+
+
 def test_streamable_http_endpoint_applies_the_callers_token(http_server):
     import httpx2
     from mcp.client.streamable_http import streamable_http_client

@@ -264,6 +264,12 @@ def _discard(index: dict[str, dict[str, None]], key: str, tool_id: str) -> bool:
     return True
 
 
+def abstained(hits: Sequence[Hit]) -> bool:
+    """Whether a search found nothing that fits its task: no hit but the always-included tools (what every
+    surface reports as `abstained`)."""
+    return not any(hit.match != "always" for hit in hits)
+
+
 def checked_queries(query: str | Query | Sequence[str | Query]) -> list[Query]:
     """The tasks of one search, each as the `Query` every stage reads: a task sent as text must hold more
     than white space, and is focused here (`Query.of`), once. A `Query` was made from a checked task: it

@@ -156,6 +156,7 @@ def _namespaces(args: argparse.Namespace) -> list:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
+    from ..hits import abstained
     from ..postgres import recorded_spec
     from ..serve.held import current_pipeline
 
@@ -172,8 +173,9 @@ def cmd_search(args: argparse.Namespace) -> int:
         unknown = scout.unknown_namespaces(args.namespace)
     if unknown:  # a typo reads as a search that found nothing
         print(f"warning: no tool is in namespace {', '.join(map(repr, unknown))}", file=sys.stderr)
-    if args.json:
-        out = [{"query": q, "hits": [h.to_dict() for h in hits]} for q, hits in zip(args.query, query_hits)]
+    if args.json:  # what POST /search says of each task (one list of unknown namespaces for them all)
+        out = [{"query": q, "abstained": abstained(hits), "hits": [h.to_dict() for h in hits],
+                "unknown_namespaces": unknown} for q, hits in zip(args.query, query_hits)]
         print(json.dumps(out[0] if len(out) == 1 else out, indent=2, ensure_ascii=False))
         return 0
     for query, hits in zip(args.query, query_hits):

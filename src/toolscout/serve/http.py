@@ -44,6 +44,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..errors import CatalogError, Conflict, Forbidden, InvalidRequest, NotFound, RateLimited, TooLarge, Unavailable
 from ..feedback import nothing_from
+from ..hits import abstained as found_nothing
 from ..hits import checked_queries
 from ..query import Query as Task  # a task as search reads it (FastAPI's Query is a parameter)
 from ..version import __version__
@@ -337,7 +338,7 @@ def _add_search_routes(app: FastAPI, api: Api) -> None:
         results = []
         sent = [body.query] if body.query is not None else list(body.queries)
         for query, task, query_hits in zip(sent, tasks, hits):
-            abstained = not any(h.match != "always" for h in query_hits)
+            abstained = found_nothing(query_hits)
             entry: dict[str, Any] = {"query": query, "abstained": abstained, "truncated": task.truncated,
                                      "hits": [h.to_dict() for h in query_hits]}
             if body.format != "toolscout":

@@ -29,7 +29,7 @@ from typing import Annotated, Any, Iterator, Literal, Optional, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import Forbidden, InvalidRequest, ToolScoutError
-from ..hits import Hit
+from ..hits import Hit, abstained
 from ..version import __version__
 from .auth import AuthConfig, AuthError
 from .schemas import DEFAULT_K, SearchedNamespace, ToolCount, said
@@ -158,8 +158,8 @@ class ToolSearchMcp:
         hits, added = await self.search(task, k, principal, namespaces, session)
         if self.metrics is not None:
             self.metrics.count("queries")
-            self.metrics.count("abstained", not hits)
-        return {"tools": [self.found(hit.to_dict()) for hit in hits], "abstained": not hits,
+            self.metrics.count("abstained", abstained(hits))
+        return {"tools": [self.found(hit.to_dict()) for hit in hits], "abstained": abstained(hits),
                 "unknown_namespaces": unknown_namespaces(self.service, namespaces, principal, added), **added}
 
     async def search(self, task: str, k: int, principal: Principal, namespaces: list[str] | None,
