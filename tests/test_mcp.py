@@ -243,8 +243,13 @@ def test_search_tools_reads_its_arguments_as_the_http_api_reads_a_body(tmp_path)
         async with Client(build_mcp_server(service)) as client:
             return await answers_to_arguments(client)
 
+    async def invisible():  # a zero-width space is as blank as white space
+        async with Client(build_mcp_server(service)) as client:
+            return (await client.call_tool("search_tools", {"task": "\u200b"})).content[0].text
+
     try:
         answers = anyio.run(session)
+        assert anyio.run(invisible).endswith("task must not be blank")
     finally:
         service.close()
     assert answers == expected_answers_to_arguments({  # bm25 finds the two booking tools; and the two mail tools

@@ -61,7 +61,7 @@ def test_add_update_remove(tools):
         scout.remove(["nope"])
     with pytest.raises(ValueError, match="duplicate tool id"):
         scout.add([tools[1], tools[1]])
-    with pytest.raises(ValueError, match="non-empty"):
+    with pytest.raises(ValueError, match="with something visible in it"):
         scout.search("   ")
     with pytest.raises(KeyError, match="no tool with id 'weather.get_forecast'"):
         scout.get("weather.get_forecast")
@@ -208,6 +208,28 @@ def test_misuse_of_the_python_api_is_refused_naming_the_argument_and_changes_not
         with pytest.raises(InvalidRequest, match=says):
             call()
     assert [h.tool.id for h in scout.search("send an email", k=20)] == before and "zz.zebra" not in scout
+
+
+def test_a_task_of_invisible_characters_only_is_refused_as_blank(tools):
+    """A zero-width space (or a byte-order mark, a word joiner...) says no more than white space does: it was
+    searched, and answered with hits and probabilities. Blank is white space, control characters and what
+    Unicode renders invisible (Default_Ignorable_Code_Point); nothing visible is."""
+    import sys
+    import unicodedata
+
+    from toolscout.errors import InvalidRequest, is_blank
+
+    scout = ToolScout.from_tools(tools, retriever="bm25")
+    for task in ("\u200b", "\ufeff\u2060", " \u200d\t", "\U000e0041\U000e007f"):
+        with pytest.raises(InvalidRequest, match="each query must be a string with something visible in it"):
+            scout.search(task)
+    assert [h.tool.id for h in scout.search("send an \u200bemail", k=1)] == ["mail.send"]
+    characters = [chr(c) for c in range(sys.maxunicode + 1)]
+    assert all(is_blank(c) for c in characters if c.isspace() or unicodedata.category(c) == "Cc")
+    invisible_kinds = {"Zs", "Zl", "Zp", "Cc", "Cf", "Mn", "Cn", "Lo"}  # Lo, Mn: Hangul fillers, variation selectors
+    assert {unicodedata.category(c) for c in characters if is_blank(c)} == invisible_kinds
+    assert all(unicodedata.name(c, "").startswith(("HANGUL", "HALFWIDTH HANGUL", "KHMER VOWEL INHERENT"))
+               for c in characters if is_blank(c) and unicodedata.category(c) == "Lo")
 
 
 def test_every_reader_of_a_pipeline_directory_reads_the_format_it_writes_and_refuses_a_newer_one(tmp_path, tools):

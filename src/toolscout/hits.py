@@ -26,7 +26,7 @@ import operator
 from dataclasses import dataclass, replace
 from typing import Any, Iterable, Mapping, Protocol, Sequence
 
-from .errors import InvalidRequest
+from .errors import InvalidRequest, is_blank
 from .eval.calibration import any_relevant
 from .query import Query
 from .tool import TextView, Tool, split_identifier, tool_text
@@ -282,8 +282,8 @@ def checked_queries(query: str | Query | Sequence[str | Query]) -> list[Query]:
     else:
         queries = list(query)
     for q in queries:
-        if not isinstance(q, Query) and (not isinstance(q, str) or not q.strip()):
-            raise InvalidRequest("each query must be a non-empty string")
+        if not isinstance(q, Query) and (not isinstance(q, str) or is_blank(q)):
+            raise InvalidRequest("each query must be a string with something visible in it")
     return [q if isinstance(q, Query) else Query.of(q) for q in queries]
 
 

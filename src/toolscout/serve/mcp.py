@@ -28,7 +28,7 @@ from typing import Annotated, Any, Iterator, Literal, Optional, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..errors import Forbidden, InvalidRequest, ToolScoutError
+from ..errors import Forbidden, InvalidRequest, ToolScoutError, is_blank
 from ..hits import Hit, abstained
 from ..version import __version__
 from .auth import AuthConfig, AuthError
@@ -153,7 +153,7 @@ class ToolSearchMcp:
     async def search_tools(self, task: str, k: int, principal: Principal, namespaces: list[str] | None,
                            session: str = "stdio") -> dict[str, Any]:
         """`search_tools`' answer: the found tools, best first, whether it abstained, and what `search` adds."""
-        if not task.strip():
+        if is_blank(task):
             raise InvalidRequest("task must not be blank")
         hits, added = await self.search(task, k, principal, namespaces, session)
         if self.metrics is not None:

@@ -18,6 +18,7 @@ from pydantic import (
     model_validator,
 )
 
+from ..errors import BLANK_CHARACTERS, is_blank
 from ..tool import Tool
 
 
@@ -50,15 +51,14 @@ def said(error: dict) -> str:
     return str(error.get("msg"))
 
 
-# Python's whitespace (what str.strip() removes): a task must hold something else. Spelled out so that the
-# schema's pattern and the server agree on every character (JavaScript's \s is a different set).
-WHITESPACE = "\t\n\x0b\x0c\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
-NOT_BLANK = f"[^{WHITESPACE}]"
+# a task, id or name must hold more than BLANK_CHARACTERS: the schema says it as this pattern (spelled out:
+# JavaScript's \s is a different set), the server as `is_blank`, from the same characters
+NOT_BLANK = f"[^{BLANK_CHARACTERS}]"
 BLANK = "must hold more than white space"
 
 
 def _not_blank(value: str) -> str:
-    if not value.strip():  # str.strip's white space is WHITESPACE: the schema's pattern says the same
+    if is_blank(value):  # the schema's pattern says the same
         raise ValueError(BLANK)
     return value
 

@@ -29,7 +29,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
-from ..errors import Conflict, Forbidden, InvalidRequest, NotFound, ToolScoutError
+from ..errors import Conflict, Forbidden, InvalidRequest, NotFound, ToolScoutError, is_blank
 from ..feedback import DEFAULT_SOURCE, FeedbackEvent, LearnResult, checked_rollback_time
 from ..hits import Hit, HitPolicy, checked_k, checked_queries
 from ..learning import check_settings
@@ -355,7 +355,7 @@ class ToolService:
         batch = list(tools_by_id(tools, "one request").values())
         self._check_can_write(principal)  # who may write comes before what is written
         for tool in batch:  # Tool allows it, so that an index stored with one still loads and can delete it
-            if not tool.id.strip() or not tool.name.strip():
+            if is_blank(tool.id) or is_blank(tool.name):
                 raise InvalidRequest(f"tool {tool.id!r}: its id and its name need a character other than whitespace")
         return self._tenant(principal).upsert(batch, principal.authorize_write)
 
