@@ -285,3 +285,24 @@ def test_untrusted_tool_text_is_shown_as_text(page, server):
     assert page.locator("#detail .description").inner_text() == HOSTILE
     assert page.locator("main img, main b, main script").count() == 0 and page.title() == title
     assert page.script_errors == []
+
+
+# --------------------------------------------------------------------------- /docs without the network
+
+def test_the_api_docs_page_says_where_the_api_is_described_when_swagger_ui_cannot_load(page, server):
+    """/docs loads Swagger UI from a CDN and was blank offline: it says that /openapi.json and the playground
+    work without the network, until Swagger UI has loaded (a stand-in for the CDN's bundle here)."""
+    page.route("https://cdn.jsdelivr.net/**", lambda route: route.abort())  # offline
+    page.goto(url_of(server, "/docs"))
+    note = page.locator("#offline-note")
+    assert "cdn.jsdelivr.net" in note.inner_text() and note.is_visible()
+    page.locator("#offline-note a", has_text="/openapi.json").click()
+    page.wait_for_url("**/openapi.json")
+    assert json.loads(page.locator("body").inner_text())["info"]["title"] == "toolscout"
+
+    online = page.context.new_page()
+    bundle = "window.SwaggerUIBundle = function () {}; SwaggerUIBundle.presets = {apis: {}};"
+    online.route("https://cdn.jsdelivr.net/**", lambda route: route.fulfill(
+        body=bundle if route.request.url.endswith(".js") else "", content_type="text/javascript"))
+    online.goto(url_of(server, "/docs"))
+    assert online.locator("#swagger-ui").count() == 1 and online.locator("#offline-note").count() == 0

@@ -165,7 +165,7 @@ def create_app(service: ToolService, auth: AuthConfig | None = None, *, max_body
     mcp_app = (extension.mcp_app(api, host, mcp_max_body_bytes) if extension is not None
                else _mcp_app(api, host, mcp_max_body_bytes)) if mcp else None
     lifespan = _lifespan(service, mcp_app, close_service, extension)
-    app = FastAPI(title="toolscout", version=__version__, lifespan=lifespan,
+    app = FastAPI(title="toolscout", version=__version__, lifespan=lifespan, docs_url=None,
                   description="Tool retrieval for LLM agents: search a tool catalog with a task in plain language, "
                               "and keep the catalog up to date. Writes are durable when acknowledged.")
     app.state.service, app.state.metrics, app.state.auth = service, api.metrics, api.auth
@@ -550,6 +550,10 @@ def _add_ui_routes(app: FastAPI) -> None:
     @app.api_route("/ui", methods=["GET", "HEAD"], include_in_schema=False)
     def playground() -> Response:
         return ui.page()
+
+    @app.get("/docs", include_in_schema=False)
+    def api_docs(request: Request) -> Response:
+        return ui.api_docs(request.scope.get("root_path", "").rstrip("/"), f"{app.title} - API docs")
 
     @app.api_route("/ui/{name}", methods=["GET", "HEAD"], include_in_schema=False)
     def playground_file(name: str) -> Response:

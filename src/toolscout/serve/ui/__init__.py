@@ -22,6 +22,26 @@ HEADERS = {
 }
 
 
+# /docs draws the API's documentation with Swagger UI, which FastAPI's page loads from a CDN (FastAPI ships
+# no copy, and bundling one would be a dependency of its own): offline it stays blank, so it says where the
+# API is described without the network, until Swagger UI has loaded.
+OFFLINE_NOTE = ('<p id="offline-note" style="font: 16px/1.5 sans-serif; margin: 2em">This page draws the API '
+                'documentation with Swagger UI, loaded from cdn.jsdelivr.net, and it has not loaded (offline?). '
+                'Without the network, the API is described in full at <a href="{root}/openapi.json">/openapi.json'
+                '</a> (OpenAPI 3.1), and the playground at <a href="{root}/ui">/ui</a> works.</p>')
+LOADED = '<script>if (window.SwaggerUIBundle) document.getElementById("offline-note").remove();</script>'
+
+
+def api_docs(root: str, title: str) -> Response:
+    """FastAPI's Swagger UI page for the API at `root`, with OFFLINE_NOTE (removed once Swagger UI loads; a
+    script after the page's own runs even when theirs failed)."""
+    from fastapi.openapi.docs import get_swagger_ui_html
+
+    html = get_swagger_ui_html(openapi_url=f"{root}/openapi.json", title=title).body.decode()
+    html = html.replace("<body>", "<body>" + OFFLINE_NOTE.format(root=root), 1)
+    return Response(html.replace("</body>", LOADED + "</body>", 1), media_type="text/html; charset=utf-8")
+
+
 def page() -> Response:
     """The playground's HTML page."""
     return _file(PAGE, "text/html; charset=utf-8")
