@@ -21,7 +21,7 @@ search.
 """
 
 # No `from __future__ import annotations` here: the SDK reads the tool function's annotations at run
-# time, and they refer to local values (max_k).
+# time, and they refer to a local value (Context, imported in build_mcp_server).
 import contextlib
 import logging
 from typing import Annotated, Any, Iterator, Literal, Optional, TypeVar
