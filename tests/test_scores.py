@@ -323,8 +323,9 @@ def test_a_task_near_a_deprecated_tools_name_gets_its_replacement_first(encoder)
     hits = scout.search("read a file", k=len(FILESYSTEM))
     assert hits[0].tool.id == "fs.read_text_file" and {h.match for h in hits} == {"retrieval"}
     assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
-    named = scout.search("read_file", k=2)[0]
-    assert (named.tool.id, named.match) == ("fs.read_file", "name")
+    named, after = scout.search("read_file", k=2)
+    assert (named.tool.id, named.match, after.tool.id) == ("fs.read_file", "name", "fs.read_text_file")
+    assert named.score >= after.score  # first, and scored so (it had its own lower score, out of order)
     alone = scout.search("read a file", k=1, filter=_without("fs.read_text_file"))[0]
     assert (alone.tool.id, alone.match) == ("fs.read_file", "name")
 

@@ -44,7 +44,7 @@ class Hit:
     """One search result: the tool, its score (higher is better) and its 1-based rank.
 
     `match` says why the tool is there: "retrieval" (ranked by the retriever), "name" (the query named
-    the tool, so it ranks first) or "always" (listed in `always_include`). `matched`: the query's words
+    the tool, so it ranks first, scored at least as the best ranked tool) or "always" (listed in `always_include`). `matched`: the query's words
     found in the tool's text view, when the search asked to explain (None otherwise). `available`: whether
     the server that runs the tool answers now, where that is known (the gateway; None otherwise).
     `probability`: the calibrated probability that the tool is one the task needs (`toolscout.relevance`),
@@ -125,8 +125,16 @@ def assemble_hits(query: Query, ids: Sequence[str], scores: Sequence[float], nam
     unranked = [tid for tid in chosen if tid in tools and tid not in retrieved]
     extra = source.scores(query, unranked) if unranked else {}
     present = [(tid, match) for tid, match in chosen.items() if tid in tools]
-    hits = [Hit(tools[tid], retrieved[tid] if tid in retrieved else float(extra.get(tid, 0.0)), rank, match,
-                probability=chance.get(tid)) for rank, (tid, match) in enumerate(present, 1)]
+    # a tool the task names comes first: its score is at least the best ranked tool's, so scores still order
+    # the hits (a client that sorts by score keeps it first)
+    best = max((retrieved[tid] for tid, match in present if match == "retrieval"), default=float("-inf"))
+
+    def score(tid: str, match: str) -> float:
+        own = retrieved[tid] if tid in retrieved else float(extra.get(tid, 0.0))
+        return max(own, best) if match == "name" else own
+
+    hits = [Hit(tools[tid], score(tid, match), rank, match, probability=chance.get(tid))
+            for rank, (tid, match) in enumerate(present, 1)]
     return explained(query.text, hits, *source.lexical_reading()) if policy.explain else hits
 
 
