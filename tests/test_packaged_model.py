@@ -43,7 +43,17 @@ def test_a_packaged_model_is_the_trained_layers_and_assembles_to_the_trained_vec
     np.testing.assert_allclose(got, reference["vectors"], atol=1e-6)
     minilm = Encoder.load("minilm", backend="torch").encode(list(reference["texts"]))
     assert float(np.min(np.sum(got * minilm, axis=1))) < 0.999  # the trained layer is in, not the base's
-    assert packaged.assemble(package) == packaged.assemble(package)  # assembled once, then reused
+    assembled = packaged.assemble(package)
+    assert packaged.assemble(package) == assembled  # assembled once, then reused
+    # recording an int8 quality check writes the manifest and changes no weight: the same folder, so the same
+    # export (it was assembled anew under another name, and exported again)
+    from toolscout.encoders.cache import folder_fingerprint
+    from toolscout.encoders.quality import record, recorded, verdict
+
+    before = folder_fingerprint(assembled)
+    record(package, verdict({"a": 50.0}, {"a": 50.1}))
+    assert recorded(assembled)["passed"] and packaged.assemble(package) == assembled
+    assert folder_fingerprint(assembled) == before
 
 
 def test_a_base_other_than_the_one_trained_on_is_refused(trained_dir, tmp_path):

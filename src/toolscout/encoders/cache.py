@@ -46,7 +46,8 @@ def default_onnx_cache() -> Path:
 
 def folder_fingerprint(folder: Path) -> str:
     """The folder's path plus each file's relative name, size and mtime (changes when weights are re-saved). The
-    int8 quality record is left out: recording a check changes nothing an export is made from."""
+    int8 quality record is left out: recording a check changes nothing an export is made from (a packaged
+    model records it in its manifest, which its assembled folder's name leaves out: `packaged.assemble`)."""
     parts = [str(folder)]
     for path in sorted(folder.rglob("*")):
         relative = path.relative_to(folder)

