@@ -530,7 +530,30 @@ def test_learning_counts_event_tool_pairs_and_says_so(served):
         assert "(event, tool) pairs" in client.get("/openapi.json").json()["paths"]["/learning"]["get"]["description"]
         table = render_report(report).splitlines()
         assert "6 (event, tool) pairs scored (an event counts once per tool it names)" in table[0]
-        assert table[2].startswith("| namespace | (event, tool) pairs |") and table[4].startswith("| files | 3 |")
+        assert table[3].startswith("| namespace | (event, tool) pairs |") and table[5].startswith("| files | 3 |")
+
+
+def test_learning_says_it_lifts_nothing_until_five_tools_are_taught(served):
+    """memory.MIN_TOOLS: with fewer tools taught similarity earns nothing, and /learning, /health and the
+    report say so, with the count; a namespace-limited token is not told the deployment's count."""
+    from toolscout.cli.learn import render_report
+
+    with served() as client:
+        mail = {"query": "mail the contract to Bo", "tool_ids": ["mail.send"]}
+        assert client.post("/feedback", json=mail, headers=AGENT).json()["learned"] == 1
+        report = client.get("/learning", headers=ADMIN).json()
+        assert report["dormant"] == "learning lifts nothing until 5 tools are taught: 1 so far"
+        assert client.get("/health", headers=ADMIN).json()["learning"]["dormant"] == report["dormant"]
+        assert client.get("/learning", headers=MAIL).json()["dormant"] == "learning lifts nothing until 5 tools are taught"
+        assert render_report(report).splitlines()[:2] == [
+            "learned requests: 1 over 1 tool; 1 (event, tool) pairs scored (an event counts once per tool it names)",
+            "learning lifts nothing until 5 tools are taught: 1 so far (docs/learning.md, 'How it learns', step 3)"]
+        tools = [t["id"] for t in client.get("/tools", headers=ADMIN).json()["tools"]][:5]
+        events = [{"query": f"please use {tool} now", "tool_ids": [tool]} for tool in tools]
+        client.post("/feedback", json={"events": events}, headers=AGENT)
+        report = client.get("/learning", headers=ADMIN).json()
+        assert report["tools_taught"] >= 5 and report["dormant"] is None
+        assert "learning lifts nothing" not in render_report(report)
 
 
 def test_forgetting_a_source_that_posted_nothing_changes_nothing_and_says_so(served):

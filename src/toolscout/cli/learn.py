@@ -308,10 +308,12 @@ def _index_of_gateway_config(target: str) -> str:
 def render_report(report: dict) -> str:
     """The report as a table: per namespace, mean reciprocal rank and top-1 of the used tools before they were
     learned, as served / untaught / at full weight, and learning's weight."""
-    lines = [f"learned requests: {report['requests']} over {report['tools_taught']} tools; "
+    tools = report['tools_taught']
+    lines = [f"learned requests: {report['requests']} over {tools} tool{'' if tools == 1 else 's'}; "
              f"{report['events_scored']} (event, tool) pairs scored (an event counts once per tool it names)"
              + (f"; frozen since {datetime.fromtimestamp(report['frozen_at'], timezone.utc).isoformat()}"
                 if report.get("frozen_at") else ""),
+             *([f"{report['dormant']} (docs/learning.md, 'How it learns', step 3)"] if report.get("dormant") else []),
              "", "| namespace | (event, tool) pairs | MRR served / untaught / full weight | top-1 served / untaught | "
              "MRR learned vs untaught, the records its weight reads | weight |", "|---|---|---|---|---|---|"]
     weights = report["weights"]

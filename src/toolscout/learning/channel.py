@@ -47,7 +47,7 @@ from ..query import Query
 from ..results import Results
 from .calibration import NEIGHBOUR_TOOLS, Calibration
 from .incidental import teachable
-from .memory import RequestMemory
+from .memory import RequestMemory, dormancy
 from ..feedback import Scored
 from .scorecard import Scorecard
 from .space import RequestSpace
@@ -298,8 +298,9 @@ class LearnedChannel:
 
     def report(self, brief: bool = False) -> dict:
         """What `/learning` and `toolscout learning report` show (`brief`: what `/health` shows: no figures)."""
-        out = {"requests": len(self.memory), "tools_taught": len(self.memory.tools), "events_scored": len(self.scorecard),
-               "frozen_at": self.settings.frozen_at, "weights": self.weights()}
+        tools_taught = len(self.memory.tools)
+        out = {"requests": len(self.memory), "tools_taught": tools_taught, "events_scored": len(self.scorecard),
+               "dormant": dormancy(tools_taught), "frozen_at": self.settings.frozen_at, "weights": self.weights()}
         if brief:
             return out
         return {**out, "calibration": self.calibration.to_dict(), "measured": self.scorecard.report()}

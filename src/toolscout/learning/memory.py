@@ -45,6 +45,15 @@ def _pair_similarities(candidates: np.ndarray, tasks: np.ndarray) -> np.ndarray:
     return np.round(np.einsum("tid,td->ti", candidates.astype(np.float64), tasks.astype(np.float64)), 9)
 
 
+def dormancy(tools_taught: int | None) -> str | None:
+    """Why learning can lift nothing yet (fewer than MIN_TOOLS tools taught: `_refit`), None once it can.
+    `tools_taught` None: the count is not the caller's to see (a namespace-limited token), so it is left out."""
+    if tools_taught is not None and tools_taught >= MIN_TOOLS:
+        return None
+    so_far = "" if tools_taught is None else f": {tools_taught} so far"
+    return f"learning lifts nothing until {MIN_TOOLS} tools are taught{so_far}"
+
+
 def key_hash(key: str) -> int:
     return int.from_bytes(hashlib.sha1(key.encode("utf-8")).digest()[:8], "big")
 

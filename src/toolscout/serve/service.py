@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 from ..errors import Conflict, Forbidden, InvalidRequest, NotFound, ToolScoutError, is_blank
 from ..feedback import DEFAULT_SOURCE, FeedbackEvent, LearnResult, checked_rollback_time
 from ..hits import Hit, HitPolicy, checked_k, checked_queries
-from ..learning import check_settings
+from ..learning import check_settings, dormancy
 from ..lru import LRU
 from ..query import Query
 from ..results import Filter
@@ -116,7 +116,7 @@ LIVENESS = ("storage", "writes", "uptime_s", "snapshots")  # what /health shows 
 # what a pipeline without calibration cannot do, said at start-up (--min-probability) and after a retraining's swap
 NO_CALIBRATION = ("has no calibration (only the default pipeline ships one, docs/scores.md): hits carry no "
                   "probability, and no search abstains on probability (min_probability is off)")
-BRIEF_LEARNING = ("requests", "tools_taught", "events_scored", "frozen_at", "weights")  # LearnedChannel.report(brief)
+BRIEF_LEARNING = ("requests", "tools_taught", "events_scored", "dormant", "frozen_at", "weights")  # LearnedChannel.report(brief)
 
 
 def _visible_totals(scout: "ToolScout", principal: Principal, namespaces: Mapping[str, Any]) -> dict[str, int]:
@@ -423,6 +423,8 @@ class ToolService:
             report["measured"].pop("all", None)
             report.pop("calibration", None)  # fitted on every namespace's feedback
             report.update(_visible_totals(scout, principal, report["measured"]["namespaces"]))
+            if report["dormant"]:  # the deployment's count of taught tools spans every namespace
+                report["dormant"] = dormancy(None)
         return {k: report[k] for k in BRIEF_LEARNING} if brief else report
 
     def set_learning(self, principal: Principal = ADMIN, *, weights: Mapping[str, float | None] | None = None,

@@ -142,7 +142,8 @@ async function loadLearning() {
   const frozen = report.frozen_at ? " · frozen since " + new Date(report.frozen_at * 1000).toISOString() : "";
   byId("learning-summary").textContent =
     `${report.requests} requests learned for ${report.tools_taught} tools · ` +
-    `${report.events_scored} (event, tool) pairs scored${frozen}`;
+    `${report.events_scored} (event, tool) pairs scored${frozen}` +
+    (report.dormant ? ` · ${report.dormant}` : "");
   for (const [namespace, figures] of Object.entries(report.measured.namespaces)) {
     const weight = report.weights[namespace] || {weight: 1, how: "automatic"};
     rows.append(el("tr", {"data-testid": "learning-row", "data-namespace": namespace},
