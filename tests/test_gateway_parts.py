@@ -53,6 +53,29 @@ def test_config_reads_stdio_http_and_openapi_entries_with_variables(tmp_path):
     assert any("autoApprove" in w for w in config.warnings)  # a host's own key: kept out of the way, said
 
 
+def test_config_reads_variables_in_command_args_cwd_and_url_as_hosts_do(tmp_path):
+    """`${VAR}` in args and url (24_envsub.py, 25_envsub_args.py) was passed on literally: a git server got
+    `--repository ${GITREPO}`, an HTTP upstream the port `${EV_PORT}`. Read as Claude Code's .mcp.json reads
+    them, `${env:VAR}` (VS Code, Cursor) too; one that is unset names the field."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    config = load_config(write(tmp_path / "servers.json", {"mcpServers": {
+        "git": {"command": "${PY:-python3}", "args": ["-m", "mcp_server_git", "--repository", "${GITREPO}"],
+                "cwd": "${env:GITREPO}"},
+        "remote": {"url": "http://127.0.0.1:${EV_PORT}/mcp"},
+        "unset": {"url": "${NO_SUCH_URL}"},
+        "unset_arg": {"command": "python3", "args": ["--port=${NO_SUCH_PORT}"]}}}),
+        environ={"GITREPO": str(repo), "EV_PORT": "18701"})
+    git, remote, unset, unset_arg = config.upstreams
+    assert (git.command, git.args, git.cwd, git.problem) == \
+        ("python3", ("-m", "mcp_server_git", "--repository", str(repo)), str(repo), None)
+    assert (remote.url, remote.problem) == ("http://127.0.0.1:18701/mcp", None)
+    assert unset.problem.startswith(f"{tmp_path / 'servers.json'}: mcpServers.unset.url: the environment "
+                                    "variable NO_SUCH_URL is not set")
+    assert unset_arg.problem.startswith(f"{tmp_path / 'servers.json'}: mcpServers.unset_arg.args[0]: the "
+                                        "environment variable NO_SUCH_PORT is not set")
+
+
 @pytest.mark.parametrize("entry, where, what", [
     ({"args": ["x"]}, "mcpServers.srv", "needs 'command'"),
     ({"command": "x", "url": "http://h/mcp"}, "mcpServers.srv", "not both"),

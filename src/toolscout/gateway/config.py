@@ -21,8 +21,8 @@ list, a `timeout` that is not a number): that server is down with the reason, un
 is not a config at all, or a name that cannot be a namespace, is always an error.
 
 Each entry's name becomes the namespace of its tools (ids `NAME.tool`), so names are letters, digits,
-`_` and `-`. `${VAR}` (or `${VAR:-default}`) in `env`, `headers`, `base_url` and `spec` is read from the
-gateway's environment when the file is read, so secrets stay out of the file; a variable that is not set
+`_` and `-`. `${VAR}` (or `${VAR:-default}`) in `command`, `args`, `env`, `cwd`, `url`, `headers`, `base_url`
+and `spec` is read from the gateway's environment (where hosts' mcp.json reads it) when the file is read, so secrets stay out of the file; a variable that is not set
 and has no default is named, with the file, the server and the field, in that server's `problem` (or in
 the error, when strict). toolscout's own keys per server:
 `timeout` (seconds one call may take, default 60), `enabled` (default true; `disabled: true`, as some
@@ -68,7 +68,7 @@ def starts_at_once() -> int:
 
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+_VARIABLE = re.compile(r"\$\{(?:env:)?([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")  # ${env:VAR}: VS Code's, Cursor's
 _MCP_KEYS = {"command", "args", "env", "cwd", "url", "headers", "type", "transport", "timeout", "enabled",
              "disabled", "forwardHeaders", "forward_headers"}
 _OPENAPI_KEYS = {"spec", "base_url", "baseUrl", "headers", "timeout", "enabled", "disabled", "forwardHeaders",
@@ -229,16 +229,17 @@ class _Reader:
             args = entry.get("args") or []
             if not isinstance(args, list) or not all(isinstance(a, (str, int, float)) for a in args):
                 raise ConfigError(f"{where}.args: must be a list of strings")
-            command = self._path(self._string(where, entry, "command", required=True)) or ""
-            env, cwd = self._strings(where, entry, "env"), self._path(self._string(where, entry, "cwd"))
+            command = self._path(self._expanded(where, entry, "command", required=True)) or ""
+            args = [self._expand(f"{where}.args[{i}]", str(a)) for i, a in enumerate(args)]
+            env, cwd = self._strings(where, entry, "env"), self._path(self._expanded(where, entry, "cwd"))
             if self.enabled and find_command(command) is None:
                 self._unresolved(f"{where}.command: {missing_command(command)}")
             if self.enabled and cwd is not None and not Path(cwd).is_dir():
                 self._unresolved(f"{where}.cwd: no such directory {cwd!r}")
-            return UpstreamSpec(name, "stdio", command=command, args=tuple(str(a) for a in args), env=env, cwd=cwd,
+            return UpstreamSpec(name, "stdio", command=command, args=tuple(args), env=env, cwd=cwd,
                                 problem=self._take_problem(), **common)
-        url = self._string(where, entry, "url", required=True)
-        if not re.match(r"^https?://", url, re.IGNORECASE):
+        url = self._expanded(where, entry, "url", required=True) or ""
+        if self.problem is None and not re.match(r"^https?://", url, re.IGNORECASE):  # else: a variable is unset
             raise ConfigError(f"{where}.url: must be an http:// or https:// URL, got {url!r}")
         return UpstreamSpec(name, "http", url=url, headers=self._strings(where, entry, "headers"),
                             problem=self._take_problem(), **common)
@@ -332,6 +333,10 @@ class _Reader:
         if not isinstance(value, str) or not value.strip():
             raise ConfigError(f"{where}.{key}: must be a non-empty string")
         return value
+
+    def _expanded(self, where: str, entry: dict, key: str, required: bool = False) -> str | None:
+        """The string at `key`, its variables read from the environment (as hosts' mcp.json does)."""
+        return self._expand(f"{where}.{key}", self._string(where, entry, key, required))
 
     def _strings(self, where: str, entry: dict, key: str) -> dict[str, str]:
         value = entry.get(key) or {}
