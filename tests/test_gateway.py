@@ -5,6 +5,7 @@ real too: a SIGKILLed upstream, a hanging one, one whose tool list changes, a to
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -466,10 +467,12 @@ def test_pin_holds_a_changed_tool_until_approved_and_hide_leaves_out_a_down_upst
         wait_for(lambda: httpx.get(f"{url}/tools/alpha.echo").json()["definition"]["held"], "alpha.echo held", 30)
         assert "alpha.echo" not in search("echo the text back", namespaces=["alpha"])
         held = call("alpha.echo", text="x")
-        assert held.status_code == 409 and "toolscout gateway approve alpha.echo" in held.json()["error"]["message"]
-        assert held.json()["error"]["type"] == "conflict"
-        approved = subprocess.run([sys.executable, "-m", "toolscout", "gateway", "approve", "--config", str(config),
-                                   "--index", str(index)], capture_output=True, text=True, timeout=120)
+        assert held.status_code == 409 and held.json()["error"]["type"] == "conflict"
+        # the hint names this gateway's index: run as written, it approves (it said only `approve alpha.echo`)
+        hint = held.json()["error"]["message"].split("approves it with: ")[1]
+        assert hint == f"toolscout gateway approve alpha.echo --index {index}"
+        approved = subprocess.run([sys.executable, "-m", *shlex.split(hint)], capture_output=True, text=True,
+                                  timeout=120)
         assert approved.returncode == 0 and "alpha.echo" in approved.stdout
         assert search("echo the text back", namespaces=["alpha"])[0] == "alpha.echo"
         assert call("alpha.echo", text="x").json()["structuredContent"]["arguments"] == {"text": "x"}

@@ -376,6 +376,23 @@ def test_a_changed_definition_is_recorded_with_its_fields_and_held_until_approve
         ledger.approve(["alpha.nope"])
 
 
+def test_approve_takes_ids_after_the_options_too(tmp_path, capsys):
+    """`approve --index DIR ID` failed with the top-level usage ("unrecognized arguments"): ids were read only
+    before the options."""
+    from toolscout.cli import main
+
+    ledger = DefinitionLedger(tmp_path, pin=True)
+    ledger.observe(mcp_tools())
+    ledger.observe(mcp_tools("Echo it, then mail it to me", schema_type="integer"))
+    assert ledger.observe(parse_tools({"tools": [{"name": "pid", "description": "Kill the process"}]},
+                                      format="mcp", namespace="alpha")) == ["alpha.pid"]
+    assert ledger.held_ids() == {"alpha.echo", "alpha.pid"}
+    assert main(["gateway", "approve", "--index", str(tmp_path), "alpha.pid"]) == 0
+    assert ledger.held_ids() == {"alpha.echo"}
+    assert main(["gateway", "approve", "--list", "--index", str(tmp_path), "--", "alpha.echo"]) == 0
+    assert capsys.readouterr().out.split()[-1] == "alpha.echo" and ledger.held("alpha.echo")  # --list approves none
+
+
 def test_approve_refuses_a_config_and_a_store_together(tmp_path, capsys):
     """--config names a gateway's own index, --store the definitions replicas share: one or the other (with
     both, --config was ignored without a word)."""

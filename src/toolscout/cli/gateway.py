@@ -41,6 +41,22 @@ DESCRIPTION = ("Put toolscout in front of the MCP servers (and OpenAPI services)
                "accepts changed tool definitions (--pin).")
 
 
+class _IdsAnywhere(argparse.ArgumentParser):
+    """`gateway approve --index DIR ID...`: plain argparse takes positionals in one run, so ids after the options
+    were left over (the top-level usage error); read them wherever they are, as parse_intermixed_args does."""
+
+    _intermixing = False
+
+    def parse_known_args(self, args=None, namespace=None):
+        if self._intermixing:  # parse_known_intermixed_args calls back here for its own passes
+            return super().parse_known_args(args, namespace)
+        self._intermixing = True
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._intermixing = False
+
+
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     from ..gateway.config import PING_EVERY_S, SEARCH_WAIT_S
 
@@ -48,6 +64,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                        description=DESCRIPTION, usage="toolscout gateway CONFIG [options]\n"
                                                       "       toolscout gateway approve [ID ...] "
                                                       "(--config CONFIG | --index DIR | --store DSN) [--list]")
+    p.__class__ = _IdsAnywhere  # the subparsers action makes every command's parser of one class
     p.add_argument("config", metavar="CONFIG", help="the mcpServers JSON file (or 'approve', see above)")
     p.add_argument("ids", nargs="*", metavar="ID", help=argparse.SUPPRESS)
     p.add_argument("--config", dest="config_file", default=None, help=argparse.SUPPRESS)

@@ -247,7 +247,8 @@ class Gateway:
         changed = await anyio.to_thread.run_sync(self.definitions.observe, listing.tools)
         for tool_id in changed:
             logger.warning("upstream %s changed the definition of %s%s", listing.upstream, tool_id,
-                           " (held until approved: toolscout gateway approve)" if self.definitions.pin else "")
+                           f" (held until approved: {self.definitions.approve_command(tool_id)})"
+                           if self.definitions.pin else "")
         await anyio.to_thread.run_sync(self._write_listing, listing)
 
     def _write_listing(self, listing: Listing) -> None:
@@ -368,7 +369,7 @@ class Gateway:
             raise NotFound(f"tool {tool.id!r}: its server {tool.namespace!r} is not enabled in the gateway's config")
         if self.definitions.held(tool.id):
             raise Conflict(f"tool {tool.id!r} changed since it was approved (see GET /tools/{tool.id}); an operator "
-                           f"approves it with: toolscout gateway approve {tool.id}")
+                           f"approves it with: {self.definitions.approve_command(tool.id)}")
         self._needed(upstream)
         lowered = {k.lower(): v for k, v in (headers or {}).items()}
         forwarded = {h: lowered[h] for h in upstream.forward_headers if h in lowered}

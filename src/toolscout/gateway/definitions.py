@@ -77,15 +77,20 @@ def merged(entry: dict[str, Any] | None, fields: dict[str, str], now: float) -> 
 class DefinitionLedger:
     """See the module doc. `records`: where they live (a folder: its `FolderRecords`). Safe from several threads."""
 
-    def __init__(self, records: DefinitionRecords | Path | str, *, pin: bool = False):
+    def __init__(self, records: DefinitionRecords | Path | str, *, pin: bool = False, approve_with: str = ""):
         self.records = FolderRecords(Path(records)) if isinstance(records, (Path, str)) else records
         self.pin = pin
+        self.approve_with = approve_with  # the `gateway approve` options that reach these records (`approve_command`)
         self._lock = threading.Lock()
         self._tools: dict[str, dict[str, Any]] = {}
         self._approved: dict[str, str] = {}
         self._stamp: Any = None
         self._held: frozenset[str] | None = None  # held_ids, until definitions or approvals change
         self._refresh()
+
+    def approve_command(self, *ids: str) -> str:
+        """The command an operator runs to approve `ids` here (every held tool, with none)."""
+        return " ".join(["toolscout gateway approve", *ids, *([self.approve_with] if self.approve_with else [])])
 
     def _refresh(self) -> None:
         """Take in what changed in the records since last read."""

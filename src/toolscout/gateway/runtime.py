@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shlex
 import shutil
 import signal
 import threading
@@ -117,11 +118,13 @@ def _records(storage: Storage, settings: GatewaySettings) -> tuple[DefinitionLed
     """The gateway's definition records and what its listings let go: in its directory, or shared with the other
     replicas on its PostgreSQL tenant."""
     if settings.store is None:
-        return DefinitionLedger(settings.index, pin=settings.pin), OwnListings()
+        return DefinitionLedger(settings.index, pin=settings.pin,
+                                approve_with=f"--index {shlex.quote(str(settings.index))}"), OwnListings()
     from ..store.pg_gateway import PgGatewayState
 
     state = PgGatewayState(storage.pg_catalog)
-    return DefinitionLedger(SharedRecords(state), pin=settings.pin), SharedListings(state)
+    return DefinitionLedger(SharedRecords(state), pin=settings.pin,  # the DSN's password masked
+                            approve_with=f"--store {shlex.quote(redacted(settings.store))}"), SharedListings(state)
 
 
 def ensure_store(spec: str) -> Any:
