@@ -123,3 +123,26 @@ def test_a_server_that_never_answers_the_handshake_is_named_for_that_not_for_its
             assert "cannot start the command" not in mute["reason"]
 
     anyio.run(session)
+
+
+def test_commands_that_are_not_mcp_servers_and_a_key_typo_get_reasons_that_say_so(tmp_path):
+    """/bin/cat echoes the initialize request back (the reason was "MCPError: Method not found"); a command
+    that exits at once gave "MCPError: Connection closed"; "comand" gave "needs 'command' or 'url'" with the
+    did-you-mean only in the log (05_broken_config.py)."""
+    config = write_config(tmp_path, {"cat": {"command": "cat"},
+                                     "quits": {"command": "sh", "args": ["-c", "echo no config found >&2; exit 1"]},
+                                     "typo": {"comand": "cat"}, "alpha": stub("alpha")})
+
+    async def session():
+        async with Client(gateway_stdio(config, tmp_path / "index", "--search-wait", "30")) as client:
+            first = await client.call_tool("search_tools", {"task": "echo the text back", "k": 3})
+            reasons = {down["server"]: down["reason"] for down in first.structured_content["not_searchable"]}
+            assert reasons["cat"].startswith("it does not speak MCP (it answered the initialize request with "
+                                             "Method not found)"), reasons
+            assert reasons["quits"].startswith("its process exited (or closed its stdout) before the MCP "
+                                               "handshake (its last words on stderr: 'no config found'"), reasons
+            assert reasons["typo"].endswith("needs 'command' (a server the gateway starts over stdio) or 'url' "
+                                            "(a streamable-HTTP endpoint); it has 'comand' (did you mean "
+                                            "'command'?)"), reasons
+
+    anyio.run(session)

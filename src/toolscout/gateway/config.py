@@ -305,8 +305,10 @@ class _Reader:
         if has_command and has_url:
             raise ConfigError(f"{where}: give either 'command' (a server the gateway starts) or 'url', not both")
         if not has_command and not has_url:
+            typos = [f"{key!r} (did you mean {_near_miss(key, {'command', 'url'})!r}?)" for key in entry
+                     if key not in _MCP_KEYS and _near_miss(key, {"command", "url"})]
             raise ConfigError(f"{where}: needs 'command' (a server the gateway starts over stdio) or 'url' "
-                              "(a streamable-HTTP endpoint)")
+                              "(a streamable-HTTP endpoint)" + (f"; it has {', '.join(typos)}" if typos else ""))
         kind = "stdio" if has_command else "http"
         if declared is not None and (declared == "stdio") != (kind == "stdio"):
             raise ConfigError(f"{where}.type: {declared!r} does not match the entry's "

@@ -41,6 +41,7 @@ class Connection:
         self.closed = anyio.Event()
         self.hung: str | None = None  # why the gateway ended it for not answering (None: it did not)
         self.protocol: str | None = None
+        self.handshaken = False  # the MCP handshake (initialize) is done
         self.skipped: list[tuple[str, str]] = []
         self.noise = 0  # lines on stdout that were not JSON-RPC
         self._listing_ids: set[Any] = set()

@@ -142,7 +142,20 @@ class McpUpstream:
             exc = exc.exceptions[0]  # type: ignore[attr-defined]
         if isinstance(exc, OSError) and not isinstance(exc, TimeoutError) and self.spec.kind == "stdio":
             return f"cannot start the command {self.spec.command!r}: {exc.strerror or exc}" + self.log.last_words()
+        in_handshake = self._connection is not None and not self._connection.handshaken
+        if in_handshake and isinstance(exc, MCPError):
+            return self._handshake_failed(exc) + self.log.last_words()
         return error_reason(exc) + self.log.last_words()
+
+    def _handshake_failed(self, exc: MCPError) -> str:
+        """Why a server failed the MCP handshake, in words that say what it is ("MCPError: Method not found"
+        was all a command that echoes its input, such as /bin/cat, got; "Connection closed", one that exits)."""
+        if exc.code == types.CONNECTION_CLOSED:
+            return ("its process exited (or closed its stdout) before the MCP handshake" if self.spec.kind == "stdio"
+                    else "the connection closed before the MCP handshake")
+        if exc.code == types.METHOD_NOT_FOUND:
+            return f"it does not speak MCP (it answered the initialize request with {exc})"
+        return f"it refused the MCP handshake: {exc} (code {exc.code})"
 
     async def _connect_and_serve(self) -> None:
         """One connection, from the handshake (within a deadline) until it ends."""
@@ -154,7 +167,7 @@ class McpUpstream:
                     connection.streams(), message_handler=self._on_message, cache=None,
                     elicitation_callback=self._elicit,
                     client_info=types.Implementation(name="toolscout-gateway", version=__version__)))
-                connection.protocol = client.protocol_version
+                connection.handshaken, connection.protocol = True, client.protocol_version
                 await self._publish(await self._list(client, connection))
                 known = await self._list_extras(client)
                 await self._resubscribe(client)
