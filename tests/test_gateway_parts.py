@@ -878,3 +878,76 @@ def test_an_api_document_that_names_a_key_twice_is_read_with_the_last_and_a_warn
         assert document["info"] == {"title": "T", "description": "b"}
         assert f"{name}: line" in caplog.text and "(the last one is kept)" in caplog.text
         caplog.clear()
+
+
+# ------------------------------------------------------------------------ an MCP upstream's own messages
+
+async def _upstream_serving(spec, tmp_path, check):
+    """Run the upstream of `spec` (its stderr logged under `tmp_path`) while `check(upstream, tools)` runs."""
+    import anyio
+
+    from toolscout.gateway.mcp_upstream import McpUpstream
+
+    upstream, tools = McpUpstream(spec, log_dir=tmp_path, ping_every=0), {}
+
+    async def indexed(listing):
+        tools.update({tool.name: tool for tool in listing.tools})
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(upstream.run, indexed)
+        with anyio.fail_after(60):
+            await check(upstream, tools)
+        tasks.cancel_scope.cancel()
+
+
+def _stub_spec(timeout=60.0):
+    from gateways import STUB
+    from toolscout.gateway.config import UpstreamSpec
+
+    return UpstreamSpec("alpha", "stdio", command=sys.executable, args=(str(STUB), "alpha"), timeout=timeout)
+
+
+def test_a_call_right_after_a_crash_says_it_was_not_sent_and_a_timeout_names_the_setting(tmp_path):
+    """A call that came after its server's connection ended (before the gateway had torn it down) read
+    "failed during the call of echo: Connection closed", as if it might have run; a timed-out call did not
+    say which setting allows longer (04_crash_midcall.py, 12_expose_timeout.py)."""
+    import anyio
+
+    from toolscout.gateway.upstream import UpstreamUnavailable
+
+    async def check(upstream, tools):
+        assert await upstream.wait_up(30)
+        with pytest.raises(UpstreamUnavailable, match="within its timeout of 1 s") as late:
+            await upstream.call(tools["sleep"], {"seconds": 5}, {})
+        assert str(late.value).endswith("(it was told to cancel; it may have run in part); a call that needs "
+                                        "longer needs a higher `timeout` in mcpServers.alpha of the gateway's config")
+        with pytest.raises(UpstreamUnavailable, match="failed during the call of crash"):
+            await upstream.call(tools["crash"], {"text": "bye"}, {})
+        with pytest.raises(UpstreamUnavailable) as unsent:  # at once: the gateway has not torn it down yet
+            await upstream.call(tools["echo"], {"text": "x"}, {})
+        assert str(unsent.value) == ("upstream 'alpha' had just closed its connection, so the call of echo was "
+                                     "not sent; it is being reconnected: call again")
+
+    anyio.run(_upstream_serving, _stub_spec(timeout=1.0), tmp_path, check)
+
+
+def test_a_down_upstreams_reason_says_when_it_is_tried_again_in_clock_time(tmp_path):
+    """"reconnecting in 0.5 s" stayed in the reason (and every call's error) long after it was false."""
+    import re
+
+    import anyio
+
+    from toolscout.gateway.config import UpstreamSpec
+
+    async def check(upstream, _tools):
+        while upstream.status.state != "down":
+            await anyio.sleep(0.05)  # polling interval: the supervisor's state
+        reason = upstream.status.last_error
+        times = re.fullmatch(r"its process exited .*\(as of (\d\d):(\d\d):(\d\d) UTC; next attempt at "
+                             r"(\d\d):(\d\d):(\d\d) UTC\)", reason)
+        assert times, reason
+        h, m, s, h2, m2, s2 = map(int, times.groups())
+        assert (h2 * 3600 + m2 * 60 + s2 - (h * 3600 + m * 60 + s)) % 86400 in (0, 1)  # the first backoff, 0.5 s
+
+    quits = UpstreamSpec("quits", "stdio", command="sh", args=("-c", "exit 1"))
+    anyio.run(_upstream_serving, quits, tmp_path, check)

@@ -64,6 +64,8 @@ from .upstream import (
     UpstreamStatus,
     UpstreamUnavailable,
     error_result,
+    next_attempt,
+    timed_out,
 )
 
 logger = logging.getLogger(__name__)
@@ -125,7 +127,7 @@ class McpUpstream:
             self._events.disconnected()
             delay = backoff.next(time.monotonic() - started)
             repeated = self.status.state != "up" and (self.status.last_error or "").startswith(why)
-            self.status.change("down", f"{why}; reconnecting in {delay:.1f} s")
+            self.status.change("down", f"{why} ({next_attempt(delay)})")
             logger.log(logging.INFO if repeated else logging.WARNING, "upstream %s is down: %s", self.name,
                        self.status.last_error)
             await anyio.sleep(delay)
@@ -401,6 +403,9 @@ class McpUpstream:
         """Forward one request within the timeout; UpstreamUnavailable (naming this upstream) when it cannot
         be answered, UpstreamRefused when the server answered with an error."""
         client = await self._connected_client()
+        if self._connection is not None and self._connection.closed.is_set():  # ended, not yet torn down
+            raise UpstreamUnavailable(f"upstream {self.name!r} had just closed its connection, so {what} was not "
+                                      "sent; it is being reconnected: call again")
         key = id(relay)
         if relay.elicit is not None:
             self._relays[key] = relay
@@ -411,8 +416,7 @@ class McpUpstream:
                                                            progress_callback=relay.progress)
         except TimeoutError:
             self._timed_out()
-            raise UpstreamUnavailable(f"upstream {self.name!r} did not answer {what} within its timeout of "
-                                      f"{self.timeout:g} s", timed_out=True) from None
+            raise timed_out("mcpServers", self.name, what, self.timeout, "it was told to cancel; ") from None
         except MCPError as exc:
             if exc.code == types.CONNECTION_CLOSED:
                 self._drop()

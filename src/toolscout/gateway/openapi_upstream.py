@@ -47,6 +47,8 @@ from .upstream import (
     UpstreamStatus,
     UpstreamUnavailable,
     error_result,
+    next_attempt,
+    timed_out,
 )
 
 logger = logging.getLogger(__name__)
@@ -87,8 +89,8 @@ class OpenApiUpstream:
                 except Exception as exc:  # a spec that cannot be read now: keep what was indexed, retry
                     delay = backoff.next(0.0)
                     state = "up" if self.status.state == "up" else "down"
-                    self.status.change(state, f"reading the OpenAPI document failed: {error_reason(exc)}; "
-                                              f"retrying in {delay:.1f} s")
+                    self.status.change(state, f"reading the OpenAPI document failed: {error_reason(exc)} "
+                                              f"({next_attempt(delay)})")
                     logger.warning("upstream %s: %s", self.name, self.status.last_error)
                 self._read.set()
                 with anyio.move_on_after(delay):
@@ -154,8 +156,7 @@ class OpenApiUpstream:
             with anyio.fail_after(self.timeout):
                 response = await self._http.request(**request)
         except (TimeoutError, httpx.TimeoutException):
-            raise UpstreamUnavailable(f"upstream {self.name!r} did not answer {tool.name} within its timeout of "
-                                      f"{self.timeout:g} s", timed_out=True) from None
+            raise timed_out("openapi", self.name, tool.name, self.timeout) from None
         except httpx.HTTPError as exc:
             raise UpstreamUnavailable(f"upstream {self.name!r} could not be reached at {self.base_url}: "
                                       f"{error_reason(exc)}") from None

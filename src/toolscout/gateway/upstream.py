@@ -165,6 +165,25 @@ class Backoff:
         return delay
 
 
+def next_attempt(delay: float) -> str:
+    """When a failed upstream is tried again, in clock times (not "in 0.5 s": the reason is read, in errors and
+    /health, long after it was written)."""
+    now = time.time()
+    return f"as of {_clock(now)}; next attempt at {_clock(now + delay)}"
+
+
+def _clock(when: float) -> str:
+    return time.strftime("%H:%M:%S UTC", time.gmtime(when))
+
+
+def timed_out(section: str, name: str, what: str, timeout: float, told: str = "") -> UpstreamUnavailable:
+    """A request of upstream `name` (an entry of the config's `section`) got no answer within its `timeout`:
+    the error says the request may have run, and which setting allows more time."""
+    return UpstreamUnavailable(f"upstream {name!r} did not answer {what} within its timeout of {timeout:g} s "
+                               f"({told}it may have run in part); a call that needs longer needs a higher "
+                               f"`timeout` in {section}.{name} of the gateway's config", timed_out=True)
+
+
 def error_result(message: str) -> ToolResult:
     """A tool result that reports `message` as an error (what the agent sees of a failed call)."""
     return {"content": [{"type": "text", "text": message}], "isError": True}
