@@ -478,6 +478,50 @@ def test_sigterm_answers_every_call_in_flight_with_an_error_within_2_s(tmp_path)
             stop(proc)
 
 
+def test_sigterm_gives_mcp_sessions_over_http_the_grace_then_the_error(tmp_path):
+    """A 2025-protocol client over HTTP (a session, answers as event streams): a call that ends within the
+    grace gets its result, a longer one the shutting-down error, not a stream cut at the signal."""
+    config = write_config(tmp_path, {"alpha": stub("alpha")})
+    proc, url = start_gateway(config, tmp_path / "index")
+    answers: dict = {}
+    try:
+        wait_up(url, ["alpha"], proc)
+
+        async def session():
+            async with Client(streamable_http_client(f"{url}/mcp", http_client=httpx2.AsyncClient(timeout=60)),
+                              mode="legacy") as client:
+                started = {seconds: anyio.Event() for seconds in (1, 30)}
+
+                async def sleep(seconds):
+                    async def progress(_value, _total, _message):
+                        started[seconds].set()
+                    try:
+                        r = await client.call_tool("call_tool", {"name": "alpha.sleep", "arguments": {"seconds": seconds}},
+                                                   progress_callback=progress)
+                        answers[seconds] = (time.monotonic(), r.is_error, r.content[0].text)
+                    except MCPError as exc:
+                        answers[seconds] = (time.monotonic(), True, f"MCPError: {exc}")
+
+                async with anyio.create_task_group() as tasks:
+                    for seconds in started:
+                        tasks.start_soon(sleep, seconds)
+                    with anyio.fail_after(30):
+                        for event in started.values():  # alpha said (through the gateway) that each call is under way
+                            await event.wait()
+                    answers["signal"] = time.monotonic()
+                    proc.send_signal(signal.SIGTERM)
+
+        anyio.run(session)
+        at, is_error, text = answers[1]
+        assert not is_error and json.loads(text) == {"slept": 1}, text  # it ended within the grace of 1.5 s
+        at, is_error, text = answers[30]
+        assert at - answers["signal"] < 2.5 and is_error and "the gateway is shutting down" in text, text
+        assert proc.wait(15) in (0, -signal.SIGTERM)
+        assert "without completing response" not in Path(proc.log_path).read_text()  # no stream cut short
+    finally:
+        stop(proc)  # if it still runs; and its log goes
+
+
 def test_sigterm_of_a_stdio_gateway_answers_its_host_before_it_goes(tmp_path):
     config = write_config(tmp_path, {"alpha": stub("alpha")})
     answers: dict = {}

@@ -247,7 +247,9 @@ async def _stop_on_signal(gateway: Gateway, signals: Any, scope: anyio.CancelSco
 
 def serve_http(app: Any, gateway: Gateway, host: str, port: int, log_level: str, announce: str) -> None:
     """The HTTP API under uvicorn until SIGTERM or SIGINT, which first shuts the gateway's calls down (so every
-    caller gets an answer within about two seconds), then lets uvicorn stop. `announce` is said once the port
+    caller gets an answer within about two seconds), and only then lets uvicorn stop: uvicorn's stop ends the
+    event streams that MCP sessions get their answers on (sse_starlette's drain), so it must not start while
+    those answers are still to come. A second signal stops uvicorn at once. `announce` is said once the port
     is bound (`serve.listen`)."""
     import asyncio
 
@@ -256,10 +258,26 @@ def serve_http(app: Any, gateway: Gateway, host: str, port: int, log_level: str,
     from ..serve.listen import run_server
 
     class Server(uvicorn.Server):
+        signalled = False
+        stopping: Any = None  # the task of `stop` (kept: the loop holds its tasks weakly)
+
         def handle_exit(self, sig: int, frame: Any) -> None:
-            if not self.should_exit:
-                loop = asyncio.get_event_loop()
-                loop.call_soon_threadsafe(lambda: loop.create_task(gateway.shutdown()))
-            super().handle_exit(sig, frame)
+            if self.signalled:  # a second signal: uvicorn's own stop, at once
+                super().handle_exit(sig, frame)
+                return
+            self.signalled = True
+            loop = asyncio.get_event_loop()
+            loop.call_soon_threadsafe(self.start_stopping, loop, sig, frame)
+
+        def start_stopping(self, loop: Any, sig: int, frame: Any) -> None:
+            self.stopping = loop.create_task(self.stop(sig, frame))
+
+        async def stop(self, sig: int, frame: Any) -> None:
+            try:
+                await gateway.shutdown()
+                await asyncio.sleep(FLUSH_S)  # the answers just given reach their event streams
+            finally:
+                if not self.should_exit:
+                    super().handle_exit(sig, frame)
 
     run_server(app, host, port, log_level, announce, graceful_s=3, server_class=Server)
