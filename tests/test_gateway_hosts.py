@@ -311,3 +311,65 @@ def test_a_call_in_flight_when_the_owner_is_killed_gets_an_error_and_the_host_go
             await second.quit()
 
     anyio.run(session)
+
+
+class RawHost:
+    """A host that speaks JSON-RPC to `toolscout gateway CONFIG` over its stdin and stdout itself (the 2025
+    protocol), so a test reads what the SDK's client hides: the gateway's exit status and stderr."""
+
+    def __init__(self, config: Path, folder: Path, name: str):
+        import subprocess
+
+        self.stderr = folder / f"{name}.stderr"
+        self.proc = subprocess.Popen([sys.executable, "-m", "toolscout", "gateway", str(config), "--index",
+                                      str(folder / "index"), "--no-fsync"], env=stdio_env(), text=True,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr.open("w"))
+        self._ids = 0
+        self.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                                    "clientInfo": {"name": name, "version": "1"}})
+        self._send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    def _send(self, message: dict) -> None:
+        self.proc.stdin.write(json.dumps(message) + "\n")
+        self.proc.stdin.flush()
+
+    def request(self, method: str, params: dict, timeout: float = 120) -> dict:
+        import select
+
+        self._ids += 1
+        self._send({"jsonrpc": "2.0", "id": self._ids, "method": method, "params": params})
+        deadline = time.monotonic() + timeout
+        while True:
+            assert select.select([self.proc.stdout], [], [], max(0.0, deadline - time.monotonic()))[0], \
+                f"no answer to {method} within {timeout:.0f} s: {self.stderr.read_text()[-2000:]}"
+            message = json.loads(self.proc.stdout.readline())
+            if message.get("id") == self._ids:
+                return message
+
+    def served_by(self) -> int:
+        """The pid of the gateway whose alpha server answered: the owner of the index."""
+        answer = self.request("tools/call", {"name": "call_tool", "arguments": {"name": "alpha.pid", "arguments": {}}})
+        return answer["result"]["structuredContent"]["ppid"]
+
+    def quit(self) -> int:
+        """Close the gateway's stdin, as a host does; its exit status."""
+        self.proc.stdin.close()
+        return self.proc.wait(60)
+
+
+def test_a_gateway_that_took_the_index_over_exits_quietly_when_its_host_quits(tmp_path):
+    config = config_for(tmp_path)
+    first = RawHost(config, tmp_path, "first")
+    second = None
+    try:
+        assert first.served_by() == first.proc.pid
+        second = RawHost(config, tmp_path, "second")
+        assert second.served_by() == first.proc.pid  # attached to the first
+        assert first.quit() == 0
+        assert second.served_by() == second.proc.pid  # took the index over
+        assert second.quit() == 0, second.stderr.read_text()
+        assert "Traceback" not in second.stderr.read_text()
+    finally:
+        for host in (first, second):
+            if host is not None and host.proc.poll() is None:
+                host.proc.kill()

@@ -195,14 +195,18 @@ class _Attached:
 
 
 class _QuietReader:
-    """An attached gateway's lines, less its `QUIET` word, which sets `quiet` (as does the connection's end)."""
+    """An attached gateway's lines, less its `QUIET` word, which sets `quiet` (as does the connection's end, a
+    reset included)."""
 
     def __init__(self, reader: asyncio.StreamReader, quiet: anyio.Event):
         self.reader, self.quiet = reader, quiet
 
     async def readline(self) -> bytes:
         while True:
-            line = await self.reader.readline()
+            try:
+                line = await self.reader.readline()
+            except ConnectionError:  # it closed with lines of ours unread (a reset): it left, as at an end
+                line = b""
             if line == QUIET or not line:
                 self.quiet.set()
             if line != QUIET:
