@@ -496,8 +496,8 @@ def test_sigterm_gives_mcp_sessions_over_http_the_grace_then_the_error(tmp_path)
                     async def progress(_value, _total, _message):
                         started[seconds].set()
                     try:
-                        r = await client.call_tool("call_tool", {"name": "alpha.sleep", "arguments": {"seconds": seconds}},
-                                                   progress_callback=progress)
+                        call = {"name": "alpha.sleep", "arguments": {"seconds": seconds}}
+                        r = await client.call_tool("call_tool", call, progress_callback=progress)
                         answers[seconds] = (time.monotonic(), r.is_error, r.content[0].text)
                     except MCPError as exc:
                         answers[seconds] = (time.monotonic(), True, f"MCPError: {exc}")
