@@ -519,3 +519,31 @@ def test_the_readme_agent_example_searches_and_calls_through_the_example_config(
     assert done.returncode == 0, done.stderr[-3000:]
     assert "call_tool('time.get_current_time', {\"timezone\": \"Asia/Tokyo\"})" in done.stdout
     assert '"timezone": "Asia/Tokyo"' in done.stdout.split("call_tool(")[1]  # mcp-server-time's own answer
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])  # the 2026 protocol, and the 2025 one
+def test_a_wrong_token_over_mcp_is_named_to_the_sdk_client_and_rest_keeps_its_error_shape(gateway, mode):
+    from mcp.shared.exceptions import MCPError
+
+    _proc, url = gateway
+
+    async def connect():
+        transport = streamable_http_client(f"{url}/mcp", http_client=httpx2.AsyncClient(
+            headers=auth("not-a-token"), timeout=60))
+        async with Client(transport, mode=mode) as client:
+            await client.list_tools()
+
+    with pytest.raises(BaseException) as raised:
+        anyio.run(connect)
+    refusal = raised.value
+    while isinstance(refusal, BaseExceptionGroup):  # the SDK's task groups wrap what the session raised
+        refusal = refusal.exceptions[0]
+    assert isinstance(refusal, MCPError) and "invalid bearer token" in str(refusal), repr(refusal)  # not "Server
+    # returned an error response"
+    refused = httpx.post(f"{url}/mcp", headers=auth("not-a-token"),
+                         json={"jsonrpc": "2.0", "id": 7, "method": "tools/list"})
+    assert (refused.status_code, refused.headers["www-authenticate"]) == (401, 'Bearer error="invalid_token"')
+    assert refused.json()["error"]["message"] == "invalid bearer token"
+    rest = httpx.post(f"{url}/tools/alpha.echo/call", headers=auth("not-a-token"), json={})
+    assert (rest.status_code, rest.headers["www-authenticate"]) == (401, 'Bearer error="invalid_token"')
+    assert rest.json() == {"error": {"type": "unauthorized", "message": "invalid bearer token"}}

@@ -52,7 +52,8 @@ from . import ui
 from .auth import AuthConfig, AuthError
 from .errors import ServiceError
 from .metrics import Metrics
-from .middleware import JSON, BearerGate, BodyLimit, InternalErrors, Observe, error_response, internal_error_response
+from .middleware import (JSON, BearerGate, BodyLimit, InternalErrors, Observe, bearer_challenge, error_response,
+                         internal_error_response)
 from .schemas import (
     ERRORS,
     MAX_ID_CHARS,
@@ -295,9 +296,7 @@ async def _rate_limited(_request: Request, exc: RateLimited) -> JSONResponse:
 
 
 async def _auth_error(_request: Request, exc: AuthError) -> JSONResponse:
-    headers = {"WWW-Authenticate": 'Bearer error="invalid_token"' if "invalid" in exc.message else "Bearer"} \
-        if exc.status == 401 else None
-    return error_response(exc.status, exc.message, headers=headers)
+    return error_response(exc.status, exc.message, headers=bearer_challenge(exc))
 
 
 # ------------------------------------------------------------------------------------- search

@@ -126,11 +126,25 @@ class BodyLimit:
 
 
 def jsonrpc_too_large(size: int, limit: int) -> JSONResponse:
-    """413 with a JSON-RPC error (id null: the request was not read), which MCP clients show as its message."""
+    """413 with a JSON-RPC error, which MCP clients show as its message."""
     message = (f"the request ({size} bytes{' so far' if size <= limit else ''}) is larger than this MCP endpoint "
                f"takes: {limit} bytes (the server's --mcp-max-body)")
+    return jsonrpc_refusal(413, message)
+
+
+def jsonrpc_refusal(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    """/mcp's answer to a request it refuses before reading it (id null): a JSON-RPC error, whose message MCP
+    clients show (the SDK's client reads no REST error body: it would say "Server returned an error response")."""
     return JSONResponse({"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": message}},
-                        status_code=413)
+                        status_code=status, headers=headers)
+
+
+def bearer_challenge(exc: AuthError) -> dict[str, str] | None:
+    """The WWW-Authenticate header of an AuthError's answer: a 401 asks for a bearer token, and names an invalid
+    one as such (RFC 6750); a 403 has none."""
+    if exc.status != 401:
+        return None
+    return {"WWW-Authenticate": 'Bearer error="invalid_token"' if "invalid" in exc.message else "Bearer"}
 
 
 class Observe:
@@ -174,7 +188,8 @@ class Observe:
 
 
 class BearerGate:
-    """Lets a request through to `app` only with a token `auth` accepts for reading (401 otherwise)."""
+    """Lets a request through to `app` (an MCP endpoint) only with a token `auth` accepts for reading; 401
+    otherwise, with a JSON-RPC error that MCP clients show."""
 
     def __init__(self, app: Any, auth: AuthConfig):
         self.app = app
@@ -185,7 +200,7 @@ class BearerGate:
         try:
             self.auth.authenticate(headers.get("authorization"), write=False)
         except AuthError as exc:
-            response = error_response(exc.status, exc.message, headers={"WWW-Authenticate": "Bearer"})
+            response = jsonrpc_refusal(exc.status, exc.message, headers=bearer_challenge(exc))
             return await response(scope, receive, send)
         await self.app(scope, receive, send)
 
