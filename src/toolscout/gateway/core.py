@@ -108,8 +108,9 @@ def http_session(principal: Principal) -> str:
 def upstream_reach(upstreams: Iterable[Upstream], options: GatewayOptions,
                    definitions: DefinitionLedger) -> Callable[[], Reach]:
     """What search may return now, as the gateway's service is given it (`ToolService(reach=...)`): the tools of
-    enabled upstreams (with `hide_unavailable`, of those up), none held until approved, each marked with
-    whether its upstream answers."""
+    enabled upstreams (with `hide_unavailable`, of those up; with pinning, of those that listed their tools since
+    the gateway started, so no tool is offered before its present definition was compared with the approved one),
+    none held until approved, each marked with whether its upstream answers."""
     upstreams = list(upstreams)
 
     def reach() -> Reach:
@@ -117,6 +118,8 @@ def upstream_reach(upstreams: Iterable[Upstream], options: GatewayOptions,
         usable = frozenset(u.name for u in upstreams) - options.disabled
         if options.hide_unavailable:
             usable -= down
+        if definitions.pin:
+            usable -= {u.name for u in upstreams if not u.status.listed}
         return Reach(namespaces=usable, held=definitions.held_ids(), down=down)
 
     return reach
@@ -297,7 +300,8 @@ class Gateway:
 
     async def searchable(self, principal: Principal, namespaces: Iterable[str] | None = None) -> list[dict[str, str]]:
         """Wait for the upstreams a search by `principal` (within `namespaces`) could find tools of that are
-        starting and have no tools in the index yet, each `options.search_wait` seconds at most in all (counted
+        starting and have no tools in the index yet (with pinning, or have not listed them since the gateway
+        started: their kept tools are not offered before that), each `options.search_wait` seconds at most in all (counted
         from the first search that waited for it, so one that never comes up delays searches once); then the
         upstreams whose tools the search cannot find: `[{"server", "status": "starting" | "down", "reason"}]`."""
         wanted = None if namespaces is None else set(namespaces)
@@ -305,7 +309,7 @@ class Gateway:
         now = anyio.current_time()
         waits = [(u, self._wait_until.setdefault(u.name, now + self.options.search_wait) - now)
                  for u in offering if u.status.state == "starting" and u.name not in self._listed
-                 and u.name not in self._indexed]
+                 and (u.name not in self._indexed or self.definitions.pin)]
         if any(within > 0 for _u, within in waits):
             async with anyio.create_task_group() as tasks:
                 for upstream, within in waits:
@@ -316,9 +320,12 @@ class Gateway:
 
     def _searchable(self, upstream: Upstream) -> bool:
         """Whether search finds the upstream's tools now: it is up (and has listed them), or its tools are in
-        the index from before and are shown while it is not up (not `hide_unavailable`)."""
+        the index from before and are shown while it is not up (not `hide_unavailable`; with pinning, only once
+        it has listed them since the gateway started: `upstream_reach`)."""
         if upstream.status.state == "up":
             return True
+        if self.definitions.pin and not upstream.status.listed:
+            return False
         return not self.options.hide_unavailable and upstream.name in self._indexed
 
     def searched(self, session: str, task: str, hits: list[Hit]) -> None:
@@ -367,15 +374,30 @@ class Gateway:
         upstream = self.upstreams.get(tool.namespace or "")
         if upstream is None or upstream.name in self.options.disabled:
             raise NotFound(f"tool {tool.id!r}: its server {tool.namespace!r} is not enabled in the gateway's config")
-        if self.definitions.held(tool.id):
-            raise Conflict(f"tool {tool.id!r} changed since it was approved (see GET /tools/{tool.id}); an operator "
-                           f"approves it with: {self.definitions.approve_command(tool.id)}")
+        self._refuse_if_held(tool)
         self._needed(upstream)
         lowered = {k.lower(): v for k, v in (headers or {}).items()}
         forwarded = {h: lowered[h] for h in upstream.forward_headers if h in lowered}
-        result = await self._forwarded(upstream.call(tool, arguments, forwarded, relay), f"the call of {tool.id}")
+        result = await self._forwarded(self._call_compared(tool, upstream, arguments, forwarded, relay),
+                                       f"the call of {tool.id}")
         self._learn_from(session, principal, tool.id, failed=result.get("isError") is True)
         return _as_forwarded(result)
+
+    def _refuse_if_held(self, tool: Tool) -> None:
+        if self.definitions.held(tool.id):
+            raise Conflict(f"tool {tool.id!r} changed since it was approved (see GET /tools/{tool.id}); an operator "
+                           f"approves it with: {self.definitions.approve_command(tool.id)}")
+
+    async def _call_compared(self, tool: Tool, upstream: Upstream, arguments: Mapping[str, Any],
+                             headers: Mapping[str, str], relay: Relay) -> ToolResult:
+        """`upstream.call`, but with --pin only once the upstream's listing on its present connection was compared
+        with what was approved: a call that came while it (re)connected waits for that listing, and is refused if
+        the tool changed. No await comes between the check and the call's being sent on that connection."""
+        if self.definitions.pin:
+            if not await upstream.wait_up(upstream.timeout):
+                raise self._unavailable(tool.id, upstream)
+            self._refuse_if_held(tool)
+        return await upstream.call(tool, arguments, headers, relay)
 
     async def _resolve_call(self, name: str, principal: Principal) -> Tool:
         """`resolve`, but a name `NS.tool` of a server that is starting waits for it (its listing may bring the
@@ -389,10 +411,15 @@ class Gateway:
         self._needed(upstream)
         if await upstream.wait_up(upstream.timeout):
             return self.resolve(name, principal)
+        raise self._unavailable(name, upstream)
+
+    @staticmethod
+    def _unavailable(name: str, upstream: Upstream) -> UpstreamUnavailable:
+        """Why a call of `name` cannot go to `upstream`, which did not come up within the call's timeout."""
         state = "still starting" if upstream.status.state == "starting" else "down"
-        raise UpstreamUnavailable(f"tool {name!r}: its server {upstream.name!r} is {state}: "
-                                  f"{upstream.status.last_error or 'it has not listed its tools yet'}",
-                                  timed_out=state == "still starting")
+        return UpstreamUnavailable(f"tool {name!r}: its server {upstream.name!r} is {state}: "
+                                   f"{upstream.status.last_error or 'it has not listed its tools yet'}",
+                                   timed_out=state == "still starting")
 
     def _named_upstream(self, name: str, principal: Principal) -> Upstream | None:
         """The enabled upstream that `NS.rest` names, if the caller may see its namespace."""

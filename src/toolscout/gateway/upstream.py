@@ -106,6 +106,12 @@ class UpstreamStatus:
     since: float = field(default_factory=time.time)
     restarts_for_hangs: int = 0  # restarts because it stopped answering (missed pings, timed-out calls)
 
+    @property
+    def listed(self) -> bool:
+        """Whether it has listed its tools since the gateway started (a connection counts once its listing was
+        handed to the gateway, and so its definitions compared with those approved)."""
+        return self.connects > 0
+
     def change(self, state: str, error: str | None = None) -> None:
         if state != self.state:
             self.state, self.since = state, time.time()
