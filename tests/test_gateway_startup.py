@@ -146,3 +146,36 @@ def test_commands_that_are_not_mcp_servers_and_a_key_typo_get_reasons_that_say_s
                                             "'command'?)"), reasons
 
     anyio.run(session)
+
+
+def test_prompts_and_resources_listed_right_after_the_handshake_wait_for_servers_still_starting(tmp_path):
+    """A host that lists once at connect got nothing from the servers still starting (they are not in any
+    index): the lists now wait for them as a search does (--search-wait), and a server that comes up after
+    the wait is still announced with list_changed."""
+    from mcp_types import PromptListChangedNotification
+
+    gate = tmp_path / "gate"
+    config = write_config(tmp_path, {"quick": stub("quick", "--start-delay", "1", "--extras"),
+                                     "late": stub("late", "--start-gate", str(gate), "--extras")})
+    heard = [anyio.Event()]
+
+    async def on_message(message):
+        if isinstance(message, PromptListChangedNotification):
+            heard[-1].set()
+
+    async def session():
+        async with Client(gateway_stdio(config, tmp_path / "index", "--search-wait", "4"),
+                          mode="legacy", message_handler=on_message) as client:
+            prompts = [p.name for p in (await client.list_prompts()).prompts]
+            assert prompts == ["quick.greet"]  # late never came up within the wait
+            resources = [str(r.uri) for r in (await client.list_resources()).resources]
+            assert resources == ["toolscout://quick/stub://quick/readme"]
+            gate.touch()
+            with anyio.fail_after(30):  # quick's own coming up was announced too: listen until late's is
+                while prompts == ["quick.greet"]:
+                    await heard[-1].wait()
+                    heard.append(anyio.Event())
+                    prompts = [p.name for p in (await client.list_prompts(cache_mode="refresh")).prompts]
+            assert sorted(prompts) == ["late.greet", "quick.greet"]
+
+    anyio.run(session)

@@ -310,13 +310,17 @@ class Gateway:
         waits = [(u, self._wait_until.setdefault(u.name, now + self.options.search_wait) - now)
                  for u in offering if u.status.state == "starting" and u.name not in self._listed
                  and (u.name not in self._indexed or self.definitions.pin)]
+        await self._wait_for(waits)
+        return [_not_searchable(u) for u in offering if not self._searchable(u)]
+
+    async def _wait_for(self, waits: list[tuple[Upstream, float]]) -> None:
+        """Wait, together, for each upstream to be up, within its seconds (those out of time are not waited for)."""
         if any(within > 0 for _u, within in waits):
             async with anyio.create_task_group() as tasks:
                 for upstream, within in waits:
                     if within > 0:
                         self._needed(upstream)
                         tasks.start_soon(upstream.wait_up, within)
-        return [_not_searchable(u) for u in offering if not self._searchable(u)]
 
     def _searchable(self, upstream: Upstream) -> bool:
         """Whether search finds the upstream's tools now: it is up (and has listed them), or its tools are in
@@ -466,6 +470,16 @@ class Gateway:
     def _offering(self, principal: Principal) -> list[Upstream]:
         return [u for name, u in self.upstreams.items()
                 if name not in self.options.disabled and principal.sees_namespace(name)]
+
+    async def extras_listed(self, principal: Principal) -> None:
+        """Wait for the upstreams the caller may see that are starting and have not listed their prompts and
+        resources since the gateway started (they are not kept in the index), as searches wait for tools: up to
+        `options.search_wait` seconds for each, counted from the first search or list that waited for it. One
+        that comes up later is announced through `listen`, as ever."""
+        now = anyio.current_time()
+        await self._wait_for([(u, self._wait_until.setdefault(u.name, now + self.options.search_wait) - now)
+                              for u in self._offering(principal)
+                              if u.status.state == "starting" and not u.status.listed])
 
     def prompts(self, principal: Principal) -> list[dict[str, Any]]:
         """Every upstream's prompts the caller may see, named `NS.prompt`."""

@@ -346,14 +346,20 @@ class GatewayMcp(ToolSearchMcp):
 
     async def _list_prompts(self, ctx: Any, params: Any) -> Any:
         self._remember(ctx)
-        return _tagged(ctx, {"prompts": self.gateway.prompts(self._principal(ctx))})
+        principal = self._principal(ctx)
+        await self.gateway.extras_listed(principal)
+        return _tagged(ctx, {"prompts": self.gateway.prompts(principal)})
 
     async def _list_resources(self, ctx: Any, params: Any) -> Any:
         self._remember(ctx)
-        return _tagged(ctx, {"resources": self.gateway.resources(self._principal(ctx))})
+        principal = self._principal(ctx)
+        await self.gateway.extras_listed(principal)
+        return _tagged(ctx, {"resources": self.gateway.resources(principal)})
 
     async def _list_resource_templates(self, ctx: Any, params: Any) -> Any:
-        return _tagged(ctx, {"resourceTemplates": self.gateway.resource_templates(self._principal(ctx))})
+        principal = self._principal(ctx)
+        await self.gateway.extras_listed(principal)
+        return _tagged(ctx, {"resourceTemplates": self.gateway.resource_templates(principal)})
 
     async def _get_prompt(self, ctx: Any, params: Any) -> Any:
         async with _as_rpc_errors():
