@@ -557,6 +557,10 @@ def test_expose_found_lists_a_sessions_found_tools_and_announces_the_change(tmp_
                 assert names[3:] == found_ids and "alpha.echo" in names
                 native = await client.call_tool("alpha.echo", {"text": "native"})
                 assert native.structured_content["arguments"] == {"text": "native"}
+                unknown = await client.call_tool("alpha.ech", {"text": "typo"})  # its found tools are named
+                assert unknown.is_error and "alpha.ech'" in unknown.content[0].text
+                assert "its searches found: alpha.echo, " in unknown.content[0].text, unknown.content[0].text
+                assert all(name in unknown.content[0].text for name in found_ids)
 
         anyio.run(session)
     finally:

@@ -37,6 +37,7 @@ feedback source of its own (`local:PID`, `session:local:PID`).
 # pydantic models below are read at run time, so their annotations stay real.
 import contextvars
 import dataclasses
+import difflib
 import logging
 import os
 import re
@@ -270,8 +271,7 @@ class GatewayMcp(ToolSearchMcp):
             exposed = self._exposed.get(self._session(ctx), {}).get(name)
             if exposed is not None:
                 return await self._forward(ctx, principal, exposed, arguments)
-            raise NotFound(f"no tool {name!r} here: this gateway's tools are search_tools, call_tool and "
-                           "record_tool_use (call_tool forwards to the tools that search_tools finds)")
+            raise NotFound(self._no_such_tool(ctx, name))
         except ShuttingDown as exc:
             return error_result(_stopping(exc))
         except (NotFound, Forbidden, InvalidRequest, Conflict, RateLimited, Unavailable, UpstreamUnavailable) as exc:
@@ -281,6 +281,21 @@ class GatewayMcp(ToolSearchMcp):
         except Exception:  # a bug inside toolscout: logged; the agent gets an error, not a hang
             logger.exception("gateway: %s failed", name)
             return error_result(f"{name}: an internal error in toolscout (logged on the gateway)")
+
+    def _no_such_tool(self, ctx: Any, name: str) -> str:
+        """Why `name` is no tool of this session: its tools are the gateway's own and, with --expose found, those
+        its searches found (named, the nearest first, as tools/list lists them)."""
+        own = "search_tools, call_tool and record_tool_use (call_tool forwards to the tools that search_tools finds)"
+        if self.expose != "found":
+            return f"no tool {name!r} here: this gateway's tools are {own}"
+        found = list(self._exposed.get(self._session(ctx), {}))
+        if not found:
+            return f"no tool {name!r} here: this session's tools are {own}, and the tools its searches find (none yet)"
+        near = difflib.get_close_matches(name, found, n=3)
+        shown = near + [native for native in reversed(found) if native not in near][:10 - len(near)]
+        more = f" and {len(found) - len(shown)} more (tools/list lists them)" if len(found) > len(shown) else ""
+        return (f"no tool {name!r} here: this session's tools are {own}, and the {len(found)} its searches found: "
+                f"{', '.join(shown)}{more}")
 
     async def _search(self, ctx: Any, principal: Principal, args: SearchArgs) -> Any:
         session = self._session(ctx)
