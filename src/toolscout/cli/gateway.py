@@ -101,7 +101,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                         "0: only after a timed-out call)")
     p.add_argument("--search-wait", type=number_in(float, 0), default=SEARCH_WAIT_S, metavar="SECONDS",
                    help="how long searches wait, in all, for a server that is starting and has no tools in the index "
-                        "yet (a new index); the answer names the servers not yet searchable (default %(default)s)")
+                        "yet (a new index; with --pin, any server not listed since the start), and prompt and "
+                        "resource lists for any server still starting; the answer names the servers not yet "
+                        "searchable (default %(default)s)")
     p.add_argument("--strict", action="store_true",
                    help="refuse to start when a server's config cannot be resolved (an unset ${VAR}, a command "
                         "not found); by default that server is down, with the reason, and the others serve")
