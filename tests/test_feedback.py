@@ -407,8 +407,9 @@ def test_cli_learning_reports_beside_a_server_and_refuses_bad_arguments_before_c
         assert json.loads(capsys.readouterr().out)["events_scored"] == 1
         assert main(["learning", "report", str(folder)]) == 0  # the table: one event, scored before anything
         table = capsys.readouterr().out.splitlines()  # was learned, so every ranking put its tool in one place
-        assert table[2].endswith("| MRR learned vs untaught, the records its weight reads | weight |")
-        _, ns, events, mrr, _top1, weighed, weight, _ = table[4].split("|")
+        header = next(i for i, line in enumerate(table) if line.startswith("| namespace |"))
+        assert table[header].endswith("| MRR learned vs untaught, the records its weight reads | weight |")
+        _, ns, events, mrr, _top1, weighed, weight, _ = table[header + 2].split("|")
         served, untaught, learned = mrr.split(" / ")
         assert (ns.strip(), events.strip(), weight.strip()) == ("(none)", "1", "1.00 (automatic)")
         assert served.strip() == untaught.strip() == learned.strip()
