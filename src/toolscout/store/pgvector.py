@@ -325,8 +325,9 @@ class PgDatabase:
         """A pooled autocommit connection. A NUL character in what a request sends (a tool id, a
         namespace) is the caller's error, not the store's: it becomes InvalidRequest (writes name the
         field first, `refuse_nul`). A database that does not answer (down, restarting, out of connections,
-        or silent for `timeout` seconds while `bounded`) is Unavailable, naming it: the request may succeed
-        later. `bounded=False` is for work whose length grows with the catalog (whole-catalog writes)."""
+        or, while `bounded`, the block not done within `timeout` seconds: its connection is cut) is
+        Unavailable, naming it: the request may succeed later. `bounded=False` is for work whose length grows
+        with the data (`pg_deadline.bounded_for`)."""
         import psycopg
         from psycopg_pool import PoolTimeout
 
