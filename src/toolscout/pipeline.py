@@ -136,6 +136,7 @@ class ToolScout:
                 self.retriever.index(list(self._tools.values()))
         self._names = NameIndex(self._tools.values())
         self._name_counts = Counter(t.name for t in self._tools.values())
+        self._namespace_counts = Counter(t.namespace or "" for t in self._tools.values())  # a search's check
         self._deprecated: dict[str, Deprecation] = {}  # id -> what a deprecated tool says (replacement name)
         self._note_deprecations(self._tools.values())
         self.demote_deprecated = True
@@ -321,8 +322,7 @@ class ToolScout:
         otherwise read as a search that found nothing."""
         if not names:
             return []
-        held = {t.namespace or "" for t in self.tools}
-        return sorted(n for n in set(names) if n not in held)
+        return sorted(n for n in set(names) if self._namespace_counts.get(n, 0) <= 0)
 
     def name_count(self, name: str) -> int:
         """How many tools carry this name (more than one: an agent needs their ids)."""
@@ -388,8 +388,10 @@ class ToolScout:
             if old is not None:
                 self._names.remove(old)
                 self._name_counts[old.name] -= 1
+                self._namespace_counts[old.namespace or ""] -= 1
             self._names.add(tool)
             self._name_counts[tool.name] += 1
+            self._namespace_counts[tool.namespace or ""] += 1
             self._tools[tool.id] = tool
         self._note_deprecations(tools)
 
@@ -407,6 +409,7 @@ class ToolScout:
             old = self._tools.pop(tool_id)
             self._names.remove(old)
             self._name_counts[old.name] -= 1
+            self._namespace_counts[old.namespace or ""] -= 1
             self._deprecated.pop(tool_id, None)
 
     # learning from use ---------------------------------------------------------------------
@@ -419,13 +422,14 @@ class ToolScout:
         now = time.time()
         events = [(e if isinstance(e, FeedbackEvent) else FeedbackEvent.from_dict(e)).at(now) for e in events]
         teaching = [e for e in events if e.teaches and teaches_anything(e.query)]
+        asking = {e.query for e in teaching}  # read under the write lock below: decided once, before it
         with self._lock.read():
             ranks = self.score(list(dict.fromkeys(e.query for e in teaching)))
             prepared = self.learning.prepare([e.query for e in teaching])
         with self._lock.write():
             before = self.learning.memory.tools
             result = self.ledger.add(events, known=self._tools, untaught={key: r[1] for key, r in ranks.items()},
-                                     teachable=teaches_anything)
+                                     teachable=asking.__contains__)
             self.learning.score(self.score_records(teaching, ranks, before))
             self.learning.teach(self._lessons(result.learned), prepared)
             self._log_weights(self.learning.refresh_weights())
