@@ -308,8 +308,9 @@ def _index_of_gateway_config(target: str) -> str:
 def render_report(report: dict) -> str:
     """The report as a table: per namespace, mean reciprocal rank and top-1 of the used tools before they were
     learned, as served / untaught / at full weight, and learning's weight."""
-    tools = report['tools_taught']
-    lines = [f"learned requests: {report['requests']} over {tools} tool{'' if tools == 1 else 's'}; "
+    from ..eval.report import counted
+
+    lines = [f"learned requests: {report['requests']} over {counted(report['tools_taught'], 'tool')}; "
              f"{report['events_scored']} (event, tool) pairs scored (an event counts once per tool it names)"
              + (f"; frozen since {datetime.fromtimestamp(report['frozen_at'], timezone.utc).isoformat()}"
                 if report.get("frozen_at") else ""),

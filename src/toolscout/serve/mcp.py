@@ -156,10 +156,11 @@ class ToolSearchMcp:
         if is_blank(task):
             raise InvalidRequest("task must not be blank")
         hits, added = await self.search(task, k, principal, namespaces, session)
+        found_nothing = abstained(hits)
         if self.metrics is not None:
             self.metrics.count("queries")
-            self.metrics.count("abstained", abstained(hits))
-        return {"tools": [self.found(hit.to_dict()) for hit in hits], "abstained": abstained(hits),
+            self.metrics.count("abstained", found_nothing)
+        return {"tools": [self.found(hit.to_dict()) for hit in hits], "abstained": found_nothing,
                 "unknown_namespaces": unknown_namespaces(self.service, namespaces, principal, added), **added}
 
     async def search(self, task: str, k: int, principal: Principal, namespaces: list[str] | None,
