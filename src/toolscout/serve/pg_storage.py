@@ -72,6 +72,7 @@ class PgStorage:
         self._tenants: dict[str, PgTenantStorage] = {}
         self._tenants_lock = threading.Lock()
         self._told_restart: str | None = None  # the last pipeline change logged (`_restart_needed`)
+        self._told_for: dict[str, Any] | None = None  # the configuration row that note was worked out from
         self._told_lock = threading.Lock()
 
     @classmethod
@@ -128,14 +129,18 @@ class PgStorage:
     def _restart_needed(self) -> str | None:
         """Why this replica should be restarted: the table records another pipeline than the one this replica
         built when it started (`toolscout migrate --store DSN --search ...`), and it builds no other until it
-        restarts. None when they are the same. Logged once for each change noticed."""
-        table, running = table_spec(IndexConfig.from_dict(self.pg_catalog.database.config())), table_spec(self.config)
-        note = _pipeline_change(table, running)
+        restarts. None when they are the same. Logged once for each change noticed; worked out again only when
+        the configuration row changed (/health is polled, by several probes at once)."""
+        stored = self.pg_catalog.database.config()
+        with self._told_lock:
+            if stored == self._told_for:
+                return self._told_restart
+        note = _pipeline_change(table_spec(IndexConfig.from_dict(stored)), table_spec(self.config))
         if note is not None:
             note = (f"index table {self.pg_catalog.table!r} now serves another pipeline than this replica started "
                     f"with ({note}): this replica ranks with its own until it is restarted")
-        with self._told_lock:  # /health is polled, by several probes at once: one line per change
-            new, self._told_restart = note is not None and note != self._told_restart, note
+        with self._told_lock:  # one line per change
+            new, self._told_restart, self._told_for = note is not None and note != self._told_restart, note, stored
         if new:
             logger.warning("%s", note)
         return note
