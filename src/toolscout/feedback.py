@@ -24,6 +24,7 @@ lives in the learned channel.
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -206,10 +207,12 @@ CLOCK_SKEW_S = 300.0  # a rollback time this far ahead of this machine's clock i
 
 def checked_rollback_time(before: float, given: str, formats: str = "seconds since the epoch") -> float:
     """`before`, a time to roll learning back to, unless it is a mistake (InvalidRequest starting with
-    `given`, the field and value as the caller wrote them, and naming the accepted `formats`): a negative
-    time takes back everything; one in the future (say, milliseconds since the epoch) takes back nothing."""
+    `given`, the field and value as the caller wrote them, and naming the accepted `formats`): NaN is no time, a
+    negative time takes back everything; one in the future (say, milliseconds since the epoch) takes back nothing."""
     now = time.time()
-    if before < 0:
+    if math.isnan(before):
+        problem = "not a time"
+    elif before < 0:
         problem = "a negative time, before 1970: it would take back everything"
     elif before > now + CLOCK_SKEW_S:
         problem = f"in the future ({_shown(before)}): it would take back nothing"
