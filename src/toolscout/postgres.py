@@ -20,8 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
-from .artifacts import read_json, write_artifact
-from .benchmark_sets import read_jsonl
+from .artifacts import read_json, read_json_lines, write_artifact
 from .defaults import DEFAULT_INTENTS, DEFAULT_RETRIEVER
 from .errors import MissingDependency, ToolScoutError
 from .feedback import PER_SOURCE_CAP, UsageLedger
@@ -192,7 +191,7 @@ def migrate_directory(folder: str | Path, spec: str | PgSpec, *, search: str | N
                            "and PostgreSQL servers search them exactly (up to 100,000 tools, then pgvector's HNSW "
                            "graph): re-index the catalog with --store numpy, or straight into PostgreSQL "
                            "(toolscout index CATALOG --store DSN)")
-    tools = [Tool.from_record(row) for _n, row in read_jsonl(live / "tools.jsonl")]
+    tools = [Tool.from_record(row) for row in read_json_lines(live / "tools.jsonl")]
     vectors = _stored_vectors(folder, retriever_dir, rconf, tools)
     hashes_file = retriever_dir / "hashes.json"
     spec = spec if isinstance(spec, PgSpec) else PgSpec.parse(spec)

@@ -306,15 +306,15 @@ class Gateway:
         upstreams whose tools the search cannot find: `[{"server", "status": "starting" | "down", "reason"}]`."""
         wanted = None if namespaces is None else set(namespaces)
         offering = [u for u in self._offering(principal) if wanted is None or u.name in wanted]
-        now = anyio.current_time()
-        waits = [(u, self._wait_until.setdefault(u.name, now + self.options.search_wait) - now)
-                 for u in offering if u.status.state == "starting" and u.name not in self._listed
-                 and (u.name not in self._indexed or self.definitions.pin)]
-        await self._wait_for(waits)
+        await self._wait_for([u for u in offering if u.status.state == "starting" and u.name not in self._listed
+                              and (u.name not in self._indexed or self.definitions.pin)])
         return [_not_searchable(u) for u in offering if not self._searchable(u)]
 
-    async def _wait_for(self, waits: list[tuple[Upstream, float]]) -> None:
-        """Wait, together, for each upstream to be up, within its seconds (those out of time are not waited for)."""
+    async def _wait_for(self, upstreams: list[Upstream]) -> None:
+        """Wait, together, for each upstream to be up, within `options.search_wait` seconds of the first wait for
+        it (those out of time are not waited for)."""
+        now = anyio.current_time()
+        waits = [(u, self._wait_until.setdefault(u.name, now + self.options.search_wait) - now) for u in upstreams]
         if any(within > 0 for _u, within in waits):
             async with anyio.create_task_group() as tasks:
                 for upstream, within in waits:
@@ -476,10 +476,8 @@ class Gateway:
         resources since the gateway started (they are not kept in the index), as searches wait for tools: up to
         `options.search_wait` seconds for each, counted from the first search or list that waited for it. One
         that comes up later is announced through `listen`, as ever."""
-        now = anyio.current_time()
-        await self._wait_for([(u, self._wait_until.setdefault(u.name, now + self.options.search_wait) - now)
-                              for u in self._offering(principal)
-                              if u.status.state == "starting" and not u.status.listed])
+        await self._wait_for([u for u in self._offering(principal) if u.status.state == "starting"
+                              and not u.status.listed])
 
     def prompts(self, principal: Principal) -> list[dict[str, Any]]:
         """Every upstream's prompts the caller may see, named `NS.prompt`."""

@@ -124,8 +124,8 @@ class PgCatalog(PgTenantRows):
     # rows and documents ------------------------------------------------------------------------
     def hashes(self, ids: Iterable[str] | None = None) -> dict[str, str]:
         """id -> content hash, for `ids` (unknown ones left out) or for every row of the tenant."""
-        where, params = self._ids_clause(ids)
-        with self.database.connection(bounded=self._bounded(params)) as conn:
+        where, params, bounded = self._ids_clause(ids)
+        with self.database.connection(bounded=bounded) as conn:
             rows = conn.execute(self._sql(f"SELECT id, content_hash FROM {{t}} WHERE {where}"), params)
             return dict(rows.fetchall())
 
@@ -133,28 +133,26 @@ class PgCatalog(PgTenantRows):
         """(id, namespace, content_hash, doc, embedding or None, joined_at) of `ids` (unknown ones left out)
         or of every row, in catalog order (the order tools joined it): what a replica's in-process pipeline
         is built from (`serve/pg_replica.py`)."""
-        where, params = self._ids_clause(ids)
+        where, params, bounded = self._ids_clause(ids)
         column = "embedding" if vectors else "NULL"
-        with self.database.connection(bounded=self._bounded(params)) as conn:
+        with self.database.connection(bounded=bounded) as conn:
             rows = conn.execute(self._sql(f"SELECT id, namespace, content_hash, doc, {column}, joined_at FROM {{t}} "
                                           f"WHERE {where} ORDER BY seq, id"), params).fetchall()
         return [(tid, ns or None, h, doc_of(doc), None if vec is None else as_array(vec), float(joined))
                 for tid, ns, h, doc, vec, joined in rows]
 
-    def _ids_clause(self, ids: Iterable[str] | None) -> tuple[str, list]:
+    def _ids_clause(self, ids: Iterable[str] | None) -> tuple[str, list, bool]:
+        """(WHERE clause, its parameters, whether the answer timeout bounds reading its rows: a whole catalog
+        is not bounded) for the rows of `ids`, or of every tool when None."""
         if ids is None:
-            return "tenant = %s", [self.tenant]
-        return "tenant = %s AND id = ANY(%s)", [self.tenant, list(ids)]
-
-    @staticmethod
-    def _bounded(params: list) -> bool:
-        """Whether a read of `_ids_clause`'s rows is bounded by the answer timeout (a whole catalog is not)."""
-        return bounded_for(len(params[1]) if len(params) > 1 else None)
+            return "tenant = %s", [self.tenant], bounded_for(None)
+        ids = list(ids)
+        return "tenant = %s AND id = ANY(%s)", [self.tenant, ids], bounded_for(len(ids))
 
     def docs(self, ids: Iterable[str] | None = None) -> dict[str, dict]:
         """id -> stored Tool JSON, for `ids` (unknown ones are left out) or for every row."""
-        where, params = self._ids_clause(ids)
-        with self.database.connection(bounded=self._bounded(params)) as conn:
+        where, params, bounded = self._ids_clause(ids)
+        with self.database.connection(bounded=bounded) as conn:
             rows = conn.execute(self._sql(f"SELECT id, doc FROM {{t}} WHERE {where} ORDER BY id"), params)
             return {tid: doc_of(doc) for tid, doc in rows.fetchall()}
 

@@ -23,7 +23,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..artifacts import write_json
+from ..artifacts import read_json, write_json
 from ..encoders import default_device
 from ..encoders.resolve import usable_device
 from ..errors import ToolScoutError
@@ -321,7 +321,7 @@ class Trainer:
         did); another --lr, --data... is refused, saying how to start afresh."""
         if not (resume and (self.checkpoint_dir / "state.json").exists()):
             return False
-        recorded = json.loads((self.checkpoint_dir / "state.json").read_text()).get("made_with")
+        recorded = read_json(self.checkpoint_dir / "state.json").get("made_with")
         if recorded is None or recorded == self.made_with:
             return True
         differences = settings_differences(recorded, self.made_with)
@@ -340,7 +340,7 @@ class Trainer:
         random.setstate(blob["rng"]["python"])
         np.random.set_state(blob["rng"]["numpy"])
         torch.set_rng_state(blob["rng"]["torch"])
-        state = json.loads((self.checkpoint_dir / "state.json").read_text())
+        state = read_json(self.checkpoint_dir / "state.json")
         return state, blob["best"]
 
 
