@@ -5,7 +5,8 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 . .venv/bin/activate
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-# Two workers, each taking whole files (module fixtures start gateways and servers once): most tests wait on
-# subprocesses, so two cores run the suite in about two thirds of the time. TOOLSCOUT_TEST_WORKERS=0 runs it
-# in one process (for a debugger, or to time one test alone).
-python -m pytest -q -rs -n "${TOOLSCOUT_TEST_WORKERS:-2}" --dist loadfile "$@"
+# Three workers, each taking whole files (module fixtures start gateways and servers once): many tests wait on
+# subprocesses, timeouts and databases, so a third worker keeps two cores busy while one of the others waits
+# (with two, the cores stood partly idle). TOOLSCOUT_TEST_WORKERS=0 runs it in one process (for
+# a debugger, or to time one test alone).
+python -m pytest -q -rs -n "${TOOLSCOUT_TEST_WORKERS:-3}" --dist loadfile "$@"
