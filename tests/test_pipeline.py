@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from types import MappingProxyType
 
 import pytest
 
@@ -201,6 +202,9 @@ def test_misuse_of_the_python_api_is_refused_naming_the_argument_and_changes_not
                        (lambda: scout.search("x", namespaces="mail"), r"namespaces: give a list \(\['mail'\]\)"),
                        (lambda: scout.search("x", always_include="mail.send"), "always_include: give a list"),
                        (lambda: scout.remove("mail.send"), r"ids: give a list \(\['mail.send'\]\)"),
+                       (lambda: scout.remove(bytearray(b"mail.send")), r"^ids: give a list, not bytearray \(decode "),
+                       (lambda: scout.search("x", namespaces=MappingProxyType({"mail": 1})),
+                        r"^namespaces: give a list, not mappingproxy$"),
                        (lambda: scout.add(tools[0]), "tools: give a list"),
                        (lambda: scout.set_learning(weights={"mail": float("nan")}), "must be between 0 and 1"),
                        (lambda: scout.set_learning(weights={"mail": -5}), "must be between 0 and 1"),

@@ -8,6 +8,7 @@ logged 500. Each type also derives from the built-in exception Python callers wo
 """
 
 import re
+from collections.abc import Mapping
 
 
 class ToolScoutError(Exception):
@@ -90,12 +91,17 @@ def is_blank(text: str) -> bool:
     return _BLANK.fullmatch(text) is not None
 
 
-def listed(value: object, what: str) -> list:
+def listed(value: object, what: str, want: str = "a list") -> list:
     """`value`, an argument that takes several items, as a list. A lone string (which Python would read one
-    character at a time), a mapping or something that is not a collection is the caller's mistake, named."""
-    if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__iter__"):
-        shown = f" ([{value!r}])" if isinstance(value, str) else f", not {type(value).__name__}"
-        raise InvalidRequest(f"{what}: give a list{shown}")
+    character at a time), bytes, a mapping or something that is not a collection is the caller's mistake,
+    named (`want`: what to give instead)."""
+    if isinstance(value, (str, bytes, bytearray, Mapping)) or not hasattr(value, "__iter__"):
+        if isinstance(value, str):
+            shown = f" ([{value!r}])"
+        else:
+            hint = " (decode bytes to text first)" if isinstance(value, (bytes, bytearray)) else ""
+            shown = f", not {type(value).__name__}{hint}"
+        raise InvalidRequest(f"{what}: give {want}{shown}")
     return list(value)
 
 

@@ -26,7 +26,7 @@ import operator
 from dataclasses import dataclass, replace
 from typing import Any, Iterable, Mapping, Protocol, Sequence
 
-from .errors import InvalidRequest, is_blank
+from .errors import InvalidRequest, is_blank, listed
 from .eval.calibration import any_relevant
 from .query import Query
 from .tool import TextView, Tool, split_identifier, tool_text
@@ -282,13 +282,7 @@ def checked_queries(query: str | Query | Sequence[str | Query]) -> list[Query]:
     """The tasks of one search, each as the `Query` every stage reads: a task sent as text must hold more
     than white space, and is focused here (`Query.of`), once. A `Query` was made from a checked task: it
     passes as it is, so a caller that needs `truncated` (the HTTP answer) focuses nothing twice."""
-    if isinstance(query, (str, Query)):
-        queries = [query]
-    elif isinstance(query, (bytes, bytearray, Mapping)) or not isinstance(query, Iterable):
-        hint = " (decode bytes to text first)" if isinstance(query, (bytes, bytearray)) else ""
-        raise InvalidRequest(f"query: give a task (str) or a list of tasks, not {type(query).__name__}{hint}")
-    else:
-        queries = list(query)
+    queries = [query] if isinstance(query, (str, Query)) else listed(query, "query", "a task (str) or a list of tasks")
     for q in queries:
         if not isinstance(q, Query) and (not isinstance(q, str) or is_blank(q)):
             raise InvalidRequest("each query must be a string with something visible in it")
