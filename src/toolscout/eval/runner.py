@@ -168,10 +168,8 @@ def _build(factory: SystemFactory, tools: list[Tool], bar, label: str) -> tuple[
 def _warm_up(system: SearchSystem, k: int, n: int, notes: _Notes) -> None:
     # a neutral text, not a benchmark query: a system that caches answers must not see one early
     for _ in range(n):
-        with catch_warnings(record=True) as caught:
-            simplefilter("always")
+        with notes.kept(timed=False):
             system.retrieve(["find a tool that can help with this task"], k)
-        notes.add(caught, timed=False)
 
 
 def _top_ids(results: Results, k: int, query: Query) -> list[str]:
@@ -185,12 +183,10 @@ def _run_set(system: SearchSystem, name: str, queries: list[Query], k: int, cate
     task = bar.add_task(name, total=len(queries))
     rankings, latency = [], []
     for query in queries:
-        with catch_warnings(record=True) as caught:
-            simplefilter("always")
+        with notes.kept(timed=True):
             start = time.perf_counter()
             results = system.retrieve([query.text], k)
             latency.append((time.perf_counter() - start) * 1000.0)
-        notes.add(caught, timed=True)
         rankings.append(_top_ids(results, k, query))
         bar.advance(task)
     bar.remove_task(task)
@@ -204,6 +200,14 @@ class _Notes:
 
     failed: dict[str, list] = field(default_factory=dict)  # stage -> [queries, fallback, first reason]
     other: dict[str, None] = field(default_factory=dict)
+
+    @contextmanager
+    def kept(self, timed: bool) -> Iterator[None]:
+        """Keep what the system warns within the block (`timed`: the block ranked one benchmark query)."""
+        with catch_warnings(record=True) as caught:
+            simplefilter("always")
+            yield
+        self.add(caught, timed)
 
     def add(self, caught: list[WarningMessage], timed: bool) -> None:
         for record in caught:

@@ -259,7 +259,6 @@ class ExpandReport:
     rule_failures: int = 0
     judged_unfaithful: int = 0
     judge_unreadable: int = 0
-    llm_errors: int = 0
     drafts: int = 0  # drafts this run asked for (llm_errors of them failed)
     unreadable_replies: int = 0  # drafts whose reply held no profile object
     invalid_reply: str = ""  # the start of the first such reply
@@ -275,7 +274,6 @@ class ExpandReport:
         for draft in outcome.drafts:
             self.drafts += 1
             if draft.error:
-                self.llm_errors += 1
                 self.last_llm_error = draft.error
                 self.llm_error_kinds.add(draft.error)
             if draft.reply:
@@ -289,6 +287,10 @@ class ExpandReport:
             if rule_problems:
                 self.rule_failures += 1
             self.problems.update(problem_kind(p) for p in rule_problems)
+
+    @property
+    def llm_errors(self) -> int:
+        return self.llm_error_kinds.total
 
     def to_dict(self) -> dict[str, Any]:
         data = {k: getattr(self, k) for k in ("tools", "resumed", "expanded", "regenerated",

@@ -81,6 +81,10 @@ class Principal:
     def sees(self, tool: Tool) -> bool:
         return self.sees_namespace(tool.namespace)
 
+    def seen_ids(self, scout: "ToolScout", ids: Iterable[str]) -> set[str]:
+        """Those of `ids` that name a tool of `scout`'s catalog this principal may see."""
+        return {i for i in set(ids) if (tool := scout.get(i, None)) is not None and self.sees(tool)}
+
     def authorize_write(self, tool: Tool, old: Tool | None) -> None:
         """Raise Forbidden unless this principal may write `tool` over `old` (the stored tool, or None)."""
         for held in (tool, old):  # the namespace it would go to, then the one it is in (a move writes both)
@@ -122,13 +126,10 @@ BRIEF_LEARNING = ("requests", "tools_taught", "events_scored", "dormant", "froze
 def _visible_totals(scout: "ToolScout", principal: Principal, namespaces: Mapping[str, Any]) -> dict[str, int]:
     """The learning report's totals over the tools `principal` may see: requests that taught one of them,
     those tools, and the events scored in their namespaces."""
-    def visible(tool_id: str) -> bool:
-        tool = scout.get(tool_id, None)
-        return tool is not None and principal.sees_namespace(tool.namespace)
-
     memory = scout.learning.memory
-    return {"requests": sum(1 for tools in memory.taught.values() if any(visible(t) for t in tools)),
-            "tools_taught": sum(1 for t in memory.tools if visible(t)),
+    seen = principal.seen_ids(scout, [*memory.tools, *(t for tools in memory.taught.values() for t in tools)])
+    return {"requests": sum(1 for tools in memory.taught.values() if not seen.isdisjoint(tools)),
+            "tools_taught": sum(1 for t in memory.tools if t in seen),
             "events_scored": sum(figures["all"]["events"] for figures in namespaces.values())}
 
 
@@ -325,13 +326,7 @@ class ToolService:
         ids = set(ids)
         if not ids:  # every search asks: one without ids costs nothing
             return []
-        pipeline = self._tenant(principal).pipeline(fresh=False)
-
-        def visible(tool_id: str) -> bool:
-            tool = pipeline.get(tool_id, None)
-            return tool is not None and principal.sees(tool)
-
-        return sorted(tool_id for tool_id in ids if not visible(tool_id))
+        return sorted(ids - principal.seen_ids(self._tenant(principal).pipeline(fresh=False), ids))
 
     @property
     def tools(self) -> list[Tool]:
@@ -380,8 +375,7 @@ class ToolService:
         pipeline = tenant.pipeline()
         _refuse_before_a_freeze(events, pipeline.learning.settings.frozen_at)
         self.limits.admit(principal.tenant, events, tenant.feedback_totals()["sources"])
-        named = (pipeline.get(t, None) for t in {t for e in events for t in e.tool_ids})
-        visible = {tool.id for tool in named if tool is not None and principal.sees(tool)}
+        visible = principal.seen_ids(pipeline, (t for e in events for t in e.tool_ids))
         kept = [replace(e, tool_ids=ids) for e in events if (ids := tuple(t for t in e.tool_ids if t in visible))]
         result = tenant.learn(kept) if kept else LearnResult()
         result.events, result.frozen_at = len(events), pipeline.learning.settings.frozen_at
