@@ -25,7 +25,7 @@ import httpx2  # noqa: E402
 from mcp import Client  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
-from gateways import learned_all, stub, time_server, wait_for, wait_up, write_config  # noqa: E402
+from gateways import learned_all, stub, time_server, upstreams, wait_for, wait_up, write_config  # noqa: E402
 from servers import free_port, stop, wait_ready  # noqa: E402
 
 pytestmark = pytest.mark.slow  # starts PostgreSQL, gateways and their upstreams
@@ -226,6 +226,43 @@ def test_a_replica_forwards_calls_while_its_database_is_down_and_its_searches_sa
         assert "feedback from 1 forwarded calls dropped: " in log and "PostgreSQL database" in log
         assert "Traceback" not in log, log[-3000:]
     finally:  # the database stopped whatever happened; a failure to stop it must not hide the test's own
+        stop(proc)
+        with contextlib.suppress(Exception):
+            pg_ctl(data, "stop")
+
+
+def test_a_relisting_the_database_cannot_record_keeps_the_server_connected_and_is_recorded_once_it_answers(tmp_path):
+    """A relisting whose write failed because the database did not answer was taken for the server having
+    stopped answering: its connection was ended (a stdio server's process killed), it could not come up
+    again while the database was away ("cannot start the command ...: no connection to the PostgreSQL
+    database"), and every call of it failed. Now the connection stays, calls go on to the same process, the
+    reason names the database, and once the database answers the listing is recorded and the reason is past."""
+    data = tmp_path / "pgdata"
+    uri = own_server_uri(data)
+    config = write_config(tmp_path, {"alpha": stub("alpha")})
+    (proc, url), = start_replicas(config, spec(uri, new_table()), 1, "--relist-every", "1")
+    call = lambda tool, **arguments: httpx.post(f"{url}/tools/{tool}/call", json={"arguments": arguments},  # noqa
+                                                timeout=60)
+    try:
+        wait_up(url, ["alpha"], proc)
+        pid = call("alpha.pid").json()["structuredContent"]["pid"]
+        stopped_at = len(open(proc.log_path).read())
+        pg_ctl(data, "stop")  # /health waits on the database too: the log says what became of the relisting
+        said = lambda: [line for line in open(proc.log_path).read()[stopped_at:].splitlines()  # noqa: E731
+                        if "upstream alpha" in line]
+        line = wait_for(said, "the replica to say what became of a relisting", 30, proc)[0]
+        assert "could not be recorded" in line and "PostgreSQL database" in line, line
+        assert "is down" not in line and "command" not in line, line
+        during = call("alpha.pid")
+        assert during.status_code == 200 and during.json()["structuredContent"]["pid"] == pid, during.text
+        pg_ctl(data, "start")
+        past = lambda: ((alpha := upstreams(url)["alpha"])["last_error"] or "").startswith("past") and alpha  # noqa
+        alpha = wait_for(past, "the listing to be recorded once the database answers", 30, proc)
+        assert (alpha["state"], alpha["connects"]) == ("up", 1), alpha
+        assert call("alpha.pid").json()["structuredContent"]["pid"] == pid
+        log = open(proc.log_path).read()
+        assert "Traceback" not in log and "cannot start the command" not in log, log[-3000:]
+    finally:
         stop(proc)
         with contextlib.suppress(Exception):
             pg_ctl(data, "stop")

@@ -48,6 +48,7 @@ import anyio.to_thread
 from ..errors import Conflict, Forbidden, InvalidRequest, NotFound, RateLimited, TooLarge, Unavailable
 from ..feedback import FeedbackEvent
 from ..hits import Hit
+from ..ingest.live_mcp import error_reason
 from ..serve.auth import ANONYMOUS
 from ..serve.errors import ServiceError
 from ..serve.service import ADMIN, Principal, Reach, ToolService
@@ -56,7 +57,7 @@ from .attribution import CallAttribution
 from .config import LEARN_GATHER_S, SEARCH_WAIT_S, START_TURN_S, starts_at_once
 from .definitions import DefinitionLedger
 from .listings import OwnListings
-from .upstream import NO_RELAY, Listing, Relay, ToolResult, Upstream, UpstreamUnavailable
+from .upstream import NO_RELAY, Listing, ListingNotRecorded, Relay, ToolResult, Upstream, UpstreamUnavailable
 
 logger = logging.getLogger(__name__)
 # the host that launched a stdio gateway: its explicit feedback and its calls' count as one source
@@ -246,13 +247,17 @@ class Gateway:
 
     async def index_listing(self, listing: Listing) -> None:
         """Bring the index in line with one upstream's listing: new and changed tools are embedded, tools
-        it no longer lists are removed, unchanged ones (and what feedback taught them) stay as they are."""
-        changed = await anyio.to_thread.run_sync(self.definitions.observe, listing.tools)
-        for tool_id in changed:
-            logger.warning("upstream %s changed the definition of %s%s", listing.upstream, tool_id,
-                           f" (held until approved: {self.definitions.approve_command(tool_id)})"
-                           if self.definitions.pin else "")
-        await anyio.to_thread.run_sync(self._write_listing, listing)
+        it no longer lists are removed, unchanged ones (and what feedback taught them) stay as they are.
+        ListingNotRecorded when that fails (the database does not answer): the upstream is not at fault."""
+        try:
+            changed = await anyio.to_thread.run_sync(self.definitions.observe, listing.tools)
+            for tool_id in changed:
+                logger.warning("upstream %s changed the definition of %s%s", listing.upstream, tool_id,
+                               f" (held until approved: {self.definitions.approve_command(tool_id)})"
+                               if self.definitions.pin else "")
+            await anyio.to_thread.run_sync(self._write_listing, listing)
+        except Exception as exc:
+            raise ListingNotRecorded(f"its listing could not be recorded: {error_reason(exc)}") from exc
 
     def _write_listing(self, listing: Listing) -> None:
         with self.listings.writing(listing.upstream):

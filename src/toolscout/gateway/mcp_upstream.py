@@ -56,6 +56,7 @@ from .upstream import (
     Backoff,
     Extras,
     Listing,
+    ListingNotRecorded,
     ListingSink,
     Notice,
     Relay,
@@ -75,6 +76,7 @@ CONNECT_TIMEOUT_S = 60.0
 PING_TIMEOUT_S = 5.0
 MISSED_PINGS = 2  # in a row (the second sent as soon as the first is missed): the server is hung
 TIMED_OUT_CALLS = 3  # in a row, whatever its pings say: the server is hung
+RECORD_AGAIN_S = 5.0  # a listing the gateway could not record (its database away) is tried again this often
 # the requests the gateway forwards as they are (besides tools/call), and their typed forms
 _FORWARDED = {"prompts/get": (types.GetPromptRequest, types.GetPromptRequestParams),
               "resources/read": (types.ReadResourceRequest, types.ReadResourceRequestParams),
@@ -142,6 +144,8 @@ class McpUpstream:
     def _failed(self, exc: BaseException) -> str:
         while getattr(exc, "exceptions", None):  # a task group's: the first is what failed
             exc = exc.exceptions[0]  # type: ignore[attr-defined]
+        if isinstance(exc, ListingNotRecorded):  # the gateway's failure (its database's), not the server's
+            return str(exc)
         if isinstance(exc, OSError) and not isinstance(exc, TimeoutError) and self.spec.kind == "stdio":
             return f"cannot start the command {self.spec.command!r}: {exc.strerror or exc}" + self.log.last_words()
         in_handshake = self._connection is not None and not self._connection.handshaken
@@ -305,25 +309,43 @@ class McpUpstream:
             self._events.relist.set()
 
     async def _keep_listing_current(self, client: Any, connection: Connection) -> None:
-        """Re-list on every change notification, and every `relist_every` seconds whatever happens."""
+        """Re-list on every change notification, and every `relist_every` seconds whatever happens. A listing
+        the gateway could not record is listed and recorded again every RECORD_AGAIN_S on the same connection:
+        the server is not at fault, and its calls go on meanwhile."""
+        within, unrecorded = self.relist_every, False
         while True:
-            with anyio.move_on_after(self.relist_every) as periodic:
-                async with anyio.create_task_group() as either:
-                    for event in (self._events.relist, self._events.extras):
-                        either.start_soon(_set_then_cancel, event, either.cancel_scope)
-            tools, extras = self._events.relist.is_set(), self._events.extras.is_set()
-            if periodic.cancelled_caught:
-                tools = extras = True
-            self._events.relist, self._events.extras = anyio.Event(), anyio.Event()
+            tools, extras = await self._relist_due(within)
             try:
                 if tools:
                     await self._publish(await self._list(client, connection))
                 if extras:
                     await self._announce(await self._list_extras(client))
+            except ListingNotRecorded as exc:
+                within = min(self.relist_every, RECORD_AGAIN_S)
+                self.status.last_error = f"{exc} ({next_attempt(within)})"
+                logger.log(logging.INFO if unrecorded else logging.WARNING, "upstream %s: %s", self.name,
+                           self.status.last_error)
+                unrecorded = True
+                continue
             except Exception as exc:  # the server stopped answering: reconnect
                 self.status.last_error = f"re-listing failed: {error_reason(exc)}"
                 connection.end()
                 return
+            if unrecorded:
+                self.status.change("up")  # marks why it was not recorded as past
+                logger.warning("upstream %s: its listing is recorded again", self.name)
+            within, unrecorded = self.relist_every, False
+
+    async def _relist_due(self, within: float) -> tuple[bool, bool]:
+        """Wait for a change notification, or `within` seconds (then both are due); whether the tools, and
+        whether the prompts and resources, are to be listed again."""
+        with anyio.move_on_after(within) as periodic:
+            async with anyio.create_task_group() as either:
+                for event in (self._events.relist, self._events.extras):
+                    either.start_soon(_set_then_cancel, event, either.cancel_scope)
+        tools, extras = self._events.relist.is_set(), self._events.extras.is_set()
+        self._events.relist, self._events.extras = anyio.Event(), anyio.Event()
+        return (True, True) if periodic.cancelled_caught else (tools, extras)
 
     async def _on_message(self, message: Any) -> None:
         if self._events is None or isinstance(message, Exception):

@@ -39,6 +39,7 @@ from .upstream import (
     Backoff,
     Extras,
     Listing,
+    ListingNotRecorded,
     ListingSink,
     Notice,
     Relay,
@@ -86,11 +87,12 @@ class OpenApiUpstream:
                         self.status.connects += 1
                     self.status.change("up")
                     backoff, delay = Backoff(), self.relist_every
-                except Exception as exc:  # a spec that cannot be read now: keep what was indexed, retry
+                except Exception as exc:  # a spec that cannot be read (or recorded) now: keep what was indexed, retry
                     delay = backoff.next(0.0)
                     state = "up" if self.status.state == "up" else "down"
-                    self.status.change(state, f"reading the OpenAPI document failed: {error_reason(exc)} "
-                                              f"({next_attempt(delay)})")
+                    why = str(exc) if isinstance(exc, ListingNotRecorded) else \
+                        f"reading the OpenAPI document failed: {error_reason(exc)}"
+                    self.status.change(state, f"{why} ({next_attempt(delay)})")
                     logger.warning("upstream %s: %s", self.name, self.status.last_error)
                 self._read.set()
                 with anyio.move_on_after(delay):

@@ -30,6 +30,7 @@ ToolResult = dict[str, Any]
 INITIAL_BACKOFF_S = 0.5
 MAX_BACKOFF_S = 30.0
 STABLE_AFTER_S = 30.0  # a connection that lasted this long resets the backoff
+PAST = "past"  # begins a last error that no longer holds (`UpstreamStatus.change`)
 
 
 class UpstreamUnavailable(ToolScoutError):
@@ -39,6 +40,11 @@ class UpstreamUnavailable(ToolScoutError):
     def __init__(self, message: str, timed_out: bool = False):
         super().__init__(message)
         self.timed_out = timed_out
+
+
+class ListingNotRecorded(ToolScoutError):
+    """The gateway could not record an upstream's listing (its database did not answer, say). The upstream is
+    not at fault: a connected one stays connected, its calls go on, and the listing is tried again later."""
 
 
 class UpstreamRefused(ToolScoutError):
@@ -58,7 +64,8 @@ class Listing:
     skipped: Sequence[tuple[str, str]] = ()  # (where in the listing, why)
 
 
-# What the gateway does with a listing (index the tools); awaited before the upstream counts as up.
+# What the gateway does with a listing (index the tools); awaited before the upstream counts as up. It raises
+# ListingNotRecorded when the listing could not be recorded.
 ListingSink = Callable[[Listing], Awaitable[None]]
 # What an upstream reports besides its tools: (upstream, what, uri) with what "prompts" or "resources" (its
 # list changed) or "updated" (the subscribed resource `uri` changed).
@@ -113,10 +120,13 @@ class UpstreamStatus:
         return self.connects > 0
 
     def change(self, state: str, error: str | None = None) -> None:
+        """Enter `state`; `error`: why. Up again (or its listing recorded again), the last error is marked past."""
         if state != self.state:
             self.state, self.since = state, time.time()
         if error is not None:
             self.last_error = error
+        elif state == "up" and self.last_error and not self.last_error.startswith(PAST):
+            self.last_error = f"{PAST} (over by {_clock(time.time())}): {self.last_error}"
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "kind": self.kind, "target": self.target, "state": self.state,
