@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 import pytest
-from pgtest import new_table, postgres_uri, spec
+from pgtest import new_table, own_server_uri, pg_ctl, postgres_uri, spec
 
 from toolscout.results import Filter
 from toolscout.store.base import VectorStore
@@ -402,6 +402,35 @@ def test_work_the_database_leaves_unanswered_past_the_answer_timeout_is_cut_and_
             assert conn.execute("SELECT 1").fetchone() == (1,)
     finally:
         database.close()
+
+
+def test_the_first_requests_after_a_restart_nobody_saw_are_served_at_once_however_many_connections_it_closed(
+        tmp_path):
+    """A pool grown to 8 connections, all closed by a database restart while no request came: psycopg_pool
+    checked them one by one as requests took them, 1 s, then 2 s, ... apart, so the first request spent its
+    5 s on four dead ones and was a 503, and so was the next (30 s of them with 30 connections). The first
+    dead one now has them all replaced: every request is served as soon as the database is back."""
+    import contextlib
+
+    from toolscout.store.pgvector import PgDatabase
+
+    data = tmp_path / "pgdata"
+    database = PgDatabase(own_server_uri(data), new_table(), dim=8, pool_size=8)
+    try:
+        with contextlib.ExitStack() as held:  # eight requests at once: the pool grows to eight connections
+            conns = [held.enter_context(database.connection()) for _ in range(8)]
+            opened = "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'"
+            assert conns[0].execute(opened).fetchone() == (8,)
+        pg_ctl(data, "stop")
+        pg_ctl(data, "start")
+        for _ in range(3):
+            started = time.monotonic()
+            with database.connection() as conn:
+                assert conn.execute("SELECT 1").fetchone() == (1,)
+            assert time.monotonic() - started < 1  # a new connection on a local socket: milliseconds
+    finally:
+        database.close()
+        pg_ctl(data, "stop")
 
 
 def test_a_request_waits_for_a_lock_another_session_holds_only_as_long_as_for_a_connection(pg):

@@ -40,6 +40,7 @@ import contextlib
 import json
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, TypeVar
@@ -256,6 +257,10 @@ class PgDatabase:
         self._pool = None
         self._lock = threading.Lock()
         self._partitions: set[str] = set()  # tenants whose partition is known to exist
+        # when each pooled connection was made, and when the pool last replaced every connection (`_check`)
+        self._made_at: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
+        self._replaced_at = float("-inf")
+        self._replace_lock = threading.Lock()
         # logs an outage once, and keeps the pool's warning per reconnection attempt out of the log; the pool's
         # name is this object's own, so two pools on one table in one process are told apart
         self.outage = Outage(redact(dsn), f"toolscout-{self.table}-{id(self):x}")
@@ -311,14 +316,33 @@ class PgDatabase:
         register_vector_info(conn, psycopg.types.TypeInfo.fetch(conn, "vector"))
         conn.execute(f"SET hnsw.ef_search = {self.ef_search}")
         conn.execute(f"SET lock_timeout = {max(1, int(self.lock_wait * 1000))}")  # milliseconds
+        self._made_at[conn] = time.monotonic()
         self.outage.up()  # every new connection of the pool is configured here: it connects
 
     def _check(self, conn) -> None:
-        """The pool's check of a connection it hands out, bounded as a request's wait for one is."""
+        """The pool's check of a connection it hands out, bounded as a request's wait for one is. A dead one
+        means the database restarted (or stopped, or froze): the pool's other idle connections, made before
+        it, are dead too. psycopg_pool would check them one by one, waiting 1 s, then 2 s, ... between two
+        failed checks, so a request that met a pool of dead connections spent its POOL_WAIT_S on four of them
+        and was a 503 (with 30 of them, for 15 s after the database was back): they are all replaced at once
+        instead, and the request waits for the first new connection."""
         from psycopg_pool import ConnectionPool
 
-        with DEADLINES.watching(conn, self.pool_wait):
-            ConnectionPool.check_connection(conn)
+        try:
+            with DEADLINES.watching(conn, self.pool_wait):
+                ConnectionPool.check_connection(conn)
+        except Exception:
+            self._replace_connections_made_before(conn)
+            raise
+
+    def _replace_connections_made_before(self, dead) -> None:
+        """Replace every connection of the pool older than `dead` (those in use as they come back), unless
+        the pool has done so since `dead` was made: requests meeting dead connections at once replace them once."""
+        with self._replace_lock:
+            if self._made_at.get(dead, float("-inf")) < self._replaced_at:
+                return
+            self._replaced_at = time.monotonic()
+            self._pool.drain()
 
     @contextlib.contextmanager
     def connection(self, *, bounded: bool = True):
