@@ -433,6 +433,32 @@ def test_the_first_requests_after_a_restart_nobody_saw_are_served_at_once_howeve
         pg_ctl(data, "stop")
 
 
+def test_a_request_the_database_is_down_for_is_told_why_the_pool_cannot_connect(tmp_path):
+    """A request that got no connection was told "it does not answer, or every connection is busy" even
+    when the pool's attempts to connect failed for a reason psycopg gave (and the log had): it is given."""
+    import contextlib
+
+    from toolscout.errors import Unavailable
+    from toolscout.store.pgvector import PgDatabase
+
+    data = tmp_path / "pgdata"
+    database = PgDatabase(own_server_uri(data), new_table(), dim=8, timeout=1.0)
+    try:
+        with database.connection() as conn:
+            conn.execute("SELECT 1")
+        pg_ctl(data, "stop")
+        with pytest.raises(Unavailable) as down, database.connection() as conn:
+            conn.execute("SELECT 1")
+        # a server that stopped took its socket file away: what libpq says of it, on one line
+        said = str(down.value)
+        assert "within 1 s: it does not answer (" in said and "No such file or directory" in said, said
+        assert "every connection is busy" not in said and "\n" not in said, said
+    finally:
+        database.close()
+        with contextlib.suppress(AssertionError):  # stopped already, unless the test failed before
+            pg_ctl(data, "stop")
+
+
 def test_a_request_waits_for_a_lock_another_session_holds_only_as_long_as_for_a_connection(pg):
     """An operator's LOCK TABLE (or a migration) held every request until it was released: each pooled
     connection bounds its waits for a lock (`lock_wait`, the pool's wait by default), and a request that

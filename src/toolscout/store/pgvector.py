@@ -367,8 +367,10 @@ class PgDatabase:
                     raise InvalidRequest("the request holds a NUL character (U+0000), which PostgreSQL cannot "
                                          "store or compare; remove it") from exc
         except PoolTimeout as exc:
+            cause = self.outage.cause  # why the pool's last attempt to connect failed, while none succeeds
+            why = f"it does not answer ({cause})" if cause else "it does not answer, or every connection is busy"
             raise Unavailable(f"no connection to the PostgreSQL database {redact(self.dsn)} within "
-                              f"{self.pool_wait:g} s: it does not answer, or every connection is busy") from exc
+                              f"{self.pool_wait:g} s: {why}") from exc
         except psycopg.OperationalError as exc:
             if _retryable(exc):  # a deadlock, a serialization failure, a lock not granted: it may succeed again
                 raise Unavailable(f"the PostgreSQL database {redact(self.dsn)} rolled the request back "
