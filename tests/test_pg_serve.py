@@ -627,6 +627,21 @@ def test_a_database_that_stops_is_a_fast_503_naming_it_and_its_return_serves_wit
         assert _outage_log(caplog) in (["down", "back"], ["down", "back"] * 2)
 
 
+def test_health_on_a_database_known_to_be_down_is_a_503_within_a_probes_timeout(tmp_path, tools, encoder):
+    """/health waited for a pooled connection as long as a request does before its 503, so a probe with the
+    usual 1 s timeout saw a timeout while the database was down. Once the pool knows it cannot connect,
+    /health tries one connection of its own and answers 503 at once, saying why."""
+    data = tmp_path / "pgdata"
+    with own_database_client(data, tools, encoder, "&answer_timeout=2") as client:  # requests wait 2 s
+        pg_ctl(data, "stop")
+        assert client.post("/search", json={"query": RAIN_TASK}).status_code == 503  # the pool finds it down
+        started = time.monotonic()
+        answer = client.get("/health")
+        assert answer.status_code == 503 and time.monotonic() - started < 1, answer.text
+        message = answer.json()["error"]["message"]
+        assert "PostgreSQL database postgresql://" in message and "No such file or directory" in message, message
+
+
 def test_a_database_that_freezes_is_a_503_naming_it_not_a_hung_request(tmp_path, tools, encoder):
     """A database stopped without closing its sockets (SIGSTOP: a frozen process or virtual machine) never
     answers, and libpq waits for ever: a search hung with no end. Now the request is a 503 naming the

@@ -75,6 +75,9 @@ class PgStorage:
         self._told_for: dict[str, Any] | None = None  # the configuration row that note was worked out from
         self._told_lock = threading.Lock()
 
+    def check_answering(self) -> None:
+        self.pg_catalog.database.check_answering()
+
     @classmethod
     def open(cls, spec: str | PgSpec, *, encoder: Any = None, max_stale_s: float = 1.0,
              fast_queries: bool | str | None = None) -> "PgStorage":

@@ -40,7 +40,7 @@ from ..tool import Tool, tools_by_id
 from .batcher import SearchBatcher
 from .errors import ServiceError, ServiceUnavailable
 from .limits import FeedbackLimits
-from .storage import Compacts, Retrains, Storage, TenantStorage, WriteResult
+from .storage import Compacts, ProbesServer, Retrains, Storage, TenantStorage, WriteResult
 
 if TYPE_CHECKING:
     from ..pipeline import ToolScout
@@ -539,6 +539,8 @@ class ToolService:
 
     def _stats(self) -> dict[str, Any]:
         """Every figure, of the default tenant's catalog: the catalog's size and version, and the storage's own."""
+        if isinstance(self.storage, ProbesServer):  # a database known down: a 503 at once, not after a wait
+            self.storage.check_answering()
         feedback = self.storage.tenant(None).feedback_totals()
         return {"tools": len(self), "version": self.version(), "storage": self.storage.kind,
                 **self.storage.stats(), "uptime_s": round(time.time() - self.started_at, 3),

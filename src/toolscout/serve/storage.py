@@ -142,6 +142,16 @@ class Compacts(Protocol):
 
 
 @runtime_checkable
+class ProbesServer(Protocol):
+    """A storage on a database server that may be down (PostgreSQL), which it can tell at once."""
+
+    def check_answering(self) -> None:
+        """Raise Unavailable now when the server is known not to answer (/health and /metrics, which probes
+        poll with short timeouts, ask this first); return otherwise."""
+        ...
+
+
+@runtime_checkable
 class Retrains(Protocol):
     """A storage whose pipeline's models can be retrained from its feedback (`toolscout.train.feedback`)."""
 

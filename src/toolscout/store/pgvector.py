@@ -384,6 +384,22 @@ class PgDatabase:
             raise Unavailable(f"the PostgreSQL database {redact(self.dsn)} is not answering: "
                               f"{_first_line(exc)}") from exc
 
+    def check_answering(self) -> None:
+        """Unavailable at once, with psycopg's reason, when the pool cannot connect (its last attempt failed)
+        and a connection tried now fails too: a probe (/health) gets its 503 within its own timeout, not after
+        the POOL_WAIT_S a request waits for a connection. One connection attempt per call: for probes, not for
+        every request, which would storm a database refusing connections. Otherwise returns, and the caller
+        waits on the pool as usual (that wait is what has the pool try to connect again)."""
+        import psycopg
+
+        if self.outage.since is None:
+            return
+        try:
+            psycopg.connect(self.dsn, autocommit=True, connect_timeout=_whole(1)).close()  # libpq: 2 s at least
+        except psycopg.OperationalError as exc:
+            raise Unavailable(f"the PostgreSQL database {redact(self.dsn)} is not answering: "
+                              f"{_first_line(exc)}") from exc
+
     def close(self) -> None:
         with self._lock:
             if self._pool is not None:
