@@ -72,6 +72,18 @@ def test_spec_parsing_keeps_libpq_parameters_and_never_records_the_password():
         PgSpec.parse("postgresql://u:pw@h/db?sslmod=require&tenant=t")  # a misspelt libpq parameter, before connecting
 
 
+def test_a_toolscout_parameter_given_twice_is_refused_naming_it_and_its_values():
+    from toolscout.store.pgvector import PgSpec, PgStoreError
+
+    # a config's DSN with "&tenant=..." appended: taking the last would replace team_b's whole catalog
+    with pytest.raises(PgStoreError, match=r"gives 'tenant' 2 times \('team_a', 'team_b'\): give it once"):
+        PgSpec.parse("postgresql:///db?tenant=team_a&sslmode=disable&tenant=team_b")
+    with pytest.raises(PgStoreError, match=r"gives 'table' 2 times \('tools_a', 'tools_a'\)"):
+        PgSpec.parse("postgresql:///db?table=tools_a&table=tools_a")
+    with pytest.raises(PgStoreError, match=r"gives 'answer_timeout' 2 times \('5', '9'\)"):
+        PgSpec.parse("postgresql:///db?answer_timeout=5&tenant=t&answer_timeout=9")
+
+
 def test_a_table_someone_else_made_is_refused_by_name_and_kept(pg):
     import psycopg
 

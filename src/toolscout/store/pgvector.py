@@ -112,15 +112,7 @@ class PgSpec:
         if not is_postgres_spec(spec):
             raise PgStoreError(f"not a PostgreSQL store spec: {redact(spec)!r} (expected postgresql://...)")
         parts = urlsplit(spec)
-        kept, own = [], {}
-        for pair in filter(None, parts.query.split("&")):
-            key, _, value = pair.partition("=")
-            if key in OWN_PARAMS:
-                from urllib.parse import unquote
-
-                own[key] = unquote(value)
-            else:
-                kept.append(pair)
+        kept, own = _split_own_params(parts.query)
         dsn = _unsplit(parts.scheme, parts.netloc, parts.path, "&".join(kept), parts.fragment)
         _check_conninfo(dsn)
         tenant = tenant if tenant is not None else own.get("tenant", "default")
@@ -144,6 +136,26 @@ class PgSpec:
 
     def __str__(self) -> str:
         return self.to_string()
+
+
+def _split_own_params(query: str) -> tuple[list[str], dict[str, str]]:
+    """The query's libpq pairs (as given) and toolscout's own parameters (decoded). An own parameter given twice
+    is refused: taking either value could point a whole-catalog write at the wrong tenant or table (a DSN from a
+    config with `&tenant=...` appended to it)."""
+    from urllib.parse import unquote
+
+    kept, given = [], {}
+    for pair in filter(None, query.split("&")):
+        key, _, value = pair.partition("=")
+        if key in OWN_PARAMS:
+            given.setdefault(key, []).append(unquote(value))
+        else:
+            kept.append(pair)
+    for key, values in given.items():
+        if len(values) > 1:
+            raise PgStoreError(f"the store spec gives {key!r} {len(values)} times ({', '.join(map(repr, values))}): "
+                               f"give it once")
+    return kept, {key: values[0] for key, values in given.items()}
 
 
 def _answer_timeout(value: str | None) -> float:
