@@ -170,6 +170,47 @@ def test_cli_learns_and_reports_on_a_postgres_store_and_a_migration_counts_what_
     assert "warning: the 2 feedback events" in capsys.readouterr().err
 
 
+def test_a_tenant_with_no_catalog_is_refused_by_learning_and_approvals_and_warned_of_by_serve(pg, tmp_path, tools,
+                                                                                               encoder, capsys):
+    """A mistyped ?tenant= read as an empty deployment: reports of zeros, "nothing waits", and a freeze that made
+    the typo a tenant. Now those commands refuse it, naming the table's tenants, and create nothing; serve warns;
+    `index` still makes a new tenant."""
+    import psycopg
+
+    from toolscout.cli import build_parser, main
+    from toolscout.cli.serve import _open_service
+    from toolscout.serve.auth import AuthConfig
+
+    catalog = tmp_path / "tools.json"
+    catalog.write_text(json.dumps([{"type": "function", "function": {"name": t.name, "description": t.description}}
+                                   for t in tools]))
+    table = new_table()
+    assert main(["index", str(catalog), "--out", str(tmp_path / "idx"), "--store", spec(pg, table, "team-a")]) == 0
+    with psycopg.connect(pg, autocommit=True) as conn:  # what an older toolscout's freeze of a typo left: no catalog
+        conn.execute("INSERT INTO toolscout_versions (tbl, tenant, version) VALUES (%s, 'team-old', 1)", [table])
+    typo = spec(pg, table, "team-aa")
+    capsys.readouterr()
+    for command in (["learning", "freeze", typo], ["learning", "weight", typo, "*", "0.5"], ["learning", "report", typo],
+                    ["learning", "rollback", typo, "--before", "0"], ["learn", "--store", typo, "--forget", "x"],
+                    ["gateway", "approve", "--store", typo, "--list"]):
+        assert main(command) == 1, command
+        err = capsys.readouterr().err
+        assert (f"tenant 'team-aa' has no catalog in index table '{table}' (the table's tenants: 'team-a'), so "
+                f"`toolscout {' '.join(command[:2]) if command[0] != 'learn' else 'learn'}` has nothing") in err, err
+        assert "toolscout index CATALOG --out DIR --store" in err and "tenant=team-aa" in err
+    with psycopg.connect(pg, autocommit=True) as conn:
+        made = conn.execute("SELECT tenant FROM toolscout_versions WHERE tbl = %s ORDER BY tenant", [table]).fetchall()
+    assert made == [("team-a",), ("team-old",)]  # nothing made for the typo
+    service = _open_service(build_parser().parse_args(["serve", "--store", typo]), AuthConfig())
+    service.close()
+    assert ("warning: tenant 'team-aa' has no catalog in index table "
+            f"'{table}' (the table's tenants: 'team-a'): its searches find nothing") in capsys.readouterr().err
+    # a new tenant is made by indexing a catalog into it, and is then a tenant like any other
+    assert main(["index", str(catalog), "--out", str(tmp_path / "idx2"), "--store", typo]) == 0
+    assert main(["learning", "freeze", typo]) == 0
+    assert "learning is frozen" in capsys.readouterr().err
+
+
 def test_tenants_are_isolated_on_every_http_path(pg, tmp_path, tools, encoder):
     from starlette.testclient import TestClient
 

@@ -245,6 +245,27 @@ def is_configured(spec: str | PgSpec) -> bool:
     return bool(row and (row[0] or {}).get("model"))
 
 
+def require_catalog(spec: str | PgSpec, command: str) -> None:
+    """Refuse `command` (learning, approvals) on a tenant of `spec` that has no catalog (`PgCatalog.require_catalog`),
+    before anything is loaded or changed. `index` and a gateway make a new tenant's catalog, and do not ask."""
+    catalog = PgCatalog.from_spec(spec)
+    try:
+        catalog.require_catalog(command)
+    finally:
+        catalog.close()
+
+
+def missing_catalogs(spec: str | PgSpec, tenants: Sequence[str] = ()) -> list[str]:
+    """What a server of `spec` should warn of at start: each of the spec's tenant and `tenants` (those its tokens
+    are bound to) that has no catalog (`PgCatalog.missing_catalog`)."""
+    catalog = PgCatalog.from_spec(spec)
+    try:
+        notes = (catalog.for_tenant(tenant).missing_catalog() for tenant in dict.fromkeys([catalog.tenant, *tenants]))
+        return [note for note in notes if note is not None]
+    finally:
+        catalog.close()
+
+
 def configure_new_table(spec: str | PgSpec, encoder, pipeline: PipelineSpec) -> bool:
     """Record `pipeline` as the pipeline of `spec`'s index table (its tenant's catalog empty), unless the table
     records one already: under an advisory lock, so processes starting together on a new database configure it

@@ -261,6 +261,7 @@ def _approve_shared(args: argparse.Namespace, store: str) -> int:
 
     catalog = PgCatalog.from_spec(store)
     try:
+        catalog.require_catalog("gateway approve")  # a mistyped tenant: not "nothing is waiting"
         return _approve(args, DefinitionLedger(SharedRecords(PgGatewayState(catalog)), pin=True))
     finally:
         catalog.close()

@@ -40,7 +40,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 def cmd_learn(args: argparse.Namespace) -> int:
     from ..feedback import DEFAULT_SOURCE, events_from_jsonl, nothing_from
-    from ..postgres import recorded_spec
+    from ..postgres import recorded_spec, require_catalog
+    from ..store.pgvector import is_postgres_spec
     from ..serve.limits import FeedbackLimits
     from ..serve.service import ToolService
 
@@ -51,6 +52,8 @@ def cmd_learn(args: argparse.Namespace) -> int:
     target = args.store or recorded_spec(args.dir) or args.dir
     if target is None:
         raise ValueError("give the pipeline directory (DIR) or --store postgresql://...")
+    if is_postgres_spec(target):
+        require_catalog(target, "learn")
     events = [replace(e, source=args.source) if e.source == DEFAULT_SOURCE else e
               for log in args.logs for e in events_from_jsonl(log)]  # every log is read before anything changes
     if args.logs and not events:
@@ -149,7 +152,7 @@ def cmd_learning(args: argparse.Namespace) -> int:
     before = parse_time(args.before) if args.verb == "rollback" else None
     weights = parse_weight(args.weight, args.namespace) if args.verb == "weight" else None
     token = args.token if args.token is not None else os.environ.get("TOOLSCOUT_TOKEN")
-    target = LearningTarget.of(args.target, token, read_only=args.verb == "report")
+    target = LearningTarget.of(args.target, token, read_only=args.verb == "report", command=f"learning {args.verb}")
     try:
         if args.verb == "report":
             report = target.report()
@@ -224,12 +227,14 @@ class LearningTarget:
         self.service, self.url, self.token, self.pipeline = service, url, token, pipeline
 
     @classmethod
-    def of(cls, target: str, token: str | None, read_only: bool = False) -> "LearningTarget":
+    def of(cls, target: str, token: str | None, read_only: bool = False,
+           command: str = "learning") -> "LearningTarget":
         """`read_only`: a directory is read as its server serves it, beside the server (a stdio gateway has
-        no URL to ask), instead of opened for writing, which a server holding it refuses."""
+        no URL to ask), instead of opened for writing, which a server holding it refuses. `command`: what is
+        refused, by name, on a PostgreSQL tenant that has no catalog."""
         if target.startswith(("http://", "https://")):
             return cls(url=target.rstrip("/"), token=token)
-        from ..postgres import recorded_spec
+        from ..postgres import recorded_spec, require_catalog
         from ..serve.held import current_pipeline
         from ..serve.limits import FeedbackLimits
         from ..serve.service import ToolService
@@ -237,6 +242,8 @@ class LearningTarget:
 
         target = _index_of_gateway_config(target)
         spec = target if is_postgres_spec(target) else recorded_spec(target)
+        if spec:
+            require_catalog(spec, command)
         if read_only and not spec:
             return cls(pipeline=current_pipeline(target))
         return cls(ToolService.open(spec or target, batch_workers=0, limits=FeedbackLimits(rate=None, volume=None)))

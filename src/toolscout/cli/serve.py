@@ -229,12 +229,25 @@ def _open_service(args: argparse.Namespace, auth):
                          "index holds one catalog")
     service = ToolService.open(target, compact_every=args.compact_every, always_include=args.always_include,
                                fast_queries=args.fast_queries, **service_options(args))
+    if is_postgres_spec(target):
+        _warn_of_missing_catalogs(target, auth)
     held = {tool.id for tool in service.tools} if args.always_include else set()
     missing = [tool_id for tool_id in dict.fromkeys(args.always_include) if tool_id not in held]
     if missing:  # a typo, most likely; a tool added under that id later is included from then on
         print(f"toolscout: warning: --always-include {', '.join(missing)}: no tool has that id now; it is added to "
               "answers once one does", file=sys.stderr)
     return service
+
+
+def _warn_of_missing_catalogs(spec: str, auth) -> None:
+    """A tenant served here (the store spec's, and those tokens are bound to) that has no catalog answers every
+    search with nothing, which reads as "no tool fits": a mistyped tenant, most likely. Said at start; it is not
+    refused, since writes through this server may fill a new tenant."""
+    from ..postgres import missing_catalogs
+
+    for note in missing_catalogs(spec, sorted(auth.tenants)):
+        print(f"toolscout: warning: {note}: its searches find nothing until a catalog is indexed into it "
+              "(toolscout index --store) or written to it", file=sys.stderr)
 
 
 def _check_dependencies(args: argparse.Namespace) -> None:

@@ -100,6 +100,24 @@ class PgCatalog(PgTenantRows):
     def before_commit(self, hook: Callable[[], None] | None) -> None:
         self.vectors.before_commit = hook
 
+    def missing_catalog(self) -> str | None:
+        """None when the tenant has a catalog (`PgDatabase.tenants`); else that it has none and which tenants the
+        table has: a mistyped ?tenant= reads as an empty catalog otherwise (searches abstain, reports show zeros)."""
+        tenants = self.database.tenants()
+        if self.tenant in tenants:
+            return None
+        return (f"tenant {self.tenant!r} has no catalog in index table {self.table!r} (the table's tenants: "
+                f"{', '.join(map(repr, tenants)) or 'none'})")
+
+    def require_catalog(self, command: str) -> None:
+        """Refuse `command` on a tenant that has no catalog: what it reads would be zeros and what it writes would
+        create the tenant (a typo's) as a side effect."""
+        note = self.missing_catalog()
+        if note is not None:
+            raise PgStoreError(f"{note}, so `toolscout {command}` has nothing to work on: check ?tenant= in the store "
+                               f"spec, or index a catalog into this tenant first (toolscout index CATALOG --out DIR "
+                               f"--store '{self.spec}')")
+
     # versions and the change log ---------------------------------------------------------------
     def version(self) -> int:
         """The tenant's catalog version: bumped by every committed write (0 before the first)."""

@@ -438,11 +438,17 @@ class PgDatabase:
             run(c)
 
     def tenants(self) -> dict[str, int]:
-        """Every tenant with a version row, and its version (for operators: not exposed to tenants)."""
+        """Every tenant that has a catalog in this table, and its version (for operators: not exposed to tenants).
+        A catalog is its own partition, made by indexing one or by writing tools; learning settings and feedback
+        bump a version row but make none, so a tenant that only has those has no catalog."""
         with self.connection() as conn:
             rows = conn.execute("SELECT tenant, version FROM toolscout_versions WHERE tbl = %s ORDER BY tenant",
                                 [self.table]).fetchall()
-        return dict(rows)
+            partitions = {schema.partition_name(self.table, tenant): tenant for tenant, _version in rows}
+            attached = {partitions[name] for (name,) in conn.execute(
+                "SELECT name FROM unnest(%s::text[]) AS name WHERE to_regclass(name) IS NOT NULL",
+                [list(partitions)]).fetchall()}
+        return {tenant: version for tenant, version in rows if tenant in attached}
 
     # partitions ---------------------------------------------------------------------------
     def ensure_partition(self, conn, tenant: str) -> None:
