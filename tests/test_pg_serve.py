@@ -143,6 +143,26 @@ def test_cli_index_search_and_migrate_with_a_postgres_store(pg, tmp_path, tools,
     assert "retriever.name: 'dense' there, 'hybrid' here" in err and "migrate --store DSN --search" in err
 
 
+def test_cli_index_into_postgres_draws_a_progress_bar_as_into_a_directory(pg, tmp_path, tools, encoder, capsys,
+                                                                           monkeypatch):
+    """--quiet draws none; without it, a catalog of at least PROGRESS_FROM tools draws one (here: the threshold
+    lowered to the test catalog's size), as `index` into a directory does."""
+    from toolscout import encoders
+    from toolscout.cli import main
+
+    catalog = tmp_path / "tools.json"
+    catalog.write_text(json.dumps([{"type": "function", "function": {"name": t.name, "description": t.description}}
+                                   for t in tools]))
+    store_spec = spec(pg, new_table())
+    monkeypatch.setattr(encoders, "PROGRESS_FROM", len(tools))
+    assert main(["index", str(catalog), "--out", str(tmp_path / "idx"), "--store", store_spec, "--quiet"]) == 0
+    assert "encoding:" not in capsys.readouterr().err
+    catalog.write_text(json.dumps([{"type": "function", "function": {"name": t.name, "description": t.description + "."}}
+                                   for t in tools]))  # changed texts: all embedded again
+    assert main(["index", str(catalog), "--out", str(tmp_path / "idx"), "--store", store_spec]) == 0
+    assert "encoding:" in capsys.readouterr().err
+
+
 def test_cli_learns_and_reports_on_a_postgres_store_and_a_migration_counts_what_it_left(pg, tmp_path, tools, encoder,
                                                                                        capsys):
     """`toolscout learn --store DSN LOG` (docs/postgres.md: a directory's feedback reaches the database so),

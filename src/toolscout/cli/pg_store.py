@@ -53,7 +53,8 @@ def index_into_postgres(args: argparse.Namespace, tools: Sequence[Tool], replace
     encoder = encoding_parts(pipeline.retriever)[0].encoder
     catalog = PgCatalog.from_spec(spec, encoder.dim)
     try:
-        report = index_catalog(catalog, tools, encoder, pipeline.spec, progress=True)
+        # a bar as for a directory: `cmd_index`'s progress_shown (none with --quiet, nor for a small catalog)
+        report = index_catalog(catalog, tools, encoder, pipeline.spec)
     finally:
         catalog.close()
     # the pipeline the table serves: the flags', reading descriptions as the table does (`with_table_reading`)
