@@ -114,6 +114,7 @@ def test_cli_index_search_and_migrate_with_a_postgres_store(pg, tmp_path, tools,
     table = new_table()
     store_spec = spec(pg, table, "team-a")
     assert main(["index", str(catalog), "--out", str(tmp_path / "idx"), "--store", store_spec]) == 0
+    assert f"indexed {len(tools)} tools ({len(tools)} embedded) into" in capsys.readouterr().err  # no "rest"
     assert main(["index", str(catalog), "--out", str(tmp_path / "local")]) == 0
     capsys.readouterr()
     config = json.loads(next((tmp_path / "idx").glob("v*/config.json")).read_text())
@@ -135,7 +136,14 @@ def test_cli_index_search_and_migrate_with_a_postgres_store(pg, tmp_path, tools,
     service.close()
     # re-indexing an unchanged catalog embeds nothing; the table's search mode can be switched
     assert main(["index", str(catalog), "--out", str(tmp_path / "idx"), "--store", store_spec]) == 0
-    assert f"indexed {len(tools)} tools (0 embedded" in capsys.readouterr().err
+    assert f"indexed {len(tools)} tools ({len(tools)} unchanged) into" in capsys.readouterr().err
+    # a smaller catalog, one text edited: what was embedded, kept and removed, each said
+    smaller = [{"type": "function", "function": {"name": t.name, "description": t.description + (" Fast." if i == 0 else ""),
+                                                  "parameters": t.parameters}} for i, t in enumerate(tools[:-2])]
+    (tmp_path / "smaller.json").write_text(json.dumps(smaller))
+    assert main(["index", str(tmp_path / "smaller.json"), "--out", str(tmp_path / "idx"), "--store", store_spec]) == 0
+    assert f"indexed {len(tools) - 2} tools (1 embedded, {len(tools) - 3} unchanged, 2 removed) into" in \
+        capsys.readouterr().err
     assert main(["migrate", "--store", store_spec, "--search", "dense"]) == 0
     # the default index search (hybrid) no longer matches the table's: refused, naming what differs
     assert main(["index", str(catalog), "--out", str(tmp_path / "idx"), "--store", store_spec]) == 1

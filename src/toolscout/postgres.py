@@ -47,6 +47,17 @@ class CatalogReport:
     summary_weight: float = 0.0
     feedback_left: int = 0  # feedback events a migrated directory holds, which stay with it
     pipeline: PipelineSpec | None = None  # what the table serves the catalog with (`index_catalog`)
+    removed: int = 0  # tools the tenant held that the new catalog does not (`index_catalog`)
+
+    @property
+    def unchanged(self) -> int:
+        """Tools that kept their stored vector (their text view unchanged)."""
+        return self.tools - self.embedded
+
+    def counts(self) -> str:
+        """What the write did, in words: '3 embedded, 196 unchanged, 2 removed', each part only when not zero."""
+        parts = [(self.embedded, "embedded"), (self.unchanged, "unchanged"), (self.removed, "removed")]
+        return ", ".join(f"{n} {what}" for n, what in parts if n) or "nothing to embed or remove"
 
 
 def index_catalog(catalog: PgCatalog | PgVectorStore, tools: Sequence[Tool], encoder,
@@ -88,7 +99,8 @@ def index_catalog(catalog: PgCatalog | PgVectorStore, tools: Sequence[Tool], enc
         rows = [PgRow(t.id, t.namespace, vectors.get(t.id), texts[t.id], hashes[t.id], t.to_record()) for t in tools]
         try:
             outcome = catalog.write(rows, replace=True, config=config.to_dict())
-            return CatalogReport(len(tools), len(vectors), outcome.version, config.summary_weight, pipeline=pipeline)
+            return CatalogReport(len(tools), len(vectors), outcome.version, config.summary_weight, pipeline=pipeline,
+                                 removed=len(stored_hashes.keys() - by_id.keys()))
         except NeedVectors as exc:  # a stored vector changed or vanished meanwhile: embed those too
             vectors.update(encode([i for i in exc.ids if i not in vectors], False))
     raise PgStoreError("the catalog kept changing while it was being indexed; retry")

@@ -61,7 +61,7 @@ def index_into_postgres(args: argparse.Namespace, tools: Sequence[Tool], replace
     write_pointer(args.out, spec, report.pipeline, report.tools)  # the DSN without its password
     replacement.saved()
     took = time.perf_counter() - start
-    print(f"indexed {report.tools} tools ({report.embedded} embedded, the rest unchanged) into {spec} "
+    print(f"indexed {report.tools} tools ({report.counts()}) into {spec} "
           f"version {report.version} with {pipeline.retriever.name} in {took:.1f}s → {args.out}", file=sys.stderr)
     return 0
 
