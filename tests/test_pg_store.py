@@ -84,6 +84,22 @@ def test_a_toolscout_parameter_given_twice_is_refused_naming_it_and_its_values()
         PgSpec.parse("postgresql:///db?answer_timeout=5&tenant=t&answer_timeout=9")
 
 
+def test_the_names_of_toolscouts_own_bookkeeping_tables_are_refused_as_reserved():
+    import inspect
+    import re
+
+    from toolscout.store import pg_schema
+    from toolscout.store.pgvector import PgSpec
+
+    with pytest.raises(ValueError, match="index table name 'toolscout_feedback' is reserved for toolscout's own "
+                                         "bookkeeping .*choose another"):
+        PgSpec.parse("postgresql:///db?table=toolscout_feedback")
+    # every shared relation the schema creates is reserved (and the index tables' default name is not)
+    ddl = [st for m in pg_schema.MIGRATIONS for st in m.statements("idx", 8)] + [inspect.getsource(pg_schema.migrate)]
+    assert {name for text in ddl for name in re.findall(r"\btoolscout_[a-z_]+", text)} == pg_schema.BOOKKEEPING
+    assert PgSpec.parse("postgresql:///db?table=toolscout_tools").table == pg_schema.DEFAULT_TABLE
+
+
 def test_a_table_someone_else_made_is_refused_by_name_and_kept(pg):
     import psycopg
 

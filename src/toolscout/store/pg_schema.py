@@ -49,6 +49,13 @@ HNSW_M = 16
 HNSW_EF_CONSTRUCTION = 64
 MIGRATION_LOCK = 0x746F6F6C73636F75  # advisory lock key ("toolscou"), held while migrating
 _TABLE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,31}$")
+# the database-wide relations every index table shares (the `toolscout_*` names the migrations and `migrate`
+# create): names an index table cannot take
+BOOKKEEPING = frozenset({
+    "toolscout_schema_migrations", "toolscout_indexes", "toolscout_versions", "toolscout_changes",
+    "toolscout_feedback", "toolscout_feedback_tool", "toolscout_usage", "toolscout_feedback_totals",
+    "toolscout_requests", "toolscout_scored", "toolscout_learning", "toolscout_definitions_stamp",
+    "toolscout_definitions", "toolscout_definitions_by_stamp", "toolscout_listings"})
 
 
 class SchemaError(ToolScoutError):
@@ -59,6 +66,9 @@ def check_table_name(table: str) -> str:
     if not _TABLE_NAME.match(table):
         raise ValueError(f"invalid index table name {table!r}: use 1-32 lowercase letters, digits and '_', "
                          "starting with a letter or '_'")
+    if table in BOOKKEEPING:
+        raise ValueError(f"index table name {table!r} is reserved for toolscout's own bookkeeping (what every index "
+                         "table of the database shares); choose another (?table=NAME in the store spec)")
     return table
 
 
