@@ -138,8 +138,9 @@ def test_cli_index_search_and_migrate_with_a_postgres_store(pg, tmp_path, tools,
     assert main(["index", str(catalog), "--out", str(tmp_path / "idx"), "--store", store_spec]) == 0
     assert f"indexed {len(tools)} tools ({len(tools)} unchanged) into" in capsys.readouterr().err
     # a smaller catalog, one text edited: what was embedded, kept and removed, each said
-    smaller = [{"type": "function", "function": {"name": t.name, "description": t.description + (" Fast." if i == 0 else ""),
-                                                  "parameters": t.parameters}} for i, t in enumerate(tools[:-2])]
+    smaller = [{"type": "function", "function": {"name": t.name, "parameters": t.parameters,
+                                                  "description": t.description + (" Fast." if i == 0 else "")}}
+               for i, t in enumerate(tools[:-2])]
     (tmp_path / "smaller.json").write_text(json.dumps(smaller))
     assert main(["index", str(tmp_path / "smaller.json"), "--out", str(tmp_path / "idx"), "--store", store_spec]) == 0
     assert f"indexed {len(tools) - 2} tools (1 embedded, {len(tools) - 3} unchanged, 2 removed) into" in \
@@ -165,7 +166,8 @@ def test_cli_index_into_postgres_draws_a_progress_bar_as_into_a_directory(pg, tm
     monkeypatch.setattr(encoders, "PROGRESS_FROM", len(tools))
     assert main(["index", str(catalog), "--out", str(tmp_path / "idx"), "--store", store_spec, "--quiet"]) == 0
     assert "encoding:" not in capsys.readouterr().err
-    catalog.write_text(json.dumps([{"type": "function", "function": {"name": t.name, "description": t.description + "."}}
+    catalog.write_text(json.dumps([{"type": "function", "function": {"name": t.name,
+                                                                     "description": t.description + "."}}
                                    for t in tools]))  # changed texts: all embedded again
     assert main(["index", str(catalog), "--out", str(tmp_path / "idx"), "--store", store_spec]) == 0
     assert "encoding:" in capsys.readouterr().err
@@ -218,8 +220,9 @@ def test_a_tenant_with_no_catalog_is_refused_by_learning_and_approvals_and_warne
         conn.execute("INSERT INTO toolscout_versions (tbl, tenant, version) VALUES (%s, 'team-old', 1)", [table])
     typo = spec(pg, table, "team-aa")
     capsys.readouterr()
-    for command in (["learning", "freeze", typo], ["learning", "weight", typo, "*", "0.5"], ["learning", "report", typo],
-                    ["learning", "rollback", typo, "--before", "0"], ["learn", "--store", typo, "--forget", "x"],
+    for command in (["learning", "freeze", typo], ["learning", "weight", typo, "*", "0.5"],
+                    ["learning", "report", typo], ["learning", "rollback", typo, "--before", "0"],
+                    ["learn", "--store", typo, "--forget", "x"],
                     ["gateway", "approve", "--store", typo, "--list"]):
         assert main(command) == 1, command
         err = capsys.readouterr().err
