@@ -477,6 +477,44 @@ def test_indexing_a_catalog_again_keeps_the_feedback_counts_of_the_tools_it_keep
         store.close()
 
 
+def _openai_catalog(path, tools):
+    path.write_text(json.dumps([{"type": "function", "function": {"name": t.name, "description": t.description,
+                                                                  "parameters": t.parameters}} for t in tools]))
+    return str(path)
+
+
+def test_a_replace_that_leaves_tools_out_says_what_went_with_them(pg, tmp_path, tools, encoder, capsys):
+    """Re-indexing a tenant (`index CATALOG --store`) or migrating a directory into it with a catalog that
+    leaves tools out removes them and what feedback taught them: both say how many tools went and, in the
+    words a directory's re-index uses, how many taught (tool, request) pairs were kept and dropped."""
+    from toolscout.cli import main
+    from toolscout.store.pgvector import PgSpec
+
+    store_spec = spec(pg, new_table(), "team-a")
+    taught = {0: ["weather for the weekend in Lyon", "will it be sunny on Sunday", "forecast for Oslo"],
+              1: ["how warm is it outside right now", "is it windy now"],
+              2: ["find me a way to get to Lisbon"],
+              5: ["write to my landlord", "tell Ann that I am late", "mail the report to Bob"]}  # tools[i]: 9 pairs
+    log = tmp_path / "feedback.jsonl"
+    log.write_text("".join(json.dumps({"query": q, "tool_ids": [tools[i].name]}) + "\n"
+                           for i, queries in taught.items() for q in queries))
+    out = ["--out", str(tmp_path / "idx"), "--store", store_spec]
+    assert main(["index", _openai_catalog(tmp_path / "all.json", tools), *out]) == 0
+    assert main(["learn", "--store", store_spec, str(log)]) == 0
+    assert "9 (tool, request) pairs learned" in capsys.readouterr().err
+    assert main(["index", _openai_catalog(tmp_path / "fewer.json", tools[2:]), *out]) == 0
+    err = capsys.readouterr().err
+    assert "removed 2 tools of tenant 'team-a' that the new catalog leaves out, with their feedback" in err
+    assert (f"kept what {PgSpec.parse(store_spec)} learned from feedback: 4 (tool, request) pairs; dropped 5 whose "
+            "tool is no longer in the catalog") in err
+    assert main(["index", _openai_catalog(tmp_path / "local.json", tools[3:]), "--out", str(tmp_path / "local")]) == 0
+    assert main(["migrate", str(tmp_path / "local"), "--store", store_spec]) == 0
+    err = capsys.readouterr().err
+    assert "removed 1 tool of tenant 'team-a'" in err and "feedback: 3 (tool, request) pairs; dropped 1 whose" in err
+    assert main(["index", _openai_catalog(tmp_path / "same.json", tools[3:]), *out]) == 0
+    assert "removed" not in (err := capsys.readouterr().err) and "kept what" in err  # nothing left out this time
+
+
 def test_health_says_when_a_running_replica_must_restart_to_serve_its_tables_new_pipeline(pg, tools, encoder,
                                                                                         caplog):
     """`toolscout migrate --store DSN --search dense` switches the pipeline of the table's servers as they start;

@@ -233,6 +233,13 @@ def nothing_from(source: str) -> str:
     return f"source {source!r} has no feedback stored here (a typo?): nothing was taken back, nothing changed"
 
 
+def learning_kept(where: Any, kept: int, dropped: int) -> str:
+    """What a new catalog took over of what `where` (an index directory, or a PostgreSQL tenant) learned from
+    feedback, in taught (tool, request) pairs: `kept`, and `dropped` with the tools it no longer holds."""
+    return (f"kept what {where} learned from feedback: {kept} (tool, request) pairs; dropped {dropped} whose tool "
+            "is no longer in the catalog")
+
+
 class UsageLedger:
     """Per tool and source, the distinct requests that taught it (at most `per_source_cap`), in arrival
     order, each a `Usage` with its time and untaught rank; plus counts of everything reported. Not

@@ -46,6 +46,8 @@ class CatalogReport:
     version: int
     summary_weight: float = 0.0
     feedback_left: int = 0  # feedback events a migrated directory holds, which stay with it
+    taught_kept: int = 0  # taught (tool, request) pairs of the tools the new catalog kept (they stay),
+    taught_dropped: int = 0  # and of the tools it left out (gone with them)
     pipeline: PipelineSpec | None = None  # what the table serves the catalog with (`index_catalog`)
     removed: int = 0  # tools the tenant held that the new catalog does not (`index_catalog`)
 
@@ -99,8 +101,7 @@ def index_catalog(catalog: PgCatalog | PgVectorStore, tools: Sequence[Tool], enc
         rows = [PgRow(t.id, t.namespace, vectors.get(t.id), texts[t.id], hashes[t.id], t.to_record()) for t in tools]
         try:
             outcome = catalog.write(rows, replace=True, config=config.to_dict())
-            return CatalogReport(len(tools), len(vectors), outcome.version, config.summary_weight, pipeline=pipeline,
-                                 removed=len(stored_hashes.keys() - by_id.keys()))
+            return _replaced(outcome, len(tools), len(vectors), config.summary_weight, pipeline)
         except NeedVectors as exc:  # a stored vector changed or vanished meanwhile: embed those too
             vectors.update(encode([i for i in exc.ids if i not in vectors], False))
     raise PgStoreError("the catalog kept changing while it was being indexed; retry")
@@ -179,7 +180,15 @@ def index_catalog_vectors(catalog: PgCatalog, tools: Sequence[Tool], vectors, co
                           (hashes or {}).get(tool.id) or vector_hash(tool, view, text, config.summary_weight),
                           tool.to_record()))
     outcome = catalog.write(rows, replace=True, config=config.to_dict())
-    return CatalogReport(len(tools), 0, outcome.version, config.summary_weight)
+    return _replaced(outcome, len(tools), 0, config.summary_weight)
+
+
+def _replaced(outcome, tools: int, embedded: int, summary_weight: float,
+              pipeline: PipelineSpec | None = None) -> CatalogReport:
+    """The report of a whole-catalog replace (`outcome`: its `WriteOutcome`)."""
+    return CatalogReport(tools, embedded, outcome.version, summary_weight, pipeline=pipeline,
+                         removed=len(outcome.deleted), taught_kept=outcome.taught_kept,
+                         taught_dropped=outcome.taught_dropped)
 
 
 def migrate_directory(folder: str | Path, spec: str | PgSpec, *, search: str | None = None) -> CatalogReport:

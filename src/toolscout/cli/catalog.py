@@ -105,9 +105,9 @@ def _keep_learning(scout, learned, out: str) -> None:
     """The new index takes over what the one it replaces learned (`ToolScout.carry_learning`), and says so."""
     if learned is None:
         return
-    kept, dropped = scout.carry_learning(learned)
-    print(f"kept what {out} learned from feedback: {kept} (tool, request) pairs; dropped {dropped} whose tool is "
-          "no longer in the catalog", file=sys.stderr)
+    from ..feedback import learning_kept
+
+    print(learning_kept(out, *scout.carry_learning(learned)), file=sys.stderr)
 
 
 def _refuse_to_drop_learning(args: argparse.Namespace, replacement) -> None:

@@ -60,10 +60,23 @@ def index_into_postgres(args: argparse.Namespace, tools: Sequence[Tool], replace
     # the pipeline the table serves: the flags', reading descriptions as the table does (`with_table_reading`)
     write_pointer(args.out, spec, report.pipeline, report.tools)  # the DSN without its password
     replacement.saved()
+    tell_what_went(spec, report)
     took = time.perf_counter() - start
     print(f"indexed {report.tools} tools ({report.counts()}) into {spec} "
           f"version {report.version} with {pipeline.retriever.name} in {took:.1f}s → {args.out}", file=sys.stderr)
     return 0
+
+
+def tell_what_went(spec, report) -> None:
+    """What replacing the tenant's catalog took away: the tools the new one leaves out, and with them what
+    feedback had taught them (worded as a directory's replace words it)."""
+    from ..feedback import learning_kept
+
+    if report.removed:
+        print(f"removed {report.removed} tool{'s' if report.removed != 1 else ''} of tenant {spec.tenant!r} that "
+              "the new catalog leaves out, with their feedback", file=sys.stderr)
+    if report.taught_kept or report.taught_dropped:
+        print(learning_kept(spec, report.taught_kept, report.taught_dropped), file=sys.stderr)
 
 
 def open_postgres_service(spec: str, fast_queries: str | None = None):
@@ -97,6 +110,7 @@ def migrate_command(args: argparse.Namespace) -> int:
         return 0
     start = time.perf_counter()
     report = migrate_directory(args.dir, spec, search=args.search)
+    tell_what_went(spec, report)
     print(f"migrated {report.tools} tools and their pipeline from {args.dir} into {spec} (version {report.version}) "
           f"in {time.perf_counter() - start:.1f}s", file=sys.stderr)
     if report.feedback_left:

@@ -54,7 +54,9 @@ def stored_tool(tool_id: str, namespace: str | None, doc: dict | None) -> Tool:
 class WriteOutcome:
     version: int
     written: list[str] = field(default_factory=list)
-    deleted: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)  # a replace: the tools the new catalog left out
+    taught_kept: int = 0  # a replace: taught (tool, request) rows of the tools it kept,
+    taught_dropped: int = 0  # and of those it left out (gone with them)
 
 
 # An `inspect` callback of `write`: sees the stored rows of every id the write names (locked), and
@@ -266,9 +268,9 @@ class PgCatalog(PgTenantRows):
             conn.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", [f"toolscout.replace.{canonical}"])
             try:
                 for _attempt in range(attempts):
-                    seen, staging = self._build_partition(conn, rows)
+                    seen, staging, left_out = self._build_partition(conn, rows)
                     try:
-                        return self._swap(conn, staging, seen, [r.id for r in rows], config)
+                        return self._swap(conn, staging, seen, [r.id for r in rows], left_out, config)
                     except _CatalogMoved:
                         conn.execute(self._sql("DROP TABLE IF EXISTS {s}", s=staging))
             finally:
@@ -276,9 +278,10 @@ class PgCatalog(PgTenantRows):
         raise PgStoreError(f"tenant {self.tenant!r}: the catalog kept changing while it was being replaced "
                            f"({attempts} attempts); retry when writes are quieter")
 
-    def _build_partition(self, conn, rows: list[PgRow]) -> tuple[int, str]:
+    def _build_partition(self, conn, rows: list[PgRow]) -> tuple[int, str, list[str]]:
         """A new partition-to-be holding `rows` (rows without a vector take the live row's, when its content
-        hash is the same), indexed; (the version it was built from, its name)."""
+        hash is the same), indexed; (the version it was built from, its name, the live ids it leaves out: the
+        swap happens only if no write came after that version)."""
         canonical = schema.partition_name(self.table, self.tenant)
         staging = f"{canonical}_{secrets.token_hex(3)}"
         self._drop_orphans(conn, canonical)
@@ -290,10 +293,11 @@ class PgCatalog(PgTenantRows):
             self._load_incoming(conn, rows)
             live = conn.execute("SELECT to_regclass(%s)", [canonical]).fetchone()[0] is not None
             self._fill_partition(conn, staging, live)
+            left_out = self._left_out(conn, canonical, staging) if live else []
             for statement in schema.partition_indexes(self.table, staging):
                 conn.execute(statement)
             conn.execute(f"ANALYZE {staging}")
-        return seen, staging
+        return seen, staging, left_out
 
     def _load_incoming(self, conn, rows: list[PgRow]) -> None:
         """`rows` into a temporary table (dropped at commit), by binary COPY: the fastest bulk load."""
@@ -333,7 +337,8 @@ class PgCatalog(PgTenantRows):
         if missing:
             raise NeedVectors([r[0] for r in missing])
 
-    def _swap(self, conn, staging: str, seen: int, ids: list[str], config: dict[str, Any] | None) -> WriteOutcome:
+    def _swap(self, conn, staging: str, seen: int, ids: list[str], left_out: list[str],
+              config: dict[str, Any] | None) -> WriteOutcome:
         canonical = schema.partition_name(self.table, self.tenant)
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", [REPLACE_LOCK])
@@ -345,10 +350,16 @@ class PgCatalog(PgTenantRows):
             conn.execute(self._sql("ALTER TABLE {s} RENAME TO {p}", s=staging, p=canonical))
             if config is not None:
                 self.database.set_config(config, conn)
-            pg_feedback.after_replace(self, conn)  # the feedback of tools that are gone goes with them
+            kept, dropped = pg_feedback.after_replace(self, conn)  # the feedback of tools that are gone goes too
             self._log(conn, version, None)
         self.database.remember_partition(self.tenant)
-        return WriteOutcome(version, written=ids)
+        return WriteOutcome(version, written=ids, deleted=left_out, taught_kept=kept, taught_dropped=dropped)
+
+    def _left_out(self, conn, canonical: str, staging: str) -> list[str]:
+        """The ids of the live partition that the new one, `staging`, does not hold."""
+        return [r[0] for r in conn.execute(self._sql(
+            "SELECT o.id FROM {p} o WHERE NOT EXISTS (SELECT 1 FROM {s} n WHERE n.id = o.id) ORDER BY o.id",
+            p=canonical, s=staging)).fetchall()]
 
     def _drop_orphans(self, conn, canonical: str) -> None:
         """Drop staging tables left by a replace that died before its swap (never attached)."""

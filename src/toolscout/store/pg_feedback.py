@@ -166,13 +166,18 @@ def drop_tools(store, conn, ids: Sequence[str]) -> None:
         bump_epoch(store, conn)
 
 
-def after_replace(store, conn) -> None:
-    """After a whole-catalog replace: the feedback of tools that are gone goes with them."""
-    for table in ("toolscout_feedback", "toolscout_scored"):
-        conn.execute(store._sql(f"DELETE FROM {table} f WHERE f.tbl = %s AND f.tenant = %s AND NOT EXISTS "
-                                "(SELECT 1 FROM {t} t WHERE t.tenant = f.tenant AND t.id = f.tool_id)"),
-                     [store.table, store.tenant])
+def after_replace(store, conn) -> tuple[int, int]:
+    """After a whole-catalog replace: the feedback of tools that are gone goes with them. (kept, dropped):
+    the taught (tool, request) rows of the tools still there, and of those gone."""
+    gone = ("f.tbl = %s AND f.tenant = %s AND NOT EXISTS "
+            "(SELECT 1 FROM {t} t WHERE t.tenant = f.tenant AND t.id = f.tool_id)")
+    dropped = conn.execute(store._sql(f"DELETE FROM toolscout_feedback f WHERE {gone} RETURNING learned"),
+                           [store.table, store.tenant]).fetchall()
+    conn.execute(store._sql(f"DELETE FROM toolscout_scored f WHERE {gone}"), [store.table, store.tenant])
+    kept = conn.execute("SELECT count(*) FROM toolscout_feedback WHERE tbl = %s AND tenant = %s AND learned",
+                        [store.table, store.tenant]).fetchone()[0]
     bump_epoch(store, conn)
+    return int(kept), sum(1 for (learned,) in dropped if learned)
 
 
 # learning's settings and epoch ---------------------------------------------------------------------
