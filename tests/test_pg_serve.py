@@ -561,6 +561,43 @@ def test_health_says_when_a_running_replica_must_restart_to_serve_its_tables_new
     store.close()
 
 
+def test_migrate_search_says_what_it_changes_for_which_tenants_and_that_a_custom_hybrid_is_not_kept(pg, tmp_path,
+                                                                                                     tools, capsys):
+    """`migrate --store DSN --search dense|hybrid` switches the first stage of every tenant of the table: it
+    says so, before -> after, naming the tenants; switching a custom hybrid to dense warns that its settings
+    are not kept (back to hybrid is the default hybrid, which it says too), and a switch to what the table
+    serves already changes nothing and says so."""
+    from toolscout.cli import main
+    from toolscout.store.pgvector import PgDatabase
+
+    table = new_table()
+    catalog = _openai_catalog(tmp_path / "tools.json", tools)
+    for tenant in ("team-b", "team-a"):
+        assert main(["index", catalog, "--out", str(tmp_path / tenant), "--store", spec(pg, table, tenant),
+                     "-o", "weights=[2,1]", "-o", "fusion=rrf"]) == 0
+    capsys.readouterr()
+    custom = "hybrid of bm25 + dense (depth=100, fusion=rrf, rrf_k=60, weights=[2.0, 1.0])"
+    default = "hybrid of bm25 + dense (depth=100, fusion=max, rrf_k=60, weights=[1.0, 3.0])"
+    assert main(["migrate", "--store", spec(pg, table, "team-a"), "--search", "dense"]) == 0
+    err = capsys.readouterr().err
+    assert (f"first stage of index table {table!r}: {custom} -> dense, for every tenant of the table (2 tenants: "
+            "team-a, team-b), served by each server that starts from now on") in err
+    assert ("warning: the hybrid's settings are not kept: --search hybrid would switch to the default hybrid, which "
+            "differs (fusion 'rrf' -> 'max', weights [2.0, 1.0] -> [1.0, 3.0]); no command changes") in err
+    assert main(["migrate", "--store", spec(pg, table, "team-a"), "--search", "hybrid"]) == 0
+    err = capsys.readouterr().err
+    assert f"first stage of index table {table!r}: dense -> {default}, for every tenant" in err
+    assert "note: this hybrid has the default settings" in err
+    database = PgDatabase(pg, table)
+    try:
+        assert database.config()["pipeline"]["retriever"]["settings"] == {"depth": 100, "fusion": "max",
+                                                                           "rrf_k": 60, "weights": [1.0, 3.0]}
+    finally:
+        database.close()
+    assert main(["migrate", "--store", spec(pg, table, "team-a"), "--search", "hybrid"]) == 0
+    assert f"index table {table!r} serves {default} already: nothing changed" in capsys.readouterr().err
+
+
 def test_replicas_turn_down_the_weight_of_the_namespace_whose_lifts_did_harm_as_the_library_does(pg, tools,
                                                                                                    encoder):
     """Scores keep whose lifts passed a tool (schema v7): a replica that only reads them from the database

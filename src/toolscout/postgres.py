@@ -14,6 +14,7 @@ readers see the old catalog until the new one is complete, and a crash leaves th
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import time
 from dataclasses import dataclass, replace
@@ -238,15 +239,41 @@ def _stored_vectors(folder: str | Path, retriever_dir: Path, rconf: dict, tools:
     return local.get([t.id for t in tools])
 
 
-def set_search_mode(database, search: str) -> None:
+@dataclass
+class SearchSwitch:
+    """What `set_search_mode` did to a table: the first stage its servers built before and build now, and the
+    tenants it serves (every one of them ranks with the new first stage)."""
+    before: dict[str, Any]
+    after: dict[str, Any]
+    tenants: list[str]
+
+    @property
+    def changed(self) -> bool:
+        return self.before != self.after
+
+    def default_hybrid(self) -> dict[str, Any]:
+        """The hybrid `--search hybrid` makes of the table's dense retriever alone (a hybrid switched to dense
+        is not kept anywhere)."""
+        return _as_stored(with_search(with_search(PipelineSpec(self.after), "dense"), "hybrid").retriever)
+
+
+def set_search_mode(database, search: str) -> SearchSwitch:
     """Switch how every server of an index table ranks (its pipeline's first stage: dense alone, or hybrid,
-    `with_search`); takes effect when they start."""
+    `with_search`); takes effect when they start. A hybrid switched to dense is not kept: switched back, the
+    table serves the default hybrid."""
     if search not in SEARCH_MODES:
         raise ValueError(f"unknown search mode {search!r}; use one of {', '.join(SEARCH_MODES)}")
     stored = database.config()
     config = IndexConfig.from_dict(stored)  # raises when nothing is indexed yet
-    pipeline = with_search(table_spec(config), search)
+    before = table_spec(config)
+    pipeline = with_search(before, search)
     database.set_config({**stored, **index_config(pipeline, config.feedback_cap).to_dict()})
+    return SearchSwitch(_as_stored(before.retriever), _as_stored(pipeline.retriever), list(database.tenants()))
+
+
+def _as_stored(node: dict[str, Any]) -> dict[str, Any]:
+    """A spec's node as the table's configuration holds it: JSON (tuples read back as lists)."""
+    return json.loads(json.dumps(node))
 
 
 def is_configured(spec: str | PgSpec) -> bool:

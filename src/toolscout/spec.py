@@ -127,12 +127,17 @@ class Leaf:
 
 def differences(there: Any, here: Any, path: str = "") -> list[str]:
     """Where two specs (as dicts) differ, one line per setting: "path: there's value, here's value"."""
+    return [f"{where}: {a!r} there, {b!r} here" for where, a, b in changes(there, here, path)]
+
+
+def changes(there: Any, here: Any, path: str = "") -> list[tuple[str, Any, Any]]:
+    """Where two specs (as dicts) differ, one (path, there's value, here's value) per setting."""
     if isinstance(there, Mapping) and isinstance(here, Mapping):
-        return [line for key in sorted(set(there) | set(here), key=str)
-                for line in differences(there.get(key), here.get(key), f"{path}.{key}".lstrip("."))]
+        return [change for key in sorted(set(there) | set(here), key=str)
+                for change in changes(there.get(key), here.get(key), f"{path}.{key}".lstrip("."))]
     if isinstance(there, list) and isinstance(here, list) and len(there) == len(here) and path.endswith("components"):
-        return [line for i, (a, b) in enumerate(zip(there, here)) for line in differences(a, b, f"{path}[{i}]")]
-    return [] if there == here else [f"{path}: {there!r} there, {here!r} here"]
+        return [change for i, (a, b) in enumerate(zip(there, here)) for change in changes(a, b, f"{path}[{i}]")]
+    return [] if there == here else [(path, there, here)]
 
 
 def node_of(retriever: Retriever) -> dict[str, Any]:

@@ -25,8 +25,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("dir", metavar="DIR", nargs="?", default=None, help="local index directory to copy in")
     p.add_argument("--store", required=True, metavar="DSN", help="postgresql://... (?tenant=T&table=NAME)")
     p.add_argument("--search", choices=["dense", "hybrid"], default=None,
-                   help="switch the first stage servers rank with: the dense retriever alone, or a hybrid (the "
-                        "default hybrid of BM25 and dense, when it is not one already); default: DIR's, or the table's")
+                   help="switch the first stage servers rank with, for every tenant of the table: the dense "
+                        "retriever alone, or a hybrid (the default hybrid of BM25 and dense, when it is not one "
+                        "already: a hybrid switched to dense is not kept); default: DIR's, or the table's")
     p.set_defaults(handler=migrate_command)
 
 
@@ -79,6 +80,48 @@ def tell_what_went(spec, report) -> None:
         print(learning_kept(spec, report.taught_kept, report.taught_dropped), file=sys.stderr)
 
 
+# how a table's hybrid settings change: the CLI has no command that changes them in place
+OTHER_HYBRID = ("no command changes a table's hybrid settings in place (an index with other ones is refused); to "
+                "serve others, index its tenants' catalogs into a new table (?table=NAME) with --retriever hybrid "
+                "-o weights=[A,B] -o fusion=rrf|max")
+
+
+def tell_search_switch(table: str, switch) -> None:
+    """What `migrate --search` changed (`switch`: `postgres.SearchSwitch`): the first stage before -> after, for
+    which tenants, from when; and what a hybrid it made or let go was set to."""
+    from ..spec import changes
+
+    if not switch.changed:
+        print(f"index table {table!r} serves {_stage(switch.after)} already: nothing changed", file=sys.stderr)
+        return
+    count = len(switch.tenants)
+    names = ", ".join(switch.tenants[:10]) + (f", and {count - 10} more" if count > 10 else "")
+    print(f"first stage of index table {table!r}: {_stage(switch.before)} -> {_stage(switch.after)}, for every "
+          f"tenant of the table ({count} tenant{'s' if count != 1 else ''}: {names}), served by each server that "
+          "starts from now on (a server already running ranks as it did until it is restarted: its /health says "
+          "`restart_needed`)", file=sys.stderr)
+    if switch.after["name"] == "hybrid":
+        print(f"note: this hybrid has the default settings; {OTHER_HYBRID}", file=sys.stderr)
+        return
+    lost = changes(switch.before, switch.default_hybrid())
+    if lost:
+        told = ", ".join(f"{path.removeprefix('settings.')} {was!r} -> {then!r}" for path, was, then in lost)
+        print(f"warning: the hybrid's settings are not kept: --search hybrid would switch to the default hybrid, "
+              f"which differs ({told}); {OTHER_HYBRID}", file=sys.stderr)
+
+
+def _stage(node: dict) -> str:
+    """A first stage in brief: its name, and for a hybrid its components and fusion settings."""
+    if not node.get("components"):
+        return node["name"]
+    parts = " + ".join(part["name"] for part in node["components"])
+    return f"{node['name']} of {parts} ({_settings(node)})"
+
+
+def _settings(node: dict) -> str:
+    return ", ".join(f"{key}={value}" for key, value in sorted(node["settings"].items()))
+
+
 def open_postgres_service(spec: str, fast_queries: str | None = None):
     """The service on `spec` without background search threads (for one-off CLI searches)."""
     from ..serve.service import ToolService
@@ -97,16 +140,13 @@ def migrate_command(args: argparse.Namespace) -> int:
         database = PgDatabase(spec.dsn, spec.table)
         try:
             database.dim  # connects and migrates (the table must exist: its dimension is not known here)
-            if args.search:
-                set_search_mode(database, args.search)
+            switch = set_search_mode(database, args.search) if args.search else None
         finally:
             database.close()
         applied = ", ".join(map(str, database.migrated)) or "none (up to date)"
-        print(f"{spec}: schema migrations applied: {applied}"
-              + (f"; served with {args.search} search by each server that starts from now on (a server already "
-                 "running ranks as it did until it is restarted: its /health says `restart_needed`)"
-                 if args.search else ""),
-              file=sys.stderr)
+        print(f"{spec}: schema migrations applied: {applied}", file=sys.stderr)
+        if switch is not None:
+            tell_search_switch(spec.table, switch)
         return 0
     start = time.perf_counter()
     report = migrate_directory(args.dir, spec, search=args.search)
