@@ -654,6 +654,31 @@ def test_eval_says_when_the_llm_reranker_failed_and_on_how_many_queries(capsys, 
     assert json.loads(out_json.read_text())["degraded"]["LLM reranker"]["queries"] == 1
 
 
+def test_search_with_a_failing_llm_reranker_keeps_the_first_stages_hits_and_says_so_in_one_line(capsys, tmp_path):
+    """An LLM reranker that failed left `search` with scores -1, -2, -3 and no probabilities, though the
+    warning said the query kept its first-stage order, and the warning came as a raw Python one (file, line
+    of source). Now the hits are those of the same index without the reranker, scores and probabilities
+    alike, and stderr has one `warning: LLM reranker: ...` line."""
+    from fakellm import FakeLLM, Reply
+
+    catalog, task = CATALOGS / "mcp_reference_servers.json", "read the contents of a file"
+    code, _, err = run(capsys, "index", catalog, "--out", tmp_path / "plain", "--quiet")
+    assert code == 0, err
+    settings = tmp_path / "llm.yaml"
+    with FakeLLM(responder=lambda request: Reply(status=500)) as llm:
+        settings.write_text(f"base_url: {llm.url}\nmodel: m\nmax_retries: 0\n")
+        code, _, err = run(capsys, "index", catalog, "--out", tmp_path / "llm", "--rerank", f"llm:{settings}", "--quiet")
+        assert code == 0, err
+        code, out, err = run(capsys, "search", tmp_path / "llm", task, "-k", "3", "--json")
+    assert code == 0, err
+    reranked = [(h["id"], h["score"], h.get("probability")) for h in json.loads(out)["hits"]]
+    _, out, _ = run(capsys, "search", tmp_path / "plain", task, "-k", "3", "--json")
+    plain = [(h["id"], h["score"], h.get("probability")) for h in json.loads(out)["hits"]]
+    assert reranked == plain and all(p is not None for _, _, p in plain) and plain[0][1] > 0
+    assert err.startswith("warning: LLM reranker: ") and "HTTP 500" in err and len(err.splitlines()) == 1
+    assert "DegradedResults" not in err and ".py:" not in err
+
+
 def test_eval_json_has_the_categories_and_every_querys_scores(capsys, tmp_path):
     """--per-category showed categories in the table only, and no per-query scores were written: a reader
     could neither slice the results nor redo the comparison. Checked against the metrics worked by hand on

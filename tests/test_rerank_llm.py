@@ -172,7 +172,7 @@ def test_timeout_keeps_the_first_stage_order_for_that_query_only():
                                                  r"order; first error \(query 0, tool 'w'\).*no reply within") as rec:
                 out = reranker.rerank(["slow query", QUERY], candidates(["f", "w"], ["f", "w"]), TOOLS)
     assert len([w for w in rec if "pairs failed" in str(w.message)]) == 1
-    assert list(out.ids[0]) == ["f", "w"] and list(out.scores[0]) == [-1.0, -2.0]  # first-stage order, below 0
+    assert list(out.ids[0]) == ["f", "w"] and list(out.scores[0]) == [10.0, 9.0]  # the first stage's list, as it came
     assert list(out.ids[1]) == ["w", "f"] and out.scores[1][0] == pytest.approx(0.9002, abs=1e-4)
     assert (reranker.stats.errors, reranker.stats.failed_queries, reranker.stats.logprob_scored) == (1, 1, 3)
 
@@ -200,7 +200,7 @@ def test_http_500_without_retries_falls_back():
             out = reranker.rerank([QUERY, "q2"], candidates(["f", "m", "w"], ["h", "w"]), TOOLS)
         assert len(llm.requests) == 5  # max_retries=0: the failed pair was sent once
         assert reranker.client.stats.to_dict()["retries"] == 0
-    assert list(out.ids[0]) == ["f", "m", "w"] and list(out.scores[0]) == [-1.0, -2.0, -3.0]
+    assert list(out.ids[0]) == ["f", "m", "w"] and list(out.scores[0]) == [10.0, 9.0, 8.0]
     assert list(out.ids[1]) == ["h", "w"] and list(out.scores[1]) == pytest.approx([0.9002] * 2, abs=1e-4)
     assert (reranker.stats.errors, reranker.stats.failed_queries) == (1, 1)
 
@@ -210,7 +210,7 @@ def test_malformed_answer_is_a_failed_pair():
         llm.script(Reply(body=plain_body("maybe")), when=mentions("book hotel"))
         with LLMReranker(settings_for(llm)) as reranker, pytest.warns(UserWarning, match="'maybe'"):
             out = reranker.rerank([QUERY], candidates(["h", "w"]), TOOLS)
-        assert list(out.ids[0]) == ["h", "w"] and list(out.scores[0]) == [-1.0, -2.0]
+        assert list(out.ids[0]) == ["h", "w"] and list(out.scores[0]) == [10.0, 9.0]
         assert (reranker.stats.errors, reranker.stats.text_fallbacks) == (1, 0)
         llm.script(Reply(body=plain_body("maybe")))
         with LLMReranker(settings_for(llm), on_error="raise") as strict:

@@ -39,7 +39,7 @@ from .learning.space import space_for
 from .query import Query, as_queries
 from .relevance import DEPTH as RELEVANCE_DEPTH
 from .relevance import Calibration, dense_part, features_of, shipped_calibration
-from .rerank.base import Reranker, load_reranker
+from .rerank.base import Reranker, kept_first_stage, load_reranker
 from .results import Filter, Results
 from .retrievers.base import Retriever, encoding_parts, load_retriever, make_retriever, task_encoders
 from .spec import PIPELINE_FORMAT, PIPELINE_KIND, LeafSource, PipelineSpec, read_pipeline_config
@@ -143,7 +143,11 @@ class ToolScout:
         self.saved_config: dict[str, Any] = {}  # config.json of the directory this was loaded from
         self._saved_tier: str | None = None  # the fast tier `save` records: use_fast_queries's, or as loaded
         self.calibration: Calibration | None = shipped_calibration(self.spec)
-        self._dense = dense_part(retriever) if self.calibration is not None else None  # what the features read
+        # A query the reranker could not judge keeps the first stage's ranking (rerank/base.py), and with it
+        # the probabilities the first stage's calibration gives.
+        self._kept_calibration = None if reranker is None else shipped_calibration(replace(self.spec, reranker=None))
+        calibrated = self.calibration is not None or self._kept_calibration is not None
+        self._dense = dense_part(retriever) if calibrated else None  # what the features read
 
     # construction ------------------------------------------------------------------------
     @classmethod
@@ -601,11 +605,12 @@ class ToolScout:
     def _ranked(self, queries: list[Query], k: int, filter: Filter | None) -> Results:
         """First stage (request by request for multi-request tasks), what was learned from use, then the
         reranker over the top `depth` (caller holds the read lock)."""
-        return self._ranked_and_lifted(queries, k, filter)[0]
+        return self._ranked_and_lifted(queries, k, filter)[0].top(k)
 
-    def _ranked_and_lifted(self, queries: list[Query], k: int,
-                           filter: Filter | None) -> tuple[Results, list[dict[str, tuple[float, float]]] | None]:
-        """`_ranked`, and what learning lifted for each query (`LearnedChannel.lifts`; None when it is off)."""
+    def _ranked_and_lifted(self, queries: list[Query], k: int, filter: Filter | None
+                           ) -> tuple[Results, list[dict[str, tuple[float, float]]] | None, list[bool]]:
+        """`_ranked`, what learning lifted for each query (`LearnedChannel.lifts`; None when it is off), and
+        which queries kept the first stage's ranking because the reranker could not judge them (`_reranked`)."""
         depth = k if self.reranker is None else max(k, self.reranker.depth)
         lifts = None
         if not self.learning.active:
@@ -615,10 +620,21 @@ class ToolScout:
             allows = self._allows(filter)
             lifts = self.learning.lifts(queries, allows, self._namespace_of)
             candidates = self.learning.rank(queries, base, depth, allows, self._namespace_of, lifts=lifts)
+        kept = [False] * len(queries)
         if self.reranker is not None:
-            texts = [q.text for q in queries]
-            candidates = self.reranker.rerank(texts, candidates, self._tools, self.retriever).top(k)
-        return self._below_replacements(candidates, filter), lifts
+            candidates, kept = self._reranked(queries, candidates, k)
+        return self._below_replacements(candidates, filter), lifts, kept
+
+    def _reranked(self, queries: list[Query], candidates: Results, k: int) -> tuple[Results, list[bool]]:
+        """The reranker's ranking of each query's candidates, cut to k, and which queries it could not judge.
+        Those keep the first stage's list (rerank/base.py) as deep as a search without the reranker ranks
+        (RELEVANCE_DEPTH, for the first stage's probabilities; `_ranked` cuts it to k)."""
+        reranked = self.reranker.rerank([q.text for q in queries], candidates, self._tools, self.retriever)
+        kept = kept_first_stage(reranked, candidates)
+        kept_depth = k if self._kept_calibration is None else max(k, RELEVANCE_DEPTH)
+        cut = [(ids[:kept_depth], scores[:kept_depth]) if was_kept else (ids[:k], scores[:k])
+               for (ids, scores), was_kept in zip(reranked, kept)]
+        return Results(tuple(ids for ids, _ in cut), tuple(scores for _, scores in cut)), kept
 
     def _below_replacements(self, results: Results, filter: Filter | None) -> Results:
         """Each deprecated tool in `results` just below its replacement (`toolscout.deprecation`)."""
@@ -694,8 +710,8 @@ class ToolScout:
         policy = replace(policy, min_probability=self._threshold(policy.min_probability))
         with self._lock.read():
             depth = policy.k if self.calibration is None else max(policy.k, RELEVANCE_DEPTH)
-            results, lifts = self._ranked_and_lifted(queries, depth, filter)
-            chances = self._probabilities(queries, results, lifts)
+            results, lifts, kept = self._ranked_and_lifted(queries, depth, filter)
+            chances = self._probabilities(queries, results, lifts, kept)
             results = results.top(policy.k)
             source = _CatalogSource(self, filter)
             return [assemble_hits(q, ids, scores, self._named(q.text, filter) if policy.match_names else [], policy,
@@ -712,17 +728,19 @@ class ToolScout:
                                  f"{min_probability!r}")
         return float(min_probability)
 
-    def _probabilities(self, queries: list[Query], results: Results, lifts: Sequence[Mapping] | None) -> list[Any]:
-        """Each ranking's calibrated probabilities (`toolscout.relevance`), or None per query without them. A
-        tool that learning lifted for the task (`lifts`) has at least its learned probability, the
-        deployment's own evidence that it serves such tasks (and the probabilities still never rise down the
-        list)."""
-        calibration, dense = self.calibration, self._dense
-        if calibration is None or dense is None:
+    def _probabilities(self, queries: list[Query], results: Results, lifts: Sequence[Mapping] | None,
+                       kept: Sequence[bool]) -> list[Any]:
+        """Each ranking's calibrated probabilities (`toolscout.relevance`), or None per query without them (a
+        query that `kept` the first stage's ranking has the first stage's). A tool that learning lifted for the
+        task (`lifts`) has at least its learned probability, the deployment's own evidence that it serves such
+        tasks (and the probabilities still never rise down the list)."""
+        calibrations = [self._kept_calibration if was_kept else self.calibration for was_kept in kept]
+        if self._dense is None or all(c is None for c in calibrations):
             return [None] * len(queries)
-        out = [calibration.probabilities(rows) for rows in features_of(dense, queries, results)]
+        rows = features_of(self._dense, queries, results)
+        out = [None if c is None else c.probabilities(r) for c, r in zip(calibrations, rows)]
         for p, (ids, _scores), lifted in zip(out, results, lifts or ()):
-            if lifted:
+            if lifted and p is not None:
                 learned = np.array([lifted[t].probability if t in lifted else 0.0 for t in ids])
                 p[:] = np.minimum.accumulate(np.maximum(p, learned))
         return out

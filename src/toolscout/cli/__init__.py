@@ -11,7 +11,10 @@ import argparse
 import importlib
 import os
 import sys
-from typing import Sequence
+import warnings
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, Sequence
 
 from ..errors import ToolScoutError
 
@@ -41,7 +44,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return args.handler(args) or 0
+        with warnings_as_lines():
+            return args.handler(args) or 0
     except BrokenPipeError:  # the reader went away (`| head`): what it read is all it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush has nowhere to fail
         return 141  # what a shell reports for a command its pipe's reader closed on (128 + SIGPIPE)
@@ -52,6 +56,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"toolscout {args.command}: interrupted", file=sys.stderr)
         return 130
+
+
+PACKAGE = Path(__file__).resolve().parents[1]
+
+
+@contextmanager
+def warnings_as_lines() -> Iterator[None]:
+    """Within the block, a warning toolscout's own code gives (an LLM reranker that failed, a refiner
+    without its vectors) prints as one `warning: ...` line on stderr, as the CLI's other warnings do; a
+    library's keeps Python's form, whose file and line help whoever looks into it."""
+    shown = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if not Path(filename).resolve().is_relative_to(PACKAGE):
+            return shown(message, category, filename, lineno, file, line)
+        print(f"warning: {message}", file=file or sys.stderr)
+
+    with warnings.catch_warnings():
+        warnings.showwarning = show
+        yield
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -4,6 +4,12 @@ A reranker never adds or drops a tool: for every query it returns exactly the ca
 given, reordered, with its own scores (higher is better). `ToolScout` hands it the first stage's top
 `depth` candidates and cuts the reranked list to k.
 
+A query the reranker cannot judge (an LLM call failed) keeps the first stage's list as it came: the same
+ids in the same order with the first stage's scores (`judged_or_kept`), never numbers of the reranker's
+own, and a `errors.DegradedResults` warning says so. Its hits are then the first stage's in every way: a
+`min_score` means what it means without the reranker, and the pipeline gives them the first stage's
+calibrated probabilities (`kept_first_stage` tells such a list apart).
+
 Three rerankers are registered:
   `cross`   — a cross-encoder (Tool-Rank) fine-tuned by `toolscout train cross`;
   `refiner` — ToolRefiner (the Tool2Vec paper §4.3), trained by `toolscout train refiner`;
@@ -154,6 +160,23 @@ def reordered(per_query: Sequence[tuple[np.ndarray, np.ndarray]]) -> Results:
     return Results(tuple(p[0] for p in pairs), tuple(p[1] for p in pairs))
 
 
+def judged_or_kept(candidates: Results, judged: Sequence[np.ndarray | None]) -> Results:
+    """Each query's candidates reordered by the reranker's scores `judged[q]`, or, where it could not judge
+    the query (None), kept as the first stage gave them: ids, order and scores (the module doc's rule)."""
+    lists = [(ids, scores) if own is None else reorder(ids, own) for (ids, scores), own in zip(candidates, judged)]
+    return Results(tuple(np.asarray(ids, dtype=object) for ids, _ in lists),
+                   tuple(np.asarray(scores, dtype=np.float32) for _, scores in lists))
+
+
+def kept_first_stage(reranked: Results, candidates: Results) -> list[bool]:
+    """Per query, whether the reranker kept the first stage's list (`judged_or_kept`): the same ids with
+    the same scores. Scores of its own never equal them all: they are on another scale."""
+    return [len(ids) == len(first_ids) and np.array_equal(ids, first_ids)
+            and np.array_equal(np.asarray(scores, np.float32), np.asarray(first_scores, np.float32))
+            for (ids, scores), (first_ids, first_scores) in zip(reranked, candidates)]
+
+
 __all__ = ["Reranker", "REGISTRY", "RERANKER_KIND", "DEFAULT_DEPTH", "reranker_class", "load_reranker",
            "write_reranker_config", "reranker_config", "reranker_from_config", "checked_settings",
-           "check_candidates", "reorder", "reordered", "zscores", "fuse_with_first_stage", "MODEL_KIND"]
+           "check_candidates", "reorder", "reordered", "judged_or_kept", "kept_first_stage", "zscores",
+           "fuse_with_first_stage", "MODEL_KIND"]

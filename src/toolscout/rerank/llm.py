@@ -21,8 +21,8 @@ occurs twice in one call (same query text, same tool text) is asked once; the cl
 (`cache_dir`) answers repeated pairs across runs without an HTTP request.
 
 Errors (timeout, HTTP error, unreachable server, unusable reply) are per pair. `on_error="fallback"`
-(default) keeps the first-stage order for every query that lost a pair — a half-judged list would mix
-LLM scores with missing ones — and warns once per call (`errors.DegradedResults`); `on_error="raise"` raises
+(default) keeps the first stage's list (order and scores, `rerank.base`) for every query that lost a pair —
+a half-judged list would mix LLM scores with missing ones — and warns once per call (`errors.DegradedResults`); `on_error="raise"` raises
 the `LLMError`, its message naming the query index and the tool id.
 """
 
@@ -50,7 +50,7 @@ from .base import (
     RERANKER_KIND,
     check_candidates,
     checked_settings,
-    reordered,
+    judged_or_kept,
     write_reranker_config,
 )
 
@@ -131,23 +131,15 @@ class _Pairs:
     slots: list[list[int]] = field(default_factory=list)
 
 
-def _scored_lists(candidates: Results, slots: list[list[int]], scores: list[float | None],
-                  failures: Mapping[int, LLMError]) -> tuple[list[tuple[np.ndarray, np.ndarray]], int]:
-    """Each query's candidate ids with their LLM scores, and how many queries lost a pair. Such a query
-    keeps its first-stage order: a half-judged list would mix LLM scores with missing ones."""
-    per_query = []
-    failed_queries = 0
-    for q, (ids, _first_scores) in enumerate(candidates):
-        ids = np.asarray([str(i) for i in ids], dtype=object)
-        if any(s in failures for s in slots[q]):
-            # Fallback: -1, -2, ... keeps the first-stage order (candidates come best first) and
-            # sits below every LLM score (0..1), so a failed list is never taken as judged.
-            failed_queries += 1
-            values = -np.arange(1, len(ids) + 1, dtype=np.float32)
-        else:
-            values = np.asarray([scores[s] for s in slots[q]], dtype=np.float32)
-        per_query.append((ids, values))
-    return per_query, failed_queries
+def _judged(candidates: Results, slots: list[list[int]], scores: list[float | None],
+            failures: Mapping[int, LLMError]) -> tuple[list[np.ndarray | None], int]:
+    """Each query's LLM scores, None for a query that lost a pair, and how many did. Such a query keeps
+    the first stage's list (`rerank.base`): a half-judged list would mix LLM scores with missing ones."""
+    judged: list[np.ndarray | None] = []
+    for q in range(len(candidates)):
+        failed = any(s in failures for s in slots[q])
+        judged.append(None if failed else np.asarray([scores[s] for s in slots[q]], dtype=np.float32))
+    return judged, sum(j is None for j in judged)
 
 
 class LLMReranker:
@@ -240,7 +232,7 @@ class LLMReranker:
                 f"LLM reranker: the endpoint {self.client.url} (model {self.client.model!r}) gives no "
                 f"log-probabilities for true/false ({no_logprobs} of {len(pairs.prompts)} pairs), so those scores "
                 "are 0/1 from the answer text and ties keep the first-stage order", stacklevel=2)
-        per_query, failed_queries = _scored_lists(candidates, pairs.slots, scores, failures)
+        judged, failed_queries = _judged(candidates, pairs.slots, scores, failures)
         if failures:
             self.stats.failed_queries += failed_queries
             q, tool_id = pairs.first_asker[min(failures)]
@@ -251,7 +243,7 @@ class LLMReranker:
                 f"{tool_id!r}): {failures[min(failures)]}",
                 stage="LLM reranker", queries=failed_queries, fallback="they kept the first stage's order",
                 reason=reason), stacklevel=2)
-        return reordered(per_query)
+        return judged_or_kept(candidates, judged)
 
     def _distinct_pairs(self, queries: Sequence[str], candidates: Results, tools: Mapping[str, Tool]) -> "_Pairs":
         """Every (query, candidate) pair, mapped to a distinct prompt: equal pairs are asked once."""
