@@ -543,6 +543,26 @@ def test_trainconfig_device_is_checked_for_python_callers_too():
     with pytest.raises(ValueError, match="TrainConfig.device banana: not a device name torch knows"):
         pick_device("banana")
 
+@pytest.mark.parametrize("method, option, said", [
+    ("tool2vec", "finetune_steps=abc", "tool2vec: option finetune_steps='abc' is not a whole number or null"),
+    ("mlc", "head_lr=abc", "mlc: option head_lr='abc' is not a number"),
+    ("toolclip", "tau=abc", "toolclip: option tau='abc' is not a number"),
+    ("toolclip", "hard_k=1.5", "toolclip: option hard_k=1.5 is not a whole number"),
+    ("embed", "negatives=[1]", "embed: option negatives=[1] is not a whole number"),
+    ("cross", "depth=abc", "cross: option depth='abc' is not a whole number"),
+    ("refiner", "depth=abc", "refiner: option depth='abc' is not a whole number"),
+    ("tool2vec", 'finetune_options={"tau": "x"}', "embed (tool2vec's fine-tuning): option tau='x' is not a number"),
+])
+def test_train_refuses_an_option_of_the_wrong_type_naming_it(capsys, tmp_path, method, option, said):
+    """`train toolclip -o tau=abc`, `mlc -o head_lr=abc`, `refiner -o depth=abc` ended in a TypeError
+    traceback from deep in training. Every trainer's -o values are now checked against its option's type."""
+    extra = ["-o", "finetune=true"] if "finetune_options" in option else []
+    code, _, err = run(capsys, "train", method, "--data", CATALOGS / "apibank_sample", "--out", tmp_path / "m",
+                       "-o", option, *extra, "--max-steps", "1", "--quiet")
+    assert code == 1 and f"toolscout train: error: {said}" in err and "Traceback" not in err
+    assert not (tmp_path / "m").exists()
+
+
 def test_eval_and_train_refuse_mistakes_before_the_work_naming_what_to_do(capsys, tmp_path):
     from toolscout.artifacts import write_artifact
     from toolscout.models import model_base

@@ -72,28 +72,13 @@ def _check_device(method: str, device: str | None, options: dict) -> None:
     usable_device(device, "--device")
 
 
-def _check_options(method: str, fit, options: dict) -> None:
-    """-o keys the trainer does not take are refused naming them and the ones it does, before training
-    (a trainer taking **options, toolclip's, checks its own)."""
-    import inspect
-
-    parameters = inspect.signature(fit).parameters
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
-        return
-    known = sorted(name for name in list(parameters)[2:] if name not in ("model", "config"))  # after data, out
-    unknown = sorted(set(options) - set(known))
-    if unknown:
-        raise ValueError(f"-o {', '.join(unknown)}: not an option of {method}; its options: "
-                         f"{', '.join(known) or 'none'}")
-
-
 def cmd_train(args: argparse.Namespace) -> int:
-    from ..train import TrainConfig, load_training_data, trainer_for
+    from ..train import TrainConfig, check_options, load_training_data, trainer_for
 
     fit = trainer_for(args.method)
     _check_out(args.out, args.method)
     options = parse_options(args.option)
-    _check_options(args.method, fit, options)
+    check_options(args.method, fit, options)
     _check_device(args.method, args.device, options)
     data = load_training_data(args.data, validation_fraction=args.validation_fraction)
     print(f"training {args.method} on {', '.join(data.sets)}: {len(data.train)} train and "

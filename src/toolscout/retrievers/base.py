@@ -179,13 +179,20 @@ def check_settings(what: str, constructor: Any, options: Mapping[str, Any]) -> N
         if unknown:
             raise BadSetting(unknown[0], f"{what}: unknown setting(s) {', '.join(map(repr, unknown))}; it takes "
                                          f"{', '.join(sorted(named))}")
+    check_types(what, constructor, options)
+
+
+def check_types(what: str, annotated: Any, options: Mapping[str, Any], noun: str = "setting") -> None:
+    """Refuse the `options` whose values the annotations of `annotated` (a function, or a class whose fields
+    are its settings) rule out, naming the `noun`, its value and the type wanted: the one check of every
+    named setting's type (retriever settings, trainer options)."""
     try:
-        hints = typing.get_type_hints(constructor)
+        hints = typing.get_type_hints(annotated)
     except NameError:  # an annotation names what only a type checker imports: its types go unchecked
         hints = {}
     for key, value in options.items():
         if key in hints and not _fits(value, hints[key]):
-            raise BadSetting(key, f"{what}: setting {key}={value!r} is not {_describe(hints[key])}")
+            raise BadSetting(key, f"{what}: {noun} {key}={value!r} is not {_describe(hints[key])}")
 
 
 class BadSetting(InvalidRequest):

@@ -104,8 +104,10 @@ def _finetune(data: TrainingData, out: Path, model: str | None, config: TrainCon
               resume: bool, steps: int | None, loss: str, options: dict) -> tuple[Path, RunSummary]:
     """Fine-tune the encoder into `OUT.finetune` (or reuse one a previous, interrupted run completed)."""
     from ..artifacts import read_json
+    from . import check_options
     from .embed import fit_embed, training_config
 
+    check_options("embed (tool2vec's fine-tuning)", fit_embed, options, flag="finetune_options")
     tuned_dir = out.with_name(out.name + ".finetune")
     done = model_config(tuned_dir, method="embed")
     if resume and done is not None:

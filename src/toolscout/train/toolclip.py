@@ -51,6 +51,7 @@ from typing import Any, Sequence
 from ..benchmark_sets import Query
 from ..models import model_config
 from ..results import Filter
+from ..retrievers.base import check_types
 from ..retrievers.toolclip_model import DESCRIPTION_TEXTS, ToolCLIPConfig, ToolCLIPEncoder, load_model, new_model
 from .data import TrainingData
 from .embed import BALANCES, epoch_examples, query_set, tool_sets
@@ -128,6 +129,7 @@ class ToolCLIPOptions:
         unknown = sorted(set(options) - known)
         if unknown:
             raise ValueError(f"unknown toolclip option(s) {unknown}; known: {', '.join(sorted(known))}")
+        check_types("toolclip", cls, options, noun="option")
         return cls(**options)
 
     def architecture(self, base_model: str) -> ToolCLIPConfig:
