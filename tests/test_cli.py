@@ -563,6 +563,19 @@ def test_train_refuses_an_option_of_the_wrong_type_naming_it(capsys, tmp_path, m
     assert not (tmp_path / "m").exists()
 
 
+@pytest.mark.parametrize("command", ["index", "eval"])
+@pytest.mark.parametrize("flag, tier", [("--student-queries", "the query student"),
+                                        ("--fast-queries", "the static query table")])
+def test_a_fast_tier_on_a_pipeline_without_dense_retrieval_is_refused_naming_the_flag_given(capsys, tmp_path,
+                                                                                          command, flag, tier):
+    """--student-queries on bm25 was refused speaking of "fast queries", the other tier's flag."""
+    where = ["--out", tmp_path / "i"] if command == "index" else ["--quiet"]
+    code, _, err = run(capsys, command, CATALOGS / "apibank_sample", "--retriever", "bm25", flag, *where)
+    assert code == 1 and err.rstrip().endswith(
+        f"toolscout {command}: error: {flag}: {tier} encodes tasks for a dense retriever; this pipeline's "
+        "retriever is 'bm25'")
+
+
 def test_eval_and_train_refuse_mistakes_before_the_work_naming_what_to_do(capsys, tmp_path):
     from toolscout.artifacts import write_artifact
     from toolscout.models import model_base

@@ -26,7 +26,7 @@ import numpy as np
 from .artifacts import DAMAGED_INDEX, DamagedFile, read_json_lines, write_artifact
 from .defaults import DEFAULT_INTENTS, DEFAULT_RETRIEVER
 from .deprecation import Deprecation, deprecation_of, rank_below_replacements
-from .encoders.fast import fast_query_kind, tier_of
+from .encoders.fast import TIER_NAMES, fast_query_kind, tier_of
 from .errors import FastQueriesUnavailable, InvalidRequest, NotFound, ToolScoutError, listed
 from .feedback import FeedbackEvent, LearnResult, Usage, UsageLedger
 from .hits import CALIBRATED, Hit, HitPolicy, NameIndex, assemble_hits, checked_k, checked_queries
@@ -275,7 +275,7 @@ class ToolScout:
         kind = fast_query_kind(kind) or "table"
         dense = encoding_parts(self.retriever)
         if not dense:
-            raise FastQueriesUnavailable(f"fast queries encode tasks for a dense retriever; this pipeline's "
+            raise FastQueriesUnavailable(f"{TIER_NAMES[kind]} encodes tasks for a dense retriever; this pipeline's "
                                          f"retriever is {self.retriever.name!r}")
         with self._lock.write():
             for part in dense:

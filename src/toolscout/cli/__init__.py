@@ -51,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 141  # what a shell reports for a command its pipe's reader closed on (128 + SIGPIPE)
     except (ToolScoutError, ValueError, KeyError, FileNotFoundError, OSError) as exc:
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
-        print(f"toolscout {args.command}: error: {message}", file=sys.stderr)
+        print(f"toolscout {args.command}: error: {_tier_flag(args, exc)}{message}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"toolscout {args.command}: interrupted", file=sys.stderr)
@@ -59,6 +59,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 PACKAGE = Path(__file__).resolve().parents[1]
+
+
+def _tier_flag(args: argparse.Namespace, exc: BaseException) -> str:
+    """"--student-queries: " (or --fast-queries) before an error that the fast tier asked for cannot serve
+    this pipeline, naming the flag the user gave; "" for any other error."""
+    from ..errors import FastQueriesUnavailable
+    from .options import FAST_QUERY_FLAGS
+
+    tier = getattr(args, "fast_queries", None)
+    return f"{FAST_QUERY_FLAGS[tier]}: " if isinstance(exc, FastQueriesUnavailable) and tier else ""
 
 
 @contextmanager

@@ -20,6 +20,7 @@ from .static import StaticQueryEncoder, static_queries_for
 from .students import query_student_for
 
 KINDS = ("table", "student")
+TIER_NAMES = {"table": "the static query table", "student": "the query student"}  # each tier, in a message
 
 
 def fast_query_kind(value: bool | str | None) -> str | None:
