@@ -22,8 +22,9 @@ occurs twice in one call (same query text, same tool text) is asked once; the cl
 
 Errors (timeout, HTTP error, unreachable server, unusable reply) are per pair. `on_error="fallback"`
 (default) keeps the first stage's list (order and scores, `rerank.base`) for every query that lost a pair —
-a half-judged list would mix LLM scores with missing ones — and warns once per call (`errors.DegradedResults`); `on_error="raise"` raises
-the `LLMError`, its message naming the query index and the tool id.
+a half-judged list would mix LLM scores with missing ones — and warns once per call
+(`errors.DegradedResults`); `on_error="raise"` raises the `LLMError`, its message naming the query index
+and the tool id.
 """
 
 from __future__ import annotations
