@@ -1,8 +1,8 @@
 """MLC: training through the CLI, the saved model, unknown tools, filters, pipeline save/load."""
 
 import json
-import logging
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -102,7 +102,9 @@ def test_cli_training_writes_a_loadable_model_and_the_loss_falls(trained):
     assert config["fallback_calibration"]["slope"] > 0
     assert not (trained["out"].parent / "model.checkpoint").exists()  # finish() removed the resumable state
     retriever = MLCRetriever(model=trained["out"], encoder=trained["encoder"])
-    retriever.index(trained["set"].tools)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # every tool is in the head: nothing to warn of
+        retriever.index(trained["set"].tools)
     assert retriever.search(["will it rain in Lima tomorrow"], 1).ids[0][0] == "weather"
 
 
@@ -118,6 +120,7 @@ def test_scores_are_the_sigmoid_of_the_head_logits(trained):
         assert res.scores[q] == pytest.approx(1 / (1 + np.exp(-logits[q, cols])), abs=1e-6)
 
 
+@pytest.mark.filterwarnings("ignore:the MLC head knows")  # said, and tested, above
 def test_model_dir_and_saved_pipeline_give_identical_scores(trained, tmp_path):
     catalog = trained["set"].tools + NEW_TOOLS
     direct = MLCRetriever(model=trained["out"], backend="torch")
@@ -137,7 +140,11 @@ def test_unknown_tools_get_the_calibrated_dense_fallback(trained):
     encoder = trained["encoder"]
     calibration = _config(trained["out"])["fallback_calibration"]
     retriever = MLCRetriever(model=trained["out"], encoder=encoder)
-    retriever.index(trained["set"].tools + NEW_TOOLS)
+    with pytest.warns(UserWarning) as said:
+        retriever.index(trained["set"].tools + NEW_TOOLS)
+    assert [str(w.message) for w in said] == [
+        "the MLC head knows 8 of the catalog's 10 tools (it was trained on the labels of 8 tools); the other 2 are "
+        "scored by dense retrieval with its fine-tuned encoder (calibrated cosine), not by the classifier"]
     assert retriever.fallback_ids == ["translate", "timer"] and retriever.unscored_ids == []
     res = retriever.search(["translate this text into French"], k=10)
     got = dict(zip(res.ids[0], res.scores[0]))
@@ -150,18 +157,18 @@ def test_unknown_tools_get_the_calibrated_dense_fallback(trained):
     # a catalog the model never saw: the ranking is dense retrieval with the fine-tuned encoder
     unseen = NEW_TOOLS + [Tool("music", "play_song", "Play a song by an artist."),
                           Tool("lights", "dim_lights", "Turn the smart lights in a room on, off or dim them.")]
-    retriever.index(unseen)
+    with pytest.warns(UserWarning, match="knows 0 of the catalog's 4 tools .*; the other 4 are scored by dense"):
+        retriever.index(unseen)
     dense = DenseRetriever(encoder=encoder)
     dense.index(unseen)
     queries = ["play something by Queen", "switch off the kitchen lights", "translate hello to Spanish"]
     assert retriever.search(queries, 4).as_lists() == dense.search(queries, 4).as_lists()
 
 
-def test_without_fallback_unknown_tools_are_never_returned_and_a_warning_says_so(trained, caplog):
+def test_without_fallback_unknown_tools_are_never_returned_and_a_warning_says_so(trained):
     retriever = MLCRetriever(model=trained["out"], fallback=None, encoder=trained["encoder"])
-    with caplog.at_level(logging.WARNING, logger="toolscout.retrievers.mlc"):
+    with pytest.warns(UserWarning, match="knows 8 of the catalog's 10 tools .*; the other 2 cannot be scored"):
         retriever.index(trained["set"].tools + NEW_TOOLS)
-    assert "2 of 10 tools" in caplog.text and "cannot be scored" in caplog.text
     assert retriever.unscored_ids == ["translate", "timer"]
     res = retriever.search(["translate this text into French", "start a timer"], k=50)
     assert all(len(ids) == 8 and not {"translate", "timer"} & set(ids) for ids in res.ids)
@@ -169,6 +176,7 @@ def test_without_fallback_unknown_tools_are_never_returned_and_a_warning_says_so
     assert retriever.unscored_ids == ["timer"] and len(retriever) == 9
 
 
+@pytest.mark.filterwarnings("ignore:the MLC head knows")  # said, and tested, above
 def test_filters_add_and_remove(trained):
     retriever = MLCRetriever(model=trained["out"], encoder=trained["encoder"])
     retriever.index(trained["set"].tools + NEW_TOOLS)
@@ -193,6 +201,28 @@ def test_eval_harness_runs_on_a_set_whose_tools_it_never_saw(trained):
                       k=2, progress=False)
     assert report.sets["unseen"].metrics["ndcg@2"] == pytest.approx(100.0)  # metrics are in points
     assert report.sets["toy"].metrics["ndcg@2"] > 80
+    # what scored the unseen set is said, for that set only (every toy tool is in the head)
+    assert report.warnings == ["system: unseen: the MLC head knows 0 of the catalog's 2 tools (it was trained on the "
+                               "labels of 8 tools); the other 2 are scored by dense retrieval with its fine-tuned "
+                               "encoder (calibrated cosine), not by the classifier"]
+
+
+def test_index_and_eval_commands_say_which_tools_the_head_cannot_score(trained, tmp_path, capsys):
+    catalog = tmp_path / "tools.json"
+    catalog.write_text(json.dumps([{"type": "function", "function": {"name": t.name, "description": t.description}}
+                                   for t in NEW_TOOLS]))
+    assert main(["index", str(catalog), "--retriever", "mlc", "--model", str(trained["out"]), "-o", "backend=torch",
+                 "--out", str(tmp_path / "index"), "--quiet"]) == 0
+    said = "the MLC head knows 0 of the catalog's 2 tools (it was trained on the labels of 8 tools); the other 2 are"
+    assert f"warning: {said} scored by dense retrieval" in capsys.readouterr().err
+
+    write_benchmark(tmp_path / "unseen", NEW_TOOLS, [Query("u1", "translate this sentence", ("translate",))])
+    assert main(["eval", str(tmp_path / "unseen"), "--retriever", "mlc", "-o", "backend=torch", "--model",
+                 str(trained["out"]), "-k", "2", "--quiet", "--json", str(tmp_path / "eval.json")]) == 0
+    assert f"warning: mlc[backend=torch]: unseen: {said} scored" in capsys.readouterr().err
+    assert json.loads((tmp_path / "eval.json").read_text())["warnings"] == [
+        f"mlc[backend=torch]: unseen: {said} scored by dense retrieval with its fine-tuned encoder (calibrated cosine), not by the "
+        "classifier"]
 
 
 def test_a_pipeline_refuses_a_retrained_model_and_errors_name_the_fix(trained, tmp_path):

@@ -87,13 +87,13 @@ def evaluate(
     with _progress_bar(progress) as bar:
         if pooled:
             corpus = _pooled_tools(bench)
-            system, total_build_s = _build(system_factory, corpus, bar, "pooled corpus")
+            system, total_build_s = _build(system_factory, corpus, bar, "pooled corpus", notes)
             categories = _categories(corpus)
             _warm_up(system, k, warmup, notes)
         for bset, queries in work:
             set_build_s = None  # pooled: the one shared index's time is the report's build_s
             if not pooled:
-                system, set_build_s = _build(system_factory, bset.tools, bar, bset.name)
+                system, set_build_s = _build(system_factory, bset.tools, bar, bset.name, notes)
                 total_build_s += set_build_s
                 categories = _categories(bset.tools)
                 _warm_up(system, k, warmup, notes)
@@ -153,10 +153,11 @@ def _categories(corpus: list[Tool]) -> dict[str, str]:
 
 # ------------------------------------------------------------------------------------------ running
 
-def _build(factory: SystemFactory, tools: list[Tool], bar, label: str) -> tuple[SearchSystem, float]:
+def _build(factory: SystemFactory, tools: list[Tool], bar, label: str, notes: _Notes) -> tuple[SearchSystem, float]:
     task = bar.add_task(f"indexing {label} ({len(tools)} tools)", total=None)
     start = time.perf_counter()
-    system = factory(list(tools))
+    with notes.kept(timed=False, where=label):  # what indexing warns of (tools a model cannot score) is this set's
+        system = factory(list(tools))
     elapsed = time.perf_counter() - start
     bar.remove_task(task)
     if not callable(getattr(system, "retrieve", None)):
@@ -202,18 +203,19 @@ class _Notes:
     other: dict[str, None] = field(default_factory=dict)
 
     @contextmanager
-    def kept(self, timed: bool) -> Iterator[None]:
-        """Keep what the system warns within the block (`timed`: the block ranked one benchmark query)."""
+    def kept(self, timed: bool, where: str | None = None) -> Iterator[None]:
+        """Keep what the system warns within the block (`timed`: the block ranked one benchmark query; `where`:
+        the set or corpus its other warnings are about, said before them)."""
         with catch_warnings(record=True) as caught:
             simplefilter("always")
             yield
-        self.add(caught, timed)
+        self.add(caught, timed, where)
 
-    def add(self, caught: list[WarningMessage], timed: bool) -> None:
+    def add(self, caught: list[WarningMessage], timed: bool, where: str | None = None) -> None:
         for record in caught:
             warning = record.message
             if not isinstance(warning, DegradedResults):
-                self.other.setdefault(str(warning))
+                self.other.setdefault(f"{where}: {warning}" if where else str(warning))
             elif timed and warning.queries:  # one query per timed call: it was this one
                 self.failed.setdefault(warning.stage, [0, warning.fallback, warning.reason])[0] += 1
 

@@ -18,8 +18,10 @@ embedding* e(q) (unit vector from the fine-tuned encoder):
   quantity as a head score, P(needed | query), and the two merge into one ranking. The fitted values are
   in the model's `config.json` (`fallback_calibration`). On a catalog the model never saw, the ranking
   is exactly dense retrieval with the fine-tuned encoder (the map is monotonic).
-- `fallback=None`: unknown tools are not scored and never returned. `unscored_ids` lists them, and
-  `index`/`add` log a warning with how many there are.
+- `fallback=None`: unknown tools are not scored and never returned. `unscored_ids` lists them.
+
+Whenever `index`/`add` meet tools the head does not know, a warning (`warnings.warn`) says how many of the
+catalog's tools the head scores and what scores the rest (DESIGN §4: unseen tools cannot be scored — say so).
 
 Ranking uses the logits (float32 sigmoids saturate at 1.0 for logits above ~17 and would tie); the
 returned scores are the probabilities. Identity is by tool id only: a known tool whose description
@@ -33,7 +35,7 @@ still holds the version it was indexed with (a retrained model needs a re-index)
 from __future__ import annotations
 
 import json
-import logging
+import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -47,8 +49,6 @@ from ..results import Filter, Results, top_k_rows
 from ..rows import RowTable
 from ..tool import TextView, Tool, content_hash, tool_text
 from .base import Accepts, write_retriever_config
-
-logger = logging.getLogger(__name__)
 
 ENCODER_FOLDER = "encoder"
 HEAD_FILE = "head.npz"
@@ -146,7 +146,7 @@ class MLCRetriever:
                     self.hashes[tool.id] = content_hash(texts[tool.id])
             self.encoded_last = len(changed)
         self._rebuild()
-        self._report_unknown(len(unknown), len(tools))
+        self._report_unknown(len(unknown))
 
     def remove(self, ids: Sequence[str]) -> None:
         rows = [self.rows.row_of[t] for t in ids if t in self.rows.row_of]
@@ -157,15 +157,21 @@ class MLCRetriever:
             self.hashes.pop(tool_id, None)
         self._rebuild()
 
-    def _report_unknown(self, n_unknown: int, n_tools: int) -> None:
+    def _report_unknown(self, n_unknown: int) -> None:
+        """Say, as a warning, how much of the catalog the trained head scores once tools it never saw arrive:
+        on a catalog the model never saw, "mlc" is dense retrieval, and a result must not pass for the classifier's."""
         if not n_unknown:
             return
+        known = sum(1 for tool_id in self.rows.ids if tool_id in self.model.row_of)
+        rest = len(self.rows) - known
+        head = (f"the MLC head knows {known} of the catalog's {len(self.rows)} tools (it was trained on the labels of "
+                f"{len(self.model.tool_ids)} tools)")
         if self.fallback is None:
-            logger.warning("mlc: %d of %d tools were not in the model's training labels and cannot be scored "
-                           "(fallback=None); they will never be returned. See `unscored_ids`.", n_unknown, n_tools)
+            warnings.warn(f"{head}; the other {rest} cannot be scored (fallback=None) and are never returned "
+                          "(see `unscored_ids`)", stacklevel=3)
         else:
-            logger.info("mlc: %d of %d tools were not in the model's training labels; they are scored by the "
-                        "calibrated dense fallback", n_unknown, n_tools)
+            warnings.warn(f"{head}; the other {rest} are scored by dense retrieval with its fine-tuned encoder "
+                          "(calibrated cosine), not by the classifier", stacklevel=3)
 
     @property
     def unscored_ids(self) -> list[str]:
