@@ -332,6 +332,11 @@ def _run(args, tables, conditions) -> int:
         raise ConditionsError(f"no benchmark folders under {args.data}; pass --data DIR")
     if args.outputs is not None and len(chosen) != 1:
         raise ConditionsError("--outputs reads one condition's files: name exactly one condition")
+    if args.keep is not None:  # made before the first command runs, not found missing after it
+        try:
+            args.keep.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConditionsError(f"--keep {args.keep}: cannot make that folder: {exc.strerror or exc}") from None
     measured, fine = {}, True
     for condition in chosen:
         if args.outputs is not None:

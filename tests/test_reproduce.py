@@ -78,6 +78,19 @@ def test_a_figure_within_its_tolerance_passes_and_one_beyond_it_fails(bench, dat
     assert reproduce("--conditions", write(41.4, tolerance=0.2), "run", "--data", data).returncode == 0
 
 
+def test_keep_makes_its_folder_and_keeps_the_run_there(bench, data, tmp_path):
+    write, _doc = bench
+    keep = tmp_path / "not" / "yet"
+    done = reproduce("--conditions", write(41.3), "run", "--data", data, "--keep", keep)
+    assert done.returncode == 0, done.stdout + done.stderr
+    [run] = keep.iterdir()
+    assert run.name.startswith("reproduce-c-") and json.loads((run / "r.json").read_text()) == {"m": {"x": 41.26}}
+    (tmp_path / "a_file").write_text("")
+    done = reproduce("--conditions", write(41.3), "run", "--data", data, "--keep", tmp_path / "a_file" / "sub")
+    assert done.returncode == 2 and f"--keep {tmp_path / 'a_file' / 'sub'}: cannot make that folder" in done.stderr
+    assert "==" not in done.stdout  # refused before any command ran
+
+
 def test_accept_publishes_the_measured_figure_and_rewrites_the_table(bench, data):
     write, doc = bench
     conditions = write(39.0)
