@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -232,6 +233,28 @@ def test_a_line_of_a_jsonl_file_that_is_not_a_tool_is_named_by_its_line(tmp_path
     assert report.skipped[1][1] == f"{path}:5: expected a JSON object, got array"
     with pytest.raises(CatalogError, match=r"tools.jsonl:1: expected a 'tools' list .* or one tool object"):
         load_tools(path, format="mcp")  # an OpenAI line is no MCP tool
+
+
+def test_a_jsonl_line_in_another_format_than_the_first_line_is_refused_naming_both_lines(tmp_path):
+    """A JSON list of mixed formats is refused; a JSONL file was read as its first line's format, whatever
+    the order: an OpenAI line after an Anthropic one was skipped as an "Anthropic server tool 'function'"."""
+    path = tmp_path / "tools.jsonl"
+    path.write_text(ANTHROPIC_LINES + OPENAI_LINES)
+    with pytest.raises(CatalogError) as refused:
+        load_tools(path)
+    assert str(refused.value).startswith(f"{path}:2: this line is an OpenAI tool, but the file reads as anthropic "
+                                         f"from its first line ({path}:1); a JSONL file holds one format")
+    path.write_text(OPENAI_LINES + ANTHROPIC_LINES + MCP_LINES)  # the other order was read whole
+    with pytest.raises(CatalogError, match=rf"tools.jsonl:4: this line is an Anthropic tool, but the file reads "
+                                           rf"as openai from its first line \({re.escape(str(path))}:1\)"):
+        load_tools(path)
+    report = LoadReport()
+    assert [t.name for t in load_tools(path, lenient=True, report=report)] == ["get_weather", "send_mail"]
+    assert [message.split(": ")[0] for _, message in report.skipped] == [f"{path}:{n}" for n in (4, 5, 6)]
+    assert "this line is an MCP tool" in report.skipped[1][1]
+    # a named format reads every line as that format, as before
+    assert [t.name for t in load_tools(path, format="openai")] == ["get_weather", "send_mail", "search",
+                                                                   "read_file", "list_dir"]
 
 
 def test_jsonl_rows_in_memory_and_parameter_aliases():

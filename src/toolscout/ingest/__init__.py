@@ -16,7 +16,9 @@ tools of different files with equal ids are the caller's to namespace.
 Format detection (when `format` is None), first rule that applies:
   1. a folder → "jsonl" (benchmark rows); a `.jsonl` file → one tool per line: OpenAI, Anthropic or MCP
      tool definitions when its first row has no `id` and looks like one (the votes below), else benchmark
-     rows (`format=` openai/anthropic/mcp reads its lines as that format); a `.py` file or `module:attr`
+     rows (`format=` openai/anthropic/mcp reads its lines as that format); detected, every line must read as
+     the first line's format, as a list must have one (a line that reads as another is an error, or skipped
+     when lenient); a `.py` file or `module:attr`
      → "python".
   2. other files are read as JSON (`.json`, or text starting with `{`/`[`) or YAML (`.yaml`/`.yml`,
      anything else), then the object decides:
@@ -158,10 +160,12 @@ def _load_jsonl_definitions(path: Path, name: str, format: str | None, lenient: 
     """A .jsonl file: tool definitions one per line (in `format`, or as its first row looks), else benchmark
     rows."""
     ctx = Context(source=name, lenient=lenient, report=report, namespace=namespace)
-    fmt = format or format_of_row(jsonl.first_row(path, ctx))
+    first_line, first = jsonl.first_row(path, ctx)
+    fmt = format or format_of_row(first)
     if fmt == "jsonl":
         return _load_benchmark_rows(path, name, lenient, namespace, report)
-    tools = finish(ctx, jsonl.parse_definitions_file(path, ctx, _PARSERS[fmt]))
+    detected = None if format else (fmt, f"{name}:{first_line}")  # lines in another format are refused
+    tools = finish(ctx, jsonl.parse_definitions_file(path, ctx, _PARSERS[fmt], detected))
     report.format, report.source = fmt, name
     return tools
 

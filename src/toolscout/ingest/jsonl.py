@@ -19,6 +19,7 @@ from ..benchmark_sets import tool_from_row
 from ..errors import CatalogError
 from ..tool import Tool, json_type
 from .common import PARAMETER_KEYS, Context, Entry, collect, read_extras
+from .detect import detect_format
 from .guard import check_tree
 from .text import decode, parse_json_line
 
@@ -36,29 +37,53 @@ def parse_file(path: Path, ctx: Context) -> list[Entry]:
     return collect(ctx, _lines(path, ctx), lambda pos, row: _tool(ctx, pos, row))
 
 
-def first_row(path: Path, ctx: Context) -> Any:
-    """The first non-blank line of a JSONL file as an object (None when there is none, or it is not JSON)."""
-    for _position, row in _lines(path, ctx):
-        return None if isinstance(row, _BadLine) else row
-    return None
+def first_row(path: Path, ctx: Context) -> tuple[str | None, Any]:
+    """The first non-blank line of a JSONL file: its line number, and it as an object (None when it is not
+    JSON); (None, None) when there is none."""
+    for position, row in _lines(path, ctx):
+        return position[5:], None if isinstance(row, _BadLine) else row
+    return None, None
 
 
-def parse_definitions_file(path: Path, ctx: Context, parse_object: Callable[[Any, Context], list[Entry]]
-                           ) -> list[Entry]:
+def parse_definitions_file(path: Path, ctx: Context, parse_object: Callable[[Any, Context], list[Entry]],
+                           detected: tuple[str, str] | None = None) -> list[Entry]:
     """A JSONL file of tool definitions in one format, read by that format's parser (`parse_object`) one
     line at a time: each line's tools are positioned at its line, and a problem names the file and line
-    (`tools.jsonl:3: tool.function: field 'name' is missing`)."""
+    (`tools.jsonl:3: tool.function: field 'name' is missing`). `detected`: (the format, the line that told
+    it) when the first line chose the format: a line that reads as another format is refused (lenient:
+    skipped), naming both lines, as a JSON list of mixed formats is; read as the first line's format, an
+    OpenAI line after an Anthropic one was skipped as an "Anthropic server tool"."""
     entries: list[Entry] = []
     for position, row in _lines(path, ctx):
+        where = f"{ctx.source}:{position[5:]}"
+        if detected and not isinstance(row, _BadLine):
+            row = _held_to(row, where, *detected)
         if isinstance(row, _BadLine):
             if not ctx.lenient:
                 raise CatalogError(row.message)
             ctx.skip(position, row.message)
             continue
-        line = replace(ctx, source=f"{ctx.source}:{position[5:]}", skips=0)  # the same report
+        line = replace(ctx, source=where, skips=0)  # the same report
         entries.extend((position, tool) for _, tool in parse_object(row, line))
         ctx.skips += line.skips
     return entries
+
+
+_A_TOOL_OF = {"openai": "an OpenAI tool", "anthropic": "an Anthropic tool", "mcp": "an MCP tool",
+              "jsonl": "a benchmark tool row", "openapi": "an OpenAPI spec", "python": "a Python callable"}
+
+
+def _held_to(row: Any, where: str, fmt: str, decided_by: str) -> Any:
+    """`row`, or a `_BadLine` saying why it is not in the file's format `fmt` (which the line `decided_by` set)."""
+    try:
+        shape = detect_format(row, where)
+    except CatalogError:  # no sign of any format: the parser says what is wrong with it
+        return row
+    if shape == fmt:
+        return row
+    return _BadLine(f"{where}: this line is {_A_TOOL_OF[shape]}, but the file reads as {fmt} from its first line "
+                    f"({decided_by}); a JSONL file holds one format: put each format's tools in a file of their "
+                    "own (or pass format=..., CLI: --format NAME, to read every line as one format)")
 
 
 def parse(rows: Any, ctx: Context) -> list[Entry]:
