@@ -800,7 +800,8 @@ def test_eval_takes_retriever_settings_and_names_two_settings_of_one_retriever_a
 
 
 def test_eval_interrupted_reports_the_systems_that_finished(capsys, tmp_path, monkeypatch):
-    """Ctrl-C during the second of two systems lost the first one's results: nothing printed, no --json."""
+    """Ctrl-C during the second of two systems lost the first one's results: nothing printed, no --json; then
+    the --json of the one that finished had the one-system layout, not the `systems` the command asked for."""
     import toolscout.eval
 
     evaluate = toolscout.eval.evaluate
@@ -817,4 +818,8 @@ def test_eval_interrupted_reports_the_systems_that_finished(capsys, tmp_path, mo
     assert code == 130 and err.rstrip().endswith("toolscout eval: interrupted")
     assert "interrupted; reporting the 1 system that finished" in err and "toolscout eval (bm25)" in out
     data = json.loads(out_json.read_text())
-    assert data["system"] == "bm25" and data["sets"]["alpha"]["queries"] == 8 and "Ctrl-C" in data["interrupted"]
+    assert list(data) == ["systems", "comparisons", "interrupted"] and list(data["systems"]) == ["bm25"]
+    assert data["systems"]["bm25"]["system"] == "bm25" and data["systems"]["bm25"]["sets"]["alpha"]["queries"] == 8
+    assert data["comparisons"] == [] and data["interrupted"] == (
+        "stopped (Ctrl-C) before every system was evaluated; these are the ones that finished (not evaluated: "
+        "bm25[b=0])")

@@ -57,17 +57,18 @@ def cmd_eval(args: argparse.Namespace) -> int:
     _check_outputs(args)
     reranker = reranker_from_args(args)
     sets = [load_benchmark(s) for s in args.sets]
+    asked = _systems_asked(args, reranker)
     reports: list = []
     try:
-        for report in _evaluated(args, sets, reranker):
+        for report in _evaluated(args, sets, asked):
             reports.append(report)
     except KeyboardInterrupt:  # Ctrl-C: what finished is kept (printed, written), then the run stops as asked
         if reports:
             print(f"toolscout eval: interrupted; reporting the {counted(len(reports), 'system')} that finished",
                   file=sys.stderr)
-            _report(reports, args, interrupted=True)
+            _report(reports, args, list(asked), interrupted=True)
         raise
-    _report(reports, args)
+    _report(reports, args, list(asked))
     return 0
 
 
@@ -92,22 +93,31 @@ def _check_outputs(args: argparse.Namespace) -> None:
                 raise ValueError(f"{flag} {path}: cannot make its folder: {exc.strerror or exc}") from None
 
 
-def _evaluated(args: argparse.Namespace, sets: list, reranker: Any):
-    """Each system's report, as it finishes."""
-    from ..eval import evaluate
-
+def _systems_asked(args: argparse.Namespace, reranker: Any) -> dict[str, tuple[str, dict[str, Any], Any]]:
+    """Each system the command line asks for, by its label: (retriever name, options, reranker or None)."""
+    asked = {}
     for system, (name, options) in system_options(args).items():
         stages = [None, reranker] if reranker is not None and args.with_first_stage else [reranker]
         for second in stages:
             label = f"{system}+{second.name}@{second.depth}" if second is not None else system
-            yield evaluate(sets, _factory(name, options, second, args.fast_queries), k=args.k, split=args.split,
-                           pooled=args.pooled, name=label, progress=not args.quiet, max_queries=args.max_queries,
-                           also_at=[int(c) for c in args.also_k.split(",") if c.strip()])
+            asked[label] = (name, options, second)
+    return asked
 
 
-def _report(reports: list, args: argparse.Namespace, interrupted: bool = False) -> None:
-    """The warnings, the table and the comparisons; --json and --plot. `interrupted`: the JSON says the run
-    stopped before its last systems."""
+def _evaluated(args: argparse.Namespace, sets: list, asked: dict[str, tuple[str, dict[str, Any], Any]]):
+    """Each system's report, as it finishes."""
+    from ..eval import evaluate
+
+    for label, (name, options, second) in asked.items():
+        yield evaluate(sets, _factory(name, options, second, args.fast_queries), k=args.k, split=args.split,
+                       pooled=args.pooled, name=label, progress=not args.quiet, max_queries=args.max_queries,
+                       also_at=[int(c) for c in args.also_k.split(",") if c.strip()])
+
+
+def _report(reports: list, args: argparse.Namespace, asked: list[str], interrupted: bool = False) -> None:
+    """The warnings, the table and the comparisons; --json and --plot. `asked`: the labels of the systems the
+    command line asked for: the JSON's layout is theirs (one system, or `systems` and `comparisons`), however
+    many finished. `interrupted`: the JSON says the run stopped before its last systems, and which."""
     from ..eval import format_table, plot_reports
 
     for line in dict.fromkeys(w for r in reports for w in r.warnings):  # every system skips the same queries
@@ -117,9 +127,11 @@ def _report(reports: list, args: argparse.Namespace, interrupted: bool = False) 
     if args.json:
         # per query: what the comparisons were computed from, so that a reader can redo or slice them
         systems = {r.name: r.to_json(per_category=args.per_category, per_query=True) for r in reports}
-        data = systems[reports[0].name] if len(reports) == 1 else {"systems": systems, "comparisons": comparisons}
+        data = systems[reports[0].name] if len(asked) == 1 else {"systems": systems, "comparisons": comparisons}
         if interrupted:
-            data["interrupted"] = "stopped (Ctrl-C) before every system was evaluated; these are the ones that finished"
+            left = [label for label in asked if label not in systems]
+            data["interrupted"] = ("stopped (Ctrl-C) before every system was evaluated; these are the ones that "
+                                   f"finished (not evaluated: {', '.join(left)})")
         Path(args.json).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     if args.plot:
         plot_reports(reports, args.plot, metric=f"ndcg@{args.k}")
