@@ -183,6 +183,22 @@ def test_errors_say_what_to_do(tmp_path):
         evaluate([SETS[0], SETS[0]], BM25System, progress=False)
 
 
+def test_a_query_id_twice_is_refused_naming_file_and_both_lines(tmp_path):
+    """Two rows with one id were accepted: per_query then held two rows under it, and a comparison, which pairs
+    the queries of two systems by id, could not tell them apart."""
+    folder = tmp_path / "dup"
+    folder.mkdir()
+    (folder / "tools.jsonl").write_text((SETS[0] / "tools.jsonl").read_text())
+    tool = json.loads((SETS[0] / "tools.jsonl").read_text().splitlines()[0])["id"]
+    rows = [{"id": "q1", "query": "first", "labels": [tool]}, {"id": "q2", "query": "second", "labels": [tool]},
+            {"id": "q1", "query": "third", "labels": [tool], "split": "train"}]
+    (folder / "queries.jsonl").write_text(json.dumps(rows[0]) + "\n\n" + "".join(json.dumps(r) + "\n" for r in rows[1:]))
+    with pytest.raises(ValueError) as refused:
+        load_benchmark(folder)
+    assert str(refused.value) == (f"{folder / 'queries.jsonl'}:4: duplicate query id 'q1', already on line 1; query "
+                                  "ids are unique in a set (reports and comparisons pair queries by id)")
+
+
 def test_progress_bar_runs(capsys):
     report = evaluate(SETS[:1], BM25System, k=2, progress=True)
     assert isinstance(report, EvalReport) and report.sets["alpha"].n_queries == 8

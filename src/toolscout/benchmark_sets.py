@@ -77,6 +77,7 @@ def read_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
 
 def load_queries(path: Path, known_ids: set[str] | None = None) -> list[Query]:
     queries = []
+    line_of: dict[str, int] = {}  # query id -> its line: an id twice would merge two rows in every per-query report
     for lineno, row in read_jsonl(path):
         where = f"{path}:{lineno}"
         text, labels = row.get("query"), row.get("labels")
@@ -91,7 +92,11 @@ def load_queries(path: Path, known_ids: set[str] | None = None) -> list[Query]:
         split = row.get("split", "test")
         if split not in ("train", "test", "validation"):
             raise CatalogError(f"{where}: field 'split' must be train, validation or test, got {split!r}")
-        queries.append(Query(str(row.get("id", f"q{lineno}")), text, tuple(labels), split))
+        query_id = str(row.get("id", f"q{lineno}"))
+        if line_of.setdefault(query_id, lineno) != lineno:
+            raise CatalogError(f"{where}: duplicate query id {query_id!r}, already on line {line_of[query_id]}; "
+                               "query ids are unique in a set (reports and comparisons pair queries by id)")
+        queries.append(Query(query_id, text, tuple(labels), split))
     return queries
 
 
