@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -254,6 +255,35 @@ def test_jsonrpc_error_response():
 def test_mcp_server_entry_without_a_name():
     with pytest.raises(CatalogError, match=r"\[1\]: a server entry needs a 'server' or 'name' string"):
         parse_tools([{"server": "a", "tools": []}, {"tools": [{"name": "x", "inputSchema": {}}]}], format="mcp")
+
+
+def test_a_format_given_that_fails_says_which_format_the_catalog_reads_as(tmp_path):
+    """`--format mcp` on an OpenAI file blamed a missing 'name', as if the file were a broken MCP listing."""
+    openai_file = tmp_path / "openai.json"
+    openai_file.write_text(json.dumps([{"type": "function", "function": {"name": "get_weather"}}]))
+    with pytest.raises(CatalogError) as info:
+        load_tools(openai_file, format="mcp")
+    assert str(info.value) == (f"{openai_file}: it reads as openai, not mcp: pass format='openai' or none (CLI: "
+                               f"--format openai, or no --format); read as mcp, it fails: {openai_file}: [0]: field "
+                               "'name' is missing; every tool needs a name")
+    lines = tmp_path / "tools.jsonl"  # one tool a line: its first line tells
+    lines.write_text(json.dumps({"type": "function", "function": {"name": "get_weather"}}) + "\n")
+    with pytest.raises(CatalogError, match=rf"^{re.escape(str(lines))}: line 1 reads as openai, not mcp: pass "
+                                           r"format='openai' or none .*; read as mcp, it fails: .*tools.jsonl:1: "):
+        load_tools(lines, format="mcp")
+
+
+def test_a_csv_file_is_said_to_be_no_catalog_format_and_the_formats_are_listed(tmp_path):
+    table = tmp_path / "tools.csv"
+    table.write_text("name,description\nfoo,Do foo\n")
+    with pytest.raises(CatalogError) as info:
+        load_tools(table)
+    assert str(info.value) == (
+        f"{table}: not a tool catalog: expected a JSON or YAML object or list of tools, got string (a .csv file is "
+        "not a catalog format; it was read as YAML). Catalogs toolscout reads: OpenAI or Anthropic tools (JSON, "
+        "YAML, or JSONL one tool a line), an MCP tools/list or server file, an OpenAPI 3 or Swagger 2 spec (JSON or "
+        "YAML), benchmark rows (tools.jsonl, or its folder), or Python callables (a .py file, or "
+        "'package.module:attr')")
 
 
 def test_a_format_given_that_reads_no_tool_says_which_format_the_catalog_reads_as():

@@ -294,8 +294,12 @@ def test_a_parameter_in_another_file_is_said_to_be_one():
 def test_a_document_forced_to_openapi_without_a_version_field_is_said_not_to_be_one():
     with pytest.raises(CatalogError) as info:
         parse_tools({"tools": [{"name": "a", "inputSchema": {"type": "object"}}]}, format="openapi", source="c.json")
-    assert str(info.value) == ("c.json: not an OpenAPI document: it has no 'openapi' (3.x) or 'swagger' (2.0) field; "
-                               "check the file, or the format asked for")
+    assert str(info.value) == ("c.json: it reads as mcp, not openapi: pass format='mcp' or none (CLI: --format mcp, or "
+                               "no --format); read as openapi, it fails: c.json: not an OpenAPI document: it has no "
+                               "'openapi' (3.x) or 'swagger' (2.0) field; check the file, or the format asked for")
+    with pytest.raises(CatalogError) as info:  # one that looks like no format: the reason alone
+        parse_tools({"title": "x"}, format="openapi", source="c.json")
+    assert str(info.value).startswith("c.json: not an OpenAPI document: it has no 'openapi'")
 
 
 YAML_12_SCALARS = """\

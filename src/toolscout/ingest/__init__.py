@@ -33,6 +33,9 @@ Format detection (when `format` is None), first rule that applies:
        a callable → python. Objects that give no sign do not vote.
      Exactly one format must get votes; none, or two (a mixed list), fails with a message that lists
      the formats and the `format=` argument / `--format` flag.
+  A `format=` given that fails on a catalog (or skips all of it) that these rules read as another format
+  says which, before the failure; a file that reads as no object or list (a CSV table) is refused with
+  the kinds of catalog there are (`detect.CATALOG_KINDS`).
 
 Errors: malformed input raises `toolscout.errors.CatalogError` naming the file, the position (an index
 path such as `tools[3].function.parameters` or `paths./pets.get`, `line N` for JSONL, line and column
@@ -69,7 +72,8 @@ from ..errors import CatalogError
 from ..tool import Tool
 from . import anthropic, jsonl, live_mcp, mcp, openai, openapi, python
 from .common import Context, Entry, LoadReport, finish
-from .detect import FORMATS, LINE_FORMATS, detect_format, format_of_path, format_of_row, read_structured
+from .detect import (CATALOG_KINDS, FORMATS, LINE_FORMATS, detect_format, format_of_path, format_of_row,
+                     read_structured)
 from .guard import check_tree
 
 __all__ = ["load_tools", "parse_tools", "LoadReport", "FORMATS"]
@@ -100,23 +104,32 @@ def _parse(obj: Any, format: str | None, lenient: bool, source: str, namespace: 
     report = report if report is not None else LoadReport()
     ctx = Context(source=source, lenient=lenient, report=report, namespace=namespace, as_served=as_served)
     fmt = format or detect_format(obj, source)
-    tools = finish(ctx, _PARSERS[fmt](obj, ctx))
+    try:
+        tools = finish(ctx, _PARSERS[fmt](obj, ctx))
+    except CatalogError as exc:  # read as the format given, it fails: say what it reads as, when that is another
+        other = format and _another_format(format, lambda: detect_format(obj, source))
+        if not other:
+            raise
+        raise CatalogError(f"{source}: {other}; read as {format}, it fails: {exc}") from None
     report.format, report.source = fmt, source
     if not tools and ctx.skips and format is not None:
-        _say_if_another_format(obj, format, ctx)
+        other = _another_format(format, lambda: detect_format(obj, source))
+        if other:  # an OpenAI list read as Anthropic's loses every entry, each for a reason naming the wrong format
+            ctx.warn(other)
     return tools
 
 
-def _say_if_another_format(obj: Any, format: str, ctx: Context) -> None:
-    """A format given that skipped every tool of a catalog that reads as another: say which (an OpenAI
-    list read as Anthropic's loses every entry, each for a reason that names the wrong format)."""
+def _another_format(format: str, detected: Callable[[], str], what: str = "it") -> str | None:
+    """What to say when a catalog read as the `format` given looks like another (`detected()`: the format
+    `what` reads as), else None."""
     try:
-        detected = detect_format(obj, ctx.source)
-    except CatalogError:
-        return
-    if detected != format:
-        ctx.warn(f"it reads as {detected}, not {format}: pass format={detected!r} or none "
-                 f"(CLI: --format {detected}, or no --format)")
+        other = detected()
+    except CatalogError:  # it looks like no format, or like several: nothing to say
+        return None
+    if other == format:
+        return None
+    return (f"{what} reads as {other}, not {format}: pass format={other!r} or none (CLI: --format {other}, or no "
+            "--format)")
 
 
 def load_tools(source: str | os.PathLike | list | dict | Callable, format: str | None = None,
@@ -140,8 +153,7 @@ def load_tools(source: str | os.PathLike | list | dict | Callable, format: str |
             except CatalogError as exc:  # it may have been meant as a file name
                 raise CatalogError(f"{exc}; nor is there a file or folder of that name") from None
             return parse_tools(callables, "python", lenient, name, namespace, report)
-        raise CatalogError(f"{name}: no such file or folder (a catalog is a JSON/YAML/JSONL/.py file, "
-                           "a benchmark folder, or 'package.module:attr')")
+        raise CatalogError(f"{name}: no such file or folder; a catalog is one of: {CATALOG_KINDS}")
     fmt = format or format_of_path(path)
     if path.is_file() and path.suffix.lower() == ".jsonl" and (format is None or format in LINE_FORMATS):
         return _load_jsonl_definitions(path, name, format, lenient, namespace, report)
@@ -165,7 +177,13 @@ def _load_jsonl_definitions(path: Path, name: str, format: str | None, lenient: 
     if fmt == "jsonl":
         return _load_benchmark_rows(path, name, lenient, namespace, report)
     detected = None if format else (fmt, f"{name}:{first_line}")  # lines in another format are refused
-    tools = finish(ctx, jsonl.parse_definitions_file(path, ctx, _PARSERS[fmt], detected))
+    try:
+        tools = finish(ctx, jsonl.parse_definitions_file(path, ctx, _PARSERS[fmt], detected))
+    except CatalogError as exc:  # read as the format given, it fails: say what its first line reads as
+        other = format and _another_format(format, lambda: format_of_row(first), f"line {first_line}")
+        if not other:
+            raise
+        raise CatalogError(f"{name}: {other}; read as {format}, it fails: {exc}") from None
     report.format, report.source = fmt, name
     return tools
 

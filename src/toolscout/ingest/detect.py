@@ -18,6 +18,11 @@ from .text import decode, parse_json
 
 FORMATS = ("openai", "anthropic", "mcp", "openapi", "python", "jsonl")
 FORMAT_HINT = f"pass format= one of {', '.join(FORMATS)} (CLI: --format NAME)"
+# What a catalog may be, said wherever a source is none of them (a missing file, a CSV file).
+CATALOG_KINDS = ("OpenAI or Anthropic tools (JSON, YAML, or JSONL one tool a line), an MCP tools/list or "
+                 "server file, an OpenAPI 3 or Swagger 2 spec (JSON or YAML), benchmark rows (tools.jsonl, or "
+                 "its folder), or Python callables (a .py file, or 'package.module:attr')")
+STRUCTURED_SUFFIXES = (".json", ".yaml", ".yml")
 
 # Anthropic server tools carry a dated type, e.g. web_search_20250305, bash_20250124.
 ANTHROPIC_SERVER_TYPE = re.compile(r"^[a-z][a-z0-9_]*_\d{8}$")
@@ -122,6 +127,10 @@ def read_structured(path: Path, source: str | None = None, unique: bool = True) 
     else:
         obj = yaml_loader.load(text, source, unique)
     if not isinstance(obj, (Mapping, list)):
-        raise CatalogError(f"{source}: expected a JSON or YAML object or list of tools, got {json_type(obj)}")
+        # a file of another kind (a CSV table) reads as YAML to one string: say what toolscout reads
+        read_as = "" if suffix in STRUCTURED_SUFFIXES else (
+            f" (a {suffix} file is not a catalog format; it was read as YAML)" if suffix else " (read as YAML)")
+        raise CatalogError(f"{source}: not a tool catalog: expected a JSON or YAML object or list of tools, got "
+                           f"{json_type(obj)}{read_as}. Catalogs toolscout reads: {CATALOG_KINDS}")
     check_tree(obj, source, json_only=True)
     return obj
