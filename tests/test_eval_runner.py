@@ -183,6 +183,26 @@ def test_errors_say_what_to_do(tmp_path):
         evaluate([SETS[0], SETS[0]], BM25System, progress=False)
 
 
+def test_what_a_system_warns_while_it_indexes_a_set_is_kept_naming_the_set():
+    """An MLC head that knows none of a set's tools warns while the set is indexed: that went to the console
+    (or nowhere), not to report.warnings. What the filters hide (a library's DeprecationWarning) stays out."""
+    import warnings
+
+    class Warns(BM25System):
+        def __init__(self, tools):
+            super().__init__(tools)
+            warnings.warn(f"knows {len(tools)} tools")
+            warnings.warn("an old API", DeprecationWarning)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # as Python's defaults do outside __main__
+        report = evaluate(SETS[:2], Warns, k=2, name="sys", progress=False)
+        pooled = evaluate(SETS[:2], Warns, k=2, name="sys", pooled=True, progress=False)
+    skipped = "beta: skipped 1 test queries with no labels (first: 'b9')"
+    assert report.warnings == [skipped, "sys: alpha: knows 10 tools", "sys: beta: knows 10 tools"]
+    assert pooled.warnings == [skipped, "sys: pooled corpus: knows 20 tools"]
+
+
 def test_a_query_id_twice_is_refused_naming_file_and_both_lines(tmp_path):
     """Two rows with one id were accepted: per_query then held two rows under it, and a comparison, which pairs
     the queries of two systems by id, could not tell them apart."""

@@ -156,7 +156,9 @@ def _categories(corpus: list[Tool]) -> dict[str, str]:
 def _build(factory: SystemFactory, tools: list[Tool], bar, label: str, notes: _Notes) -> tuple[SearchSystem, float]:
     task = bar.add_task(f"indexing {label} ({len(tools)} tools)", total=None)
     start = time.perf_counter()
-    with notes.kept(timed=False, where=label):  # what indexing warns of (tools a model cannot score) is this set's
+    # what indexing warns of (tools a model cannot score) is this set's; the filters as they are, so that a
+    # library's DeprecationWarning, which Python would not show, stays out of the report
+    with notes.kept(timed=False, where=label, every=False):
         system = factory(list(tools))
     elapsed = time.perf_counter() - start
     bar.remove_task(task)
@@ -203,11 +205,13 @@ class _Notes:
     other: dict[str, None] = field(default_factory=dict)
 
     @contextmanager
-    def kept(self, timed: bool, where: str | None = None) -> Iterator[None]:
+    def kept(self, timed: bool, where: str | None = None, every: bool = True) -> Iterator[None]:
         """Keep what the system warns within the block (`timed`: the block ranked one benchmark query; `where`:
-        the set or corpus its other warnings are about, said before them)."""
+        the set or corpus its other warnings are about, said before them; `every`: each warning, whatever the
+        filters say, as counting failed queries needs)."""
         with catch_warnings(record=True) as caught:
-            simplefilter("always")
+            if every:
+                simplefilter("always")
             yield
         self.add(caught, timed, where)
 
