@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..defaults import DEFAULT_RETRIEVER
 from .options import (add_fast_queries, add_option_flag, add_rerank_options, add_retriever_options,
-                      pipeline_from_args, warnings_said)
+                      pipeline_from_args)
 
 EXAMPLE_TASKS = (
     "I need to see a doctor next week, can you book me an appointment?",
@@ -73,8 +73,7 @@ def cmd_index(args: argparse.Namespace) -> int:
             return index_into_postgres(args, tools, replacement)
         start = time.perf_counter()
         learned = _learned_to_keep(args, replacement)
-        with warnings_said():
-            scout = pipeline_from_args(args, tools)
+        scout = pipeline_from_args(args, tools)  # its warnings print as `warning: ...` lines (cli.main)
         _keep_learning(scout, learned, args.out)
         scout.save(args.out, extra_config=replacement.config)
         replacement.saved()

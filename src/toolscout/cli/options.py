@@ -10,11 +10,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
-import warnings
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from ..defaults import DEFAULT_RETRIEVER
 from ..tool import PROFILE_FIELDS, TextView
@@ -214,17 +211,6 @@ def pipeline_from_args(args: argparse.Namespace, tools: Sequence[Any] = (), *, s
     if args.fast_queries:
         scout.use_fast_queries(args.fast_queries)
     return scout
-
-
-@contextmanager
-def warnings_said() -> Iterator[None]:
-    """What the block warns of (`warnings.warn`: e.g. tools a trained model cannot score) printed as the CLI's
-    `warning: ...` lines, once each, rather than as Python's file:line report. The filters stay as they are:
-    what Python would not show (a library's DeprecationWarning) is not printed either."""
-    with warnings.catch_warnings(record=True) as caught:
-        yield
-    for line in dict.fromkeys(str(record.message) for record in caught):
-        print(f"warning: {line}", file=sys.stderr)
 
 
 # ------------------------------------------------------------------------------------ rerankers
