@@ -224,6 +224,21 @@ def test_tool2vec_finetune_saves_its_encoder(sample_data, tmp_path, tiny_model):
     assert len(ids) == 5
 
 
+def test_cli_says_when_tool2vec_discards_its_fine_tune(tmp_path, tiny_model, capsys):
+    """A learning rate of 1 wrecks the encoder in two steps: the fine-tune is discarded, and the result line says
+    so, as `train embed`'s does, not only the summary."""
+    out = tmp_path / "t2v"
+    options = {**TINY, "validate_start": True, "max_validation": 8}
+    code = main(["train", "tool2vec", "--data", str(SAMPLE), "--out", str(out), "--model", tiny_model,
+                 "--validation-fraction", "0.2", "--batch-size", "4", "--lr", "1", "--quiet", "-o", "finetune=true",
+                 "-o", "finetune_steps=2", "-o", f"finetune_options={json.dumps(options)}", "-o", "priors=[1.0]"])
+    assert code == 0
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    summary = json.loads((next(out.glob("v*")) / "summary.json").read_text())
+    assert summary["data"]["finetune"]["discarded_for"]
+    assert last.startswith("trained tool2vec") and "fine-tuning discarded" in last, last
+
+
 # ------------------------------------------------------------------------------ what trains, hard negatives
 
 
@@ -354,6 +369,29 @@ def test_fit_embed_uses_hard_negatives(tiny_fit):
     assert summary.config["hard_negatives"] == 2 and summary.config["miner"] == "bm25"
     changed = [k for k in plain if not torch.equal(plain[k], hard[k])]
     assert any("layer." in k for k in changed)  # same seed and batches: only the mined negatives differ
+
+
+def test_a_discarded_run_ranks_exactly_as_its_starting_model(sample_data, tmp_path, tiny_model):
+    """A learning rate of 1 wrecks the encoder in two steps, so validation keeps the starting model; the saved
+    directory must then rank as that model does on its own (a pretrained encoder blends in each tool's summary),
+    not as the bare weights with a trained directory's single view."""
+    from toolscout.retrievers.dense import SUMMARY_WEIGHT, DenseRetriever
+    from toolscout.train.embed import fit_embed
+
+    out = tmp_path / "model"
+    config = TrainConfig(batch_size=4, lr=1.0, max_steps=2, warmup_ratio=0, progress=False)
+    summary = fit_embed(sample_data, out, model=tiny_model, config=config, max_validation=8,
+                        **{**TINY, "validate_start": True})
+    assert summary.discarded_for and summary.best_step == 0
+    assert summary.best_validation == summary.data["start_validation"] > summary.data["last_validation_per_set"][""]
+    tools, tasks = list(sample_data.tools.values())[:8], [q.text for q in sample_data.validation + sample_data.train[:8]]
+    start, kept = DenseRetriever(model=tiny_model), DenseRetriever(model=str(out))
+    start.index(tools)
+    kept.index(tools)
+    for (ids_a, s_a), (ids_b, s_b) in zip(start.search(tasks, k=len(tools)), kept.search(tasks, k=len(tools))):
+        assert list(ids_a) == list(ids_b)
+        np.testing.assert_allclose(s_a, s_b, atol=1e-6)
+    assert kept.summary_weight == SUMMARY_WEIGHT  # recorded in the directory, as the start was validated
 
 
 def test_length_chunks_give_the_embeddings_and_gradients_of_one_padded_batch():

@@ -65,8 +65,11 @@ def trained_view(model: str | Path | None) -> TextView | None:
 
 
 def default_summary_weight(model: str | Path | None) -> float:
-    """`SUMMARY_WEIGHT` for a pretrained encoder; 0 for a `train embed` directory (trained on one view)."""
-    return 0.0 if trained_view(model) is not None else SUMMARY_WEIGHT
+    """`SUMMARY_WEIGHT` for a pretrained encoder. For a `train embed` directory, the weight it records: 0 for
+    weights it trained (on one view), its starting model's when the run was discarded and kept those (so it
+    ranks as its starting model does); 0 for a directory from before the weight was recorded."""
+    trained = model_config(model, method="embed")
+    return SUMMARY_WEIGHT if trained is None else float(trained[1].get("summary_weight", 0.0))
 
 
 def vector_hash(tool: Tool, view: TextView, text: str, summary_weight: float) -> str:
@@ -112,8 +115,9 @@ class DenseRetriever:
     so a query scores (cos(full) + w·cos(summary)) / (1 + w). Why: for a tool with many parameters the
     parameter list dominates one embedding of the whole text, and a task usually names what the tool
     does, not its arguments. It is one vector per tool, so search costs the same; indexing embeds the
-    short text too. Default `SUMMARY_WEIGHT` (0.3, chosen on validation) for a pretrained encoder; 0 for
-    a `train embed` directory, whose encoder was trained on the single view.
+    short text too. Default `SUMMARY_WEIGHT` (0.3, chosen on validation) for a pretrained encoder; for a
+    `train embed` directory the one it records (`default_summary_weight`): 0 for an encoder trained on the
+    single view.
     """
 
     name = "dense"

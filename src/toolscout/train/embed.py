@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import random
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -411,14 +411,16 @@ class SetValidation:
     def __len__(self) -> int:
         return sum(len(q) for q in self.queries.values())
 
-    def __call__(self) -> float:
+    def __call__(self, summary_weight: float = 0.0) -> float:
+        """`summary_weight`: the summary blend the model is ranked with; 0 (the default) for weights being
+        trained on the single view, the starting model's own for the starting model (as it is used)."""
         from ..retrievers.dense import DenseRetriever
 
         old = self.model.max_seq_length
         self.model.max_seq_length = self.doc_length  # cheap and close to what training sees
         try:
             retriever = DenseRetriever(encoder=_training_encoder(self.model, "training"), view=self.view,
-                                       batch_size=64, summary_weight=0.0)  # the single view being trained
+                                       batch_size=64, summary_weight=summary_weight)
             retriever.index(self.tools)
         finally:
             self.model.max_seq_length = old
@@ -447,12 +449,42 @@ def _check_embed_options(loss: str, balance: str, negatives_from: str, miner: st
         raise ValueError(f"hard_negatives must be >= 0 and mine_depth >= 1, got {hard_negatives}, {mine_depth}")
 
 
-def _validation_record(validate, start_score: float | None, start_per_set: dict) -> dict:
+@dataclass
+class StartingModel:
+    """The model a run starts from, as validation saw it: ranked as it is used on its own, with `weight`, its
+    summary blend (`default_summary_weight`; a pretrained encoder's 0.3). A run that does not beat it keeps its
+    weights and that blend, which the directory records, so the directory ranks exactly as the start does."""
+
+    weight: float
+    score: float | None = None
+    per_set: dict = field(default_factory=dict)
+    state: dict | None = None
+
+    @classmethod
+    def validated(cls, st_model, validate: "SetValidation | None", weight: float) -> "StartingModel":
+        """Its validation score and weights (none without `validate`)."""
+        if validate is None:
+            return cls(weight)
+        return cls(weight, validate(weight), dict(validate.per_set), _copy_state(st_model))
+
+    def kept_if_better(self, st_model, summary: RunSummary) -> bool:
+        """Training that never beat the starting model on validation: the starting weights are put back, and
+        the summary says so."""
+        if self.state is None or summary.best_validation is None or self.score < summary.best_validation:
+            return False
+        st_model.load_state_dict(self.state)
+        summary.best_validation, summary.best_step = round(self.score, 3), 0
+        summary.discarded_for = ("training discarded: the starting model validated better and was kept, to rank "
+                                 "as it does")
+        return True
+
+
+def _validation_record(validate, start: StartingModel) -> dict:
     """The validation figures a run's summary keeps: query count, the start and the last per-set scores."""
     record = {"validation_queries": len(validate) if validate is not None else 0}
-    if start_score is not None:
-        record["start_validation"] = round(start_score, 3)
-        record["start_validation_per_set"] = {k: round(v, 3) for k, v in start_per_set.items()}
+    if start.score is not None:
+        record["start_validation"] = round(start.score, 3)
+        record["start_validation_per_set"] = {k: round(v, 3) for k, v in start.per_set.items()}
     if validate is not None and validate.per_set:
         record["last_validation_per_set"] = {k: round(v, 3) for k, v in validate.per_set.items()}
     return record
@@ -482,12 +514,13 @@ def fit_embed(data: TrainingData, out: str | Path, *, model: str | None = None, 
     `balance`: 'size' or 'sets' (see the module doc). `negatives_from`: 'set' draws a pair's random
     negatives from the tools of its own training set, 'all' from every training tool. Validation uses at
     most `max_validation` queries and `max_validation_tools` candidate tools per set (see
-    `SetValidation`). `validate_start`: also validate the untrained model, so the summary shows the gain
-    and a run that only got worse keeps the starting weights. `trainable`: 'all', 'layers' or 'top:N'
-    (see `freeze_parameters`). `hard_negatives`: mined negatives per query (`miner` 'dense' or 'bm25',
-    among its top `mine_depth` within the query's own set; see `MinedNegatives`), added to the random ones.
+    `SetValidation`). `validate_start`: also validate the starting model (see `StartingModel`), so the
+    summary shows the gain and a run that only got worse keeps the starting model. `trainable`: 'all',
+    'layers' or 'top:N' (see `freeze_parameters`). `hard_negatives`: mined negatives per query (`miner`
+    'dense' or 'bm25', among its top `mine_depth` within the query's own set; see `MinedNegatives`), added
+    to the random ones.
     """
-    from ..retrievers.dense import encoder_for
+    from ..retrievers.dense import default_summary_weight, encoder_for
     from .loop import pick_device
 
     _check_embed_options(loss, balance, negatives_from, miner, hard_negatives, mine_depth)
@@ -525,16 +558,13 @@ def fit_embed(data: TrainingData, out: str | Path, *, model: str | None = None, 
                       made_with=made_with)
 
     trainer.will_resume(resume)  # a checkpoint made with other settings is refused before the start validation
-    start_score, start_per_set, start_state = None, {}, None
-    if validate is not None and validate_start:
-        start_score, start_per_set = validate(), dict(validate.per_set)
-        start_state = _copy_state(st_model)
+    start = StartingModel.validated(st_model, validate if validate_start else None, default_summary_weight(model))
     summary = trainer.fit(resume=resume)
-    _keep_the_start_if_better(st_model, summary, start_score, start_state)
+    kept_start = start.kept_if_better(st_model, summary)
     st_model.eval()
     summary.data = {**data.summary(), "pairs": len(pairs),
                     "examples_per_epoch": sum(len(b) for b in epoch_batches(0)), "balance": balance,
-                    **_validation_record(validate, start_score, start_per_set)}
+                    **_validation_record(validate, start)}
     summary.config = {**summary.config, "base_model": base_name, "loss": loss, "tau": tau, "margin": margin,
                       "negatives": negatives, "negatives_from": negatives_from, "balance": balance,
                       "max_query_length": max_query_length,
@@ -543,22 +573,13 @@ def fit_embed(data: TrainingData, out: str | Path, *, model: str | None = None, 
                       "miner": miner if hard_negatives else None, "mine_depth": mine_depth}
 
     model_config = model_base("embed", base_model=base_name, encoder="encoder", view=view.to_dict(),
-                              loss=loss, trainable=trainable, summary=summary.to_dict())
+                              summary_weight=start.weight if kept_start else 0.0, loss=loss, trainable=trainable,
+                              summary=summary.to_dict())
     with write_artifact(out, model_config) as folder, quiet_transformers():
         st_model.save(str(folder / "encoder"))
         write_json(folder / "summary.json", summary.to_dict())
     trainer.finish()
     return summary
-
-
-def _keep_the_start_if_better(st_model, summary: RunSummary, start_score: float | None, start_state) -> None:
-    """Training that never beat the starting model on validation: the starting weights are kept, and the
-    summary says so."""
-    if start_state is None or summary.best_validation is None or start_score < summary.best_validation:
-        return
-    st_model.load_state_dict(start_state)
-    summary.best_validation, summary.best_step = round(start_score, 3), 0
-    summary.discarded_for = "training discarded: the starting model validated better and was kept"
 
 
 def training_config(config: TrainConfig | None, **changes) -> TrainConfig:
