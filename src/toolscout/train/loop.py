@@ -127,7 +127,8 @@ class RunSummary:
     stopped_early: bool = False
     resumed_from_step: int | None = None
     # set when the model keeps other weights than the training's best, saying which and why (the CLI's
-    # last line says it): an mlc probe, embed's starting model, when training did not beat them on validation
+    # last line says it): an mlc probe, embed's (or tool2vec's fine-tune's) starting model, when training did
+    # not beat them on validation
     discarded_for: str | None = None
     history: list[dict] = field(default_factory=list)
     config: dict = field(default_factory=dict)

@@ -86,6 +86,9 @@ def fit_tool2vec(data: TrainingData, out: str | Path, model: str | None = None, 
     if tune_summary is not None:
         summary.config.update(finetune_loss=finetune_loss, finetune_steps=tune_summary.steps)
         summary.data["finetune"] = tune_summary.to_dict()
+        if tune_summary.discarded_for:  # the encoder is the starting one: the CLI's last line says so
+            summary.discarded_for = ("fine-tuning discarded: the starting encoder validated better and was kept "
+                                     "for the usage vectors")
 
     config = model_base("tool2vec", encoder=base_name, prior=best_prior,
                         view=view.to_dict(), finetuned=finetune, summary=summary.to_dict())
