@@ -87,19 +87,22 @@ def _trainer(tmp_path, max_steps, model=None, validate=None, made_with=None, **c
                           tmp_path / "out", validate=validate, made_with=made_with), loss_fn, data
 
 
-def test_trainer_reduces_loss_and_resumes_to_identical_weights(tmp_path):
+def test_trainer_reduces_loss_and_resumes_to_identical_weights(tmp_path, capsys):
     model, trainer, loss_fn, data = _trainer(tmp_path / "a", None)
     everything = batched(data, 256, 0, 0)[0]
     before = loss_fn(everything).item()
     summary = trainer.fit()
     assert loss_fn(everything).item() < before * 0.7
     assert summary.steps == 32 and summary.examples == 4 * 256 and summary.epochs_done == 4
+    assert "resuming" not in capsys.readouterr().err
 
-    # a run killed during step 13 (its last checkpoint is at step 10) is resumed to the end
-    assert (_interrupted_at_step_10(tmp_path / "b", None) / "state.json").exists()
+    # a run killed during step 13 (its last checkpoint is at step 10) is resumed to the end, and says so
+    checkpoint = _interrupted_at_step_10(tmp_path / "b", None)
+    assert (checkpoint / "state.json").exists()
     model_c, trainer_c, _, _ = _trainer(tmp_path / "b", None)
     summary_c = trainer_c.fit(resume=True)
     assert summary_c.resumed_from_step == 10 and summary_c.steps == 32
+    assert f"resuming the interrupted toy run at step 10 of 32 from {checkpoint}" in capsys.readouterr().err
     for p, q in zip(model.parameters(), model_c.parameters()):
         assert torch.allclose(p, q, atol=1e-6)
 

@@ -15,6 +15,7 @@ import math
 import os
 import random
 import signal
+import sys
 import threading
 import time
 from dataclasses import asdict, dataclass, field, is_dataclass
@@ -209,6 +210,9 @@ class Trainer:
         schedule = warmup_then_decay(total_steps, int(total_steps * cfg.warmup_ratio))
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
         run = self._start_run(resume, optimizer, scheduler)
+        if run.summary.resumed_from_step is not None:  # said even without progress: the run is not a fresh one
+            print(f"resuming the interrupted {self.method} run at step {run.summary.resumed_from_step} of "
+                  f"{total_steps} from {self.checkpoint_dir} (--no-resume starts afresh)", file=sys.stderr)
         progress = _progress(total_steps, run.state["step"], self.method, cfg.progress)
         try:
             with _ctrl_c_ends_the_step(run):
