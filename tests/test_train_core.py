@@ -180,6 +180,65 @@ def test_ctrl_c_ends_training_after_the_step_in_progress_and_checkpoints_it(tmp_
         assert torch.allclose(p, q, atol=1e-6)
 
 
+def _ctrl_c_while_loading(data, out, *, model=None, config=None, resume=True):
+    """A trainer that Ctrl-C stops before its first step (while it loads, encodes or mines)."""
+    raise KeyboardInterrupt
+
+
+def _ctrl_c_in_step_3(data, out, *, model=None, config=None, resume=True):
+    """A real toy run into `out` that Ctrl-C ends during step 3: the step finishes and is checkpointed."""
+    import os
+    import signal
+    from pathlib import Path
+
+    _model, trainer, loss, _ = _trainer(Path(out).parent, None)
+    calls = []
+
+    def interrupted_loss(batch):
+        calls.append(1)
+        if len(calls) == 3:
+            os.kill(os.getpid(), signal.SIGINT)  # as a terminal's Ctrl-C
+        return loss(batch)
+
+    trainer.loss_fn = interrupted_loss
+    return trainer.fit(resume=resume)
+
+
+def test_ctrl_c_in_train_says_whether_anything_was_saved_and_what_the_next_run_does(tmp_path, capsys, monkeypatch):
+    from pathlib import Path
+
+    from toolscout.cli import main
+    from toolscout.train import TRAINERS
+
+    sample = Path(__file__).resolve().parents[1] / "src" / "toolscout" / "data" / "catalogs" / "apibank_sample"
+    command = ["train", "toy", "--data", str(sample), "--out", str(tmp_path / "out"), "--quiet"]
+    monkeypatch.setitem(TRAINERS, "toy", f"{__name__}:_ctrl_c_while_loading")
+    assert main(command) == 130
+    assert ("toolscout train: interrupted before any training step was checkpointed: nothing of this run was saved, "
+            "and the next run starts afresh") in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+    monkeypatch.setitem(TRAINERS, "toy", f"{__name__}:_ctrl_c_in_step_3")
+    assert main(command) == 130
+    checkpoint = tmp_path / "out.checkpoint"
+    assert json.loads((checkpoint / "state.json").read_text())["step"] == 3
+    assert (f"toolscout train: interrupted; the same command resumes from {checkpoint} (at step 3) (--no-resume "
+            "starts afresh)") in capsys.readouterr().err
+    assert main([*command, "--no-resume"]) == 130
+    assert (f"without --no-resume the same command resumes from {checkpoint} (at step 3); with it, afresh"
+            in capsys.readouterr().err)
+
+    from toolscout.artifacts import write_artifact
+    from toolscout.models import model_base
+
+    with write_artifact(tmp_path / "out.finetune", model_base("embed")):  # a stage an earlier run finished
+        pass
+    monkeypatch.setitem(TRAINERS, "toy", f"{__name__}:_ctrl_c_while_loading")
+    assert main(command) == 130
+    assert (f"resumes from {checkpoint} (at step 3), {tmp_path / 'out.finetune'} (finished)"
+            in capsys.readouterr().err)
+
+
 def test_early_stopping_keeps_the_best_weights(tmp_path):
     scores = iter([10.0, 30.0, 20.0, 15.0, 12.0, 11.0])
     snapshots = []

@@ -72,14 +72,43 @@ def _check_device(method: str, device: str | None, options: dict) -> None:
     usable_device(device, "--device")
 
 
+def _interrupted(out: str, no_resume: bool) -> str:
+    """What a Ctrl-C left: the checkpoints (or finished stages) the same command resumes from, or nothing."""
+    from ..train.loop import left_to_resume
+
+    left = left_to_resume(out)
+    if not left:
+        return ("interrupted before any training step was checkpointed: nothing of this run was saved, and the "
+                "next run starts afresh")
+    if no_resume:
+        return f"interrupted; without --no-resume the same command resumes from {', '.join(left)}; with it, afresh"
+    return f"interrupted; the same command resumes from {', '.join(left)} (--no-resume starts afresh)"
+
+
 def cmd_train(args: argparse.Namespace) -> int:
-    from ..train import TrainConfig, check_options, load_training_data, trainer_for
+    from ..train import check_options, trainer_for
 
     fit = trainer_for(args.method)
     _check_out(args.out, args.method)
     options = parse_options(args.option)
     check_options(args.method, fit, options)
     _check_device(args.method, args.device, options)
+    try:
+        summary = _load_and_fit(args, fit, options)
+    except KeyboardInterrupt:
+        print(f"toolscout train: {_interrupted(args.out, args.no_resume)}", file=sys.stderr)
+        return 130
+    best = "n/a" if summary.best_validation is None else f"{summary.best_validation:.2f}"
+    kept = f" ({summary.discarded_for})" if summary.discarded_for else ""
+    print(f"trained {args.method} in {summary.time_s:.1f}s ({summary.examples} examples, "
+          f"{summary.examples_per_s:.1f}/s); best validation nDCG@10 {best}{kept} → {args.out}", file=sys.stderr)
+    return 0
+
+
+def _load_and_fit(args: argparse.Namespace, fit, options: dict):
+    """The training data, then the run (its summary)."""
+    from ..train import TrainConfig, load_training_data
+
     data = load_training_data(args.data, validation_fraction=args.validation_fraction)
     print(f"training {args.method} on {', '.join(data.sets)}: {len(data.train)} train and "
           f"{len(data.validation)} validation queries, {len(data.tools)} tools", file=sys.stderr)
@@ -89,9 +118,4 @@ def cmd_train(args: argparse.Namespace) -> int:
     config = TrainConfig(progress=not args.quiet, **overrides)
     if args.no_resume:
         options["resume"] = False
-    summary = fit(data, args.out, model=args.model, config=config, **options)
-    best = "n/a" if summary.best_validation is None else f"{summary.best_validation:.2f}"
-    kept = f" ({summary.discarded_for})" if summary.discarded_for else ""
-    print(f"trained {args.method} in {summary.time_s:.1f}s ({summary.examples} examples, "
-          f"{summary.examples_per_s:.1f}/s); best validation nDCG@10 {best}{kept} → {args.out}", file=sys.stderr)
-    return 0
+    return fit(data, args.out, model=args.model, config=config, **options)

@@ -63,6 +63,40 @@ class TrainConfig:
 SHAPING_SETTINGS = ("epochs", "batch_size", "lr", "weight_decay", "warmup_ratio", "max_steps", "grad_clip", "seed")
 
 
+# a stage of a run that a method runs into a folder of its own beside OUT, OUT.STAGE: mlc's linear probe,
+# tool2vec's fine-tuned encoder
+STAGES = ("probe", "finetune")
+
+
+def stage_dir(out: str | Path, stage: str) -> Path:
+    """The folder beside `out` that `stage` (one of `STAGES`) of a run into `out` writes."""
+    if stage not in STAGES:
+        raise ValueError(f"stage must be one of {', '.join(STAGES)}, got {stage!r}")
+    out = Path(out)
+    return out.with_name(f"{out.name}.{stage}")
+
+
+def checkpoint_dir(out: str | Path) -> Path:
+    """Where a Trainer writing `out` keeps the resumable state of its run while it trains."""
+    out = Path(out)
+    return out.with_name(out.name + ".checkpoint")
+
+
+def left_to_resume(out: str | Path) -> list[str]:
+    """What a rerun of an interrupted run into `out` picks up, each in words: the checkpoints it left (its own or
+    a stage's, with the step each holds) and the stages it finished (a stage folder holding a model)."""
+    from ..models import model_config
+
+    found = []
+    for folder in [Path(out), *(stage_dir(out, stage) for stage in STAGES)]:
+        state = checkpoint_dir(folder) / "state.json"
+        if state.exists():
+            found.append(f"{state.parent} (at step {read_json(state).get('step')})")
+        elif folder != Path(out) and model_config(folder) is not None:
+            found.append(f"{folder} (finished)")
+    return found
+
+
 class CheckpointMismatch(ToolScoutError, ValueError):
     """The checkpoint of an interrupted run was made with other settings than the run that would resume it."""
 
@@ -190,7 +224,7 @@ class Trainer:
         self.out_dir = Path(out_dir)
         self.validate = validate
         self.batch_size_of = batch_size_of
-        self.checkpoint_dir = self.out_dir.with_name(self.out_dir.name + ".checkpoint")
+        self.checkpoint_dir = checkpoint_dir(self.out_dir)
         self.made_with = _plain({"config": config.shaping(), **(made_with or {})})
 
     # -------------------------------------------------------------------------------------

@@ -52,7 +52,8 @@ from ..results import Results
 from ..retrievers.mlc import ENCODER_FOLDER, HEAD_FILE
 from ..tool import TextView, tool_text
 from .data import TrainingData
-from .loop import RunSummary, TrainConfig, Trainer, batched, pick_device, run_settings, set_seed, validation_ndcg
+from .loop import (RunSummary, TrainConfig, Trainer, batched, pick_device, run_settings, set_seed, stage_dir,
+                   validation_ndcg)
 
 logger = logging.getLogger(__name__)
 
@@ -241,9 +242,8 @@ def _probe(net, examples, validation, tool_ids, config: TrainConfig, head_lr: fl
 
     probe_config = replace(config, lr=head_lr, epochs=epochs, max_steps=None, eval_every=None, patience=2,
                            checkpoint_every=10**9)
-    out = Path(out)
     trainer = Trainer("mlc-probe", head, loss_fn, lambda epoch: batched(items, config.batch_size, config.seed, epoch),
-                      probe_config, out.with_name(out.name + ".probe"),
+                      probe_config, stage_dir(out, "probe"),
                       validate=(lambda: validation_ndcg(search, validation)) if validation else None,
                       made_with=made_with)
     threads = torch.get_num_threads()

@@ -24,7 +24,7 @@ from ..retrievers.dense import encoder_for
 from ..retrievers.tool2vec import Tool2VecRetriever, UsageTable
 from ..tool import TextView
 from .data import TrainingData
-from .loop import RunSummary, TrainConfig, validation_ndcg
+from .loop import RunSummary, TrainConfig, stage_dir, validation_ndcg
 
 PRIOR_GRID = (0.0, 0.5, 1.0, 2.0, 4.0)
 # Chosen on validation only. Train splits of apibank + gorilla_torchhub + rotbench, 40 steps of 32 pairs
@@ -111,7 +111,7 @@ def _finetune(data: TrainingData, out: Path, model: str | None, config: TrainCon
     from .embed import fit_embed, training_config
 
     check_options("embed (tool2vec's fine-tuning)", fit_embed, options, flag="finetune_options")
-    tuned_dir = out.with_name(out.name + ".finetune")
+    tuned_dir = stage_dir(out, "finetune")
     done = model_config(tuned_dir, method="embed")
     if resume and done is not None:
         return tuned_dir, RunSummary(**{k: v for k, v in read_json(done[0] / "summary.json").items()
