@@ -1,4 +1,5 @@
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -520,6 +521,17 @@ def test_index_refuses_an_untrained_tool2vec_or_mlc_as_eval_does(capsys, tmp_pat
     assert code == 1 and f"--retriever {retriever} needs --model DIR, a `toolscout train {retriever}` directory " \
         f"(none was given; write one with `toolscout train {retriever} --data SET_DIR --out DIR`)" in err, err
     assert not (tmp_path / "idx").exists()
+
+def test_train_help_names_every_method(capsys):
+    from toolscout.train import TRAINERS
+
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    listed = help_text.split("what to train: ", 1)[1].split(" options:", 1)[0]
+    assert all(re.search(rf"\b{method}\b", listed) for method in TRAINERS), listed
+    assert "..." not in listed
+
 
 @pytest.mark.parametrize("method, device, options, says", [
     ("cross", "cuda:99", [], "--device cuda:99: not available here (torch "),  # no such GPU here, with CUDA or without

@@ -11,7 +11,8 @@ from .options import number_in, parse_options
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train a retriever or reranker on benchmark folders' train splits")
-    p.add_argument("method", metavar="METHOD", help="what to train: tool2vec, mlc, toolclip, embed, ...")
+    p.add_argument("method", metavar="METHOD",  # toolscout.train.TRAINERS, spelled out: the parser stays light
+                   help="what to train: tool2vec, mlc, toolclip, embed (retrievers), cross, refiner (rerankers)")
     p.add_argument("--data", nargs="+", required=True, metavar="SET_DIR", help="benchmark folders to train on")
     p.add_argument("--out", required=True, help="model directory to write")
     p.add_argument("--model", default=None,
