@@ -239,6 +239,33 @@ def test_ctrl_c_in_train_says_whether_anything_was_saved_and_what_the_next_run_d
             in capsys.readouterr().err)
 
 
+def _toy_run(data, out, *, model=None, config=None, resume=True):
+    from pathlib import Path
+
+    return _trainer(Path(out).parent, 4)[1].fit(resume=resume)
+
+
+def test_train_says_up_front_when_there_are_no_validation_queries(tmp_path, capsys, monkeypatch):
+    """With no validation queries nothing can be chosen on them: said before training, not only as 'n/a' after."""
+    from pathlib import Path
+
+    from toolscout.cli import main
+    from toolscout.train import TRAINERS
+
+    sample = Path(__file__).resolve().parents[1] / "src" / "toolscout" / "data" / "catalogs" / "apibank_sample"
+    monkeypatch.setitem(TRAINERS, "toy", f"{__name__}:_toy_run")
+    command = ["train", "toy", "--data", str(sample), "--out", str(tmp_path / "out"), "--quiet"]
+    assert main([*command, "--validation-fraction", "0"]) == 0
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].startswith("training toy on apibank_sample: 23 train and 0 validation queries")
+    assert lines[1].startswith("no validation queries (none of the 23 train queries fell in --validation-fraction 0, "
+                               "and no set has a validation split): nothing is chosen on validation, so there is no "
+                               "early stopping, the last weights are saved"), lines[1]
+    assert "best validation nDCG@10 n/a" in lines[-1]
+    assert main(command) == 0  # the default fraction: 2 validation queries, nothing more said
+    assert "no validation queries" not in capsys.readouterr().err
+
+
 def test_early_stopping_keeps_the_best_weights(tmp_path):
     scores = iter([10.0, 30.0, 20.0, 15.0, 12.0, 11.0])
     snapshots = []

@@ -113,6 +113,12 @@ def _load_and_fit(args: argparse.Namespace, fit, options: dict):
     data = load_training_data(args.data, validation_fraction=args.validation_fraction)
     print(f"training {args.method} on {', '.join(data.sets)}: {len(data.train)} train and "
           f"{len(data.validation)} validation queries, {len(data.tools)} tools", file=sys.stderr)
+    if not data.validation:
+        print(f"no validation queries (none of the {len(data.train)} train queries fell in --validation-fraction "
+              f"{args.validation_fraction:g}, and no set has a validation split): nothing is chosen on validation, so "
+              "there is no early stopping, the last weights are saved (never an earlier step's or the starting "
+              "model's), and what validation would pick falls back (tool2vec: its first prior; cross: no "
+              "first-stage fusion)", file=sys.stderr)
     overrides = {key: getattr(args, key) for key in ("epochs", "batch_size", "lr", "max_steps", "eval_every",
                                                      "patience", "seed", "device")
                  if getattr(args, key) is not None}
