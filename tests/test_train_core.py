@@ -150,24 +150,16 @@ def test_a_checkpoint_resumes_only_a_run_with_the_settings_it_was_made_with(tmp_
     _model, fresh, _, _ = _trainer(tmp_path / "fresh", None, made_with=settings("setB"), lr=0.01)
     assert fresh.fit(resume=False).resumed_from_step is None
 
+
 def test_ctrl_c_ends_training_after_the_step_in_progress_and_checkpoints_it(tmp_path):
     """A Ctrl-C came during step 13: the step finishes, step 13 is checkpointed (the last periodic checkpoint
     was step 10, so three steps were lost), and the resumed run ends with the uninterrupted run's weights."""
-    import os
     import signal
 
     model, trainer, _, _ = _trainer(tmp_path / "a", None)
     trainer.fit()
     model_b, trainer_b, loss_b, _ = _trainer(tmp_path / "b", None)
-    calls = []
-
-    def interrupted_loss(batch):
-        calls.append(1)
-        if len(calls) == 13:
-            os.kill(os.getpid(), signal.SIGINT)  # as a terminal's Ctrl-C
-        return loss_b(batch)
-
-    trainer_b.loss_fn = interrupted_loss
+    trainer_b.loss_fn = _ctrl_c_at_call(13, loss_b)
     before = signal.getsignal(signal.SIGINT)  # Python's own; ignored in a pytest-xdist worker
     with pytest.raises(KeyboardInterrupt):
         trainer_b.fit()
@@ -187,21 +179,27 @@ def _ctrl_c_while_loading(data, out, *, model=None, config=None, resume=True):
 
 def _ctrl_c_in_step_3(data, out, *, model=None, config=None, resume=True):
     """A real toy run into `out` that Ctrl-C ends during step 3: the step finishes and is checkpointed."""
-    import os
-    import signal
     from pathlib import Path
 
     _model, trainer, loss, _ = _trainer(Path(out).parent, None)
+    trainer.loss_fn = _ctrl_c_at_call(3, loss)
+    return trainer.fit(resume=resume)
+
+
+def _ctrl_c_at_call(n: int, loss):
+    """`loss`, which sends this process SIGINT (as a terminal's Ctrl-C) at its `n`-th call."""
+    import os
+    import signal
+
     calls = []
 
     def interrupted_loss(batch):
         calls.append(1)
-        if len(calls) == 3:
-            os.kill(os.getpid(), signal.SIGINT)  # as a terminal's Ctrl-C
+        if len(calls) == n:
+            os.kill(os.getpid(), signal.SIGINT)
         return loss(batch)
 
-    trainer.loss_fn = interrupted_loss
-    return trainer.fit(resume=resume)
+    return interrupted_loss
 
 
 def test_ctrl_c_in_train_says_whether_anything_was_saved_and_what_the_next_run_does(tmp_path, capsys, monkeypatch):
