@@ -72,7 +72,7 @@ def test_spec_parsing_keeps_libpq_parameters_and_never_records_the_password():
         PgSpec.parse("postgresql://u:pw@h/db?sslmod=require&tenant=t")  # a misspelt libpq parameter, before connecting
 
 
-def test_a_toolscout_parameter_given_twice_is_refused_naming_it_and_its_values():
+def test_a_parameter_given_twice_is_refused_naming_it_and_its_values():
     from toolscout.store.pgvector import PgSpec, PgStoreError
 
     # a config's DSN with "&tenant=..." appended: taking the last would replace team_b's whole catalog
@@ -82,6 +82,11 @@ def test_a_toolscout_parameter_given_twice_is_refused_naming_it_and_its_values()
         PgSpec.parse("postgresql:///db?table=tools_a&table=tools_a")
     with pytest.raises(PgStoreError, match=r"gives 'answer_timeout' 2 times \('5', '9'\)"):
         PgSpec.parse("postgresql:///db?answer_timeout=5&tenant=t&answer_timeout=9")
+    # libpq's own: the second dbname would win there (a write into another database), and a password stays unsaid
+    with pytest.raises(PgStoreError, match=r"gives 'dbname' 2 times \('prod', 'staging'\)"):
+        PgSpec.parse("postgresql://h/x?dbname=prod&dbname=staging")
+    with pytest.raises(PgStoreError, match=r"gives 'password' 2 times: give it once$"):
+        PgSpec.parse("postgresql://u@h/db?password=s3cret&password=other")
 
 
 def test_the_names_of_toolscouts_own_bookkeeping_tables_are_refused_as_reserved():

@@ -139,23 +139,22 @@ class PgSpec:
 
 
 def _split_own_params(query: str) -> tuple[list[str], dict[str, str]]:
-    """The query's libpq pairs (as given) and toolscout's own parameters (decoded). An own parameter given twice
-    is refused: taking either value could point a whole-catalog write at the wrong tenant or table (a DSN from a
-    config with `&tenant=...` appended to it)."""
+    """The query's libpq pairs (as given) and toolscout's own parameters (decoded). A parameter given twice is
+    refused: taking either value could point a whole-catalog write at the wrong tenant, table or database (a
+    DSN from a config with `&tenant=...` or `&dbname=...` appended to it)."""
     from urllib.parse import unquote
 
     kept, given = [], {}
     for pair in filter(None, query.split("&")):
         key, _, value = pair.partition("=")
-        if key in OWN_PARAMS:
-            given.setdefault(key, []).append(unquote(value))
-        else:
+        given.setdefault(key, []).append(unquote(value))
+        if key not in OWN_PARAMS:
             kept.append(pair)
     for key, values in given.items():
         if len(values) > 1:
-            raise PgStoreError(f"the store spec gives {key!r} {len(values)} times ({', '.join(map(repr, values))}): "
-                               f"give it once")
-    return kept, {key: values[0] for key, values in given.items()}
+            shown = "" if key == "password" else f" ({', '.join(map(repr, values))})"
+            raise PgStoreError(f"the store spec gives {key!r} {len(values)} times{shown}: give it once")
+    return kept, {key: values[0] for key, values in given.items() if key in OWN_PARAMS}
 
 
 def _answer_timeout(value: str | None) -> float:
