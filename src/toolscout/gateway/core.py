@@ -45,7 +45,7 @@ import anyio
 import anyio.lowlevel
 import anyio.to_thread
 
-from ..errors import Conflict, Forbidden, InvalidRequest, NotFound, RateLimited, TooLarge, ToolScoutError, Unavailable
+from ..errors import Conflict, Forbidden, InvalidRequest, NotFound, RateLimited, TooLarge, Unavailable
 from ..feedback import FeedbackEvent
 from ..hits import Hit
 from ..ingest.live_mcp import error_reason
@@ -256,7 +256,8 @@ class Gateway:
                                f" (held until approved: {self.definitions.approve_command(tool_id)})"
                                if self.definitions.pin else "")
             await anyio.to_thread.run_sync(self._write_listing, listing)
-        except (ToolScoutError, OSError) as exc:  # the store's (a bug inside toolscout is no outage: it propagates)
+        except (Unavailable, OSError) as exc:  # the store's outage; a listing it refuses (a NUL in a tool's
+            # text) or a bug inside toolscout is no outage: those end the connection as before
             raise ListingNotRecorded(f"its listing could not be recorded: {error_reason(exc)}") from exc
 
     def _write_listing(self, listing: Listing) -> None:
