@@ -58,6 +58,7 @@ def test_spec_parsing_keeps_libpq_parameters_and_never_records_the_password():
     assert redact("postgres://u:p@h/db?password=x&host=/tmp/s") == "postgres://u@h/db?host=/tmp/s"
     assert PgSpec.parse("postgresql:///db").tenant == "default"
     assert redact("postgresql:///db?password=x") == "postgresql:///db" == PgSpec.parse("postgresql:///db").dsn
+    assert redact("postgresql://u@h/db?sslpassword=k3y&sslmode=verify-full") == "postgresql://u@h/db?sslmode=verify-full"
     with pytest.raises(ValueError, match="invalid index table name"):
         PgSpec.parse("postgresql:///db?table=Robert');DROP")
     with pytest.raises(Exception, match="expected postgresql://"):
@@ -87,6 +88,8 @@ def test_a_parameter_given_twice_is_refused_naming_it_and_its_values():
         PgSpec.parse("postgresql://h/x?dbname=prod&dbname=staging")
     with pytest.raises(PgStoreError, match=r"gives 'password' 2 times: give it once$"):
         PgSpec.parse("postgresql://u@h/db?password=s3cret&password=other")
+    with pytest.raises(PgStoreError, match=r"gives 'sslpassword' 2 times: give it once$"):
+        PgSpec.parse("postgresql://u@h/db?sslpassword=s3cret&sslpassword=other")
 
 
 def test_the_names_of_toolscouts_own_bookkeeping_tables_are_refused_as_reserved():
@@ -99,8 +102,12 @@ def test_the_names_of_toolscouts_own_bookkeeping_tables_are_refused_as_reserved(
     with pytest.raises(ValueError, match="index table name 'toolscout_feedback' is reserved for toolscout's own "
                                          "bookkeeping .*choose another"):
         PgSpec.parse("postgresql:///db?table=toolscout_feedback")
-    # every shared relation the schema creates is reserved (and the index tables' default name is not)
+    # every shared relation the schema creates is reserved, and the temporary table a replace creates (which
+    # would shadow an index table so named); the index tables' default name is not
+    from toolscout.store import pg_catalog
+
     ddl = [st for m in pg_schema.MIGRATIONS for st in m.statements("idx", 8)] + [inspect.getsource(pg_schema.migrate)]
+    ddl += re.findall(r"CREATE TEMP TABLE \w+", inspect.getsource(pg_catalog))
     assert {name for text in ddl for name in re.findall(r"\btoolscout_[a-z_]+", text)} == pg_schema.BOOKKEEPING
     assert PgSpec.parse("postgresql:///db?table=toolscout_tools").table == pg_schema.DEFAULT_TABLE
 

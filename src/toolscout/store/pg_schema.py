@@ -55,7 +55,8 @@ BOOKKEEPING = frozenset({
     "toolscout_schema_migrations", "toolscout_indexes", "toolscout_versions", "toolscout_changes",
     "toolscout_feedback", "toolscout_feedback_tool", "toolscout_usage", "toolscout_feedback_totals",
     "toolscout_requests", "toolscout_scored", "toolscout_learning", "toolscout_definitions_stamp",
-    "toolscout_definitions", "toolscout_definitions_by_stamp", "toolscout_listings"})
+    "toolscout_definitions", "toolscout_definitions_by_stamp", "toolscout_listings",
+    "toolscout_incoming"})  # the last: a replace's temporary table, which would shadow an index table so named
 
 
 class SchemaError(ToolScoutError):

@@ -152,7 +152,7 @@ def _split_own_params(query: str) -> tuple[list[str], dict[str, str]]:
             kept.append(pair)
     for key, values in given.items():
         if len(values) > 1:
-            shown = "" if key == "password" else f" ({', '.join(map(repr, values))})"
+            shown = "" if _secret(key) else f" ({', '.join(map(repr, values))})"
             raise PgStoreError(f"the store spec gives {key!r} {len(values)} times{shown}: give it once")
     return kept, {key: values[0] for key, values in given.items() if key in OWN_PARAMS}
 
@@ -201,8 +201,13 @@ def redact(dsn: str) -> str:
     if "@" in netloc:
         userinfo, _, hosts = netloc.rpartition("@")
         netloc = f"{userinfo.partition(':')[0]}@{hosts}"
-    query = "&".join(p for p in parts.query.split("&") if p and not p.startswith("password="))
+    query = "&".join(p for p in parts.query.split("&") if p and not _secret(p.partition("=")[0]))
     return _unsplit(parts.scheme, netloc, parts.path, query, parts.fragment)
+
+
+def _secret(key: str) -> bool:
+    """A connection parameter whose value is a secret: `password`, and libpq's `sslpassword` (a client key's)."""
+    return key in ("password", "sslpassword")
 
 
 def _unsplit(scheme: str, netloc: str, path: str, query: str, fragment: str) -> str:
@@ -333,10 +338,11 @@ class PgDatabase:
     def _check(self, conn) -> None:
         """The pool's check of a connection it hands out, bounded as a request's wait for one is. A dead one
         means the database restarted (or stopped, or froze): the pool's other idle connections, made before
-        it, are dead too. psycopg_pool would check them one by one, waiting 1 s, then 2 s, ... between two
-        failed checks, so a request that met a pool of dead connections spent its POOL_WAIT_S on four of them
-        and was a 503 (with 30 of them, for 15 s after the database was back): they are all replaced at once
-        instead, and the request waits for the first new connection."""
+        it, are dead too. psycopg_pool would check them one by one, pausing longer after each failed check,
+        so a request that met a grown pool of dead connections spent its POOL_WAIT_S on a few of them and was
+        a 503 though the database was back: they are all replaced at once instead, and the request waits for
+        the first new connection. A connection that passes says the database answers (`Outage.up`), which a
+        probe reads (`check_answering`) even when no new connection was needed to learn it."""
         from psycopg_pool import ConnectionPool
 
         try:
@@ -345,9 +351,10 @@ class PgDatabase:
         except Exception:
             self._replace_connections_made_before(conn)
             raise
+        self.outage.up()
 
     def _replace_connections_made_before(self, dead) -> None:
-        """Replace every connection of the pool older than `dead` (those in use as they come back), unless
+        """Replace the pool's connections (the idle ones now, those in use as they come back: `drain`), unless
         the pool has done so since `dead` was made: requests meeting dead connections at once replace them once."""
         with self._replace_lock:
             if self._made_at.get(dead, float("-inf")) < self._replaced_at:
