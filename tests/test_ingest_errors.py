@@ -271,6 +271,10 @@ def test_a_format_given_that_fails_says_which_format_the_catalog_reads_as(tmp_pa
     with pytest.raises(CatalogError, match=rf"^{re.escape(str(lines))}: line 1 reads as openai, not mcp: pass "
                                            r"format='openai' or none .*; read as mcp, it fails: .*tools.jsonl:1: "):
         load_tools(lines, format="mcp")
+    # a first line that shows no format (not JSON, or no tool) is the parser's error alone: it read as "jsonl"
+    lines.write_text("{not json\n")
+    with pytest.raises(CatalogError, match=rf"^{re.escape(str(lines))}:1: invalid JSON"):
+        load_tools(lines, format="openai")
 
 
 def test_a_csv_file_is_said_to_be_no_catalog_format_and_the_formats_are_listed(tmp_path):

@@ -255,6 +255,11 @@ def test_a_jsonl_line_in_another_format_than_the_first_line_is_refused_naming_bo
     # a named format reads every line as that format, as before
     assert [t.name for t in load_tools(path, format="openai")] == ["get_weather", "send_mail", "search",
                                                                    "read_file", "list_dir"]
+    # a tool with no schema (a name and a description) is every format's: it belongs to the file's
+    bare = json.dumps({"name": "ping", "description": "Check that the service answers"}) + "\n"
+    for lines in (ANTHROPIC_LINES, MCP_LINES):
+        path.write_text(lines + bare)
+        assert [t.name for t in load_tools(path)][-1] == "ping"
 
 
 def test_jsonl_rows_in_memory_and_parameter_aliases():

@@ -66,14 +66,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from ..errors import CatalogError
 from ..tool import Tool
 from . import anthropic, jsonl, live_mcp, mcp, openai, openapi, python
 from .common import Context, Entry, LoadReport, finish
-from .detect import (CATALOG_KINDS, FORMATS, LINE_FORMATS, detect_format, format_of_path, format_of_row,
-                     read_structured)
+from .detect import (CATALOG_KINDS, FORMATS, LINE_FORMATS, detect_format, format_of_item, format_of_path,
+                     format_of_row, read_structured)
 from .guard import check_tree
 
 __all__ = ["load_tools", "parse_tools", "LoadReport", "FORMATS"]
@@ -180,12 +180,21 @@ def _load_jsonl_definitions(path: Path, name: str, format: str | None, lenient: 
     try:
         tools = finish(ctx, jsonl.parse_definitions_file(path, ctx, _PARSERS[fmt], detected))
     except CatalogError as exc:  # read as the format given, it fails: say what its first line reads as
-        other = format and _another_format(format, lambda: format_of_row(first), f"line {first_line}")
+        other = format and _another_format(format, lambda: _format_of_line(first), f"line {first_line}")
         if not other:
             raise
         raise CatalogError(f"{name}: {other}; read as {format}, it fails: {exc}") from None
     report.format, report.source = fmt, name
     return tools
+
+
+def _format_of_line(row: Any) -> str:
+    """The format a JSONL line shows a sign of; CatalogError when it shows none (not JSON, not an object, or
+    an object no format's tool looks like): then there is nothing to say about it but the parser's error."""
+    shape = format_of_item(row) if isinstance(row, Mapping) else None
+    if shape is None:
+        raise CatalogError("the line shows no format")
+    return shape
 
 
 def _load_benchmark_rows(path: Path, name: str, lenient: bool, namespace: str | None,

@@ -73,8 +73,13 @@ _A_TOOL_OF = {"openai": "an OpenAI tool", "anthropic": "an Anthropic tool", "mcp
               "jsonl": "a benchmark tool row", "openapi": "an OpenAPI spec", "python": "a Python callable"}
 
 
+_BARE = {"name", "description", "strict"}  # all an OpenAI, Anthropic or MCP tool with no parameters needs
+
+
 def _held_to(row: Any, where: str, fmt: str, decided_by: str) -> Any:
     """`row`, or a `_BadLine` saying why it is not in the file's format `fmt` (which the line `decided_by` set)."""
+    if isinstance(row, Mapping) and set(row) <= _BARE:  # a tool without a schema reads as any format's
+        return row
     try:
         shape = detect_format(row, where)
     except CatalogError:  # no sign of any format: the parser says what is wrong with it
