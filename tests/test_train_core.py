@@ -293,3 +293,17 @@ def test_a_model_directory_a_newer_toolscout_saved_or_a_damaged_one_is_named_not
     (model / "CURRENT").write_text("v000099\n")  # a copy that left its live version behind
     with pytest.raises(ArtifactError, match="CURRENT names the version 'v000099', which is not there"):
         DenseRetriever(model=str(model))
+
+
+def test_what_a_ctrl_c_left_is_said_even_when_a_checkpoint_is_damaged(tmp_path):
+    """Asked in the Ctrl-C handler: a state.json cut short raised over the interruption (exit 1, not 130)."""
+    from toolscout.train.loop import checkpoint_dir, left_to_resume
+
+    out = tmp_path / "model"
+    state = checkpoint_dir(out) / "state.json"
+    state.parent.mkdir(parents=True)
+    state.write_text('{"step": 4')
+    [said] = left_to_resume(out)
+    assert said.startswith(f"{out} (unreadable: {state}: invalid JSON")
+    state.write_text('{"step": 4}')
+    assert left_to_resume(out) == [f"{state.parent} (at step 4)"]

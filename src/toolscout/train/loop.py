@@ -90,10 +90,13 @@ def left_to_resume(out: str | Path) -> list[str]:
     found = []
     for folder in [Path(out), *(stage_dir(out, stage) for stage in STAGES)]:
         state = checkpoint_dir(folder) / "state.json"
-        if state.exists():
-            found.append(f"{state.parent} (at step {read_json(state).get('step')})")
-        elif folder != Path(out) and model_config(folder) is not None:
-            found.append(f"{folder} (finished)")
+        try:  # asked after a Ctrl-C: a damaged file is said, not raised over the interruption
+            if state.exists():
+                found.append(f"{state.parent} (at step {read_json(state).get('step')})")
+            elif folder != Path(out) and model_config(folder) is not None:
+                found.append(f"{folder} (finished)")
+        except ToolScoutError as exc:
+            found.append(f"{folder} (unreadable: {exc})")
     return found
 
 
