@@ -706,7 +706,7 @@ def test_search_with_a_failing_llm_reranker_keeps_the_first_stages_hits_and_says
     alike, and stderr has one `warning: LLM reranker: ...` line."""
     from fakellm import FakeLLM, Reply
 
-    catalog, task = CATALOGS / "mcp_reference_servers.json", "read the contents of a file"
+    catalog, task = CATALOGS / "apibank_sample", "check my account balance"
     code, _, err = run(capsys, "index", catalog, "--out", tmp_path / "plain", "--quiet")
     assert code == 0, err
     settings = tmp_path / "llm.yaml"
@@ -714,12 +714,18 @@ def test_search_with_a_failing_llm_reranker_keeps_the_first_stages_hits_and_says
         settings.write_text(f"base_url: {llm.url}\nmodel: m\nmax_retries: 0\n")
         code, _, err = run(capsys, "index", catalog, "--out", tmp_path / "llm", "--rerank", f"llm:{settings}", "--quiet")
         assert code == 0, err
+        # a reranker shallower than the first stage's calibration reads (10): its probabilities still are those
+        code, _, err = run(capsys, "index", catalog, "--out", tmp_path / "llm5", "--rerank", f"llm:{settings}",
+                           "--rerank-depth", "5", "--quiet")
+        assert code == 0, err
+        code, out5, _ = run(capsys, "search", tmp_path / "llm5", task, "-k", "3", "--json")
         code, out, err = run(capsys, "search", tmp_path / "llm", task, "-k", "3", "--json")
     assert code == 0, err
     reranked = [(h["id"], h["score"], h.get("probability")) for h in json.loads(out)["hits"]]
     _, out, _ = run(capsys, "search", tmp_path / "plain", task, "-k", "3", "--json")
     plain = [(h["id"], h["score"], h.get("probability")) for h in json.loads(out)["hits"]]
     assert reranked == plain and all(p is not None for _, _, p in plain) and plain[0][1] > 0
+    assert [(h["id"], h["score"], h.get("probability")) for h in json.loads(out5)["hits"]] == plain
     assert err.startswith("warning: LLM reranker: ") and "HTTP 500" in err and len(err.splitlines()) == 1
     assert "DegradedResults" not in err and ".py:" not in err
 

@@ -611,7 +611,7 @@ class ToolScout:
                            ) -> tuple[Results, list[dict[str, tuple[float, float]]] | None, list[bool]]:
         """`_ranked`, what learning lifted for each query (`LearnedChannel.lifts`; None when it is off), and
         which queries kept the first stage's ranking because the reranker could not judge them (`_reranked`)."""
-        depth = k if self.reranker is None else max(k, self.reranker.depth)
+        depth = k if self.reranker is None else max(k, self.reranker.depth, self._kept_depth(k))
         lifts = None
         if not self.learning.active:
             candidates = self._first_stage(queries, depth, filter)
@@ -628,13 +628,20 @@ class ToolScout:
     def _reranked(self, queries: list[Query], candidates: Results, k: int) -> tuple[Results, list[bool]]:
         """The reranker's ranking of each query's candidates, cut to k, and which queries it could not judge.
         Those keep the first stage's list (rerank/base.py) as deep as a search without the reranker ranks
-        (RELEVANCE_DEPTH, for the first stage's probabilities; `_ranked` cuts it to k)."""
-        reranked = self.reranker.rerank([q.text for q in queries], candidates, self._tools, self.retriever)
-        kept = kept_first_stage(reranked, candidates)
-        kept_depth = k if self._kept_calibration is None else max(k, RELEVANCE_DEPTH)
-        cut = [(ids[:kept_depth], scores[:kept_depth]) if was_kept else (ids[:k], scores[:k])
-               for (ids, scores), was_kept in zip(reranked, kept)]
+        (`_kept_depth`, for the first stage's probabilities; `_ranked` cuts it to k): the reranker is handed
+        its own depth of them, which may be shallower."""
+        judged = candidates.top(max(k, self.reranker.depth))
+        reranked = self.reranker.rerank([q.text for q in queries], judged, self._tools, self.retriever)
+        kept = kept_first_stage(reranked, judged)
+        deep = self._kept_depth(k)
+        cut = [(first[0][:deep], first[1][:deep]) if was_kept else (ids[:k], scores[:k])
+               for (ids, scores), first, was_kept in zip(reranked, candidates, kept)]
         return Results(tuple(ids for ids, _ in cut), tuple(scores for _, scores in cut)), kept
+
+    def _kept_depth(self, k: int) -> int:
+        """How deep a query the reranker could not judge keeps the first stage's list: as deep as the first
+        stage's calibration reads (RELEVANCE_DEPTH) when it has one, else k."""
+        return k if self._kept_calibration is None else max(k, RELEVANCE_DEPTH)
 
     def _below_replacements(self, results: Results, filter: Filter | None) -> Results:
         """Each deprecated tool in `results` just below its replacement (`toolscout.deprecation`)."""
