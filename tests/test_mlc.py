@@ -163,6 +163,12 @@ def test_unknown_tools_get_the_calibrated_dense_fallback(trained):
     dense.index(unseen)
     queries = ["play something by Queen", "switch off the kitchen lights", "translate hello to Spanish"]
     assert retriever.search(queries, 4).as_lists() == dense.search(queries, 4).as_lists()
+    # a tool joining a served catalog is logged, not warned: a server adding tools one write at a time would
+    # print the line at every write
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        retriever.add([Tool("tides", "tide_times", "High and low tide times for a harbour.")])
+    assert "tides" in retriever.fallback_ids
 
 
 def test_without_fallback_unknown_tools_are_never_returned_and_a_warning_says_so(trained):

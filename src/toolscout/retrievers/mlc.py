@@ -35,6 +35,7 @@ still holds the version it was indexed with (a retrained model needs a re-index)
 from __future__ import annotations
 
 import json
+import logging
 import warnings
 from pathlib import Path
 from typing import Any, Sequence
@@ -50,6 +51,7 @@ from ..rows import RowTable
 from ..tool import TextView, Tool, content_hash, tool_text
 from .base import Accepts, write_retriever_config
 
+logger = logging.getLogger(__name__)
 ENCODER_FOLDER = "encoder"
 HEAD_FILE = "head.npz"
 FALLBACKS = ("dense", None)
@@ -122,11 +124,22 @@ class MLCRetriever:
 
     # catalog -------------------------------------------------------------------------------
     def index(self, tools: Sequence[Tool]) -> None:
+        """The catalog, whole: how much of it the trained head knows is a warning (`_unknown_note`)."""
         self.rows = RowTable()
         self.descriptions, self.hashes = {}, {}
-        self.add(tools)
+        self._add(tools)
+        note = self._unknown_note()
+        if note:
+            warnings.warn(note, stacklevel=2)
 
     def add(self, tools: Sequence[Tool]) -> None:
+        """Tools joining a served catalog: the head's coverage is logged (a warning per write would flood a
+        server's log; `index` warned of the catalog it started with)."""
+        if self._add(tools):
+            logger.info("%s", self._unknown_note())
+
+    def _add(self, tools: Sequence[Tool]) -> int:
+        """Add or update `tools`; how many of them the trained head does not know."""
         for tool in tools:
             row = self.rows.row_of.get(tool.id)
             if row is None:
@@ -146,7 +159,7 @@ class MLCRetriever:
                     self.hashes[tool.id] = content_hash(texts[tool.id])
             self.encoded_last = len(changed)
         self._rebuild()
-        self._report_unknown(len(unknown))
+        return len(unknown)
 
     def remove(self, ids: Sequence[str]) -> None:
         rows = [self.rows.row_of[t] for t in ids if t in self.rows.row_of]
@@ -157,21 +170,20 @@ class MLCRetriever:
             self.hashes.pop(tool_id, None)
         self._rebuild()
 
-    def _report_unknown(self, n_unknown: int) -> None:
-        """Say, as a warning, how much of the catalog the trained head scores once tools it never saw arrive:
-        on a catalog the model never saw, "mlc" is dense retrieval, and a result must not pass for the classifier's."""
-        if not n_unknown:
-            return
+    def _unknown_note(self) -> str | None:
+        """How much of the catalog the trained head scores, when it does not know every tool: on a catalog the
+        model never saw, "mlc" is dense retrieval, and a result must not pass for the classifier's."""
         known = sum(1 for tool_id in self.rows.ids if tool_id in self.model.row_of)
         rest = len(self.rows) - known
+        if not rest:
+            return None
         head = (f"the MLC head knows {known} of the catalog's {len(self.rows)} tools (it was trained on the labels of "
                 f"{len(self.model.tool_ids)} tools)")
         if self.fallback is None:
-            warnings.warn(f"{head}; the other {rest} cannot be scored (fallback=None) and are never returned "
-                          "(see `unscored_ids`)", stacklevel=3)
-        else:
-            warnings.warn(f"{head}; the other {rest} are scored by dense retrieval with its fine-tuned encoder "
-                          "(calibrated cosine), not by the classifier", stacklevel=3)
+            return (f"{head}; the other {rest} cannot be scored (fallback=None) and are never returned (see "
+                    "`unscored_ids`)")
+        return (f"{head}; the other {rest} are scored by dense retrieval with its fine-tuned encoder (calibrated "
+                "cosine), not by the classifier")
 
     @property
     def unscored_ids(self) -> list[str]:
