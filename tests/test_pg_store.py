@@ -76,21 +76,20 @@ def test_spec_parsing_keeps_libpq_parameters_and_never_records_the_password():
 def test_a_parameter_given_twice_is_refused_naming_it_and_its_values():
     from toolscout.store.pgvector import PgSpec, PgStoreError
 
-    # a config's DSN with "&tenant=..." appended: taking the last would replace team_b's whole catalog
-    with pytest.raises(PgStoreError, match=r"gives 'tenant' 2 times \('team_a', 'team_b'\): give it once"):
-        PgSpec.parse("postgresql:///db?tenant=team_a&sslmode=disable&tenant=team_b")
-    with pytest.raises(PgStoreError, match=r"gives 'table' 2 times \('tools_a', 'tools_a'\)"):
-        PgSpec.parse("postgresql:///db?table=tools_a&table=tools_a")
-    with pytest.raises(PgStoreError, match=r"gives 'answer_timeout' 2 times \('5', '9'\)"):
-        PgSpec.parse("postgresql:///db?answer_timeout=5&tenant=t&answer_timeout=9")
-    # libpq's own: the second dbname would win there (a write into another database), and a password stays unsaid
-    with pytest.raises(PgStoreError, match=r"gives 'dbname' 2 times \('prod', 'staging'\)"):
-        PgSpec.parse("postgresql://h/x?dbname=prod&dbname=staging")
-    with pytest.raises(PgStoreError, match=r"gives 'password' 2 times: give it once$"):
-        PgSpec.parse("postgresql://u@h/db?password=s3cret&password=other")
-    with pytest.raises(PgStoreError, match=r"gives 'sslpassword' 2 times: give it once$"):
-        PgSpec.parse("postgresql://u@h/db?sslpassword=s3cret&sslpassword=other")
-
+    for spec, says in (
+            # a config's DSN with "&tenant=..." appended: taking the last would replace team_b's whole catalog
+            ("postgresql:///db?tenant=team_a&sslmode=disable&tenant=team_b",
+             r"gives 'tenant' 2 times \('team_a', 'team_b'\): give it once"),
+            ("postgresql:///db?table=tools_a&table=tools_a", r"gives 'table' 2 times \('tools_a', 'tools_a'\)"),
+            ("postgresql:///db?answer_timeout=5&tenant=t&answer_timeout=9",
+             r"gives 'answer_timeout' 2 times \('5', '9'\)"),
+            # libpq's own: the second dbname would win there (a write into another database); secrets unsaid
+            ("postgresql://h/x?dbname=prod&dbname=staging", r"gives 'dbname' 2 times \('prod', 'staging'\)"),
+            ("postgresql://u@h/db?password=s3cret&password=other", r"gives 'password' 2 times: give it once$"),
+            ("postgresql://u@h/db?sslpassword=s3cret&sslpassword=other",
+             r"gives 'sslpassword' 2 times: give it once$")):
+        with pytest.raises(PgStoreError, match=says):
+            PgSpec.parse(spec)
 
 def test_the_names_of_toolscouts_own_bookkeeping_tables_are_refused_as_reserved():
     import inspect
