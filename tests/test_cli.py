@@ -841,3 +841,18 @@ def test_eval_interrupted_reports_the_systems_that_finished(capsys, tmp_path, mo
     assert data["comparisons"] == [] and data["interrupted"] == (
         "stopped (Ctrl-C) before every system was evaluated; these are the ones that finished (not evaluated: "
         "bm25[b=0])")
+
+
+def test_migrate_search_on_a_table_with_no_tenant_says_so(capsys):
+    """`migrate --search` told "(0 tenants: )" for a table no catalog was indexed into yet."""
+    from toolscout.cli.pg_store import tell_search_switch
+    from toolscout.postgres import SearchSwitch
+
+    hybrid = {"name": "hybrid", "components": [{"name": "bm25"}, {"name": "dense"}],
+              "settings": {"fusion": "max", "weights": [1.0, 3.0]}}
+    tell_search_switch("tools", SearchSwitch({"name": "dense"}, hybrid, []))
+    err = capsys.readouterr().err
+    assert ("first stage of index table 'tools': dense -> hybrid of bm25 + dense (fusion=max, weights=[1.0, 3.0]), "
+            "for every tenant of the table (no tenant has a catalog yet), served by") in err
+    tell_search_switch("tools", SearchSwitch({"name": "dense"}, hybrid, ["acme"]))
+    assert "for every tenant of the table (1 tenant: acme), served by" in capsys.readouterr().err

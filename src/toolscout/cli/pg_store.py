@@ -96,8 +96,9 @@ def tell_search_switch(table: str, switch) -> None:
         return
     count = len(switch.tenants)
     names = ", ".join(switch.tenants[:10]) + (f", and {count - 10} more" if count > 10 else "")
+    tenants = f"{count} tenant{'s' if count != 1 else ''}: {names}" if count else "no tenant has a catalog yet"
     print(f"first stage of index table {table!r}: {_stage(switch.before)} -> {_stage(switch.after)}, for every "
-          f"tenant of the table ({count} tenant{'s' if count != 1 else ''}: {names}), served by each server that "
+          f"tenant of the table ({tenants}), served by each server that "
           "starts from now on (a server already running ranks as it did until it is restarted: its /health says "
           "`restart_needed`)", file=sys.stderr)
     if switch.after["name"] == "hybrid":
