@@ -291,7 +291,8 @@ class Trainer:
                     self._save_checkpoint(state, steps.optimizer, steps.scheduler, run.best_state)
                 if run.interrupted:
                     progress.write(f"interrupted after step {state['step']}: its checkpoint is in "
-                                   f"{self.checkpoint_dir}; the same command resumes from it")
+                                   f"{self.checkpoint_dir}; a run that resumes (the default, not --no-resume) "
+                                   "picks it up")
                     raise KeyboardInterrupt
                 if run.stop or state["step"] >= steps.total:
                     break
