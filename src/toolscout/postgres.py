@@ -254,7 +254,7 @@ class SearchSwitch:
     def default_hybrid(self) -> dict[str, Any]:
         """The hybrid `--search hybrid` makes of the table's dense retriever alone (a hybrid switched to dense
         is not kept anywhere)."""
-        return _as_stored(with_search(with_search(PipelineSpec(self.after), "dense"), "hybrid").retriever)
+        return as_stored(with_search(with_search(PipelineSpec(self.after), "dense"), "hybrid").retriever)
 
 
 def set_search_mode(database, search: str) -> SearchSwitch:
@@ -268,11 +268,12 @@ def set_search_mode(database, search: str) -> SearchSwitch:
     before = table_spec(config)
     pipeline = with_search(before, search)
     database.set_config({**stored, **index_config(pipeline, config.feedback_cap).to_dict()})
-    return SearchSwitch(_as_stored(before.retriever), _as_stored(pipeline.retriever), list(database.tenants()))
+    return SearchSwitch(as_stored(before.retriever), as_stored(pipeline.retriever), list(database.tenants()))
 
 
-def _as_stored(node: dict[str, Any]) -> dict[str, Any]:
-    """A spec's node as the table's configuration holds it: JSON (tuples read back as lists)."""
+def as_stored(node: dict[str, Any]) -> dict[str, Any]:
+    """A spec (or one of its nodes) as the table's configuration holds it: JSON (tuples read back as lists), so
+    that a spec built in this process compares equal to the one the table records."""
     return json.loads(json.dumps(node))
 
 

@@ -21,7 +21,6 @@ those rows, so replicas rank as one pipeline would.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -33,7 +32,7 @@ from ..feedback import FeedbackEvent, LearnResult
 from ..learning import teaches_anything
 from ..pg_pipeline import check_servable, table_spec
 from ..pipeline import ToolScout
-from ..postgres import encode_rows
+from ..postgres import as_stored, encode_rows
 from ..retrievers.base import task_encoders
 from ..retrievers.dense import encoder_for, vector_hash
 from ..spec import PipelineSpec, differences
@@ -156,8 +155,7 @@ def _pipeline_change(there: PipelineSpec, here: PipelineSpec) -> str | None:
     """How two pipelines differ, in brief: their first stages when those differ, else the paths of the settings
     that do (their values can be whole retriever trees); None when they are the same. Compared as the table
     stores them: JSON, where a spec built in this process may hold tuples for lists."""
-    as_stored = [json.loads(json.dumps(spec.to_dict())) for spec in (there, here)]
-    changed = [line.partition(":")[0] for line in differences(*as_stored)]
+    changed = [line.partition(":")[0] for line in differences(as_stored(there.to_dict()), as_stored(here.to_dict()))]
     if not changed:
         return None
     if there.retriever["name"] != here.retriever["name"]:
