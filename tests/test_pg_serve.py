@@ -209,7 +209,9 @@ def test_a_tenant_with_no_catalog_is_refused_by_learning_and_approvals_and_warne
 
     from toolscout.cli import build_parser, main
     from toolscout.cli.serve import _open_service
+    from toolscout.errors import NotFound
     from toolscout.serve.auth import AuthConfig
+    from toolscout.store.pg_schema import partition_name
 
     catalog = tmp_path / "tools.json"
     catalog.write_text(json.dumps([{"type": "function", "function": {"name": t.name, "description": t.description}}
@@ -233,9 +235,14 @@ def test_a_tenant_with_no_catalog_is_refused_by_learning_and_approvals_and_warne
         made = conn.execute("SELECT tenant FROM toolscout_versions WHERE tbl = %s ORDER BY tenant", [table]).fetchall()
     assert made == [("team-a",), ("team-old",)]  # nothing made for the typo
     service = _open_service(build_parser().parse_args(["serve", "--store", typo]), AuthConfig())
+    with pytest.raises(NotFound, match="no tool with id 'search.web'"):  # a DELETE served for the typo
+        service.delete(["search.web"])
     service.close()
     assert ("warning: tenant 'team-aa' has no catalog in index table "
             f"'{table}' (the table's tenants: 'team-a'): its searches find nothing") in capsys.readouterr().err
+    with psycopg.connect(pg, autocommit=True) as conn:  # no partition made for it (with one, any later version
+        # row, such as a feedback event's, would make the typo a catalog)
+        assert conn.execute("SELECT to_regclass(%s)", [partition_name(table, "team-aa")]).fetchone()[0] is None
     # a new tenant is made by indexing a catalog into it, and is then a tenant like any other
     assert main(["index", str(catalog), "--out", str(tmp_path / "idx2"), "--store", typo]) == 0
     assert main(["learning", "freeze", typo]) == 0

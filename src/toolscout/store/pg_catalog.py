@@ -221,7 +221,8 @@ class PgCatalog(PgTenantRows):
                 raise ValueError("replace=True writes a whole catalog: no delete ids or inspect callback")
             return self._replace(rows, config)
         delete = list(dict.fromkeys(delete))
-        return self.database.writing(self.tenant, lambda conn: self._write(conn, rows, delete, inspect))
+        return self.database.writing(self.tenant, lambda conn: self._write(conn, rows, delete, inspect),
+                                     inserts=bool(rows))
 
     def _write(self, conn, rows: list[PgRow], delete: list[str], inspect: Inspect | None) -> WriteOutcome:
         try:

@@ -478,14 +478,17 @@ class PgDatabase:
         """`tenant`'s partition exists now (a whole-catalog replace has just attached it)."""
         self._partitions.add(tenant)
 
-    def writing(self, tenant: str, write: Callable[[Any], T]) -> T:
+    def writing(self, tenant: str, write: Callable[[Any], T], inserts: bool = True) -> T:
         """`write(conn)`, a write transaction of `tenant`, on a connection where the tenant's partition
-        exists; run once more if the partition went away meanwhile (the tenant dropped elsewhere)."""
+        exists; run once more if the partition went away meanwhile (the tenant dropped elsewhere). A write
+        that only deletes (`inserts=False`) makes no partition: a tenant with none has nothing to delete,
+        and a mistyped tenant must not become a catalog."""
         import psycopg
 
         with self.connection(bounded=False) as conn:
             for attempt in range(2):
-                self.ensure_partition(conn, tenant)
+                if inserts:
+                    self.ensure_partition(conn, tenant)
                 try:
                     return write(conn)
                 except psycopg.errors.CheckViolation as exc:
@@ -708,7 +711,8 @@ class PgVectorStore(PgTenantRows):
 
     def delete(self, ids: Sequence[str]) -> None:
         if len(ids):
-            self.database.writing(self.tenant, lambda conn: self._write_rows(conn, [], list(dict.fromkeys(ids))))
+            self.database.writing(self.tenant, lambda conn: self._write_rows(conn, [], list(dict.fromkeys(ids))),
+                                  inserts=False)
 
     def update_vectors(self, ids: Sequence[str], vectors: np.ndarray) -> None:
         """Replace the embeddings of stored rows (namespace, text, content hash and doc stay) in one write
