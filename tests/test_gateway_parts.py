@@ -476,6 +476,98 @@ def test_an_argument_the_operation_does_not_take_or_a_missing_path_argument_is_r
         _request(pets_tool("addPet"), {"name": "Rex"}, "http://h", {})
 
 
+# ------------------------------------------------------------- an OpenAPI upstream's requests, on the wire
+
+class RecordingApi:
+    """An HTTP service on loopback that answers every request with 200 `{}` and records it as it came off the
+    socket: (method, target as sent, headers, body bytes). The oracle of the tests below is that raw request,
+    checked against the wire format the OpenAPI specification defines, worked out by hand."""
+
+    def __init__(self):
+        import http.server
+        import threading
+
+        received = self.received = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _record(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                received.append((self.command, self.path, self.headers, body))
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"{}")
+
+            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _record
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)  # a port the system knows is free
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+    def last(self):
+        """The last request: (method, target, headers, body)."""
+        return self.received[-1]
+
+
+def calls_through_openapi_upstream(tmp_path, document: dict, check, **config):
+    """Serve `document` (a file) through an `OpenApiUpstream` as the gateway runs one, with `config` (base_url,
+    headers) as its entry in the gateway's config; `check(upstream, tools)` makes the calls."""
+    import anyio
+
+    from toolscout.gateway.config import UpstreamSpec
+    from toolscout.gateway.openapi_upstream import OpenApiUpstream
+
+    spec = UpstreamSpec("api", "openapi", spec=str(write(tmp_path / "api.json", document)), timeout=10, **config)
+    upstream, tools = OpenApiUpstream(spec), {}
+
+    async def indexed(listing):
+        tools.update({tool.name: tool for tool in listing.tools})
+
+    async def run():
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(upstream.run, indexed)
+            with anyio.fail_after(30):
+                assert await upstream.wait_up(10), upstream.status.last_error
+                await check(upstream, tools)
+            tasks.cancel_scope.cancel()
+
+    anyio.run(run)
+
+
+def test_a_templated_server_url_is_called_with_its_variables_defaults(tmp_path):
+    """`servers: [{url: "http://{host}:{port}/v1", variables: ...}]` made every call a 500 (httpx.InvalidURL)."""
+    with RecordingApi() as api:
+        document = {"openapi": "3.0.3", "info": {"title": "T"},
+                    "servers": [{"url": "http://{host}:{port}/{version}",
+                                 "variables": {"host": {"default": "127.0.0.1"}, "port": {"default": str(api.port)},
+                                               "version": {"default": "v1", "enum": ["v1", "v2"]}}}],
+                    "paths": {"/ping": {"get": {"operationId": "ping", "responses": {"200": {"description": "ok"}}}}}}
+
+        async def check(upstream, tools):
+            result = await upstream.call(tools["ping"], {}, {})
+            assert result["isError"] is False
+            assert api.last()[:2] == ("GET", "/v1/ping")
+
+        calls_through_openapi_upstream(tmp_path, document, check)
+    from toolscout.gateway.openapi_upstream import _base_url
+
+    with pytest.raises(CatalogError, match=r"servers\[0\].url 'http://h:\{port\}' has the variable \{port\} with no "
+                                           "default; give the API's address as base_url"):
+        _base_url({"servers": [{"url": "http://h:{port}", "variables": {"port": {"enum": ["1"]}}}]}, "api.json")
+
+
 # ------------------------------------------------------------------------------------ a service's reach
 
 def test_reach_holds_tools_out_marks_availability_and_is_never_served_stale_from_the_cache(tmp_path):

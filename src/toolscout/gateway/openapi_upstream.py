@@ -121,7 +121,10 @@ class OpenApiUpstream:
                             report=report, as_served=True)
         for warning in report.warnings:
             logger.warning("%s", warning)
-        self.base_url = self.spec.base_url or _base_url(document, self.spec.spec or "")
+        try:
+            self.base_url = self.spec.base_url or _base_url(document, self.spec.spec or "")
+        except CatalogError as exc:
+            raise CatalogError(f"{where}: {exc} (openapi.{self.name}.base_url)") from None
         if self.base_url is None:
             raise CatalogError(f"{where} names no absolute server URL; give the API's address as base_url in "
                                f"the gateway config (openapi.{self.name}.base_url)")
@@ -220,19 +223,36 @@ def _result(response: httpx.Response) -> ToolResult:
 
 
 def _base_url(document: Any, location: str) -> str | None:
-    """The document's first server: OpenAPI 3 `servers[0].url`, or Swagger 2 `schemes`/`host`/`basePath`."""
+    """The document's first server: OpenAPI 3 `servers[0].url` (its variables filled in), or Swagger 2
+    `schemes`/`host`/`basePath`."""
     if not isinstance(document, Mapping):
         return None
     servers = document.get("servers")
     if isinstance(servers, list) and servers and isinstance(servers[0], Mapping) and servers[0].get("url"):
-        url = str(servers[0]["url"])
-        if url.lower().startswith(("http://", "https://")):
-            return url
-        return urljoin(location, url) if location.lower().startswith(("http://", "https://")) else None
+        return _server_url(servers[0], "servers[0]", location)
     if document.get("host"):
         schemes = document.get("schemes") or ["https"]
         return f"{schemes[0]}://{document['host']}{document.get('basePath') or ''}"
     return None
+
+
+def _server_url(server: Mapping[str, Any], where: str, location: str) -> str | None:
+    """A Server Object's URL with each `{variable}` replaced by its `default` (what the defaults are for), made
+    absolute against the document's URL; None for a relative one when the document is a file. CatalogError
+    for a variable the server does not give a default."""
+    variables = server.get("variables") if isinstance(server.get("variables"), Mapping) else {}
+
+    def default(match: re.Match) -> str:
+        variable = variables.get(match.group(1))
+        if not isinstance(variable, Mapping) or variable.get("default") is None:
+            raise CatalogError(f"{where}.url {server['url']!r} has the variable {{{match.group(1)}}} with no "
+                               f"default; give the API's address as base_url in the gateway config")
+        return str(variable["default"])
+
+    url = re.sub(r"\{([^{}]+)\}", default, str(server["url"]))
+    if url.lower().startswith(("http://", "https://")):
+        return url
+    return urljoin(location, url) if location.lower().startswith(("http://", "https://")) else None
 
 
 def _path_names(path: str) -> list[str]:
