@@ -568,6 +568,31 @@ def test_a_templated_server_url_is_called_with_its_variables_defaults(tmp_path):
         _base_url({"servers": [{"url": "http://h:{port}", "variables": {"port": {"enum": ["1"]}}}]}, "api.json")
 
 
+def test_a_header_argument_that_cannot_be_a_header_value_is_a_tool_error_naming_it(tmp_path):
+    """A non-ASCII header argument was a 500 (UnicodeEncodeError); one with CR/LF was "could not be reached"
+    (LocalProtocolError). Neither is sent; the agent is told which argument to fix."""
+    with RecordingApi() as api:
+        document = {"openapi": "3.0.3", "info": {"title": "T"}, "servers": [{"url": f"http://127.0.0.1:{api.port}"}],
+                    "paths": {"/orders": {"get": {"operationId": "listOrders", "parameters": [
+                        {"name": "X-Request-ID", "in": "header", "schema": {"type": "string"}},
+                        {"name": "session", "in": "cookie", "schema": {"type": "string"}}]}}}}
+
+        async def check(upstream, tools):
+            for argument, value in (("X-Request-ID", "Zoë-42"), ("X-Request-ID", "a\r\nX-Injected: 1"),
+                                    ("session", "a;b=c"), ("session", "é")):
+                result = await upstream.call(tools["listOrders"], {argument: value}, {})
+                assert result["isError"] is True, (argument, value)
+                assert result["content"][0]["text"] == (
+                    f"upstream 'api': listOrders: the {'header' if argument[0] == 'X' else 'cookie'} argument "
+                    f"{argument!r} must be printable ASCII text"
+                    f"{'' if argument[0] == 'X' else ' without ; or ,'}, got {value!r}")
+            assert api.received == []  # none of them was sent
+            assert (await upstream.call(tools["listOrders"], {"X-Request-ID": "Zoe-42"}, {}))["isError"] is False
+            assert api.last()[2]["X-Request-ID"] == "Zoe-42"
+
+        calls_through_openapi_upstream(tmp_path, document, check)
+
+
 # ------------------------------------------------------------------------------------ a service's reach
 
 def test_reach_holds_tools_out_marks_availability_and_is_never_served_stale_from_the_cache(tmp_path):

@@ -182,6 +182,8 @@ def _request(tool: Tool, arguments: Mapping[str, Any], base_url: str, forwarded:
         location, name = locations[argument], sent_as.get(argument, argument)
         if location == "path":
             path = path.replace("{" + name + "}", quote(_text(value), safe=""))
+        elif location in ("header", "cookie"):
+            placed[location][name] = _line_text(tool, location, argument, value)
         else:
             placed.setdefault(location, {})[name] = value
     missing = sorted(set(_path_names(path)))
@@ -190,10 +192,20 @@ def _request(tool: Tool, arguments: Mapping[str, Any], base_url: str, forwarded:
     request: dict[str, Any] = {"method": str(raw.get("method") or tool.method or "GET"),
                                "url": base_url.rstrip("/") + "/" + path.lstrip("/"),
                                "params": {k: _query(v) for k, v in placed["query"].items()},
-                               "headers": {**forwarded, **{k: _text(v) for k, v in placed["header"].items()}},
-                               "cookies": {k: _text(v) for k, v in placed["cookie"].items()} or None}
+                               "headers": {**forwarded, **placed["header"]},
+                               "cookies": placed["cookie"] or None}
     request.update(_body(raw.get("body") or {}, placed["body"], placed["formData"]))
     return request
+
+
+def _line_text(tool: Tool, location: str, argument: str, value: Any) -> str:
+    """A header or cookie argument as text, refused (naming the argument) when it cannot go on a header line as
+    it is: a non-ASCII character cannot be encoded there, and a line break would start another header."""
+    text = _text(value)
+    if not re.fullmatch(r"[\x20-\x7e]*", text) or (location == "cookie" and re.search(r"[;,]", text)):
+        rule = "printable ASCII text" + (" without ; or ," if location == "cookie" else "")
+        raise CatalogError(f"{tool.name}: the {location} argument {argument!r} must be {rule}, got {text!r}")
+    return text
 
 
 def _body(body: Mapping[str, Any], values: dict[str, Any], form: dict[str, Any]) -> dict[str, Any]:
