@@ -23,6 +23,7 @@ from toolscout.gateway.core import CallLearner  # noqa: E402
 from toolscout.gateway.definitions import DefinitionLedger  # noqa: E402
 from toolscout.gateway.openapi_upstream import _request  # noqa: E402
 from toolscout.ingest import parse_tools  # noqa: E402
+from toolscout.tool import tool_text  # noqa: E402
 
 
 def write(path: Path, data) -> Path:
@@ -591,6 +592,34 @@ def test_a_header_argument_that_cannot_be_a_header_value_is_a_tool_error_naming_
             assert api.last()[2]["X-Request-ID"] == "Zoe-42"
 
         calls_through_openapi_upstream(tmp_path, document, check)
+
+
+def test_a_header_the_config_supplies_is_not_an_argument_and_the_configured_value_is_sent(tmp_path):
+    """FastAPI's `X-API-Key: Header(...)` stayed a required argument: a model filled it in ("YOUR_API_KEY"),
+    and its value replaced the configured secret (401). Security: the configured value is always the one sent."""
+    with RecordingApi() as api:
+        document = {"openapi": "3.0.3", "info": {"title": "T"}, "servers": [{"url": f"http://127.0.0.1:{api.port}"}],
+                    "paths": {"/orders/{order_id}": {"get": {"operationId": "getOrder", "parameters": [
+                        {"name": "order_id", "in": "path", "required": True, "schema": {"type": "integer"}},
+                        {"name": "X-API-Key", "in": "header", "required": True, "schema": {"type": "string"}},
+                        {"name": "X-Trace", "in": "header", "schema": {"type": "string"}}]}}}}
+
+        async def check(upstream, tools):
+            advertised = tools["getOrder"].parameters
+            assert sorted(advertised["properties"]) == ["X-Trace", "order_id"] and advertised["required"] == ["order_id"]
+            assert "API Key" not in tool_text(tools["getOrder"])  # what retrieval reads
+            assert (await upstream.call(tools["getOrder"], {"order_id": 1, "X-Trace": "t"}, {}))["isError"] is False
+            assert (api.last()[1], api.last()[2]["X-API-Key"], api.last()[2]["X-Trace"]) == ("/orders/1", "sekret", "t")
+            refused = await upstream.call(tools["getOrder"], {"order_id": 2, "X-API-Key": "YOUR_API_KEY"}, {})
+            assert refused["isError"] is True and "takes no argument 'X-API-Key'" in refused["content"][0]["text"]
+            # the tool as an index written before kept it (the parameter still there): the config still wins
+            [stored] = parse_tools(document, format="openapi", namespace="api")
+            refused = await upstream.call(stored, {"order_id": 3, "X-API-Key": "YOUR_API_KEY"}, {})
+            assert refused["content"][0]["text"] == ("upstream 'api': getOrder: the header 'X-API-Key' is set by the "
+                                                     "gateway's config; leave it out")
+            assert [target for _, target, _, _ in api.received] == ["/orders/1"]
+
+        calls_through_openapi_upstream(tmp_path, document, check, headers={"x-api-key": "sekret"})
 
 
 # ------------------------------------------------------------------------------------ a service's reach

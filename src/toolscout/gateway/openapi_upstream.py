@@ -5,7 +5,8 @@ query, a header, a cookie, or the body: JSON, or a form when the operation takes
 the OpenAPI parser (`Tool.raw["parameter_locations"]`, `["parameter_names"]` and `["body"]`). The result is the response: its
 text as content, `{"status", "content_type", "body"}` (the body parsed when it is JSON) as structured
 content, and `isError` for a status of 400 or more. An argument the operation does not take is refused
-before any request is made.
+before any request is made. A header the config's `headers` sets (an API key) is taken out of the tools'
+schemas, and refused as an argument: the configured value is the one sent.
 
 The base URL is the config's `base_url`, else the document's first server (relative ones resolved against
 the document's URL). The document is read again every `relist_every` seconds, so a changed API is
@@ -19,7 +20,7 @@ import json
 import logging
 import re
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Collection, Mapping
 from urllib.parse import quote, urljoin
 
 import anyio
@@ -119,6 +120,7 @@ class OpenApiUpstream:
         report = LoadReport()
         tools = parse_tools(document, format="openapi", lenient=True, source=where, namespace=self.name,
                             report=report, as_served=True)
+        tools = [_without_supplied(tool, self.spec.headers) for tool in tools]
         for warning in report.warnings:
             logger.warning("%s", warning)
         try:
@@ -154,7 +156,7 @@ class OpenApiUpstream:
             raise UpstreamUnavailable(f"upstream {self.name!r} is unavailable: "
                                       f"{self.status.last_error or 'its OpenAPI document has not been read yet'}")
         try:
-            request = _request(tool, arguments, self.base_url, headers)
+            request = _request(tool, arguments, self.base_url, headers, supplied=self.spec.headers)
         except CatalogError as exc:
             return error_result(f"upstream {self.name!r}: {exc}")
         try:
@@ -168,8 +170,10 @@ class OpenApiUpstream:
         return _result(response)
 
 
-def _request(tool: Tool, arguments: Mapping[str, Any], base_url: str, forwarded: Mapping[str, str]) -> dict:
-    """httpx request arguments for one call of `tool` (CatalogError for an argument it does not take)."""
+def _request(tool: Tool, arguments: Mapping[str, Any], base_url: str, forwarded: Mapping[str, str],
+             supplied: Collection[str] = ()) -> dict:
+    """httpx request arguments for one call of `tool` (CatalogError for an argument it does not take, or for a
+    header the config `supplied`: the configured value is sent, never an argument in its place)."""
     raw = tool.raw if isinstance(tool.raw, Mapping) else {}
     locations: Mapping[str, str] = raw.get("parameter_locations") or {}
     unknown = sorted(set(arguments) - set(locations))
@@ -182,6 +186,8 @@ def _request(tool: Tool, arguments: Mapping[str, Any], base_url: str, forwarded:
         location, name = locations[argument], sent_as.get(argument, argument)
         if location == "path":
             path = path.replace("{" + name + "}", quote(_text(value), safe=""))
+        elif location == "header" and name.lower() in {header.lower() for header in supplied}:
+            raise CatalogError(f"{tool.name}: the header {name!r} is set by the gateway's config; leave it out")
         elif location in ("header", "cookie"):
             placed[location][name] = _line_text(tool, location, argument, value)
         else:
@@ -196,6 +202,25 @@ def _request(tool: Tool, arguments: Mapping[str, Any], base_url: str, forwarded:
                                "cookies": placed["cookie"] or None}
     request.update(_body(raw.get("body") or {}, placed["body"], placed["formData"]))
     return request
+
+
+def _without_supplied(tool: Tool, supplied: Mapping[str, str]) -> Tool:
+    """`tool` without the header parameters the gateway's config supplies (an API key): the model is neither
+    shown them nor told they are required, so it does not invent a value (which would then be refused)."""
+    raw = tool.raw if isinstance(tool.raw, Mapping) else {}
+    locations: Mapping[str, str] = raw.get("parameter_locations") or {}
+    sent_as: Mapping[str, str] = raw.get("parameter_names") or {}
+    configured = {header.lower() for header in supplied}
+    dropped = {argument for argument, location in locations.items()
+               if location == "header" and sent_as.get(argument, argument).lower() in configured}
+    if not dropped or not isinstance(tool.parameters, Mapping):
+        return tool
+    parameters = {**tool.parameters,
+                  "properties": {k: v for k, v in (tool.parameters.get("properties") or {}).items() if k not in dropped}}
+    if isinstance(tool.parameters.get("required"), list):
+        parameters["required"] = [name for name in tool.parameters["required"] if name not in dropped]
+    raw = {**raw, "parameter_locations": {k: v for k, v in locations.items() if k not in dropped}}
+    return tool.with_changes(raw=raw, parameters=None).keeping_parameters(parameters)
 
 
 def _line_text(tool: Tool, location: str, argument: str, value: Any) -> str:
