@@ -473,7 +473,7 @@ def test_arguments_renamed_to_keep_two_parameters_apart_are_sent_under_their_own
 def test_an_argument_the_operation_does_not_take_or_a_missing_path_argument_is_refused():
     with pytest.raises(CatalogError, match="takes no argument 'colour'"):
         _request(pets_tool("addPet"), {"ownerId": 1, "colour": "red"}, "http://h", {})
-    with pytest.raises(CatalogError, match="needs the path argument 'ownerId'"):
+    with pytest.raises(CatalogError, match="needs the path argument 'ownerId' \\(not null\\)"):
         _request(pets_tool("addPet"), {"name": "Rex"}, "http://h", {})
 
 
@@ -620,6 +620,33 @@ def test_a_header_the_config_supplies_is_not_an_argument_and_the_configured_valu
             assert [target for _, target, _, _ in api.received] == ["/orders/1"]
 
         calls_through_openapi_upstream(tmp_path, document, check, headers={"x-api-key": "sekret"})
+
+
+def test_null_arguments_are_left_out_and_a_null_path_argument_is_refused(tmp_path):
+    """Models send null for "no value": it went out as the text "null" (`?status=null&limit=null`, a 422, and
+    `/categories/null`). In a JSON body null is a value (a merge patch's "remove"), and it is sent as one."""
+    with RecordingApi() as api:
+        document = {"openapi": "3.0.3", "info": {"title": "T"}, "servers": [{"url": f"http://127.0.0.1:{api.port}"}],
+                    "paths": {"/orders/{id}": {"patch": {"operationId": "patchOrder", "parameters": [
+                        {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}},
+                        {"name": "status", "in": "query", "schema": {"type": "string"}},
+                        {"name": "limit", "in": "query", "schema": {"type": "integer"}},
+                        {"name": "X-Trace", "in": "header", "schema": {"type": "string"}},
+                        {"name": "session", "in": "cookie", "schema": {"type": "string"}}],
+                        "requestBody": {"content": {"application/json": {"schema": {
+                            "type": "object", "properties": {"note": {"type": "string", "nullable": True}}}}}}}}}}
+
+        async def check(upstream, tools):
+            nulls = {"status": None, "limit": None, "X-Trace": None, "session": None, "note": None}
+            assert (await upstream.call(tools["patchOrder"], {"id": "a", **nulls}, {}))["isError"] is False
+            method, target, headers, body = api.last()
+            assert (method, target, body) == ("PATCH", "/orders/a", b'{"note":null}')
+            assert "X-Trace" not in headers and "Cookie" not in headers
+            refused = await upstream.call(tools["patchOrder"], {"id": None, "status": "open"}, {})
+            assert refused["content"][0]["text"] == "upstream 'api': patchOrder needs the path argument 'id' (not null)"
+            assert len(api.received) == 1
+
+        calls_through_openapi_upstream(tmp_path, document, check)
 
 
 # ------------------------------------------------------------------------------------ a service's reach

@@ -184,6 +184,8 @@ def _request(tool: Tool, arguments: Mapping[str, Any], base_url: str, forwarded:
     placed: dict[str, dict[str, Any]] = {"query": {}, "header": {}, "cookie": {}, "body": {}, "formData": {}}
     for argument, value in arguments.items():
         location, name = locations[argument], sent_as.get(argument, argument)
+        if value is None and location != "body":  # a model's "no value": left out (a body's null is JSON's)
+            continue
         if location == "path":
             path = path.replace("{" + name + "}", quote(_text(value), safe=""))
         elif location == "header" and name.lower() in {header.lower() for header in supplied}:
@@ -194,7 +196,7 @@ def _request(tool: Tool, arguments: Mapping[str, Any], base_url: str, forwarded:
             placed.setdefault(location, {})[name] = value
     missing = sorted(set(_path_names(path)))
     if missing:
-        raise CatalogError(f"{tool.name} needs the path argument {missing[0]!r}")
+        raise CatalogError(f"{tool.name} needs the path argument {missing[0]!r} (not null)")
     request: dict[str, Any] = {"method": str(raw.get("method") or tool.method or "GET"),
                                "url": base_url.rstrip("/") + "/" + path.lstrip("/"),
                                "params": {k: _query(v) for k, v in placed["query"].items()},
