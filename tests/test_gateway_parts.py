@@ -649,6 +649,32 @@ def test_null_arguments_are_left_out_and_a_null_path_argument_is_refused(tmp_pat
         calls_through_openapi_upstream(tmp_path, document, check)
 
 
+def test_an_operations_or_paths_own_servers_take_the_place_of_the_documents(tmp_path):
+    """`paths./uploads.servers` and an operation's `servers` (an upload host) were ignored: every call went to
+    the root server. OpenAPI 3: the operation's, else the path item's, else the document's. A base_url in the
+    config is the operator's address for every operation."""
+    with RecordingApi() as api:
+        host = f"http://127.0.0.1:{api.port}"
+        ok = {"200": {"description": "ok"}}
+        document = {"openapi": "3.0.3", "info": {"title": "T"}, "servers": [{"url": f"{host}/root/v1"}], "paths": {
+            "/uploads": {"servers": [{"url": f"{host}/uploads-host"}],
+                         "post": {"operationId": "upload", "responses": ok},
+                         "put": {"operationId": "replace", "servers": [{"url": "/op-host"}], "responses": ok}},
+            "/things": {"get": {"operationId": "things", "responses": ok}}}}
+
+        async def targets(upstream, tools):
+            for name in ("upload", "replace", "things"):
+                assert (await upstream.call(tools[name], {}, {}))["isError"] is False
+
+        calls_through_openapi_upstream(tmp_path, document, targets)
+        # a relative server is resolved as the document's (a file here: against the document's server)
+        assert [target for _, target, _, _ in api.received] == ["/uploads-host/uploads", "/op-host/uploads",
+                                                                "/root/v1/things"]
+        api.received.clear()
+        calls_through_openapi_upstream(tmp_path, document, targets, base_url=f"{host}/staging")
+        assert [target for _, target, _, _ in api.received] == ["/staging/uploads"] * 2 + ["/staging/things"]
+
+
 # ------------------------------------------------------------------------------------ a service's reach
 
 def test_reach_holds_tools_out_marks_availability_and_is_never_served_stale_from_the_cache(tmp_path):

@@ -8,8 +8,9 @@ content, and `isError` for a status of 400 or more. An argument the operation do
 before any request is made. A header the config's `headers` sets (an API key) is taken out of the tools'
 schemas, and refused as an argument: the configured value is the one sent.
 
-The base URL is the config's `base_url`, else the document's first server (relative ones resolved against
-the document's URL). The document is read again every `relist_every` seconds, so a changed API is
+The base URL is the config's `base_url` (for every operation), else the operation's own first server, else
+its path's, else the document's (relative ones resolved against the document's URL; `{variables}` filled
+in with their defaults). The document is read again every `relist_every` seconds, so a changed API is
 re-indexed without a restart.
 """
 
@@ -156,7 +157,7 @@ class OpenApiUpstream:
             raise UpstreamUnavailable(f"upstream {self.name!r} is unavailable: "
                                       f"{self.status.last_error or 'its OpenAPI document has not been read yet'}")
         try:
-            request = _request(tool, arguments, self.base_url, headers, supplied=self.spec.headers)
+            request = _request(tool, arguments, self._base_url_of(tool), headers, supplied=self.spec.headers)
         except CatalogError as exc:
             return error_result(f"upstream {self.name!r}: {exc}")
         try:
@@ -168,6 +169,16 @@ class OpenApiUpstream:
             raise UpstreamUnavailable(f"upstream {self.name!r} could not be reached at {self.base_url}: "
                                       f"{error_reason(exc)}") from None
         return _result(response)
+
+    def _base_url_of(self, tool: Tool) -> str:
+        """Where `tool`'s request goes: the config's base_url (the operator's choice, for every operation), else
+        the operation's own server (or its path's: `raw["server"]`), else the document's."""
+        server = tool.raw.get("server") if isinstance(tool.raw, Mapping) and not self.spec.base_url else None
+        if not isinstance(server, Mapping) or not server.get("url"):
+            return self.base_url or ""
+        location = self.spec.spec or ""
+        relative_to = location if location.lower().startswith(("http://", "https://")) else self.base_url or ""
+        return _server_url(server, f"{tool.name}: servers[0]", relative_to) or self.base_url or ""
 
 
 def _request(tool: Tool, arguments: Mapping[str, Any], base_url: str, forwarded: Mapping[str, str],

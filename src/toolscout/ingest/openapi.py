@@ -17,7 +17,9 @@
 - raw: {"method", "path", "operation" (as written), "parameter_locations" (property → path|query|
   header|cookie|body|formData), "body" ({"media_type", "whole": the property holding the whole body, or
   null when the body's properties were merged in}; absent without a body), "parameter_names" (property →
-  its name in the request, for the properties renamed to keep two apart; absent when none was)}: what an
+  its name in the request, for the properties renamed to keep two apart; absent when none was), "server"
+  (the first of the operation's own `servers`, else of its path item's, as written; absent when neither
+  names one, and the document's apply)}: what an
   HTTP caller needs to place each argument (the gateway's OpenAPI upstream); and "deprecated": true when the operation is
   (`deprecated: true`), where `toolscout.deprecation` reads it as it reads any definition's flag.
 """
@@ -84,7 +86,7 @@ def _operations(ctx: Context, resolver: RefResolver, paths: Mapping[str, Any]):
         shared = item.get("parameters") or []
         for method, op in item.items():  # document order
             if str(method).lower() in HTTP_METHODS:
-                yield at(where, str(method)), (str(path), str(method).lower(), op, shared, where)
+                yield at(where, str(method)), (str(path), str(method).lower(), op, shared, where, item.get("servers"))
 
 
 def _path_item(ctx: Context, resolver: RefResolver, item: Any, where: str) -> Mapping[str, Any]:
@@ -106,7 +108,8 @@ class _OperationParser:
                 raise
             raise CatalogError(f"{exc} (needed by {position})") from None
 
-    def _parse(self, position: str, path: str, method: str, op: Any, shared: Any, path_at: str) -> Tool:
+    def _parse(self, position: str, path: str, method: str, op: Any, shared: Any, path_at: str,
+               path_servers: Any) -> Tool:
         op = require_mapping(self.ctx, op, position, "an operation object")
         op_id = op.get("operationId")
         if op_id is not None and (not isinstance(op_id, str) or not op_id.strip()):
@@ -125,6 +128,9 @@ class _OperationParser:
             raw["body"] = body
         if renamed:
             raw["parameter_names"] = renamed
+        server = _own_server(op.get("servers")) or _own_server(path_servers)
+        if server is not None:
+            raw["server"] = server
         if op.get("deprecated") is True:  # where `toolscout.deprecation` reads a definition's own flag
             raw["deprecated"] = True
             tags.append("deprecated")
@@ -272,6 +278,14 @@ def _described_body(schema: Any, description: Any) -> Any:
     if fields:
         words.append("; ".join(parameter_lines({"properties": fields})))
     return {**schema, "description": " ".join(words)} if words else schema
+
+
+def _own_server(servers: Any) -> Mapping[str, Any] | None:
+    """The first Server Object of an operation's or path item's own `servers` (OpenAPI 3), which takes the place
+    of the document's for that operation; None when it names none."""
+    if isinstance(servers, list) and servers and isinstance(servers[0], Mapping) and servers[0].get("url"):
+        return servers[0]
+    return None
 
 
 def _free_key(properties: Mapping[str, Any], name: str, location: str, renamed: dict[str, str]) -> str:
