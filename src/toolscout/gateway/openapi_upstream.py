@@ -33,6 +33,7 @@ from ..ingest.common import LoadReport
 from ..ingest.detect import parse_json, read_structured
 from ..ingest.guard import check_tree
 from ..ingest.live_mcp import error_reason
+from ..ingest.openapi import DEFAULT_STYLES
 from ..ingest.yaml_loader import load as load_yaml
 from ..tool import Tool
 from .config import UpstreamSpec
@@ -191,30 +192,100 @@ def _request(tool: Tool, arguments: Mapping[str, Any], base_url: str, forwarded:
     if unknown:
         raise CatalogError(f"{tool.name} takes no argument {unknown[0]!r}; it takes {sorted(locations) or 'none'}")
     sent_as: Mapping[str, str] = raw.get("parameter_names") or {}  # `query_id` is the query's `id`
-    path = str(raw.get("path") or tool.path or "")
-    placed: dict[str, dict[str, Any]] = {"query": {}, "header": {}, "cookie": {}, "body": {}, "formData": {}}
+    styles: Mapping[str, Mapping[str, Any]] = raw.get("parameter_styles") or {}
+    configured = {header.lower() for header in supplied}
+    path, query = str(raw.get("path") or tool.path or ""), []
+    placed: dict[str, dict[str, Any]] = {"header": {}, "cookie": {}, "body": {}, "formData": {}}
     for argument, value in arguments.items():
         location, name = locations[argument], sent_as.get(argument, argument)
         if value is None and location != "body":  # a model's "no value": left out (a body's null is JSON's)
             continue
+        style, explode = _style_of(styles.get(argument), location)
         if location == "path":
-            path = path.replace("{" + name + "}", quote(_text(value), safe=""))
-        elif location == "header" and name.lower() in {header.lower() for header in supplied}:
+            path = path.replace("{" + name + "}", _path_text(name, value, style, explode))
+        elif location == "query":
+            query += _query_parts(name, value, style, explode)
+        elif location == "header" and name.lower() in configured:
             raise CatalogError(f"{tool.name}: the header {name!r} is set by the gateway's config; leave it out")
         elif location in ("header", "cookie"):
-            placed[location][name] = _line_text(tool, location, argument, value)
+            text = _text(value) if style == "json" else ",".join(_items(value, explode, str))
+            placed[location][name] = _line_text(tool, location, argument, text)
+        elif location == "formData":
+            placed["formData"][name] = _form_value(value, style, explode)
         else:
-            placed.setdefault(location, {})[name] = value
+            placed["body"][name] = value
     missing = sorted(set(_path_names(path)))
     if missing:
         raise CatalogError(f"{tool.name} needs the path argument {missing[0]!r} (not null)")
-    request: dict[str, Any] = {"method": str(raw.get("method") or tool.method or "GET"),
-                               "url": base_url.rstrip("/") + "/" + path.lstrip("/"),
-                               "params": {k: _query(v) for k, v in placed["query"].items()},
+    url = base_url.rstrip("/") + "/" + path.lstrip("/") + ("?" + "&".join(query) if query else "")
+    request: dict[str, Any] = {"method": str(raw.get("method") or tool.method or "GET"), "url": url,
                                "headers": {**forwarded, **placed["header"]},
                                "cookies": placed["cookie"] or None}
     request.update(_body(raw.get("body") or {}, placed["body"], placed["formData"]))
     return request
+
+
+# Serialization (OpenAPI 3 "Style Values"; Swagger 2.0's collectionFormat arrives as the style that writes the
+# same: ingest/openapi.py). Values are percent-encoded in paths and queries; the delimiters a style puts
+# between them are not, so the upstream can split them apart again.
+_QUERY_DELIMITERS = {"form": ",", "spaceDelimited": "%20", "pipeDelimited": "%7C", "tabDelimited": "%09"}
+_FORM_DELIMITERS = {"form": ",", "spaceDelimited": " ", "pipeDelimited": "|", "tabDelimited": "\t"}
+
+
+def _style_of(style: Mapping[str, Any] | None, location: str) -> tuple[str, bool]:
+    if isinstance(style, Mapping) and isinstance(style.get("style"), str):
+        return style["style"], style.get("explode") is True
+    return DEFAULT_STYLES.get(location, ("form", True))
+
+
+def _encoded(text: str) -> str:
+    return quote(text, safe="")
+
+
+def _items(value: Any, explode: bool, encode: Callable[[str], str]) -> list[str]:
+    """The parts a style joins: an array's items; an object's `key=value` pairs (exploded) or its keys and
+    values in turn; a lone value."""
+    if isinstance(value, list):
+        return [encode(_text(item)) for item in value]
+    if isinstance(value, Mapping):
+        pairs = [(encode(str(key)), encode(_text(item))) for key, item in value.items()]
+        return [f"{key}={item}" for key, item in pairs] if explode else [part for pair in pairs for part in pair]
+    return [encode(_text(value))]
+
+
+def _path_text(name: str, value: Any, style: str, explode: bool) -> str:
+    """A path parameter: simple `a,b`, label `.a.b` / `.a,b`, matrix `;id=a;id=b` / `;id=a,b`."""
+    if style == "json":
+        return _encoded(_text(value))
+    items = _items(value, explode, _encoded)
+    if style == "label":
+        return "." + ("." if explode else ",").join(items)
+    if style == "matrix":
+        if explode and isinstance(value, (list, Mapping)):
+            return "".join(f";{name}={item}" if isinstance(value, list) else f";{item}" for item in items)
+        return f";{name}=" + ",".join(items)
+    return ",".join(items)
+
+
+def _query_parts(name: str, value: Any, style: str, explode: bool) -> list[str]:
+    """A query parameter as `key=value` parts: form (exploded: `id=1&id=2`, an object's `k=v` each; else
+    `id=1,2`), spaceDelimited / pipeDelimited (`id=1%201`, `id=1%7C2`), deepObject (`f%5Bk%5D=v`)."""
+    key = _encoded(name)
+    if style == "json" or not isinstance(value, (list, Mapping)):
+        return [f"{key}={_encoded(_text(value))}"]
+    if style == "deepObject" and isinstance(value, Mapping):
+        return [f"{_encoded(f'{name}[{k}]')}={_encoded(_text(v))}" for k, v in value.items()]
+    if explode:
+        return [part if isinstance(value, Mapping) else f"{key}={part}" for part in _items(value, True, _encoded)]
+    return [f"{key}=" + _QUERY_DELIMITERS.get(style, ",").join(_items(value, False, _encoded))]
+
+
+def _form_value(value: Any, style: str, explode: bool) -> Any:
+    """A Swagger 2.0 formData argument: an array joined as its collectionFormat says (multi: one field each)."""
+    if isinstance(value, list):
+        items = [_text(item) for item in value]
+        return items if explode else _FORM_DELIMITERS.get(style, ",").join(items)
+    return _text(value)
 
 
 def _without_supplied(tool: Tool, supplied: Mapping[str, str]) -> Tool:
@@ -236,19 +307,19 @@ def _without_supplied(tool: Tool, supplied: Mapping[str, str]) -> Tool:
     return tool.with_changes(raw=raw, parameters=None).keeping_parameters(parameters)
 
 
-def _line_text(tool: Tool, location: str, argument: str, value: Any) -> str:
-    """A header or cookie argument as text, refused (naming the argument) when it cannot go on a header line as
-    it is: a non-ASCII character cannot be encoded there, and a line break would start another header."""
-    text = _text(value)
-    if not re.fullmatch(r"[\x20-\x7e]*", text) or (location == "cookie" and re.search(r"[;,]", text)):
-        rule = "printable ASCII text" + (" without ; or ," if location == "cookie" else "")
+def _line_text(tool: Tool, location: str, argument: str, text: str) -> str:
+    """A header or cookie argument's text, refused (naming the argument) when it cannot go on a header line as
+    it is: a non-ASCII character cannot be encoded there, a line break would start another header, and a `;`
+    another cookie."""
+    if not re.fullmatch(r"[\x20-\x7e]*", text) or (location == "cookie" and ";" in text):
+        rule = "printable ASCII text" + (" without ;" if location == "cookie" else "")
         raise CatalogError(f"{tool.name}: the {location} argument {argument!r} must be {rule}, got {text!r}")
     return text
 
 
 def _body(body: Mapping[str, Any], values: dict[str, Any], form: dict[str, Any]) -> dict[str, Any]:
     if form:
-        return {"data": {k: _text(v) for k, v in form.items()}}
+        return {"data": form}
     if not values:
         return {}
     whole = body.get("whole")
@@ -311,10 +382,6 @@ def _path_names(path: str) -> list[str]:
 
 def _text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
-
-
-def _query(value: Any) -> Any:
-    return [_text(v) for v in value] if isinstance(value, list) else _text(value)
 
 
 def _third_party(read: Callable[..., Any]) -> Any:

@@ -19,7 +19,10 @@
   null when the body's properties were merged in}; absent without a body), "parameter_names" (property →
   its name in the request, for the properties renamed to keep two apart; absent when none was), "server"
   (the first of the operation's own `servers`, else of its path item's, as written; absent when neither
-  names one, and the document's apply)}: what an
+  names one, and the document's apply), "parameter_styles" (property → {"style", "explode"}: how its value
+  is written, for the parameters whose OpenAPI 3 `style`/`explode` (Swagger 2.0: `collectionFormat`, csv by
+  default, as the style that writes the same; a `content` parameter: "json") differ from their location's
+  defaults, `DEFAULT_STYLES`; absent when none do)}: what an
   HTTP caller needs to place each argument (the gateway's OpenAPI upstream); and "deprecated": true when the operation is
   (`deprecated: true`), where `toolscout.deprecation` reads it as it reads any definition's flag.
 """
@@ -117,8 +120,9 @@ class _OperationParser:
         name = op_id.strip() if op_id else f"{method.upper()} {path}"
         budget = Budget()
         renamed: dict[str, str] = {}  # property -> the parameter's name in the request, where they differ
+        styles: dict[str, dict[str, Any]] = {}  # property -> how its value is written, where not the default
         properties, required, locations, body_param = self._parameters(position, op, shared, path_at, budget,
-                                                                       renamed)
+                                                                       renamed, styles)
         body = self._merge_body(position, op, body_param, properties, required, locations, renamed, budget)
         tags = [t for t in self._list(op, position, "tags") if isinstance(t, str)]
         summary = read_text(self.ctx, op, position, "summary")
@@ -128,6 +132,8 @@ class _OperationParser:
             raw["body"] = body
         if renamed:
             raw["parameter_names"] = renamed
+        if styles:
+            raw["parameter_styles"] = styles
         server = _own_server(op.get("servers")) or _own_server(path_servers)
         if server is not None:
             raw["server"] = server
@@ -140,7 +146,7 @@ class _OperationParser:
 
     # ------------------------------------------------------------------------------- parameters
     def _parameters(self, position: str, op: Mapping, shared: Any, path_at: str, budget: Budget,
-                    renamed: dict[str, str]):
+                    renamed: dict[str, str], styles: dict[str, dict[str, Any]]):
         """(properties, required, locations, the body parameter as (object, position) or None)."""
         properties: dict[str, Any] = {}
         required: list[str] = []
@@ -156,6 +162,9 @@ class _OperationParser:
                 schema = {**schema, "description": param["description"].strip()}
             properties[key] = schema
             locations[key] = location
+            style = _swagger2_style(param, location) if self.swagger2 else _style(param, location)
+            if style is not None:
+                styles[key] = style
             if location == "path" or param.get("required") is True:
                 required.append(key)
         return properties, required, locations, body
@@ -278,6 +287,36 @@ def _described_body(schema: Any, description: Any) -> Any:
     if fields:
         words.append("; ".join(parameter_lines({"properties": fields})))
     return {**schema, "description": " ".join(words)} if words else schema
+
+
+# How a parameter's value is written where OpenAPI 3 says nothing: `style` and `explode` by location.
+DEFAULT_STYLES = {"query": ("form", True), "cookie": ("form", True), "formData": ("form", True),
+                  "path": ("simple", False), "header": ("simple", False)}
+_COLLECTION_FORMATS = {"csv": None, "ssv": "spaceDelimited", "tsv": "tabDelimited", "pipes": "pipeDelimited"}
+
+
+def _style(param: Mapping, location: str) -> dict[str, Any] | None:
+    """An OpenAPI 3 parameter's `style` and `explode` where they differ from its location's defaults (None where
+    they do not); a parameter given as `content` (a media type) is written as JSON: style "json"."""
+    if "schema" not in param and isinstance(param.get("content"), Mapping):
+        return {"style": "json", "explode": False}
+    default_style, _ = DEFAULT_STYLES.get(location, ("form", True))
+    style = param.get("style") if isinstance(param.get("style"), str) else default_style
+    explode = param["explode"] if isinstance(param.get("explode"), bool) else style == "form"
+    return None if (style, explode) == DEFAULT_STYLES.get(location) else {"style": style, "explode": explode}
+
+
+def _swagger2_style(param: Mapping, location: str) -> dict[str, Any] | None:
+    """A Swagger 2.0 array parameter's `collectionFormat` (csv when it has none) as the OpenAPI 3 style that
+    writes the same: csv is form or simple without explode, ssv/tsv/pipes the delimited ones, multi form."""
+    if param.get("type") != "array":
+        return None
+    collection = param.get("collectionFormat") or "csv"
+    if collection == "multi":
+        return None if location in ("query", "formData") else {"style": "form", "explode": True}
+    default_style, _ = DEFAULT_STYLES.get(location, ("form", True))
+    style = _COLLECTION_FORMATS.get(str(collection)) or default_style
+    return None if (style, False) == DEFAULT_STYLES.get(location) else {"style": style, "explode": False}
 
 
 def _own_server(servers: Any) -> Mapping[str, Any] | None:
