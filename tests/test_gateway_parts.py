@@ -439,12 +439,12 @@ def test_each_argument_goes_where_the_openapi_document_puts_it():
     request = _request(pets_tool("addPet"), {"ownerId": 7, "dryRun": True, "X-Trace": "t1", "name": "Rex",
                                              "tags": ["dog"]}, "https://api.example.com/v1/", {"x-user": "u9"})
     assert request["method"] == "POST" and request["url"] == "https://api.example.com/v1/owners/7/pets?dryRun=true"
-    assert request["headers"] == {"x-user": "u9", "X-Trace": "t1"}
-    assert request["json"] == {"name": "Rex", "tags": ["dog"]}
+    assert request["headers"] == {"x-user": "u9", "X-Trace": "t1", "Content-Type": "application/json"}
+    assert request["content"] == b'{"name":"Rex","tags":["dog"]}' and request["headers"]["Content-Type"] == "application/json"
     whole = _request(pets_tool("putPhoto"), {"petId": "a/b", "body": ["x", "y"]}, "http://h", {})
-    assert whole["url"] == "http://h/pets/a%2Fb/photo" and whole["json"] == ["x", "y"]
+    assert whole["url"] == "http://h/pets/a%2Fb/photo" and whole["content"] == b'["x","y"]'
     form = _request(pets_tool("login"), {"user": "ann", "password": "pw"}, "http://h", {})
-    assert form["data"] == {"user": "ann", "password": "pw"} and "json" not in form
+    assert form["data"] == {"user": "ann", "password": "pw"} and "content" not in form
 
 
 def test_a_swagger2_body_parameter_given_by_ref_is_sent_as_the_body():
@@ -453,7 +453,7 @@ def test_a_swagger2_body_parameter_given_by_ref_is_sent_as_the_body():
                 "type": "object", "properties": {"text": {"type": "string"}}}}},
             "paths": {"/notes": {"post": {"operationId": "addNote", "parameters": [{"$ref": "#/parameters/NoteBody"}]}}}}
     [tool] = parse_tools(spec, format="openapi")
-    assert _request(tool, {"text": "hi"}, "http://h", {})["json"] == {"text": "hi"}
+    assert _request(tool, {"text": "hi"}, "http://h", {})["content"] == b'{"text":"hi"}'
 
 
 def test_arguments_renamed_to_keep_two_parameters_apart_are_sent_under_their_own_names():
@@ -466,7 +466,7 @@ def test_arguments_renamed_to_keep_two_parameters_apart_are_sent_under_their_own
     [tool] = parse_tools(spec, format="openapi")
     request = _request(tool, {"id": 3, "path_id": "a", "body_id": "new", "price": 2}, "http://h", {})
     assert request["url"] == "http://h/items/a?id=3"
-    assert request["json"] == {"id": "new", "price": 2}
+    assert request["content"] == b'{"id":"new","price":2}'
 
 
 def test_an_argument_the_operation_does_not_take_or_a_missing_path_argument_is_refused():
@@ -729,6 +729,62 @@ def test_parameters_are_written_as_their_style_explode_or_collection_format_says
 
         calls_through_openapi_upstream(tmp_path, oas3, oas3_calls)
         calls_through_openapi_upstream(tmp_path, swagger2, swagger2_calls)
+
+
+def multipart_fields(headers, body: bytes) -> list:
+    """(name, filename, content) of each part of a multipart/form-data body, read by the standard library."""
+    import email
+
+    message = email.message_from_bytes(b"Content-Type: " + headers["Content-Type"].encode() + b"\r\n\r\n" + body)
+    return [(part.get_param("name", header="content-disposition"), part.get_filename(), part.get_payload(decode=True))
+            for part in message.get_payload()]
+
+
+def test_a_body_is_sent_as_the_media_type_the_document_gives_it(tmp_path):
+    """A Swagger 2.0 formData file went urlencoded (`file=aGVsbG8%3D`), so uploads could not work, and a body
+    whose only media type is application/merge-patch+json went as application/json (a strict server's 415)."""
+    with RecordingApi() as api:
+        host = f"http://127.0.0.1:{api.port}"
+        swagger2 = {"swagger": "2.0", "info": {"title": "S"}, "host": host[7:], "schemes": ["http"], "paths": {
+            "/upload": {"post": {"operationId": "upload", "consumes": ["multipart/form-data"], "parameters": [
+                {"name": "file", "in": "formData", "type": "file"}, {"name": "caption", "in": "formData", "type": "string"}]}},
+            "/login": {"post": {"operationId": "login", "parameters": [{"name": "user", "in": "formData", "type": "string"}]}},
+            "/ops": {"post": {"operationId": "patchOps", "consumes": ["application/json-patch+json"], "parameters": [
+                {"name": "ops", "in": "body", "schema": {"type": "array", "items": {"type": "object"}}}]}}}}
+        oas3 = {"openapi": "3.0.3", "info": {"title": "T"}, "servers": [{"url": host}], "paths": {
+            "/things/{id}": {"patch": {"operationId": "patchThing", "parameters": [
+                {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}],
+                "requestBody": {"content": {"application/merge-patch+json": {"schema": {
+                    "type": "object", "properties": {"color": {"type": "string", "nullable": True}}}}}}}},
+            "/notes": {"post": {"operationId": "addNote", "requestBody": {"content": {
+                "text/plain": {"schema": {"type": "string"}}}}}},
+            "/avatars": {"put": {"operationId": "putAvatar", "requestBody": {"content": {"multipart/form-data": {
+                "schema": {"type": "object", "properties": {"image": {"type": "string", "format": "binary"},
+                                                            "tags": {"type": "array", "items": {"type": "string"}}}}}}}}}}}
+
+        async def swagger2_calls(upstream, tools):
+            await upstream.call(tools["upload"], {"file": "hello", "caption": "radar"}, {})
+            _, target, headers, body = api.last()
+            assert headers["Content-Type"].startswith("multipart/form-data; boundary=")
+            assert multipart_fields(headers, body) == [("file", "file", b"hello"), ("caption", None, b"radar")]
+            await upstream.call(tools["login"], {"user": "ann"}, {})
+            assert (api.last()[2]["Content-Type"], api.last()[3]) == ("application/x-www-form-urlencoded", b"user=ann")
+            await upstream.call(tools["patchOps"], {"body": [{"op": "remove", "path": "/a"}]}, {})
+            assert (api.last()[2]["Content-Type"], api.last()[3]) == ("application/json-patch+json",
+                                                                      b'[{"op":"remove","path":"/a"}]')
+
+        async def oas3_calls(upstream, tools):
+            await upstream.call(tools["patchThing"], {"id": "t1", "color": None}, {})
+            assert api.last()[1:] == ("/things/t1", api.last()[2], b'{"color":null}')
+            assert api.last()[2]["Content-Type"] == "application/merge-patch+json"
+            await upstream.call(tools["addNote"], {"body": "buy milk"}, {})
+            assert (api.last()[2]["Content-Type"], api.last()[3]) == ("text/plain", b"buy milk")
+            await upstream.call(tools["putAvatar"], {"image": "PNG...", "tags": ["a", "b"]}, {})
+            assert multipart_fields(api.last()[2], api.last()[3]) == [("image", "image", b"PNG..."),
+                                                                     ("tags", None, b"a"), ("tags", None, b"b")]
+
+        calls_through_openapi_upstream(tmp_path, swagger2, swagger2_calls)
+        calls_through_openapi_upstream(tmp_path, oas3, oas3_calls)
 
 
 # ------------------------------------------------------------------------------------ a service's reach

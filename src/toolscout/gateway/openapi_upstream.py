@@ -1,8 +1,9 @@
 """An HTTP API behind the gateway, described by an OpenAPI 3 or Swagger 2 document: each operation is a tool.
 
 A call makes the operation's HTTP request: each argument goes where the document puts it (the path, the
-query, a header, a cookie, or the body: JSON, or a form when the operation takes one), as recorded by
-the OpenAPI parser (`Tool.raw["parameter_locations"]`, `["parameter_names"]` and `["body"]`). The result is the response: its
+query, a header, a cookie, or the body, sent as the media type the document gives it: JSON of any `+json`
+type, a form urlencoded or multipart, or a string as it is), written as its style says, as recorded by the
+OpenAPI parser (`Tool.raw["parameter_locations"]`, `["parameter_names"]`, `["parameter_styles"]` and `["body"]`). The result is the response: its
 text as content, `{"status", "content_type", "body"}` (the body parsed when it is JSON) as structured
 content, and `isError` for a status of 400 or more. An argument the operation does not take is refused
 before any request is made. A header the config's `headers` sets (an API key) is taken out of the tools'
@@ -221,7 +222,12 @@ def _request(tool: Tool, arguments: Mapping[str, Any], base_url: str, forwarded:
     request: dict[str, Any] = {"method": str(raw.get("method") or tool.method or "GET"), "url": url,
                                "headers": {**forwarded, **placed["header"]},
                                "cookies": placed["cookie"] or None}
-    request.update(_body(raw.get("body") or {}, placed["body"], placed["formData"]))
+    content = placed["formData"] or placed["body"]
+    if content:
+        sent, content_type = _body(raw.get("body") or {}, content, _binary_fields(tool, sent_as))
+        request.update(sent)
+        if content_type:
+            request["headers"]["Content-Type"] = content_type
     return request
 
 
@@ -317,16 +323,36 @@ def _line_text(tool: Tool, location: str, argument: str, text: str) -> str:
     return text
 
 
-def _body(body: Mapping[str, Any], values: dict[str, Any], form: dict[str, Any]) -> dict[str, Any]:
-    if form:
-        return {"data": form}
-    if not values:
-        return {}
+def _body(body: Mapping[str, Any], values: dict[str, Any], binary: set[str]) -> tuple[dict[str, Any], str | None]:
+    """(httpx arguments, Content-Type) for the body, sent as the media type the document gives it (JSON when it
+    gives none):
+    a form urlencoded or as multipart (a `binary` field as a file part, the argument's text its content), a
+    JSON type (`application/merge-patch+json` too) as JSON, any other a string argument as it is."""
     whole = body.get("whole")
     content = values[whole] if whole in values else values
-    if "form" in str(body.get("media_type") or "") and isinstance(content, Mapping):
-        return {"data": {k: _text(v) for k, v in content.items()}}
-    return {"json": content}
+    media = str(body.get("media_type") or "application/json")
+    if media == "multipart/form-data" and isinstance(content, Mapping):
+        return {"files": [_part(name, item, name in binary) for name, value in content.items()
+                          for item in (value if isinstance(value, list) else [value])]}, None  # httpx: its boundary
+    if "form" in media and isinstance(content, Mapping):
+        return {"data": {k: v if isinstance(v, list) else _text(v) for k, v in content.items()}}, None
+    if "json" in media or not isinstance(content, str):
+        text = json.dumps(content, ensure_ascii=False, separators=(",", ":"))
+        return {"content": text.encode()}, media if "json" in media else "application/json"
+    return {"content": content.encode()}, media
+
+
+def _part(name: str, value: Any, is_file: bool) -> tuple[str, tuple]:
+    """One multipart field: a file part (named as its field) or a plain one."""
+    data = _text(value).encode()
+    return (name, (name, data, "application/octet-stream") if is_file else (None, data))
+
+
+def _binary_fields(tool: Tool, sent_as: Mapping[str, str]) -> set[str]:
+    """The body fields that are files (`format: binary`; Swagger 2.0's `type: file`), by their names on the wire."""
+    properties = (tool.parameters or {}).get("properties") or {}
+    return {sent_as.get(key, key) for key, schema in properties.items()
+            if isinstance(schema, Mapping) and schema.get("format") == "binary"}
 
 
 def _result(response: httpx.Response) -> ToolResult:

@@ -16,7 +16,9 @@
   → '天気予報-api': `common.slugify`).
 - raw: {"method", "path", "operation" (as written), "parameter_locations" (property → path|query|
   header|cookie|body|formData), "body" ({"media_type", "whole": the property holding the whole body, or
-  null when the body's properties were merged in}; absent without a body), "parameter_names" (property →
+  null when the body's properties were merged in}; the media type is the request body's chosen one, for
+  Swagger 2.0 the JSON one of `consumes` (else its first), or for formData multipart/form-data when a field
+  is a file or `consumes` names only that, else the urlencoded form; absent without a body), "parameter_names" (property →
   its name in the request, for the properties renamed to keep two apart; absent when none was), "server"
   (the first of the operation's own `servers`, else of its path item's, as written; absent when neither
   names one, and the document's apply), "parameter_styles" (property → {"style", "explode"}: how its value
@@ -72,7 +74,8 @@ def parse(spec: Any, ctx: Context) -> list[Entry]:
     title = info.get("title") if isinstance(info.get("title"), str) else ""
     namespace = ctx.namespace or slugify(title) or None
     resolver = RefResolver(spec, ctx)
-    parser = _OperationParser(ctx, resolver, namespace, swagger2=version.startswith("2"))
+    parser = _OperationParser(ctx, resolver, namespace, swagger2=version.startswith("2"),
+                              consumes=spec.get("consumes"))
     return collect(ctx, _operations(ctx, resolver, paths), parser.parse)
 
 
@@ -100,8 +103,10 @@ def _path_item(ctx: Context, resolver: RefResolver, item: Any, where: str) -> Ma
 
 
 class _OperationParser:
-    def __init__(self, ctx: Context, resolver: RefResolver, namespace: str | None, swagger2: bool):
+    def __init__(self, ctx: Context, resolver: RefResolver, namespace: str | None, swagger2: bool,
+                 consumes: Any = None):
         self.ctx, self.resolver, self.namespace, self.swagger2 = ctx, resolver, namespace, swagger2
+        self.consumes = consumes  # Swagger 2.0: the media types the operations take, unless one says its own
 
     def parse(self, position: str, work: tuple) -> Tool:
         try:
@@ -222,10 +227,14 @@ class _OperationParser:
         """Add the request body's arguments (Swagger 2.0: `body_param`, the `in: body` parameter); returns
         where the body goes ({"media_type", "whole"}), or None."""
         if self.swagger2:
+            consumes = op.get("consumes") if isinstance(op.get("consumes"), list) else self.consumes
+            consumes = [str(m) for m in consumes] if isinstance(consumes, list) else []
             if body_param is None:
-                return None
+                return _swagger2_form(consumes, properties, locations)
             body, body_at = body_param
-            media_type, schema_at, raw_schema = "application/json", at(body_at, "schema"), body.get("schema")
+            media_type = min(consumes, key=lambda m: (m != "application/json", "json" not in m), default=None)
+            schema_at, raw_schema = at(body_at, "schema"), body.get("schema")
+            media_type = media_type or "application/json"
         else:
             if op.get("requestBody") is None:
                 return None
@@ -317,6 +326,17 @@ def _swagger2_style(param: Mapping, location: str) -> dict[str, Any] | None:
     default_style, _ = DEFAULT_STYLES.get(location, ("form", True))
     style = _COLLECTION_FORMATS.get(str(collection)) or default_style
     return None if (style, False) == DEFAULT_STYLES.get(location) else {"style": style, "explode": False}
+
+
+def _swagger2_form(consumes: list[str], properties: Mapping[str, Any], locations: Mapping[str, str]):
+    """Where a Swagger 2.0 operation's formData goes: multipart/form-data when a field is a file or the
+    operation takes only that, else application/x-www-form-urlencoded; None without formData."""
+    form = [key for key, location in locations.items() if location == "formData"]
+    if not form:
+        return None
+    has_file = any(isinstance(properties[key], Mapping) and properties[key].get("format") == "binary" for key in form)
+    multipart = has_file or ("multipart/form-data" in consumes and "application/x-www-form-urlencoded" not in consumes)
+    return {"media_type": "multipart/form-data" if multipart else "application/x-www-form-urlencoded", "whole": None}
 
 
 def _own_server(servers: Any) -> Mapping[str, Any] | None:
