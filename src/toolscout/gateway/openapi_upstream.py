@@ -189,12 +189,14 @@ def _request(tool: Tool, arguments: Mapping[str, Any], base_url: str, forwarded:
     header the config `supplied`: the configured value is sent, never an argument in its place)."""
     raw = tool.raw if isinstance(tool.raw, Mapping) else {}
     locations: Mapping[str, str] = raw.get("parameter_locations") or {}
-    unknown = sorted(set(arguments) - set(locations))
+    configured = {header.lower() for header in supplied}
+    unknown = sorted(set(arguments) - set(locations), key=lambda name: (name.lower() not in configured, name))
+    if unknown and unknown[0].lower() in configured:
+        raise CatalogError(f"{tool.name}: the header {unknown[0]!r} is set by the gateway's config; leave it out")
     if unknown:
         raise CatalogError(f"{tool.name} takes no argument {unknown[0]!r}; it takes {sorted(locations) or 'none'}")
     sent_as: Mapping[str, str] = raw.get("parameter_names") or {}  # `query_id` is the query's `id`
     styles: Mapping[str, Mapping[str, Any]] = raw.get("parameter_styles") or {}
-    configured = {header.lower() for header in supplied}
     path, query = str(raw.get("path") or tool.path or ""), []
     placed: dict[str, dict[str, Any]] = {"header": {}, "cookie": {}, "body": {}, "formData": {}}
     for argument, value in arguments.items():
