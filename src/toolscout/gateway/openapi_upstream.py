@@ -1,13 +1,13 @@
 """An HTTP API behind the gateway, described by an OpenAPI 3 or Swagger 2 document: each operation is a tool.
 
-A call makes the operation's HTTP request: each argument goes where the document puts it (the path, the
-query, a header, a cookie, or the body, sent as the media type the document gives it: JSON of any `+json`
-type, a form urlencoded or multipart, or a string as it is), written as its style says, as recorded by the
-OpenAPI parser (`Tool.raw["parameter_locations"]`, `["parameter_names"]`, `["parameter_styles"]` and `["body"]`). The result is the response: its
-text as content, `{"status", "content_type", "body"}` (the body parsed when it is JSON) as structured
-content, and `isError` for a status of 400 or more. An argument the operation does not take is refused
-before any request is made. A header the config's `headers` sets (an API key) is taken out of the tools'
-schemas, and refused as an argument: the configured value is the one sent.
+A call makes the operation's HTTP request: each argument goes where the document puts it (the path, the query,
+a header, a cookie, or the body, sent as the media type the document gives it: JSON of any `+json` type, a
+form urlencoded or multipart, or a string as it is), written as its style says, as recorded by the OpenAPI
+parser (`Tool.raw["parameter_locations"]`, `["parameter_names"]`, `["parameter_styles"]` and `["body"]`). The
+result is the response: its text as content, `{"status", "content_type", "body"}` (the body parsed when it is
+JSON) as structured content, and `isError` for a status of 400 or more. An argument the operation does not
+take is refused before any request is made. A header the config's `headers` sets (an API key) is taken out of
+the tools' schemas, and refused as an argument: the configured value is the one sent.
 
 The base URL is the config's `base_url` (for every operation), else the operation's own first server, else
 its path's, else the document's (relative ones resolved against the document's URL; `{variables}` filled
@@ -307,8 +307,8 @@ def _without_supplied(tool: Tool, supplied: Mapping[str, str]) -> Tool:
                if location == "header" and sent_as.get(argument, argument).lower() in configured}
     if not dropped or not isinstance(tool.parameters, Mapping):
         return tool
-    parameters = {**tool.parameters,
-                  "properties": {k: v for k, v in (tool.parameters.get("properties") or {}).items() if k not in dropped}}
+    properties = tool.parameters.get("properties") or {}
+    parameters = {**tool.parameters, "properties": {k: v for k, v in properties.items() if k not in dropped}}
     if isinstance(tool.parameters.get("required"), list):
         parameters["required"] = [name for name in tool.parameters["required"] if name not in dropped]
     raw = {**raw, "parameter_locations": {k: v for k, v in locations.items() if k not in dropped}}

@@ -15,18 +15,18 @@
 - namespace: the caller's, else `info.title` slugified ('Swagger Petstore' → 'swagger-petstore', '天気予報 API'
   → '天気予報-api': `common.slugify`).
 - raw: {"method", "path", "operation" (as written), "parameter_locations" (property → path|query|
-  header|cookie|body|formData), "body" ({"media_type", "whole": the property holding the whole body, or
-  null when the body's properties were merged in}; the media type is the request body's chosen one, for
-  Swagger 2.0 the JSON one of `consumes` (else its first), or for formData multipart/form-data when a field
-  is a file or `consumes` names only that, else the urlencoded form; absent without a body), "parameter_names" (property →
-  its name in the request, for the properties renamed to keep two apart; absent when none was), "server"
-  (the first of the operation's own `servers`, else of its path item's, as written; absent when neither
-  names one, and the document's apply), "parameter_styles" (property → {"style", "explode"}: how its value
-  is written, for the parameters whose OpenAPI 3 `style`/`explode` (Swagger 2.0: `collectionFormat`, csv by
-  default, as the style that writes the same; a `content` parameter: "json") differ from their location's
-  defaults, `DEFAULT_STYLES`; absent when none do)}: what an
-  HTTP caller needs to place each argument (the gateway's OpenAPI upstream); and "deprecated": true when the operation is
-  (`deprecated: true`), where `toolscout.deprecation` reads it as it reads any definition's flag.
+  header|cookie|body|formData), "body" ({"media_type", "whole": the property holding the whole body, or null
+  when the body's properties were merged in}; the media type is the request body's chosen one, for Swagger
+  2.0 the JSON one of `consumes` (else its first), or for formData multipart/form-data when a field is a
+  file or `consumes` names only that, else the urlencoded form; absent without a body), "parameter_names"
+  (property → its name in the request, for the properties renamed to keep two apart; absent when none was),
+  "server" (the first of the operation's own `servers`, else of its path item's, as written; absent when
+  neither names one, and the document's apply), "parameter_styles" (property → {"style", "explode"}: how its
+  value is written, for the parameters whose OpenAPI 3 `style`/`explode` (Swagger 2.0: `collectionFormat`,
+  csv by default, as the style that writes the same; a `content` parameter: "json") differ from their
+  location's defaults, `DEFAULT_STYLES`; absent when none do)}: what an HTTP caller needs to place each
+  argument (the gateway's OpenAPI upstream); and "deprecated": true when the operation is (`deprecated:
+  true`), where `toolscout.deprecation` reads it as it reads any definition's flag.
 """
 
 from __future__ import annotations
