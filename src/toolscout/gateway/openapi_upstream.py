@@ -164,7 +164,7 @@ class OpenApiUpstream:
             return error_result(f"upstream {self.name!r}: {exc}")
         try:
             with anyio.fail_after(self.timeout):
-                response = await self._http.request(**request)
+                response = await self._send(self._http, self._http.build_request(**request))
         except (TimeoutError, httpx.TimeoutException):
             raise timed_out("openapi", self.name, tool.name, self.timeout) from None
         except httpx.HTTPError as exc:
@@ -181,6 +181,21 @@ class OpenApiUpstream:
         location = self.spec.spec or ""
         relative_to = location if location.lower().startswith(("http://", "https://")) else self.base_url or ""
         return _server_url(server, f"{tool.name}: servers[0]", relative_to) or self.base_url or ""
+
+    async def _send(self, http: httpx.AsyncClient, request: httpx.Request) -> httpx.Response:
+        """One request of a call, sent again once, on a new connection, when a kept-alive one turned out closed
+        (the service closed it while idle: a race every keep-alive timeout invites) and sending it twice is
+        safe: its method is idempotent (RFC 9110). A POST or PATCH is never sent twice: it may have been received."""
+        try:
+            return await http.send(request)
+        except (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError):
+            if request.method not in _IDEMPOTENT:
+                raise
+        async with httpx.AsyncClient(timeout=self.timeout) as fresh:  # its own pool: a new connection
+            return await fresh.send(request)
+
+
+_IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"})
 
 
 def _request(tool: Tool, arguments: Mapping[str, Any], base_url: str, forwarded: Mapping[str, str],
