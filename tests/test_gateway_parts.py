@@ -894,9 +894,10 @@ def _openapi_spec(tmp_path, document, **settings):
     return UpstreamSpec("svc", "openapi", spec=str(path), timeout=10.0, **settings)
 
 
-def test_a_kept_alive_connection_the_service_closed_is_retried_for_a_get_never_for_a_post(tmp_path):
+def test_a_kept_alive_connection_the_service_closed_is_retried_for_a_get_and_a_sent_post_may_have_run(tmp_path):
     """A GET on a pooled connection the service had closed failed "could not be reached: ReadError" (8 of 40
-    GETs after a 500, keepalive_readerror.py)."""
+    GETs after a 500, keepalive_readerror.py); a POST the service read before it dropped the connection said
+    the same, inviting a second payment (dropped_connection.py)."""
     import anyio
 
     from toolscout.gateway.upstream import UpstreamUnavailable
@@ -911,10 +912,15 @@ def test_a_kept_alive_connection_the_service_closed_is_retried_for_a_get_never_f
                              servers=[service.url])
 
         async def check(upstream, tools):
-            with pytest.raises(UpstreamUnavailable):
+            with pytest.raises(UpstreamUnavailable) as paid:
                 await upstream.call(tools["pay"], {}, {})
+            assert str(paid.value).startswith(f"upstream 'svc' failed during the call of pay: the connection to "
+                                              f"{service.url} failed: RemoteProtocolError: Server disconnected "
+                                              "without sending a response. It was")
+            assert str(paid.value).endswith("It was sent and may have run: call it again only if running it twice "
+                                            "is safe")
             assert (await upstream.call(tools["report"], {}, {}))["structuredContent"]["status"] == 200
-            with pytest.raises(UpstreamUnavailable):  # the same pooled connection, closed
+            with pytest.raises(UpstreamUnavailable, match="may have run"):  # the same pooled connection, closed
                 await upstream.call(tools["order"], {}, {})
             first = await upstream.call(tools["report"], {}, {})  # a new connection
             again = await upstream.call(tools["report"], {}, {})  # its pooled one closed: sent again on a new one
@@ -1372,8 +1378,10 @@ def test_a_call_right_after_a_crash_says_it_was_not_sent_and_a_timeout_names_the
             await upstream.call(tools["sleep"], {"seconds": 5}, {})
         assert str(late.value).endswith("(it was told to cancel; it may have run in part); a call that needs "
                                         "longer needs a higher `timeout` in mcpServers.alpha of the gateway's config")
-        with pytest.raises(UpstreamUnavailable, match="failed during the call of crash"):
+        with pytest.raises(UpstreamUnavailable, match="failed during the call of crash") as lost:
             await upstream.call(tools["crash"], {"text": "bye"}, {})
+        assert "it is being reconnected. It was sent and may have run: call it again only if running it twice is " \
+               "safe" in str(lost.value)  # the OpenAPI upstream's wording too (sent_and_lost)
         with pytest.raises(UpstreamUnavailable) as unsent:  # at once: the gateway has not torn it down yet
             await upstream.call(tools["echo"], {"text": "x"}, {})
         assert str(unsent.value) == ("upstream 'alpha' had just closed its connection, so the call of echo was "

@@ -66,6 +66,7 @@ from .upstream import (
     UpstreamUnavailable,
     error_result,
     next_attempt,
+    sent_and_lost,
     timed_out,
 )
 
@@ -454,7 +455,7 @@ class McpUpstream:
             raise
         except Exception as exc:  # the transport failed (an HTTP server went away)
             self._drop()
-            raise UpstreamUnavailable(f"upstream {self.name!r} failed during {what}: {error_reason(exc)}") from None
+            raise sent_and_lost(self.name, what, error_reason(exc)) from None
         finally:
             self._relays.pop(key, None)
             self._in_flight -= 1
@@ -466,8 +467,8 @@ class McpUpstream:
         connection = self._connection
         if connection is not None and connection.hung:
             return f"upstream {self.name!r} stopped answering ({connection.hung}) during {what}; it is being restarted"
-        return f"upstream {self.name!r} failed during {what}: Connection closed{self.log.last_words()}; it is being " \
-               "reconnected"
+        return str(sent_and_lost(self.name, what, f"Connection closed{self.log.last_words()}",
+                                 "; it is being reconnected"))
 
     def _timed_out(self) -> None:
         """A call got no answer in time: count it, and ping the server now."""

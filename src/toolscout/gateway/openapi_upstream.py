@@ -53,6 +53,7 @@ from .upstream import (
     UpstreamUnavailable,
     error_result,
     next_attempt,
+    sent_and_lost,
     timed_out,
 )
 
@@ -165,11 +166,16 @@ class OpenApiUpstream:
         try:
             with anyio.fail_after(self.timeout):
                 response = await self._send(self._http, self._http.build_request(**request))
-        except (TimeoutError, httpx.TimeoutException):
-            raise timed_out("openapi", self.name, tool.name, self.timeout) from None
-        except httpx.HTTPError as exc:
+        except httpx.ConnectError as exc:  # never sent: the service is not there
             raise UpstreamUnavailable(f"upstream {self.name!r} could not be reached at {self.base_url}: "
                                       f"{error_reason(exc)}") from None
+        except (TimeoutError, httpx.TimeoutException):
+            raise timed_out("openapi", self.name, tool.name, self.timeout) from None
+        except httpx.LocalProtocolError as exc:  # refused by the gateway's HTTP client before sending
+            return error_result(f"upstream {self.name!r}: the call of {tool.name} was not sent: {error_reason(exc)}")
+        except httpx.HTTPError as exc:  # the connection failed once the request was sent (and retried if safe)
+            raise sent_and_lost(self.name, f"the call of {tool.name}", f"the connection to {self.base_url} failed: "
+                                f"{error_reason(exc)}") from None
         return _result(response)
 
     def _base_url_of(self, tool: Tool) -> str:

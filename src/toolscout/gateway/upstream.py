@@ -200,6 +200,13 @@ def timed_out(section: str, name: str, what: str, timeout: float, told: str = ""
                                f"`timeout` in {section}.{name} of the gateway's config", timed_out=True)
 
 
+def sent_and_lost(name: str, what: str, why: str, then: str = "") -> UpstreamUnavailable:
+    """Upstream `name` failed (`why`) after `what` was sent: the error says it may have run, so the agent
+    calls again only if that is safe (a payment must not be made twice). `then`: what the gateway does now."""
+    return UpstreamUnavailable(f"upstream {name!r} failed during {what}: {why.rstrip('.')}{then}. It was sent "
+                               "and may have run: call it again only if running it twice is safe")
+
+
 def error_result(message: str) -> ToolResult:
     """A tool result that reports `message` as an error (what the agent sees of a failed call)."""
     return {"content": [{"type": "text", "text": message}], "isError": True}
