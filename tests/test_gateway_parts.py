@@ -933,6 +933,67 @@ def test_a_kept_alive_connection_the_service_closed_is_retried_for_a_get_and_a_s
                                     "GET /report HTTP/1.1", "GET /report HTTP/1.1", "GET /report HTTP/1.1"]
 
 
+def test_a_service_that_cannot_be_connected_to_is_down_until_a_probe_or_call_reaches_it(tmp_path):
+    """A REST service that refused every connection stayed `up` (its tools `available: true`), as nothing
+    probed it and failed calls changed nothing (down_at_start.py)."""
+    import socket
+
+    import anyio
+
+    from toolscout.gateway.upstream import UpstreamUnavailable
+
+    with socket.create_server(("127.0.0.1", 0)) as reserved:
+        port = reserved.getsockname()[1]  # closed again: nothing listens there
+    url = f"http://127.0.0.1:{port}"
+    document = rest_spec(("get", "/report", "report"), servers=[url])
+    revived = []
+
+    async def check(upstream, tools):
+        with pytest.raises(UpstreamUnavailable) as refused:
+            await upstream.call(tools["report"], {}, {})
+        assert str(refused.value).startswith(f"upstream 'svc': the call of report was not sent: its service at "
+                                             f"{url} could not be reached: ConnectError")
+        assert upstream.status.state == "down"
+        assert upstream.status.last_error.startswith(f"its service at {url} could not be reached: ConnectError")
+        revived.append(ScriptedHttp(lambda line, n: ("200 OK", JSON, b"{}"), port=port))
+        while upstream.status.state != "up":
+            await anyio.sleep(0.05)  # polling interval: the supervisor probes with backoff (0.5 s, 1 s, ...)
+        assert upstream.status.last_error.startswith("past (over by")
+        assert (await upstream.call(tools["report"], {}, {}))["structuredContent"]["status"] == 200
+
+    try:
+        anyio.run(_openapi_serving, _openapi_spec(tmp_path, document), check)
+        assert revived[0].received[0].startswith("HEAD / HTTP/1.1")  # the probe
+    finally:
+        for service in revived:
+            service.close()
+
+
+def test_a_call_that_reaches_the_service_again_brings_its_upstream_back_up(tmp_path):
+    import socket
+
+    import anyio
+
+    from toolscout.gateway.upstream import UpstreamUnavailable
+
+    with socket.create_server(("127.0.0.1", 0)) as reserved:
+        port = reserved.getsockname()[1]
+    document = rest_spec(("get", "/report", "report"), servers=[f"http://127.0.0.1:{port}"])
+
+    async def check(upstream, tools):
+        with pytest.raises(UpstreamUnavailable, match="could not be reached"):
+            await upstream.call(tools["report"], {}, {})
+        assert upstream.status.state == "down"  # its first probe is 0.5 s away
+        with ScriptedHttp(lambda line, n: ("200 OK", JSON, b"{}"), port=port) as service:
+            assert (await upstream.call(tools["report"], {}, {}))["isError"] is False
+            assert upstream.status.state == "up" and service.received == ["GET /report HTTP/1.1"]
+        with pytest.raises(UpstreamUnavailable, match="could not be reached"):  # and down again
+            await upstream.call(tools["report"], {}, {})
+        assert upstream.status.state == "down"
+
+    anyio.run(_openapi_serving, _openapi_spec(tmp_path, document), check)
+
+
 # ------------------------------------------------------------------------------------ a service's reach
 
 def test_reach_holds_tools_out_marks_availability_and_is_never_served_stale_from_the_cache(tmp_path):

@@ -21,6 +21,7 @@ import functools
 import json
 import logging
 import re
+import time
 from pathlib import Path
 from typing import Any, Callable, Collection, Mapping
 from urllib.parse import quote, urljoin
@@ -74,6 +75,8 @@ class OpenApiUpstream:
         self._http: httpx.AsyncClient | None = None
         self._relist: anyio.Event | None = None
         self._read: anyio.Event | None = None  # set once the document has been read (or failed to be)
+        self._unreached = False  # a call could not connect to the service: down until a probe or call reaches it
+        self._backoff, self._probe_at = Backoff(), 0.0  # of reading the document, or probing the service
 
     async def run(self, sink: ListingSink, notice: Notice | None = None) -> None:
         self._relist, self._read = anyio.Event(), self._read or anyio.Event()
@@ -82,27 +85,63 @@ class OpenApiUpstream:
             logger.warning("upstream %s is down: %s", self.name, self.status.last_error)
             self._read.set()
             await anyio.sleep_forever()
-        backoff = Backoff()
         async with httpx.AsyncClient(headers=dict(self.spec.headers), timeout=self.timeout) as http:
             self._http = http
             while True:
                 try:
-                    await self._list(sink)
-                    if self.status.state != "up":
-                        self.status.connects += 1
-                    self.status.change("up")
-                    backoff, delay = Backoff(), self.relist_every
+                    await (self._probe() if self._unreached else self._list(sink))
+                    self._came_up()
+                    delay = self.relist_every
                 except Exception as exc:  # a spec that cannot be read (or recorded) now: keep what was indexed, retry
-                    delay = backoff.next(0.0)
+                    delay = self._backoff.next(0.0)
+                    self._probe_at = time.monotonic() + delay
                     state = "up" if self.status.state == "up" else "down"
-                    why = str(exc) if isinstance(exc, ListingNotRecorded) else \
+                    why = str(exc) if isinstance(exc, (ListingNotRecorded, _Unreached)) else \
                         f"reading the OpenAPI document failed: {error_reason(exc)}"
                     self.status.change(state, f"{why} ({next_attempt(delay)})")
                     logger.warning("upstream %s: %s", self.name, self.status.last_error)
                 self._read.set()
-                with anyio.move_on_after(delay):
-                    await self._relist.wait()
-                self._relist = anyio.Event()
+                await self._wait(delay)
+
+    async def _wait(self, delay: float) -> None:
+        """Until `delay` has passed or a re-list is asked for; a probe of an unreachable service waits its turn
+        (`_probe_at`) whatever woke the supervisor."""
+        assert self._relist is not None
+        with anyio.move_on_after(delay):
+            await self._relist.wait()
+        self._relist = anyio.Event()
+        if self._unreached:
+            await anyio.sleep(max(0.0, self._probe_at - time.monotonic()))
+
+    def _came_up(self) -> None:
+        """Its document was read, or its service answered again after a call found it unreachable."""
+        self._unreached, self._backoff = False, Backoff()
+        if self.status.state != "up":
+            self.status.connects += 1
+        self.status.change("up")
+
+    def _unreachable(self, why: str) -> None:
+        """A call could not connect to the service: the upstream is down (its tools `available: false`) until
+        a probe (`_probe`, with backoff) or a call reaches it again."""
+        if not self._unreached:
+            delay = self._backoff.next(0.0)
+            self._unreached, self._probe_at = True, time.monotonic() + delay
+            self.status.change("down", f"{why} ({next_attempt(delay)})")
+            logger.warning("upstream %s is down: %s", self.name, self.status.last_error)
+            if self._relist is not None:
+                self._relist.set()  # the supervisor probes it then, with backoff after
+
+    async def _probe(self) -> None:
+        """Whether the service answers: a HEAD request to its base URL, which any answer passes (a 404 too:
+        the service is there). _Unreached when it cannot be connected to."""
+        assert self._http is not None and self.base_url is not None
+        try:
+            await self._http.head(self.base_url)
+        except httpx.HTTPError as exc:
+            raise _Unreached(f"{self._unreached_reason(exc)}; probed with HEAD {self.base_url}") from None
+
+    def _unreached_reason(self, exc: BaseException) -> str:
+        return f"its service at {self.base_url} could not be reached: {error_reason(exc)}"
 
     async def relist(self) -> None:
         if self._relist is not None:
@@ -166,9 +205,10 @@ class OpenApiUpstream:
         try:
             with anyio.fail_after(self.timeout):
                 response = await self._send(self._http, self._http.build_request(**request))
-        except httpx.ConnectError as exc:  # never sent: the service is not there
-            raise UpstreamUnavailable(f"upstream {self.name!r} could not be reached at {self.base_url}: "
-                                      f"{error_reason(exc)}") from None
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:  # never sent: the service is not there
+            self._unreachable(self._unreached_reason(exc))
+            raise UpstreamUnavailable(f"upstream {self.name!r}: the call of {tool.name} was not sent: "
+                                      f"{self._unreached_reason(exc)}") from None
         except (TimeoutError, httpx.TimeoutException):
             raise timed_out("openapi", self.name, tool.name, self.timeout) from None
         except httpx.LocalProtocolError as exc:  # refused by the gateway's HTTP client before sending
@@ -176,6 +216,8 @@ class OpenApiUpstream:
         except httpx.HTTPError as exc:  # the connection failed once the request was sent (and retried if safe)
             raise sent_and_lost(self.name, f"the call of {tool.name}", f"the connection to {self.base_url} failed: "
                                 f"{error_reason(exc)}") from None
+        if self._unreached:
+            self._came_up()
         return _result(response)
 
     def _base_url_of(self, tool: Tool) -> str:
@@ -202,6 +244,10 @@ class OpenApiUpstream:
 
 
 _IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"})
+
+
+class _Unreached(CatalogError):
+    """A probe could not connect to the service (the message says where and why)."""
 
 
 def _request(tool: Tool, arguments: Mapping[str, Any], base_url: str, forwarded: Mapping[str, str],
