@@ -994,6 +994,56 @@ def test_a_call_that_reaches_the_service_again_brings_its_upstream_back_up(tmp_p
     anyio.run(_openapi_serving, _openapi_spec(tmp_path, document), check)
 
 
+def test_redirects_are_followed_for_the_document_and_same_server_gets_and_named_for_the_rest(tmp_path):
+    """A spec URL that redirected stayed down forever; a call answered 301 came back as a success with an
+    empty body and no Location (params_wire.sh, bad_specs_config.sh)."""
+    import anyio
+
+    from toolscout.gateway.config import UpstreamSpec
+
+    elsewhere = "http://127.0.0.1:9/new-home"
+    routes = {"/spec": ("302 Found", {"Location": "/docs/openapi.json"}, b""),
+              "/api/old": ("301 Moved Permanently", {"Location": "/api/new"}, b""),
+              "/api/new": ("200 OK", JSON, b'{"moved": "here"}'),
+              "/api/form": ("307 Temporary Redirect", {"Location": "/api/new"}, b""),
+              "/api/away": ("302 Found", {"Location": elsewhere}, b"")}
+
+    def answer(line, n):
+        path = line.split()[1]
+        if path == "/docs/openapi.json":  # its servers relative to where it was read from
+            return "200 OK", JSON, json.dumps(rest_spec(("get", "/old", "old"), ("post", "/form", "form"),
+                                                        ("get", "/away", "away"), servers=["../api"])).encode()
+        return routes[path]
+
+    with ScriptedHttp(answer) as service:
+        async def check(upstream, tools):
+            assert upstream.base_url == f"{service.url}/api"
+            followed = await upstream.call(tools["old"], {}, {})
+            assert (followed["isError"], followed["structuredContent"]["body"]) == (False, {"moved": "here"})
+            for name, status, location in (("form", 307, "/api/new"),
+                                           ("away", 302, elsewhere)):
+                result = await upstream.call(tools[name], {}, {})
+                assert result["isError"] is True and result["structuredContent"]["status"] == status
+                assert result["structuredContent"]["location"] == location
+                assert f"redirects this call to {location}" in result["content"][0]["text"]
+
+        spec = UpstreamSpec("svc", "openapi", spec=f"{service.url}/spec", timeout=10.0)
+        anyio.run(_openapi_serving, spec, check)
+        assert "POST /api/new HTTP/1.1" not in service.received and len(service.received) == 6
+
+
+def test_a_document_redirected_from_https_to_http_is_refused_by_name():
+    import httpx
+
+    from toolscout.gateway.openapi_upstream import _document_follows
+
+    request = httpx.Request("GET", "https://api.example.com/openapi.json")
+    assert _document_follows(request, httpx.URL("https://docs.example.com/openapi.json"))
+    with pytest.raises(CatalogError, match="redirects to http://docs.example.com/openapi.json, from https to http: "
+                                           "refused"):
+        _document_follows(request, httpx.URL("http://docs.example.com/openapi.json"))
+
+
 # ------------------------------------------------------------------------------------ a service's reach
 
 def test_reach_holds_tools_out_marks_availability_and_is_never_served_stale_from_the_cache(tmp_path):

@@ -23,7 +23,7 @@ import logging
 import re
 import time
 from pathlib import Path
-from typing import Any, Callable, Collection, Mapping
+from typing import Any, Awaitable, Callable, Collection, Iterable, Mapping
 from urllib.parse import quote, urljoin
 
 import anyio
@@ -183,8 +183,13 @@ class OpenApiUpstream:
             read = functools.partial(read_structured, Path(location), location)
             return await anyio.to_thread.run_sync(_third_party, read), location
         assert self._http is not None
-        response = await self._http.get(location)
-        response.raise_for_status()
+        response = await _following(self._http, self._http.build_request("GET", location), _document_follows,
+                                    private=self.spec.headers)
+        if response.has_redirect_location:
+            raise CatalogError(f"{location} redirects more than {_MAX_REDIRECTS} times (last to "
+                               f"{response.headers.get('location')})")
+        if response.status_code >= 400:
+            raise CatalogError(f"{response.url} answered HTTP {response.status_code} {response.reason_phrase}")
         text = response.text
         parse = parse_json if text.lstrip()[:1] in ("{", "[") else load_yaml
         document = _third_party(functools.partial(parse, text, location))
@@ -204,7 +209,7 @@ class OpenApiUpstream:
             return error_result(f"upstream {self.name!r}: {exc}")
         try:
             with anyio.fail_after(self.timeout):
-                response = await self._send(self._http, self._http.build_request(**request))
+                response = await _following(self._http, self._http.build_request(**request), _call_follows, self._send)
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:  # never sent: the service is not there
             self._unreachable(self._unreached_reason(exc))
             raise UpstreamUnavailable(f"upstream {self.name!r}: the call of {tool.name} was not sent: "
@@ -218,7 +223,7 @@ class OpenApiUpstream:
                                 f"{error_reason(exc)}") from None
         if self._unreached:
             self._came_up()
-        return _result(response)
+        return _redirect_result(response) if response.has_redirect_location else _result(response)
 
     def _base_url_of(self, tool: Tool) -> str:
         """Where `tool`'s request goes: the config's base_url (the operator's choice, for every operation), else
@@ -231,9 +236,10 @@ class OpenApiUpstream:
         return _server_url(server, f"{tool.name}: servers[0]", relative_to) or self.base_url or ""
 
     async def _send(self, http: httpx.AsyncClient, request: httpx.Request) -> httpx.Response:
-        """One request of a call, sent again once, on a new connection, when a kept-alive one turned out closed
-        (the service closed it while idle: a race every keep-alive timeout invites) and sending it twice is
-        safe: its method is idempotent (RFC 9110). A POST or PATCH is never sent twice: it may have been received."""
+        """One request of a call (or of a redirect it follows), sent again once, on a new connection, when a
+        kept-alive one turned out closed (the service closed it while idle: a race every keep-alive timeout
+        invites) and sending it twice is safe: its method is idempotent (RFC 9110). A POST or PATCH is never
+        sent twice: it may have been received."""
         try:
             return await http.send(request)
         except (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError):
@@ -248,6 +254,65 @@ _IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"})
 
 class _Unreached(CatalogError):
     """A probe could not connect to the service (the message says where and why)."""
+
+
+_MAX_REDIRECTS = 5
+Send = Callable[[httpx.AsyncClient, httpx.Request], Awaitable[httpx.Response]]
+Follows = Callable[[httpx.Request, httpx.URL], bool]  # whether a redirect from the request to the URL is followed
+
+
+async def _send_once(http: httpx.AsyncClient, request: httpx.Request) -> httpx.Response:
+    return await http.send(request)
+
+
+async def _following(http: httpx.AsyncClient, request: httpx.Request, follows: Follows, send: Send = _send_once,
+                     private: Iterable[str] = ()) -> httpx.Response:
+    """The response to `request`, its redirects followed (at most `_MAX_REDIRECTS`) while `follows(request,
+    target)`; a redirect it does not follow is returned as it came. The headers named `private` (the
+    config's, secrets) go to the first origin only."""
+    for _ in range(_MAX_REDIRECTS + 1):
+        response = await send(http, request)
+        if not response.has_redirect_location:
+            return response
+        target = request.url.join(response.headers["location"])
+        if not follows(request, target):
+            return response
+        await response.aclose()
+        dropped = {"host"} | ({name.lower() for name in private} if _origin(target) != _origin(request.url) else set())
+        headers = [(k, v) for k, v in request.headers.multi_items() if k.lower() not in dropped]
+        method = "GET" if response.status_code == 303 and request.method != "HEAD" else request.method
+        request = http.build_request(method, target, headers=headers)
+    return response
+
+
+def _origin(url: httpx.URL) -> tuple[str, str, int | None]:
+    return url.scheme, url.host, url.port
+
+
+def _document_follows(request: httpx.Request, target: httpx.URL) -> bool:
+    """A document is read through any redirect but one from https to http (it would come unprotected)."""
+    if request.url.scheme == "https" and target.scheme != "https":
+        raise CatalogError(f"{request.url} redirects to {target}, from https to {target.scheme}: refused; give "
+                           "that URL as the spec if it is meant")
+    return True
+
+
+def _call_follows(request: httpx.Request, target: httpx.URL) -> bool:
+    """A call follows a redirect only as a GET or HEAD to the same origin (where the config's headers were
+    meant to go); any other is the call's result, naming where it points (`_redirect_result`)."""
+    return request.method in ("GET", "HEAD") and _origin(target) == _origin(request.url)
+
+
+def _redirect_result(response: httpx.Response) -> ToolResult:
+    """A redirect the gateway does not follow: an error that says where it points, never a silent success."""
+    location = response.headers.get("location", "")
+    summary = f"HTTP {response.status_code} {response.reason_phrase}".strip()
+    return {"content": [{"type": "text", "text": f"{summary}: the API redirects this call to {location}, which the "
+                                                 f"gateway does not follow (it follows up to {_MAX_REDIRECTS}, and "
+                                                 "only of a GET or HEAD to the same server)"}],
+            "structuredContent": {"status": response.status_code, "location": location,
+                                  "content_type": response.headers.get("content-type", ""), "body": response.text},
+            "isError": True}
 
 
 def _request(tool: Tool, arguments: Mapping[str, Any], base_url: str, forwarded: Mapping[str, str],
