@@ -1044,6 +1044,34 @@ def test_a_document_redirected_from_https_to_http_is_refused_by_name():
         _document_follows(request, httpx.URL("http://docs.example.com/openapi.json"))
 
 
+def test_a_document_read_by_url_without_servers_or_host_names_its_own_server(tmp_path):
+    """FastAPI's default document has no `servers`: the upstream was refused ("names no absolute server URL";
+    bad_specs_config.sh). OpenAPI 3 reads no servers as `/`, Swagger 2 no host as the document's own."""
+    import anyio
+
+    from toolscout.gateway.config import UpstreamSpec
+    from toolscout.gateway.openapi_upstream import _base_url
+
+    swagger = {"swagger": "2.0", "basePath": "/v2", "paths": {}}
+    assert _base_url(swagger, "http://docs.example.com:8080/spec/swagger.json") == "http://docs.example.com:8080/v2"
+    elsewhere = {**swagger, "host": "api.example.com"}
+    assert _base_url(elsewhere, "http://d.example.com/s.json") == "http://api.example.com/v2"
+    assert _base_url({**swagger, "host": "api.example.com"}, "/specs/s.json") == "https://api.example.com/v2"
+    assert _base_url(swagger, "/specs/s.json") is None and _base_url({"openapi": "3.0.0"}, "/specs/s.json") is None
+
+    def answer(line, n):
+        if line.startswith("GET /openapi.json"):
+            return "200 OK", JSON, json.dumps(rest_spec(("get", "/report", "report"))).encode()
+        return "200 OK", JSON, json.dumps({"served": line}).encode()
+
+    with ScriptedHttp(answer) as service:
+        async def check(upstream, tools):
+            result = await upstream.call(tools["report"], {}, {})
+            assert result["structuredContent"]["body"] == {"served": "GET /report HTTP/1.1"}
+
+        anyio.run(_openapi_serving, UpstreamSpec("svc", "openapi", spec=f"{service.url}/openapi.json"), check)
+
+
 # ------------------------------------------------------------------------------------ a service's reach
 
 def test_reach_holds_tools_out_marks_availability_and_is_never_served_stale_from_the_cache(tmp_path):

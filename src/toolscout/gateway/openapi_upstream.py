@@ -10,9 +10,9 @@ take is refused before any request is made. A header the config's `headers` sets
 the tools' schemas, and refused as an argument: the configured value is the one sent.
 
 The base URL is the config's `base_url` (for every operation), else the operation's own first server, else
-its path's, else the document's (relative ones resolved against the document's URL; `{variables}` filled
-in with their defaults). The document is read again every `relist_every` seconds, so a changed API is
-re-indexed without a restart.
+its path's, else the document's (relative ones, and none at all, resolved against the URL the document was read
+from, as OpenAPI specifies; `{variables}` filled in with their defaults). The document is read again every
+`relist_every` seconds, so a changed API is re-indexed without a restart.
 """
 
 from __future__ import annotations
@@ -71,6 +71,7 @@ class OpenApiUpstream:
         self.status = UpstreamStatus(spec.name, "openapi", spec.describe())
         self.relist_every = relist_every
         self.base_url: str | None = spec.base_url
+        self._read_from = spec.spec or ""  # the URL the document was last read from (after redirects)
         self.extras = Extras()  # an HTTP API has no prompts or resources
         self._http: httpx.AsyncClient | None = None
         self._relist: anyio.Event | None = None
@@ -159,15 +160,16 @@ class OpenApiUpstream:
         raise UpstreamRefused(f"upstream {self.name!r} is an HTTP API: it has no {method.split('/')[0]}", -32601)
 
     async def _list(self, sink: ListingSink) -> None:
-        document, where = await self._document()
+        document, where, read_from = await self._document()
         report = LoadReport()
         tools = parse_tools(document, format="openapi", lenient=True, source=where, namespace=self.name,
                             report=report, as_served=True)
         tools = [_without_supplied(tool, self.spec.headers) for tool in tools]
         for warning in report.warnings:
             logger.warning("%s", warning)
+        self._read_from = read_from
         try:
-            self.base_url = self.spec.base_url or _base_url(document, self.spec.spec or "")
+            self.base_url = self.spec.base_url or _base_url(document, read_from)
         except CatalogError as exc:
             raise CatalogError(f"{where}: {exc} (openapi.{self.name}.base_url)") from None
         if self.base_url is None:
@@ -177,11 +179,13 @@ class OpenApiUpstream:
         self.status.tools = len(tools)
         self.status.skipped = [{"where": w, "reason": why} for w, why in report.skipped]
 
-    async def _document(self) -> tuple[Any, str]:
+    async def _document(self) -> tuple[Any, str, str]:
+        """The document, where the config says it is, and the URL it was read from (after redirects; what
+        relative server URLs are resolved against)."""
         location = self.spec.spec or ""
         if not location.lower().startswith(("http://", "https://")):
             read = functools.partial(read_structured, Path(location), location)
-            return await anyio.to_thread.run_sync(_third_party, read), location
+            return await anyio.to_thread.run_sync(_third_party, read), location, location
         assert self._http is not None
         response = await _following(self._http, self._http.build_request("GET", location), _document_follows,
                                     private=self.spec.headers)
@@ -194,7 +198,7 @@ class OpenApiUpstream:
         parse = parse_json if text.lstrip()[:1] in ("{", "[") else load_yaml
         document = _third_party(functools.partial(parse, text, location))
         check_tree(document, location, json_only=True)
-        return document, location
+        return document, location, str(response.url)
 
     # calls -------------------------------------------------------------------------------------
     async def call(self, tool: Tool, arguments: Mapping[str, Any], headers: Mapping[str, str],
@@ -231,8 +235,8 @@ class OpenApiUpstream:
         server = tool.raw.get("server") if isinstance(tool.raw, Mapping) and not self.spec.base_url else None
         if not isinstance(server, Mapping) or not server.get("url"):
             return self.base_url or ""
-        location = self.spec.spec or ""
-        relative_to = location if location.lower().startswith(("http://", "https://")) else self.base_url or ""
+        read_from = self._read_from
+        relative_to = read_from if read_from.lower().startswith(("http://", "https://")) else self.base_url or ""
         return _server_url(server, f"{tool.name}: servers[0]", relative_to) or self.base_url or ""
 
     async def _send(self, http: httpx.AsyncClient, request: httpx.Request) -> httpx.Response:
@@ -504,17 +508,23 @@ def _result(response: httpx.Response) -> ToolResult:
 
 
 def _base_url(document: Any, location: str) -> str | None:
-    """The document's first server: OpenAPI 3 `servers[0].url` (its variables filled in), or Swagger 2
-    `schemes`/`host`/`basePath`."""
+    """The document's first server: OpenAPI 3 `servers[0].url` (its variables filled in; none is `/`: the
+    document's own server), or Swagger 2 `schemes`/`host`/`basePath` (no host or scheme: the document's own). A
+    relative URL is resolved against the URL the document was read from; read from a file, it names no server
+    (None)."""
     if not isinstance(document, Mapping):
         return None
+    served = httpx.URL(location) if location.lower().startswith(("http://", "https://")) else None
+    if "swagger" in document:
+        host = document.get("host") or (served.netloc.decode("ascii") if served else None)
+        if not host:
+            return None
+        schemes = document.get("schemes") or [served.scheme if served else "https"]
+        return f"{schemes[0]}://{host}{document.get('basePath') or ''}"
     servers = document.get("servers")
     if isinstance(servers, list) and servers and isinstance(servers[0], Mapping) and servers[0].get("url"):
         return _server_url(servers[0], "servers[0]", location)
-    if document.get("host"):
-        schemes = document.get("schemes") or ["https"]
-        return f"{schemes[0]}://{document['host']}{document.get('basePath') or ''}"
-    return None
+    return urljoin(location, "/") if served else None
 
 
 def _server_url(server: Mapping[str, Any], where: str, location: str) -> str | None:
