@@ -1072,6 +1072,44 @@ def test_a_document_read_by_url_without_servers_or_host_names_its_own_server(tmp
         anyio.run(_openapi_serving, UpstreamSpec("svc", "openapi", spec=f"{service.url}/openapi.json"), check)
 
 
+def test_query_parameters_from_the_config_go_on_every_call_and_a_base_url_with_a_query_is_refused(tmp_path, caplog):
+    """An `apiKey in: query` scheme could not be configured, and a key put in base_url broke every URL
+    silently (`.../v1?apikey=K/forecast/Paris`; gateway_crashes.sh case 4)."""
+    import anyio
+
+    def answer(line, n):
+        if line.startswith("GET /moved"):  # a redirect the call follows keeps the key
+            return "301 Moved Permanently", {"Location": "/forecast/Lyon"}, b""
+        return "200 OK", JSON, json.dumps({"served": line}).encode()
+
+    with ScriptedHttp(answer) as service:
+        write(tmp_path / "svc.json", rest_spec(("get", "/forecast/{city}", "forecast"), ("get", "/moved", "moved"),
+                                               servers=[service.url]))
+        config = load_config(write(tmp_path / "gw.json", {"openapi": {
+            "svc": {"spec": "svc.json", "query": {"apikey": "${SVC_KEY}"}},
+            "keyed": {"spec": "svc.json", "base_url": f"{service.url}/v1?apikey=${{SVC_KEY}}"}}}),
+            environ={"SVC_KEY": "s3cret"})
+        svc, keyed = config.upstreams
+        assert keyed.problem == (f"{tmp_path / 'gw.json'}: openapi.keyed.base_url: '{service.url}/v1' is followed by "
+                                 "a query string; a base URL takes none (each call's path is appended to it): give "
+                                 "query parameters every call needs (an API key) as openapi.keyed.query")
+        document = json.loads((tmp_path / "svc.json").read_text())
+        document["paths"]["/forecast/{city}"]["get"]["parameters"] = [
+            {"name": "city", "in": "path", "required": True, "schema": {"type": "string"}},
+            {"name": "apikey", "in": "query", "schema": {"type": "string"}}]
+        write(tmp_path / "svc.json", document)
+
+        async def check(upstream, tools):
+            result = await upstream.call(tools["forecast"], {"city": "Paris", "apikey": "the model's own"}, {})
+            assert result["structuredContent"]["body"] == {"served": "GET /forecast/Paris?apikey=s3cret HTTP/1.1"}
+            moved = await upstream.call(tools["moved"], {}, {})
+            assert moved["structuredContent"]["body"] == {"served": "GET /forecast/Lyon?apikey=s3cret HTTP/1.1"}
+
+        with caplog.at_level("DEBUG"):
+            anyio.run(_openapi_serving, svc, check)
+        assert "s3cret" not in caplog.text and "s3cret" not in svc.describe()
+
+
 # ------------------------------------------------------------------------------------ a service's reach
 
 def test_reach_holds_tools_out_marks_availability_and_is_never_served_stale_from_the_cache(tmp_path):

@@ -21,11 +21,12 @@ list, a `timeout` that is not a number): that server is down with the reason, un
 is not a config at all, or a name that cannot be a namespace, is always an error.
 
 Each entry's name becomes the namespace of its tools (ids `NAME.tool`), so names are letters, digits,
-`_` and `-`. `${VAR}` (or `${VAR:-default}`) in `command`, `args`, `env`, `cwd`, `url`, `headers`, `base_url`
-and `spec` is read from the gateway's environment (where hosts' mcp.json reads it) when the file is read, so secrets stay out of the file; a variable that is not set
-and has no default is named, with the file, the server and the field, in that server's `problem` (or in
-the error, when strict). toolscout's own keys per server:
-`timeout` (seconds one call may take, default 60), `enabled` (default true; `disabled: true`, as some
+`_` and `-`. `${VAR}` (or `${VAR:-default}`) in `command`, `args`, `env`, `cwd`, `url`, `headers`, `query`,
+`base_url` and `spec` is read from the gateway's environment (where hosts' mcp.json reads it) when the file
+is read, so secrets stay out of the file; a variable that is not set and has no default is named, with the
+file, the server and the field, in that server's `problem` (or in the error, when strict). An OpenAPI
+entry's `query` holds parameters added to every call (an API key `in: query`); its `base_url` takes none.
+toolscout's own keys per server: `timeout` (seconds one call may take, default 60), `enabled` (default true; `disabled: true`, as some
 hosts write it, means the same as `enabled: false`) and `forwardHeaders` (names of the agent's HTTP
 request headers passed on to this server's calls; none by default). Keys toolscout does not know are kept
 out of the way with a warning, so a host's own keys (`autoApprove`, ...) do not break the file; one a letter
@@ -71,8 +72,8 @@ _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _VARIABLE = re.compile(r"\$\{(?:env:)?([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")  # ${env:VAR}: VS Code's, Cursor's
 _MCP_KEYS = {"command", "args", "env", "cwd", "url", "headers", "type", "transport", "timeout", "enabled",
              "disabled", "forwardHeaders", "forward_headers"}
-_OPENAPI_KEYS = {"spec", "base_url", "baseUrl", "headers", "timeout", "enabled", "disabled", "forwardHeaders",
-                 "forward_headers"}
+_OPENAPI_KEYS = {"spec", "base_url", "baseUrl", "headers", "query", "timeout", "enabled", "disabled",
+                 "forwardHeaders", "forward_headers"}
 _HTTP_TYPES = {"http", "streamable-http", "streamable_http", "streamableHttp"}
 
 
@@ -93,6 +94,7 @@ class UpstreamSpec:
     cwd: str | None = None
     url: str | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
+    query: Mapping[str, str] = field(default_factory=dict)  # an OpenAPI upstream's: added to every call's URL
     spec: str | None = None
     base_url: str | None = None
     timeout: float = DEFAULT_TIMEOUT_S
@@ -109,6 +111,19 @@ class UpstreamSpec:
         if not self.spec:
             return "(no spec: see its problem)"
         return f"{self.spec} ({self.base_url or 'servers[0] of the spec'})"
+
+
+def _check_base_url(where: str, base_url: str | None) -> None:
+    """A base URL is what each operation's path is appended to: a query or fragment in it would end up in the
+    middle of the URL (and be dropped). Its value is not shown: a query often carries a key."""
+    if base_url is None:
+        return
+    scheme_host_path, query, fragment = re.match(r"([^?#]*)(\?[^#]*)?(#.*)?", base_url).groups()
+    if query or fragment:
+        entry = where.split(": ")[-1]
+        raise ConfigError(f"{where}.base_url: {scheme_host_path!r} is followed by a "
+                          f"{'query string' if query else 'fragment'}; a base URL takes none (each call's path is "
+                          f"appended to it): give query parameters every call needs (an API key) as {entry}.query")
 
 
 @dataclass(frozen=True)
@@ -254,8 +269,11 @@ class _Reader:
                 spec = str((self.path.parent / spec).resolve())  # relative to the config file, as people expect
             if self.enabled and not Path(spec).is_file():
                 self._unresolved(f"{where}.spec: no such file {spec!r}")
-        return UpstreamSpec(name, "openapi", spec=spec, base_url=self._expand(f"{where}.base_url", base_url),
-                            headers=self._strings(where, entry, "headers"), problem=self._take_problem(), **common)
+        base_url = self._expand(f"{where}.base_url", base_url)
+        _check_base_url(where, base_url)
+        return UpstreamSpec(name, "openapi", spec=spec, base_url=base_url,
+                            headers=self._strings(where, entry, "headers"), query=self._strings(where, entry, "query"),
+                            problem=self._take_problem(), **common)
 
     def _unresolved(self, message: str) -> None:
         """A value of the entry being read cannot be resolved: an error when strict (for an enabled server),

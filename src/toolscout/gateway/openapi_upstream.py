@@ -12,7 +12,14 @@ the tools' schemas, and refused as an argument: the configured value is the one 
 The base URL is the config's `base_url` (for every operation), else the operation's own first server, else
 its path's, else the document's (relative ones, and none at all, resolved against the URL the document was read
 from, as OpenAPI specifies; `{variables}` filled in with their defaults). The document is read again every
-`relist_every` seconds, so a changed API is re-indexed without a restart.
+`relist_every` seconds, so a changed API is re-indexed without a restart. The config's `query`
+parameters go on every call.
+
+Its transport (docs/gateway.md, "When upstreams fail"): a call that cannot connect marks the upstream down
+until a probe (with backoff) or a call reaches the service again; a call whose kept-alive connection turns
+out closed is sent again on a new one when its method is idempotent, never otherwise, and one that was sent
+says it may have run; redirects are followed for the document (not from https to http) and, for a call, for
+a GET or HEAD to the same origin only, any other being an error result that names where it points.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ import re
 import time
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Collection, Iterable, Mapping
-from urllib.parse import quote, urljoin
+from urllib.parse import quote, unquote_plus, urlencode, urljoin
 
 import anyio
 import httpx
@@ -59,6 +66,9 @@ from .upstream import (
 )
 
 logger = logging.getLogger(__name__)
+# httpx logs each request's URL at INFO, and with it the config's `query` (an API key): the gateway's own log
+# lines say what matters about a call
+logging.getLogger("httpx").setLevel(max(logging.getLogger("httpx").level, logging.WARNING))
 _TEXT_LIMIT = 100_000  # characters of a response body shown as text
 
 
@@ -211,19 +221,20 @@ class OpenApiUpstream:
             request = _request(tool, arguments, self._base_url_of(tool), headers, supplied=self.spec.headers)
         except CatalogError as exc:
             return error_result(f"upstream {self.name!r}: {exc}")
+        what = f"the call of {tool.name}"
         try:
             with anyio.fail_after(self.timeout):
                 response = await _following(self._http, self._http.build_request(**request), _call_follows, self._send)
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:  # never sent: the service is not there
             self._unreachable(self._unreached_reason(exc))
-            raise UpstreamUnavailable(f"upstream {self.name!r}: the call of {tool.name} was not sent: "
+            raise UpstreamUnavailable(f"upstream {self.name!r}: {what} was not sent: "
                                       f"{self._unreached_reason(exc)}") from None
         except (TimeoutError, httpx.TimeoutException):
             raise timed_out("openapi", self.name, tool.name, self.timeout) from None
         except httpx.LocalProtocolError as exc:  # refused by the gateway's HTTP client before sending
-            return error_result(f"upstream {self.name!r}: the call of {tool.name} was not sent: {error_reason(exc)}")
+            return error_result(f"upstream {self.name!r}: {what} was not sent: {error_reason(exc)}")
         except httpx.HTTPError as exc:  # the connection failed once the request was sent (and retried if safe)
-            raise sent_and_lost(self.name, f"the call of {tool.name}", f"the connection to {self.base_url} failed: "
+            raise sent_and_lost(self.name, what, f"the connection to {self.base_url} failed: "
                                 f"{error_reason(exc)}") from None
         if self._unreached:
             self._came_up()
@@ -240,10 +251,11 @@ class OpenApiUpstream:
         return _server_url(server, f"{tool.name}: servers[0]", relative_to) or self.base_url or ""
 
     async def _send(self, http: httpx.AsyncClient, request: httpx.Request) -> httpx.Response:
-        """One request of a call (or of a redirect it follows), sent again once, on a new connection, when a
-        kept-alive one turned out closed (the service closed it while idle: a race every keep-alive timeout
-        invites) and sending it twice is safe: its method is idempotent (RFC 9110). A POST or PATCH is never
-        sent twice: it may have been received."""
+        """One request of a call (or of a redirect it follows), with the config's query parameters (over any
+        argument's). Sent again once, on a new connection, when a kept-alive one turned out closed (the
+        service closed it while idle: a race every keep-alive timeout invites) and sending it twice is safe:
+        its method is idempotent (RFC 9110). A POST or PATCH is never sent twice: it may have been received."""
+        request.url = _with_query(request.url, self.spec.query)
         try:
             return await http.send(request)
         except (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError):
@@ -254,15 +266,23 @@ class OpenApiUpstream:
 
 
 _IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"})
+_MAX_REDIRECTS = 5
+Send = Callable[[httpx.AsyncClient, httpx.Request], Awaitable[httpx.Response]]
+Follows = Callable[[httpx.Request, httpx.URL], bool]  # whether a redirect from the request to the URL is followed
 
 
 class _Unreached(CatalogError):
     """A probe could not connect to the service (the message says where and why)."""
 
 
-_MAX_REDIRECTS = 5
-Send = Callable[[httpx.AsyncClient, httpx.Request], Awaitable[httpx.Response]]
-Follows = Callable[[httpx.Request, httpx.URL], bool]  # whether a redirect from the request to the URL is followed
+def _with_query(url: httpx.URL, extra: Mapping[str, str]) -> httpx.URL:
+    """`url` with the parameters `extra`, in place of any of the same name; the rest of its query stays as it
+    was written (encoding it again would undo a `style`'s commas and brackets)."""
+    if not extra:
+        return url
+    kept = [part for part in url.query.decode("ascii").split("&")
+            if part and unquote_plus(part.split("=")[0]) not in extra]
+    return url.copy_with(query="&".join([*kept, urlencode(extra)]).encode("ascii"))
 
 
 async def _send_once(http: httpx.AsyncClient, request: httpx.Request) -> httpx.Response:
