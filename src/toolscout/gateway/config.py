@@ -26,11 +26,12 @@ Each entry's name becomes the namespace of its tools (ids `NAME.tool`), so names
 is read, so secrets stay out of the file; a variable that is not set and has no default is named, with the
 file, the server and the field, in that server's `problem` (or in the error, when strict). An OpenAPI
 entry's `query` holds parameters added to every call (an API key `in: query`); its `base_url` takes none.
-toolscout's own keys per server: `timeout` (seconds one call may take, default 60), `enabled` (default true; `disabled: true`, as some
-hosts write it, means the same as `enabled: false`) and `forwardHeaders` (names of the agent's HTTP
-request headers passed on to this server's calls; none by default). Keys toolscout does not know are kept
-out of the way with a warning, so a host's own keys (`autoApprove`, ...) do not break the file; one a letter
-away from a key toolscout reads is a typo (said; an error when strict), as is a key given twice in one object.
+toolscout's own keys per server: `timeout` (seconds one call may take, default 60), `enabled` (default
+true; `disabled: true`, as some hosts write it, means the same as `enabled: false`) and `forwardHeaders`
+(names of the agent's HTTP request headers passed on to this server's calls; none by default). Keys
+toolscout does not know are kept out of the way with a warning, so a host's own keys (`autoApprove`, ...)
+do not break the file; one a letter away from a key toolscout reads is a typo (said; an error when
+strict), as is a key given twice in one object.
 """
 
 from __future__ import annotations
