@@ -1,7 +1,8 @@
 """The gateway's parts that need no running server: its config file (and the servers whose entries cannot be
 resolved), the call attribution rule, the tool definition ledger (rug pulls and approvals), the OpenAPI
-request a call becomes, what a service's reach does to search, the /mcp body limit, and how upstreams are
-started (a few at a time; one a call needs at once)."""
+request a call becomes and how it travels (retries, redirects, reachability; against scripted HTTP services
+on loopback), what a service's reach does to search, the /mcp body limit, and how upstreams are started (a
+few at a time; one a call needs at once)."""
 
 import json
 import subprocess
