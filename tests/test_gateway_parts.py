@@ -532,97 +532,6 @@ def calls_through_openapi_upstream(tmp_path, document: dict, check, **config):
 
     spec = UpstreamSpec("api", "openapi", spec=str(write(tmp_path / "api.json", document)), timeout=10, **config)
     upstream, tools = OpenApiUpstream(spec), {}
-# ------------------------------------------------------------------------ an OpenAPI service's transport
-
-class ScriptedHttp:
-    """An HTTP/1.1 service on loopback that keeps connections alive and answers request number `n` on a
-    connection with `answer(request_line, n)`: (status, headers, body), or None: the request is read (and
-    recorded in `received`), then the connection closed without an answer, as a service that closed an idle
-    kept-alive connection, or acted on a request and then crashed, does."""
-
-    def __init__(self, answer, port: int = 0):
-        import socket
-        import threading
-
-        self.answer, self.received, self.connections = answer, [], []
-        self.listener = socket.create_server(("127.0.0.1", port))
-        self.port = self.listener.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self):
-        import threading
-
-        while True:
-            try:
-                connection, _ = self.listener.accept()
-            except OSError:  # closed: the test is over
-                return
-            self.connections.append(connection)
-            threading.Thread(target=self._serve, args=(connection,), daemon=True).start()
-
-    def _serve(self, connection):
-        buffered, n = b"", 0
-        with connection:
-            while True:
-                while b"\r\n\r\n" not in buffered:
-                    data = connection.recv(65536)
-                    if not data:
-                        return
-                    buffered += data
-                head, buffered = buffered.split(b"\r\n\r\n", 1)
-                length = int(next((line.split(b":", 1)[1] for line in head.split(b"\r\n")
-                                   if line.lower().startswith(b"content-length:")), b"0"))
-                while len(buffered) < length:
-                    buffered += connection.recv(65536)
-                buffered, n = buffered[length:], n + 1
-                line = head.split(b"\r\n", 1)[0].decode()
-                self.received.append(line)
-                reply = self.answer(line, n)
-                if reply is None:
-                    return
-                status, headers, body = reply
-                fields = "".join(f"{k}: {v}\r\n" for k, v in {"Content-Length": len(body), **headers}.items())
-                connection.sendall(f"HTTP/1.1 {status}\r\n{fields}\r\n".encode() + body)
-
-    def close(self):
-        import socket
-
-        for sock in (self.listener, *self.connections):  # shutdown wakes the threads blocked on them
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:  # closed already
-                pass
-            sock.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-
-JSON = {"Content-Type": "application/json"}
-
-
-def rest_spec(*operations, servers=None, swagger=False):
-    """An OpenAPI 3 document of `operations` ((method, path, operationId)), with `servers` when given."""
-    paths: dict = {}
-    for method, path, operation_id in operations:
-        paths.setdefault(path, {})[method] = {"operationId": operation_id, "responses": {"200": {"description": "ok"}}}
-    document = {"openapi": "3.0.0", "info": {"title": "svc", "version": "1"}, "paths": paths}
-    if servers is not None:
-        document["servers"] = [{"url": url} for url in servers]
-    return document
-
-
-async def _openapi_serving(spec, check, relist_every=300.0):
-    """Run the OpenAPI upstream of `spec` while `check(upstream, tools)` runs."""
-    import anyio
-
-    from toolscout.gateway.openapi_upstream import OpenApiUpstream
-
-    upstream, tools = OpenApiUpstream(spec, relist_every=relist_every), {}
 
     async def indexed(listing):
         tools.update({tool.name: tool for tool in listing.tools})
@@ -880,6 +789,103 @@ def test_a_body_is_sent_as_the_media_type_the_document_gives_it(tmp_path):
 
         calls_through_openapi_upstream(tmp_path, swagger2, swagger2_calls)
         calls_through_openapi_upstream(tmp_path, oas3, oas3_calls)
+
+
+# ------------------------------------------------------------------------ an OpenAPI service's transport
+
+class ScriptedHttp:
+    """An HTTP/1.1 service on loopback that keeps connections alive and answers request number `n` on a
+    connection with `answer(request_line, n)`: (status, headers, body), or None: the request is read (and
+    recorded in `received`), then the connection closed without an answer, as a service that closed an idle
+    kept-alive connection, or acted on a request and then crashed, does."""
+
+    def __init__(self, answer, port: int = 0):
+        import socket
+        import threading
+
+        self.answer, self.received, self.connections = answer, [], []
+        self.listener = socket.create_server(("127.0.0.1", port))
+        self.port = self.listener.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        import threading
+
+        while True:
+            try:
+                connection, _ = self.listener.accept()
+            except OSError:  # closed: the test is over
+                return
+            self.connections.append(connection)
+            threading.Thread(target=self._serve, args=(connection,), daemon=True).start()
+
+    def _serve(self, connection):
+        buffered, n = b"", 0
+        with connection:
+            while True:
+                while b"\r\n\r\n" not in buffered:
+                    data = connection.recv(65536)
+                    if not data:
+                        return
+                    buffered += data
+                head, buffered = buffered.split(b"\r\n\r\n", 1)
+                length = int(next((line.split(b":", 1)[1] for line in head.split(b"\r\n")
+                                   if line.lower().startswith(b"content-length:")), b"0"))
+                while len(buffered) < length:
+                    buffered += connection.recv(65536)
+                buffered, n = buffered[length:], n + 1
+                line = head.split(b"\r\n", 1)[0].decode()
+                self.received.append(line)
+                reply = self.answer(line, n)
+                if reply is None:
+                    return
+                status, headers, body = reply
+                fields = "".join(f"{k}: {v}\r\n" for k, v in {"Content-Length": len(body), **headers}.items())
+                connection.sendall(f"HTTP/1.1 {status}\r\n{fields}\r\n".encode() + body)
+
+    def close(self):
+        import socket
+
+        for sock in (self.listener, *self.connections):  # shutdown wakes the threads blocked on them
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:  # closed already
+                pass
+            sock.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+JSON = {"Content-Type": "application/json"}
+
+
+def rest_spec(*operations, servers=None, swagger=False):
+    """An OpenAPI 3 document of `operations` ((method, path, operationId)), with `servers` when given."""
+    paths: dict = {}
+    for method, path, operation_id in operations:
+        paths.setdefault(path, {})[method] = {"operationId": operation_id, "responses": {"200": {"description": "ok"}}}
+    document = {"openapi": "3.0.0", "info": {"title": "svc", "version": "1"}, "paths": paths}
+    if servers is not None:
+        document["servers"] = [{"url": url} for url in servers]
+    return document
+
+
+async def _openapi_serving(spec, check, relist_every=300.0):
+    """Run the OpenAPI upstream of `spec` while `check(upstream, tools)` runs."""
+    import anyio
+
+    from toolscout.gateway.openapi_upstream import OpenApiUpstream
+
+    upstream, tools = OpenApiUpstream(spec, relist_every=relist_every), {}
+
+    async def indexed(listing):
+        tools.update({tool.name: tool for tool in listing.tools})
+
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(upstream.run, indexed)
         with anyio.fail_after(30):
