@@ -22,7 +22,7 @@ from toolscout.gateway.attribution import CallAttribution  # noqa: E402
 from toolscout.gateway.config import ConfigError, load_config  # noqa: E402
 from toolscout.gateway.core import CallLearner  # noqa: E402
 from toolscout.gateway.definitions import DefinitionLedger  # noqa: E402
-from toolscout.gateway.openapi_upstream import _request  # noqa: E402
+from toolscout.gateway.openapi_request import call_request  # noqa: E402
 from toolscout.ingest import parse_tools  # noqa: E402
 from toolscout.tool import tool_text  # noqa: E402
 
@@ -437,14 +437,14 @@ def pets_tool(name):
 
 
 def test_each_argument_goes_where_the_openapi_document_puts_it():
-    request = _request(pets_tool("addPet"), {"ownerId": 7, "dryRun": True, "X-Trace": "t1", "name": "Rex",
+    request = call_request(pets_tool("addPet"), {"ownerId": 7, "dryRun": True, "X-Trace": "t1", "name": "Rex",
                                              "tags": ["dog"]}, "https://api.example.com/v1/", {"x-user": "u9"})
     assert request["method"] == "POST" and request["url"] == "https://api.example.com/v1/owners/7/pets?dryRun=true"
     assert request["headers"] == {"x-user": "u9", "X-Trace": "t1", "Content-Type": "application/json"}
     assert request["content"] == b'{"name":"Rex","tags":["dog"]}'
-    whole = _request(pets_tool("putPhoto"), {"petId": "a/b", "body": ["x", "y"]}, "http://h", {})
+    whole = call_request(pets_tool("putPhoto"), {"petId": "a/b", "body": ["x", "y"]}, "http://h", {})
     assert whole["url"] == "http://h/pets/a%2Fb/photo" and whole["content"] == b'["x","y"]'
-    form = _request(pets_tool("login"), {"user": "ann", "password": "pw"}, "http://h", {})
+    form = call_request(pets_tool("login"), {"user": "ann", "password": "pw"}, "http://h", {})
     assert form["data"] == {"user": "ann", "password": "pw"} and "content" not in form
 
 
@@ -454,7 +454,7 @@ def test_a_swagger2_body_parameter_given_by_ref_is_sent_as_the_body():
                 "type": "object", "properties": {"text": {"type": "string"}}}}},
             "paths": {"/notes": {"post": {"operationId": "addNote", "parameters": [{"$ref": "#/parameters/NoteBody"}]}}}}
     [tool] = parse_tools(spec, format="openapi")
-    assert _request(tool, {"text": "hi"}, "http://h", {})["content"] == b'{"text":"hi"}'
+    assert call_request(tool, {"text": "hi"}, "http://h", {})["content"] == b'{"text":"hi"}'
 
 
 def test_arguments_renamed_to_keep_two_parameters_apart_are_sent_under_their_own_names():
@@ -465,16 +465,16 @@ def test_arguments_renamed_to_keep_two_parameters_apart_are_sent_under_their_own
         "requestBody": {"content": {"application/json": {"schema": {
             "type": "object", "properties": {"id": {"type": "string"}, "price": {"type": "number"}}}}}}}}}}
     [tool] = parse_tools(spec, format="openapi")
-    request = _request(tool, {"id": 3, "path_id": "a", "body_id": "new", "price": 2}, "http://h", {})
+    request = call_request(tool, {"id": 3, "path_id": "a", "body_id": "new", "price": 2}, "http://h", {})
     assert request["url"] == "http://h/items/a?id=3"
     assert request["content"] == b'{"id":"new","price":2}'
 
 
 def test_an_argument_the_operation_does_not_take_or_a_missing_path_argument_is_refused():
     with pytest.raises(CatalogError, match="takes no argument 'colour'"):
-        _request(pets_tool("addPet"), {"ownerId": 1, "colour": "red"}, "http://h", {})
+        call_request(pets_tool("addPet"), {"ownerId": 1, "colour": "red"}, "http://h", {})
     with pytest.raises(CatalogError, match="needs the path argument 'ownerId' \\(not null\\)"):
-        _request(pets_tool("addPet"), {"name": "Rex"}, "http://h", {})
+        call_request(pets_tool("addPet"), {"name": "Rex"}, "http://h", {})
 
 
 # ------------------------------------------------------------- an OpenAPI upstream's requests, on the wire
@@ -562,11 +562,11 @@ def test_a_templated_server_url_is_called_with_its_variables_defaults(tmp_path):
             assert api.last()[:2] == ("GET", "/v1/ping")
 
         calls_through_openapi_upstream(tmp_path, document, check)
-    from toolscout.gateway.openapi_upstream import _base_url
+    from toolscout.gateway.openapi_request import document_base_url
 
     with pytest.raises(CatalogError, match=r"servers\[0\].url 'http://h:\{port\}' has the variable \{port\} with no "
                                            "default; give the API's address as base_url"):
-        _base_url({"servers": [{"url": "http://h:{port}", "variables": {"port": {"enum": ["1"]}}}]}, "api.json")
+        document_base_url({"servers": [{"url": "http://h:{port}", "variables": {"port": {"enum": ["1"]}}}]}, "api.json")
 
 
 def test_a_header_argument_that_cannot_be_a_header_value_is_a_tool_error_naming_it(tmp_path):
@@ -1057,14 +1057,14 @@ def test_a_document_read_by_url_without_servers_or_host_names_its_own_server(tmp
     import anyio
 
     from toolscout.gateway.config import UpstreamSpec
-    from toolscout.gateway.openapi_upstream import _base_url
+    from toolscout.gateway.openapi_request import document_base_url
 
     swagger = {"swagger": "2.0", "basePath": "/v2", "paths": {}}
-    assert _base_url(swagger, "http://docs.example.com:8080/spec/swagger.json") == "http://docs.example.com:8080/v2"
+    assert document_base_url(swagger, "http://docs.example.com:8080/spec/swagger.json") == "http://docs.example.com:8080/v2"
     elsewhere = {**swagger, "host": "api.example.com"}
-    assert _base_url(elsewhere, "http://d.example.com/s.json") == "http://api.example.com/v2"
-    assert _base_url({**swagger, "host": "api.example.com"}, "/specs/s.json") == "https://api.example.com/v2"
-    assert _base_url(swagger, "/specs/s.json") is None and _base_url({"openapi": "3.0.0"}, "/specs/s.json") is None
+    assert document_base_url(elsewhere, "http://d.example.com/s.json") == "http://api.example.com/v2"
+    assert document_base_url({**swagger, "host": "api.example.com"}, "/specs/s.json") == "https://api.example.com/v2"
+    assert document_base_url(swagger, "/specs/s.json") is None and document_base_url({"openapi": "3.0.0"}, "/specs/s.json") is None
 
     def answer(line, n):
         if line.startswith("GET /openapi.json"):
