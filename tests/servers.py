@@ -80,3 +80,44 @@ def stop(proc: subprocess.Popen) -> None:
     log = getattr(proc, "log_path", None)  # servers and gateways this module's helpers started keep one
     if log:
         Path(log).unlink(missing_ok=True)
+
+
+class DocumentHost:
+    """Static documents on loopback, served from a thread: `{path: (content type, body)}`; a path mapped to
+    None is a host that never answers (its request is held until the host stops)."""
+
+    def __init__(self, documents: dict):
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        released = self.released = threading.Event()
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                if self.path in documents and documents[self.path] is None:
+                    released.wait(30)  # hangs until the host stops
+                    return
+                content_type, body = documents.get(self.path, ("text/plain", None))
+                self.send_response(200 if body is not None else 404)
+                self.send_header("Content-Type", content_type)
+                data = (body or "not found").encode()
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):  # quiet
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> "DocumentHost":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.released.set()
+        self.server.shutdown()
+        self.server.server_close()

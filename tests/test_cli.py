@@ -856,3 +856,29 @@ def test_migrate_search_on_a_table_with_no_tenant_says_so(capsys):
             "for every tenant of the table (no tenant has a catalog yet), served by") in err
     tell_search_switch("tools", SearchSwitch({"name": "dense"}, hybrid, ["acme"]))
     assert "for every tenant of the table (1 tenant: acme), served by" in capsys.readouterr().err
+
+
+def test_index_reads_a_spec_by_url_and_says_what_to_do_with_a_location_it_cannot_read(capsys, tmp_path):
+    from servers import DocumentHost
+
+    spec = {"openapi": "3.0.0", "info": {"title": "shop"},
+            "paths": {"/items": {"get": {"operationId": "listItems", "summary": "List the items"}}}}
+    with DocumentHost({"/openapi.json": ("application/json", json.dumps(spec)),
+                       "/docs": ("text/html", "<html><body>docs</body></html>"),
+                       "/spec": ("application/json", json.dumps(spec))}) as host:
+        code, _, err = run(capsys, "index", f"{host.url}/openapi.json", "--out", tmp_path / "a", "--retriever", "bm25")
+        assert code == 0 and f"{host.url}/openapi.json: 1 tools (openapi)" in err, err
+        # a path without a document's suffix is read as a document when a format is given
+        code, _, err = run(capsys, "index", f"{host.url}/spec", "--format", "openapi", "--out", tmp_path / "b",
+                           "--retriever", "bm25")
+        assert code == 0 and "1 tools (openapi)" in err, err
+        code, _, err = run(capsys, "index", f"{host.url}/docs", "--format", "openapi", "--out", tmp_path / "c")
+        assert code != 0 and f"{host.url}/docs: the server answered with an HTML page" in err, err
+        code, _, err = run(capsys, "index", f"{host.url}/gone.yaml", "--out", tmp_path / "d")
+        assert code != 0 and f"{host.url}/gone.yaml: the server answered HTTP 404" in err, err
+        assert "Error:" not in err and "HTTPError" not in err
+        # not a document's path, no format: an MCP endpoint, and when it is not one, the way to read it as a spec
+        code, _, err = run(capsys, "index", f"{host.url}/spec", "--out", tmp_path / "e")
+        assert code != 0 and "could not list the MCP server's tools" in err and "--format openapi" in err, err
+    code, _, err = run(capsys, "index", "htp://127.0.0.1:9/x.json", "--out", tmp_path / "f")
+    assert code != 0 and "unsupported URL scheme 'htp' in 'htp://127.0.0.1:9/x.json'" in err, err

@@ -170,6 +170,60 @@ def test_an_openapi_spec_path_is_checked_and_may_read_a_variable(tmp_path):
         load_config(path, environ={"SPECS": str(tmp_path / "specs")}, strict=True)
 
 
+def test_an_openapi_spec_with_an_unsupported_url_scheme_is_said_to_be_one_not_a_missing_file(tmp_path):
+    path = write(tmp_path / "c.json", {"openapi": {"typo": {"spec": "htp://127.0.0.1:9/x.json"}}})
+    [typo] = load_config(path, environ={}).upstreams
+    assert typo.problem == (f"{path}: openapi.typo.spec: unsupported URL scheme 'htp' in 'htp://127.0.0.1:9/x.json': "
+                            "give an http:// or https:// URL, or the path of a file")
+
+
+def openapi_listing_problems(specs: dict, timeout: float = 5.0) -> dict:
+    """{name: the /health reason} of an OpenAPI upstream for each `{name: (spec location, base_url)}`, after
+    its first attempt to read the document (a real OpenApiUpstream reading real locations)."""
+    import anyio
+
+    from toolscout.gateway.config import UpstreamSpec
+    from toolscout.gateway.openapi_upstream import OpenApiUpstream
+
+    async def problems():
+        ups = {n: OpenApiUpstream(UpstreamSpec(n, "openapi", spec=spec, base_url=base, timeout=timeout))
+               for n, (spec, base) in specs.items()}
+
+        async def ignore(listing):
+            return None
+
+        async with anyio.create_task_group() as group:
+            for up in ups.values():
+                group.start_soon(up.run, ignore)
+            for up in ups.values():
+                await up.wait_up(30)
+            group.cancel_scope.cancel()
+        return {n: up.status.last_error for n, up in ups.items()}
+
+    return anyio.run(problems)
+
+
+def test_openapi_reading_problems_name_the_document_and_what_to_do_without_class_names(tmp_path):
+    from servers import DocumentHost
+
+    no_server = write(tmp_path / "noserver.json", {"openapi": "3.0.0", "info": {"title": "t"}, "paths": {}})
+    with DocumentHost({"/index.html": ("text/html", "<html>docs</html>"), "/hang.json": None}) as host:
+        problems = openapi_listing_problems({
+            "html": (f"{host.url}/index.html", "http://127.0.0.1:9"),
+            "gone": (f"{host.url}/gone.json", "http://127.0.0.1:9"),
+            "hang": (f"{host.url}/hang.json", "http://127.0.0.1:9"),
+            "noserver": (str(no_server), None)}, timeout=0.5)
+    assert problems["html"].startswith(f"{host.url}/index.html: the server answered with an HTML page, not an "
+                                       "OpenAPI document; give the URL of the spec itself")
+    assert problems["gone"].startswith(f"{host.url}/gone.json answered HTTP 404 Not Found, not the OpenAPI document; "
+                                       "check openapi.gone.spec")
+    assert problems["hang"].startswith(f"the OpenAPI document at {host.url}/hang.json did not arrive within 0.5s "
+                                       "(the timeout; raise it with openapi.hang.timeout")
+    assert problems["noserver"].startswith(f"{no_server} names no absolute server URL; give")  # it was read
+    for problem in problems.values():
+        assert "Error" not in problem and "failed" not in problem and "developer.mozilla" not in problem
+
+
 def test_a_config_reached_through_a_link_keeps_the_index_of_the_file_itself(tmp_path, monkeypatch):
     from toolscout.cli.gateway import default_index
 

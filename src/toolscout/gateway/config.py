@@ -48,6 +48,7 @@ from typing import Any, Mapping
 
 from ..defaults import usable_cores
 from ..errors import ToolScoutError
+from ..ingest.remote import unsupported_scheme_problem
 
 DEFAULT_TIMEOUT_S = 60.0
 PING_EVERY_S = 10.0  # how often the gateway pings each MCP upstream (mcp_upstream: what a missed ping does)
@@ -111,7 +112,7 @@ class UpstreamSpec:
             return self.url or "(no url: see its problem)"
         if not self.spec:
             return "(no spec: see its problem)"
-        return f"{self.spec} ({self.base_url or 'servers[0] of the spec'})"
+        return f"{self.spec} ({self.base_url or 'the server the spec names'})"
 
 
 def _check_base_url(where: str, base_url: str | None) -> None:
@@ -265,7 +266,9 @@ class _Reader:
         common = self._common(where, entry)
         base_url = self._string(where, entry, "base_url") or self._string(where, entry, "baseUrl")
         spec = self._expand(f"{where}.spec", self._string(where, entry, "spec", required=True)) or ""
-        if not re.match(r"^https?://", spec, re.IGNORECASE):
+        if unsupported_scheme_problem(spec):  # 'htp://...' is a typo, not a file beside the config
+            self._unresolved(f"{where}.spec: {unsupported_scheme_problem(spec)}")
+        elif not re.match(r"^https?://", spec, re.IGNORECASE):
             if not Path(spec).is_absolute():
                 spec = str((self.path.parent / spec).resolve())  # relative to the config file, as people expect
             if self.enabled and not Path(spec).is_file():

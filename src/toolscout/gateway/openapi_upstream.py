@@ -28,7 +28,7 @@ from urllib.parse import unquote_plus, urlencode
 import anyio
 import httpx
 
-from ..errors import CatalogError, DuplicateKey
+from ..errors import CatalogError, DuplicateKey, ToolScoutError
 from ..ingest import parse_tools
 from ..ingest.common import LoadReport
 from ..ingest.detect import parse_json, read_structured
@@ -99,8 +99,7 @@ class OpenApiUpstream:
                     delay = self._backoff.next(0.0)
                     self._probe_at = time.monotonic() + delay
                     state = "up" if self.status.state == "up" else "down"
-                    why = str(exc) if isinstance(exc, (ListingNotRecorded, _Unreached)) else \
-                        f"reading the OpenAPI document failed: {error_reason(exc)}"
+                    why = self._listing_problem(exc)
                     self.status.change(state, f"{why} ({next_attempt(delay)})")
                     logger.warning("upstream %s: %s", self.name, self.status.last_error)
                 self._read.set()
@@ -181,6 +180,20 @@ class OpenApiUpstream:
         self.status.tools = len(tools)
         self.status.skipped = [{"where": w, "reason": why} for w, why in report.skipped]
 
+    def _listing_problem(self, exc: Exception) -> str:
+        """Why listing failed, for /health and the log: naming the document and what to do, without Python's
+        class names (a CatalogError, ListingNotRecorded or ConfigError already says both)."""
+        location = self.spec.spec or ""
+        if isinstance(exc, ToolScoutError):  # ListingNotRecorded, CatalogError, ConfigError
+            return str(exc)
+        if isinstance(exc, (TimeoutError, httpx.TimeoutException)):
+            return (f"the OpenAPI document at {location} did not arrive within {self.timeout:g}s (the timeout; "
+                    f"raise it with openapi.{self.name}.timeout in the gateway config, or check the host)")
+        if isinstance(exc, httpx.HTTPError):
+            return (f"could not download the OpenAPI document at {location} ({exc or type(exc).__name__}); check "
+                    f"openapi.{self.name}.spec and that the host is up")
+        return f"reading the OpenAPI document at {location} failed: {error_reason(exc)}"
+
     async def _document(self) -> tuple[Any, str, str]:
         """The document, where the config says it is, and the URL it was read from (after redirects; what
         relative server URLs are resolved against)."""
@@ -195,7 +208,11 @@ class OpenApiUpstream:
             raise CatalogError(f"{location} redirects more than {_MAX_REDIRECTS} times (last to "
                                f"{response.headers.get('location')})")
         if response.status_code >= 400:
-            raise CatalogError(f"{response.url} answered HTTP {response.status_code} {response.reason_phrase}")
+            raise CatalogError(f"{response.url} answered HTTP {response.status_code} {response.reason_phrase}, not "
+                               f"the OpenAPI document; check openapi.{self.name}.spec in the gateway config")
+        if response.headers.get("content-type", "").split(";")[0].strip().lower() == "text/html":
+            raise CatalogError(f"{location}: the server answered with an HTML page, not an OpenAPI document; give "
+                               f"the URL of the spec itself (often .../openapi.json) as openapi.{self.name}.spec")
         text = response.text
         parse = parse_json if text.lstrip()[:1] in ("{", "[") else load_yaml
         document = _third_party(functools.partial(parse, text, location))

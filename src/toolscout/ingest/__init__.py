@@ -9,7 +9,9 @@
 
 Sources for `load_tools`: a file path (JSON, YAML, JSONL, .py), a benchmark folder holding
 `tools.jsonl`, a `"package.module:attr"` string naming Python callables, a running MCP server
-(`"mcp:COMMAND ARGS"` over stdio, or an `http(s)://` streamable-HTTP URL; see `live_mcp`), or an
+(`"mcp:COMMAND ARGS"` over stdio, or an `http(s)://` streamable-HTTP URL; see `live_mcp`), a document by
+URL (an `http(s)://` URL whose path ends in .json/.yaml/.yml, or any with a `format` other than "mcp": an
+OpenAPI spec's `/openapi.json`; see `remote`), or an
 object already in memory (dict / list / callables, handed to `parse_tools`). Several catalogs: call it once per file;
 tools of different files with equal ids are the caller's to namespace.
 
@@ -70,7 +72,7 @@ from typing import Any, Callable, Mapping
 
 from ..errors import CatalogError
 from ..tool import Tool
-from . import anthropic, jsonl, live_mcp, mcp, openai, openapi, python
+from . import anthropic, jsonl, live_mcp, mcp, openai, openapi, python, remote
 from .common import Context, Entry, LoadReport, finish
 from .detect import (CATALOG_KINDS, FORMATS, LINE_FORMATS, detect_format, format_of_item, format_of_path,
                      format_of_row, read_structured)
@@ -145,8 +147,12 @@ def load_tools(source: str | os.PathLike | list | dict | Callable, format: str |
         raise CatalogError(f"{name!r}: the catalog's path or name is empty")
     path = Path(name)
     if not path.exists():
+        if remote.unsupported_scheme_problem(name):  # 'htp://host/x.json' is a typo, not a missing file
+            raise CatalogError(remote.unsupported_scheme_problem(name))
+        if isinstance(source, str) and remote.is_document_url(name, format):
+            return _parse(remote.fetch_document(name), format, lenient, name, namespace, report)
         if format in (None, "mcp") and isinstance(source, str) and live_mcp.is_live_source(name):
-            return live_mcp.load_live_tools(name, namespace=namespace, lenient=lenient, report=report)
+            return _load_live(name, format, lenient, namespace, report)
         if format in (None, "python") and (python.MODULE_ATTR.match(name) or format == "python"):
             try:
                 callables = python.import_callables(name, report)
@@ -165,6 +171,19 @@ def load_tools(source: str | os.PathLike | list | dict | Callable, format: str |
         raise CatalogError(f"{name}: is a folder; give a catalog file, or a benchmark folder with tools.jsonl")
     obj = read_structured(path, name)  # checked by check_tree as it is read
     return _parse(obj, fmt, lenient, name, namespace, report)
+
+
+def _load_live(name: str, format: str | None, lenient: bool, namespace: str | None,
+               report: LoadReport) -> list[Tool]:
+    """The tools of the MCP server `name`; a URL that is no MCP endpoint may be a spec's (format not given)."""
+    try:
+        return live_mcp.load_live_tools(name, namespace=namespace, lenient=lenient, report=report)
+    except CatalogError as exc:
+        if format is not None or remote.url_scheme(name) is None:
+            raise
+        raise CatalogError(f"{exc}. An http(s) URL is read as an MCP server unless its path ends in .json, .yaml "
+                           "or .yml; if it serves an OpenAPI spec or another catalog, pass its format (CLI: "
+                           "--format openapi)") from None
 
 
 def _load_jsonl_definitions(path: Path, name: str, format: str | None, lenient: bool, namespace: str | None,

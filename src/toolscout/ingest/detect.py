@@ -119,9 +119,13 @@ def read_structured(path: Path, source: str | None = None, unique: bool = True) 
     """A .json/.yaml/.yml file (or one without those suffixes: JSON first, then YAML) as Python objects,
     checked by `guard.check_tree` (bounded, acyclic, JSON data only). `unique`: a key written twice is an
     error (DuplicateKey), else the last is kept."""
-    source = source or str(path)
-    text = decode(path.read_bytes(), source)
-    suffix = path.suffix.lower()
+    return parse_structured(path.read_bytes(), source or str(path), path.suffix.lower(), unique)
+
+
+def parse_structured(data: bytes, source: str, suffix: str, unique: bool = True) -> Any:
+    """`read_structured` for bytes already read (a file's, or a downloaded document's); `suffix`: the
+    name's extension, lower case ('' when it has none)."""
+    text = decode(data, source)
     if suffix == ".json" or (suffix not in (".yaml", ".yml") and text.lstrip()[:1] in ("{", "[")):
         obj = parse_json(text, source, unique)
     else:
