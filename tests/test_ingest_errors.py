@@ -232,13 +232,13 @@ def test_lenient_duplicate_keeps_the_first():
     assert report.skipped[0][0] == "tools[2]"
 
 
-def test_duplicate_operation_ids_in_openapi():
+def test_duplicate_operation_ids_in_openapi_fall_back_to_method_and_path():
     spec = {"openapi": "3.0.0", "info": {"title": "Dup"}, "paths": {
         "/a": {"get": {"operationId": "op", "responses": {}}},
         "/b": {"get": {"operationId": "op", "responses": {}}}}}
-    with pytest.raises(CatalogError, match=r"paths\./b\.get: duplicate tool id 'dup.op', already defined at "
-                                           r"paths\./a\.get"):
-        parse_tools(spec)
+    report = LoadReport()
+    assert [t.id for t in parse_tools(spec, report=report)] == ["dup.op", "dup.GET /b"]
+    assert "paths./b.get: operationId 'op' is already the id of paths./a.get" in report.warnings[0]
 
 
 def test_same_name_in_two_namespaces_is_never_dropped():

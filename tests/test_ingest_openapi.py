@@ -338,3 +338,63 @@ def test_yaml_numbers_are_yaml_12s_so_a_time_or_a_zero_padded_code_keeps_its_val
     assert load(text, "numbers.yaml") == {"at": "12:30", "code": 10, "mask": "0b11", "big": "1_000", "hex": 31,
                                           "oct": 15, "e": 1000.0, "half": 0.5, "neg": -0.25, "plus": 7,
                                           "tagged": 1000}
+
+
+ODD_OPERATIONS = """\
+openapi: 3.0.3
+info: {title: Ledger, version: "1"}
+paths:
+  /entries:
+    get:
+      operationId: listEntries
+      parameters:
+        - {name: amount, in: query, schema: {type: number, maximum: .inf}}
+      responses: {200: {description: ok}}
+    post:
+      operationId: 12345
+      summary: Create an entry
+      responses: {201: {description: created}}
+  /entries/{id}:
+    parameters:
+      - {name: id, in: path, required: true, schema: {type: string}}
+    get:
+      operationId: getEntry
+      responses: {200: {description: ok}}
+    patch:
+      operationId: getEntry
+      summary: Change an entry
+      responses: {200: {description: ok}}
+"""
+
+
+def test_lenient_leaves_out_only_the_operation_holding_an_infinity_and_says_where(tmp_path):
+    spec = tmp_path / "ledger.yaml"
+    spec.write_text(ODD_OPERATIONS)
+    with pytest.raises(CatalogError, match=r"ledger.yaml: paths\./entries\.get\.parameters\[0\]\.schema\.maximum: "
+                                           "inf is not a JSON number"):
+        load_tools(spec)  # strict: the file is refused, naming the value
+    report = LoadReport()
+    tools = load_tools(spec, lenient=True, report=report)
+    assert sorted(t.name for t in tools) == ["12345", "PATCH /entries/{id}", "getEntry"]
+    [(where, why)] = report.skipped
+    assert (where, why) == ("paths./entries.get", f"{spec}: paths./entries.get.parameters[0].schema.maximum: inf is "
+                                                  "not a JSON number; write a finite number, or a string")
+    # outside every operation (a shared component) there is nothing smaller to leave out: the file is refused
+    shared = tmp_path / "shared.yaml"
+    shared.write_text(ODD_OPERATIONS.replace("maximum: .inf", "maximum: 10") + "components:\n  schemas:\n"
+                      "    Amount: {type: number, maximum: .nan}\n")
+    with pytest.raises(CatalogError, match=r"shared.yaml: components\.schemas\.Amount\.maximum: nan is not"):
+        load_tools(shared, lenient=True)
+
+
+def test_a_numeric_operation_id_is_its_text_and_a_repeated_one_falls_back_to_method_and_path(tmp_path):
+    spec = tmp_path / "ledger.yaml"
+    spec.write_text(ODD_OPERATIONS.replace("maximum: .inf", "maximum: 10"))
+    report = LoadReport()
+    tools = {t.id: t for t in load_tools(spec, report=report)}  # not lenient: nothing is refused
+    assert set(tools) == {"ledger.listEntries", "ledger.12345", "ledger.getEntry", "ledger.PATCH /entries/{id}"}
+    assert tools["ledger.PATCH /entries/{id}"].description == "Change an entry"
+    assert tools["ledger.getEntry"].method == "GET" and not report.skipped
+    assert report.warnings == [f"{spec}: paths./entries/{{id}}.patch: operationId 'getEntry' is already the id of "
+                               "paths./entries/{id}.get; this operation's id is 'PATCH /entries/{id}', its method and "
+                               "path (give it an operationId of its own to name it)"]

@@ -199,7 +199,7 @@ class OpenApiUpstream:
         relative server URLs are resolved against)."""
         location = self.spec.spec or ""
         if not location.lower().startswith(("http://", "https://")):
-            read = functools.partial(read_structured, Path(location), location)
+            read = functools.partial(read_structured, Path(location), location, lenient=True)
             return await anyio.to_thread.run_sync(_third_party, read), location, location
         assert self._http is not None
         response = await _following(self._http, self._http.build_request("GET", location), _document_follows,
@@ -216,7 +216,7 @@ class OpenApiUpstream:
         text = response.text
         parse = parse_json if text.lstrip()[:1] in ("{", "[") else load_yaml
         document = _third_party(functools.partial(parse, text, location))
-        check_tree(document, location, json_only=True)
+        check_tree(document, location, json_only=True, non_finite_ok=True)  # listed leniently: see `parse_tools`
         return document, location, str(response.url)
 
     # calls -------------------------------------------------------------------------------------

@@ -48,7 +48,8 @@ values; `text.py`: invalid UTF-8, JSON beyond Python's limits; `yaml_loader.py`:
 bombs; `schema.py`: $ref cycles and fan-out); schemas built from Python type hints keep the same bounds
 (`pytypes.py`, `python.py`). So no other exception escapes and no catalog takes unbounded time or memory
 (`tests/test_ingest_fuzz.py` checks this). `lenient=True` skips a bad tool (in OpenAPI, also a path item that
-is not an object or whose $ref is broken or loops: its operations), records `(position, message)`
+is not an object or whose $ref is broken or loops: its operations; a tool holding a NaN or Infinity, while
+one outside every tool still refuses the source), records `(position, message)`
 in `LoadReport.skipped` and goes on; a file that cannot be parsed at all still raises. Tools that a
 format defines but that cannot be retrieved (Anthropic server tools, OpenAI built-ins) are always
 skipped and reported.
@@ -96,7 +97,7 @@ def parse_tools(obj: Any, format: str | None = None, lenient: bool = False, sour
     """Tools from an object already in memory: parsed JSON/YAML, or a list of Python callables.
     `as_served`: a live server's listing, whose parameters schemas are kept as it gives them (`Context`)."""
     _check_format(format)
-    check_tree(obj, source)
+    check_tree(obj, source, non_finite_ok=lenient)  # the lenient load's NaN/Infinity: `_parse` places them
     return _parse(obj, format, lenient, source, namespace, report, as_served)
 
 
@@ -105,6 +106,8 @@ def _parse(obj: Any, format: str | None, lenient: bool, source: str, namespace: 
     """`parse_tools` for an object already checked by `check_tree`."""
     report = report if report is not None else LoadReport()
     ctx = Context(source=source, lenient=lenient, report=report, namespace=namespace, as_served=as_served)
+    if lenient:  # let through by the reader's check: each refuses the tool that holds it (`collect`)
+        ctx.non_finite = check_tree(obj, source, non_finite_ok=True)
     fmt = format or detect_format(obj, source)
     try:
         tools = finish(ctx, _PARSERS[fmt](obj, ctx))
@@ -150,7 +153,7 @@ def load_tools(source: str | os.PathLike | list | dict | Callable, format: str |
         if remote.unsupported_scheme_problem(name):  # 'htp://host/x.json' is a typo, not a missing file
             raise CatalogError(remote.unsupported_scheme_problem(name))
         if isinstance(source, str) and remote.is_document_url(name, format):
-            return _parse(remote.fetch_document(name), format, lenient, name, namespace, report)
+            return _parse(remote.fetch_document(name, lenient=lenient), format, lenient, name, namespace, report)
         if format in (None, "mcp") and isinstance(source, str) and live_mcp.is_live_source(name):
             return _load_live(name, format, lenient, namespace, report)
         if format in (None, "python") and (python.MODULE_ATTR.match(name) or format == "python"):
@@ -169,7 +172,7 @@ def load_tools(source: str | os.PathLike | list | dict | Callable, format: str |
         return _load_benchmark_rows(path, name, lenient, namespace, report)
     if path.is_dir():
         raise CatalogError(f"{name}: is a folder; give a catalog file, or a benchmark folder with tools.jsonl")
-    obj = read_structured(path, name)  # checked by check_tree as it is read
+    obj = read_structured(path, name, lenient=lenient)  # checked by check_tree as it is read
     return _parse(obj, fmt, lenient, name, namespace, report)
 
 

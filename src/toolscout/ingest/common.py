@@ -71,6 +71,9 @@ class Context:
     as_served: bool = False
     empty_hint: str | None = None  # where this format's tools come from, said when a catalog gives none
     skips: int = 0  # tools skipped by this load
+    # lenient: the NaN and Infinity values of the source, as (position, message), not yet refused: a tool
+    # that holds one is skipped (`collect`); one outside every tool still refuses the source (`finish`)
+    non_finite: list[tuple[str, str]] = field(default_factory=list)
 
     def error(self, position: str, problem: str, hint: str | None = None) -> CatalogError:
         return catalog_error(self.source, position, problem, hint)
@@ -83,6 +86,14 @@ class Context:
     def warn(self, message: str) -> None:
         """Record something the user should know; the file's name is put before `message`."""
         self.report.warn(self.source, message)
+
+    def refuse_non_finite_within(self, position: str) -> None:
+        """CatalogError naming the first NaN or Infinity inside the tool at `position`, if it holds one."""
+        inside = [(where, message) for where, message in self.non_finite
+                  if where == position or where.startswith((position + ".", position + "["))]
+        if inside:
+            self.non_finite = [place for place in self.non_finite if place not in inside]
+            raise CatalogError(inside[0][1])
 
 
 def catalog_error(source: str, position: str, problem: str, hint: str | None = None) -> CatalogError:
@@ -117,6 +128,7 @@ def collect(ctx: Context, items: Iterable[tuple[str, Any]],
     entries: list[Entry] = []
     for position, obj in items:
         try:
+            ctx.refuse_non_finite_within(position)
             tool = parse_one(position, obj)
         except CatalogError as exc:
             if not ctx.lenient:
@@ -131,6 +143,8 @@ def collect(ctx: Context, items: Iterable[tuple[str, Any]],
 def finish(ctx: Context, entries: list[Entry]) -> list[Tool]:
     """Check that ids are unique (a true duplicate is an error naming both positions) and count; a catalog
     that gives no tool is worth a warning (an empty spec is rarely what was meant)."""
+    if ctx.non_finite:  # outside every tool (a shared component, say): nothing smaller to leave out
+        raise CatalogError(ctx.non_finite[0][1])
     first_at: dict[str, str] = {}
     tools: list[Tool] = []
     for position, tool in entries:

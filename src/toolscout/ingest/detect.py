@@ -115,14 +115,15 @@ def detect_format(obj: Any, source: str = "<object>") -> str:
 
 # ------------------------------------------------------------------------------------ reading files
 
-def read_structured(path: Path, source: str | None = None, unique: bool = True) -> Any:
+def read_structured(path: Path, source: str | None = None, unique: bool = True, lenient: bool = False) -> Any:
     """A .json/.yaml/.yml file (or one without those suffixes: JSON first, then YAML) as Python objects,
     checked by `guard.check_tree` (bounded, acyclic, JSON data only). `unique`: a key written twice is an
-    error (DuplicateKey), else the last is kept."""
-    return parse_structured(path.read_bytes(), source or str(path), path.suffix.lower(), unique)
+    error (DuplicateKey), else the last is kept. `lenient`: a NaN or Infinity is left for the parser to
+    skip the tool holding it (`guard.check_tree`'s `non_finite_ok`)."""
+    return parse_structured(path.read_bytes(), source or str(path), path.suffix.lower(), unique, lenient)
 
 
-def parse_structured(data: bytes, source: str, suffix: str, unique: bool = True) -> Any:
+def parse_structured(data: bytes, source: str, suffix: str, unique: bool = True, lenient: bool = False) -> Any:
     """`read_structured` for bytes already read (a file's, or a downloaded document's); `suffix`: the
     name's extension, lower case ('' when it has none)."""
     text = decode(data, source)
@@ -136,5 +137,5 @@ def parse_structured(data: bytes, source: str, suffix: str, unique: bool = True)
             f" (a {suffix} file is not a catalog format; it was read as YAML)" if suffix else " (read as YAML)")
         raise CatalogError(f"{source}: not a tool catalog: expected a JSON or YAML object or list of tools, got "
                            f"{json_type(obj)}{read_as}. Catalogs toolscout reads: {CATALOG_KINDS}")
-    check_tree(obj, source, json_only=True)
+    check_tree(obj, source, json_only=True, non_finite_ok=lenient)
     return obj

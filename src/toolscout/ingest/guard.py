@@ -11,7 +11,8 @@ step down, so it never goes deeper than MAX_DEPTH):
   MAX_REPEATED_SIZE, which stops "billion laughs" alias bombs in linear time;
 - no container inside itself (a recursive YAML alias, or a Python object that holds itself);
 - keys are JSON-like scalars (str, int, finite float, bool, None), numbers are finite (no NaN or
-  Infinity), integers fit in JSON writers (at most MAX_INT_DIGITS digits), text holds no lone
+  Infinity; with `non_finite_ok`, for a lenient load, such a number is let through here and the tool
+  that holds one is skipped instead, `common.collect`; one outside every tool still refuses it), integers fit in JSON writers (at most MAX_INT_DIGITS digits), text holds no lone
   surrogates (JSON's "\ud800" escape makes one; no UTF-8 writer, journal or database can store it);
 - with `json_only` (data read from files), values are JSON types only: YAML tags such as `!!binary`,
   `!!set` or `!!timestamp` build Python objects that no writer can store.
@@ -47,8 +48,10 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 class _Walk:
     """One pass over a catalog object. Recursive: the depth limit bounds the recursion itself."""
 
-    def __init__(self, source: str, json_only: bool, position: str):
+    def __init__(self, source: str, json_only: bool, position: str, non_finite_ok: bool = False):
         self.source, self.json_only, self.position = source, json_only, position
+        self.non_finite_ok = non_finite_ok
+        self.non_finite: list[tuple[str, str]] = []  # (position, message) of each one let through
         self.keys: list[Any] = []  # the path to the container being walked
         self.open_ids: set[int] = set()  # containers on that path
         self.done: dict[int, tuple[int, int]] = {}  # id → (size, height) of finished containers
@@ -121,7 +124,10 @@ class _Walk:
                 self.long_strings.add(id(value))
             return len(value) + 2
         if isinstance(value, float) and not math.isfinite(value):
-            raise self.fail(f"{value} is not a JSON number", "write a finite number, or a string", key)
+            problem = self.fail(f"{value} is not a JSON number", "write a finite number, or a string", key)
+            if not self.non_finite_ok:
+                raise problem
+            self.non_finite.append((_path(self.position, self.keys + ([] if key is _NO_KEY else [key])), str(problem)))
         if isinstance(value, int) and not -_INT_LIMIT < value < _INT_LIMIT:
             raise self.fail(f"a number with more than {MAX_INT_DIGITS} digits", "write it as a string", key)
         if self.json_only and not isinstance(value, _JSON_SCALARS):
@@ -142,14 +148,18 @@ def _path(position: str, keys: list) -> str:
     return out
 
 
-def check_tree(obj: Any, source: str, json_only: bool = False, position: str = "") -> None:
+def check_tree(obj: Any, source: str, json_only: bool = False, position: str = "",
+               non_finite_ok: bool = False) -> list[tuple[str, str]]:
     """Raise CatalogError unless `obj` is a finite, bounded tree of JSON-like data (see the module doc);
-    `position`: where `obj` itself is, when it is part of a larger catalog."""
-    walk = _Walk(source, json_only, position)
+    `position`: where `obj` itself is, when it is part of a larger catalog. `non_finite_ok`: NaN and
+    Infinity pass, and are returned as (position, the message that refuses them): a lenient load leaves
+    out the tool that holds one (`common.collect`)."""
+    walk = _Walk(source, json_only, position, non_finite_ok)
     if _is_container(obj):
         walk.container(obj)
     else:
         walk.leaf(_NO_KEY, obj)
+    return walk.non_finite
 
 
 def _is_container(value: Any) -> bool:

@@ -1,6 +1,8 @@
 """OpenAPI 3.x and Swagger 2.0 specs: one tool per operation.
 
-- name: `operationId`, else `METHOD /path` (e.g. `GET /pets/{petId}`); `method` (upper case) and `path` kept.
+- name: `operationId` (a number's text: YAML reads `operationId: 12345` as a number), else `METHOD /path`
+  (e.g. `GET /pets/{petId}`); an operationId an earlier operation already has is `METHOD /path` too, with
+  a warning (both stay callable); `method` (upper case) and `path` kept.
 - description: summary + description; tags: the operation's tags (plus `deprecated` when it is).
 - parameters: one JSON object schema. Path, query, header and cookie parameters (path-level ones
   included, operation-level ones overriding) become properties; path parameters and `required: true`
@@ -107,6 +109,7 @@ class _OperationParser:
                  consumes: Any = None):
         self.ctx, self.resolver, self.namespace, self.swagger2 = ctx, resolver, namespace, swagger2
         self.consumes = consumes  # Swagger 2.0: the media types the operations take, unless one says its own
+        self.operation_ids: dict[str, str] = {}  # operationId -> the position of the operation that has it
 
     def parse(self, position: str, work: tuple) -> Tool:
         try:
@@ -119,10 +122,7 @@ class _OperationParser:
     def _parse(self, position: str, path: str, method: str, op: Any, shared: Any, path_at: str,
                path_servers: Any) -> Tool:
         op = require_mapping(self.ctx, op, position, "an operation object")
-        op_id = op.get("operationId")
-        if op_id is not None and (not isinstance(op_id, str) or not op_id.strip()):
-            raise self.ctx.error(at(position, "operationId"), "field 'operationId' must be a non-empty string")
-        name = op_id.strip() if op_id else f"{method.upper()} {path}"
+        name = self._tool_name(position, op, method, path)
         budget = Budget()
         renamed: dict[str, str] = {}  # property -> the parameter's name in the request, where they differ
         styles: dict[str, dict[str, Any]] = {}  # property -> how its value is written, where not the default
@@ -148,6 +148,26 @@ class _OperationParser:
         return make_tool(self.ctx, position, self.namespace, name, description=join_summary(summary, description),
                          parameters=object_schema(properties, required), returns=self._returns(position, op),
                          tags=tuple(dict.fromkeys(tags)), method=method.upper(), path=path, raw=raw)
+
+    def _tool_name(self, position: str, op: Mapping, method: str, path: str) -> str:
+        """The operationId (a number, as YAML reads `operationId: 12345`, as its text), else `METHOD /path`;
+        also `METHOD /path` for an operationId an earlier operation of the document has (real specs repeat
+        one, for a GET and a PATCH of one path, say), with a warning, so that both operations can be called."""
+        op_id = op.get("operationId")
+        if isinstance(op_id, int) and not isinstance(op_id, bool):
+            op_id = str(op_id)
+        if op_id is not None and (not isinstance(op_id, str) or not op_id.strip()):
+            raise self.ctx.error(at(position, "operationId"), "field 'operationId' must be a non-empty string")
+        by_path = f"{method.upper()} {path}"
+        if not op_id:
+            return by_path
+        first = self.operation_ids.setdefault(op_id.strip(), position)
+        if first != position:
+            self.ctx.warn(f"{position}: operationId {brief(op_id.strip())} is already the id of {first}; this "
+                          f"operation's id is {brief(by_path)}, its method and path (give it an operationId of its "
+                          "own to name it)")
+            return by_path
+        return op_id.strip()
 
     # ------------------------------------------------------------------------------- parameters
     def _parameters(self, position: str, op: Mapping, shared: Any, path_at: str, budget: Budget,

@@ -50,7 +50,7 @@ def is_document_url(location: str, format: str | None) -> bool:
     return PurePosixPath(urlsplit(location).path).suffix.lower() in STRUCTURED_SUFFIXES
 
 
-def fetch_document(url: str, timeout: float = READ_TIMEOUT_S) -> Any:
+def fetch_document(url: str, timeout: float = READ_TIMEOUT_S, lenient: bool = False) -> Any:
     """The JSON or YAML document at `url`, parsed; CatalogError naming the URL and what to do when it cannot
     be downloaded or is not JSON/YAML."""
     request = urllib.request.Request(url, headers={"Accept": "application/json, application/yaml;q=0.9, */*;q=0.5"})
@@ -74,4 +74,4 @@ def fetch_document(url: str, timeout: float = READ_TIMEOUT_S) -> Any:
     if content_type == "text/html":
         raise CatalogError(f"{url}: the server answered with an HTML page, not a JSON or YAML document; give the "
                            "URL of the spec itself (often .../openapi.json)")
-    return parse_structured(data, url, PurePosixPath(urlsplit(url).path).suffix.lower())
+    return parse_structured(data, url, PurePosixPath(urlsplit(url).path).suffix.lower(), lenient=lenient)
