@@ -171,3 +171,53 @@ def test_a_service_backend_keeps_the_principal_s_namespaces(tmp_path, tools):
         out = OpenAIToolSearch(service, principal=mail).answer(
             {"type": "tool_search_call", "call_id": "c", "arguments": {"paths": ["book_flight", "search_inbox"]}})
         assert [t["name"] for t in out["tools"]] == ["search_inbox"]
+
+
+JSON_API_SPEC = """\
+openapi: 3.0.3
+info: {title: Tickets, version: "1"}
+paths:
+  /tickets:
+    post:
+      operationId: findTickets
+      summary: Find tickets by status
+      parameters:
+        - {name: "filter[status]", in: query, required: true, schema: {type: string}}
+        - {name: "page[size]", in: query, schema: {type: integer}}
+        - {name: page_size_, in: header, schema: {type: integer}}
+      requestBody:
+        content:
+          application/json:
+            schema:
+              type: object
+              properties:
+                "sort by": {type: object, properties: {"field name": {type: string}}, required: ["field name"]}
+"""
+
+
+def test_anthropic_property_keys_are_renamed_to_its_rule_and_calls_map_back(tmp_path):
+    import re
+
+    from toolscout.ingest import load_tools
+
+    anthropic_key = re.compile(r"^[a-zA-Z0-9_.-]{1,64}$")  # Anthropic's documented rule for property keys
+
+    spec = tmp_path / "tickets.yaml"
+    spec.write_text(JSON_API_SPEC)
+    [tool] = load_tools(spec)
+    search = AnthropicToolSearch(ToolScout.from_tools([tool], retriever="bm25"))
+    [definition] = search.deferred_tools()
+    schema = definition["input_schema"]
+    keys = set(schema["properties"])
+    assert {"filter_status_", "page_size_", "sort_by"} <= keys and len(keys) == 4  # page_size_ is a real one
+    [hashed] = keys - {"filter_status_", "page_size_", "sort_by"}  # page[size]: its plain form is taken
+    assert hashed.startswith("page_size__") and anthropic_key.match(hashed)
+    assert schema["required"] == ["filter_status_"]
+    assert schema["properties"]["sort_by"]["properties"] == {"field_name": {"type": "string"}}
+    assert schema["properties"]["sort_by"]["required"] == ["field_name"]
+    call = {"filter_status_": "open", hashed: 20, "page_size_": 5, "sort_by": {"field_name": "created"}}
+    assert search.arguments(definition["name"], call) == {
+        "filter[status]": "open", "page[size]": 20, "page_size_": 5, "sort by": {"field name": "created"}}
+    # the tool's schema itself is untouched, and OpenAI definitions (no such rule) keep the keys
+    assert "filter[status]" in tool.parameters["properties"]
+    assert "filter[status]" in to_openai([tool])[0]["function"]["parameters"]["properties"]

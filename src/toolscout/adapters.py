@@ -14,7 +14,10 @@ Definitions: `to_openai(...)` (Chat Completions or Responses function tools), `t
 Both APIs want names matching `^[a-zA-Z0-9_-]{1,64}$` and unique in one request; `AgentNames` gives
 each tool such a name (its own name when that is valid and no other tool in the catalog shares it,
 else `namespace__name`, shortened with a hash when too long) and maps a name the model used back to
-the tool, so a call can be routed to the right server.
+the tool, so a call can be routed to the right server. Anthropic also wants property keys matching
+`^[a-zA-Z0-9_.-]{1,64}$`: `to_anthropic` renames the others (`filter[status]` → `filter_status_`, at any
+depth), and `AgentNames.arguments(name, input)` (or a tool search's `arguments`) gives a call's input back
+under the tool's own keys.
 
 Reading tools in: `from_openai`, `from_anthropic` (any shape `toolscout.ingest` reads),
 `from_langchain` (LangChain `BaseTool`-like objects, duck-typed: `name`, `description`,
@@ -87,6 +90,68 @@ def _clean_schema(node: Any) -> Any:
     return out
 
 
+# Anthropic's rule for the keys of `input_schema` properties (OpenAI documents none).
+PROPERTY_KEY_PATTERN = re.compile(r"^[a-zA-Z0-9_.-]{1,64}$")
+_INVALID_IN_KEY = re.compile(r"[^a-zA-Z0-9_.-]")
+
+
+def property_renames(schema: Any) -> dict[str, str]:
+    """{property key as the tool has it: the key an Anthropic schema gives it} for each key, at any depth, that
+    breaks `PROPERTY_KEY_PATTERN` (an OpenAPI parameter `filter[status]` → `filter_status_`). A new key is
+    never a key the schema has anywhere (a short hash of the original is added when the plain form is taken),
+    so a call's arguments map back by key alone (`AgentNames.arguments`)."""
+    keys = set(_property_keys(schema))
+    taken = {key for key in keys if PROPERTY_KEY_PATTERN.match(key)}
+    renames: dict[str, str] = {}
+    for key in sorted(keys - taken):
+        new = _INVALID_IN_KEY.sub("_", key)[:MAX_NAME] or "_"
+        if new in taken:
+            new = f"{new[:MAX_NAME - 9]}_{hashlib.sha1(key.encode('utf-8')).hexdigest()[:8]}"
+        renames[key] = new
+        taken.add(new)
+    return renames
+
+
+def _property_keys(node: Any) -> Iterable[str]:
+    if isinstance(node, list):
+        for item in node:
+            yield from _property_keys(item)
+    elif isinstance(node, Mapping):
+        for key, value in node.items():
+            if key == "properties" and isinstance(value, Mapping):
+                yield from (str(k) for k in value)
+            if key in ("properties", "patternProperties", "$defs", "definitions") and isinstance(value, Mapping):
+                yield from _property_keys(list(value.values()))  # a map of names: its values are schemas
+            else:
+                yield from _property_keys(value)
+
+
+def _with_keys_renamed(node: Any, renames: Mapping[str, str]) -> Any:
+    """`node` (a schema) with the property keys in `renames` renamed, in `properties` and `required`."""
+    if isinstance(node, list):
+        return [_with_keys_renamed(item, renames) for item in node]
+    if not isinstance(node, Mapping):
+        return node
+    out = {}
+    for key, value in node.items():
+        if key in ("properties", "patternProperties", "$defs", "definitions") and isinstance(value, Mapping):
+            rename = renames if key == "properties" else {}
+            out[key] = {rename.get(k, k): _with_keys_renamed(v, renames) for k, v in value.items()}
+        elif key == "required" and isinstance(value, list) and isinstance(node.get("properties"), Mapping):
+            out[key] = [renames.get(v, v) if isinstance(v, str) else v for v in value]
+        else:
+            out[key] = _with_keys_renamed(value, renames)
+    return out
+
+
+def _keys_restored(value: Any, restore: Mapping[str, str]) -> Any:
+    if isinstance(value, list):
+        return [_keys_restored(item, restore) for item in value]
+    if isinstance(value, Mapping):
+        return {restore.get(k, k): _keys_restored(v, restore) for k, v in value.items()}
+    return value
+
+
 # -------------------------------------------------------------------------------------- names
 
 class AgentNames:
@@ -104,6 +169,7 @@ class AgentNames:
             shared = lambda name, counts=counts: counts.get(name, 0) > 1  # noqa: E731
         self._shared = shared
         self._tools: dict[str, Tool] = {}
+        self._argument_names: dict[str, dict[str, str]] = {}  # name -> {key given out: the tool's own key}
 
     def name(self, tool: Tool) -> str:
         qualify = bool(tool.namespace) and self._shared(tool.name)
@@ -125,6 +191,23 @@ class AgentNames:
             return self._tools[name]
         except KeyError:
             raise KeyError(f"no tool was offered to the agent under the name {name!r}") from None
+
+    def renamed_arguments(self, name: str, renames: Mapping[str, str]) -> None:
+        """Note that the schema offered under `name` has the property keys of `renames` renamed."""
+        if renames:
+            self._argument_names[name] = {new: key for key, new in renames.items()}
+        else:
+            self._argument_names.pop(name, None)
+
+    def argument_names(self, name: str) -> dict[str, str]:
+        """{key the agent was given: the tool's own key} for the tool offered under `name` ({}: none renamed)."""
+        return dict(self._argument_names.get(name, {}))
+
+    def arguments(self, name: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        """A call's arguments, as the model sent them to the tool offered under `name`, with the tool's own
+        property keys (`filter_status_` → `filter[status]`), at any depth: what to call the tool with."""
+        self.tool(name)  # an unknown name is an error, not a call with the arguments as they are
+        return _keys_restored(dict(arguments), self._argument_names.get(name, {}))
 
 
 def _tools_of(items: Iterable[Any]) -> list[Tool]:
@@ -161,8 +244,11 @@ def to_anthropic(items: Iterable[Any], *, names: AgentNames | None = None,
     names = names or AgentNames(tools)
     out = []
     for tool in tools:
-        spec = {"name": names.name(tool), "description": tool.description or tool.title or tool.name,
-                "input_schema": json_schema(tool)}
+        name, schema = names.name(tool), json_schema(tool)
+        renames = property_renames(schema)  # Anthropic refuses keys like `filter[status]`: named back by `names`
+        names.renamed_arguments(name, renames)
+        spec = {"name": name, "description": tool.description or tool.title or tool.name,
+                "input_schema": _with_keys_renamed(schema, renames) if renames else schema}
         if defer_loading:
             spec["defer_loading"] = True
         out.append(spec)
@@ -217,6 +303,11 @@ class _ToolSearch:
     def resolve(self, name: str) -> Tool:
         """The catalog tool behind a name the model called (as offered by this adapter)."""
         return self.names.tool(name)
+
+    def arguments(self, name: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        """The arguments of the model's call of `name`, under the tool's own property keys (Anthropic
+        definitions rename keys such as `filter[status]`: `AgentNames.arguments`)."""
+        return self.names.arguments(name, arguments)
 
     def _catalog(self) -> list[Tool]:
         tools = self.backend.tools
