@@ -221,3 +221,24 @@ def test_anthropic_property_keys_are_renamed_to_its_rule_and_calls_map_back(tmp_
     # the tool's schema itself is untouched, and OpenAI definitions (no such rule) keep the keys
     assert "filter[status]" in tool.parameters["properties"]
     assert "filter[status]" in to_openai([tool])[0]["function"]["parameters"]["properties"]
+
+
+def test_openai_namespaces_of_non_ascii_titles_stay_apart_and_name_back(tmp_path):
+    from toolscout.ingest import load_tools
+
+    tools = []
+    for file, title in (("stocks.yaml", "株価 API"), ("fx.yaml", "為替 API")):
+        (tmp_path / file).write_text(f"openapi: 3.0.3\ninfo: {{title: {title}, version: '1'}}\npaths:\n  /quote:\n"
+                                     f"    get: {{operationId: getQuote, summary: Get the latest quote}}\n")
+        tools += load_tools(tmp_path / file)
+    search = OpenAIToolSearch(ToolScout.from_tools(tools, retriever="bm25"), k=5, group_namespaces=True)
+    call = {"type": "tool_search_call", "call_id": "c", "execution": "client", "arguments": {"query": "latest quote"}}
+    groups = search.answer(call)["tools"]
+    assert sorted(g["description"] for g in groups) == ["Tools of 株価-api.", "Tools of 為替-api."]
+    names = [g["name"] for g in groups]
+    assert len(set(names)) == 2 and all(NAME_PATTERN.match(n) and n.startswith("api_") for n in names), names
+    functions = [g["tools"][0]["name"] for g in groups]
+    assert len(set(functions)) == 2 and all(f.startswith(n + "__") for f, n in zip(functions, names))
+    by_group = {g["description"]: search.resolve(g["tools"][0]["name"]).id for g in groups}
+    assert by_group == {"Tools of 株価-api.": "株価-api.getQuote", "Tools of 為替-api.": "為替-api.getQuote"}
+    assert [g["name"] for g in search.answer(call)["tools"]] == names  # the same names in every answer

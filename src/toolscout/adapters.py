@@ -173,7 +173,7 @@ class AgentNames:
 
     def name(self, tool: Tool) -> str:
         qualify = bool(tool.namespace) and self._shared(tool.name)
-        base = f"{tool.namespace}__{tool.name}" if qualify else tool.name
+        base = f"{agent_namespace(tool.namespace)}__{tool.name}" if qualify else tool.name
         name = _INVALID.sub("_", base).strip("_") or "tool"
         if len(name) > MAX_NAME:
             digest = hashlib.sha1(tool.id.encode("utf-8")).hexdigest()[:8]
@@ -208,6 +208,16 @@ class AgentNames:
         property keys (`filter_status_` → `filter[status]`), at any depth: what to call the tool with."""
         self.tool(name)  # an unknown name is an error, not a call with the arguments as they are
         return _keys_restored(dict(arguments), self._argument_names.get(name, {}))
+
+
+def agent_namespace(namespace: str) -> str:
+    """A namespace as an agent-facing name (`^[a-zA-Z0-9_-]{1,64}$`): itself when valid, else its valid
+    characters with a short hash of the whole added, so that two namespaces that differ only in what is
+    dropped stay apart ('株価-api' → 'api_' + 8 hex digits, '為替-api' another)."""
+    if NAME_PATTERN.match(namespace):
+        return namespace
+    kept = _INVALID.sub("_", namespace).strip("_-")[:MAX_NAME - 9] or "ns"
+    return f"{kept}_{hashlib.sha1(namespace.encode('utf-8')).hexdigest()[:8]}"
 
 
 def _tools_of(items: Iterable[Any]) -> list[Tool]:
@@ -416,7 +426,7 @@ class OpenAIToolSearch(_ToolSearch):
                 groups.setdefault(tool.namespace, []).append(fn)
             else:
                 loose.append(fn)
-        out = [{"type": "namespace", "name": _INVALID.sub("_", ns)[:MAX_NAME], "description": f"Tools of {ns}.",
+        out = [{"type": "namespace", "name": agent_namespace(ns), "description": f"Tools of {ns}.",
                 "tools": fns} for ns, fns in groups.items()]
         return out + loose
 
