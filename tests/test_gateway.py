@@ -231,6 +231,20 @@ def test_openapi_upstream_through_call_tool_and_the_http_route(gateway):
     assert wrong.json()["isError"] is True and "takes no argument 'colour'" in wrong.json()["content"][0]["text"]
 
 
+def test_search_definitions_name_the_tool_id_to_call_through_the_http_route(gateway):
+    _proc, url = gateway
+    r = httpx.post(f"{url}/search", headers=auth(AGENT), json={"query": "look up a shop item by its id", "k": 3,
+                                                               "format": "openai"})
+    result = r.json()["results"][0]
+    picked = result["tools"][0]["function"]["name"]  # what the model would call
+    assert picked == "getItem" and result["tool_ids"][picked] == "shop.getItem"
+    assert set(result["tool_ids"]) == {t["function"]["name"] for t in result["tools"]}
+    assert "argument_names" not in result  # no key was renamed
+    called = httpx.post(f"{url}/tools/{result['tool_ids'][picked]}/call", headers=auth(AGENT),
+                        json={"arguments": {"item_id": 7}})
+    assert called.status_code == 200 and called.json()["structuredContent"]["body"]["item_id"] == 7
+
+
 def test_http_call_route_forwards_and_maps_errors(gateway):
     _proc, url = gateway
     echoed = httpx.post(f"{url}/tools/alpha.echo/call", headers=auth(AGENT), json={"arguments": {"text": "hi"}})

@@ -804,3 +804,26 @@ def test_a_search_says_which_of_its_ids_no_answer_can_hold(served):
             e = expect_error(client.post("/search", json={"query": "x", field: []}), 422)
             assert e["message"] == f"{field}: names no {what}, so the search could find nothing: name one, or " \
                                    "leave the field out"
+
+
+def test_search_definitions_say_which_tool_and_which_keys_a_model_s_call_means(tmp_path):
+    import httpx
+    from servers import start_server, stop
+
+    from toolscout.ingest import load_tools
+
+    spec = tmp_path / "tickets.yaml"
+    spec.write_text("openapi: 3.0.3\ninfo: {title: Tickets, version: '1'}\npaths:\n  /tickets:\n    get:\n"
+                    "      summary: List support tickets by status\n      parameters:\n"
+                    "        - {name: 'filter[status]', in: query, schema: {type: string}}\n")
+    ToolScout.from_tools(load_tools(spec), retriever="bm25").save(tmp_path / "idx")
+    proc, url = start_server([str(tmp_path / "idx")])
+    try:
+        result = httpx.post(f"{url}/search", json={"query": "list support tickets", "format": "anthropic"}).json()
+    finally:
+        stop(proc)
+    [definition] = result["results"][0]["tools"]
+    name = definition["name"]  # no operationId: `GET /tickets` as a valid name
+    assert name == "GET_tickets" and list(definition["input_schema"]["properties"]) == ["filter_status_"]
+    assert result["results"][0]["tool_ids"] == {name: "tickets.GET /tickets"}
+    assert result["results"][0]["argument_names"] == {name: {"filter_status_": "filter[status]"}}

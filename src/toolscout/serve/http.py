@@ -341,7 +341,7 @@ def _add_search_routes(app: FastAPI, api: Api) -> None:
             entry: dict[str, Any] = {"query": query, "abstained": abstained, "truncated": task.truncated,
                                      "hits": [h.to_dict() for h in query_hits]}
             if body.format != "toolscout":
-                entry["tools"] = _definitions(service, query_hits, body.format, principal)
+                entry.update(_definitions(service, query_hits, body.format, principal))
             results.append(entry)
             if api.extension is not None:
                 api.extension.searched(principal, query, query_hits)
@@ -355,13 +355,23 @@ def _add_search_routes(app: FastAPI, api: Api) -> None:
                      **{field: names for field, names in told.items() if names}})
 
 
-def _definitions(service: ToolService, hits: list, fmt: str, principal: Principal) -> list[dict[str, Any]]:
+def _definitions(service: ToolService, hits: list, fmt: str, principal: Principal) -> dict[str, Any]:
+    """`tools`: the hits' definitions in `fmt`, ready for the model; `tool_ids`: {the name each is offered
+    under: its tool id}, to call the tool the model picks (`/tools/{id}/call`, a gateway's route); and
+    `argument_names` ({name: {key offered: the tool's own key}}, only for definitions that renamed keys)."""
     from ..adapters import AgentNames, to_anthropic, to_openai
 
     names = AgentNames(lambda name: service.name_is_shared(name, principal))
     if fmt == "anthropic":
-        return to_anthropic(hits, names=names)
-    return to_openai(hits, style="responses" if fmt == "openai_responses" else "chat", names=names)
+        tools = to_anthropic(hits, names=names)
+    else:
+        tools = to_openai(hits, style="responses" if fmt == "openai_responses" else "chat", names=names)
+    offered = [names.name(hit.tool) for hit in hits]  # the names the definitions carry, in their order
+    out: dict[str, Any] = {"tools": tools, "tool_ids": {name: names.tool(name).id for name in offered}}
+    renamed = {name: names.argument_names(name) for name in offered if names.argument_names(name)}
+    if renamed:
+        out["argument_names"] = renamed
+    return out
 
 
 # ------------------------------------------------------------------------------------- catalog

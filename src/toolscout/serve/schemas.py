@@ -361,6 +361,12 @@ class QueryResult(BaseModel):
                                         "of a conversation, or the beginning of other text, without blobs.")
     hits: list[HitOut]
     tools: list[dict[str, Any]] | None = Field(None, description="The hits as tool definitions (when 'format' asks).")
+    tool_ids: dict[str, str] | None = Field(None, description=(
+        "With 'tools': the name each definition carries → the id of its tool, the id to call it by "
+        "(a gateway's POST /tools/{id}/call)."))
+    argument_names: dict[str, dict[str, str]] | None = Field(None, description=(
+        "With 'tools', for definitions whose property keys were renamed (Anthropic's rule): name → {key in the "
+        "definition: the tool's own key}, at any depth of a call's arguments; only when there are any."))
 
 
 class SearchResponse(BaseModel):
