@@ -399,6 +399,32 @@ def _write_log(path, events):
     return path
 
 
+def test_reindexing_a_spec_whose_ids_changed_names_the_likely_renames_and_the_namespace_flag(capsys, tmp_path):
+    spec = {"openapi": "3.0.3", "info": {"title": "Orders", "version": "1"}, "paths": {
+        "/orders": {"get": {"operationId": "listOrders", "summary": "List all orders"},
+                    "post": {"operationId": "createOrder", "summary": "Place a new order"}},
+        "/orders/{id}": {"get": {"operationId": "getOrder", "summary": "Show one order",
+                                 "parameters": [{"name": "id", "in": "path", "required": True}]}}}}
+    idx = tmp_path / "idx"
+    (tmp_path / "v1.json").write_text(json.dumps(spec))
+    assert run(capsys, "index", tmp_path / "v1.json", "--out", idx, "--retriever", "bm25")[0] == 0
+    log = _write_log(tmp_path / "log.jsonl", [{"query": "show me order 42", "tool_ids": ["orders.getOrder"]},
+                                              {"query": "place an order for ACME", "tool_ids": ["orders.createOrder"]}])
+    assert run(capsys, "learn", idx, log)[0] == 0
+    del spec["paths"]["/orders/{id}"]["get"]["operationId"]  # its id becomes 'GET /orders/{id}'
+    (tmp_path / "v2.json").write_text(json.dumps(spec))
+    code, _, err = run(capsys, "index", tmp_path / "v2.json", "--out", idx, "--retriever", "bm25")
+    assert code == 0 and "1 (tool, request) pairs; dropped 1 whose tool is no longer in the catalog" in err, err
+    assert ("warning: likely renamed (the same HTTP method and path): 'orders.getOrder' is now "
+            "'orders.GET /orders/{id}'; their feedback is not carried over to the new ids\n") in err
+    spec["info"]["title"] = "Orders (v2)"  # every id moves to the namespace 'orders-v2'
+    (tmp_path / "v3.json").write_text(json.dumps(spec))
+    code, _, err = run(capsys, "index", tmp_path / "v3.json", "--out", idx, "--retriever", "bm25")
+    assert code == 0 and "'orders.createOrder' is now 'orders-v2.createOrder'" in err, err
+    assert ("namespace 'orders' is now 'orders-v2' (the API's title changed?): index it with --namespace orders to "
+            "keep its ids") in err
+
+
 def test_index_out_onto_a_learned_index_keeps_what_it_learned_for_the_tools_still_there(capsys, tmp_path):
     """`index NEW_CATALOG --out DIR` over an index that learned from feedback: the new index takes it over,
     as learning the surviving events on a fresh index of the new catalog gives (the oracle, built through the

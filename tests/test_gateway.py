@@ -616,3 +616,28 @@ def test_a_wrong_token_over_mcp_is_named_to_the_sdk_client_and_rest_keeps_its_er
     rest = httpx.post(f"{url}/tools/alpha.echo/call", headers=auth("not-a-token"), json={})
     assert (rest.status_code, rest.headers["www-authenticate"]) == (401, 'Bearer error="invalid_token"')
     assert rest.json() == {"error": {"type": "unauthorized", "message": "invalid bearer token"}}
+
+
+def test_a_relisting_that_drops_taught_tools_logs_their_feedback_and_the_likely_renames(tmp_path):
+    orders = {"openapi": "3.0.3", "info": {"title": "Orders", "version": "1"}, "paths": {
+        "/orders": {"get": {"operationId": "listOrders", "summary": "List the orders of the shop"}},
+        "/orders/{id}": {"delete": {"operationId": "deleteOrder", "summary": "Delete an order by its id",
+                                    "parameters": [{"name": "id", "in": "path", "required": True,
+                                                    "schema": {"type": "string"}}]}}}}
+    spec = tmp_path / "orders.json"
+    spec.write_text(json.dumps(orders))
+    config = write_config(tmp_path, {}, openapi={"live": {"spec": str(spec), "base_url": "http://127.0.0.1:9"}})
+    proc, url = start_gateway(config, tmp_path / "index", "--relist-every", "1")
+    try:
+        wait_up(url, ["live"], proc)
+        taught = httpx.post(f"{url}/feedback", json={"query": "remove order 3", "tool_ids": ["live.deleteOrder"]})
+        assert taught.status_code == 200 and taught.json()["learned"] == 1, taught.text
+        del orders["paths"]["/orders/{id}"]["delete"]["operationId"]
+        spec.write_text(json.dumps(orders))
+        line = wait_for(lambda: next((x for x in Path(proc.log_path).read_text().splitlines()
+                                      if "no longer lists" in x), None), "the log of the dropped feedback", 60, proc)
+    finally:
+        stop(proc)
+    assert ("upstream live no longer lists 'live.deleteOrder': the 1 requests their feedback taught are dropped "
+            "with them; likely renamed (the same HTTP method and path): 'live.deleteOrder' is now "
+            "'live.DELETE /orders/{id}'; their feedback is not carried over to the new ids") in line

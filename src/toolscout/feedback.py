@@ -34,6 +34,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from .artifacts import read_json
 from .errors import InvalidRequest, is_blank
+from .tool import Tool
 
 OUTCOMES = ("success", "failure")
 DEFAULT_SOURCE = "default"
@@ -238,6 +239,48 @@ def learning_kept(where: Any, kept: int, dropped: int) -> str:
     feedback, in taught (tool, request) pairs: `kept`, and `dropped` with the tools it no longer holds."""
     return (f"kept what {where} learned from feedback: {kept} (tool, request) pairs; dropped {dropped} whose tool "
             "is no longer in the catalog")
+
+
+def likely_renames(gone: Iterable[Tool], present: Iterable[Tool]) -> dict[str, str]:
+    """{id of a tool `gone` from a catalog: id of the one tool `present` with its HTTP method and path}: an
+    operation whose id changed (its operationId dropped or renamed, its API's title and so its namespace
+    changed). A tool of the same namespace is preferred; where several are left, none is named."""
+    by_route: dict[tuple[str, str], list[Tool]] = {}
+    for tool in present:
+        if tool.method and tool.path:
+            by_route.setdefault((tool.method.upper(), tool.path), []).append(tool)
+    renames: dict[str, str] = {}
+    for tool in gone:
+        candidates = by_route.get(((tool.method or "").upper(), tool.path or ""), [])
+        same_namespace = [c for c in candidates if c.namespace == tool.namespace]
+        picked = same_namespace or candidates
+        if len(picked) == 1:
+            renames[tool.id] = picked[0].id
+    return renames
+
+
+def renames_note(renames: Mapping[str, str], gone: Iterable[Tool], present: Iterable[Tool],
+                 namespace_flag: bool = True) -> str | None:
+    """What to tell of the feedback dropped with tools `gone` that `likely_renames` found again as `renames`:
+    the renames (feedback is not carried across: the ids differ), and, with `namespace_flag` (the CLI), a
+    namespace whose every such tool is now in another one: `--namespace` keeps the old ids. None: no rename."""
+    if not renames:
+        return None
+    shown = ", ".join(f"{old!r} is now {new!r}" for old, new in list(renames.items())[:5])
+    more = f" and {len(renames) - 5} more" if len(renames) > 5 else ""
+    note = (f"likely renamed (the same HTTP method and path): {shown}{more}; their feedback is not carried over to "
+            "the new ids")
+    by_id = {tool.id: tool for tool in present}
+    still = {tool.namespace for tool in present}
+    moves: dict[str, set[str | None]] = {}
+    for tool in gone:
+        new = by_id.get(renames.get(tool.id, ""))
+        moves.setdefault(tool.namespace or "", set()).add(new.namespace if new else None)
+    for old, new in sorted(moves.items()):
+        if namespace_flag and old and old not in still and len(new) == 1 and None not in new:
+            note += (f"; namespace {old!r} is now {next(iter(new))!r} (the API's title changed?): index it with "
+                     f"--namespace {old} to keep its ids, and with them what they learn")
+    return note
 
 
 class UsageLedger:

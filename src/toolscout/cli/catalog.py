@@ -105,9 +105,16 @@ def _keep_learning(scout, learned, out: str) -> None:
     """The new index takes over what the one it replaces learned (`ToolScout.carry_learning`), and says so."""
     if learned is None:
         return
-    from ..feedback import learning_kept
+    from ..feedback import learning_kept, likely_renames, renames_note
 
-    print(learning_kept(out, *scout.carry_learning(learned)), file=sys.stderr)
+    taught = {usage.tool_id for usage in learned.ledger.taught()}  # read before: carrying leaves `learned` as it is
+    kept, dropped = scout.carry_learning(learned)
+    print(learning_kept(out, kept, dropped), file=sys.stderr)
+    present = {tool.id for tool in scout.tools}
+    gone = [tool for tool in learned.tools if tool.id in taught and tool.id not in present]
+    note = renames_note(likely_renames(gone, scout.tools), gone, scout.tools)
+    if note:
+        print(f"warning: {note}", file=sys.stderr)
 
 
 def _refuse_to_drop_learning(args: argparse.Namespace, replacement) -> None:

@@ -46,7 +46,7 @@ import anyio.lowlevel
 import anyio.to_thread
 
 from ..errors import Conflict, Forbidden, InvalidRequest, NotFound, RateLimited, TooLarge, Unavailable
-from ..feedback import FeedbackEvent
+from ..feedback import FeedbackEvent, likely_renames, renames_note
 from ..hits import Hit
 from ..ingest.live_mcp import error_reason
 from ..serve.auth import ANONYMOUS
@@ -268,7 +268,10 @@ class Gateway:
             if listing.tools:
                 self.service.upsert(listing.tools)
             if gone:
+                dropped = self._feedback_dropped(listing, gone)  # asked before the delete takes it
                 self.service.delete([t.id for t in gone])
+                if dropped:
+                    logger.warning("%s", dropped)
         with self._names_lock:
             for tool in gone:
                 self._names.get(tool.name, set()).discard(tool.id)
@@ -276,6 +279,19 @@ class Gateway:
                 self._names.setdefault(tool.name, set()).add(tool.id)
             (self._indexed.add if listing.tools else self._indexed.discard)(listing.upstream)
             self._listed.add(listing.upstream)
+
+    def _feedback_dropped(self, listing: Listing, gone: list[Tool]) -> str | None:
+        """What to log of the feedback that goes with the tools an upstream no longer lists: how much, and
+        the tools they were likely renamed to (an operationId dropped: `feedback.likely_renames`)."""
+        taught = {t.id: self.service.feedback_of(t.id)["learned"] for t in gone}
+        gone = [t for t in gone if taught[t.id]]
+        if not gone:
+            return None
+        message = (f"upstream {listing.upstream} no longer lists {', '.join(repr(t.id) for t in gone[:5])}"
+                   f"{' and more' if len(gone) > 5 else ''}: the {sum(taught.values())} requests their feedback "
+                   "taught are dropped with them")
+        note = renames_note(likely_renames(gone, listing.tools), gone, listing.tools, namespace_flag=False)
+        return f"{message}; {note}" if note else message
 
     def prune(self, namespaces: Iterable[str]) -> list[str]:
         """Remove the indexed tools of namespaces no upstream serves any more (a server taken out of the
