@@ -398,3 +398,81 @@ def test_a_numeric_operation_id_is_its_text_and_a_repeated_one_falls_back_to_met
     assert report.warnings == [f"{spec}: paths./entries/{{id}}.patch: operationId 'getEntry' is already the id of "
                                "paths./entries/{id}.get; this operation's id is 'PATCH /entries/{id}', its method and "
                                "path (give it an operationId of its own to name it)"]
+
+
+READ_ONLY_OAS3 = """\
+openapi: 3.0.3
+info: {title: Stations, version: "1"}
+paths:
+  /stations:
+    post:
+      operationId: createStation
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema: {$ref: '#/components/schemas/Station'}
+      responses:
+        201:
+          description: created
+          content:
+            application/json:
+              schema: {$ref: '#/components/schemas/Station'}
+components:
+  schemas:
+    Station:
+      type: object
+      required: [id, name, sensors]
+      properties:
+        id: {type: string, readOnly: true}
+        name: {type: string}
+        password: {type: string, writeOnly: true}
+        sensors:
+          type: array
+          items:
+            type: object
+            required: [serial, installedAt]
+            properties:
+              serial: {type: string}
+              installedAt: {type: string, readOnly: true}
+"""
+
+READ_ONLY_SWAGGER2 = """\
+swagger: "2.0"
+info: {title: Stations, version: "1"}
+host: example.com
+paths:
+  /stations:
+    post:
+      operationId: createStation
+      parameters:
+        - {name: body, in: body, required: true, schema: {$ref: '#/definitions/Station'}}
+      responses: {201: {description: created}}
+definitions:
+  Base:
+    type: object
+    required: [id]
+    properties:
+      id: {type: string, readOnly: true}
+  Station:
+    allOf:
+      - $ref: '#/definitions/Base'
+      - type: object
+        required: [name]
+        properties:
+          name: {type: string}
+"""
+
+
+def test_read_only_body_properties_are_left_out_of_the_arguments_at_any_depth(tmp_path):
+    (tmp_path / "oas3.yaml").write_text(READ_ONLY_OAS3)
+    [tool] = load_tools(tmp_path / "oas3.yaml")
+    assert tool.parameters == {"type": "object", "properties": {
+        "name": {"type": "string"}, "password": {"type": "string", "writeOnly": True},
+        "sensors": {"type": "array", "items": {"type": "object", "required": ["serial"],
+                                               "properties": {"serial": {"type": "string"}}}}},
+        "required": ["name", "sensors"]}
+    assert tool.returns["properties"]["id"] == {"type": "string", "readOnly": True}  # answers still carry it
+    (tmp_path / "swagger2.yaml").write_text(READ_ONLY_SWAGGER2)
+    [tool] = load_tools(tmp_path / "swagger2.yaml")
+    assert tool.parameters == {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}

@@ -11,7 +11,8 @@
   others are, by `$ref` or at path level) is merged in when it is a plain object, or an `allOf` of
   object parts (merged into one: `schema.merged_all_of`); a body field named as a parameter is
   `body_NAME`. Any other body (a oneOf/anyOf, an array, a string) becomes one `body` property, as the
-  operation takes it (the text view lists a oneOf/anyOf's fields: `tool.parameter_lines`). Local `$ref`s
+  operation takes it (the text view lists a oneOf/anyOf's fields: `tool.parameter_lines`). A body's
+  `readOnly` properties, at any depth, are left out (and out of `required`): the server sets them. Local `$ref`s
   are inlined (see `schema.py`); `xml` and `x-*` keywords are dropped.
 - returns: the JSON schema of the lowest 2xx response that has one.
 - namespace: the caller's, else `info.title` slugified ('Swagger Petstore' → 'swagger-petstore', '天気予報 API'
@@ -51,7 +52,8 @@ from .common import (
     require_mapping,
     slugify,
 )
-from .schema import Budget, RefResolver, branch_fields, is_plain_object, merged_all_of, object_schema
+from .schema import (Budget, RefResolver, branch_fields, is_plain_object, merged_all_of, object_schema,
+                     without_read_only)
 
 HTTP_METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
 _SWAGGER2_SCHEMA_KEYS = ("type", "format", "items", "enum", "default", "minimum", "maximum", "exclusiveMinimum",
@@ -264,7 +266,7 @@ class _OperationParser:
             schema_at = at(at(at(body_at, "content"), media_type or "?"), "schema")
         if self._schema_at(raw_schema, schema_at) is None:
             return None
-        schema = merged_all_of(self.resolver.resolve(raw_schema, schema_at, budget))
+        schema = without_read_only(merged_all_of(self.resolver.resolve(raw_schema, schema_at, budget)))
         body_required = body.get("required") is True
         if is_plain_object(schema):
             body_required_names = schema.get("required") if body_required else None

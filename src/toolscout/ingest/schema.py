@@ -202,3 +202,28 @@ def branch_fields(schema: Any, depth: int = 0) -> dict[str, Any]:
                                        **branch_fields(branch, depth + 1)}.items():
                 fields.setdefault(str(name), field_schema)
     return fields
+
+
+def without_read_only(schema: Any) -> Any:
+    """`schema`, a request body's, without the properties marked `readOnly: true` (at any depth), and without
+    them in `required`: the server sets them (an `id`), so a caller sends none, even where the shared schema
+    of requests and responses lists them as required. `writeOnly` ones stay: requests are where they go."""
+    if isinstance(schema, list):
+        return [without_read_only(item) for item in schema]
+    if not isinstance(schema, Mapping):
+        return schema
+    out: dict[str, Any] = {}
+    dropped: set[str] = set()
+    for key, value in schema.items():
+        if key == "properties" and isinstance(value, Mapping):
+            dropped = {name for name, prop in value.items() if isinstance(prop, Mapping) and prop.get("readOnly") is True}
+            out[key] = {name: without_read_only(prop) for name, prop in value.items() if name not in dropped}
+        elif key in _NAME_MAPS and isinstance(value, Mapping):
+            out[key] = {name: without_read_only(item) for name, item in value.items()}
+        else:
+            out[key] = without_read_only(value)
+    if dropped and isinstance(out.get("required"), list):
+        out["required"] = [name for name in out["required"] if name not in dropped]
+        if not out["required"]:
+            del out["required"]
+    return out
