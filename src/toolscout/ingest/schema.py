@@ -216,7 +216,8 @@ def without_read_only(schema: Any) -> Any:
     dropped: set[str] = set()
     for key, value in schema.items():
         if key == "properties" and isinstance(value, Mapping):
-            dropped = {name for name, prop in value.items() if isinstance(prop, Mapping) and prop.get("readOnly") is True}
+            dropped = {name for name, prop in value.items()
+                       if isinstance(prop, Mapping) and prop.get("readOnly") is True}
             out[key] = {name: without_read_only(prop) for name, prop in value.items() if name not in dropped}
         elif key in _NAME_MAPS and isinstance(value, Mapping):
             out[key] = {name: without_read_only(item) for name, item in value.items()}
