@@ -46,7 +46,7 @@ def add_parsers(sub: Any) -> None:
     g.add_argument("--usage", type=int, default=None, metavar="N",
                    help="store up to N train-split queries per tool in its row's 'usage' (index with --usage N)")
     p.add_argument("--report", default=None, metavar="FILE.json", help="write the run report as JSON")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--quiet", action="store_true", help="no progress (bar or lines)")
     p.set_defaults(handler=cmd_expand)
 
 

@@ -37,7 +37,7 @@ def add_parsers(sub: Any) -> None:
                    help="share of generated queries put in a test split (default 0: all train)")
     g.add_argument("--max-tokens", type=int, default=None, help="cap on reply tokens per call")
     p.add_argument("--report", default=None, metavar="FILE.json", help="also write the run report here")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--quiet", action="store_true", help="no progress (bar or lines)")
     p.set_defaults(handler=cmd_generate)
 
 

@@ -22,6 +22,7 @@ import json
 import os
 import time
 from collections import Counter
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -30,6 +31,7 @@ from ..llm import UNREADABLE_REPLIES_HINT, ErrorTally, LLMClient, LLMError, pars
 from ..tool import Tool, content_hash
 from .profile import ProfileParseError, ProfileRules, check_profile, parse_profile, problem_kind
 from .prompts import PROMPT_VERSION, expansion_messages, judge_messages
+from .runs import BatchFailureRule, Failure, RunProgress, unreachable
 
 DONE = ("expanded", "regenerated")
 _DOC_SKIP_KEYS = {"profile", "tool_profile", "usage", "raw"}
@@ -66,6 +68,7 @@ class Draft:
     verdict: Verdict | None = None
     error: str | None = None
     reply: str = ""  # the start of a reply that held no profile object (not the JSON asked for)
+    unreachable: bool = False  # `error` is a connection failure or a timeout: the server did not answer
 
     @property
     def ok(self) -> bool:
@@ -89,6 +92,12 @@ class ToolOutcome:
     status: str  # expanded | regenerated | failed
     profile: dict[str, Any] | None
     drafts: list[Draft]
+
+    def failure(self) -> Failure | None:
+        """The tool's requests as the early-stop rule sees them: None when one of them was answered."""
+        if not self.drafts or not all(d.error and d.profile is None for d in self.drafts):
+            return None  # (a judge's failure follows an answered draft)
+        return Failure(self.drafts[-1].error or "", all(d.unreachable for d in self.drafts))
 
     def to_record(self) -> dict[str, Any]:
         return {"key": self.key, "tool_id": self.tool_id, "status": self.status, "profile": self.profile,
@@ -165,7 +174,7 @@ def write_draft(client: LLMClient, document: str, config: ExpandConfig, model: s
         reply = client.chat(expansion_messages(document, rejected_because), model=model, json_mode=True,
                             temperature=config.temperature, max_tokens=config.max_tokens)
     except LLMError as exc:
-        draft.error = str(exc)
+        draft.error, draft.unreachable = str(exc), unreachable(exc)
         return draft
     try:
         draft.profile = parse_profile(reply.text)
@@ -180,7 +189,7 @@ def write_draft(client: LLMClient, document: str, config: ExpandConfig, model: s
         answer = client.chat(judge_messages(document, draft.profile), model=config.judge_model or config.model,
                              json_mode=True, temperature=0.0, max_tokens=config.max_tokens)
     except LLMError as exc:
-        draft.error = f"judge: {exc}"
+        draft.error, draft.unreachable = f"judge: {exc}", unreachable(exc)
         return draft
     draft.verdict = parse_verdict(answer.text)
     if draft.verdict.faithful is None:
@@ -197,7 +206,7 @@ def expand_tool(tool: Tool, client: LLMClient, config: ExpandConfig) -> ToolOutc
     drafts = [first]
     if first.ok:
         return ToolOutcome(tool.id, key, "expanded", first.profile, drafts)
-    if config.strong_model:
+    if config.strong_model and not first.unreachable:  # the same server: it would not answer either
         # the strong model is told what was wrong with the draft (not about failed HTTP calls)
         second = write_draft(client, document, config, config.strong_model, rejected_because=first.problems)
         drafts.append(second)
@@ -264,6 +273,7 @@ class ExpandReport:
     invalid_reply: str = ""  # the start of the first such reply
     last_llm_error: str = ""
     llm_error_kinds: ErrorTally = field(default_factory=ErrorTally)
+    stopped: str = ""  # why the run stopped before its last tool (`BatchFailureRule`)
     problems: Counter = field(default_factory=Counter)
     llm: dict[str, Any] = field(default_factory=dict)
     elapsed_s: float = 0.0
@@ -297,7 +307,7 @@ class ExpandReport:
                                               "regeneration_attempts", "failed",
                                               "not_attempted", "rule_failures", "judged_unfaithful",
                                               "judge_unreadable", "llm_errors", "unreadable_replies",
-                                              "invalid_reply", "elapsed_s")}
+                                              "invalid_reply", "stopped", "elapsed_s")}
         data["llm_error_kinds"] = self.llm_error_kinds.to_dict()
         data["problems"] = dict(self.problems.most_common())
         data["llm"] = self.llm
@@ -312,6 +322,8 @@ class ExpandReport:
         one tool's bad reply: its output still holds the others.)"""
         if not self.drafts:
             return None
+        if self.stopped and not self.expanded + self.regenerated:
+            return self.stopped
         if self.llm_errors == self.drafts:
             return f"every one of {self.drafts} requests to the LLM failed; the last: {self.last_llm_error}"
         done = self.expanded + self.regenerated + self.resumed
@@ -322,8 +334,8 @@ class ExpandReport:
         return None
 
     def mostly_failed(self) -> str | None:
-        """Why the run failed after writing its output, when most of its drafts were LLM errors."""
-        return self.llm_error_kinds.failed_most(self.drafts, "drafts")
+        """Why the run failed after writing its output: it stopped early, or most of its drafts were LLM errors."""
+        return self.stopped or self.llm_error_kinds.failed_most(self.drafts, "drafts")
 
     def _regenerations(self) -> str:
         """'2 of 3 tried': a bare 0 would read as 'never tried' when the strong model's drafts failed too."""
@@ -386,18 +398,8 @@ def expand_tools(tools: Sequence[Tool], client: LLMClient, config: ExpandConfig,
         report.not_attempted = len(todo) - limit
         todo = todo[:limit]
 
-    with _progress(progress, len(todo)) as advance:
-        for _index, outcome in client.map(lambda t: expand_tool(t, client, config), todo):
-            if isinstance(outcome, BaseException):
-                raise outcome
-            record = outcome.to_record()
-            if store is not None:
-                store.append(record)
-            records[outcome.tool_id] = record
-            report.count(outcome)
-            if on_outcome is not None:
-                on_outcome(outcome)
-            advance(outcome.status)
+    with RunProgress("expanding", "tools", len(todo), client, enabled=progress) as shown:
+        _run(todo, client, config, store, records, report, shown, on_outcome)
 
     merged = [merge_profile(t, records.get(t.id)) for t in tools]
     report.llm = client.stats.to_dict()
@@ -405,36 +407,38 @@ def expand_tools(tools: Sequence[Tool], client: LLMClient, config: ExpandConfig,
     return ExpandResult(merged, report, records)
 
 
+def _run(todo: Sequence[Tool], client: LLMClient, config: ExpandConfig, store: Journal | None,
+         records: dict[str, dict[str, Any]], report: ExpandReport, shown: RunProgress,
+         on_outcome: Callable[[ToolOutcome], None] | None) -> None:
+    """Expand `todo`, `client.concurrency` at a time, journalling each finished tool; stop early by the
+    batch rule (the tools not reached count as not attempted)."""
+    rule, batch, first = BatchFailureRule(client.url), [], True
+    finished = 0
+    # closed on the way out: the tools not started are cancelled
+    with closing(client.map(lambda t: expand_tool(t, client, config), todo)) as results:
+        for _index, outcome in results:
+            if isinstance(outcome, BaseException):
+                raise outcome
+            record = outcome.to_record()
+            if store is not None:
+                store.append(record)
+            records[outcome.tool_id] = record
+            report.count(outcome)
+            finished += 1
+            if on_outcome is not None:
+                on_outcome(outcome)
+            shown.advance(outcome.status)
+            batch.append(outcome.failure())
+            if len(batch) == client.concurrency and finished < len(todo):
+                report.stopped = rule.check(batch, first=first) or ""
+                batch, first = [], False
+                if report.stopped:
+                    report.not_attempted += len(todo) - finished
+                    return
+
+
 def merge_profile(tool: Tool, record: Mapping[str, Any] | None) -> Tool:
     """The tool with its new profile; unchanged when expansion failed (its document stays as it was)."""
     if record is None or record.get("status") not in DONE or not isinstance(record.get("profile"), Mapping):
         return tool
     return tool.with_changes(profile=dict(record["profile"]))
-
-
-class _progress:
-    """A rich progress bar counting finished tools by status."""
-
-    def __init__(self, enabled: bool, total: int):
-        self.enabled, self.total = enabled, total
-        self.counts: Counter = Counter()
-
-    def __enter__(self) -> Callable[[str], None]:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-        self.bar = Progress(TextColumn("expanding"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                            TextColumn("{task.fields[status]}"), disable=not self.enabled or not self.total,
-                            transient=True)
-        self.bar.__enter__()
-        self.task = self.bar.add_task("expand", total=self.total, status="")
-
-        def advance(status: str) -> None:
-            self.counts[status] += 1
-            text = " ".join(f"{k} {v}" for k, v in sorted(self.counts.items()))
-            self.bar.update(self.task, advance=1, status=text)
-
-        return advance
-
-    def __exit__(self, *exc: Any) -> None:
-        self.bar.__exit__(*exc)
-

@@ -27,6 +27,7 @@ from typing import Any, Mapping, Sequence
 
 from ..benchmark_sets import Query
 from ..llm import UNREADABLE_REPLIES_HINT, ErrorTally, LLMClient, LLMError, parse_json_reply, snippet
+from ..expand.runs import BatchFailureRule, Failure, RunProgress, unreachable
 from ..tool import Tool
 from .dedupe import NearDuplicateIndex
 from .prompts import generation_messages, polish_messages, tool_line
@@ -76,6 +77,7 @@ class GenerateReport:
     labels_per_query: float = 0.0
     invalid_reply: str = ""  # the start of the first reply that was not the JSON asked for
     llm_error_kinds: ErrorTally = field(default_factory=ErrorTally)  # why the llm_error attempts failed
+    stopped: str = ""  # why the run stopped before --n queries or --max-attempts (`BatchFailureRule`)
     llm: dict[str, Any] = field(default_factory=dict)
     elapsed_s: float = 0.0
 
@@ -84,13 +86,16 @@ class GenerateReport:
                 "rejected": {r: self.rejected.get(r, 0) for r in REJECT_REASONS},
                 "invalid_reply": self.invalid_reply, "llm_error_kinds": self.llm_error_kinds.to_dict(),
                 "polished": self.polished, "polish_failed": self.polish_failed,
-                "labels_per_query": round(self.labels_per_query, 3), "llm": self.llm, "elapsed_s": self.elapsed_s}
+                "labels_per_query": round(self.labels_per_query, 3), "stopped": self.stopped, "llm": self.llm,
+                "elapsed_s": self.elapsed_s}
 
     def nothing_usable(self) -> str | None:
         """Why the run failed, when no attempt gave a query; None when some did. More attempts cannot
         help a server whose replies are never the JSON asked for, so that case says what came back."""
         if self.accepted or not self.attempts:
             return None
+        if self.stopped:
+            return self.stopped
         unreadable = self.rejected["invalid_json"] + self.rejected["llm_error"]
         if self.rejected["invalid_json"] and unreadable == self.attempts:
             return (f"the server's replies were not the JSON asked for (an object with \"tools\" and \"query\"): "
@@ -100,8 +105,8 @@ class GenerateReport:
         return f"none of {self.attempts} attempts gave a usable query (rejected: {rejected})"
 
     def mostly_failed(self) -> str | None:
-        """Why the run failed after writing its output, when most of its attempts were LLM errors."""
-        return self.llm_error_kinds.failed_most(self.attempts, "attempts")
+        """Why the run failed after writing its output: it stopped early, or most of its attempts were LLM errors."""
+        return self.stopped or self.llm_error_kinds.failed_most(self.attempts, "attempts")
 
     def format(self) -> str:
         rejected = ", ".join(f"{r} {n}" for r, n in self.rejected.most_common()) or "none"
@@ -151,6 +156,11 @@ class _Outcome:
     polish_failed: bool = False
     error: str = ""  # why the LLM request failed (reason "llm_error")
     reply: str = ""  # the start of a reply that was not the JSON asked for (reason "invalid_json")
+    unreachable: bool = False  # the request failed to connect or timed out
+
+    def failure(self) -> Failure | None:
+        """The attempt as the early-stop rule sees it: None when its request was answered."""
+        return Failure(self.error, self.unreachable) if self.reason == "llm_error" else None
 
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -250,7 +260,7 @@ class _Generator:
                                      model=self.model, json_mode=True, temperature=self.config.temperature,
                                      max_tokens=self.config.max_tokens)
         except LLMError as exc:
-            return _Outcome("llm_error", error=str(exc))
+            return _Outcome("llm_error", error=str(exc), unreachable=unreachable(exc))
         reason, labels, names, text = check_pick(reply.text, job.names, self.catalog_names,
                                                  self.config.min_tools, self.config.max_tools)
         outcome = _Outcome(reason, labels, names, text, text)
@@ -271,6 +281,16 @@ class _Generator:
         return outcome
 
 
+def _run_batch(gen: _Generator, jobs: list[_Job]) -> list[_Outcome]:
+    """One round of attempts in parallel; the outcomes in submission order."""
+    outcomes: list[_Outcome | None] = [None] * len(jobs)
+    for index, outcome in gen.client.map(gen.run, jobs):
+        if isinstance(outcome, BaseException):
+            raise outcome
+        outcomes[index] = outcome
+    return [o for o in outcomes if o is not None]
+
+
 def generate_queries(tools: Sequence[Tool], client: LLMClient, config: GenerateConfig, *,
                      progress: bool = True) -> GenerateResult:
     start = time.perf_counter()
@@ -280,19 +300,16 @@ def generate_queries(tools: Sequence[Tool], client: LLMClient, config: GenerateC
     max_attempts = config.max_attempts if config.max_attempts is not None else 3 * config.n + 10
     report = GenerateReport()
     accepted: list[GeneratedQuery] = []
-    with _progress(progress, config.n) as advance:
+    rule = BatchFailureRule(client.url)
+    with RunProgress("generating", "queries", config.n, client, enabled=progress) as shown:
         while len(accepted) < config.n and report.attempts < max_attempts:
             size = min(config.batch, config.n - len(accepted), max_attempts - report.attempts)
-            jobs = [gen.job(rng, accepted) for _ in range(size)]
-            outcomes: list[_Outcome | None] = [None] * size
-            for index, outcome in client.map(gen.run, jobs):
-                if isinstance(outcome, BaseException):
-                    raise outcome
-                outcomes[index] = outcome
+            outcomes = _run_batch(gen, [gen.job(rng, accepted) for _ in range(size)])
+            stop = rule.check([o.failure() for o in outcomes], first=report.attempts == 0)
             if report.attempts == 0 and all(o.reason == "llm_error" for o in outcomes):
-                # the whole first batch failed: the LLM is not there (or not an LLM)
-                raise LLMError(f"all {size} requests of the first batch to the LLM failed; the last: "
-                               f"{outcomes[-1].error}")
+                # the whole first batch failed: the LLM is not there (or not an LLM); nothing to write
+                raise LLMError(stop or f"all {size} requests of the first batch to the LLM failed; the last: "
+                                       f"{outcomes[-1].error}")
             for outcome in outcomes:  # submission order: reproducible
                 report.attempts += 1
                 if outcome.reason is None and not dedupe.add(outcome.text):
@@ -306,7 +323,10 @@ def generate_queries(tools: Sequence[Tool], client: LLMClient, config: GenerateC
                 accepted.append(GeneratedQuery(outcome.text, outcome.labels, outcome.draft, outcome.names))
                 report.polished += outcome.polished
                 report.polish_failed += outcome.polish_failed
-                advance()
+                shown.advance()
+            if stop:
+                report.stopped = stop  # what was accepted is kept: the command writes it, then fails
+                break
     queries = []
     for i, g in enumerate(accepted, 1):
         qid = f"gen-{i:06d}"
@@ -316,20 +336,3 @@ def generate_queries(tools: Sequence[Tool], client: LLMClient, config: GenerateC
     report.llm = client.stats.to_dict()
     report.elapsed_s = round(time.perf_counter() - start, 2)
     return GenerateResult(queries, accepted, report)
-
-
-class _progress:
-    def __init__(self, enabled: bool, total: int):
-        self.enabled, self.total = enabled, total
-
-    def __enter__(self):
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        self.bar = Progress(TextColumn("generating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                            disable=not self.enabled, transient=True)
-        self.bar.__enter__()
-        task = self.bar.add_task("generate", total=self.total)
-        return lambda: self.bar.update(task, advance=1)
-
-    def __exit__(self, *exc: Any) -> None:
-        self.bar.__exit__(*exc)

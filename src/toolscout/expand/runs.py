@@ -1,0 +1,130 @@
+"""What the batch LLM commands, `expand` and `generate`, share while they run: the rule that stops a run
+whose server is not answering, and the progress shown from the first request.
+
+    rule = BatchFailureRule(client.url)
+    reason = rule.check(failures, first=True)   # None, or why the run stops here
+    with RunProgress("expanding", "tools", 120, client) as progress:
+        progress.advance("expanded")
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Sequence, TextIO
+
+from ..llm import LLMClient, LLMConnectionError, LLMError, LLMTimeoutError
+
+
+def unreachable(exc: LLMError) -> bool:
+    """The request never got a reply: nothing listens, or what listens does not answer in time."""
+    return isinstance(exc, (LLMConnectionError, LLMTimeoutError))
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One failed request of a batch: its message, and whether the server was unreachable."""
+
+    error: str
+    unreachable: bool
+
+
+class BatchFailureRule:
+    """When a run stops early, rather than spend minutes on retries that cannot succeed: after a batch (the
+    requests in flight together) every request of which failed to connect or timed out. The first batch: the
+    server is not there; a later one: it went away. (HTTP errors are the report's business:
+    `ErrorTally.failed_most`; `generate` also stops when its whole first batch failed, whatever the error.)"""
+
+    def __init__(self, url: str):
+        self.url = url
+
+    def check(self, failures: Sequence[Failure | None], *, first: bool) -> str | None:
+        """Why the run stops after this batch (`None` in `failures`: a request that was answered), or None."""
+        if not failures or not all(f is not None and f.unreachable for f in failures):
+            return None
+        what = "the first batch" if first else "a batch"
+        return (f"stopped early: all {len(failures)} requests of {what} to the LLM at {self.url} failed to "
+                f"connect or timed out; the last: {failures[-1].error}")
+
+
+class RunProgress:
+    """Progress of a batch LLM run from its first request: a bar on a terminal, else a line every `every`
+    seconds (a log file, CI). Both show the client's counts (requests sent, retries, failures) and the URL,
+    so a run waiting on a dead or slow server says what it waits on."""
+
+    def __init__(self, verb: str, unit: str, total: int, client: LLMClient, *, enabled: bool = True,
+                 every: float = 10.0, stream: TextIO | None = None):
+        self.verb, self.unit, self.total, self.client = verb, unit, total, client
+        self.enabled, self.every = enabled and total > 0, every
+        self.stream = stream if stream is not None else sys.stderr
+        self.counts: Counter = Counter()
+        self.done = 0
+        self._start = time.monotonic()
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._bar: Any = None
+
+    def llm_status(self, url: bool = True) -> str:
+        stats = self.client.stats.to_dict()
+        return (f"LLM{' ' + self.client.url if url else ''}: {stats['http_requests']} requests sent, "
+                f"{stats['retries']} retries, {stats['errors']} failed")
+
+    def line(self) -> str:
+        statuses = "".join(f", {k} {v}" for k, v in sorted(self.counts.items()))
+        return (f"{self.verb}: {self.done} of {self.total} {self.unit} done{statuses}; {self.llm_status()}; "
+                f"{time.monotonic() - self._start:.0f}s")
+
+    def __enter__(self) -> "RunProgress":
+        if not self.enabled:
+            return self
+        if getattr(self.stream, "isatty", lambda: False)():
+            self._bar = self._rich_bar()
+        else:
+            self._print()
+            threading.Thread(target=self._heartbeat, daemon=True, name="toolscout-progress").start()
+        return self
+
+    def advance(self, status: str | None = None) -> None:
+        with self._lock:
+            self.done += 1
+            if status:
+                self.counts[status] += 1
+        if self._bar is not None:
+            bar, task = self._bar
+            bar.update(task, advance=1, status=" ".join(f"{k} {v}" for k, v in sorted(self.counts.items())))
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        if self._bar is not None:
+            self._bar[0].__exit__(*exc)
+
+    def _print(self) -> None:
+        with self._lock:
+            text = self.line()
+        print(text, file=self.stream, flush=True)
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(self.every):
+            self._print()
+
+    def _rich_bar(self) -> tuple[Any, Any]:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        def status() -> str:  # the URL is in the line above the bar
+            return self.llm_status(url=False)
+
+        class LLMColumn(TextColumn):  # read at each refresh: retries show while nothing finishes
+            def render(self, task: Any) -> Any:
+                from rich.text import Text
+
+                return Text(status(), style="dim")
+
+        bar = Progress(TextColumn(self.verb), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                       TextColumn("{task.fields[status]}"), LLMColumn(""), transient=True,
+                       console=Console(file=self.stream))
+        bar.__enter__()
+        return bar, bar.add_task(self.verb, total=self.total, status="")
