@@ -10,7 +10,8 @@ A real HTTP server (http.server, one thread per request) on 127.0.0.1:
 
 Scripted replies are consumed in order by the requests their `when` predicate matches (default: any),
 before the responder is asked. A reply can carry an HTTP status and headers, raw body text, a `delay`
-(sleep before answering, to run past a client's timeout) and explicit log-probabilities. `reject_json_mode`
+(sleep before answering, to run past a client's timeout), explicit log-probabilities, a `finish_reason` and
+`null_content` (`"content": null`). `reject_json_mode`
 makes the server answer 400 to any request that sets `response_format`, like servers without JSON mode.
 Every 200 reply carries `usage` (prompt tokens = words in the messages, completion tokens = words in the
 reply) and, when the request asks for `logprobs`, log-probabilities in the OpenAI chat shape.
@@ -44,6 +45,8 @@ class Reply:
     body: str | None = None          # raw body, sent as is (overrides content)
     delay: float = 0.0               # seconds to sleep before answering
     logprobs: list[dict] | None = None  # explicit chat-shape logprobs content
+    null_content: bool = False       # `"content": null`, as refusals and reasoning models out of tokens send
+    finish_reason: str = "stop"
 
 
 def mentions(*words: str) -> Predicate:
@@ -128,8 +131,9 @@ def _words(text: str) -> int:
 
 def completion_body(request: dict, reply: Reply) -> dict:
     content = reply.content or ""
-    choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": content},
-                              "finish_reason": "stop"}
+    choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant",
+                                                      "content": None if reply.null_content else content},
+                              "finish_reason": reply.finish_reason}
     if request.get("logprobs"):
         choice["logprobs"] = {"content": reply.logprobs if reply.logprobs is not None
                               else _logprobs(content, int(request.get("top_logprobs") or 0))}

@@ -138,6 +138,23 @@ def test_replies_that_are_never_the_json_asked_for_fail_quoting_one_and_write_no
         assert not (tmp_path / "x" / "tools.jsonl").exists()
 
 
+def test_replies_with_no_content_are_unreadable_replies_and_fail_the_run(tmp_path, capsys):
+    from fakellm import Reply
+
+    for reply in (Reply(null_content=True, finish_reason="length"), Reply("", finish_reason="content_filter")):
+        with FakeLLM(responder=lambda request, reply=reply: reply) as fake:
+            llm = ["--base-url", fake.url, "--model", "m", "--no-cache", "--quiet"]
+            out = tmp_path / reply.finish_reason
+            assert main(["expand", str(SAMPLE), "--out", str(out / "x"), "--limit", "2", *llm]) == 1
+            err = capsys.readouterr().err
+            assert (f"none of 2 drafts could be read; the reply had no content; finish_reason={reply.finish_reason}; "
+                    "check that --model") in err
+            assert not (out / "x" / "tools.jsonl").exists()
+            assert main(["generate", str(SAMPLE), "--n", "2", "--out", str(out / "g"), *llm]) == 1
+            err = capsys.readouterr().err
+            assert f"gave a query; the reply had no content; finish_reason={reply.finish_reason}; check" in err
+
+
 def test_some_unparseable_replies_are_counted_and_the_run_succeeds(tmp_path, capsys):
     from fakellm import Reply, heuristic_reply, message_text
 

@@ -27,11 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from ..llm import UNREADABLE_REPLIES_HINT, ErrorTally, LLMClient, LLMError, parse_json_reply, snippet
+from ..llm import UNREADABLE_REPLIES_HINT, ErrorTally, LLMClient, LLMError, parse_json_reply
 from ..tool import Tool, content_hash
 from .profile import ProfileParseError, ProfileRules, check_profile, parse_profile, problem_kind
 from .prompts import PROMPT_VERSION, expansion_messages, judge_messages
-from .runs import BatchFailureRule, Failure, RunProgress, unreachable
+from .runs import BatchFailureRule, Failure, RunProgress, describe_reply, reply_excerpt, unreachable
 
 DONE = ("expanded", "regenerated")
 _DOC_SKIP_KEYS = {"profile", "tool_profile", "usage", "raw"}
@@ -180,7 +180,7 @@ def write_draft(client: LLMClient, document: str, config: ExpandConfig, model: s
         draft.profile = parse_profile(reply.text)
     except ProfileParseError as exc:
         draft.problems.append(f"json: {exc}")
-        draft.reply = snippet(reply.text, 160)
+        draft.reply = reply_excerpt(reply)
         return draft
     draft.problems = check_profile(draft.profile, config.rules)
     if draft.problems or not config.judge:
@@ -270,7 +270,7 @@ class ExpandReport:
     judge_unreadable: int = 0
     drafts: int = 0  # drafts this run asked for (llm_errors of them failed)
     unreadable_replies: int = 0  # drafts whose reply held no profile object
-    invalid_reply: str = ""  # the start of the first such reply
+    invalid_reply: str = ""  # the start of the first such reply (`reply_excerpt`)
     last_llm_error: str = ""
     llm_error_kinds: ErrorTally = field(default_factory=ErrorTally)
     stopped: str = ""  # why the run stopped before its last tool (`BatchFailureRule`)
@@ -329,7 +329,7 @@ class ExpandReport:
         done = self.expanded + self.regenerated + self.resumed
         if not done and self.unreadable_replies and self.llm_errors + self.unreadable_replies == self.drafts:
             return (f"the server's replies were not the JSON asked for (a tool_profile object): none of "
-                    f"{self.drafts} drafts could be read; one reply began: {self.invalid_reply!r}; "
+                    f"{self.drafts} drafts could be read; {describe_reply(self.invalid_reply)}; "
                     f"{UNREADABLE_REPLIES_HINT}")
         return None
 

@@ -16,7 +16,22 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Sequence, TextIO
 
-from ..llm import LLMClient, LLMConnectionError, LLMError, LLMTimeoutError
+from ..llm import ChatResult, LLMClient, LLMConnectionError, LLMError, LLMTimeoutError, snippet
+
+_NO_CONTENT = "the reply had no content"
+
+
+def reply_excerpt(reply: ChatResult, limit: int = 160) -> str:
+    """What a report keeps of a reply that was not the JSON asked for: its start, or, for a reply with no
+    content at all (a refusal, a reasoning model out of tokens), that it had none and why it ended."""
+    if reply.text.strip():
+        return snippet(reply.text, limit)
+    return f"{_NO_CONTENT}; finish_reason={reply.finish_reason}"
+
+
+def describe_reply(excerpt: str) -> str:
+    """`reply_excerpt`'s text as a failure message quotes it."""
+    return excerpt if excerpt.startswith(_NO_CONTENT) else f"one reply began: {excerpt!r}"
 
 
 def unreachable(exc: LLMError) -> bool:

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from ..benchmark_sets import Query
-from ..llm import UNREADABLE_REPLIES_HINT, ErrorTally, LLMClient, LLMError, parse_json_reply, snippet
-from ..expand.runs import BatchFailureRule, Failure, RunProgress, unreachable
+from ..llm import UNREADABLE_REPLIES_HINT, ErrorTally, LLMClient, LLMError, parse_json_reply
+from ..expand.runs import BatchFailureRule, Failure, RunProgress, describe_reply, reply_excerpt, unreachable
 from ..tool import Tool
 from .dedupe import NearDuplicateIndex
 from .prompts import generation_messages, polish_messages, tool_line
@@ -99,7 +99,7 @@ class GenerateReport:
         unreadable = self.rejected["invalid_json"] + self.rejected["llm_error"]
         if self.rejected["invalid_json"] and unreadable == self.attempts:
             return (f"the server's replies were not the JSON asked for (an object with \"tools\" and \"query\"): "
-                    f"none of {self.attempts} attempts gave a query; one reply began: {self.invalid_reply!r}; "
+                    f"none of {self.attempts} attempts gave a query; {describe_reply(self.invalid_reply)}; "
                     f"{UNREADABLE_REPLIES_HINT}")
         rejected = ", ".join(f"{r} {n}" for r, n in self.rejected.most_common())
         return f"none of {self.attempts} attempts gave a usable query (rejected: {rejected})"
@@ -265,7 +265,7 @@ class _Generator:
                                                  self.config.min_tools, self.config.max_tools)
         outcome = _Outcome(reason, labels, names, text, text)
         if reason == "invalid_json":
-            outcome.reply = snippet(reply.text, 160)
+            outcome.reply = reply_excerpt(reply)
         if reason is None and self.config.polish:
             try:
                 answer = self.client.chat(polish_messages(text), model=self.polish_model, json_mode=True,
