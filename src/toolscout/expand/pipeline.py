@@ -27,11 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from ..llm import UNREADABLE_REPLIES_HINT, ErrorTally, LLMClient, LLMError, parse_json_reply
+from ..llm import UNREADABLE_REPLIES_HINT, LLMClient, LLMError, parse_json_reply
 from ..tool import Tool, content_hash
 from .profile import ProfileParseError, ProfileRules, check_profile, parse_profile, problem_kind
 from .prompts import PROMPT_VERSION, expansion_messages, judge_messages
-from .runs import BatchFailureRule, Failure, RunProgress, describe_reply, reply_excerpt, unreachable
+from .runs import (BatchFailureRule, ErrorTally, Failure, RunProgress, describe_reply, reply_excerpt,
+                   unreachable)
 
 DONE = ("expanded", "regenerated")
 _DOC_SKIP_KEYS = {"profile", "tool_profile", "usage", "raw"}

@@ -1,6 +1,9 @@
-"""What the batch LLM commands, `expand` and `generate`, share while they run: the rule that stops a run
-whose server is not answering, and the progress shown from the first request.
+"""What the batch LLM commands, `expand` and `generate`, share while they run: their failed requests by kind
+(`ErrorTally`), the rule that stops a run whose server is not answering, and the progress shown from the
+first request.
 
+    tally = ErrorTally()
+    tally.add(str(exc))                         # a failed request, counted by kind for the report
     rule = BatchFailureRule(client.url)
     reason = rule.check(failures, first=True)   # None, or why the run stops here
     with RunProgress("expanding", "tools", 120, client) as progress:
@@ -45,6 +48,41 @@ class Failure:
 
     error: str
     unreachable: bool
+
+
+class ErrorTally:
+    """A run's failed LLM requests by kind (each message's first line), with counts, for its report; and
+    the one rule for when they fail the run: more than half of its requests."""
+
+    def __init__(self) -> None:
+        self.kinds: Counter = Counter()
+
+    def add(self, message: str) -> None:
+        lines = str(message).strip().splitlines()
+        self.kinds[snippet(lines[0] if lines else "(no message)")] += 1
+
+    @property
+    def total(self) -> int:
+        return sum(self.kinds.values())
+
+    def to_dict(self) -> dict[str, int]:
+        return dict(self.kinds.most_common())
+
+    def lines(self, limit: int = 5) -> list[str]:
+        """The most common kinds, one line each, for the console."""
+        out = [f"  ×{n}  {kind}" for kind, n in self.kinds.most_common(limit)]
+        if len(self.kinds) > limit:
+            out.append(f"  ... and {len(self.kinds) - limit} more kinds (see the report JSON)")
+        return out
+
+    def failed_most(self, requests: int, what: str) -> str | None:
+        """The message that fails a run where most of its `requests` failed; None otherwise. The output
+        still holds what succeeded, and a rerun retries only the rest (failures are never cached)."""
+        if not requests or self.total * 2 <= requests:
+            return None
+        kind, n = self.kinds.most_common(1)[0]
+        return (f"{self.total} of {requests} {what} failed with LLM errors (most often, ×{n}: {kind}); the "
+                "output holds what succeeded; rerun the same command to retry the rest")
 
 
 class BatchFailureRule:

@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from ..benchmark_sets import Query
-from ..llm import UNREADABLE_REPLIES_HINT, ErrorTally, LLMClient, LLMError, parse_json_reply
-from ..expand.runs import BatchFailureRule, Failure, RunProgress, describe_reply, reply_excerpt, unreachable
+from ..llm import UNREADABLE_REPLIES_HINT, LLMClient, LLMError, parse_json_reply
+from ..expand.runs import (BatchFailureRule, ErrorTally, Failure, RunProgress, describe_reply, reply_excerpt,
+                           unreachable)
 from ..tool import Tool
 from .dedupe import NearDuplicateIndex
 from .prompts import generation_messages, polish_messages, tool_line
