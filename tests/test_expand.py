@@ -328,3 +328,16 @@ def test_ablation_runner_compares_views(tmp_path, capsys):
     data = json.loads((tmp_path / "a.json").read_text())["bm25"]
     assert data["original"]["view"]["profile_fields"] == []
     assert set(data) == {"original", "+function", "+tags", "+when_to_use", "+limitations", "+example_usage"}
+
+
+def test_error_kinds_leave_out_volatile_parts_but_keep_the_status_and_one_example():
+    from toolscout.expand.runs import ErrorTally
+
+    tally = ErrorTally()
+    url = "http://127.0.0.1:18970/v1/chat/completions"
+    for stamp in (1732881000, 1732881007):
+        tally.add(f'POST {url}: reply has no choices: {{"id": "req-{stamp}", "created": {stamp}}}')
+    tally.add(f"POST {url} → HTTP 500: busy")
+    tally.add(f"POST {url} → HTTP 503: busy\nsecond line")
+    assert tally.to_dict() == {f'POST {url}: reply has no choices: {{"id": "req-1732881000", "created": 1732881000}}': 2,
+                               f"POST {url} → HTTP 500: busy": 1, f"POST {url} → HTTP 503: busy": 1}

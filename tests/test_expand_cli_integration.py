@@ -3,7 +3,7 @@
 import json
 from pathlib import Path
 
-from fakellm import FakeLLM
+from fakellm import FakeLLM, mentions
 
 from toolscout.cli import main
 from toolscout.expand.ablation import compare_views, load_sets
@@ -200,6 +200,44 @@ def test_expand_reports_which_llm_errors_and_fails_when_most_drafts_failed(tmp_p
     report = json.loads((tmp_path / "most" / "expand_report.json").read_text())["expand"]  # written all the same
     assert report["expanded"] == 1 and list(report["llm_error_kinds"].values()) == [3]
     assert len((tmp_path / "most" / "tools.jsonl").read_text().splitlines()) == 60
+
+
+def test_errors_that_differ_only_in_volatile_parts_are_one_kind_and_the_report_named_exists(tmp_path, capsys):
+    from fakellm import Reply
+
+    created = iter(range(1732881000, 1732882000))
+
+    def no_choices(request):  # each body unique only in its timestamp and id
+        stamp = next(created)
+        return Reply(body=json.dumps({"id": f"chatcmpl-{stamp:x}", "created": stamp, "choices": []}))
+
+    report = tmp_path / "run.json"
+    with FakeLLM(responder=no_choices) as fake:
+        llm = ["--base-url", fake.url, "--model", "m", "--no-cache", "--max-retries", "0", "--quiet", "--limit", "4"]
+        assert main(["expand", str(SAMPLE), "--out", str(tmp_path / "x.jsonl"), "--report", str(report), *llm]) == 1
+    err = capsys.readouterr().err
+    assert f"×4  POST {fake.url}/chat/completions: reply has no choices: {{\"id\": \"chatcmpl-" in err
+    assert "more kinds" not in err
+    kinds = json.loads(report.read_text())["expand"]["llm_error_kinds"]  # written although the run failed
+    assert list(kinds.values()) == [4] and '"created": 1732881000' in next(iter(kinds))  # the first, as an example
+    assert not (tmp_path / "x.jsonl").exists()
+
+
+def test_more_error_kinds_than_shown_point_to_a_report_that_exists(tmp_path, capsys):
+    from fakellm import Reply
+
+    drafts = ("tool_profile", "<document>")
+    fake = FakeLLM()
+    fake.script(*[Reply(status=500, content=f"shard {name} is down") for name in "abcdef"], when=mentions(*drafts))
+    llm = ["--model", "m", "--no-cache", "--quiet", "--max-retries", "0", "--concurrency", "1", "--limit", "8",
+           "--no-judge"]
+    with fake:
+        assert main(["expand", str(SAMPLE), "--out", str(tmp_path / "x"), "--base-url", fake.url, *llm]) == 1
+    err = capsys.readouterr().err
+    assert "6 of 8 drafts failed" in err
+    assert f"... and 1 more kinds (see {tmp_path / 'x' / 'expand_report.json'})" in err
+    kinds = json.loads((tmp_path / "x" / "expand_report.json").read_text())["expand"]["llm_error_kinds"]
+    assert len(kinds) == 6
 
 
 def test_generate_reports_which_llm_errors_and_fails_when_most_attempts_failed(tmp_path, capsys):

@@ -11,7 +11,6 @@ names (default TOOLSCOUT_LLM_API_KEY), unless `--api-key` or the config file giv
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -60,7 +59,7 @@ def journal_path(out: str | os.PathLike, given: str | None = None) -> Path:
 
 
 def cmd_expand(args: argparse.Namespace) -> int:
-    from ..expand.catalog import check_output, is_folder_output, read_catalog, write_catalog
+    from ..expand.catalog import check_output, is_folder_output, read_catalog, write_catalog, write_reports
     from ..expand.usage import UsageReport, expand_usage
     from ..llm import LLMError
 
@@ -86,15 +85,13 @@ def cmd_expand(args: argparse.Namespace) -> int:
 
     failure = None  # set when most LLM requests failed: reported after the output is written
     if wants_llm(args):
-        tools, report["expand"], failure = _run_llm_expansion(args, tools)
+        tools, report["expand"], failure, fatal = _run_llm_expansion(args, tools)
+        if fatal:
+            write_reports(_report_files(args, fatal=True), report)
+            raise LLMError(fatal)
 
     written = write_catalog(args.out, tools, catalog)
-    # a folder always holds its report: it marks the folder as expand's, so a rerun may write into it
-    report_files = ([Path(args.out) / REPORT] if is_folder_output(args.out) else []) + \
-        ([Path(args.report)] if args.report else [])
-    for report_file in report_files:
-        report_file.parent.mkdir(parents=True, exist_ok=True)
-        report_file.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    write_reports(_report_files(args, fatal=False), report)
     copied = " (queries copied)" if catalog.queries_file and is_folder_output(args.out) else ""
     print(f"wrote {len(tools)} tools → {written}{copied}", file=sys.stderr)
     if failure:  # written first: what succeeded is kept, and the exit status tells a script to rerun
@@ -102,16 +99,19 @@ def cmd_expand(args: argparse.Namespace) -> int:
     return 0
 
 
-def _fail_when_nothing_usable_came_back(report) -> None:
-    """The rule is the report's (`ExpandReport.nothing_usable`); finished tools stay in the journal either way."""
-    from ..llm import LLMError
+def _report_files(args: argparse.Namespace, fatal: bool) -> list[Path]:
+    """Where the run report goes. A folder always holds its report: it marks the folder as expand's, so a
+    rerun may write into it. A run that failed before writing (nothing usable came back) writes nothing in
+    OUT, not even over an earlier run's report; only the --report file."""
+    from ..expand.catalog import is_folder_output
 
-    failure = report.nothing_usable()
-    if failure:
-        raise LLMError(failure)
+    folder = [Path(args.out) / REPORT] if is_folder_output(args.out) and not fatal else []
+    return folder + ([Path(args.report)] if args.report else [])
 
 
-def _run_llm_expansion(args: argparse.Namespace, tools: list) -> tuple[list, dict, str | None]:
+def _run_llm_expansion(args: argparse.Namespace, tools: list) -> tuple[list, dict, str | None, str | None]:
+    """The tools with profiles, the report, why the run failed after writing (most requests failed), and why
+    it failed before (`ExpandReport.nothing_usable`: finished tools stay in the journal either way)."""
     from ..expand.pipeline import ExpandConfig, expand_tools
 
     settings = llm_settings(args)
@@ -132,9 +132,10 @@ def _run_llm_expansion(args: argparse.Namespace, tools: list) -> tuple[list, dic
             print(f"interrupted: finished tools are saved in {journal}; rerun the same command to resume",
                   file=sys.stderr)
             raise
-    print(result.report.format(), file=sys.stderr)
-    _fail_when_nothing_usable_came_back(result.report)
+    fatal = result.report.nothing_usable()
+    listed_in = _report_files(args, fatal=bool(fatal))  # where every error kind is listed
+    print(result.report.format(str(listed_in[0]) if listed_in else None), file=sys.stderr)
     models = {"model": config.model, "strong_model": config.strong_model,
               "judge_model": (config.judge_model or config.model) if config.judge else None}
     return (result.tools, {**result.report.to_dict(), "journal": str(journal), "models": models},
-            result.report.mostly_failed())
+            result.report.mostly_failed(), fatal)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -43,7 +42,7 @@ def add_parsers(sub: Any) -> None:
 
 def cmd_generate(args: argparse.Namespace) -> int:
     from ..expand.catalog import (atomic_write_text, check_output, is_folder_output, jsonl_text, read_catalog,
-                                  write_catalog)
+                                  write_catalog, write_reports)
     from ..generate.pipeline import GenerateConfig, generate_queries
     from ..llm import LLMError
 
@@ -64,20 +63,22 @@ def cmd_generate(args: argparse.Namespace) -> int:
           f"at {settings.base_url}", file=sys.stderr)
     with settings.client() as client:
         result = generate_queries(catalog.tools, client, config, progress=not args.quiet)
-    print(result.report.format(), file=sys.stderr)
     failure = result.report.nothing_usable()
-    if failure:  # an empty queries.jsonl is no benchmark: write nothing, keep whatever the folder held
-        raise LLMError(f"{failure}; nothing written to {args.out}")
     out = Path(args.out)
+    report = {"catalog": str(args.catalog), "model": settings.model, "config": _config_dict(config),
+              **result.report.to_dict()}
+    # an empty queries.jsonl is no benchmark: a run with no query writes nothing in OUT, only --report
+    report_files = [p for p in (None if failure else out / "generate_report.json",
+                                Path(args.report) if args.report else None) if p is not None]
+    print(result.report.format(str(report_files[0]) if report_files else None), file=sys.stderr)
+    if failure:
+        write_reports(report_files, report)
+        raise LLMError(f"{failure}; nothing written to {args.out}")
     write_catalog(out, catalog.tools, catalog, queries=result.queries)
     atomic_write_text(out / "generation.jsonl", jsonl_text(
         {"id": q.id, "query": q.text, "draft": d.draft, "labels": list(q.labels), "picked": list(d.names)}
         for q, d in zip(result.queries, result.details)))
-    report = {"catalog": str(args.catalog), "model": settings.model, "config": _config_dict(config),
-              **result.report.to_dict()}
-    for path in filter(None, (out / "generate_report.json", Path(args.report) if args.report else None)):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    write_reports(report_files, report)
     print(f"wrote {len(result.queries)} queries and {len(catalog.tools)} tools → {out}", file=sys.stderr)
     failure = result.report.mostly_failed()
     if failure:  # written first: what succeeded is kept, and the exit status tells a script to rerun

@@ -98,6 +98,12 @@ def _is_json(value: Any) -> bool:
     return True
 
 
+def write_reports(paths: Sequence[Path], report: Mapping[str, Any]) -> None:
+    """A run report (expand's, generate's) as JSON to each of `paths`."""
+    for path in paths:
+        atomic_write_text(path, json.dumps(report, indent=2) + "\n")
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)

@@ -344,7 +344,8 @@ class ExpandReport:
             return f"{self.regenerated} (none tried)"
         return f"{self.regenerated} of {self.regeneration_attempts} tried"
 
-    def format(self) -> str:
+    def format(self, report_file: str | None = None) -> str:
+        """The console summary; `report_file`: where the report JSON lists every error kind."""
         llm = self.llm or {}
         lines = [
             f"tools: {self.tools} ({self.resumed} already done, {self.not_attempted} not attempted)",
@@ -352,7 +353,7 @@ class ExpandReport:
             f"failed (kept original document): {self.failed}",
             f"drafts breaking rules: {self.rule_failures}   judged unfaithful: {self.judged_unfaithful}   "
             f"unreadable verdicts: {self.judge_unreadable}   LLM errors: {self.llm_errors}",
-            *self.llm_error_kinds.lines(),
+            *self.llm_error_kinds.lines(report_file=report_file),
             f"LLM: {llm.get('calls', 0)} calls, {llm.get('cache_hits', 0)} cache hits, "
             f"{llm.get('http_requests', 0)} HTTP requests ({llm.get('retries', 0)} retries), "
             f"{llm.get('prompt_tokens', 0)} prompt + {llm.get('completion_tokens', 0)} completion tokens",

@@ -12,6 +12,7 @@ first request.
 
 from __future__ import annotations
 
+import re
 import sys
 import threading
 import time
@@ -50,29 +51,46 @@ class Failure:
     unreachable: bool
 
 
+# what varies between failures of one kind: any word holding a digit (timestamps, ids, token counts); the
+# URL and the HTTP status are kept whole (group 1)
+_VOLATILE = re.compile(r"(https?://\S+|HTTP \d{3})|[\w.:+-]*\d[\w.:+-]*")
+
+
+def error_kind(message: str) -> str:
+    """The kind of a failed request: its message's first line with the volatile parts blanked, so 20 failures
+    whose bodies differ only in a timestamp are one kind."""
+    lines = str(message).strip().splitlines()
+    return _VOLATILE.sub(lambda m: m.group(1) or "#", snippet(lines[0] if lines else "(no message)"))
+
+
 class ErrorTally:
-    """A run's failed LLM requests by kind (each message's first line), with counts, for its report; and
-    the one rule for when they fail the run: more than half of its requests."""
+    """A run's failed LLM requests by kind (`error_kind`), each with its count and one example message, for
+    its report; and the one rule for when they fail the run: more than half of its requests."""
 
     def __init__(self) -> None:
         self.kinds: Counter = Counter()
+        self.examples: dict[str, str] = {}  # kind → the first message of that kind (its first line)
 
     def add(self, message: str) -> None:
+        kind = error_kind(message)
+        self.kinds[kind] += 1
         lines = str(message).strip().splitlines()
-        self.kinds[snippet(lines[0] if lines else "(no message)")] += 1
+        self.examples.setdefault(kind, snippet(lines[0] if lines else "(no message)"))
 
     @property
     def total(self) -> int:
         return sum(self.kinds.values())
 
     def to_dict(self) -> dict[str, int]:
-        return dict(self.kinds.most_common())
+        """{example message: count}, most common first."""
+        return {self.examples[kind]: n for kind, n in self.kinds.most_common()}
 
-    def lines(self, limit: int = 5) -> list[str]:
-        """The most common kinds, one line each, for the console."""
-        out = [f"  ×{n}  {kind}" for kind, n in self.kinds.most_common(limit)]
+    def lines(self, limit: int = 5, report_file: str | None = None) -> list[str]:
+        """The most common kinds, one line each, for the console; `report_file`: where the rest are listed."""
+        out = [f"  ×{n}  {self.examples[kind]}" for kind, n in self.kinds.most_common(limit)]
         if len(self.kinds) > limit:
-            out.append(f"  ... and {len(self.kinds) - limit} more kinds (see the report JSON)")
+            where = f"see {report_file}" if report_file else "--report FILE.json lists them all"
+            out.append(f"  ... and {len(self.kinds) - limit} more kinds ({where})")
         return out
 
     def failed_most(self, requests: int, what: str) -> str | None:
@@ -81,7 +99,8 @@ class ErrorTally:
         if not requests or self.total * 2 <= requests:
             return None
         kind, n = self.kinds.most_common(1)[0]
-        return (f"{self.total} of {requests} {what} failed with LLM errors (most often, ×{n}: {kind}); the "
+        return (f"{self.total} of {requests} {what} failed with LLM errors (most often, ×{n}: "
+                f"{self.examples[kind]}); the "
                 "output holds what succeeded; rerun the same command to retry the rest")
 
 

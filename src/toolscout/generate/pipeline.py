@@ -109,13 +109,14 @@ class GenerateReport:
         """Why the run failed after writing its output: it stopped early, or most of its attempts were LLM errors."""
         return self.stopped or self.llm_error_kinds.failed_most(self.attempts, "attempts")
 
-    def format(self) -> str:
+    def format(self, report_file: str | None = None) -> str:
+        """The console summary; `report_file`: where the report JSON lists every error kind."""
         rejected = ", ".join(f"{r} {n}" for r, n in self.rejected.most_common()) or "none"
         llm = self.llm or {}
         return "\n".join([
             f"attempts: {self.attempts}   accepted: {self.accepted} ({self.labels_per_query:.2f} tools per query)",
             f"rejected: {rejected}",
-            *self.llm_error_kinds.lines(),
+            *self.llm_error_kinds.lines(report_file=report_file),
             f"polish: {self.polished} rewritten, {self.polish_failed} unusable polish replies (kept the draft)",
             f"LLM: {llm.get('calls', 0)} calls, {llm.get('cache_hits', 0)} cache hits, "
             f"{llm.get('http_requests', 0)} HTTP requests ({llm.get('retries', 0)} retries), "
