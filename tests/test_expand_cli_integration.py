@@ -219,7 +219,7 @@ def test_errors_that_differ_only_in_volatile_parts_are_one_kind_and_the_report_n
     assert f"×4  POST {fake.url}/chat/completions: reply has no choices: {{\"id\": \"chatcmpl-" in err
     assert "more kinds" not in err
     kinds = json.loads(report.read_text())["expand"]["llm_error_kinds"]  # written although the run failed
-    assert list(kinds.values()) == [4] and '"created": 1732881000' in next(iter(kinds))  # the first, as an example
+    assert list(kinds.values()) == [4] and '"created": 173288100' in next(iter(kinds))  # one of them, as an example
     assert not (tmp_path / "x.jsonl").exists()
 
 
