@@ -12,6 +12,7 @@ from toolscout.llm import (
     ChatResult,
     LLMClient,
     LLMConnectionError,
+    LLMError,
     LLMHTTPError,
     LLMReplyError,
     LLMSettingError,
@@ -104,6 +105,17 @@ def test_gives_up_with_url_status_and_body(fake):
     assert fake.url + "/chat/completions" in message and "HTTP 503" in message
     assert "model is overloaded" in message and "after 3 attempts" in message
     assert info.value.status == 503 and client.stats.to_dict()["errors"] == 1
+
+
+def test_failed_calls_are_counted_as_calls_and_errors(fake):
+    fake.script(Reply(status=500, content="boom"), Reply(body='{"choices": []}'))
+    with client_for(fake, max_retries=0, sleep=Waits()) as client:
+        for _ in range(2):
+            with pytest.raises(LLMError):
+                client.chat(MSG)
+        client.chat(MSG)
+    stats = client.stats.to_dict()
+    assert (stats["calls"], stats["errors"], stats["http_requests"]) == (3, 2, 3)
 
 
 def test_client_errors_are_not_retried_and_say_what_to_check(fake):

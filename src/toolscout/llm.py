@@ -207,8 +207,9 @@ _COUNTERS = ("calls", "http_requests", "retries", "cache_hits", "errors", "json_
 class LLMStats:
     """Thread-safe counts for a cost report, in total and per model.
 
-    `calls`: chat() calls; `http_requests`: requests sent (retries included); `cache_hits`: calls
-    answered from the cache; tokens are those the server reported in `usage` (cache hits cost none).
+    `calls`: chat() calls, failed ones too (`errors` of them failed); `http_requests`: requests sent (retries
+    included); `cache_hits`: calls answered from the cache; tokens are those the server reported in `usage`
+    (cache hits cost none).
     """
 
     def __init__(self) -> None:
@@ -507,9 +508,17 @@ class LLMClient:
                 return _result(hit, model, self.url, cached=True)
         body = {"model": model, "messages": messages, **params}
         want_json = json_mode and self.json_mode != "never"
-        with self._slots:
-            data = self._post_with_json_mode(body, model, want_json)
-        result = _result(data, model, self.url, cached=False)
+        try:
+            with self._slots:
+                data = self._post_with_json_mode(body, model, want_json)  # counts its own failures as errors
+        except LLMError:
+            self.stats.add(model, calls=1)  # a failed call is a call too
+            raise
+        try:
+            result = _result(data, model, self.url, cached=False)
+        except LLMReplyError:
+            self.stats.add(model, calls=1, errors=1)
+            raise
         self.stats.add(model, calls=1, prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens)
         if key is not None:
             self.cache.put(key, {"model": model, "messages": messages, "params": logical}, _cacheable(data))
