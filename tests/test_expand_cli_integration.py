@@ -264,6 +264,23 @@ def test_generate_reports_which_llm_errors_and_fails_when_most_attempts_failed(t
     assert len((tmp_path / "most" / "queries.jsonl").read_text().splitlines()) == 3  # written all the same
 
 
+def test_generate_names_failed_polish_calls_as_failures_and_counts_every_call(tmp_path, capsys):
+    from fakellm import Reply
+
+    fake = FakeLLM()
+    fake.script(*[Reply(status=500, content="polisher crashed")] * 2, when=mentions("<request>"))
+    llm = ["--model", "m", "--no-cache", "--quiet", "--max-retries", "0", "--concurrency", "1", "--n", "4"]
+    with fake:
+        assert main(["generate", str(SAMPLE), "--out", str(tmp_path / "g"), "--base-url", fake.url, *llm]) == 0
+        requests = fake.calls
+    err = capsys.readouterr().err
+    assert "0 unusable polish replies, 2 polish calls failed (each kept its draft)" in err
+    assert f"  ×2  POST {fake.url}/chat/completions → HTTP 500: {{\"error\": {{\"message\": \"polisher crashed\"" in err
+    assert f"LLM: {requests} calls (2 failed), 0 cache hits, {requests} HTTP requests (0 retries)" in err
+    report = json.loads((tmp_path / "g" / "generate_report.json").read_text())
+    assert (report["polish_unusable"], report["polish_errors"], report["llm"]["calls"]) == (0, 2, requests)
+
+
 def test_llm_settings_are_checked_before_anything_is_printed_or_sent(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("TS_TEST_UNSET_KEY", raising=False)
     with FakeLLM() as fake:

@@ -31,7 +31,7 @@ from ..llm import UNREADABLE_REPLIES_HINT, LLMClient, LLMError, parse_json_reply
 from ..tool import Tool, content_hash
 from .profile import ProfileParseError, ProfileRules, check_profile, parse_profile, problem_kind
 from .prompts import PROMPT_VERSION, expansion_messages, judge_messages
-from .runs import (BatchFailureRule, ErrorTally, Failure, RunProgress, describe_reply, reply_excerpt,
+from .runs import (BatchFailureRule, ErrorTally, Failure, RunProgress, cost_line, describe_reply, reply_excerpt,
                    unreachable)
 
 DONE = ("expanded", "regenerated")
@@ -354,9 +354,7 @@ class ExpandReport:
             f"drafts breaking rules: {self.rule_failures}   judged unfaithful: {self.judged_unfaithful}   "
             f"unreadable verdicts: {self.judge_unreadable}   LLM errors: {self.llm_errors}",
             *self.llm_error_kinds.lines(report_file=report_file),
-            f"LLM: {llm.get('calls', 0)} calls, {llm.get('cache_hits', 0)} cache hits, "
-            f"{llm.get('http_requests', 0)} HTTP requests ({llm.get('retries', 0)} retries), "
-            f"{llm.get('prompt_tokens', 0)} prompt + {llm.get('completion_tokens', 0)} completion tokens",
+            cost_line(llm),
         ]
         for model, counts in (llm.get("by_model") or {}).items():
             lines.append(f"  {model}: {counts['calls']} calls, {counts['cache_hits']} cached, "

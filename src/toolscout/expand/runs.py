@@ -18,7 +18,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Sequence, TextIO
+from typing import Any, Mapping, Sequence, TextIO
 
 from ..llm import ChatResult, LLMClient, LLMConnectionError, LLMError, LLMTimeoutError, snippet
 
@@ -49,6 +49,13 @@ class Failure:
 
     error: str
     unreachable: bool
+
+
+def cost_line(llm: Mapping[str, Any]) -> str:
+    """The run report's line of LLM costs (`LLMStats.to_dict()`): every call made, the failed ones too."""
+    return (f"LLM: {llm.get('calls', 0)} calls ({llm.get('errors', 0)} failed), {llm.get('cache_hits', 0)} cache "
+            f"hits, {llm.get('http_requests', 0)} HTTP requests ({llm.get('retries', 0)} retries), "
+            f"{llm.get('prompt_tokens', 0)} prompt + {llm.get('completion_tokens', 0)} completion tokens")
 
 
 # what varies between failures of one kind: any word holding a digit (timestamps, ids, token counts); the

@@ -27,8 +27,8 @@ from typing import Any, Mapping, Sequence
 
 from ..benchmark_sets import Query
 from ..llm import UNREADABLE_REPLIES_HINT, LLMClient, LLMError, parse_json_reply
-from ..expand.runs import (BatchFailureRule, ErrorTally, Failure, RunProgress, describe_reply, reply_excerpt,
-                           unreachable)
+from ..expand.runs import (BatchFailureRule, ErrorTally, Failure, RunProgress, cost_line, describe_reply,
+                           reply_excerpt, unreachable)
 from ..tool import Tool
 from .dedupe import NearDuplicateIndex
 from .prompts import generation_messages, polish_messages, tool_line
@@ -74,7 +74,8 @@ class GenerateReport:
     accepted: int = 0
     rejected: Counter = field(default_factory=Counter)
     polished: int = 0        # accepted requests the polish pass rewrote
-    polish_failed: int = 0   # polish replies unusable: the unpolished request was kept
+    polish_unusable: int = 0  # polish replies that held no request: the unpolished request was kept
+    polish_error_kinds: ErrorTally = field(default_factory=ErrorTally)  # polish calls that failed (draft kept)
     labels_per_query: float = 0.0
     invalid_reply: str = ""  # the start of the first reply that was not the JSON asked for
     llm_error_kinds: ErrorTally = field(default_factory=ErrorTally)  # why the llm_error attempts failed
@@ -86,7 +87,9 @@ class GenerateReport:
         return {"attempts": self.attempts, "accepted": self.accepted,
                 "rejected": {r: self.rejected.get(r, 0) for r in REJECT_REASONS},
                 "invalid_reply": self.invalid_reply, "llm_error_kinds": self.llm_error_kinds.to_dict(),
-                "polished": self.polished, "polish_failed": self.polish_failed,
+                "polished": self.polished, "polish_unusable": self.polish_unusable,
+                "polish_errors": self.polish_error_kinds.total,
+                "polish_error_kinds": self.polish_error_kinds.to_dict(),
                 "labels_per_query": round(self.labels_per_query, 3), "stopped": self.stopped, "llm": self.llm,
                 "elapsed_s": self.elapsed_s}
 
@@ -117,10 +120,10 @@ class GenerateReport:
             f"attempts: {self.attempts}   accepted: {self.accepted} ({self.labels_per_query:.2f} tools per query)",
             f"rejected: {rejected}",
             *self.llm_error_kinds.lines(report_file=report_file),
-            f"polish: {self.polished} rewritten, {self.polish_failed} unusable polish replies (kept the draft)",
-            f"LLM: {llm.get('calls', 0)} calls, {llm.get('cache_hits', 0)} cache hits, "
-            f"{llm.get('http_requests', 0)} HTTP requests ({llm.get('retries', 0)} retries), "
-            f"{llm.get('prompt_tokens', 0)} prompt + {llm.get('completion_tokens', 0)} completion tokens",
+            f"polish: {self.polished} rewritten, {self.polish_unusable} unusable polish replies, "
+            f"{self.polish_error_kinds.total} polish calls failed (each kept its draft)",
+            *self.polish_error_kinds.lines(report_file=report_file),
+            cost_line(llm),
             f"time: {self.elapsed_s:.1f}s",
         ])
 
@@ -155,7 +158,8 @@ class _Outcome:
     draft: str = ""
     text: str = ""
     polished: bool = False
-    polish_failed: bool = False
+    polish_unusable: bool = False  # the polish reply held no request
+    polish_error: str = ""  # why the polish call failed
     error: str = ""  # why the LLM request failed (reason "llm_error")
     reply: str = ""  # the start of a reply that was not the JSON asked for (reason "invalid_json")
     unreachable: bool = False  # the request failed to connect or timed out
@@ -272,11 +276,12 @@ class _Generator:
             try:
                 answer = self.client.chat(polish_messages(text), model=self.polish_model, json_mode=True,
                                           temperature=0.0, max_tokens=self.config.max_tokens)
-                polished, _changed = parse_polish(answer.text)
-            except LLMError:
-                polished = None
+            except LLMError as exc:
+                outcome.polish_error = str(exc)
+                return outcome
+            polished, _changed = parse_polish(answer.text)
             if polished is None:
-                outcome.polish_failed = True
+                outcome.polish_unusable = True
             else:
                 outcome.polished = polished != text
                 outcome.text = polished
@@ -324,7 +329,9 @@ def generate_queries(tools: Sequence[Tool], client: LLMClient, config: GenerateC
                     continue
                 accepted.append(GeneratedQuery(outcome.text, outcome.labels, outcome.draft, outcome.names))
                 report.polished += outcome.polished
-                report.polish_failed += outcome.polish_failed
+                report.polish_unusable += outcome.polish_unusable
+                if outcome.polish_error:
+                    report.polish_error_kinds.add(outcome.polish_error)
                 shown.advance()
             if stop:
                 report.stopped = stop  # what was accepted is kept: the command writes it, then fails
