@@ -20,7 +20,7 @@ from toolscout.expand import (
     parse_profile,
     tool_document,
 )
-from toolscout.expand.pipeline import Journal, parse_verdict
+from toolscout.expand.pipeline import Journal, expand_tool, parse_verdict
 from toolscout.expand.profile import ProfileParseError, problem_kind
 from toolscout.expand.usage import UsageReport
 from toolscout.expand.views import ablation_views, parse_profile_fields
@@ -140,7 +140,8 @@ def test_judge_unfaithful_regenerated_by_strong_model_and_failures_keep_their_do
     assert "mentions air quality" in strong_weather["messages"][1]["content"]
     # the judge saw the document and the profile; it ran once per rule-passing draft
     assert sum(1 for r in requests if "<profile>" in str(r["messages"])) == 4
-    assert report.llm["calls"] == len(requests) == 11
+    assert requests[0]["messages"][0]["content"] == "Reply with the word OK." and requests[0]["model"] == "big"
+    assert report.llm["calls"] == len(requests) == 12  # "big" checked before the run, then 11 calls
 
 
 def test_llm_failure_keeps_the_original_document(tmp_path):
@@ -152,6 +153,17 @@ def test_llm_failure_keeps_the_original_document(tmp_path):
     assert files.profile is None and result.outcomes["files"]["status"] == "failed"
     assert "HTTP 500" in result.outcomes["files"]["drafts"][0]["error"]
     assert result.report.llm_errors == 1 and result.report.expanded == 3
+
+
+def test_a_server_that_does_not_answer_is_not_asked_again_by_the_strong_model():
+    import socket
+
+    with socket.socket() as sock:  # bound, never listening: connections refused
+        sock.bind(("127.0.0.1", 0))
+        with LLMClient(f"http://127.0.0.1:{sock.getsockname()[1]}/v1", "small", max_retries=0) as client:
+            outcome = expand_tool(TOOLS[0], client, ExpandConfig(model="small", strong_model="big"))
+    assert outcome.status == "failed" and [d.model for d in outcome.drafts] == ["small"]
+    assert "cannot reach the server" in outcome.drafts[0].error
 
 
 def test_resume_skips_done_tools_with_zero_calls(tmp_path):
@@ -262,13 +274,13 @@ def test_cli_expands_a_benchmark_folder_resumably_and_eval_reads_it(tmp_path, ca
                 "--cache-dir", tmp_path / "cache", "--quiet", "--concurrency", "4"]
         assert cmd_expand(parse([*argv, "--limit", "10"])) == 0
         first_calls = fake.calls
-        assert first_calls == 20
+        assert first_calls == 21  # 10 tools × (draft + judge), and "big" checked once before the run
         assert cmd_expand(parse(argv)) == 0  # resumes: 50 tools left
         assert fake.calls == first_calls + 100
         assert cmd_expand(parse([*argv, "--fresh"])) == 0  # everything again, all from the cache
         assert fake.calls == first_calls + 100
     err = capsys.readouterr().err
-    assert "120 cache hits" in err
+    assert "121 cache hits" in err
     bench = load_benchmark(out)
     original = load_benchmark(SAMPLE)
     assert len(bench.tools) == 60 and all(t.profile and t.profile["function"] for t in bench.tools)
@@ -277,7 +289,7 @@ def test_cli_expands_a_benchmark_folder_resumably_and_eval_reads_it(tmp_path, ca
     row = json.loads((out / "tools.jsonl").read_text().splitlines()[0])
     assert row["doc"] == json.loads((SAMPLE / "tools.jsonl").read_text().splitlines()[0])["doc"]
     report = json.loads((out / "expand_report.json").read_text())
-    assert report["expand"]["expanded"] == 60 and report["expand"]["llm"]["cache_hits"] == 120
+    assert report["expand"]["expanded"] == 60 and report["expand"]["llm"]["cache_hits"] == 121
     assert report["expand"]["llm"]["http_requests"] == 0  # the --fresh rerun cost nothing
     assert (out / "expand-journal.jsonl").exists() and journal_path(out) == out / "expand-journal.jsonl"
 

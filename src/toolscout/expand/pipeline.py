@@ -31,8 +31,8 @@ from ..llm import UNREADABLE_REPLIES_HINT, LLMClient, LLMError, parse_json_reply
 from ..tool import Tool, content_hash
 from .profile import ProfileParseError, ProfileRules, check_profile, parse_profile, problem_kind
 from .prompts import PROMPT_VERSION, expansion_messages, judge_messages
-from .runs import (BatchFailureRule, ErrorTally, Failure, RunProgress, cost_line, describe_reply, reply_excerpt,
-                   unreachable)
+from .runs import (BatchFailureRule, ErrorTally, Failure, RunProgress, check_models, cost_line, describe_reply,
+                   reply_excerpt, unreachable)
 
 DONE = ("expanded", "regenerated")
 _DOC_SKIP_KEYS = {"profile", "tool_profile", "usage", "raw"}
@@ -399,6 +399,9 @@ def expand_tools(tools: Sequence[Tool], client: LLMClient, config: ExpandConfig,
         todo = todo[:limit]
 
     with RunProgress("expanding", "tools", len(todo), client, enabled=progress) as shown:
+        if todo:
+            check_models(client, config.model, {"--strong-model": config.strong_model,
+                                                "--judge-model": config.judge_model if config.judge else None})
         _run(todo, client, config, store, records, report, shown, on_outcome)
 
     merged = [merge_profile(t, records.get(t.id)) for t in tools]

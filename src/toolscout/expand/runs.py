@@ -111,6 +111,24 @@ class ErrorTally:
                 "output holds what succeeded; rerun the same command to retry the rest")
 
 
+def check_models(client: LLMClient, working: str, models: Mapping[str, str | None]) -> None:
+    """Ask each model the run may use besides the `working` one (`{flag: model}`) one tiny question before
+    the run, so that a misspelt --strong-model fails now, naming its flag, rather than mid-run when a draft
+    first needs it (or never, when none does). The working model's check is the run's first batch
+    (`BatchFailureRule`, `nothing_usable`). A server that does not answer fails the run here, as itself."""
+    asked = {working}
+    for flag, model in models.items():
+        if not model or model in asked:
+            continue
+        asked.add(model)
+        try:
+            client.chat([{"role": "user", "content": "Reply with the word OK."}], model=model, max_tokens=1)
+        except LLMError as exc:
+            if unreachable(exc):
+                raise  # the server, not the model
+            raise LLMError(f"{flag} {model}: the model could not be used: {exc}") from None
+
+
 class BatchFailureRule:
     """When a run stops early, rather than spend minutes on retries that cannot succeed: after a batch (the
     requests in flight together) every request of which failed to connect or timed out. The first batch: the

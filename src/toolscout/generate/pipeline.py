@@ -27,8 +27,8 @@ from typing import Any, Mapping, Sequence
 
 from ..benchmark_sets import Query
 from ..llm import UNREADABLE_REPLIES_HINT, LLMClient, LLMError, parse_json_reply
-from ..expand.runs import (BatchFailureRule, ErrorTally, Failure, RunProgress, cost_line, describe_reply,
-                           reply_excerpt, unreachable)
+from ..expand.runs import (BatchFailureRule, ErrorTally, Failure, RunProgress, check_models, cost_line,
+                           describe_reply, reply_excerpt, unreachable)
 from ..tool import Tool
 from .dedupe import NearDuplicateIndex
 from .prompts import generation_messages, polish_messages, tool_line
@@ -309,6 +309,7 @@ def generate_queries(tools: Sequence[Tool], client: LLMClient, config: GenerateC
     accepted: list[GeneratedQuery] = []
     rule = BatchFailureRule(client.url)
     with RunProgress("generating", "queries", config.n, client, enabled=progress) as shown:
+        check_models(client, gen.model, {"--polish-model": gen.polish_model if config.polish else None})
         while len(accepted) < config.n and report.attempts < max_attempts:
             size = min(config.batch, config.n - len(accepted), max_attempts - report.attempts)
             outcomes = _run_batch(gen, [gen.job(rng, accepted) for _ in range(size)])
