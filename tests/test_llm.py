@@ -182,8 +182,11 @@ def test_json_mode_falls_back_when_server_rejects_response_format(tmp_path):
             assert fake.calls == 3 and "response_format" not in fake.requests[2]  # remembered
             assert client.stats.to_dict()["json_mode_fallbacks"] == 1
         with LLMClient(fake.url, "m", json_mode="always") as strict:
-            with pytest.raises(LLMHTTPError, match="response_format is not supported"):
+            with pytest.raises(LLMHTTPError, match="response_format is not supported") as info:
                 strict.chat(MSG, json_mode=True)
+    assert info.value.status == 400 and "check the model name" not in str(info.value)
+    assert str(info.value).endswith("(the request asked for JSON mode (response_format), as --json-mode always does; "
+                                    "if the server has none, --json-mode auto asks again without it)")
 
 
 def test_json_mode_sent_when_supported(fake):

@@ -532,8 +532,12 @@ class LLMClient:
         try:
             return self._post({**body, "response_format": {"type": "json_object"}}, model)
         except LLMHTTPError as exc:
-            if self.json_mode == "always" or exc.status not in (400, 415, 422):
+            if exc.status not in (400, 415, 422):
                 raise
+            if self.json_mode == "always":
+                raise LLMHTTPError(exc.url, exc.status, exc.body, exc.attempts,
+                                   "the request asked for JSON mode (response_format), as --json-mode always does; "
+                                   "if the server has none, --json-mode auto asks again without it") from None
             data = self._post(body, model)  # asked again without response_format: the server rejected it
             with self._state_lock:
                 self._no_json_mode.add(model)
