@@ -414,30 +414,39 @@ def _run(todo: Sequence[Tool], client: LLMClient, config: ExpandConfig, store: J
          records: dict[str, dict[str, Any]], report: ExpandReport, shown: RunProgress,
          on_outcome: Callable[[ToolOutcome], None] | None) -> None:
     """Expand `todo`, `client.concurrency` at a time, journalling each finished tool; stop early by the
-    batch rule (the tools not reached count as not attempted)."""
-    rule, batch, first = BatchFailureRule(client.url), [], True
+    batch rule (the tools not reached count as not attempted). The first batch runs alone: a server that is
+    not there is found out with no other request in flight (one left running would delay the exit)."""
+    rule, size = BatchFailureRule(client.url), client.concurrency
     finished = 0
-    # closed on the way out: the tools not started are cancelled
-    with closing(client.map(lambda t: expand_tool(t, client, config), todo)) as results:
-        for _index, outcome in results:
-            if isinstance(outcome, BaseException):
-                raise outcome
-            record = outcome.to_record()
-            if store is not None:
-                store.append(record)
-            records[outcome.tool_id] = record
-            report.count(outcome)
-            finished += 1
-            if on_outcome is not None:
-                on_outcome(outcome)
-            shown.advance(outcome.status)
-            batch.append(outcome.failure())
-            if len(batch) == client.concurrency and finished < len(todo):
-                report.stopped = rule.check(batch, first=first) or ""
-                batch, first = [], False
-                if report.stopped:
-                    report.not_attempted += len(todo) - finished
-                    return
+    for first, part in ((True, todo[:size]), (False, todo[size:])):
+        batch: list[Failure | None] = []
+        # closed on the way out: the tools not started are cancelled
+        with closing(client.map(lambda t: expand_tool(t, client, config), part)) as results:
+            for _index, outcome in results:
+                if isinstance(outcome, BaseException):
+                    raise outcome
+                _keep(outcome, store, records, report, shown, on_outcome)
+                finished += 1
+                batch.append(outcome.failure())
+                if len(batch) == size and finished < len(todo):
+                    report.stopped = rule.check(batch, first=first) or ""
+                    batch, first = [], False
+                    if report.stopped:
+                        report.not_attempted += len(todo) - finished
+                        return
+
+
+def _keep(outcome: ToolOutcome, store: Journal | None, records: dict[str, dict[str, Any]], report: ExpandReport,
+          shown: RunProgress, on_outcome: Callable[[ToolOutcome], None] | None) -> None:
+    """A finished tool: journalled (flushed), recorded, counted, shown."""
+    record = outcome.to_record()
+    if store is not None:
+        store.append(record)
+    records[outcome.tool_id] = record
+    report.count(outcome)
+    if on_outcome is not None:
+        on_outcome(outcome)
+    shown.advance(outcome.status)
 
 
 def merge_profile(tool: Tool, record: Mapping[str, Any] | None) -> Tool:
