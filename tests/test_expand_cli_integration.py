@@ -294,8 +294,13 @@ def test_every_model_a_run_may_use_is_checked_before_its_first_request(tmp_path,
             models = [r["model"] for r in fake.requests]
         err = capsys.readouterr().err
         assert f"error: {flag} nope: the model could not be used: POST {fake.url}/chat/completions → HTTP 404" in err
-        assert models == ["nope"]  # asked first, and nothing else was
+        assert models == ["nope", "m"]  # asked first; then the working model, to tell whose failure it is
         assert not out.exists()
+    with FakeLLM(responder=lambda request: Reply(body='{"choices": []}')) as fake:  # no model works: not blamed
+        assert main(["expand", str(SAMPLE), "--out", str(tmp_path / "x"), "--base-url", fake.url, *base,
+                     "--strong-model", "big"]) == 1
+    err = capsys.readouterr().err
+    assert f"error: POST {fake.url}/chat/completions: reply has no choices" in err and "--strong-model big" not in err
 
 
 def test_llm_settings_are_checked_before_anything_is_printed_or_sent(tmp_path, capsys, monkeypatch):

@@ -115,18 +115,24 @@ def check_models(client: LLMClient, working: str, models: Mapping[str, str | Non
     """Ask each model the run may use besides the `working` one (`{flag: model}`) one tiny question before
     the run, so that a misspelt --strong-model fails now, naming its flag, rather than mid-run when a draft
     first needs it (or never, when none does). The working model's check is the run's first batch
-    (`BatchFailureRule`, `nothing_usable`). A server that does not answer fails the run here, as itself."""
+    (`BatchFailureRule`, `nothing_usable`). A failure the working model shares (a server that does not
+    answer, or answers nothing usable) fails the run as itself, blaming no flag."""
     asked = {working}
     for flag, model in models.items():
         if not model or model in asked:
             continue
         asked.add(model)
         try:
-            client.chat([{"role": "user", "content": "Reply with the word OK."}], model=model, max_tokens=1)
+            _ask_ok(client, model)
         except LLMError as exc:
             if unreachable(exc):
                 raise  # the server, not the model
+            _ask_ok(client, working)  # raises, as itself, when the server fails the working model too
             raise LLMError(f"{flag} {model}: the model could not be used: {exc}") from None
+
+
+def _ask_ok(client: LLMClient, model: str) -> None:
+    client.chat([{"role": "user", "content": "Reply with the word OK."}], model=model, max_tokens=1)
 
 
 class BatchFailureRule:
