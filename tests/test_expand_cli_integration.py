@@ -273,7 +273,8 @@ def test_generate_names_failed_polish_calls_as_failures_and_counts_every_call(tm
         requests = fake.calls
     err = capsys.readouterr().err
     assert "0 unusable polish replies, 2 polish calls failed (each kept its draft)" in err
-    assert f"  ×2  POST {fake.url}/chat/completions → HTTP 500: {{\"error\": {{\"message\": \"polisher crashed\"" in err
+    body = '{"error": {"message": "polisher crashed"'
+    assert f"  ×2  POST {fake.url}/chat/completions → HTTP 500: {body}" in err
     assert f"LLM: {requests} calls (2 failed), 0 cache hits, {requests} HTTP requests (0 retries)" in err
     report = json.loads((tmp_path / "g" / "generate_report.json").read_text())
     assert (report["polish_unusable"], report["polish_errors"], report["llm"]["calls"]) == (0, 2, requests)
