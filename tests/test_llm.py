@@ -218,6 +218,27 @@ def test_choice_probability_edge_cases():
     assert choice_probability(only_yes) == 1.0
 
 
+def first_token(token, p, *alternatives):
+    """A one-token reply whose first token `token` has probability p, with (token, probability) alternatives."""
+    top = ((token, math.log(p)),) + tuple((t, math.log(q)) for t, q in alternatives)
+    return ChatResult(token, "m", logprobs=(TokenLogprob(token, math.log(p), top),))
+
+
+def test_choice_probability_needs_the_two_words_to_hold_real_mass():
+    # the model answered "maybe" (90 %); "true" is an alternative at 5 %, "false" is not listed: no judgement
+    assert choice_probability(first_token("maybe", 0.90, ("true", 0.05), ("I", 0.02))) is None
+    # a code fence with "true" at 0.03 %
+    assert choice_probability(first_token("```", 0.9997, ("true", 0.0003))) is None
+    # "maybe" 30 %, "true" 29 %, "false" 28 %: the words hold 57 %, so P(true) = 0.29 / 0.57
+    assert choice_probability(first_token("maybe", 0.30, ("true", 0.29), ("false", 0.28))) == \
+        pytest.approx(0.29 / 0.57)
+    # a word's likeliest spelling counts: "true" 80 % (" True" 10 %) against "false" 5 % → 0.80 / 0.85
+    assert choice_probability(first_token("true", 0.80, (" True", 0.10), ("false", 0.05))) == \
+        pytest.approx(0.80 / 0.85)
+    # a certain "false", "true" beyond the listed alternatives
+    assert choice_probability(first_token("false", 0.99, ("no", 0.005))) == 0.0
+
+
 def test_parse_json_reply_tolerates_fences_thinking_and_prose():
     assert parse_json_reply('```json\n{"a": 1}\n```') == {"a": 1}
     assert parse_json_reply('<think>maybe {x}</think>\n{"a": 2}') == {"a": 2}

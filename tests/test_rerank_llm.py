@@ -162,6 +162,20 @@ def test_logprobs_without_either_word_fall_back_to_the_text():
     assert out.scores[0][0] == 1.0 and (reranker.stats.text_fallbacks, reranker.stats.logprob_scored) == (1, 0)
 
 
+def test_an_answer_that_is_neither_word_is_a_failed_pair_whatever_its_alternatives():
+    # chatty models open with "maybe" or a code fence; "true" among their alternatives at 5 % is no verdict
+    maybe = [{"token": "maybe", "logprob": math.log(0.9),
+              "top_logprobs": [{"token": "maybe", "logprob": math.log(0.9)}, {"token": "true", "logprob": math.log(0.05)}]}]
+    fence = [{"token": "```", "logprob": -0.0003,
+              "top_logprobs": [{"token": "```", "logprob": -0.0003}, {"token": "true", "logprob": math.log(0.0003)}]}]
+    table = {"get weather": Reply("maybe", logprobs=maybe), "send email": Reply("```", logprobs=fence)}
+    with FakeLLM(responder=by_tool(table)) as llm, LLMReranker(settings_for(llm)) as reranker:
+        with pytest.warns(UserWarning, match=r"2 of 3 pairs failed.*expected true or false"):
+            out = reranker.rerank([QUERY], candidates(["f", "w", "m"]), TOOLS)
+    assert list(out.ids[0]) == ["f", "w", "m"] and list(out.scores[0]) == [10.0, 9.0, 8.0]  # the first stage's list
+    assert (reranker.stats.errors, reranker.stats.failed_queries, reranker.stats.logprob_scored) == (2, 1, 1)
+
+
 def test_timeout_keeps_the_first_stage_order_for_that_query_only():
     table = {"get weather": Reply("true", logprobs=lp(-0.1, -2.3)),
              "search flights": Reply("false", logprobs=lp(-3.0, -0.1))}

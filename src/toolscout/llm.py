@@ -172,30 +172,34 @@ def parse_logprobs(choice: Mapping[str, Any]) -> tuple[TokenLogprob, ...] | None
     return None
 
 
-def choice_probability(result: ChatResult, yes: str = "true", no: str = "false") -> float | None:
-    """P(yes) from the first token's alternatives: exp(l_yes) / (exp(l_yes) + exp(l_no)).
+# the share of the first token's probability that "true" and "false" must hold together for P(true) to be
+# read from them: below it the model's answer was something else ("maybe", a code fence, "<think>")
+MIN_CHOICE_MASS = 0.5
 
-    Tokens are compared case-insensitively, without surrounding spaces. None when the reply carries
-    no log-probabilities or neither word is among the first token's alternatives.
+
+def choice_probability(result: ChatResult, yes: str = "true", no: str = "false") -> float | None:
+    """P(yes) from the first token's alternatives: m_yes / (m_yes + m_no), where m_word is the probability
+    of the likeliest alternative that spells the word (case-insensitively, without surrounding spaces).
+
+    None when the reply carries no log-probabilities, or when the two words together hold less than
+    MIN_CHOICE_MASS of the first token's probability: a 5 % "true" beside a "maybe" is no judgement.
     """
     import math
 
     if not result.logprobs:
         return None
     first = result.logprobs[0]
-    options = {first.token.strip().lower(): first.logprob}
-    for token, logprob in first.top:
-        options.setdefault(token.strip().lower(), logprob)
-    l_yes, l_no = options.get(yes.lower()), options.get(no.lower())
-    if l_yes is None and l_no is None:
+    alternatives = dict(first.top)
+    alternatives.setdefault(first.token, first.logprob)
+    mass = {yes.lower(): 0.0, no.lower(): 0.0}
+    for token, logprob in alternatives.items():
+        word = token.strip().lower()
+        if word in mass:
+            mass[word] = max(mass[word], math.exp(logprob))
+    total = mass[yes.lower()] + mass[no.lower()]
+    if total < MIN_CHOICE_MASS:
         return None
-    if l_no is None:
-        return 1.0
-    if l_yes is None:
-        return 0.0
-    top = max(l_yes, l_no)
-    e_yes, e_no = math.exp(l_yes - top), math.exp(l_no - top)
-    return e_yes / (e_yes + e_no)
+    return mass[yes.lower()] / total
 
 
 # ------------------------------------------------------------------------------------------ stats
