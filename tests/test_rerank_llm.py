@@ -2,6 +2,7 @@
 
 import json
 import math
+import socket
 import threading
 import time
 import warnings
@@ -12,7 +13,7 @@ from fakellm import FakeLLM, Reply, mentions, message_text
 
 from toolscout.llm import LLMClient, LLMHTTPError, LLMReplyError, LLMSettings, LLMTimeoutError
 from toolscout.rerank.base import Reranker, load_reranker
-from toolscout.rerank.llm import LLMReranker, answer_score
+from toolscout.rerank.llm import EndpointBreaker, LLMReranker, answer_score
 from toolscout.results import Results
 from toolscout.tool import TextView, Tool, tool_text
 
@@ -189,6 +190,63 @@ def test_timeout_keeps_the_first_stage_order_for_that_query_only():
     assert list(out.ids[0]) == ["f", "w"] and list(out.scores[0]) == [10.0, 9.0]  # the first stage's list, as it came
     assert list(out.ids[1]) == ["w", "f"] and out.scores[1][0] == pytest.approx(0.9002, abs=1e-4)
     assert (reranker.stats.errors, reranker.stats.failed_queries, reranker.stats.logprob_scored) == (1, 1, 3)
+
+
+class Clock:
+    """A monotonic clock the test moves by hand (the endpoint breaker's pause)."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+def timed_rerank(reranker, query, ids):
+    start = time.monotonic()
+    out = reranker.rerank([query], candidates(ids), TOOLS)
+    return out, time.monotonic() - start
+
+
+def test_a_hung_endpoint_costs_one_deadline_then_is_skipped_until_its_pause_ends():
+    clock = Clock()
+    with FakeLLM(responder=lambda req: Reply("true", logprobs=lp(-0.1, -2.3), delay=5.0)) as llm, \
+            LLMReranker(LLMSettings(base_url=llm.url, model="m"), deadline=0.5) as reranker:  # timeout 60, 4 retries
+        reranker.breaker = EndpointBreaker(30.0, clock=clock)
+        with pytest.warns(UserWarning, match=r"4 of 4 pairs failed.*no reply within"):
+            out, took = timed_rerank(reranker, QUERY, ["f", "m", "w", "h"])
+        assert took < 2.0  # before: 5 attempts of a 60 s timeout per pair
+        assert list(out.ids[0]) == ["f", "m", "w", "h"] and list(out.scores[0]) == [10.0, 9.0, 8.0, 7.0]
+        asked = llm.calls
+        with pytest.warns(UserWarning, match=r"not asked: it failed .* skipped for 30 s"):
+            out, took = timed_rerank(reranker, "another task", ["w", "f"])
+        assert took < 0.5 and llm.calls == asked and list(out.ids[0]) == ["w", "f"]
+        llm.responder = lambda req: Reply("true", logprobs=lp(-0.1, -2.3))  # the server recovers
+        clock.now += 30.0
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            out, _took = timed_rerank(reranker, "third task", ["f", "w"])
+        assert llm.calls == asked + 2 and list(out.scores[0]) == pytest.approx([0.9002] * 2, abs=1e-4)
+
+
+def test_a_refusing_endpoint_falls_back_within_the_deadline_and_is_used_again_once_up():
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    clock = Clock()
+    settings = LLMSettings(base_url=f"http://127.0.0.1:{port}/v1", model="m")  # defaults: 4 retries, 1 s backoff
+    with LLMReranker(settings, deadline=1.0) as reranker:
+        reranker.breaker = EndpointBreaker(30.0, clock=clock)
+        with pytest.warns(UserWarning, match=r"cannot reach the server"):
+            out, took = timed_rerank(reranker, QUERY, ["f", "m", "w", "h"])
+        assert took < 3.0 and list(out.ids[0]) == ["f", "m", "w", "h"]  # before: 15 s of backoff per pair, 77 s
+        with pytest.warns(UserWarning, match=r"not asked: it failed"):
+            out, took = timed_rerank(reranker, "another task", ["w", "f"])
+        assert took < 0.5
+        with FakeLLM(responder=lambda req: Reply("false", logprobs=lp(-2.3, -0.1)), port=port) as llm:
+            clock.now += 30.0
+            out, _took = timed_rerank(reranker, "third task", ["f", "w"])
+            assert llm.calls == 2 and list(out.scores[0]) == pytest.approx([1 - 0.9002] * 2, abs=1e-4)
 
 
 def test_on_error_raise_names_the_query_index_and_tool_id():

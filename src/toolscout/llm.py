@@ -490,8 +490,9 @@ class LLMClient:
     def chat(self, messages: Sequence[Message], *, model: str | None = None, temperature: float | None = 0.0,
              max_tokens: int | None = None, json_mode: bool = False, logprobs: bool = False,
              top_logprobs: int | None = None, stop: Sequence[str] | None = None, seed: int | None = None,
-             use_cache: bool = True, **extra: Any) -> ChatResult:
-        """Send one chat request (or answer it from the cache) and return the first choice."""
+             use_cache: bool = True, deadline: float | None = None, **extra: Any) -> ChatResult:
+        """Send one chat request (or answer it from the cache) and return the first choice. `deadline`: a
+        `time.monotonic()` instant the call must end by, retries and waits included (LLMTimeoutError after)."""
         model = model or self.model
         messages = [dict(m) for m in messages]
         params: dict[str, Any] = {**self.extra_body, **extra}
@@ -512,12 +513,17 @@ class LLMClient:
                 return _result(hit, model, self.url, cached=True)
         body = {"model": model, "messages": messages, **params}
         want_json = json_mode and self.json_mode != "never"
+        if not self._slots.acquire(timeout=-1 if deadline is None else max(0.0, deadline - time.monotonic())):
+            self.stats.add(model, errors=1)  # never sent: an error, not a call made
+            raise LLMTimeoutError(f"POST {self.url}: not sent, all {self.concurrency} request slots stayed busy "
+                                  f"until the deadline (model {model!r})")
         try:
-            with self._slots:
-                data = self._post_with_json_mode(body, model, want_json)  # counts its own failures as errors
+            data = self._post_with_json_mode(body, model, want_json, deadline)  # counts its own failures as errors
         except LLMError:
             self.stats.add(model, calls=1)  # a failed call is a call too
             raise
+        finally:
+            self._slots.release()
         try:
             result = _result(data, model, self.url, cached=False)
         except LLMReplyError:
@@ -528,13 +534,13 @@ class LLMClient:
             self.cache.put(key, {"model": model, "messages": messages, "params": logical}, _cacheable(data))
         return result
 
-    def _post_with_json_mode(self, body: dict, model: str, want_json: bool) -> dict:
+    def _post_with_json_mode(self, body: dict, model: str, want_json: bool, deadline: float | None) -> dict:
         with self._state_lock:
             use_json = want_json and model not in self._no_json_mode
         if not use_json:
-            return self._post(body, model)
+            return self._post(body, model, deadline)
         try:
-            return self._post({**body, "response_format": {"type": "json_object"}}, model)
+            return self._post({**body, "response_format": {"type": "json_object"}}, model, deadline)
         except LLMHTTPError as exc:
             if exc.status not in (400, 415, 422):
                 raise
@@ -542,55 +548,78 @@ class LLMClient:
                 raise LLMHTTPError(exc.url, exc.status, exc.body, exc.attempts,
                                    "the request asked for JSON mode (response_format), as --json-mode always does; "
                                    "if the server has none, --json-mode auto asks again without it") from None
-            data = self._post(body, model)  # asked again without response_format: the server rejected it
+            data = self._post(body, model, deadline)  # asked again without response_format: the server rejected it
             with self._state_lock:
                 self._no_json_mode.add(model)
             self.stats.add(model, json_mode_fallbacks=1)
             return data
 
-    def _post(self, body: dict, model: str) -> dict:
+    def _post(self, body: dict, model: str, deadline: float | None = None) -> dict:
+        """POST with retries; `deadline` (a `time.monotonic()` instant) bounds the whole call, waits included."""
         httpx = self._httpx
         attempts = self.max_retries + 1
         for attempt in range(attempts):
             last = attempt == attempts - 1
+            timeout = self._request_timeout(deadline, model)
             self.stats.add(model, http_requests=1, retries=1 if attempt else 0)
             try:
-                response = self._http.post(self.url, json=body)
+                response = self._http.post(self.url, json=body, timeout=timeout)
             except httpx.TimeoutException:
-                if last:
+                if last or not self._pause(self._backoff(attempt), deadline):
                     self.stats.add(model, errors=1)
                     raise LLMTimeoutError(
-                        f"POST {self.url}: no reply within {self.timeout:g} s on {attempts} attempt(s) "
-                        f"(model {model!r}); raise the timeout (--timeout) or check the server") from None
-                self._sleep(self._backoff(attempt))
+                        f"POST {self.url}: no reply within {timeout:g} s on {attempt + 1} attempt(s) "
+                        f"(model {model!r}){_cut_short(last)}; raise the timeout (--timeout) or check the server"
+                    ) from None
                 continue
             except httpx.TransportError as exc:
-                if last:
+                if last or not self._pause(self._backoff(attempt), deadline):
                     self.stats.add(model, errors=1)
                     raise LLMConnectionError(
-                        f"POST {self.url}: cannot reach the server on {attempts} attempt(s): {exc}; "
-                        "check --base-url and that the server is running") from None
-                self._sleep(self._backoff(attempt))
+                        f"POST {self.url}: cannot reach the server on {attempt + 1} attempt(s){_cut_short(last)}: "
+                        f"{exc}; check --base-url and that the server is running") from None
                 continue
             if response.status_code == 200:
-                try:
-                    data = response.json()
-                except ValueError:
-                    self.stats.add(model, errors=1)
-                    raise LLMReplyError(f"POST {self.url} → HTTP 200 but the body is not JSON: "
-                                        f"{snippet(response.text)}") from None
-                if not isinstance(data, dict):
-                    self.stats.add(model, errors=1)
-                    raise LLMReplyError(f"POST {self.url} → HTTP 200 but the body is not a JSON object: "
-                                        f"{snippet(response.text)}")
-                return data
+                return self._reply_body(response, model)
             status = response.status_code
-            if status in RETRY_STATUSES and not last:
-                self._sleep(self._retry_wait(response, attempt))
+            if status in RETRY_STATUSES and not last and self._pause(self._retry_wait(response, attempt), deadline):
                 continue
             self.stats.add(model, errors=1)
-            raise LLMHTTPError(self.url, status, response.text, attempt + 1, _status_hint(status, self._sends_key))
+            hint = _status_hint(status, self._sends_key)
+            if status in RETRY_STATUSES and not last:
+                hint = "the wait before the next attempt would pass the deadline" + (f"; {hint}" if hint else "")
+            raise LLMHTTPError(self.url, status, response.text, attempt + 1, hint)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _reply_body(self, response: Any, model: str) -> dict:
+        try:
+            data = response.json()
+        except ValueError:
+            self.stats.add(model, errors=1)
+            raise LLMReplyError(f"POST {self.url} → HTTP 200 but the body is not JSON: "
+                                f"{snippet(response.text)}") from None
+        if not isinstance(data, dict):
+            self.stats.add(model, errors=1)
+            raise LLMReplyError(f"POST {self.url} → HTTP 200 but the body is not a JSON object: "
+                                f"{snippet(response.text)}")
+        return data
+
+    def _request_timeout(self, deadline: float | None, model: str) -> float:
+        """Seconds one attempt may take: the timeout, or less when the deadline is nearer."""
+        if deadline is None:
+            return self.timeout
+        left = deadline - time.monotonic()
+        if left <= 0:
+            self.stats.add(model, errors=1)
+            raise LLMTimeoutError(f"POST {self.url}: not sent, the deadline had passed (model {model!r})")
+        return min(self.timeout, left)
+
+    def _pause(self, seconds: float, deadline: float | None) -> bool:
+        """Wait `seconds` before a retry; False (and no wait) when that would pass the deadline."""
+        if deadline is not None and time.monotonic() + seconds >= deadline:
+            return False
+        self._sleep(seconds)
+        return True
 
     def _backoff(self, attempt: int) -> float:
         wait_s = min(self.max_backoff, self.backoff * (2 ** attempt))
@@ -642,6 +671,11 @@ def run_parallel(fn: Callable[[T], R], items: Iterable[T],
         pool.shutdown(wait=False, cancel_futures=True)
         raise
     pool.shutdown(wait=True)
+
+
+def _cut_short(last: bool) -> str:
+    """What an error adds when the call's deadline, not its retries, ended it."""
+    return "" if last else ", stopped there: a retry would pass the deadline"
 
 
 def chat_url(base_url: str) -> str:

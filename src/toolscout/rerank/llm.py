@@ -24,15 +24,20 @@ Errors (timeout, HTTP error, unreachable server, unusable reply) are per pair. `
 (default) keeps the first stage's list (order and scores, `rerank.base`) for every query that lost a pair —
 a half-judged list would mix LLM scores with missing ones — and warns once per call
 (`errors.DegradedResults`); `on_error="raise"` raises the `LLMError`, its message naming the query index
-and the tool id.
+and the tool id. A search never waits for the LLM longer than `deadline` seconds (per query of the call,
+retries included): pairs not judged by then have failed. An endpoint that failed to connect or to answer in
+time is not asked for `endpoint_pause` seconds (`EndpointBreaker`): the searches meanwhile fall back at once.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import re
+import threading
+import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,7 +47,17 @@ import numpy as np
 
 from ..artifacts import read_config
 from ..errors import DegradedResults
-from ..llm import ChatResult, LLMClient, LLMError, LLMReplyError, LLMSettings, choice_probability
+from ..llm import (
+    ChatResult,
+    LLMClient,
+    LLMConnectionError,
+    LLMError,
+    LLMReplyError,
+    LLMSettings,
+    LLMTimeoutError,
+    choice_probability,
+    snippet,
+)
 from ..results import Results
 from ..tool import TextView, Tool, tool_text
 from .base import (
@@ -56,6 +71,8 @@ from .base import (
 )
 
 ON_ERROR = ("fallback", "raise")
+DEFAULT_DEADLINE = 5.0  # seconds a rerank call may spend per query: a search waits no longer for the LLM
+DEFAULT_ENDPOINT_PAUSE = 30.0  # seconds an endpoint that failed to connect or answer in time is not asked
 
 SYSTEM_PROMPT = ("You decide whether a software tool can carry out a user's task. You are shown the task "
                  "and the tool's documentation. Answer with exactly one word: true if the tool meets the "
@@ -121,6 +138,35 @@ def api_key_from_env(settings: LLMSettings, environ: Mapping[str, str] | None = 
     return settings
 
 
+class EndpointBreaker:
+    """Remembers an endpoint that just failed to connect or to answer in time, so that the searches of the
+    next `pause` seconds fall back at once instead of each paying the timeouts. The first search after the
+    pause asks it again; an answer from it clears the failure, another failure starts a new pause."""
+
+    def __init__(self, pause: float = DEFAULT_ENDPOINT_PAUSE, clock=time.monotonic):
+        self.pause, self._clock = float(pause), clock
+        self._lock = threading.Lock()
+        self._failed_at: float | None = None
+        self._reason = ""
+
+    def skip_reason(self) -> str | None:
+        """Why the endpoint is not to be asked now; None when it is."""
+        with self._lock:
+            ago = None if self._failed_at is None else self._clock() - self._failed_at
+            if ago is None or ago >= self.pause:
+                return None
+            return (f"not asked: it failed {ago:.1f} s ago ({self._reason}), so it is skipped for "
+                    f"{self.pause:g} s (endpoint_pause)")
+
+    def record(self, error: LLMError | None) -> None:
+        """An answer (None) or a failed request; only unreachable or too slow endpoints are paused."""
+        with self._lock:
+            if error is None:
+                self._failed_at = None
+            elif isinstance(error, (LLMConnectionError, LLMTimeoutError)):
+                self._failed_at, self._reason = self._clock(), snippet(str(error), 160)
+
+
 @dataclass
 class _Pairs:
     """The distinct (query text, tool document) prompts of a rerank call: `prompts` maps each to its index,
@@ -150,16 +196,20 @@ class LLMReranker:
     are what `save` writes). `depth`: first-stage candidates wanted per query. `view`: which parts
     of a tool make its document, cut to `max_doc_chars`. `on_error`: "fallback" or "raise".
     `top_logprobs`: alternatives asked for at the answer token (both words must be among them).
+    `deadline`: seconds a rerank call may spend per query (a search: its whole wait for the LLM, retries
+    included); pairs not judged by then have failed, and their queries keep the first stage's list.
+    `endpoint_pause`: seconds an endpoint that failed to connect or answer in time is not asked (`EndpointBreaker`).
     """
 
     name = "llm"
     # constructor arguments, then single LLM settings (model=..., cache_dir=...) that override the saved ones
-    settings = ("depth", "view", "max_doc_chars", "on_error", "top_logprobs", "client", "settings",
-                *LLMSettings.__dataclass_fields__)
+    settings = ("depth", "view", "max_doc_chars", "on_error", "top_logprobs", "deadline", "endpoint_pause", "client",
+                "settings", *LLMSettings.__dataclass_fields__)
 
     def __init__(self, settings: LLMSettings | None = None, *, client: LLMClient | None = None,
                  depth: int = DEFAULT_DEPTH, view: TextView | None = None, max_doc_chars: int = 1500,
-                 on_error: str = "fallback", top_logprobs: int = 5):
+                 on_error: str = "fallback", top_logprobs: int = 5, deadline: float = DEFAULT_DEADLINE,
+                 endpoint_pause: float = DEFAULT_ENDPOINT_PAUSE):
         if on_error not in ON_ERROR:
             raise ValueError(f"on_error must be one of {', '.join(ON_ERROR)}, got {on_error!r}")
         if int(depth) < 1:
@@ -168,6 +218,10 @@ class LLMReranker:
             raise ValueError(f"max_doc_chars must be at least 1, got {max_doc_chars}")
         if not 0 <= int(top_logprobs) <= 20:  # the OpenAI API accepts 0..20
             raise ValueError(f"top_logprobs must be between 0 and 20, got {top_logprobs}")
+        if isinstance(deadline, bool) or not isinstance(deadline, (int, float)) or not deadline > 0:
+            raise ValueError(f"deadline must be a number of seconds above 0, got {deadline!r}")
+        if isinstance(endpoint_pause, bool) or not isinstance(endpoint_pause, (int, float)) or not endpoint_pause >= 0:
+            raise ValueError(f"endpoint_pause must be a number of seconds, 0 or more, got {endpoint_pause!r}")
         if settings is None and client is None:
             raise ValueError("LLMReranker needs LLM settings (base_url, model) or a client")
         self._owns_client = client is None
@@ -178,6 +232,8 @@ class LLMReranker:
         self.max_doc_chars = int(max_doc_chars)
         self.on_error = on_error
         self.top_logprobs = int(top_logprobs)
+        self.deadline = float(deadline)
+        self.breaker = EndpointBreaker(float(endpoint_pause))
         self.stats = LLMRerankStats()
         self._warned_no_logprobs = False
 
@@ -201,11 +257,21 @@ class LLMReranker:
         return [{"role": "system", "content": SYSTEM_PROMPT},
                 {"role": "user", "content": USER_TEMPLATE.format(query=query.strip(), document=document)}]
 
-    def _ask(self, pair: tuple[str, str]) -> ChatResult:
+    def _ask(self, pair: tuple[str, str], deadline: float) -> ChatResult:
+        skipped = self.breaker.skip_reason()
+        if skipped is not None:
+            raise LLMConnectionError(f"{self.client.url}: {skipped}")
         query, document = pair
-        # One token is all the answer needs; its log-probabilities carry the score.
-        return self.client.chat(self.messages(query, document), temperature=0.0, max_tokens=1,
-                                logprobs=True, top_logprobs=self.top_logprobs or None)
+        try:
+            # One token is all the answer needs; its log-probabilities carry the score.
+            result = self.client.chat(self.messages(query, document), temperature=0.0, max_tokens=1, logprobs=True,
+                                      top_logprobs=self.top_logprobs or None, deadline=deadline)
+        except LLMError as exc:
+            self.breaker.record(exc)
+            raise
+        if not result.cached:
+            self.breaker.record(None)
+        return result
 
     def score_reply(self, result: ChatResult) -> tuple[float, bool]:
         """(score, from_logprobs). Raises LLMReplyError when the answer is neither true nor false."""
@@ -226,7 +292,7 @@ class LLMReranker:
         self.stats.queries += len(queries)
         self.stats.pairs += sum(len(r) for r in pairs.slots)
         self.stats.asked += len(pairs.prompts)
-        scores, failures, no_logprobs = self._judge(pairs)
+        scores, failures, no_logprobs = self._judge(pairs, time.monotonic() + self.deadline * max(1, len(queries)))
         if no_logprobs and not self._warned_no_logprobs:
             self._warned_no_logprobs = True
             warnings.warn(
@@ -266,14 +332,14 @@ class LLMReranker:
             pairs.slots.append(row)
         return pairs
 
-    def _judge(self, pairs: "_Pairs") -> tuple[list[float | None], dict[int, LLMError], int]:
+    def _judge(self, pairs: "_Pairs", deadline: float) -> tuple[list[float | None], dict[int, LLMError], int]:
         """Ask the model about every distinct pair: (score per pair, None where it failed; the failures;
         how many scores came from the answer text for want of log-probabilities)."""
         scores: list[float | None] = [None] * len(pairs.prompts)
         failures: dict[int, LLMError] = {}
         no_logprobs = 0
         # Results are scored here, on the caller's thread, so the counters need no lock.
-        outcomes = self.client.map(self._ask, list(pairs.prompts))
+        outcomes = self.client.map(functools.partial(self._ask, deadline=deadline), list(pairs.prompts))
         with contextlib.closing(outcomes):  # raising early cancels requests not yet started
             for index, outcome in outcomes:
                 if isinstance(outcome, ChatResult):
@@ -304,7 +370,8 @@ class LLMReranker:
         settings = dataclasses.asdict(self.settings)
         settings.pop("api_key", None)  # never on disk: `api_key_env` names where to find it
         return {"settings": settings, "depth": self.depth, "max_doc_chars": self.max_doc_chars,
-                "on_error": self.on_error, "top_logprobs": self.top_logprobs, "view": self.view.to_dict()}
+                "on_error": self.on_error, "top_logprobs": self.top_logprobs, "deadline": self.deadline,
+                "endpoint_pause": self.breaker.pause, "view": self.view.to_dict()}
 
     def save(self, folder: Path) -> None:
         write_reranker_config(Path(folder), self.name, **self.config())
@@ -323,8 +390,8 @@ class LLMReranker:
             settings = LLMSettings(**saved)
             if not settings.api_key:
                 api_key_from_env(settings)
-        args: dict[str, Any] = {key: config[key] for key in ("depth", "max_doc_chars", "on_error", "top_logprobs")
-                                if key in config}
+        saved_args = ("depth", "max_doc_chars", "on_error", "top_logprobs", "deadline", "endpoint_pause")
+        args: dict[str, Any] = {key: config[key] for key in saved_args if key in config}
         args["view"] = TextView.from_dict(config.get("view"))
         args.update(options)
         if isinstance(args.get("view"), Mapping):
@@ -341,4 +408,5 @@ class LLMReranker:
         return cls(settings, **options)
 
 
-__all__ = ["LLMReranker", "LLMRerankStats", "answer_score", "SYSTEM_PROMPT", "USER_TEMPLATE"]
+__all__ = ["LLMReranker", "LLMRerankStats", "EndpointBreaker", "answer_score", "SYSTEM_PROMPT", "USER_TEMPLATE",
+           "DEFAULT_DEADLINE", "DEFAULT_ENDPOINT_PAUSE"]
