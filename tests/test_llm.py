@@ -75,9 +75,33 @@ def test_retries_5xx_with_exponential_backoff(fake):
 def test_429_honours_retry_after_over_backoff(fake):
     fake.script(Reply(status=429, headers={"Retry-After": "0.25"}), Reply(status=429, headers={"Retry-After": "2"}))
     waits = Waits()
-    with client_for(fake, max_retries=2, sleep=waits, max_retry_after=1.5) as client:
+    with client_for(fake, max_retries=2, sleep=waits, max_backoff=1.5) as client:
         client.chat(MSG)
-    assert waits == [0.25, 1.5]  # the header's value, capped at max_retry_after
+    assert waits == [0.25, 1.5]  # the header's value, capped at max_backoff
+
+
+def test_a_long_retry_after_is_capped_by_max_backoff_and_said(fake, caplog):
+    """Retry-After: 3600 was waited out up to 300 s per attempt, silently; now max_backoff caps it (60 s by
+    default, a setting of the config file) and each wait over a second is logged."""
+    fake.script(Reply(status=429, headers={"Retry-After": "3600"}), Reply(status=503, headers={"Retry-After": "0.5"}))
+    waits = Waits()
+    with caplog.at_level("WARNING", logger="toolscout.llm"), \
+            LLMSettings(base_url=fake.url, model="m", backoff=0.01).client(sleep=waits) as client:
+        assert client.chat(MSG).text == '{"ok": true}'
+    assert waits == [60.0, 0.5]
+    said = [r.getMessage() for r in caplog.records]
+    assert said == [f"LLM: HTTP 429 (Retry-After 3600 s, capped at max_backoff 60 s) from {fake.url}/chat/completions; "
+                    "waiting 60 s before attempt 2 of 5"]  # the 0.5 s wait is not worth a line
+
+
+def test_a_wait_past_the_deadline_ends_the_call_at_once(fake):
+    fake.script(Reply(status=429, headers={"Retry-After": "20"}, content="slow down"))
+    waits = Waits()
+    with client_for(fake, max_retries=4, sleep=waits, max_backoff=60.0) as client:
+        start = time.monotonic()
+        with pytest.raises(LLMHTTPError, match=r"HTTP 429: .*slow down.*waiting 20 s \(Retry-After 20 s\) would pass the deadline"):
+            client.chat(MSG, deadline=time.monotonic() + 2.0)
+    assert waits == [] and time.monotonic() - start < 1.0 and fake.calls == 1
 
 
 def test_retry_after_really_waits():

@@ -9,7 +9,8 @@ Works with OpenAI, vLLM, Ollama, llama.cpp server, LiteLLM and anything else tha
 `POST {base_url}/chat/completions`.
 
 - Timeouts and retries: connection errors, timeouts, 429 and 5xx are retried with exponential backoff;
-  a `Retry-After` header (seconds or an HTTP date) is honoured. Other 4xx fail at once.
+  a `Retry-After` header (seconds or an HTTP date) is honoured up to `max_backoff`, and a wait over a second
+  is logged. Other 4xx fail at once. A call may carry a deadline that bounds it, waits included.
 - Concurrency: `map(fn, items)` runs `fn` over a thread pool; a semaphore bounds the requests in
   flight to `concurrency` however many threads call `chat`.
 - JSON mode: `json_mode=True` sends `response_format={"type": "json_object"}`; a server that rejects
@@ -29,6 +30,7 @@ from __future__ import annotations
 import email.utils
 import hashlib
 import json
+import logging
 import os
 import random
 import re
@@ -41,6 +43,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 from .errors import MissingDependency, ToolScoutError
+
+_log = logging.getLogger(__name__)
 
 Message = Mapping[str, Any]
 T = TypeVar("T")
@@ -433,13 +437,14 @@ class LLMClient:
     `model`: the default model name (each call may name another). `timeout`: seconds per request.
     `max_retries`: extra attempts after the first for retryable failures. Backoff before retry n
     (0-based) is `backoff * 2**n` seconds (capped at `max_backoff`, ± `jitter` share), or the
-    server's `Retry-After` when it sends one (capped at `max_retry_after`). `json_mode`: "auto"
+    server's `Retry-After` when it sends one (capped at `max_backoff` too: no wait is longer). A wait over a
+    second is logged (logger "toolscout.llm", level WARNING) with its reason. `json_mode`: "auto"
     (ask, fall back if rejected), "always" (never fall back), "never". `sleep` is injectable for tests.
     """
 
     def __init__(self, base_url: str, model: str, api_key: str | None = None, *, timeout: float = 60.0,
                  max_retries: int = 4, backoff: float = 1.0, max_backoff: float = 60.0, jitter: float = 0.1,
-                 max_retry_after: float = 300.0, concurrency: int = 4, cache_dir: str | os.PathLike | None = None,
+                 concurrency: int = 4, cache_dir: str | os.PathLike | None = None,
                  json_mode: str = "auto", extra_body: Mapping[str, Any] | None = None,
                  headers: Mapping[str, str] | None = None, sleep: Callable[[float], None] = time.sleep,
                  seed: int | None = None):
@@ -455,7 +460,6 @@ class LLMClient:
         self.timeout = float(checked["timeout"])
         self.max_retries = int(checked["max_retries"])
         self.backoff, self.max_backoff, self.jitter = checked["backoff"], checked["max_backoff"], float(jitter)
-        self.max_retry_after = float(max_retry_after)
         self.concurrency = int(checked["concurrency"])
         self.json_mode = json_mode
         self.extra_body = dict(extra_body or {})
@@ -565,7 +569,7 @@ class LLMClient:
             try:
                 response = self._http.post(self.url, json=body, timeout=timeout)
             except httpx.TimeoutException:
-                if last or not self._pause(self._backoff(attempt), deadline):
+                if last or not self._pause(self._backoff(attempt), deadline, attempt, "no reply in time"):
                     self.stats.add(model, errors=1)
                     raise LLMTimeoutError(
                         f"POST {self.url}: no reply within {timeout:g} s on {attempt + 1} attempt(s) "
@@ -573,7 +577,7 @@ class LLMClient:
                     ) from None
                 continue
             except httpx.TransportError as exc:
-                if last or not self._pause(self._backoff(attempt), deadline):
+                if last or not self._pause(self._backoff(attempt), deadline, attempt, f"cannot connect: {exc}"):
                     self.stats.add(model, errors=1)
                     raise LLMConnectionError(
                         f"POST {self.url}: cannot reach the server on {attempt + 1} attempt(s){_cut_short(last)}: "
@@ -582,12 +586,13 @@ class LLMClient:
             if response.status_code == 200:
                 return self._reply_body(response, model)
             status = response.status_code
-            if status in RETRY_STATUSES and not last and self._pause(self._retry_wait(response, attempt), deadline):
-                continue
-            self.stats.add(model, errors=1)
             hint = _status_hint(status, self._sends_key)
             if status in RETRY_STATUSES and not last:
-                hint = "the wait before the next attempt would pass the deadline" + (f"; {hint}" if hint else "")
+                wait_s, why = self._retry_wait(response, attempt)
+                if self._pause(wait_s, deadline, attempt, f"HTTP {status}{why}"):
+                    continue
+                hint = f"stopped: waiting {wait_s:g} s{why} would pass the deadline" + (f"; {hint}" if hint else "")
+            self.stats.add(model, errors=1)
             raise LLMHTTPError(self.url, status, response.text, attempt + 1, hint)
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -614,10 +619,14 @@ class LLMClient:
             raise LLMTimeoutError(f"POST {self.url}: not sent, the deadline had passed (model {model!r})")
         return min(self.timeout, left)
 
-    def _pause(self, seconds: float, deadline: float | None) -> bool:
-        """Wait `seconds` before a retry; False (and no wait) when that would pass the deadline."""
+    def _pause(self, seconds: float, deadline: float | None, attempt: int, why: str) -> bool:
+        """Wait `seconds` before retry `attempt + 1`; False (and no wait) when that would pass the deadline.
+        A wait over a second is said, so that a run waiting on a rate limit does not look hung."""
         if deadline is not None and time.monotonic() + seconds >= deadline:
             return False
+        if seconds > 1.0:
+            _log.warning("LLM: %s from %s; waiting %.0f s before attempt %d of %d", why, self.url, seconds,
+                         attempt + 2, self.max_retries + 1)
         self._sleep(seconds)
         return True
 
@@ -627,11 +636,15 @@ class LLMClient:
             wait_s *= 1 + self.jitter * (2 * self._random.random() - 1)
         return max(0.0, wait_s)
 
-    def _retry_wait(self, response: Any, attempt: int) -> float:
+    def _retry_wait(self, response: Any, attempt: int) -> tuple[float, str]:
+        """Seconds to wait before retrying an HTTP error, and what they come from: the server's Retry-After
+        (capped at max_backoff, like every wait), else the backoff."""
         after = parse_retry_after(response.headers.get("retry-after"))
-        if after is not None:
-            return min(after, self.max_retry_after)
-        return self._backoff(attempt)
+        if after is None:
+            return self._backoff(attempt), ""
+        if after > self.max_backoff:
+            return self.max_backoff, f" (Retry-After {after:g} s, capped at max_backoff {self.max_backoff:g} s)"
+        return after, f" (Retry-After {after:g} s)"
 
     # many calls --------------------------------------------------------------------------
     def map(self, fn: Callable[[T], R], items: Iterable[T],
