@@ -346,6 +346,44 @@ def test_from_settings_file_reads_the_key_from_the_env(tmp_path, monkeypatch):
         assert llm.requests[0]["_headers"]["authorization"] == "Bearer sk-file-env"
 
 
+def test_the_key_is_read_as_expand_reads_it_and_the_hints_name_the_rerankers_settings(tmp_path, monkeypatch):
+    """The reranker read only a variable named by api_key_env, so with the documented default variable set it
+    sent no key, and its 401 hint named --api-key-env, a flag search and serve do not have."""
+    monkeypatch.delenv("TOOLSCOUT_LLM_API_KEY", raising=False)
+    with FakeLLM(responder=lambda req: Reply("true", logprobs=lp(-0.1, -2.3))) as llm:
+        path = tmp_path / "llm.yaml"
+        path.write_text(f"base_url: {llm.url}\nmodel: m\nmax_retries: 0\n")
+        llm.script(Reply(status=401, content="no key"))
+        with LLMReranker.from_settings_file(path) as keyless, pytest.warns(UserWarning) as caught:
+            keyless.rerank([QUERY], candidates(["w"]), TOOLS)
+        said = " ".join(str(w.message) for w in caught)
+        assert "HTTP 401" in said and "reads the environment variable TOOLSCOUT_LLM_API_KEY" in said
+        assert "api_key_env in the llm: config" in said and "--api-key-env" not in said
+        monkeypatch.setenv("TOOLSCOUT_LLM_API_KEY", "sk-default-var")
+        with LLMReranker.from_settings_file(path) as reranker:
+            reranker.rerank([QUERY], candidates(["w"]), TOOLS)
+            reranker.save(tmp_path / "rr")
+        assert llm.requests[-1]["_headers"]["authorization"] == "Bearer sk-default-var"
+        with load_reranker(tmp_path / "rr") as loaded:  # an index's reranker, as search and serve load it
+            loaded.rerank(["another task"], candidates(["w"]), TOOLS)
+        assert llm.requests[-1]["_headers"]["authorization"] == "Bearer sk-default-var"
+        assert "sk-default-var" not in (tmp_path / "rr" / "config.json").read_text()
+
+        monkeypatch.delenv("TOOLSCOUT_LLM_API_KEY")
+        path.write_text(f"base_url: {llm.url}\nmodel: m\napi_key: sk-in-file\n")
+        with LLMReranker.from_settings_file(path) as in_file:
+            with pytest.warns(UserWarning, match=r"api_key is not saved .* environment variable TOOLSCOUT_LLM_API_KEY"):
+                in_file.save(tmp_path / "rr2")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    path.write_text(f"base_url: http://127.0.0.1:{port}/v1\nmodel: m\nmax_retries: 0\n")
+    with LLMReranker.from_settings_file(path) as unreachable, pytest.warns(UserWarning) as caught:
+        unreachable.rerank([QUERY], candidates(["w"]), TOOLS)
+    said = " ".join(str(w.message) for w in caught)
+    assert "check base_url in the llm: config" in said and "--base-url" not in said
+
+
 def test_a_given_client_is_used_and_saved_without_a_key(tmp_path):
     with FakeLLM(responder=lambda req: Reply("true", logprobs=lp(-0.1, -2.3))) as llm, \
             LLMClient(llm.url, "m", api_key="sk-client", max_retries=0) as client:

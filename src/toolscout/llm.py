@@ -93,13 +93,25 @@ def snippet(text: str, limit: int = _SNIPPET) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _status_hint(status: int, sent_key: bool = True) -> str:
+DEFAULT_KEY_ENV = "TOOLSCOUT_LLM_API_KEY"  # where every LLM feature reads its key unless told another variable
+
+
+@dataclass(frozen=True)
+class SettingHints:
+    """How the user of the failing command sets what an error's hint names: the CLI's flags by default; the
+    LLM reranker, which has no flags at search time, names its config keys."""
+
+    key: str = f"--api-key-env names the environment variable that holds it; default {DEFAULT_KEY_ENV}"
+    timeout: str = "--timeout"
+    base_url: str = "--base-url"
+
+
+def _status_hint(status: int, sent_key: bool, hints: SettingHints) -> str:
     if status == 401 and not sent_key:
-        return ("the request carried no API key: set the environment variable that holds it "
-                "(--api-key-env names it; default TOOLSCOUT_LLM_API_KEY)")
+        return f"the request carried no API key ({hints.key})"
     return {
         400: "the server rejected the request; check the model name and parameters",
-        401: "check the API key (--api-key-env names the environment variable that holds it)",
+        401: f"check the API key ({hints.key})",
         403: "the API key may not have access to this model",
         404: "check the base URL (usually ends in /v1) and the model name",
         413: "the prompt is too long for this server",
@@ -447,7 +459,7 @@ class LLMClient:
                  concurrency: int = 4, cache_dir: str | os.PathLike | None = None,
                  json_mode: str = "auto", extra_body: Mapping[str, Any] | None = None,
                  headers: Mapping[str, str] | None = None, sleep: Callable[[float], None] = time.sleep,
-                 seed: int | None = None):
+                 seed: int | None = None, hints: SettingHints = SettingHints()):
         try:
             import httpx
         except ImportError:
@@ -463,6 +475,7 @@ class LLMClient:
         self.concurrency = int(checked["concurrency"])
         self.json_mode = json_mode
         self.extra_body = dict(extra_body or {})
+        self.hints = hints
         self.cache = ResponseCache(cache_dir) if cache_dir else None
         self.stats = LLMStats()
         self._sleep = sleep
@@ -573,7 +586,7 @@ class LLMClient:
                     self.stats.add(model, errors=1)
                     raise LLMTimeoutError(
                         f"POST {self.url}: no reply within {timeout:g} s on {attempt + 1} attempt(s) "
-                        f"(model {model!r}){_cut_short(last)}; raise the timeout (--timeout) or check the server"
+                        f"(model {model!r}){_cut_short(last)}; raise the timeout ({self.hints.timeout}) or check the server"
                     ) from None
                 continue
             except httpx.TransportError as exc:
@@ -581,12 +594,12 @@ class LLMClient:
                     self.stats.add(model, errors=1)
                     raise LLMConnectionError(
                         f"POST {self.url}: cannot reach the server on {attempt + 1} attempt(s){_cut_short(last)}: "
-                        f"{exc}; check --base-url and that the server is running") from None
+                        f"{exc}; check {self.hints.base_url} and that the server is running") from None
                 continue
             if response.status_code == 200:
                 return self._reply_body(response, model)
             status = response.status_code
-            hint = _status_hint(status, self._sends_key)
+            hint = _status_hint(status, self._sends_key, self.hints)
             if status in RETRY_STATUSES and not last:
                 wait_s, why = self._retry_wait(response, attempt)
                 if self._pause(wait_s, deadline, attempt, f"HTTP {status}{why}"):

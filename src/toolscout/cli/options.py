@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..defaults import DEFAULT_RETRIEVER
+from ..llm import DEFAULT_KEY_ENV
 from ..tool import PROFILE_FIELDS, TextView
 
 # the fast tiers (`encoders/fast.py`), shared by search, eval and serve
@@ -284,9 +285,6 @@ def view_from_args(args: argparse.Namespace) -> TextView | None:
 
 
 # ------------------------------------------------------------------------------------ LLM connection
-
-DEFAULT_KEY_ENV = "TOOLSCOUT_LLM_API_KEY"
-
 
 def default_cache_dir() -> Path:
     return Path.home() / ".cache" / "toolscout" / "llm"

@@ -48,13 +48,16 @@ import numpy as np
 from ..artifacts import read_config
 from ..errors import DegradedResults
 from ..llm import (
+    DEFAULT_KEY_ENV,
     ChatResult,
     LLMClient,
     LLMConnectionError,
     LLMError,
     LLMReplyError,
+    LLMSettingError,
     LLMSettings,
     LLMTimeoutError,
+    SettingHints,
     choice_probability,
     snippet,
 )
@@ -127,15 +130,31 @@ def settings_from_client(client: LLMClient) -> LLMSettings:
                        json_mode=client.json_mode, extra=dict(client.extra_body))
 
 
-def api_key_from_env(settings: LLMSettings, environ: Mapping[str, str] | None = None) -> LLMSettings:
-    """Fill `settings.api_key` from the variable named by `api_key_env`, when it is set."""
-    environ = os.environ if environ is None else environ
-    name = settings.api_key_env
-    if name and environ.get(name):
-        settings.api_key = environ[name]
-    elif name and not settings.api_key:
-        warnings.warn(f"LLM reranker: environment variable {name} is not set; sending no API key", stacklevel=3)
+def api_key_from_env(settings: LLMSettings, config_file: str | os.PathLike | None = None, *, strict: bool = True,
+                     environ: Mapping[str, str] | None = None) -> LLMSettings:
+    """Fill `settings.api_key` as `expand` and `generate` do (`LLMSettings.fill_api_key`): from the variable
+    `api_key_env` names, else from TOOLSCOUT_LLM_API_KEY, else a key the config file holds. A variable named on
+    purpose that is not set is an error when `strict` (reading a config file), else a warning (loading an
+    index: its searches still answer, from the first stage)."""
+    try:
+        settings.fill_api_key(os.environ if environ is None else environ, key=None, key_env_flag=None,
+                              default_env=DEFAULT_KEY_ENV, config_file=config_file)
+    except LLMSettingError as exc:
+        if strict:
+            raise
+        warnings.warn(f"LLM reranker: {exc}; sending no API key", stacklevel=3)
     return settings
+
+
+def reranker_hints(settings: LLMSettings) -> SettingHints:
+    """What the reranker's error hints name: its settings, which live in the llm: config when indexing and in
+    the index's reranker/config.json after (search and serve have no LLM flags)."""
+    where = "the llm: config (saved in the index's reranker/config.json)"
+    if settings.api_key_env:
+        key = f"the LLM reranker reads the environment variable {settings.api_key_env}, named by api_key_env in {where}"
+    else:
+        key = f"the LLM reranker reads the environment variable {DEFAULT_KEY_ENV}; api_key_env in {where} names another"
+    return SettingHints(key=key, timeout=f"timeout in {where}", base_url=f"base_url in {where}")
 
 
 class EndpointBreaker:
@@ -225,7 +244,7 @@ class LLMReranker:
         if settings is None and client is None:
             raise ValueError("LLMReranker needs LLM settings (base_url, model) or a client")
         self._owns_client = client is None
-        self.client = client if client is not None else settings.client()
+        self.client = client if client is not None else settings.client(hints=reranker_hints(settings))
         self.settings = settings if settings is not None else settings_from_client(client)
         self.depth = int(depth)
         self.view = view or TextView()
@@ -236,6 +255,7 @@ class LLMReranker:
         self.breaker = EndpointBreaker(float(endpoint_pause))
         self.stats = LLMRerankStats()
         self._warned_no_logprobs = False
+        self._key_not_saved: str | None = None  # said when saved: a key from a config file that searches lack
 
     # lifecycle ---------------------------------------------------------------------------
     def close(self) -> None:
@@ -374,6 +394,8 @@ class LLMReranker:
                 "endpoint_pause": self.breaker.pause, "view": self.view.to_dict()}
 
     def save(self, folder: Path) -> None:
+        if self._key_not_saved:
+            warnings.warn(self._key_not_saved, stacklevel=2)
         write_reranker_config(Path(folder), self.name, **self.config())
 
     @classmethod
@@ -388,8 +410,7 @@ class LLMReranker:
             saved = {k: v for k, v in (config.get("settings") or {}).items() if k in fields}
             saved.update({k: options.pop(k) for k in list(options) if k in fields})
             settings = LLMSettings(**saved)
-            if not settings.api_key:
-                api_key_from_env(settings)
+            api_key_from_env(settings, Path(_folder) / "config.json", strict=False)
         saved_args = ("depth", "max_doc_chars", "on_error", "top_logprobs", "deadline", "endpoint_pause")
         args: dict[str, Any] = {key: config[key] for key in saved_args if key in config}
         args["view"] = TextView.from_dict(config.get("view"))
@@ -404,8 +425,15 @@ class LLMReranker:
         options = dict(checked_settings(cls, options, path))
         fields = set(LLMSettings.__dataclass_fields__)
         overrides = {key: options.pop(key) for key in list(options) if key in fields}
-        settings = api_key_from_env(dataclasses.replace(LLMSettings.from_file(path), **overrides))
-        return cls(settings, **options)
+        written = LLMSettings.from_file(path)
+        settings = api_key_from_env(dataclasses.replace(written, **overrides), path)
+        reranker = cls(settings, **options)
+        if written.api_key and settings.api_key == written.api_key:
+            variable = settings.api_key_env or DEFAULT_KEY_ENV
+            reranker._key_not_saved = (
+                f"{path}: api_key is not saved with the index (keys never are), so its searches send the key in the "
+                f"environment variable {variable}: set it where they run, or name another with api_key_env")
+        return reranker
 
 
 __all__ = ["LLMReranker", "LLMRerankStats", "EndpointBreaker", "answer_score", "SYSTEM_PROMPT", "USER_TEMPLATE",
