@@ -189,6 +189,38 @@ def test_near_twin_tools_split_their_probability_but_the_search_still_answers(en
     assert scout.search(task, k=5, min_probability="calibrated")
 
 
+def test_a_reranked_pipeline_abstains_on_its_first_stage_whether_or_not_the_llm_answers(encoder, default_scout):
+    """Behind an LLM reranker, `calibrated` abstained on nothing and a number abstained only when the LLM
+    failed (the fallback kept the first stage's probabilities). Now both are read on the first stage's
+    ranking before reranking: an abstaining task costs no LLM call, and the answer does not depend on it."""
+    from conftest import sample_tools
+    from fakellm import FakeLLM, Reply
+
+    from toolscout.llm import LLMSettings
+    from toolscout.rerank.llm import LLMReranker
+
+    sure = [{"token": "true", "logprob": -0.1, "top_logprobs": [{"token": "true", "logprob": -0.1},
+                                                                 {"token": "false", "logprob": -2.4}]}]
+    weather, nonsense = "what will the weather be tomorrow in Paris", "qwxzv plork"
+    with FakeLLM(responder=lambda request: Reply("true", logprobs=sure)) as llm:
+        reranker = LLMReranker(LLMSettings(base_url=llm.url, model="m", max_retries=0, timeout=5.0))
+        scout = ToolScout.from_tools(sample_tools(), encoder=encoder, reranker=reranker)
+        for threshold in ("calibrated", 0.5):
+            assert scout.search(nonsense, k=3, min_probability=threshold) == []
+        assert llm.calls == 0  # abstained before the reranker
+        reranked = scout.search(weather, k=3, min_probability="calibrated")
+        assert reranked and llm.calls > 0 and reranked[0].probability is None  # the LLM's order, its scores
+        assert scout.search(nonsense, k=3)  # no threshold, no abstention
+
+        llm.responder = lambda request: Reply(status=500)  # the LLM fails from now on: the same decisions
+        for threshold in ("calibrated", 0.5):
+            assert scout.search(nonsense, k=3, min_probability=threshold) == []
+        with pytest.warns(UserWarning, match="HTTP 500"):
+            kept = scout.search(weather, k=3, min_probability="calibrated", match_names=False)
+    first_stage = default_scout.search(weather, k=3, match_names=False)
+    assert [(h.tool.id, h.probability) for h in kept] == [(h.tool.id, h.probability) for h in first_stage]
+
+
 def test_the_nonsense_task_abstains_through_the_service(tmp_path, default_scout):
     from toolscout.hits import CALIBRATED
     from toolscout.serve import ToolService

@@ -29,7 +29,7 @@ from .deprecation import Deprecation, deprecation_of, rank_below_replacements
 from .encoders.fast import TIER_NAMES, fast_query_kind, tier_of
 from .errors import FastQueriesUnavailable, InvalidRequest, NotFound, ToolScoutError, listed
 from .feedback import FeedbackEvent, LearnResult, Usage, UsageLedger
-from .hits import CALIBRATED, Hit, HitPolicy, NameIndex, assemble_hits, checked_k, checked_queries
+from .hits import CALIBRATED, Hit, HitPolicy, NameIndex, abstains, assemble_hits, checked_k, checked_queries
 from .intents import IntentMerge
 from .learning import LearnedChannel, LearningSettings, Lesson, Scored, teaches_anything
 from .learning.channel import DEPTH as LEARNED_DEPTH
@@ -607,10 +607,12 @@ class ToolScout:
         reranker over the top `depth` (caller holds the read lock)."""
         return self._ranked_and_lifted(queries, k, filter)[0].top(k)
 
-    def _ranked_and_lifted(self, queries: list[Query], k: int, filter: Filter | None
+    def _ranked_and_lifted(self, queries: list[Query], k: int, filter: Filter | None, gate: float | None = None
                            ) -> tuple[Results, list[dict[str, tuple[float, float]]] | None, list[bool]]:
         """`_ranked`, what learning lifted for each query (`LearnedChannel.lifts`; None when it is off), and
-        which queries kept the first stage's ranking because the reranker could not judge them (`_reranked`)."""
+        which queries kept the first stage's ranking: the reranker could not judge them (`_reranked`), or
+        `gate`, a min_probability decided on the first stage's ranking before reranking (`_passes_gate`), left them
+        out of the reranking (they abstain)."""
         depth = k if self.reranker is None else max(k, self.reranker.depth, self._kept_depth(k))
         lifts = None
         if not self.learning.active:
@@ -622,21 +624,42 @@ class ToolScout:
             candidates = self.learning.rank(queries, base, depth, allows, self._namespace_of, lifts=lifts)
         kept = [False] * len(queries)
         if self.reranker is not None:
-            candidates, kept = self._reranked(queries, candidates, k)
+            judge = [True] * len(queries) if gate is None else \
+                self._passes_gate(queries, candidates, lifts, k, filter, gate)
+            candidates, kept = self._reranked(queries, candidates, k, judge)
         return self._below_replacements(candidates, filter), lifts, kept
 
-    def _reranked(self, queries: list[Query], candidates: Results, k: int) -> tuple[Results, list[bool]]:
-        """The reranker's ranking of each query's candidates, cut to k, and which queries it could not judge.
-        Those keep the first stage's list (rerank/base.py) as deep as a search without the reranker ranks
-        (`_kept_depth`, for the first stage's probabilities; `_ranked` cuts it to k): the reranker is handed
-        its own depth of them, which may be shallower."""
+    def _reranked(self, queries: list[Query], candidates: Results, k: int,
+                  judge: Sequence[bool]) -> tuple[Results, list[bool]]:
+        """The reranker's ranking of the candidates of each query it is to `judge`, cut to k, and which
+        queries kept the first stage's list (rerank/base.py): those not to judge, and those it could not. They
+        keep it as deep as a search without the reranker ranks (`_kept_depth`, for the first stage's
+        probabilities; `_ranked` cuts it to k): the reranker is handed its own depth of them, which may be
+        shallower."""
         judged = candidates.top(max(k, self.reranker.depth))
-        reranked = self.reranker.rerank([q.text for q in queries], judged, self._tools, self.retriever)
+        asked = [q for q, wanted in enumerate(judge) if wanted]
+        lists = list(judged)
+        if asked:
+            subset = Results(tuple(judged.ids[q] for q in asked), tuple(judged.scores[q] for q in asked))
+            for q, ranked in zip(asked, self.reranker.rerank([queries[q].text for q in asked], subset, self._tools,
+                                                            self.retriever)):
+                lists[q] = ranked
+        reranked = Results(tuple(ids for ids, _ in lists), tuple(scores for _, scores in lists))
         kept = kept_first_stage(reranked, judged)
         deep = self._kept_depth(k)
         cut = [(first[0][:deep], first[1][:deep]) if was_kept else (ids[:k], scores[:k])
                for (ids, scores), first, was_kept in zip(reranked, candidates, kept)]
         return Results(tuple(ids for ids, _ in cut), tuple(scores for _, scores in cut)), kept
+
+    def _passes_gate(self, queries: list[Query], candidates: Results, lifts: Sequence[Mapping] | None, k: int,
+                     filter: Filter | None, gate: float) -> list[bool]:
+        """Per query, whether its first-stage ranking clears `gate` (a min_probability), read on the very
+        list and probabilities a search that keeps that ranking shows (`_probabilities`), so a query abstains
+        alike whether or not the reranker then answers; one that does not clear it costs no reranker call."""
+        first = self._below_replacements(candidates.top(self._kept_depth(k)), filter)
+        chances = self._probabilities(queries, first, lifts, [True] * len(queries))
+        policy = HitPolicy(k, None, gate)
+        return [not abstains(scores, p, policy) for (_ids, scores), p in zip(first, chances)]
 
     def _kept_depth(self, k: int) -> int:
         """How deep a query the reranker could not judge keeps the first stage's list: as deep as the first
@@ -696,7 +719,8 @@ class ToolScout:
         retrieved tool is returned (a task no tool fits gets an empty list, not k weak matches).
         `min_probability` does the same on the best hit's calibrated probability: a number in [0, 1], or
         "calibrated" (`toolscout.hits.CALIBRATED`) for the threshold chosen with the calibration. A pipeline
-        with no calibration gives no probabilities, and so never abstains on them (`calibration` is None).
+        with no calibration gives no probabilities, and so never abstains on them (`calibration` is None); a
+        reranked one whose first stage has one abstains on it, before reranking (`abstention_calibration`).
         `match_names`: a query that is a tool's name, exactly or nearly (`get_weather`, `getWeather`,
         `weather.get_weather`, one typo), ranks that tool first, whatever the threshold (`match="name"`).
         `always_include`: tool ids returned after the ranked ones, not counted in k (`match="always"`);
@@ -715,21 +739,31 @@ class ToolScout:
         service that checked them where they came in calls, so nothing is checked or focused twice. The
         ranking, name matches and tools all come from one read of the catalog."""
         policy = replace(policy, min_probability=self._threshold(policy.min_probability))
+        # a reranked pipeline without probabilities of its own abstains on its first stage's, before reranking;
+        # a query that does not clear them keeps that ranking and its probabilities, so it abstains below
+        gate = policy.min_probability if self.calibration is None and self._kept_calibration is not None else None
         with self._lock.read():
             depth = policy.k if self.calibration is None else max(policy.k, RELEVANCE_DEPTH)
-            results, lifts, kept = self._ranked_and_lifted(queries, depth, filter)
+            results, lifts, kept = self._ranked_and_lifted(queries, depth, filter, gate)
             chances = self._probabilities(queries, results, lifts, kept)
             results = results.top(policy.k)
             source = _CatalogSource(self, filter)
             return [assemble_hits(q, ids, scores, self._named(q.text, filter) if policy.match_names else [], policy,
                                   source, p) for q, (ids, scores), p in zip(queries, results, chances)]
 
+    @property
+    def abstention_calibration(self) -> Calibration | None:
+        """The calibration `min_probability` abstains on: the pipeline's own, or, for a reranked pipeline with
+        none, its first stage's, read before reranking (`_passes_gate`; docs/scores.md). None: it never does."""
+        return self.calibration if self.calibration is not None else self._kept_calibration
+
     def _threshold(self, min_probability: float | str | None) -> float | None:
         """`min_probability` as a number: "calibrated" is the calibration's threshold (None without one)."""
         if min_probability is None:
             return None
         if min_probability == CALIBRATED:
-            return None if self.calibration is None else self.calibration.threshold
+            calibration = self.abstention_calibration
+            return None if calibration is None else calibration.threshold
         if isinstance(min_probability, str) or not 0.0 <= float(min_probability) <= 1.0:
             raise InvalidRequest(f"min_probability must be a number from 0 to 1 or {CALIBRATED!r}, got "
                                  f"{min_probability!r}")

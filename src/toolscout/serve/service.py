@@ -164,7 +164,7 @@ class ToolService:
             scout = self.storage.tenant(None).pipeline(fresh=False)
         except ToolScoutError:  # the store cannot say now (a database not answering): its searches will
             return
-        if scout.calibration is None:
+        if scout.abstention_calibration is None:
             logger.warning("min_probability %r: this pipeline %s", self.min_probability, NO_CALIBRATION)
 
     # lifecycle -----------------------------------------------------------------------------
