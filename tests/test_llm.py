@@ -142,6 +142,24 @@ def test_failed_calls_are_counted_as_calls_and_errors(fake):
     assert (stats["calls"], stats["errors"], stats["http_requests"]) == (3, 2, 3)
 
 
+def cut_off(text):
+    """A 200 reply the token limit cut off (finish_reason "length")."""
+    return Reply(body=json.dumps({"id": "x", "model": "m", "choices": [
+        {"index": 0, "finish_reason": "length", "message": {"role": "assistant", "content": text}}]}))
+
+
+def test_a_json_reply_cut_off_at_the_token_limit_says_so_and_names_the_setting(fake, tmp_path):
+    fake.script(cut_off('{"tool_profile": {"function": "Gets the wea'), cut_off('{"a": 1} and then some more wor'))
+    with client_for(fake, cache_dir=tmp_path / "cache") as client:
+        with pytest.raises(LLMReplyError, match=r'cut off at the token limit \(finish_reason "length"\) before its JSON '
+                                                r"was complete; raise --max-tokens \(now 12\) or the server's limit; "
+                                                r"it began: '\{\"tool_profile\"") as info:
+            client.chat(MSG, json_mode=True, max_tokens=12)
+        assert fake.url in str(info.value) and client.stats.to_dict()["errors"] == 1
+        # the same call again reaches the server (the cut-off reply was not cached); whole JSON is still usable
+        assert client.chat(MSG, json_mode=True, max_tokens=12).json() == {"a": 1} and fake.calls == 2
+
+
 def test_client_errors_are_not_retried_and_say_what_to_check(fake):
     fake.script(Reply(status=401, content="invalid api key"))
     with client_for(fake, max_retries=4, sleep=Waits()) as client:

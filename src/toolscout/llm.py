@@ -104,6 +104,7 @@ class SettingHints:
     key: str = f"--api-key-env names the environment variable that holds it; default {DEFAULT_KEY_ENV}"
     timeout: str = "--timeout"
     base_url: str = "--base-url"
+    max_tokens: str = "--max-tokens"
 
 
 def _status_hint(status: int, sent_key: bool, hints: SettingHints) -> str:
@@ -527,7 +528,7 @@ class LLMClient:
             hit = self.cache.get(key)
             if hit is not None:
                 self.stats.add(model, calls=1, cache_hits=1)
-                return _result(hit, model, self.url, cached=True)
+                return self._complete(_result(hit, model, self.url, cached=True), model, json_mode, max_tokens)
         body = {"model": model, "messages": messages, **params}
         want_json = json_mode and self.json_mode != "never"
         if not self._slots.acquire(timeout=-1 if deadline is None else max(0.0, deadline - time.monotonic())):
@@ -547,8 +548,25 @@ class LLMClient:
             self.stats.add(model, calls=1, errors=1)
             raise
         self.stats.add(model, calls=1, prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens)
+        self._complete(result, model, json_mode, max_tokens)  # a cut-off reply is not cached: a rerun asks again
         if key is not None:
             self.cache.put(key, {"model": model, "messages": messages, "params": logical}, _cacheable(data))
+        return result
+
+    def _complete(self, result: ChatResult, model: str, json_mode: bool, max_tokens: int | None) -> ChatResult:
+        """`result`, unless it was asked for JSON and the token limit cut it off before the JSON was whole:
+        then LLMReplyError saying so and which setting raises the limit (more attempts would not help)."""
+        if not json_mode or result.finish_reason != "length":
+            return result
+        try:
+            parse_json_reply(result.text)
+        except LLMReplyError:
+            self.stats.add(model, errors=1)
+            now = f" (now {max_tokens})" if max_tokens else ""
+            raise LLMReplyError(
+                f"POST {self.url}: the reply was cut off at the token limit (finish_reason \"length\") before its "
+                f"JSON was complete; raise {self.hints.max_tokens}{now} or the server's limit; it began: "
+                f"{snippet(result.text, 120)!r}") from None
         return result
 
     def _post_with_json_mode(self, body: dict, model: str, want_json: bool, deadline: float | None) -> dict:
