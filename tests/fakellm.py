@@ -42,7 +42,7 @@ class Reply:
     content: str | None = None
     status: int = 200
     headers: dict[str, str] = field(default_factory=dict)
-    body: str | None = None          # raw body, sent as is (overrides content)
+    body: str | bytes | None = None  # raw body, sent as is (overrides content); bytes for any encoding
     delay: float = 0.0               # seconds to sleep before answering
     logprobs: list[dict] | None = None  # explicit chat-shape logprobs content
     null_content: bool = False       # `"content": null`, as refusals and reasoning models out of tokens send
@@ -193,9 +193,9 @@ def _handler(fake: FakeLLM):
                 body = json.dumps({"error": {"message": reply.content or f"scripted error {reply.status}"}})
             self._send(reply.status, body, reply.headers)
 
-        def _send(self, status: int, body: str, headers: dict[str, str]) -> None:
+        def _send(self, status: int, body: str | bytes, headers: dict[str, str]) -> None:
             # a client that gave up (timeout tests) makes these writes fail: _Server.handle_error drops it
-            data = body.encode("utf-8")
+            data = body if isinstance(body, bytes) else body.encode("utf-8")
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))

@@ -160,6 +160,16 @@ def test_a_json_reply_cut_off_at_the_token_limit_says_so_and_names_the_setting(f
         assert client.chat(MSG, json_mode=True, max_tokens=12).json() == {"a": 1} and fake.calls == 2
 
 
+def test_a_body_that_is_not_utf8_is_named_so_not_as_not_json(fake):
+    body = '{"choices": [{"message": {"content": "caf'.encode() + b"\xe9" + '"}}]}'.encode()
+    fake.script(Reply(body=body))
+    with client_for(fake) as client, pytest.raises(LLMReplyError) as info:
+        client.chat(MSG)
+    message = str(info.value)
+    assert "HTTP 200 but the body is not UTF-8 text (byte 0xe9 at offset 41 is invalid)" in message
+    assert "not JSON" not in message and '"content": "caf\ufffd' in message
+
+
 def test_client_errors_are_not_retried_and_say_what_to_check(fake):
     fake.script(Reply(status=401, content="invalid api key"))
     with client_for(fake, max_retries=4, sleep=Waits()) as client:

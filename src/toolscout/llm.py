@@ -629,7 +629,14 @@ class LLMClient:
 
     def _reply_body(self, response: Any, model: str) -> dict:
         try:
-            data = response.json()
+            text = response.content.decode("utf-8")  # JSON on the wire is UTF-8 (RFC 8259)
+        except UnicodeDecodeError as exc:
+            self.stats.add(model, errors=1)
+            raise LLMReplyError(f"POST {self.url} → HTTP 200 but the body is not UTF-8 text (byte "
+                                f"0x{exc.object[exc.start]:02x} at offset {exc.start} is invalid): "
+                                f"{snippet(response.content.decode('utf-8', 'replace'))}") from None
+        try:
+            data = json.loads(text)
         except ValueError:
             self.stats.add(model, errors=1)
             raise LLMReplyError(f"POST {self.url} → HTTP 200 but the body is not JSON: "
