@@ -99,7 +99,8 @@ def test_a_wait_past_the_deadline_ends_the_call_at_once(fake):
     waits = Waits()
     with client_for(fake, max_retries=4, sleep=waits, max_backoff=60.0) as client:
         start = time.monotonic()
-        with pytest.raises(LLMHTTPError, match=r"HTTP 429: .*slow down.*waiting 20 s \(Retry-After 20 s\) would pass the deadline"):
+        with pytest.raises(LLMHTTPError, match=r"HTTP 429: .*slow down.*waiting 20 s \(Retry-After 20 s\) would pass "
+                                               r"the deadline"):
             client.chat(MSG, deadline=time.monotonic() + 2.0)
     assert waits == [] and time.monotonic() - start < 1.0 and fake.calls == 1
 
@@ -151,9 +152,9 @@ def cut_off(text):
 def test_a_json_reply_cut_off_at_the_token_limit_says_so_and_names_the_setting(fake, tmp_path):
     fake.script(cut_off('{"tool_profile": {"function": "Gets the wea'), cut_off('{"a": 1} and then some more wor'))
     with client_for(fake, cache_dir=tmp_path / "cache") as client:
-        with pytest.raises(LLMReplyError, match=r'cut off at the token limit \(finish_reason "length"\) before its JSON '
-                                                r"was complete; raise --max-tokens \(now 12\) or the server's limit; "
-                                                r"it began: '\{\"tool_profile\"") as info:
+        said = (r'cut off at the token limit \(finish_reason "length"\) before its JSON was complete; raise '
+                r"--max-tokens \(now 12\) or the server's limit; it began: '\{\"tool_profile\"")
+        with pytest.raises(LLMReplyError, match=said) as info:
             client.chat(MSG, json_mode=True, max_tokens=12)
         assert fake.url in str(info.value) and client.stats.to_dict()["errors"] == 1
         # the same call again reaches the server (the cut-off reply was not cached); whole JSON is still usable

@@ -105,6 +105,7 @@ class SettingHints:
     timeout: str = "--timeout"
     base_url: str = "--base-url"
     max_tokens: str = "--max-tokens"
+    deadline: str = "the caller's deadline"
 
 
 def _status_hint(status: int, sent_key: bool, hints: SettingHints) -> str:
@@ -602,10 +603,10 @@ class LLMClient:
             except httpx.TimeoutException:
                 if last or not self._pause(self._backoff(attempt), deadline, attempt, "no reply in time"):
                     self.stats.add(model, errors=1)
-                    raise LLMTimeoutError(
-                        f"POST {self.url}: no reply within {timeout:g} s on {attempt + 1} attempt(s) "
-                        f"(model {model!r}){_cut_short(last)}; raise the timeout ({self.hints.timeout}) or check the server"
-                    ) from None
+                    advice = (f"the call's deadline cut it short ({self.hints.deadline})" if timeout < self.timeout
+                              else f"raise the timeout ({self.hints.timeout}) or check the server")
+                    raise LLMTimeoutError(f"POST {self.url}: no reply within {timeout:g} s on {attempt + 1} attempt(s) "
+                                          f"(model {model!r}){_cut_short(last)}; {advice}") from None
                 continue
             except httpx.TransportError as exc:
                 if last or not self._pause(self._backoff(attempt), deadline, attempt, f"cannot connect: {exc}"):

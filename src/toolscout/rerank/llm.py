@@ -154,7 +154,8 @@ def reranker_hints(settings: LLMSettings) -> SettingHints:
         key = f"the LLM reranker reads the environment variable {settings.api_key_env}, named by api_key_env in {where}"
     else:
         key = f"the LLM reranker reads the environment variable {DEFAULT_KEY_ENV}; api_key_env in {where} names another"
-    return SettingHints(key=key, timeout=f"timeout in {where}", base_url=f"base_url in {where}")
+    return SettingHints(key=key, timeout=f"timeout in {where}", base_url=f"base_url in {where}",
+                        deadline="the reranker's deadline setting, e.g. --rerank-option deadline=10 when indexing")
 
 
 class EndpointBreaker:
