@@ -207,8 +207,9 @@ def choice_probability(result: ChatResult, yes: str = "true", no: str = "false")
     if not result.logprobs:
         return None
     first = result.logprobs[0]
-    alternatives = dict(first.top)
-    alternatives.setdefault(first.token, first.logprob)
+    alternatives = {first.token: first.logprob}  # the generated token's own value first, as servers report it
+    for token, logprob in first.top:
+        alternatives.setdefault(token, logprob)
     mass = {yes.lower(): 0.0, no.lower(): 0.0}
     for token, logprob in alternatives.items():
         word = token.strip().lower()
