@@ -606,7 +606,7 @@ class LLMClient:
                     self.stats.add(model, errors=1)
                     advice = (f"the call's deadline cut it short ({self.hints.deadline})" if timeout < self.timeout
                               else f"raise the timeout ({self.hints.timeout}) or check the server")
-                    raise LLMTimeoutError(f"POST {self.url}: no reply within {timeout:g} s on {attempt + 1} attempt(s) "
+                    raise LLMTimeoutError(f"POST {self.url}: no reply within {timeout:.3g} s on {attempt + 1} attempt(s) "
                                           f"(model {model!r}){_cut_short(last)}; {advice}") from None
                 continue
             except httpx.TransportError as exc:
