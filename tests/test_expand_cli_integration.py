@@ -145,12 +145,18 @@ def test_replies_with_no_content_are_unreadable_replies_and_fail_the_run(tmp_pat
             out = tmp_path / reply.finish_reason
             assert main(["expand", str(SAMPLE), "--out", str(out / "x"), "--limit", "2", *llm]) == 1
             err = capsys.readouterr().err
-            assert (f"none of 2 drafts could be read; the reply had no content; finish_reason={reply.finish_reason}; "
-                    "check that --model") in err
+            # an empty reply the token limit cut off says so (the LLM client's rule); any other is unreadable
+            said = ('the reply was cut off at the token limit (finish_reason "length") before its JSON was complete'
+                    if reply.finish_reason == "length" else
+                    f"none of 2 drafts could be read; the reply had no content; finish_reason={reply.finish_reason}; "
+                    "check that --model")
+            assert said in err, err
             assert not (out / "x" / "tools.jsonl").exists()
             assert main(["generate", str(SAMPLE), "--n", "2", "--out", str(out / "g"), *llm]) == 1
             err = capsys.readouterr().err
-            assert f"gave a query; the reply had no content; finish_reason={reply.finish_reason}; check" in err
+            said = ('cut off at the token limit (finish_reason "length")' if reply.finish_reason == "length" else
+                    f"gave a query; the reply had no content; finish_reason={reply.finish_reason}; check")
+            assert said in err, err
 
 
 def test_some_unparseable_replies_are_counted_and_the_run_succeeds(tmp_path, capsys):
