@@ -12,7 +12,9 @@ Scripted replies are consumed in order by the requests their `when` predicate ma
 before the responder is asked. A reply can carry an HTTP status and headers, raw body text, a `delay`
 (sleep before answering, to run past a client's timeout), explicit log-probabilities, a `finish_reason` and
 `null_content` (`"content": null`). `reject_json_mode`
-makes the server answer 400 to any request that sets `response_format`, like servers without JSON mode.
+makes the server answer 400 to any request that sets `response_format`, like servers without JSON mode;
+`reject_max_tokens` answers 400 to any request that sets `max_tokens`, like OpenAI's reasoning models (o1, o3,
+gpt-5), which take only `max_completion_tokens`.
 Every 200 reply carries `usage` (prompt tokens = words in the messages, completion tokens = words in the
 reply) and, when the request asks for `logprobs`, log-probabilities in the OpenAI chat shape.
 
@@ -68,9 +70,10 @@ def message_text(request: dict) -> str:
 
 class FakeLLM:
     def __init__(self, responder: Callable[[dict], Reply | str] | None = None, port: int = 0,
-                 reject_json_mode: bool = False):
+                 reject_json_mode: bool = False, reject_max_tokens: bool = False):
         self.responder = responder or heuristic_reply
         self.reject_json_mode = reject_json_mode
+        self.reject_max_tokens = reject_max_tokens
         self.requests: list[dict] = []
         self._scripts: list[tuple[Predicate, list[Reply]]] = []
         self._lock = threading.Lock()
@@ -121,6 +124,11 @@ class FakeLLM:
         if self.reject_json_mode and "response_format" in request:
             return Reply(status=400, body=json.dumps({"error": {"message": "response_format is not supported",
                                                                 "type": "invalid_request_error"}}))
+        if self.reject_max_tokens and "max_tokens" in request:  # OpenAI's wording, param and code
+            return Reply(status=400, body=json.dumps({"error": {
+                "message": "Unsupported parameter: 'max_tokens' is not supported with this model. "
+                           "Use 'max_completion_tokens' instead.",
+                "type": "invalid_request_error", "param": "max_tokens", "code": "unsupported_parameter"}}))
         answer = self.responder(request)
         return answer if isinstance(answer, Reply) else Reply(str(answer))
 

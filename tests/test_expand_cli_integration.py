@@ -303,11 +303,31 @@ def test_every_model_a_run_may_use_is_checked_before_its_first_request(tmp_path,
         assert f"error: {flag} nope: the model could not be used: POST {fake.url}/chat/completions → HTTP 404" in err
         assert models == ["nope", "m"]  # asked first; then the working model, to tell whose failure it is
         assert not out.exists()
-    with FakeLLM(responder=lambda request: Reply(body='{"choices": []}')) as fake:  # no model works: not blamed
+    # no model answers usably: the check passes (it was answered), the run's first batch fails as itself
+    with FakeLLM(responder=lambda request: Reply(body='{"choices": []}')) as fake:
         assert main(["expand", str(SAMPLE), "--out", str(tmp_path / "x"), "--base-url", fake.url, *base,
                      "--strong-model", "big"]) == 1
     err = capsys.readouterr().err
-    assert f"error: POST {fake.url}/chat/completions: reply has no choices" in err and "--strong-model big" not in err
+    assert f"the last: POST {fake.url}/chat/completions: reply has no choices" in err
+    assert "could not be used" not in err
+
+
+def test_the_model_check_sends_the_runs_own_parameters_so_a_reasoning_model_passes_it(tmp_path, capsys):
+    # OpenAI's reasoning models reject max_tokens; the run sends it only when --max-tokens is given, and so
+    # does the check: it must not fail a run that would work. Any reply passes it, an empty one too.
+    base = ["--base-url", "", "--model", "m", "--no-cache", "--quiet", "--max-retries", "0", "--limit", "2",
+            "--strong-model", "o3-mini"]
+    with FakeLLM(reject_max_tokens=True) as fake:
+        base[1] = fake.url
+        assert main(["expand", str(SAMPLE), "--out", str(tmp_path / "x"), *base]) == 0
+        checked = [r for r in fake.requests if r["model"] == "o3-mini"]
+    assert len(checked) == 1 and "max_tokens" not in checked[0]
+    with FakeLLM() as fake:
+        base[1] = fake.url
+        assert main(["expand", str(SAMPLE), "--out", str(tmp_path / "y"), *base, "--max-tokens", "700"]) == 0
+        checked = [r for r in fake.requests if r["model"] == "o3-mini"]
+    assert [r.get("max_tokens") for r in checked] == [700]  # the run's own limit, not a 1-token probe
+    capsys.readouterr()
 
 
 def test_llm_settings_are_checked_before_anything_is_printed_or_sent(tmp_path, capsys, monkeypatch):

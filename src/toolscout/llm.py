@@ -616,7 +616,7 @@ class LLMClient:
                         f"POST {self.url}: cannot reach the server on {attempt + 1} attempt(s){_cut_short(last)}: "
                         f"{exc}; check {self.hints.base_url} and that the server is running") from None
                 continue
-            if response.status_code == 200:
+            if 200 <= response.status_code < 300:  # a 201 or 204 is an answer too, judged by its body
                 return self._reply_body(response, model)
             status = response.status_code
             hint = _status_hint(status, self._sends_key, self.hints)

@@ -401,7 +401,8 @@ def expand_tools(tools: Sequence[Tool], client: LLMClient, config: ExpandConfig,
     with RunProgress("expanding", "tools", len(todo), client, enabled=progress) as shown:
         if todo:
             check_models(client, config.model, {"--strong-model": config.strong_model,
-                                                "--judge-model": config.judge_model if config.judge else None})
+                                                "--judge-model": config.judge_model if config.judge else None},
+                         max_tokens=config.max_tokens)
         _run(todo, client, config, store, records, report, shown, on_outcome)
 
     merged = [merge_profile(t, records.get(t.id)) for t in tools]

@@ -20,7 +20,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence, TextIO
 
-from ..llm import ChatResult, LLMClient, LLMConnectionError, LLMError, LLMTimeoutError, snippet
+from ..llm import ChatResult, LLMClient, LLMConnectionError, LLMError, LLMReplyError, LLMTimeoutError, snippet
 
 _NO_CONTENT = "the reply had no content"
 
@@ -111,28 +111,36 @@ class ErrorTally:
                 "output holds what succeeded; rerun the same command to retry the rest")
 
 
-def check_models(client: LLMClient, working: str, models: Mapping[str, str | None]) -> None:
+def check_models(client: LLMClient, working: str, models: Mapping[str, str | None], *,
+                 max_tokens: int | None = None) -> None:
     """Ask each model the run may use besides the `working` one (`{flag: model}`) one tiny question before
     the run, so that a misspelt --strong-model fails now, naming its flag, rather than mid-run when a draft
     first needs it (or never, when none does). The working model's check is the run's first batch
     (`BatchFailureRule`, `nothing_usable`). A failure the working model shares (a server that does not
-    answer, or answers nothing usable) fails the run as itself, blaming no flag."""
+    answer, or rejects the request) fails the run as itself, blaming no flag.
+
+    The question carries the run's own `max_tokens` (none unless the run sends one: OpenAI's reasoning models
+    reject the parameter), and any reply passes, an empty or unreadable one too: the check asks whether the
+    model is there and takes the run's requests, not what it answers."""
     asked = {working}
     for flag, model in models.items():
         if not model or model in asked:
             continue
         asked.add(model)
         try:
-            _ask_ok(client, model)
+            _ask(client, model, max_tokens)
         except LLMError as exc:
             if unreachable(exc):
                 raise  # the server, not the model
-            _ask_ok(client, working)  # raises, as itself, when the server fails the working model too
+            _ask(client, working, max_tokens)  # raises, as itself, when the server fails the working model too
             raise LLMError(f"{flag} {model}: the model could not be used: {exc}") from None
 
 
-def _ask_ok(client: LLMClient, model: str) -> None:
-    client.chat([{"role": "user", "content": "Reply with the word OK."}], model=model, max_tokens=1)
+def _ask(client: LLMClient, model: str, max_tokens: int | None) -> None:
+    try:
+        client.chat([{"role": "user", "content": "Reply with the word OK."}], model=model, max_tokens=max_tokens)
+    except LLMReplyError:
+        pass  # answered: what it said is the run's business
 
 
 class BatchFailureRule:

@@ -309,7 +309,8 @@ def generate_queries(tools: Sequence[Tool], client: LLMClient, config: GenerateC
     accepted: list[GeneratedQuery] = []
     rule = BatchFailureRule(client.url)
     with RunProgress("generating", "queries", config.n, client, enabled=progress) as shown:
-        check_models(client, gen.model, {"--polish-model": gen.polish_model if config.polish else None})
+        check_models(client, gen.model, {"--polish-model": gen.polish_model if config.polish else None},
+                     max_tokens=config.max_tokens)
         while len(accepted) < config.n and report.attempts < max_attempts:
             size = min(config.batch, config.n - len(accepted), max_attempts - report.attempts)
             outcomes = _run_batch(gen, [gen.job(rng, accepted) for _ in range(size)])
