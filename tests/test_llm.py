@@ -242,6 +242,22 @@ def test_json_mode_falls_back_when_server_rejects_response_format(tmp_path):
                                     "if the server has none, --json-mode auto asks again without it)")
 
 
+def test_json_mode_always_names_itself_only_when_the_server_rejected_json_mode(fake):
+    too_long = json.dumps({"error": {"message": "This model's maximum context length is 8192 tokens. However, your "
+                                                "messages resulted in 9000 tokens.", "code": "context_length_exceeded"}})
+    fake.script(Reply(status=400, body=too_long))
+    with LLMClient(fake.url, "m", json_mode="always") as strict:
+        with pytest.raises(LLMHTTPError, match="maximum context length") as info:
+            strict.chat(MSG, json_mode=True)
+    assert "--json-mode" not in str(info.value) and "response_format" not in str(info.value)
+    assert str(info.value).endswith("(the server rejected the request; check the model name and parameters)")
+    fake.script(Reply(status=422, body='{"detail": [{"loc": ["body", "response_format"], "msg": "extra fields not '
+                                       'permitted"}]}'))
+    with LLMClient(fake.url, "m", json_mode="always") as strict:
+        with pytest.raises(LLMHTTPError, match="as --json-mode always does"):
+            strict.chat(MSG, json_mode=True)
+
+
 def test_json_mode_sent_when_supported(fake):
     with client_for(fake) as client:
         client.chat(MSG, json_mode=True)

@@ -582,6 +582,8 @@ class LLMClient:
             if exc.status not in (400, 415, 422):
                 raise
             if self.json_mode == "always":
+                if not _about_json_mode(exc.body):
+                    raise  # another fault (a prompt over the context length): its own hint
                 raise LLMHTTPError(exc.url, exc.status, exc.body, exc.attempts,
                                    "the request asked for JSON mode (response_format), as --json-mode always does; "
                                    "if the server has none, --json-mode auto asks again without it") from None
@@ -724,6 +726,15 @@ def run_parallel(fn: Callable[[T], R], items: Iterable[T],
         pool.shutdown(wait=False, cancel_futures=True)
         raise
     pool.shutdown(wait=True)
+
+
+# what an error body says when the server rejected JSON mode itself: the field's name, or the feature's
+_JSON_MODE_WORDS = re.compile(r"response_format|json[ _-]?(mode|object|schema)|structured output", re.IGNORECASE)
+
+
+def _about_json_mode(body: str) -> bool:
+    """Whether an HTTP error's body is about the request's `response_format` (JSON mode), not another fault."""
+    return bool(_JSON_MODE_WORDS.search(body or ""))
 
 
 def _cut_short(last: bool) -> str:
