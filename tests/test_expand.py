@@ -166,6 +166,32 @@ def test_a_server_that_does_not_answer_is_not_asked_again_by_the_strong_model():
     assert "cannot reach the server" in outcome.drafts[0].error
 
 
+def test_requests_in_flight_when_a_later_batch_stops_the_run_end_with_it_not_after_their_retries():
+    # the server answers the first batch, then hangs: the stop comes when a batch has timed out on every
+    # attempt; the request started meanwhile must not go on retrying (its thread would hold the exit)
+    import threading
+    import time
+
+    answered = []
+
+    def hangs_after_two(request):
+        answered.append(1)
+        return Reply(json.dumps({"tool_profile": GOOD})) if len(answered) <= 2 else Reply("{}", delay=10.0)
+
+    def llm_threads():
+        return [t for t in threading.enumerate() if t.name.startswith("toolscout-llm")]
+
+    tools = [*TOOLS, *(Tool(f"t{i}", f"tool_{i}", f"Does thing {i}.") for i in range(2))]
+    with FakeLLM(responder=hangs_after_two) as fake:
+        with LLMClient(fake.url, "small", timeout=0.2, max_retries=4, backoff=0.0, concurrency=2) as client:
+            report = expand_tools(tools, client, ExpandConfig(model="small", judge=False), progress=False).report
+            stopped_at = time.monotonic()
+            for thread in llm_threads():
+                thread.join(timeout=5)
+            assert time.monotonic() - stopped_at < 0.6  # one attempt's timeout at most; not 5 × 0.2 s more
+    assert report.stopped.startswith("stopped early") and (report.expanded, report.not_attempted) == (2, 2)
+
+
 def test_resume_skips_done_tools_with_zero_calls(tmp_path):
     journal = tmp_path / "journal.jsonl"
     config = ExpandConfig(model="small")

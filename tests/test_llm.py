@@ -10,6 +10,7 @@ from fakellm import FakeLLM, Reply, mentions
 
 from toolscout.llm import (
     ChatResult,
+    LLMCancelledError,
     LLMClient,
     LLMConnectionError,
     LLMError,
@@ -256,6 +257,24 @@ def test_json_mode_always_names_itself_only_when_the_server_rejected_json_mode(f
     with LLMClient(fake.url, "m", json_mode="always") as strict:
         with pytest.raises(LLMHTTPError, match="as --json-mode always does"):
             strict.chat(MSG, json_mode=True)
+
+
+def test_a_cancelled_call_makes_no_further_attempt_and_cuts_its_wait_short():
+    cancel = threading.Event()
+
+    def busy_then_cancelled(request):  # the caller stops its run while this request is being answered
+        cancel.set()
+        return Reply(status=503, headers={"Retry-After": "30"})
+
+    with FakeLLM(responder=busy_then_cancelled) as fake:
+        with LLMClient(fake.url, "m", max_retries=4, max_backoff=60.0) as client:
+            started = time.monotonic()
+            with pytest.raises(LLMCancelledError, match="stopped after 1 attempt\\(s\\): the caller cancelled"):
+                client.chat(MSG, cancel=cancel)
+            assert time.monotonic() - started < 5 and fake.calls == 1  # not a 30 s wait, nor 4 retries
+            with pytest.raises(LLMCancelledError, match="not sent"):
+                client.chat(MSG, cancel=cancel)
+            assert fake.calls == 1
 
 
 def test_json_mode_sent_when_supported(fake):

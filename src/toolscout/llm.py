@@ -10,7 +10,8 @@ Works with OpenAI, vLLM, Ollama, llama.cpp server, LiteLLM and anything else tha
 
 - Timeouts and retries: connection errors, timeouts, 429 and 5xx are retried with exponential backoff;
   a `Retry-After` header (seconds or an HTTP date) is honoured up to `max_backoff`, and a wait over a second
-  is logged. Other 4xx fail at once. A call may carry a deadline that bounds it, waits included.
+  is logged. Other 4xx fail at once. A call may carry a deadline that bounds it, waits included, and a
+  cancel event: once set, the call makes no further attempt and cuts its wait short (LLMCancelledError).
 - Concurrency: `map(fn, items)` runs `fn` over a thread pool; a semaphore bounds the requests in
   flight to `concurrency` however many threads call `chat`.
 - JSON mode: `json_mode=True` sends `response_format={"type": "json_object"}`; a server that rejects
@@ -77,6 +78,10 @@ class LLMTimeoutError(LLMError):
 
 class LLMConnectionError(LLMError):
     """The server could not be reached."""
+
+
+class LLMCancelledError(LLMError):
+    """The caller's cancel event was set: the call stopped before its next attempt (or was never sent)."""
 
 
 class LLMSettingError(LLMError, ValueError):
@@ -510,9 +515,13 @@ class LLMClient:
     def chat(self, messages: Sequence[Message], *, model: str | None = None, temperature: float | None = 0.0,
              max_tokens: int | None = None, json_mode: bool = False, logprobs: bool = False,
              top_logprobs: int | None = None, stop: Sequence[str] | None = None, seed: int | None = None,
-             use_cache: bool = True, deadline: float | None = None, **extra: Any) -> ChatResult:
+             use_cache: bool = True, deadline: float | None = None, cancel: threading.Event | None = None,
+             **extra: Any) -> ChatResult:
         """Send one chat request (or answer it from the cache) and return the first choice. `deadline`: a
-        `time.monotonic()` instant the call must end by, retries and waits included (LLMTimeoutError after)."""
+        `time.monotonic()` instant the call must end by, retries and waits included (LLMTimeoutError after).
+        `cancel`: an event the caller sets to stop the call (a run that stopped early): no attempt starts
+        after it is set and a wait ends at once (LLMCancelledError); an attempt in flight runs to its reply
+        or its timeout."""
         model = model or self.model
         messages = [dict(m) for m in messages]
         params: dict[str, Any] = {**self.extra_body, **extra}
@@ -532,13 +541,14 @@ class LLMClient:
                 self.stats.add(model, calls=1, cache_hits=1)
                 return self._complete(_result(hit, model, self.url, cached=True), model, json_mode, max_tokens)
         body = {"model": model, "messages": messages, **params}
+        self._check_cancel(cancel, model, 0)
         want_json = json_mode and self.json_mode != "never"
         if not self._slots.acquire(timeout=-1 if deadline is None else max(0.0, deadline - time.monotonic())):
             self.stats.add(model, errors=1)  # never sent: an error, not a call made
             raise LLMTimeoutError(f"POST {self.url}: not sent, all {self.concurrency} request slots stayed busy "
                                   f"until the deadline (model {model!r})")
         try:
-            data = self._post_with_json_mode(body, model, want_json, deadline)  # counts its own failures as errors
+            data = self._post_with_json_mode(body, model, want_json, deadline, cancel)  # counts its own failures as errors
         except LLMError:
             self.stats.add(model, calls=1)  # a failed call is a call too
             raise
@@ -571,13 +581,14 @@ class LLMClient:
                 f"{snippet(result.text, 120)!r}") from None
         return result
 
-    def _post_with_json_mode(self, body: dict, model: str, want_json: bool, deadline: float | None) -> dict:
+    def _post_with_json_mode(self, body: dict, model: str, want_json: bool, deadline: float | None,
+                             cancel: threading.Event | None) -> dict:
         with self._state_lock:
             use_json = want_json and model not in self._no_json_mode
         if not use_json:
-            return self._post(body, model, deadline)
+            return self._post(body, model, deadline, cancel)
         try:
-            return self._post({**body, "response_format": {"type": "json_object"}}, model, deadline)
+            return self._post({**body, "response_format": {"type": "json_object"}}, model, deadline, cancel)
         except LLMHTTPError as exc:
             if exc.status not in (400, 415, 422):
                 raise
@@ -587,24 +598,32 @@ class LLMClient:
                 raise LLMHTTPError(exc.url, exc.status, exc.body, exc.attempts,
                                    "the request asked for JSON mode (response_format), as --json-mode always does; "
                                    "if the server has none, --json-mode auto asks again without it") from None
-            data = self._post(body, model, deadline)  # asked again without response_format: the server rejected it
+            data = self._post(body, model, deadline, cancel)  # asked again without response_format: the server rejected it
             with self._state_lock:
                 self._no_json_mode.add(model)
             self.stats.add(model, json_mode_fallbacks=1)
             return data
 
-    def _post(self, body: dict, model: str, deadline: float | None = None) -> dict:
-        """POST with retries; `deadline` (a `time.monotonic()` instant) bounds the whole call, waits included."""
+    def _post(self, body: dict, model: str, deadline: float | None = None,
+              cancel: threading.Event | None = None) -> dict:
+        """POST with retries; `deadline` (a `time.monotonic()` instant) bounds the whole call, waits included;
+        `cancel`, once set, ends it before its next attempt."""
         httpx = self._httpx
         attempts = self.max_retries + 1
+
+        def pause(seconds: float, attempt: int, why: str) -> bool:
+            return self._pause(seconds, deadline, attempt, why, cancel)
+
         for attempt in range(attempts):
             last = attempt == attempts - 1
+            if attempt:
+                self._check_cancel(cancel, model, attempt)
             timeout = self._request_timeout(deadline, model)
             self.stats.add(model, http_requests=1, retries=1 if attempt else 0)
             try:
                 response = self._http.post(self.url, json=body, timeout=timeout)
             except httpx.TimeoutException:
-                if last or not self._pause(self._backoff(attempt), deadline, attempt, "no reply in time"):
+                if last or not pause(self._backoff(attempt), attempt, "no reply in time"):
                     self.stats.add(model, errors=1)
                     advice = (f"the call's deadline cut it short ({self.hints.deadline})" if timeout < self.timeout
                               else f"raise the timeout ({self.hints.timeout}) or check the server")
@@ -612,7 +631,7 @@ class LLMClient:
                                           f"(model {model!r}){_cut_short(last)}; {advice}") from None
                 continue
             except httpx.TransportError as exc:
-                if last or not self._pause(self._backoff(attempt), deadline, attempt, f"cannot connect: {exc}"):
+                if last or not pause(self._backoff(attempt), attempt, f"cannot connect: {exc}"):
                     self.stats.add(model, errors=1)
                     raise LLMConnectionError(
                         f"POST {self.url}: cannot reach the server on {attempt + 1} attempt(s){_cut_short(last)}: "
@@ -624,7 +643,7 @@ class LLMClient:
             hint = _status_hint(status, self._sends_key, self.hints)
             if status in RETRY_STATUSES and not last:
                 wait_s, why = self._retry_wait(response, attempt)
-                if self._pause(wait_s, deadline, attempt, f"HTTP {status}{why}"):
+                if pause(wait_s, attempt, f"HTTP {status}{why}"):
                     continue
                 hint = f"stopped: waiting {wait_s:g} s{why} would pass the deadline" + (f"; {hint}" if hint else "")
             self.stats.add(model, errors=1)
@@ -661,16 +680,29 @@ class LLMClient:
             raise LLMTimeoutError(f"POST {self.url}: not sent, the deadline had passed (model {model!r})")
         return min(self.timeout, left)
 
-    def _pause(self, seconds: float, deadline: float | None, attempt: int, why: str) -> bool:
+    def _pause(self, seconds: float, deadline: float | None, attempt: int, why: str,
+               cancel: threading.Event | None = None) -> bool:
         """Wait `seconds` before retry `attempt + 1`; False (and no wait) when that would pass the deadline.
-        A wait over a second is said, so that a run waiting on a rate limit does not look hung."""
+        A wait over a second is said, so that a run waiting on a rate limit does not look hung. A `cancel`
+        set during the wait ends it (the next attempt then raises LLMCancelledError)."""
         if deadline is not None and time.monotonic() + seconds >= deadline:
             return False
         if seconds > 1.0:
             _log.warning("LLM: %s from %s; waiting %.0f s before attempt %d of %d", why, self.url, seconds,
                          attempt + 2, self.max_retries + 1)
-        self._sleep(seconds)
+        if cancel is None:
+            self._sleep(seconds)
+        else:
+            cancel.wait(seconds)
         return True
+
+    def _check_cancel(self, cancel: threading.Event | None, model: str, attempts: int) -> None:
+        """LLMCancelledError when the caller's `cancel` is set (`attempts`: how many were made before)."""
+        if cancel is None or not cancel.is_set():
+            return
+        self.stats.add(model, errors=1)
+        done = f"stopped after {attempts} attempt(s)" if attempts else "not sent"
+        raise LLMCancelledError(f"POST {self.url}: {done}: the caller cancelled the call (model {model!r})")
 
     def _backoff(self, attempt: int) -> float:
         wait_s = min(self.max_backoff, self.backoff * (2 ** attempt))

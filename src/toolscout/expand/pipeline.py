@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from collections import Counter
 from contextlib import closing
@@ -168,12 +169,12 @@ def _truth(value: Any) -> bool | None:
 
 
 def write_draft(client: LLMClient, document: str, config: ExpandConfig, model: str,
-                rejected_because: Sequence[str] = ()) -> Draft:
-    """One model writes a profile; rule checks, then the judge."""
+                rejected_because: Sequence[str] = (), cancel: threading.Event | None = None) -> Draft:
+    """One model writes a profile; rule checks, then the judge. `cancel`: set when the run stops early."""
     draft = Draft(model)
     try:
         reply = client.chat(expansion_messages(document, rejected_because), model=model, json_mode=True,
-                            temperature=config.temperature, max_tokens=config.max_tokens)
+                            temperature=config.temperature, max_tokens=config.max_tokens, cancel=cancel)
     except LLMError as exc:
         draft.error, draft.unreachable = str(exc), unreachable(exc)
         return draft
@@ -188,7 +189,7 @@ def write_draft(client: LLMClient, document: str, config: ExpandConfig, model: s
         return draft
     try:
         answer = client.chat(judge_messages(document, draft.profile), model=config.judge_model or config.model,
-                             json_mode=True, temperature=0.0, max_tokens=config.max_tokens)
+                             json_mode=True, temperature=0.0, max_tokens=config.max_tokens, cancel=cancel)
     except LLMError as exc:
         draft.error, draft.unreachable = f"judge: {exc}", unreachable(exc)
         return draft
@@ -200,16 +201,19 @@ def write_draft(client: LLMClient, document: str, config: ExpandConfig, model: s
     return draft
 
 
-def expand_tool(tool: Tool, client: LLMClient, config: ExpandConfig) -> ToolOutcome:
+def expand_tool(tool: Tool, client: LLMClient, config: ExpandConfig,
+                cancel: threading.Event | None = None) -> ToolOutcome:
+    """One tool's drafts (see the module's doc); `cancel`: set when the run stops early, ending its calls."""
     document = tool_document(tool, config.max_document_chars)
     key = expansion_key(document)
-    first = write_draft(client, document, config, config.model)
+    first = write_draft(client, document, config, config.model, cancel=cancel)
     drafts = [first]
     if first.ok:
         return ToolOutcome(tool.id, key, "expanded", first.profile, drafts)
     if config.strong_model and not first.unreachable:  # the same server: it would not answer either
         # the strong model is told what was wrong with the draft (not about failed HTTP calls)
-        second = write_draft(client, document, config, config.strong_model, rejected_because=first.problems)
+        second = write_draft(client, document, config, config.strong_model, rejected_because=first.problems,
+                             cancel=cancel)
         drafts.append(second)
         if second.ok:
             return ToolOutcome(tool.id, key, "regenerated", second.profile, drafts)
@@ -416,13 +420,25 @@ def _run(todo: Sequence[Tool], client: LLMClient, config: ExpandConfig, store: J
          on_outcome: Callable[[ToolOutcome], None] | None) -> None:
     """Expand `todo`, `client.concurrency` at a time, journalling each finished tool; stop early by the
     batch rule (the tools not reached count as not attempted). The first batch runs alone: a server that is
-    not there is found out with no other request in flight (one left running would delay the exit)."""
+    not there is found out with no other request in flight. After a later batch, the tools still in flight
+    are cancelled on the way out: they make no further attempt, so their threads do not hold the exit for
+    their retries."""
+    cancel = threading.Event()
+    try:
+        _run_batches(todo, client, config, store, records, report, shown, on_outcome, cancel)
+    finally:
+        cancel.set()
+
+
+def _run_batches(todo: Sequence[Tool], client: LLMClient, config: ExpandConfig, store: Journal | None,
+                 records: dict[str, dict[str, Any]], report: ExpandReport, shown: RunProgress,
+                 on_outcome: Callable[[ToolOutcome], None] | None, cancel: threading.Event) -> None:
     rule, size = BatchFailureRule(client.url), client.concurrency
     finished = 0
     for first, part in ((True, todo[:size]), (False, todo[size:])):
         batch: list[Failure | None] = []
         # closed on the way out: the tools not started are cancelled
-        with closing(client.map(lambda t: expand_tool(t, client, config), part)) as results:
+        with closing(client.map(lambda t: expand_tool(t, client, config, cancel), part)) as results:
             for _index, outcome in results:
                 if isinstance(outcome, BaseException):
                     raise outcome
