@@ -756,6 +756,36 @@ def test_search_with_a_failing_llm_reranker_keeps_the_first_stages_hits_and_says
     assert "DegradedResults" not in err and ".py:" not in err
 
 
+def test_index_with_an_llm_reranker_tries_its_endpoint_once_and_warns_when_it_fails(capsys, tmp_path):
+    """`index --rerank llm:CONFIG` wrote an index whose reranker could not reach its LLM without a word, and
+    every search then paid for it. Now one request, shaped as a search's, is sent: a failure is a warning
+    naming the URL and the reason (the index is still written), an answer passes silently."""
+    import socket
+
+    from fakellm import FakeLLM, Reply
+
+    catalog, settings = CATALOGS / "apibank_sample", tmp_path / "llm.yaml"
+    with socket.socket() as sock:  # bound, never listening: connections refused
+        sock.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+        settings.write_text(f"base_url: {url}\nmodel: m\nmax_retries: 0\n")
+        code, _, err = run(capsys, "index", catalog, "--out", tmp_path / "down", "--retriever", "bm25",
+                           "--rerank", f"llm:{settings}", "--quiet")
+    assert code == 0 and (tmp_path / "down").is_dir()
+    warning = next(line for line in err.splitlines() if line.startswith("warning: "))
+    assert f"--rerank llm:{settings}" in warning and f"{url}/chat/completions" in warning
+    assert "cannot reach the server" in warning
+    with FakeLLM(responder=lambda request: Reply("true")) as llm:
+        settings.write_text(f"base_url: {llm.url}\nmodel: m\nmax_retries: 0\n")
+        code, _, err = run(capsys, "index", catalog, "--out", tmp_path / "up", "--retriever", "bm25",
+                           "--rerank", f"llm:{settings}", "--quiet")
+        assert code == 0 and "warning" not in err and llm.calls == 1
+        run(capsys, "search", tmp_path / "up", "check my account balance", "-k", "1")
+        probe, searched = llm.requests[0], llm.requests[1]
+    shape = lambda request: {k: v for k, v in request.items() if k not in ("messages", "_headers")}  # noqa: E731
+    assert shape(probe) == shape(searched)  # the searches' own parameters (max_tokens among them)
+
+
 def test_eval_json_has_the_categories_and_every_querys_scores(capsys, tmp_path):
     """--per-category showed categories in the table only, and no per-query scores were written: a reader
     could neither slice the results nor redo the comparison. Checked against the metrics worked by hand on

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import warnings
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -207,7 +208,9 @@ def pipeline_from_args(args: argparse.Namespace, tools: Sequence[Any] = (), *, s
     options = {**retriever_options(args, args.retriever, args.model), **settings}
     if store is not None and "store" in options:
         options["store"] = store
-    scout = ToolScout.from_tools(tools, retriever=args.retriever, reranker=reranker_from_args(args),
+    reranker = reranker_from_args(args)
+    warn_if_endpoint_fails(args, reranker)
+    scout = ToolScout.from_tools(tools, retriever=args.retriever, reranker=reranker,
                                  intents=intents_from_args(args), **options)
     if args.fast_queries:
         scout.use_fast_queries(args.fast_queries)
@@ -245,6 +248,21 @@ def reranker_from_args(args: argparse.Namespace):
     from ..rerank.base import load_reranker
 
     return load_reranker(args.rerank, **options)
+
+
+def warn_if_endpoint_fails(args: argparse.Namespace, reranker: Any) -> None:
+    """An LLM reranker's endpoint is tried once, before the index is built: one that fails is a warning
+    naming it (not an error: the endpoint may be down for now), rather than an index whose every search
+    pays for it in silence."""
+    from ..rerank.llm import LLMReranker
+
+    if not isinstance(reranker, LLMReranker):
+        return
+    problem = reranker.endpoint_problem()
+    if problem is not None:
+        warnings.warn(f"--rerank {args.rerank}: the LLM reranker's endpoint {reranker.client.url} failed a test "
+                      f"request: {problem}; the index is written, but its searches keep the first stage's order "
+                      "while the endpoint fails", stacklevel=2)
 
 
 def parse_options(pairs: Sequence[str], flag: str = "--option") -> dict[str, Any]:

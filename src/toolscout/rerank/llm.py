@@ -284,15 +284,30 @@ class LLMReranker:
             raise LLMConnectionError(f"{self.client.url}: {skipped}")
         query, document = pair
         try:
-            # One token is all the answer needs; its log-probabilities carry the score.
-            result = self.client.chat(self.messages(query, document), temperature=0.0, max_tokens=1, logprobs=True,
-                                      top_logprobs=self.top_logprobs or None, deadline=deadline)
+            result = self._request(query, document, deadline)
         except LLMError as exc:
             self.breaker.record(exc)
             raise
         if not result.cached:
             self.breaker.record(None)
         return result
+
+    def _request(self, query: str, document: str, deadline: float, use_cache: bool = True) -> ChatResult:
+        # One token is all the answer needs; its log-probabilities carry the score.
+        return self.client.chat(self.messages(query, document), temperature=0.0, max_tokens=1, logprobs=True,
+                                top_logprobs=self.top_logprobs or None, deadline=deadline, use_cache=use_cache)
+
+    def endpoint_problem(self) -> str | None:
+        """Why the endpoint cannot be used, from one tiny request shaped as a search's (the same parameters,
+        within `deadline`, never from the cache); None when it answered, whatever it said. `index` warns with
+        it, so that an index is not written for an endpoint its searches cannot reach without a word."""
+        try:
+            self._request("check", "a tool", time.monotonic() + self.deadline, use_cache=False)
+        except LLMReplyError:
+            return None  # it answered; what it says is each search's business
+        except LLMError as exc:
+            return str(exc)
+        return None
 
     def score_reply(self, result: ChatResult) -> tuple[float, bool]:
         """(score, from_logprobs). Raises LLMReplyError when the answer is neither true nor false."""
