@@ -782,7 +782,8 @@ def test_index_with_an_llm_reranker_tries_its_endpoint_once_and_warns_when_it_fa
         assert code == 0 and "warning" not in err and llm.calls == 1
         run(capsys, "search", tmp_path / "up", "check my account balance", "-k", "1")
         probe, searched = llm.requests[0], llm.requests[1]
-    parameters = [{k: v for k, v in request.items() if k not in ("messages", "_headers")} for request in (probe, searched)]
+    parameters = [{k: v for k, v in request.items() if k not in ("messages", "_headers")}
+                  for request in (probe, searched)]
     assert parameters[0] == parameters[1]  # the searches' own parameters (max_tokens among them)
 
 

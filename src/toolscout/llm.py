@@ -548,7 +548,8 @@ class LLMClient:
             raise LLMTimeoutError(f"POST {self.url}: not sent, all {self.concurrency} request slots stayed busy "
                                   f"until the deadline (model {model!r})")
         try:
-            data = self._post_with_json_mode(body, model, want_json, deadline, cancel)  # counts its own failures as errors
+            # counts its own failures as errors
+            data = self._post_with_json_mode(body, model, want_json, deadline, cancel)
         except LLMError:
             self.stats.add(model, calls=1)  # a failed call is a call too
             raise
@@ -598,7 +599,8 @@ class LLMClient:
                 raise LLMHTTPError(exc.url, exc.status, exc.body, exc.attempts,
                                    "the request asked for JSON mode (response_format), as --json-mode always does; "
                                    "if the server has none, --json-mode auto asks again without it") from None
-            data = self._post(body, model, deadline, cancel)  # asked again without response_format: the server rejected it
+            # asked again without response_format: the server rejected it
+            data = self._post(body, model, deadline, cancel)
             with self._state_lock:
                 self._no_json_mode.add(model)
             self.stats.add(model, json_mode_fallbacks=1)
