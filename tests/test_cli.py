@@ -729,7 +729,8 @@ def test_search_with_a_failing_llm_reranker_keeps_the_first_stages_hits_and_says
     """An LLM reranker that failed left `search` with scores -1, -2, -3 and no probabilities, though the
     warning said the query kept its first-stage order, and the warning came as a raw Python one (file, line
     of source). Now the hits are those of the same index without the reranker, scores and probabilities
-    alike, and stderr has one `warning: LLM reranker: ...` line."""
+    alike, and stderr has one `warning: LLM reranker: ...` line. The answer itself said nothing of it (trial8
+    #5): now `--json` has `degraded` {stage, reason} and the table a note under it."""
     from fakellm import FakeLLM, Reply
 
     catalog, task = CATALOGS / "apibank_sample", "check my account balance"
@@ -746,14 +747,22 @@ def test_search_with_a_failing_llm_reranker_keeps_the_first_stages_hits_and_says
         assert code == 0, err
         code, out5, _ = run(capsys, "search", tmp_path / "llm5", task, "-k", "3", "--json")
         code, out, err = run(capsys, "search", tmp_path / "llm", task, "-k", "3", "--json")
+        _, table, _ = run(capsys, "search", tmp_path / "llm", task, "-k", "3")
     assert code == 0, err
     reranked = [(h["id"], h["score"], h.get("probability")) for h in json.loads(out)["hits"]]
+    degraded = json.loads(out)["degraded"]
     _, out, _ = run(capsys, "search", tmp_path / "plain", task, "-k", "3", "--json")
     plain = [(h["id"], h["score"], h.get("probability")) for h in json.loads(out)["hits"]]
     assert reranked == plain and all(p is not None for _, _, p in plain) and plain[0][1] > 0
     assert [(h["id"], h["score"], h.get("probability")) for h in json.loads(out5)["hits"]] == plain
     assert err.startswith("warning: LLM reranker: ") and "HTTP 500" in err and len(err.splitlines()) == 1
     assert "DegradedResults" not in err and ".py:" not in err
+    # the answer itself says so, per task (the warning alone was on stderr): --json and the table
+    assert "degraded" not in json.loads(out)  # the index without a reranker: nothing to say
+    assert degraded["stage"] == "LLM reranker" and f"POST {llm.url}/chat/completions → HTTP 500" in degraded["reason"]
+    assert degraded["reason"].endswith(f"(tool {plain[0][0]!r})")  # the first candidate's pair failed first
+    note = next(line for line in table.splitlines() if line.startswith("note:"))
+    assert note.startswith("note: the LLM reranker could not rank this task, so these are the first stage's hits: POST")
 
 
 def test_index_with_an_llm_reranker_tries_its_endpoint_once_and_warns_when_it_fails(capsys, tmp_path):
@@ -830,6 +839,47 @@ def test_eval_json_has_the_categories_and_every_querys_scores(capsys, tmp_path):
              for a, b in zip(first["per_query"][name], second[name]) if a["id"] == b["id"]]
     assert len(diffs) == 16 and any(diffs)  # the reranker moved some queries
     assert data["comparisons"][0]["diff"] == pytest.approx(sum(diffs) / len(diffs))
+
+
+def test_eval_flags_a_comparison_whose_reranker_fell_back_and_compares_the_fully_reranked_queries(capsys, tmp_path):
+    """An LLM reranker that failed on some queries left them with the first stage's ranking, yet the paired
+    comparison "bm25+llm@20 vs bm25" was printed as if it compared the two systems on every query (trial8 #13).
+    Now the line says how many queries fell back, and a second line (and the JSON's `fully_ranked`) compares
+    the others only: checked against the mean difference redone by hand from the per-query rows."""
+    from fakellm import FakeLLM, Reply, message_text
+
+    def judge(request):  # fails on the query about flights to Rome; elsewhere true when the tool shares its first word
+        text = message_text(request)
+        if "flights to Rome" in text:
+            return Reply(status=500)
+        task, document = text.split("Tool documentation:", 1)
+        yes = task.split("Task:", 1)[1].split()[0].lower() in document.lower()
+        return Reply("true" if yes else "false", logprobs=[{"token": "true" if yes else "false", "logprob": -0.1,
+                     "bytes": None, "top_logprobs": [{"token": "true", "logprob": -0.1 if yes else -2.5},
+                                                     {"token": "false", "logprob": -2.5 if yes else -0.1}]}])
+
+    settings, out_json = tmp_path / "llm.yaml", tmp_path / "r.json"
+    with FakeLLM(responder=judge) as llm:
+        settings.write_text(f"base_url: {llm.url}\nmodel: m\nmax_retries: 0\n")
+        code, out, err = run(capsys, "eval", EVAL_SETS / "alpha", EVAL_SETS / "beta", "--retriever", "bm25",
+                             "--rerank", f"llm:{settings}", "--with-first-stage", "-k", "5", "--json", out_json,
+                             "--quiet", "--bootstrap", "200")
+    assert code == 0, err
+    data = json.loads(out_json.read_text())
+    first, second = (data["systems"][name]["per_query"] for name in ("bm25", "bm25+llm@20"))
+    pairs = [(a, b) for name in ("alpha", "beta") for a, b in zip(first[name], second[name])]
+    assert [b["id"] for _, b in pairs if b["degraded"]] == ["a2"] and not any(a["degraded"] for a, _ in pairs)
+    kept = [b["ndcg@5"] - a["ndcg@5"] for a, b in pairs if "flights to Rome" not in a["query"]]
+    comparison = data["comparisons"][0]
+    assert comparison["degraded_queries"] == 1 and comparison["n_queries"] == 16
+    assert comparison["fully_ranked"]["n_queries"] == 15 == len(kept)
+    assert comparison["fully_ranked"]["diff"] == pytest.approx(sum(kept) / len(kept))
+    line = next(line for line in out.splitlines() if line.startswith("bm25+llm@20 vs bm25: "))
+    assert line.endswith("pooled over 16 queries of 2 sets; 1 of them fell back to the first stage (a stage "
+                         "failed), so B is partly A there")
+    fully = next(line for line in out.splitlines()
+                 if line.startswith("bm25+llm@20 vs bm25, fully ranked queries only: "))
+    assert fully.endswith("pooled over 15 queries of 2 sets") and f"{comparison['fully_ranked']['diff']:+.2f}" in fully
 
 
 def points_by_hand(ranked, gold, k):

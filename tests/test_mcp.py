@@ -143,7 +143,8 @@ def test_sdk_client_lists_and_calls_search_tools_over_stdio(served):
                                                              "namespaces": ["calender", "calendar"]})  # an empty find
             assert result.structured_content["unknown_namespaces"] == ["calender"]
             result = await client.call_tool("search_tools", {"task": "lattice chromodynamics on a supercomputer"})
-            assert result.structured_content == {"tools": [], "abstained": True, "unknown_namespaces": []}
+            assert result.structured_content == {"tools": [], "abstained": True, "unknown_namespaces": [],
+                                                 "degraded": None}  # null: the pipeline ranked it fully
             bad = await client.call_tool("search_tools", {"task": "x", "k": 0})
             assert bad.is_error
             blank = await client.call_tool("search_tools", {"task": "   "})  # toolscout's own errors say why
@@ -277,6 +278,33 @@ def test_search_tools_abstains_when_only_always_included_tools_come_back(tmp_pat
         service.close()
     assert ([t["id"] for t in nothing["tools"]], nothing["abstained"]) == (["mail.send"], True)
     assert ([t["id"] for t in found["tools"]][-1], found["abstained"]) == ("mail.send", False)
+
+
+@pytest.mark.filterwarnings("ignore::toolscout.errors.DegradedResults")  # what the answer says is checked
+def test_search_tools_says_when_the_llm_reranker_could_not_rank_the_task(tmp_path):
+    """As POST /search says it (trial8 #5): the first stage's tools, and `degraded` naming the stage and why."""
+    from fakellm import FakeLLM, Reply
+
+    from toolscout.llm import LLMSettings
+    from toolscout.rerank.llm import LLMReranker
+    from toolscout.serve.mcp import build_mcp_server
+    from toolscout.serve.service import ToolService
+
+    with FakeLLM(responder=lambda request: Reply(status=503)) as llm:
+        reranker = LLMReranker(LLMSettings(base_url=llm.url, model="m", timeout=5.0, max_retries=0))
+        ToolScout.from_tools(catalog(), retriever="bm25", reranker=reranker).save(tmp_path / "idx")
+        service = ToolService.open(tmp_path / "idx", fsync=False)
+
+        async def session():
+            async with Client(build_mcp_server(service)) as client:
+                return (await client.call_tool("search_tools", {"task": "book a flight"})).structured_content
+
+        try:
+            found = anyio.run(session)
+        finally:
+            service.close()
+    assert found["degraded"]["stage"] == "LLM reranker" and "HTTP 503" in found["degraded"]["reason"]
+    assert found["tools"] and not found["abstained"]
 
 
 def test_streamable_http_endpoint_applies_the_callers_token(http_server):

@@ -184,7 +184,9 @@ def test_sigterm_of_an_mcp_only_http_server_saves_a_snapshot_too(tmp_path, tools
 @pytest.mark.parametrize("command", ["serve", "gateway"])
 def test_a_port_in_use_fails_before_anything_says_it_is_serving(tmp_path, tools, command):
     """`toolscout serve`/`gateway` on a taken port printed "serving ... at http://127.0.0.1:PORT" and only then
-    uvicorn's "address already in use": the port is bound first now."""
+    uvicorn's "address already in use": the port is bound first now. And what it said was uvicorn's raw
+    "ERROR: [Errno 98] ... address already in use", exit status 3 (trial8 #15): now a toolscout error naming
+    the port and --port, exit status 1, the same for both commands."""
     import json
     import subprocess
     import sys
@@ -202,5 +204,17 @@ def test_a_port_in_use_fails_before_anything_says_it_is_serving(tmp_path, tools,
         port = taken.getsockname()[1]
         run = subprocess.run([sys.executable, "-m", "toolscout", *args, "--port", str(port)], capture_output=True,
                              text=True, timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"})
-    assert run.returncode == 3, run.stderr[-2000:]
-    assert "address already in use" in run.stderr.lower() and f"127.0.0.1:{port} (" not in run.stderr, run.stderr
+    assert run.returncode == 1, run.stderr[-2000:]
+    assert run.stderr.splitlines()[-1] == (
+        f"toolscout {command}: error: port {port} on 127.0.0.1 is already in use (another server listens there): "
+        "stop it, or choose another port with --port")
+    assert "Errno" not in run.stderr and f"127.0.0.1:{port} (" not in run.stderr, run.stderr
+
+
+def test_an_address_the_host_lacks_is_refused_naming_the_flags():
+    """What uvicorn would have said raw ("[Errno 99] ..."), as the port in use above: a toolscout error."""
+    from toolscout.serve.listen import CannotListen, check_listen
+
+    with pytest.raises(CannotListen, match=r"^cannot listen on 192\.0\.2\.1 port 0: .*; check --host and --port$"):
+        check_listen("192.0.2.1", 0)  # TEST-NET-1: no interface here has it
+    check_listen("127.0.0.1", 0)  # a free port: nothing to say

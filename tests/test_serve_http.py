@@ -827,3 +827,39 @@ def test_search_definitions_say_which_tool_and_which_keys_a_model_s_call_means(t
     assert name == "GET_tickets" and list(definition["input_schema"]["properties"]) == ["filter_status_"]
     assert result["results"][0]["tool_ids"] == {name: "tickets.GET /tickets"}
     assert result["results"][0]["argument_names"] == {name: {"filter_status_": "filter[status]"}}
+
+
+@pytest.mark.filterwarnings("ignore::toolscout.errors.DegradedResults")  # what the answer says is checked
+def test_a_task_the_llm_reranker_could_not_judge_says_so_in_its_answer(tmp_path):
+    """An LLM reranker that failed on a task left the first stage's hits in a 200 answer with nothing saying
+    so (trial8 #5; the warning was on the server's stderr only). Now that task's result has `degraded`
+    {stage, reason} and the other task's has none; such an answer is not cached: the next search asks again."""
+    from conftest import sample_tools
+    from fakellm import FakeLLM, Reply, message_text
+
+    from toolscout.llm import LLMSettings
+    from toolscout.rerank.llm import LLMReranker
+
+    top = [{"token": "true", "logprob": -0.1}, {"token": "false", "logprob": -2.4}]
+    judgement = Reply("true", logprobs=[{"token": "true", "logprob": -0.1, "top_logprobs": top}])
+
+    def respond(request):  # the model fails on one task only
+        return Reply(status=500) if "flight to Paris" in message_text(request) else judgement
+
+    with FakeLLM(responder=respond) as llm:
+        reranker = LLMReranker(LLMSettings(base_url=llm.url, model="m", timeout=5.0, max_retries=0))
+        ToolScout.from_tools(sample_tools(), retriever="bm25", reranker=reranker).save(tmp_path / "idx")
+        service = ToolService.open(tmp_path / "idx", fsync=False)
+        with TestClient(create_app(service, AuthConfig.build("admin-secret", None))) as client:
+            both = {"queries": ["book a flight to Paris", "send an email"], "k": 2}
+            failed, judged = client.post("/search", json=both).json()["results"]
+            asked = llm.calls
+            again = client.post("/search", json={"query": "book a flight to Paris", "k": 2}).json()["results"][0]
+            asked_again = llm.calls - asked
+            schema = client.get("/openapi.json").json()["components"]["schemas"]["QueryResult"]["properties"]
+    assert failed["degraded"]["stage"] == "LLM reranker" and "degraded" not in judged
+    assert failed["degraded"]["reason"].startswith(f"POST {llm.url}/chat/completions → HTTP 500")
+    assert failed["degraded"]["reason"].endswith(f"(tool {failed['hits'][0]['id']!r})")  # its first candidate
+    assert all(0 <= h["score"] <= 1 for h in judged["hits"])  # P(true): the reranker ranked this one
+    assert again["degraded"] == failed["degraded"] and again["hits"] == failed["hits"] and asked_again > 0
+    assert "degraded" in schema

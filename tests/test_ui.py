@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -36,9 +37,15 @@ HOSTILE = 'Write a note. <img src=x onerror="document.title=\'pwned\'"><b>bold</
 WAIT_MS = 20_000
 
 
+LONG_NAME = "MixerBox_Translate_AI_language_tutor_and_dictionary_for_every_language_pair_in_the_world"
+
+
 def catalog() -> list[Tool]:
-    """conftest's sample tools, and one with no namespace whose description is hostile HTML."""
-    return [*sample_tools(), Tool("add_note", "add_note", HOSTILE, {"type": "object", "properties": {}})]
+    """conftest's sample tools, one with no namespace whose description is hostile HTML, and one whose name is
+    long and unbroken (as some real catalogs' are)."""
+    return [*sample_tools(), Tool("add_note", "add_note", HOSTILE, {"type": "object", "properties": {}}),
+            Tool(f"translation.{LONG_NAME}", LONG_NAME, "Translate text from one language into another language.",
+                 {"type": "object", "properties": {}}, namespace="translation")]
 
 
 # ------------------------------------------------------------------------------------- the routes
@@ -124,18 +131,50 @@ def server(tmp_path_factory):
     included, and mail.send has learned from some feedback. Yields an httpx client (with the token)."""
     folder = tmp_path_factory.mktemp("ui") / "idx"
     ToolScout.from_tools(catalog(), retriever="bm25").save(folder)
+    with served(folder, "--token", TOKEN, "--require-read-token", "--always-include", "files.read",
+                headers=AUTH) as client:
+        events = [{"query": "email my manager the report", "tool_ids": ["mail.send"], "source": "agent-a"},
+                  {"query": "mail the team about lunch", "tool_ids": ["mail.send"], "source": "agent-b"},
+                  {"query": "send the invoice by email", "tool_ids": ["mail.send"], "source": "agent-b"}]
+        assert client.post("/feedback", json={"events": events}).status_code == 200
+        yield client
+
+
+@pytest.fixture(scope="module")
+def rerank_server(tmp_path_factory, encoder):
+    """A real `toolscout serve` (no token) over the default pipeline (calibrated: its hits have probabilities)
+    with an LLM reranker whose model (tests/fakellm.py) fails on tasks about flights and judges the others
+    (a reranked ranking has no probabilities). Yields (an httpx client, the fake LLM's URL)."""
+    from fakellm import FakeLLM, Reply, message_text
+
+    from toolscout.llm import LLMSettings
+    from toolscout.rerank.llm import LLMReranker
+
+    top = [{"token": "true", "logprob": -0.1}, {"token": "false", "logprob": -2.4}]
+    judgement = Reply("true", logprobs=[{"token": "true", "logprob": -0.1, "top_logprobs": top}])
+    def respond(request):  # the task comes before the tool's documentation in the prompt
+        return Reply(status=500) if "flight" in message_text(request).split("Tool documentation:")[0] else judgement
+
+    with FakeLLM(responder=respond) as llm:
+        reranker = LLMReranker(LLMSettings(base_url=llm.url, model="m", timeout=5.0, max_retries=0))
+        folder = tmp_path_factory.mktemp("ui-rerank") / "idx"
+        ToolScout.from_tools(catalog(), encoder=encoder, reranker=reranker).save(folder)
+        with served(folder) as client:
+            yield client, llm.url
+
+
+@contextmanager
+def served(folder: Path, *options: str, headers: dict | None = None):
+    """A real `toolscout serve` of `folder` on a free loopback port, stopped after: an httpx client of it
+    (sending `headers`)."""
     url = f"http://127.0.0.1:{_free_port()}"
-    command = [sys.executable, "-m", "toolscout.serve", str(folder), "--port", url.rsplit(":", 1)[1],
-               "--token", TOKEN, "--require-read-token", "--always-include", "files.read", "--no-fsync"]
+    command = [sys.executable, "-m", "toolscout.serve", str(folder), "--port", url.rsplit(":", 1)[1], "--no-fsync",
+               *options]
     proc = subprocess.Popen(command, env={**os.environ, "HF_HUB_OFFLINE": "1"}, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE)
     try:
         _wait_until_healthy(proc, url)
-        with httpx.Client(base_url=url, headers=AUTH, timeout=30) as client:
-            events = [{"query": "email my manager the report", "tool_ids": ["mail.send"], "source": "agent-a"},
-                      {"query": "mail the team about lunch", "tool_ids": ["mail.send"], "source": "agent-b"},
-                      {"query": "send the invoice by email", "tool_ids": ["mail.send"], "source": "agent-b"}]
-            assert client.post("/feedback", json={"events": events}).status_code == 200
+        with httpx.Client(base_url=url, headers=headers, timeout=30) as client:
             yield client
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -235,6 +274,111 @@ def test_ranked_tools_match_the_api_with_kinds_and_matched_words(page, server):
     assert page.script_errors == []
 
 
+def test_a_task_the_llm_reranker_could_not_rank_shows_a_note_over_its_hits(page, rerank_server):
+    """The page showed the first stage's hits of a task the LLM reranker failed on as if it had ranked them
+    (trial8 #5): a note above them says so, with the API's `degraded` reason; a task it ranked shows none."""
+    server, llm_url = rerank_server
+    page.goto(url_of(server, "/ui"))
+    search(page, "book a flight", 3)
+    answer = server.post("/search", json={"query": "book a flight", "k": 3}).json()["results"][0]
+    note = page.get_by_test_id("degraded")
+    assert note.is_visible()
+    assert answer["degraded"]["reason"].startswith(f"POST {llm_url}/chat/completions → HTTP 500")
+    assert note.inner_text() == ("The LLM reranker could not rank this task, so these are the first stage's results: "
+                                 + answer["degraded"]["reason"])
+    shown = [hit.get_attribute("data-id") for hit in page.get_by_test_id("hit").all()]
+    assert shown == [h["id"] for h in answer["hits"]]
+    search(page, "send an email", 3)
+    assert not note.is_visible()
+    assert "degraded" not in server.post("/search", json={"query": "send an email"}).json()["results"][0]
+    assert page.script_errors == []
+
+
+def test_each_hit_shows_its_probability_when_the_answer_has_one(page, rerank_server):
+    """The page showed only the score, though the API gives a calibrated probability (trial8 #14): each hit
+    shows it (its exact value and what it means in the title), with a legend; an answer without
+    probabilities (the LLM reranker's ranking) shows neither."""
+    server, _llm_url = rerank_server
+    page.goto(url_of(server, "/ui"))
+    search(page, "book a flight", 3)  # the reranker failed: the first stage's hits, with their probabilities
+    hits = server.post("/search", json={"query": "book a flight", "k": 3}).json()["results"][0]["hits"]
+    assert all(h.get("probability") is not None for h in hits)
+    shown = page.get_by_test_id("probability")
+    assert shown.all_inner_texts() == [f"p {h['probability']:.2f}" for h in hits]
+    assert [float(t.split(":")[0]) for t in (s.get_attribute("title") for s in shown.all())] == \
+        [h["probability"] for h in hits]
+    legend = page.get_by_test_id("probability-legend")
+    assert legend.is_visible() and "calibrated probability that the tool is one the task needs" in legend.inner_text()
+    search(page, "send an email", 3)  # ranked by the reranker: no probabilities
+    ranked = server.post("/search", json={"query": "send an email", "k": 3}).json()["results"][0]["hits"]
+    assert "probability" not in ranked[0]
+    assert shown.count() == 0 and not legend.is_visible()
+    assert page.script_errors == []
+
+
+# --------------------------------------------------------------------------- keyboard, narrow windows, failures
+
+def test_enter_searches_and_shift_enter_starts_a_new_line(page, server):
+    """Enter in the task box added a newline and searched nothing (trial8 #14)."""
+    open_page(page, server)
+    page.fill("#task", "send an email")
+    page.fill("#k", "2")
+    page.locator("#task").press("Shift+Enter")
+    assert page.input_value("#task") == "send an email\n" and page.get_by_test_id("hit").count() == 0
+    page.locator("#task").press("Enter")
+    page.get_by_test_id("hit").first.wait_for()
+    assert page.input_value("#task") == "send an email\n"  # Enter added nothing
+    assert shown_rows(page) == api_rows(server, {"query": "send an email", "k": 2})
+    assert page.script_errors == []
+
+
+def test_a_390_pixel_window_does_not_scroll_sideways(browser, server):
+    """At 390 px the page was 473 px wide (the header did not wrap), long tool names overflowed their list and
+    the learning table its panel (trial8 #14): now nothing is wider than the window."""
+    context = browser.new_context(viewport={"width": 390, "height": 800})
+    page = context.new_page()
+    page.set_default_timeout(WAIT_MS)
+    try:
+        open_page(page, server)
+        page.get_by_test_id("learning-row").first.wait_for()
+        search(page, "translate text into another language", 3)
+        assert page.locator(f"[data-testid=hit][data-id='translation.{LONG_NAME}']").count() == 1
+        page.locator("[data-testid=namespace] button[data-namespace=translation]").click()
+        page.locator("[data-testid=catalog-tool]").first.wait_for()
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390
+        # every panel holds what it shows (the learning table scrolls inside its own box)
+        assert page.evaluate("""[...document.querySelectorAll('main > *')].every(
+            (panel) => panel.getBoundingClientRect().right <= 390 && panel.scrollWidth <= panel.clientWidth)""")
+    finally:
+        context.close()
+
+
+def test_a_refused_or_failed_search_clears_the_last_results_and_an_unreachable_server_is_said(page, server):
+    """A k the form refuses (0, 500) left the previous task's results under the new task; and with the server
+    unreachable the status line still showed its last tool count (trial8 #14)."""
+    open_page(page, server)
+    status = page.get_by_test_id("server-status")
+    health = server.get("/health").json()
+    assert status.inner_text().startswith(f"{health['tools']} tools · version {health['version']}")
+    search(page, "send an email", 2)
+    assert page.get_by_test_id("hit").count() == len(api_rows(server, {"query": "send an email", "k": 2})) > 0
+    page.fill("#k", "500")
+    page.locator("#task").press("Enter")  # the browser refuses the form: no request
+    page.get_by_test_id("search-summary").filter(has_text="Not searched: k:").wait_for()
+    assert page.get_by_test_id("hit").count() == 0
+
+    search(page, "send an email", 2)
+    page.route("**/search", lambda route: route.abort())  # the server cannot be reached
+    page.click("#search-button")
+    error_banner(page).filter(has_text="network_error").wait_for()
+    assert page.get_by_test_id("hit").count() == 0
+    assert status.inner_text().startswith("server unreachable: could not reach the toolscout server")
+    page.unroute("**/search")
+    search(page, "send an email", 2)
+    status.filter(has_text=f"{health['tools']} tools · version").wait_for()  # reachable again: said again
+    assert page.get_by_test_id("hit").count() > 0 and page.script_errors == []
+
+
 # --------------------------------------------------------------------------- one tool, the catalog
 
 def test_schema_feedback_and_namespace_browsing(page, server):
@@ -270,6 +414,29 @@ def test_the_learning_panel_shows_what_the_server_measured_of_its_learning(page,
             for ns, f in report["measured"]["namespaces"].items()}
     assert rows == want and rows["mail"][0] == "3"  # the three events the fixture posted, scored
     assert f"{report['requests']} requests learned" in page.get_by_test_id("learning-summary").inner_text()
+    # the whole table in its panel at this width (its last column was cut off: trial8 #14)
+    assert page.evaluate("(box => box.scrollWidth <= box.clientWidth)(document.querySelector('.table-scroll'))")
+    assert page.script_errors == []
+
+
+def test_a_hit_can_be_reported_as_having_served_the_task(page, server):
+    """Feedback could be read per tool but not given from the page (trial8 #14): "it served the task" posts
+    the task and the tool to POST /feedback with the page's token; the index learns it at once (the tool's
+    feedback counts, and the learning panel, say so), and a second report is said to count once."""
+    open_page(page, server)
+    task, tool = "weather forecast for Lisbon this week", "weather.get_forecast"
+    before = server.get(f"/tools/{tool}").json()["feedback"]["learned"]
+    search(page, task, 3)
+    page.locator(f"[data-testid=hit][data-id='{tool}'] [data-testid=served]").click()
+    said = page.locator(f"[data-testid=hit][data-id='{tool}'] [data-testid=served-said]")
+    said.wait_for()
+    assert said.inner_text() == "reported: learned"
+    assert server.get(f"/tools/{tool}").json()["feedback"]["learned"] == before + 1
+    page.locator("[data-testid=learning-row][data-namespace=weather]").wait_for()  # the panel was reloaded
+    search(page, task, 3)
+    page.locator(f"[data-testid=hit][data-id='{tool}'] [data-testid=served]").click()
+    said.filter(has_text="reported before: counted once").wait_for()
+    assert server.get(f"/tools/{tool}").json()["feedback"]["learned"] == before + 1
     assert page.script_errors == []
 
 

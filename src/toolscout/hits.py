@@ -29,6 +29,7 @@ from typing import Any, Iterable, Mapping, Protocol, Sequence
 from .errors import InvalidRequest, is_blank, listed
 from .eval.calibration import any_relevant
 from .query import Query
+from .results import Degraded
 from .tool import TextView, Tool, split_identifier, tool_text
 
 MATCHES = ("retrieval", "name", "always")
@@ -76,6 +77,20 @@ class Hit:
         if self.probability is not None:
             out["probability"] = round(float(self.probability), 4)
         return out
+
+
+class Hits(list):
+    """One task's answer: its hits (a list of Hit, best first) and `degraded`, None or what a stage of the
+    pipeline could not do for the task (`results.Degraded`: an LLM reranker that failed on it, so these are
+    the first stage's hits). Every interface shows `degraded` beside the task's hits when it is set."""
+
+    def __init__(self, hits: Iterable[Hit] = (), degraded: Degraded | None = None):
+        super().__init__(hits)
+        self.degraded = degraded
+
+    def degraded_dict(self) -> dict[str, dict[str, str]]:
+        """`{"degraded": {"stage", "reason"}}` when it is set, else {}: what an answer adds for the task."""
+        return {} if self.degraded is None else {"degraded": self.degraded.to_dict()}
 
 
 @dataclass(frozen=True)

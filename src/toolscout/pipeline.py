@@ -29,7 +29,7 @@ from .deprecation import Deprecation, deprecation_of, rank_below_replacements
 from .encoders.fast import TIER_NAMES, fast_query_kind, tier_of
 from .errors import FastQueriesUnavailable, InvalidRequest, NotFound, ToolScoutError, listed
 from .feedback import FeedbackEvent, LearnResult, Usage, UsageLedger
-from .hits import CALIBRATED, Hit, HitPolicy, NameIndex, abstains, assemble_hits, checked_k, checked_queries
+from .hits import CALIBRATED, Hit, HitPolicy, Hits, NameIndex, abstains, assemble_hits, checked_k, checked_queries
 from .intents import IntentMerge
 from .learning import LearnedChannel, LearningSettings, Lesson, Scored, teaches_anything
 from .learning.channel import DEPTH as LEARNED_DEPTH
@@ -612,7 +612,7 @@ class ToolScout:
         """`_ranked`, what learning lifted for each query (`LearnedChannel.lifts`; None when it is off), and
         which queries kept the first stage's ranking: the reranker could not judge them (`_reranked`), or
         `gate`, a min_probability decided on the first stage's ranking before reranking (`_passes_gate`), left them
-        out of the reranking (they abstain)."""
+        out of the reranking (they abstain); the ranking's `degraded` says why the reranker could not judge one."""
         depth = k if self.reranker is None else max(k, self.reranker.depth, self._kept_depth(k))
         lifts = None
         if not self.learning.active:
@@ -635,21 +635,22 @@ class ToolScout:
         queries kept the first stage's list (rerank/base.py): those not to judge, and those it could not. They
         keep it as deep as a search without the reranker ranks (`_kept_depth`, for the first stage's
         probabilities; `_ranked` cuts it to k): the reranker is handed its own depth of them, which may be
-        shallower."""
+        shallower. Its Results' `degraded` says why it could not judge a query."""
         judged = candidates.top(max(k, self.reranker.depth))
         asked = [q for q, wanted in enumerate(judge) if wanted]
-        lists = list(judged)
+        lists, why = list(judged), [None] * len(queries)
         if asked:
             subset = Results(tuple(judged.ids[q] for q in asked), tuple(judged.scores[q] for q in asked))
-            for q, ranked in zip(asked, self.reranker.rerank([queries[q].text for q in asked], subset, self._tools,
-                                                            self.retriever)):
-                lists[q] = ranked
-        reranked = Results(tuple(ids for ids, _ in lists), tuple(scores for _, scores in lists))
+            answer = self.reranker.rerank([queries[q].text for q in asked], subset, self._tools, self.retriever)
+            for i, (q, ranked) in enumerate(zip(asked, answer)):
+                lists[q], why[q] = ranked, answer.degraded_at(i)
+        reranked = Results(tuple(ids for ids, _ in lists), tuple(scores for _, scores in lists),
+                           tuple(why) if any(why) else None)
         kept = kept_first_stage(reranked, judged)
         deep = self._kept_depth(k)
         cut = [(first[0][:deep], first[1][:deep]) if was_kept else (ids[:k], scores[:k])
                for (ids, scores), first, was_kept in zip(reranked, candidates, kept)]
-        return Results(tuple(ids for ids, _ in cut), tuple(scores for _, scores in cut)), kept
+        return Results(tuple(ids for ids, _ in cut), tuple(scores for _, scores in cut), reranked.degraded), kept
 
     def _passes_gate(self, queries: list[Query], candidates: Results, lifts: Sequence[Mapping] | None, k: int,
                      filter: Filter | None, gate: float) -> list[bool]:
@@ -677,7 +678,7 @@ class ToolScout:
 
         ranked = [rank_below_replacements(ids, scores, successor) if any(t in self._deprecated for t in ids)
                   else (ids, scores) for ids, scores in results]
-        return Results(tuple(ids for ids, _ in ranked), tuple(scores for _, scores in ranked))
+        return Results(tuple(ids for ids, _ in ranked), tuple(scores for _, scores in ranked), results.degraded)
 
     def replacements(self) -> dict[str, str | None]:
         """Each tool that says it is deprecated, with the id of the catalog tool that replaces it (None when
@@ -711,8 +712,9 @@ class ToolScout:
     def search(self, query: str | Sequence[str], k: int = 5, *, namespaces: Iterable[str] | None = None,
                filter: Filter | None = None, min_score: float | None = None,
                min_probability: float | str | None = None, always_include: Iterable[str] = (),
-               match_names: bool = True, explain: bool = False) -> list[Hit] | list[list[Hit]]:
-        """The k best tools for `query`, best first; a list of queries gives one list per query.
+               match_names: bool = True, explain: bool = False) -> Hits | list[Hits]:
+        """The k best tools for `query`, best first; a list of queries gives one list per query (each a `Hits`:
+        a list of Hit whose `degraded` says when a stage, the LLM reranker, could not rank the task).
 
         `namespaces` restricts results to tools in those namespaces (and so does `filter`; both apply).
         `min_score` is the abstention threshold: when the best retrieved tool scores below it, no
@@ -734,7 +736,7 @@ class ToolScout:
         hits = self.hits(queries, Filter.restrict(filter, namespaces), policy)
         return hits[0] if isinstance(query, (str, Query)) else hits
 
-    def hits(self, queries: Sequence[Query], filter: Filter | None, policy: HitPolicy) -> list[list[Hit]]:
+    def hits(self, queries: Sequence[Query], filter: Filter | None, policy: HitPolicy) -> list[Hits]:
         """`search` of queries and a policy already checked (`hits.checked_queries`, `checked_k`): what a
         service that checked them where they came in calls, so nothing is checked or focused twice. The
         ranking, name matches and tools all come from one read of the catalog."""
@@ -748,8 +750,9 @@ class ToolScout:
             chances = self._probabilities(queries, results, lifts, kept)
             results = results.top(policy.k)
             source = _CatalogSource(self, filter)
-            return [assemble_hits(q, ids, scores, self._named(q.text, filter) if policy.match_names else [], policy,
-                                  source, p) for q, (ids, scores), p in zip(queries, results, chances)]
+            return [Hits(assemble_hits(q, ids, scores, self._named(q.text, filter) if policy.match_names else [],
+                                       policy, source, p), results.degraded_at(i))
+                    for i, (q, (ids, scores), p) in enumerate(zip(queries, results, chances))]
 
     @property
     def abstention_calibration(self) -> Calibration | None:

@@ -51,16 +51,37 @@ class Filter:
 
 
 @dataclass(frozen=True)
+class Degraded:
+    """What a search could not do for one task: its `stage` (e.g. "LLM reranker") failed on it, so the task
+    got the ranking of the stage before (a reranker's fallback keeps the first stage's list); `reason`: the
+    stage's first error for the task. Every interface shows it as `{"stage": ..., "reason": ...}`."""
+
+    stage: str
+    reason: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"stage": self.stage, "reason": self.reason}
+
+
+@dataclass(frozen=True)
 class Results:
     """Ranked hits for a batch of queries: `ids[q]` (str array) and `scores[q]` (float32 array),
-    best first. Lists may be shorter than k (small catalogs, filters)."""
+    best first. Lists may be shorter than k (small catalogs, filters). `degraded`: per query, None or what a
+    stage could not do for it (`Degraded`); None for the whole batch when its maker says nothing of it."""
 
     ids: tuple[np.ndarray, ...]
     scores: tuple[np.ndarray, ...]
+    degraded: tuple[Degraded | None, ...] | None = None
 
     def __post_init__(self) -> None:
         if len(self.ids) != len(self.scores):
             raise ValueError("Results: ids and scores must have one entry per query")
+        if self.degraded is not None and len(self.degraded) != len(self.ids):
+            raise ValueError("Results: degraded must have one entry per query")
+
+    def degraded_at(self, q: int) -> Degraded | None:
+        """What a stage could not do for query `q` (None: nothing said)."""
+        return None if self.degraded is None else self.degraded[q]
 
     @classmethod
     def from_lists(cls, ids: Sequence[Sequence[str]], scores: Sequence[Sequence[float]]) -> "Results":
@@ -83,7 +104,7 @@ class Results:
         return self.ids[q], self.scores[q]
 
     def top(self, k: int) -> "Results":
-        return Results(tuple(i[:k] for i in self.ids), tuple(s[:k] for s in self.scores))
+        return Results(tuple(i[:k] for i in self.ids), tuple(s[:k] for s in self.scores), self.degraded)
 
     def as_lists(self) -> list[list[str]]:
         return [list(i) for i in self.ids]

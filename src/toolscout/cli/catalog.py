@@ -8,10 +8,14 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..defaults import DEFAULT_RETRIEVER
 from .options import (add_fast_queries, add_option_flag, add_rerank_options, add_retriever_options,
                       pipeline_from_args)
+
+if TYPE_CHECKING:
+    from ..hits import Hits
 
 EXAMPLE_TASKS = (
     "I need to see a doctor next week, can you book me an appointment?",
@@ -182,7 +186,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         print(f"warning: no tool is in namespace {', '.join(map(repr, unknown))}", file=sys.stderr)
     if args.json:  # what POST /search says of each task (one list of unknown namespaces for them all)
         out = [{"query": q, "abstained": abstained(hits), "hits": [h.to_dict() for h in hits],
-                "unknown_namespaces": unknown} for q, hits in zip(args.query, query_hits)]
+                "unknown_namespaces": unknown, **hits.degraded_dict()} for q, hits in zip(args.query, query_hits)]
         print(json.dumps(out[0] if len(out) == 1 else out, indent=2, ensure_ascii=False))
         return 0
     for query, hits in zip(args.query, query_hits):
@@ -190,7 +194,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     return 0
 
 
-def print_hits(query: str, hits: list) -> None:
+def print_hits(query: str, hits: Hits) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -205,6 +209,14 @@ def print_hits(query: str, hits: list) -> None:
     if not hits:
         table.add_row("", "", "(no matching tool)", "", "")
     Console().print(table)
+    if hits.degraded is not None:  # the stderr warning covers the call; this line sits under the task it concerns
+        print(degraded_line(hits.degraded))
+
+
+def degraded_line(degraded) -> str:
+    """The line under a task's table when a stage could not rank it (`results.Degraded`)."""
+    return (f"note: the {degraded.stage} could not rank this task, so these are the first stage's hits: "
+            f"{degraded.reason}")
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

@@ -204,15 +204,41 @@ def _resamples(text: str) -> int:
 
 def _compare(reports: list, args: argparse.Namespace) -> list[dict[str, Any]]:
     from ..eval import paired_bootstrap
-    from ..eval.report import counted
+    from ..eval.significance import fell_back
 
     comparisons = []
     if args.bootstrap == 0:
         return comparisons
+    first = reports[0]
     for other in reports[1:]:
-        result = paired_bootstrap(reports[0], other, metric=f"ndcg@{args.k}", n_resamples=args.bootstrap)
-        comparisons.append({"a": reports[0].name, "b": other.name, **result.to_dict()})
-        # the test pools queries (each weighs the same), while the table's mean row weighs each set the same
-        over = f"pooled over {result.n_queries} queries of {counted(len(reports[0].sets), 'set')}"
-        print(f"{other.name} vs {reports[0].name}: {result.line(over)}")
+        result = paired_bootstrap(first, other, metric=f"ndcg@{args.k}", n_resamples=args.bootstrap)
+        comparison = {"a": first.name, "b": other.name, **result.to_dict()}
+        fell = fell_back(first, other)
+        flag = f"; {fell} of them fell back to the first stage (a stage failed), so B is partly A there" if fell else ""
+        print(f"{other.name} vs {first.name}: {result.line(_pooled(result, first) + flag)}")
+        if fell:  # the same test on the queries both systems ranked as named (docs: README, "Evaluation")
+            comparison["degraded_queries"] = fell
+            comparison["fully_ranked"] = _compare_fully_ranked(first, other, args, fell == result.n_queries)
+        comparisons.append(comparison)
     return comparisons
+
+
+def _pooled(result: Any, first: Any) -> str:
+    """What a comparison was computed over: the test pools queries (each weighs the same), while the table's
+    mean row weighs each set the same."""
+    from ..eval.report import counted
+
+    return f"pooled over {result.n_queries} queries of {counted(len(first.sets), 'set')}"
+
+
+def _compare_fully_ranked(first: Any, other: Any, args: argparse.Namespace, none_left: bool) -> dict[str, Any] | None:
+    """The comparison on the queries no stage of either system failed on, printed; None when there are none."""
+    from ..eval import paired_bootstrap
+
+    label = f"{other.name} vs {first.name}, fully ranked queries only"
+    if none_left:
+        print(f"{label}: none (a stage failed on every query)")
+        return None
+    result = paired_bootstrap(first, other, metric=f"ndcg@{args.k}", n_resamples=args.bootstrap, fully_ranked=True)
+    print(f"{label}: {result.line(_pooled(result, first))}")
+    return result.to_dict()

@@ -184,16 +184,20 @@ def _top_ids(results: Results, k: int, query: Query) -> list[str]:
 def _run_set(system: SearchSystem, name: str, queries: list[Query], k: int, categories: dict[str, str], bar,
              also_at: Sequence[int], notes: _Notes) -> SetReport:
     task = bar.add_task(name, total=len(queries))
-    rankings, latency = [], []
+    rankings, latency, degraded = [], [], []
     for query in queries:
+        failed_before = notes.failed_queries
         with notes.kept(timed=True):
             start = time.perf_counter()
             results = system.retrieve([query.text], k)
             latency.append((time.perf_counter() - start) * 1000.0)
         rankings.append(_top_ids(results, k, query))
+        degraded.append(notes.failed_queries > failed_before)  # a stage failed on this query
         bar.advance(task)
     bar.remove_task(task)
-    return _score_set(name, queries, rankings, latency, k, categories, also_at)
+    report = _score_set(name, queries, rankings, latency, k, categories, also_at)
+    report.degraded = degraded
+    return report
 
 
 @dataclass
@@ -214,6 +218,11 @@ class _Notes:
                 simplefilter("always")
             yield
         self.add(caught, timed, where)
+
+    @property
+    def failed_queries(self) -> int:
+        """The timed queries some stage failed on so far, counted once per failed stage."""
+        return sum(count for count, _fallback, _reason in self.failed.values())
 
     def add(self, caught: list[WarningMessage], timed: bool, where: str | None = None) -> None:
         for record in caught:

@@ -16,6 +16,10 @@ fall below 0.05 (its least is 2 / (1 + resamples)).
 
 `paired_bootstrap` pools the queries of all sets (each query weighs the same, so a large set weighs
 more than in the macro mean of the report); `paired_bootstrap_per_set` tests each set on its own.
+
+A query on which a stage of either system failed (an LLM reranker whose calls failed, `SetReport.degraded`)
+got that system's first-stage ranking: B is then partly A, and the difference understates (or hides) what the
+stage does. `fell_back` counts such queries; `fully_ranked=True` compares the other queries only.
 """
 
 from __future__ import annotations
@@ -66,12 +70,29 @@ class BootstrapResult:
 
 
 def paired_bootstrap(a: EvalReport, b: EvalReport, metric: str = "ndcg@10", n_resamples: int = 10000,
-                     seed: int = 0) -> BootstrapResult:
-    """Paired bootstrap over the queries of all sets together (matched by set and query id)."""
+                     seed: int = 0, fully_ranked: bool = False) -> BootstrapResult:
+    """Paired bootstrap over the queries of all sets together (matched by set and query id). `fully_ranked`:
+    only the queries no stage of either system failed on (the module doc); ValueError when there are none."""
     pairs = _paired_scores(a, b, metric)
+    keep = np.concatenate([~fell for fell in _fallbacks(a, b).values()]) if fully_ranked else None
     scores_a = np.concatenate([pa for pa, _ in pairs.values()])
     scores_b = np.concatenate([pb for _, pb in pairs.values()])
+    if keep is not None:
+        if not keep.any():
+            raise ValueError(f"no query was fully ranked by both {a.name!r} and {b.name!r}: a stage failed on each")
+        scores_a, scores_b = scores_a[keep], scores_b[keep]
     return _bootstrap(scores_a, scores_b, metric, n_resamples, seed)
+
+
+def fell_back(a: EvalReport, b: EvalReport) -> int:
+    """How many of the queries A and B are paired on got a first-stage ranking in either: a stage failed on them."""
+    return int(sum(fell.sum() for fell in _fallbacks(a, b).values()))
+
+
+def _fallbacks(a: EvalReport, b: EvalReport) -> dict[str, np.ndarray]:
+    """Per set, in A's query order, whether a stage of A or of B failed on each query."""
+    return {name: set_a.fell_back() | b.sets[name].fell_back()[_b_order(set_a.query_ids, b.sets[name].query_ids, name)]
+            for name, set_a in a.sets.items()}
 
 
 def paired_bootstrap_per_set(a: EvalReport, b: EvalReport, metric: str = "ndcg@10", n_resamples: int = 10000,

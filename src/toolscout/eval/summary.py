@@ -28,7 +28,8 @@ class SetReport:
     each query's first gold tool, plus its "queries" count. `rankings`: the top-k ids per query, kept
     for error analysis. `build_s`: seconds to build this set's index (None when the index was shared,
     in pooled mode). `queries`, `query_categories`: the evaluated queries, in `query_ids` order, and the
-    category each was counted under.
+    category each was counted under. `degraded`: per query, whether a stage of the system failed on it (an LLM
+    reranker whose calls failed: it got the first stage's ranking); empty when nothing says.
     """
 
     name: str
@@ -42,18 +43,24 @@ class SetReport:
     build_s: float | None = None
     queries: list[Query] = field(default_factory=list, repr=False)
     query_categories: list[str] = field(default_factory=list, repr=False)
+    degraded: list[bool] = field(default_factory=list, repr=False)
+
+    def fell_back(self) -> np.ndarray:
+        """Per query (in `query_ids` order), whether a stage failed on it (`degraded`; all False when unsaid)."""
+        return np.array(self.degraded if self.degraded else [False] * self.n_queries, dtype=bool)
 
     def to_json(self) -> dict[str, Any]:
         return {**self.metrics, "queries": self.n_queries}
 
     def query_rows(self) -> list[dict[str, Any]]:
         """Each query as `eval --json` writes it under "per_query": id, text, gold labels, category, the ranked
-        ids, its latency and each metric in points, so that a user can pair systems query by query."""
+        ids, its latency, whether a stage failed on it (`degraded`) and each metric in points, so that a user
+        can pair systems query by query."""
         return [{"id": query.id, "query": query.text, "labels": list(query.labels), "category": category,
-                 "ranked": list(ranked), "latency_ms": ms,
+                 "ranked": list(ranked), "latency_ms": ms, "degraded": bool(fell),
                  **{key: 100.0 * float(values[i]) for key, values in self.per_query.items()}}
-                for i, (query, category, ranked, ms) in
-                enumerate(zip(self.queries, self.query_categories, self.rankings, self.latency_ms))]
+                for i, (query, category, ranked, ms, fell) in
+                enumerate(zip(self.queries, self.query_categories, self.rankings, self.latency_ms, self.fell_back()))]
 
 
 @dataclass

@@ -47,7 +47,7 @@ import anyio.to_thread
 
 from ..errors import Conflict, Forbidden, InvalidRequest, NotFound, RateLimited, TooLarge, Unavailable
 from ..feedback import FeedbackEvent, likely_renames, renames_note
-from ..hits import Hit
+from ..hits import Hit, Hits
 from ..ingest.live_mcp import error_reason
 from ..serve.auth import ANONYMOUS
 from ..serve.errors import ServiceError
@@ -97,7 +97,7 @@ class GatewayOptions:
 class Searched:
     """A search's answer: its hits, and the upstreams whose tools it could not search (`Gateway.searchable`)."""
 
-    hits: list[Hit]
+    hits: Hits
     not_searchable: list[dict[str, str]]
 
 

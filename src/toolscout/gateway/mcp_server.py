@@ -63,9 +63,10 @@ from mcp_types import PROTOCOL_VERSION_META_KEY as PROTOCOL_VERSION_META
 from pydantic import BaseModel, Field
 
 from ..errors import Conflict, Forbidden, InvalidRequest, NotFound, RateLimited, Unavailable
-from ..hits import Hit
+from ..hits import Hits
 from ..serve.auth import ANONYMOUS, AuthConfig, AuthError
 from ..serve.mcp import (
+    DEGRADED,
     RECORD_DESCRIPTION,
     UNKNOWN_NAMESPACES,
     Arguments,
@@ -138,6 +139,7 @@ class GatewaySearchResult(BaseModel):
     not_searchable: list[NotSearchable] = Field(
         default_factory=list, description="Servers whose tools this search could not find (still starting after "
                                           "the gateway waited for them, or down); search again later for theirs.")
+    degraded: Optional[dict[str, str]] = Field(None, description=DEGRADED)
 
 
 class CallArgs(Arguments):
@@ -305,7 +307,7 @@ class GatewayMcp(ToolSearchMcp):
         return text_result(answer)
 
     async def search(self, task: str, k: int, principal: Principal, namespaces: list[str] | None,
-                     session: str) -> tuple[list[Hit], dict[str, Any]]:
+                     session: str) -> tuple[Hits, dict[str, Any]]:
         """The gateway's search (it waits for upstreams still starting), and the upstreams it could not search."""
         searched = await self.gateway.search(task, k, principal=principal, session=session, namespaces=namespaces)
         return searched.hits, {"not_searchable": searched.not_searchable}

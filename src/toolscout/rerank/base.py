@@ -8,7 +8,9 @@ A query the reranker cannot judge (an LLM call failed) keeps the first stage's l
 ids in the same order with the first stage's scores (`judged_or_kept`), never numbers of the reranker's
 own, and a `errors.DegradedResults` warning says so. Its hits are then the first stage's in every way: a
 `min_score` means what it means without the reranker, and the pipeline gives them the first stage's
-calibrated probabilities (`kept_first_stage` tells such a list apart).
+calibrated probabilities (`kept_first_stage` tells such a list apart). `judged_or_kept` also says why, per
+query, in the Results' `degraded` (the reranker's reason, e.g. the LLM's first error for the task); the
+pipeline carries that to each task's answer, so a caller sees which tasks the reranker did not rank.
 
 Three rerankers are registered:
   `cross`   — a cross-encoder (Tool-Rank) fine-tuned by `toolscout train cross`;
@@ -31,7 +33,7 @@ from ..artifacts import ArtifactError, read_config, read_json, write_json
 from ..errors import InvalidRequest
 from ..models import MODEL_KIND, model_config
 from ..registry import lookup
-from ..results import Results
+from ..results import Degraded, Results
 from ..tool import Tool
 
 RERANKER_KIND = "toolscout.reranker"
@@ -160,12 +162,19 @@ def reordered(per_query: Sequence[tuple[np.ndarray, np.ndarray]]) -> Results:
     return Results(tuple(p[0] for p in pairs), tuple(p[1] for p in pairs))
 
 
-def judged_or_kept(candidates: Results, judged: Sequence[np.ndarray | None]) -> Results:
+def judged_or_kept(candidates: Results, judged: Sequence[np.ndarray | None],
+                   kept_because: Sequence[Degraded | None] | None = None) -> Results:
     """Each query's candidates reordered by the reranker's scores `judged[q]`, or, where it could not judge
-    the query (None), kept as the first stage gave them: ids, order and scores (the module doc's rule)."""
+    the query (None), kept as the first stage gave them: ids, order and scores (the module doc's rule), with
+    why in the Results' `degraded` (`kept_because[q]`, or that the reranker could not judge the task)."""
     lists = [(ids, scores) if own is None else reorder(ids, own) for (ids, scores), own in zip(candidates, judged)]
+    why = kept_because or [None] * len(judged)
+    degraded = tuple(None if own is not None else because or _UNJUDGED for own, because in zip(judged, why))
     return Results(tuple(np.asarray(ids, dtype=object) for ids, _ in lists),
-                   tuple(np.asarray(scores, dtype=np.float32) for _, scores in lists))
+                   tuple(np.asarray(scores, dtype=np.float32) for _, scores in lists), degraded)
+
+
+_UNJUDGED = Degraded("reranker", "it could not judge this task, so the first stage's ranking is kept")
 
 
 def kept_first_stage(reranked: Results, candidates: Results) -> list[bool]:

@@ -61,7 +61,7 @@ from ..llm import (
     choice_probability,
     snippet,
 )
-from ..results import Results
+from ..results import Degraded, Results
 from ..tool import TextView, Tool, tool_text
 from .base import (
     DEFAULT_DEPTH,
@@ -209,6 +209,14 @@ def _judged(candidates: Results, slots: list[list[int]], scores: list[float | No
     return judged, sum(j is None for j in judged)
 
 
+def _kept_because(candidates: Results, slots: list[list[int]],
+                  failures: Mapping[int, LLMError]) -> list[Degraded | None]:
+    """Per query that lost a pair, its first failure (the tool named): what its answer says of the fallback."""
+    firsts = [next((j for j, s in enumerate(slots[q]) if s in failures), None) for q in range(len(candidates))]
+    return [None if j is None else Degraded("LLM reranker", f"{failures[slots[q][j]]} (tool {candidates.ids[q][j]!r})")
+            for q, j in enumerate(firsts)]
+
+
 class LLMReranker:
     """Reorders candidates by an LLM's P(true) that the tool meets the task (see the module docstring).
 
@@ -346,7 +354,7 @@ class LLMReranker:
                 f"{tool_id!r}): {failures[min(failures)]}",
                 stage="LLM reranker", queries=failed_queries, fallback="they kept the first stage's order",
                 reason=reason), stacklevel=2)
-        return judged_or_kept(candidates, judged)
+        return judged_or_kept(candidates, judged, _kept_because(candidates, pairs.slots, failures))
 
     def _distinct_pairs(self, queries: Sequence[str], candidates: Results, tools: Mapping[str, Tool]) -> "_Pairs":
         """Every (query, candidate) pair, mapped to a distinct prompt: equal pairs are asked once."""

@@ -339,7 +339,7 @@ def _add_search_routes(app: FastAPI, api: Api) -> None:
         for query, task, query_hits in zip(sent, tasks, hits):
             abstained = found_nothing(query_hits)
             entry: dict[str, Any] = {"query": query, "abstained": abstained, "truncated": task.truncated,
-                                     "hits": [h.to_dict() for h in query_hits]}
+                                     "hits": [h.to_dict() for h in query_hits], **query_hits.degraded_dict()}
             if body.format != "toolscout":
                 entry.update(_definitions(service, query_hits, body.format, principal))
             results.append(entry)

@@ -29,7 +29,7 @@ from typing import Annotated, Any, Iterator, Literal, Optional, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import Forbidden, InvalidRequest, ToolScoutError, is_blank
-from ..hits import Hit, abstained
+from ..hits import Hits, abstained
 from ..version import __version__
 from .auth import AuthConfig, AuthError
 from .schemas import DEFAULT_K, SearchedNamespace, ToolCount, said
@@ -111,12 +111,15 @@ class FoundTool(BaseModel):
 
 
 UNKNOWN_NAMESPACES = "Namespaces the search named that hold no tool the caller may see (a typo?)."
+DEGRADED = ("Set when the index's LLM reranker could not rank the task: {stage, reason}; the tools are then the "
+            "first stage's ranking.")
 
 
 class SearchToolsResult(BaseModel):
     tools: list[FoundTool]
     abstained: bool = Field(description="True when no tool fits the task.")
     unknown_namespaces: list[str] = Field(default_factory=list, description=UNKNOWN_NAMESPACES)
+    degraded: Optional[dict[str, str]] = Field(None, description=DEGRADED)
 
 
 class RecordedUse(BaseModel):
@@ -161,10 +164,11 @@ class ToolSearchMcp:
             self.metrics.count("queries")
             self.metrics.count("abstained", found_nothing)
         return {"tools": [self.found(hit.to_dict()) for hit in hits], "abstained": found_nothing,
-                "unknown_namespaces": unknown_namespaces(self.service, namespaces, principal, added), **added}
+                "unknown_namespaces": unknown_namespaces(self.service, namespaces, principal, added), **added,
+                **hits.degraded_dict()}
 
     async def search(self, task: str, k: int, principal: Principal, namespaces: list[str] | None,
-                     session: str) -> tuple[list[Hit], dict[str, Any]]:
+                     session: str) -> tuple[Hits, dict[str, Any]]:
         """The hits for a task, and the fields the answer adds (none here; the gateway adds the upstreams it
         could not search). `session`: whose search it is, for a server that remembers."""
         return await self.service.search_async(task, k, principal=principal, namespaces=namespaces), {}

@@ -354,12 +354,21 @@ class HitOut(BaseModel):
         "did not return (a name match or always-included tool outside it)."))
 
 
+class DegradedOut(BaseModel):
+    stage: str = Field(description="The stage that could not rank the task, e.g. \"LLM reranker\".")
+    reason: str = Field(description="Why: the stage's first error for the task.")
+
+
 class QueryResult(BaseModel):
     query: str
     abstained: bool
     truncated: bool = Field(description="True when the task was longer than search reads: it read the latest turns "
                                         "of a conversation, or the beginning of other text, without blobs.")
     hits: list[HitOut]
+    degraded: DegradedOut | None = Field(None, description=(
+        "Set when a stage of the pipeline could not rank this task: the index's LLM reranker failed on it, so "
+        "the hits are the first stage's (its scores and probabilities, as without the reranker). Left out "
+        "otherwise."))
     tools: list[dict[str, Any]] | None = Field(None, description="The hits as tool definitions (when 'format' asks).")
     tool_ids: dict[str, str] | None = Field(None, description=(
         "With 'tools': the name each definition carries → the id of its tool, the id to call it by "

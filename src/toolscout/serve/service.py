@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from ..errors import Conflict, Forbidden, InvalidRequest, NotFound, ToolScoutError, is_blank
 from ..feedback import DEFAULT_SOURCE, FeedbackEvent, LearnResult, checked_rollback_time
-from ..hits import Hit, HitPolicy, checked_k, checked_queries
+from ..hits import Hit, HitPolicy, Hits, checked_k, checked_queries
 from ..learning import check_settings, dormancy
 from ..lru import LRU
 from ..query import Query
@@ -199,7 +199,7 @@ class ToolService:
                namespaces: Iterable[str] | None = None, ids: Iterable[str] | None = None,
                exclude_ids: Iterable[str] = (), min_score: float | None = _UNSET,
                min_probability: float | str | None = _UNSET, always_include: Iterable[str] = (),
-               match_names: bool = True, explain: bool = False) -> list[Hit] | list[list[Hit]]:
+               match_names: bool = True, explain: bool = False) -> Hits | list[Hits]:
         """`ToolScout.search` within what `principal` may see. `min_score` and `min_probability` default to
         the service's abstention thresholds (pass None for none); `always_include` adds to the service's list.
         A task may come as a `Query` (`hits.checked_queries`, where a caller focused it already)."""
@@ -225,7 +225,7 @@ class ToolService:
                                 always_include, match_names, explain)
         return self._answer(options, task)
 
-    async def search_async(self, query: str | Query, k: int = 5, **options: Any) -> list[Hit]:
+    async def search_async(self, query: str | Query, k: int = 5, **options: Any) -> Hits:
         """`search` of one query, awaited in an asyncio event loop (what the MCP servers and the gateway
         await): the batcher's Future, so no thread waits on it; in a worker thread when this service does
         not batch. `options` as `search` takes them."""
@@ -257,7 +257,8 @@ class ToolService:
         return future
 
     def _remember(self, key: tuple, done: Future) -> None:
-        if not done.cancelled() and done.exception() is None:
+        # a degraded answer (the LLM reranker failed) is not kept: the next search asks the stage again
+        if not done.cancelled() and done.exception() is None and done.result().degraded is None:
             self.answers.put(key, done.result())
 
     def _options(self, k, principal, namespaces, ids, exclude_ids, thresholds, always_include, match_names,
@@ -275,12 +276,13 @@ class ToolService:
         policy = HitPolicy(checked_k(k), min_score, min_probability, always, bool(match_names), bool(explain))
         return (principal.tenant, flt, policy, reach.down)
 
-    def _search_many(self, options: tuple, queries: Sequence[Query]) -> list[list[Hit]]:
+    def _search_many(self, options: tuple, queries: Sequence[Query]) -> list[Hits]:
         tenant, flt, policy, down = options
         answers = self.storage.tenant(tenant).pipeline().hits(list(queries), flt, policy)  # checked: not again
         if down is None:
             return answers
-        return [[replace(h, available=(h.tool.namespace or "") not in down) for h in hits] for hits in answers]
+        return [Hits([replace(h, available=(h.tool.namespace or "") not in down) for h in hits], hits.degraded)
+                for hits in answers]
 
     # catalog reads: straight from the tenant's pipeline -----------------------------------------
     def _tenant(self, principal: Principal) -> TenantStorage:

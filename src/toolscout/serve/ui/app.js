@@ -10,6 +10,9 @@ const FEEDBACK_FIELDS = [["learned", "requests learned"], ["sources", "sources t
                          ["reported", "events that named it"]];
 
 const browsing = {namespace: null, shown: 0};
+const server = {reachable: true};
+const PROBABILITY_MEANS = "the calibrated probability that the tool is one the task needs: comparable across " +
+                          "tasks and catalogs, where the score only orders this task's hits";
 
 // ------------------------------------------------------------------------------------- the API
 
@@ -41,7 +44,13 @@ async function api(path, body) {
   try {
     response = await fetch(path, options);
   } catch (err) {
-    throw new ApiError(0, "network_error", "could not reach the toolscout server (" + err.message + ")");
+    const error = new ApiError(0, "network_error", "could not reach the toolscout server (" + err.message + ")");
+    markUnreachable(error);
+    throw error;
+  }
+  if (!server.reachable) {  // back after a failure: the status line says what the server says again
+    server.reachable = true;
+    loadStatus();
   }
   const data = await response.json().catch(() => null);
   if (!response.ok) {
@@ -96,6 +105,12 @@ async function run(action) {
 }
 
 // ------------------------------------------------------------------------------------- server and token
+
+// The status line says the server cannot be reached (what it showed before is no longer known to be true).
+function markUnreachable(err) {
+  server.reachable = false;
+  byId("server-status").textContent = "server unreachable: " + err.message;
+}
 
 async function loadStatus() {
   try {
@@ -226,8 +241,7 @@ async function search(event) {
     const answer = await api("search", body);
     showResult(answer.results[0]);
   } catch (err) {
-    byId("search-summary").textContent = "";
-    byId("hits").replaceChildren();
+    clearResult("");
     throw err;
   } finally {
     byId("hits").setAttribute("aria-busy", "false");
@@ -235,7 +249,9 @@ async function search(event) {
 }
 
 function showResult(result) {
-  byId("hits").replaceChildren(...result.hits.map(hitItem));
+  showDegraded(result.degraded);
+  byId("hits").replaceChildren(...result.hits.map((hit) => hitItem(hit, result.query)));
+  byId("probability-legend").hidden = !result.hits.some((h) => h.probability != null);
   const ranked = result.hits.filter((h) => h.match !== "always").length;
   byId("search-summary").textContent = result.abstained
     ? "No tool fits this task well enough: the server abstained."
@@ -243,7 +259,38 @@ function showResult(result) {
       (result.hits.length > ranked ? ` and ${result.hits.length - ranked} always included` : "");
 }
 
-function hitItem(hit) {
+// No answer to show (the search failed, or the form would not send it): the last task's hits go, so they
+// are never read as this task's. `why`: said in their place.
+function clearResult(why) {
+  byId("hits").replaceChildren();
+  showDegraded(null);
+  byId("probability-legend").hidden = true;
+  byId("search-summary").textContent = why;
+}
+
+// The browser refused to send the form (a k out of range, an empty task): say which field, clear the hits.
+function refusedForm(event) {
+  clearResult(`Not searched: ${event.target.id}: ${event.target.validationMessage}`);
+}
+
+// Enter in the task searches; Shift+Enter (or Enter while an input method composes) is a new line.
+function taskKey(event) {
+  if (event.key !== "Enter" || event.shiftKey || event.isComposing) return;
+  event.preventDefault();
+  byId("search-form").requestSubmit();
+}
+
+// The answer's `degraded`: a stage (the LLM reranker) could not rank the task, so these are the first stage's
+// hits; said above them, or nothing (null clears it).
+function showDegraded(degraded) {
+  const note = byId("degraded");
+  note.hidden = !degraded;
+  note.textContent = degraded
+    ? `The ${degraded.stage} could not rank this task, so these are the first stage's results: ${degraded.reason}`
+    : "";
+}
+
+function hitItem(hit, task) {
   const head = el("div", {class: "hit-head"},
                   el("span", {class: "rank"}, String(hit.rank)),
                   toolButton(hit.id, hit.name),
@@ -251,8 +298,33 @@ function hitItem(hit) {
                   el("span", {class: "match match-" + hit.match, "data-testid": "match"}, hit.match),
                   el("span", {class: "score", "data-testid": "score", title: String(hit.score)},
                      hit.score.toFixed(3)));
+  if (hit.probability != null) {
+    head.append(el("span", {class: "probability", "data-testid": "probability",
+                            title: `${hit.probability}: ${PROBABILITY_MEANS}`}, "p " + hit.probability.toFixed(2)));
+  }
+  const served = el("button", {type: "button", class: "link served", "data-testid": "served",
+                                title: "report that this tool served the task (POST /feedback): the index learns",
+                                onclick: () => run(() => reportServed(task, hit.id, served))}, "it served the task");
   return el("li", {class: "hit", "data-testid": "hit", "data-id": hit.id}, head,
-            matchedWords(hit.matched || []), el("p", {class: "description"}, hit.description));
+            matchedWords(hit.matched || []), el("p", {class: "description"}, hit.description), served);
+}
+
+// Feedback from the page: `task` was served by tool `id` (the token must be one that may give feedback; the API
+// says so otherwise). The button becomes what the server did with it.
+async function reportServed(task, id, button) {
+  const answer = await api("feedback", {query: task, tool_ids: [id]});
+  button.replaceWith(el("span", {class: "muted served", "data-testid": "served-said"}, feedbackSaid(answer)));
+  await loadLearning();
+}
+
+function feedbackSaid(answer) {
+  if (answer.learned) return "reported: learned";
+  if (answer.duplicates) return "reported before: counted once";
+  if (answer.held_by_freeze) return "recorded: learning is frozen";
+  if (answer.capped) return "recorded: past this source's cap for the tool";
+  if (answer.incidental) return "recorded: a task of only numbers and addresses teaches nothing";
+  if (answer.unknown_tools.length) return "not recorded: unknown tool";
+  return "recorded: " + (answer.note || "it teaches nothing");
 }
 
 function matchedWords(words) {
@@ -304,6 +376,9 @@ function start() {
   byId("token-form").addEventListener("submit", useToken);
   byId("token-forget").addEventListener("click", forgetToken);
   byId("search-form").addEventListener("submit", (event) => run(() => search(event)));
+  byId("search-form").addEventListener("invalid", refusedForm, true);  // "invalid" does not bubble
+  byId("task").addEventListener("keydown", taskKey);
+  byId("probability-legend").textContent = "p: " + PROBABILITY_MEANS + ".";
   byId("more-tools").addEventListener("click", () => run(() => browse(browsing.namespace, browsing.shown)));
   showTokenState();
   run(refresh);
