@@ -857,7 +857,7 @@ class ScriptedHttp:
         import socket
         import threading
 
-        self.answer, self.received, self.connections = answer, [], []
+        self.answer, self.received, self.connections, self.heads = answer, [], [], []
         self.listener = socket.create_server(("127.0.0.1", port))
         self.port = self.listener.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
@@ -891,6 +891,7 @@ class ScriptedHttp:
                 buffered, n = buffered[length:], n + 1
                 line = head.split(b"\r\n", 1)[0].decode()
                 self.received.append(line)
+                self.heads.append(head.decode().lower())  # the request line and headers, for a check of either
                 reply = self.answer(line, n)
                 if reply is None:
                     return
@@ -1091,6 +1092,35 @@ def test_redirects_are_followed_for_the_document_and_same_server_gets_and_named_
         spec = UpstreamSpec("svc", "openapi", spec=f"{service.url}/spec", timeout=10.0)
         anyio.run(_openapi_serving, spec, check)
         assert "POST /api/new HTTP/1.1" not in service.received and len(service.received) == 6
+
+
+def test_the_configs_headers_go_to_the_configured_origin_only_through_every_redirect(tmp_path):
+    """The config's API key went to another host when the document redirected there: the client carried it
+    as a default header, which every hop's request took again (review 18, redir.py)."""
+    import anyio
+
+    from toolscout.gateway.config import UpstreamSpec
+
+    def home_answer(line, n):
+        path = line.split()[1]
+        if path == "/spec":  # to another host, which sends it back here
+            return "302 Found", {"Location": f"{elsewhere.url}/hop"}, b""
+        if path == "/openapi.json":
+            return "200 OK", JSON, json.dumps(rest_spec(("get", "/report", "report"), servers=[home.url])).encode()
+        return "200 OK", JSON, b"{}"
+
+    def elsewhere_answer(line, n):
+        return "302 Found", {"Location": f"{home.url}/openapi.json"}, b""
+
+    with ScriptedHttp(home_answer) as home, ScriptedHttp(elsewhere_answer) as elsewhere:
+        async def check(upstream, tools):
+            assert not (await upstream.call(tools["report"], {}, {}))["isError"]
+
+        spec = UpstreamSpec("svc", "openapi", spec=f"{home.url}/spec", timeout=10.0, headers={"X-Api-Key": "SECRET"})
+        anyio.run(_openapi_serving, spec, check)
+        assert elsewhere.received == ["GET /hop HTTP/1.1"] and "secret" not in elsewhere.heads[0]
+        assert home.received == ["GET /spec HTTP/1.1", "GET /openapi.json HTTP/1.1", "GET /report HTTP/1.1"]
+        assert all("x-api-key: secret" in head for head in home.heads)
 
 
 def test_a_document_redirected_from_https_to_http_is_refused_by_name():

@@ -88,7 +88,7 @@ class OpenApiUpstream:
             logger.warning("upstream %s is down: %s", self.name, self.status.last_error)
             self._read.set()
             await anyio.sleep_forever()
-        async with httpx.AsyncClient(headers=dict(self.spec.headers), timeout=self.timeout) as http:
+        async with httpx.AsyncClient(timeout=self.timeout) as http:  # no secrets on it: `_Secrets` places them
             self._http = http
             while True:
                 try:
@@ -202,8 +202,9 @@ class OpenApiUpstream:
             read = functools.partial(read_structured, Path(location), location, lenient=True)
             return await anyio.to_thread.run_sync(_third_party, read), location, location
         assert self._http is not None
+        secrets = _Secrets(_origin(httpx.URL(location)), self.spec.headers)
         response = await _following(self._http, self._http.build_request("GET", location), _document_follows,
-                                    private=self.spec.headers)
+                                    secrets)
         if response.has_redirect_location:
             raise CatalogError(f"{location} redirects more than {_MAX_REDIRECTS} times (last to "
                                f"{response.headers.get('location')})")
@@ -233,7 +234,8 @@ class OpenApiUpstream:
         what = f"the call of {tool.name}"
         try:
             with anyio.fail_after(self.timeout):
-                response = await _following(self._http, self._http.build_request(**request), _call_follows, self._send)
+                response = await _following(self._http, self._http.build_request(**request), _call_follows,
+                                            self._secrets(), self._send)
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:  # never sent: the service is not there
             self._unreachable(self._unreached_reason(exc))
             raise UpstreamUnavailable(f"upstream {self.name!r}: {what} was not sent: "
@@ -259,12 +261,14 @@ class OpenApiUpstream:
         relative_to = read_from if read_from.lower().startswith(("http://", "https://")) else self.base_url or ""
         return server_url(server, f"{tool.name}: servers[0]", relative_to) or self.base_url or ""
 
+    def _secrets(self) -> _Secrets:
+        """The config's headers and query parameters, for the configured API's origin (its base URL's) only."""
+        return _Secrets(_origin(httpx.URL(self.base_url or "")), self.spec.headers, self.spec.query)
+
     async def _send(self, http: httpx.AsyncClient, request: httpx.Request) -> httpx.Response:
-        """One request of a call (or of a redirect it follows), with the config's query parameters (over any
-        argument's). Sent again once, on a new connection, when a kept-alive one turned out closed (the
+        """One request of a call (or of a redirect it follows). Sent again once, on a new connection, when a kept-alive one turned out closed (the
         service closed it while idle: a race every keep-alive timeout invites) and sending it twice is safe:
         its method is idempotent (RFC 9110). A POST or PATCH is never sent twice: it may have been received."""
-        request.url = _with_query(request.url, self.spec.query)
         try:
             return await http.send(request)
         except (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError):
@@ -284,34 +288,55 @@ class _Unreached(CatalogError):
     """A probe could not connect to the service (the message says where and why)."""
 
 
-def _with_query(url: httpx.URL, extra: Mapping[str, str]) -> httpx.URL:
-    """`url` with the parameters `extra`, in place of any of the same name; the rest of its query stays as it
-    was written (encoding it again would undo a `style`'s commas and brackets)."""
-    if not extra:
+class _Secrets:
+    """The config's headers and query parameters (an API key), and the one origin they are sent to: each
+    request (each redirect hop too) gets them only when it goes there, never any other host."""
+
+    def __init__(self, origin: tuple, headers: Mapping[str, str], query: Mapping[str, str] | None = None):
+        self.origin, self.headers, self.query = origin, dict(headers), dict(query or {})
+
+    def placed(self, request: httpx.Request) -> httpx.Request:
+        """`request` with the secrets when it goes to their origin, and without them (any a redirect's
+        Location echoed too) when it does not."""
+        ours = _origin(request.url) == self.origin
+        for name in self.headers:
+            request.headers.pop(name, None)
+        if ours:
+            request.headers.update(self.headers)
+        request.url = _with_query(request.url, self.query if ours else {}, drop=self.query)
+        return request
+
+
+def _with_query(url: httpx.URL, extra: Mapping[str, str], drop: Iterable[str] = ()) -> httpx.URL:
+    """`url` with the parameters `extra`, in place of any of the same name (or of a name in `drop`); the rest
+    of its query stays as it was written (encoding it again would undo a `style`'s commas and brackets)."""
+    dropped = {*extra, *drop}
+    if not dropped:
         return url
     kept = [part for part in url.query.decode("ascii").split("&")
-            if part and unquote_plus(part.split("=")[0]) not in extra]
-    return url.copy_with(query="&".join([*kept, urlencode(extra)]).encode("ascii"))
+            if part and unquote_plus(part.split("=")[0]) not in dropped]
+    query = "&".join([*kept, urlencode(extra)] if extra else kept)
+    return url.copy_with(query=query.encode("ascii") or None)
 
 
 async def _send_once(http: httpx.AsyncClient, request: httpx.Request) -> httpx.Response:
     return await http.send(request)
 
 
-async def _following(http: httpx.AsyncClient, request: httpx.Request, follows: Follows, send: Send = _send_once,
-                     private: Iterable[str] = ()) -> httpx.Response:
+async def _following(http: httpx.AsyncClient, request: httpx.Request, follows: Follows, secrets: _Secrets,
+                     send: Send = _send_once) -> httpx.Response:
     """The response to `request`, its redirects followed (at most `_MAX_REDIRECTS`) while `follows(request,
-    target)`; a redirect it does not follow is returned as it came. The headers named `private` (the
-    config's, secrets) go to the first origin only."""
+    target)`; a redirect it does not follow is returned as it came. The `secrets` go on each hop to their
+    own origin only (`_Secrets.placed`)."""
     for _ in range(_MAX_REDIRECTS + 1):
-        response = await send(http, request)
+        response = await send(http, secrets.placed(request))
         if not response.has_redirect_location:
             return response
         target = request.url.join(response.headers["location"])
         if not follows(request, target):
             return response
         await response.aclose()
-        dropped = {"host"} | ({name.lower() for name in private} if _origin(target) != _origin(request.url) else set())
+        dropped = {"host"} | {name.lower() for name in secrets.headers}  # `placed` puts them back where they go
         headers = [(k, v) for k, v in request.headers.multi_items() if k.lower() not in dropped]
         method = "GET" if response.status_code == 303 and request.method != "HEAD" else request.method
         request = http.build_request(method, target, headers=headers)
