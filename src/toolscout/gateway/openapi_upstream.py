@@ -23,7 +23,7 @@ import re
 import time
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Iterable, Mapping
-from urllib.parse import unquote_plus, urlencode
+from urllib.parse import quote, quote_plus, unquote_plus, urlencode
 
 import anyio
 import httpx
@@ -58,9 +58,6 @@ from .upstream import (
 )
 
 logger = logging.getLogger(__name__)
-# httpx logs each request's URL at INFO, and with it the config's `query` (an API key): the gateway's own log
-# lines say what matters about a call
-logging.getLogger("httpx").setLevel(max(logging.getLogger("httpx").level, logging.WARNING))
 _TEXT_LIMIT = 100_000  # characters of a response body shown as text
 
 
@@ -88,6 +85,7 @@ class OpenApiUpstream:
             logger.warning("upstream %s is down: %s", self.name, self.status.last_error)
             self._read.set()
             await anyio.sleep_forever()
+        _LOG_REDACTION.hide(self.spec.query.values())
         async with httpx.AsyncClient(timeout=self.timeout) as http:  # no secrets on it: `_Secrets` places them
             self._http = http
             while True:
@@ -249,7 +247,9 @@ class OpenApiUpstream:
                                 f"{error_reason(exc)}") from None
         if self._unreached:
             self._came_up()
-        return _redirect_result(response) if response.has_redirect_location else _result(response)
+        if response.has_redirect_location:
+            return _redirect_result(response, hidden=self.spec.query)
+        return _result(response)
 
     def _base_url_of(self, tool: Tool) -> str:
         """Where `tool`'s request goes: the config's base_url (the operator's choice, for every operation), else
@@ -286,6 +286,37 @@ Follows = Callable[[httpx.Request, httpx.URL], bool]  # whether a redirect from 
 
 class _Unreached(CatalogError):
     """A probe could not connect to the service (the message says where and why)."""
+
+
+class _Redaction(logging.Filter):
+    """Takes the config's query values (API keys) out of the lines httpx and httpcore log: the URL of each
+    request (INFO), the headers of each response (DEBUG: a Location may echo the query). Their levels stay
+    as whoever configured logging set them."""
+
+    LOGGERS = ("httpx", "httpcore.connection", "httpcore.http11", "httpcore.http2", "httpcore.proxy",
+               "httpcore.socks")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.secrets: set[str] = set()
+
+    def hide(self, values: Iterable[str]) -> None:
+        """Redact `values` (as written, and URL-encoded) from now on; installed on the first call."""
+        self.secrets |= {form for value in values if value for form in (value, quote_plus(value), quote(value))}
+        for name in self.LOGGERS if self.secrets else ():
+            if self not in logging.getLogger(name).filters:
+                logging.getLogger(name).addFilter(self)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        redacted = functools.reduce(lambda line, secret: line.replace(secret, "***"),
+                                    sorted(self.secrets, key=len, reverse=True), text)
+        if redacted != text:
+            record.msg, record.args = redacted, None
+        return True
+
+
+_LOG_REDACTION = _Redaction()
 
 
 class _Secrets:
@@ -361,9 +392,14 @@ def _call_follows(request: httpx.Request, target: httpx.URL) -> bool:
     return request.method in ("GET", "HEAD") and _origin(target) == _origin(request.url)
 
 
-def _redirect_result(response: httpx.Response) -> ToolResult:
-    """A redirect the gateway does not follow: an error that says where it points, never a silent success."""
+def _redirect_result(response: httpx.Response, hidden: Iterable[str]) -> ToolResult:
+    """A redirect the gateway does not follow: an error that says where it points, never a silent success;
+    without the query parameters named `hidden` (the config's: a Location often echoes the request's query)."""
     location = response.headers.get("location", "")
+    try:
+        location = str(_with_query(httpx.URL(location), {}, drop=hidden))
+    except httpx.InvalidURL:  # not a URL: shown as it came, which carries no query httpx could read either
+        pass
     summary = f"HTTP {response.status_code} {response.reason_phrase}".strip()
     return {"content": [{"type": "text", "text": f"{summary}: the API redirects this call to {location}, which the "
                                                  f"gateway does not follow (it follows up to {_MAX_REDIRECTS}, and "
