@@ -1123,6 +1123,30 @@ def test_the_configs_headers_go_to_the_configured_origin_only_through_every_redi
         assert all("x-api-key: secret" in head for head in home.heads)
 
 
+def test_a_cookie_a_call_is_given_goes_with_no_other_call(tmp_path):
+    """All agents shared the client's cookie jar: a session cookie one agent's login was given went with
+    every later call of any agent (review 18, harness.py)."""
+    import anyio
+
+    def answer(line, n):
+        if line.startswith("POST /login"):
+            return "200 OK", {**JSON, "Set-Cookie": "session=ALICE; Path=/"}, b"{}"
+        return "200 OK", JSON, b"{}"
+
+    with ScriptedHttp(answer) as service:
+        document = rest_spec(("post", "/login", "login"), ("get", "/me", "me"), servers=[service.url])
+        document["paths"]["/me"]["get"]["parameters"] = [{"name": "theme", "in": "cookie", "schema": {"type": "string"}}]
+
+        async def check(upstream, tools):
+            await upstream.call(tools["login"], {}, {})
+            await upstream.call(tools["me"], {}, {})
+            await upstream.call(tools["me"], {"theme": "dark"}, {})
+
+        anyio.run(_openapi_serving, _openapi_spec(tmp_path, document), check)
+        assert service.received == ["POST /login HTTP/1.1", "GET /me HTTP/1.1", "GET /me HTTP/1.1"]
+        assert "cookie:" not in service.heads[1] and "cookie: theme=dark\r\n" in service.heads[2] + "\r\n"
+
+
 def test_a_document_redirected_from_https_to_http_is_refused_by_name():
     import httpx
 

@@ -21,6 +21,7 @@ import json
 import logging
 import re
 import time
+from http.cookiejar import CookieJar, DefaultCookiePolicy
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Iterable, Mapping
 from urllib.parse import quote, quote_plus, unquote_plus, urlencode
@@ -86,7 +87,9 @@ class OpenApiUpstream:
             self._read.set()
             await anyio.sleep_forever()
         _LOG_REDACTION.hide(self.spec.query.values())
-        async with httpx.AsyncClient(timeout=self.timeout) as http:  # no secrets on it: `_Secrets` places them
+        # no secrets on the client (`_Secrets` places them), and no cookies kept: it serves every agent, so a
+        # cookie one call was given would go with the next agent's calls
+        async with httpx.AsyncClient(timeout=self.timeout, cookies=_no_cookies()) as http:
             self._http = http
             while True:
                 try:
@@ -372,6 +375,11 @@ async def _following(http: httpx.AsyncClient, request: httpx.Request, follows: F
         method = "GET" if response.status_code == 303 and request.method != "HEAD" else request.method
         request = http.build_request(method, target, headers=headers)
     return response
+
+
+def _no_cookies() -> CookieJar:
+    """A jar that keeps no cookie: only the operation's cookie parameters, as each call gives them, are sent."""
+    return CookieJar(DefaultCookiePolicy(allowed_domains=[]))
 
 
 def _origin(url: httpx.URL) -> tuple[str, str, int | None]:
