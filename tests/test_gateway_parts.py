@@ -1031,6 +1031,39 @@ def test_a_service_that_cannot_be_connected_to_is_down_until_a_probe_or_call_rea
             service.close()
 
 
+def test_an_operations_own_server_gets_no_secrets_and_its_failure_is_its_own(tmp_path):
+    """The config's headers and query went to an operation's own `servers` on any host; one such server
+    refusing connections marked the whole upstream down, naming the API's base URL (review 18, harness.py)."""
+    import socket
+
+    import anyio
+
+    from toolscout.gateway.upstream import UpstreamUnavailable
+
+    with socket.create_server(("127.0.0.1", 0)) as reserved:
+        dead = f"http://127.0.0.1:{reserved.getsockname()[1]}"  # closed again: nothing listens there
+    ok = lambda line, n: ("200 OK", JSON, b"{}")  # noqa: E731
+    with ScriptedHttp(ok) as api, ScriptedHttp(ok) as uploads:
+        document = rest_spec(("get", "/me", "me"), ("post", "/upload", "upload"), ("post", "/gone", "gone"),
+                             servers=[api.url])
+        document["paths"]["/upload"]["servers"] = [{"url": uploads.url}]
+        document["paths"]["/gone"]["servers"] = [{"url": dead + "/v1"}]
+
+        async def check(upstream, tools):
+            for name in ("me", "upload"):
+                assert not (await upstream.call(tools[name], {}, {}))["isError"]
+            with pytest.raises(UpstreamUnavailable) as refused:
+                await upstream.call(tools["gone"], {}, {})
+            assert str(refused.value).startswith(f"upstream 'svc': the call of gone was not sent: the server {dead} "
+                                                 "the operation names could not be reached: ConnectError")
+            assert upstream.status.state == "up"
+
+        spec = _openapi_spec(tmp_path, document, headers={"X-Api-Key": "SECRET"}, query={"key": "QSECRET"})
+        anyio.run(_openapi_serving, spec, check)
+        assert api.received == ["GET /me?key=QSECRET HTTP/1.1"] and "x-api-key: secret" in api.heads[0]
+        assert uploads.received == ["POST /upload HTTP/1.1"] and "secret" not in uploads.heads[0]
+
+
 def test_a_call_that_reaches_the_service_again_brings_its_upstream_back_up(tmp_path):
     import socket
 

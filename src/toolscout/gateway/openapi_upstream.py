@@ -143,8 +143,17 @@ class OpenApiUpstream:
         except httpx.HTTPError as exc:
             raise _Unreached(f"{self._unreached_reason(exc)}; probed with HEAD {self.base_url}") from None
 
-    def _unreached_reason(self, exc: BaseException) -> str:
-        return f"its service at {self.base_url} could not be reached: {error_reason(exc)}"
+    def _unreached_reason(self, exc: BaseException, server: str | None = None) -> str:
+        """Why `server` (the service's base URL when None or of its origin; else an operation's own) could
+        not be reached, naming it."""
+        if server is None or self._is_the_api(server):
+            return f"its service at {self.base_url} could not be reached: {error_reason(exc)}"
+        return f"the server {_origin_text(server)} the operation names could not be reached: {error_reason(exc)}"
+
+    def _is_the_api(self, url: str) -> bool:
+        """Whether `url` is at the configured API's origin (its base URL's): where the config's secrets go,
+        and whose being unreachable takes the whole upstream down."""
+        return _origin(httpx.URL(url)) == _origin(httpx.URL(self.base_url or ""))
 
     async def relist(self) -> None:
         if self._relist is not None:
@@ -228,27 +237,29 @@ class OpenApiUpstream:
         if self._http is None or self.base_url is None:
             raise UpstreamUnavailable(f"upstream {self.name!r} is unavailable: "
                                       f"{self.status.last_error or 'its OpenAPI document has not been read yet'}")
+        server = self._base_url_of(tool)
         try:
-            request = call_request(tool, arguments, self._base_url_of(tool), headers, supplied=self.spec.headers)
+            request = call_request(tool, arguments, server, headers, supplied=self.spec.headers)
         except CatalogError as exc:
             return error_result(f"upstream {self.name!r}: {exc}")
-        what = f"the call of {tool.name}"
+        what, ours = f"the call of {tool.name}", self._is_the_api(server)
         try:
             with anyio.fail_after(self.timeout):
                 response = await _following(self._http, self._http.build_request(**request), _call_follows,
                                             self._secrets(), self._send)
-        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:  # never sent: the service is not there
-            self._unreachable(self._unreached_reason(exc))
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:  # never sent: the server is not there
+            if ours:  # the service is down; a server only some operations name is theirs alone
+                self._unreachable(self._unreached_reason(exc))
             raise UpstreamUnavailable(f"upstream {self.name!r}: {what} was not sent: "
-                                      f"{self._unreached_reason(exc)}") from None
+                                      f"{self._unreached_reason(exc, server)}") from None
         except (TimeoutError, httpx.TimeoutException):
             raise timed_out("openapi", self.name, tool.name, self.timeout) from None
         except httpx.LocalProtocolError as exc:  # refused by the gateway's HTTP client before sending
             return error_result(f"upstream {self.name!r}: {what} was not sent: {error_reason(exc)}")
         except httpx.HTTPError as exc:  # the connection failed once the request was sent (and retried if safe)
-            raise sent_and_lost(self.name, what, f"the connection to {self.base_url} failed: "
+            raise sent_and_lost(self.name, what, f"the connection to {_origin_text(server)} failed: "
                                 f"{error_reason(exc)}") from None
-        if self._unreached:
+        if self._unreached and ours:
             self._came_up()
         if response.has_redirect_location:
             return _redirect_result(response, hidden=self.spec.query)
@@ -384,6 +395,12 @@ def _no_cookies() -> CookieJar:
 
 def _origin(url: httpx.URL) -> tuple[str, str, int | None]:
     return url.scheme, url.host, url.port
+
+
+def _origin_text(url: str) -> str:
+    """`url`'s scheme, host and port, as people write them (no path or query: a message names the server)."""
+    parsed = httpx.URL(url)
+    return f"{parsed.scheme}://{parsed.netloc.decode('ascii')}"
 
 
 def _document_follows(request: httpx.Request, target: httpx.URL) -> bool:
