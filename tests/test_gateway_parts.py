@@ -1064,6 +1064,59 @@ def test_an_operations_own_server_gets_no_secrets_and_its_failure_is_its_own(tmp
         assert uploads.received == ["POST /upload HTTP/1.1"] and "secret" not in uploads.heads[0]
 
 
+def test_a_request_httpx_refuses_to_send_is_an_error_result_that_says_it_was_not_sent(tmp_path):
+    """A query argument over httpx's 64 KiB URL limit raised httpx.InvalidURL out of the call (a 500); an
+    ftp:// operation server (httpx.UnsupportedProtocol) was said to be sent and may have run, naming the API's
+    base URL (review 18, harness.py, proto.py)."""
+    import anyio
+
+    with ScriptedHttp(lambda line, n: ("200 OK", JSON, b"{}")) as service:
+        document = rest_spec(("get", "/search", "search"), ("post", "/pay", "pay"), servers=[service.url])
+        document["paths"]["/search"]["get"]["parameters"] = [{"name": "q", "in": "query", "schema": {"type": "string"}}]
+        document["paths"]["/pay"]["servers"] = [{"url": "ftp://files.example.com"}]
+
+        async def check(upstream, tools):
+            long = await upstream.call(tools["search"], {"q": "x" * 70_000}, {})
+            assert long["isError"] and long["content"][0]["text"] == (
+                f"upstream 'svc': the call of search was not sent (to {service.url}): InvalidURL: URL too long")
+            ftp = await upstream.call(tools["pay"], {}, {})
+            assert ftp["isError"] and ftp["content"][0]["text"].startswith(
+                "upstream 'svc': the call of pay was not sent (to ftp://files.example.com): UnsupportedProtocol")
+            assert upstream.status.state == "up"
+
+        anyio.run(_openapi_serving, _openapi_spec(tmp_path, document), check)
+        assert service.received == []
+
+
+def test_a_retried_call_whose_new_connection_fails_says_it_was_sent_once(tmp_path):
+    """A GET whose kept-alive connection turned out closed, and whose retry could not connect, said "was not
+    sent" though its first attempt was (review 18)."""
+    import anyio
+
+    from toolscout.gateway.upstream import UpstreamUnavailable
+
+    def answer(line, n):
+        if n > 1:  # the service goes away with the second request: nothing listens for the retry
+            service.listener.shutdown(2)
+            service.listener.close()
+            return None
+        return "200 OK", JSON, b"{}"
+
+    with ScriptedHttp(answer) as service:
+        async def check(upstream, tools):
+            assert not (await upstream.call(tools["report"], {}, {}))["isError"]
+            with pytest.raises(UpstreamUnavailable) as lost:
+                await upstream.call(tools["report"], {}, {})
+            assert str(lost.value).startswith(f"upstream 'svc' failed during the call of report: the connection to "
+                                              f"{service.url} failed: RemoteProtocolError")
+            assert str(lost.value).endswith("It was sent and may have run: call it again only if running it twice "
+                                            "is safe")
+
+        document = rest_spec(("get", "/report", "report"), servers=[service.url])
+        anyio.run(_openapi_serving, _openapi_spec(tmp_path, document), check)
+        assert service.received == ["GET /report HTTP/1.1", "GET /report HTTP/1.1"]
+
+
 def test_a_call_that_reaches_the_service_again_brings_its_upstream_back_up(tmp_path):
     import socket
 

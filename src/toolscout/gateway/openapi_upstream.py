@@ -242,8 +242,9 @@ class OpenApiUpstream:
             request = call_request(tool, arguments, server, headers, supplied=self.spec.headers)
         except CatalogError as exc:
             return error_result(f"upstream {self.name!r}: {exc}")
-        what, ours = f"the call of {tool.name}", self._is_the_api(server)
+        what = f"the call of {tool.name}"
         try:
+            ours = self._is_the_api(server)
             with anyio.fail_after(self.timeout):
                 response = await _following(self._http, self._http.build_request(**request), _call_follows,
                                             self._secrets(), self._send)
@@ -254,8 +255,11 @@ class OpenApiUpstream:
                                       f"{self._unreached_reason(exc, server)}") from None
         except (TimeoutError, httpx.TimeoutException):
             raise timed_out("openapi", self.name, tool.name, self.timeout) from None
-        except httpx.LocalProtocolError as exc:  # refused by the gateway's HTTP client before sending
-            return error_result(f"upstream {self.name!r}: {what} was not sent: {error_reason(exc)}")
+        except (httpx.LocalProtocolError, httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
+            # refused by the gateway's HTTP client before sending: a header it cannot write, a URL not http(s)
+            # or over its length limit (a query argument of 64 KiB)
+            return error_result(f"upstream {self.name!r}: {what} was not sent (to {_origin_text(server)}): "
+                                f"{error_reason(exc)}")
         except httpx.HTTPError as exc:  # the connection failed once the request was sent (and retried if safe)
             raise sent_and_lost(self.name, what, f"the connection to {_origin_text(server)} failed: "
                                 f"{error_reason(exc)}") from None
@@ -285,11 +289,15 @@ class OpenApiUpstream:
         its method is idempotent (RFC 9110). A POST or PATCH is never sent twice: it may have been received."""
         try:
             return await http.send(request)
-        except (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError):
+        except (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError) as exc:
             if request.method not in _IDEMPOTENT:
                 raise
+            lost = exc
         async with httpx.AsyncClient(timeout=self.timeout) as fresh:  # its own pool: a new connection
-            return await fresh.send(request)
+            try:
+                return await fresh.send(request)
+            except (httpx.ConnectError, httpx.ConnectTimeout):  # not sent again, but it was sent once
+                raise lost from None
 
 
 _IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"})
