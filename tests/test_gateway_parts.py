@@ -87,12 +87,25 @@ def test_config_reads_variables_in_command_args_cwd_and_url_as_hosts_do(tmp_path
     ({"url": "http://h/mcp", "type": "sse"}, "mcpServers.srv.type", "not supported"),
     ({"command": "sh", "env": {"K": "${UNSET_VAR_FOR_TEST}"}}, "mcpServers.srv.env.K", "UNSET_VAR_FOR_TEST is not set"),
     ({"command": "no-such-command-for-test"}, "mcpServers.srv.command", "'no-such-command-for-test' was not found"),
+    ({"url": "http://h/mcp", "headers": {"Authorization": "Bearer K"}, "forwardHeaders": ["authorization"]},
+     "mcpServers.srv", "forwardHeaders names 'authorization', which mcpServers.srv.headers.Authorization sets"),
 ])
 def test_config_errors_name_the_file_the_server_and_the_field(tmp_path, entry, where, what):
     path = write(tmp_path / "c.json", {"mcpServers": {"srv": entry}})
     with pytest.raises(ConfigError) as err:
         load_config(path, environ={}, strict=True)
     assert str(err.value).startswith(f"{path}: {where}") and what in str(err.value)
+
+
+def test_an_api_key_the_config_sets_cannot_also_be_forwarded_from_the_agent(tmp_path):
+    """forwardHeaders beat the configured header: the agent's Authorization replaced the config's key
+    (review 18, harness.py)."""
+    write(tmp_path / "svc.json", {"openapi": "3.0.0", "info": {"title": "t", "version": "1"}, "paths": {}})
+    path = write(tmp_path / "c.json", {"openapi": {"svc": {"spec": "svc.json", "headers": {"X-Api-Key": "K"},
+                                                           "forwardHeaders": ["X-API-KEY", "x-trace"]}}})
+    [svc] = load_config(path, environ={}).upstreams  # that server down with the reason; the others serve
+    assert svc.problem == (f"{path}: openapi.svc: forwardHeaders names 'x-api-key', which openapi.svc.headers."
+                              "X-Api-Key sets: the agent's header would replace the configured one; keep one of them")
 
 
 def test_a_server_whose_config_cannot_be_resolved_is_read_with_its_problem_and_the_rest_as_usual(tmp_path):

@@ -115,6 +115,17 @@ class UpstreamSpec:
         return f"{self.spec} ({self.base_url or 'the server the spec names'})"
 
 
+def _not_forwarded(where: str, headers: Mapping[str, str], forwarded: tuple[str, ...]) -> Mapping[str, str]:
+    """`headers`, refused when `forwardHeaders` names one of them too (header names are case-insensitive):
+    the agent's value would take the place of the configured one (an API key)."""
+    both = [key for key in headers if key.lower() in forwarded]
+    if both:
+        raise ConfigError(f"{where}: forwardHeaders names {both[0].lower()!r}, which {where.split(': ')[-1]}."
+                          f"headers.{both[0]} sets: the agent's header would replace the configured one; "
+                          "keep one of them")
+    return headers
+
+
 def _check_base_url(where: str, base_url: str | None) -> None:
     """A base URL is what each operation's path is appended to: a query or fragment in it would end up in the
     middle of the URL (and be dropped). Its value is not shown: a query often carries a key."""
@@ -258,8 +269,8 @@ class _Reader:
         url = self._expanded(where, entry, "url", required=True) or ""
         if self.problem is None and not re.match(r"^https?://", url, re.IGNORECASE):  # else: a variable is unset
             raise ConfigError(f"{where}.url: must be an http:// or https:// URL, got {url!r}")
-        return UpstreamSpec(name, "http", url=url, headers=self._strings(where, entry, "headers"),
-                            problem=self._take_problem(), **common)
+        headers = _not_forwarded(where, self._strings(where, entry, "headers"), common["forward_headers"])
+        return UpstreamSpec(name, "http", url=url, headers=headers, problem=self._take_problem(), **common)
 
     def openapi(self, name: str, entry: Any) -> UpstreamSpec:
         where = self._entry(name, entry, "openapi", _OPENAPI_KEYS)
@@ -276,7 +287,9 @@ class _Reader:
         base_url = self._expand(f"{where}.base_url", base_url)
         _check_base_url(where, base_url)
         return UpstreamSpec(name, "openapi", spec=spec, base_url=base_url,
-                            headers=self._strings(where, entry, "headers"), query=self._strings(where, entry, "query"),
+                            headers=_not_forwarded(where, self._strings(where, entry, "headers"),
+                                                   common["forward_headers"]),
+                            query=self._strings(where, entry, "query"),
                             problem=self._take_problem(), **common)
 
     def _unresolved(self, message: str) -> None:
