@@ -661,15 +661,18 @@ def test_a_header_argument_that_cannot_be_a_header_value_is_a_tool_error_naming_
         calls_through_openapi_upstream(tmp_path, document, check)
 
 
-def test_a_header_the_config_supplies_is_not_an_argument_and_the_configured_value_is_sent(tmp_path):
-    """FastAPI's `X-API-Key: Header(...)` stayed a required argument: a model filled it in ("YOUR_API_KEY"),
+def test_a_header_or_query_parameter_the_config_supplies_is_not_an_argument_and_the_configured_value_is_sent(
+        tmp_path):
+    """A query parameter the config sets stayed in the schema (required here) and was silently replaced
+    (review 18). FastAPI's `X-API-Key: Header(...)` stayed a required argument: a model filled it in ("YOUR_API_KEY"),
     and its value replaced the configured secret (401). Security: the configured value is always the one sent."""
     with RecordingApi() as api:
         document = {"openapi": "3.0.3", "info": {"title": "T"}, "servers": [{"url": f"http://127.0.0.1:{api.port}"}],
                     "paths": {"/orders/{order_id}": {"get": {"operationId": "getOrder", "parameters": [
                         {"name": "order_id", "in": "path", "required": True, "schema": {"type": "integer"}},
                         {"name": "X-API-Key", "in": "header", "required": True, "schema": {"type": "string"}},
-                        {"name": "X-Trace", "in": "header", "schema": {"type": "string"}}]}}}}
+                        {"name": "X-Trace", "in": "header", "schema": {"type": "string"}},
+                        {"name": "key", "in": "query", "required": True, "schema": {"type": "string"}}]}}}}
 
         async def check(upstream, tools):
             advertised = tools["getOrder"].parameters
@@ -677,16 +680,21 @@ def test_a_header_the_config_supplies_is_not_an_argument_and_the_configured_valu
             assert advertised["required"] == ["order_id"]
             assert "API Key" not in tool_text(tools["getOrder"])  # what retrieval reads
             assert (await upstream.call(tools["getOrder"], {"order_id": 1, "X-Trace": "t"}, {}))["isError"] is False
-            assert (api.last()[1], api.last()[2]["X-API-Key"], api.last()[2]["X-Trace"]) == ("/orders/1", "sekret", "t")
+            assert (api.last()[1], api.last()[2]["X-API-Key"], api.last()[2]["X-Trace"]) == (
+                "/orders/1?key=qsekret", "sekret", "t")
             # as advertised now, and as an index written before kept it (the parameter still there)
             [stored] = parse_tools(document, format="openapi", namespace="api")
             for tool in (tools["getOrder"], stored):
                 refused = await upstream.call(tool, {"order_id": 2, "X-API-Key": "YOUR_API_KEY"}, {})
                 assert refused["content"][0]["text"] == ("upstream 'api': getOrder: the header 'X-API-Key' is set by "
                                                          "the gateway's config; leave it out")
-            assert [target for _, target, _, _ in api.received] == ["/orders/1"]
+                refused = await upstream.call(tool, {"order_id": 2, "key": "YOUR_KEY"}, {})
+                assert refused["content"][0]["text"] == ("upstream 'api': getOrder: the query parameter 'key' is set "
+                                                         "by the gateway's config; leave it out")
+            assert [target for _, target, _, _ in api.received] == ["/orders/1?key=qsekret"]
 
-        calls_through_openapi_upstream(tmp_path, document, check, headers={"x-api-key": "sekret"})
+        calls_through_openapi_upstream(tmp_path, document, check, headers={"x-api-key": "sekret"},
+                                       query={"key": "qsekret"})
 
 
 def test_null_arguments_are_left_out_and_a_null_path_argument_is_refused(tmp_path):
@@ -1316,7 +1324,7 @@ def test_query_parameters_from_the_config_go_on_every_call_and_a_base_url_with_a
         write(tmp_path / "svc.json", document)
 
         async def check(upstream, tools):
-            result = await upstream.call(tools["forecast"], {"city": "Paris", "apikey": "the model's own"}, {})
+            result = await upstream.call(tools["forecast"], {"city": "Paris"}, {})
             assert result["structuredContent"]["body"] == {"served": "GET /forecast/Paris?apikey=s3cret HTTP/1.1"}
             moved = await upstream.call(tools["moved"], {}, {})
             assert moved["structuredContent"]["body"] == {"served": "GET /forecast/Lyon?apikey=s3cret HTTP/1.1"}

@@ -4,8 +4,8 @@ Each argument goes where the document puts it (the path, the query, a header, a 
 OpenAPI parser recorded it (`Tool.raw["parameter_locations"]`, `["parameter_names"]`, `["parameter_styles"]`,
 `["body"]` and `["server"]`: ingest/openapi.py), written as its style says (OpenAPI 3 "Style Values"; Swagger
 2.0's collectionFormat arrives as the style that writes the same). The body is sent as the media type the
-document gives it. A header the gateway's config sets (an API key) is out of the tools' schemas and refused as
-an argument: the configured value is the one sent. The server is the operation's own, else its path's, else
+document gives it. A header or query parameter the gateway's config sets (an API key: `Supplied`) is out of
+the tools' schemas and refused as an argument: the configured value is the one sent. The server is the operation's own, else its path's, else
 the document's, with `{variables}` filled in by their defaults and relative URLs resolved against the URL the
 document was read from. The transport (sending, retries, redirects) is `openapi_upstream.py`'s.
 """
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from typing import Any, Callable, Collection, Mapping
 from urllib.parse import quote, urljoin
 
@@ -24,16 +25,42 @@ from ..ingest.openapi import DEFAULT_STYLES
 from ..tool import Tool
 
 
+@dataclass(frozen=True)
+class Supplied:
+    """The parameters the gateway's config sets on every call (an API key): its `headers` (names matched
+    case-insensitively, as HTTP does) and `query` parameters. An operation's parameter of such a name is out
+    of its tool's schema and refused as an argument: the configured value is the one sent."""
+
+    headers: frozenset[str] = frozenset()
+    query: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, headers: Collection[str] = (), query: Collection[str] = ()) -> "Supplied":
+        return cls(frozenset(header.lower() for header in headers), frozenset(query))
+
+    def where(self, location: str, name: str) -> str | None:
+        """What the config sets under `name` at `location` ("the header 'X-Api-Key'"), else None."""
+        if location == "header" and name.lower() in self.headers:
+            return f"the header {name!r}"
+        if location == "query" and name in self.query:
+            return f"the query parameter {name!r}"
+        return None
+
+    def refusal(self, tool: Tool, what: str) -> CatalogError:
+        return CatalogError(f"{tool.name}: {what} is set by the gateway's config; leave it out")
+
+
 def call_request(tool: Tool, arguments: Mapping[str, Any], base_url: str, forwarded: Mapping[str, str],
-             supplied: Collection[str] = ()) -> dict:
+                 supplied: Supplied = Supplied()) -> dict:
     """httpx request arguments for one call of `tool` (CatalogError for an argument it does not take, or for a
-    header the config `supplied`: the configured value is sent, never an argument in its place)."""
+    parameter the config `supplied`: the configured value is sent, never an argument in its place)."""
     raw = tool.raw if isinstance(tool.raw, Mapping) else {}
     locations: Mapping[str, str] = raw.get("parameter_locations") or {}
-    configured = {header.lower() for header in supplied}
-    unknown = sorted(set(arguments) - set(locations), key=lambda name: (name.lower() not in configured, name))
-    if unknown and unknown[0].lower() in configured:
-        raise CatalogError(f"{tool.name}: the header {unknown[0]!r} is set by the gateway's config; leave it out")
+    unknown = sorted(set(arguments) - set(locations))
+    configured = [what for name in unknown for what in (supplied.where("header", name), supplied.where("query", name))
+                  if what]
+    if configured:
+        raise supplied.refusal(tool, configured[0])
     if unknown:
         raise CatalogError(f"{tool.name} takes no argument {unknown[0]!r}; it takes {sorted(locations) or 'none'}")
     sent_as: Mapping[str, str] = raw.get("parameter_names") or {}  # `query_id` is the query's `id`
@@ -42,6 +69,8 @@ def call_request(tool: Tool, arguments: Mapping[str, Any], base_url: str, forwar
     placed: dict[str, dict[str, Any]] = {"header": {}, "cookie": {}, "body": {}, "formData": {}}
     for argument, value in arguments.items():
         location, name = locations[argument], sent_as.get(argument, argument)
+        if supplied.where(location, name):
+            raise supplied.refusal(tool, str(supplied.where(location, name)))
         if value is None and location != "body":  # a model's "no value": left out (a body's null is JSON's)
             continue
         style, explode = _style_of(styles.get(argument), location)
@@ -49,8 +78,6 @@ def call_request(tool: Tool, arguments: Mapping[str, Any], base_url: str, forwar
             path = path.replace("{" + name + "}", _path_text(name, value, style, explode))
         elif location == "query":
             query += _query_parts(name, value, style, explode)
-        elif location == "header" and name.lower() in configured:
-            raise CatalogError(f"{tool.name}: the header {name!r} is set by the gateway's config; leave it out")
         elif location in ("header", "cookie"):
             text = _text(value) if style == "json" else ",".join(_items(value, explode, str))
             placed[location][name] = _line_text(tool, location, argument, text)
@@ -137,15 +164,15 @@ def _form_value(value: Any, style: str, explode: bool) -> Any:
     return _text(value)
 
 
-def without_supplied(tool: Tool, supplied: Mapping[str, str]) -> Tool:
-    """`tool` without the header parameters the gateway's config supplies (an API key): the model is neither
-    shown them nor told they are required, so it does not invent a value (which would then be refused)."""
+def without_supplied(tool: Tool, supplied: Supplied) -> Tool:
+    """`tool` without the header and query parameters the gateway's config supplies (an API key): the model
+    is neither shown them nor told they are required, so it does not invent a value (which would then be
+    refused)."""
     raw = tool.raw if isinstance(tool.raw, Mapping) else {}
     locations: Mapping[str, str] = raw.get("parameter_locations") or {}
     sent_as: Mapping[str, str] = raw.get("parameter_names") or {}
-    configured = {header.lower() for header in supplied}
     dropped = {argument for argument, location in locations.items()
-               if location == "header" and sent_as.get(argument, argument).lower() in configured}
+               if supplied.where(location, sent_as.get(argument, argument))}
     if not dropped or not isinstance(tool.parameters, Mapping):
         return tool
     properties = tool.parameters.get("properties") or {}

@@ -5,7 +5,7 @@ and which server). The result is the response: its text as content, `{"status", 
 body parsed when it is JSON) as structured content, and `isError` for a status of 400 or more. The base URL is
 the config's `base_url` (for every operation), else the operation's own server, else the document's. The
 document is read again every `relist_every` seconds, so a changed API is re-indexed without a restart. The
-config's `query` parameters go on every call.
+config's `query` parameters go on every call (an operation's parameter of the same name is not an argument).
 
 Its transport (docs/gateway.md, "When upstreams fail"): a call that cannot connect marks the upstream down
 until a probe (with backoff) or a call reaches the service again; a call whose kept-alive connection turns
@@ -38,7 +38,7 @@ from ..ingest.live_mcp import error_reason
 from ..ingest.yaml_loader import load as load_yaml
 from ..tool import Tool
 from .config import UpstreamSpec
-from .openapi_request import call_request, document_base_url, server_url, without_supplied
+from .openapi_request import Supplied, call_request, document_base_url, server_url, without_supplied
 from .upstream import (
     NO_RELAY,
     Backoff,
@@ -175,7 +175,8 @@ class OpenApiUpstream:
         report = LoadReport()
         tools = parse_tools(document, format="openapi", lenient=True, source=where, namespace=self.name,
                             report=report, as_served=True)
-        tools = [without_supplied(tool, self.spec.headers) for tool in tools]
+        supplied = Supplied.of(self.spec.headers, self.spec.query)
+        tools = [without_supplied(tool, supplied) for tool in tools]
         for warning in report.warnings:
             logger.warning("%s", warning)
         self._read_from = read_from
@@ -239,7 +240,7 @@ class OpenApiUpstream:
                                       f"{self.status.last_error or 'its OpenAPI document has not been read yet'}")
         server = self._base_url_of(tool)
         try:
-            request = call_request(tool, arguments, server, headers, supplied=self.spec.headers)
+            request = call_request(tool, arguments, server, headers, Supplied.of(self.spec.headers, self.spec.query))
         except CatalogError as exc:
             return error_result(f"upstream {self.name!r}: {exc}")
         what = f"the call of {tool.name}"
