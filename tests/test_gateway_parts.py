@@ -773,7 +773,9 @@ def test_parameters_are_written_as_their_style_explode_or_collection_format_says
                     param("X-Ids", "header", array),
                     param("X-Obj", "header", obj, explode=True)]}}}}
         swagger2 = {"swagger": "2.0", "info": {"title": "S"}, "host": f"127.0.0.1:{api.port}", "schemes": ["http"],
-                    "paths": {"/forecast": {"post": {"operationId": "forecast", "parameters": [
+                    "paths": {"/forecast/{ids}": {"post": {"operationId": "forecast", "parameters": [
+                        {"name": "ids", "in": "path", "required": True, "type": "array", "collectionFormat": "pipes"},
+                        {"name": "X-Tags", "in": "header", "type": "array", "collectionFormat": "ssv"},
                         {"name": "fields", "in": "query", "type": "array", "items": {"type": "string"}},
                         {"name": "tabs", "in": "query", "type": "array", "collectionFormat": "tsv"},
                         {"name": "pipes", "in": "query", "type": "array", "collectionFormat": "pipes"},
@@ -797,10 +799,11 @@ def test_parameters_are_written_as_their_style_explode_or_collection_format_says
         async def swagger2_calls(upstream, tools):
             result = await upstream.call(tools["forecast"], {
                 "fields": ["temp", "wind"], "tabs": ["a", "b"], "pipes": ["a", "b"], "days": [1, 2],
-                "spaces": ["a", "b"], "tags": ["x", "y"], "hours": [6, 7]}, {})
+                "spaces": ["a", "b"], "tags": ["x", "y"], "hours": [6, 7], "ids": ["a", "b"], "X-Tags": ["x", "y"]}, {})
             assert result["isError"] is False
             _, target, headers, body = api.last()
-            assert target == "/forecast?fields=temp,wind&tabs=a%09b&pipes=a%7Cb&days=1&days=2&spaces=a%20b"
+            assert headers["X-Tags"] == "x y"  # ssv and pipes in a path and a header too (were `x,y`, `a,b`)
+            assert target == "/forecast/a%7Cb?fields=temp,wind&tabs=a%09b&pipes=a%7Cb&days=1&days=2&spaces=a%20b"
             assert body == b"tags=x%2Cy&hours=6&hours=7"
 
         calls_through_openapi_upstream(tmp_path, oas3, oas3_calls)

@@ -79,7 +79,7 @@ def call_request(tool: Tool, arguments: Mapping[str, Any], base_url: str, forwar
         elif location == "query":
             query += _query_parts(name, value, style, explode)
         elif location in ("header", "cookie"):
-            text = _text(value) if style == "json" else ",".join(_items(value, explode, str))
+            text = _text(value) if style == "json" else _FORM_DELIMITERS.get(style, ",").join(_items(value, explode, str))
             placed[location][name] = _line_text(tool, location, argument, text)
         elif location == "formData":
             placed["formData"][name] = _form_value(value, style, explode)
@@ -106,6 +106,7 @@ def call_request(tool: Tool, arguments: Mapping[str, Any], base_url: str, forwar
 # between them are not, so the upstream can split them apart again.
 _QUERY_DELIMITERS = {"form": ",", "spaceDelimited": "%20", "pipeDelimited": "%7C", "tabDelimited": "%09"}
 _FORM_DELIMITERS = {"form": ",", "spaceDelimited": " ", "pipeDelimited": "|", "tabDelimited": "\t"}
+_DELIMITED = ("spaceDelimited", "pipeDelimited", "tabDelimited")  # path and header: Swagger 2.0's ssv, pipes, tsv
 
 
 def _style_of(style: Mapping[str, Any] | None, location: str) -> tuple[str, bool]:
@@ -130,10 +131,13 @@ def _items(value: Any, explode: bool, encode: Callable[[str], str]) -> list[str]
 
 
 def _path_text(name: str, value: Any, style: str, explode: bool) -> str:
-    """A path parameter: simple `a,b`, label `.a.b` / `.a,b`, matrix `;id=a;id=b` / `;id=a,b`."""
+    """A path parameter: simple `a,b`, label `.a.b` / `.a,b`, matrix `;id=a;id=b` / `;id=a,b`; Swagger 2.0's
+    pipes, ssv and tsv `a%7Cb`, `a%20b`, `a%09b`."""
     if style == "json":
         return _encoded(_text(value))
     items = _items(value, explode, _encoded)
+    if style in _DELIMITED:
+        return _QUERY_DELIMITERS[style].join(items)
     if style == "label":
         return "." + ("." if explode else ",").join(items)
     if style == "matrix":
