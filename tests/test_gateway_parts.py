@@ -1141,6 +1141,76 @@ def test_a_retried_call_whose_new_connection_fails_says_it_was_sent_once(tmp_pat
         assert service.received == ["GET /report HTTP/1.1", "GET /report HTTP/1.1"]
 
 
+def test_a_listing_does_not_bring_back_up_a_service_a_call_found_unreachable_meanwhile(tmp_path):
+    """A re-listing (the document read from elsewhere) marked the upstream up again although a call during it
+    had found the service unreachable: only a probe or call that reaches the service clears that (review 18)."""
+    import socket
+    import threading
+
+    import anyio
+
+    from toolscout.gateway.config import UpstreamSpec
+    from toolscout.gateway.upstream import UpstreamUnavailable
+
+    with socket.create_server(("127.0.0.1", 0)) as reserved:
+        dead = f"http://127.0.0.1:{reserved.getsockname()[1]}"  # closed again: nothing listens there
+    document = json.dumps(rest_spec(("get", "/report", "report"), servers=[dead])).encode()
+    fetching, release = threading.Event(), threading.Event()
+
+    def answer(line, n):
+        if len(docs.received) > 1:  # the re-listing: held until the call has failed
+            fetching.set()
+            release.wait(10)
+        return "200 OK", JSON, document
+
+    listed = []
+
+    async def check(upstream, tools, sinks):
+        done = anyio.Event()
+
+        async def relisted(listing):
+            done.set()
+
+        sinks.append(relisted)
+        await upstream.relist()
+        await anyio.to_thread.run_sync(fetching.wait, 10)
+        with pytest.raises(UpstreamUnavailable, match="could not be reached"):
+            await upstream.call(tools["report"], {}, {})
+        release.set()
+        listed.append(upstream.status.state)
+        await done.wait()
+        listed.append(upstream.status.state)
+
+    with ScriptedHttp(answer) as docs:
+        spec = UpstreamSpec("svc", "openapi", spec=f"{docs.url}/openapi.json", timeout=10.0)
+        try:
+            anyio.run(_relisting, spec, check)
+        finally:
+            release.set()
+    assert listed == ["down", "down"]
+
+
+async def _relisting(spec, check):
+    """`_openapi_serving` whose sink, after the first listing, is `check`'s to swap (a second listing's)."""
+    import anyio
+
+    from toolscout.gateway.openapi_upstream import OpenApiUpstream
+
+    upstream, tools, sinks = OpenApiUpstream(spec), {}, []
+
+    async def indexed(listing):
+        if sinks:
+            await sinks[-1](listing)
+        tools.update({tool.name: tool for tool in listing.tools})
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(upstream.run, indexed)
+        with anyio.fail_after(30):
+            assert await upstream.wait_up(10), upstream.status.last_error
+            await check(upstream, tools, sinks)
+        tasks.cancel_scope.cancel()
+
+
 def test_a_call_that_reaches_the_service_again_brings_its_upstream_back_up(tmp_path):
     import socket
 

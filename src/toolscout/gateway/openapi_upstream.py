@@ -93,8 +93,13 @@ class OpenApiUpstream:
             self._http = http
             while True:
                 try:
-                    await (self._probe() if self._unreached else self._list(sink))
-                    self._came_up()
+                    if self._unreached:
+                        await self._probe()
+                        self._came_up()
+                    else:
+                        await self._list(sink)
+                        if not self._unreached:  # else a call found the service unreachable meanwhile: it stands
+                            self._came_up()
                     delay = self.relist_every
                 except Exception as exc:  # a spec that cannot be read (or recorded) now: keep what was indexed, retry
                     delay = self._backoff.next(0.0)
