@@ -226,8 +226,9 @@ def test_openapi_reading_problems_name_the_document_and_what_to_do_without_class
             "gone": (f"{host.url}/gone.json", "http://127.0.0.1:9"),
             "hang": (f"{host.url}/hang.json", "http://127.0.0.1:9"),
             "noserver": (str(no_server), None)}, timeout=0.5)
-    assert problems["html"].startswith(f"{host.url}/index.html: the server answered with an HTML page, not an "
-                                       "OpenAPI document; give the URL of the spec itself")
+    assert problems["html"].startswith(f"{host.url}/index.html: the server answered with an HTML page, not a "
+                                       "JSON or YAML document; give the URL of the spec itself (often "
+                                       ".../openapi.json) as openapi.html.spec")
     assert problems["gone"].startswith(f"{host.url}/gone.json answered HTTP 404 Not Found, not the OpenAPI document; "
                                        "check openapi.gone.spec")
     assert problems["hang"].startswith(f"the OpenAPI document at {host.url}/hang.json did not arrive within 0.5s "
@@ -235,6 +236,34 @@ def test_openapi_reading_problems_name_the_document_and_what_to_do_without_class
     assert problems["noserver"].startswith(f"{no_server} names no absolute server URL; give")  # it was read
     for problem in problems.values():
         assert "Error" not in problem and "failed" not in problem and "developer.mozilla" not in problem
+
+
+def test_index_and_the_gateway_read_a_spec_by_url_under_one_fetch_policy(monkeypatch):
+    """`toolscout index URL` followed a redirect to ftp:// (and from https to http), the gateway read a
+    document of any size: two rules for one job (review 18). Both now keep `ingest.remote`'s."""
+    from toolscout.ingest import remote
+
+    monkeypatch.setattr(remote, "MAX_DOCUMENT_BYTES", 2**20)
+    big = json.dumps({**rest_spec(("get", "/a", "a")), "x-padding": "x" * 2**20}).encode()
+
+    def answer(line, n):
+        if line.startswith("GET /ftp.json"):
+            return "302 Found", {"Location": "ftp://127.0.0.1:9/x.json"}, b""
+        return "200 OK", JSON, big
+
+    with ScriptedHttp(answer) as host:
+        expected = {"ftp": f"{host.url}/ftp.json redirects to ftp://127.0.0.1:9/x.json, from http to ftp: refused; "
+                           "give that URL as the spec if it is meant",
+                    "big": f"{host.url}/big.json: the document is larger than 1 MiB; download it and give its file"}
+        for name, problem in expected.items():
+            with pytest.raises(CatalogError) as refused:
+                remote.fetch_document(f"{host.url}/{name}.json")
+            assert str(refused.value) == problem
+        problems = openapi_listing_problems({name: (f"{host.url}/{name}.json", None) for name in expected})
+    for name, problem in expected.items():  # the upstream down for the same reason, tried again later
+        assert (problems[name] or "").startswith(f"{problem} (as of "), problems[name]
+    assert remote.redirect_problem("https://a.example/s.json", "http://a.example/s.json").startswith(
+        "https://a.example/s.json redirects to http://a.example/s.json, from https to http: refused")
 
 
 def test_a_config_reached_through_a_link_keeps_the_index_of_the_file_itself(tmp_path, monkeypatch):

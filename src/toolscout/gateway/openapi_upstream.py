@@ -31,11 +31,10 @@ import httpx
 
 from ..errors import CatalogError, DuplicateKey, ToolScoutError
 from ..ingest import parse_tools
+from ..ingest import remote
 from ..ingest.common import LoadReport
-from ..ingest.detect import parse_json, read_structured
-from ..ingest.guard import check_tree
+from ..ingest.detect import read_structured
 from ..ingest.live_mcp import error_reason
-from ..ingest.yaml_loader import load as load_yaml
 from ..tool import Tool
 from .config import UpstreamSpec
 from .openapi_request import Supplied, call_request, document_base_url, server_url, without_supplied
@@ -220,21 +219,18 @@ class OpenApiUpstream:
         assert self._http is not None
         secrets = _Secrets(_origin(httpx.URL(location)), self.spec.headers)
         response = await _following(self._http, self._http.build_request("GET", location), _document_follows,
-                                    secrets)
+                                    secrets, _send_capped)
         if response.has_redirect_location:
             raise CatalogError(f"{location} redirects more than {_MAX_REDIRECTS} times (last to "
                                f"{response.headers.get('location')})")
         if response.status_code >= 400:
             raise CatalogError(f"{response.url} answered HTTP {response.status_code} {response.reason_phrase}, not "
                                f"the OpenAPI document; check openapi.{self.name}.spec in the gateway config")
-        if response.headers.get("content-type", "").split(";")[0].strip().lower() == "text/html":
-            raise CatalogError(f"{location}: the server answered with an HTML page, not an OpenAPI document; give "
-                               f"the URL of the spec itself (often .../openapi.json) as openapi.{self.name}.spec")
-        text = response.text
-        parse = parse_json if text.lstrip()[:1] in ("{", "[") else load_yaml
-        document = _third_party(functools.partial(parse, text, location))
-        check_tree(document, location, json_only=True, non_finite_ok=True)  # listed leniently: see `parse_tools`
-        return document, location, str(response.url)
+        html = remote.html_problem(location, response.headers.get("content-type", ""))
+        if html:
+            raise CatalogError(f"{html} as openapi.{self.name}.spec")
+        read = functools.partial(remote.parse_document, response.content, location, True)
+        return _third_party(read), location, str(response.url)
 
     # calls -------------------------------------------------------------------------------------
     async def call(self, tool: Tool, arguments: Mapping[str, Any], headers: Mapping[str, str],
@@ -307,7 +303,7 @@ class OpenApiUpstream:
 
 
 _IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"})
-_MAX_REDIRECTS = 5
+_MAX_REDIRECTS = remote.MAX_REDIRECTS  # a call's too
 Send = Callable[[httpx.AsyncClient, httpx.Request], Awaitable[httpx.Response]]
 Follows = Callable[[httpx.Request, httpx.URL], bool]  # whether a redirect from the request to the URL is followed
 
@@ -378,12 +374,24 @@ def _with_query(url: httpx.URL, extra: Mapping[str, str], drop: Iterable[str] = 
     return url.copy_with(query=query.encode("ascii") or None)
 
 
-async def _send_once(http: httpx.AsyncClient, request: httpx.Request) -> httpx.Response:
-    return await http.send(request)
+async def _send_capped(http: httpx.AsyncClient, request: httpx.Request) -> httpx.Response:
+    """The response to `request` for a document, its body read up to the fetch policy's cap (CatalogError
+    beyond it: `ingest.remote`)."""
+    response, body = await http.send(request, stream=True), bytearray()
+    try:
+        async for chunk in response.aiter_bytes():
+            body += chunk
+            if len(body) > remote.MAX_DOCUMENT_BYTES:
+                raise CatalogError(remote.too_large_problem(str(request.url)))
+    finally:
+        await response.aclose()
+    headers = [(k, v) for k, v in response.headers.multi_items()  # the body as decoded: no encoding, length
+               if k.lower() not in ("content-encoding", "content-length", "transfer-encoding")]
+    return httpx.Response(response.status_code, headers=headers, content=bytes(body), request=request)
 
 
 async def _following(http: httpx.AsyncClient, request: httpx.Request, follows: Follows, secrets: _Secrets,
-                     send: Send = _send_once) -> httpx.Response:
+                     send: Send) -> httpx.Response:
     """The response to `request`, its redirects followed (at most `_MAX_REDIRECTS`) while `follows(request,
     target)`; a redirect it does not follow is returned as it came. The `secrets` go on each hop to their
     own origin only (`_Secrets.placed`)."""
@@ -418,10 +426,10 @@ def _origin_text(url: str) -> str:
 
 
 def _document_follows(request: httpx.Request, target: httpx.URL) -> bool:
-    """A document is read through any redirect but one from https to http (it would come unprotected)."""
-    if request.url.scheme == "https" and target.scheme != "https":
-        raise CatalogError(f"{request.url} redirects to {target}, from https to {target.scheme}: refused; give "
-                           "that URL as the spec if it is meant")
+    """A document is read through any redirect the fetch policy allows (`ingest.remote.redirect_problem`)."""
+    problem = remote.redirect_problem(str(request.url), str(target))
+    if problem:
+        raise CatalogError(problem)
     return True
 
 
