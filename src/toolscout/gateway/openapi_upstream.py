@@ -5,13 +5,15 @@ and which server). The result is the response: its text as content, `{"status", 
 body parsed when it is JSON) as structured content, and `isError` for a status of 400 or more. The base URL is
 the config's `base_url` (for every operation), else the operation's own server, else the document's. The
 document is read again every `relist_every` seconds, so a changed API is re-indexed without a restart. The
-config's `query` parameters go on every call (an operation's parameter of the same name is not an argument).
+config's `headers` and `query` parameters (an API key) go on every call to the base URL's origin, and only
+there (`_Secrets`; an operation's parameter of the same name is not an argument); no cookie is kept.
 
 Its transport (docs/gateway.md, "When upstreams fail"): a call that cannot connect marks the upstream down
 until a probe (with backoff) or a call reaches the service again; a call whose kept-alive connection turns
 out closed is sent again on a new one when its method is idempotent, never otherwise, and one that was sent
-says it may have run; redirects are followed for the document (not from https to http) and, for a call, for
-a GET or HEAD to the same origin only, any other being an error result that names where it points.
+says it may have run; redirects are followed for the document as `ingest.remote`'s fetch policy allows (the
+one `toolscout index URL` keeps) and, for a call, for a GET or HEAD to the same origin only, any other being
+an error result that names where it points.
 """
 
 from __future__ import annotations
