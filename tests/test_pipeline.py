@@ -50,6 +50,25 @@ def test_hits_carry_tools_and_respect_namespaces(tools):
     assert d["id"] == "flights.book" and d["namespace"] == "travel" and "method" not in d
 
 
+def test_a_filter_given_a_lone_string_or_a_dict_is_refused_by_name(tools):
+    """Filter(namespaces="mail") matched the namespaces that are characters of "mail" ("a"), not "mail";
+    Filter(ids="a.x") matched nothing; filter={...} crashed with AttributeError deep in the ranking."""
+    from toolscout import Filter
+    from toolscout.errors import InvalidRequest
+
+    scout = ToolScout.from_tools(tools, retriever="bm25")
+    for make, says in ((lambda: Filter(namespaces="mail"), r"^Filter namespaces: give a list \(\['mail'\]\)$"),
+                       (lambda: Filter(ids="mail.send"), r"^Filter ids: give a list \(\['mail.send'\]\)$"),
+                       (lambda: Filter(exclude_ids="mail.send"), r"^Filter exclude_ids: give a list")):
+        with pytest.raises(InvalidRequest, match=says):
+            make()
+    with pytest.raises(InvalidRequest, match=r"^filter: give a toolscout.Filter .*not dict$"):
+        scout.search("send an email", filter={"namespaces": ["mail"]})
+    in_mail = {h.tool.id for h in scout.search("send an email", k=50, filter=Filter(namespaces=["mail"]))}
+    assert in_mail and in_mail == {t.id for t in tools if t.namespace == "mail"} & in_mail
+    assert [h.tool.id for h in scout.search("send an email", filter=Filter(ids=["mail.send"]))] == ["mail.send"]
+
+
 def test_add_update_remove(tools):
     scout = ToolScout.from_tools(tools[:10], retriever="bm25")
     scout.add([tools[10], tools[0].with_changes(description="Play music from a playlist")])

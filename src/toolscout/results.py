@@ -7,18 +7,26 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from .errors import listed
+from .errors import InvalidRequest, listed
 
 
 @dataclass(frozen=True)
 class Filter:
     """Restricts a search. `namespaces`: only tools in these namespaces (None = any; a tool with no
     namespace matches only when `None`-namespace is listed as ""). `ids`: only these tool ids.
-    `exclude_ids`: never these ids. All given conditions must hold."""
+    `exclude_ids`: never these ids. All given conditions must hold. Each takes a list (or any collection) of
+    strings; a lone string is refused, as `search(namespaces=)` refuses it, since Python would read it one
+    character at a time."""
 
     namespaces: frozenset[str] | None = None
     ids: frozenset[str] | None = None
     exclude_ids: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        for field in ("namespaces", "ids", "exclude_ids"):
+            value = getattr(self, field)
+            if value is not None and not isinstance(value, frozenset):
+                object.__setattr__(self, field, frozenset(listed(value, f"Filter {field}")))
 
     @classmethod
     def make(cls, namespaces: Iterable[str] | None = None, ids: Iterable[str] | None = None,
@@ -35,6 +43,9 @@ class Filter:
     def restrict(cls, flt: "Filter | None", namespaces: Iterable[str] | None) -> "Filter | None":
         """`flt` further limited to `namespaces` (None: no further limit); namespaces intersect, so a caller
         restricted to some namespaces cannot widen its view by asking for others."""
+        if flt is not None and not isinstance(flt, Filter):
+            raise InvalidRequest(f"filter: give a toolscout.Filter (Filter(namespaces=[...], ids=[...], "
+                                 f"exclude_ids=[...])), not {type(flt).__name__}")
         if namespaces is None:
             return flt
         allowed = frozenset(listed(namespaces, "namespaces"))
