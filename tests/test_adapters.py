@@ -92,10 +92,10 @@ def test_openai_client_executed_tool_search(scout):
 
 def test_function_lists_out_and_in(scout, tools):
     hits = scout.search("send an email", k=2)
-    chat = to_openai(hits)
+    chat = to_openai(hits, names=AgentNames(scout.tools))
     assert chat[0] == {"type": "function", "function": {"name": "send_email", "description": tools[5].description,
                                                         "parameters": json_schema(tools[5])}}
-    responses = to_openai(hits, style="responses")
+    responses = to_openai(hits, style="responses", names=AgentNames(scout.tools))
     assert responses[0]["name"] == "send_email" and responses[0]["strict"] is False
     anthropic = to_anthropic(hits)
     assert anthropic[0]["input_schema"]["properties"]["to"]["type"] == "string"
@@ -107,6 +107,22 @@ def test_function_lists_out_and_in(scout, tools):
     assert from_anthropic(anthropic)[0].description == tools[5].description
     with pytest.raises(ValueError):
         to_openai(hits, style="legacy")
+
+
+def test_definitions_of_separate_searches_never_give_two_tools_one_name():
+    """to_openai/to_anthropic named each call's tools by that call's hits alone: gh.list_issues and
+    gl.list_issues were both `list_issues` when each came alone, and fs `files.read` and s3 `files_read` both
+    `files_read`, so an agent keeping the functions of several searches called the wrong tool. Without
+    `names` a name now depends on the tool alone; one AgentNames of the catalog keeps short names stable."""
+    tools = [Tool("gh.list_issues", "list_issues", namespace="gh"), Tool("gl.list_issues", "list_issues", namespace="gl"),
+             Tool("fs.read", "files.read", namespace="fs"), Tool("s3.read", "files_read", namespace="s3")]
+    for definitions, name_of in ((to_openai, lambda d: d["function"]["name"]), (to_anthropic, lambda d: d["name"])):
+        alone = [name_of(definitions([tool])[0]) for tool in tools]
+        assert alone == ["gh__list_issues", "gl__list_issues", "fs__files_read", "s3__files_read"]
+        assert [name_of(d) for d in definitions(tools)] == alone  # the same name in every call
+    names = AgentNames(tools)
+    given = [names.name(tool) for tool in [tools[2], tools[0], tools[3], tools[1], *tools]]
+    assert len(set(given)) == 4 and [names.tool(n).id for n in given[4:]] == [t.id for t in tools]
 
 
 def test_names_are_valid_unique_and_reversible():

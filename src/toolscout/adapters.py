@@ -14,7 +14,9 @@ Definitions: `to_openai(...)` (Chat Completions or Responses function tools), `t
 Both APIs want names matching `^[a-zA-Z0-9_-]{1,64}$` and unique in one request; `AgentNames` gives
 each tool such a name (its own name when that is valid and no other tool in the catalog shares it,
 else `namespace__name`, shortened with a hash when too long) and maps a name the model used back to
-the tool, so a call can be routed to the right server. Anthropic also wants property keys matching
+the tool, so a call can be routed to the right server. One instance keeps every name it gave out, so an
+agent keeps one for its lifetime (without `names=`, `to_openai`/`to_anthropic` qualify every namespaced tool,
+since one search's hits do not say which names the catalog shares). Anthropic also wants property keys matching
 `^[a-zA-Z0-9_.-]{1,64}$`: `to_anthropic` renames the others (`filter[status]` → `filter_status_`, at any
 depth), and `AgentNames.arguments(name, input)` (or a tool search's `arguments`) gives a call's input back
 under the tool's own keys.
@@ -171,6 +173,13 @@ class AgentNames:
         self._tools: dict[str, Tool] = {}
         self._argument_names: dict[str, dict[str, str]] = {}  # name -> {key given out: the tool's own key}
 
+    @classmethod
+    def context_free(cls) -> "AgentNames":
+        """Names that depend on the tool alone: every tool with a namespace is `namespace__name`. What
+        `to_openai`/`to_anthropic` use without `names=`: they see one search's hits, not the catalog, and
+        naming by those hits gave `gh.list_issues` and `gl.list_issues` the same name in two searches."""
+        return cls(lambda name: True)
+
     def name(self, tool: Tool) -> str:
         qualify = bool(tool.namespace) and self._shared(tool.name)
         base = f"{agent_namespace(tool.namespace)}__{tool.name}" if qualify else tool.name
@@ -231,11 +240,14 @@ def to_openai(items: Iterable[Any], *, style: str = "chat", names: AgentNames | 
               defer_loading: bool = False) -> list[dict[str, Any]]:
     """OpenAI function tools for tools or hits. `style`: "chat" (Chat Completions,
     `{"type": "function", "function": {...}}`) or "responses" (flat, `strict: false` because catalog
-    schemas are not written for strict mode)."""
+    schemas are not written for strict mode). `names`: pass one `AgentNames(scout.tools)` for an agent's
+    lifetime to get short names (a tool's own name where no other catalog tool shares it) that stay the same
+    across searches and name back (`names.tool`); without it every namespaced tool is `namespace__name`
+    (`AgentNames.context_free`), so names never clash across calls."""
     if style not in ("chat", "responses"):
         raise ValueError(f"style must be 'chat' or 'responses', got {style!r}")
     tools = _tools_of(items)
-    names = names or AgentNames(tools)
+    names = names or AgentNames.context_free()
     out = []
     for tool in tools:
         fn = {"name": names.name(tool), "description": tool.description or tool.title or tool.name,
@@ -249,9 +261,9 @@ def to_openai(items: Iterable[Any], *, style: str = "chat", names: AgentNames | 
 
 def to_anthropic(items: Iterable[Any], *, names: AgentNames | None = None,
                  defer_loading: bool = False) -> list[dict[str, Any]]:
-    """Anthropic Messages API tool definitions for tools or hits."""
+    """Anthropic Messages API tool definitions for tools or hits. `names`: as for `to_openai`."""
     tools = _tools_of(items)
-    names = names or AgentNames(tools)
+    names = names or AgentNames.context_free()
     out = []
     for tool in tools:
         name, schema = names.name(tool), json_schema(tool)
