@@ -239,6 +239,25 @@ def test_anthropic_property_keys_are_renamed_to_its_rule_and_calls_map_back(tmp_
     assert "filter[status]" in to_openai([tool])[0]["function"]["parameters"]["properties"]
 
 
+def test_arguments_give_back_renamed_keys_only_where_the_schema_declares_them():
+    """A top-level `page size` (offered as `page_size`) made arguments() rename `page_size` at any depth, also
+    inside a free-form `labels` map, so the user's own label key came back as `page size`."""
+    item = {"type": "object", "properties": {"item no": {"type": "integer"}}, "additionalProperties": True}
+    tool = Tool("api.tag", "tag", "Tag a resource", namespace="api", parameters={
+        "type": "object", "$defs": {"item": item},
+        "properties": {"page size": {"type": "integer"},
+                       "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+                       "items": {"type": "array", "items": {"$ref": "#/$defs/item"}},
+                       "extra": {"allOf": [{"properties": {"item no": {"type": "integer"}}}]}}})
+    search = AnthropicToolSearch(ToolScout.from_tools([tool], retriever="bm25"))
+    [definition] = search.deferred_tools()
+    call = {"page_size": 5, "labels": {"page_size": "A4", "item_no": "x"},
+            "items": [{"item_no": 1, "page_size": "free"}], "extra": {"item_no": 2}}
+    assert search.arguments(definition["name"], call) == {
+        "page size": 5, "labels": {"page_size": "A4", "item_no": "x"},
+        "items": [{"item no": 1, "page_size": "free"}], "extra": {"item no": 2}}
+
+
 def test_openai_namespaces_of_non_ascii_titles_stay_apart_and_name_back(tmp_path):
     from toolscout.ingest import load_tools
 

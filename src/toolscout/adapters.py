@@ -19,7 +19,7 @@ agent keeps one for its lifetime (without `names=`, `to_openai`/`to_anthropic` q
 since one search's hits do not say which names the catalog shares). Anthropic also wants property keys matching
 `^[a-zA-Z0-9_.-]{1,64}$`: `to_anthropic` renames the others (`filter[status]` → `filter_status_`, at any
 depth), and `AgentNames.arguments(name, input)` (or a tool search's `arguments`) gives a call's input back
-under the tool's own keys.
+under the tool's own keys (where the schema declares them; free-form values keep their keys).
 
 Reading tools in: `from_openai`, `from_anthropic` (any shape `toolscout.ingest` reads),
 `from_langchain` (LangChain `BaseTool`-like objects, duck-typed: `name`, `description`,
@@ -146,12 +146,68 @@ def _with_keys_renamed(node: Any, renames: Mapping[str, str]) -> Any:
     return out
 
 
-def _keys_restored(value: Any, restore: Mapping[str, str]) -> Any:
+def _keys_restored(value: Any, schema: Any, restore: Mapping[str, str], root: Mapping) -> Any:
+    """`value` (a call's input, or part of it) with the keys the offered `schema` renamed given back
+    (`restore`: {offered key: the tool's own key}), walking the value and its schema together: a key is
+    restored only where the schema declares it as a property, so keys of free-form data (an
+    `additionalProperties` map of the user's own labels) stay exactly as the model sent them."""
+    node = _schema_at(schema, root)
     if isinstance(value, list):
-        return [_keys_restored(item, restore) for item in value]
-    if isinstance(value, Mapping):
-        return {restore.get(k, k): _keys_restored(v, restore) for k, v in value.items()}
-    return value
+        prefix = node.get("prefixItems") if isinstance(node.get("prefixItems"), list) else []
+        rest = node.get("items", {})
+        return [_keys_restored(item, prefix[i] if i < len(prefix) else rest, restore, root)
+                for i, item in enumerate(value)]
+    if not isinstance(value, Mapping):
+        return value
+    declared = _declared_properties(node, root, set())
+    out = {}
+    for key, item in value.items():
+        if key in declared:
+            out[restore.get(key, key)] = _keys_restored(item, declared[key], restore, root)
+        else:
+            out[key] = _keys_restored(item, _undeclared_schema(node, key), restore, root)
+    return out
+
+
+def _schema_at(schema: Any, root: Mapping) -> Mapping:
+    """`schema` as a mapping, a local `$ref` (`#/$defs/X`, `#/definitions/X`) followed; {} for anything else."""
+    for _ in range(32):  # a chain of references, not a cycle
+        if not isinstance(schema, Mapping):
+            return {}
+        ref = schema.get("$ref")
+        if not (isinstance(ref, str) and ref.startswith("#/")):
+            return schema
+        target: Any = root
+        for part in ref[2:].split("/"):
+            target = target.get(part) if isinstance(target, Mapping) else None
+        schema = target
+    return {}
+
+
+def _declared_properties(node: Mapping, root: Mapping, seen: set[int]) -> dict[str, Any]:
+    """{property key: its schema} that `node` declares, itself or through allOf/anyOf/oneOf."""
+    if id(node) in seen:
+        return {}
+    seen.add(id(node))
+    own = node.get("properties")
+    declared = dict(own) if isinstance(own, Mapping) else {}
+    for combinator in ("allOf", "anyOf", "oneOf"):
+        branches = node.get(combinator)
+        for branch in branches if isinstance(branches, list) else ():
+            declared.update(_declared_properties(_schema_at(branch, root), root, seen))
+    return declared
+
+
+def _undeclared_schema(node: Mapping, key: str) -> Any:
+    """The schema of a key `node` does not declare: its `patternProperties` match, else `additionalProperties`."""
+    patterns = node.get("patternProperties")
+    for pattern, schema in (patterns.items() if isinstance(patterns, Mapping) else ()):
+        try:
+            if re.search(pattern, key):
+                return schema
+        except re.error:
+            continue
+    return node.get("additionalProperties", {})
 
 
 # -------------------------------------------------------------------------------------- names
@@ -172,6 +228,7 @@ class AgentNames:
         self._shared = shared
         self._tools: dict[str, Tool] = {}
         self._argument_names: dict[str, dict[str, str]] = {}  # name -> {key given out: the tool's own key}
+        self._offered_schemas: dict[str, Mapping] = {}  # name -> the schema given out, where keys were renamed
 
     @classmethod
     def context_free(cls) -> "AgentNames":
@@ -201,12 +258,15 @@ class AgentNames:
         except KeyError:
             raise KeyError(f"no tool was offered to the agent under the name {name!r}") from None
 
-    def renamed_arguments(self, name: str, renames: Mapping[str, str]) -> None:
-        """Note that the schema offered under `name` has the property keys of `renames` renamed."""
+    def renamed_arguments(self, name: str, renames: Mapping[str, str], offered_schema: Mapping) -> None:
+        """Note that the schema offered under `name`, `offered_schema`, has the property keys of `renames`
+        renamed (`arguments` gives them back where that schema declares them)."""
         if renames:
             self._argument_names[name] = {new: key for key, new in renames.items()}
+            self._offered_schemas[name] = offered_schema
         else:
             self._argument_names.pop(name, None)
+            self._offered_schemas.pop(name, None)
 
     def argument_names(self, name: str) -> dict[str, str]:
         """{key the agent was given: the tool's own key} for the tool offered under `name` ({}: none renamed)."""
@@ -214,9 +274,14 @@ class AgentNames:
 
     def arguments(self, name: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
         """A call's arguments, as the model sent them to the tool offered under `name`, with the tool's own
-        property keys (`filter_status_` → `filter[status]`), at any depth: what to call the tool with."""
+        property keys (`filter_status_` → `filter[status]`) wherever the offered schema declares a renamed
+        property, at any depth; keys of free-form values (`additionalProperties`) are the user's data and are
+        kept as sent. What to call the tool with."""
         self.tool(name)  # an unknown name is an error, not a call with the arguments as they are
-        return _keys_restored(dict(arguments), self._argument_names.get(name, {}))
+        if name not in self._argument_names:
+            return dict(arguments)
+        schema = self._offered_schemas[name]
+        return _keys_restored(dict(arguments), schema, self._argument_names[name], schema)
 
 
 def agent_namespace(namespace: str) -> str:
@@ -268,9 +333,9 @@ def to_anthropic(items: Iterable[Any], *, names: AgentNames | None = None,
     for tool in tools:
         name, schema = names.name(tool), json_schema(tool)
         renames = property_renames(schema)  # Anthropic refuses keys like `filter[status]`: named back by `names`
-        names.renamed_arguments(name, renames)
-        spec = {"name": name, "description": tool.description or tool.title or tool.name,
-                "input_schema": _with_keys_renamed(schema, renames) if renames else schema}
+        offered = _with_keys_renamed(schema, renames) if renames else schema
+        names.renamed_arguments(name, renames, offered)
+        spec = {"name": name, "description": tool.description or tool.title or tool.name, "input_schema": offered}
         if defer_loading:
             spec["defer_loading"] = True
         out.append(spec)
