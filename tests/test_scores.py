@@ -137,13 +137,24 @@ def test_a_probability_does_not_depend_on_k(default_scout):
 
 
 def test_min_probability_abstains_where_hits_have_probabilities(default_scout, tools):
+    import warnings
+
     from toolscout.errors import InvalidRequest
+    from toolscout.hits import UncalibratedWarning
 
     assert default_scout.search("qwxzv plork", k=3, min_probability="calibrated") == []
     assert default_scout.search("what will the weather be tomorrow in Paris", k=3, min_probability="calibrated")
     assert default_scout.search("qwxzv plork", k=3, min_probability=0.0)
-    # no calibration, no probabilities: nothing to abstain on
-    assert ToolScout.from_tools(tools, retriever="bm25").search("weather", min_probability=0.99)
+    # no calibration, no probabilities: nothing to abstain on, which the search says rather than ignores
+    bm25 = ToolScout.from_tools(tools, retriever="bm25")
+    for threshold in ("calibrated", 0.99):
+        with pytest.warns(UncalibratedWarning, match=f"^min_probability {threshold!r}: this pipeline has no "
+                                                     "calibration .*abstain on the score with min_score instead$"):
+            assert bm25.search("weather", min_probability=threshold)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a pipeline with a calibration, or no threshold asked: no warning
+        default_scout.search("weather", min_probability="calibrated")
+        bm25.search("weather")
     with pytest.raises(InvalidRequest, match="from 0 to 1"):
         default_scout.search("weather", min_probability=1.5)
 

@@ -34,6 +34,23 @@ from .tool import TextView, Tool, split_identifier, tool_text
 
 MATCHES = ("retrieval", "name", "always")
 CALIBRATED = "calibrated"  # min_probability: the threshold chosen with the pipeline's calibration
+# what a pipeline without calibration cannot do (said by ToolScout.search, and by a service at start and swap)
+NO_CALIBRATION = ("has no calibration (only the default pipeline ships one, docs/scores.md): hits carry no "
+                  "probability, and no search abstains on probability (min_probability is off)")
+
+
+class UncalibratedWarning(UserWarning):
+    """A search asked to abstain on probability (`min_probability`) of a pipeline that has no calibration."""
+
+
+def warn_if_uncalibrated(min_probability: float | str | None, calibration: Any) -> None:
+    """Warn (once per calling line, as Python shows warnings) when `min_probability` is asked of a pipeline
+    whose `abstention_calibration` is None: it would silently never abstain."""
+    if min_probability is not None and calibration is None:
+        import warnings
+
+        warnings.warn(f"min_probability {min_probability!r}: this pipeline {NO_CALIBRATION}; abstain on the "
+                      f"score with min_score instead", UncalibratedWarning, stacklevel=3)
 # min_probability gates the chance that one of this many best ranked tools is relevant, not the best one's
 # alone: near-twin tools (the same tool on three servers) split their probability, and one of them is
 # still likely right. Five: the gateway's k; the ranking behind probabilities is at least ten deep.

@@ -29,7 +29,8 @@ from .deprecation import Deprecation, deprecation_of, rank_below_replacements
 from .encoders.fast import TIER_NAMES, fast_query_kind, tier_of
 from .errors import FastQueriesUnavailable, InvalidRequest, NotFound, ToolScoutError, listed
 from .feedback import FeedbackEvent, LearnResult, Usage, UsageLedger
-from .hits import CALIBRATED, Hit, HitPolicy, Hits, NameIndex, abstains, assemble_hits, checked_k, checked_queries
+from .hits import (CALIBRATED, Hit, HitPolicy, Hits, NameIndex, abstains, assemble_hits, checked_k, checked_queries,
+                   warn_if_uncalibrated)
 from .intents import IntentMerge
 from .learning import LearnedChannel, LearningSettings, Lesson, Scored, teaches_anything
 from .learning.channel import DEPTH as LEARNED_DEPTH
@@ -721,8 +722,9 @@ class ToolScout:
         retrieved tool is returned (a task no tool fits gets an empty list, not k weak matches).
         `min_probability` does the same on the best hit's calibrated probability: a number in [0, 1], or
         "calibrated" (`toolscout.hits.CALIBRATED`) for the threshold chosen with the calibration. A pipeline
-        with no calibration gives no probabilities, and so never abstains on them (`calibration` is None); a
-        reranked one whose first stage has one abstains on it, before reranking (`abstention_calibration`).
+        with no calibration gives no probabilities, and so never abstains on them: asking warns
+        (`hits.UncalibratedWarning`; use `min_score` there); a reranked one whose first stage has one
+        abstains on it, before reranking (`abstention_calibration`).
         `match_names`: a query that is a tool's name, exactly or nearly (`get_weather`, `getWeather`,
         `weather.get_weather`, one typo), ranks that tool first, whatever the threshold (`match="name"`).
         `always_include`: tool ids returned after the ranked ones, not counted in k (`match="always"`);
@@ -730,6 +732,7 @@ class ToolScout:
         the query's words found in its tool's text view. (`toolscout.hits` has the policy.)
         """
         queries = checked_queries(query)
+        warn_if_uncalibrated(min_probability, self.abstention_calibration)
         policy = HitPolicy(checked_k(k), min_score, min_probability,
                            tuple(dict.fromkeys(listed(always_include, "always_include"))),
                            bool(match_names), bool(explain))

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from ..errors import Conflict, Forbidden, InvalidRequest, NotFound, ToolScoutError, is_blank
 from ..feedback import DEFAULT_SOURCE, FeedbackEvent, LearnResult, checked_rollback_time
-from ..hits import Hit, HitPolicy, Hits, checked_k, checked_queries
+from ..hits import NO_CALIBRATION, Hit, HitPolicy, Hits, checked_k, checked_queries
 from ..learning import check_settings, dormancy
 from ..lru import LRU
 from ..query import Query
@@ -117,9 +117,6 @@ EVERYWHERE = Reach()
 
 
 LIVENESS = ("storage", "writes", "uptime_s", "snapshots")  # what /health shows a caller without a token
-# what a pipeline without calibration cannot do, said at start-up (--min-probability) and after a retraining's swap
-NO_CALIBRATION = ("has no calibration (only the default pipeline ships one, docs/scores.md): hits carry no "
-                  "probability, and no search abstains on probability (min_probability is off)")
 BRIEF_LEARNING = ("requests", "tools_taught", "events_scored", "dormant", "frozen_at", "weights")  # LearnedChannel.report(brief)
 
 
