@@ -131,6 +131,15 @@ def test_undetectable_format_lists_formats_and_flag():
     assert "openai, anthropic, mcp, openapi, python, jsonl" in message and "--format" in message
 
 
+def test_tool_objects_are_sent_to_from_tools_not_asked_for_a_format():
+    """load_tools([Tool(...)]) said it could not tell the format and to pass format=, which no format fits."""
+    from toolscout import Tool
+
+    with pytest.raises(CatalogError, match=r"^<object>: \[1\]: is a toolscout Tool already, not a catalog entry "
+                                           r"to read; give Tool objects to ToolScout.from_tools\(tools\)"):
+        load_tools([{"name": "a", "inputSchema": {}}, Tool("b", "b", "B")])
+
+
 def test_mixed_formats_are_not_guessed():
     with pytest.raises(CatalogError, match=r"look like different formats: mcp \(\[0\]\), anthropic \(\[1\]\)"):
         parse_tools([{"name": "a", "inputSchema": {}}, {"name": "b", "input_schema": {}}])

@@ -227,7 +227,10 @@ def test_misuse_of_the_python_api_is_refused_naming_the_argument_and_changes_not
                        (lambda: scout.add(tools[0]), "tools: give a list"),
                        (lambda: scout.set_learning(weights={"mail": float("nan")}), "must be between 0 and 1"),
                        (lambda: scout.set_learning(weights={"mail": -5}), "must be between 0 and 1"),
-                       (lambda: scout.set_learning(freeze="yes"), "learning freeze: true or false")):
+                       (lambda: scout.set_learning(freeze="yes"), "learning freeze: true or false"),
+                       # one event where a list of them goes: it said "each event must be an object", which it is
+                       (lambda: scout.learn({"query": "email", "tool_ids": ["mail.send"]}),
+                        r"^learn: give a list of events, not dict$")):
         with pytest.raises(InvalidRequest, match=says):
             call()
     assert [h.tool.id for h in scout.search("send an email", k=20)] == before and "zz.zebra" not in scout
@@ -276,6 +279,30 @@ def test_every_reader_of_a_pipeline_directory_reads_the_format_it_writes_and_ref
     config_file.write_text(json.dumps(config))
     with pytest.raises(ArtifactError, match=f"format_version {PIPELINE_FORMAT + 1} is not supported.*upgrade toolscout"):
         ToolScout.load(folder)
+
+
+def test_a_config_without_a_format_version_or_with_none_ever_written_is_called_damaged(tmp_path, tools):
+    """A config.json with no format_version said "format_version None is not supported ...; upgrade
+    toolscout", which cannot help; format_version 0 loaded without a word."""
+    import json
+
+    folder = tmp_path / "idx"
+    ToolScout.from_tools(tools, retriever="bm25").save(folder)
+    config_file = folder / (folder / "CURRENT").read_text().strip() / "config.json"
+    config = json.loads(config_file.read_text())
+    for value, says in ((None, "has no format_version, so it is not a toolscout index or model config, or it is "
+                               "damaged"),
+                        (0, "has format_version 0, which no toolscout writes"),
+                        (True, "has format_version True, which no toolscout writes"),
+                        ("3", "has format_version '3', which no toolscout writes")):
+        if value is None:
+            config.pop("format_version", None)
+        else:
+            config["format_version"] = value
+        config_file.write_text(json.dumps(config))
+        with pytest.raises(ArtifactError) as caught:
+            ToolScout.load(folder)
+        assert says in str(caught.value) and "upgrade" not in str(caught.value)
 
 
 # every file a learned default index (BM25 + dense, feedback learned) saves, relative to its folder

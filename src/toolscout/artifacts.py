@@ -159,7 +159,13 @@ def read_config(root: str | os.PathLike, kind: str | None = None, *, max_format:
 def check_format(root: str | os.PathLike, config: Mapping[str, Any], max_format: int) -> None:
     """Refuse an artefact config whose format_version this toolscout does not read, naming `root`."""
     fmt = config.get("format_version")
-    if not isinstance(fmt, int) or fmt > max_format:
+    if "format_version" not in config:  # every toolscout writes one: upgrading will not help
+        raise ArtifactError(f"{root}: its {CONFIG} has no format_version, so it is not a toolscout index or model "
+                            "config, or it is damaged")
+    if not isinstance(fmt, int) or isinstance(fmt, bool) or fmt < 1:
+        raise ArtifactError(f"{root}: its {CONFIG} has format_version {fmt!r}, which no toolscout writes "
+                            "(formats are whole numbers from 1); the folder is damaged")
+    if fmt > max_format:
         raise ArtifactError(
             f"{root}: format_version {fmt!r} is not supported (this toolscout reads up to {max_format}); upgrade toolscout"
         )

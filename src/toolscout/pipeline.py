@@ -425,7 +425,8 @@ class ToolScout:
         full weight put its tools), then recorded and taught. Unknown tool ids are ignored and reported.
         Searches go on while events are scored and requests embedded; the index changes in one step."""
         now = time.time()
-        events = [(e if isinstance(e, FeedbackEvent) else FeedbackEvent.from_dict(e)).at(now) for e in events]
+        events = [(e if isinstance(e, FeedbackEvent) else FeedbackEvent.from_dict(e)).at(now)
+                  for e in listed(events, "learn", "a list of events")]
         teaching = [e for e in events if e.teaches and teaches_anything(e.query)]
         asking = {e.query for e in teaching}  # read under the write lock below: decided once, before it
         with self._lock.read():

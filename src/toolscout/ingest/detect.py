@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import CatalogError
-from ..tool import json_type
+from ..tool import Tool, json_type
 from . import yaml_loader
 from .common import at, catalog_error
 from .guard import check_tree
@@ -99,6 +99,11 @@ def detect_format(obj: Any, source: str = "<object>") -> str:
         raise catalog_error(source, "", f"expected a tool catalog (an object or a list), got {json_type(obj)}")
     if not items:  # no tools reads alike in every format that lists them: none, with `finish`'s warning
         return "mcp" if prefix == "tools" else "openai"
+    made = next((i for i, item in enumerate(items) if isinstance(item, Tool)), None)
+    if made is not None:  # no format to read: they are toolscout's own records already
+        raise catalog_error(source, at(prefix, made) if prefix else f"[{made}]", "is a toolscout Tool already, "
+                            "not a catalog entry to read; give Tool objects to ToolScout.from_tools(tools) or "
+                            "scout.add(tools) directly")
     first_seen: dict[str, str] = {}
     for i, item in enumerate(items):
         fmt = format_of_item(item)
