@@ -28,3 +28,13 @@ def test_the_readmes_namespace_examples_are_what_slugify_gives():
     examples = re.findall(r"`([^`]+)` → `([^`]+)`", row.rsplit(" | ", 1)[1])
     assert len(examples) == 3 and "Café API" in dict(examples)
     assert [slugify(title) for title, _ in examples] == [slug for _, slug in examples]
+
+
+def test_the_readme_gives_the_index_format_version_the_code_writes():
+    # the README said format 2 (and reading 1) while `save` wrote and `load` read format 3
+    from toolscout.spec import PIPELINE_FORMAT
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8").replace("\n", " ")
+    [(written, oldest, newest)] = re.findall(r"The format version is (\d+) since [\d-]+ \(older toolscouts refuse "
+                                             r"it and say to upgrade; this one reads formats (\d+) to (\d+)\)", readme)
+    assert int(written) == int(newest) == PIPELINE_FORMAT and int(oldest) == 1
