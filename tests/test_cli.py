@@ -80,9 +80,15 @@ def test_search_and_serve_name_a_damaged_index_file_and_exit_1(capsys, tmp_path,
 
 def test_search_in_a_namespace_no_tool_is_in_says_so(capsys, tmp_path):
     """A typo in --namespace read as a search that found nothing."""
+    import warnings
+
+    from toolscout.hits import UnknownNamesWarning
+
     idx = tmp_path / "idx"
     assert run(capsys, "index", CATALOGS / "mcp_reference_servers.json", "--out", idx, "--retriever", "bm25")[0] == 0
-    code, _, err = run(capsys, "search", idx, "read a file", "--namespace", "filesystm", "--namespace", "filesystem")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UnknownNamesWarning)  # said once, in the command's words, not twice
+        code, _, err = run(capsys, "search", idx, "read a file", "--namespace", "filesystm", "--namespace", "filesystem")
     assert code == 0 and "warning: no tool is in namespace 'filesystm'" in err and "'filesystem'" not in err
     code, _, err = run(capsys, "search", idx, "read a file", "--namespace", "filesystem")
     assert code == 0 and "warning" not in err

@@ -69,6 +69,38 @@ def test_a_filter_given_a_lone_string_or_a_dict_is_refused_by_name(tools):
     assert [h.tool.id for h in scout.search("send an email", filter=Filter(ids=["mail.send"]))] == ["mail.send"]
 
 
+def test_a_search_in_namespaces_or_with_always_include_ids_no_tool_has_warns_naming_them(tools):
+    """MCP and the CLI said unknown_namespaces; in Python the search answered [] and ignored unknown
+    always_include ids without a word."""
+    import warnings
+
+    from toolscout.hits import UnknownNamesWarning
+
+    scout = ToolScout.from_tools(tools, retriever="bm25")
+    with pytest.warns(UnknownNamesWarning) as caught:
+        assert scout.search("send an email", namespaces=["mail", "mial"], always_include=["mail.send", "nope"])
+    assert [str(w.message) for w in caught] == [
+        "namespaces ['mial'] hold no tool (a typo?): the search finds nothing there (ToolScout.unknown_namespaces "
+        "says which, before a search)", "always_include: no tool has the id(s) ['nope']; ignored"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        scout.search("send an email", namespaces=["mail"], always_include=["mail.send"])
+
+
+def test_the_python_surface_lists_its_names_documents_remove_and_exports_every_error():
+    """dir(toolscout) missed the lazily loaded names (tab completion, help()); remove() had no docstring;
+    ArtifactError and DamagedFile lived only in toolscout.artifacts."""
+    import toolscout
+    import toolscout.artifacts
+    import toolscout.errors
+
+    assert set(toolscout.__all__) <= set(dir(toolscout))
+    assert ToolScout.remove.__doc__ and "NotFound" in ToolScout.remove.__doc__
+    assert toolscout.errors.ArtifactError is toolscout.artifacts.ArtifactError
+    assert issubclass(toolscout.errors.DamagedFile, toolscout.errors.ArtifactError)
+    assert issubclass(toolscout.errors.ArtifactError, toolscout.errors.ToolScoutError)
+
+
 def test_add_update_remove(tools):
     scout = ToolScout.from_tools(tools[:10], retriever="bm25")
     scout.add([tools[10], tools[0].with_changes(description="Play music from a playlist")])
@@ -230,7 +262,11 @@ def test_misuse_of_the_python_api_is_refused_naming_the_argument_and_changes_not
                        (lambda: scout.set_learning(freeze="yes"), "learning freeze: true or false"),
                        # one event where a list of them goes: it said "each event must be an object", which it is
                        (lambda: scout.learn({"query": "email", "tool_ids": ["mail.send"]}),
-                        r"^learn: give a list of events, not dict$")):
+                        r"^learn: give a list of events, not dict$"),
+                       # NaN compares false with every score (no threshold at all); True was taken as k=1
+                       (lambda: scout.search("x", min_score=float("nan")), r"^min_score must be a number \(not NaN\), got nan$"),
+                       (lambda: scout.search("x", min_score="0.5"), r"^min_score must be a number \(not NaN\), got '0.5'$"),
+                       (lambda: scout.search("x", k=True), r"^k must be a whole number, got True$")):
         with pytest.raises(InvalidRequest, match=says):
             call()
     assert [h.tool.id for h in scout.search("send an email", k=20)] == before and "zz.zebra" not in scout

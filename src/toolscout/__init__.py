@@ -38,3 +38,7 @@ def __getattr__(name):  # heavy parts load on first use, so `import toolscout` s
 
         return evaluate
     raise AttributeError(f"module 'toolscout' has no attribute {name!r}")
+
+
+def __dir__():  # the lazily loaded names too, for tab completion and help(toolscout)
+    return sorted(set(globals()) | set(__all__))

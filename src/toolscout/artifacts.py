@@ -20,19 +20,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from .errors import ToolScoutError
+from .errors import ArtifactError, DamagedFile  # defined with the other errors; imported from here too
 
 POINTER = "CURRENT"
 CONFIG = "config.json"
-
-
-class ArtifactError(ToolScoutError):
-    """A saved artefact is missing, of the wrong kind, or of a format this version cannot read."""
-
-
-class DamagedFile(ArtifactError):
-    """A file of a saved artefact is missing, cut short or not what it should hold: the folder was damaged
-    (a disk filled up, a copy in part, a hand edit). Its message names the file."""
 
 
 DAMAGED_INDEX = "the index folder {} is damaged: index the catalog again, or restore the folder"

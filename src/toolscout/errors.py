@@ -3,7 +3,8 @@
 The servers map these types, and only these, to HTTP statuses (`serve/http.py`): `NotFound` 404,
 `Forbidden` 403, `Conflict` 409, `TooLarge` 413, `InvalidRequest` and `CatalogError` 422, `RateLimited` 429,
 `Unavailable` and the service's `ServiceError` 503. Any other exception is a bug inside toolscout and becomes a
-logged 500. Each type also derives from the built-in exception Python callers would expect (`KeyError`, `ValueError`,
+logged 500. `ArtifactError` (and its `DamagedFile`) is what `ToolScout.load`/`save` raise for a folder they cannot read
+or write. Each type but those also derives from the built-in exception Python callers would expect (`KeyError`, `ValueError`,
 `PermissionError`, `RuntimeError`), so `except KeyError` keeps working in code that uses the library directly.
 """
 
@@ -17,6 +18,16 @@ class ToolScoutError(Exception):
 
 class CatalogError(ToolScoutError, ValueError):
     """A catalog file or object could not be read as tools."""
+
+
+class ArtifactError(ToolScoutError):
+    """A saved artefact (an index or a trained model folder) is missing, of the wrong kind, or of a format
+    this version cannot read."""
+
+
+class DamagedFile(ArtifactError):
+    """A file of a saved artefact is missing, cut short or not what it should hold: the folder was damaged
+    (a disk filled up, a copy in part, a hand edit). Its message names the file."""
 
 
 class DuplicateKey(CatalogError):

@@ -22,6 +22,8 @@ Where the tools and the scores of tools the ranking did not return come from is 
 from __future__ import annotations
 
 import difflib
+import math
+import numbers
 import operator
 from dataclasses import dataclass, replace
 from typing import Any, Iterable, Mapping, Protocol, Sequence
@@ -37,6 +39,23 @@ CALIBRATED = "calibrated"  # min_probability: the threshold chosen with the pipe
 # what a pipeline without calibration cannot do (said by ToolScout.search, and by a service at start and swap)
 NO_CALIBRATION = ("has no calibration (only the default pipeline ships one, docs/scores.md): hits carry no "
                   "probability, and no search abstains on probability (min_probability is off)")
+
+
+class UnknownNamesWarning(UserWarning):
+    """A search named namespaces no tool is in, or `always_include` ids no tool has: most likely a typo,
+    which would otherwise read as a search that found nothing there."""
+
+
+def warn_if_unknown(namespaces: Sequence[str], ids: Sequence[str]) -> None:
+    """Warn, naming them, of a search's `namespaces` no tool is in and `always_include` `ids` no tool has."""
+    import warnings
+
+    if namespaces:
+        warnings.warn(f"namespaces {list(namespaces)} hold no tool (a typo?): the search finds nothing there "
+                      "(ToolScout.unknown_namespaces says which, before a search)", UnknownNamesWarning, stacklevel=3)
+    if ids:
+        warnings.warn(f"always_include: no tool has the id(s) {list(ids)[:5]}; ignored", UnknownNamesWarning,
+                      stacklevel=3)
 
 
 class UncalibratedWarning(UserWarning):
@@ -121,6 +140,12 @@ class HitPolicy:
     always_include: tuple[str, ...] = ()
     match_names: bool = True
     explain: bool = False
+
+    def __post_init__(self) -> None:
+        score = self.min_score  # NaN compares false with every score: it would be no threshold at all
+        if score is not None and (isinstance(score, bool) or not isinstance(score, numbers.Real)
+                                  or math.isnan(score)):  # an infinity compares as it says: kept
+            raise InvalidRequest(f"min_score must be a number (not NaN), got {score!r}")
 
 
 class HitSource(Protocol):
@@ -323,6 +348,8 @@ def checked_queries(query: str | Query | Sequence[str | Query]) -> list[Query]:
 
 def checked_k(k: int) -> int:
     try:
+        if isinstance(k, bool):  # an index to Python (True is 1), but no caller means k=1 by it
+            raise TypeError
         k = operator.index(k)
     except TypeError:
         raise InvalidRequest(f"k must be a whole number, got {k!r}") from None

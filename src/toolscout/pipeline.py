@@ -30,7 +30,7 @@ from .encoders.fast import TIER_NAMES, fast_query_kind, tier_of
 from .errors import FastQueriesUnavailable, InvalidRequest, NotFound, ToolScoutError, listed
 from .feedback import FeedbackEvent, LearnResult, Usage, UsageLedger
 from .hits import (CALIBRATED, Hit, HitPolicy, Hits, NameIndex, abstains, assemble_hits, checked_k, checked_queries,
-                   warn_if_uncalibrated)
+                   warn_if_uncalibrated, warn_if_unknown)
 from .intents import IntentMerge
 from .learning import LearnedChannel, LearningSettings, Lesson, Scored, teaches_anything
 from .learning.channel import DEPTH as LEARNED_DEPTH
@@ -359,6 +359,8 @@ class ToolScout:
             self._take(batch.values())
 
     def remove(self, ids: Iterable[str]) -> None:
+        """Remove the tools with these ids, at once (a list of ids; NotFound, changing nothing, when one is
+        not in the catalog). What was learned for them goes with them; `save` to keep the change."""
         ids = list(dict.fromkeys(listed(ids, "ids")))
         with self._lock.write():
             unknown = [i for i in ids if i not in self._tools]
@@ -729,7 +731,8 @@ class ToolScout:
         `match_names`: a query that is a tool's name, exactly or nearly (`get_weather`, `getWeather`,
         `weather.get_weather`, one typo), ranks that tool first, whatever the threshold (`match="name"`).
         `always_include`: tool ids returned after the ranked ones, not counted in k (`match="always"`);
-        filters still apply to them. Unknown ids there are ignored. `explain`: each hit's `matched` lists
+        filters still apply to them. Unknown ids there, and namespaces no tool is in, warn
+        (`hits.UnknownNamesWarning`; `unknown_namespaces`). `explain`: each hit's `matched` lists
         the query's words found in its tool's text view. (`toolscout.hits` has the policy.)
         """
         queries = checked_queries(query)
@@ -737,7 +740,10 @@ class ToolScout:
         policy = HitPolicy(checked_k(k), min_score, min_probability,
                            tuple(dict.fromkeys(listed(always_include, "always_include"))),
                            bool(match_names), bool(explain))
-        hits = self.hits(queries, Filter.restrict(filter, namespaces), policy)
+        flt = Filter.restrict(filter, namespaces)
+        warn_if_unknown(self.unknown_namespaces(flt and flt.namespaces),
+                        [i for i in policy.always_include if i not in self._tools])
+        hits = self.hits(queries, flt, policy)
         return hits[0] if isinstance(query, (str, Query)) else hits
 
     def hits(self, queries: Sequence[Query], filter: Filter | None, policy: HitPolicy) -> list[Hits]:

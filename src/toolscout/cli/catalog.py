@@ -167,7 +167,9 @@ def _namespaces(args: argparse.Namespace) -> list:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    from ..hits import abstained
+    import warnings
+
+    from ..hits import UnknownNamesWarning, abstained
     from ..postgres import recorded_spec
     from ..serve.held import current_pipeline
 
@@ -180,7 +182,9 @@ def cmd_search(args: argparse.Namespace) -> int:
             unknown = service.unknown_namespaces(args.namespace)
     else:  # the directory as its server serves it: the snapshot and the writes journalled since
         scout = current_pipeline(args.dir, fast_queries=args.fast_queries)
-        query_hits = scout.search(list(args.query), k=args.k, namespaces=args.namespace)
+        with warnings.catch_warnings():  # said below, in the command's words (and in --json)
+            warnings.simplefilter("ignore", UnknownNamesWarning)
+            query_hits = scout.search(list(args.query), k=args.k, namespaces=args.namespace)
         unknown = scout.unknown_namespaces(args.namespace)
     if unknown:  # a typo reads as a search that found nothing
         print(f"warning: no tool is in namespace {', '.join(map(repr, unknown))}", file=sys.stderr)
