@@ -118,8 +118,12 @@ def test_definitions_of_separate_searches_never_give_two_tools_one_name():
              Tool("fs.read", "files.read", namespace="fs"), Tool("s3.read", "files_read", namespace="s3")]
     for definitions, name_of in ((to_openai, lambda d: d["function"]["name"]), (to_anthropic, lambda d: d["name"])):
         alone = [name_of(definitions([tool])[0]) for tool in tools]
-        assert alone == ["gh__list_issues", "gl__list_issues", "fs__files_read", "s3__files_read"]
+        assert alone[:2] == ["gh__list_issues", "gl__list_issues"] and alone[3] == "s3__files_read"
+        assert alone[2].startswith("fs__files_read_") and NAME_PATTERN.match(alone[2])  # squashed: marked
         assert [name_of(d) for d in definitions(tools)] == alone  # the same name in every call
+        loose = [Tool("read_a", "files.read", "Read a file"), Tool("read_b", "files_read", "Read an object")]
+        apart = [name_of(definitions([tool])[0]) for tool in loose]  # no namespace: squashed alike, unless marked
+        assert apart[1] == "files_read" and apart[0].startswith("files_read_") and NAME_PATTERN.match(apart[0])
     names = AgentNames(tools)
     given = [names.name(tool) for tool in [tools[2], tools[0], tools[3], tools[1], *tools]]
     assert len(set(given)) == 4 and [names.tool(n).id for n in given[4:]] == [t.id for t in tools]

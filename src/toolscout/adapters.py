@@ -219,7 +219,8 @@ class AgentNames:
     `name_is_shared`; for a plain list of tools it is counted here).
     """
 
-    def __init__(self, shared: Callable[[str], bool] | Iterable[Tool] | None = None):
+    def __init__(self, shared: Callable[[str], bool] | Iterable[Tool] | None = None, *, mark_squashed: bool = False):
+        self._mark_squashed = mark_squashed  # a name squashed to the pattern carries its tool id's hash
         if shared is None:
             shared = ()
         if not callable(shared):
@@ -234,14 +235,16 @@ class AgentNames:
     def context_free(cls) -> "AgentNames":
         """Names that depend on the tool alone: every tool with a namespace is `namespace__name`. What
         `to_openai`/`to_anthropic` use without `names=`: they see one search's hits, not the catalog, and
-        naming by those hits gave `gh.list_issues` and `gl.list_issues` the same name in two searches."""
-        return cls(lambda name: True)
+        naming by those hits gave `gh.list_issues` and `gl.list_issues` the same name in two searches. A name
+        that had to be squashed to the pattern carries a short hash of its tool's id (`files.read` and
+        `files_read` of two tools with no namespace would squash alike in two calls)."""
+        return cls(lambda name: True, mark_squashed=True)
 
     def name(self, tool: Tool) -> str:
         qualify = bool(tool.namespace) and self._shared(tool.name)
         base = f"{agent_namespace(tool.namespace)}__{tool.name}" if qualify else tool.name
         name = _INVALID.sub("_", base).strip("_") or "tool"
-        if len(name) > MAX_NAME:
+        if len(name) > MAX_NAME or (self._mark_squashed and name != base):
             digest = hashlib.sha1(tool.id.encode("utf-8")).hexdigest()[:8]
             name = f"{name[:MAX_NAME - 9]}_{digest}"
         known = self._tools.get(name)
