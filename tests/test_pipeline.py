@@ -272,6 +272,53 @@ def test_misuse_of_the_python_api_is_refused_naming_the_argument_and_changes_not
     assert [h.tool.id for h in scout.search("send an email", k=20)] == before and "zz.zebra" not in scout
 
 
+def _refusing(method, times):
+    """`method`, refusing its first `times` calls (a component that fails part-way through a write)."""
+    calls = []
+
+    def refuse(*args):
+        calls.append(args)
+        if len(calls) <= times:
+            raise RuntimeError("the encoder refused the batch")
+        return method(*args)
+    return refuse
+
+
+def test_a_write_a_component_refuses_part_way_changes_nothing_and_save_refuses_a_scout_it_left_torn(tools, tmp_path):
+    """One bad tool in `add()` made the hybrid's BM25 take the batch and its dense part fail: the catalog and
+    the retriever disagreed, searches raised KeyError, and the next save retired the good index for one that
+    could not be loaded. A write is all-or-nothing now, and a scout whose parts disagree is never saved."""
+    from toolscout.errors import Conflict
+    from toolscout.retrievers.hybrid import HybridRetriever
+
+    scout = ToolScout(HybridRetriever(["bm25", "bm25"], weights=[1.0, 1.0]), tools)
+    scout.save(tmp_path / "idx")
+    before, second = snapshot(scout), scout.retriever.components[1]
+    second.add = _refusing(second.add, 1)
+    with pytest.raises(RuntimeError, match="refused"):
+        scout.add([Tool("zz.new", "new", "Book a flight to Paris now"), tools[0].with_changes(description="Email")])
+    second.remove = _refusing(second.remove, 1)
+    with pytest.raises(RuntimeError, match="refused"):
+        scout.remove([tools[1].id])
+    assert snapshot(scout) == before and len(scout.retriever) == len(scout) == len(tools)
+    assert [len(c) for c in scout.retriever.components] == [len(tools)] * 2
+    scout.add([Tool("zz.later", "later", "A later tool")])  # writes work again, and the save loads
+    scout.save(tmp_path / "idx")
+    assert len(ToolScout.load(tmp_path / "idx")) == len(tools) + 1
+
+    second.add = _refusing(second.add, 2)  # refuses the undo too: the scout knows it is torn
+    with pytest.raises(RuntimeError, match="refused"):
+        scout.add([tools[0].with_changes(description="Email")])
+    with pytest.raises(Conflict, match=r"not saving to .*idx: this scout is inconsistent \(a failed write could "
+                                       r"not be undone \(RuntimeError: the encoder refused the batch\)\)"):
+        scout.save(tmp_path / "idx")
+    torn = ToolScout(HybridRetriever(["bm25", "bm25"], weights=[1.0, 1.0]), tools)
+    torn.retriever.components[0].add([Tool("zz.stray", "stray", "Not in the catalog")])
+    with pytest.raises(Conflict, match=f"its retriever holds {len(tools) + 1} tools but its catalog {len(tools)}\\)"):
+        torn.save(tmp_path / "idx")
+    assert len(ToolScout.load(tmp_path / "idx")) == len(tools) + 1  # the good version is still there
+
+
 def test_a_task_of_invisible_characters_only_is_refused_as_blank(tools):
     """A zero-width space (or a byte-order mark, a word joiner...) says no more than white space does: it was
     searched, and answered with hits and probabilities. Blank is white space, control characters and what

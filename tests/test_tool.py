@@ -1,7 +1,9 @@
 import json
+import re
 
 import pytest
 
+from toolscout.errors import InvalidRequest
 from toolscout.tool import TextView, Tool, content_hash, split_identifier, tool_text
 
 
@@ -64,6 +66,22 @@ def test_parameters_that_cannot_describe_arguments_are_refused_naming_the_field(
     with pytest.raises(ValueError) as info:
         Tool("x", "x", parameters=parameters)
     assert str(info.value) == f"tool 'x': {message}"
+
+
+@pytest.mark.parametrize("fields, where", [
+    ({"description": "bad \ud800 text"}, "description"),
+    ({"tags": ["ok", "x\udfff"]}, "tags[1]"),
+    ({"parameters": {"type": "object", "properties": {"q": {"type": "string", "description": "a\udc80"}}}},
+     "parameters.properties.q.description"),
+    ({"parameters": {"type": "object", "properties": {"\ud800": {"type": "string"}}}}, "parameters.properties (a key)"),
+    ({"raw": {"name": "t", "deep": [["\ud83d"]]}}, "raw.deep[0][0]"),
+])
+def test_a_lone_surrogate_anywhere_in_a_tool_is_refused_as_catalog_files_refuse_it(fields, where):
+    """`Tool()` took a lone surrogate that `load_tools` refuses; `add()` then failed inside encoding, half-way
+    through the index. The one text rule now applies where the tool is made, naming the field."""
+    with pytest.raises(InvalidRequest, match=rf"^tool 't': {re.escape(where)}: a lone surrogate \(\\ud800 to "):
+        Tool("t", "t", **fields)
+    assert Tool("t", "t", description="📁 files \u00e9").description == "📁 files é"  # real characters pass
 
 
 def test_parameters_may_use_any_json_schema_feature():

@@ -102,6 +102,37 @@ def is_blank(text: str) -> bool:
     return _BLANK.fullmatch(text) is not None
 
 
+# A lone surrogate (\ud800 to \udfff: what JSON's "\ud800" escape or Python's surrogateescape makes) is no Unicode
+# character: no UTF-8 writer, journal, database or tokenizer takes it. One rule for every text that comes in (a
+# catalog file, a `Tool`, a task), so a text refused on one route is refused on all, before anything stores it.
+SURROGATE_PROBLEM = "a lone surrogate (\\ud800 to \\udfff) is not a Unicode character"
+SURROGATE_HINT = "write the character itself, or leave it out"
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def holds_lone_surrogate(text: str) -> bool:
+    return not text.isascii() and _SURROGATE.search(text) is not None
+
+
+def lone_surrogate_at(value: object, where: str) -> str | None:
+    """Where (`where`, extended by keys and list positions) the first text in `value` (a string, or data
+    made of mappings, lists and tuples, walked without recursion) holds a lone surrogate; None: nowhere."""
+    pending, seen = [(value, where)], set()
+    while pending:
+        node, at = pending.pop()
+        if isinstance(node, str):
+            if holds_lone_surrogate(node):
+                return at
+        elif isinstance(node, (Mapping, list, tuple)) and id(node) not in seen:
+            seen.add(id(node))  # data that holds itself is walked once
+            items = node.items() if isinstance(node, Mapping) else enumerate(node)
+            for key, child in items:
+                if isinstance(key, str) and holds_lone_surrogate(key):
+                    return f"{at} (a key)"
+                pending.append((child, f"{at}.{key}" if isinstance(key, str) else f"{at}[{key}]"))
+    return None
+
+
 def listed(value: object, what: str, want: str = "a list") -> list:
     """`value`, an argument that takes several items, as a list. A lone string (which Python would read one
     character at a time), bytes, a mapping or something that is not a collection is the caller's mistake,

@@ -27,7 +27,7 @@ from .artifacts import DAMAGED_INDEX, DamagedFile, read_json_lines, write_artifa
 from .defaults import DEFAULT_INTENTS, DEFAULT_RETRIEVER
 from .deprecation import Deprecation, deprecation_of, rank_below_replacements
 from .encoders.fast import TIER_NAMES, fast_query_kind, tier_of
-from .errors import FastQueriesUnavailable, InvalidRequest, NotFound, ToolScoutError, listed
+from .errors import Conflict, FastQueriesUnavailable, InvalidRequest, NotFound, ToolScoutError, listed
 from .feedback import FeedbackEvent, LearnResult, Usage, UsageLedger
 from .hits import (CALIBRATED, Hit, HitPolicy, Hits, NameIndex, abstains, assemble_hits, checked_k, checked_queries,
                    warn_if_uncalibrated, warn_if_unknown)
@@ -118,7 +118,7 @@ class ToolScout:
 
     Writes (`add`, `remove`) and reads may come from different threads: searches run concurrently
     under a shared lock, a write takes it exclusively, and each search sees the catalog either before
-    or after a write, never half of one.
+    or after a write, never half of one. A write that fails part-way is undone: the scout is as it was.
     """
 
     def __init__(self, retriever: Retriever, tools: Sequence[Tool] = (), *, indexed: bool = False,
@@ -131,6 +131,7 @@ class ToolScout:
         self.learning = learning if learning is not None else LearnedChannel(space_for(retriever))
         self._tools: dict[str, Tool] = {}
         self._lock = ReadWriteLock()
+        self._disagreement: str | None = None  # why the retriever and the catalog no longer agree (`save` refuses)
         if tools:
             self._tools = tools_by_id(tools, "the catalog")
             if not indexed:
@@ -289,6 +290,7 @@ class ToolScout:
         Searches go on while it writes; writes wait until it is done. `extra_config` adds keys to
         config.json (the server records its journal position there); `load` keeps them in `saved_config`."""
         with self._lock.read():
+            self._check_consistent(path)
             spec = self.spec
             config = {**(extra_config or {}),
                       "kind": PIPELINE_KIND, "format_version": FORMAT_VERSION, "toolscout": __version__,
@@ -354,7 +356,8 @@ class ToolScout:
         lift a tool above them (`toolscout.learning`)."""
         batch = tools_by_id(tools)
         with self._lock.write():
-            self.retriever.add(list(batch.values()))
+            with self._undone_on_failure(batch):
+                self.retriever.add(list(batch.values()))
             self.learning.tools_joined([t for t in batch if t not in self._tools], time.time() if when is None else when)
             self._take(batch.values())
 
@@ -366,12 +369,39 @@ class ToolScout:
             unknown = [i for i in ids if i not in self._tools]
             if unknown:
                 raise NotFound(f"cannot remove unknown tool id(s) {unknown[:5]}")
-            self.retriever.remove(ids)
+            with self._undone_on_failure(ids):
+                self.retriever.remove(ids)
             self._drop(ids)
             self.learning.tools_left(ids)
             for tool_id in ids:  # a deleted tool's feedback goes with it
                 self.ledger.drop_tool(tool_id)
                 self.learning.drop_tool(tool_id)
+
+    @contextmanager
+    def _undone_on_failure(self, touched: Iterable[str]) -> Iterator[None]:
+        """A write to the retriever that fails part-way (a hybrid's second component refusing what its first
+        took) is undone: the tools `touched` are put back in the retriever as the catalog holds them, so the
+        scout is as it was. When even that fails, the scout knows its parts disagree and `save` refuses it."""
+        held = {tool_id: self._tools.get(tool_id) for tool_id in touched}
+        try:
+            yield
+        except BaseException as failure:
+            try:
+                self.retriever.remove([tool_id for tool_id, tool in held.items() if tool is None])
+                self.retriever.add([tool for tool in held.values() if tool is not None])
+            except Exception as exc:
+                self._disagreement = f"a failed write could not be undone ({type(exc).__name__}: {exc})"
+            raise
+
+    def _check_consistent(self, path: str | Path) -> None:
+        """Refuse to save a scout whose retriever and catalog disagree: the version it would write could not
+        be loaded, and writing it would retire the good one `path` holds."""
+        problem = self._disagreement or (None if len(self.retriever) == len(self._tools) else
+                                         f"its retriever holds {len(self.retriever)} tools but its catalog "
+                                         f"{len(self._tools)}")
+        if problem:
+            raise Conflict(f"not saving to {path}: this scout is inconsistent ({problem}), and saving it would "
+                           "replace what is there with an index that cannot be loaded; load the directory again")
 
     def apply(self, change: Callable[[], None], tools: Iterable[Tool] = (), removed: Iterable[str] = (),
               joined: Mapping[str, float] | None = None) -> None:

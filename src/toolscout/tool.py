@@ -15,7 +15,7 @@ import reprlib
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Iterable, Mapping, Sequence
 
-from .errors import InvalidRequest, listed
+from .errors import SURROGATE_HINT, SURROGATE_PROBLEM, InvalidRequest, listed, lone_surrogate_at
 
 # Profile fields written by document expansion (Tool-REX). `example_usage` is kept on the tool but left
 # out of the retrieval text by default: the paper's ablation found it hurts retrieval.
@@ -80,6 +80,10 @@ class Tool:
         if problem:
             field_at, why = problem
             raise InvalidRequest(f"tool {self.id!r}: parameters{'.' if field_at else ''}{field_at} {why}")
+        for f in fields(self):  # the text rule of catalog files (`ingest/guard.py`): no writer stores these
+            where = lone_surrogate_at(getattr(self, f.name), f.name)
+            if where is not None:
+                raise InvalidRequest(f"tool {self.id!r}: {where}: {SURROGATE_PROBLEM}; {SURROGATE_HINT}")
 
     @classmethod
     def from_record(cls, data: Mapping[str, Any]) -> "Tool":

@@ -24,11 +24,10 @@ The same bounds hold for schemas toolscout builds itself (from Python type hints
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import CatalogError
+from ..errors import SURROGATE_HINT, SURROGATE_PROBLEM, CatalogError, holds_lone_surrogate
 from .common import at, brief
 
 DEPTH_HINT = "flatten the schema (real tool schemas are far shallower)"
@@ -42,7 +41,6 @@ _KEY_TYPES = (str, int, float, bool, type(None))
 _JSON_SCALARS = (str, int, float, bool, type(None))
 _LONG_STRING = 64  # strings at least this long count as repeats when reached twice
 _NO_KEY = object()
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class _Walk:
@@ -69,9 +67,8 @@ class _Walk:
         for key, child in node.items() if type(node) is dict or isinstance(node, Mapping) else enumerate(node):
             if type(key) is str:
                 size += len(key) + 4
-                if not key.isascii() and _SURROGATE.search(key):  # not in the path: it could not be printed
-                    raise self.fail(f"key {brief(key)} holds a lone surrogate, not a Unicode character",
-                                    "write the character itself, or leave it out")
+                if holds_lone_surrogate(key):  # not in the path: it could not be printed
+                    raise self.fail(f"key {brief(key)} holds a lone surrogate, not a Unicode character", SURROGATE_HINT)
             elif isinstance(key, _KEY_TYPES) and not (isinstance(key, float) and not math.isfinite(key)):
                 size += 8
             else:
@@ -115,9 +112,8 @@ class _Walk:
     def leaf(self, key: Any, value: Any) -> int:
         """Check one scalar; returns its size as JSON, about in bytes."""
         if isinstance(value, str):
-            if not value.isascii() and _SURROGATE.search(value):
-                raise self.fail("a lone surrogate (\\ud800 to \\udfff) is not a Unicode character",
-                                "write the character itself, or leave it out", key)
+            if holds_lone_surrogate(value):
+                raise self.fail(SURROGATE_PROBLEM, SURROGATE_HINT, key)
             if len(value) >= _LONG_STRING:
                 if id(value) in self.long_strings:
                     self.repeat(key, len(value))
