@@ -248,6 +248,8 @@ def test_misuse_of_the_python_api_is_refused_naming_the_argument_and_changes_not
         Tool("zz.tags", "tags", tags="abc")  # not ('a', 'b', 'c')
     for call, says in ((lambda: scout.search(123), r"^query: give a task \(str\) or a list of tasks, not int$"),
                        (lambda: scout.search(None), r"^query: give a task \(str\) or a list of tasks, not NoneType$"),
+                       (lambda: scout.search("read \ud800 files"),  # a TypeError from the tokenizer
+                        r"^query 'read \\ud800 files': a lone surrogate \(\\ud800 to \\udfff\) is not a Unicode "),
                        (lambda: scout.search(b"send an email"), r"^query: give a task \(str\) or a list of tasks, "
                                                                 r"not bytes \(decode bytes to text first\)$"),
                        (lambda: scout.search("x", namespaces="mail"), r"namespaces: give a list \(\['mail'\]\)"),

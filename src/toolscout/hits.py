@@ -28,7 +28,7 @@ import operator
 from dataclasses import dataclass, replace
 from typing import Any, Iterable, Mapping, Protocol, Sequence
 
-from .errors import InvalidRequest, is_blank, listed
+from .errors import SURROGATE_HINT, SURROGATE_PROBLEM, InvalidRequest, holds_lone_surrogate, is_blank, listed
 from .eval.calibration import any_relevant
 from .query import Query
 from .results import Degraded
@@ -343,6 +343,8 @@ def checked_queries(query: str | Query | Sequence[str | Query]) -> list[Query]:
     for q in queries:
         if not isinstance(q, Query) and (not isinstance(q, str) or is_blank(q)):
             raise InvalidRequest("each query must be a string with something visible in it")
+        if isinstance(q, str) and holds_lone_surrogate(q):  # no tokenizer or encoder takes one
+            raise InvalidRequest(f"query {q!r}: {SURROGATE_PROBLEM}; {SURROGATE_HINT}")
     return [q if isinstance(q, Query) else Query.of(q) for q in queries]
 
 
