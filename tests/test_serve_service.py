@@ -122,7 +122,7 @@ def test_crash_between_snapshot_and_journal_reset_replays_nothing_twice(tmp_path
     svc.upsert([new_tool(2)])
     expected = state(svc)
     # the snapshot is committed but the process dies before the journal is reset
-    svc.storage.scout.save(folder, extra_config={"journal_seq": svc.version()})
+    svc.storage.scout.save(folder, extra_config={"journal_seq": svc.version()}, held_lock=svc.storage._lock_fd)
     svc.close(compact=False)
     again = ToolService.open(folder)
     assert state(again) == expected and again.version() == 3
@@ -183,6 +183,27 @@ def test_one_server_per_directory(tmp_path, tools):
     ToolService.open(folder).close()
     with pytest.raises(ServiceError, match="not a pipeline directory"):
         ToolService.open(tmp_path)
+
+
+def test_saving_from_python_over_a_served_directory_is_refused_and_the_servers_writes_kept(tmp_path, tools):
+    """`ToolScout.save` over a directory a server held went through, and the server's next snapshot silently
+    replaced it. A save is refused while a server holds the directory's lock; the server's own snapshot,
+    which holds it, goes through; once it stops, a save goes through again."""
+    from toolscout.artifacts import SaveRefused
+
+    folder = make_dir(tmp_path, tools)
+    svc = ToolService.open(folder)
+    svc.upsert([new_tool(1)])
+    mine = ToolScout.load(folder)
+    mine.add([new_tool(2)])
+    with pytest.raises(SaveRefused, match=r"a toolscout server is serving this directory \(a live process holds "
+                                          r".*serve.lock\).*Write through the server's HTTP API.*or stop the server"):
+        mine.save(folder)
+    assert svc.compact()  # the server's own snapshot
+    svc.close()
+    assert "extra.t1" in ToolScout.load(folder)
+    mine.save(folder)  # the server is gone (its lock file stays, unheld)
+    assert "extra.t2" in ToolScout.load(folder) and (folder / "serve.lock").exists()
 
 
 def test_index_refuses_a_directory_a_server_serves_and_replaces_the_old_journal_with_the_catalog(tmp_path, tools,

@@ -8,10 +8,14 @@ Layout of an artefact directory `DIR`:
 `write_artifact` builds a new version folder beside the live one, fsyncs it, then swaps `CURRENT` with
 one `os.replace` — a single atomic rename. A crash at any point leaves the previous version loadable;
 leftovers of an interrupted write are removed by the next successful one.
+
+A write never silently discards another writer's: it is refused (`SaveRefused`) while a server holds the
+directory (`DIR/serve.lock`: the server's next snapshot would replace it).
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -20,10 +24,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from .errors import ArtifactError, DamagedFile  # defined with the other errors; imported from here too
+from .errors import ArtifactError, DamagedFile, SaveRefused  # defined with the other errors; imported from here too
 
 POINTER = "CURRENT"
 CONFIG = "config.json"
+SERVE_LOCK = "serve.lock"  # what a server serving the directory holds locked (`serve/directory.py`)
 
 
 DAMAGED_INDEX = "the index folder {} is damaged: index the catalog again, or restore the folder"
@@ -201,17 +206,43 @@ def check_replaceable(root: str | os.PathLike, config: Mapping[str, Any]) -> Non
                             "Give another folder, or remove that one first")
 
 
+def check_not_served(root: Path, held_lock: int | None = None) -> None:
+    """Refuse to write into `root` while a live process holds its serve lock (`toolscout serve`): that server
+    keeps its own catalog in memory and its next snapshot would replace the write. `held_lock`: the open lock
+    file of a caller that holds the lock itself (the server's own snapshot, `toolscout index --out`)."""
+    try:
+        fd = os.open(root / SERVE_LOCK, os.O_RDONLY)
+    except OSError:  # no lock file (never served), or none that can be opened: no server can hold it either
+        return
+    try:
+        if held_lock is not None and os.path.samestat(os.fstat(fd), os.fstat(held_lock)):
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # released as the probe is closed
+        except BlockingIOError:
+            raise SaveRefused(f"{root}: a toolscout server is serving this directory (a live process holds "
+                              f"{root / SERVE_LOCK}); its next snapshot would replace what is saved here. Write "
+                              "through the server's HTTP API (POST /tools, DELETE /tools/ID), or stop the server "
+                              "first") from None
+    finally:
+        os.close(fd)
+
+
 @contextmanager
-def write_artifact(root: str | os.PathLike, config: Mapping[str, Any]) -> Iterator[Path]:
+def write_artifact(root: str | os.PathLike, config: Mapping[str, Any], *,
+                   held_lock: int | None = None) -> Iterator[Path]:
     """Yield a fresh folder to write an artefact's files into; on success make it the live version.
 
     `config` must name `kind` and `format_version`; it is written as `config.json`. If the body
-    raises, the new folder is removed and the previous version stays live.
+    raises, the new folder is removed and the previous version stays live. Refused before and again at the
+    commit (`SaveRefused`): while another process serves `root` (`check_not_served`; `held_lock`: the
+    caller's own hold of it).
     """
     if "kind" not in config or "format_version" not in config:
         raise ValueError("artefact config needs 'kind' and 'format_version'")
     root = Path(root)
     check_replaceable(root, config)
+    check_not_served(root, held_lock)
     root.mkdir(parents=True, exist_ok=True)
     number = 1 + max((int(p.name[1:]) for p in root.glob("v[0-9]*") if p.name[1:].isdigit()), default=0)
     staging = root / f"v{number:06d}"
@@ -220,6 +251,7 @@ def write_artifact(root: str | os.PathLike, config: Mapping[str, Any]) -> Iterat
         yield staging
         write_json(staging / CONFIG, dict(config))
         _fsync_tree(staging)
+        check_not_served(root, held_lock)  # again, as late as can be: the write took a while
         tmp_pointer = root / f".{POINTER}.{os.getpid()}.tmp"
         tmp_pointer.write_text(staging.name + "\n", encoding="utf-8")
         with open(tmp_pointer, "rb+") as fh:

@@ -59,6 +59,11 @@ class Conflict(ToolScoutError, RuntimeError):
     already running, too little feedback to retrain on yet, a storage that cannot retrain)."""
 
 
+class SaveRefused(ArtifactError, Conflict):
+    """Writing the artefact would discard what another writer wrote: a server holds its directory, or a
+    newer version than the one the writer read is live. Its message says what to do instead."""
+
+
 class Unavailable(ToolScoutError, ConnectionError):
     """Something toolscout depends on (the PostgreSQL database) is not answering now; the same request may
     succeed later. Nothing was changed."""

@@ -285,10 +285,14 @@ class ToolScout:
             self._saved_tier = kind
         return self
 
-    def save(self, path: str | Path, *, extra_config: dict[str, Any] | None = None) -> None:
+    def save(self, path: str | Path, *, extra_config: dict[str, Any] | None = None,
+             held_lock: int | None = None) -> None:
         """Write the pipeline atomically: a crash mid-save leaves the previous save loadable.
         Searches go on while it writes; writes wait until it is done. `extra_config` adds keys to
-        config.json (the server records its journal position there); `load` keeps them in `saved_config`."""
+        config.json (the server records its journal position there); `load` keeps them in `saved_config`.
+
+        A directory a server serves is refused (`artifacts.SaveRefused`: write through its HTTP API, or stop
+        it first; `held_lock`: the serve lock's file when the caller holds it itself)."""
         with self._lock.read():
             self._check_consistent(path)
             spec = self.spec
@@ -300,7 +304,7 @@ class ToolScout:
                       "fast_queries": spec.fast_queries,  # how tasks are encoded travels with the index
                       "pipeline": spec.to_dict(),  # how it ranks, as every deployment builds it (`toolscout.spec`)
                       "saved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-            with write_artifact(path, config) as folder:
+            with write_artifact(path, config, held_lock=held_lock) as folder:
                 with open(folder / "tools.jsonl", "w", encoding="utf-8") as fh:
                     for tool in self._tools.values():
                         fh.write(json.dumps(tool.to_record(), ensure_ascii=False) + "\n")

@@ -336,7 +336,8 @@ def configure_new_table(spec: str | PgSpec, encoder, pipeline: PipelineSpec) -> 
         catalog.close()
 
 
-def write_pointer(out: str | Path, store: PgSpec, pipeline: PipelineSpec, tools: int) -> None:
+def write_pointer(out: str | Path, store: PgSpec, pipeline: PipelineSpec, tools: int, *,
+                  held_lock: int | None = None) -> None:
     """Make `out` a pipeline directory that points at a tenant's catalog in PostgreSQL: it records the store
     (without its password) and the pipeline, and holds no data (`ToolScout.load`, `toolscout search` and
     `toolscout serve` read the database)."""
@@ -345,7 +346,7 @@ def write_pointer(out: str | Path, store: PgSpec, pipeline: PipelineSpec, tools:
               "reranker": (pipeline.reranker or {}).get("reranker"), "intents": pipeline.intents,
               "fast_queries": pipeline.fast_queries, "pipeline": pipeline.to_dict(),
               "saved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    with write_artifact(out, config):
+    with write_artifact(out, config, held_lock=held_lock):  # the caller's hold of `out`'s serve lock, if any
         pass
 
 

@@ -79,7 +79,7 @@ def cmd_index(args: argparse.Namespace) -> int:
         learned = _learned_to_keep(args, replacement)
         scout = pipeline_from_args(args, tools)  # its warnings print as `warning: ...` lines (cli.main)
         _keep_learning(scout, learned, args.out)
-        scout.save(args.out, extra_config=replacement.config)
+        scout.save(args.out, extra_config=replacement.config, held_lock=replacement.lock_fd)
         replacement.saved()
     took = time.perf_counter() - start
     tier = {"table": ", tasks through the static table", "student": ", tasks through the query student"}.get(
@@ -235,7 +235,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         learned = _learned_to_keep(args, replacement)
         scout = ToolScout.from_tools(tools, retriever=args.retriever)
         _keep_learning(scout, learned, args.out)
-        scout.save(args.out, extra_config=replacement.config)
+        scout.save(args.out, extra_config=replacement.config, held_lock=replacement.lock_fd)
         replacement.saved()
     for task in EXAMPLE_TASKS:
         print_hits(task, scout.search(task, k=3))

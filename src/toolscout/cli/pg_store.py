@@ -59,7 +59,8 @@ def index_into_postgres(args: argparse.Namespace, tools: Sequence[Tool], replace
     finally:
         catalog.close()
     # the pipeline the table serves: the flags', reading descriptions as the table does (`with_table_reading`)
-    write_pointer(args.out, spec, report.pipeline, report.tools)  # the DSN without its password
+    # the DSN without its password; `replacing` holds the directory's serve lock while it is rewritten
+    write_pointer(args.out, spec, report.pipeline, report.tools, held_lock=replacement.lock_fd)
     replacement.saved()
     tell_what_went(spec, report)
     took = time.perf_counter() - start

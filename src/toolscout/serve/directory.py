@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..artifacts import POINTER
+from ..artifacts import POINTER, SERVE_LOCK
 from ..errors import Conflict, InvalidRequest, NotFound, ToolScoutError
 from ..feedback import FeedbackEvent, LearnResult
 from ..pipeline import ToolScout
@@ -41,7 +41,7 @@ from .errors import ServiceError, ServiceUnavailable
 from .journal import Journal
 from .storage import Authorize, Visible, WriteResult
 
-LOCK_FILE = "serve.lock"
+LOCK_FILE = SERVE_LOCK
 LEARNING_OPS = ("feedback", "forget", "rollback", "learning")  # journal records about learning from use
 MODELS = "models"  # models a retraining trained, which the pipeline swapped in refers to
 logger = logging.getLogger(__name__)
@@ -289,7 +289,7 @@ class DirectoryStorage:
                 return False
             start = time.perf_counter()
             try:
-                self.scout.save(self.folder, extra_config={"journal_seq": self.seq})
+                self.scout.save(self.folder, extra_config={"journal_seq": self.seq}, held_lock=self._lock_fd)
             except OSError as exc:  # a full or read-only disk: the next compaction tries again
                 self.snapshot_failed = f"could not save a snapshot in {self.folder}: {exc}"
                 raise ServiceUnavailable(f"{self.snapshot_failed}; every acknowledged write is still in the "

@@ -53,8 +53,9 @@ class Replacement:
     replayed over it; `saved()`, once it is saved, starts the journal afresh."""
 
     def __init__(self, folder: Path, journal: Journal | None = None, last: int = 0, pending: int = 0,
-                 journal_learned: bool = False):
+                 journal_learned: bool = False, lock_fd: int | None = None):
         self.folder, self.journal, self.last, self.pending = folder, journal, last, pending
+        self.lock_fd = lock_fd  # the directory's serve lock, held: what saving the new pipeline passes on
         self.journal_learned = journal_learned  # its journal holds feedback or learning settings since the snapshot
 
     def holds_learning(self) -> bool:
@@ -101,7 +102,7 @@ def replacing(folder: str | os.PathLike) -> Iterator[Replacement]:
         pending = [r for r in records if r["seq"] > saved_seq and r.get("op") != "base"]
         learned = [r for r in pending if r.get("op") in LEARNING_OPS]  # the new index takes these over
         yield Replacement(folder, journal, max((r["seq"] for r in records), default=0),
-                          len(pending) - len(learned), bool(learned))
+                          len(pending) - len(learned), bool(learned), lock_fd)
     finally:
         os.close(lock_fd)
 
