@@ -321,6 +321,30 @@ def test_a_write_a_component_refuses_part_way_changes_nothing_and_save_refuses_a
     assert len(ToolScout.load(tmp_path / "idx")) == len(tools) + 1  # the good version is still there
 
 
+def test_a_stale_scout_saving_over_a_newer_save_is_refused_unless_told_to_overwrite(tools, tmp_path):
+    """Two scouts loaded one index; one saved, then the other saved and silently discarded the first one's
+    tools. A save now checks that the directory's live version is the one the scout loaded or last saved."""
+    from toolscout.artifacts import SaveRefused
+
+    folder = tmp_path / "idx"
+    ToolScout.from_tools(tools, retriever="bm25").save(folder)
+    a, b = ToolScout.load(folder), ToolScout.load(folder)
+    b.add([Tool("zz.b1", "b1", "Added by b")])
+    b.save(folder)
+    b.add([Tool("zz.b2", "b2", "Added by b again")])
+    b.save(folder)  # its own last save is what it replaces: no refusal
+    a.add([Tool("zz.a", "a", "Added by a")])
+    with pytest.raises(SaveRefused, match=r"idx: its live version is v000003, but this was loaded from \(or last "
+                                          r"saved as\) v000001: another writer saved .*overwrite=True"):
+        a.save(folder)
+    assert {"zz.b1", "zz.b2"} <= {t.id for t in ToolScout.load(folder).tools}  # b's save is untouched
+    a.save(tmp_path / "elsewhere")  # another directory: nothing there was read, nothing to lose
+    a.save(folder, overwrite=True)
+    assert "zz.a" in ToolScout.load(folder) and "zz.b1" not in ToolScout.load(folder)
+    ToolScout.from_tools(tools[:2], retriever="bm25").save(folder)  # a new index over an old one, as `index --out`
+    assert len(ToolScout.load(folder)) == 2
+
+
 def test_a_task_of_invisible_characters_only_is_refused_as_blank(tools):
     """A zero-width space (or a byte-order mark, a word joiner...) says no more than white space does: it was
     searched, and answered with hits and probabilities. Blank is white space, control characters and what

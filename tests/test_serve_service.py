@@ -202,7 +202,7 @@ def test_saving_from_python_over_a_served_directory_is_refused_and_the_servers_w
     assert svc.compact()  # the server's own snapshot
     svc.close()
     assert "extra.t1" in ToolScout.load(folder)
-    mine.save(folder)  # the server is gone (its lock file stays, unheld)
+    mine.save(folder, overwrite=True)  # the server is gone (its lock file stays, unheld)
     assert "extra.t2" in ToolScout.load(folder) and (folder / "serve.lock").exists()
 
 

@@ -10,7 +10,8 @@ one `os.replace` — a single atomic rename. A crash at any point leaves the pre
 leftovers of an interrupted write are removed by the next successful one.
 
 A write never silently discards another writer's: it is refused (`SaveRefused`) while a server holds the
-directory (`DIR/serve.lock`: the server's next snapshot would replace it).
+directory (`DIR/serve.lock`: the server's next snapshot would replace it), and, for a writer that says which
+version it read (`expected_version`), when another writer has made a newer one live since (a lost update).
 """
 
 from __future__ import annotations
@@ -206,6 +207,11 @@ def check_replaceable(root: str | os.PathLike, config: Mapping[str, Any]) -> Non
                             "Give another folder, or remove that one first")
 
 
+def live_version_name(root: str | os.PathLike) -> str | None:
+    """The name of `root`'s live version folder (what `CURRENT` names), or None when it has no `CURRENT`."""
+    return _pointed(Path(root)) if (Path(root) / POINTER).exists() else None
+
+
 def check_not_served(root: Path, held_lock: int | None = None) -> None:
     """Refuse to write into `root` while a live process holds its serve lock (`toolscout serve`): that server
     keeps its own catalog in memory and its next snapshot would replace the write. `held_lock`: the open lock
@@ -228,21 +234,33 @@ def check_not_served(root: Path, held_lock: int | None = None) -> None:
         os.close(fd)
 
 
+def check_live_version(root: Path, expected: str | None) -> None:
+    """Refuse to write into `root` when its live version is no longer `expected`, the one the writer read or
+    last wrote (None: the writer read none of it, and replaces it knowingly)."""
+    live = None if expected is None else live_version_name(root)
+    if live is not None and live != expected:
+        raise SaveRefused(f"{root}: its live version is {live}, but this was loaded from (or last saved as) "
+                          f"{expected}: another writer saved the directory since, and saving now would discard "
+                          "what it wrote. Load the directory again and redo the changes, or save with "
+                          "overwrite=True to replace it anyway")
+
+
 @contextmanager
-def write_artifact(root: str | os.PathLike, config: Mapping[str, Any], *,
+def write_artifact(root: str | os.PathLike, config: Mapping[str, Any], *, expected_version: str | None = None,
                    held_lock: int | None = None) -> Iterator[Path]:
     """Yield a fresh folder to write an artefact's files into; on success make it the live version.
 
     `config` must name `kind` and `format_version`; it is written as `config.json`. If the body
     raises, the new folder is removed and the previous version stays live. Refused before and again at the
     commit (`SaveRefused`): while another process serves `root` (`check_not_served`; `held_lock`: the
-    caller's own hold of it).
+    caller's own hold of it), and when `expected_version` is given and no longer live (`check_live_version`).
     """
     if "kind" not in config or "format_version" not in config:
         raise ValueError("artefact config needs 'kind' and 'format_version'")
     root = Path(root)
     check_replaceable(root, config)
     check_not_served(root, held_lock)
+    check_live_version(root, expected_version)
     root.mkdir(parents=True, exist_ok=True)
     number = 1 + max((int(p.name[1:]) for p in root.glob("v[0-9]*") if p.name[1:].isdigit()), default=0)
     staging = root / f"v{number:06d}"
@@ -252,6 +270,7 @@ def write_artifact(root: str | os.PathLike, config: Mapping[str, Any], *,
         write_json(staging / CONFIG, dict(config))
         _fsync_tree(staging)
         check_not_served(root, held_lock)  # again, as late as can be: the write took a while
+        check_live_version(root, expected_version)
         tmp_pointer = root / f".{POINTER}.{os.getpid()}.tmp"
         tmp_pointer.write_text(staging.name + "\n", encoding="utf-8")
         with open(tmp_pointer, "rb+") as fh:

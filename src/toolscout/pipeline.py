@@ -132,6 +132,7 @@ class ToolScout:
         self._tools: dict[str, Tool] = {}
         self._lock = ReadWriteLock()
         self._disagreement: str | None = None  # why the retriever and the catalog no longer agree (`save` refuses)
+        self._versions_read: dict[Path, str] = {}  # directory -> the version loaded or last saved there (`save`)
         if tools:
             self._tools = tools_by_id(tools, "the catalog")
             if not indexed:
@@ -214,6 +215,8 @@ class ToolScout:
                           folder / "retriever" / where), fast_queries=fast_queries, ledger=ledger,
                           learned=learned if learned.exists() else None, where=str(path))
         scout.saved_config = config
+        if folder != path:  # a versioned directory: a save there must not discard a version saved since
+            scout._versions_read[path.resolve()] = folder.name
         return scout
 
     @classmethod
@@ -285,14 +288,16 @@ class ToolScout:
             self._saved_tier = kind
         return self
 
-    def save(self, path: str | Path, *, extra_config: dict[str, Any] | None = None,
+    def save(self, path: str | Path, *, extra_config: dict[str, Any] | None = None, overwrite: bool = False,
              held_lock: int | None = None) -> None:
         """Write the pipeline atomically: a crash mid-save leaves the previous save loadable.
         Searches go on while it writes; writes wait until it is done. `extra_config` adds keys to
         config.json (the server records its journal position there); `load` keeps them in `saved_config`.
 
-        A directory a server serves is refused (`artifacts.SaveRefused`: write through its HTTP API, or stop
-        it first; `held_lock`: the serve lock's file when the caller holds it itself)."""
+        Nothing another writer saved is discarded silently (`artifacts.SaveRefused`): a directory a server
+        serves is refused (write through its HTTP API, or stop it first; `held_lock`: the serve lock's file
+        when the caller holds it itself), and so is one whose live version is no longer the one this scout
+        loaded or last saved there (another scout saved it since) unless `overwrite`."""
         with self._lock.read():
             self._check_consistent(path)
             spec = self.spec
@@ -304,7 +309,9 @@ class ToolScout:
                       "fast_queries": spec.fast_queries,  # how tasks are encoded travels with the index
                       "pipeline": spec.to_dict(),  # how it ranks, as every deployment builds it (`toolscout.spec`)
                       "saved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-            with write_artifact(path, config, held_lock=held_lock) as folder:
+            root = Path(path).resolve()
+            read = None if overwrite else self._versions_read.get(root)
+            with write_artifact(path, config, expected_version=read, held_lock=held_lock) as folder:
                 with open(folder / "tools.jsonl", "w", encoding="utf-8") as fh:
                     for tool in self._tools.values():
                         fh.write(json.dumps(tool.to_record(), ensure_ascii=False) + "\n")
@@ -315,6 +322,7 @@ class ToolScout:
                     self.ledger.save(folder / FEEDBACK_FILE)
                 if self.ledger.events or self.learning.settings != LearningSettings():
                     self.learning.save(folder / LEARNING_FOLDER)
+            self._versions_read[root] = folder.name
 
     # catalog -----------------------------------------------------------------------------
     @property
