@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from types import MappingProxyType
 
 import pytest
@@ -343,6 +344,42 @@ def test_a_stale_scout_saving_over_a_newer_save_is_refused_unless_told_to_overwr
     assert "zz.a" in ToolScout.load(folder) and "zz.b1" not in ToolScout.load(folder)
     ToolScout.from_tools(tools[:2], retriever="bm25").save(folder)  # a new index over an old one, as `index --out`
     assert len(ToolScout.load(folder)) == 2
+
+
+def test_searches_get_through_while_a_thread_writes_back_to_back(tools):
+    """With one thread calling add()/remove() in a tight loop, searches all but stopped (2483 in 15 s down to
+    11): each ending write let the next one in before the waiting readers. Readers waiting when a write ends
+    now go before the next one, so each search waits through at most the write under way and one queued
+    (counted: the writer's tally may lag a write at either end, hence 3)."""
+    scout = ToolScout.from_tools(tools, retriever="bm25")
+    writes, done = [0], threading.Event()
+
+    def write_back_to_back():
+        while not done.is_set() and writes[0] < 5000:
+            scout.add([Tool("zz.churn", "churn", "Send an email, then forget it")])
+            scout.remove(["zz.churn"])
+            writes[0] += 2
+
+    waited = []
+
+    def search(n):
+        for _ in range(n):
+            before = writes[0]
+            scout.search("send an email", k=3)
+            waited.append(writes[0] - before)
+
+    writer = threading.Thread(target=write_back_to_back)
+    readers = [threading.Thread(target=search, args=(30,)) for _ in range(3)]
+    writer.start()
+    while writes[0] < 10:  # the writer is in its loop before any search starts
+        pass
+    for thread in readers:
+        thread.start()
+    for thread in readers:
+        thread.join()
+    done.set()
+    writer.join()
+    assert len(waited) == 90 and max(waited) <= 3, sorted(waited)[-10:]
 
 
 def test_a_task_of_invisible_characters_only_is_refused_as_blank(tools):

@@ -59,20 +59,25 @@ logger = logging.getLogger(__name__)
 
 
 class ReadWriteLock:
-    """Many readers at once, or one writer. A waiting writer holds back new readers, so a stream of
-    searches cannot starve an update. Not reentrant: a thread must not take it twice."""
+    """Many readers at once, or one writer, taking turns fairly. A waiting writer holds back readers that
+    come after it, so a stream of searches cannot starve an update; and the readers waiting when a write
+    ends all go before the next write, so a stream of writes cannot starve searches: a reader waits for at
+    most the write under way and one waiting before it. Not reentrant: a thread must not take it twice."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition(threading.Lock())
-        self._readers = 0
-        self._writer = False
+        self._readers = 0  # reading now
+        self._writer = False  # writing now
         self._writers_waiting = 0
+        self._readers_waiting = 0
+        self._readers_due = 0  # waiting readers whose turn came (a write ended since they queued)
+        self._writes_done = 0  # how many writes have ended: a waiting reader's turn comes with the next one
 
     @contextmanager
     def read(self) -> Iterator[None]:
         with self._cond:
-            while self._writer or self._writers_waiting:
-                self._cond.wait()
+            if self._writer or self._writers_waiting:
+                self._wait_for_turn()
             self._readers += 1
         try:
             yield
@@ -82,12 +87,26 @@ class ReadWriteLock:
                 if not self._readers:
                     self._cond.notify_all()
 
+    def _wait_for_turn(self) -> None:
+        """Queue behind the writes under way or waiting, until one ends (the lock's condition held)."""
+        queued_at = self._writes_done
+        self._readers_waiting += 1
+        try:
+            while self._writer or (self._writers_waiting and self._writes_done == queued_at):
+                self._cond.wait()
+        finally:
+            self._readers_waiting -= 1
+            if self._writes_done != queued_at:  # counted among the readers due when that write ended
+                self._readers_due -= 1
+                if not self._readers_due:
+                    self._cond.notify_all()
+
     @contextmanager
     def write(self) -> Iterator[None]:
         with self._cond:
             self._writers_waiting += 1
             try:
-                while self._writer or self._readers:
+                while self._writer or self._readers or self._readers_due:
                     self._cond.wait()
             finally:
                 self._writers_waiting -= 1
@@ -97,6 +116,8 @@ class ReadWriteLock:
         finally:
             with self._cond:
                 self._writer = False
+                self._writes_done += 1
+                self._readers_due = self._readers_waiting  # their turn: before the next write
                 self._cond.notify_all()
 
 
