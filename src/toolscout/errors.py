@@ -8,6 +8,7 @@ or write. Each type but those also derives from the built-in exception Python ca
 `PermissionError`, `RuntimeError`), so `except KeyError` keeps working in code that uses the library directly.
 """
 
+import json
 import re
 from collections.abc import Mapping
 
@@ -120,8 +121,13 @@ def holds_lone_surrogate(text: str) -> bool:
 
 
 def lone_surrogate_at(value: object, where: str) -> str | None:
-    """Where (`where`, extended by keys and list positions) the first text in `value` (a string, or data
-    made of mappings, lists and tuples, walked without recursion) holds a lone surrogate; None: nowhere."""
+    """Where (`where`, extended by keys and list positions; "": from the first key) a text in `value` (a
+    string, or data made of mappings, lists and tuples, walked without recursion) holds a lone surrogate;
+    None: nowhere."""
+    if isinstance(value, str):
+        return where if holds_lone_surrogate(value) else None
+    if not isinstance(value, (Mapping, list, tuple)) or _surely_without_surrogates(value):
+        return None
     pending, seen = [(value, where)], set()
     while pending:
         node, at = pending.pop()
@@ -134,8 +140,18 @@ def lone_surrogate_at(value: object, where: str) -> str | None:
             for key, child in items:
                 if isinstance(key, str) and holds_lone_surrogate(key):
                     return f"{at} (a key)"
-                pending.append((child, f"{at}.{key}" if isinstance(key, str) else f"{at}[{key}]"))
+                step = f".{key}" if isinstance(key, str) else f"[{key}]"
+                pending.append((child, f"{at}{step}" if at else step.lstrip(".")))
     return None
+
+
+def _surely_without_surrogates(data: object) -> bool:
+    """Whether `data` has no lone surrogate, read off its JSON text (written in C: most tools are checked at
+    that speed); False when that cannot tell (data too deep for it, or holding itself): walk it then."""
+    try:
+        return not holds_lone_surrogate(json.dumps(data, ensure_ascii=False, default=repr))
+    except (ValueError, TypeError, RecursionError):
+        return False
 
 
 def listed(value: object, what: str, want: str = "a list") -> list:

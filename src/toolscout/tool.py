@@ -80,10 +80,10 @@ class Tool:
         if problem:
             field_at, why = problem
             raise InvalidRequest(f"tool {self.id!r}: parameters{'.' if field_at else ''}{field_at} {why}")
-        for f in fields(self):  # the text rule of catalog files (`ingest/guard.py`): no writer stores these
-            where = lone_surrogate_at(getattr(self, f.name), f.name)
-            if where is not None:
-                raise InvalidRequest(f"tool {self.id!r}: {where}: {SURROGATE_PROBLEM}; {SURROGATE_HINT}")
+        # the text rule of catalog files (`ingest/guard.py`): no writer stores these; all fields read at once
+        where = lone_surrogate_at({name: getattr(self, name) for name in TOOL_FIELDS}, "")
+        if where is not None:
+            raise InvalidRequest(f"tool {self.id!r}: {where}: {SURROGATE_PROBLEM}; {SURROGATE_HINT}")
 
     @classmethod
     def from_record(cls, data: Mapping[str, Any]) -> "Tool":
@@ -151,6 +151,9 @@ class Tool:
         if self.parameters:
             return dict(self.parameters)
         return {"type": "object", "properties": {}}
+
+
+TOOL_FIELDS = tuple(f.name for f in fields(Tool))
 
 
 def parameters_problem(schema: Any) -> tuple[str, str] | None:
