@@ -63,6 +63,11 @@ def test_the_ledger_round_trips_and_rejects_bad_events(tmp_path):
         FeedbackEvent.from_dict({"query": "q", "tool_ids": ["w"], "tools": ["w"]})
     with pytest.raises(InvalidRequest, match="'time' must be seconds since the epoch"):
         FeedbackEvent.from_dict({"query": "q", "tool_ids": ["w"], "time": "yesterday"})
+    for field, event in (("query", {"query": "rain \ud800", "tool_ids": ["w"]}),  # learn() failed in hashing it
+                         ("tool_ids", {"query": "rain", "tool_ids": ["w", "\udfff"]}),
+                         ("source", {"query": "rain", "tool_ids": ["w"], "source": "s\udc80"})):
+        with pytest.raises(InvalidRequest, match=rf"^feedback: '{field}': a lone surrogate \(\\ud800 to \\udfff\)"):
+            FeedbackEvent.from_dict(event)
     log = tmp_path / "log.jsonl"
     log.write_text('{"query": "q", "tool_ids": ["w"]}\n\n{"query": "", "tool_ids": ["w"]}\n')
     with pytest.raises(InvalidRequest, match=r"log.jsonl:3: feedback: 'query'"):

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from .artifacts import read_json
-from .errors import InvalidRequest, is_blank
+from .errors import SURROGATE_HINT, SURROGATE_PROBLEM, InvalidRequest, holds_lone_surrogate, is_blank
 from .tool import Tool
 
 OUTCOMES = ("success", "failure")
@@ -69,6 +69,9 @@ class FeedbackEvent:
         object.__setattr__(self, "tool_ids", tuple(dict.fromkeys(ids)))
         if not isinstance(self.source, str) or not self.source or len(self.source) > 200:
             raise InvalidRequest("feedback: 'source' must be a non-empty string of at most 200 characters")
+        for name, text in (("query", self.query), ("source", self.source), *(("tool_ids", t) for t in ids)):
+            if holds_lone_surrogate(text):  # no encoder, ledger or journal takes one: refused before it is learned
+                raise InvalidRequest(f"feedback: {name!r}: {SURROGATE_PROBLEM}; {SURROGATE_HINT}")
         if self.outcome is not None and self.outcome not in OUTCOMES:
             raise InvalidRequest(f"feedback: 'outcome' must be one of {', '.join(OUTCOMES)}, got {self.outcome!r}")
         if self.time is not None and (isinstance(self.time, bool) or not isinstance(self.time, (int, float))
