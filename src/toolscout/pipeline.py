@@ -418,7 +418,7 @@ class ToolScout:
         held = {tool_id: self._tools.get(tool_id) for tool_id in touched}
         try:
             yield
-        except BaseException as failure:
+        except BaseException:
             try:
                 self.retriever.remove([tool_id for tool_id, tool in held.items() if tool is None])
                 self.retriever.add([tool for tool in held.values() if tool is not None])
