@@ -802,19 +802,27 @@ def test_index_with_an_llm_reranker_tries_its_endpoint_once_and_warns_when_it_fa
     assert parameters[0] == parameters[1]  # the searches' own parameters (max_tokens among them)
 
 
+
+def first_word_judgement(text: str):
+    """An LLM reranker's reply to the prompt `text`: P(true) high when the tool's documentation shares the task's
+    first word, low otherwise (as log-probabilities of true and false)."""
+    from fakellm import Reply
+
+    task, document = text.split("Tool documentation:", 1)
+    yes = task.split("Task:", 1)[1].split()[0].lower() in document.lower()
+    return Reply("true" if yes else "false", logprobs=[{"token": "true" if yes else "false", "logprob": -0.1,
+                 "bytes": None, "top_logprobs": [{"token": "true", "logprob": -0.1 if yes else -2.5},
+                                                 {"token": "false", "logprob": -2.5 if yes else -0.1}]}])
+
+
 def test_eval_json_has_the_categories_and_every_querys_scores(capsys, tmp_path):
     """--per-category showed categories in the table only, and no per-query scores were written: a reader
     could neither slice the results nor redo the comparison. Checked against the metrics worked by hand on
     the written rankings, the table's category rows, and the bootstrap's difference redone from the rows."""
-    from fakellm import FakeLLM, Reply, message_text
+    from fakellm import FakeLLM, message_text
 
-    def judge(request):  # P(true) high when the tool's documentation shares the task's first word
-        task, document = message_text(request).split("Tool documentation:", 1)
-        first = task.split("Task:", 1)[1].split()[0].lower()
-        yes = first in document.lower()
-        return Reply("true" if yes else "false", logprobs=[{"token": "true" if yes else "false", "logprob": -0.1,
-                     "bytes": None, "top_logprobs": [{"token": "true", "logprob": -0.1 if yes else -2.5},
-                                                     {"token": "false", "logprob": -2.5 if yes else -0.1}]}])
+    def judge(request):
+        return first_word_judgement(message_text(request))
 
     settings, out_json = tmp_path / "llm.yaml", tmp_path / "r.json"
     with FakeLLM(responder=judge) as llm:
@@ -858,11 +866,7 @@ def test_eval_flags_a_comparison_whose_reranker_fell_back_and_compares_the_fully
         text = message_text(request)
         if "flights to Rome" in text:
             return Reply(status=500)
-        task, document = text.split("Tool documentation:", 1)
-        yes = task.split("Task:", 1)[1].split()[0].lower() in document.lower()
-        return Reply("true" if yes else "false", logprobs=[{"token": "true" if yes else "false", "logprob": -0.1,
-                     "bytes": None, "top_logprobs": [{"token": "true", "logprob": -0.1 if yes else -2.5},
-                                                     {"token": "false", "logprob": -2.5 if yes else -0.1}]}])
+        return first_word_judgement(text)
 
     settings, out_json = tmp_path / "llm.yaml", tmp_path / "r.json"
     with FakeLLM(responder=judge) as llm:

@@ -624,23 +624,9 @@ def calls_through_openapi_upstream(tmp_path, document: dict, check, **config):
     import anyio
 
     from toolscout.gateway.config import UpstreamSpec
-    from toolscout.gateway.openapi_upstream import OpenApiUpstream
 
     spec = UpstreamSpec("api", "openapi", spec=str(write(tmp_path / "api.json", document)), timeout=10, **config)
-    upstream, tools = OpenApiUpstream(spec), {}
-
-    async def indexed(listing):
-        tools.update({tool.name: tool for tool in listing.tools})
-
-    async def run():
-        async with anyio.create_task_group() as tasks:
-            tasks.start_soon(upstream.run, indexed)
-            with anyio.fail_after(30):
-                assert await upstream.wait_up(10), upstream.status.last_error
-                await check(upstream, tools)
-            tasks.cancel_scope.cancel()
-
-    anyio.run(run)
+    anyio.run(_openapi_serving, spec, check)
 
 
 def test_a_templated_server_url_is_called_with_its_variables_defaults(tmp_path):
