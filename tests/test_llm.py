@@ -431,3 +431,23 @@ def test_chat_url():
     assert chat_url("https://x/v1/chat/completions") == "https://x/v1/chat/completions"
     with pytest.raises(Exception, match="http://"):
         chat_url("localhost:8000")
+
+
+def test_without_a_deadline_a_call_waits_for_a_busy_slot():
+    # one slot, three callers, each answer slow: the later callers wait for the slot instead of failing
+    with FakeLLM(responder=lambda req: Reply("ok", delay=0.15)) as fake, \
+            LLMClient(fake.url, "m", concurrency=1, max_retries=0) as client:
+        outcomes = []
+
+        def call(i):
+            try:
+                outcomes.append(client.chat([{"role": "user", "content": f"hi {i}"}]).text)
+            except LLMError as exc:
+                outcomes.append(exc)
+
+        threads = [threading.Thread(target=call, args=(i,)) for i in range(3)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert outcomes == ["ok", "ok", "ok"] and len(fake.requests) == 3

@@ -543,7 +543,7 @@ class LLMClient:
         body = {"model": model, "messages": messages, **params}
         self._check_cancel(cancel, model, 0)
         want_json = json_mode and self.json_mode != "never"
-        if not self._slots.acquire(timeout=-1 if deadline is None else max(0.0, deadline - time.monotonic())):
+        if not self._acquire_slot(deadline):
             self.stats.add(model, errors=1)  # never sent: an error, not a call made
             raise LLMTimeoutError(f"POST {self.url}: not sent, all {self.concurrency} request slots stayed busy "
                                   f"until the deadline (model {model!r})")
@@ -565,6 +565,13 @@ class LLMClient:
         if key is not None:
             self.cache.put(key, {"model": model, "messages": messages, "params": logical}, _cacheable(data))
         return result
+
+    def _acquire_slot(self, deadline: float | None) -> bool:
+        """A request slot: waited for as long as it takes without a deadline (a BoundedSemaphore's timeout=-1
+        would not wait at all), else until the deadline; False when it passed first."""
+        if deadline is None:
+            return self._slots.acquire()
+        return self._slots.acquire(timeout=max(0.0, deadline - time.monotonic()))
 
     def _complete(self, result: ChatResult, model: str, json_mode: bool, max_tokens: int | None) -> ChatResult:
         """`result`, unless it was asked for JSON and the token limit cut it off before the JSON was whole:
