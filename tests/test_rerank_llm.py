@@ -250,6 +250,38 @@ def test_a_refusing_endpoint_falls_back_within_the_deadline_and_is_used_again_on
             assert llm.calls == 2 and list(out.scores[0]) == pytest.approx([1 - 0.9002] * 2, abs=1e-4)
 
 
+def test_pairs_left_unsent_by_the_deadline_do_not_pause_an_endpoint_that_answered():
+    # one slot, each answer takes 0.2 s, deadline 0.5 s: two pairs are judged, the third is cut short by the
+    # deadline and the fourth is never sent; the endpoint answered, so the next search asks it again
+    slow = lambda req: Reply("true", logprobs=lp(-0.1, -2.3), delay=0.2)  # noqa: E731
+    with FakeLLM(responder=slow) as llm, \
+            LLMReranker(settings_for(llm, concurrency=1), deadline=0.5) as reranker:
+        with pytest.warns(UserWarning, match=r"pairs failed"):
+            reranker.rerank([QUERY], candidates(["f", "m", "w", "h"]), TOOLS)
+        asked = len(llm.requests)
+        assert reranker.breaker.skip_reason() is None
+        out = reranker.rerank(["another task"], candidates(["w"]), TOOLS)
+        assert len(llm.requests) == asked + 1 and out.scores[0][0] == pytest.approx(0.9002, abs=1e-4)
+
+
+def test_a_paused_endpoint_still_answers_cached_pairs(tmp_path):
+    clock = Clock()
+    with FakeLLM(responder=lambda req: Reply("true", logprobs=lp(-0.1, -2.3))) as llm, \
+            LLMReranker(settings_for(llm, cache_dir=str(tmp_path / "cache")), deadline=0.3) as reranker:
+        reranker.rerank([QUERY], candidates(["w", "f"]), TOOLS)
+        reranker.breaker = EndpointBreaker(30.0, clock=clock)
+        llm.responder = lambda req: Reply("true", logprobs=lp(-0.1, -2.3), delay=1.0)  # the endpoint hangs
+        with pytest.warns(UserWarning, match=r"no reply within"):
+            reranker.rerank(["a new task"], candidates(["w"]), TOOLS)
+        assert reranker.breaker.skip_reason() is not None
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            out = reranker.rerank([QUERY], candidates(["f", "w"]), TOOLS)
+        assert len(llm.requests) == 3 and list(out.scores[0]) == pytest.approx([0.9002] * 2, abs=1e-4)
+        with pytest.warns(UserWarning, match=r"not asked: it failed"):
+            reranker.rerank(["a task never asked"], candidates(["w"]), TOOLS)
+
+
 def test_on_error_raise_names_the_query_index_and_tool_id():
     with FakeLLM(responder=lambda req: Reply("true", logprobs=lp(-0.1, -2.3))) as llm:
         llm.script(Reply(status=500, content="kaput"), when=mentions("second", "book hotel"))

@@ -76,6 +76,11 @@ class LLMTimeoutError(LLMError):
     """No complete reply within the timeout, on every attempt."""
 
 
+class LLMNotSentError(LLMTimeoutError):
+    """The call's deadline passed before a request went out (every slot busy, or no time left for the next
+    attempt): it says nothing about the endpoint, only that the caller ran out of time."""
+
+
 class LLMConnectionError(LLMError):
     """The server could not be reached."""
 
@@ -524,28 +529,19 @@ class LLMClient:
         or its timeout."""
         model = model or self.model
         messages = [dict(m) for m in messages]
-        params: dict[str, Any] = {**self.extra_body, **extra}
-        for key, value in (("temperature", temperature), ("max_tokens", max_tokens), ("stop", list(stop or ()) or None),
-                           ("seed", seed)):
-            if value is not None:
-                params[key] = value
-        if logprobs:
-            params["logprobs"] = True
-            if top_logprobs:
-                params["top_logprobs"] = int(top_logprobs)
+        params = self._params(temperature, max_tokens, logprobs, top_logprobs, stop, seed, extra)
         logical = {**params, "json_mode": bool(json_mode)}  # the cache key: what was asked, not how it was sent
         key = ResponseCache.key(model, messages, logical) if self.cache is not None else None
         if key is not None and use_cache:  # use_cache=False asks the server again and refreshes the entry
-            hit = self.cache.get(key)
+            hit = self._from_cache(key, model, json_mode, max_tokens)
             if hit is not None:
-                self.stats.add(model, calls=1, cache_hits=1)
-                return self._complete(_result(hit, model, self.url, cached=True), model, json_mode, max_tokens)
+                return hit
         body = {"model": model, "messages": messages, **params}
         self._check_cancel(cancel, model, 0)
         want_json = json_mode and self.json_mode != "never"
         if not self._acquire_slot(deadline):
             self.stats.add(model, errors=1)  # never sent: an error, not a call made
-            raise LLMTimeoutError(f"POST {self.url}: not sent, all {self.concurrency} request slots stayed busy "
+            raise LLMNotSentError(f"POST {self.url}: not sent, all {self.concurrency} request slots stayed busy "
                                   f"until the deadline (model {model!r})")
         try:
             # counts its own failures as errors
@@ -565,6 +561,40 @@ class LLMClient:
         if key is not None:
             self.cache.put(key, {"model": model, "messages": messages, "params": logical}, _cacheable(data))
         return result
+
+    def cached_reply(self, messages: Sequence[Message], *, model: str | None = None,
+                     temperature: float | None = 0.0, max_tokens: int | None = None, json_mode: bool = False,
+                     logprobs: bool = False, top_logprobs: int | None = None, stop: Sequence[str] | None = None,
+                     seed: int | None = None, **extra: Any) -> ChatResult | None:
+        """What `chat` with the same arguments would answer from the cache, without asking the server; None
+        when the cache holds no reply for it (or there is no cache)."""
+        if self.cache is None:
+            return None
+        model = model or self.model
+        params = self._params(temperature, max_tokens, logprobs, top_logprobs, stop, seed, extra)
+        key = ResponseCache.key(model, [dict(m) for m in messages], {**params, "json_mode": bool(json_mode)})
+        return self._from_cache(key, model, json_mode, max_tokens)
+
+    def _params(self, temperature: float | None, max_tokens: int | None, logprobs: bool, top_logprobs: int | None,
+                stop: Sequence[str] | None, seed: int | None, extra: Mapping[str, Any]) -> dict[str, Any]:
+        """The request's parameters besides the model and the messages (also the cache key's)."""
+        params: dict[str, Any] = {**self.extra_body, **extra}
+        for key, value in (("temperature", temperature), ("max_tokens", max_tokens), ("stop", list(stop or ()) or None),
+                           ("seed", seed)):
+            if value is not None:
+                params[key] = value
+        if logprobs:
+            params["logprobs"] = True
+            if top_logprobs:
+                params["top_logprobs"] = int(top_logprobs)
+        return params
+
+    def _from_cache(self, key: str, model: str, json_mode: bool, max_tokens: int | None) -> ChatResult | None:
+        hit = self.cache.get(key)
+        if hit is None:
+            return None
+        self.stats.add(model, calls=1, cache_hits=1)
+        return self._complete(_result(hit, model, self.url, cached=True), model, json_mode, max_tokens)
 
     def _acquire_slot(self, deadline: float | None) -> bool:
         """A request slot: waited for as long as it takes without a deadline (a BoundedSemaphore's timeout=-1
@@ -686,7 +716,7 @@ class LLMClient:
         left = deadline - time.monotonic()
         if left <= 0:
             self.stats.add(model, errors=1)
-            raise LLMTimeoutError(f"POST {self.url}: not sent, the deadline had passed (model {model!r})")
+            raise LLMNotSentError(f"POST {self.url}: not sent, the deadline had passed (model {model!r})")
         return min(self.timeout, left)
 
     def _pause(self, seconds: float, deadline: float | None, attempt: int, why: str,

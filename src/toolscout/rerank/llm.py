@@ -26,7 +26,8 @@ a half-judged list would mix LLM scores with missing ones — and warns once per
 (`errors.DegradedResults`); `on_error="raise"` raises the `LLMError`, its message naming the query index
 and the tool id. A search never waits for the LLM longer than `deadline` seconds (per query of the call,
 retries included): pairs not judged by then have failed. An endpoint that failed to connect or to answer in
-time is not asked for `endpoint_pause` seconds (`EndpointBreaker`): the searches meanwhile fall back at once.
+time, in a call where it answered no pair, is not asked for `endpoint_pause` seconds (`EndpointBreaker`): the
+searches meanwhile fall back at once, except for pairs the cache answers.
 """
 
 from __future__ import annotations
@@ -53,6 +54,8 @@ from ..llm import (
     LLMClient,
     LLMConnectionError,
     LLMError,
+    LLMHTTPError,
+    LLMNotSentError,
     LLMReplyError,
     LLMSettingError,
     LLMSettings,
@@ -158,10 +161,23 @@ def reranker_hints(settings: LLMSettings) -> SettingHints:
                         deadline="the reranker's deadline setting, e.g. --rerank-option deadline=10 when indexing")
 
 
+class EndpointPaused(LLMConnectionError):
+    """A pair not asked because the endpoint is paused (`EndpointBreaker`): no new failure of the endpoint."""
+
+
+def _endpoint_failure(error: BaseException) -> bool:
+    """Whether an error says the endpoint is unreachable or too slow: a request sent that could not connect
+    or got no reply in time. Not a request left unsent for want of time (the caller's deadline or busy slots
+    say nothing of the endpoint), nor a pair skipped during a pause."""
+    return (isinstance(error, (LLMConnectionError, LLMTimeoutError))
+            and not isinstance(error, (LLMNotSentError, EndpointPaused)))
+
+
 class EndpointBreaker:
     """Remembers an endpoint that just failed to connect or to answer in time, so that the searches of the
     next `pause` seconds fall back at once instead of each paying the timeouts. The first search after the
-    pause asks it again; an answer from it clears the failure, another failure starts a new pause."""
+    pause asks it again; an answer from it clears the failure, another failure starts a new pause. It is told
+    once per rerank call (`record_call`): a call in which any pair got an answer never starts a pause."""
 
     def __init__(self, pause: float = DEFAULT_ENDPOINT_PAUSE, clock=time.monotonic):
         self.pause, self._clock = float(pause), clock
@@ -178,13 +194,24 @@ class EndpointBreaker:
             return (f"not asked: it failed {ago:.1f} s ago ({self._reason}), so it is skipped for "
                     f"{self.pause:g} s (endpoint_pause)")
 
-    def record(self, error: LLMError | None) -> None:
-        """An answer (None) or a failed request; only unreachable or too slow endpoints are paused."""
+    def record_call(self, answered: bool, errors: Sequence[BaseException]) -> None:
+        """What one rerank call saw: whether the endpoint answered any of its requests, and its errors. An
+        answer clears a failure; with none, a request that could not connect or got no reply starts a pause."""
         with self._lock:
-            if error is None:
+            if answered:
                 self._failed_at = None
-            elif isinstance(error, (LLMConnectionError, LLMTimeoutError)):
-                self._failed_at, self._reason = self._clock(), snippet(str(error), 160)
+                return
+            failure = next((e for e in errors if _endpoint_failure(e)), None)
+            if failure is not None:
+                self._failed_at, self._reason = self._clock(), snippet(str(failure), 160)
+
+
+def _endpoint_answered(outcome: Any) -> bool:
+    """Whether a pair's outcome came from the endpoint itself: a fresh reply, usable or not, or an HTTP answer
+    (an error status or an unusable body: it is reachable and answering)."""
+    if isinstance(outcome, ChatResult):
+        return not outcome.cached
+    return isinstance(outcome, (LLMHTTPError, LLMReplyError))
 
 
 @dataclass
@@ -287,23 +314,22 @@ class LLMReranker:
                 {"role": "user", "content": USER_TEMPLATE.format(query=query.strip(), document=document)}]
 
     def _ask(self, pair: tuple[str, str], deadline: float) -> ChatResult:
+        query, document = pair
+        hit = self.client.cached_reply(self.messages(query, document), **self._answer_params())
+        if hit is not None:  # a cached pair needs no endpoint, paused or not
+            return hit
         skipped = self.breaker.skip_reason()
         if skipped is not None:
-            raise LLMConnectionError(f"{self.client.url}: {skipped}")
-        query, document = pair
-        try:
-            result = self._request(query, document, deadline)
-        except LLMError as exc:
-            self.breaker.record(exc)
-            raise
-        if not result.cached:
-            self.breaker.record(None)
-        return result
+            raise EndpointPaused(f"{self.client.url}: {skipped}")
+        return self._request(query, document, deadline)
+
+    def _answer_params(self) -> dict[str, Any]:
+        # One token is all the answer needs; its log-probabilities carry the score.
+        return dict(temperature=0.0, max_tokens=1, logprobs=True, top_logprobs=self.top_logprobs or None)
 
     def _request(self, query: str, document: str, deadline: float, use_cache: bool = True) -> ChatResult:
-        # One token is all the answer needs; its log-probabilities carry the score.
-        return self.client.chat(self.messages(query, document), temperature=0.0, max_tokens=1, logprobs=True,
-                                top_logprobs=self.top_logprobs or None, deadline=deadline, use_cache=use_cache)
+        return self.client.chat(self.messages(query, document), deadline=deadline, use_cache=use_cache,
+                                **self._answer_params())
 
     def endpoint_problem(self) -> str | None:
         """Why the endpoint cannot be used, from one tiny request shaped as a search's (the same parameters,
@@ -382,10 +408,12 @@ class LLMReranker:
         scores: list[float | None] = [None] * len(pairs.prompts)
         failures: dict[int, LLMError] = {}
         no_logprobs = 0
+        answered = False  # whether the endpoint itself answered any pair (a reply read from the cache is no sign)
         # Results are scored here, on the caller's thread, so the counters need no lock.
         outcomes = self.client.map(functools.partial(self._ask, deadline=deadline), list(pairs.prompts))
-        with contextlib.closing(outcomes):  # raising early cancels requests not yet started
+        with contextlib.closing(outcomes), self._tell_breaker(lambda: answered, failures):
             for index, outcome in outcomes:
+                answered = answered or _endpoint_answered(outcome)
                 if isinstance(outcome, ChatResult):
                     self.stats.cached += outcome.cached
                     try:
@@ -405,9 +433,19 @@ class LLMReranker:
                     q, tool_id = pairs.first_asker[index]
                     # Same exception type and attributes (e.g. an HTTP status), with the pair named.
                     outcome.args = (f"LLM reranker: query {q}, tool {tool_id!r}: {outcome}",)
+                    failures[index] = outcome
                     raise outcome
                 failures[index] = outcome
         return scores, failures, no_logprobs
+
+    @contextlib.contextmanager
+    def _tell_breaker(self, answered, failures: Mapping[int, LLMError]):
+        """Tells the breaker what the rerank call saw once it ends (raising early too): `answered()` says
+        whether the endpoint answered any pair."""
+        try:
+            yield
+        finally:
+            self.breaker.record_call(answered(), list(failures.values()))
 
     # saving ------------------------------------------------------------------------------
     def config(self) -> dict[str, Any]:
@@ -460,5 +498,5 @@ class LLMReranker:
         return reranker
 
 
-__all__ = ["LLMReranker", "LLMRerankStats", "EndpointBreaker", "answer_score", "SYSTEM_PROMPT", "USER_TEMPLATE",
+__all__ = ["LLMReranker", "LLMRerankStats", "EndpointBreaker", "EndpointPaused", "answer_score", "SYSTEM_PROMPT", "USER_TEMPLATE",
            "DEFAULT_DEADLINE", "DEFAULT_ENDPOINT_PAUSE"]
