@@ -320,9 +320,13 @@ def test_choice_probability_needs_the_two_words_to_hold_real_mass():
     # "maybe" 30 %, "true" 29 %, "false" 28 %: the words hold 57 %, so P(true) = 0.29 / 0.57
     assert choice_probability(first_token("maybe", 0.30, ("true", 0.29), ("false", 0.28))) == \
         pytest.approx(0.29 / 0.57)
-    # a word's likeliest spelling counts: "true" 80 % (" True" 10 %) against "false" 5 % → 0.80 / 0.85
+    # every spelling of a word counts: "true" 80 % + " True" 10 % against "false" 5 % → 0.90 / 0.95
     assert choice_probability(first_token("true", 0.80, (" True", 0.10), ("false", 0.05))) == \
-        pytest.approx(0.80 / 0.85)
+        pytest.approx(0.90 / 0.95)
+    # no spelling alone holds half, together they do: true 0.30 + 0.25 + 0.20 = 0.75, false 0.10 + 0.10 = 0.20,
+    # so P(true) = 0.75 / 0.95 = 0.78947 (the likeliest spelling alone, 0.30 + 0.10 = 0.40, was under 50 %)
+    spread = first_token("true", 0.30, ("True", 0.25), (" true", 0.20), ("false", 0.10), ("False", 0.10))
+    assert choice_probability(spread) == pytest.approx(0.789474, abs=1e-6)
     # a certain "false", "true" beyond the listed alternatives
     assert choice_probability(first_token("false", 0.99, ("no", 0.005))) == 0.0
 

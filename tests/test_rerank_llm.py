@@ -29,8 +29,10 @@ QUERY = "will it rain in Paris tomorrow"
 def lp(l_true, l_false, first=None):
     """Chat-shape log-probabilities for a one-token answer with both words among the alternatives."""
     first = first or ("true" if l_true >= l_false else "false")
+    spelling = {first.strip().lower(): first}  # the generated token is among its alternatives, as spelled
     return [{"token": first, "logprob": max(l_true, l_false), "bytes": None,
-             "top_logprobs": [{"token": "true", "logprob": l_true}, {"token": "false", "logprob": l_false},
+             "top_logprobs": [{"token": spelling.get("true", "true"), "logprob": l_true},
+                              {"token": spelling.get("false", "false"), "logprob": l_false},
                               {"token": "maybe", "logprob": -9.0}]}]
 
 
@@ -78,7 +80,7 @@ def test_score_is_p_true_from_the_first_tokens_logprobs():
     prompt = message_text(request)
     assert QUERY in prompt and tool_text(TOOLS["w"]) in prompt and "true" in prompt and "false" in prompt
     assert reranker.stats.to_dict() == {"calls": 1, "queries": 1, "pairs": 1, "asked": 1, "logprob_scored": 1,
-                                        "text_fallbacks": 0, "errors": 0, "cached": 0, "failed_queries": 0}
+                                        "text_fallbacks": 0, "low_mass": 0, "errors": 0, "cached": 0, "failed_queries": 0}
     assert isinstance(reranker, Reranker) and reranker.name == "llm"
 
 
@@ -154,13 +156,28 @@ def test_no_logprobs_scores_from_the_answer_text_and_warns_once():
     assert (stats.text_fallbacks, stats.logprob_scored, stats.errors) == (6, 0, 0)
 
 
-def test_logprobs_without_either_word_fall_back_to_the_text():
+def test_logprobs_without_either_word_fall_back_to_the_text_and_say_why():
     # the model answered "Yes": log-probabilities exist, but neither "true" nor "false" is among them
     yes = [{"token": "Yes", "logprob": -0.01, "top_logprobs": [{"token": "No", "logprob": -4.0}]}]
     with FakeLLM(responder=lambda req: Reply("Yes", logprobs=yes)) as llm, LLMReranker(settings_for(llm)) as reranker:
-        with pytest.warns(UserWarning, match="0/1 from the answer text"):
+        with pytest.warns(UserWarning, match="gives log-probabilities, but in 1 of 1 pairs true and false together "
+                                             "hold less than 50%.*0/1 from the answer text") as caught:
             out = reranker.rerank([QUERY], candidates(["w"]), TOOLS)
-    assert out.scores[0][0] == 1.0 and (reranker.stats.text_fallbacks, reranker.stats.logprob_scored) == (1, 0)
+    assert not [w for w in caught if "no log-probabilities" in str(w.message)]
+    stats = reranker.stats
+    assert out.scores[0][0] == 1.0 and (stats.low_mass, stats.text_fallbacks, stats.logprob_scored) == (1, 0, 0)
+
+
+def test_a_word_spelled_several_ways_is_scored_from_its_summed_probability():
+    # true 0.30 ("true") + 0.25 ("True") + 0.20 (" true") = 0.75, false 0.10 + 0.10 = 0.20: P = 0.75 / 0.95
+    spread = [{"token": "true", "logprob": math.log(0.30),
+               "top_logprobs": [{"token": t, "logprob": math.log(p)} for t, p in
+                                (("true", 0.30), ("True", 0.25), (" true", 0.20), ("false", 0.10), ("False", 0.10))]}]
+    with FakeLLM(responder=lambda req: Reply("true", logprobs=spread)) as llm, \
+            LLMReranker(settings_for(llm)) as reranker, warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = reranker.rerank([QUERY], candidates(["w"]), TOOLS)
+    assert out.scores[0][0] == pytest.approx(0.789474, abs=1e-6) and reranker.stats.logprob_scored == 1
 
 
 def test_an_answer_that_is_neither_word_is_a_failed_pair_whatever_its_alternatives():

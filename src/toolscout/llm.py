@@ -205,13 +205,10 @@ def parse_logprobs(choice: Mapping[str, Any]) -> tuple[TokenLogprob, ...] | None
 MIN_CHOICE_MASS = 0.5
 
 
-def choice_probability(result: ChatResult, yes: str = "true", no: str = "false") -> float | None:
-    """P(yes) from the first token's alternatives: m_yes / (m_yes + m_no), where m_word is the probability
-    of the likeliest alternative that spells the word (case-insensitively, without surrounding spaces).
-
-    None when the reply carries no log-probabilities, or when the two words together hold less than
-    MIN_CHOICE_MASS of the first token's probability: a 5 % "true" beside a "maybe" is no judgement.
-    """
+def choice_masses(result: ChatResult, yes: str = "true", no: str = "false") -> tuple[float, float] | None:
+    """(m_yes, m_no): the first token's probability spent on each word, summed over the distinct alternatives
+    that spell it (case-insensitively, without surrounding spaces: "true", "True" and " true" are one answer).
+    None when the reply carries no log-probabilities."""
     import math
 
     if not result.logprobs:
@@ -224,11 +221,20 @@ def choice_probability(result: ChatResult, yes: str = "true", no: str = "false")
     for token, logprob in alternatives.items():
         word = token.strip().lower()
         if word in mass:
-            mass[word] = max(mass[word], math.exp(logprob))
-    total = mass[yes.lower()] + mass[no.lower()]
-    if total < MIN_CHOICE_MASS:
+            mass[word] += math.exp(logprob)
+    return mass[yes.lower()], mass[no.lower()]
+
+
+def choice_probability(result: ChatResult, yes: str = "true", no: str = "false") -> float | None:
+    """P(yes) from the first token's alternatives: m_yes / (m_yes + m_no), the masses of `choice_masses`.
+
+    None when the reply carries no log-probabilities, or when the two words together hold less than
+    MIN_CHOICE_MASS of the first token's probability: a 5 % "true" beside a "maybe" is no judgement.
+    """
+    masses = choice_masses(result, yes, no)
+    if masses is None or sum(masses) < MIN_CHOICE_MASS:
         return None
-    return mass[yes.lower()] / total
+    return masses[0] / sum(masses)
 
 
 # ------------------------------------------------------------------------------------------ stats

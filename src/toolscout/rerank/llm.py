@@ -4,12 +4,14 @@ This is the LLM variant of Tool-Rank (the Tool-REX paper): for every first-stage
 whether the tool's document meets the user's task and must answer with one word, `true` or `false`.
 The score is not the word but the model's confidence in it,
 
-    P(true) = exp(l_true) / (exp(l_true) + exp(l_false))
+    P(true) = m_true / (m_true + m_false),   m_word = sum of exp(logprob) over the first token's
+                                             alternatives that spell the word ("true", "True", " true")
 
 from the log-probabilities of the first generated token (`max_tokens=1`, `temperature=0`,
 `logprobs=True`). A graded score is what makes this a *ranker*: a bare yes/no would leave most
 candidates tied. Endpoints that return no log-probabilities still work: the answer text is read as
-1.0 / 0.0 (one warning per reranker says so) and ties keep the first stage's order.
+1.0 / 0.0 (one warning per reranker says so) and ties keep the first stage's order; so is an answer whose
+two words hold less than MIN_CHOICE_MASS of the first token's probability (its own count and warning).
 
     reranker = LLMReranker(LLMSettings(base_url="http://localhost:8000/v1", model="qwen3-32b",
                                        cache_dir="~/.cache/toolscout-llm"))
@@ -61,7 +63,8 @@ from ..llm import (
     LLMSettings,
     LLMTimeoutError,
     SettingHints,
-    choice_probability,
+    MIN_CHOICE_MASS,
+    choice_masses,
     snippet,
 )
 from ..results import Degraded, Results
@@ -95,8 +98,9 @@ class LLMRerankStats:
     """Counts over the reranker's life (all calls).
 
     `pairs`: (query, candidate) pairs reranked; `asked`: distinct pairs put to the client (duplicates
-    within a call are asked once), each ending as exactly one of `logprob_scored`, `text_fallbacks`
-    or `errors`; `cached`: asked pairs the client answered from its cache; `failed_queries`: queries
+    within a call are asked once), each ending as exactly one of `logprob_scored`, `text_fallbacks` (scored
+    0/1 from the answer text: no log-probabilities), `low_mass` (scored 0/1 from the answer text: true and
+    false held less than MIN_CHOICE_MASS of the first token's probability) or `errors`; `cached`: asked pairs the client answered from its cache; `failed_queries`: queries
     that kept their first-stage order because a pair failed.
     """
 
@@ -106,6 +110,7 @@ class LLMRerankStats:
     asked: int = 0
     logprob_scored: int = 0
     text_fallbacks: int = 0
+    low_mass: int = 0
     errors: int = 0
     cached: int = 0
     failed_queries: int = 0
@@ -290,7 +295,7 @@ class LLMReranker:
         self.deadline = float(deadline)
         self.breaker = EndpointBreaker(float(endpoint_pause))
         self.stats = LLMRerankStats()
-        self._warned_no_logprobs = False
+        self._warned_text_scores: set[str] = set()  # the reasons already warned of (`_warn_text_scores`)
         self._key_not_saved: str | None = None  # said when saved: a key from a config file that searches lack
 
     # lifecycle ---------------------------------------------------------------------------
@@ -343,15 +348,17 @@ class LLMReranker:
             return str(exc)
         return None
 
-    def score_reply(self, result: ChatResult) -> tuple[float, bool]:
-        """(score, from_logprobs). Raises LLMReplyError when the answer is neither true nor false."""
-        p = choice_probability(result, "true", "false")
-        if p is not None:
-            return float(p), True
+    def score_reply(self, result: ChatResult) -> tuple[float, str]:
+        """(score, where it came from: "logprobs", "text" when the reply has no log-probabilities, "low_mass"
+        when true and false hold less than MIN_CHOICE_MASS of them). Raises LLMReplyError when the answer is
+        neither true nor false."""
+        masses = choice_masses(result, "true", "false")
+        if masses is not None and sum(masses) >= MIN_CHOICE_MASS:
+            return masses[0] / sum(masses), "logprobs"
         p = answer_score(result.text)
         if p is None:
             raise LLMReplyError(f"the model answered {result.text[:80]!r}, expected true or false")
-        return p, False
+        return p, "text" if masses is None else "low_mass"
 
     # reranking ---------------------------------------------------------------------------
     def rerank(self, queries: Sequence[str], candidates: Results, tools: Mapping[str, Tool],
@@ -362,13 +369,9 @@ class LLMReranker:
         self.stats.queries += len(queries)
         self.stats.pairs += sum(len(r) for r in pairs.slots)
         self.stats.asked += len(pairs.prompts)
-        scores, failures, no_logprobs = self._judge(pairs, time.monotonic() + self.deadline * max(1, len(queries)))
-        if no_logprobs and not self._warned_no_logprobs:
-            self._warned_no_logprobs = True
-            warnings.warn(
-                f"LLM reranker: the endpoint {self.client.url} (model {self.client.model!r}) gives no "
-                f"log-probabilities for true/false ({no_logprobs} of {len(pairs.prompts)} pairs), so those scores "
-                "are 0/1 from the answer text and ties keep the first-stage order", stacklevel=2)
+        # a batch of N queries (a batch search, `eval`) has N deadlines in all: each query's pairs wait in turn
+        scores, failures, sources = self._judge(pairs, time.monotonic() + self.deadline * max(1, len(queries)))
+        self._warn_text_scores(sources, len(pairs.prompts))
         judged, failed_queries = _judged(candidates, pairs.slots, scores, failures)
         if failures:
             self.stats.failed_queries += failed_queries
@@ -381,6 +384,20 @@ class LLMReranker:
                 stage="LLM reranker", queries=failed_queries, fallback="they kept the first stage's order",
                 reason=reason), stacklevel=2)
         return judged_or_kept(candidates, judged, _kept_because(candidates, pairs.slots, failures))
+
+    def _warn_text_scores(self, sources: Mapping[str, int], asked: int) -> None:
+        """Once per reranker and reason: scores read 0/1 from the answer text, not from log-probabilities."""
+        endpoint = f"the endpoint {self.client.url} (model {self.client.model!r})"
+        outcome = "so those scores are 0/1 from the answer text and ties keep the first-stage order"
+        if sources.get("text") and "text" not in self._warned_text_scores:
+            self._warned_text_scores.add("text")
+            warnings.warn(f"LLM reranker: {endpoint} gives no log-probabilities ({sources['text']} of {asked} "
+                          f"pairs), {outcome}", stacklevel=3)
+        if sources.get("low_mass") and "low_mass" not in self._warned_text_scores:
+            self._warned_text_scores.add("low_mass")
+            warnings.warn(f"LLM reranker: {endpoint} gives log-probabilities, but in {sources['low_mass']} of "
+                          f"{asked} pairs true and false together hold less than {MIN_CHOICE_MASS:.0%} of the first "
+                          f"token's probability (its likeliest tokens are other words), {outcome}", stacklevel=3)
 
     def _distinct_pairs(self, queries: Sequence[str], candidates: Results, tools: Mapping[str, Tool]) -> "_Pairs":
         """Every (query, candidate) pair, mapped to a distinct prompt: equal pairs are asked once."""
@@ -402,12 +419,13 @@ class LLMReranker:
             pairs.slots.append(row)
         return pairs
 
-    def _judge(self, pairs: "_Pairs", deadline: float) -> tuple[list[float | None], dict[int, LLMError], int]:
+    def _judge(self, pairs: "_Pairs", deadline: float
+               ) -> tuple[list[float | None], dict[int, LLMError], dict[str, int]]:
         """Ask the model about every distinct pair: (score per pair, None where it failed; the failures;
-        how many scores came from the answer text for want of log-probabilities)."""
+        how many scores came from each source `score_reply` names)."""
         scores: list[float | None] = [None] * len(pairs.prompts)
         failures: dict[int, LLMError] = {}
-        no_logprobs = 0
+        sources = dict.fromkeys(("logprobs", "text", "low_mass"), 0)
         answered = False  # whether the endpoint itself answered any pair (a reply read from the cache is no sign)
         # Results are scored here, on the caller's thread, so the counters need no lock.
         outcomes = self.client.map(functools.partial(self._ask, deadline=deadline), list(pairs.prompts))
@@ -417,14 +435,15 @@ class LLMReranker:
                 if isinstance(outcome, ChatResult):
                     self.stats.cached += outcome.cached
                     try:
-                        score, from_logprobs = self.score_reply(outcome)
+                        score, source = self.score_reply(outcome)
                     except LLMReplyError as exc:
                         outcome = exc
                     else:
                         scores[index] = score
-                        self.stats.logprob_scored += from_logprobs
-                        self.stats.text_fallbacks += not from_logprobs
-                        no_logprobs += not from_logprobs
+                        sources[source] += 1
+                        self.stats.logprob_scored += source == "logprobs"
+                        self.stats.text_fallbacks += source == "text"
+                        self.stats.low_mass += source == "low_mass"
                         continue
                 if not isinstance(outcome, LLMError):
                     raise outcome  # a bug, not a server problem: never hidden behind the fallback
@@ -436,7 +455,7 @@ class LLMReranker:
                     failures[index] = outcome
                     raise outcome
                 failures[index] = outcome
-        return scores, failures, no_logprobs
+        return scores, failures, sources
 
     @contextlib.contextmanager
     def _tell_breaker(self, answered, failures: Mapping[int, LLMError]):
