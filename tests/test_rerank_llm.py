@@ -434,6 +434,31 @@ def test_the_key_is_read_as_expand_reads_it_and_the_hints_name_the_rerankers_set
     assert "check base_url in the llm: config" in said and "--base-url" not in said
 
 
+def test_a_key_given_on_purpose_beats_the_environment_and_an_index_sends_only_the_key_it_names(tmp_path, monkeypatch):
+    monkeypatch.setenv("TOOLSCOUT_LLM_API_KEY", "sk-for-another-service")
+    with FakeLLM(responder=lambda req: Reply("true", logprobs=lp(-0.1, -2.3))) as llm:
+        path = tmp_path / "llm.yaml"
+        path.write_text(f"base_url: {llm.url}\nmodel: m\nmax_retries: 0\n")
+        with LLMReranker.from_settings_file(path, api_key="sk-given") as given:  # --rerank-option api_key=
+            given.rerank([QUERY], candidates(["w"]), TOOLS)
+        assert llm.requests[-1]["_headers"]["authorization"] == "Bearer sk-given"
+        with LLMReranker.from_settings_file(path) as indexed:  # the default variable, read when indexing ...
+            indexed.save(tmp_path / "named")
+        saved = json.loads((tmp_path / "named" / "config.json").read_text())["settings"]
+        assert saved["api_key_env"] == "TOOLSCOUT_LLM_API_KEY"  # ... is named in the index for its searches
+        with LLMReranker.load(tmp_path / "named", api_key="sk-explicit") as loaded:
+            loaded.rerank([QUERY], candidates(["w"]), TOOLS)
+        assert llm.requests[-1]["_headers"]["authorization"] == "Bearer sk-explicit"
+
+        monkeypatch.delenv("TOOLSCOUT_LLM_API_KEY")
+        with LLMReranker.from_settings_file(path) as keyless:  # no key when indexing: the index names none
+            keyless.save(tmp_path / "keyless")
+        monkeypatch.setenv("TOOLSCOUT_LLM_API_KEY", "sk-for-another-service")
+        with load_reranker(tmp_path / "keyless") as loaded:
+            loaded.rerank([QUERY], candidates(["w"]), TOOLS)
+        assert "authorization" not in llm.requests[-1]["_headers"]
+
+
 def test_a_given_client_is_used_and_saved_without_a_key(tmp_path):
     with FakeLLM(responder=lambda req: Reply("true", logprobs=lp(-0.1, -2.3))) as llm, \
             LLMClient(llm.url, "m", api_key="sk-client", max_retries=0) as client:

@@ -139,14 +139,16 @@ def settings_from_client(client: LLMClient) -> LLMSettings:
 
 
 def api_key_from_env(settings: LLMSettings, config_file: str | os.PathLike | None = None, *, strict: bool = True,
-                     environ: Mapping[str, str] | None = None) -> LLMSettings:
-    """Fill `settings.api_key` as `expand` and `generate` do (`LLMSettings.fill_api_key`): from the variable
-    `api_key_env` names, else from TOOLSCOUT_LLM_API_KEY, else a key the config file holds. A variable named on
-    purpose that is not set is an error when `strict` (reading a config file), else a warning (loading an
-    index: its searches still answer, from the first stage)."""
+                     environ: Mapping[str, str] | None = None, key: str | None = None,
+                     default_env: str | None = DEFAULT_KEY_ENV) -> LLMSettings:
+    """Fill `settings.api_key` as `expand` and `generate` do (`LLMSettings.fill_api_key`): `key` (given on
+    purpose: it beats the environment), else the variable `api_key_env` names, else `default_env` (None: no
+    other variable is read), else a key the config file holds. A variable named on purpose that is not set is
+    an error when `strict` (reading a config file), else a warning (loading an index: its searches still
+    answer, from the first stage)."""
     try:
-        settings.fill_api_key(os.environ if environ is None else environ, key=None, key_env_flag=None,
-                              default_env=DEFAULT_KEY_ENV, config_file=config_file)
+        settings.fill_api_key(os.environ if environ is None else environ, key=key, key_env_flag=None,
+                              default_env=default_env or "", config_file=config_file)
     except LLMSettingError as exc:
         if strict:
             raise
@@ -161,7 +163,8 @@ def reranker_hints(settings: LLMSettings) -> SettingHints:
     if settings.api_key_env:
         key = f"the LLM reranker reads the environment variable {settings.api_key_env}, named by api_key_env in {where}"
     else:
-        key = f"the LLM reranker reads the environment variable {DEFAULT_KEY_ENV}; api_key_env in {where} names another"
+        key = (f"the LLM reranker reads the environment variable {DEFAULT_KEY_ENV} when indexing, or the one "
+               f"api_key_env in {where} names; an index whose config names none sends no key")
     return SettingHints(key=key, timeout=f"timeout in {where}", base_url=f"base_url in {where}",
                         deadline="the reranker's deadline setting, e.g. --rerank-option deadline=10 when indexing")
 
@@ -477,6 +480,10 @@ class LLMReranker:
     def save(self, folder: Path) -> None:
         if self._key_not_saved:
             warnings.warn(self._key_not_saved, stacklevel=2)
+        elif self.settings.api_key and not self.settings.api_key_env:
+            warnings.warn("LLM reranker: its API key is not saved (keys never are) and its settings name no "
+                          "api_key_env, so the saved reranker sends no key: name the variable that holds it with "
+                          "api_key_env", stacklevel=2)
         write_reranker_config(Path(folder), self.name, **self.config())
 
     @classmethod
@@ -491,7 +498,10 @@ class LLMReranker:
             saved = {k: v for k, v in (config.get("settings") or {}).items() if k in fields}
             saved.update({k: options.pop(k) for k in list(options) if k in fields})
             settings = LLMSettings(**saved)
-            api_key_from_env(settings, Path(_folder) / "config.json", strict=False)
+            # a key given here beats the environment; else only the variable the index names is read, so that a
+            # default key for another service never goes to the base_url an index names
+            api_key_from_env(settings, Path(_folder) / "config.json", strict=False, key=settings.api_key,
+                             default_env=None)
         saved_args = ("depth", "max_doc_chars", "on_error", "top_logprobs", "deadline", "endpoint_pause")
         args: dict[str, Any] = {key: config[key] for key in saved_args if key in config}
         args["view"] = TextView.from_dict(config.get("view"))
@@ -507,12 +517,16 @@ class LLMReranker:
         fields = set(LLMSettings.__dataclass_fields__)
         overrides = {key: options.pop(key) for key in list(options) if key in fields}
         written = LLMSettings.from_file(path)
-        settings = api_key_from_env(dataclasses.replace(written, **overrides), path)
+        settings = dataclasses.replace(written, **overrides)
+        variable = settings.api_key_env or DEFAULT_KEY_ENV
+        api_key_from_env(settings, path, key=overrides.get("api_key"))
+        if settings.api_key and not settings.api_key_env:
+            settings.api_key_env = variable  # saved: the index's searches read this variable, and no other
         reranker = cls(settings, **options)
-        if written.api_key and settings.api_key == written.api_key:
-            variable = settings.api_key_env or DEFAULT_KEY_ENV
+        if settings.api_key and settings.api_key != os.environ.get(variable):
+            given = "--rerank-option api_key" if overrides.get("api_key") else "api_key"
             reranker._key_not_saved = (
-                f"{path}: api_key is not saved with the index (keys never are), so its searches send the key in the "
+                f"{path}: {given} is not saved with the index (keys never are), so its searches send the key in the "
                 f"environment variable {variable}: set it where they run, or name another with api_key_env")
         return reranker
 
