@@ -281,6 +281,18 @@ def test_pairs_left_unsent_by_the_deadline_do_not_pause_an_endpoint_that_answere
         assert len(llm.requests) == asked + 1 and out.scores[0][0] == pytest.approx(0.9002, abs=1e-4)
 
 
+def test_a_cached_reply_that_is_no_judgement_is_asked_again(tmp_path):
+    with FakeLLM(responder=lambda req: Reply(body=plain_body("maybe"))) as llm, \
+            LLMReranker(settings_for(llm, cache_dir=str(tmp_path / "cache"))) as reranker:
+        with pytest.warns(UserWarning, match="'maybe'"):
+            reranker.rerank([QUERY], candidates(["w"]), TOOLS)
+        llm.responder = lambda req: Reply("true", logprobs=lp(-0.1, -2.3))  # the model answers properly now
+        out = reranker.rerank([QUERY], candidates(["w"]), TOOLS)
+        assert len(llm.requests) == 2 and out.scores[0][0] == pytest.approx(0.9002, abs=1e-4)
+        again = reranker.rerank([QUERY], candidates(["w"]), TOOLS)  # the good reply is cached
+        assert len(llm.requests) == 2 and again.scores[0][0] == pytest.approx(0.9002, abs=1e-4)
+
+
 def test_a_paused_endpoint_still_answers_cached_pairs(tmp_path):
     clock = Clock()
     with FakeLLM(responder=lambda req: Reply("true", logprobs=lp(-0.1, -2.3))) as llm, \

@@ -324,12 +324,20 @@ class LLMReranker:
     def _ask(self, pair: tuple[str, str], deadline: float) -> ChatResult:
         query, document = pair
         hit = self.client.cached_reply(self.messages(query, document), **self._answer_params())
-        if hit is not None:  # a cached pair needs no endpoint, paused or not
+        if hit is not None and self._usable(hit):  # a cached pair needs no endpoint, paused or not
             return hit
         skipped = self.breaker.skip_reason()
         if skipped is not None:
             raise EndpointPaused(f"{self.client.url}: {skipped}")
-        return self._request(query, document, deadline)
+        # the cache was just read: a reply it holds that is no judgement ("maybe", "") is asked again, not kept
+        return self._request(query, document, deadline, use_cache=False)
+
+    def _usable(self, result: ChatResult) -> bool:
+        try:
+            self.score_reply(result)
+        except LLMReplyError:
+            return False
+        return True
 
     def _answer_params(self) -> dict[str, Any]:
         # One token is all the answer needs; its log-probabilities carry the score.
