@@ -100,8 +100,9 @@ class LLMRerankStats:
     `pairs`: (query, candidate) pairs reranked; `asked`: distinct pairs put to the client (duplicates
     within a call are asked once), each ending as exactly one of `logprob_scored`, `text_fallbacks` (scored
     0/1 from the answer text: no log-probabilities), `low_mass` (scored 0/1 from the answer text: true and
-    false held less than MIN_CHOICE_MASS of the first token's probability) or `errors`; `cached`: asked pairs the client answered from its cache; `failed_queries`: queries
-    that kept their first-stage order because a pair failed.
+    false held less than MIN_CHOICE_MASS of the first token's probability) or `errors`; `cached`: asked
+    pairs the client answered from its cache; `failed_queries`: queries that kept their first-stage order
+    because a pair failed.
     """
 
     calls: int = 0
@@ -539,5 +540,5 @@ class LLMReranker:
         return reranker
 
 
-__all__ = ["LLMReranker", "LLMRerankStats", "EndpointBreaker", "EndpointPaused", "answer_score", "SYSTEM_PROMPT", "USER_TEMPLATE",
-           "DEFAULT_DEADLINE", "DEFAULT_ENDPOINT_PAUSE"]
+__all__ = ["LLMReranker", "LLMRerankStats", "EndpointBreaker", "EndpointPaused", "answer_score", "SYSTEM_PROMPT",
+           "USER_TEMPLATE", "DEFAULT_DEADLINE", "DEFAULT_ENDPOINT_PAUSE"]
