@@ -863,3 +863,23 @@ def test_a_task_the_llm_reranker_could_not_judge_says_so_in_its_answer(tmp_path)
     assert all(0 <= h["score"] <= 1 for h in judged["hits"])  # P(true): the reranker ranked this one
     assert again["degraded"] == failed["degraded"] and again["hits"] == failed["hits"] and asked_again > 0
     assert "degraded" in schema
+
+
+def test_a_degraded_answer_tells_callers_the_kind_of_failure_not_the_llm_url_or_reply():
+    """`degraded.reason` went to every search caller with the internal LLM URL, a snippet of its reply body and
+    setting names (review #6). Now callers read a coarse reason; the full error stays in `detail`, which only
+    the local CLI shows (`degraded_dict(detail=True)`)."""
+    from toolscout.hits import Hits
+    from toolscout.llm import LLMConnectionError, LLMHTTPError, LLMReplyError, LLMTimeoutError
+    from toolscout.results import Degraded
+
+    url = "http://llm.internal:8000/v1/chat/completions"
+    errors = {LLMHTTPError(url, 500, "stack trace with OPENAI_API_KEY"): "the LLM answered HTTP 500",
+              LLMTimeoutError(f"POST {url}: no reply within 5 s"): "the LLM did not answer in time",
+              LLMConnectionError(f"POST {url}: cannot reach the server"): "the LLM endpoint could not be reached",
+              LLMReplyError(f"POST {url} → HTTP 200 but the body is not JSON: <html>"): "the LLM's replies could not be read"}
+    for error, reason in errors.items():
+        hits = Hits([], Degraded.from_error("LLM reranker", error, " (tool 'x')"))
+        assert hits.degraded_dict() == {"degraded": {"stage": "LLM reranker", "reason": reason}}
+        local = hits.degraded_dict(detail=True)["degraded"]
+        assert local["detail"] == f"{error} (tool 'x')" and url in local["detail"]

@@ -124,9 +124,13 @@ class Hits(list):
         super().__init__(hits)
         self.degraded = degraded
 
-    def degraded_dict(self) -> dict[str, dict[str, str]]:
-        """`{"degraded": {"stage", "reason"}}` when it is set, else {}: what an answer adds for the task."""
-        return {} if self.degraded is None else {"degraded": self.degraded.to_dict()}
+    def degraded_dict(self, detail: bool = False) -> dict[str, dict[str, str]]:
+        """`{"degraded": {"stage", "reason"}}` when it is set, else {}: what an answer adds for the task.
+        `detail`: add the stage's error in full ("detail"), for a local user only (the CLI)."""
+        if self.degraded is None:
+            return {}
+        full = {"detail": self.degraded.described} if detail else {}
+        return {"degraded": {**self.degraded.to_dict(), **full}}
 
 
 @dataclass(frozen=True)

@@ -190,7 +190,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         print(f"warning: no tool is in namespace {', '.join(map(repr, unknown))}", file=sys.stderr)
     if args.json:  # what POST /search says of each task (one list of unknown namespaces for them all)
         out = [{"query": q, "abstained": abstained(hits), "hits": [h.to_dict() for h in hits],
-                "unknown_namespaces": unknown, **hits.degraded_dict()} for q, hits in zip(args.query, query_hits)]
+                "unknown_namespaces": unknown, **hits.degraded_dict(detail=True)} for q, hits in zip(args.query, query_hits)]
         print(json.dumps(out[0] if len(out) == 1 else out, indent=2, ensure_ascii=False))
         return 0
     for query, hits in zip(args.query, query_hits):
@@ -218,9 +218,10 @@ def print_hits(query: str, hits: Hits) -> None:
 
 
 def degraded_line(degraded) -> str:
-    """The line under a task's table when a stage could not rank it (`results.Degraded`)."""
+    """The line under a task's table when a stage could not rank it (`results.Degraded`): the user runs the
+    search locally, so the line has the stage's error in full."""
     return (f"note: the {degraded.stage} could not rank this task, so these are the first stage's hits: "
-            f"{degraded.reason}")
+            f"{degraded.described}")
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

@@ -356,7 +356,9 @@ class HitOut(BaseModel):
 
 class DegradedOut(BaseModel):
     stage: str = Field(description="The stage that could not rank the task, e.g. \"LLM reranker\".")
-    reason: str = Field(description="Why: the stage's first error for the task.")
+    reason: str = Field(description=(
+        "Why, in coarse words (e.g. \"the LLM answered HTTP 500\", \"the LLM did not answer in time\"); the "
+        "error in full is in the server's log."))
 
 
 class QueryResult(BaseModel):
