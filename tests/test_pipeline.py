@@ -493,3 +493,60 @@ def test_a_damaged_index_file_is_named_and_the_folder_called_damaged(learned_ind
     assert "damaged" in said
     assert f"{root}: CURRENT" in said if name == "CURRENT" else str(damaged) in said or (
         name.endswith("tokens.jsonl") and cut == "empty" and "its retriever holds 0 tools" in said)
+
+
+def test_readers_queued_behind_a_writer_go_on_when_that_writer_is_interrupted_while_waiting():
+    """A writer interrupted in its wait (KeyboardInterrupt) stopped counting itself as waiting but woke no
+    one, so a reader queued behind it slept until some other lock event (review #8). Here: a reader holds
+    the lock, a writer waits for it, a second reader queues behind the writer, and the writer's wait raises;
+    the second reader must now read while the first still holds the lock."""
+    from toolscout.pipeline import ReadWriteLock
+
+    class Interrupted(Exception):
+        pass
+
+    lock = ReadWriteLock()
+    entered = {"writer": threading.Event(), "reader": threading.Event()}
+    interrupt = threading.Event()
+
+    class InterruptibleCondition(threading.Condition):
+        def wait(self, timeout=None):
+            entered[threading.current_thread().name].set()  # the condition is held until wait() releases it
+            woke = super().wait(timeout)
+            if interrupt.is_set() and threading.current_thread().name == "writer":
+                raise Interrupted
+            return woke
+
+    lock._cond = InterruptibleCondition(threading.Lock())
+    read_while_held, writer_raised = threading.Event(), []
+
+    def write():
+        try:
+            with lock.write():
+                pass
+        except Interrupted:
+            writer_raised.append(True)
+
+    def read():
+        with lock.read():
+            read_while_held.set()
+
+    first = lock.read()
+    first.__enter__()
+    try:
+        writer = threading.Thread(target=write, name="writer", daemon=True)
+        writer.start()
+        assert entered["writer"].wait(5)
+        reader = threading.Thread(target=read, name="reader", daemon=True)
+        reader.start()
+        assert entered["reader"].wait(5)
+        with lock._cond:  # both are in wait(): wake the writer alone (the first waiter) to be interrupted
+            interrupt.set()
+            lock._cond.notify(1)
+        writer.join(5)
+        assert writer_raised == [True]
+        assert read_while_held.wait(2), "the reader queued behind the interrupted writer still sleeps"
+    finally:
+        first.__exit__(None, None, None)
+    reader.join(5)
+    assert not reader.is_alive()

@@ -105,11 +105,15 @@ class ReadWriteLock:
     def write(self) -> Iterator[None]:
         with self._cond:
             self._writers_waiting += 1
+            got_it = False
             try:
                 while self._writer or self._readers or self._readers_due:
                     self._cond.wait()
+                got_it = True
             finally:
                 self._writers_waiting -= 1
+                if not got_it:  # interrupted while waiting: the readers queued behind this writer may go now
+                    self._cond.notify_all()
             self._writer = True
         try:
             yield
