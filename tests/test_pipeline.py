@@ -133,7 +133,7 @@ def test_artifact_write_is_atomic_and_checks_kind(tmp_path):
             raise RuntimeError("crash while writing")
     folder, config = read_config(root, kind="x", max_format=1)
     assert (folder / "data.txt").read_text() == "one" and config["kind"] == "x"
-    assert sorted(p.name for p in root.iterdir()) == ["CURRENT", folder.name]
+    assert sorted(p.name for p in root.iterdir()) == ["CURRENT", folder.name, "write.lock"]
     with pytest.raises(ArtifactError, match="expected 'y'"):
         read_config(root, kind="y", max_format=1)
     with pytest.raises(ArtifactError, match="format_version 2"):
@@ -472,7 +472,8 @@ def learned_index(tmp_path_factory, encoder):
 
 
 def test_the_damage_test_covers_every_file_an_index_saves(learned_index):
-    assert sorted(str(p.relative_to(learned_index)) for p in learned_index.rglob("*") if p.is_file()) == SAVED_FILES
+    saved = [p for p in learned_index.rglob("*") if p.is_file() and p.name != "write.lock"]  # a lock, no data
+    assert sorted(str(p.relative_to(learned_index)) for p in saved) == SAVED_FILES
 
 
 @pytest.mark.parametrize("cut", ["half", "empty"])
@@ -550,3 +551,58 @@ def test_readers_queued_behind_a_writer_go_on_when_that_writer_is_interrupted_wh
         first.__exit__(None, None, None)
     reader.join(5)
     assert not reader.is_alive()
+
+
+_SAVER = textwrap.dedent("""
+    import sys
+    from pathlib import Path
+    from toolscout import artifacts
+
+    real_check = artifacts.check_live_version
+    def check_then_pause(root, expected):  # hold the writer between its version check and its commit
+        real_check(root, expected)
+        if sys.argv[3] == "pause" and body_done:  # the check at the commit, after the body
+            print("checked", flush=True)
+            sys.stdin.readline()
+    artifacts.check_live_version = check_then_pause
+    body_done = []
+    try:
+        with artifacts.write_artifact(Path(sys.argv[1]), {"kind": "x", "format_version": 1},
+                                      expected_version=sys.argv[2]) as folder:
+            print("written", flush=True)
+            body_done.append(True)
+            (folder / "who").write_text(sys.argv[3])
+    except artifacts.SaveRefused:
+        print("refused", flush=True)
+        sys.exit(3)
+""")
+
+
+def test_two_processes_saving_over_the_same_version_cannot_both_commit(tmp_path):
+    """The stale-version check before a save's commit was check-then-replace without a lock: two processes
+    that loaded the same version could both pass it, and the later one silently discarded the other's save
+    (review #9). Now the check and the commit hold DIR/write.lock: a second writer checks after the first
+    committed, and is refused. The first writer is paused right after its check (its lock held, when locked)."""
+    root = tmp_path / "idx"
+    with write_artifact(root, {"kind": "x", "format_version": 1}):
+        pass
+    loaded = (root / "CURRENT").read_text().strip()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+
+    def saver(mode):
+        return subprocess.Popen([sys.executable, "-c", _SAVER, str(root), loaded, mode], env=env, text=True,
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+
+    first = saver("pause")
+    assert first.stdout.readline() == "written\n" and first.stdout.readline() == "checked\n"
+    second = saver("go")
+    assert second.stdout.readline() == "written\n"  # its body is done: next, its check and commit
+    try:
+        second.wait(1.5)  # unlocked, it commits over the paused first writer's check at once
+    except subprocess.TimeoutExpired:
+        pass  # waiting on the first writer's lock
+    first.stdin.write("\n")
+    first.stdin.flush()
+    codes = sorted([first.wait(10), second.wait(10)])
+    assert codes == [0, 3], "both writers committed over the version they loaded"
+    assert (root / (root / "CURRENT").read_text().strip() / "who").read_text() == "pause"

@@ -29,6 +29,7 @@ from .errors import ArtifactError, DamagedFile, SaveRefused  # defined with the 
 
 POINTER = "CURRENT"
 CONFIG = "config.json"
+WRITE_LOCK = "write.lock"  # held by a save from its version check to its commit (`write_artifact`)
 SERVE_LOCK = "serve.lock"  # what a server serving the directory holds locked (`serve/directory.py`)
 
 
@@ -269,19 +270,32 @@ def write_artifact(root: str | os.PathLike, config: Mapping[str, Any], *, expect
         yield staging
         write_json(staging / CONFIG, dict(config))
         _fsync_tree(staging)
-        check_not_served(root, held_lock)  # again, as late as can be: the write took a while
-        check_live_version(root, expected_version)
-        tmp_pointer = root / f".{POINTER}.{os.getpid()}.tmp"
-        tmp_pointer.write_text(staging.name + "\n", encoding="utf-8")
-        with open(tmp_pointer, "rb+") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp_pointer, root / POINTER)  # the commit point
-        _fsync_dir(root)
+        with _write_lock(root):  # no other writer between the checks and the commit
+            check_not_served(root, held_lock)  # again, as late as can be: the write took a while
+            check_live_version(root, expected_version)
+            tmp_pointer = root / f".{POINTER}.{os.getpid()}.tmp"
+            tmp_pointer.write_text(staging.name + "\n", encoding="utf-8")
+            with open(tmp_pointer, "rb+") as fh:
+                os.fsync(fh.fileno())
+            os.replace(tmp_pointer, root / POINTER)  # the commit point
+            _fsync_dir(root)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     # Older versions are only removed after the pointer moved, so a reader always finds a whole one.
     _remove_stale_versions(root, keep={staging.name})
+
+
+@contextmanager
+def _write_lock(root: Path) -> Iterator[None]:
+    """Hold `root`'s WRITE_LOCK: one writer at a time checks the live version and commits over it (a check
+    without it lets two processes that loaded the same version both pass it)."""
+    fd = os.open(root / WRITE_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def _remove_stale_versions(root: Path, keep: set[str]) -> None:
