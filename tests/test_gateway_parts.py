@@ -1904,3 +1904,31 @@ def test_a_down_upstreams_reason_says_when_it_is_tried_again_in_clock_time(tmp_p
 
     quits = UpstreamSpec("quits", "stdio", command="sh", args=("-c", "exit 1"))
     anyio.run(_upstream_serving, quits, tmp_path, check)
+
+
+def test_log_redaction_hides_the_configured_query_pairs_only_not_their_values_elsewhere():
+    """Query values were redacted as plain substrings from every httpx/httpcore line, so a short value such as
+    `json` garbled unrelated lines (review #10). Now only `name=value` pairs of the configured names are
+    redacted, the value as written or URL-encoded."""
+    import logging
+
+    from toolscout.gateway.openapi_upstream import _Redaction
+
+    redaction = _Redaction()
+    try:
+        redaction.hide({"format": "json", "api key": "a b/c"})
+
+        def seen(line):
+            record = logging.LogRecord("httpx", logging.INFO, __file__, 1, "%s", (line,), None)
+            assert redaction.filter(record)
+            return record.getMessage()
+
+        assert seen("HTTP Request: GET http://h/x.json?format=json&q=json \"HTTP/1.1 200 OK\"") == \
+            "HTTP Request: GET http://h/x.json?format=***&q=json \"HTTP/1.1 200 OK\""
+        assert seen("(b'content-type', b'application/json')") == "(b'content-type', b'application/json')"
+        assert seen("GET /a?q=1&api+key=a+b%2Fc") == "GET /a?q=1&api+key=***"
+        assert seen("Location: /a?api%20key=a%20b%2Fc&format=json#top") == "Location: /a?api%20key=***&format=***#top"
+        assert seen("GET /a?xformat=json") == "GET /a?xformat=json"  # another name that ends the same
+    finally:
+        for name in _Redaction.LOGGERS:
+            logging.getLogger(name).removeFilter(redaction)

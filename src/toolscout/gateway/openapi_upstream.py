@@ -87,7 +87,7 @@ class OpenApiUpstream:
             logger.warning("upstream %s is down: %s", self.name, self.status.last_error)
             self._read.set()
             await anyio.sleep_forever()
-        _LOG_REDACTION.hide(self.spec.query.values())
+        _LOG_REDACTION.hide(self.spec.query)
         # no secrets on the client (`_Secrets` places them), and no cookies kept: it serves every agent, so a
         # cookie one call was given would go with the next agent's calls
         async with httpx.AsyncClient(timeout=self.timeout, cookies=_no_cookies()) as http:
@@ -315,7 +315,7 @@ class _Unreached(CatalogError):
 
 
 class _Redaction(logging.Filter):
-    """Takes the config's query values (API keys) out of the lines httpx and httpcore log: the URL of each
+    """Takes the config's query pairs' values (API keys) out of the lines httpx and httpcore log: the URL of each
     request (INFO), the headers of each response (DEBUG: a Location may echo the query). Their levels stay
     as whoever configured logging set them."""
 
@@ -324,22 +324,32 @@ class _Redaction(logging.Filter):
 
     def __init__(self) -> None:
         super().__init__()
-        self.secrets: set[str] = set()
+        self.pairs: list[re.Pattern[str]] = []
 
-    def hide(self, values: Iterable[str]) -> None:
-        """Redact `values` (as written, and URL-encoded) from now on; installed on the first call."""
-        self.secrets |= {form for value in values if value for form in (value, quote_plus(value), quote(value))}
-        for name in self.LOGGERS if self.secrets else ():
+    def hide(self, query: Mapping[str, str]) -> None:
+        """Redact the value of each `name=value` pair of `query` in a URL (name and value as written or
+        URL-encoded) from now on, and nothing else: a short value (`json`) stays where it is not the pair's;
+        installed on the first call."""
+        self.pairs += [_query_pair(name, value) for name, value in query.items() if value]
+        for name in self.LOGGERS if self.pairs else ():
             if self not in logging.getLogger(name).filters:
                 logging.getLogger(name).addFilter(self)
 
     def filter(self, record: logging.LogRecord) -> bool:
         text = record.getMessage()
-        redacted = functools.reduce(lambda line, secret: line.replace(secret, "***"),
-                                    sorted(self.secrets, key=len, reverse=True), text)
+        redacted = functools.reduce(lambda line, pair: pair.sub(r"\1***", line), self.pairs, text)
         if redacted != text:
             record.msg, record.args = redacted, None
         return True
+
+
+def _query_pair(name: str, value: str) -> re.Pattern[str]:
+    """`name=value` as a whole pair of a URL's query: after `?`, `&` or `;`, and before the next one (or a
+    fragment, a space, a quote, the end); group 1 is `name=`."""
+    def forms(text: str) -> str:
+        written = {text, quote_plus(text), quote(text), quote(text, safe="")}
+        return "|".join(re.escape(form) for form in sorted(written, key=len, reverse=True))
+    return re.compile(rf"(?<=[?&;])((?:{forms(name)})=)(?:{forms(value)})(?![^&;#\s\"'])")
 
 
 _LOG_REDACTION = _Redaction()
