@@ -84,6 +84,20 @@ def test_a_lone_surrogate_anywhere_in_a_tool_is_refused_as_catalog_files_refuse_
     assert Tool("t", "t", description="📁 files \u00e9").description == "📁 files é"  # real characters pass
 
 
+def test_a_lone_surrogate_in_a_set_in_raw_is_refused_and_an_object_whose_repr_raises_is_no_error():
+    """The quick check read `raw` off json.dumps(default=repr), whose repr escapes surrogates: one inside a set
+    was missed; and an object whose __repr__ raised made `Tool()` raise that (review #11). Now whatever JSON
+    cannot write is walked, sets included, and an object that is no text is left alone."""
+    with pytest.raises(InvalidRequest, match=r"^tool 't': raw.tags\[0\]: a lone surrogate"):
+        Tool("t", "t", raw={"tags": {"x\ud800"}})
+
+    class Opaque:
+        def __repr__(self):
+            raise RuntimeError("no repr")
+
+    assert isinstance(Tool("t", "t", raw={"handle": Opaque(), "tags": frozenset({"ok"})}).raw["handle"], Opaque)
+
+
 def test_parameters_may_use_any_json_schema_feature():
     for parameters in ({"type": "object", "properties": {"a": {"$ref": "#/$defs/A"}, "b": True, "c": False},
                         "$defs": {"A": {"type": "string"}}, "additionalProperties": False, "required": ["a"]},

@@ -114,6 +114,7 @@ def is_blank(text: str) -> bool:
 SURROGATE_PROBLEM = "a lone surrogate (\\ud800 to \\udfff) is not a Unicode character"
 SURROGATE_HINT = "write the character itself, or leave it out"
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_WALKED = (Mapping, list, tuple, set, frozenset)  # what lone_surrogate_at looks into
 
 
 def holds_lone_surrogate(text: str) -> bool:
@@ -122,11 +123,11 @@ def holds_lone_surrogate(text: str) -> bool:
 
 def lone_surrogate_at(value: object, where: str) -> str | None:
     """Where (`where`, extended by keys and list positions; "": from the first key) a text in `value` (a
-    string, or data made of mappings, lists and tuples, walked without recursion) holds a lone surrogate;
-    None: nowhere."""
+    string, or data made of mappings, lists, tuples and sets, walked without recursion) holds a lone
+    surrogate; None: nowhere. Other objects are no text, left alone."""
     if isinstance(value, str):
         return where if holds_lone_surrogate(value) else None
-    if not isinstance(value, (Mapping, list, tuple)) or _surely_without_surrogates(value):
+    if not isinstance(value, _WALKED) or _surely_without_surrogates(value):
         return None
     pending, seen = [(value, where)], set()
     while pending:
@@ -134,7 +135,7 @@ def lone_surrogate_at(value: object, where: str) -> str | None:
         if isinstance(node, str):
             if holds_lone_surrogate(node):
                 return at
-        elif isinstance(node, (Mapping, list, tuple)) and id(node) not in seen:
+        elif isinstance(node, _WALKED) and id(node) not in seen:
             seen.add(id(node))  # data that holds itself is walked once
             items = node.items() if isinstance(node, Mapping) else enumerate(node)
             for key, child in items:
@@ -147,11 +148,16 @@ def lone_surrogate_at(value: object, where: str) -> str | None:
 
 def _surely_without_surrogates(data: object) -> bool:
     """Whether `data` has no lone surrogate, read off its JSON text (written in C: most tools are checked at
-    that speed); False when that cannot tell (data too deep for it, or holding itself): walk it then."""
+    that speed); False when that cannot tell (data too deep for it, holding itself, or holding what JSON
+    cannot write, such as a set: a repr would escape the surrogate): walk it then."""
     try:
-        return not holds_lone_surrogate(json.dumps(data, ensure_ascii=False, default=repr))
-    except (ValueError, TypeError, RecursionError):
+        return not holds_lone_surrogate(json.dumps(data, ensure_ascii=False, default=_not_json))
+    except Exception:  # whatever stops the writer, the walk tells
         return False
+
+
+def _not_json(value: object) -> object:
+    raise TypeError(f"{type(value).__name__} is not JSON")
 
 
 def listed(value: object, what: str, want: str = "a list") -> list:
