@@ -262,6 +262,29 @@ def test_arguments_give_back_renamed_keys_only_where_the_schema_declares_them():
         "items": [{"item no": 1, "page_size": "free"}], "extra": {"item no": 2}}
 
 
+def test_arguments_give_back_renamed_keys_under_schema_parts_the_walk_does_not_know():
+    """Keys declared under if/then/else, dependentSchemas, not, or a draft-04 tuple `items: [...]` were no
+    longer given back (review #12): the walk kept every key it found no declaration for. Now a key is kept as
+    sent only under an explicit additionalProperties (a schema, or true) or a matching patternProperties."""
+    tool = Tool("api.tag", "tag", "Tag a resource", namespace="api", parameters={
+        "type": "object",
+        "properties": {"kind": {"type": "string"}, "pair": {"type": "array", "items": [
+            {"type": "object", "properties": {"item no": {"type": "integer"}}}, {"type": "string"}]},
+            "tags": {"type": "object", "patternProperties": {"size$": {"type": "string"}}}},
+        "if": {"properties": {"kind": {"const": "page"}}},
+        "then": {"properties": {"page size": {"type": "integer"}}},
+        "else": {"properties": {"sheet size": {"type": "integer"}}},
+        "dependentSchemas": {"kind": {"properties": {"due date": {"type": "string"}}}},
+        "not": {"properties": {"bad key": {"type": "string"}}}})
+    search = AnthropicToolSearch(ToolScout.from_tools([tool], retriever="bm25"))
+    [definition] = search.deferred_tools()
+    call = {"kind": "page", "page_size": 5, "sheet_size": 1, "due_date": "today", "bad_key": "b",
+            "pair": [{"item_no": 3}, "x"], "tags": {"page_size": "kept"}}
+    assert search.arguments(definition["name"], call) == {
+        "kind": "page", "page size": 5, "sheet size": 1, "due date": "today", "bad key": "b",
+        "pair": [{"item no": 3}, "x"], "tags": {"page_size": "kept"}}
+
+
 def test_openai_namespaces_of_non_ascii_titles_stay_apart_and_name_back(tmp_path):
     from toolscout.ingest import load_tools
 

@@ -148,13 +148,13 @@ def _with_keys_renamed(node: Any, renames: Mapping[str, str]) -> Any:
 
 def _keys_restored(value: Any, schema: Any, restore: Mapping[str, str], root: Mapping) -> Any:
     """`value` (a call's input, or part of it) with the keys the offered `schema` renamed given back
-    (`restore`: {offered key: the tool's own key}), walking the value and its schema together: a key is
-    restored only where the schema declares it as a property, so keys of free-form data (an
-    `additionalProperties` map of the user's own labels) stay exactly as the model sent them."""
+    (`restore`: {offered key: the tool's own key}), walking the value and its schema together: keys of
+    free-form data (an explicit `additionalProperties` map of the user's own labels, or a `patternProperties`
+    match) stay exactly as the model sent them; every other key is restored (declared as a property, or
+    under a schema part the walk does not know, such as `not`)."""
     node = _schema_at(schema, root)
     if isinstance(value, list):
-        prefix = node.get("prefixItems") if isinstance(node.get("prefixItems"), list) else []
-        rest = node.get("items", {})
+        prefix, rest = _item_schemas(node)
         return [_keys_restored(item, prefix[i] if i < len(prefix) else rest, restore, root)
                 for i, item in enumerate(value)]
     if not isinstance(value, Mapping):
@@ -164,9 +164,23 @@ def _keys_restored(value: Any, schema: Any, restore: Mapping[str, str], root: Ma
     for key, item in value.items():
         if key in declared:
             out[restore.get(key, key)] = _keys_restored(item, declared[key], restore, root)
-        else:
-            out[key] = _keys_restored(item, _undeclared_schema(node, key), restore, root)
+            continue
+        free_form = _free_form_schema(node, key)
+        if free_form is not None:  # the user's own key, as the model sent it
+            out[key] = _keys_restored(item, free_form, restore, root)
+        else:  # a schema part the walk does not know may declare it: give the tool its own key
+            out[restore.get(key, key)] = _keys_restored(item, {}, restore, root)
     return out
+
+
+def _item_schemas(node: Mapping) -> tuple[list, Any]:
+    """(the schemas of an array's first items, the schema of the rest): `prefixItems` and `items`, or
+    draft-04's tuple form, `items: [...]` and `additionalItems`."""
+    items = node.get("items", {})
+    if isinstance(items, list):
+        return items, node.get("additionalItems", {})
+    prefix = node.get("prefixItems")
+    return (prefix if isinstance(prefix, list) else []), items
 
 
 def _schema_at(schema: Any, root: Mapping) -> Mapping:
@@ -185,21 +199,30 @@ def _schema_at(schema: Any, root: Mapping) -> Mapping:
 
 
 def _declared_properties(node: Mapping, root: Mapping, seen: set[int]) -> dict[str, Any]:
-    """{property key: its schema} that `node` declares, itself or through allOf/anyOf/oneOf."""
+    """{property key: its schema} that `node` declares, itself or through its branches (`_branches`)."""
     if id(node) in seen:
         return {}
     seen.add(id(node))
     own = node.get("properties")
     declared = dict(own) if isinstance(own, Mapping) else {}
-    for combinator in ("allOf", "anyOf", "oneOf"):
-        branches = node.get(combinator)
-        for branch in branches if isinstance(branches, list) else ():
-            declared.update(_declared_properties(_schema_at(branch, root), root, seen))
+    for branch in _branches(node):
+        declared.update(_declared_properties(_schema_at(branch, root), root, seen))
     return declared
 
 
-def _undeclared_schema(node: Mapping, key: str) -> Any:
-    """The schema of a key `node` does not declare: its `patternProperties` match, else `additionalProperties`."""
+def _branches(node: Mapping) -> list:
+    """The subschemas whose properties an object of `node` may have: allOf/anyOf/oneOf, if/then/else and
+    dependentSchemas (`not` declares none the object may have)."""
+    branches = [b for combinator in ("allOf", "anyOf", "oneOf")
+                for b in (node.get(combinator) if isinstance(node.get(combinator), list) else ())]
+    branches += [node[part] for part in ("if", "then", "else") if part in node]
+    dependent = node.get("dependentSchemas")
+    return branches + (list(dependent.values()) if isinstance(dependent, Mapping) else [])
+
+
+def _free_form_schema(node: Mapping, key: str) -> Any:
+    """The schema `node` explicitly gives a key it does not declare, its `patternProperties` match, else its
+    `additionalProperties` (a schema, or true); None when it gives none."""
     patterns = node.get("patternProperties")
     for pattern, schema in (patterns.items() if isinstance(patterns, Mapping) else ()):
         try:
@@ -207,7 +230,8 @@ def _undeclared_schema(node: Mapping, key: str) -> Any:
                 return schema
         except re.error:
             continue
-    return node.get("additionalProperties", {})
+    extra = node.get("additionalProperties")
+    return extra if isinstance(extra, Mapping) or extra is True else None
 
 
 # -------------------------------------------------------------------------------------- names
