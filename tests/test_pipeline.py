@@ -322,6 +322,21 @@ def test_a_write_a_component_refuses_part_way_changes_nothing_and_save_refuses_a
     assert len(ToolScout.load(tmp_path / "idx")) == len(tools) + 1  # the good version is still there
 
 
+def test_save_refuses_a_hybrid_whose_second_component_disagrees_with_the_catalog(tools, tmp_path):
+    """The consistency check before a save read the hybrid's size, its first component's only: a stray tool
+    in the second component went unseen and the save wrote an index that cannot be loaded (review #13).
+    Every component is checked now."""
+    from toolscout.errors import Conflict
+    from toolscout.retrievers.hybrid import HybridRetriever
+
+    torn = ToolScout(HybridRetriever(["bm25", "bm25"], weights=[1.0, 1.0]), tools)
+    torn.retriever.components[1].add([Tool("zz.stray", "stray", "Not in the catalog")])
+    with pytest.raises(Conflict, match=rf"its retriever's component 1 \(bm25\) holds {len(tools) + 1} tools but "
+                                       rf"its catalog {len(tools)}\)"):
+        torn.save(tmp_path / "idx")
+    assert not (tmp_path / "idx").exists()
+
+
 def test_a_stale_scout_saving_over_a_newer_save_is_refused_unless_told_to_overwrite(tools, tmp_path):
     """Two scouts loaded one index; one saved, then the other saved and silently discarded the first one's
     tools. A save now checks that the directory's live version is the one the scout loaded or last saved."""

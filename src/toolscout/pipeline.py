@@ -42,7 +42,7 @@ from .relevance import DEPTH as RELEVANCE_DEPTH
 from .relevance import Calibration, dense_part, features_of, shipped_calibration
 from .rerank.base import Reranker, kept_first_stage, load_reranker
 from .results import Filter, Results
-from .retrievers.base import Retriever, encoding_parts, load_retriever, make_retriever, task_encoders
+from .retrievers.base import Composite, Retriever, encoding_parts, load_retriever, make_retriever, task_encoders
 from .spec import PIPELINE_FORMAT, PIPELINE_KIND, LeafSource, PipelineSpec, read_pipeline_config
 from .tool import TextView, Tool, tools_by_id
 from .version import __version__
@@ -123,6 +123,19 @@ class ReadWriteLock:
                 self._writes_done += 1
                 self._readers_due = self._readers_waiting  # their turn: before the next write
                 self._cond.notify_all()
+
+
+def _size_disagreement(retriever: Retriever, catalog_size: int) -> str | None:
+    """How `retriever`, or one of its components (a hybrid's each hold the whole catalog), disagrees in size
+    with a catalog of `catalog_size` tools; None when all agree."""
+    parts = [("its retriever", retriever)]
+    if isinstance(retriever, Composite):
+        parts += [(f"its retriever's component {i} ({part.name})", part)
+                  for i, part in enumerate(retriever.components)]
+    for what, part in parts:
+        if len(part) != catalog_size:
+            return f"{what} holds {len(part)} tools but its catalog {catalog_size}"
+    return None
 
 
 class ToolScout:
@@ -433,9 +446,7 @@ class ToolScout:
     def _check_consistent(self, path: str | Path) -> None:
         """Refuse to save a scout whose retriever and catalog disagree: the version it would write could not
         be loaded, and writing it would retire the good one `path` holds."""
-        problem = self._disagreement or (None if len(self.retriever) == len(self._tools) else
-                                         f"its retriever holds {len(self.retriever)} tools but its catalog "
-                                         f"{len(self._tools)}")
+        problem = self._disagreement or _size_disagreement(self.retriever, len(self._tools))
         if problem:
             raise Conflict(f"not saving to {path}: this scout is inconsistent ({problem}), and saving it would "
                            "replace what is there with an index that cannot be loaded; load the directory again")
