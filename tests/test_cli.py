@@ -765,8 +765,9 @@ def test_search_with_a_failing_llm_reranker_keeps_the_first_stages_hits_and_says
     assert "DegradedResults" not in err and ".py:" not in err
     # the answer itself says so, per task (the warning alone was on stderr): --json and the table
     assert "degraded" not in json.loads(out)  # the index without a reranker: nothing to say
-    assert degraded["stage"] == "LLM reranker" and f"POST {llm.url}/chat/completions → HTTP 500" in degraded["reason"]
-    assert degraded["reason"].endswith(f"(tool {plain[0][0]!r})")  # the first candidate's pair failed first
+    # a local user: the error in full (`detail`), beside the reason callers of a server read
+    assert degraded["stage"] == "LLM reranker" and f"POST {llm.url}/chat/completions → HTTP 500" in degraded["detail"]
+    assert degraded["detail"].endswith(f"(tool {plain[0][0]!r})")  # the first candidate's pair failed first
     note = next(line for line in table.splitlines() if line.startswith("note:"))
     assert note.startswith("note: the LLM reranker could not rank this task, so these are the first stage's hits: POST")
 

@@ -830,7 +830,7 @@ def test_search_definitions_say_which_tool_and_which_keys_a_model_s_call_means(t
 
 
 @pytest.mark.filterwarnings("ignore::toolscout.errors.DegradedResults")  # what the answer says is checked
-def test_a_task_the_llm_reranker_could_not_judge_says_so_in_its_answer(tmp_path):
+def test_a_task_the_llm_reranker_could_not_judge_says_so_in_its_answer(tmp_path, caplog):
     """An LLM reranker that failed on a task left the first stage's hits in a 200 answer with nothing saying
     so (trial8 #5; the warning was on the server's stderr only). Now that task's result has `degraded`
     {stage, reason} and the other task's has none; such an answer is not cached: the next search asks again."""
@@ -863,6 +863,9 @@ def test_a_task_the_llm_reranker_could_not_judge_says_so_in_its_answer(tmp_path)
     assert all(0 <= h["score"] <= 1 for h in judged["hits"])  # P(true): the reranker ranked this one
     assert again["degraded"] == failed["degraded"] and again["hits"] == failed["hits"] and asked_again > 0
     assert "degraded" in schema
+    logged = [r.getMessage() for r in caplog.records if r.name == "toolscout.serve.service"]
+    assert any(line.startswith("search: the LLM reranker could not rank a task: ") and
+               f"POST {llm.url}/chat/completions → HTTP 500" in line for line in logged), logged
 
 
 def test_a_degraded_answer_tells_callers_the_kind_of_failure_not_the_llm_url_or_reply():

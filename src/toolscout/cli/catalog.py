@@ -190,7 +190,8 @@ def cmd_search(args: argparse.Namespace) -> int:
         print(f"warning: no tool is in namespace {', '.join(map(repr, unknown))}", file=sys.stderr)
     if args.json:  # what POST /search says of each task (one list of unknown namespaces for them all)
         out = [{"query": q, "abstained": abstained(hits), "hits": [h.to_dict() for h in hits],
-                "unknown_namespaces": unknown, **hits.degraded_dict(detail=True)} for q, hits in zip(args.query, query_hits)]
+                "unknown_namespaces": unknown, **hits.degraded_dict(detail=True)}  # local: the error in full
+               for q, hits in zip(args.query, query_hits)]
         print(json.dumps(out[0] if len(out) == 1 else out, indent=2, ensure_ascii=False))
         return 0
     for query, hits in zip(args.query, query_hits):

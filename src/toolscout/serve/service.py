@@ -276,6 +276,10 @@ class ToolService:
     def _search_many(self, options: tuple, queries: Sequence[Query]) -> list[Hits]:
         tenant, flt, policy, down = options
         answers = self.storage.tenant(tenant).pipeline().hits(list(queries), flt, policy)  # checked: not again
+        for hits in answers:  # callers read a coarse reason (`Degraded.to_dict`); the error in full is logged
+            if hits.degraded is not None:
+                logger.warning("search: the %s could not rank a task: %s", hits.degraded.stage,
+                               hits.degraded.described)
         if down is None:
             return answers
         return [Hits([replace(h, available=(h.tool.namespace or "") not in down) for h in hits], hits.degraded)
