@@ -866,3 +866,17 @@ def _result(data: Mapping[str, Any], model: str, url: str, cached: bool) -> Chat
         prompt_tokens=0 if cached else int(usage.get("prompt_tokens") or 0),
         completion_tokens=0 if cached else int(usage.get("completion_tokens") or 0),
         logprobs=parse_logprobs(choice), cached=cached)
+
+
+def public_reason(error: BaseException) -> str:
+    """Why a stage failed, in words any search caller may read: the kind of failure, nothing of the
+    endpoint's URL, its reply or the server's settings (those stay in `Degraded.detail` and the log)."""
+    if isinstance(error, LLMTimeoutError):
+        return "the LLM did not answer in time"
+    if isinstance(error, LLMConnectionError):
+        return "the LLM endpoint could not be reached"
+    if isinstance(error, LLMHTTPError):
+        return f"the LLM answered HTTP {error.status}"
+    if isinstance(error, LLMReplyError):
+        return "the LLM's replies could not be read"
+    return "the stage failed (the server's log says why)"

@@ -65,18 +65,13 @@ class Filter:
 class Degraded:
     """What a search could not do for one task: its `stage` (e.g. "LLM reranker") failed on it, so the task
     got the ranking of the stage before (a reranker's fallback keeps the first stage's list). `reason`: why,
-    in words fit for any caller (no URL, server body or setting names: `public_reason`); `detail`: the
+    in words fit for any caller (no URL, server body or setting names: `llm.public_reason`); `detail`: the
     stage's first error in full, for the server's log and a local user (the CLI); "" when `reason` says all.
     Every remote interface shows it as `to_dict()`, `{"stage": ..., "reason": ...}`."""
 
     stage: str
     reason: str
     detail: str = ""
-
-    @classmethod
-    def from_error(cls, stage: str, error: BaseException, about: str = "") -> "Degraded":
-        """`stage` failed with `error` (`about`: what it was judging, e.g. " (tool 'x')", kept in the detail)."""
-        return cls(stage, public_reason(error), f"{error}{about}")
 
     @property
     def described(self) -> str:
@@ -86,22 +81,6 @@ class Degraded:
     def to_dict(self) -> dict[str, str]:
         """What a remote caller is told: the stage and the coarse reason, never the detail."""
         return {"stage": self.stage, "reason": self.reason}
-
-
-def public_reason(error: BaseException) -> str:
-    """Why a stage failed, in words any search caller may read: the kind of failure, nothing of the
-    endpoint's URL, its reply or the server's settings (those stay in `Degraded.detail` and the log)."""
-    from .llm import LLMConnectionError, LLMHTTPError, LLMReplyError, LLMTimeoutError
-
-    if isinstance(error, LLMTimeoutError):
-        return "the LLM did not answer in time"
-    if isinstance(error, LLMConnectionError):
-        return "the LLM endpoint could not be reached"
-    if isinstance(error, LLMHTTPError):
-        return f"the LLM answered HTTP {error.status}"
-    if isinstance(error, LLMReplyError):
-        return "the LLM's replies could not be read"
-    return "the stage failed (the server's log says why)"
 
 
 @dataclass(frozen=True)

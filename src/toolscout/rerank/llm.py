@@ -65,6 +65,7 @@ from ..llm import (
     SettingHints,
     MIN_CHOICE_MASS,
     choice_masses,
+    public_reason,
     snippet,
 )
 from ..results import Degraded, Results
@@ -249,7 +250,8 @@ def _kept_because(candidates: Results, slots: list[list[int]],
                   failures: Mapping[int, LLMError]) -> list[Degraded | None]:
     """Per query that lost a pair, its first failure (the tool named): what its answer says of the fallback."""
     firsts = [next((j for j, s in enumerate(slots[q]) if s in failures), None) for q in range(len(candidates))]
-    return [None if j is None else Degraded("LLM reranker", f"{failures[slots[q][j]]} (tool {candidates.ids[q][j]!r})")
+    return [None if j is None else Degraded("LLM reranker", public_reason(failures[slots[q][j]]),
+                                            f"{failures[slots[q][j]]} (tool {candidates.ids[q][j]!r})")
             for q, j in enumerate(firsts)]
 
 
