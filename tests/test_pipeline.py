@@ -123,6 +123,26 @@ def test_add_update_remove(tools):
         assert scout.find(tools[1].id) == tools[1]
 
 
+def test_a_commit_never_removes_a_newer_version_another_writer_is_still_writing(tmp_path):
+    """Two writers of one folder: the first to finish swept every version but its own, including the folder
+    the other was still writing into, whose commit then pointed at nothing or failed. Now a commit removes only
+    the versions older than its own, under the write lock; the newer writer's save then succeeds."""
+    root, config = tmp_path / "a", {"kind": "x", "format_version": 1}
+    with write_artifact(root, config) as folder:
+        (folder / "data.txt").write_text("zero")
+    first, second = write_artifact(root, config), write_artifact(root, config)
+    older = first.__enter__()
+    newer = second.__enter__()  # staged after the first: a higher version number
+    (older / "data.txt").write_text("first")
+    first.__exit__(None, None, None)  # the first writer commits while the second is mid-write
+    assert newer.is_dir()
+    (newer / "data.txt").write_text("second")
+    second.__exit__(None, None, None)
+    folder, _ = read_config(root, kind="x", max_format=1)
+    assert folder.name == newer.name and (folder / "data.txt").read_text() == "second"
+    assert not older.exists()  # the older version went with the newer commit
+
+
 def test_artifact_write_is_atomic_and_checks_kind(tmp_path):
     root = tmp_path / "a"
     with write_artifact(root, {"kind": "x", "format_version": 1}) as folder:

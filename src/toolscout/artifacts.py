@@ -279,11 +279,12 @@ def write_artifact(root: str | os.PathLike, config: Mapping[str, Any], *, expect
                 os.fsync(fh.fileno())
             os.replace(tmp_pointer, root / POINTER)  # the commit point
             _fsync_dir(root)
+            # Older versions go only after the pointer moved, so a reader always finds a whole one; newer ones
+            # are other writers' folders, still being written.
+            _remove_stale_versions(root, below=staging.name)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    # Older versions are only removed after the pointer moved, so a reader always finds a whole one.
-    _remove_stale_versions(root, keep={staging.name})
 
 
 @contextmanager
@@ -298,12 +299,12 @@ def _write_lock(root: Path) -> Iterator[None]:
         os.close(fd)  # releases the lock
 
 
-def _remove_stale_versions(root: Path, keep: set[str]) -> None:
+def _remove_stale_versions(root: Path, below: str) -> None:
+    """Remove the versions older than `below` (the one just made live) and leftover pointer files."""
     for entry in root.iterdir():
-        if entry.name in keep or entry.name == POINTER:
-            continue
         if entry.is_dir() and entry.name.startswith("v") and entry.name[1:].isdigit():
-            shutil.rmtree(entry, ignore_errors=True)
+            if int(entry.name[1:]) < int(below[1:]):
+                shutil.rmtree(entry, ignore_errors=True)
         elif entry.name.startswith(f".{POINTER}.") and entry.name.endswith(".tmp"):
             entry.unlink(missing_ok=True)
 
