@@ -22,6 +22,7 @@ import httpx
 
 from ..errors import CatalogError
 from ..ingest.openapi import DEFAULT_STYLES
+from ..ingest.remote import is_http_url
 from ..tool import Tool
 
 
@@ -236,7 +237,7 @@ def document_base_url(document: Any, location: str) -> str | None:
     (None)."""
     if not isinstance(document, Mapping):
         return None
-    served = httpx.URL(location) if location.lower().startswith(("http://", "https://")) else None
+    served = httpx.URL(location) if is_http_url(location) else None
     if "swagger" in document:
         host = document.get("host") or (served.netloc.decode("ascii") if served else None)
         if not host:
@@ -263,9 +264,9 @@ def server_url(server: Mapping[str, Any], where: str, location: str) -> str | No
         return str(variable["default"])
 
     url = re.sub(r"\{([^{}]+)\}", default, str(server["url"]))
-    if url.lower().startswith(("http://", "https://")):
+    if is_http_url(url):
         return url
-    return urljoin(location, url) if location.lower().startswith(("http://", "https://")) else None
+    return urljoin(location, url) if is_http_url(location) else None
 
 
 def _path_names(path: str) -> list[str]:

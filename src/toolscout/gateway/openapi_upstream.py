@@ -72,6 +72,7 @@ class OpenApiUpstream:
         self.status = UpstreamStatus(spec.name, "openapi", spec.describe())
         self.relist_every = relist_every
         self.base_url: str | None = spec.base_url
+        self._supplied = Supplied.of(spec.headers, spec.query)  # parameters the config sets: no arguments
         self._read_from = spec.spec or ""  # the URL the document was last read from (after redirects)
         self.extras = Extras()  # an HTTP API has no prompts or resources
         self._http: httpx.AsyncClient | None = None
@@ -181,8 +182,7 @@ class OpenApiUpstream:
         report = LoadReport()
         tools = parse_tools(document, format="openapi", lenient=True, source=where, namespace=self.name,
                             report=report, as_served=True)
-        supplied = Supplied.of(self.spec.headers, self.spec.query)
-        tools = [without_supplied(tool, supplied) for tool in tools]
+        tools = [without_supplied(tool, self._supplied) for tool in tools]
         for warning in report.warnings:
             logger.warning("%s", warning)
         self._read_from = read_from
@@ -215,7 +215,7 @@ class OpenApiUpstream:
         """The document, where the config says it is, and the URL it was read from (after redirects; what
         relative server URLs are resolved against)."""
         location = self.spec.spec or ""
-        if not location.lower().startswith(("http://", "https://")):
+        if not remote.is_http_url(location):
             read = functools.partial(read_structured, Path(location), location, lenient=True)
             return await anyio.to_thread.run_sync(_third_party, read), location, location
         assert self._http is not None
@@ -243,7 +243,7 @@ class OpenApiUpstream:
                                       f"{self.status.last_error or 'its OpenAPI document has not been read yet'}")
         server = self._base_url_of(tool)
         try:
-            request = call_request(tool, arguments, server, headers, Supplied.of(self.spec.headers, self.spec.query))
+            request = call_request(tool, arguments, server, headers, self._supplied)
         except CatalogError as exc:
             return error_result(f"upstream {self.name!r}: {exc}")
         what = f"the call of {tool.name}"
@@ -280,7 +280,7 @@ class OpenApiUpstream:
         if not isinstance(server, Mapping) or not server.get("url"):
             return self.base_url or ""
         read_from = self._read_from
-        relative_to = read_from if read_from.lower().startswith(("http://", "https://")) else self.base_url or ""
+        relative_to = read_from if remote.is_http_url(read_from) else self.base_url or ""
         return server_url(server, f"{tool.name}: servers[0]", relative_to) or self.base_url or ""
 
     def _secrets(self) -> _Secrets:
@@ -288,9 +288,10 @@ class OpenApiUpstream:
         return _Secrets(_origin(httpx.URL(self.base_url or "")), self.spec.headers, self.spec.query)
 
     async def _send(self, http: httpx.AsyncClient, request: httpx.Request) -> httpx.Response:
-        """One request of a call (or of a redirect it follows). Sent again once, on a new connection, when a kept-alive one turned out closed (the
-        service closed it while idle: a race every keep-alive timeout invites) and sending it twice is safe:
-        its method is idempotent (RFC 9110). A POST or PATCH is never sent twice: it may have been received."""
+        """One request of a call (or of a redirect it follows). Sent again once, on a new connection, when a
+        kept-alive one turned out closed (the service closed it while idle: a race every keep-alive timeout
+        invites) and sending it twice is safe: its method is idempotent (RFC 9110). A POST or PATCH is never
+        sent twice: it may have been received."""
         try:
             return await http.send(request)
         except (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError) as exc:

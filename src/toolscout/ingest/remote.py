@@ -37,6 +37,11 @@ def url_scheme(location: str) -> str | None:
     return match.group(1).lower() if match else None
 
 
+def is_http_url(location: str) -> bool:
+    """Whether `location` is an http:// or https:// URL (else a path, or another kind of location)."""
+    return url_scheme(location) in ("http", "https")
+
+
 def unsupported_scheme_problem(location: str) -> str | None:
     """Why `location` cannot be read, when it is a URL of a scheme other than http(s) (a typo such as
     'htp://', or ftp://); None otherwise."""
@@ -49,7 +54,7 @@ def unsupported_scheme_problem(location: str) -> str | None:
 
 def is_document_url(location: str, format: str | None) -> bool:
     """Whether an http(s) `location` is read as a document (see the module doc), not as an MCP endpoint."""
-    if url_scheme(location) not in ("http", "https"):
+    if not is_http_url(location):
         return False
     if format is not None:
         return format != "mcp"
