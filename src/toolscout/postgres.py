@@ -309,7 +309,9 @@ def missing_catalogs(spec: str | PgSpec, tenants: Sequence[str] = ()) -> list[st
     are bound to) that has no catalog (`PgCatalog.missing_catalog`)."""
     catalog = PgCatalog.from_spec(spec)
     try:
-        notes = (catalog.for_tenant(tenant).missing_catalog() for tenant in dict.fromkeys([catalog.tenant, *tenants]))
+        known = catalog.database.tenants()  # one read for them all
+        notes = (catalog.for_tenant(tenant).missing_catalog(known)
+                 for tenant in dict.fromkeys([catalog.tenant, *tenants]))
         return [note for note in notes if note is not None]
     finally:
         catalog.close()

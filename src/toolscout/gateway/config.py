@@ -48,7 +48,7 @@ from typing import Any, Mapping
 
 from ..defaults import usable_cores
 from ..errors import ToolScoutError
-from ..ingest.remote import unsupported_scheme_problem
+from ..ingest.remote import is_http_url, unsupported_scheme_problem
 
 DEFAULT_TIMEOUT_S = 60.0
 PING_EVERY_S = 10.0  # how often the gateway pings each MCP upstream (mcp_upstream: what a missed ping does)
@@ -277,9 +277,9 @@ class _Reader:
         common = self._common(where, entry)
         base_url = self._string(where, entry, "base_url") or self._string(where, entry, "baseUrl")
         spec = self._expand(f"{where}.spec", self._string(where, entry, "spec", required=True)) or ""
-        if unsupported_scheme_problem(spec):  # 'htp://...' is a typo, not a file beside the config
-            self._unresolved(f"{where}.spec: {unsupported_scheme_problem(spec)}")
-        elif not re.match(r"^https?://", spec, re.IGNORECASE):
+        if problem := unsupported_scheme_problem(spec):  # 'htp://...' is a typo, not a file beside the config
+            self._unresolved(f"{where}.spec: {problem}")
+        elif not is_http_url(spec):
             if not Path(spec).is_absolute():
                 spec = str((self.path.parent / spec).resolve())  # relative to the config file, as people expect
             if self.enabled and not Path(spec).is_file():

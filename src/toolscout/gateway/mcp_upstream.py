@@ -313,9 +313,10 @@ class McpUpstream:
         """Re-list on every change notification, and every `relist_every` seconds whatever happens. A listing
         the gateway could not record is listed and recorded again every RECORD_AGAIN_S on the same connection:
         the server is not at fault, and its calls go on meanwhile."""
-        within, unrecorded, extras_due = self.relist_every, False, False
+        unrecorded, extras_due = False, False
+        retry_in = min(self.relist_every, RECORD_AGAIN_S)
         while True:
-            tools, extras = await self._relist_due(within)
+            tools, extras = await self._relist_due(retry_in if unrecorded else self.relist_every)
             # a listing not recorded yet is listed again whatever woke this (a prompts-only change, say), and
             # prompts or resources that changed while the tools failed to be recorded are still to be listed
             tools, extras = tools or unrecorded, extras or extras_due
@@ -326,8 +327,7 @@ class McpUpstream:
                     await self._announce(await self._list_extras(client))
             except ListingNotRecorded as exc:
                 extras_due = extras
-                within = min(self.relist_every, RECORD_AGAIN_S)
-                self.status.last_error = f"{exc} ({next_attempt(within)})"
+                self.status.last_error = f"{exc} ({next_attempt(retry_in)})"
                 logger.log(logging.INFO if unrecorded else logging.WARNING, "upstream %s: %s", self.name,
                            self.status.last_error)
                 unrecorded = True
@@ -339,7 +339,7 @@ class McpUpstream:
             if unrecorded:
                 self.status.change("up")  # marks why it was not recorded as past
                 logger.warning("upstream %s: its listing is recorded again", self.name)
-            within, unrecorded, extras_due = self.relist_every, False, False
+            unrecorded, extras_due = False, False
 
     async def _relist_due(self, within: float) -> tuple[bool, bool]:
         """Wait for a change notification, or `within` seconds (then both are due); whether the tools, and

@@ -150,8 +150,8 @@ def load_tools(source: str | os.PathLike | list | dict | Callable, format: str |
         raise CatalogError(f"{name!r}: the catalog's path or name is empty")
     path = Path(name)
     if not path.exists():
-        if remote.unsupported_scheme_problem(name):  # 'htp://host/x.json' is a typo, not a missing file
-            raise CatalogError(remote.unsupported_scheme_problem(name))
+        if problem := remote.unsupported_scheme_problem(name):  # 'htp://host/x.json' is a typo, not a missing file
+            raise CatalogError(problem)
         if isinstance(source, str) and remote.is_document_url(name, format):
             return _parse(remote.fetch_document(name, lenient=lenient), format, lenient, name, namespace, report)
         if format in (None, "mcp") and isinstance(source, str) and live_mcp.is_live_source(name):
@@ -213,7 +213,7 @@ def _load_jsonl_definitions(path: Path, name: str, format: str | None, lenient: 
 def _format_of_line(row: Any) -> str:
     """The format a JSONL line shows a sign of; CatalogError when it shows none (not JSON, not an object, or
     an object no format's tool looks like): then there is nothing to say about it but the parser's error."""
-    shape = format_of_item(row) if isinstance(row, Mapping) else None
+    shape = format_of_item(row)  # None for anything but an object (a JSON line is never callable)
     if shape is None:
         raise CatalogError("the line shows no format")
     return shape

@@ -163,13 +163,14 @@ class _OperationParser:
         by_path = f"{method.upper()} {path}"
         if not op_id:
             return by_path
-        first = self.operation_ids.setdefault(op_id.strip(), position)
+        op_id = op_id.strip()
+        first = self.operation_ids.setdefault(op_id, position)
         if first != position:
-            self.ctx.warn(f"{position}: operationId {brief(op_id.strip())} is already the id of {first}; this "
+            self.ctx.warn(f"{position}: operationId {brief(op_id)} is already the id of {first}; this "
                           f"operation's id is {brief(by_path)}, its method and path (give it an operationId of its "
                           "own to name it)")
             return by_path
-        return op_id.strip()
+        return op_id
 
     # ------------------------------------------------------------------------------- parameters
     def _parameters(self, position: str, op: Mapping, shared: Any, path_at: str, budget: Budget,

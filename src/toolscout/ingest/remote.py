@@ -118,6 +118,6 @@ def fetch_document(url: str, timeout: float = READ_TIMEOUT_S, lenient: bool = Fa
                            "up") from None
     if len(data) > MAX_DOCUMENT_BYTES:
         raise CatalogError(too_large_problem(url))
-    if html_problem(url, content_type):
-        raise CatalogError(str(html_problem(url, content_type)))
+    if problem := html_problem(url, content_type):
+        raise CatalogError(problem)
     return parse_document(data, url, lenient=lenient)

@@ -102,10 +102,11 @@ class PgCatalog(PgTenantRows):
     def before_commit(self, hook: Callable[[], None] | None) -> None:
         self.vectors.before_commit = hook
 
-    def missing_catalog(self) -> str | None:
-        """None when the tenant has a catalog (`PgDatabase.tenants`); else that it has none and which tenants the
-        table has: a mistyped ?tenant= reads as an empty catalog otherwise (searches abstain, reports show zeros)."""
-        tenants = self.database.tenants()
+    def missing_catalog(self, tenants: Mapping[str, int] | None = None) -> str | None:
+        """None when the tenant has a catalog (`tenants`, else read: `PgDatabase.tenants`); else that it has none
+        and which tenants the table has: a mistyped ?tenant= reads as an empty catalog otherwise (searches
+        abstain, reports show zeros)."""
+        tenants = self.database.tenants() if tenants is None else tenants
         if self.tenant in tenants:
             return None
         return (f"tenant {self.tenant!r} has no catalog in index table {self.table!r} (the table's tenants: "
