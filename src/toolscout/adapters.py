@@ -44,6 +44,7 @@ from .tool import Tool
 NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 _INVALID = re.compile(r"[^a-zA-Z0-9_-]+")
 MAX_NAME = 64
+_NAME_MAPS = frozenset({"properties", "patternProperties", "$defs", "definitions"})  # keyword: {name: schema}
 
 # Python / informal type names found in real catalogs (the benchmark data uses "str", "int", ...).
 _TYPE_ALIASES = {"str": "string", "string": "string", "int": "integer", "integer": "integer", "float": "number",
@@ -85,7 +86,7 @@ def _clean_schema(node: Any) -> Any:
             out[key] = [_TYPE_ALIASES.get(v.strip().lower(), v) if isinstance(v, str) else v for v in value
                         if not (isinstance(v, str) and _TYPE_ALIASES.get(v.strip().lower(), v) is None)]
             continue
-        if key in ("properties", "patternProperties", "$defs", "definitions") and isinstance(value, Mapping):
+        if key in _NAME_MAPS and isinstance(value, Mapping):
             out[key] = {k: _clean_schema(v) for k, v in value.items()}
         else:
             out[key] = _clean_schema(value)
@@ -122,7 +123,7 @@ def _property_keys(node: Any) -> Iterable[str]:
         for key, value in node.items():
             if key == "properties" and isinstance(value, Mapping):
                 yield from (str(k) for k in value)
-            if key in ("properties", "patternProperties", "$defs", "definitions") and isinstance(value, Mapping):
+            if key in _NAME_MAPS and isinstance(value, Mapping):
                 yield from _property_keys(list(value.values()))  # a map of names: its values are schemas
             else:
                 yield from _property_keys(value)
@@ -136,7 +137,7 @@ def _with_keys_renamed(node: Any, renames: Mapping[str, str]) -> Any:
         return node
     out = {}
     for key, value in node.items():
-        if key in ("properties", "patternProperties", "$defs", "definitions") and isinstance(value, Mapping):
+        if key in _NAME_MAPS and isinstance(value, Mapping):
             rename = renames if key == "properties" else {}
             out[key] = {rename.get(k, k): _with_keys_renamed(v, renames) for k, v in value.items()}
         elif key == "required" and isinstance(value, list) and isinstance(node.get("properties"), Mapping):

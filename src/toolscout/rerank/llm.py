@@ -64,7 +64,7 @@ from ..llm import (
     LLMTimeoutError,
     SettingHints,
     MIN_CHOICE_MASS,
-    choice_masses,
+    choice_probability,
     public_reason,
     snippet,
 )
@@ -366,13 +366,13 @@ class LLMReranker:
         """(score, where it came from: "logprobs", "text" when the reply has no log-probabilities, "low_mass"
         when true and false hold less than MIN_CHOICE_MASS of them). Raises LLMReplyError when the answer is
         neither true nor false."""
-        masses = choice_masses(result, "true", "false")
-        if masses is not None and sum(masses) >= MIN_CHOICE_MASS:
-            return masses[0] / sum(masses), "logprobs"
+        p = choice_probability(result, "true", "false")
+        if p is not None:
+            return p, "logprobs"
         p = answer_score(result.text)
         if p is None:
             raise LLMReplyError(f"the model answered {result.text[:80]!r}, expected true or false")
-        return p, "text" if masses is None else "low_mass"
+        return p, "low_mass" if result.logprobs else "text"  # logprobs there: true and false held too little
 
     # reranking ---------------------------------------------------------------------------
     def rerank(self, queries: Sequence[str], candidates: Results, tools: Mapping[str, Tool],
