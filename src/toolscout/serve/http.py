@@ -368,7 +368,7 @@ def _definitions(service: ToolService, hits: list, fmt: str, principal: Principa
         tools = to_openai(hits, style="responses" if fmt == "openai_responses" else "chat", names=names)
     offered = [names.name(hit.tool) for hit in hits]  # the names the definitions carry, in their order
     out: dict[str, Any] = {"tools": tools, "tool_ids": {name: names.tool(name).id for name in offered}}
-    renamed = {name: names.argument_names(name) for name in offered if names.argument_names(name)}
+    renamed = {name: keys for name in offered if (keys := names.argument_names(name))}
     if renamed:
         out["argument_names"] = renamed
     return out
