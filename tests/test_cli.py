@@ -111,7 +111,9 @@ def test_index_shows_how_far_the_embedding_of_a_large_catalog_is_unless_quiet(ca
     catalogs = [CATALOGS / "petstore_openapi.yaml", CATALOGS / "mcp_reference_servers.json"]
     code, _, err = run(capsys, "index", *catalogs, "--out", tmp_path / "idx", "--retriever", "dense")
     assert code == 0, err
-    assert "encoding: 100%" in err and "45/45" in err
+    # counted per text where the int8 encoding runs each text alone, per batch where float32 batches them
+    # (a CPU whose int8 differs from the checked one: docs/install.md)
+    assert re.search(r"encoding: 100%\|[^|]*\| (\d+)/\1 ", err), err
     code, _, err = run(capsys, "index", *catalogs, "--out", tmp_path / "quiet", "--retriever", "dense", "--quiet")
     assert code == 0 and "encoding" not in err and "indexed 45 tools" in err
     monkeypatch.setattr(encoders, "PROGRESS_FROM", 46)  # one tool more than the catalog: no bar

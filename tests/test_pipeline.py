@@ -143,6 +143,72 @@ def test_a_commit_never_removes_a_newer_version_another_writer_is_still_writing(
     assert not older.exists()  # the older version went with the newer commit
 
 
+def test_a_commit_never_removes_an_older_version_another_writer_is_still_writing(tmp_path):
+    """The mirror case: the writer that staged first (the lower number) is still writing when the later one
+    commits. That commit swept every older version, the first writer's folder with them, and the first
+    writer's save then failed, or, had it finished writing, pointed CURRENT at a removed folder. A version a
+    writer still holds is left alone; the first writer then commits (its save is the later one)."""
+    root, config = tmp_path / "a", {"kind": "x", "format_version": 1}
+    with write_artifact(root, config) as folder:
+        (folder / "data.txt").write_text("zero")
+    first, second = write_artifact(root, config), write_artifact(root, config)
+    older = first.__enter__()
+    newer = second.__enter__()
+    (newer / "data.txt").write_text("second")
+    second.__exit__(None, None, None)  # the later writer commits while the first is mid-write
+    assert older.is_dir()
+    (older / "data.txt").write_text("first")
+    first.__exit__(None, None, None)
+    folder, _ = read_config(root, kind="x", max_format=1)
+    assert folder.name == older.name and (folder / "data.txt").read_text() == "first"
+    assert sorted(p.name for p in root.iterdir()) == ["CURRENT", "claim.lock", older.name, "write.lock"]
+
+
+_MANY_SAVERS = textwrap.dedent("""
+    import sys
+    from pathlib import Path
+    from toolscout.artifacts import write_artifact
+    for i in range(int(sys.argv[2])):
+        with write_artifact(Path(sys.argv[1]), {"kind": "x", "format_version": 1}) as folder:
+            (folder / "who").write_text(f"{sys.argv[3]}-{i}")
+""")
+
+
+def test_processes_saving_at_once_never_fail_or_leave_the_pointer_dangling(tmp_path):
+    """Each writer numbered its version as one more than the folders it saw, then created it: two processes
+    could pick the same number (FileExistsError), and a commit swept a folder another was still writing. Four
+    processes saving 15 times each, at once: every save succeeds, and the live version is whole."""
+    root = tmp_path / "idx"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    savers = [subprocess.Popen([sys.executable, "-c", _MANY_SAVERS, str(root), "15", str(n)], env=env,
+                               stderr=subprocess.PIPE, text=True) for n in range(4)]
+    errors = [s.communicate(timeout=120)[1] for s in savers]
+    assert [s.returncode for s in savers] == [0] * 4, "\n".join(errors)
+    folder, _ = read_config(root, kind="x", max_format=1)
+    assert (folder / "who").read_text().endswith("-14")  # the last save of one of them
+    assert sorted(p.name for p in root.iterdir()) == ["CURRENT", "claim.lock", folder.name, "write.lock"]
+
+
+def test_a_first_save_killed_before_its_commit_does_not_block_the_next_save(tmp_path):
+    """A first save killed before its commit (SIGKILL: no cleanup ran) leaves a version folder and no CURRENT.
+    That directory was refused as "not a toolscout artefact", so the user could not save there again; now it
+    is recognised as a first save's leftovers, the next save commits, and the leftovers go."""
+    root, config = tmp_path / "idx", {"kind": "x", "format_version": 1}
+    (root / "v000001").mkdir(parents=True)
+    (root / "v000001" / "half.npy").write_bytes(b"\x93NUMPY")
+    (root / "write.lock").touch()
+    with write_artifact(root, config) as folder:
+        (folder / "data.txt").write_text("whole")
+    folder, _ = read_config(root, kind="x", max_format=1)
+    assert (folder / "data.txt").read_text() == "whole"
+    assert sorted(p.name for p in root.iterdir()) == ["CURRENT", "claim.lock", folder.name, "write.lock"]
+    (root / "CURRENT").unlink()
+    (root / "notes.txt").write_text("mine")  # a user's own file: still not ours to write into
+    with pytest.raises(ArtifactError, match="not a toolscout artefact"):
+        with write_artifact(root, config):
+            pass
+
+
 def test_artifact_write_is_atomic_and_checks_kind(tmp_path):
     root = tmp_path / "a"
     with write_artifact(root, {"kind": "x", "format_version": 1}) as folder:
@@ -153,7 +219,7 @@ def test_artifact_write_is_atomic_and_checks_kind(tmp_path):
             raise RuntimeError("crash while writing")
     folder, config = read_config(root, kind="x", max_format=1)
     assert (folder / "data.txt").read_text() == "one" and config["kind"] == "x"
-    assert sorted(p.name for p in root.iterdir()) == ["CURRENT", folder.name, "write.lock"]
+    assert sorted(p.name for p in root.iterdir()) == ["CURRENT", "claim.lock", folder.name, "write.lock"]
     with pytest.raises(ArtifactError, match="expected 'y'"):
         read_config(root, kind="y", max_format=1)
     with pytest.raises(ArtifactError, match="format_version 2"):
@@ -507,7 +573,7 @@ def learned_index(tmp_path_factory, encoder):
 
 
 def test_the_damage_test_covers_every_file_an_index_saves(learned_index):
-    saved = [p for p in learned_index.rglob("*") if p.is_file() and p.name != "write.lock"]  # a lock, no data
+    saved = [p for p in learned_index.rglob("*") if p.is_file() and p.name not in ("write.lock", "claim.lock")]  # locks, no data
     assert sorted(str(p.relative_to(learned_index)) for p in saved) == SAVED_FILES
 
 

@@ -7,7 +7,9 @@ Layout of an artefact directory `DIR`:
 
 `write_artifact` builds a new version folder beside the live one, fsyncs it, then swaps `CURRENT` with
 one `os.replace` — a single atomic rename. A crash at any point leaves the previous version loadable;
-leftovers of an interrupted write are removed by the next successful one.
+leftovers of an interrupted write are removed by the next successful one. Each writer claims its version
+number (a locked `.vNNNNNN.writing` file), so writers that start together never take one number, and a
+commit removes the versions it replaced but never one another writer is still writing.
 
 A write never silently discards another writer's: it is refused (`SaveRefused`) while a server holds the
 directory (`DIR/serve.lock`: the server's next snapshot would replace it), and, for a writer that says which
@@ -30,6 +32,8 @@ from .errors import ArtifactError, DamagedFile, SaveRefused  # defined with the 
 POINTER = "CURRENT"
 CONFIG = "config.json"
 WRITE_LOCK = "write.lock"  # held by a save from its version check to its commit (`write_artifact`)
+_CLAIM = ".writing"  # `.vNNNNNN.writing`: held by the writer of that version (`_claim_version`)
+CLAIM_LOCK = "claim.lock"  # held while a version number is claimed, or while a commit decides what to remove
 SERVE_LOCK = "serve.lock"  # what a server serving the directory holds locked (`serve/directory.py`)
 
 
@@ -193,7 +197,7 @@ def check_replaceable(root: str | os.PathLike, config: Mapping[str, Any]) -> Non
         return
     live = current_version(root)
     if live is None:
-        if not (root / POINTER).exists() and any(root.iterdir()):
+        if not (root / POINTER).exists() and not unfinished_first_save(root):
             raise ArtifactError(f"{root}: directory exists, is not empty and is not a toolscout artefact; "
                                 "refusing to write into it")
         return
@@ -206,6 +210,16 @@ def check_replaceable(root: str | os.PathLike, config: Mapping[str, Any]) -> Non
     if held.get("kind") != config["kind"]:
         raise ArtifactError(f"{root}: holds {describe(held)}; writing {describe(config)} there would replace it. "
                             "Give another folder, or remove that one first")
+
+
+def unfinished_first_save(root: Path) -> bool:
+    """Whether `root`, which has no CURRENT, holds nothing but what a first save makes before its commit (or
+    left when it died): empty, or version folders, claims, locks and pointer files. Another first save may be
+    under way; a crashed one left its folder. Either way the directory is this writer's to save into."""
+    return all(_version_number(entry.name) is not None or entry.name in (WRITE_LOCK, CLAIM_LOCK)
+               or (entry.name.startswith(".v") and entry.name.endswith(_CLAIM))
+               or (entry.name.startswith(f".{POINTER}.") and entry.name.endswith(".tmp"))
+               for entry in root.iterdir())
 
 
 def live_version_name(root: str | os.PathLike) -> str | None:
@@ -263,9 +277,7 @@ def write_artifact(root: str | os.PathLike, config: Mapping[str, Any], *, expect
     check_not_served(root, held_lock)
     check_live_version(root, expected_version)
     root.mkdir(parents=True, exist_ok=True)
-    number = 1 + max((int(p.name[1:]) for p in root.glob("v[0-9]*") if p.name[1:].isdigit()), default=0)
-    staging = root / f"v{number:06d}"
-    staging.mkdir()
+    staging, claim = _claim_version(root)
     try:
         yield staging
         write_json(staging / CONFIG, dict(config))
@@ -279,19 +291,71 @@ def write_artifact(root: str | os.PathLike, config: Mapping[str, Any], *, expect
                 os.fsync(fh.fileno())
             os.replace(tmp_pointer, root / POINTER)  # the commit point
             _fsync_dir(root)
-            # Older versions go only after the pointer moved, so a reader always finds a whole one; newer ones
-            # are other writers' folders, still being written.
-            _remove_stale_versions(root, below=staging.name)
+            # The replaced versions go only after the pointer moved, so a reader always finds a whole one;
+            # a version another writer still holds (`_claim_version`) stays.
+            _remove_stale_versions(root, live=staging.name)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    finally:
+        _release_claim(root, staging.name, claim)
 
 
-@contextmanager
+def _claim_version(root: Path) -> tuple[Path, int]:
+    """A new version folder for one writer, and its claim: the locked file `.vNNNNNN.writing`, held until the
+    writer commits or gives up, so that no other writer takes the same number and no other commit sweeps the
+    folder away while it is being written. Claimed under CLAIM_LOCK, as the sweep decides, not the write lock: a
+    writer starts while another is checked and committed."""
+    with _lock(root / CLAIM_LOCK):
+        names = [p.name for p in root.glob("v[0-9]*")]
+        names += [p.name[1:-len(_CLAIM)] for p in root.glob(f".v[0-9]*{_CLAIM}")]
+        taken = [n for n in map(_version_number, names) if n is not None]
+        staging = root / f"v{1 + max(taken, default=0):06d}"
+        claim = os.open(root / f".{staging.name}{_CLAIM}", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            fcntl.flock(claim, fcntl.LOCK_EX)
+            staging.mkdir()
+        except BaseException:
+            _release_claim(root, staging.name, claim)
+            raise
+        return staging, claim
+
+
+def _version_number(name: str) -> int | None:
+    """The number of a version folder's name (`v000003`: 3), or None for any other name."""
+    return int(name[1:]) if name.startswith("v") and name[1:].isdigit() else None
+
+
+def _release_claim(root: Path, name: str, claim: int) -> None:
+    (root / f".{name}{_CLAIM}").unlink(missing_ok=True)
+    os.close(claim)  # releases the lock
+
+
+def _claimed(root: Path, name: str) -> bool:
+    """Whether a live writer holds version `name` (a claim left by one that died is not held)."""
+    try:
+        fd = os.open(root / f".{name}{_CLAIM}", os.O_RDWR)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
 def _write_lock(root: Path) -> Iterator[None]:
     """Hold `root`'s WRITE_LOCK: one writer at a time checks the live version and commits over it (a check
     without it lets two processes that loaded the same version both pass it)."""
-    fd = os.open(root / WRITE_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    return _lock(root / WRITE_LOCK)
+
+
+@contextmanager
+def _lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on the file `path` (made if missing) for the block."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -299,12 +363,16 @@ def _write_lock(root: Path) -> Iterator[None]:
         os.close(fd)  # releases the lock
 
 
-def _remove_stale_versions(root: Path, below: str) -> None:
-    """Remove the versions older than `below` (the one just made live) and leftover pointer files."""
-    for entry in root.iterdir():
-        if entry.is_dir() and entry.name.startswith("v") and entry.name[1:].isdigit():
-            if int(entry.name[1:]) < int(below[1:]):
-                shutil.rmtree(entry, ignore_errors=True)
-        elif entry.name.startswith(f".{POINTER}.") and entry.name.endswith(".tmp"):
-            entry.unlink(missing_ok=True)
-
+def _remove_stale_versions(root: Path, live: str) -> None:
+    """Remove every version but `live` (the one just made live) and those other writers hold, with the claims
+    and pointer files that writers which died left behind (the caller holds the write lock)."""
+    with _lock(root / CLAIM_LOCK):  # no claim made while deciding; none is made later for these numbers
+        stale = [entry for entry in root.iterdir() if _version_number(entry.name) is not None
+                 and entry.name != live and not _claimed(root, entry.name)]
+        stale_claims = [entry for entry in root.glob(f".v*{_CLAIM}")
+                        if not (root / entry.name[1:-len(_CLAIM)]).exists()]  # its writer died before the folder
+    for entry in stale:
+        shutil.rmtree(entry, ignore_errors=True)
+        (root / f".{entry.name}{_CLAIM}").unlink(missing_ok=True)
+    for entry in stale_claims + list(root.glob(f".{POINTER}.*.tmp")):
+        entry.unlink(missing_ok=True)

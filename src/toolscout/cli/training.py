@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..artifacts import unfinished_first_save
 from .options import number_in, parse_options
 
 
@@ -51,7 +52,7 @@ def _check_out(out: str, method: str) -> None:
     if not folder.is_dir():
         raise ValueError(f"--out {out}: is a file; give a folder for the model")
     held = model_config(folder)
-    if held is None and any(folder.iterdir()):
+    if held is None and not unfinished_first_save(folder):  # a killed first save's leftovers are its to replace
         raise ValueError(f"--out {out}: holds something that is not a toolscout model (an index, a benchmark "
                          "folder?); give a new folder")
     if held is not None and held[1].get("method") != method:
