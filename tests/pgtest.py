@@ -107,3 +107,11 @@ def new_table() -> str:
 def spec(uri: str, table: str, tenant: str | None = None) -> str:
     extra = f"&table={table}" + (f"&tenant={tenant}" if tenant else "")
     return uri + (extra if "?" in uri else "?" + extra[1:])
+
+
+def assert_same_ranking(got, want) -> None:
+    """Two lists of hits rank the same tools in the same order with the same scores, up to float32's last
+    digits: pgvector and numpy sum a float32 dot product in different orders, and rounding both to a fixed
+    number of places split them wherever a score sat on a rounding boundary."""
+    assert [h.tool.id for h in got] == [h.tool.id for h in want]
+    assert [h.score for h in got] == pytest.approx([h.score for h in want], rel=1e-5, abs=1e-6)

@@ -14,7 +14,7 @@ import httpx
 import numpy as np
 import pytest
 from fakellm import FakeLLM, Reply, message_text
-from pgtest import new_table, postgres_uri, spec
+from pgtest import assert_same_ranking, new_table, postgres_uri, spec
 from servers import start_server, stop
 from traffic import RAIN_TASK, mixed
 
@@ -187,8 +187,7 @@ def test_a_migrated_directory_keeps_its_pipeline(tmp_path, tools, encoder):
         pipeline = service.storage.tenant(None).pipeline()
         assert pipeline.spec == local.spec and pipeline.retriever.fusion == "score"
         for q in QUERIES:
-            got = [(h.tool.id, round(h.score, 5)) for h in service.search(q, K, min_score=None)]
-            assert got == [(h.tool.id, round(h.score, 5)) for h in local.search(q, k=K)]
+            assert_same_ranking(service.search(q, K, min_score=None), local.search(q, k=K))
 
 
 def test_what_postgresql_cannot_serve_is_refused_naming_the_setting(catalog_file, tmp_path, tools, encoder, capsys):

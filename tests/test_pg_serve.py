@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 import pytest
-from pgtest import new_table, own_server_uri, pg_ctl, postgres_uri, signal_server, spec
+from pgtest import assert_same_ranking, new_table, own_server_uri, pg_ctl, postgres_uri, signal_server, spec
 from servers import start_server
 from traffic import RAIN, RAIN_TASK, events, mixed
 
@@ -682,10 +682,10 @@ def test_replicas_rank_exactly_as_the_library_before_and_after_feedback(pg, tool
     one, two = (ToolService.open(store_spec, encoder=encoder, batch_workers=0) for _ in range(2))
     try:
         def same(queries):
-            want = [[(h.tool.id, round(h.score, 5)) for h in hits] for hits in local.search(queries, k=6)]
+            wanted = local.search(queries, k=6)
             for replica in (one, two):
-                got = [[(h.tool.id, round(h.score, 5)) for h in replica.search(q, 6, min_score=None)] for q in queries]
-                assert got == want
+                for q, want in zip(queries, wanted):
+                    assert_same_ranking(replica.search(q, 6, min_score=None), want)
             assert one.stats()["dense_search"] == ("in memory" if dense_in == "memory" else "pgvector HNSW")
 
         same(QUERIES)
