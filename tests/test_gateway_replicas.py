@@ -330,6 +330,183 @@ def test_a_token_bound_to_another_tenant_is_refused_naming_both(pg, tmp_path, ca
     assert "not both" in capsys.readouterr().err
 
 
+# ------------------------------------------------------- replicas that stop, restart or miss their beats
+# In-process replicas (open_gateway on one tenant) in front of real stub servers; their beats are driven by the
+# test (`beat`), and time passing without a beat is the replicas' `at` in the database moved back, so nothing
+# waits for the 15 s beat or the 60 s live window.
+
+def open_replica(tmp_path, name, servers, store):
+    """A gateway replica on `store` with the config `servers`, opened as `toolscout gateway --store` opens one
+    (its start-up beat included), its beats left to the test."""
+    from toolscout.gateway.config import parse_config
+    from toolscout.gateway.runtime import GatewaySettings, open_gateway
+
+    config = parse_config({"mcpServers": servers}, tmp_path / f"{name}.json", {})
+    gateway = open_gateway(config, GatewaySettings(index=tmp_path / name, store=store, search_wait=0,
+                                                   service={"min_probability": None}))
+    gateway.listings.heartbeat_every = None  # the test beats for it
+    return gateway
+
+
+def beat(gateway):
+    """One of `gateway`'s beats (every HEARTBEAT_S while it runs), now."""
+    return gateway.announce()
+
+
+def running(gateway, scenario):
+    """`await scenario()` while `gateway` runs, once its enabled upstreams are up; then it stops as on SIGTERM
+    (closing tells the other replicas)."""
+
+    async def main():
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(gateway.run)
+            for upstream in gateway.upstreams.values():
+                if upstream.name not in gateway.options.disabled:
+                    assert await upstream.wait_up(120), upstream.status.to_dict()
+            result = await scenario()
+            tasks.cancel_scope.cancel()
+        return result
+
+    try:
+        return anyio.run(main)
+    finally:
+        gateway.close()
+        gateway.service.close()
+
+
+def closed(*gateways):
+    for gateway in gateways:
+        with contextlib.suppress(Exception):  # closed already by `running`
+            gateway.close()
+        gateway.service.close()
+
+
+def teach(gateway, tool_id, n=2):
+    from toolscout.feedback import FeedbackEvent
+
+    events = [FeedbackEvent(f"task {i} that {tool_id} served", (tool_id,), "session:test") for i in range(n)]
+    assert gateway.service.feedback(events).taught == n
+
+
+def extra_of(gateway):
+    """extra's tools in the shared catalog as `gateway` reads it, with what feedback taught each."""
+    _total, tools = gateway.service.list(namespace="extra", limit=1000)
+    return {t.id: gateway.service.feedback_of(t.id)["learned"] for t in tools}
+
+
+def miss_beats(pg, table, seconds, replica=None):
+    """As if `replica` (every replica: None) had not beaten for `seconds` more: the database was away, or the
+    replica paused."""
+    with db(pg) as conn:
+        conn.execute("UPDATE toolscout_listings SET at = at - make_interval(secs => %s) WHERE tbl = %s "
+                     "AND (%s::text IS NULL OR replica = %s)", [seconds, table, replica, replica])
+
+
+def test_a_replica_that_stops_restarts_or_starts_with_its_server_broken_loses_none_of_its_servers_learning(
+        pg, tmp_path, caplog):
+    """Replica A names server `common`, B `common` and `extra`. B stopped (a deploy, a reboot, a crash): A's next
+    beat deleted every tool of extra, with everything calls had taught them ("removed 10 tools of servers no
+    longer in the config", in A's log though extra was in B's), and B restarted embedded them again, having
+    learned nothing. Now extra's tools and their learning stay while any replica names extra, restarted or
+    with extra broken; once no replica has named it for the keep window they go, and A's log says which
+    server's tools went, why, and with how much learning."""
+    from toolscout.gateway.listings import KEEP_SERVER_S, LIVE_S
+    from toolscout.serve.service import ADMIN
+
+    table = new_table()
+    store = spec(pg, table, "t")
+    b_servers = {"common": stub("common"), "extra": stub("extra")}
+    a = open_replica(tmp_path, "a", {"common": stub("common")}, store)  # never run: its beats are the test's
+    b = open_replica(tmp_path, "b", b_servers, store)
+
+    async def listed_and_taught():
+        teach(b, "extra.echo")
+
+    try:
+        running(b, listed_and_taught)  # B lists extra, is taught through, then stops
+        taught = extra_of(a)
+        assert len(taught) == 10 and taught["extra.echo"] == 2
+        beat(a)
+        assert extra_of(a) == taught  # B stopping took nothing
+        found = anyio.run(lambda: a.search("echo the text back", 5, principal=ADMIN, session="s"))
+        assert {h.tool.namespace for h in found.hits} == {"common"}  # A does not serve extra: not in its searches
+
+        restarted = open_replica(tmp_path, "b2", b_servers, store)
+        version = restarted.service.version()
+
+        async def relisted():
+            beat(a)
+            assert extra_of(restarted) == taught and restarted.service.version() == version  # nothing embedded
+
+        running(restarted, relisted)
+        beat(a)
+        assert extra_of(a) == taught
+
+        # B restarted with extra broken: it names extra though it cannot list it; a week on, extra stays
+        broken = open_replica(tmp_path, "b3", {"extra": {"command": str(tmp_path / "no-such-server")}}, store)
+        miss_beats(pg, table, KEEP_SERVER_S + LIVE_S)
+        beat(broken)
+        beat(a)
+        assert extra_of(a) == taught
+        broken.close()
+        # no replica has named extra for the keep window: now its tools go, and A says so
+        miss_beats(pg, table, KEEP_SERVER_S + LIVE_S)
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="toolscout.gateway.core"):
+            beat(a)
+        assert extra_of(a) == {}
+        said = [r.getMessage() for r in caplog.records if "removed" in r.getMessage()]
+        assert len(said) == 1 and "10 tools of 'extra'" in said[0] and "2 requests" in said[0], said
+        assert "7 days" in said[0], said
+    finally:
+        closed(a)
+
+
+def test_a_replica_that_misses_its_beats_keeps_its_servers_tools_and_lists_them_again_when_it_beats_again(
+        pg, tmp_path):
+    """B paused for 75 s (a frozen VM, a long GC pause), or every replica cut off from the database for 75 s:
+    the first replica without extra to beat afterwards deleted extra's tools and their learning, and B, beating
+    again, did not write them back (in its own memory they were recorded): for up to 5 minutes (its next
+    relisting) no replica could find or call them while B's /health said extra was up. Now a late replica's
+    server keeps its tools and learning; and a tool that went while B was late (a replica whose extra lacks it
+    relisted extra meanwhile) is listed again at B's next beat, searchable at once."""
+    from toolscout.gateway.listings import LIVE_S
+    from toolscout.gateway.upstream import Listing
+    from toolscout.serve.service import ADMIN
+
+    table = new_table()
+    store = spec(pg, table, "t")
+    a = open_replica(tmp_path, "a", {"common": stub("common", disabled=True)}, store)
+    b = open_replica(tmp_path, "b", {"common": stub("common", disabled=True), "extra": stub("extra")}, store)
+    c = open_replica(tmp_path, "c", {"extra": stub("extra", disabled=True)}, store)
+
+    async def late():
+        teach(b, "extra.pid")
+        taught = extra_of(a)
+        miss_beats(pg, table, LIVE_S + 15, b.listings.replica)  # B paused
+        beat(a)
+        assert extra_of(a) == taught
+        miss_beats(pg, table, LIVE_S + 15)  # the database away for every replica; A beats first
+        beat(a)
+        assert extra_of(a) == taught
+        # meanwhile C, whose extra has no echo, relists it: B's listing, late, keeps nothing
+        await c.index_listing(Listing("extra", [t for t in b.service.list(namespace="extra", limit=100)[1]
+                                                if t.name != "echo"]))
+        assert "extra.echo" not in extra_of(a)
+        await b.beat()  # B is back: it lists its servers again at once
+        with anyio.fail_after(30):
+            while "extra.echo" not in extra_of(a):
+                await anyio.sleep(0.05)
+        hits = await b.search("echo the text back", 3, principal=ADMIN, session="s")
+        assert "extra.echo" in [h.tool.id for h in hits.hits]
+        assert extra_of(a)["extra.pid"] == 2
+
+    try:
+        running(b, late)
+    finally:
+        closed(a, c)
+
+
 # ------------------------------------------------------------------------------ the shared records
 
 @pytest.fixture
@@ -353,7 +530,14 @@ def test_a_listing_lets_a_tool_go_only_when_no_live_replica_lists_it(pg, state):
     assert two.keep("alpha", ["alpha.b"]) == {"alpha.b"}
     assert two.prunable(["alpha"], ["alpha"]) == []  # in two's config
     two.close()
-    assert SharedListings(state, replica="three").prunable(["alpha", "crm"], []) == ["alpha"]
+    # both stopped: alpha's tools wait the keep window for a replica that names alpha, then may go
+    assert SharedListings(state, replica="three").prunable(["alpha", "crm"], []) == []
+    assert SharedListings(state, replica="three", keep_server_s=0.0).prunable(["alpha", "crm"], []) == ["alpha"]
+    # a replica names its config's servers at each beat, listed or not; a beat says whether it came too late
+    named = SharedListings(state, replica="named", live_s=0.0)
+    assert named.heartbeat(["gamma"]) is False  # its first: nothing of its own was found, and nothing missed
+    assert SharedListings(state, replica="five", keep_server_s=1.0).prunable(["gamma"], []) == []
+    assert named.heartbeat(["gamma"]) is True  # later than live_s (0 s) after the last
     # a replica that stopped beating no longer counts, once its listing is older than the live window
     late = SharedListings(state, replica="late", live_s=0.0)
     SharedListings(state, replica="four").keep("beta", ["beta.x"])

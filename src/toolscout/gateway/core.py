@@ -194,14 +194,33 @@ class Gateway:
             self._start(upstream.name)
 
     async def _beat(self, every: float) -> None:
-        """Say this gateway is alive to the replicas it shares the catalog with, and prune what none serves."""
+        """Beat every `every` seconds while the gateway runs (`beat`); a beat the database misses is retried at
+        the next one."""
         while True:
             await anyio.sleep(every)
             try:
-                await anyio.to_thread.run_sync(self.listings.heartbeat)
-                await anyio.to_thread.run_sync(self.prune, list(self.upstreams))
+                await self.beat()
             except Exception as exc:  # the database is away: the next beat tries again
                 logger.warning("telling the other replicas this gateway is alive failed: %s", exc)
+
+    async def beat(self) -> None:
+        """One beat (`announce`); when it finds this gateway had been taken for gone (paused, or cut off from the
+        database, for longer than the others wait), its servers are listed again at once: what only its listings
+        kept may have gone meanwhile, and would otherwise be missing until their next periodic relisting."""
+        if await anyio.to_thread.run_sync(self.announce):
+            up = [u for u in self.upstreams.values() if u.status.state == "up"]
+            logger.warning("this replica missed its beats for so long that the others took it for gone, and may "
+                           "have let go of tools only it listed: listing its %d servers that are up again", len(up))
+            for upstream in up:
+                await upstream.relist()
+
+    def announce(self) -> bool:
+        """Tell the replicas this gateway shares the catalog with that it is alive and which servers its config
+        names, and prune what no server serves any more (listings.py); whether it had been taken for gone."""
+        names = list(self.upstreams)
+        late = self.listings.heartbeat(names)
+        self.prune(names)
+        return late
 
     def close(self) -> None:
         self.learner.close()
@@ -295,19 +314,22 @@ class Gateway:
 
     def prune(self, namespaces: Iterable[str]) -> list[str]:
         """Remove the indexed tools of namespaces no upstream serves any more (a server taken out of the
-        config; with replicas, of every replica's: listings.py); returns their ids."""
-        namespaces, stale = list(namespaces), []
+        config; with replicas, out of every replica's for days: listings.py); returns their ids."""
+        namespaces, stale, taught = list(namespaces), {}, 0
         for namespace in self.listings.prunable(self.service.namespaces(ADMIN), namespaces):
             with self.listings.writing(namespace):  # no replica lists it meanwhile
                 if self.listings.prunable([namespace], namespaces):
                     ids = [t.id for t in self.service.list(ADMIN, namespace=namespace, limit=1 << 30)[1]]
                     if ids:
+                        taught += sum(self.service.feedback_of(i)["learned"] for i in ids)  # before they go
                         self.service.delete(ids)
-                        stale += ids
+                        stale[namespace] = ids
                     self._indexed.discard(namespace)
         if stale:
-            logger.warning("removed %d tools of servers no longer in the config", len(stale))
-        return stale
+            logger.warning("removed %d tools of %s (%s) and the %d requests their feedback taught",
+                           sum(map(len, stale.values())), ", ".join(map(repr, stale)), self.listings.gone_because,
+                           taught)
+        return [tool_id for ids in stale.values() for tool_id in ids]
 
     # search ------------------------------------------------------------------------------------
     async def search(self, task: str, k: int, *, principal: Principal, session: str,

@@ -92,7 +92,7 @@ def open_gateway(config: GatewayConfig, settings: GatewaySettings) -> Gateway:
                                  search_wait=settings.search_wait)
         service = ToolService(storage, reach=upstream_reach(upstreams, options, definitions), **service_options)
         gateway = Gateway(service, upstreams, definitions, attribution, options, listings=listings)
-        gateway.prune(config.names())
+        gateway.announce()  # what its config names, told the other replicas before anything is listed
         return gateway
     except BaseException:
         if service is not None:

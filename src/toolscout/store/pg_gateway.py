@@ -6,9 +6,11 @@
   how a listing changes it, is the gateway's (`gateway/definitions.py`): `observe` applies its `merge` to the
   stored records under a lock, so replicas that see the same change record it once.
 - Listings (`toolscout_listings`): per upstream (namespace) and replica, the ids that replica last listed
-  (`listed_at`), and when it was last known alive (`at`, refreshed by `heartbeat`). The gateway lets a tool
-  go only when no live replica's listing holds it (`gateway/listings.py`), with one listing of a namespace
-  written at a time across replicas (`namespace_lock`, an advisory lock).
+  (`listed_at`; 'epoch' and no ids for a namespace its config names that it has not listed, and no ids once
+  it stopped), and when it was last known alive (`at`, refreshed by `heartbeat`). The gateway lets a tool go
+  only when no live replica's listing holds it, and a namespace's tools only when no replica that named it
+  has been alive for days (`gateway/listings.py`), with one listing of a namespace written at a time across
+  replicas (`namespace_lock`, an advisory lock).
 
 `catalog` is the tenant's `PgCatalog` (or any `pgvector.PgTenantRows`): its pool, table and tenant.
 """
@@ -103,27 +105,38 @@ class PgGatewayState:
                                 [self.table, self.tenant, namespace, replica, live_s]).fetchall()
         return {row[0] for row in rows}
 
-    def listed_namespaces(self, live_s: float) -> dict[str, bool]:
-        """Every namespace a gateway has listed into this tenant: whether a replica alive within `live_s` did."""
+    def named_namespaces(self, within_s: float) -> dict[str, bool]:
+        """Every namespace a gateway has named (listed, or has in its config) in this tenant: whether a replica
+        that named it was alive within `within_s` seconds."""
         with self.database.connection() as conn:
             rows = conn.execute("SELECT namespace, bool_or(at > now() - make_interval(secs => %s)) "
                                 "FROM toolscout_listings WHERE tbl = %s AND tenant = %s GROUP BY namespace",
-                                [live_s, self.table, self.tenant]).fetchall()
+                                [within_s, self.table, self.tenant]).fetchall()
         return {namespace: bool(live) for namespace, live in rows}
 
-    def heartbeat(self, replica: str, forget_after_s: float = 86_400.0) -> None:
-        """`replica` is alive: its listings count. Listings of replicas gone for `forget_after_s` are removed,
-        but for the newest of each namespace (it says a gateway listed that namespace)."""
-        with self.database.connection() as conn:
+    def heartbeat(self, replica: str, namespaces: Sequence[str], live_s: float,
+                  forget_after_s: float = 86_400.0) -> bool:
+        """`replica` is alive and names `namespaces` (a row each, with no ids until it lists one): its listings
+        count. Whether it had been taken for gone: its rows older than `live_s`, or none left. Listings of
+        replicas gone for `forget_after_s` are removed, but for the newest of each namespace (it says when a
+        replica last named that namespace)."""
+        key = [self.table, self.tenant, replica]
+        with self.database.connection() as conn, conn.transaction():
+            newest = conn.execute("SELECT max(at) > now() - make_interval(secs => %s) FROM toolscout_listings "
+                                  "WHERE tbl = %s AND tenant = %s AND replica = %s", [live_s, *key]).fetchone()[0]
             conn.execute("UPDATE toolscout_listings SET at = now() WHERE tbl = %s AND tenant = %s AND replica = %s",
-                         [self.table, self.tenant, replica])
+                         key)
+            conn.execute("INSERT INTO toolscout_listings (tbl, tenant, namespace, replica, ids, listed_at) "
+                         "SELECT %s, %s, unnest(%s::text[]), %s, '{}', 'epoch' ON CONFLICT DO NOTHING",
+                         [self.table, self.tenant, list(namespaces), replica])
             conn.execute("DELETE FROM toolscout_listings l WHERE tbl = %s AND tenant = %s "
                          "AND at < now() - make_interval(secs => %s) AND EXISTS (SELECT 1 FROM toolscout_listings m "
                          "WHERE m.tbl = l.tbl AND m.tenant = l.tenant AND m.namespace = l.namespace AND m.at > l.at)",
                          [self.table, self.tenant, forget_after_s])
+        return not newest
 
     def retire(self, replica: str) -> None:
-        """`replica` stops: its listings no longer keep tools (they stay, as a record of what was listed)."""
+        """`replica` stops: its listings no longer keep tools (their ids go; `at` stays, when it was last alive)."""
         with self.database.connection() as conn:
-            conn.execute("UPDATE toolscout_listings SET at = 'epoch' WHERE tbl = %s AND tenant = %s AND replica = %s",
+            conn.execute("UPDATE toolscout_listings SET ids = '{}' WHERE tbl = %s AND tenant = %s AND replica = %s",
                          [self.table, self.tenant, replica])
