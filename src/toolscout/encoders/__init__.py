@@ -31,13 +31,15 @@ model folder's path and its files' names, sizes and mtimes (plus the variant and
 so a re-trained model saved over the old one gets a fresh export. The default encoder's int8 export ships
 inside the package (`shipped`): nothing is exported for it, and it runs with onnxruntime and tokenizers
 alone, so an install without torch indexes, searches and serves with it (docs/install.md). Exporting
-anything else needs torch (`toolscout[train]`); without it, loading says so. On a CPU the encoder does not
-import torch to learn that there is no GPU (`resolve.encoding_device`).
+anything else needs torch (`toolscout[train]`; without it, loading says so) and runs in a child process
+unless the torch model is loaded already (`export_child`: a server never keeps torch for an export). On a
+CPU the encoder does not import torch to learn that there is no GPU (`resolve.encoding_device`).
 
 Modules: `resolve` (model names, folders, default device), `torch_utils` (quiet transformers, torch
 threads, weight versions), `onnx_export` (export, fusion, int8, the export check), `onnx_runtime`
-(`OnnxEncoder`, the graph onnxruntime runs), `cache` (export folders and their keys), `shipped` (the
-exports that ship with packaged models). This module holds
+(`OnnxEncoder`, the graph onnxruntime runs), `cache` (export folders and their keys), `export_child` (the
+export run in a child process, so a server never holds torch), `shipped` (the exports that ship with packaged
+models). This module holds
 `Encoder`, which picks the backend, and re-exports the public names.
 """
 
@@ -47,6 +49,7 @@ import contextlib
 import contextvars
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -73,6 +76,7 @@ from .onnx_export import (
     export_onnx,
     pooling_spec,
 )
+from .export_child import export_in_child
 from .late_chunk import TokenRun, onnx_token_runs, torch_token_runs
 from .onnx_runtime import OnnxEncoder, runtime_graph, same_tokens
 from .quality import SAME_ENCODING_COSINE, approved, recorded, same_encoding
@@ -295,6 +299,21 @@ class Encoder:
         return folder_fingerprint(folder)
 
     def _export_to(self, target: Path, variant: str) -> None:
+        """Export into the cache folder `target`, saying so (it takes a while, once per machine and cache).
+        With no torch model loaded here (a server or gateway: `export_child`), the export runs in a child
+        process, so this one never holds torch; a model already loaded (training) is exported in place."""
+        logger.warning("encoder %s: exporting its %s encoding to ONNX, once per machine, into %s (a minute or so; "
+                       "later starts reuse it)%s", self.name, "int8" if variant == "onnx-int8" else "float32",
+                       target.parent, f": {self.fallback_reason}" if self.fallback_reason else "")
+        started = time.monotonic()
+        if self._model is None:
+            export_in_child(self.name, self.path, variant, self.max_seq_length, target)
+        else:
+            self.export_here(target, variant)
+        logger.warning("encoder %s: ONNX export done in %.0f s", self.name, time.monotonic() - started)
+
+    def export_here(self, target: Path, variant: str) -> None:
+        """Export into `target` in this process (loading torch and the model; what the export child runs)."""
         loaded_here = self._model is None
         model = self._torch_model()
         if weights_version(model) != self._weights_version:
