@@ -199,6 +199,21 @@ def test_an_encoder_that_must_export_does_it_in_a_child_and_never_holds_torch(tm
     assert [p.name.split("-onnx-")[0] for p in (tmp_path / "onnx").iterdir()] == ["toolscout-tools"]
 
 
+def test_the_default_pipeline_indexes_and_searches_without_importing_numba_scipy_or_bm25s():
+    """A full install has numba and scipy (bm25s's package imports both, for scoring toolscout does not use): a
+    server or gateway of the default pipeline must not pay their second and some 130 MB for a stopword list."""
+    code = ("import sys, json\nfrom toolscout.encoders import Encoder\n"
+            "Encoder._int8_is_the_checked_one = lambda self: True\n"  # any CPU: the shipped int8 export serves
+            "from toolscout import ToolScout, load_tools\n"
+            f"scout = ToolScout.from_tools(load_tools({str(CATALOG)!r}))\n"
+            "hits = scout.search(['send an email to my colleague'], k=3)[0]\n"
+            "print(json.dumps([len(hits), sorted(m for m in ('numba', 'scipy', 'bm25s') if m in sys.modules)]))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [3, []]
+
+
 def test_the_command_line_starts_without_importing_the_pipeline():
     """Every command builds every command's parser: none may import the pipeline, numpy or PostgreSQL then."""
     code = ("import sys\nfrom toolscout.cli import build_parser\nbuild_parser()\n"

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import json
 import math
 import re
@@ -33,6 +35,21 @@ def task_text(text: str) -> str:
     return _SNAKE.sub(lambda found: f"{found.group(0)} {found.group(0).replace('_', ' ')}", text)
 
 
+@functools.lru_cache(maxsize=1)
+def english_stopwords() -> frozenset[str]:
+    """bm25s's English stopword list, read from its `stopwords.py` without importing the bm25s package: its
+    `__init__` imports numba and scipy (over a second and some 100 MB in every server and gateway, for a tuple
+    of words; toolscout scores with its own index, `bm25_index.py`)."""
+    spec = importlib.util.find_spec("bm25s")
+    if spec is None or not spec.submodule_search_locations:
+        raise MissingDependency("bm25s", "BM25's English stopword list")
+    path = Path(next(iter(spec.submodule_search_locations))) / "stopwords.py"
+    source = importlib.util.spec_from_file_location("toolscout_bm25s_stopwords", path)
+    module = importlib.util.module_from_spec(source)
+    source.loader.exec_module(module)
+    return frozenset(module.STOPWORDS_EN)
+
+
 class Tokenizer:
     """bm25s's default scheme (lowercase, words of 2+ characters, English stopwords), plus an optional
     Snowball stemmer. Identifiers were already split into words by the text view."""
@@ -49,13 +66,9 @@ class Tokenizer:
             self._stem = Stemmer.Stemmer(stemmer).stemWords
         self._stop: frozenset[str] = frozenset()
         if stopwords:
-            try:
-                from bm25s.stopwords import STOPWORDS_EN
-            except ImportError:
-                raise MissingDependency("bm25s", "BM25's English stopword list") from None
             if stopwords != "en":
                 raise ValueError(f"unsupported stopword list {stopwords!r}; use 'en' or None")
-            self._stop = frozenset(STOPWORDS_EN)
+            self._stop = english_stopwords()
 
     def __call__(self, text: str) -> list[str]:
         return self.stems(self.words(text))
