@@ -507,6 +507,34 @@ def test_a_replica_that_misses_its_beats_keeps_its_servers_tools_and_lists_them_
         closed(a, c)
 
 
+def test_stdio_replicas_on_one_machine_each_keep_their_own_servers_logs(pg, tmp_path):
+    """Two editors each launch `gateway CONFIG --store DSN` over stdio: each is a full replica with its own copy of
+    every server, so each must log its servers into files of its own (the "see .../NAME.log" of its errors)."""
+    config = write_config(tmp_path, {"alpha": stub("alpha")})
+    state_home = tmp_path / "state"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "XDG_STATE_HOME": str(state_home)}
+    store = spec(pg, new_table())
+    replicas = []
+    for i in range(2):
+        err = open(tmp_path / f"replica{i}.err", "w")
+        replicas.append(subprocess.Popen([sys.executable, "-m", "toolscout", "gateway", str(config), "--store", store,
+                                          "--no-fsync"], env=env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                         stderr=err))
+    try:
+        def started_logs():
+            logs = {p: p.read_text().count(" starting: ") for p in state_home.rglob("upstream-logs/alpha.log")}
+            return logs if sum(logs.values()) >= 2 else None
+
+        logs = wait_for(started_logs, "both replicas' alpha started", 180)
+        assert sorted(logs.values()) == [1, 1], logs  # two files, one start each: not one file both append to
+        said = [(tmp_path / f"replica{i}.err").read_text() for i in range(2)]
+        for text in said:  # each says where its servers' logs are
+            assert sum(f"logs in {log.parents[1]})" in text for log in logs) == 1, text
+    finally:
+        for proc in replicas:
+            stop(proc)
+
+
 # ------------------------------------------------------------------------------ the shared records
 
 @pytest.fixture

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import itertools
 import logging
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -132,25 +134,27 @@ def cmd_gateway(args: argparse.Namespace) -> int:
         lock = _claim(gateway_index(args))
         if lock is None:  # another gateway owns the index: this one only relays (and imports no more than that)
             return _attach_stdio(config, args)
+    logs = None if store is None else replica_logs(Path(args.config), args.port, store)
     try:
-        gateway = _open(config, args, store)
-    except BaseException:
-        if lock is not None:
-            lock.release()
-        raise
+        return _run(config, args, store, auth, lock, logs)
+    finally:
+        for held in (lock, logs):
+            if held is not None:
+                held.release()
+
+
+def _run(config, args: argparse.Namespace, store: str | None, auth, lock, logs) -> int:
+    """Open the gateway (over the index `lock` holds, or as a replica logging into `logs`' folder) and serve."""
+    gateway = _open(config, args, store, None if logs is None else logs.folder)
     names = ", ".join(u.name + ("" if u.enabled else " (disabled)") + (" (down: see below)" if u.problem else "")
                       for u in config.upstreams)
-    where = gateway.service.describe() if store else gateway_index(args)
+    where = f"{gateway.service.describe()} (its servers' logs in {logs.folder})" if store else gateway_index(args)
     print(f"toolscout gateway: {len(config.upstreams)} upstreams ({names}); index {where}", file=sys.stderr)
     for name, problem in config.problems:
         print(f"toolscout gateway: {name} will not start: {problem}", file=sys.stderr)
     if args.port is None:
         return _serve_stdio(gateway, args, lock)
-    try:
-        return _serve_http(gateway, auth, args, hosts=lock is not None)
-    finally:
-        if lock is not None:
-            lock.release()
+    return _serve_http(gateway, auth, args, hosts=lock is not None)
 
 
 def _claim(index: Path):
@@ -166,12 +170,12 @@ def _claim(index: Path):
     return IndexLock.claim(index)
 
 
-def _open(config, args: argparse.Namespace, store: str | None = None):
+def _open(config, args: argparse.Namespace, store: str | None = None, logs: Path | None = None):
     """The gateway over its index (this process holds the index's lock), or a replica on the `store` tenant
-    (with a folder of its own for its upstreams' logs)."""
+    (with a folder of its own for its upstreams' logs, `logs`: `replica_logs`)."""
     from ..gateway.runtime import GatewaySettings, open_gateway
 
-    index = gateway_index(args) if store is None else replica_folder(Path(args.config), args.port)
+    index = gateway_index(args) if store is None else logs
     settings = GatewaySettings(index=index, store=store, pin=args.pin, hide_unavailable=args.unavailable == "hide",
                                expose=args.expose, attribution=args.learn_from_calls, window=args.attribution_window,
                                relist_every=args.relist_every, ping_every=args.ping_every,
@@ -309,11 +313,23 @@ def check_tenants(auth, store: str | None) -> None:
                          "each with its tenant's tokens")
 
 
-def replica_folder(config: Path, port: int | None) -> Path:
-    """Where a replica on PostgreSQL keeps its upstreams' logs: beside the config's default index, one folder per
-    port (over stdio, one for all)."""
+def replica_logs(config: Path, port: int | None, store: str):
+    """The folder where a replica on PostgreSQL keeps its upstreams' logs, held (an `IndexLock` on it) while the
+    replica runs: beside the config's default index, one per database tenant (its DSN without the password)
+    and port ('stdio' over stdio), and the next free one (-2, -3, ...) while another replica on this machine
+    holds that one, so the "see .../NAME.log" of each replica's errors shows its own servers."""
+    from ..gateway.hosts import IndexLock
+    from ..store.pgvector import PgSpec
+
     index = default_index(config)
-    return index.with_name(f"{index.name}-replicas") / (f"port-{port}" if port is not None else "stdio")
+    spec = PgSpec.parse(store)
+    tenant = re.sub(r"[^A-Za-z0-9_.-]+", "_", spec.tenant)[:40]
+    where = hashlib.sha256(str(spec).encode("utf-8")).hexdigest()[:8]  # str(spec): the DSN without its password
+    base = index.with_name(f"{index.name}-replicas") / f"{tenant}-{where}" / (f"port-{port}" if port else "stdio")
+    for n in itertools.count(1):
+        lock = IndexLock.claim(base if n == 1 else base.with_name(f"{base.name}-{n}"))
+        if lock is not None:
+            return lock
 
 
 def default_index(config: Path) -> Path:
