@@ -209,6 +209,9 @@ def test_a_stdio_host_attaches_to_a_gateway_serving_http_on_the_same_index(tmp_p
         refused = _run_gateway(config, tmp_path / "index", "--port", "1")  # HTTP needs an index of its own
         assert refused.returncode != 0
         assert f"the gateway of pid {proc.pid} holds this index" in refused.stderr
+        # and what a team can do instead: the start order, an index of its own, or replicas
+        assert "Start the HTTP gateway first" in refused.stderr and "--index DIR" in refused.stderr
+        assert "--store DSN" in refused.stderr
     finally:
         stop(proc)
 

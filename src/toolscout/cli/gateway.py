@@ -203,8 +203,11 @@ def _attach_stdio(config, args: argparse.Namespace) -> int:
 
     index = gateway_index(args)
     if args.port is not None:
-        raise ToolScoutError(in_use(index) + "; a gateway serving HTTP needs an index of its own (--index DIR), "
-                             "while stdio gateways on one config share it")
+        raise ToolScoutError(in_use(index) + "; a gateway serving HTTP cannot join an index another gateway holds "
+                             "(stdio gateways attach to the first one, not the other way round). Start the HTTP "
+                             "gateway first and the stdio ones attach to it when they start; or give it an index "
+                             "of its own (--index DIR: it learns apart from them); or run every gateway with "
+                             "--store DSN, as replicas that share what they learn (docs/gateway.md)")
 
     def make_owner():
         from ..gateway.mcp_server import GatewayMcp
