@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
 
-from toolscout.encoders import Encoder, OnnxEncoder, OnnxUnavailable, pooling_spec  # noqa: E402
+from toolscout.encoders import Encoder, OnnxEncoder, OnnxUnavailable, export_onnx, pooling_spec  # noqa: E402
 from toolscout.encoders.cache import folder_fingerprint  # noqa: E402
 from toolscout.errors import MissingDependency  # noqa: E402
 
@@ -107,13 +107,17 @@ def test_a_small_call_of_mixed_lengths_is_cut_where_padding_costs_more_than_a_ru
     assert rows == list(range(len(lengths)))
 
 
-def test_fused_skip_layer_norm_runs_as_add_and_layer_norm(onnx_encoder):
+def test_fused_skip_layer_norm_runs_as_add_and_layer_norm(onnx_encoder, torch_encoder, tmp_path):
     import onnx
     import onnxruntime as ort
 
-    from toolscout.encoders.onnx_runtime import runtime_graph
+    from toolscout.encoders.onnx_runtime import SPLIT_LAYER_NORM, runtime_graph
 
-    encoder = onnx_encoder._onnx
+    cached = onnx_encoder._onnx  # an export in the cache is stored split: loading it needs no `onnx`
+    assert cached.meta[SPLIT_LAYER_NORM] is True
+    assert not any(n.op_type == "SkipLayerNormalization" for n in onnx.load(str(cached.folder / "model.onnx")).graph.node)
+    export_onnx(torch_encoder.model, tmp_path, "onnx")  # the fused graph as exported, before it is split
+    encoder = OnnxEncoder(tmp_path)
     path = encoder.folder / "model.onnx"
     if not any(n.op_type == "SkipLayerNormalization" for n in onnx.load(str(path)).graph.node):
         pytest.skip("the export is not a fused graph")

@@ -30,7 +30,7 @@ from .onnx_export import (
     check_onnx_export,
     export_onnx,
 )
-from .onnx_runtime import OnnxEncoder
+from .onnx_runtime import OnnxEncoder, split_layer_norms
 from .quality import QUALITY_FILE
 from .torch_utils import state_digest
 
@@ -98,6 +98,7 @@ def export_into_cache(st_model, target: Path, variant: str, native_max_seq_lengt
     try:
         logger.info("encoder %s: exporting to ONNX (%s), once, into %s", label, variant, target)
         _export_checked(st_model, tmp, variant, native_max_seq_length, max_seq_length, label)
+        split_layer_norms(tmp)  # stored as onnxruntime runs it: a server loads it without the `onnx` package
         if source is not None:
             (tmp / SOURCE_FILE).write_text(json.dumps({"folder": str(source), "state": folder_state(source)}))
         try:

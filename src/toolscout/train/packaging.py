@@ -159,16 +159,11 @@ def _checked_export(assembled: Path, variant: str, folder: Path) -> Path:
 
 
 def _runtime_folder(folder: Path, variant: str):
-    """Rewrite `folder`'s model.onnx as the graph onnxruntime runs (`runtime_graph`) and mark it so; returns
-    the `OnnxEncoder` of the rewritten folder."""
-    from ..encoders.onnx_runtime import SPLIT_LAYER_NORM, OnnxEncoder, runtime_graph
+    """The `OnnxEncoder` of `folder`, its model.onnx the graph onnxruntime runs (`split_layer_norms`: an export
+    into the cache is written so already; this keeps an export made otherwise right too)."""
+    from ..encoders.onnx_runtime import OnnxEncoder, split_layer_norms
 
-    graph = runtime_graph(folder / "model.onnx")
-    if isinstance(graph, bytes):
-        (folder / "model.onnx").write_bytes(graph)
-    meta = json.loads((folder / "meta.json").read_text())
-    meta[SPLIT_LAYER_NORM] = True
-    (folder / "meta.json").write_text(json.dumps(meta, indent=2))
+    split_layer_norms(folder)
     return OnnxEncoder(folder)
 
 
