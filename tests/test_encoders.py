@@ -115,7 +115,8 @@ def test_fused_skip_layer_norm_runs_as_add_and_layer_norm(onnx_encoder, torch_en
 
     cached = onnx_encoder._onnx  # an export in the cache is stored split: loading it needs no `onnx`
     assert cached.meta[SPLIT_LAYER_NORM] is True
-    assert not any(n.op_type == "SkipLayerNormalization" for n in onnx.load(str(cached.folder / "model.onnx")).graph.node)
+    stored = onnx.load(str(cached.folder / "model.onnx")).graph.node
+    assert not any(n.op_type == "SkipLayerNormalization" for n in stored)
     export_onnx(torch_encoder.model, tmp_path, "onnx")  # the fused graph as exported, before it is split
     encoder = OnnxEncoder(tmp_path)
     path = encoder.folder / "model.onnx"

@@ -328,7 +328,8 @@ def replica_logs(config: Path, port: int | None, store: str):
     spec = PgSpec.parse(store)
     tenant = re.sub(r"[^A-Za-z0-9_.-]+", "_", spec.tenant)[:40]
     where = hashlib.sha256(str(spec).encode("utf-8")).hexdigest()[:8]  # str(spec): the DSN without its password
-    base = index.with_name(f"{index.name}-replicas") / f"{tenant}-{where}" / (f"port-{port}" if port else "stdio")
+    slot = f"port-{port}" if port is not None else "stdio"
+    base = index.with_name(f"{index.name}-replicas") / f"{tenant}-{where}" / slot
     for n in itertools.count(1):
         lock = IndexLock.claim(base if n == 1 else base.with_name(f"{base.name}-{n}"))
         if lock is not None:
