@@ -44,6 +44,15 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def int8_checked_here() -> bool:
+    """Whether this CPU's int8 kernels give the encoding the shipped model's quality check measured (AVX2 without
+    VNNI does not: `Encoder._int8_is_the_checked_one`)."""
+    from toolscout.encoders import PROBE_TEXTS, OnnxEncoder
+    from toolscout.encoders.quality import recorded, same_encoding
+
+    return same_encoding(recorded(SHIPPED.parent), OnnxEncoder(SHIPPED).encode(list(PROBE_TEXTS), wide=False))[0]
+
+
 def test_the_shipped_export_was_made_from_the_shipped_layers_and_is_intact():
     """A rebuilt model (new layers.safetensors) without a rebuilt export, or a changed model.onnx, fails here."""
     info = json.loads((SHIPPED / "export.json").read_text())
@@ -70,15 +79,22 @@ def test_a_lean_install_encodes_with_the_shipped_export_the_vectors_the_quality_
                           "reason": enc.fallback_reason, "worst": worst, "path": enc.path,
                           "imported": sorted(m for m in ("torch", "onnx") if sys.modules.get(m) is not None)}))
     """)
-    assert out["backend"] == "onnx-int8" and out["device"] == "cpu" and out["reason"] is None
+    checked = int8_checked_here()  # else the lean install serves int8 unchecked, saying so (it cannot export float32)
+    assert out["backend"] == "onnx-int8" and out["device"] == "cpu"
+    assert out["reason"] is None if checked else "so int8 serves, unchecked" in out["reason"]
     assert Path(out["folder"]) == SHIPPED and Path(out["path"]) == SHIPPED.parent
-    assert out["worst"] >= 0.999
+    assert out["worst"] >= 0.999 or not checked
     assert out["imported"] == []
 
 
-def test_a_lean_install_indexes_saves_loads_and_ranks_as_the_full_install_does():
+def test_a_lean_install_indexes_saves_loads_and_ranks_as_the_full_install_does(monkeypatch):
     """The default pipeline end to end without torch, against the same pipeline in this (full) environment."""
     from toolscout import ToolScout, load_tools
+    from toolscout.encoders import Encoder
+
+    # the full install's int8 taken as checked: on a CPU where it is not, the full install runs float32 and the
+    # lean one int8 (unchecked), which is not what this compares
+    monkeypatch.setattr(Encoder, "_int8_is_the_checked_one", lambda self: True)
 
     tasks = ["send an email to my colleague", "what is the weather tomorrow in Paris?",
              "User: book a meeting room\nAI: which day?\nUser: friday, and remind me the day before"]
@@ -235,6 +251,8 @@ def test_eval_offers_exactly_the_encoder_backends():
 def test_the_release_step_rebuilds_the_shipped_export_byte_for_byte(tmp_path):
     """scripts/build_onnx_export.sh is reproducible: exporting again here gives the shipped model.onnx."""
     pytest.importorskip("torch")
+    if not int8_checked_here():
+        pytest.skip("this CPU's int8 kernels are not the checked ones: the release step refuses to build here")
     from toolscout.train.packaging import package_onnx
 
     info = package_onnx("toolscout-tools", "onnx-int8", out=tmp_path / "export")
