@@ -1,10 +1,12 @@
 """The pgvector store and a tenant's catalog against a real PostgreSQL (pgserver): parity with the local
 numpy store, filters, versioned writes and the change log, tenants, migrations, crash safety of writes."""
 
+import json
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -71,6 +73,27 @@ def test_spec_parsing_keeps_libpq_parameters_and_never_records_the_password():
             PgSpec.parse(f"postgresql:///db?answer_timeout={bad}")
     with pytest.raises(PgStoreError, match='invalid URI query parameter: "sslmod".*toolscout\'s own: answer_timeout, table, tenant'):
         PgSpec.parse("postgresql://u:pw@h/db?sslmod=require&tenant=t")  # a misspelt libpq parameter, before connecting
+
+
+def test_a_mistyped_scheme_or_a_keyword_dsn_is_refused_without_echoing_its_password(tmp_path, capsys):
+    """`postgresq://`, `pgsql://`, `postgress://` or libpq's `key=value` form: not a PostgreSQL spec here, so the
+    commands refuse it, but never by printing it whole (postgres.md: passwords are never written anywhere)."""
+    from toolscout.cli import main
+    from toolscout.store.pgvector import redact
+
+    assert redact("pgsql://alice:S3cretPW@db/t?password=x&sslmode=require") == "pgsql://alice@db/t?sslmode=require"
+    assert redact("host=db password='S3 cretPW' user=alice") == "host=db user=alice"
+    assert redact("faiss:HNSW32") == "faiss:HNSW32"  # not a DSN: unchanged
+    config = tmp_path / "servers.json"
+    config.write_text(json.dumps({"mcpServers": {"time": {"command": "mcp-server-time"}}}))
+    catalog = Path(__file__).resolve().parents[1] / "src/toolscout/data/catalogs/petstore_openapi.yaml"
+    for command in (["serve", "--store", "postgresq://alice:S3cretPW@db.example/tools"],
+                    ["gateway", str(config), "--store", "pgsql://alice:S3cretPW@db.example/tools"],
+                    ["index", str(catalog), "--out", str(tmp_path / "x"), "--store", "postgress://alice:S3cretPW@db/t"],
+                    ["serve", "--store", "host=db password=S3cretPW"]):
+        assert main(command) != 0, command
+        err = capsys.readouterr().err
+        assert "S3cretPW" not in err and ("alice@db" in err or "'host=db'" in err), err
 
 
 def test_a_parameter_given_twice_is_refused_naming_it_and_its_values():

@@ -288,11 +288,11 @@ def _store(args: argparse.Namespace) -> str | None:
     """The --store DSN, checked: a PostgreSQL one, and not with --index."""
     if args.store is None:
         return None
-    from ..store.pgvector import is_postgres_spec
+    from ..store.pgvector import is_postgres_spec, redact
 
     if not is_postgres_spec(args.store):
-        raise ValueError(f"--store takes a PostgreSQL DSN (postgresql://...), not {args.store!r}; a gateway's own "
-                         "index directory is --index DIR")
+        raise ValueError(f"--store takes a PostgreSQL DSN (postgresql://...), not {redact(args.store)!r}; a "
+                         "gateway's own index directory is --index DIR")
     if args.index:
         raise ValueError("give --index DIR (an index of this gateway's own) or --store DSN (one shared by replicas), "
                          "not both")

@@ -212,11 +212,11 @@ def _open_service(args: argparse.Namespace, auth):
     store), or for the local directory DIR."""
     from ..postgres import recorded_spec
     from ..serve.service import ToolService
-    from ..store.pgvector import is_postgres_spec
+    from ..store.pgvector import is_postgres_spec, redact
 
     if args.store is not None and not is_postgres_spec(args.store):
-        raise ValueError(f"--store takes a PostgreSQL DSN (postgresql://...), not {args.store!r}; a local index "
-                         "is served from its directory")
+        raise ValueError(f"--store takes a PostgreSQL DSN (postgresql://...), not {redact(args.store)!r}; a local "
+                         "index is served from its directory")
     target = args.store or recorded_spec(args.dir) or args.dir
     if target is None:
         raise ValueError("give the pipeline directory to serve (DIR) or --store postgresql://...")

@@ -306,8 +306,10 @@ def make_store(kind: str, dim: int, **options) -> VectorStore:
 
         return NewPgIndex.from_spec(kind, dim, **options)
     name, _, factory = kind.partition(":")
-    if name not in STORES:
-        raise UnknownName("store", kind, list(STORES))
+    if name not in STORES:  # a mistyped DSN (`postgress://u:pw@h/db`) lands here: named without its password
+        from .pgvector import redact
+
+        raise UnknownName("store", redact(kind), list(STORES))
     if name == "faiss" and factory:
         options["factory"] = factory
     return STORES[name](dim, **options)

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import threading
 import time
 import weakref
@@ -191,8 +192,15 @@ def _check_conninfo(dsn: str) -> None:
                            f"user, password, sslmode, ...; toolscout's own: {', '.join(sorted(OWN_PARAMS))})") from None
 
 
+# libpq's keyword/value form (`host=db password='a b'`): a secret setting, its value quoted or not
+_KEYWORD_SECRET = re.compile(r"""(?:^|\s)(?:ssl)?password\s*=\s*(?:'(?:[^'\\]|\\.)*'|\S*)""")
+
+
 def redact(dsn: str) -> str:
-    """`dsn` without a password (in the user-info part or as a `password=` parameter)."""
+    """`dsn` without a password (in the user-info part or as a `password=` parameter). Every message that shows a
+    store spec shows it through here, a mistyped one too (`pgsql://u:pw@h/db`, or libpq's `key=value` form)."""
+    if "://" not in dsn:  # libpq's keyword form, or no DSN at all (`faiss:HNSW32`)
+        return _KEYWORD_SECRET.sub("", dsn).strip()
     try:
         parts = urlsplit(dsn)
     except ValueError:
