@@ -136,7 +136,8 @@ def test_two_replicas_list_at_once_share_what_calls_teach_and_lose_nothing_to_si
     table = new_table()
     store = spec(pg, table)
     config = write_config(tmp_path, {"time": time_server(), "alpha": stub("alpha"), "beta": stub("beta")})
-    replicas = start_replicas(config, store, 2, "--relist-every", "1")  # a new database: they configure it once
+    # a new table (beside other tests'): they configure it once
+    replicas = start_replicas(config, store, 2, "--relist-every", "1", "--new-table")
     (a, url_a), (b, url_b) = replicas
     try:
         for proc, url in replicas:
@@ -275,7 +276,7 @@ def test_replicas_share_definitions_and_approvals_per_tenant(pg, tmp_path):
     tokens.write_text(json.dumps({"tokens": [{"token": "admin-of-a", "name": "admin", "tenant": "team-a",
                                               "write": True}]}))
     config = write_config(tmp_path, {"alpha": stub("alpha")})
-    replicas = start_replicas(config, store, 2, "--pin", "--tokens", str(tokens))
+    replicas = start_replicas(config, store, 2, "--pin", "--tokens", str(tokens), "--new-table")
     headers = {"authorization": "Bearer admin-of-a"}
     try:
         for proc, url in replicas:
@@ -533,6 +534,34 @@ def test_stdio_replicas_on_one_machine_each_keep_their_own_servers_logs(pg, tmp_
     finally:
         for proc in replicas:
             stop(proc)
+
+
+def test_a_mistyped_table_is_refused_and_a_new_tenant_is_warned_of_naming_the_ones_there(pg, tmp_path, capsys):
+    """A typo in ?table= started a new table with the default pipeline, and one in ?tenant= an empty catalog, both
+    silently (trial 11). A table the database lacks, beside others, is refused naming them and made only with
+    --new-table; a new tenant of a table starts (a team's first gateway makes it so), warned of as by serve."""
+    from toolscout.cli import main
+
+    table = new_table()
+    config = write_config(tmp_path, {"alpha": stub("alpha")})
+    (proc, url), = start_replicas(config, spec(pg, table, "team"), 1, "--new-table")  # the team's table
+    stop(proc)
+    typo = new_table()
+    assert main(["gateway", str(config), "--store", spec(pg, typo, "team"), "--port", str(free_port())]) == 1
+    err = capsys.readouterr().err
+    assert f"index table '{typo}' of postgresql://" in err and "records no pipeline (the database's index " in err
+    assert f"'{table}'" in err and "give --new-table to make it" in err, err
+    with db(pg) as conn:  # nothing made for the typo
+        assert conn.execute("SELECT count(*) FROM toolscout_indexes WHERE tbl = %s", [typo]).fetchone()[0] == 0
+        assert conn.execute("SELECT to_regclass(%s)", [typo]).fetchone()[0] is None
+    assert main(["gateway", str(config), "--new-table", "--port", str(free_port())]) == 1
+    assert "--new-table goes with --store DSN" in capsys.readouterr().err
+    (proc, url), = start_replicas(config, spec(pg, table, "tema"), 1)
+    with open(proc.log_path) as log:  # the warning comes before it serves
+        text = log.read()
+    stop(proc)
+    assert (f"tenant 'tema' has no catalog in index table '{table}' (the table's tenants: 'team'): this gateway "
+            "makes it") in text, text
 
 
 # ------------------------------------------------------------------------------ the shared records

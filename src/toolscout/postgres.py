@@ -277,8 +277,9 @@ def as_stored(node: dict[str, Any]) -> dict[str, Any]:
     return json.loads(json.dumps(node))
 
 
-def is_configured(spec: str | PgSpec) -> bool:
-    """Whether the index table of `spec` exists and records its catalog's configuration (what serving it needs)."""
+def configured_tables(spec: str | PgSpec) -> list[str]:
+    """The index tables of `spec`'s database that record their catalog's configuration (what serving one needs),
+    sorted: `spec`'s own is among them once it is configured; the others are what a mistyped ?table= meant."""
     spec = spec if isinstance(spec, PgSpec) else PgSpec.parse(spec)
     try:
         import psycopg
@@ -287,11 +288,12 @@ def is_configured(spec: str | PgSpec) -> bool:
     try:
         with psycopg.connect(spec.dsn, autocommit=True, connect_timeout=30) as conn:
             if conn.execute("SELECT to_regclass('toolscout_indexes')").fetchone()[0] is None:
-                return False
-            row = conn.execute("SELECT config FROM toolscout_indexes WHERE tbl = %s", [spec.table]).fetchone()
+                return []
+            rows = conn.execute("SELECT tbl FROM toolscout_indexes WHERE config ->> 'model' <> '' "
+                                "ORDER BY tbl").fetchall()
     except psycopg.OperationalError as exc:
         raise PgStoreError(f"cannot connect to {redact(spec.dsn)}: {str(exc).strip()}") from None
-    return bool(row and (row[0] or {}).get("model"))
+    return [table for (table,) in rows]
 
 
 def require_catalog(spec: str | PgSpec, command: str) -> None:

@@ -78,6 +78,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    help="keep the index in PostgreSQL at DSN (postgresql://...; ?tenant=T: whose catalog) instead: "
                         "any number of gateways on one DSN share the catalog, tool definitions, approvals and what "
                         "calls taught (docs/gateway.md, Replicas)")
+    p.add_argument("--new-table", action="store_true",
+                   help="with --store: make its ?table= with the default pipeline when the database has other index "
+                        "tables but not that one (without it, refused as a likely typo; a database's first table "
+                        "is made without asking)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on with --port (default %(default)s)")
     p.add_argument("--port", type=PORT, default=None, help="serve HTTP on this port (default: MCP over stdio)")
     add_access_arguments(p)
@@ -176,8 +180,9 @@ def _open(config, args: argparse.Namespace, store: str | None = None, logs: Path
     from ..gateway.runtime import GatewaySettings, open_gateway
 
     index = gateway_index(args) if store is None else logs
-    settings = GatewaySettings(index=index, store=store, pin=args.pin, hide_unavailable=args.unavailable == "hide",
-                               expose=args.expose, attribution=args.learn_from_calls, window=args.attribution_window,
+    settings = GatewaySettings(index=index, store=store, new_table=args.new_table, pin=args.pin,
+                               hide_unavailable=args.unavailable == "hide", expose=args.expose,
+                               attribution=args.learn_from_calls, window=args.attribution_window,
                                relist_every=args.relist_every, ping_every=args.ping_every,
                                search_wait=max(0.0, args.search_wait), service=service_options(args))
     gateway = open_gateway(config, settings)
@@ -287,6 +292,8 @@ def _approve(args: argparse.Namespace, ledger) -> int:
 def _store(args: argparse.Namespace) -> str | None:
     """The --store DSN, checked: a PostgreSQL one, and not with --index."""
     if args.store is None:
+        if args.new_table:
+            raise ValueError("--new-table goes with --store DSN (it makes the DSN's ?table=)")
         return None
     from ..store.pgvector import is_postgres_spec, redact
 

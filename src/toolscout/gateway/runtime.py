@@ -65,6 +65,7 @@ class GatewaySettings:
 
     index: Path
     store: str | None = None
+    new_table: bool = False  # --store naming a table the database lacks: make it (`ensure_store`)
     pin: bool = False
     hide_unavailable: bool = False
     expose: str = "none"
@@ -111,7 +112,7 @@ def open_storage_of(settings: GatewaySettings) -> tuple[Storage, dict[str, Any]]
     if settings.store is None:
         ensure_index(settings.index)
         return open_storage(settings.index, **kept), options
-    return open_storage(settings.store, encoder=ensure_store(settings.store), **kept), options
+    return open_storage(settings.store, encoder=ensure_store(settings.store, settings.new_table), **kept), options
 
 
 def _records(storage: Storage, settings: GatewaySettings) -> tuple[DefinitionLedger, Any]:
@@ -127,16 +128,32 @@ def _records(storage: Storage, settings: GatewaySettings) -> tuple[DefinitionLed
                             approve_with=f"--store {shlex.quote(redacted(settings.store))}"), SharedListings(state)
 
 
-def ensure_store(spec: str) -> Any:
+def ensure_store(spec: str, new_table: bool = False) -> Any:
     """Give the index table of `spec` the default pipeline, unless it has a pipeline already (as `ensure_index`
-    does a folder); the encoder loaded for it (None when the table had one, or got another meanwhile)."""
-    from ..postgres import configure_new_table, is_configured
-    from ..retrievers.base import encoding_parts
+    does a folder); the encoder loaded for it (None when the table had one, or got another meanwhile).
 
-    if is_configured(spec):
+    What a gateway makes when the spec names no catalog (a mistyped ?tenant= or ?table= starts an empty one, which
+    its upstreams then fill, and the typo is a tenant like any other from then on): a new tenant of a table is
+    warned of, naming the table's tenants (a team's first gateway makes its tenant so); a new table, beside the
+    index tables the database has, is refused unless `new_table` (it would get the default pipeline, not the
+    team's). The first table of a database is made without asking."""
+    from ..postgres import configure_new_table, configured_tables, missing_catalogs
+    from ..retrievers.base import encoding_parts
+    from ..store.pgvector import PgSpec
+
+    parsed = PgSpec.parse(spec)
+    tables = configured_tables(parsed)
+    if parsed.table in tables:
+        for note in missing_catalogs(parsed):
+            logger.warning("%s: this gateway makes it, with the table's pipeline, from its upstreams' tools (if "
+                           "?tenant= is mistyped, stop it and correct the store spec)", note)
         return None
-    logger.info("%s records no pipeline yet: recording the default one (unless another replica does first)",
-                redacted(spec))
+    if tables and not new_table:
+        raise ToolScoutError(f"index table {parsed.table!r} of {parsed} records no pipeline (the database's index "
+                             f"tables: {', '.join(map(repr, tables))}): check ?table= in the store spec, or give "
+                             "--new-table to make it with the default pipeline (for a pipeline of your own, "
+                             "`toolscout index CATALOG --out DIR --store DSN` first)")
+    logger.info("%s records no pipeline yet: recording the default one (unless another replica does first)", parsed)
     pipeline = ToolScout.from_tools([])
     encoder = encoding_parts(pipeline.retriever)[0].encoder
     return encoder if configure_new_table(spec, encoder, pipeline.spec) else None
