@@ -127,8 +127,8 @@ def test_a_server_whose_config_cannot_be_resolved_is_read_with_its_problem_and_t
     assert "PETS_KEY_FOR_TEST is not set" in pets.problem and fine.problem is None
     assert off.problem is None  # a disabled server is never started: nothing to resolve
     assert [name for name, _why in config.problems] == ["github", "ghost", "pets"]
-    with pytest.raises(ConfigError, match="GITHUB_TOKEN_FOR_TEST is not set"):  # --strict: the first one stops it
-        load_config(path, environ={}, strict=True)
+    with pytest.raises(ConfigError, match="(?s)GITHUB_TOKEN_FOR_TEST is not set.*no-such-server.*PETS_KEY"):
+        load_config(path, environ={}, strict=True)  # --strict: stopped, naming every one
 
 
 def test_config_refuses_bad_files_and_names(tmp_path):
@@ -167,6 +167,31 @@ def test_slips_json_or_a_typo_would_hide_are_said_and_stop_a_strict_gateway(tmp_
 
     with pytest.raises(ConfigError, match="name no server: nothing to put behind the gateway"):
         load_config(write(tmp_path / "empty.json", {"mcpServers": {}, "openapi": {}}), environ={})
+
+
+def test_a_strict_start_lists_every_problem_of_the_config_at_once(tmp_path, capsys):
+    """--strict refused one problem per run: the repeated key, then after a fix the missing command, and so on
+    (trial 11). It names them all in one error, as a start that is not strict warns of them all."""
+    from toolscout.cli import main
+
+    bad = write(tmp_path / "bad.json", '{"mcpServers": {"time": {"command": "sh"}, "time": {"command": "sh", '
+                                       '"arg": ["-c"]}, "ghost": {"command": "no-such-command-for-test"}, '
+                                       '"keyed": {"command": "sh", "env": {"K": "${UNSET_VAR_FOR_TEST}"}}, '
+                                       '"shape": {"command": "sh", "args": "--flag"}, '
+                                       '"off": {"command": "no-such-command-either", "enabled": false}}}')
+    expected = [f"{bad}: the key(s) ['time'] appear twice in one object",
+                f"{bad}: mcpServers.time.arg: not a key toolscout reads (ignored); did you mean 'args'?",
+                f"{bad}: mcpServers.ghost.command: ", f"{bad}: mcpServers.keyed.env.K: the environment variable",
+                f"{bad}: mcpServers.shape.args: must be a list of strings"]
+    with pytest.raises(ConfigError) as err:
+        load_config(bad, environ={}, strict=True)
+    message = str(err.value)
+    assert message.startswith(f"{bad}: 5 problems, and a strict gateway starts with none:\n  - "), message
+    assert [line.startswith(f"  - {what}") for line, what in zip(message.splitlines()[1:], expected)] == [True] * 5
+    assert "no-such-command-either" not in message  # a disabled server is not started: nothing to resolve
+    assert main(["gateway", str(bad), "--strict"]) == 1
+    err = capsys.readouterr().err
+    assert all(what in err for what in expected), err
 
 
 def test_an_openapi_spec_path_is_checked_and_may_read_a_variable(tmp_path):

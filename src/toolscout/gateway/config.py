@@ -15,10 +15,10 @@ taken as the server's process takes it (relative to where the gateway runs).
 
 One bad server never stops the rest: an entry whose values cannot be resolved (a `${VAR}` that is not set
 and has no default, a command that cannot be found) is read all the same, with the reason in its
-`problem`; the gateway marks that server down with that reason and serves the others. `strict=True` (the
-CLI's `--strict`) makes either an error instead. So is a mistake in an entry's shape (`args` that is not a
-list, a `timeout` that is not a number): that server is down with the reason, unless strict. A file that
-is not a config at all, or a name that cannot be a namespace, is always an error.
+`problem`; the gateway marks that server down with that reason and serves the others. So is a mistake in
+an entry's shape (`args` that is not a list, a `timeout` that is not a number). `strict=True` (the CLI's
+`--strict`) makes them an error instead: one error listing every problem of the file, not the first. A file
+that is not a config at all, or a name that cannot be a namespace, is always an error.
 
 Each entry's name becomes the namespace of its tools (ids `NAME.tool`), so names are letters, digits,
 `_` and `-`. `${VAR}` (or `${VAR:-default}`) in `command`, `args`, `env`, `cwd`, `url`, `headers`, `query`,
@@ -172,12 +172,12 @@ def load_config(path: str | os.PathLike, environ: Mapping[str, str] | None = Non
         raise ConfigError(f"{path}: not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read the config: {exc}") from None
+    message = None
     if repeated:  # JSON keeps the last of a repeated key: a server given twice silently loses its first entry
         message = (f"{path}: the key(s) {sorted(set(repeated))} appear twice in one object; only the last of "
                    "each is read")
-        if strict:
-            raise ConfigError(message)
-    config = parse_config(data, path, os.environ if environ is None else environ, strict=strict)
+    config = parse_config(data, path, os.environ if environ is None else environ, strict=strict,
+                          found=[message] if message else [])
     return config if not repeated else replace(config, warnings=(message, *config.warnings))
 
 
@@ -193,12 +193,18 @@ def _noting_repeats(repeated: list[str]):
     return hook
 
 
-def parse_config(data: Any, path: Path, environ: Mapping[str, str], *, strict: bool = False) -> GatewayConfig:
+def parse_config(data: Any, path: Path, environ: Mapping[str, str], *, strict: bool = False,
+                 found: list[str] | None = None) -> GatewayConfig:
+    """The config `data` read from `path`. `strict`: every mistake a start would warn of or mark a server down
+    for (`found`: those met before, a key given twice) is one ConfigError listing them all, so one run shows
+    what to fix, not the first of them."""
     if not isinstance(data, dict):
         raise ConfigError(f'{path}: expected an object like {{"mcpServers": {{"NAME": {{"command": ...}}}}}}')
     if "mcpServers" not in data and "openapi" not in data:
         raise ConfigError(f"{path}: no 'mcpServers' (nor 'openapi') section: nothing to put behind the gateway")
     reader = _Reader(path, environ, strict)
+    if strict:
+        reader.refused += found or []
     upstreams = [reader.entry(section, name, entry) for section in ("mcpServers", "openapi")
                  for name, entry in _section(data, section, path).items()]
     if not upstreams:
@@ -212,6 +218,11 @@ def parse_config(data: Any, path: Path, environ: Mapping[str, str], *, strict: b
             raise ConfigError(f"{path}: the name {upstream.name!r} is used twice (once in mcpServers, once in "
                               "openapi); names become namespaces and must be unique")
         seen.add(upstream.name)
+    if len(reader.refused) == 1:
+        raise ConfigError(reader.refused[0])
+    if reader.refused:
+        listed = "".join(f"\n  - {message}" for message in reader.refused)
+        raise ConfigError(f"{path}: {len(reader.refused)} problems, and a strict gateway starts with none:{listed}")
     return GatewayConfig(path, tuple(upstreams), tuple(reader.warnings))
 
 
@@ -232,6 +243,7 @@ class _Reader:
 
     def __init__(self, path: Path, environ: Mapping[str, str], strict: bool = False):
         self.path, self.environ, self.strict, self.warnings = path, environ, strict, []
+        self.refused: list[str] = []  # strict: every mistake met, reported together (`parse_config`)
         self.problem: str | None = None  # the entry being read: the first value that could not be resolved
         self.enabled = True  # the entry being read: whether it is enabled
 
@@ -243,8 +255,10 @@ class _Reader:
             return self.openapi(name, entry) if section == "openapi" else self.mcp(name, entry)
         except ConfigError as exc:
             self.problem = None
-            if self.strict or not isinstance(name, str) or not _NAME.match(name):
+            if not isinstance(name, str) or not _NAME.match(name):
                 raise
+            if self.strict:
+                self.refused.append(str(exc))
             settings = entry if isinstance(entry, dict) else {}
             kind = "openapi" if section == "openapi" else "http" if "url" in settings else "stdio"
             return UpstreamSpec(name, kind, enabled=_enabled_of(settings), problem=str(exc))
@@ -296,7 +310,7 @@ class _Reader:
         """A value of the entry being read cannot be resolved: an error when strict (for an enabled server),
         else its problem."""
         if self.strict and self.enabled:
-            raise ConfigError(message)
+            self.refused.append(message)
         self.problem = self.problem or message
 
     def _take_problem(self) -> str | None:
@@ -323,9 +337,7 @@ class _Reader:
         for key, meant in typos.items():  # a near miss of a key toolscout reads is a typo, not a host's own key
             if meant is not None:
                 message = f"{where}.{key}: not a key toolscout reads (ignored); did you mean {meant!r}?"
-                if self.strict:
-                    raise ConfigError(message)
-                self.warnings.append(message)
+                (self.refused if self.strict else self.warnings).append(message)
         others = [key for key in unknown if typos[key] is None]
         if others:
             self.warnings.append(f"{where}: key(s) {others} ignored")
