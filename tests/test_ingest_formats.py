@@ -235,6 +235,24 @@ def test_a_line_of_a_jsonl_file_that_is_not_a_tool_is_named_by_its_line(tmp_path
         load_tools(path, format="mcp")  # an OpenAI line is no MCP tool
 
 
+def test_a_gateway_config_given_as_a_catalog_points_to_indexing_its_servers_with_mcp_command(tmp_path):
+    """`toolscout index servers.json` of an mcpServers file that launches servers (a gateway's config) said only
+    "expected a 'tools' list" (trial 11); it says what the file is and how to index those servers."""
+    path = tmp_path / "servers.json"
+    path.write_text(json.dumps({"mcpServers": {
+        "time": {"command": "uvx", "args": ["mcp-server-time", "--local-timezone=UTC"]},
+        "remote": {"url": "https://h.example/mcp"}}}))
+    with pytest.raises(CatalogError) as err:
+        load_tools(path)
+    assert str(err.value).startswith(f"{path}: mcpServers.time: this is how to launch or reach a server (a gateway "
+                                     "config, or a host's mcp.json), not its tools"), str(err.value)
+    assert "toolscout index 'mcp:uvx mcp-server-time --local-timezone=UTC' --out DIR" in str(err.value)
+    assert "toolscout gateway FILE" in str(err.value)
+    path.write_text(json.dumps({"mcpServers": {"remote": {"url": "https://h.example/mcp"}}}))
+    with pytest.raises(CatalogError, match="toolscout index https://h.example/mcp --out DIR"):
+        load_tools(path)
+
+
 def test_a_jsonl_line_in_another_format_than_the_first_line_is_refused_naming_both_lines(tmp_path):
     """A JSON list of mixed formats is refused; a JSONL file was read as its first line's format, whatever
     the order: an OpenAI line after an Anthropic one was skipped as an "Anthropic server tool 'function'"."""

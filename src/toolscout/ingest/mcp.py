@@ -16,6 +16,7 @@ idempotent, openWorldHint → open-world (hints left out are not guessed from MC
 
 from __future__ import annotations
 
+import shlex
 from typing import Any, Iterator, Mapping
 
 from ..tool import Tool, json_type
@@ -83,11 +84,25 @@ def _groups(obj: Any, ctx: Context, position: str,
     if "tools" not in obj and "name" in obj:  # one tool object, as the other formats take one
         yield server, [(position or "tool", obj)]
         return
+    if "tools" not in obj and ("command" in obj or "url" in obj):  # a host's/gateway's config: how to reach a server
+        raise ctx.error(position, "this is how to launch or reach a server (a gateway config, or a host's "
+                                  "mcp.json), not its tools", _launch_hint(obj))
     if "tools" not in obj:
         raise ctx.error(position, "expected a 'tools' list (an MCP tools/list result) or one tool object")
     if not isinstance(obj["tools"], list):
         raise ctx.error(at(position, "tools"), f"expected a list of tools, got {json_type(obj['tools'])}")
     yield server, _positioned(at(position, "tools"), obj["tools"])
+
+
+def _launch_hint(entry: Mapping) -> str:
+    """How to index the server an `mcpServers` entry launches or reaches: `mcp:COMMAND ARGS` lists a running one."""
+    if "command" in entry:
+        args = entry.get("args") if isinstance(entry.get("args"), list) else []
+        launch = shlex.join([str(entry["command"]), *map(str, args)])
+        return (f"index the server itself: toolscout index {shlex.quote('mcp:' + launch)} --out DIR (it is started "
+                "and its tools listed), or put the file's servers behind `toolscout gateway FILE`")
+    return (f"index the server itself: toolscout index {shlex.quote(str(entry['url']))} --out DIR, or put the "
+            "file's servers behind `toolscout gateway FILE`")
 
 
 def _positioned(position: str, tools: list) -> list[tuple[str, Any]]:
