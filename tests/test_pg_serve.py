@@ -193,11 +193,53 @@ def test_cli_learns_and_reports_on_a_postgres_store_and_a_migration_counts_what_
     assert "2 events: 2 (tool, request) pairs learned" in capsys.readouterr().err
     assert main(["learning", "report", store_spec, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["events_scored"] == 2
-    assert main(["index", str(catalog), "--out", str(tmp_path / "local")]) == 0
-    assert main(["learn", str(tmp_path / "local"), str(log)]) == 0
+
+
+def test_a_migrated_directory_brings_what_it_learned_with_its_sources_and_times(pg, tmp_path, tools, encoder,
+                                                                               capsys):
+    """`toolscout migrate DIR --store DSN` left a directory's learning behind, advising an import of logs a gateway
+    never writes (trial 11). It teaches the tenant each (tool, source, request) the directory learned, with its
+    source and time: the tenant's learning report is the directory's, and `learn --forget` and `learning
+    rollback` take back in the database what they take back in the directory."""
+    from toolscout.cli import main
+
+    catalog = tmp_path / "tools.json"
+    catalog.write_text(json.dumps([{"type": "function", "function": {"name": t.name, "description": t.description,
+                                                                     "parameters": t.parameters}} for t in tools]))
+    by_name = {t.name: t for t in tools}
+    taught = [("alice", 1000, "plan a trip to Rome", "book_flight"),
+              ("alice", 1500, "tell my boss about the trip", "send_email"),
+              ("bob", 2000, "is it going to rain", "get_forecast"),
+              ("bob", 2500, "how much is my money worth in yen", "convert_currency"),
+              ("bob", 3000, "put the team lunch in my diary", "create_event"),
+              ("carol", 4000, "show me what is in the notes", "read_file")]
+    log = tmp_path / "feedback.jsonl"
+    log.write_text("".join(json.dumps({"query": q, "tool_ids": [by_name[t].name], "source": who, "time": when})
+                           + "\n" for who, when, q, t in taught))
+    local, store_spec = str(tmp_path / "local"), spec(pg, new_table(), "team-b")
+    assert main(["index", str(catalog), "--out", local]) == 0
+    assert main(["learn", local, str(log)]) == 0
+    assert main(["learning", "weight", local, "*", "0.5"]) == 0  # an operator's setting goes with it
     capsys.readouterr()
-    assert main(["migrate", str(tmp_path / "local"), "--store", spec(pg, new_table(), "team-b")]) == 0
-    assert "warning: the 2 feedback events" in capsys.readouterr().err
+    assert main(["migrate", local, "--store", store_spec]) == 0
+    err = capsys.readouterr().err
+    assert "6 (tool, request) pairs from 6 feedback events, with their sources and times" in err, err
+    assert "6 events: 6 (tool, request) pairs learned" in err and "not copied" not in err
+
+    def report(target):
+        assert main(["learning", "report", target, "--json"]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    learned = report(local)
+    assert (learned["requests"], learned["tools_taught"], learned["events_scored"]) == (6, 6, 6)
+    assert learned["weights"] == {"": {"weight": 0.5, "how": "set"}}, learned["weights"]
+    assert report(store_spec) == learned  # the same pairs, scored at the same ranks, in the same order
+    for verb, left in ((["learn", "--forget", "alice"], 4), (["learning", "rollback", "--before", "2800"], 2)):
+        for target in (local, store_spec):  # the same taking back in both
+            at = ["--store", target] if verb[0] == "learn" and target == store_spec else [target]
+            assert main([*verb[:-2], *at, *verb[-2:]] if verb[0] == "learning" else [verb[0], *at, *verb[1:]]) == 0
+        capsys.readouterr()
+        assert report(local)["requests"] == report(store_spec)["requests"] == left, verb
 
 
 def test_a_tenant_with_no_catalog_is_refused_by_learning_and_approvals_and_warned_of_by_serve(pg, tmp_path, tools,

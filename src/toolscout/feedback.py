@@ -402,6 +402,13 @@ class UsageLedger:
         return [usage for tool_id in sorted(self.entries) for _source, usages in self.usage(tool_id)
                 for usage in usages]
 
+    def taught_events(self) -> list[FeedbackEvent]:
+        """What this ledger teaches, as feedback events that teach it again elsewhere (`toolscout migrate` of a
+        directory into PostgreSQL): one per (tool, source, request), with its source and time (none when saved
+        before times were kept), oldest first, so taking a source back or rolling back to a time works there."""
+        usages = sorted(self.taught(), key=lambda usage: usage.time)  # stable: arrival order within a time
+        return [FeedbackEvent(u.query, (u.tool_id,), source=u.source, time=u.time or None) for u in usages]
+
     def summary(self, tool_id: str) -> dict[str, Any]:
         """What /tools/{id} shows: requests learned, sources, events reported for the tool."""
         sources = self.entries.get(tool_id, {})

@@ -17,15 +17,16 @@ import copy
 import json
 import logging
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
 
 from .artifacts import read_json, read_json_lines, write_artifact
 from .defaults import DEFAULT_INTENTS, DEFAULT_RETRIEVER
 from .errors import MissingDependency, ToolScoutError
-from .feedback import PER_SOURCE_CAP, UsageLedger
+from .feedback import PER_SOURCE_CAP, FeedbackEvent, UsageLedger
 from .intents import IntentMerge
+from .learning.channel import LearningSettings
 from .pg_pipeline import check_servable, dense_settings, index_config, table_spec, with_search
 from .retrievers.base import make_retriever
 from .retrievers.dense import embed_tools, encoding_of, vector_hash
@@ -46,7 +47,11 @@ class CatalogReport:
     embedded: int
     version: int
     summary_weight: float = 0.0
-    feedback_left: int = 0  # feedback events a migrated directory holds, which stay with it
+    # a migrated directory's learning: what it teaches, as events to teach the tenant (`UsageLedger.taught_events`),
+    # and how many events it recorded in all (failures, repeats and requests past a cap teach nothing)
+    feedback: list[FeedbackEvent] = field(default_factory=list)
+    feedback_recorded: int = 0
+    learning_settings: LearningSettings = field(default_factory=LearningSettings)  # the directory's operator's
     taught_kept: int = 0  # taught (tool, request) pairs of the tools the new catalog kept (they stay),
     taught_dropped: int = 0  # and of the tools it left out (gone with them)
     pipeline: PipelineSpec | None = None  # what the table serves the catalog with (`index_catalog`)
@@ -226,8 +231,11 @@ def migrate_directory(folder: str | Path, spec: str | PgSpec, *, search: str | N
                                        read_json(hashes_file) if hashes_file.exists() else None)
     finally:
         catalog.close()
-    ledger = live / "feedback.json"
-    report.feedback_left = UsageLedger.load(ledger).events if ledger.exists() else 0
+    ledger = UsageLedger.load(live / "feedback.json") if (live / "feedback.json").exists() else UsageLedger()
+    report.feedback, report.feedback_recorded = ledger.taught_events(), ledger.events
+    learned = live / "learning" / "config.json"  # the pipeline's LEARNING_FOLDER (`LearnedChannel.save`)
+    if learned.exists():
+        report.learning_settings = LearningSettings.from_dict(read_json(learned).get("settings"))
     return report
 
 

@@ -61,7 +61,7 @@ def cmd_learn(args: argparse.Namespace) -> int:
     service = ToolService.open(target, batch_workers=0, limits=FeedbackLimits(rate=None, volume=None))
     try:
         if events:
-            _import(service, events)
+            import_events(service, events)
         for source in args.forget:
             touched = service.forget(source)
             print(nothing_from(source) if touched is None else f"forgot source {source!r}: {len(touched)} tools as "
@@ -81,7 +81,8 @@ def cmd_learn(args: argparse.Namespace) -> int:
     return 0
 
 
-def _import(service, events) -> None:
+def import_events(service, events) -> None:
+    """Teach `service` `events` in batches, with a progress bar, and say what they taught."""
     from tqdm.auto import tqdm
 
     from ..feedback import LearnResult

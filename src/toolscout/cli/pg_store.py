@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Sequence
 
 if TYPE_CHECKING:
@@ -21,7 +22,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("migrate", help="apply the PostgreSQL schema migrations; copy a local index directory in",
                        description="Bring the PostgreSQL store's schema up to date and, given DIR (a local index "
                                    "directory), make its catalog the tenant's catalog and its pipeline the table's: "
-                                   "tools, text views and vectors as they are, no re-embedding.")
+                                   "tools, text views and vectors as they are, no re-embedding; and teach the tenant "
+                                   "what the directory learned, with its sources and times.")
     p.add_argument("dir", metavar="DIR", nargs="?", default=None, help="local index directory to copy in")
     p.add_argument("--store", required=True, metavar="DSN", help="postgresql://... (?tenant=T&table=NAME)")
     p.add_argument("--search", choices=["dense", "hybrid"], default=None,
@@ -155,8 +157,35 @@ def migrate_command(args: argparse.Namespace) -> int:
     tell_what_went(spec, report)
     print(f"migrated {report.tools} tools and their pipeline from {args.dir} into {spec} (version {report.version}) "
           f"in {time.perf_counter() - start:.1f}s", file=sys.stderr)
-    if report.feedback_left:
-        print(f"warning: the {report.feedback_left} feedback events {args.dir} learned from were not copied (the "
-              "learned state of a directory stays in it); to teach the database, import their logs with "
-              "toolscout learn --store DSN LOG.jsonl", file=sys.stderr)
+    if report.feedback:
+        _carry_feedback(args.dir, args.store, report)
     return 0
+
+
+def _carry_feedback(folder, store: str, report) -> None:
+    """Teach the tenant what the directory learned (a gateway keeps no log to import later): each (tool, source,
+    request) it teaches, with its source and time, through the service as `toolscout learn --store` does, so
+    `learn --forget SOURCE` and `learning rollback --before` work on it in the database as they did in the
+    directory. Ranks taught so are scored afresh against the migrated catalog, oldest first."""
+    from ..serve.limits import FeedbackLimits
+    from ..serve.service import ToolService
+    from ..store.pgvector import redact
+    from .learn import import_events
+
+    print(f"teaching {redact(store)} what {folder} learned: {len(report.feedback)} (tool, request) pairs from "
+          f"{report.feedback_recorded} feedback events, with their sources and times", file=sys.stderr)
+    settings = report.learning_settings
+    service = ToolService.open(store, batch_workers=0, limits=FeedbackLimits(rate=None, volume=None))
+    try:
+        if settings.weights:  # an operator's weights hold in the tenant as they did in the directory
+            service.set_learning(weights=settings.weights)
+        import_events(service, report.feedback)
+    finally:
+        service.close()
+    if settings.frozen_at is not None:  # a freeze cannot be dated back in the database: say what differs
+        held = sum(1 for event in report.feedback if event.time is not None and event.time >= settings.frozen_at)
+        since = datetime.fromtimestamp(settings.frozen_at, timezone.utc).isoformat(timespec="seconds")
+        print(f"warning: learning in {folder} is frozen (since {since}), and the tenant's is "
+              f"not: the {held} pairs the freeze held back are learned there; freeze it from now on with "
+              f"toolscout learning freeze DSN, or take them back with toolscout learning rollback DSN --before "
+              f"{settings.frozen_at:.0f}", file=sys.stderr)
