@@ -242,6 +242,31 @@ def test_a_migrated_directory_brings_what_it_learned_with_its_sources_and_times(
         assert report(local)["requests"] == report(store_spec)["requests"] == left, verb
 
 
+def test_migrating_a_frozen_directory_says_what_its_freeze_held_back_and_how_to_hold_it_in_the_tenant(
+        pg, tmp_path, tools, capsys):
+    """A freeze cannot be dated back through the service: what it held back in the directory is learned by the
+    tenant, and the migration says so, with the commands that freeze the tenant or take those pairs back."""
+    from toolscout.cli import main
+
+    catalog = tmp_path / "tools.json"
+    catalog.write_text(json.dumps([{"type": "function", "function": {"name": t.name, "description": t.description}}
+                                   for t in tools]))
+    local, store_spec = str(tmp_path / "local"), spec(pg, new_table(), "frozen")
+    before, after = tmp_path / "before.jsonl", tmp_path / "after.jsonl"
+    before.write_text(json.dumps({"query": "book me a flight to Rome", "tool_ids": [tools[3].name], "time": 1000}))
+    after.write_text(json.dumps({"query": "what is the weather", "tool_ids": [tools[1].name]}))  # dated now
+    assert main(["index", str(catalog), "--out", local]) == 0
+    assert main(["learn", local, str(before)]) == 0
+    assert main(["learning", "freeze", local]) == 0
+    assert main(["learn", local, str(after)]) == 0  # held back by the freeze
+    capsys.readouterr()
+    assert main(["migrate", local, "--store", store_spec]) == 0
+    err = capsys.readouterr().err
+    assert f"warning: learning in {local} is frozen (since " in err
+    assert "the tenant's is not: the 1 pair(s) the freeze held back are learned there" in err
+    assert "toolscout learning freeze DSN" in err and "toolscout learning rollback DSN --before " in err, err
+
+
 def test_a_tenant_with_no_catalog_is_refused_by_learning_and_approvals_and_warned_of_by_serve(pg, tmp_path, tools,
                                                                                                encoder, capsys):
     """A mistyped ?tenant= read as an empty deployment: reports of zeros, "nothing waits", and a freeze that made

@@ -186,6 +186,6 @@ def _carry_feedback(folder, store: str, report) -> None:
         held = sum(1 for event in report.feedback if event.time is not None and event.time >= settings.frozen_at)
         since = datetime.fromtimestamp(settings.frozen_at, timezone.utc).isoformat(timespec="seconds")
         print(f"warning: learning in {folder} is frozen (since {since}), and the tenant's is "
-              f"not: the {held} pairs the freeze held back are learned there; freeze it from now on with "
+              f"not: the {held} pair(s) the freeze held back are learned there; freeze it from now on with "
               f"toolscout learning freeze DSN, or take them back with toolscout learning rollback DSN --before "
               f"{settings.frozen_at:.0f}", file=sys.stderr)
