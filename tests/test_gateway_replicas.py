@@ -343,7 +343,7 @@ def open_replica(tmp_path, name, servers, store):
     from toolscout.gateway.runtime import GatewaySettings, open_gateway
 
     config = parse_config({"mcpServers": servers}, tmp_path / f"{name}.json", {})
-    gateway = open_gateway(config, GatewaySettings(index=tmp_path / name, store=store, search_wait=0,
+    gateway = open_gateway(config, GatewaySettings(index=tmp_path / name, store=store, new_table=True, search_wait=0,
                                                    service={"min_probability": None}))
     gateway.listings.heartbeat_every = None  # the test beats for it
     return gateway
@@ -519,7 +519,7 @@ def test_stdio_replicas_on_one_machine_each_keep_their_own_servers_logs(pg, tmp_
     for i in range(2):
         err = open(tmp_path / f"replica{i}.err", "w")
         replicas.append(subprocess.Popen([sys.executable, "-m", "toolscout", "gateway", str(config), "--store", store,
-                                          "--no-fsync"], env=env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                          "--new-table", "--no-fsync"], env=env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                          stderr=err))
     try:
         def started_logs():
