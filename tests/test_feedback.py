@@ -465,3 +465,30 @@ def test_a_feedback_log_reads_as_written_and_each_fault_names_the_file_and_line(
         bad.write_text(good + line + "\n")
         with pytest.raises(InvalidRequest, match=re.escape(f"{bad}:2: feedback: {says}")):
             events_from_jsonl(bad)
+
+
+def test_cli_learn_while_frozen_refuses_a_log_before_writing_any_of_it(encoder, tmp_path, capsys, monkeypatch):
+    """A log is imported in batches; the freeze check runs over the whole log first, so a refused import
+    records nothing (it used to record the batches before the first old event), and its message counts
+    the file's old events, not one batch's."""
+    import json
+    import time as clock
+
+    from toolscout.cli import learn as learn_cli
+    from toolscout.cli import main
+
+    monkeypatch.setattr(learn_cli, "BATCH", 2)  # several batches from a short log, as 1,000 from a long one
+    folder = tmp_path / "idx"
+    ToolScout.from_tools(sample_with_feedback(encoder, "bm25").tools, retriever="bm25").save(folder)
+    assert main(["learning", "freeze", str(folder)]) == 0
+    now = clock.time() + 1
+    log = tmp_path / "mixed.jsonl"
+    log.write_text("".join(json.dumps({"query": f"remind me of chore {i}", "tool_ids": ["apibank::AddReminder"],
+                                       "source": "mixed", "time": now if i < 4 else now - 86400}) + "\n"
+                           for i in range(7)))
+    capsys.readouterr()
+    assert main(["learn", str(folder), str(log)]) == 1
+    said = capsys.readouterr().err
+    assert "and 3 of these events are dated before it" in said, said
+    scout = ToolScout.load(folder)
+    assert scout.ledger.events == 0 and not scout.learning.scorecard.records  # nothing recorded or scored

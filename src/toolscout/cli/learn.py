@@ -61,6 +61,7 @@ def cmd_learn(args: argparse.Namespace) -> int:
     service = ToolService.open(target, batch_workers=0, limits=FeedbackLimits(rate=None, volume=None))
     try:
         if events:
+            service.check_feedback_times(events)  # the whole log, before its first batch is written
             import_events(service, events)
         for source in args.forget:
             touched = service.forget(source)

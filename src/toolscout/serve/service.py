@@ -376,7 +376,7 @@ class ToolService:
             return LearnResult()
         tenant = self._tenant(principal)
         pipeline = tenant.pipeline()
-        _refuse_before_a_freeze(events, pipeline.learning.settings.frozen_at)
+        refuse_before_a_freeze(events, pipeline.learning.settings.frozen_at)
         self.limits.admit(principal.tenant, events, tenant.feedback_totals()["sources"])
         visible = principal.seen_ids(pipeline, (t for e in events for t in e.tool_ids))
         kept = [replace(e, tool_ids=ids) for e in events if (ids := tuple(t for t in e.tool_ids if t in visible))]
@@ -397,6 +397,11 @@ class ToolService:
             raise Forbidden(f"token {principal.name!r} posts feedback as source {principal.feedback_source!r}, "
                             f"not {event.source!r}")
         return event
+
+    def check_feedback_times(self, events: Sequence[FeedbackEvent], principal: Principal = ADMIN) -> None:
+        """Refuse `events` as `feedback` would for the freeze, before any is recorded: a caller that sends them in
+        batches (`toolscout learn LOG`) checks them all first, so a refused log writes nothing."""
+        refuse_before_a_freeze(events, self._tenant(principal).pipeline().learning.settings.frozen_at)
 
     def forget(self, source: str, principal: Principal = ADMIN) -> list[str] | None:
         """Take back everything feedback from `source` taught (a trusted caller, or the source itself): the
@@ -584,7 +589,7 @@ def open_storage(target: str | Path, *, fsync: bool = True, compact_every: int =
     return storage
 
 
-def _refuse_before_a_freeze(events: Sequence[FeedbackEvent], frozen_at: float | None) -> None:
+def refuse_before_a_freeze(events: Sequence[FeedbackEvent], frozen_at: float | None) -> None:
     """A freeze holds back what is taught from its time on; an event dated before it (a log imported later)
     would be learned at once, which is not what an operator who froze learning means. (The HTTP and MCP
     routes stamp each event as it arrives; a caller that dates its events is refused.)"""
