@@ -218,3 +218,33 @@ def test_an_address_the_host_lacks_is_refused_naming_the_flags():
     with pytest.raises(CannotListen, match=r"^cannot listen on 192\.0\.2\.1 port 0: .*; check --host and --port$"):
         check_listen("192.0.2.1", 0)  # TEST-NET-1: no interface here has it
     check_listen("127.0.0.1", 0)  # a free port: nothing to say
+
+
+def test_a_server_restarted_after_sigkill_compacts_the_journal_it_replayed(tmp_path, tools):
+    """A restart replays the journal; it used to leave it as it was (compactions 0), so every later crash
+    replayed all of it again. Now the restarted server saves a snapshot right after the replay."""
+    folder = tmp_path / "idx"
+    ToolScout.from_tools(tools, retriever="bm25").save(folder)
+    port = free_port()
+    server = start_server_at(folder, port)
+    events = [{"query": f"send the sheep report number {i}", "tool_ids": ["mail.send"]} for i in range(20)]
+    for i in range(0, 20, 5):
+        r = httpx.post(f"http://127.0.0.1:{port}/feedback", json={"events": events[i:i + 5]}, headers=AUTH, timeout=30)
+        assert r.status_code == 200, r.text
+    server.send_signal(signal.SIGKILL)
+    server.wait()
+    assert [r["op"] for r in Journal(folder).read()] == ["feedback"] * 4
+    restarted = start_server_at(folder, port)
+    try:
+        deadline = time.monotonic() + 60  # the snapshot is saved in the background while it serves
+        health = httpx.get(f"http://127.0.0.1:{port}/health", timeout=10).json()
+        while health["compactions"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)  # polling a condition, not a handshake
+            health = httpx.get(f"http://127.0.0.1:{port}/health", timeout=10).json()
+        assert health["compactions"] == 1 and health["journal_records"] == 0, health
+        assert httpx.get(f"http://127.0.0.1:{port}/tools/mail.send").json()["feedback"]["learned"] == 20
+    finally:
+        restarted.send_signal(signal.SIGKILL)  # a second crash: nothing is left to replay
+        restarted.wait()
+    assert [r["op"] for r in Journal(folder).read()] == ["base"]
+    assert ToolScout.load(folder).ledger.events == 20

@@ -125,6 +125,11 @@ class ReadWriteLock:
                 self._cond.notify_all()
 
 
+def _teaching(events: Iterable[FeedbackEvent]) -> list[FeedbackEvent]:
+    """The events that teach (not failures, and not only numbers, dates or addresses): those scored."""
+    return [e for e in events if e.teaches and teaches_anything(e.query)]
+
+
 def _size_disagreement(retriever: Retriever, catalog_size: int) -> str | None:
     """How `retriever`, or one of its components (a hybrid's each hold the whole catalog), disagrees in size
     with a catalog of `catalog_size` tools; None when all agree."""
@@ -171,6 +176,7 @@ class ToolScout:
         self._lock = ReadWriteLock()
         self._disagreement: str | None = None  # why the retriever and the catalog no longer agree (`save` refuses)
         self._versions_read: dict[Path, str] = {}  # directory -> the version loaded or last saved there (`save`)
+        self._replaying: tuple[float | None] | None = None  # (when the write was first made) while `replaying`
         if tools:
             self._tools = tools_by_id(tools, "the catalog")
             if not indexed:
@@ -498,19 +504,22 @@ class ToolScout:
             self._deprecated.pop(tool_id, None)
 
     # learning from use ---------------------------------------------------------------------
-    def learn(self, events: Iterable[FeedbackEvent | Mapping[str, Any]]) -> LearnResult:
+    def learn(self, events: Iterable[FeedbackEvent | Mapping[str, Any]],
+              ranks: Mapping[tuple[str, str], Ranks] | None = None) -> LearnResult:
         """Learn from tool-use feedback at once, with no retraining (`toolscout.learning`): each event is a
         task and the ids of the tools that served it (a FeedbackEvent, or a dict with query, tool_ids,
         source, outcome, time). Each event is scored first (where the ranking as served, untaught and at
         full weight put its tools), then recorded and taught. Unknown tool ids are ignored and reported.
-        Searches go on while events are scored and requests embedded; the index changes in one step."""
+        Searches go on while events are scored and requests embedded; the index changes in one step.
+        `ranks`: what `measure` gave for these events on this state (a journal replays them: no search)."""
         now = time.time()
         events = [(e if isinstance(e, FeedbackEvent) else FeedbackEvent.from_dict(e)).at(now)
                   for e in listed(events, "learn", "a list of events")]
-        teaching = [e for e in events if e.teaches and teaches_anything(e.query)]
+        teaching = _teaching(events)
         asking = {e.query for e in teaching}  # read under the write lock below: decided once, before it
         with self._lock.read():
-            ranks = self.score(list(dict.fromkeys(e.query for e in teaching)))
+            if ranks is None:
+                ranks = self.score(list(dict.fromkeys(e.query for e in teaching)))
             prepared = self.learning.prepare([e.query for e in teaching])
         with self._lock.write():
             before = self.learning.memory.tools
@@ -521,6 +530,15 @@ class ToolScout:
             self._log_weights(self.learning.refresh_weights())
             result.frozen_at = self.learning.settings.frozen_at
         return result
+
+    def measure(self, events: Sequence[FeedbackEvent]) -> dict[tuple[str, str], Ranks]:
+        """The ranks `learn` would score `events` by now, for their own (query, tool) pairs only: a storage
+        that journals them with the events replays them without searching again (the replay's cost was
+        almost all those searches). Call with writes held off until `learn(events, ranks)`."""
+        teaching = _teaching(events)
+        with self._lock.read():
+            ranks = self.score(list(dict.fromkeys(e.query for e in teaching)))
+        return {(e.query, t): ranks[e.query, t] for e in teaching for t in e.tool_ids if (e.query, t) in ranks}
 
     def holds_feedback_of(self, source: str) -> bool:
         """Whether anything `source` posted is kept (in the ledger, or scored): what `forget` would take back."""
@@ -659,11 +677,23 @@ class ToolScout:
         self.learning.teach(self._lessons(usages))
         self.learning.refresh_weights()
 
+    @contextmanager
+    def replaying(self, when: float | None) -> Iterator[None]:
+        """Apply a journalled write again (`serve/directory.py`): a weight change it makes is history, kept
+        at `when` (when the write was first made; None: not known), not news to log."""
+        self._replaying = (when,)
+        try:
+            yield
+        finally:
+            self._replaying = None
+
     def _log_weights(self, changed: Mapping[str, tuple[float, float]]) -> None:
-        for namespace, (old, new) in sorted(changed.items()):
-            logger.warning("learning in namespace %r: weight %.2f -> %.2f (%s)", namespace or "(none)", old, new,
-                           "learned rankings were worse than untaught on recent events" if new < old
-                           else "learned rankings recovered")
+        """Keep the automatic weights' changes in the report's history, and log them (not while replaying)."""
+        replay = self._replaying
+        for entry in self.learning.note_weight_changes(changed, time.time() if replay is None else replay[0]):
+            if replay is None:
+                logger.warning("learning in namespace %r: weight %.2f -> %.2f (%s)", entry["namespace"] or "(none)",
+                               entry["from"], entry["to"], entry["why"])
 
     def _allows(self, filter: Filter | None) -> Callable[[str], bool]:
         """Whether a tool the channel proposes may be returned: in the catalog and within `filter`."""

@@ -332,4 +332,14 @@ def render_report(report: dict) -> str:
                      f"{every['untaught']['mrr']:.3f} / {every['learned']['mrr']:.3f} | {every['served']['top1']:.3f} / "
                      f"{every['untaught']['top1']:.3f} | {weighed['learned']['mrr']:.3f} vs "
                      f"{weighed['untaught']['mrr']:.3f} | {w['weight']:.2f} ({w['how']}) |")
-    return "\n".join(lines)
+    return "\n".join(lines + _weight_history(report.get("weight_history") or []))
+
+
+def _weight_history(history: list[dict], shown: int = 10) -> list[str]:
+    """The automatic weights' last changes, each with its time (they happened when learned, not now)."""
+    if not history:
+        return []
+    more = f" (the last {shown} of {len(history)}; --json has them all)" if len(history) > shown else ""
+    return ["", f"automatic weight changes{more}:",
+            *(f"- {_when(h['time']) if h.get('time') else 'time not known'}: namespace {h['namespace'] or '(none)'!r} "
+              f"{h['from']:.2f} -> {h['to']:.2f} ({h['why']})" for h in history[-shown:])]

@@ -12,6 +12,7 @@ import sys
 from typing import Sequence
 
 from ..feedback import PER_SOURCE_CAP
+from ..serve.journal import COMPACT_EVERY
 from .options import add_fast_queries, number_in
 
 PORT = number_in(int, 1, 65535)
@@ -45,8 +46,10 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                    help="a tool id returned with every search (repeatable)")
     p.add_argument("--namespace", action="append", default=None,
                    help="MCP over stdio: only tools of this namespace (repeatable)")
-    p.add_argument("--compact-every", type=number_in(int, 1), default=10_000, metavar="N",
-                   help="write a full snapshot after N journalled writes (default %(default)s)")
+    p.add_argument("--compact-every", type=number_in(int, 1), default=COMPACT_EVERY, metavar="N",
+                   help="write a full snapshot once the journal holds N items: each write, and each feedback "
+                        "event, tool or id it holds, counts one (a restart after a crash replays them; default "
+                        "%(default)s)")
     add_service_arguments(p)
     add_fast_queries(p)
     p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])

@@ -55,6 +55,7 @@ from .space import RequestSpace
 GATE = 0.3  # the least learned probability that may lift a tool (chosen on train-split validation)
 CAUTIOUS_GATE = 0.4  # the least cautious probability that may pass a tool nobody taught (the same)
 DEPTH = 30  # untaught candidates read per task when something is learned
+HISTORY = 1000  # automatic weight changes kept for the report
 LEARNING_KIND = "toolscout.learning"
 FORMAT_VERSION = 2  # 2: each lesson's time and untaught rank (1: a count per source)
 
@@ -139,6 +140,7 @@ class LearnedChannel:
         self.scorecard = Scorecard()
         self.key_of: dict[str, str] = {}  # request as sent -> its key in memory (what it teaches)
         self.joined: dict[str, float] = {}  # tool -> when it joined the catalog (absent: before any learning)
+        self.weight_history: list[dict] = []  # the automatic weights' changes, oldest first (`note_weight_changes`)
         self._automatic: dict[str, float] = {}
 
     def afresh(self, settings: LearningSettings | None = None) -> "LearnedChannel":
@@ -146,6 +148,7 @@ class LearnedChannel:
         is a fact of the catalog, not something learned, and a tool added after learning keeps its place."""
         channel = LearnedChannel(self.space, settings or self.settings)
         channel.joined = dict(self.joined)
+        channel.weight_history = list(self.weight_history)  # what happened stays history
         return channel
 
     # state ---------------------------------------------------------------------------------------
@@ -180,6 +183,15 @@ class LearnedChannel:
                    if abs(self._automatic.get(ns, 1.0) - w) > 1e-9}
         self._automatic = new
         return changed
+
+    def note_weight_changes(self, changed: Mapping[str, tuple[float, float]], when: float | None) -> list[dict]:
+        """Keep what `refresh_weights` changed, at `when` (None: not known, a journal written before times
+        were), in the history the report shows; the last HISTORY changes are kept. Returns the new entries."""
+        entries = [{"time": when, "namespace": ns, "from": round(old, 4), "to": round(new, 4),
+                    "why": "learned rankings were worse than untaught on recent events" if new < old
+                    else "learned rankings recovered"} for ns, (old, new) in sorted(changed.items())]
+        self.weight_history = (self.weight_history + entries)[-HISTORY:]
+        return entries
 
     def key(self, request: str) -> str:
         """What a request teaches (`incidental.teachable`), case and spacing ignored."""
@@ -303,7 +315,8 @@ class LearnedChannel:
                "dormant": dormancy(tools_taught), "frozen_at": self.settings.frozen_at, "weights": self.weights()}
         if brief:
             return out
-        return {**out, "calibration": self.calibration.to_dict(), "measured": self.scorecard.report()}
+        return {**out, "weight_history": list(self.weight_history), "calibration": self.calibration.to_dict(),
+                "measured": self.scorecard.report()}
 
     # persistence ---------------------------------------------------------------------------------
     def save(self, folder: Path) -> None:
@@ -311,6 +324,7 @@ class LearnedChannel:
         keys = sorted(self.memory.row_of)
         write_json(folder / "config.json", {"kind": LEARNING_KIND, "format_version": FORMAT_VERSION,
                                             "space": self.space.name, "settings": self.settings.to_dict(),
+                                            "weight_history": self.weight_history,
                                             "scored": len(self.scorecard)})  # what a load checks it read
         np.save(folder / "vectors.npy", self.memory.vectors[[self.memory.row_of[k] for k in keys]]
                 if keys else np.zeros((0, self.space.dim), np.float32))
@@ -333,6 +347,7 @@ class LearnedChannel:
         if config.get("kind") != LEARNING_KIND or int(config.get("format_version", 0)) > FORMAT_VERSION:
             raise ArtifactError(f"{folder}: not a learned channel this toolscout can read")
         channel = cls(space, LearningSettings.from_dict(config.get("settings")))
+        channel.weight_history = list(config.get("weight_history") or [])  # none before it was kept
         channel.scorecard.add([Scored.from_dict(row) for row in read_json_lines(folder / "scorecard.jsonl")])
         if config.get("scored", len(channel.scorecard)) != len(channel.scorecard):  # cut at a line's end
             raise DamagedFile(f"{folder / 'scorecard.jsonl'}: holds {len(channel.scorecard)} scores, but "

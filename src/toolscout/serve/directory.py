@@ -10,10 +10,13 @@ Writers queue on one mutex, which also orders the journal.
 
 Durability: a write is appended to `DIR/journal.log` and fsync'd *before* it is applied and
 acknowledged (see `journal.py`); only the changed tools are re-embedded (`ToolScout.add`). When the
-journal grows past `compact_every` records or `compact_bytes`, and at `close`, the whole pipeline is
-saved atomically (`ToolScout.save`, searches keep running, writers wait) with the journal position in
-its config, and the journal starts afresh. On `open`, the journal's net effect (last write per id wins)
-is applied in one batch, so a long journal replays in one re-embedding pass.
+journal holds `compact_every` items (`journal.items`: each write, event, tool and id counts, since replay
+embeds each again) or `compact_bytes`, and at `close`, the whole pipeline is saved atomically
+(`ToolScout.save`, searches keep running, writers wait) with the journal position in its config, and the
+journal starts afresh. On `open`, the journal's net effect (last write per id wins) is applied in one
+batch, so a long journal replays in one re-embedding pass; feedback replays with the ranks it was scored
+by (journalled with it: no search again), and a journal replayed at `open` is compacted at once (in the
+background), so a second crash does not replay it again.
 
 One directory holds one catalog: tenants need the PostgreSQL store.
 """
@@ -32,13 +35,14 @@ from typing import Any, Sequence
 from ..artifacts import POINTER, SERVE_LOCK
 from ..errors import Conflict, InvalidRequest, NotFound, ToolScoutError
 from ..feedback import FeedbackEvent, LearnResult
+from ..learning.scorecard import Ranks
 from ..pipeline import ToolScout
 from ..postgres import recorded_spec
 from ..retrievers.base import task_encoders
 from ..tool import Tool
 from ..train.feedback import Retrained
 from .errors import ServiceError, ServiceUnavailable
-from .journal import Journal
+from .journal import COMPACT_EVERY, Journal
 from .storage import Authorize, Visible, WriteResult
 
 LOCK_FILE = SERVE_LOCK
@@ -54,7 +58,7 @@ class DirectoryStorage:
     versions_are_local = True
 
     def __init__(self, scout: ToolScout, folder: str | os.PathLike, *, journal: Journal, seq: int = 0,
-                 compact_every: int = 10_000, compact_bytes: int = 64 << 20, lock_fd: int | None = None):
+                 compact_every: int = COMPACT_EVERY, compact_bytes: int = 64 << 20, lock_fd: int | None = None):
         self.scout = scout
         self.folder = Path(folder)
         self.journal = journal
@@ -84,10 +88,13 @@ class DirectoryStorage:
             scout = ToolScout.load(folder, fast_queries=fast_queries)
             journal = Journal(folder, fsync=fsync)
             seq = replay_journal(scout, list(journal.replay()), snapshot_seq(scout), journal.path)
-            return cls(scout, folder, journal=journal, seq=seq, lock_fd=lock_fd, **options)
+            storage = cls(scout, folder, journal=journal, seq=seq, lock_fd=lock_fd, **options)
         except BaseException:
             os.close(lock_fd)
             raise
+        if journal.records:  # replayed: saved now, so a second crash does not replay it all again
+            storage._compact_soon()
+        return storage
 
     def close(self, compact: bool = True) -> None:
         """Save a snapshot if the journal holds writes (unless `compact=False` or a write failed: then the
@@ -180,9 +187,11 @@ class DirectoryStorage:
         events = [e.at(now) for e in events]
         with self._writer:
             self._check_open()
+            ranks = self.scout.measure(events)  # journalled with the events: a replay need not search again
             result: list[LearnResult] = []
-            self._apply({"op": "feedback", "events": [e.to_dict() for e in events]},
-                        lambda: result.append(self.scout.learn(events)))
+            record = {"op": "feedback", "events": [e.to_dict() for e in events],
+                      "ranks": ranks_record(events, ranks), "time": now}
+            self._apply(record, lambda: result.append(self.scout.learn(events, ranks)))
         self._maybe_compact()
         return result[0]
 
@@ -190,7 +199,7 @@ class DirectoryStorage:
         with self._writer:
             self._check_open()
             removed: list[int] = []
-            self._apply({"op": "rollback", "before": before},
+            self._apply({"op": "rollback", "before": before, "time": time.time()},
                         lambda: removed.append(len(self.scout.rollback(before))))
         return removed[0]
 
@@ -208,7 +217,8 @@ class DirectoryStorage:
             if not self.scout.holds_feedback_of(source):  # nothing to take back: no write, no new version
                 return None
             touched: list[list[str]] = []
-            self._apply({"op": "forget", "source": source}, lambda: touched.append(self.scout.forget(source)))
+            self._apply({"op": "forget", "source": source, "time": time.time()},
+                        lambda: touched.append(self.scout.forget(source)))
         self._maybe_compact()
         return touched[0]
 
@@ -235,7 +245,8 @@ class DirectoryStorage:
             result = retrain(self.scout, method, workdir, model_dir=model_dir, **options)
             if result.improved:
                 with self._writer:  # writes made while it trained go into the new pipeline too
-                    replay_journal(result.scout, self.journal.records_after(since), since, self.journal.path)
+                    replay_journal(result.scout, self.journal.records_after(since), since, self.journal.path,
+                                   rescore=True)  # the ranks journalled were the old pipeline's
                     self.scout = result.scout
         finally:
             self._retraining = False
@@ -303,7 +314,7 @@ class DirectoryStorage:
     def stats(self) -> dict[str, Any]:
         return {"retriever": self.scout.retriever.name, "fast_queries": self.scout.fast_queries is not None,
                 "task_encoders": task_encoders(self.scout.retriever),
-                "journal_records": self.journal.records,
+                "journal_records": self.journal.records, "journal_items": self.journal.items,
                 "journal_bytes": self.journal.bytes, "compactions": self.compactions,
                 "last_compaction_s": self.last_compaction_s,
                 "snapshots": "failed: " + self.snapshot_failed if self.snapshot_failed else "ok"}
@@ -330,8 +341,12 @@ class DirectoryStorage:
             self.failed = f"write {seq} failed and its abort could not be journalled: {exc}"
 
     def _maybe_compact(self) -> None:
-        if self.journal.records < self.compact_every and self.journal.bytes < self.compact_bytes:
+        if self.journal.items < self.compact_every and self.journal.bytes < self.compact_bytes:
             return
+        self._compact_soon()
+
+    def _compact_soon(self) -> None:
+        """Compact in the background (searches go on; writes wait for the snapshot), unless one runs."""
         with self._writer:
             running = self._compactor is not None and self._compactor.is_alive()
             if running or self._closed:
@@ -378,10 +393,12 @@ def lock_directory(folder: Path) -> int:
     return fd
 
 
-def replay_journal(scout: ToolScout, records: list[dict[str, Any]], snapshot_seq: int, where: Path) -> int:
+def replay_journal(scout: ToolScout, records: list[dict[str, Any]], snapshot_seq: int, where: Path,
+                   rescore: bool = False) -> int:
     """Apply the journal records newer than the snapshot, in order; return the last sequence number.
     Runs of tool writes are applied as one batch (their net effect: last write per id wins), so a long
-    journal re-embeds in one pass; feedback records are applied where they stand between them."""
+    journal re-embeds in one pass; feedback records are applied where they stand between them, scored by
+    the ranks journalled with them (`rescore`: scored anew, on a pipeline other than the one that wrote them)."""
     aborted = {r["seq"] for r in records if r.get("op") == "abort"}
     seq = snapshot_seq
     pending: dict[str, Tool | None] = {}  # id -> its last written state in the current run (None: deleted)
@@ -400,24 +417,52 @@ def replay_journal(scout: ToolScout, records: list[dict[str, Any]], snapshot_seq
         elif op in LEARNING_OPS:
             _write_tools(scout, pending, joined)
             pending, joined = {}, {}
-            _learning_record(scout, record)
+            with scout.replaying(_made_at(record)):
+                _learning_record(scout, record, rescore)
         else:
             raise ToolScoutError(f"{where}: unknown journal record type {op!r} (written by a newer toolscout?)")
     _write_tools(scout, pending, joined)
     return seq
 
 
-def _learning_record(scout: ToolScout, record: dict[str, Any]) -> None:
-    """Apply one journalled record about learning: feedback, a source taken back, a rollback, settings."""
+def _made_at(record: dict[str, Any]) -> float | None:
+    """When a journalled learning write was first made (records written before they kept it: the last event's
+    time for feedback, else not known)."""
+    when = record.get("time", record.get("when"))
+    if when is None and record.get("events"):
+        when = max((e.get("time") or 0.0) for e in record["events"]) or None
+    return when
+
+
+def _learning_record(scout: ToolScout, record: dict[str, Any], rescore: bool) -> None:
+    """Apply one journalled record about learning: feedback, a source taken back, a rollback, settings.
+    Feedback journalled without its ranks (before they were kept) is scored anew."""
     op = record["op"]
     if op == "feedback":
-        scout.learn([FeedbackEvent.from_dict(e) for e in record["events"]])
+        events = [FeedbackEvent.from_dict(e) for e in record["events"]]
+        journalled = "ranks" in record and not rescore
+        scout.learn(events, ranks_of_record(events, record["ranks"]) if journalled else None)
     elif op == "forget":
         scout.forget(record["source"])
     elif op == "rollback":
         scout.rollback(float(record["before"]))
     else:
         _set_learning(scout, record)
+
+
+def ranks_record(events: Sequence[FeedbackEvent], ranks: dict[tuple[str, str], Ranks]) -> list[list]:
+    """`ranks` as a feedback record keeps them: per event, per tool id, [served, untaught, learned, passed_by]
+    (null: not scored)."""
+    def one(query: str, tool: str) -> list | None:
+        r = ranks.get((query, tool))
+        return None if r is None else [r.served, r.untaught, r.learned, list(r.passed_by)]
+    return [[one(e.query, t) for t in e.tool_ids] for e in events]
+
+
+def ranks_of_record(events: Sequence[FeedbackEvent], rows: list[list]) -> dict[tuple[str, str], Ranks]:
+    """What `ranks_record` wrote, back as `ToolScout.measure` gave it."""
+    return {(e.query, t): Ranks(r[0], r[1], r[2], tuple(r[3]))
+            for e, row in zip(events, rows) for t, r in zip(e.tool_ids, row) if r is not None}
 
 
 def _set_learning(scout: ToolScout, record: dict[str, Any]):

@@ -28,6 +28,7 @@ from typing import Any, Iterator
 from ..errors import ToolScoutError
 
 JOURNAL = "journal.log"
+COMPACT_EVERY = 2_000  # journal items (`items`) between snapshots, by default: bounds what a restart replays
 
 
 class JournalError(ToolScoutError):
@@ -64,6 +65,13 @@ def _decode_line(line: bytes) -> dict[str, Any] | None:
     return record if isinstance(record, dict) and isinstance(record.get("seq"), int) else None
 
 
+def items(record: dict[str, Any]) -> int:
+    """What replaying `record` costs, counted as one plus each event, tool or id it holds: replay embeds every
+    new request and tool again, so one record of 10,000 events weighs as 10,000 records of one."""
+    held = record.get("events") or record.get("tools") or record.get("ids") or ()
+    return 1 + len(held)
+
+
 class Journal:
     """The journal file of one pipeline directory. Not thread-safe: the service serialises writers."""
 
@@ -71,7 +79,8 @@ class Journal:
         self.folder = Path(folder)
         self.path = self.folder / JOURNAL
         self.fsync = fsync
-        self.records = 0  # upsert/delete records in the file now
+        self.records = 0  # records in the file now (its base aside)
+        self.items = 0  # what they hold (`items`): what replaying them costs, which the compaction policy reads
         self.bytes = 0
         self._fd: int | None = None
 
@@ -107,6 +116,7 @@ class Journal:
             offset += len(line)
             if record.get("op") != "base":
                 self.records += 1
+                self.items += items(record)
             yield record
         self.bytes = offset
 
@@ -143,6 +153,7 @@ class Journal:
         if self.fsync:
             os.fdatasync(fd)
         self.records += 1
+        self.items += items(record)
         self.bytes += len(data)
 
     def reset(self, base_seq: int) -> None:
@@ -157,7 +168,7 @@ class Journal:
         os.replace(tmp, self.path)
         if self.fsync:
             _fsync_dir(self.folder)
-        self.records = 0
+        self.records = self.items = 0
         self.bytes = self.path.stat().st_size
 
     def close(self) -> None:

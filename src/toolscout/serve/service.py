@@ -39,6 +39,7 @@ from ..results import Filter
 from ..tool import Tool, tools_by_id
 from .batcher import SearchBatcher
 from .errors import ServiceError, ServiceUnavailable
+from .journal import COMPACT_EVERY
 from .limits import FeedbackLimits
 from .storage import Compacts, ProbesServer, Retrains, Storage, TenantStorage, WriteResult
 
@@ -166,7 +167,7 @@ class ToolService:
 
     # lifecycle -----------------------------------------------------------------------------
     @classmethod
-    def open(cls, target: str | Path, *, fsync: bool = True, compact_every: int = 10_000, encoder: Any = None,
+    def open(cls, target: str | Path, *, fsync: bool = True, compact_every: int = COMPACT_EVERY, encoder: Any = None,
              max_stale_s: float = 1.0, feedback_cap: int | None = None, fast_queries: bool | str | None = None,
              **options: Any) -> "ToolService":
         """Serve `target`: a PostgreSQL store spec (postgresql://...) or a pipeline directory (`open_storage`
@@ -565,7 +566,7 @@ class ToolService:
 STORAGE_OPTIONS = ("fsync", "compact_every", "encoder", "max_stale_s", "feedback_cap", "fast_queries")
 
 
-def open_storage(target: str | Path, *, fsync: bool = True, compact_every: int = 10_000, encoder: Any = None,
+def open_storage(target: str | Path, *, fsync: bool = True, compact_every: int = COMPACT_EVERY, encoder: Any = None,
                  max_stale_s: float = 1.0, feedback_cap: int | None = None,
                  fast_queries: bool | str | None = None) -> Storage:
     """The storage of `target`, for a `ToolService`: a PostgreSQL store spec (postgresql://...) or a pipeline
