@@ -413,12 +413,15 @@ def test_cli_learning_reports_beside_a_server_and_refuses_bad_arguments_before_c
         assert main(["learning", "report", str(folder)]) == 0  # the table: one event, scored before anything
         table = capsys.readouterr().out.splitlines()  # was learned, so every ranking put its tool in one place
         header = next(i for i, line in enumerate(table) if line.startswith("| namespace |"))
-        assert table[header].endswith("| MRR learned vs untaught, the records its weight reads | weight |")
-        _, ns, events, mrr, _top1, weighed, weight, _ = table[header + 2].split("|")
+        # the table (meaning changed, trial 10: first-seen requests apart from repeats, new tools shown)
+        assert table[header].endswith("| repeats: MRR served / untaught | tools new to learning: MRR served / "
+                                      "untaught (pairs) | weight |")
+        _, ns, events, mrr, _top1, repeats, new, weight, _ = table[header + 2].split("|")
         served, untaught, learned = mrr.split(" / ")
-        assert (ns.strip(), events.strip(), weight.strip()) == ("(none)", "1", "1.00 (automatic)")
+        assert (ns.strip(), events.strip(), weight.strip()) == ("(none)", "1 + 0", "1.00 (automatic)")
         assert served.strip() == untaught.strip() == learned.strip()
-        assert weighed.strip() == f"{learned.strip()} vs {untaught.strip()}"
+        assert repeats.strip() == "-" and new.strip() == f"{served.strip()} / {untaught.strip()} (1)"
+        assert any(line.startswith("repeats: the same request again") for line in table[header + 3:])
         assert main(["learning", "freeze", str(folder)]) == 1  # a write still needs the server
         assert "another toolscout server" in capsys.readouterr().err
     version = (folder / "CURRENT").read_text()

@@ -494,6 +494,26 @@ def test_learning_made_worse_on_purpose_turns_its_weight_down_and_says_so(encode
     assert scout.search(task, k=1)[0].tool.id == "weather.forecast"  # what the agents use now
 
 
+def test_repeats_of_learned_requests_served_perfectly_do_not_hide_harm_to_new_ones(encoder):
+    """The switch above, while the agents keep repeating the requests that taught the advisor: each repeat
+    ranks the advisor first by what its earlier copy taught (a gain over the untaught ranking), and there are
+    six times as many of them as new requests. Counted in, they outweighed the losses and the advisor's
+    weight stayed at 1; the weight reads first-seen requests, so it still goes down, and the report shows
+    the repeats apart (trial 10, finding 2)."""
+    scout = ToolScout.from_tools(WEATHERISH, encoder=encoder)
+    scout.learn(traffic(RAIN, "advice.umbrella", 60) + background())
+    for i, event in enumerate(traffic(RAIN, "weather.forecast", 60, source="agent-2", start=1000.0)):
+        scout.learn([event])
+        if i % 10 == 9:  # the old requests again, each still served the advisor
+            scout.learn(traffic(RAIN, "advice.umbrella", 60, source=f"repeat-{i}", start=2000.0 + i))
+    assert scout.learning.weight("advice") < 1.0
+    advice = scout.learning_report()["measured"]["namespaces"]["advice"]
+    assert advice["repeats"]["events"] == 360 and advice["first_seen"]["events"] == 60
+    assert advice["repeats"]["learned"]["mrr"] > advice["repeats"]["untaught"]["mrr"]  # what hid the harm
+    assert advice["all"]["events"] == advice["first_seen"]["events"] + advice["repeats"]["events"]
+    assert advice["weighed"]["learned"]["mrr"] < advice["weighed"]["untaught"]["mrr"]
+
+
 def test_a_namespace_judged_only_through_the_tools_its_lifts_passed_is_reported_with_its_weight():
     """Sixty events of 'weather' tools that learning moved from rank 1 to 3, each passed by an 'ads' tool:
     'ads' has no record of its own, yet its weight goes to 0 (a loss of 0.67 in mean reciprocal rank, far
@@ -511,7 +531,7 @@ def test_a_namespace_judged_only_through_the_tools_its_lifts_passed_is_reported_
     assert report["weather"]["weighed"]["events"] == 0
 
 
-def test_the_records_each_weight_reads_are_its_last_window_as_a_filter_of_all_finds_them():
+def test_the_records_each_weight_reads_are_its_last_first_seen_window_as_a_filter_of_all_finds_them():
     """One pass collects every namespace's window (the weights are refreshed after each batch learned, and
     a pass per namespace cost a second at 100,000 records); the oracle filters all records per namespace."""
     from toolscout.learning.scorecard import WINDOW, Scorecard, answers_for
@@ -521,11 +541,18 @@ def test_the_records_each_weight_reads_are_its_last_window_as_a_filter_of_all_fi
     for i in range(3 * WINDOW):
         ns, untaught, learned = rng.choice("abc"), rng.randrange(1, 6), rng.randrange(1, 6)
         passers = tuple(sorted(set(rng.sample("abcd", rng.randrange(1, 3))))) if learned > untaught else ()
-        records.append(Scored(float(i), "s", ns, f"{ns}.t", "q", True, learned, untaught, learned, passers))
+        query = f"Task {rng.randrange(WINDOW)}"  # about one in three repeats a request scored for its tool
+        records.append(Scored(float(i), "s", ns, f"{ns}.t", rng.choice((query, query.lower() + " ")), True,
+                              learned, untaught, learned, passers))
     windows = Scorecard(records).answered_for()
     assert set(windows) == set("abcd")
-    for ns, found in windows.items():
-        assert found == [r for r in records if ns in answers_for(r)][-WINDOW:], ns
+    seen, first = set(), []
+    for r in records:  # the oracle's repeats: the same tool and request (case and spaces aside) seen before
+        first.append((r.tool, r.query.strip().lower()) not in seen)
+        seen.add((r.tool, r.query.strip().lower()))
+    assert 0 < sum(first) < len(records)
+    for ns, found in windows.items():  # first-seen records only (meaning changed: repeats no longer read)
+        assert found == [r for r, f in zip(records, first) if f and ns in answers_for(r)][-WINDOW:], ns
 
 
 def test_losses_scored_before_scores_kept_who_passed_the_tool_turn_no_weight_down():

@@ -530,7 +530,16 @@ def test_learning_counts_event_tool_pairs_and_says_so(served):
         assert "(event, tool) pairs" in client.get("/openapi.json").json()["paths"]["/learning"]["get"]["description"]
         table = render_report(report).splitlines()
         assert "6 (event, tool) pairs scored (an event counts once per tool it names)" in table[0]
-        assert table[3].startswith("| namespace | (event, tool) pairs |") and table[5].startswith("| files | 3 |")
+        assert table[3].startswith("| namespace | (event, tool) pairs: first-seen + repeats |")
+        assert table[5].startswith("| files | 3 + 0 |")
+        # the same requests again: repeats, counted apart in /learning, /metrics and the table (trial 10)
+        client.post("/feedback", json={"events": events}, headers=AGENT)
+        mail = client.get("/learning", headers=ADMIN).json()["measured"]["namespaces"]["mail"]
+        assert (mail["all"]["events"], mail["first_seen"]["events"], mail["repeats"]["events"]) == (6, 3, 3)
+        metrics = client.get("/metrics", headers=ADMIN).text
+        assert 'toolscout_learning_first_seen_events{namespace="mail"} 3' in metrics
+        assert (f'toolscout_learning_mrr{{namespace="mail",window="repeats",ranking="served"}} '
+                f'{mail["repeats"]["served"]["mrr"]}') in metrics
 
 
 def test_learning_says_it_lifts_nothing_until_five_tools_are_taught(served):

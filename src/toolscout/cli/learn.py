@@ -312,9 +312,32 @@ def _index_of_gateway_config(target: str) -> str:
     return str(index)
 
 
+REPORT_COLUMNS = "| namespace | (event, tool) pairs: first-seen + repeats | first-seen: MRR served / untaught / " \
+                 "full weight | first-seen: top-1 served / untaught | repeats: MRR served / untaught | tools new to " \
+                 "learning: MRR served / untaught (pairs) | weight |"
+
+
+def report_footnote() -> list[str]:
+    """What each column of the report's table means."""
+    from ..learning.scorecard import WINDOW
+
+    return [
+        "Each (event, tool) pair is scored before it is learned: where the ranking as served (learning at the weight in "
+        "force), the untaught ranking and learning at full weight put the tool the event used (MRR: mean of 1/rank; "
+        "top-1: how often it came first).",
+        "first-seen: pairs whose request (case and spaces aside) had not been scored for that tool before: what "
+        "learning does to new tasks; watch served vs untaught here.",
+        "repeats: the same request again for the same tool; its earlier copy taught the answer, so learning ranks it "
+        "first by construction (memorisation, not a sign of help to other tasks).",
+        "tools new to learning: pairs whose tool no earlier batch had taught.",
+        f"weight: automatic, read from the namespace's last {WINDOW:,} first-seen pairs (full weight ranking below "
+        "untaught there, beyond noise, turns it down); or set by hand. docs/learning.md, 'Every deployment measures "
+        "its own learning'."]
+
+
 def render_report(report: dict) -> str:
-    """The report as a table: per namespace, mean reciprocal rank and top-1 of the used tools before they were
-    learned, as served / untaught / at full weight, and learning's weight."""
+    """The report as a table: per namespace, the used tools' ranks before they were learned, for first-seen
+    requests and repeats apart, and learning's weight; then what each column means."""
     from ..eval.report import counted
 
     lines = [f"learned requests: {report['requests']} over {counted(report['tools_taught'], 'tool')}; "
@@ -322,17 +345,24 @@ def render_report(report: dict) -> str:
              + (f"; frozen since {datetime.fromtimestamp(report['frozen_at'], timezone.utc).isoformat()}"
                 if report.get("frozen_at") else ""),
              *([f"{report['dormant']} (docs/learning.md, 'How it learns', step 3)"] if report.get("dormant") else []),
-             "", "| namespace | (event, tool) pairs | MRR served / untaught / full weight | top-1 served / untaught | "
-             "MRR learned vs untaught, the records its weight reads | weight |", "|---|---|---|---|---|---|"]
+             "", REPORT_COLUMNS, "|---|---|---|---|---|---|---|"]
     weights = report["weights"]
     for ns, figures in report["measured"]["namespaces"].items():
-        every, weighed = figures["all"], figures.get("weighed", figures["recent"])  # an older server: its own
+        first = figures.get("first_seen", figures["all"])  # an older server: no repeats told apart
+        repeats, new = figures.get("repeats"), figures["new_tools"]
         w = weights.get(ns, {"weight": 1.0, "how": "automatic"})
-        lines.append(f"| {ns or '(none)'} | {every['events']} | {every['served']['mrr']:.3f} / "
-                     f"{every['untaught']['mrr']:.3f} / {every['learned']['mrr']:.3f} | {every['served']['top1']:.3f} / "
-                     f"{every['untaught']['top1']:.3f} | {weighed['learned']['mrr']:.3f} vs "
-                     f"{weighed['untaught']['mrr']:.3f} | {w['weight']:.2f} ({w['how']}) |")
-    return "\n".join(lines + _weight_history(report.get("weight_history") or []))
+        lines.append(f"| {ns or '(none)'} | {first['events']} + {repeats['events'] if repeats else '?'} | "
+                     f"{_mrrs(first, 'served', 'untaught', 'learned')} | {first['served']['top1']:.3f} / "
+                     f"{first['untaught']['top1']:.3f} | {_mrrs(repeats, 'served', 'untaught')} | "
+                     f"{_mrrs(new, 'served', 'untaught')} ({new['events']}) | {w['weight']:.2f} ({w['how']}) |")
+    history = _weight_history(report.get("weight_history") or [])
+    return "\n".join([*lines, "", *report_footnote(), *history])
+
+
+def _mrrs(figures: dict | None, *rankings: str) -> str:
+    if not figures or not figures["events"]:
+        return "-"  # no pairs: a mean of nothing would read as 0
+    return " / ".join(f"{figures[r]['mrr']:.3f}" for r in rankings)
 
 
 def _weight_history(history: list[dict], shown: int = 10) -> list[str]:

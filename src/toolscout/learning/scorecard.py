@@ -14,13 +14,18 @@ when even that bound is a loss of `TOLERANCE` in mean reciprocal rank), and back
 does not move it: a stream that switches from one tool's tasks to another's makes a short window look better
 or worse by chance. The weight is a function of the records held; a source taken back takes its records
 along (the others keep the ranks they were scored with).
+
+A repeat (the same request, up to case and spaces, scored before for the same tool) is ranked first by what
+its earlier copy taught, whatever learning does to other tasks: real traffic repeats a few requests most of the
+time, so figures over every record measure memorisation. Repeats are reported on their own, and the
+automatic weight reads first-seen records only (`first_seen`), so that a repeated request cannot hide harm.
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
-from ..feedback import Scored
+from ..feedback import Scored, normalized
 
 WINDOW = 1000  # recent (event, tool) records per namespace the automatic weight reads
 MIN_EVENTS = 50  # fewer recent events than this: too little to judge, full weight
@@ -101,25 +106,39 @@ def automatic_weight(recent: Sequence[Scored]) -> float:
 
 
 class Scorecard:
-    """The records, in the order they were scored. Not thread-safe: the pipeline serialises writes."""
+    """The records, in the order they were scored, and which of them are first seen (module doc). Not
+    thread-safe: the pipeline serialises writes."""
 
     def __init__(self, records: Iterable[Scored] = ()):
-        self.records: list[Scored] = list(records)
+        self.records: list[Scored] = []
+        self.first_seen: list[bool] = []  # per record: its (tool, request) was scored for the first time
+        self._seen: set[tuple[str, str]] = set()
+        self.add(records)
 
     def __len__(self) -> int:
         return len(self.records)
 
     def add(self, records: Iterable[Scored]) -> None:
-        self.records.extend(records)
+        for record in records:
+            pair = (record.tool, normalized(record.query))
+            self.first_seen.append(pair not in self._seen)
+            self._seen.add(pair)
+            self.records.append(record)
+
+    def _keep(self, keep: Callable[[Scored], bool]) -> None:
+        """Only the records `keep` accepts; a repeat whose earlier copy went is first seen again."""
+        kept = [r for r in self.records if keep(r)]
+        self.records, self.first_seen, self._seen = [], [], set()
+        self.add(kept)
 
     def forget(self, source: str) -> None:
-        self.records = [r for r in self.records if r.source != source]
+        self._keep(lambda r: r.source != source)
 
     def drop_tool(self, tool: str) -> None:
-        self.records = [r for r in self.records if r.tool != tool]
+        self._keep(lambda r: r.tool != tool)
 
     def rollback(self, before: float) -> None:
-        self.records = [r for r in self.records if r.time < before]
+        self._keep(lambda r: r.time < before)
 
     def namespaces(self) -> list[str]:
         """Those of the tools scored, and those whose lifts passed one (their weight is judged too)."""
@@ -136,10 +155,12 @@ class Scorecard:
         return found[::-1]
 
     def answered_for(self) -> dict[str, list[Scored]]:
-        """Per namespace, the last WINDOW records that speak to its weight (`answers_for`), in order: one
-        pass over the records (the weights are refreshed after every batch learned)."""
+        """Per namespace, the last WINDOW first-seen records that speak to its weight (`answers_for`), in
+        order: one pass over the records (the weights are refreshed after every batch learned)."""
         windows: dict[str, list[Scored]] = {ns: [] for ns in self.namespaces()}
-        for record in reversed(self.records):
+        for record, first in zip(reversed(self.records), reversed(self.first_seen)):
+            if not first:
+                continue  # ranked first by its earlier copy: no evidence of what learning does to new tasks
             for ns in answers_for(record):
                 if len(windows[ns]) < WINDOW:
                     windows[ns].append(record)
@@ -149,14 +170,20 @@ class Scorecard:
         """namespace -> the automatic weight (namespaces no record speaks to are at full weight)."""
         return {ns: automatic_weight(found) for ns, found in self.answered_for().items()}
 
+    def _split(self, records: Sequence[tuple[Scored, bool]]) -> dict[str, Any]:
+        return {"all": figures([r for r, _ in records]), "first_seen": figures([r for r, first in records if first]),
+                "repeats": figures([r for r, first in records if not first])}
+
     def report(self) -> dict[str, Any]:
-        """Figures over every record, and per namespace: all, recent, tools taught before / not."""
-        out: dict[str, Any] = {"all": figures(self.records), "namespaces": {}}
+        """Figures over every record, first-seen ones and repeats, and per namespace: those, recent, the
+        records its weight reads, tools taught before / not."""
+        paired = list(zip(self.records, self.first_seen))
+        out: dict[str, Any] = {**self._split(paired), "namespaces": {}}
         for ns, weighed in self.answered_for().items():
-            mine = [r for r in self.records if r.namespace == ns]
-            out["namespaces"][ns] = {"all": figures(mine), "recent": figures(self.recent(ns)),
+            mine = [(r, first) for r, first in paired if r.namespace == ns]
+            out["namespaces"][ns] = {**self._split(mine), "recent": figures(self.recent(ns)),
                                      "weighed": figures(weighed),
-                                     "taught_before": figures([r for r in mine if r.taught_before]),
-                                     "new_tools": figures([r for r in mine if not r.taught_before]),
+                                     "taught_before": figures([r for r, _ in mine if r.taught_before]),
+                                     "new_tools": figures([r for r, _ in mine if not r.taught_before]),
                                      "automatic_weight": round(automatic_weight(weighed), 4)}
         return out

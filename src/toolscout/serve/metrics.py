@@ -93,10 +93,12 @@ def _learning_lines(report: Mapping[str, Any] | None) -> list[str]:
         hands.append(f'toolscout_learning_weight_set_by_hand{{namespace="{_label(ns)}"}} {int(weight["how"] == "set")}')
     lines += hands
     lines += ["# HELP toolscout_learning_mrr Mean reciprocal rank of used tools before learning from them, by "
-              "ranking (served, untaught, learned at full weight) and window (all events, recent).",
+              "ranking (served, untaught, learned at full weight) and window: first_seen (requests not scored for "
+              "the tool before: what learning does to new tasks, what the automatic weight reads), repeats (ranked "
+              "first by their earlier copy), new_tools (tools no earlier batch taught), all, recent (the last 1,000).",
               "# TYPE toolscout_learning_mrr gauge"]
     for ns, figures in sorted(report["measured"]["namespaces"].items()):
-        for window in ("all", "recent"):
+        for window in ("first_seen", "repeats", "new_tools", "all", "recent"):
             for ranking in ("served", "untaught", "learned"):
                 lines.append(f'toolscout_learning_mrr{{namespace="{_label(ns)}",window="{window}",ranking="{ranking}"}} '
                              f'{figures[window][ranking]["mrr"]}')
@@ -104,4 +106,8 @@ def _learning_lines(report: Mapping[str, Any] | None) -> list[str]:
               "(an event counts once per tool it names).", "# TYPE toolscout_learning_events gauge"]
     for ns, figures in sorted(report["measured"]["namespaces"].items()):
         lines.append(f'toolscout_learning_events{{namespace="{_label(ns)}"}} {figures["all"]["events"]}')
+    lines += ["# HELP toolscout_learning_first_seen_events (event, tool) pairs whose request was not scored for the "
+              "tool before, per namespace (the rest are repeats).", "# TYPE toolscout_learning_first_seen_events gauge"]
+    for ns, figures in sorted(report["measured"]["namespaces"].items()):
+        lines.append(f'toolscout_learning_first_seen_events{{namespace="{_label(ns)}"}} {figures["first_seen"]["events"]}')
     return lines

@@ -163,11 +163,15 @@ async function loadLearning() {
     const weight = report.weights[namespace] || {weight: 1, how: "automatic"};
     rows.append(el("tr", {"data-testid": "learning-row", "data-namespace": namespace},
       el("td", {}, namespaceLabel(namespace)),
-      el("td", {"data-testid": "learning-events"}, String(figures.all.events)),
-      el("td", {"data-testid": "learning-mrr"},
-         `${figures.all.served.mrr.toFixed(3)} / ${figures.all.untaught.mrr.toFixed(3)}`),
+      el("td", {"data-testid": "learning-events"}, `${figures.first_seen.events} + ${figures.repeats.events}`),
+      el("td", {"data-testid": "learning-mrr"}, mrrs(figures.first_seen)),
       el("td", {"data-testid": "learning-weight"}, `${weight.weight.toFixed(2)} (${weight.how})`)));
   }
+}
+
+// served / untaught mean reciprocal rank ("-" for no pairs: a mean of nothing is not 0)
+function mrrs(figures) {
+  return figures.events ? `${figures.served.mrr.toFixed(3)} / ${figures.untaught.mrr.toFixed(3)}` : "-";
 }
 
 // ------------------------------------------------------------------------------------- catalog
