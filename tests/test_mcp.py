@@ -156,8 +156,13 @@ def test_sdk_client_lists_and_calls_search_tools_over_stdio(served):
             task = "zyzzyva quark frobnicate"
             assert (await client.call_tool("search_tools", {"task": task})).structured_content["abstained"]
             recorded = await client.call_tool("record_tool_use", {"task": task, "tool_ids": ["hotels.book", "x.y"]})
+            # the counts POST /feedback answers, from the one place both take them (trial 10 #10)
             assert recorded.structured_content == {"learned": 1, "duplicate": False, "unknown_tools": ["x.y"],
-                                                  "held_by_freeze": 0, "note": None}
+                                                  "held_by_freeze": 0, "failures": 0, "incidental": 0, "capped": 0,
+                                                  "note": None}
+            failed = await client.call_tool("record_tool_use", {"task": "book it", "tool_ids": ["hotels.book"],
+                                                                "outcome": "failure"})
+            assert (failed.structured_content["learned"], failed.structured_content["failures"]) == (0, 1)
             again = await client.call_tool("record_tool_use", {"task": task, "tool_ids": ["hotels.book"]})
             assert again.structured_content["duplicate"] is True
             for phrasing in ("quark zyzzyva frobnication", "frobnicate the zyzzyva quarks"):
@@ -331,7 +336,8 @@ def test_streamable_http_endpoint_applies_the_callers_token(http_server):
     refused = anyio.run(record, "everything-1")  # a read-only token without feedback permission
     assert refused[0] and refused[1].endswith("may not post tool-use feedback")
     assert anyio.run(record, "feedback-mail-1") == (False, {"learned": 1, "duplicate": False, "unknown_tools": [],
-                                                        "held_by_freeze": 0, "note": None})
+                                                        "held_by_freeze": 0, "failures": 0, "incidental": 0,
+                                                        "capped": 0, "note": None})
     r = httpx.post(f"{http_server}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
     assert r.status_code == 401
 

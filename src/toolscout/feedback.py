@@ -196,9 +196,12 @@ class LearnResult:
                 "unfrozen (toolscout learning unfreeze, or POST /learning {\"freeze\": false})")
 
     def to_dict(self) -> dict[str, Any]:
+        """What every answer to feedback says (HTTP's POST /feedback, MCP's record_tool_use): the unknown ids
+        each once (the first 20), and how often events named them."""
         return {"events": self.events, "learned": self.taught, "held_by_freeze": self.held_by_freeze,
                 "duplicates": self.duplicates, "capped": self.capped, "failures": self.failures,
-                "incidental": self.incidental, "unknown_tools": self.unknown[:20], "note": self.note()}
+                "incidental": self.incidental, "unknown_tools": list(dict.fromkeys(self.unknown))[:20],
+                "unknown_tool_mentions": len(self.unknown), "note": self.note()}
 
 
 def normalized(query: str) -> str:

@@ -29,6 +29,7 @@ from typing import Annotated, Any, Iterator, Literal, Optional, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import Forbidden, InvalidRequest, ToolScoutError, is_blank
+from ..feedback import LearnResult
 from ..hits import Hits, abstained
 from ..version import __version__
 from .auth import AuthConfig, AuthError
@@ -127,7 +128,17 @@ class RecordedUse(BaseModel):
     duplicate: bool = Field(description="True when this source had reported the same task and tool before.")
     unknown_tools: list[str] = Field(description="Ids that name no tool the caller may see (ignored).")
     held_by_freeze: int = Field(description="How many of the tools were recorded but not taught: learning is frozen.")
+    failures: int = Field(description="1 when the use was recorded as a failure (outcome failure: teaches nothing).")
+    incidental: int = Field(description="How many of the tools were not taught because the task is nothing but "
+                                        "numbers, dates and addresses.")
+    capped: int = Field(description="How many of the tools were past the per-source cap (recorded, not taught).")
     note: str | None = Field(description="What the counts leave out, in words (learning frozen), else null.")
+
+    @classmethod
+    def of(cls, result: LearnResult) -> "RecordedUse":
+        """The counts POST /feedback answers (`LearnResult.to_dict`, the one place they are said), for one use."""
+        said = result.to_dict()
+        return cls(duplicate=bool(result.duplicates), **{k: said[k] for k in cls.model_fields if k in said})
 
 
 class ToolSearchMcp:
@@ -182,8 +193,7 @@ class ToolSearchMcp:
         if self.metrics is not None:
             self.metrics.count("feedback_events", result.events)
             self.metrics.count("feedback_learned", result.taught)
-        return RecordedUse(learned=result.taught, duplicate=bool(result.duplicates), unknown_tools=result.unknown,
-                           held_by_freeze=result.held_by_freeze, note=result.note())
+        return RecordedUse.of(result)
 
 
 def build_mcp_server(service: ToolService, *, auth: AuthConfig | None = None, stdio_principal: Principal = ADMIN,

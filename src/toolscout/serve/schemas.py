@@ -320,7 +320,10 @@ class FeedbackResponse(BaseModel):
     failures: int = Field(description="Events with outcome failure (recorded, teaching nothing).")
     incidental: int = Field(description="(tool, request) pairs whose request is nothing but numbers, dates and "
                                         "addresses (recorded, teaching nothing).")
-    unknown_tools: list[str] = Field(description="Ids naming no tool the caller may see (ignored; the first 20).")
+    unknown_tools: list[str] = Field(description="Ids naming no tool the caller may see (ignored), each once; the "
+                                                 "first 20.")
+    unknown_tool_mentions: int = Field(description="How many times the events named such ids (an id named by "
+                                                   "three events counts three).")
     note: str | None = Field(description="What the counts leave out, in words (learning frozen), else null.")
     version: int
 
