@@ -289,8 +289,11 @@ def test_cli_learn_imports_logs_forgets_sources_and_refuses_a_served_directory(e
     assert "3 unknown tool ids (2 distinct: 'taxi.book', 'apibank::Nope')" in said
     scout = ToolScout.load(folder)
     assert scout.ledger.sources() == {"app-2": 1, "import": 1}
+    capsys.readouterr()
     assert main(["learn", str(folder), "--forget", "app-2"]) == 0
     assert ToolScout.load(folder).ledger.sources() == {"import": 1}
+    # what "as before" meant, said (trial 10 #10): the tools it taught (AddReminder; taxi.book is unknown)
+    assert "forgot source 'app-2': the 1 tools it had taught rank as if it had never posted" in capsys.readouterr().err
     version = (folder / "CURRENT").read_text()
     capsys.readouterr()
     assert main(["learn", str(folder), "--forget", "nobody"]) == 0  # no such source: said, and nothing written
@@ -300,7 +303,11 @@ def test_cli_learn_imports_logs_forgets_sources_and_refuses_a_served_directory(e
 
     with ToolService.open(folder):
         assert main(["learn", str(folder), str(log)]) == 1
-    assert "another toolscout server is serving this directory" in capsys.readouterr().err
+        said = capsys.readouterr().err  # and the way through the server (trial 10 #8)
+        assert "another toolscout server is serving this directory" in said
+        assert 'or post the log to the server: POST http://HOST:PORT/feedback {"events": [...]}' in said
+        assert main(["learn", str(folder), "--forget", "app-2"]) == 1
+        assert "or ask the server: DELETE http://HOST:PORT/feedback?source=SOURCE" in capsys.readouterr().err
     (tmp_path / "empty.jsonl").write_text("")
     assert main(["learn", str(folder), str(tmp_path / "empty.jsonl")]) == 0
     assert f"no feedback events in {tmp_path / 'empty.jsonl'}: nothing learned" in capsys.readouterr().err
@@ -395,6 +402,45 @@ def test_a_swap_to_a_pipeline_without_calibration_says_probabilities_and_abstent
         assert any("retraining: the mlc pipeline swapped in has no calibration" in m for m in caplog.messages)
 
 
+def test_cli_learning_says_what_a_target_that_is_no_toolscout_is(tmp_path, capsys):
+    """Another web server's 404 page was printed whole, its JSON read as "Expecting value", a gateway's /mcp
+    URL got no hint, ftp://... was read as a directory, and a tokens file as a gateway config (trial 10 #7)."""
+    import functools
+    import http.server
+    import json
+    import threading
+
+    from toolscout.cli import main
+
+    site = tmp_path / "www"
+    site.mkdir()
+    (site / "learning").write_text('{"hello": 1}')  # JSON, but not a learning report
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(site))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    tokens = tmp_path / "tokens.json"
+    tokens.write_text(json.dumps({"admin": {"write": True}}))
+    try:
+        for target, says in ((f"{url}/nothing", "/nothing/learning: HTTP 404, not a toolscout server's answer "
+                                                "(text/html); give a toolscout server's URL (http://HOST:PORT)"),
+                             (url, "/learning: JSON without requests, tools_taught, events_scored, measured, "
+                                   "weights: not a toolscout server's learning report"),
+                             (f"{url}/mcp", f"{url}/mcp is an MCP endpoint: give the server's URL without /mcp "
+                                            f"({url})"),
+                             ("ftp://example.com", "ftp://example.com: unsupported scheme 'ftp'; give a pipeline "
+                                                   "directory"),
+                             (str(tokens), f"{tokens}: a file, but not a gateway config (no \"mcpServers\" section)")):
+            assert main(["learning", "report", target]) == 1, target
+            said = capsys.readouterr().err
+            assert says in said and "<html" not in said.lower() and "Expecting value" not in said, said
+        assert main(["learning", "freeze", "ftp://example.com"]) == 1  # every verb reads its target so
+        assert "unsupported scheme 'ftp'" in capsys.readouterr().err
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_cli_learning_reports_beside_a_server_and_refuses_bad_arguments_before_changing_anything(encoder, tmp_path,
                                                                                                   capsys):
     import json
@@ -423,7 +469,12 @@ def test_cli_learning_reports_beside_a_server_and_refuses_bad_arguments_before_c
         assert repeats.strip() == "-" and new.strip() == f"{served.strip()} / {untaught.strip()} (1)"
         assert any(line.startswith("repeats: the same request again") for line in table[header + 3:])
         assert main(["learning", "freeze", str(folder)]) == 1  # a write still needs the server
-        assert "another toolscout server" in capsys.readouterr().err
+        said = capsys.readouterr().err  # which the message says how to use (trial 10 #8)
+        assert "another toolscout server" in said and said.rstrip().endswith(
+            "stop it first, or run it against the server: toolscout learning freeze http://HOST:PORT (with an "
+            "admin --token)")
+        assert main(["learning", "rollback", str(folder), "--before", "2026-11-29T13:45:44Z"]) == 1
+        assert "toolscout learning rollback http://HOST:PORT --before 2026-11-29T13:45:44Z" in capsys.readouterr().err
     version = (folder / "CURRENT").read_text()
     day_ago_ms = (round(time.time()) - 86_400) * 1000  # whole seconds, in milliseconds
     rollback = ["rollback", str(folder), "--before"]

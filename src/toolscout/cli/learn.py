@@ -42,8 +42,6 @@ def cmd_learn(args: argparse.Namespace) -> int:
     from ..feedback import DEFAULT_SOURCE, events_from_jsonl, nothing_from
     from ..postgres import recorded_spec, require_catalog
     from ..store.pgvector import is_postgres_spec
-    from ..serve.limits import FeedbackLimits
-    from ..serve.service import ToolService
 
     if args.store and args.dir is not None:  # `learn --store DSN LOG...`: the first positional is a log, not DIR
         args.logs, args.dir = [args.dir, *args.logs], None
@@ -58,15 +56,18 @@ def cmd_learn(args: argparse.Namespace) -> int:
               for log in args.logs for e in events_from_jsonl(log)]  # every log is read before anything changes
     if args.logs and not events:
         print(f"no feedback events in {', '.join(map(str, args.logs))}: nothing learned", file=sys.stderr)
-    service = ToolService.open(target, batch_workers=0, limits=FeedbackLimits(rate=None, volume=None))
+    via_server = ("post the log to the server: POST http://HOST:PORT/feedback {\"events\": [...]}" if events else
+                  "ask the server: DELETE http://HOST:PORT/feedback?source=SOURCE" if args.forget else
+                  "ask the server: POST http://HOST:PORT/admin/learn {\"train\": METHOD}")
+    service = open_held(target, via_server)
     try:
         if events:
             service.check_feedback_times(events)  # the whole log, before its first batch is written
             import_events(service, events)
         for source in args.forget:
             touched = service.forget(source)
-            print(nothing_from(source) if touched is None else f"forgot source {source!r}: {len(touched)} tools as "
-                  "before", file=sys.stderr)
+            print(nothing_from(source) if touched is None else f"forgot source {source!r}: the {len(touched)} tools "
+                  "it had taught rank as if it had never posted", file=sys.stderr)
         if args.train:  # minutes of work: say what runs, and show the trainer's progress
             print(f"training {args.train} on the feedback so far, then scoring it and the pipeline as it is on "
                   "the feedback held back", file=sys.stderr)
@@ -80,6 +81,19 @@ def cmd_learn(args: argparse.Namespace) -> int:
     finally:
         service.close()
     return 0
+
+
+def open_held(target: str, via_server: str):
+    """The service over `target` opened here; a directory a server holds is refused with the way through that
+    server (`via_server`), not only "stop it first"."""
+    from ..serve.errors import DirectoryHeld
+    from ..serve.limits import FeedbackLimits
+    from ..serve.service import ToolService
+
+    try:
+        return ToolService.open(target, batch_workers=0, limits=FeedbackLimits(rate=None, volume=None))
+    except DirectoryHeld as exc:
+        raise DirectoryHeld(f"{exc}, or {via_server} (with an admin --token)") from None
 
 
 def import_events(service, events) -> None:
@@ -154,7 +168,8 @@ def cmd_learning(args: argparse.Namespace) -> int:
     before = parse_time(args.before) if args.verb == "rollback" else None
     weights = parse_weight(args.weight, args.namespace) if args.verb == "weight" else None
     token = args.token if args.token is not None else os.environ.get("TOOLSCOUT_TOKEN")
-    target = LearningTarget.of(args.target, token, read_only=args.verb == "report", command=f"learning {args.verb}")
+    target = LearningTarget.of(args.target, token, read_only=args.verb == "report", command=f"learning {args.verb}",
+                               argv=" ".join(_as_given(args)))
     try:
         if args.verb == "report":
             report = target.report()
@@ -172,6 +187,14 @@ def cmd_learning(args: argparse.Namespace) -> int:
     finally:
         target.close()
     return 0
+
+
+def _as_given(args: argparse.Namespace) -> list[str]:
+    """The learning command as given, with the server's URL for its target (what to run instead of it on a
+    directory a server holds)."""
+    rest = {"weight": [getattr(args, "namespace", ""), getattr(args, "weight", "")],
+            "rollback": ["--before", getattr(args, "before", "")]}.get(args.verb, [])
+    return ["toolscout", "learning", args.verb, "http://HOST:PORT", *rest]
 
 
 def said_settings(settings: dict, verb: str) -> str:
@@ -229,31 +252,40 @@ class LearningTarget:
         self.service, self.url, self.token, self.pipeline = service, url, token, pipeline
 
     @classmethod
-    def of(cls, target: str, token: str | None, read_only: bool = False,
-           command: str = "learning") -> "LearningTarget":
+    def of(cls, target: str, token: str | None, read_only: bool = False, command: str = "learning",
+           argv: str = "toolscout learning VERB http://HOST:PORT") -> "LearningTarget":
         """`read_only`: a directory is read as its server serves it, beside the server (a stdio gateway has
         no URL to ask), instead of opened for writing, which a server holding it refuses. `command`: what is
-        refused, by name, on a PostgreSQL tenant that has no catalog."""
+        refused, by name, on a PostgreSQL tenant that has no catalog; `argv`: the command to run against a
+        server instead, told when a server holds the directory."""
         if target.startswith(("http://", "https://")):
             return cls(url=target.rstrip("/"), token=token)
         from ..postgres import recorded_spec, require_catalog
         from ..serve.held import current_pipeline
-        from ..serve.limits import FeedbackLimits
-        from ..serve.service import ToolService
         from ..store.pgvector import is_postgres_spec
 
+        scheme = target.split("://", 1)[0] if "://" in target else None
+        if scheme and not is_postgres_spec(target):  # ftp://..., a typo of http: not a directory named so
+            raise ValueError(f"{target}: unsupported scheme {scheme!r}; give {TARGETS}")
         target = _index_of_gateway_config(target)
         spec = target if is_postgres_spec(target) else recorded_spec(target)
         if spec:
             require_catalog(spec, command)
         if read_only and not spec:
             return cls(pipeline=current_pipeline(target))
-        return cls(ToolService.open(spec or target, batch_workers=0, limits=FeedbackLimits(rate=None, volume=None)))
+        return cls(open_held(spec or target, f"run it against the server: {argv}"))
 
     def report(self) -> dict:
         if self.pipeline is not None:
             return self.pipeline.learning_report()
-        return self._http("GET", "/learning") if self.url else self.service.learning()
+        if not self.url:
+            return self.service.learning()
+        report = self._http("GET", "/learning")
+        missing = [k for k in ("requests", "tools_taught", "events_scored", "measured", "weights") if k not in report]
+        if missing:
+            raise ValueError(f"{self.url}/learning: JSON without {', '.join(missing)}: not a toolscout server's "
+                             "learning report; give a toolscout server's URL (http://HOST:PORT)")
+        return report
 
     def settings(self, weights, freeze) -> dict:
         if self.url:
@@ -284,27 +316,57 @@ class LearningTarget:
             response = httpx.request(method, self.url + path, json=body, headers=headers, timeout=60)
         except httpx.HTTPError as exc:  # nothing listening, a refused connection, a timeout
             raise ValueError(f"{self.url}: cannot reach the server: {exc or type(exc).__name__}") from None
+        return self._answer(response, path)
+
+    def _answer(self, response, path: str) -> dict:
+        """The JSON a toolscout server answers; a clear error for anything else (another web server's page,
+        the gateway's /mcp endpoint given as the server's URL)."""
+        where = f"{self.url}{path}"
+        mcp = (f"; {self.url} is an MCP endpoint: give the server's URL without /mcp "
+               f"({self.url.removesuffix('/mcp')})" if self.url.endswith("/mcp") else "")
+        try:
+            data = response.json()
+        except ValueError:
+            data = None
         if response.status_code >= 400:
-            try:
-                message = response.json()["error"]["message"]
-            except (ValueError, KeyError, TypeError):
-                message = response.text[:300]
-            raise ValueError(f"{self.url}{path}: HTTP {response.status_code}: {message}")
-        return response.json()
+            message = data.get("error", {}).get("message") if isinstance(data, dict) and \
+                isinstance(data.get("error"), dict) else None
+            if not isinstance(message, str):  # not toolscout's error JSON: say what it is, not the whole page
+                raise ValueError(f"{where}: HTTP {response.status_code}, not a toolscout server's answer "
+                                 f"({_content_type(response)}){mcp}; give a toolscout server's URL (http://HOST:PORT)")
+            raise ValueError(f"{where}: HTTP {response.status_code}: {message}{mcp}")
+        if not isinstance(data, dict):
+            raise ValueError(f"{where}: HTTP {response.status_code} with {_content_type(response)}, not a toolscout "
+                             f"server's JSON{mcp}; give a toolscout server's URL (http://HOST:PORT)")
+        return data
 
     def close(self) -> None:
         if self.service is not None:
             self.service.close()
 
 
+TARGETS = "a pipeline directory, a gateway's config file, postgresql://... or a server's URL (http://HOST:PORT)"
+
+
+def _content_type(response) -> str:
+    return (response.headers.get("content-type") or "no content type").split(";")[0]
+
+
 def _index_of_gateway_config(target: str) -> str:
-    """A gateway's config file stands for the index the gateway keeps for it (`toolscout gateway`'s default)."""
+    """A gateway's config file stands for the index the gateway keeps for it (`toolscout gateway`'s default);
+    any other file is refused, naming what it lacks."""
     from pathlib import Path
 
     from .gateway import default_index
 
     if not Path(target).is_file():
         return target
+    try:
+        data = json.loads(Path(target).read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        data = None
+    if not (isinstance(data, dict) and ("mcpServers" in data or "openapi" in data)):
+        raise ValueError(f"{target}: a file, but not a gateway config (no \"mcpServers\" section); give {TARGETS}")
     index = default_index(Path(target))
     if not index.is_dir():
         raise ValueError(f"{target}: a file, so read as a gateway config, but no gateway has kept an index for it "

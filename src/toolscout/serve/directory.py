@@ -41,7 +41,7 @@ from ..postgres import recorded_spec
 from ..retrievers.base import task_encoders
 from ..tool import Tool
 from ..train.feedback import Retrained
-from .errors import ServiceError, ServiceUnavailable
+from .errors import DirectoryHeld, ServiceError, ServiceUnavailable
 from .journal import COMPACT_EVERY, Journal
 from .storage import Authorize, Visible, WriteResult
 
@@ -388,7 +388,7 @@ def lock_directory(folder: Path) -> int:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
-        raise ServiceError(f"{folder}: another toolscout server is serving this directory "
+        raise DirectoryHeld(f"{folder}: another toolscout server is serving this directory "
                            f"(it holds {folder / LOCK_FILE}); stop it first") from None
     return fd
 

@@ -9,5 +9,9 @@ class ServiceError(ToolScoutError):
     """The service cannot do what was asked in its present state (closed, directory busy, storage refusing)."""
 
 
+class DirectoryHeld(ServiceError):
+    """Another server serves the directory (it holds its serve lock): a change goes through that server."""
+
+
 class ServiceUnavailable(ServiceError):
     """Writes are refused: an earlier write could not be recorded; restart the server."""
