@@ -491,6 +491,12 @@ def test_cli_learning_reports_beside_a_server_and_refuses_bad_arguments_before_c
         err = capsys.readouterr().err
         assert says in err and "Traceback" not in err, err
     assert (folder / "CURRENT").read_text() == version  # refused before anything was written
+    # a dry run on the free directory: what would go, from which source, and nothing written (trial 10 #9)
+    assert main(["learning", "rollback", str(folder), "--before", "1", "--dry-run"]) == 0
+    said = capsys.readouterr().err
+    assert said.startswith("would take back 1 (request, tool) pairs learned at or after 1970-01-01T00:00:01+00:00, "
+                           "from ") and said.rstrip().endswith("; --dry-run: nothing changed")
+    assert (folder / "CURRENT").read_text() == version and ToolScout.load(folder).ledger.events == 1
     with socket.socket() as sock:  # a port nothing listens on
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]

@@ -598,6 +598,39 @@ def test_a_rollback_to_a_future_or_negative_time_is_refused_naming_the_field_and
         assert r.status_code == 200 and r.json()["taken_back"] == 1
 
 
+def test_a_rollback_can_be_tried_first_and_one_that_takes_back_nothing_changes_nothing(served):
+    """`{"before": 1}` took everything back with no way to see it first, and a rollback that took back nothing
+    still made a new version (trial 10 #9): a dry run says how many pairs and which sources, changing nothing;
+    an empty rollback changes nothing, as forgetting an unknown source does; pairs a freeze only held are told
+    apart from learned ones."""
+    import time
+
+    from toolscout.cli.learn import said_rollback
+
+    with served() as client:
+        assert client.post("/feedback", json={"query": "mail Bo", "tool_ids": ["mail.send"]}, headers=AGENT).status_code == 200
+        version = client.get("/health").json()["version"]
+        hour_ago = time.time() - 3600
+        r = client.post("/learning/rollback", json={"before": hour_ago, "dry_run": True}, headers=ADMIN)
+        said = r.json()
+        assert r.status_code == 200 and (said["taken_back"], said["learned"], said["held_by_freeze"]) == (1, 1, 0)
+        assert list(said["sources"].values()) == [1] and said["dry_run"] is True and said["version"] == version
+        assert client.get("/tools/mail.send").json()["feedback"]["learned"] == 1  # nothing taken back
+        assert said_rollback(said, hour_ago).startswith("would take back 1 (request, tool) pairs learned at or after")
+        done = client.post("/learning/rollback", json={"before": hour_ago}, headers=ADMIN).json()
+        assert (done["taken_back"], done["dry_run"]) == (1, False) and done["version"] > version
+        again = client.post("/learning/rollback", json={"before": hour_ago}, headers=ADMIN).json()
+        assert (again["taken_back"], again["version"]) == (0, done["version"])  # not even a new version
+        assert client.get("/health").json()["version"] == done["version"]
+        assert said_rollback(again, hour_ago).endswith(": nothing to take back, nothing changed")
+        assert client.post("/learning", json={"freeze": True}, headers=ADMIN).status_code == 200
+        client.post("/feedback", json={"query": "mail Ann", "tool_ids": ["mail.send"]}, headers=AGENT)
+        held = client.post("/learning/rollback", json={"before": hour_ago}, headers=ADMIN).json()
+        assert (held["taken_back"], held["learned"], held["held_by_freeze"]) == (1, 0, 1)
+        assert "took back 0 (request, tool) pairs learned and 1 held by the freeze (never learned)" in \
+            said_rollback(held, hour_ago)
+
+
 def test_an_operator_sets_learning_weights_over_http_and_auto_means_automatic_again(served):
     with served() as client:
         r = client.post("/learning", json={"weights": {"mail": 0.25}}, headers=ADMIN)

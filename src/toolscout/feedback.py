@@ -30,7 +30,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from .artifacts import read_json
 from .errors import SURROGATE_HINT, SURROGATE_PROBLEM, InvalidRequest, holds_lone_surrogate, is_blank
@@ -230,6 +230,17 @@ def checked_rollback_time(before: float, given: str, formats: str = "seconds sin
     raise InvalidRequest(f"{given}: {problem}; give {formats}, at most now")
 
 
+def rolled_back(pairs: Sequence[tuple[str, float]], frozen_at: float | None, dry_run: bool) -> dict[str, Any]:
+    """What a rollback took back (or, `dry_run`, would): the (request, tool) pairs (`taken_back`), those
+    learned and those only held by a freeze (never learned), and how many per source."""
+    held = sum(1 for _source, when in pairs if frozen_at is not None and when >= frozen_at)
+    sources: dict[str, int] = {}
+    for source, _when in pairs:
+        sources[source] = sources.get(source, 0) + 1
+    return {"taken_back": len(pairs), "learned": len(pairs) - held, "held_by_freeze": held,
+            "sources": dict(sorted(sources.items())), "dry_run": dry_run}
+
+
 def _shown(seconds: float) -> str:
     when = datetime.fromtimestamp(min(seconds, LATEST_TIME), timezone.utc).isoformat(timespec="seconds")
     return when + (" or later" if seconds > LATEST_TIME else "")
@@ -358,6 +369,15 @@ class UsageLedger:
     def rollback(self, before: float) -> list[Usage]:
         """Take back everything taught at or after `before` (seconds since the epoch); what that was."""
         return self._take_back(lambda u: u.time >= before, lambda _key, when: when >= before)
+
+    def since(self, before: float) -> list[Usage]:
+        """What `rollback(before)` would take back (taught, or held by a freeze), changing nothing."""
+        return [u for sources in self.entries.values() for usages in sources.values() for u in usages
+                if u.time >= before]
+
+    def holds_since(self, before: float) -> bool:
+        """Whether `rollback(before)` would change the ledger (taught pairs, or requests past a cap)."""
+        return bool(self.since(before)) or any(when >= before for when in self._capped.values())
 
     def drop_tool(self, tool_id: str) -> list[Usage]:
         """A deleted tool's feedback goes with it; what it had been taught."""

@@ -555,6 +555,16 @@ class ToolScout:
             self._log_weights(self.learning.refresh_weights())
         return sorted({u.tool_id for u in removed})
 
+    def holds_feedback_since(self, before: float) -> bool:
+        """Whether anything is kept from `before` on (in the ledger, or scored): what `rollback` would take back."""
+        with self._lock.read():
+            return self.ledger.holds_since(before) or any(r.time >= before for r in self.learning.scorecard.records)
+
+    def rollback_preview(self, before: float) -> list[Usage]:
+        """What `rollback(before)` would take back, changing nothing."""
+        with self._lock.read():
+            return self.ledger.since(before)
+
     def rollback(self, before: float) -> list[Usage]:
         """Take back everything taught at or after `before` (seconds since the epoch): rankings are those of
         that time again (the catalog aside). Returns what was taken back."""

@@ -156,6 +156,8 @@ def add_learning_parsers(sub: argparse._SubParsersAction) -> None:
     rollback.add_argument("target", metavar="TARGET")
     rollback.add_argument("--before", required=True, metavar="TIME",
                           help="ISO 8601 time (UTC unless it says) or seconds since the epoch")
+    rollback.add_argument("--dry-run", action="store_true",
+                          help="only say what would be taken back (how many pairs, from which sources)")
     for parser in (report, weight, rollback, *(verbs.choices[n] for n in ("freeze", "unfreeze"))):
         parser.add_argument("--token", default=None, help="bearer token for a server URL (default: $TOOLSCOUT_TOKEN)")
     p.set_defaults(handler=cmd_learning)
@@ -175,8 +177,7 @@ def cmd_learning(args: argparse.Namespace) -> int:
             report = target.report()
             print(json.dumps(report, indent=2) if args.json else render_report(report))
         elif args.verb == "rollback":
-            print(f"took back {target.rollback(before)} (request, tool) pairs learned at or after "
-                  f"{datetime.fromtimestamp(before, timezone.utc).isoformat()}", file=sys.stderr)
+            print(said_rollback(target.rollback(before, args.dry_run), before), file=sys.stderr)
         else:
             freeze = {"freeze": True, "unfreeze": False}.get(args.verb)
             print(said_settings(target.settings(weights, freeze), args.verb), file=sys.stderr)
@@ -195,6 +196,21 @@ def _as_given(args: argparse.Namespace) -> list[str]:
     rest = {"weight": [getattr(args, "namespace", ""), getattr(args, "weight", "")],
             "rollback": ["--before", getattr(args, "before", "")]}.get(args.verb, [])
     return ["toolscout", "learning", args.verb, "http://HOST:PORT", *rest]
+
+
+def said_rollback(said: dict, before: float) -> str:
+    """What a rollback took back (or would: --dry-run), in words: learned pairs apart from those only held by
+    a freeze, and from which sources."""
+    when = datetime.fromtimestamp(before, timezone.utc).isoformat()
+    if not said["taken_back"]:
+        return f"nothing was learned or held at or after {when}: nothing to take back, nothing changed"
+    held = said.get("held_by_freeze", 0)
+    pairs = f"{said['taken_back'] - held} (request, tool) pairs learned" + (
+        f" and {held} held by the freeze (never learned)" if held else "")
+    sources = ", ".join(f"{source!r} {n}" for source, n in said.get("sources", {}).items())
+    verb = "would take back" if said.get("dry_run") else "took back"
+    tail = "; --dry-run: nothing changed" if said.get("dry_run") else ""
+    return f"{verb} {pairs} at or after {when}, from {sources or 'no source'}{tail}"
 
 
 def said_settings(settings: dict, verb: str) -> str:
@@ -300,10 +316,11 @@ class LearningTarget:
             return {t.namespace or "" for t in self.pipeline.tools}
         return set(self.service.namespaces())
 
-    def rollback(self, before: float) -> int:
+    def rollback(self, before: float, dry_run: bool = False) -> dict:
         if self.url:
-            return self._http("POST", "/learning/rollback", {"before": before})["taken_back"]
-        return self.service.rollback_learning(before)
+            body = {"before": before, **({"dry_run": True} if dry_run else {})}  # an older server knows no dry_run
+            return self._http("POST", "/learning/rollback", body)
+        return self.service.rollback_learning(before, dry_run=dry_run)
 
     def _http(self, method: str, path: str, body: dict | None = None) -> dict:
         from ..errors import require
@@ -384,9 +401,9 @@ def report_footnote() -> list[str]:
     from ..learning.scorecard import WINDOW
 
     return [
-        "Each (event, tool) pair is scored before it is learned: where the ranking as served (learning at the weight in "
-        "force), the untaught ranking and learning at full weight put the tool the event used (MRR: mean of 1/rank; "
-        "top-1: how often it came first).",
+        "Each (event, tool) pair is scored before it is learned: where the ranking as served (learning at the "
+        "weight in force), the untaught ranking and learning at full weight put the tool the event used (MRR: mean "
+        "of 1/rank; top-1: how often it came first).",
         "first-seen: pairs whose request (case and spaces aside) had not been scored for that tool before: what "
         "learning does to new tasks; watch served vs untaught here.",
         "repeats: the same request again for the same tool; its earlier copy taught the answer, so learning ranks it "

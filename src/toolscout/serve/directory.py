@@ -195,12 +195,14 @@ class DirectoryStorage:
         self._maybe_compact()
         return result[0]
 
-    def rollback(self, before: float) -> int:
+    def rollback(self, before: float, dry_run: bool = False) -> list[tuple[str, float]]:
         with self._writer:
             self._check_open()
-            removed: list[int] = []
+            if dry_run or not self.scout.holds_feedback_since(before):  # no write, no new version
+                return [(u.source, u.time) for u in self.scout.rollback_preview(before)]
+            removed: list[list] = []
             self._apply({"op": "rollback", "before": before, "time": time.time()},
-                        lambda: removed.append(len(self.scout.rollback(before))))
+                        lambda: removed.append([(u.source, u.time) for u in self.scout.rollback(before)]))
         return removed[0]
 
     def set_learning(self, weights: dict[str, float | None] | None = None, freeze: bool | None = None) -> dict:

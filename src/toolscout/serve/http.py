@@ -508,10 +508,12 @@ def _add_learning_routes(app: FastAPI, api: Api) -> None:
 
     @app.post("/learning/rollback", responses=ERRORS, tags=["feedback"])
     def rollback_learning(body: RollbackIn, principal: Writer) -> Response:
-        """Take back everything learned at or after `before` (ISO 8601 or seconds since the epoch): rankings
-        are those of that time again; nothing else changes. A token allowed every namespace."""
-        removed = service.rollback_learning(body.before_epoch(), principal)
-        return JSON({"before": body.before_epoch(), "taken_back": removed, "version": service.version(principal)})
+        """Take back everything learned at or after `before` (seconds since the epoch): rankings are those of
+        that time again; nothing else changes. `dry_run`: only say what would go (`taken_back` pairs, `learned`
+        and `held_by_freeze` of them, per source). Taking back nothing changes nothing, not even the version.
+        A token allowed every namespace."""
+        said = service.rollback_learning(body.before_epoch(), principal, dry_run=body.dry_run)
+        return JSON({"before": body.before_epoch(), **said, "version": service.version(principal)})
 
 
 # ---------------------------------------------------------------------------------- operations

@@ -109,5 +109,6 @@ def _learning_lines(report: Mapping[str, Any] | None) -> list[str]:
     lines += ["# HELP toolscout_learning_first_seen_events (event, tool) pairs whose request was not scored for the "
               "tool before, per namespace (the rest are repeats).", "# TYPE toolscout_learning_first_seen_events gauge"]
     for ns, figures in sorted(report["measured"]["namespaces"].items()):
-        lines.append(f'toolscout_learning_first_seen_events{{namespace="{_label(ns)}"}} {figures["first_seen"]["events"]}')
+        first = figures["first_seen"]["events"]
+        lines.append(f'toolscout_learning_first_seen_events{{namespace="{_label(ns)}"}} {first}')
     return lines

@@ -220,8 +220,8 @@ class PgTenantStorage:
         self.seen = max(self.seen, version)
         return touched
 
-    def rollback(self, before: float) -> int:
-        removed, version = self.pg_catalog.rollback(before)
+    def rollback(self, before: float, dry_run: bool = False) -> list[tuple[str, float]]:
+        removed, version = self.pg_catalog.rollback(before, dry_run)
         self.seen = max(self.seen, version)
         return removed
 

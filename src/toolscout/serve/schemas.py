@@ -286,6 +286,8 @@ class RollbackIn(_Strict):
     before: float = Field(allow_inf_nan=False, description="Take back what was learned at or after this time "
                                                            "(seconds since the epoch, not milliseconds; a time "
                                                            "before 1970 or after now is refused).")
+    dry_run: bool = Field(False, description="Only say what would be taken back (how many pairs, from which "
+                                             "sources); change nothing.")
 
     def before_epoch(self) -> float:
         return float(self.before)

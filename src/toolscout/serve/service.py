@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from ..errors import Conflict, Forbidden, InvalidRequest, NotFound, ToolScoutError, is_blank
-from ..feedback import DEFAULT_SOURCE, FeedbackEvent, LearnResult, checked_rollback_time
+from ..feedback import DEFAULT_SOURCE, FeedbackEvent, LearnResult, checked_rollback_time, rolled_back
 from ..hits import NO_CALIBRATION, Hit, HitPolicy, Hits, checked_k, checked_queries
 from ..learning import check_settings, dormancy
 from ..lru import LRU
@@ -437,11 +437,14 @@ class ToolService:
         check_settings(weights, freeze)  # before the storage records anything
         return self._tenant(principal).set_learning(dict(weights or {}), freeze)
 
-    def rollback_learning(self, before: float, principal: Principal = ADMIN) -> int:
-        """Take back everything learned at or after `before` (seconds since the epoch); how many (request,
-        tool) pairs were taken back. Nothing else changes."""
+    def rollback_learning(self, before: float, principal: Principal = ADMIN, dry_run: bool = False) -> dict[str, Any]:
+        """Take back everything learned (or held by a freeze) at or after `before` (seconds since the epoch):
+        what was taken back (`rolled_back`). Nothing else changes; `dry_run`, or nothing to take back, changes
+        nothing at all (not even the version)."""
         self._check_operator(principal, "roll learning back")
-        return self._tenant(principal).rollback(checked_rollback_time(float(before), f"before {before:g}"))
+        tenant = self._tenant(principal)
+        pairs = tenant.rollback(checked_rollback_time(float(before), f"before {before:g}"), dry_run)
+        return rolled_back(pairs, tenant.pipeline().learning.settings.frozen_at, dry_run)
 
     def _check_operator(self, principal: Principal, action: str) -> None:
         if not principal.trusted:

@@ -88,8 +88,10 @@ class TenantStorage(Protocol):
         """Durably set learning's weights (None: automatic) and freeze it or not; the settings now."""
         ...
 
-    def rollback(self, before: float) -> int:
-        """Durably take back what was learned at or after `before`; how many (request, tool) pairs."""
+    def rollback(self, before: float, dry_run: bool = False) -> list[tuple[str, float]]:
+        """Durably take back what was learned (or held by a freeze) at or after `before`: the (source, time)
+        of each (request, tool) pair taken back. `dry_run`, or nothing to take back: no write, not even a new
+        version; the pairs it would take back."""
         ...
 
     def feedback_of(self, tool_id: str) -> dict[str, int]:

@@ -392,8 +392,12 @@ class PgCatalog(PgTenantRows):
                 return None, self._version(conn)
         return self._feedback_write(lambda conn: pg_feedback.forget(self, conn, source), list, bounded=False)
 
-    def rollback(self, before: float) -> tuple[int, int]:
-        """Take back everything taught at or after `before`, in one write transaction."""
+    def rollback(self, before: float, dry_run: bool = False) -> tuple[list[tuple[str, float]], int]:
+        """Take back everything taught at or after `before`, in one write transaction: the (source, time) of
+        each pair taken back. `dry_run`, or nothing stored from then on: no write (the version stays)."""
+        with self.database.connection() as conn:
+            if dry_run or not pg_feedback.holds_since(self, conn, before):
+                return pg_feedback.pairs_since(self, conn, before), self._version(conn)
         return self._feedback_write(lambda conn: pg_feedback.rollback(self, conn, before), lambda _n: [],
                                     bounded=False)
 

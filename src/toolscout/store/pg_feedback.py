@@ -144,14 +144,28 @@ def forget(store, conn, source: str) -> list[str]:
     return ids
 
 
-def rollback(store, conn, before: float) -> int:
-    """Take back everything taught at or after `before`; how many (request, tool) rows were taught then."""
+def pairs_since(store, conn, before: float) -> list[tuple[str, float]]:
+    """The (source, time) of each (request, tool) row taught (or held by a freeze) at or after `before`."""
+    rows = conn.execute("SELECT source, taught_at FROM toolscout_feedback WHERE tbl = %s AND tenant = %s AND "
+                        "taught_at >= %s AND learned", [store.table, store.tenant, before]).fetchall()
+    return [(str(source), float(when)) for source, when in rows]
+
+
+def holds_since(store, conn, before: float) -> bool:
+    """Whether anything is stored from `before` on (feedback rows, capped ones too, or scores)."""
+    return conn.execute("SELECT EXISTS (SELECT 1 FROM toolscout_feedback WHERE tbl = %s AND tenant = %s AND "
+                        "taught_at >= %s) OR EXISTS (SELECT 1 FROM toolscout_scored WHERE tbl = %s AND tenant = %s "
+                        "AND time >= %s)", [store.table, store.tenant, before] * 2).fetchone()[0]
+
+
+def rollback(store, conn, before: float) -> list[tuple[str, float]]:
+    """Take back everything taught at or after `before`; the (source, time) of the rows taught then."""
     removed = conn.execute("DELETE FROM toolscout_feedback WHERE tbl = %s AND tenant = %s AND taught_at >= %s "
-                           "RETURNING learned", [store.table, store.tenant, before]).fetchall()
+                           "RETURNING learned, source, taught_at", [store.table, store.tenant, before]).fetchall()
     conn.execute("DELETE FROM toolscout_scored WHERE tbl = %s AND tenant = %s AND time >= %s",
                  [store.table, store.tenant, before])
     bump_epoch(store, conn)
-    return sum(1 for (learned,) in removed if learned)
+    return [(str(source), float(when)) for learned, source, when in removed if learned]
 
 
 def drop_tools(store, conn, ids: Sequence[str]) -> None:
