@@ -406,8 +406,8 @@ def report_footnote() -> list[str]:
         "of 1/rank; top-1: how often it came first).",
         "first-seen: pairs whose request (case and spaces aside) had not been scored for that tool before: what "
         "learning does to new tasks; watch served vs untaught here.",
-        "repeats: the same request again for the same tool; its earlier copy taught the answer, so learning ranks it "
-        "first by construction (memorisation, not a sign of help to other tasks).",
+        "repeats: the same request again for the same tool; its earlier copy taught the answer, so once learning "
+        "lifts, it ranks the tool at or near the top by construction (memorisation, not help to other tasks).",
         "tools new to learning: pairs whose tool no earlier batch had taught.",
         f"weight: automatic, read from the namespace's last {WINDOW:,} first-seen pairs (full weight ranking below "
         "untaught there, beyond noise, turns it down); or set by hand. docs/learning.md, 'Every deployment measures "
