@@ -10,6 +10,8 @@ catalog while it learns and added afterwards. Traffic arrives skewed, as real tr
 traffic tasks with Zipf weights (rank^-1, ranks in a random order), so a few tasks repeat hundreds of times,
 each event from one of `--agents` sources; there are twice as many events as traffic tasks (at most 20,000).
 The index learns them through `ToolScout.learn` in batches of 50, as a server takes them through /feedback.
+`--coverage 0.3` keeps only the traffic tasks whose tools all lie in a random 30% of the catalog: a deployment
+whose agents use part of it, where most scored tasks need tools no event taught.
 
 Scored, nDCG@10: all tasks before and after; tasks whose gold tools were all taught ("taught"), none taught
 ("untaught"); then, the new tools added to both, the tasks needing one ("new tools") and the taught tasks
@@ -51,6 +53,9 @@ def plan_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--max-scored", type=int, default=800, help="scored tasks per set at most")
     parser.add_argument("--new-tools", type=float, default=0.05, help="share of the catalog added after learning")
     parser.add_argument("--agents", type=int, default=20, help="feedback sources the events come from")
+    parser.add_argument("--coverage", type=float, default=1.0,
+                        help="share of the catalog's tools the traffic asks for (1: any; 0.3: traffic tasks only "
+                             "of a random 30%% of the tools, as a deployment whose agents use part of it)")
     parser.add_argument("--seed", type=int, default=0)
     return parser
 
@@ -85,7 +90,7 @@ def run_worker(args, src: Path | None) -> dict:
         env["PYTHONPATH"] = f"{Path(src).resolve()}{os.pathsep}{env.get('PYTHONPATH', '')}"
     command = [sys.executable, __file__, "--worker", "--data", str(args.data), "--sets", args.sets,
                "--max-scored", str(args.max_scored), "--new-tools", str(args.new_tools), "--agents", str(args.agents),
-               "--seed", str(args.seed)] + (["--tune"] if args.tune else [])
+               "--coverage", str(args.coverage), "--seed", str(args.seed)] + (["--tune"] if args.tune else [])
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     sys.stderr.write(done.stderr)
     if done.returncode:
@@ -102,6 +107,10 @@ def plan(bench, args) -> dict:
     pool = rng.sample(pool, len(pool))
     half = len(pool) // 2
     traffic, scored = pool[:half], pool[half:][: args.max_scored]
+    if args.coverage < 1.0:  # traffic of tasks whose tools all lie in a random share of the catalog
+        tool_ids = sorted(t.id for t in bench.tools)
+        covered = set(rng.sample(tool_ids, int(args.coverage * len(tool_ids))))
+        traffic = [q for q in traffic if set(q.labels) <= covered]
     in_traffic = {t for q in traffic for t in q.labels}
     only_scored = sorted({t for q in scored for t in q.labels} - in_traffic)
     new = set(rng.sample(only_scored, min(len(only_scored), int(args.new_tools * len(bench.tools)))))
