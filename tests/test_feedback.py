@@ -157,6 +157,25 @@ def sample_with_feedback(encoder, retriever="hybrid"):
     return scout
 
 
+def test_a_retrained_copy_keeps_the_freeze_the_weights_set_by_hand_the_weight_history_and_the_scores(encoder,
+                                                                                                     tmp_path):
+    """The copy a retraining judges and may swap in learned afresh under default settings: a freeze was
+    lifted (what it held got taught), weights set by hand went back to automatic, and the history and the
+    scores the automatic weights read were lost (review). Only what was learned is learned again."""
+    from toolscout.train.feedback import _learned_copy
+
+    scout = sample_with_feedback(encoder)
+    namespace = scout.tools[0].namespace  # the sample's tools have none: "*" weighs them
+    scout.set_learning(weights={"*": 0.5}, freeze=True)
+    scout.learning.weight_history = [{"time": 1.0, "namespace": namespace, "from": 1.0, "to": 0.9, "why": "worse"}]
+    copy = _learned_copy(scout, tmp_path / "copy", lambda _query: True, None, None)
+    assert copy.learning.settings == scout.learning.settings and copy.learning.settings.frozen_at is not None
+    assert copy.learning.weight(namespace) == 0.5
+    assert copy.learning.weight_history == scout.learning.weight_history
+    assert copy.learning.scorecard.records == scout.learning.scorecard.records
+    assert copy.learning.memory.pairs() == scout.learning.memory.pairs()
+
+
 @pytest.mark.slow  # trains
 @pytest.mark.usefixtures("torch_encoders")
 def test_retraining_scores_both_pipelines_on_held_back_feedback_and_swaps_only_a_better_one(encoder, tmp_path):

@@ -71,8 +71,10 @@ def test_max_fusion_divides_a_cosine_list_by_at_least_the_floor(tools, encoder):
     assert hybrid._contributions(np.array([0.02, -0.05]), COSINE_FLOOR) == pytest.approx([0.2, -0.5])
     assert hybrid._contributions(np.array([0.5, 0.25]), COSINE_FLOOR) == pytest.approx([1.0, 0.5])
     hybrid.index(tools)
-    dense_list = dense.search(["qwxzv plork"], 12)[0][1]
-    fused = hybrid.search(["qwxzv plork"], 12)
+    # nonsense tasks (no term of any tool): the one least like any tool, as each encoding (int8, float32) has it
+    nonsense = min(["qwxzv plork", "qwxzv", "ooo", "the the the"], key=lambda t: dense.search([t], 1)[0][1][0])
+    dense_list = dense.search([nonsense], 12)[0][1]
+    fused = hybrid.search([nonsense], 12)
     assert 0 < dense_list[0] < COSINE_FLOOR  # the nonsense task matches no term and no tool's meaning
     assert fused.scores[0][0] == pytest.approx(3.0 * dense_list[0] / COSINE_FLOOR, rel=1e-5)
 

@@ -769,8 +769,11 @@ def test_an_index_that_replaces_another_keeps_what_it_learned_as_learning_the_ke
     old.learn(events[:30])
     old.learn(events[30:])
     catalog = [t for t in WEATHERISH if t.id != "memory.store"] + [rival]
+    # a weight change the old index went through stays in the history (review: re-indexing dropped it)
+    old.learning.weight_history = [{"time": 950.0, "namespace": "advice", "from": 1.0, "to": 0.9, "why": "worse"}]
     new = ToolScout.from_tools(catalog, encoder=encoder)
     assert new.carry_learning(old) == (len(events) - 10, 10)
+    assert new.learning.weight_history == old.learning.weight_history
     oracle = ToolScout.from_tools(catalog, encoder=encoder)
     oracle.learn([e for e in events if e.tool_ids != ("memory.store",)])
 

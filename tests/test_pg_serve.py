@@ -265,6 +265,8 @@ def test_migrating_a_frozen_directory_says_what_its_freeze_held_back_and_how_to_
     assert f"warning: learning in {local} is frozen (since " in err
     assert "the tenant's is not: the 1 pair(s) the freeze held back are learned there" in err
     assert "toolscout learning freeze DSN" in err and "toolscout learning rollback DSN --before " in err, err
+    frozen_at = ToolScout.load(local).learning.settings.frozen_at
+    assert f"--before {frozen_at!r}" in err and frozen_at != round(frozen_at)  # to the fraction, not rounded
 
 
 def test_a_tenant_with_no_catalog_is_refused_by_learning_and_approvals_and_warned_of_by_serve(pg, tmp_path, tools,

@@ -502,7 +502,9 @@ def test_feedback_is_learned_at_once_counted_and_taken_back_exactly(served):
         mine = client.get("/learning", headers=MAIL).json()  # a token that sees the mail namespace only
         assert (mine["tools_taught"], set(mine["measured"]["namespaces"])) == (1, {"mail"})
         assert mine["events_scored"] == mine["measured"]["namespaces"]["mail"]["all"]["events"] < 61
-        assert 0 < mine["requests"] < learned["requests"] and "calibration" not in mine and "all" not in mine["measured"]
+        assert 0 < mine["requests"] < learned["requests"] and "calibration" not in mine
+        # every deployment-wide total is dropped: all, and the first-seen and repeat splits (review: they leaked)
+        assert {"all", "first_seen", "repeats"} <= set(learned["measured"]) and set(mine["measured"]) == {"namespaces"}
         single = client.post("/feedback", headers=AGENT, json={"query": "umbrella needed?", "tool_ids": ["weather.get_current"],
                                                                  "source": "agent-7", "outcome": "success"})
         assert single.json()["learned"] == 1

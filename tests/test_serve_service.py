@@ -52,10 +52,10 @@ def test_unchanged_upsert_is_not_journalled(tmp_path, tools):
 
 def test_compaction_writes_a_snapshot_and_empties_the_journal(tmp_path, tools):
     folder = make_dir(tmp_path, tools)
-    svc = ToolService.open(folder, compact_every=3)
+    svc = ToolService.open(folder, compact_every=6)  # journal items: each write counts one, and its tool one
     for i in range(3):
         svc.upsert([new_tool(i)])
-    svc.storage._compactor.join()  # the third write started a background compaction
+    svc.storage._compactor.join()  # the third write (its sixth item) started a background compaction
     assert svc.storage.compactions == 1 and svc.storage.journal.records == 0
     svc.upsert([new_tool(9)])
     expected = state(svc)

@@ -653,18 +653,20 @@ class ToolScout:
         """Take over what `old` (the index this one replaces: `toolscout index --out` over it) learned from
         feedback, for the tools this catalog still has: its ledger, each taught request's untaught rank
         measured again here, so that the channel is the one learning those events on this index gives; its
-        settings; and the scores of its events, the evidence its automatic weights read. What taught tools
-        not in this catalog is dropped, as deleting them would. Returns (kept, dropped): (tool, request)
-        pairs. This index must have learned nothing yet."""
+        settings and weight history; and the scores of its events, the evidence its automatic weights read.
+        What taught tools not in this catalog is dropped, as deleting them would. Returns (kept, dropped):
+        (tool, request) pairs. This index must have learned nothing yet."""
         if self.ledger.events or self.learning.active:
             raise ValueError("carry_learning: this index has learned from feedback already")
         with old._lock.read():
             ledger = copy.deepcopy(old.ledger)
             settings, records = old.learning.settings, list(old.learning.scorecard.records)
+            history = list(old.learning.weight_history)
         with self._lock.write():
             dropped = ledger.keep_tools(self._tools)
             taught = ledger.taught()
             self.learning = self.learning.afresh(settings)
+            self.learning.weight_history = history  # what happened to the old index's weights stays history
             ranks = self.score(list(dict.fromkeys(u.query for u in taught)))  # untaught: nothing learned yet
             ledger.remeasure(lambda u: ranks.get((u.query, u.tool_id), UNRANKED).untaught)
             self.ledger = ledger

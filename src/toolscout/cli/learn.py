@@ -195,7 +195,9 @@ def _as_given(args: argparse.Namespace) -> list[str]:
     directory a server holds)."""
     rest = {"weight": [getattr(args, "namespace", ""), getattr(args, "weight", "")],
             "rollback": ["--before", getattr(args, "before", "")]}.get(args.verb, [])
-    return ["toolscout", "learning", args.verb, "http://HOST:PORT", *rest]
+    flags = [flag for flag, on in (("--dry-run", getattr(args, "dry_run", False)),
+                                   ("--json", getattr(args, "json", False))) if on]
+    return ["toolscout", "learning", args.verb, "http://HOST:PORT", *rest, *flags]
 
 
 def said_rollback(said: dict, before: float) -> str:

@@ -185,7 +185,8 @@ def _carry_feedback(folder, store: str, report) -> None:
     if settings.frozen_at is not None:  # a freeze cannot be dated back in the database: say what differs
         held = sum(1 for event in report.feedback if event.time is not None and event.time >= settings.frozen_at)
         since = datetime.fromtimestamp(settings.frozen_at, timezone.utc).isoformat(timespec="seconds")
+        # the rollback time to the fraction: rounded, it would miss held pairs or take learned ones
         print(f"warning: learning in {folder} is frozen (since {since}), and the tenant's is "
               f"not: the {held} pair(s) the freeze held back are learned there; freeze it from now on with "
               f"toolscout learning freeze DSN, or take them back with toolscout learning rollback DSN --before "
-              f"{settings.frozen_at:.0f}", file=sys.stderr)
+              f"{settings.frozen_at!r}", file=sys.stderr)

@@ -143,10 +143,12 @@ class LearnedChannel:
         self.weight_history: list[dict] = []  # the automatic weights' changes, oldest first (`note_weight_changes`)
         self._automatic: dict[str, float] = {}
 
-    def afresh(self, settings: LearningSettings | None = None) -> "LearnedChannel":
-        """An empty channel in this space, under `settings` (these by default). When tools joined stays: it
-        is a fact of the catalog, not something learned, and a tool added after learning keeps its place."""
-        channel = LearnedChannel(self.space, settings or self.settings)
+    def afresh(self, settings: LearningSettings | None = None, space: RequestSpace | None = None
+               ) -> "LearnedChannel":
+        """An empty channel in this space (or `space`: a new first stage's), under `settings` (these by
+        default). When tools joined stays: it is a fact of the catalog, not something learned, and a tool
+        added after learning keeps its place."""
+        channel = LearnedChannel(space or self.space, settings or self.settings)
         channel.joined = dict(self.joined)
         channel.weight_history = list(self.weight_history)  # what happened stays history
         return channel

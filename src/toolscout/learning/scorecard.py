@@ -112,6 +112,7 @@ class Scorecard:
     def __init__(self, records: Iterable[Scored] = ()):
         self.records: list[Scored] = []
         self.first_seen: list[bool] = []  # per record: its (tool, request) was scored for the first time
+        self._pairs: list[tuple[str, str]] = []  # per record: (tool, normalised request), kept for `_keep`
         self._seen: set[tuple[str, str]] = set()
         self.add(records)
 
@@ -120,16 +121,23 @@ class Scorecard:
 
     def add(self, records: Iterable[Scored]) -> None:
         for record in records:
-            pair = (record.tool, normalized(record.query))
-            self.first_seen.append(pair not in self._seen)
-            self._seen.add(pair)
-            self.records.append(record)
+            self._append(record, (record.tool, normalized(record.query)))
+
+    def _append(self, record: Scored, pair: tuple[str, str]) -> None:
+        self.first_seen.append(pair not in self._seen)
+        self._seen.add(pair)
+        self._pairs.append(pair)
+        self.records.append(record)
 
     def _keep(self, keep: Callable[[Scored], bool]) -> None:
-        """Only the records `keep` accepts; a repeat whose earlier copy went is first seen again."""
-        kept = [r for r in self.records if keep(r)]
-        self.records, self.first_seen, self._seen = [], [], set()
-        self.add(kept)
+        """Only the records `keep` accepts; a repeat whose earlier copy went is first seen again. Nothing is
+        rebuilt when all stay (a tool deleted is dropped here once per tool, most of them never scored)."""
+        kept = [(r, pair) for r, pair in zip(self.records, self._pairs) if keep(r)]
+        if len(kept) == len(self.records):
+            return
+        self.records, self.first_seen, self._pairs, self._seen = [], [], [], set()
+        for record, pair in kept:
+            self._append(record, pair)
 
     def forget(self, source: str) -> None:
         self._keep(lambda r: r.source != source)

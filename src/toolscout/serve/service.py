@@ -422,8 +422,10 @@ class ToolService:
         report["measured"]["namespaces"] = {ns: figures for ns, figures in report["measured"]["namespaces"].items()
                                             if principal.sees_namespace(ns)}
         report["weights"] = {ns: w for ns, w in report["weights"].items() if principal.sees_namespace(ns)}
+        if "weight_history" in report:
+            report["weight_history"] = [h for h in report["weight_history"] if principal.sees_namespace(h["namespace"])]
         if principal.namespaces is not None:  # the totals would tell of namespaces the caller cannot see
-            report["measured"].pop("all", None)
+            report["measured"] = {"namespaces": report["measured"]["namespaces"]}  # all, first_seen, repeats...
             report.pop("calibration", None)  # fitted on every namespace's feedback
             report.update(_visible_totals(scout, principal, report["measured"]["namespaces"]))
             if report["dormant"]:  # the deployment's count of taught tools spans every namespace

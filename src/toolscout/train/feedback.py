@@ -29,6 +29,7 @@ from typing import Any, Callable
 
 from ..benchmark_sets import Query
 from ..errors import Conflict, InvalidRequest
+from ..learning.space import space_for
 from ..pipeline import ToolScout
 from ..retrievers.base import HasEncoder, make_retriever, parts
 from .data import TrainingData
@@ -150,7 +151,7 @@ def _learned_copy(scout: ToolScout, folder: Path, keep: Callable[[str], bool], m
     """The pipeline (with `method`'s model from `model_dir`, or as it is) having learned live from the
     taught requests `keep` accepts, each from its own source. A copy through its saved directory, so the
     vectors it holds are not made again; its ledger is the original's (what it was taught, all of it),
-    its learned channel starts empty and is taught the kept requests only."""
+    its learned channel keeps its settings, history and scores, and is taught the kept requests only."""
     scout.save(folder)
     copy = ToolScout.load(folder)
     first_stage = copy.retriever
@@ -161,8 +162,12 @@ def _learned_copy(scout: ToolScout, folder: Path, keep: Callable[[str], bool], m
         from ..rerank.base import load_reranker
 
         reranker = load_reranker(model_dir)
+    # the channel's settings (a freeze, weights set by hand), history and scores go with it: only what it
+    # learned is learned again
+    learning = copy.learning.afresh(space=space_for(first_stage))
+    learning.scorecard = copy.learning.scorecard
     copy = ToolScout(first_stage, copy.tools, indexed=first_stage is copy.retriever, reranker=reranker,
-                     intents=copy.intents, ledger=copy.ledger)
+                     intents=copy.intents, ledger=copy.ledger, learning=learning)
     copy.relearn(lambda usage: keep(usage.query))
     return copy
 
