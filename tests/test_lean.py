@@ -14,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -33,11 +34,15 @@ LEAN_PRELUDE = f"import sys\nfor name in {ABSENT!r}:\n    sys.modules[name] = No
 
 def run_lean(code: str, timeout: float = 120) -> dict:
     """Run `code` in a fresh interpreter where the ABSENT packages cannot be imported; it prints one JSON line."""
+    return run_child(LEAN_PRELUDE + textwrap.dedent(code), timeout)[0]
+
+
+def run_child(code: str, timeout: float) -> tuple[Any, str]:
+    """Run `code` in a fresh interpreter of this install; the JSON of the last line it prints, and its stderr."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    done = subprocess.run([sys.executable, "-c", LEAN_PRELUDE + textwrap.dedent(code)], capture_output=True,
-                          text=True, timeout=timeout, env=env)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
 
 
 def sha256(path: Path) -> str:
@@ -192,10 +197,7 @@ def test_an_encoder_on_a_machine_without_a_gpu_does_not_import_torch():
     code = ("import sys, json\nfrom toolscout.encoders import Encoder\n"
             "Encoder._int8_is_the_checked_one = lambda self: True\nenc = Encoder.load(None)\n"
             "print(json.dumps([enc.device, enc.backend_in_use, 'torch' in sys.modules]))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == ["cpu", "onnx-int8", False]
+    assert run_child(code, 120)[0] == ["cpu", "onnx-int8", False]
 
 
 def test_an_encoder_that_must_export_does_it_in_a_child_and_never_holds_torch(tmp_path):
@@ -207,12 +209,10 @@ def test_an_encoder_that_must_export_does_it_in_a_child_and_never_holds_torch(tm
             f"enc = Encoder.load(None, backend='exact', cache_dir={str(tmp_path / 'onnx')!r})\n"
             "vector = enc.encode(['book a flight'])\n"
             "print(json.dumps([enc.backend_in_use, 'torch' in sys.modules, 'onnx' in sys.modules, vector.shape[1]]))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"})
-    assert done.returncode == 0, done.stderr[-2000:]
+    said, stderr = run_child(code, 600)
     # nor `onnx`: the export is stored as onnxruntime runs it (its layer norms split once, not at every load)
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == ["onnx", False, False, 384]
-    assert "exporting its float32 encoding to ONNX, once per machine, into" in done.stderr
+    assert said == ["onnx", False, False, 384]
+    assert "exporting its float32 encoding to ONNX, once per machine, into" in stderr
     assert [p.name.split("-onnx-")[0] for p in (tmp_path / "onnx").iterdir()] == ["toolscout-tools"]
 
 
@@ -225,10 +225,7 @@ def test_the_default_pipeline_indexes_and_searches_without_importing_numba_scipy
             f"scout = ToolScout.from_tools(load_tools({str(CATALOG)!r}))\n"
             "hits = scout.search(['send an email to my colleague'], k=3)[0]\n"
             "print(json.dumps([len(hits), sorted(m for m in ('numba', 'scipy', 'bm25s') if m in sys.modules)]))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"})
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == [3, []]
+    assert run_child(code, 300)[0] == [3, []]
 
 
 def test_the_command_line_starts_without_importing_the_pipeline():

@@ -306,7 +306,7 @@ def _claim_version(root: Path) -> tuple[Path, int]:
     writer commits or gives up, so that no other writer takes the same number and no other commit sweeps the
     folder away while it is being written. Claimed under CLAIM_LOCK, as the sweep decides, not the write lock: a
     writer starts while another is checked and committed."""
-    with _lock(root / CLAIM_LOCK):
+    with file_lock(root / CLAIM_LOCK):
         names = [p.name for p in root.glob("v[0-9]*")]
         names += [p.name[1:-len(_CLAIM)] for p in root.glob(f".v[0-9]*{_CLAIM}")]
         taken = [n for n in map(_version_number, names) if n is not None]
@@ -349,12 +349,12 @@ def _claimed(root: Path, name: str) -> bool:
 def _write_lock(root: Path) -> Iterator[None]:
     """Hold `root`'s WRITE_LOCK: one writer at a time checks the live version and commits over it (a check
     without it lets two processes that loaded the same version both pass it)."""
-    return _lock(root / WRITE_LOCK)
+    return file_lock(root / WRITE_LOCK)
 
 
 @contextmanager
-def _lock(path: Path) -> Iterator[None]:
-    """Hold an exclusive lock on the file `path` (made if missing) for the block."""
+def file_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on the file `path` (made if missing) for the block (across processes)."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
@@ -366,7 +366,7 @@ def _lock(path: Path) -> Iterator[None]:
 def _remove_stale_versions(root: Path, live: str) -> None:
     """Remove every version but `live` (the one just made live) and those other writers hold, with the claims
     and pointer files that writers which died left behind (the caller holds the write lock)."""
-    with _lock(root / CLAIM_LOCK):  # no claim made while deciding; none is made later for these numbers
+    with file_lock(root / CLAIM_LOCK):  # no claim made while deciding; none is made later for these numbers
         stale = [entry for entry in root.iterdir() if _version_number(entry.name) is not None
                  and entry.name != live and not _claimed(root, entry.name)]
         stale_claims = [entry for entry in root.glob(f".v*{_CLAIM}")

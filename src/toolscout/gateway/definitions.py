@@ -17,16 +17,15 @@ effect at the next search or call.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
 import threading
 import time
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Protocol, Sequence
+from typing import Any, Iterable, Protocol, Sequence
 
+from ..artifacts import file_lock
 from ..errors import NotFound, ToolScoutError
 from ..tool import Tool
 
@@ -180,7 +179,7 @@ class FolderRecords:
                 _read(self.folder / APPROVALS_FILE).get("approved", {}))
 
     def observe(self, seen: dict[str, dict[str, str]], now: float) -> list[str]:
-        with _file_lock(self.folder / (DEFINITIONS_FILE + ".lock")):
+        with file_lock(self.folder / (DEFINITIONS_FILE + ".lock")):
             tools = _read(self.folder / DEFINITIONS_FILE).get("tools", {})
             updates = {tid: entry for tid, fields in seen.items() if (entry := merged(tools.get(tid), fields, now))}
             if updates:
@@ -188,7 +187,7 @@ class FolderRecords:
         return [tid for tid in updates if tid in tools]
 
     def approve(self, digests: dict[str, str]) -> None:
-        with _file_lock(self.folder / (APPROVALS_FILE + ".lock")):
+        with file_lock(self.folder / (APPROVALS_FILE + ".lock")):
             approved = _read(self.folder / APPROVALS_FILE).get("approved", {})
             _write(self.folder / APPROVALS_FILE, {"approved": {**approved, **digests}})
 
@@ -241,13 +240,3 @@ def _write(path: Path, data: dict[str, Any]) -> None:
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
-
-
-@contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
