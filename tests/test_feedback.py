@@ -523,6 +523,30 @@ def test_cli_learning_reports_beside_a_server_and_refuses_bad_arguments_before_c
     assert f"http://127.0.0.1:{port}: cannot reach the server" in capsys.readouterr().err
 
 
+def test_cli_rollback_dry_run_writes_nothing_even_with_a_journal_and_runs_beside_a_server(encoder, tmp_path, capsys):
+    """A dry run reads the directory as its server serves it: a journal left by a server stopped without saving is
+    neither replayed into a new snapshot nor emptied (opening the directory for writing did both), and a server
+    holding the directory does not stop it (reviewer, session 19)."""
+    from toolscout.cli import main
+    from toolscout.serve import ToolService
+
+    folder = tmp_path / "idx"
+    ToolScout.from_tools(sample_with_feedback(encoder, "bm25").tools, retriever="bm25").save(folder)
+    service = ToolService.open(folder)
+    service.feedback([FeedbackEvent("put a meeting with Ann in my calendar", ("apibank::AddMeeting",))])
+    service.close(compact=False)  # as after a crash: the feedback is only in the journal
+    journal, version = (folder / "journal.log").read_bytes(), (folder / "CURRENT").read_text()
+    assert b"put a meeting with Ann" in journal
+    capsys.readouterr()
+    assert main(["learning", "rollback", str(folder), "--before", "1", "--dry-run"]) == 0
+    assert capsys.readouterr().err.startswith("would take back 1 (request, tool) pairs learned at or after ")
+    assert (folder / "journal.log").read_bytes() == journal and (folder / "CURRENT").read_text() == version
+    with ToolService.open(folder) as held:  # replays the journal; the dry run reads beside it
+        assert main(["learning", "rollback", str(folder), "--before", "1", "--dry-run"]) == 0
+        assert capsys.readouterr().err.startswith("would take back 1 (request, tool) pairs")
+        assert held.learning()["requests"] == 1  # nothing taken back
+
+
 def test_a_feedback_log_reads_as_written_and_each_fault_names_the_file_and_line(tmp_path):
     good = '{"query": "book a table", "tool_ids": ["dining.reserve"]}\n'
     log = tmp_path / "bom.jsonl"

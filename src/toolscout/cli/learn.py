@@ -170,7 +170,10 @@ def cmd_learning(args: argparse.Namespace) -> int:
     before = parse_time(args.before) if args.verb == "rollback" else None
     weights = parse_weight(args.weight, args.namespace) if args.verb == "weight" else None
     token = args.token if args.token is not None else os.environ.get("TOOLSCOUT_TOKEN")
-    target = LearningTarget.of(args.target, token, read_only=args.verb == "report", command=f"learning {args.verb}",
+    # a report and a dry run read a directory as its server serves it: no lock, and nothing written (opening it
+    # for writing would save the journal's writes into a new snapshot)
+    reads_only = args.verb == "report" or (args.verb == "rollback" and args.dry_run)
+    target = LearningTarget.of(args.target, token, read_only=reads_only, command=f"learning {args.verb}",
                                argv=" ".join(_as_given(args)))
     try:
         if args.verb == "report":
@@ -319,6 +322,13 @@ class LearningTarget:
         return set(self.service.namespaces())
 
     def rollback(self, before: float, dry_run: bool = False) -> dict:
+        if self.pipeline is not None:  # read only: what a rollback would take back
+            from ..feedback import rolled_back
+
+            if not dry_run:
+                raise ValueError("a directory read beside its server cannot be rolled back here")
+            pairs = [(u.source, u.time) for u in self.pipeline.rollback_preview(before)]
+            return rolled_back(pairs, self.pipeline.learning.settings.frozen_at, dry_run=True)
         if self.url:
             body = {"before": before, **({"dry_run": True} if dry_run else {})}  # an older server knows no dry_run
             return self._http("POST", "/learning/rollback", body)
