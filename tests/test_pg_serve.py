@@ -242,6 +242,36 @@ def test_a_migrated_directory_brings_what_it_learned_with_its_sources_and_times(
         assert report(local)["requests"] == report(store_spec)["requests"] == left, verb
 
 
+def test_migrate_brings_the_writes_a_journal_held_and_waits_for_a_server_holding_the_directory(pg, tmp_path, tools,
+                                                                                                capsys):
+    """migrate copied the snapshot alone: a tool and feedback acknowledged by a server stopped without saving (only
+    in the journal) were left behind (reviewer, session 19). They are saved into the snapshot first, as a server's
+    start would; a directory a server holds is refused, since its journal is live."""
+    from toolscout import Tool
+    from toolscout.cli import main
+    from toolscout.feedback import FeedbackEvent
+    from toolscout.serve import ToolService
+
+    catalog = tmp_path / "tools.json"
+    catalog.write_text(json.dumps([{"type": "function", "function": {"name": t.name, "description": t.description}}
+                                   for t in tools]))
+    local, store_spec = str(tmp_path / "local"), spec(pg, new_table(), "journalled")
+    assert main(["index", str(catalog), "--out", local]) == 0
+    service = ToolService.open(local)
+    service.upsert([Tool(id="water_plants", name="water_plants", description="water the garden plants on a schedule")])
+    service.feedback([FeedbackEvent("book me a flight to Rome", (tools[3].name,), source="alice")])
+    assert main(["migrate", local, "--store", store_spec]) == 1  # the server still holds it
+    err = capsys.readouterr().err
+    assert "another toolscout server is serving this directory" in err and "journal" in err, err
+    service.close(compact=False)  # stopped without saving: the tool and the event are only in the journal
+    assert main(["migrate", local, "--store", store_spec]) == 0
+    err = capsys.readouterr().err
+    assert "saved the 2 write(s) its journal held" in err and "1 (tool, request) pairs from 1 feedback" in err, err
+    with ToolService.open(store_spec) as tenant:
+        assert tenant.get("water_plants").description == "water the garden plants on a schedule"
+        assert tenant.learning()["requests"] == 1
+
+
 def test_migrating_a_frozen_directory_says_what_its_freeze_held_back_and_how_to_hold_it_in_the_tenant(
         pg, tmp_path, tools, capsys):
     """A freeze cannot be dated back through the service: what it held back in the directory is learned by the

@@ -153,6 +153,7 @@ def migrate_command(args: argparse.Namespace) -> int:
             tell_search_switch(spec.table, switch)
         return 0
     start = time.perf_counter()
+    _save_journalled(args.dir)
     report = migrate_directory(args.dir, spec, search=args.search)
     tell_what_went(spec, report)
     print(f"migrated {report.tools} tools and their pipeline from {args.dir} into {spec} (version {report.version}) "
@@ -160,6 +161,21 @@ def migrate_command(args: argparse.Namespace) -> int:
     if report.feedback:
         _carry_feedback(args.dir, args.store, report)
     return 0
+
+
+def _save_journalled(folder) -> None:
+    """The directory's snapshot with every acknowledged write in it: migrate copies the snapshot."""
+    from ..serve.directory import save_journalled
+    from ..serve.errors import DirectoryHeld
+
+    try:
+        saved = save_journalled(folder)
+    except DirectoryHeld as exc:
+        raise DirectoryHeld(f"{exc}: its writes since its last snapshot are in its journal, which migrate does "
+                            "not read while a server appends to it") from None
+    if saved:
+        print(f"{folder}: saved the {saved} write(s) its journal held (a server stopped without saving them) into "
+              "its snapshot first", file=sys.stderr)
 
 
 def _carry_feedback(folder, store: str, report) -> None:
