@@ -32,7 +32,7 @@ from .feedback import FeedbackEvent, LearnResult, Usage, UsageLedger
 from .hits import (CALIBRATED, Hit, HitPolicy, Hits, NameIndex, abstains, assemble_hits, checked_k, checked_queries,
                    warn_if_uncalibrated, warn_if_unknown)
 from .intents import IntentMerge
-from .learning import LearnedChannel, LearningSettings, Lesson, Scored, teaches_anything
+from .learning import LearnedChannel, LearningSettings, Lesson, Scored, teaching_events
 from .learning.channel import DEPTH as LEARNED_DEPTH
 from .learning.scorecard import DEPTH as SCORED_DEPTH
 from .learning.scorecard import UNRANKED, Ranks, ranks_of
@@ -123,11 +123,6 @@ class ReadWriteLock:
                 self._writes_done += 1
                 self._readers_due = self._readers_waiting  # their turn: before the next write
                 self._cond.notify_all()
-
-
-def _teaching(events: Iterable[FeedbackEvent]) -> list[FeedbackEvent]:
-    """The events that teach (not failures, and not only numbers, dates or addresses): those scored."""
-    return [e for e in events if e.teaches and teaches_anything(e.query)]
 
 
 def _size_disagreement(retriever: Retriever, catalog_size: int) -> str | None:
@@ -515,7 +510,7 @@ class ToolScout:
         now = time.time()
         events = [(e if isinstance(e, FeedbackEvent) else FeedbackEvent.from_dict(e)).at(now)
                   for e in listed(events, "learn", "a list of events")]
-        teaching = _teaching(events)
+        teaching = teaching_events(events)
         asking = {e.query for e in teaching}  # read under the write lock below: decided once, before it
         with self._lock.read():
             if ranks is None:
@@ -535,7 +530,7 @@ class ToolScout:
         """The ranks `learn` would score `events` by now, for their own (query, tool) pairs only: a storage
         that journals them with the events replays them without searching again (the replay's cost was
         almost all those searches). Call with writes held off until `learn(events, ranks)`."""
-        teaching = _teaching(events)
+        teaching = teaching_events(events)
         with self._lock.read():
             ranks = self.score(list(dict.fromkeys(e.query for e in teaching)))
         return {(e.query, t): ranks[e.query, t] for e in teaching for t in e.tool_ids if (e.query, t) in ranks}

@@ -5,9 +5,9 @@ its own learning (`scorecard.py`)."""
 
 from .channel import CAUTIOUS_GATE, DEPTH, GATE, LearnedChannel, LearningSettings, Lesson, Lift, check_settings
 from ..feedback import Scored
-from .incidental import teaches_anything
+from .incidental import teaches_anything, teaching_events
 from .memory import dormancy
 from .scorecard import Scorecard
 
 __all__ = ["LearnedChannel", "LearningSettings", "Lesson", "Lift", "Scored", "Scorecard", "GATE", "CAUTIOUS_GATE",
-           "DEPTH", "check_settings", "dormancy", "teaches_anything"]
+           "DEPTH", "check_settings", "dormancy", "teaches_anything", "teaching_events"]

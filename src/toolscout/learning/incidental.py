@@ -13,6 +13,9 @@ read as it came.
 from __future__ import annotations
 
 import re
+from typing import Iterable, TypeVar
+
+Event = TypeVar("Event")  # a `feedback.FeedbackEvent` (this module sits below it)
 
 _ADDRESS = re.compile(r"(?:https?://|www\.)\S+|[\w.+-]+@[\w-]+\.[\w.-]+|(?:~|\.{1,2})?/[\w.~-]+(?:/[\w.~-]*)+")
 _QUOTED = re.compile(r"\"[^\"]{1,200}\"|'[^']{1,200}'|`[^`]{1,200}`|“[^”]{1,200}”")
@@ -33,6 +36,12 @@ def teaches_anything(request: str) -> bool:
     task asks for, it would lift its tool for every task made of numbers. It teaches nothing. A request that
     is one quoted string still teaches what the quotes hold (agents pass tasks quoted)."""
     return _LETTER.search(_NUMBER.sub(" ", _ADDRESS.sub(" ", request))) is not None
+
+
+def teaching_events(events: Iterable[Event]) -> list[Event]:
+    """The events that teach (not failures, and not requests of only numbers, dates or addresses): those scored
+    and learned, by every storage alike."""
+    return [e for e in events if e.teaches and teaches_anything(e.query)]
 
 
 def _without_incidentals(request: str) -> str:

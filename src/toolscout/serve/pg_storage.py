@@ -29,7 +29,7 @@ from typing import Any, Sequence
 from ..encoders.fast import fast_queries_for, fast_query_kind
 from ..errors import InvalidRequest, NotFound
 from ..feedback import FeedbackEvent, LearnResult
-from ..learning import teaches_anything
+from ..learning import teaching_events
 from ..pg_pipeline import check_servable, table_spec
 from ..pipeline import ToolScout
 from ..postgres import as_stored, encode_rows
@@ -204,7 +204,7 @@ class PgTenantStorage:
         now = time.time()
         events = [e.at(now) for e in events]
         pipeline = self.pipeline()
-        teaching = [e for e in events if e.teaches and teaches_anything(e.query)]
+        teaching = teaching_events(events)
         queries = list(dict.fromkeys(e.query for e in teaching))
         ranks = pipeline.score(queries)
         channel, before = pipeline.learning, pipeline.learning.memory.tools
