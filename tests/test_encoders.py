@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import sys
 import threading
 
@@ -51,8 +52,12 @@ def offline(monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("onnx-cache")
+def cache_dir():
+    """The machine's export cache, which the rest of the suite uses too: the float32 export of the default
+    model is made once per machine (minutes on a CPU whose int8 is not the checked one), not once more here."""
+    from toolscout.encoders.cache import default_onnx_cache
+
+    return default_onnx_cache()
 
 
 @pytest.fixture(scope="module")
@@ -129,6 +134,16 @@ def test_fused_skip_layer_norm_runs_as_add_and_layer_norm(onnx_encoder, torch_en
     feeds = encoder._feeds(encoder.tokenizer.encode_batch(TEXTS[:8]))
     want = as_saved.run(["embedding"], feeds)[0]
     np.testing.assert_allclose(encoder.session.run(["embedding"], feeds)[0], want, atol=1e-6)
+    # an export cached before exports were stored split (every load rewrote it) is split once, where it is
+    old = tmp_path / "cache" / cached.folder.name
+    shutil.copytree(cached.folder, old)
+    for name in ("model.onnx", "meta.json"):
+        shutil.copyfile(tmp_path / name, old / name)
+    assert SPLIT_LAYER_NORM not in json.loads((old / "meta.json").read_text())
+    upgraded = Encoder.load(None, backend="onnx", cache_dir=tmp_path / "cache")
+    assert upgraded._onnx.folder == old and upgraded._onnx.meta[SPLIT_LAYER_NORM] is True
+    assert not any(n.op_type == "SkipLayerNormalization" for n in onnx.load(str(old / "model.onnx")).graph.node)
+    np.testing.assert_allclose(upgraded.encode(TEXTS[:8]), onnx_encoder.encode(TEXTS[:8]), atol=1e-5)
 
 
 def test_encode_queries_and_empty_input(onnx_encoder):
@@ -166,9 +181,10 @@ def test_onnx_encoder_is_thread_safe(onnx_encoder):
 
 
 def test_cache_file_is_reused_on_second_load(onnx_encoder, cache_dir, monkeypatch):
-    folders = [p for p in cache_dir.iterdir() if p.is_dir() and not p.name.startswith(".")]
-    assert len(folders) == 1
-    model_file = folders[0] / "model.onnx"
+    export = onnx_encoder._onnx.folder
+    assert export.parent == cache_dir
+    folders = sorted(p for p in cache_dir.iterdir() if p.is_dir() and not p.name.startswith("."))
+    model_file = export / "model.onnx"
     before = model_file.stat().st_mtime_ns
 
     import toolscout.encoders.cache as export_cache
@@ -180,8 +196,8 @@ def test_cache_file_is_reused_on_second_load(onnx_encoder, cache_dir, monkeypatc
     again = Encoder.load(None, backend="exact", cache_dir=cache_dir)  # float32: the export above
     assert again.backend_in_use == "onnx"
     assert again._model is None  # a cache hit does not even load the torch model
-    assert model_file.stat().st_mtime_ns == before
-    assert [p for p in cache_dir.iterdir() if p.is_dir() and not p.name.startswith(".")] == folders
+    assert again._onnx.folder == export and model_file.stat().st_mtime_ns == before
+    assert sorted(p for p in cache_dir.iterdir() if p.is_dir() and not p.name.startswith(".")) == folders
     np.testing.assert_allclose(again.encode(TEXTS[:3]), onnx_encoder.encode(TEXTS[:3]), atol=1e-6)
 
 
@@ -328,7 +344,7 @@ def test_the_encoder_answers_repeated_queries_from_its_cache(encoder):
 
 
 @pytest.mark.slow  # runs the quality check's evaluation
-def test_int8_is_used_only_for_a_model_whose_recorded_quality_check_passed(tmp_path, tiny_model):
+def test_int8_is_used_only_for_a_model_whose_recorded_quality_check_passed(tmp_path, tiny_model, monkeypatch):
     """auto picks onnx-int8 for a model folder whose recorded check passed, float32 otherwise (no record,
     a failed check, or a recorded delta beyond the tolerance); an index searches with what built it. The
     folder is the two-layer MiniLM of conftest: any model folder's record is read alike."""
@@ -362,7 +378,16 @@ def test_int8_is_used_only_for_a_model_whose_recorded_quality_check_passed(tmp_p
     record(folder, verdict({"a": 50.0, "b": 60.0}, {"a": 49.9, "b": 60.2}, probe_vectors=exact_probes))
     elsewhere = Encoder.load(str(folder), cache_dir=cache)
     assert elsewhere.backend_in_use == "onnx" and "not the one whose quality was checked" in elsewhere.fallback_reason
-    record(folder, passed)
+    # the machine keeps each verdict: a later start neither probes again nor, for a verdict against int8, loads it
+    loaded = []
+    load_onnx = Encoder._load_onnx
+    monkeypatch.setattr(Encoder, "_load_onnx", lambda self, variant: loaded.append(variant) or load_onnx(self, variant))
+    monkeypatch.setattr("toolscout.encoders.same_encoding", lambda *a: pytest.fail("probed again"))
+    again = Encoder.load(str(folder), cache_dir=cache)
+    assert again.backend_in_use == "onnx" and again.fallback_reason == elsewhere.fallback_reason and loaded == ["onnx"]
+    record(folder, passed)  # the check probed (and passed) above: its verdict too is kept
+    assert Encoder.load(str(folder), cache_dir=cache).backend_in_use == "onnx-int8" and loaded[-1] == "onnx-int8"
+    monkeypatch.undo()
     assert Encoder.load(str(folder), cache_dir=cache, backend="exact").backend_in_use == "onnx"
     # an index built with int8 records it, and is searched with int8 whatever the model's record says later
     from toolscout.retrievers.dense import DenseRetriever

@@ -56,6 +56,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ..artifacts import file_lock
 from ..conversation import LATEST_TURN_WEIGHT, emphasise_latest_turn
 from ..errors import MissingDependency, require
 from ..query import Query, as_queries
@@ -78,8 +79,8 @@ from .onnx_export import (
 )
 from .export_child import export_in_child
 from .late_chunk import TokenRun, onnx_token_runs, torch_token_runs
-from .onnx_runtime import OnnxEncoder, runtime_graph, same_tokens
-from .quality import SAME_ENCODING_COSINE, approved, recorded, same_encoding
+from .onnx_runtime import OnnxEncoder, is_split, runtime_graph, same_tokens, split_layer_norms
+from .quality import SAME_ENCODING_COSINE, approved, keep_verdict, kept_verdict, recorded, same_encoding
 from .query_cache import QueryCache
 from .packaged import package_folder
 from .resolve import (
@@ -231,9 +232,10 @@ class Encoder:
             self._torch_model()
             return "torch"
         try:
-            self._onnx = self._load_onnx(variant)
             if chooses and variant == "onnx-int8" and not self._int8_is_the_checked_one():
                 self._onnx, variant = self._float32_instead()
+                return variant
+            self._onnx = self._onnx or self._load_onnx(variant)
             return variant
         except (OnnxUnavailable, MissingDependency) as exc:
             if not chooses or (isinstance(exc, MissingDependency) and not torch_installed()):
@@ -246,13 +248,24 @@ class Encoder:
 
     def _int8_is_the_checked_one(self) -> bool:
         """Whether this machine's int8 export encodes the probe texts as the recorded quality check's did
-        (int8 kernels differ between CPUs; `encoders/quality.py`). If not, say why (float32 is used)."""
-        same, worst = same_encoding(recorded(self.path), self._onnx.encode(list(PROBE_TEXTS), wide=False))
+        (int8 kernels differ between CPUs; `encoders/quality.py`), kept for later starts. If not, say why
+        (float32 is used)."""
+        check = recorded(self.path)
+        kept = kept_verdict(self._cache(), check)  # a later start learns it without loading the int8 graph
+        if kept is None:
+            self._onnx = self._load_onnx("onnx-int8")
+            kept = same_encoding(check, self._onnx.encode(list(PROBE_TEXTS), wide=False))
+            keep_verdict(self._cache(), check, *kept)
+        same, worst = kept
         if not same:
             self.fallback_reason = (f"the int8 encoding on this machine is not the one whose quality was checked "
                                     f"(probe cosine {worst:.4f} < {SAME_ENCODING_COSINE}); using float32")
             logger.info("encoder %s: %s", self.name, self.fallback_reason)
         return same
+
+    def _cache(self) -> Path:
+        """The export cache: where exports, and this machine's int8 probe verdicts, are kept."""
+        return Path(self.cache_dir) if self.cache_dir is not None else default_onnx_cache()
 
     def _float32_instead(self) -> "tuple[OnnxEncoder, str]":
         """The float32 export, for a machine whose int8 encoding is not the checked one; where float32
@@ -262,7 +275,7 @@ class Encoder:
         except MissingDependency as exc:
             self.fallback_reason += f"; but float32 cannot be exported here ({exc}), so int8 serves, unchecked"
             logger.warning("encoder %s: %s", self.name, self.fallback_reason)
-            return self._onnx, "onnx-int8"
+            return self._onnx or self._load_onnx("onnx-int8"), "onnx-int8"
 
     def _load_onnx(self, variant: str) -> "OnnxEncoder":
         try:
@@ -273,15 +286,25 @@ class Encoder:
         shipped = shipped_export(self.path, variant)
         if shipped is not None:  # exported and checked when the package was built: nothing to export here
             return OnnxEncoder(shipped, self.max_seq_length)
-        cache = Path(self.cache_dir) if self.cache_dir is not None else default_onnx_cache()
+        cache = self._cache()
         target = export_folder(cache, self.name, variant, self._cache_key_source())
-        if not (target / "meta.json").exists():
-            failed = failed_marker(target)
-            if failed.exists():
-                raise OnnxUnavailable(f"an earlier export failed ({failed.read_text().strip()}); delete {failed} to retry")
-            self._require_exporter(f"{variant}; once, into {cache}")
-            self._export_to(target, variant)
+        if not (target / "meta.json").exists() or not is_split(target):
+            locks = cache / ".locks"
+            locks.mkdir(parents=True, exist_ok=True)
+            # one export per machine: processes starting together (replicas, test workers) wait for the first
+            with file_lock(locks / f"{target.name}.lock"):
+                if not (target / "meta.json").exists():
+                    self._export_once(cache, target, variant)
+                elif not is_split(target):  # exported before exports were stored so: every load rewrote it
+                    split_layer_norms(target)
         return OnnxEncoder(target, self.max_seq_length)
+
+    def _export_once(self, cache: Path, target: Path, variant: str) -> None:
+        failed = failed_marker(target)
+        if failed.exists():
+            raise OnnxUnavailable(f"an earlier export failed ({failed.read_text().strip()}); delete {failed} to retry")
+        self._require_exporter(f"{variant}; once, into {cache}")
+        self._export_to(target, variant)
 
     def _require_exporter(self, detail: str) -> None:
         """Fail, naming the install, where this model would have to be exported and torch is not installed."""

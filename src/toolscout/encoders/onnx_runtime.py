@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
 from importlib.util import find_spec
 from concurrent.futures import ThreadPoolExecutor
@@ -218,11 +219,22 @@ def split_layer_norms(folder: Path) -> None:
     if find_spec("onnx") is None:
         return
     graph = runtime_graph(folder / "model.onnx")
-    if isinstance(graph, bytes):
-        (folder / "model.onnx").write_bytes(graph)
+    if isinstance(graph, bytes):  # each file replaced whole: a process loading it meanwhile reads either graph
+        _replace(folder / "model.onnx", graph)
     meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
     meta[SPLIT_LAYER_NORM] = True
-    (folder / "meta.json").write_text(json.dumps(meta, indent=2))
+    _replace(folder / "meta.json", json.dumps(meta, indent=2).encode("utf-8"))
+
+
+def is_split(folder: Path) -> bool:
+    """Whether an export's model.onnx is stored as onnxruntime runs it (`split_layer_norms`)."""
+    return bool(json.loads((Path(folder) / "meta.json").read_text(encoding="utf-8")).get(SPLIT_LAYER_NORM))
+
+
+def _replace(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
 
 
 def runtime_graph(path: Path) -> str | bytes:

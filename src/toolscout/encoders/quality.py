@@ -12,17 +12,24 @@ and a check that failed or is missing, stays on float32.
 A check holds for the int8 vectors it measured, and int8 kernels differ between CPUs (AVX2 without
 VNNI saturates where AVX-512 VNNI does not) and between onnxruntime releases. So the record keeps the
 checked encoder's embeddings of the export probe texts (`probe_vectors`), and a model's int8 export is
-used only where it reproduces them (`same_encoding`); elsewhere `auto` stays on float32 and says why.
+used only where it reproduces them (`same_encoding`); elsewhere `auto` stays on float32 and says why. Each
+machine keeps its verdict in the export cache (`kept_verdict`), so only its first start probes.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
+import logging
+import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+logger = logging.getLogger(__name__)
 
 QUALITY_FILE = "toolscout-quality.json"
 TOLERANCE = 0.3  # points of macro nDCG@10 on the dev test splits a faster encoding may move
@@ -109,3 +116,49 @@ def record(target: str | Path, check: dict[str, Any], variant: str = "onnx-int8"
         data[variant] = check
     path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     return path
+
+
+VERDICTS = "int8-probe"  # the folder of an export cache that keeps each machine's probe verdicts
+
+
+def machine_key(check: dict[str, Any]) -> str:
+    """What decides whether this machine's int8 encoding is the one `check` measured: the CPU (its model and
+    instruction-set flags: int8 kernels are chosen by them), the onnxruntime version and the check's probe
+    vectors. A VM moved to another CPU, an upgraded onnxruntime or another recorded check gives another key."""
+    import platform
+
+    import onnxruntime
+
+    cpu = f"{platform.machine()} {platform.processor()}"
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            lines = [line for line in fh if line.startswith(("model name", "flags", "Features"))]
+        cpu = "".join(dict.fromkeys(lines)) or cpu  # the first core's lines: the cores of one machine agree
+    except OSError:  # not Linux: the platform's own words
+        pass
+    text = f"{cpu}|{onnxruntime.__version__}|{check.get('probe_vectors', '')}"
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:24]
+
+
+def kept_verdict(cache: Path, check: dict[str, Any]) -> tuple[bool, float] | None:
+    """The probe verdict (`same_encoding`) this machine reached for `check` before, None if none was kept."""
+    try:
+        kept = json.loads((cache / VERDICTS / f"{machine_key(check)}.json").read_text(encoding="utf-8"))
+        return bool(kept["same"]), float(kept["worst"])
+    except (OSError, ValueError, KeyError, TypeError, ImportError):  # none yet, a damaged file (probe again), or
+        return None  # no onnxruntime (loading the int8 graph says so)
+
+
+def keep_verdict(cache: Path, check: dict[str, Any], same: bool, worst: float) -> None:
+    """Keep this machine's probe verdict for `check`, so that later starts neither load the int8 graph nor
+    probe it only to learn the same again. A cache that cannot be written only costs the probe next time."""
+    folder = cache / VERDICTS
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".verdict.", suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump({"same": same, "worst": worst}, fh)
+        os.replace(tmp, folder / f"{machine_key(check)}.json")
+    except OSError as exc:
+        logger.info("int8 probe verdict not kept in %s: %s", folder, exc)
+
