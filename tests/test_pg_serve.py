@@ -261,8 +261,7 @@ def test_migrate_brings_the_writes_a_journal_held_and_waits_for_a_server_holding
     service.upsert([Tool(id="water_plants", name="water_plants", description="water the garden plants on a schedule")])
     service.feedback([FeedbackEvent("book me a flight to Rome", (tools[3].name,), source="alice")])
     assert main(["migrate", local, "--store", store_spec]) == 1  # the server still holds it
-    err = capsys.readouterr().err
-    assert "another toolscout server is serving this directory" in err and "journal" in err, err
+    assert "another toolscout server is serving this directory" in capsys.readouterr().err
     service.close(compact=False)  # stopped without saving: the tool and the event are only in the journal
     assert main(["migrate", local, "--store", store_spec]) == 0
     err = capsys.readouterr().err
@@ -270,6 +269,9 @@ def test_migrate_brings_the_writes_a_journal_held_and_waits_for_a_server_holding
     with ToolService.open(store_spec) as tenant:
         assert tenant.get("water_plants").description == "water the garden plants on a schedule"
         assert tenant.learning()["requests"] == 1
+    with ToolService.open(local):  # a server whose journal holds nothing yet: its next write would be lost too
+        assert main(["migrate", local, "--store", store_spec]) == 1
+        assert "another toolscout server is serving this directory" in capsys.readouterr().err
 
 
 def test_migrating_a_frozen_directory_says_what_its_freeze_held_back_and_how_to_hold_it_in_the_tenant(

@@ -202,22 +202,7 @@ def migrate_directory(folder: str | Path, spec: str | PgSpec, *, search: str | N
     the PostgreSQL store `spec`: its tools, text views, content hashes and the vectors as they are (no
     re-embedding), replacing the tenant's catalog, and its pipeline as the table's (`search`: switched to
     dense or hybrid search first, `with_search`). A pipeline the store cannot serve is refused."""
-    live, config = read_pipeline_config(folder)
-    if config.get("postgres"):
-        raise PgStoreError(f"{folder}: is indexed into PostgreSQL already ({config['postgres']}); index its catalog "
-                           "again with toolscout index CATALOG --store DSN")
-    pipeline = PipelineSpec.read(live, config)
-    check_servable(pipeline, f"the pipeline of {folder}")
-    if search:
-        pipeline = with_search(pipeline, search)
-    dense = next(leaf for leaf in pipeline.leaves() if leaf.node["name"] == "dense")
-    retriever_dir = live / "retriever" / dense.folder
-    rconf = read_json(retriever_dir / "config.json")
-    if rconf.get("store_kind", "numpy") != "numpy":
-        raise PgStoreError(f"{folder}: its dense vectors are in a {rconf['store_kind']} store (approximate search), "
-                           "and PostgreSQL servers search them exactly (up to 100,000 tools, then pgvector's HNSW "
-                           "graph): re-index the catalog with --store numpy, or straight into PostgreSQL "
-                           "(toolscout index CATALOG --store DSN)")
+    live, pipeline, retriever_dir, rconf = migration_source(folder, search)
     tools = [Tool.from_record(row) for row in read_json_lines(live / "tools.jsonl")]
     vectors = _stored_vectors(folder, retriever_dir, rconf, tools)
     hashes_file = retriever_dir / "hashes.json"
@@ -237,6 +222,29 @@ def migrate_directory(folder: str | Path, spec: str | PgSpec, *, search: str | N
     if learned.exists():
         report.learning_settings = LearningSettings.from_dict(read_json(learned).get("settings"))
     return report
+
+
+def migration_source(folder: str | Path, search: str | None = None) -> tuple[Path, PipelineSpec, Path, dict]:
+    """What `migrate_directory` copies from `folder`, checked before anything is written anywhere: the live
+    snapshot, its pipeline (switched to `search`), its dense retriever's folder and config. Refuses a directory
+    indexed into PostgreSQL already, a pipeline the store cannot serve, and approximate vector stores."""
+    live, config = read_pipeline_config(folder)
+    if config.get("postgres"):
+        raise PgStoreError(f"{folder}: is indexed into PostgreSQL already ({config['postgres']}); index its catalog "
+                           "again with toolscout index CATALOG --store DSN")
+    pipeline = PipelineSpec.read(live, config)
+    check_servable(pipeline, f"the pipeline of {folder}")
+    if search:
+        pipeline = with_search(pipeline, search)
+    dense = next(leaf for leaf in pipeline.leaves() if leaf.node["name"] == "dense")
+    retriever_dir = live / "retriever" / dense.folder
+    rconf = read_json(retriever_dir / "config.json")
+    if rconf.get("store_kind", "numpy") != "numpy":
+        raise PgStoreError(f"{folder}: its dense vectors are in a {rconf['store_kind']} store (approximate search), "
+                           "and PostgreSQL servers search them exactly (up to 100,000 tools, then pgvector's HNSW "
+                           "graph): re-index the catalog with --store numpy, or straight into PostgreSQL "
+                           "(toolscout index CATALOG --store DSN)")
+    return live, pipeline, retriever_dir, rconf
 
 
 def _stored_vectors(folder: str | Path, retriever_dir: Path, rconf: dict, tools: Sequence[Tool]):

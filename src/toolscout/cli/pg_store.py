@@ -134,7 +134,8 @@ def open_postgres_service(spec: str, fast_queries: str | None = None):
 
 
 def migrate_command(args: argparse.Namespace) -> int:
-    from ..postgres import migrate_directory, set_search_mode
+    from ..postgres import migrate_directory, migration_source, set_search_mode
+    from ..serve.held import held_for_copy
     from ..store.pgvector import PgSpec
 
     spec = PgSpec.parse(args.store)
@@ -153,29 +154,18 @@ def migrate_command(args: argparse.Namespace) -> int:
             tell_search_switch(spec.table, switch)
         return 0
     start = time.perf_counter()
-    _save_journalled(args.dir)
-    report = migrate_directory(args.dir, spec, search=args.search)
+    migration_source(args.dir, args.search)  # refused before the directory is touched
+    with held_for_copy(args.dir) as saved:
+        if saved:
+            print(f"{args.dir}: saved the {saved} write(s) its journal held (a server stopped without saving them) "
+                  "into a new snapshot first", file=sys.stderr)
+        report = migrate_directory(args.dir, spec, search=args.search)
     tell_what_went(spec, report)
     print(f"migrated {report.tools} tools and their pipeline from {args.dir} into {spec} (version {report.version}) "
           f"in {time.perf_counter() - start:.1f}s", file=sys.stderr)
     if report.feedback:
         _carry_feedback(args.dir, args.store, report)
     return 0
-
-
-def _save_journalled(folder) -> None:
-    """The directory's snapshot with every acknowledged write in it: migrate copies the snapshot."""
-    from ..serve.directory import save_journalled
-    from ..serve.errors import DirectoryHeld
-
-    try:
-        saved = save_journalled(folder)
-    except DirectoryHeld as exc:
-        raise DirectoryHeld(f"{exc}: its writes since its last snapshot are in its journal, which migrate does "
-                            "not read while a server appends to it") from None
-    if saved:
-        print(f"{folder}: saved the {saved} write(s) its journal held (a server stopped without saving them) into "
-              "its snapshot first", file=sys.stderr)
 
 
 def _carry_feedback(folder, store: str, report) -> None:

@@ -379,17 +379,6 @@ def snapshot_seq(scout: ToolScout) -> int:
     return int(scout.saved_config.get("journal_seq", 0))
 
 
-def save_journalled(folder: str | os.PathLike) -> int:
-    """Save the writes `folder`'s journal holds (a server stopped without saving them) into a new snapshot, as
-    a server's start does, for a reader of the snapshot alone (`toolscout migrate`): how many records the
-    journal held (0: the snapshot was current, and nothing was opened). A server holding the directory refuses
-    it (`DirectoryHeld`): its journal is live."""
-    pending = sum(1 for record in Journal(folder, fsync=False).read() if record.get("op") != "base")
-    if pending:
-        DirectoryStorage.open(folder).close()
-    return pending
-
-
 def lock_directory(folder: Path) -> int:
     try:
         fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)

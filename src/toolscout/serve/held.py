@@ -15,8 +15,8 @@ from ..artifacts import POINTER, ArtifactError, check_replaceable, current_versi
 from ..errors import ToolScoutError
 from ..pipeline import FEEDBACK_FILE, LEARNING_FOLDER, ToolScout
 from ..spec import PIPELINE_KIND, read_pipeline_config
-from .directory import LEARNING_OPS, check_servable, lock_directory, replay_journal, snapshot_seq
-from .errors import ServiceError
+from .directory import LEARNING_OPS, DirectoryStorage, check_servable, lock_directory, replay_journal, snapshot_seq
+from .errors import DirectoryHeld, ServiceError
 from .journal import Journal
 
 READ_TRIES = 3  # a reader beside a server reads again this often when a compaction moves under it
@@ -105,6 +105,39 @@ def replacing(folder: str | os.PathLike) -> Iterator[Replacement]:
                           len(pending) - len(learned), bool(learned), lock_fd)
     finally:
         os.close(lock_fd)
+
+
+@contextlib.contextmanager
+def held_for_copy(folder: str | os.PathLike) -> Iterator[int]:
+    """Hold a directory while a copy of its snapshot is made (`toolscout migrate`): with every acknowledged write
+    in it, and no server serving it meanwhile. Writes a server journalled and did not save (it stopped without
+    saving) are saved into a new snapshot first, as a server's start does; yields how many. Refused
+    (`DirectoryHeld`) while a server serves it; a failed save raises (`ServiceUnavailable`) and copies nothing."""
+    folder = Path(folder)
+    if not (folder / POINTER).is_file():  # not an index directory: the copy says what it is instead
+        yield 0
+        return
+    unsaved = len(_unsaved_writes(folder))
+    if unsaved:
+        storage = DirectoryStorage.open(folder)  # takes the lock and replays the journal
+        try:
+            storage.compact(force=True)
+        finally:
+            storage.close(compact=False)
+    lock_fd = lock_directory(folder)
+    try:
+        if _unsaved_writes(folder):  # a server started and wrote between the save and the lock
+            raise DirectoryHeld(f"{folder}: a server wrote to it while it was being saved; stop it first")
+        yield unsaved
+    finally:
+        os.close(lock_fd)
+
+
+def _unsaved_writes(folder: Path) -> list[dict]:
+    """The journal's records its snapshot does not hold (what a server's start would replay)."""
+    records = Journal(folder, fsync=False).records_after(_saved_journal_seq(folder))
+    aborted = {r["seq"] for r in records if r.get("op") == "abort"}
+    return [r for r in records if r.get("op") not in ("base", "abort") and r["seq"] not in aborted]
 
 
 def _saved_journal_seq(folder: Path) -> int:
