@@ -183,7 +183,6 @@ def test_onnx_encoder_is_thread_safe(onnx_encoder):
 def test_cache_file_is_reused_on_second_load(onnx_encoder, cache_dir, monkeypatch):
     export = onnx_encoder._onnx.folder
     assert export.parent == cache_dir
-    folders = sorted(p for p in cache_dir.iterdir() if p.is_dir() and not p.name.startswith("."))
     model_file = export / "model.onnx"
     before = model_file.stat().st_mtime_ns
 
@@ -196,8 +195,7 @@ def test_cache_file_is_reused_on_second_load(onnx_encoder, cache_dir, monkeypatc
     again = Encoder.load(None, backend="exact", cache_dir=cache_dir)  # float32: the export above
     assert again.backend_in_use == "onnx"
     assert again._model is None  # a cache hit does not even load the torch model
-    assert again._onnx.folder == export and model_file.stat().st_mtime_ns == before
-    assert sorted(p for p in cache_dir.iterdir() if p.is_dir() and not p.name.startswith(".")) == folders
+    assert again._onnx.folder == export and model_file.stat().st_mtime_ns == before  # the same export, untouched
     np.testing.assert_allclose(again.encode(TEXTS[:3]), onnx_encoder.encode(TEXTS[:3]), atol=1e-6)
 
 
@@ -507,3 +505,28 @@ def test_the_release_step_keeps_a_benchmarks_verdict_with_the_model_and_refuses_
     done = subprocess.run([sys.executable, script, bad, "--model", folder], capture_output=True, text=True)
     assert done.returncode == 2 and "report.json: not a quality check's verdict (no passed, probe_vectors)" in done.stderr
     assert recorded(folder) == check  # what was kept is untouched
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/cpuinfo"), reason="verdicts are kept only where the CPU is described")
+def test_a_kept_int8_verdict_holds_only_for_the_export_and_check_it_was_reached_on(tmp_path):
+    """A verdict kept for one int8 export must not vouch for another (weights retrained and exported again,
+    reviewer session 20): it is keyed by the export's file and the recorded check; a damaged verdict is none."""
+    from toolscout.encoders.quality import VERDICTS, keep_verdict, kept_verdict, machine_key
+
+    cache, export = tmp_path / "cache", tmp_path / "model-onnx-int8-0123"
+    export.mkdir()
+    (export / "model.onnx").write_bytes(b"graph one")
+    check = {"probe_vectors": "2x2:AAAAAAAAAAA="}
+    assert kept_verdict(cache, check, export) is None  # nothing kept yet
+    keep_verdict(cache, check, export, True, 0.9995)
+    assert kept_verdict(cache, check, export) == (True, 0.9995)
+    assert kept_verdict(cache, {"probe_vectors": "another check"}, export) is None
+    (export / "model.onnx").write_bytes(b"graph two, exported again")  # a new export in the same folder
+    assert kept_verdict(cache, check, export) is None
+    assert kept_verdict(cache, check, tmp_path / "no-export-yet") is None
+    key = machine_key(check, export)
+    (cache / VERDICTS / f"{key}.json").write_text('{"same": "false", "worst": 0.5}')  # not a verdict toolscout wrote
+    assert kept_verdict(cache, check, export) is None
+    keep_verdict(cache, check, export, False, 0.9677)
+    assert kept_verdict(cache, check, export) == (False, 0.9677)
+    assert not [p.name for p in (cache / VERDICTS).iterdir() if not p.name.endswith(".json")]  # no temporary file

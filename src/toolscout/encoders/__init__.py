@@ -56,7 +56,6 @@ from typing import Sequence
 
 import numpy as np
 
-from ..artifacts import file_lock
 from ..conversation import LATEST_TURN_WEIGHT, emphasise_latest_turn
 from ..errors import MissingDependency, require
 from ..query import Query, as_queries
@@ -64,6 +63,7 @@ from .cache import (
     default_onnx_cache,
     export_folder,
     export_into_cache,
+    export_lock,
     failed_marker,
     folder_fingerprint,
     weights_digest,
@@ -79,7 +79,7 @@ from .onnx_export import (
 )
 from .export_child import export_in_child
 from .late_chunk import TokenRun, onnx_token_runs, torch_token_runs
-from .onnx_runtime import OnnxEncoder, is_split, runtime_graph, same_tokens, split_layer_norms
+from .onnx_runtime import OnnxEncoder, is_split, runtime_graph, same_tokens, split_once
 from .quality import SAME_ENCODING_COSINE, approved, keep_verdict, kept_verdict, recorded, same_encoding
 from .query_cache import QueryCache
 from .packaged import package_folder
@@ -251,17 +251,22 @@ class Encoder:
         (int8 kernels differ between CPUs; `encoders/quality.py`), kept for later starts. If not, say why
         (float32 is used)."""
         check = recorded(self.path)
-        kept = kept_verdict(self._cache(), check)  # a later start learns it without loading the int8 graph
+        kept = kept_verdict(self._cache(), check, self._int8_export())  # known without loading the int8 graph
         if kept is None:
             self._onnx = self._load_onnx("onnx-int8")
             kept = same_encoding(check, self._onnx.encode(list(PROBE_TEXTS), wide=False))
-            keep_verdict(self._cache(), check, *kept)
+            keep_verdict(self._cache(), check, self._onnx.folder, *kept)
         same, worst = kept
         if not same:
             self.fallback_reason = (f"the int8 encoding on this machine is not the one whose quality was checked "
                                     f"(probe cosine {worst:.4f} < {SAME_ENCODING_COSINE}); using float32")
             logger.info("encoder %s: %s", self.name, self.fallback_reason)
         return same
+
+    def _int8_export(self) -> Path:
+        """The folder of the int8 export a probe judges: the shipped one, or this model's in the cache."""
+        return shipped_export(self.path, "onnx-int8") or export_folder(self._cache(), self.name, "onnx-int8",
+                                                                       self._cache_key_source())
 
     def _cache(self) -> Path:
         """The export cache: where exports, and this machine's int8 probe verdicts, are kept."""
@@ -288,23 +293,19 @@ class Encoder:
             return OnnxEncoder(shipped, self.max_seq_length)
         cache = self._cache()
         target = export_folder(cache, self.name, variant, self._cache_key_source())
-        if not (target / "meta.json").exists() or not is_split(target):
-            locks = cache / ".locks"
-            locks.mkdir(parents=True, exist_ok=True)
-            # one export per machine: processes starting together (replicas, test workers) wait for the first
-            with file_lock(locks / f"{target.name}.lock"):
+        if not (target / "meta.json").exists():
+            failed = failed_marker(target)
+            if failed.exists():
+                raise OnnxUnavailable(f"an earlier export failed ({failed.read_text().strip()}); delete {failed} "
+                                      "to retry")
+            self._require_exporter(f"{variant}; once, into {cache}")
+            with export_lock(cache, target):  # processes starting together wait for one export
                 if not (target / "meta.json").exists():
-                    self._export_once(cache, target, variant)
-                elif not is_split(target):  # exported before exports were stored so: every load rewrote it
-                    split_layer_norms(target)
+                    self._export_to(target, variant)
+        elif not is_split(target):  # exported before exports were stored so: every load rewrote it
+            with export_lock(cache, target):
+                split_once(target)
         return OnnxEncoder(target, self.max_seq_length)
-
-    def _export_once(self, cache: Path, target: Path, variant: str) -> None:
-        failed = failed_marker(target)
-        if failed.exists():
-            raise OnnxUnavailable(f"an earlier export failed ({failed.read_text().strip()}); delete {failed} to retry")
-        self._require_exporter(f"{variant}; once, into {cache}")
-        self._export_to(target, variant)
 
     def _require_exporter(self, detail: str) -> None:
         """Fail, naming the install, where this model would have to be exported and torch is not installed."""

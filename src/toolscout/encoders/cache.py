@@ -12,6 +12,7 @@ load again (every retraining of a deployment's model would otherwise leave its e
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -20,7 +21,9 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Iterator
 
+from ..artifacts import file_lock
 from ..errors import MissingDependency
 from .onnx_export import (
     FUSED_GRAPHS,
@@ -84,6 +87,20 @@ def export_folder(cache: Path, name: str, variant: str, key_source: str) -> Path
 def failed_marker(target: Path) -> Path:
     """The file that records why exporting into `target` failed (so it is not retried on every load)."""
     return target.with_name(target.name + ".failed")
+
+
+@contextlib.contextmanager
+def export_lock(cache: Path, target: Path) -> Iterator[None]:
+    """One process at a time exports or rewrites the cache folder `target` (replicas and test workers start
+    together, and each would export the same model). A cache where no lock can be taken (read-only, or no
+    flock) goes on without one: an export's final rename already settles a race, only the work is doubled."""
+    with contextlib.ExitStack() as held:
+        try:
+            (cache / ".locks").mkdir(parents=True, exist_ok=True)
+            held.enter_context(file_lock(cache / ".locks" / f"{target.name}.lock"))
+        except OSError as exc:
+            logger.info("export cache %s: no lock for %s (%s); going on without one", cache, target.name, exc)
+        yield
 
 
 def export_into_cache(st_model, target: Path, variant: str, native_max_seq_length: int | None,

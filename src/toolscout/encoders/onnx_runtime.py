@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
+import tempfile
 import threading
 from importlib.util import find_spec
 from concurrent.futures import ThreadPoolExecutor
@@ -13,6 +15,8 @@ from typing import Sequence
 import numpy as np
 
 from ..defaults import usable_cores
+
+logger = logging.getLogger(__name__)
 
 SPLIT_LAYER_NORM = "layer_norm_split"  # meta.json: model.onnx already is `runtime_graph`'s graph (a shipped export)
 CASE_PROBE = "Send An Email To Bob About The Q3 Report"
@@ -226,15 +230,30 @@ def split_layer_norms(folder: Path) -> None:
     _replace(folder / "meta.json", json.dumps(meta, indent=2).encode("utf-8"))
 
 
+def split_once(folder: Path) -> None:
+    """`split_layer_norms` for an export cached before exports were stored split, unless another process did it
+    first; where the cache cannot be written the graph stays as it is (`runtime_graph` splits it at each load)."""
+    try:
+        if not is_split(folder):
+            split_layer_norms(folder)
+    except OSError as exc:
+        logger.info("ONNX export %s: left as it is (%s); split at each load instead", folder, exc)
+
+
 def is_split(folder: Path) -> bool:
     """Whether an export's model.onnx is stored as onnxruntime runs it (`split_layer_norms`)."""
     return bool(json.loads((Path(folder) / "meta.json").read_text(encoding="utf-8")).get(SPLIT_LAYER_NORM))
 
 
 def _replace(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def runtime_graph(path: Path) -> str | bytes:

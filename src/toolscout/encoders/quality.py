@@ -121,44 +121,56 @@ def record(target: str | Path, check: dict[str, Any], variant: str = "onnx-int8"
 VERDICTS = "int8-probe"  # the folder of an export cache that keeps each machine's probe verdicts
 
 
-def machine_key(check: dict[str, Any]) -> str:
-    """What decides whether this machine's int8 encoding is the one `check` measured: the CPU (its model and
-    instruction-set flags: int8 kernels are chosen by them), the onnxruntime version and the check's probe
-    vectors. A VM moved to another CPU, an upgraded onnxruntime or another recorded check gives another key."""
-    import platform
-
+def machine_key(check: dict[str, Any], export: Path) -> str | None:
+    """What decides whether this machine's encoding of the int8 `export` is the one `check` measured: the CPU
+    (its model and instruction-set flags: int8 kernels are chosen by them; read on Linux), the onnxruntime
+    version, the export's graph file (its path, size and time: a new export of retrained weights is another
+    file) and the check's probe vectors. None where a verdict is not kept: no CPU description here (not
+    Linux), or no export yet."""
     import onnxruntime
 
-    cpu = f"{platform.machine()} {platform.processor()}"
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
-            lines = [line for line in fh if line.startswith(("model name", "flags", "Features"))]
-        cpu = "".join(dict.fromkeys(lines)) or cpu  # the first core's lines: the cores of one machine agree
-    except OSError:  # not Linux: the platform's own words
-        pass
-    text = f"{cpu}|{onnxruntime.__version__}|{check.get('probe_vectors', '')}"
+            # every distinct model and flags line (a machine's cores normally share one of each)
+            cpu = "".join(dict.fromkeys(line for line in fh if line.startswith(("model name", "flags", "Features"))))
+        graph = (Path(export) / "model.onnx").stat()
+    except OSError:
+        return None
+    if not cpu:
+        return None
+    text = "|".join((cpu, onnxruntime.__version__, str(Path(export).resolve()), str(graph.st_size),
+                     str(graph.st_mtime_ns), str(check.get("probe_vectors", ""))))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:24]
 
 
-def kept_verdict(cache: Path, check: dict[str, Any]) -> tuple[bool, float] | None:
-    """The probe verdict (`same_encoding`) this machine reached for `check` before, None if none was kept."""
+def kept_verdict(cache: Path, check: dict[str, Any], export: Path) -> tuple[bool, float] | None:
+    """The probe verdict (`same_encoding`) this machine reached for `check` on `export` before, or None."""
     try:
-        kept = json.loads((cache / VERDICTS / f"{machine_key(check)}.json").read_text(encoding="utf-8"))
-        return bool(kept["same"]), float(kept["worst"])
-    except (OSError, ValueError, KeyError, TypeError, ImportError):  # none yet, a damaged file (probe again), or
-        return None  # no onnxruntime (loading the int8 graph says so)
+        key = machine_key(check, export)
+        kept = json.loads((cache / VERDICTS / f"{key}.json").read_text(encoding="utf-8")) if key else None
+        if not isinstance(kept, dict) or not isinstance(kept.get("same"), bool):
+            return None  # none kept, or a damaged file: probe again
+        return kept["same"], float(kept["worst"])
+    except (OSError, ValueError, KeyError, TypeError, ImportError):  # no onnxruntime: loading the graph says so
+        return None
 
 
-def keep_verdict(cache: Path, check: dict[str, Any], same: bool, worst: float) -> None:
-    """Keep this machine's probe verdict for `check`, so that later starts neither load the int8 graph nor
-    probe it only to learn the same again. A cache that cannot be written only costs the probe next time."""
+def keep_verdict(cache: Path, check: dict[str, Any], export: Path, same: bool, worst: float) -> None:
+    """Keep this machine's probe verdict for `check` on `export`, so that later starts learn it without
+    probing, and, where int8 is not the checked encoding, without loading the int8 graph. A cache that cannot
+    be written only costs the probe next time."""
+    key = machine_key(check, export)
+    if key is None:
+        return
     folder = cache / VERDICTS
+    tmp = None
     try:
         folder.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=".verdict.", suffix=".tmp")
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump({"same": same, "worst": worst}, fh)
-        os.replace(tmp, folder / f"{machine_key(check)}.json")
+            json.dump({"same": bool(same), "worst": float(worst)}, fh)
+        os.replace(tmp, folder / f"{key}.json")
     except OSError as exc:
         logger.info("int8 probe verdict not kept in %s: %s", folder, exc)
-
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
