@@ -1,5 +1,6 @@
 import json
 import os
+import shutil
 import random
 import signal
 import subprocess
@@ -187,6 +188,39 @@ def test_processes_saving_at_once_never_fail_or_leave_the_pointer_dangling(tmp_p
     folder, _ = read_config(root, kind="x", max_format=1)
     assert (folder / "who").read_text().endswith("-14")  # the last save of one of them
     assert sorted(p.name for p in root.iterdir()) == ["CURRENT", "claim.lock", folder.name, "write.lock"]
+
+
+def test_a_save_reads_the_live_version_again_when_another_writer_replaced_it_meanwhile(tmp_path, monkeypatch):
+    """A save checks what the live version holds. Another writer's commit could replace and remove that version
+    between reading CURRENT and reading its config: the save was refused as "its live version cannot be read"
+    (seen in the four-savers test above under load). It reads the new live version instead; a live version that
+    cannot be read while it stays live is still refused."""
+    import toolscout.artifacts as artifacts
+
+    root, config = tmp_path / "idx", {"kind": "x", "format_version": 1}
+    for n in range(2):
+        with write_artifact(root, config) as folder:
+            (folder / "n").write_text(str(n))
+    read_json, replaced = artifacts.read_json, []
+
+    def read_as_another_writer_commits(path):
+        if not replaced:  # the version being read is replaced by a new one and removed, as a commit does
+            replaced.append(path.parent)
+            newer = root / "v000009"
+            shutil.copytree(path.parent, newer)
+            (root / "CURRENT").write_text(newer.name)
+            shutil.rmtree(path.parent)
+        return read_json(path)
+
+    monkeypatch.setattr(artifacts, "read_json", read_as_another_writer_commits)
+    with write_artifact(root, config) as folder:
+        (folder / "n").write_text("2")
+    assert replaced and (artifacts.current_version(root) / "n").read_text() == "2"
+    monkeypatch.undo()
+    (artifacts.current_version(root) / "config.json").unlink()  # damaged and still live
+    with pytest.raises(ArtifactError, match="its live version cannot be read"):
+        with write_artifact(root, config):
+            pass
 
 
 def test_a_first_save_killed_before_its_commit_does_not_block_the_next_save(tmp_path):

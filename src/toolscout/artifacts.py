@@ -195,21 +195,34 @@ def check_replaceable(root: str | os.PathLike, config: Mapping[str, Any]) -> Non
         raise ArtifactError(f"{root}: exists and is not a directory")
     if not root.is_dir():
         return
-    live = current_version(root)
-    if live is None:
+    held = _live_config(root)
+    if held is None:
         if not (root / POINTER).exists() and not unfinished_first_save(root):
             raise ArtifactError(f"{root}: directory exists, is not empty and is not a toolscout artefact; "
                                 "refusing to write into it")
         return
-    try:
-        held = read_json(live / CONFIG)
-    except ArtifactError as exc:  # what it holds is unknown: nothing is written over it
-        raise ArtifactError(f"{root}: its live version cannot be read ({exc}), so what it holds is unknown; "
-                            "give another folder, or remove that one first") from None
     held = held if isinstance(held, dict) else {}
     if held.get("kind") != config["kind"]:
         raise ArtifactError(f"{root}: holds {describe(held)}; writing {describe(config)} there would replace it. "
                             "Give another folder, or remove that one first")
+
+
+def _live_config(root: Path, tries: int = 5) -> Any:
+    """The live version's config (None: no live version). A version another writer's commit replaced and
+    removed while it was being read is read again at the new one; one that cannot be read while it stays
+    live is refused: what it holds is unknown, so nothing is written over it."""
+    for _ in range(tries):
+        live = current_version(root)
+        if live is None:
+            return None
+        try:
+            return read_json(live / CONFIG)
+        except ArtifactError as exc:
+            if current_version(root) == live:
+                raise ArtifactError(f"{root}: its live version cannot be read ({exc}), so what it holds is unknown; "
+                                    "give another folder, or remove that one first") from None
+    raise ArtifactError(f"{root}: its live version changed {tries} times while it was read (other writers are "
+                        "saving there); try again")
 
 
 def unfinished_first_save(root: Path) -> bool:
