@@ -179,6 +179,27 @@ def test_a_failed_apply_is_aborted_in_the_journal(tmp_path, tools, monkeypatch):
     again.close()
 
 
+def test_replacing_a_directory_counts_only_the_unsaved_writes_a_replay_would_apply(tmp_path, tools, monkeypatch,
+                                                                                    caplog):
+    """`index --out` over a directory warns of the catalog writes its journal held beyond the snapshot. A write
+    whose apply failed (aborted in the journal) was never acknowledged and a replay skips it: it is not one of
+    them (it was counted, with its abort record too)."""
+    from toolscout.serve.held import replacing
+
+    folder = make_dir(tmp_path, tools)
+    svc = ToolService.open(folder)
+    monkeypatch.setattr(svc.storage.scout, "add", lambda *_a, **_k: (_ for _ in ()).throw(RuntimeError("crashed")))
+    with pytest.raises(RuntimeError):
+        svc.upsert([new_tool(1)])
+    monkeypatch.undo()
+    svc.upsert([new_tool(2)])
+    svc.close(compact=False)  # as if killed: the journal holds the aborted write, its abort and one real write
+    with caplog.at_level("WARNING", logger="toolscout"), replacing(folder) as replacement:
+        replacement.saved()
+    assert replacement.pending == 1
+    assert "its journal held 1 catalog writes made since its last snapshot" in caplog.text
+
+
 def test_one_server_per_directory(tmp_path, tools):
     folder = make_dir(tmp_path, tools)
     svc = ToolService.open(folder)

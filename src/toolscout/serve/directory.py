@@ -42,7 +42,7 @@ from ..retrievers.base import task_encoders
 from ..tool import Tool
 from ..train.feedback import Retrained
 from .errors import DirectoryHeld, ServiceError, ServiceUnavailable
-from .journal import COMPACT_EVERY, Journal
+from .journal import COMPACT_EVERY, Journal, to_apply
 from .storage import Authorize, Visible, WriteResult
 
 LOCK_FILE = SERVE_LOCK
@@ -401,15 +401,10 @@ def replay_journal(scout: ToolScout, records: list[dict[str, Any]], snapshot_seq
     Runs of tool writes are applied as one batch (their net effect: last write per id wins), so a long
     journal re-embeds in one pass; feedback records are applied where they stand between them, scored by
     the ranks journalled with them (`rescore`: scored anew, on a pipeline other than the one that wrote them)."""
-    aborted = {r["seq"] for r in records if r.get("op") == "abort"}
-    seq = snapshot_seq
     pending: dict[str, Tool | None] = {}  # id -> its last written state in the current run (None: deleted)
     joined: dict[str, float] = {}  # id -> when it was first written in the current run
-    for record in records:
+    for record in to_apply(records, snapshot_seq):
         op = record.get("op")
-        seq = max(seq, record["seq"])
-        if op in ("base", "abort") or record["seq"] <= snapshot_seq or record["seq"] in aborted:
-            continue
         if op == "upsert":
             pending.update({row["id"]: Tool.from_record(row) for row in record["tools"]})
             for row in record["tools"]:
@@ -424,7 +419,7 @@ def replay_journal(scout: ToolScout, records: list[dict[str, Any]], snapshot_seq
         else:
             raise ToolScoutError(f"{where}: unknown journal record type {op!r} (written by a newer toolscout?)")
     _write_tools(scout, pending, joined)
-    return seq
+    return max([snapshot_seq, *(r["seq"] for r in records)])
 
 
 def _made_at(record: dict[str, Any]) -> float | None:

@@ -17,7 +17,7 @@ from ..pipeline import FEEDBACK_FILE, LEARNING_FOLDER, ToolScout
 from ..spec import PIPELINE_KIND, read_pipeline_config
 from .directory import LEARNING_OPS, DirectoryStorage, check_servable, lock_directory, replay_journal, snapshot_seq
 from .errors import DirectoryHeld, ServiceError
-from .journal import Journal
+from .journal import Journal, to_apply
 
 READ_TRIES = 3  # a reader beside a server reads again this often when a compaction moves under it
 logger = logging.getLogger(__name__)
@@ -98,8 +98,7 @@ def replacing(folder: str | os.PathLike) -> Iterator[Replacement]:
     try:
         journal = Journal(folder)
         records = journal.records_after(-1)  # every intact record: a damaged journal is being replaced anyway
-        saved_seq = _saved_journal_seq(folder)
-        pending = [r for r in records if r["seq"] > saved_seq and r.get("op") != "base"]
+        pending = to_apply(records, _saved_journal_seq(folder))
         learned = [r for r in pending if r.get("op") in LEARNING_OPS]  # the new index takes these over
         yield Replacement(folder, journal, max((r["seq"] for r in records), default=0),
                           len(pending) - len(learned), bool(learned), lock_fd)
@@ -135,9 +134,7 @@ def held_for_copy(folder: str | os.PathLike) -> Iterator[int]:
 
 def _unsaved_writes(folder: Path) -> list[dict]:
     """The journal's records its snapshot does not hold (what a server's start would replay)."""
-    records = Journal(folder, fsync=False).records_after(_saved_journal_seq(folder))
-    aborted = {r["seq"] for r in records if r.get("op") == "abort"}
-    return [r for r in records if r.get("op") not in ("base", "abort") and r["seq"] not in aborted]
+    return to_apply(Journal(folder, fsync=False).records_after(-1), _saved_journal_seq(folder))
 
 
 def _saved_journal_seq(folder: Path) -> int:

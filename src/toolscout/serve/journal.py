@@ -65,6 +65,14 @@ def _decode_line(line: bytes) -> dict[str, Any] | None:
     return record if isinstance(record, dict) and isinstance(record.get("seq"), int) else None
 
 
+def to_apply(records: list[dict[str, Any]], snapshot_seq: int) -> list[dict[str, Any]]:
+    """The writes among `records` that a snapshot saved at `snapshot_seq` does not hold, in order: what a
+    replay applies (a write whose apply failed is followed by an abort record with its sequence number)."""
+    aborted = {r["seq"] for r in records if r.get("op") == "abort"}
+    return [r for r in records
+            if r.get("op") not in ("base", "abort") and r["seq"] > snapshot_seq and r["seq"] not in aborted]
+
+
 def items(record: dict[str, Any]) -> int:
     """What replaying `record` costs, counted as one plus each event, tool or id it holds: replay embeds every
     new request and tool again, so one record of 10,000 events weighs as 10,000 records of one."""
