@@ -8,7 +8,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import Callable
 
 import httpx
 
-from servers import free_port, stop, wait_ready
+from servers import free_port, log_file, stop, wait_ready
 
 STUB = Path(__file__).parent / "fixtures" / "mcp_stub.py"
 RAW = Path(__file__).parent / "fixtures" / "raw_mcp_server.py"
@@ -54,7 +53,7 @@ def start_gateway(config: Path, index: Path, *flags: str, timeout: float = 180) 
     port = free_port()
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     env.pop("TOOLSCOUT_TOKEN", None)
-    log = tempfile.NamedTemporaryFile(prefix="toolscout-gateway-", suffix=".log", delete=False)
+    log = log_file("gateway-")
     proc = subprocess.Popen([sys.executable, "-m", "toolscout", "gateway", str(config), "--index", str(index),
                              "--port", str(port), "--no-fsync", "--log-level", "info", *flags],
                             env=env, stdout=subprocess.DEVNULL, stderr=log)

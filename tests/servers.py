@@ -14,6 +14,16 @@ from pathlib import Path
 import httpx
 
 
+# Each test process's server logs go in one folder, removed when that process exits, so a test that stops
+# a server another way, or fails before stopping it, leaves nothing in the system's temporary folder.
+_LOGS = tempfile.TemporaryDirectory(prefix="toolscout-test-logs-", ignore_cleanup_errors=True)
+
+
+def log_file(prefix: str):
+    """A new log file for a process a test starts (open for writing, kept after close)."""
+    return tempfile.NamedTemporaryFile(prefix=prefix, suffix=".log", delete=False, dir=_LOGS.name)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -29,7 +39,7 @@ def start_server(args: list[str], port: int | None = None, token: str | None = N
     if token:
         env["TOOLSCOUT_TOKEN"] = token
     # the log goes to a file, not a pipe: a pipe nobody reads would stall a server that logs a lot
-    log = tempfile.NamedTemporaryFile(prefix="toolscout-serve-", suffix=".log", delete=False)
+    log = log_file("serve-")
     proc = subprocess.Popen([sys.executable, "-m", "toolscout.serve", *args, "--port", str(port)],
                             env=env, stdout=subprocess.DEVNULL, stderr=log)
     proc.log_path = log.name

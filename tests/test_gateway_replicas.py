@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 import anyio
@@ -26,7 +25,7 @@ from mcp import Client  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
 from gateways import learned_all, stub, time_server, upstreams, wait_for, wait_up, write_config  # noqa: E402
-from servers import free_port, stop, wait_ready  # noqa: E402
+from servers import free_port, log_file, stop, wait_ready  # noqa: E402
 
 pytestmark = pytest.mark.slow  # starts PostgreSQL, gateways and their upstreams
 
@@ -50,7 +49,7 @@ def start_replicas(config, store, n, *flags, timeout=240):
     started = []
     for _ in range(n):
         port = free_port()
-        log = tempfile.NamedTemporaryFile(prefix="toolscout-replica-", suffix=".log", delete=False)
+        log = log_file("replica-")
         proc = subprocess.Popen([sys.executable, "-m", "toolscout", "gateway", str(config), "--store", store,
                                  "--port", str(port), "--log-level", "info",
                                  "--min-probability", "off", *flags],  # ranks, not abstention, say what was shared
