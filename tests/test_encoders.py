@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
 import shutil
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -530,3 +532,31 @@ def test_a_kept_int8_verdict_holds_only_for_the_export_and_check_it_was_reached_
     keep_verdict(cache, check, export, False, 0.9677)
     assert kept_verdict(cache, check, export) == (False, 0.9677)
     assert not [p.name for p in (cache / VERDICTS).iterdir() if not p.name.endswith(".json")]  # no temporary file
+
+
+def test_a_process_exporting_a_model_another_is_exporting_waits_for_it_and_says_so(tmp_path, caplog):
+    """Replicas and test workers start together; each exported the same model. The second waits on the
+    export's lock, and logs that it waits (it logged nothing, and a slow start looked hung)."""
+    from toolscout.encoders.cache import export_lock
+
+    target = tmp_path / "model-export"
+    (tmp_path / ".locks").mkdir()
+    holder = os.open(tmp_path / ".locks" / "model-export.lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(holder, fcntl.LOCK_EX)  # another process's export, in progress
+    entered = threading.Event()
+
+    def second():
+        with export_lock(tmp_path, target):
+            entered.set()
+
+    with caplog.at_level("INFO", logger="toolscout"):
+        waiter = threading.Thread(target=second)
+        waiter.start()
+        deadline = time.time() + 30
+        while "another process is exporting model-export; waiting for it" not in caplog.text:
+            assert time.time() < deadline, "the second export neither waited nor said so"
+            time.sleep(0.01)  # polling interval: what is awaited is the log line
+        assert not entered.is_set()  # it cannot pass the lock while the first export holds it
+        os.close(holder)  # the first export done
+        waiter.join(30)
+    assert entered.is_set() and not waiter.is_alive()

@@ -25,7 +25,7 @@ import shutil
 import zipfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from .errors import ArtifactError, DamagedFile, SaveRefused  # defined with the other errors; imported from here too
 
@@ -366,11 +366,17 @@ def _write_lock(root: Path) -> Iterator[None]:
 
 
 @contextmanager
-def file_lock(path: Path) -> Iterator[None]:
-    """Hold an exclusive lock on the file `path` (made if missing) for the block (across processes)."""
+def file_lock(path: Path, waiting: Callable[[], None] | None = None) -> Iterator[None]:
+    """Hold an exclusive lock on the file `path` (made if missing) for the block (across processes).
+    `waiting` is called once before waiting, when another holds it."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if waiting is not None:
+                waiting()
+            fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
         os.close(fd)  # releases the lock
