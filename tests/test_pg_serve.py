@@ -571,6 +571,8 @@ def test_indexing_a_catalog_again_keeps_the_feedback_counts_of_the_tools_it_keep
         counted = {"mail.send": {"learned": 2, "sources": 1, "reported": 3},
                    "weather.get_forecast": {"learned": 1, "sources": 1, "reported": 1}}
         assert {tid: service.feedback_of(tid) for tid in counted} == counted
+        assert service.learned_of(["mail.send", "files.read", "weather.get_forecast", "no.such_tool"]) == {
+            "mail.send": 2, "files.read": 1, "weather.get_forecast": 1, "no.such_tool": 0}  # one query for all
         edited = Tool("mail.send", "send_email", "Send an email, with attachments, to recipients.", namespace="mail")
         kept = [edited if t.id == "mail.send" else t for t in tools if t.id != "files.read"]
         assert index_catalog(store, kept, encoder).embedded == 1  # the edited tool alone

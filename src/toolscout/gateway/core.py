@@ -302,7 +302,7 @@ class Gateway:
     def _feedback_dropped(self, listing: Listing, gone: list[Tool]) -> str | None:
         """What to log of the feedback that goes with the tools an upstream no longer lists: how much, and
         the tools they were likely renamed to (an operationId dropped: `feedback.likely_renames`)."""
-        taught = {t.id: self.service.feedback_of(t.id)["learned"] for t in gone}
+        taught = self.service.learned_of([t.id for t in gone])
         gone = [t for t in gone if taught[t.id]]
         if not gone:
             return None
@@ -321,7 +321,7 @@ class Gateway:
                 if self.listings.prunable([namespace], namespaces):
                     ids = [t.id for t in self.service.list(ADMIN, namespace=namespace, limit=1 << 30)[1]]
                     if ids:
-                        taught += sum(self.service.feedback_of(i)["learned"] for i in ids)  # before they go
+                        taught += sum(self.service.learned_of(ids).values())  # before they go
                         self.service.delete(ids)
                         stale[namespace] = ids
                     self._indexed.discard(namespace)

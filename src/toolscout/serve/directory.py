@@ -276,6 +276,9 @@ class DirectoryStorage:
     def feedback_of(self, tool_id: str) -> dict[str, int]:
         return self.scout.ledger.summary(tool_id)
 
+    def learned_of(self, tool_ids: Sequence[str]) -> dict[str, int]:
+        return {tool_id: self.scout.ledger.summary(tool_id)["learned"] for tool_id in tool_ids}
+
     def feedback_totals(self) -> dict[str, Any]:
         ledger = self.scout.ledger
         return {"events": ledger.events, "failures": ledger.failures, "sources": ledger.sources()}

@@ -234,6 +234,9 @@ class PgTenantStorage:
     def feedback_of(self, tool_id: str) -> dict[str, int]:
         return pg_feedback.summary(self.pg_catalog, tool_id)
 
+    def learned_of(self, tool_ids: Sequence[str]) -> dict[str, int]:
+        return pg_feedback.learned_of(self.pg_catalog, tool_ids)
+
     def feedback_totals(self) -> dict[str, Any]:
         return pg_feedback.totals(self.pg_catalog)
 

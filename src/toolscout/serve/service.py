@@ -459,6 +459,11 @@ class ToolService:
         self.get(tool_id, principal)  # NotFound unless the caller may see it
         return self._tenant(principal).feedback_of(tool_id)
 
+    def learned_of(self, tool_ids: Sequence[str]) -> dict[str, int]:
+        """The operator's count of the requests feedback taught each of `tool_ids`, in one read (a gateway
+        removing a server's tools logs what goes with them)."""
+        return self._tenant(ADMIN).learned_of(tool_ids)
+
     def retrain(self, method: str, principal: Principal = ADMIN, *, background: bool = False,
                 **options: Any) -> dict[str, Any]:
         """Heavier learning from the feedback so far (`toolscout.train.feedback`): train `method` (mlc,

@@ -98,6 +98,11 @@ class TenantStorage(Protocol):
         """What feedback taught one tool: {"learned", "sources", "reported"} (kept where the feedback is)."""
         ...
 
+    def learned_of(self, tool_ids: Sequence[str]) -> dict[str, int]:
+        """How many requests feedback taught each of these tools (0 for one it taught none, or unknown), in
+        one read: what an operator's bulk removal drops with them."""
+        ...
+
     def feedback_totals(self) -> dict[str, Any]:
         """Feedback over the whole catalog: events, failures, learned requests, requests per source."""
         ...

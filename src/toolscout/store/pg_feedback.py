@@ -251,6 +251,16 @@ def summary(store, tool_id: str) -> dict[str, int]:
     return {"learned": int(learned), "sources": int(sources), "reported": int(row[0]) if row else 0}
 
 
+def learned_of(store, tool_ids: Sequence[str]) -> dict[str, int]:
+    """Requests feedback taught each of `tool_ids` (0: none), in one query."""
+    with store.database.connection() as conn:
+        rows = conn.execute("SELECT tool_id, count(*) FROM toolscout_feedback WHERE tbl = %s AND tenant = %s "
+                            "AND learned AND tool_id = ANY(%s) GROUP BY tool_id",
+                            [store.table, store.tenant, list(tool_ids)]).fetchall()
+    found = {tool_id: int(n) for tool_id, n in rows}
+    return {tool_id: found.get(tool_id, 0) for tool_id in tool_ids}
+
+
 def totals(store) -> dict[str, Any]:
     with store.database.connection() as conn:
         row = conn.execute("SELECT events, failures FROM toolscout_feedback_totals WHERE tbl = %s AND tenant = %s",
