@@ -549,14 +549,16 @@ def test_a_process_exporting_a_model_another_is_exporting_waits_for_it_and_says_
         with export_lock(tmp_path, target):
             entered.set()
 
-    with caplog.at_level("INFO", logger="toolscout"):
-        waiter = threading.Thread(target=second)
-        waiter.start()
-        deadline = time.time() + 30
-        while "another process is exporting model-export; waiting for it" not in caplog.text:
-            assert time.time() < deadline, "the second export neither waited nor said so"
-            time.sleep(0.01)  # polling interval: what is awaited is the log line
-        assert not entered.is_set()  # it cannot pass the lock while the first export holds it
+    waiter = threading.Thread(target=second, daemon=True)  # a failure below must not leave it holding the run
+    try:
+        with caplog.at_level("WARNING", logger="toolscout"):  # a server's default level shows it
+            waiter.start()
+            deadline = time.time() + 30
+            while "another process is exporting model-export; waiting for it" not in caplog.text:
+                assert time.time() < deadline, "the second export neither waited nor said so"
+                time.sleep(0.01)  # polling interval: what is awaited is the log line
+            assert not entered.wait(0.2)  # it does not pass the lock while the first export holds it
+    finally:
         os.close(holder)  # the first export done
-        waiter.join(30)
+    waiter.join(30)
     assert entered.is_set() and not waiter.is_alive()

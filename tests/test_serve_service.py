@@ -200,6 +200,18 @@ def test_replacing_a_directory_counts_only_the_unsaved_writes_a_replay_would_app
     assert "its journal held 1 catalog writes made since its last snapshot" in caplog.text
 
 
+def test_learned_of_counts_what_feedback_taught_each_tool_as_its_summary_does(tmp_path, tools):
+    svc = ToolService.open(make_dir(tmp_path, tools))
+    svc.feedback([{"query": "send an email to my boss", "tool_ids": ["mail.send"]},
+                  {"query": "mail the team the notes", "tool_ids": ["mail.send"], "source": "other"},
+                  {"query": "email the landlord", "tool_ids": ["mail.send"], "outcome": "failure"},
+                  {"query": "tomorrow's weather in Oslo", "tool_ids": ["weather.get_forecast"]}])
+    assert svc.learned_of(["mail.send", "weather.get_forecast", "files.read", "no.such_tool"]) == {
+        "mail.send": 2, "weather.get_forecast": 1, "files.read": 0, "no.such_tool": 0}
+    assert svc.feedback_of("mail.send")["learned"] == 2  # the per-tool summary agrees
+    svc.close()
+
+
 def test_one_server_per_directory(tmp_path, tools):
     folder = make_dir(tmp_path, tools)
     svc = ToolService.open(folder)

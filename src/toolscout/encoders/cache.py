@@ -97,7 +97,7 @@ def export_lock(cache: Path, target: Path) -> Iterator[None]:
     with contextlib.ExitStack() as held:
         try:
             (cache / ".locks").mkdir(parents=True, exist_ok=True)
-            held.enter_context(file_lock(cache / ".locks" / f"{target.name}.lock", waiting=lambda: logger.info(
+            held.enter_context(file_lock(cache / ".locks" / f"{target.name}.lock", waiting=lambda: logger.warning(
                 "export cache %s: another process is exporting %s; waiting for it", cache, target.name)))
         except OSError as exc:
             logger.info("export cache %s: no lock for %s (%s); going on without one", cache, target.name, exc)

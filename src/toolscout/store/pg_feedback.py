@@ -253,7 +253,7 @@ def summary(store, tool_id: str) -> dict[str, int]:
 
 def learned_of(store, tool_ids: Sequence[str]) -> dict[str, int]:
     """Requests feedback taught each of `tool_ids` (0: none), in one query."""
-    with store.database.connection() as conn:
+    with store.database.connection(bounded=bounded_for(len(tool_ids))) as conn:
         rows = conn.execute("SELECT tool_id, count(*) FROM toolscout_feedback WHERE tbl = %s AND tenant = %s "
                             "AND learned AND tool_id = ANY(%s) GROUP BY tool_id",
                             [store.table, store.tenant, list(tool_ids)]).fetchall()
