@@ -64,13 +64,16 @@ def brute_calibration(memory: RequestMemory) -> Calibration:
     are trials in their similarity bins, hits where the anchor taught them, and those at the anchor's highest
     similarity (the nearest request's tools) are counted again in the nearest table. The anchor also plays a
     task of a tool nobody taught: its three nearest tools other than its own are misses in the cautious
-    table, each weighing the share of (request, tool) pairs that were their tool's first."""
+    table, each weighing the share of (request, tool) pairs that were their tool's first, or the share of the
+    catalog's tools nobody taught when the memory knows the catalog's size and that is more."""
     from toolscout.learning.calibration import NEIGHBOUR_TOOLS, RANK_EDGES, fit, rank_bucket
     from toolscout.learning.memory import key_hash
 
     neighbours, nearest = BinCounts.zeros(SIM_BINS), BinCounts.zeros(SIM_BINS)
     tools = len(memory.rows_of_tool)
     share = tools / sum(len(taught) for taught in memory.taught.values()) * min(1.0, FEW_TOOLS / tools)
+    if memory.catalog_size:
+        share = max(share, 1.0 - tools / memory.catalog_size)
     for anchor in sorted(memory.row_of, key=key_hash)[:ANCHORS]:
         row = memory.row_of[anchor]
         best = {}
@@ -750,6 +753,53 @@ def test_the_calibration_counts_each_anchors_nearest_tools_as_brute_force_does()
     assert len(memory.anchors) == mem.ANCHORS and memory.calibration.to_dict() == brute_calibration(memory).to_dict()
     memory.remove([(key, tool, None, None) for key in memory.anchors[:40] for tool in list(memory.taught[key])])
     assert memory.calibration.to_dict() == brute_calibration(memory).to_dict()
+
+
+def test_the_share_of_the_catalog_nobody_taught_weighs_a_new_tools_misses_whenever_the_size_became_known():
+    """Traffic confined to a part of the catalog says a request almost never needs a new tool; the share of
+    the catalog's tools nobody taught says otherwise, and the cautious table counts a new tool's misses at
+    the larger of the two, as brute force does. The calibration is a function of what is held and of the
+    catalog's size: a size known before the lessons and one learned after them give the same tables, a
+    catalog that grows refits them, and an unknown size is the traffic's share alone."""
+    memory, _base = churned_memory()
+    traffic_only = memory.calibration.to_dict()
+    tools = len(memory.rows_of_tool)
+    memory.set_catalog_size(4 * tools)  # three quarters of the catalog untaught: more than the traffic says
+    assert memory._new_tool_share() == pytest.approx(0.75)
+    assert memory.calibration.to_dict() == brute_calibration(memory).to_dict() != traffic_only
+    cautious, before = memory.calibration.to_dict()["by_similarity"], traffic_only["by_similarity"]
+    assert all(now <= then for now, then in zip(cautious, before)) and sum(cautious) < sum(before)  # more cautious
+    first = RequestMemory(16)
+    first.set_catalog_size(4 * tools)  # known before any lesson
+    first.add([(k, memory.vectors[memory.row_of[k]], tool, source, rank, when)
+               for k, tools_ in sorted(memory.taught.items()) for tool, entry in tools_.items()
+               for source, lessons in entry.lessons.items() for when, rank in lessons])
+    assert first.calibration.to_dict() == memory.calibration.to_dict()
+    memory.set_catalog_size(8 * tools)  # the catalog grew: the tables follow at once
+    assert memory.calibration.to_dict() == brute_calibration(memory).to_dict()
+    memory.set_catalog_size(None)
+    assert memory.calibration.to_dict() == traffic_only
+
+
+def test_the_channel_knows_the_catalogs_size_as_it_changes_and_after_a_save(encoder, tmp_path):
+    """The pipeline tells its learned channel how many tools the catalog holds: built, grown, shrunk, started
+    afresh (a rollback to nothing, a relearning) and loaded again."""
+    scout = ToolScout.from_tools(WEATHERISH, encoder=encoder)
+    assert scout.learning.memory.catalog_size == len(WEATHERISH)
+    scout.learn(traffic(RAIN, "advice.umbrella", 30) + background())
+    extra = Tool(id="weather.radar", name="radar", namespace="weather", description="Show the rain radar map")
+    scout.add([extra])
+    assert scout.learning.memory.catalog_size == len(WEATHERISH) + 1
+    grown = scout.learning.calibration.to_dict()
+    scout.save(tmp_path / "index")
+    loaded = ToolScout.load(tmp_path / "index")
+    assert loaded.learning.memory.catalog_size == len(WEATHERISH) + 1
+    assert loaded.learning.calibration.to_dict() == grown
+    scout.relearn()
+    assert scout.learning.memory.catalog_size == len(WEATHERISH) + 1
+    assert scout.learning.calibration.to_dict() == grown
+    scout.remove(["weather.radar"])
+    assert scout.learning.memory.catalog_size == len(WEATHERISH)
 
 
 def test_an_index_that_replaces_another_keeps_what_it_learned_as_learning_the_kept_events_on_it_gives(encoder):

@@ -176,6 +176,7 @@ class ToolScout:
             self._tools = tools_by_id(tools, "the catalog")
             if not indexed:
                 self.retriever.index(list(self._tools.values()))
+        self.learning.catalog_holds(len(self._tools))  # what share of it nobody taught (toolscout.learning)
         self._names = NameIndex(self._tools.values())
         self._name_counts = Counter(t.name for t in self._tools.values())
         self._namespace_counts = Counter(t.namespace or "" for t in self._tools.values())  # a search's check
@@ -411,6 +412,7 @@ class ToolScout:
                 self.retriever.add(list(batch.values()))
             self.learning.tools_joined([t for t in batch if t not in self._tools], time.time() if when is None else when)
             self._take(batch.values())
+            self.learning.catalog_holds(len(self._tools))
 
     def remove(self, ids: Iterable[str]) -> None:
         """Remove the tools with these ids, at once (a list of ids; NotFound, changing nothing, when one is
@@ -427,6 +429,7 @@ class ToolScout:
             for tool_id in ids:  # a deleted tool's feedback goes with it
                 self.ledger.drop_tool(tool_id)
                 self.learning.drop_tool(tool_id)
+            self.learning.catalog_holds(len(self._tools))
 
     @contextmanager
     def _undone_on_failure(self, touched: Iterable[str]) -> Iterator[None]:
@@ -466,6 +469,7 @@ class ToolScout:
             self._take(batch.values())
             for tool_id, when in (joined or {}).items():
                 self.learning.tools_joined([tool_id], when)
+            self.learning.catalog_holds(len(self._tools))
 
     def _take(self, tools: Iterable[Tool]) -> None:
         """Tools into the catalog and its name indexes, replacing those with their ids (write lock held)."""

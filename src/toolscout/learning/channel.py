@@ -15,6 +15,8 @@ it would pass:
   three tools nearest the task (those the table counted) and only from `CAUTIOUS_GATE` up. The nearest
   request's table is fitted on tasks whose tools were taught, so it cannot know how many tasks need a
   tool nobody taught: after a burst of a few tools' traffic it is sure of them for every task near them.
+  The cautious table expects a task to need a tool nobody taught at least as often as the share of the
+  catalog nobody taught (`catalog_holds`): traffic confined to part of the catalog cannot say how often.
 
 So:
 
@@ -150,6 +152,7 @@ class LearnedChannel:
         added after learning keeps its place."""
         channel = LearnedChannel(space or self.space, settings or self.settings)
         channel.joined = dict(self.joined)
+        channel.memory.catalog_size = self.memory.catalog_size  # a fact of the catalog too
         channel.weight_history = list(self.weight_history)  # what happened stays history
         return channel
 
@@ -305,6 +308,11 @@ class LearnedChannel:
     def tools_left(self, ids: Iterable[str]) -> None:
         for tool_id in ids:
             self.joined.pop(tool_id, None)
+
+    def catalog_holds(self, tools: int | None) -> None:
+        """The catalog holds `tools` tools (None: not known): the share of it nobody taught is what the
+        cautious table expects of a task at least (`RequestMemory._new_tool_share`)."""
+        self.memory.set_catalog_size(tools)
 
     # self-measurement -------------------------------------------------------------------------------
     def score(self, records: Iterable[Scored]) -> None:

@@ -54,6 +54,13 @@ def dormancy(tools_taught: int | None) -> str | None:
     return f"learning lifts nothing until {MIN_TOOLS} tools are taught{so_far}"
 
 
+def untaught_share(tools_taught: int, catalog_size: int | None) -> float:
+    """The share of a catalog of `catalog_size` tools that no request taught (0 when its size is not known)."""
+    if not catalog_size:
+        return 0.0
+    return min(1.0, max(0.0, 1.0 - tools_taught / catalog_size))
+
+
 def key_hash(key: str) -> int:
     return int.from_bytes(hashlib.sha1(key.encode("utf-8")).digest()[:8], "big")
 
@@ -114,6 +121,7 @@ class RequestMemory:
         self._hashes: dict[str, int] = {}
         self._tools_of_column: list[str] = []
         self.calibration = EMPTY
+        self.catalog_size: int | None = None  # tools in the catalog (None: not known; `_new_tool_share`)
 
     def __len__(self) -> int:
         return len(self.row_of)
@@ -174,6 +182,15 @@ class RequestMemory:
         self._raise(stale, [(row, tool) for tool in sorted(emptied) for row in sorted(self.rows_of_tool.get(tool, ()))])
         self._raise(sorted(fresh), self._all_pairs())
         self._refit()
+
+    def set_catalog_size(self, tools: int | None) -> None:
+        """The catalog holds `tools` tools now (None: not known); the calibration follows, so it is a function
+        of what is held and of the catalog, whatever order they changed in."""
+        tools = None if tools is None else int(tools)
+        if tools != self.catalog_size:
+            self.catalog_size = tools
+            if self.row_of:
+                self._refit()
 
     def pairs(self) -> list[tuple[str, str, str, int]]:
         """Every (key, tool, source, times) held, sorted."""
@@ -359,14 +376,19 @@ class RequestMemory:
         return found[found > _MISSING]
 
     def _new_tool_share(self) -> float:
-        """How often a request came for a tool nobody had taught yet (each taught tool's first request, among
-        all (request, tool) pairs held), in full up to FEW_TOOLS taught tools and less beyond: the weight of
-        an anchor playing a task of a new tool against one playing a task of a taught tool. Much while each
-        tool has few requests; with many tools taught, leave-one-out counts misses on their requests itself,
-        and the full weight cost gains (docs/learning.md)."""
+        """The weight of an anchor playing a task of a new tool against one playing a task of a taught tool:
+        how often a request came for a tool nobody had taught yet (each taught tool's first request, among
+        all (request, tool) pairs held), in full up to FEW_TOOLS taught tools and less beyond, and at least
+        the share of the catalog's tools nobody taught (when the catalog's size is known). Traffic alone
+        says much while each tool has few requests; with many tools taught, leave-one-out counts misses on
+        their requests itself, and its full weight cost gains. But traffic confined to a part of the
+        catalog says a new tool is almost never needed, while the tasks not seen yet may need any tool: the
+        catalog's untaught share keeps the cautious table from being sure of a few taught tools for the
+        tasks of the others (docs/learning.md)."""
         pairs = sum(len(tools) for tools in self.taught.values())
         tools = len(self.rows_of_tool)
-        return tools / pairs * min(1.0, FEW_TOOLS / tools) if pairs else 0.0
+        traffic = tools / pairs * min(1.0, FEW_TOOLS / tools) if pairs else 0.0
+        return max(traffic, untaught_share(tools, self.catalog_size))
 
     def _anchors_candidates(self) -> tuple[np.ndarray, np.ndarray]:
         """Each anchor's nearest tool columns (by its best similarity to each tool's requests), NEIGHBOUR_TOOLS
