@@ -145,6 +145,8 @@ def test_fused_skip_layer_norm_runs_as_add_and_layer_norm(onnx_encoder, torch_en
     upgraded = Encoder.load(None, backend="onnx", cache_dir=tmp_path / "cache")
     assert upgraded._onnx.folder == old and upgraded._onnx.meta[SPLIT_LAYER_NORM] is True
     assert not any(n.op_type == "SkipLayerNormalization" for n in onnx.load(str(old / "model.onnx")).graph.node)
+    # rewritten whole, and still ordinary readable files (a temporary file beside it is made owner-only)
+    assert {(old / name).stat().st_mode & 0o777 for name in ("model.onnx", "meta.json")} == {0o644}
     np.testing.assert_allclose(upgraded.encode(TEXTS[:8]), onnx_encoder.encode(TEXTS[:8]), atol=1e-5)
 
 

@@ -22,6 +22,7 @@ import fcntl
 import json
 import os
 import shutil
+import tempfile
 import zipfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -59,6 +60,24 @@ def _fsync_tree(path: Path) -> None:
             with open(os.path.join(root, name), "rb+") as fh:
                 os.fsync(fh.fileno())
         _fsync_dir(Path(root))
+
+
+def replace_file(path: Path, data: bytes | str, *, fsync: bool = False, mode: int = 0o644) -> None:
+    """Write `data` to a file beside `path`, then rename it over `path`: a reader, or a crash, sees the old file
+    or the new one whole. `mode`: the new file's (a temporary file is made owner-only); `fsync`: on disk first."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data.encode("utf-8") if isinstance(data, str) else data)
+            if fsync:
+                fh.flush()
+                os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def write_json(path: Path, data: Any) -> None:

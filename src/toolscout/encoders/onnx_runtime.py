@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 import threading
 from importlib.util import find_spec
 from concurrent.futures import ThreadPoolExecutor
@@ -14,6 +12,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ..artifacts import replace_file
 from ..defaults import usable_cores
 
 logger = logging.getLogger(__name__)
@@ -224,10 +223,10 @@ def split_layer_norms(folder: Path) -> None:
         return
     graph = runtime_graph(folder / "model.onnx")
     if isinstance(graph, bytes):  # each file replaced whole: a process loading it meanwhile reads either graph
-        _replace(folder / "model.onnx", graph)
+        replace_file(folder / "model.onnx", graph)
     meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
     meta[SPLIT_LAYER_NORM] = True
-    _replace(folder / "meta.json", json.dumps(meta, indent=2).encode("utf-8"))
+    replace_file(folder / "meta.json", json.dumps(meta, indent=2))
 
 
 def split_once(folder: Path) -> None:
@@ -243,17 +242,6 @@ def split_once(folder: Path) -> None:
 def is_split(folder: Path) -> bool:
     """Whether an export's model.onnx is stored as onnxruntime runs it (`split_layer_norms`)."""
     return bool(json.loads((Path(folder) / "meta.json").read_text(encoding="utf-8")).get(SPLIT_LAYER_NORM))
-
-
-def _replace(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def runtime_graph(path: Path) -> str | bytes:

@@ -22,12 +22,12 @@ import base64
 import hashlib
 import json
 import logging
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from ..artifacts import replace_file
 
 logger = logging.getLogger(__name__)
 
@@ -162,15 +162,7 @@ def keep_verdict(cache: Path, check: dict[str, Any], export: Path, same: bool, w
     key = machine_key(check, export)
     if key is None:
         return
-    folder = cache / VERDICTS
-    tmp = None
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".verdict.", suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump({"same": bool(same), "worst": float(worst)}, fh)
-        os.replace(tmp, folder / f"{key}.json")
+        replace_file(cache / VERDICTS / f"{key}.json", json.dumps({"same": bool(same), "worst": float(worst)}))
     except OSError as exc:
-        logger.info("int8 probe verdict not kept in %s: %s", folder, exc)
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
+        logger.info("int8 probe verdict not kept in %s: %s", cache / VERDICTS, exc)

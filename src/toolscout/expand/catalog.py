@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from ..artifacts import replace_file
 from ..benchmark_sets import Query, load_queries, read_jsonl
 from ..tool import Tool
 
@@ -105,18 +106,7 @@ def write_reports(paths: Sequence[Path], report: Mapping[str, Any]) -> None:
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, _FILE_MODE)  # mkstemp makes 0600; a catalog is an ordinary readable file
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    replace_file(path, text, fsync=True, mode=_FILE_MODE)  # a catalog is an ordinary readable file
 
 
 def atomic_copy(src: Path, dst: Path) -> None:
